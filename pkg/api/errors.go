@@ -1,0 +1,102 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Error codes: stable, machine-readable, returned in every error body.
+const (
+	CodeUnauthorized      = "unauthorized"       // 401: missing or wrong bearer token
+	CodeInvalidArgument   = "invalid_argument"   // 400: malformed or out-of-range input
+	CodeNotFound          = "not_found"          // 404: no such sandbox, process or file
+	CodeAlreadyExists     = "already_exists"     // 409: e.g. the file exists
+	CodeConflict          = "conflict"           // 409: wrong state (e.g. sandbox paused)
+	CodePayloadTooLarge   = "payload_too_large"  // 413: request body over the limit
+	CodeResourceExhausted = "resource_exhausted" // 429: node at capacity, retry later or elsewhere
+	CodeDeadlineExceeded  = "deadline_exceeded"  // 504: the operation timed out (not the command)
+	CodeSandboxGone       = "sandbox_gone"       // 410: the sandbox's processes died
+	CodeUnavailable       = "unavailable"        // 503: the node cannot serve now
+	CodeInternal          = "internal"           // 500: infrastructure failure
+	CodeNotImplemented    = "not_implemented"    // 501: backend lacks the capability
+)
+
+// Error is the body of every non-2xx response: {"error": {...}}.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Infrastructure is true when dsec itself failed (node, runtime, storage): the
+	// request was fine and may succeed elsewhere. It is false for the caller's own
+	// mistakes and for the task's failures.
+	Infrastructure bool `json:"infrastructure"`
+	// Retryable says repeating the same request may succeed.
+	Retryable bool `json:"retryable"`
+	// Status is the HTTP status the error travelled with (filled in by clients).
+	Status int `json:"-"`
+}
+
+// ErrorBody wraps Error on the wire.
+type ErrorBody struct {
+	Error *Error `json:"error"`
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Is lets errors.Is(err, &api.Error{Code: api.CodeNotFound}) match on code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// NewError builds an Error with the status and flags its code implies.
+func NewError(code, format string, args ...any) *Error {
+	e := &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	e.Status = StatusOf(code)
+	switch code {
+	case CodeInternal, CodeUnavailable, CodeSandboxGone:
+		e.Infrastructure = true
+		e.Retryable = code != CodeSandboxGone
+	case CodeResourceExhausted, CodeDeadlineExceeded:
+		e.Infrastructure = true
+		e.Retryable = true
+	}
+	return e
+}
+
+// StatusOf maps an error code to its HTTP status.
+func StatusOf(code string) int {
+	switch code {
+	case CodeUnauthorized:
+		return http.StatusUnauthorized
+	case CodeInvalidArgument:
+		return http.StatusBadRequest
+	case CodeNotFound:
+		return http.StatusNotFound
+	case CodeAlreadyExists, CodeConflict:
+		return http.StatusConflict
+	case CodePayloadTooLarge:
+		return http.StatusRequestEntityTooLarge
+	case CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case CodeDeadlineExceeded:
+		return http.StatusGatewayTimeout
+	case CodeSandboxGone:
+		return http.StatusGone
+	case CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case CodeNotImplemented:
+		return http.StatusNotImplemented
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// AsError finds an *Error in err's chain.
+func AsError(err error) (*Error, bool) {
+	var e *Error
+	ok := errors.As(err, &e)
+	return e, ok
+}

@@ -1,0 +1,196 @@
+// Package api holds the wire types of dsec's HTTP API (/v1): requests, responses and
+// the machine-readable error model. The server, the Go client and the CLI share them;
+// the committed OpenAPI document (openapi.yaml) describes the same shapes.
+package api
+
+import "time"
+
+// Backend names. Only "container" is implemented today; the others plug in behind the
+// same driver interface.
+const (
+	BackendContainer = "container"
+	BackendFnCall    = "fncall"
+	BackendMicroVM   = "microvm"
+	BackendFullVM    = "fullvm"
+)
+
+// Sandbox states.
+const (
+	StateRunning = "running"
+	StatePaused  = "paused"
+	StateExited  = "exited" // its init died; it holds no resources but its record
+)
+
+// CreateSandboxRequest is the body of POST /v1/sandboxes.
+type CreateSandboxRequest struct {
+	// Backend selects the isolation backend; empty means "container".
+	Backend string `json:"backend,omitempty"`
+	// Image names the environment; empty means the node's default image.
+	Image string `json:"image,omitempty"`
+	// CPU is the CPU limit in cores (0.5 = half a core); 0 means the default (1).
+	CPU float64 `json:"cpu,omitempty"`
+	// MemoryBytes is the memory limit; 0 means the default (512 MiB).
+	MemoryBytes int64 `json:"memory_bytes,omitempty"`
+	// DiskBytes limits the writable layer; 0 means the default (1 GiB).
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// PidsMax limits processes and threads; 0 means the default (1024).
+	PidsMax int64 `json:"pids_max,omitempty"`
+	// TTLSeconds deletes the sandbox this long after creation; 0 means no TTL.
+	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	// IdleTimeoutSeconds deletes the sandbox after this long without a session
+	// operation; 0 means no idle expiry.
+	IdleTimeoutSeconds int64 `json:"idle_timeout_seconds,omitempty"`
+	// Env is added to every process started in the sandbox.
+	Env map[string]string `json:"env,omitempty"`
+	// Labels are free-form metadata returned with the sandbox.
+	Labels map[string]string `json:"labels,omitempty"`
+	// RequestID makes create idempotent: a retry with the same ID returns the sandbox
+	// the first request created. The Idempotency-Key header is an alias.
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// Sandbox describes one sandbox.
+type Sandbox struct {
+	ID                 string            `json:"id"`
+	Backend            string            `json:"backend"`
+	Image              string            `json:"image"`
+	State              string            `json:"state"`
+	CPU                float64           `json:"cpu"`
+	MemoryBytes        int64             `json:"memory_bytes"`
+	DiskBytes          int64             `json:"disk_bytes"`
+	PidsMax            int64             `json:"pids_max"`
+	CreatedAt          time.Time         `json:"created_at"`
+	ExpiresAt          *time.Time        `json:"expires_at,omitempty"`
+	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
+	LastActiveAt       time.Time         `json:"last_active_at"`
+	Env                map[string]string `json:"env,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
+	RequestID          string            `json:"request_id,omitempty"`
+}
+
+// ListSandboxesResponse is the body of GET /v1/sandboxes.
+type ListSandboxesResponse struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
+}
+
+// ExecRequest is the body of POST /v1/sandboxes/{id}/exec (and the first line of
+// exec/stream, and the body of POST .../processes).
+type ExecRequest struct {
+	// Cmd is the argv; Shell is a string run with /bin/sh -c. Exactly one is set.
+	Cmd   []string `json:"cmd,omitempty"`
+	Shell string   `json:"shell,omitempty"`
+	// Env is added to the sandbox's environment for this process.
+	Env map[string]string `json:"env,omitempty"`
+	// Cwd is the working directory inside the sandbox; default "/root" for root, else "/".
+	Cwd string `json:"cwd,omitempty"`
+	// User is "root" (default), a user name from the sandbox's /etc/passwd, "UID" or
+	// "UID:GID".
+	User string `json:"user,omitempty"`
+	// Stdin is fed to the process (blocking exec and background processes);
+	// StdinBase64 is the same for binary input.
+	Stdin       string `json:"stdin,omitempty"`
+	StdinBase64 string `json:"stdin_base64,omitempty"`
+	// TimeoutMs kills the process group after this long; 0 means the server default
+	// (blocking exec: 60 s; streaming and background: none).
+	TimeoutMs int64 `json:"timeout_ms,omitempty"`
+	// MaxOutputBytes caps each of stdout and stderr kept in the result; 0 means 1 MiB.
+	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
+	// OutputEncoding is "utf8" (default; invalid bytes are replaced) or "base64".
+	OutputEncoding string `json:"output_encoding,omitempty"`
+}
+
+// ExecResult is the answer of a blocking exec, the final event of a streaming exec, and
+// the status of a finished background process.
+type ExecResult struct {
+	// ExitCode is the exit status, or -1 when the process was killed by a signal.
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that killed the process (e.g. "SIGKILL"), if any.
+	Signal string `json:"signal,omitempty"`
+	// TimedOut says the process was killed because TimeoutMs passed.
+	TimedOut bool `json:"timed_out,omitempty"`
+	// OOMKilled says the kernel's OOM killer ended it at the sandbox's memory limit.
+	OOMKilled bool `json:"oom_killed,omitempty"`
+	// Stdout and Stderr are the captured output (encoded as OutputEncoding says).
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	OutputEncoding  string `json:"output_encoding,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	// DurationMs is the wall time from start to exit.
+	DurationMs float64 `json:"duration_ms"`
+	// Error explains a failure to start the command (e.g. not found: exit code 127).
+	Error string `json:"error,omitempty"`
+}
+
+// StreamEvent is one NDJSON line of POST /v1/sandboxes/{id}/exec/stream's response.
+// Type is "started" (PID set), "stdout" or "stderr" (Data set, base64), or "exit"
+// (Result set, with empty Stdout/Stderr since they were streamed).
+type StreamEvent struct {
+	Type   string      `json:"type"`
+	PID    int         `json:"pid,omitempty"`
+	Data   []byte      `json:"data,omitempty"`
+	Result *ExecResult `json:"result,omitempty"`
+	Error  *Error      `json:"error,omitempty"`
+}
+
+// StreamInput is one NDJSON line a client sends after the ExecRequest line in the
+// request body of exec/stream: stdin bytes (base64), end of stdin, or a signal.
+type StreamInput struct {
+	Stdin  []byte `json:"stdin,omitempty"`
+	EOF    bool   `json:"eof,omitempty"`
+	Signal string `json:"signal,omitempty"`
+}
+
+// Process describes a background process started with POST .../processes.
+type Process struct {
+	ID        string      `json:"id"`
+	PID       int         `json:"pid"`
+	Cmd       []string    `json:"cmd"`
+	Running   bool        `json:"running"`
+	StartedAt time.Time   `json:"started_at"`
+	Result    *ExecResult `json:"result,omitempty"`
+}
+
+// ListProcessesResponse is the body of GET .../processes.
+type ListProcessesResponse struct {
+	Processes []Process `json:"processes"`
+}
+
+// KillRequest is the body of POST .../processes/{pid}/kill.
+type KillRequest struct {
+	Signal string `json:"signal,omitempty"` // default SIGKILL
+}
+
+// FileInfo describes one file inside a sandbox.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Path    string    `json:"path"`
+	Size    int64     `json:"size"`
+	Mode    uint32    `json:"mode"` // permission bits
+	Type    string    `json:"type"` // file, dir, symlink, other
+	ModTime time.Time `json:"mod_time"`
+	Link    string    `json:"link,omitempty"` // symlink target
+	UID     int       `json:"uid"`
+	GID     int       `json:"gid"`
+}
+
+// ListFilesResponse is the body of GET .../files/list.
+type ListFilesResponse struct {
+	Files []FileInfo `json:"files"`
+}
+
+// MkdirRequest is the body of POST .../files/mkdir.
+type MkdirRequest struct {
+	Path    string `json:"path"`
+	Parents bool   `json:"parents,omitempty"`
+	Mode    uint32 `json:"mode,omitempty"` // default 0755
+}
+
+// Info is the body of GET /v1/info.
+type Info struct {
+	Version  string   `json:"version"`
+	Node     string   `json:"node"`
+	Backends []string `json:"backends"`
+	Images   []string `json:"images"`
+	Cgroup   string   `json:"cgroup"` // v1 or v2
+}
