@@ -20,6 +20,9 @@ const (
 	CodeUnavailable       = "unavailable"        // 503: the node cannot serve now
 	CodeInternal          = "internal"           // 500: infrastructure failure
 	CodeNotImplemented    = "not_implemented"    // 501: backend lacks the capability
+	// CodeBadGateway (502) says the HTTP proxy could not reach the port inside the
+	// sandbox (nothing listening, connection reset): the task's problem, not dsec's.
+	CodeBadGateway = "bad_gateway"
 )
 
 // Error is the body of every non-2xx response: {"error": {...}}.
@@ -89,6 +92,8 @@ func StatusOf(code string) int {
 		return http.StatusServiceUnavailable
 	case CodeNotImplemented:
 		return http.StatusNotImplemented
+	case CodeBadGateway:
+		return http.StatusBadGateway
 	default:
 		return http.StatusInternalServerError
 	}

@@ -1,0 +1,52 @@
+# dsec: build, test, benchmark. Most targets need root (sandboxes, images).
+#
+#   make setup   install packages and build the default images (scripts/setup.sh)
+#   make build   C init (internal/initbin/dsec-init) + bin/dsec
+#   make test    setup + build, then go vet and the race-enabled test suite
+#   make demo    setup + build, then bin/dsec demo
+#   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
+#   make fuzz    every Fuzz* target for FUZZTIME (default 15s) each
+#   make clean
+
+# Go may not be on PATH (e.g. CI as root on a fresh machine).
+export PATH := /usr/local/go/bin:$(PATH)
+
+GO        ?= go
+FUZZTIME  ?= 15s
+# Test packages run 2 at a time: tests that create sandboxes contend for the
+# same 2 cores, cgroups and images.
+TESTFLAGS ?= -race -count=1 -p 2 -timeout 30m
+BENCH_N        ?= 500
+BENCH_PARALLEL ?= 4
+BENCH_COMPARE  ?= crun,runc
+
+.PHONY: all setup build init test demo bench fuzz clean
+
+all: build
+
+setup:
+	sh scripts/setup.sh
+
+init:
+	sh internal/initbin/build.sh
+
+build: init
+	$(GO) build -o bin/dsec ./cmd/dsec
+
+test: setup build
+	$(GO) vet ./...
+	$(GO) test $(TESTFLAGS) ./...
+
+demo: setup build
+	bin/dsec demo
+
+bench: setup build
+	bin/dsec bench create --n $(BENCH_N) --parallel $(BENCH_PARALLEL) --compare $(BENCH_COMPARE) --json
+	bin/dsec bench exec --n 1000 --json
+	bin/dsec bench density --n 3200 --json
+
+fuzz:
+	FUZZTIME=$(FUZZTIME) GO=$(GO) sh scripts/fuzz.sh
+
+clean:
+	rm -rf bin internal/initbin/dsec-init

@@ -1,0 +1,96 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/internal/bench"
+)
+
+func benchCmd() *cobra.Command {
+	c := &cobra.Command{Use: "bench", Short: "Benchmarks (each starts a private node in a scratch dir)"}
+	var asJSON bool
+	var compare string
+	addFlags := func(cmd *cobra.Command, o *bench.Options, n, p int) {
+		cmd.Flags().IntVar(&o.N, "n", n, "number of operations / sandboxes")
+		cmd.Flags().IntVar(&o.Parallel, "parallel", p, "concurrent workers")
+		cmd.Flags().StringVar(&o.Image, "image", "", "image (default: debian)")
+		cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	}
+	var co, eo, do bench.Options
+	print := func(v any, human func()) error {
+		if asJSON {
+			return json.NewEncoder(os.Stdout).Encode(v)
+		}
+		human()
+		return nil
+	}
+	create := &cobra.Command{
+		Use:   "create",
+		Short: "Create+start N idle sandboxes; --compare crun,runc runs peers on the same rootfs",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var peers []string
+			if compare != "" {
+				peers = strings.Split(compare, ",")
+			}
+			r, err := bench.Create(cmd.Context(), co, peers)
+			if err != nil {
+				return err
+			}
+			return print(r, func() {
+				fmt.Printf("dsec: %d creates, %.1f/s, p50 %.2f ms, p99 %.2f ms, teardown %.2f s, failures %d\n",
+					r.N, r.CreatesPerS, r.P50ms, r.P99ms, r.TeardownS, r.Failures)
+				for name, p := range r.Peers {
+					fmt.Printf("%s: %.1f/s, p50 %.2f ms, p99 %.2f ms (%s)\n", name, p.PerSecond, p.P50ms, p.P99ms, p.Note)
+				}
+				if r.RatioVsCrun > 0 {
+					fmt.Printf("dsec/crun: %.2fx\n", r.RatioVsCrun)
+				}
+				if r.RatioVsRunc > 0 {
+					fmt.Printf("dsec/runc: %.2fx\n", r.RatioVsRunc)
+				}
+			})
+		},
+	}
+	addFlags(create, &co, 200, 2)
+	create.Flags().StringVar(&compare, "compare", "", "peer runtimes to run in the same benchmark: crun, runc")
+	exec := &cobra.Command{
+		Use:   "exec",
+		Short: "Run `true` N times through the HTTP API",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := bench.Exec(cmd.Context(), eo)
+			if err != nil {
+				return err
+			}
+			return print(r, func() {
+				fmt.Printf("exec true via API: %d execs, %.1f/s, p50 %.2f ms, p99 %.2f ms, failures %d\n",
+					r.N, r.ExecsPerS, r.P50ms, r.P99ms, r.Failures)
+			})
+		},
+	}
+	addFlags(exec, &eo, 500, 1)
+	density := &cobra.Command{
+		Use:   "density",
+		Short: "Hold N idle sandboxes at once; report memory per sandbox and teardown time",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := bench.Density(cmd.Context(), do)
+			if err != nil {
+				return err
+			}
+			return print(r, func() {
+				fmt.Printf("%d/%d idle sandboxes, %d KiB each (%d MiB total, slab %d MiB), create %.1f s, teardown %.1f s\n",
+					r.Sandboxes, r.Requested, r.BytesPerSandbox>>10, r.TotalBytes>>20, r.SlabBytes>>20, r.CreateS, r.TeardownS)
+				if r.StoppedBy != "" {
+					fmt.Println("stopped by:", r.StoppedBy)
+				}
+			})
+		},
+	}
+	addFlags(density, &do, 1000, 4)
+	c.AddCommand(create, exec, density)
+	return c
+}

@@ -1,0 +1,257 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/pkg/api"
+	"github.com/dsec-dev/dsec/pkg/client"
+)
+
+func createCmd() *cobra.Command {
+	var image, memory, disk, ttl, idle, requestID string
+	var cpu float64
+	var env []string
+	c := &cobra.Command{
+		Use:   "create",
+		Short: "Create a sandbox and print its ID",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID}
+			var err error
+			if req.MemoryBytes, err = parseSize(memory); err != nil {
+				return err
+			}
+			if req.DiskBytes, err = parseSize(disk); err != nil {
+				return err
+			}
+			for _, d := range []struct {
+				s   string
+				dst *int64
+			}{{ttl, &req.TTLSeconds}, {idle, &req.IdleTimeoutSeconds}} {
+				if d.s == "" {
+					continue
+				}
+				v, err := time.ParseDuration(d.s)
+				if err != nil || v < time.Second {
+					return fmt.Errorf("invalid duration %q (examples: 30s, 10m, 2h)", d.s)
+				}
+				*d.dst = int64(v / time.Second)
+			}
+			if req.Env, err = parseEnv(env); err != nil {
+				return err
+			}
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.Create(cmd.Context(), req)
+			if err != nil {
+				return err
+			}
+			fmt.Println(sb.ID)
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&image, "image", "", "image name (default: the server's default image)")
+	f.Float64Var(&cpu, "cpu", 0, "CPU limit in cores (default 1)")
+	f.StringVar(&memory, "memory", "", "memory limit, e.g. 512m, 2g (default 512m)")
+	f.StringVar(&disk, "disk", "", "writable layer size, e.g. 1g (default 1g)")
+	f.StringVar(&ttl, "ttl", "", "delete the sandbox after this long, e.g. 1h")
+	f.StringVar(&idle, "idle-timeout", "", "delete the sandbox after this long without use")
+	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for every process (repeatable)")
+	f.StringVar(&requestID, "request-id", "", "idempotency key: a retry returns the same sandbox")
+	return c
+}
+
+func parseEnv(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	m := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("invalid --env %q: want KEY=VALUE", kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+func execCmd() *cobra.Command {
+	var env []string
+	var cwd, user, timeout string
+	var interactive, shell bool
+	c := &cobra.Command{
+		Use:   "exec ID -- CMD [ARGS...]",
+		Short: "Run a command in a sandbox, streaming its output; exits with its exit code",
+		Args:  cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := api.ExecRequest{Cwd: cwd, User: user}
+			if shell {
+				req.Shell = strings.Join(args[1:], " ")
+			} else {
+				req.Cmd = args[1:]
+			}
+			var err error
+			if req.Env, err = parseEnv(env); err != nil {
+				return err
+			}
+			if timeout != "" {
+				d, err := time.ParseDuration(timeout)
+				if err != nil || d <= 0 {
+					return fmt.Errorf("invalid --timeout %q", timeout)
+				}
+				req.TimeoutMs = d.Milliseconds()
+			}
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			var stdin *os.File
+			if interactive {
+				stdin = os.Stdin
+			}
+			var res api.ExecResult
+			if stdin != nil {
+				res, err = cl.ExecStream(cmd.Context(), args[0], req, stdin, os.Stdout, os.Stderr)
+			} else {
+				res, err = cl.ExecStream(cmd.Context(), args[0], req, nil, os.Stdout, os.Stderr)
+			}
+			if err != nil {
+				return err
+			}
+			return exitFromResult(res)
+		},
+	}
+	f := c.Flags()
+	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE (repeatable)")
+	f.StringVarP(&cwd, "workdir", "w", "", "working directory inside the sandbox")
+	f.StringVarP(&user, "user", "u", "", "user: root, a name, UID or UID:GID")
+	f.StringVar(&timeout, "timeout", "", "kill the command after this long, e.g. 30s")
+	f.BoolVarP(&interactive, "interactive", "i", false, "forward standard input")
+	f.BoolVar(&shell, "shell", false, "join the arguments and run them with /bin/sh -c")
+	return c
+}
+
+// exitFromResult maps a command's result to this process's exit status the way a
+// shell does: the exit code, or 128+signal.
+func exitFromResult(res api.ExecResult) error {
+	switch {
+	case res.TimedOut:
+		fmt.Fprintln(os.Stderr, "dsec: command timed out")
+		return exitError{124}
+	case res.OOMKilled:
+		fmt.Fprintln(os.Stderr, "dsec: command killed: out of memory")
+		return exitError{137}
+	case res.Signal != "":
+		n := signalNumber(res.Signal)
+		return exitError{128 + n}
+	case res.ExitCode != 0:
+		return exitError{res.ExitCode}
+	}
+	return nil
+}
+
+func lsCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "ls",
+		Short: "List sandboxes",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			sbs, err := cl.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(sbs)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tIMAGE\tSTATE\tCPU\tMEMORY\tCREATED")
+			for _, s := range sbs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%dMiB\t%s\n", s.ID, s.Image, s.State, s.CPU, s.MemoryBytes>>20,
+					time.Since(s.CreatedAt).Round(time.Second).String()+" ago")
+			}
+			return tw.Flush()
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return c
+}
+
+func rmCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID [ID...]",
+		Short: "Delete sandboxes",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			for _, id := range args {
+				if err := cl.Delete(cmd.Context(), id); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func inspectCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "inspect ID",
+		Short: "Print a sandbox as JSON",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			sb, err := cl.Get(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(sb)
+		},
+	}
+}
+
+func stateCmd(op string) *cobra.Command {
+	return &cobra.Command{
+		Use:   op + " ID",
+		Short: map[string]string{"pause": "Freeze every process of a sandbox", "resume": "Thaw a paused sandbox", "reset": "Give a sandbox a fresh writable layer and fresh processes"}[op],
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			switch op {
+			case "pause":
+				_, err = cl.Pause(cmd.Context(), args[0])
+			case "resume":
+				_, err = cl.Resume(cmd.Context(), args[0])
+			default:
+				_, err = cl.Reset(cmd.Context(), args[0])
+			}
+			return err
+		},
+	}
+}

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/internal/daemon"
+)
+
+func newLogger(level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level: %w", err)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: l})), nil
+}
+
+func serverCmd() *cobra.Command {
+	var cfg daemon.Config
+	var listen, level string
+	var cleanup bool
+	c := &cobra.Command{
+		Use:   "server",
+		Short: "Run the node server (API + node agent) in the foreground",
+		Long: `Run dsec's API and node agent. Sandboxes outlive the server: a restarted server
+(even after kill -9) re-adopts them. The API token is read from --token, else
+DATA_DIR/token, which is created on first start.`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(level)
+			if err != nil {
+				return err
+			}
+			if cfg.Token == "" {
+				cfg.Token = os.Getenv("DSEC_SERVER_TOKEN")
+			}
+			cfg.Logger = log
+			d, err := daemon.New(cmd.Context(), cfg)
+			if err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", listen)
+			if err != nil {
+				_ = d.Shutdown(context.Background(), false)
+				return err
+			}
+			log.Info("dsec server listening", "addr", "http://"+l.Addr().String(), "data_dir", cfg.DataDir,
+				"token_file", daemon.TokenPath(cfg.DataDir), "sandboxes", d.Manager.Count())
+			errc := make(chan error, 1)
+			go func() { errc <- d.Serve(l) }()
+			select {
+			case err = <-errc:
+			case <-cmd.Context().Done():
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			if serr := d.Shutdown(ctx, cleanup); serr != nil && err == nil {
+				err = serr
+			}
+			log.Info("dsec server stopped", "deleted_sandboxes", cleanup)
+			return err
+		},
+	}
+	f := c.Flags()
+	f.StringVar(&listen, "listen", daemon.DefaultListen, "address to serve the API on")
+	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory for state and the token")
+	f.StringVar(&cfg.ImagesDir, "images-dir", "", "image directory (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
+	f.StringVar(&cfg.DefaultImage, "default-image", daemon.DefaultImage, "image for requests that name none")
+	f.StringVar(&cfg.Token, "token", "", "API token (default: $DSEC_SERVER_TOKEN, else DATA_DIR/token)")
+	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "admission limit (default 100000)")
+	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	f.BoolVar(&cleanup, "cleanup-on-exit", false, "delete every sandbox when the server stops")
+	return c
+}

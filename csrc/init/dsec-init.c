@@ -1,0 +1,1271 @@
+/*
+ * dsec-init: PID 1 of a dsec container sandbox.
+ *
+ * The Go side (internal/initproto) clones this binary into fresh mount, PID,
+ * UTS, IPC and network namespaces with this fd layout:
+ *
+ *   0 /dev/null   1,2 log file (diagnostics go to stderr)
+ *   3 config      "key=value\n" lines, read until EOF
+ *   4 sync pipe   one byte means "cgroups are set up, go ahead"
+ *   5 status pipe we write "OK\n" or "ERR <step>: <strerror>\n"
+ *   6 control     listening SOCK_SEQPACKET socket
+ *   7 seccomp     optional raw struct sock_filter array (read with pread)
+ *
+ * Setup builds the root filesystem (tmpfs-backed overlay upper layer, proc,
+ * dev, sys, OCI masked and read-only paths), pivots into it, drops privileges
+ * to the OCI default capability set, installs the seccomp filter and then
+ * serves the control protocol: every packet is a list of NUL-terminated
+ * strings, the op first, then key=value fields. See internal/initproto for the
+ * client and the protocol description.
+ *
+ * The build needs no kernel headers (musl-gcc ships none), so the few kernel
+ * ABI structures used are declared below.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- kernel ABI bits (musl ships no linux headers) ---- */
+
+#define CAP_VERSION_3 0x20080522
+#define MODE_FILTER 2 /* SECCOMP_MODE_FILTER */
+struct cap_header { uint32_t version; int pid; };
+struct cap_data { uint32_t effective, permitted, inheritable; };
+struct bpf_insn { uint16_t code; uint8_t jt, jf; uint32_t k; };
+struct bpf_prog { unsigned short len; struct bpf_insn *filter; };
+
+/* OCI default capabilities: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID
+ * SETUID SETPCAP NET_BIND_SERVICE NET_RAW SYS_CHROOT MKNOD AUDIT_WRITE
+ * SETFCAP. All are below 32, so only the first capability word is used. */
+static const int default_caps[] = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31};
+
+enum { FD_CONFIG = 3, FD_SYNC = 4, FD_STATUS = 5, FD_LISTEN = 6, FD_SECCOMP = 7 };
+
+#define MAX_PACKET (128 * 1024) /* largest request accepted */
+#define MAX_RECORDS 4096        /* exit records kept for tagged processes */
+#define MAX_QUEUE 256           /* queued replies before a client is dropped */
+#define OUT_SIZE (64 * 1024)    /* largest reply packet (PS is chunked) */
+#define MAX_TAG 4096            /* longest tag */
+#define MAX_FIELDS 65536        /* strings per request */
+#define MAX_FDS 8               /* SCM_RIGHTS fds accepted per packet */
+#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+static void logf_(const char *fmt, ...)
+{
+	char buf[512];
+	va_list ap;
+	int n = snprintf(buf, sizeof buf, "dsec-init: ");
+	va_start(ap, fmt);
+	n += vsnprintf(buf + n, sizeof buf - n, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof buf - 2)
+		n = sizeof buf - 2;
+	buf[n++] = '\n';
+	(void)!write(2, buf, n);
+}
+
+/* fail reports a setup error on the status pipe and exits. */
+static void __attribute__((noreturn)) fail(const char *step, int err)
+{
+	char buf[512];
+	int n = snprintf(buf, sizeof buf, "ERR %s: %s\n", step, strerror(err));
+	if (n > (int)sizeof buf - 1)
+		n = sizeof buf - 1;
+	(void)!write(FD_STATUS, buf, n);
+	(void)!write(2, buf, n);
+	_exit(1);
+}
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+	if (!p) {
+		logf_("out of memory");
+		_exit(1);
+	}
+	return p;
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+	p = realloc(p, n ? n : 1);
+	if (!p) {
+		logf_("out of memory");
+		_exit(1);
+	}
+	return p;
+}
+
+/* parse_uint parses a decimal number no larger than max. */
+static int parse_uint(const char *s, unsigned long long max, unsigned long long *out)
+{
+	char *end;
+	if (*s < '0' || *s > '9')
+		return -1;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || *end || v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+/* ======================= setup ======================= */
+
+struct config {
+	const char *hostname, *root, *rwdir;
+	unsigned long long rwsize;
+	const char **lower;
+	int nlower;
+};
+
+/* read_config reads fd 3 until EOF and splits it into key=value lines. */
+static void read_config(struct config *c)
+{
+	size_t cap = 4096, len = 0;
+	char *buf = xmalloc(cap);
+	for (;;) {
+		if (len + 1 >= cap) {
+			if (cap >= (1 << 20))
+				fail("read config", EFBIG);
+			buf = xrealloc(buf, cap *= 2);
+		}
+		ssize_t n = read(FD_CONFIG, buf + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			fail("read config", errno);
+		if (n == 0)
+			break;
+		len += n;
+	}
+	buf[len] = 0;
+	memset(c, 0, sizeof *c);
+	c->lower = xmalloc(sizeof(char *) * (len / 8 + 1));
+	for (char *line = buf, *next; line && *line; line = next) {
+		next = strchr(line, '\n');
+		if (next)
+			*next++ = 0;
+		char *v = strchr(line, '=');
+		if (!v)
+			fail("config: line without '='", EINVAL);
+		*v++ = 0;
+		if (!strcmp(line, "hostname"))
+			c->hostname = v;
+		else if (!strcmp(line, "root"))
+			c->root = v;
+		else if (!strcmp(line, "rwdir"))
+			c->rwdir = v;
+		else if (!strcmp(line, "rwsize")) {
+			if (parse_uint(v, ~0ULL, &c->rwsize))
+				fail("config: bad rwsize", EINVAL);
+		} else if (!strcmp(line, "lower"))
+			c->lower[c->nlower++] = v;
+		else
+			fail("config: unknown key", EINVAL);
+	}
+	if (!c->root || !c->rwdir || !c->nlower || !*c->root || !*c->rwdir)
+		fail("config: root, rwdir and lower are required", EINVAL);
+	if (!c->hostname)
+		c->hostname = "sandbox";
+	/* overlay option syntax uses ',' and ':' as separators */
+	for (int i = -1; i < c->nlower; i++) {
+		const char *p = i < 0 ? c->rwdir : c->lower[i];
+		if (strpbrk(p, ",:\\") || p[0] != '/')
+			fail("config: layer paths must be absolute without ',' ':' '\\'", EINVAL);
+	}
+}
+
+/* wait_sync blocks for the go-ahead byte; EOF means the parent gave up. */
+static void wait_sync(void)
+{
+	char b;
+	ssize_t n;
+	do
+		n = read(FD_SYNC, &b, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(1);
+}
+
+static void mkdir_p(const char *path, mode_t mode)
+{
+	if (mkdir(path, mode) && errno != EEXIST)
+		fail(path, errno);
+}
+
+static void xmount(const char *src, const char *dst, const char *type,
+		   unsigned long flags, const char *data, const char *step)
+{
+	if (mount(src, dst, type, flags, data))
+		fail(step, errno);
+}
+
+/* mount_root mounts the tmpfs for the writable layer and the overlay, then
+ * pivots into the overlay. */
+static void mount_root(const struct config *c)
+{
+	char opts[4096], upper[4096], work[4096];
+
+	snprintf(opts, sizeof opts, "size=%llu,mode=0755", c->rwsize);
+	xmount("tmpfs", c->rwdir, "tmpfs", MS_NOSUID | MS_NODEV, opts, "mount rwdir tmpfs");
+	if (snprintf(upper, sizeof upper, "%s/upper", c->rwdir) >= (int)sizeof upper ||
+	    snprintf(work, sizeof work, "%s/work", c->rwdir) >= (int)sizeof work)
+		fail("rwdir path", ENAMETOOLONG);
+	mkdir_p(upper, 0755);
+	mkdir_p(work, 0755);
+
+	/* mount(2) copies at most one page of options */
+	size_t n = snprintf(opts, sizeof opts, "lowerdir=");
+	for (int i = 0; i < c->nlower && n < sizeof opts; i++)
+		n += snprintf(opts + n, sizeof opts - n, "%s%s", i ? ":" : "", c->lower[i]);
+	if (n < sizeof opts)
+		n += snprintf(opts + n, sizeof opts - n, ",upperdir=%s,workdir=%s", upper, work);
+	if (n >= sizeof opts)
+		fail("overlay options too long", E2BIG);
+	xmount("overlay", c->root, "overlay", 0, opts, "mount overlay");
+
+	/* pivot_root(".", ".") stacks the old root on top of the new one; the
+	 * detach then drops every host mount from this namespace. */
+	if (chdir(c->root))
+		fail("chdir root", errno);
+	if (syscall(SYS_pivot_root, ".", "."))
+		fail("pivot_root", errno);
+	if (umount2(".", MNT_DETACH))
+		fail("detach old root", errno);
+	if (chdir("/"))
+		fail("chdir /", errno);
+}
+
+/* mount_system mounts /proc, /dev and /sys. It runs after pivot_root so that
+ * symlinks in the image cannot redirect a mount onto the host. */
+static void mount_system(void)
+{
+	static const struct { const char *name; unsigned maj, min; } devs[] = {
+		{"/dev/null", 1, 3}, {"/dev/zero", 1, 5}, {"/dev/full", 1, 7},
+		{"/dev/random", 1, 8}, {"/dev/urandom", 1, 9}, {"/dev/tty", 5, 0},
+	};
+	static const char *links[][2] = {
+		{"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
+		{"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
+		{"pts/ptmx", "/dev/ptmx"},
+	};
+
+	mkdir_p("/proc", 0555);
+	xmount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, "mount /proc");
+
+	mkdir_p("/dev", 0755);
+	xmount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_STRICTATIME, "mode=0755,size=65536",
+	       "mount /dev");
+	for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++)
+		if (mknod(devs[i].name, S_IFCHR | 0666, makedev(devs[i].maj, devs[i].min)))
+			fail(devs[i].name, errno);
+	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
+		if (symlink(links[i][0], links[i][1]))
+			fail(links[i][1], errno);
+	mkdir_p("/dev/pts", 0755);
+	xmount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+	       "newinstance,ptmxmode=0666,mode=0620", "mount /dev/pts");
+	mkdir_p("/dev/shm", 01777);
+	xmount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", "mount /dev/shm");
+
+	mkdir_p("/sys", 0555);
+	xmount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL,
+	       "mount /sys");
+}
+
+/* mask_paths applies the OCI default masked and read-only paths. */
+static void mask_paths(void)
+{
+	static const char *masked[] = {
+		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
+		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
+		"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+		"/sys/devices/virtual/powercap",
+	};
+	static const char *readonly[] = {
+		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
+	};
+	struct stat st;
+
+	for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++) {
+		const char *p = masked[i];
+		if (lstat(p, &st)) {
+			if (errno == ENOENT)
+				continue;
+			fail(p, errno);
+		}
+		int r = S_ISDIR(st.st_mode)
+			? mount("tmpfs", p, "tmpfs", MS_RDONLY, NULL)
+			: mount("/dev/null", p, NULL, MS_BIND, NULL);
+		if (r && errno != ENOENT)
+			fail(p, errno);
+	}
+	for (size_t i = 0; i < sizeof readonly / sizeof readonly[0]; i++) {
+		const char *p = readonly[i];
+		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL)) {
+			if (errno == ENOENT)
+				continue;
+			fail(p, errno);
+		}
+		xmount(NULL, p, NULL,
+		       MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, p);
+	}
+}
+
+/* write_hosts creates /etc/hosts when the image has none. */
+static void write_hosts(const char *hostname)
+{
+	char buf[512];
+	mkdir_p("/etc", 0755);
+	int fd = open("/etc/hosts", O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+	if (fd < 0) {
+		if (errno == EEXIST)
+			return;
+		fail("/etc/hosts", errno);
+	}
+	int n = snprintf(buf, sizeof buf,
+			 "127.0.0.1\tlocalhost %s\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+			 hostname);
+	if (n >= (int)sizeof buf || write(fd, buf, n) != n)
+		fail("write /etc/hosts", errno ? errno : EIO);
+	close(fd);
+}
+
+static void loopback_up(void)
+{
+	struct ifreq ifr;
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		fail("socket for lo", errno);
+	memset(&ifr, 0, sizeof ifr);
+	strcpy(ifr.ifr_name, "lo");
+	if (ioctl(s, SIOCGIFFLAGS, &ifr))
+		fail("get lo flags", errno);
+	ifr.ifr_flags |= IFF_UP;
+	if (ioctl(s, SIOCSIFFLAGS, &ifr))
+		fail("bring lo up", errno);
+	close(s);
+}
+
+/* drop_caps limits the bounding set and the process sets to default_caps.
+ * The inheritable set is left empty (runc does the same since
+ * CVE-2022-29162) so that file inheritable capabilities cannot hand a
+ * non-root process capabilities. */
+static void drop_caps(void)
+{
+	uint32_t keep = 0;
+	int last = 40;
+	char buf[16];
+
+	for (size_t i = 0; i < sizeof default_caps / sizeof default_caps[0]; i++)
+		keep |= 1u << default_caps[i];
+	int fd = open("/proc/sys/kernel/cap_last_cap", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		ssize_t n = read(fd, buf, sizeof buf - 1);
+		if (n > 0) {
+			buf[n] = 0;
+			last = atoi(buf);
+		}
+		close(fd);
+	}
+	for (int cap = 0; cap <= last; cap++) {
+		if (cap < 32 && (keep & (1u << cap)))
+			continue;
+		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) && errno != EINVAL)
+			fail("drop bounding capability", errno);
+	}
+	struct cap_header h = {CAP_VERSION_3, 0};
+	struct cap_data d[2] = {{keep, keep, 0}, {0, 0, 0}};
+	if (syscall(SYS_capset, &h, d))
+		fail("capset", errno);
+}
+
+/* load_seccomp installs the filter from fd 7, if there is one. */
+static void load_seccomp(void)
+{
+	struct stat st;
+	if (fstat(FD_SECCOMP, &st))
+		fail("stat seccomp fd", errno);
+	if (st.st_size == 0)
+		return;
+	if (st.st_size % sizeof(struct bpf_insn) || st.st_size > 4096 * (off_t)sizeof(struct bpf_insn))
+		fail("seccomp program size", EINVAL);
+	struct bpf_insn *insns = xmalloc(st.st_size);
+	for (off_t off = 0; off < st.st_size;) {
+		ssize_t n = pread(FD_SECCOMP, (char *)insns + off, st.st_size - off, off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			fail("read seccomp program", n < 0 ? errno : EIO);
+		off += n;
+	}
+	struct bpf_prog prog = {st.st_size / sizeof(struct bpf_insn), insns};
+	if (prctl(PR_SET_SECCOMP, MODE_FILTER, &prog, 0, 0))
+		fail("install seccomp filter", errno);
+	free(insns);
+}
+
+static void setup(const struct config *c, int has_seccomp)
+{
+	if (unshare(CLONE_NEWCGROUP))
+		fail("unshare cgroup namespace", errno);
+	if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL))
+		fail("make / rslave", errno);
+	mount_root(c);
+	mount_system();
+	mask_paths();
+	write_hosts(c->hostname);
+	if (sethostname(c->hostname, strlen(c->hostname)))
+		fail("sethostname", errno);
+	loopback_up();
+	drop_caps();
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		fail("no_new_privs", errno);
+	if (has_seccomp)
+		load_seccomp();
+	/* keep sandbox root away from our fds via /proc/1/fd */
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+		fail("set non-dumpable", errno);
+	if (fcntl(FD_LISTEN, F_SETFD, FD_CLOEXEC) ||
+	    fcntl(FD_LISTEN, F_SETFL, fcntl(FD_LISTEN, F_GETFL) | O_NONBLOCK))
+		fail("control socket", errno);
+}
+
+/* ======================= control loop ======================= */
+
+/* proc is a process started by EXEC: running, or the exit record of a
+ * tagged one. */
+struct proc {
+	pid_t pid;
+	char *tag; /* NULL if untagged */
+	int running;
+	int status;
+	long long utime_us, stime_us, maxrss_kb;
+	unsigned long long seq; /* exit order, for evicting old records */
+};
+
+struct qpkt {
+	struct qpkt *next;
+	size_t len;
+	char data[];
+};
+
+/* conn is a client connection. pid is the process EXEC started or WAIT
+ * attached to; watching means EXITED is still owed. */
+struct conn {
+	int fd;
+	pid_t pid;
+	int watching;
+	int dead;
+	struct qpkt *qhead, *qtail;
+	int qlen;
+};
+
+struct state {
+	int sfd;
+	struct proc *procs;
+	int nprocs, capprocs, nrecords;
+	struct conn *conns;
+	int nconns, capconns;
+	int listen_paused;
+	unsigned long long seq;
+	struct rlimit nofile; /* the limit to restore in children */
+	char *rbuf;           /* receive buffer, MAX_PACKET + 1 bytes */
+	char **fields;        /* split packet, MAX_FIELDS entries */
+};
+
+/* out builds one reply packet. */
+struct out {
+	size_t len;
+	int overflow;
+	char buf[OUT_SIZE];
+};
+
+static void out_add(struct out *o, const char *fmt, ...)
+{
+	va_list ap;
+	size_t room = sizeof o->buf - o->len;
+	va_start(ap, fmt);
+	int n = vsnprintf(o->buf + o->len, room, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n + 1 > room) {
+		o->overflow = 1;
+		return;
+	}
+	o->len += n + 1; /* keep the NUL */
+}
+
+static void conn_send(struct conn *c, const char *data, size_t len)
+{
+	if (c->dead)
+		return;
+	if (!c->qhead) {
+		for (;;) {
+			ssize_t n = send(c->fd, data, len, MSG_DONTWAIT | MSG_NOSIGNAL);
+			if (n >= 0)
+				return;
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS)
+				break;
+			c->dead = 1;
+			return;
+		}
+	}
+	if (c->qlen >= MAX_QUEUE) {
+		logf_("dropping client: %d replies queued", c->qlen);
+		c->dead = 1;
+		return;
+	}
+	struct qpkt *q = xmalloc(sizeof *q + len);
+	q->next = NULL;
+	q->len = len;
+	memcpy(q->data, data, len);
+	if (c->qtail)
+		c->qtail->next = q;
+	else
+		c->qhead = q;
+	c->qtail = q;
+	c->qlen++;
+}
+
+static void conn_flush(struct conn *c)
+{
+	while (c->qhead && !c->dead) {
+		struct qpkt *q = c->qhead;
+		ssize_t n = send(c->fd, q->data, q->len, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ENOBUFS)
+				c->dead = 1;
+			return;
+		}
+		c->qhead = q->next;
+		if (!c->qhead)
+			c->qtail = NULL;
+		c->qlen--;
+		free(q);
+	}
+}
+
+static void send_out(struct conn *c, struct out *o)
+{
+	if (o->overflow) {
+		o->len = 0;
+		o->overflow = 0;
+		out_add(o, "ERROR");
+		out_add(o, "errno=%d", EMSGSIZE);
+		out_add(o, "msg=reply too large");
+	}
+	conn_send(c, o->buf, o->len);
+}
+
+static void send_error(struct conn *c, int err, const char *msg)
+{
+	struct out o;
+	o.len = 0;
+	o.overflow = 0;
+	out_add(&o, "ERROR");
+	out_add(&o, "errno=%d", err);
+	out_add(&o, "msg=%s", msg);
+	send_out(c, &o);
+}
+
+static void send_simple(struct conn *c, const char *op)
+{
+	conn_send(c, op, strlen(op) + 1);
+}
+
+static void exited_packet(struct out *o, const struct proc *p)
+{
+	o->len = 0;
+	o->overflow = 0;
+	out_add(o, "EXITED");
+	out_add(o, "pid=%d", (int)p->pid);
+	out_add(o, "status=%d", p->status);
+	out_add(o, "utime_us=%lld", p->utime_us);
+	out_add(o, "stime_us=%lld", p->stime_us);
+	out_add(o, "maxrss_kb=%lld", p->maxrss_kb);
+}
+
+static struct proc *find_running(struct state *s, pid_t pid)
+{
+	for (int i = 0; i < s->nprocs; i++)
+		if (s->procs[i].running && s->procs[i].pid == pid)
+			return &s->procs[i];
+	return NULL;
+}
+
+static struct proc *find_tag(struct state *s, const char *tag)
+{
+	for (int i = 0; i < s->nprocs; i++)
+		if (s->procs[i].tag && !strcmp(s->procs[i].tag, tag))
+			return &s->procs[i];
+	return NULL;
+}
+
+static void remove_proc(struct state *s, struct proc *p)
+{
+	if (!p->running && p->tag)
+		s->nrecords--;
+	free(p->tag);
+	*p = s->procs[--s->nprocs];
+}
+
+/* trim_records evicts the oldest exit records beyond MAX_RECORDS. */
+static void trim_records(struct state *s)
+{
+	while (s->nrecords > MAX_RECORDS) {
+		struct proc *old = NULL;
+		for (int i = 0; i < s->nprocs; i++)
+			if (!s->procs[i].running && (!old || s->procs[i].seq < old->seq))
+				old = &s->procs[i];
+		if (!old)
+			return;
+		remove_proc(s, old);
+	}
+}
+
+/* reap collects every exited child, reports tracked ones and keeps exit
+ * records for tagged ones. PID 1 also reaps orphans here. */
+static void reap(struct state *s)
+{
+	struct signalfd_siginfo si;
+	struct out o;
+
+	while (read(s->sfd, &si, sizeof si) > 0)
+		;
+	for (;;) {
+		int status;
+		struct rusage ru;
+		pid_t pid = wait4(-1, &status, WNOHANG, &ru);
+		if (pid <= 0)
+			break;
+		struct proc *p = find_running(s, pid);
+		if (!p)
+			continue;
+		p->running = 0;
+		p->status = status;
+		p->utime_us = (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec;
+		p->stime_us = (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec;
+		p->maxrss_kb = ru.ru_maxrss;
+		exited_packet(&o, p);
+		for (int i = 0; i < s->nconns; i++) {
+			struct conn *c = &s->conns[i];
+			if (c->pid != pid)
+				continue;
+			if (c->watching)
+				send_out(c, &o);
+			/* the pid may be reused now: never signal it again */
+			c->watching = 0;
+			c->pid = -1;
+		}
+		if (p->tag) {
+			p->seq = ++s->seq;
+			s->nrecords++;
+			trim_records(s);
+		} else {
+			remove_proc(s, p);
+		}
+	}
+}
+
+/* exec_req is a parsed EXEC request; strings point into the packet. */
+struct exec_req {
+	char **argv, **envp;
+	const char *cwd, *tag, *groups;
+	unsigned long long uid, gid;
+};
+
+enum { STEP_SETSID, STEP_DUP2, STEP_GROUPS, STEP_GID, STEP_UID, STEP_CHDIR, STEP_EXEC };
+static const char *step_names[] = {"setsid", "dup2", "setgroups", "setresgid", "setresuid",
+				   "chdir", "exec"};
+
+/* exec_path runs execve, searching PATH from envp when file has no '/'.
+ * It returns only on failure, with errno set like execvp does. */
+static void exec_path(char **argv, char **envp)
+{
+	const char *file = argv[0], *path = DEFAULT_PATH;
+	char buf[4096];
+	int eacces = 0;
+
+	if (!*file) {
+		errno = ENOENT;
+		return;
+	}
+	if (strchr(file, '/')) {
+		execve(file, argv, envp);
+		return;
+	}
+	for (char **e = envp; *e; e++)
+		if (!strncmp(*e, "PATH=", 5)) {
+			path = *e + 5;
+			break;
+		}
+	for (const char *p = path;; p++) {
+		const char *end = strchrnul(p, ':');
+		int n = snprintf(buf, sizeof buf, "%.*s%s%s", (int)(end - p), p,
+				 end == p ? "" : "/", file);
+		if (n < (int)sizeof buf) {
+			execve(buf, argv, envp);
+			switch (errno) {
+			case EACCES:
+				eacces = 1;
+				/* fallthrough */
+			case ENOENT:
+			case ENOTDIR:
+			case ESTALE:
+			case ELOOP:
+			case ENAMETOOLONG:
+				break;
+			default:
+				return;
+			}
+		}
+		if (!*end)
+			break;
+		p = end;
+	}
+	errno = eacces ? EACCES : ENOENT;
+}
+
+/* child_exec runs in the forked child and never returns. Failures are
+ * reported as {step, errno} on the close-on-exec pipe ep. */
+static void __attribute__((noreturn))
+child_exec(struct state *s, struct exec_req *r, int fds[3], int ep)
+{
+	int step, err;
+	sigset_t none;
+
+	/* init only ever changes these dispositions */
+	signal(SIGTERM, SIG_DFL);
+	signal(SIGINT, SIG_DFL);
+	signal(SIGHUP, SIG_DFL);
+	signal(SIGPIPE, SIG_DFL);
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	setrlimit(RLIMIT_NOFILE, &s->nofile);
+
+	if (setsid() < 0) {
+		step = STEP_SETSID;
+		goto fail;
+	}
+	for (int i = 0; i < 3; i++)
+		if (dup2(fds[i], i) < 0) {
+			step = STEP_DUP2;
+			goto fail;
+		}
+	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		(void)!write(fd, "0", 1);
+		close(fd);
+	}
+
+	gid_t groups[256];
+	int ngroups = 0;
+	for (const char *g = r->groups; g && *g;) {
+		char *end;
+		unsigned long v = strtoul(g, &end, 10);
+		if (end == g || ngroups == 256 || (*end && *end != ',')) {
+			errno = EINVAL;
+			step = STEP_GROUPS;
+			goto fail;
+		}
+		groups[ngroups++] = v;
+		g = *end ? end + 1 : end;
+	}
+	/* raw syscalls: the process is single-threaded, so musl's all-thread
+	 * synchronization of the set*id wrappers is not needed */
+	if (syscall(SYS_setgroups, ngroups, groups)) {
+		step = STEP_GROUPS;
+		goto fail;
+	}
+	if (syscall(SYS_setresgid, (gid_t)r->gid, (gid_t)r->gid, (gid_t)r->gid)) {
+		step = STEP_GID;
+		goto fail;
+	}
+	if (syscall(SYS_setresuid, (uid_t)r->uid, (uid_t)r->uid, (uid_t)r->uid)) {
+		step = STEP_UID;
+		goto fail;
+	}
+	if (chdir(r->cwd && *r->cwd ? r->cwd : "/")) {
+		step = STEP_CHDIR;
+		goto fail;
+	}
+	exec_path(r->argv, r->envp);
+	step = STEP_EXEC;
+fail:
+	err = errno;
+	int msg[2] = {step, err};
+	(void)!write(ep, msg, sizeof msg);
+	_exit(127);
+}
+
+static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds, int nfds)
+{
+	struct exec_req r;
+	int nargs = 0, nenv = 0;
+	char msg[256];
+
+	if (c->pid) {
+		send_error(c, EBUSY, "connection already has a process");
+		return;
+	}
+	if (nfds != 3) {
+		send_error(c, EINVAL, "EXEC needs exactly 3 fds");
+		return;
+	}
+	memset(&r, 0, sizeof r);
+	r.argv = xmalloc(sizeof(char *) * (nf + 1));
+	r.envp = xmalloc(sizeof(char *) * (nf + 1));
+	for (int i = 1; i < nf; i++) {
+		char *k = f[i], *v = strchr(k, '=');
+		if (!v) {
+			send_error(c, EINVAL, "field without '='");
+			goto out;
+		}
+		*v++ = 0;
+		if (!strcmp(k, "arg"))
+			r.argv[nargs++] = v;
+		else if (!strcmp(k, "env"))
+			r.envp[nenv++] = v;
+		else if (!strcmp(k, "cwd"))
+			r.cwd = v;
+		else if (!strcmp(k, "tag")) {
+			if (strlen(v) > MAX_TAG) {
+				send_error(c, EINVAL, "tag too long");
+				goto out;
+			}
+			r.tag = *v ? v : NULL;
+		}
+		else if (!strcmp(k, "groups"))
+			r.groups = v;
+		else if (!strcmp(k, "uid") || !strcmp(k, "gid")) {
+			if (parse_uint(v, 0xfffffffeULL, k[0] == 'u' ? &r.uid : &r.gid)) {
+				send_error(c, EINVAL, "bad uid or gid");
+				goto out;
+			}
+		} else {
+			send_error(c, EINVAL, "unknown EXEC field");
+			goto out;
+		}
+	}
+	r.argv[nargs] = NULL;
+	r.envp[nenv] = NULL;
+	if (!nargs) {
+		send_error(c, EINVAL, "EXEC needs at least one arg");
+		goto out;
+	}
+	if (r.tag) {
+		struct proc *old = find_tag(s, r.tag);
+		if (old && old->running) {
+			send_error(c, EEXIST, "tag in use by a running process");
+			goto out;
+		}
+		if (old)
+			remove_proc(s, old);
+	}
+
+	int ep[2];
+	if (pipe2(ep, O_CLOEXEC)) {
+		send_error(c, errno, strerror(errno));
+		goto out;
+	}
+	pid_t pid = fork();
+	if (pid == 0)
+		child_exec(s, &r, fds, ep[1]);
+	int ferr = errno;
+	close(ep[1]);
+	if (pid < 0) {
+		close(ep[0]);
+		send_error(c, ferr, strerror(ferr));
+		goto out;
+	}
+	int res[2];
+	ssize_t n;
+	do
+		n = read(ep[0], res, sizeof res);
+	while (n < 0 && errno == EINTR);
+	close(ep[0]);
+	if (n > 0) {
+		/* the child failed before exec: reap it here, it is untracked */
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+		int step = n == sizeof res && res[0] >= 0 && res[0] <= STEP_EXEC ? res[0] : STEP_EXEC;
+		int err = n == sizeof res ? res[1] : EIO;
+		snprintf(msg, sizeof msg, "%s %s: %s", step_names[step],
+			 step == STEP_EXEC ? r.argv[0] : step == STEP_CHDIR && r.cwd ? r.cwd : "",
+			 strerror(err));
+		struct out o;
+		o.len = 0;
+		o.overflow = 0;
+		out_add(&o, "ERROR");
+		out_add(&o, "errno=%d", err);
+		out_add(&o, "msg=%s", msg);
+		out_add(&o, "step=%s", step_names[step]); /* marks a start failure */
+		send_out(c, &o);
+		goto out;
+	}
+
+	if (s->nprocs == s->capprocs)
+		s->procs = xrealloc(s->procs, sizeof *s->procs * (s->capprocs = s->capprocs * 2 + 16));
+	struct proc *p = &s->procs[s->nprocs++];
+	memset(p, 0, sizeof *p);
+	p->pid = pid;
+	p->running = 1;
+	p->tag = r.tag ? strdup(r.tag) : NULL;
+	c->pid = pid;
+	c->watching = 1;
+	struct out o;
+	o.len = 0;
+	o.overflow = 0;
+	out_add(&o, "STARTED");
+	out_add(&o, "pid=%d", (int)pid);
+	send_out(c, &o);
+out:
+	free(r.argv);
+	free(r.envp);
+}
+
+/* field returns the value of key in fields f[1..nf), or NULL. */
+static const char *field(char **f, int nf, const char *key)
+{
+	size_t kl = strlen(key);
+	for (int i = 1; i < nf; i++)
+		if (!strncmp(f[i], key, kl) && f[i][kl] == '=')
+			return f[i] + kl + 1;
+	return NULL;
+}
+
+static void do_wait(struct state *s, struct conn *c, char **f, int nf)
+{
+	const char *tag = field(f, nf, "tag");
+	struct proc *p = tag ? find_tag(s, tag) : NULL;
+	struct out o;
+
+	if (!p) {
+		send_error(c, ESRCH, "no such process");
+		return;
+	}
+	if (c->pid) {
+		send_error(c, EBUSY, "connection already has a process");
+		return;
+	}
+	if (!p->running) {
+		c->pid = -1;
+		exited_packet(&o, p);
+		send_out(c, &o);
+		return;
+	}
+	c->pid = p->pid;
+	c->watching = 1;
+	o.len = 0;
+	o.overflow = 0;
+	out_add(&o, "RUNNING");
+	out_add(&o, "pid=%d", (int)p->pid);
+	send_out(c, &o);
+}
+
+static int parse_sig(char **f, int nf)
+{
+	const char *v = field(f, nf, "sig");
+	unsigned long long sig;
+	if (!v || parse_uint(v, NSIG - 1, &sig))
+		return -1;
+	return (int)sig;
+}
+
+/* do_signal signals the tagged process group while its leader runs. Once the
+ * leader is reaped its pid (and so the group id) may be reused. */
+static void do_signal(struct state *s, struct conn *c, char **f, int nf)
+{
+	const char *tag = field(f, nf, "tag");
+	struct proc *p = tag ? find_tag(s, tag) : NULL;
+	int sig = parse_sig(f, nf);
+
+	if (sig < 0) {
+		send_error(c, EINVAL, "bad sig");
+		return;
+	}
+	if (!p || !p->running) {
+		send_error(c, ESRCH, "no such process");
+		return;
+	}
+	if (kill(-p->pid, sig)) {
+		send_error(c, errno, errno == ESRCH ? "no such process" : strerror(errno));
+		return;
+	}
+	send_simple(c, "OK");
+}
+
+/* do_ps lists tagged processes; replies larger than one packet are split,
+ * every packet but the last carrying more=1. */
+static void do_ps(struct state *s, struct conn *c)
+{
+	struct out *o = xmalloc(sizeof *o);
+	o->len = 0;
+	o->overflow = 0;
+	out_add(o, "PS");
+	for (int i = 0; i < s->nprocs; i++) {
+		struct proc *p = &s->procs[i];
+		if (!p->tag)
+			continue;
+		/* an entry is at most MAX_TAG + 32 bytes */
+		if (o->len > OUT_SIZE - MAX_TAG - 64) {
+			out_add(o, "more=1");
+			conn_send(c, o->buf, o->len);
+			o->len = 0;
+			out_add(o, "PS");
+		}
+		out_add(o, "proc=%s:%d:%d", p->tag, (int)p->pid, p->running);
+	}
+	send_out(c, o);
+	free(o);
+}
+
+/* handle_packet dispatches one request. f[0] is the op. */
+static void handle_packet(struct state *s, struct conn *c, char **f, int nf, int *fds, int nfds)
+{
+	const char *op = f[0];
+
+	if (!strcmp(op, "EXEC")) {
+		do_exec(s, c, f, nf, fds, nfds);
+		return;
+	}
+	if (nfds) {
+		send_error(c, EINVAL, "unexpected fds");
+		return;
+	}
+	if (!strcmp(op, "PING")) {
+		send_simple(c, "PONG");
+	} else if (!strcmp(op, "KILL")) {
+		/* no reply, so a KILL never interleaves with the EXITED being
+		 * waited for on the same connection */
+		int sig = parse_sig(f, nf);
+		if (sig >= 0 && c->pid > 0 && kill(-c->pid, sig) && errno != ESRCH)
+			logf_("kill %d: %s", (int)c->pid, strerror(errno));
+	} else if (!strcmp(op, "WAIT")) {
+		do_wait(s, c, f, nf);
+	} else if (!strcmp(op, "SIGNAL")) {
+		do_signal(s, c, f, nf);
+	} else if (!strcmp(op, "PS")) {
+		do_ps(s, c);
+	} else {
+		send_error(c, EINVAL, "unknown op");
+	}
+}
+
+/* conn_read receives and handles one packet. */
+static void conn_read(struct state *s, struct conn *c)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * MAX_FDS)];
+	struct iovec iov = {s->rbuf, MAX_PACKET + 1};
+	struct msghdr msg;
+	int fds[MAX_FDS], nfds = 0;
+	char **f = s->fields;
+
+	memset(&msg, 0, sizeof msg);
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = cbuf;
+	msg.msg_controllen = sizeof cbuf;
+	ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n < 0) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			c->dead = 1;
+		return;
+	}
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		int cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (int i = 0; i < cnt; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+			if (nfds < MAX_FDS)
+				fds[nfds++] = fd;
+			else
+				close(fd);
+		}
+	}
+	if (n == 0) {
+		c->dead = 1; /* peer closed (or sent an empty packet) */
+	} else if (msg.msg_flags & MSG_TRUNC) {
+		send_error(c, EMSGSIZE, "packet too large");
+	} else if (msg.msg_flags & MSG_CTRUNC) {
+		send_error(c, EINVAL, "too many fds");
+	} else if (s->rbuf[n - 1] != 0) {
+		send_error(c, EINVAL, "packet not NUL-terminated");
+	} else {
+		int nf = 0;
+		for (char *p = s->rbuf; p < s->rbuf + n && nf <= MAX_FIELDS; p += strlen(p) + 1)
+			if (nf < MAX_FIELDS)
+				f[nf++] = p;
+			else
+				nf++;
+		if (nf > MAX_FIELDS)
+			send_error(c, E2BIG, "too many fields");
+		else
+			handle_packet(s, c, f, nf, fds, nfds);
+	}
+	for (int i = 0; i < nfds; i++)
+		close(fds[i]);
+}
+
+static void accept_conns(struct state *s)
+{
+	for (;;) {
+		int fd = accept4(FD_LISTEN, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		if (fd < 0) {
+			if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+			    errno != ECONNABORTED) {
+				/* e.g. EMFILE: stop polling the socket for a while */
+				logf_("accept: %s; pausing", strerror(errno));
+				s->listen_paused = 1;
+			}
+			return;
+		}
+		if (s->nconns == s->capconns)
+			s->conns = xrealloc(s->conns, sizeof *s->conns * (s->capconns = s->capconns * 2 + 16));
+		struct conn *c = &s->conns[s->nconns++];
+		memset(c, 0, sizeof *c);
+		c->fd = fd;
+	}
+}
+
+static void drop_dead(struct state *s)
+{
+	for (int i = 0; i < s->nconns;) {
+		struct conn *c = &s->conns[i];
+		if (!c->dead) {
+			i++;
+			continue;
+		}
+		close(c->fd);
+		while (c->qhead) {
+			struct qpkt *q = c->qhead;
+			c->qhead = q->next;
+			free(q);
+		}
+		*c = s->conns[--s->nconns];
+		s->listen_paused = 0;
+	}
+}
+
+static void __attribute__((noreturn)) serve(struct state *s)
+{
+	struct pollfd *pfd = NULL;
+	int cap = 0;
+
+	for (;;) {
+		int n = s->nconns + 2;
+		if (n > cap)
+			pfd = xrealloc(pfd, sizeof *pfd * (cap = n * 2));
+		pfd[0] = (struct pollfd){s->listen_paused ? -1 : FD_LISTEN, POLLIN, 0};
+		pfd[1] = (struct pollfd){s->sfd, POLLIN, 0};
+		for (int i = 0; i < s->nconns; i++)
+			pfd[i + 2] = (struct pollfd){s->conns[i].fd,
+						     POLLIN | (s->conns[i].qhead ? POLLOUT : 0), 0};
+		if (poll(pfd, n, s->listen_paused ? 1000 : -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			logf_("poll: %s", strerror(errno));
+			_exit(1);
+		}
+		s->listen_paused = 0;
+		/* connections first: a reply to EXEC must precede its EXITED */
+		for (int i = 0; i < n - 2; i++) {
+			struct conn *c = &s->conns[i];
+			short re = pfd[i + 2].revents;
+			if (re & POLLOUT)
+				conn_flush(c);
+			if (re & (POLLIN | POLLHUP | POLLERR))
+				conn_read(s, c);
+		}
+		if (pfd[1].revents)
+			reap(s);
+		if (pfd[0].revents)
+			accept_conns(s);
+		drop_dead(s);
+	}
+}
+
+int main(void)
+{
+	struct config cfg;
+	struct state s;
+	sigset_t mask;
+
+	memset(&s, 0, sizeof s);
+	/* Drop every fd the spawning process leaked past the layout (fds it
+	 * inherited without O_CLOEXEC), so none can reach the sandbox. */
+	if (syscall(SYS_close_range, FD_SECCOMP + 1, ~0U, 0)) {
+		struct rlimit rl;
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0)
+			for (rlim_t fd = FD_SECCOMP + 1; fd < rl.rlim_cur && fd < 65536; fd++)
+				close(fd);
+	}
+	/* fd 7 is optional; look before setup opens anything that could
+	 * land on that number */
+	int has_seccomp = fcntl(FD_SECCOMP, F_GETFD) >= 0;
+	signal(SIGPIPE, SIG_IGN);
+	read_config(&cfg);
+	wait_sync();
+
+	/* PID 1 only gets signals it handles; ignore the usual stop requests
+	 * and take SIGCHLD through a signalfd (created below, after the setup
+	 * fds are closed). */
+	signal(SIGTERM, SIG_IGN);
+	signal(SIGINT, SIG_IGN);
+	signal(SIGHUP, SIG_IGN);
+	sigemptyset(&mask);
+	sigaddset(&mask, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &mask, NULL);
+	getrlimit(RLIMIT_NOFILE, &s.nofile);
+	struct rlimit raised = {s.nofile.rlim_max, s.nofile.rlim_max};
+	setrlimit(RLIMIT_NOFILE, &raised);
+
+	umask(0);
+	setup(&cfg, has_seccomp);
+	umask(022);
+
+	if (write(FD_STATUS, "OK\n", 3) != 3)
+		_exit(1);
+	close(FD_CONFIG);
+	close(FD_SYNC);
+	close(FD_STATUS);
+	if (has_seccomp)
+		close(FD_SECCOMP);
+	s.sfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (s.sfd < 0) {
+		logf_("signalfd: %s", strerror(errno));
+		_exit(1);
+	}
+	s.rbuf = xmalloc(MAX_PACKET + 1);
+	s.fields = xmalloc(sizeof(char *) * MAX_FIELDS);
+	serve(&s);
+}

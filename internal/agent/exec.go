@@ -1,0 +1,425 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/fsops"
+	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+const (
+	defaultExecTimeout = 60 * time.Second
+	defaultMaxOutput   = 1 << 20
+	maxMaxOutput       = 64 << 20
+	// drainGrace is how long output is still collected after the process exited,
+	// for descendants that keep the pipes open (a daemon started by the command).
+	drainGrace  = 100 * time.Millisecond
+	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+)
+
+var _ server.Node = (*Manager)(nil)
+
+// procSpec turns an API exec request into a driver process spec.
+func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag string) (driver.ProcSpec, error) {
+	var args []string
+	switch {
+	case len(req.Cmd) > 0 && req.Shell != "":
+		return driver.ProcSpec{}, errdefs.Invalid("set either cmd or shell, not both")
+	case len(req.Cmd) > 0:
+		args = req.Cmd
+	case req.Shell != "":
+		args = []string{"/bin/sh", "-c", req.Shell}
+	default:
+		return driver.ProcSpec{}, errdefs.Invalid("cmd or shell is required")
+	}
+	for _, a := range args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return driver.ProcSpec{}, errdefs.Invalid("arguments must not contain NUL bytes")
+		}
+	}
+	if args[0] == "" {
+		return driver.ProcSpec{}, errdefs.Invalid("empty command")
+	}
+	uid, gid, home, err := sb.resolveUser(inst, req.User)
+	if err != nil {
+		return driver.ProcSpec{}, err
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = home
+	}
+	if !path.IsAbs(cwd) || strings.IndexByte(cwd, 0) >= 0 {
+		return driver.ProcSpec{}, errdefs.Invalid("cwd must be an absolute path")
+	}
+	env := map[string]string{"PATH": defaultPath, "HOME": home, "HOSTNAME": sb.rec.ID, "TERM": "xterm", "LANG": "C.UTF-8"}
+	if uid == 0 {
+		env["USER"] = "root"
+	}
+	for k, v := range sb.rec.Env {
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return driver.ProcSpec{}, errdefs.Invalid("invalid environment variable %q", k)
+		}
+		env[k] = v
+	}
+	envv := make([]string, 0, len(env))
+	for k, v := range env {
+		envv = append(envv, k+"="+v)
+	}
+	sort.Strings(envv)
+	return driver.ProcSpec{Args: args, Env: envv, Cwd: cwd, UID: uid, GID: gid, Tag: tag}, nil
+}
+
+// resolveUser maps "", "root", "UID", "UID:GID" or a user name (looked up in the
+// sandbox's /etc/passwd) to ids and a home directory.
+func (sb *sandbox) resolveUser(inst driver.Instance, user string) (uid, gid int, home string, err error) {
+	if user == "" || user == "root" || user == "0" || user == "0:0" {
+		return 0, 0, "/root", nil
+	}
+	u, g, hasG := strings.Cut(user, ":")
+	if n, err := strconv.Atoi(u); err == nil && n >= 0 {
+		uid, gid = n, n
+		if hasG {
+			if gid, err = strconv.Atoi(g); err != nil || gid < 0 {
+				return 0, 0, "", errdefs.Invalid("invalid group in user %q", user)
+			}
+		}
+		return uid, gid, "/", nil
+	}
+	root, err := inst.Root()
+	if err != nil {
+		return 0, 0, "", err
+	}
+	fs := fsops.New(root)
+	defer fs.Close()
+	r, _, err := fs.Open("/etc/passwd")
+	if err != nil {
+		return 0, 0, "", errdefs.Invalid("user %q: cannot read /etc/passwd in the sandbox", user)
+	}
+	defer r.Close()
+	sc := bufio.NewScanner(io.LimitReader(r, 4<<20))
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ":")
+		if len(f) >= 6 && f[0] == u {
+			uid, err1 := strconv.Atoi(f[2])
+			gid, err2 := strconv.Atoi(f[3])
+			if err1 != nil || err2 != nil {
+				break
+			}
+			if hasG {
+				if gid, err = strconv.Atoi(g); err != nil {
+					return 0, 0, "", errdefs.Invalid("invalid group in user %q", user)
+				}
+			}
+			home := f[5]
+			if home == "" {
+				home = "/"
+			}
+			return uid, gid, home, nil
+		}
+	}
+	return 0, 0, "", errdefs.Invalid("user %q not found in the sandbox's /etc/passwd", user)
+}
+
+func stdinBytes(req api.ExecRequest) ([]byte, error) {
+	if req.StdinBase64 != "" {
+		if req.Stdin != "" {
+			return nil, errdefs.Invalid("set either stdin or stdin_base64, not both")
+		}
+		b, err := base64.StdEncoding.DecodeString(req.StdinBase64)
+		if err != nil {
+			return nil, errdefs.Invalid("stdin_base64: %v", err)
+		}
+		return b, nil
+	}
+	return []byte(req.Stdin), nil
+}
+
+// limitedBuffer keeps the first max bytes written and counts the rest.
+type limitedBuffer struct {
+	buf       []byte
+	max       int
+	truncated bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	if room := b.max - len(b.buf); room > 0 {
+		if len(p) > room {
+			b.buf = append(b.buf, p[:room]...)
+			b.truncated = true
+		} else {
+			b.buf = append(b.buf, p...)
+		}
+	} else if len(p) > 0 {
+		b.truncated = true
+	}
+	return len(p), nil
+}
+
+func encodeOutput(b []byte, enc string) string {
+	if enc == "base64" {
+		return base64.StdEncoding.EncodeToString(b)
+	}
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// pipes holds the host ends of a process's stdio.
+type pipes struct {
+	child  [3]*os.File // handed to the process, closed after start
+	stdinW *os.File
+	outR   [2]*os.File
+}
+
+func newPipes(withStdin bool) (*pipes, error) {
+	p := &pipes{}
+	var err error
+	if withStdin {
+		var r *os.File
+		if r, p.stdinW, err = os.Pipe(); err != nil {
+			return nil, errdefs.Internal(err, "pipe")
+		}
+		p.child[0] = r
+	} else if p.child[0], err = os.Open(os.DevNull); err != nil {
+		return nil, errdefs.Internal(err, "open /dev/null")
+	}
+	for i := 0; i < 2; i++ {
+		r, w, err := os.Pipe()
+		if err != nil {
+			p.closeAll()
+			return nil, errdefs.Internal(err, "pipe")
+		}
+		p.outR[i], p.child[i+1] = r, w
+	}
+	return p, nil
+}
+
+func (p *pipes) closeChild() {
+	for i, f := range p.child {
+		if f != nil {
+			f.Close()
+			p.child[i] = nil
+		}
+	}
+}
+
+func (p *pipes) closeAll() {
+	p.closeChild()
+	for _, f := range []*os.File{p.stdinW, p.outR[0], p.outR[1]} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// run starts a process and pumps its I/O: stdin from in (may be nil), output to
+// out[0] and out[1]. It returns when the process exited and output was drained.
+func (sb *sandbox) run(ctx context.Context, inst driver.Instance, spec driver.ProcSpec, in io.Reader, out [2]io.Writer,
+	timeout time.Duration, started func(int), signals <-chan int) (driver.Exit, bool, time.Duration, error) {
+	p, err := newPipes(in != nil)
+	if err != nil {
+		return driver.Exit{}, false, 0, err
+	}
+	defer p.closeAll()
+	t0 := time.Now()
+	pr, err := inst.Exec(ctx, spec, p.child)
+	p.closeChild()
+	if err != nil {
+		return driver.Exit{}, false, 0, err
+	}
+	defer pr.Close()
+	if started != nil {
+		started(pr.PID())
+	}
+	if in != nil {
+		go func() {
+			_, _ = io.Copy(p.stdinW, in)
+			p.stdinW.Close()
+		}()
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < 2; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = io.Copy(out[i], p.outR[i])
+		}()
+	}
+	var timedOut bool
+	var timer <-chan time.Time
+	if timeout > 0 {
+		tm := time.NewTimer(timeout)
+		defer tm.Stop()
+		timer = tm.C
+	}
+	waitCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	type res struct {
+		ex  driver.Exit
+		err error
+	}
+	done := make(chan res, 1)
+	go func() {
+		ex, err := pr.Wait(waitCtx)
+		done <- res{ex, err}
+	}()
+	var r res
+loop:
+	for {
+		select {
+		case r = <-done:
+			break loop
+		case <-timer:
+			timedOut = true
+			timer = nil
+			_ = pr.Signal(int(unix.SIGKILL))
+		case sig := <-signals:
+			_ = pr.Signal(sig)
+		case <-ctx.Done():
+			// The client went away: end the command rather than leave it running
+			// unobserved.
+			_ = pr.Signal(int(unix.SIGKILL))
+			ctx = context.Background()
+		}
+	}
+	if r.err != nil {
+		return driver.Exit{}, timedOut, time.Since(t0), errdefs.Internal(r.err, "wait for process")
+	}
+	dur := time.Since(t0)
+	drained := make(chan struct{})
+	go func() { wg.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(drainGrace):
+		p.outR[0].Close()
+		p.outR[1].Close()
+		<-drained
+	}
+	return r.ex, timedOut, dur, nil
+}
+
+func result(ex driver.Exit, timedOut bool, dur time.Duration) api.ExecResult {
+	res := api.ExecResult{ExitCode: ex.Code, TimedOut: timedOut, OOMKilled: ex.OOMKilled,
+		DurationMs: float64(dur.Microseconds()) / 1000, Error: ex.StartErr}
+	if ex.Signal != 0 {
+		res.Signal = unix.SignalName(unix.Signal(ex.Signal))
+		if res.Signal == "" {
+			res.Signal = fmt.Sprintf("signal %d", ex.Signal)
+		}
+	}
+	return res
+}
+
+// Exec implements server.Node.
+func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	sb, inst, err := m.session(id)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	spec, err := sb.procSpec(inst, req, "")
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	stdin, err := stdinBytes(req)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	if req.OutputEncoding != "" && req.OutputEncoding != "utf8" && req.OutputEncoding != "base64" {
+		return api.ExecResult{}, errdefs.Invalid("output_encoding must be utf8 or base64")
+	}
+	max := int(req.MaxOutputBytes)
+	switch {
+	case req.MaxOutputBytes < 0 || req.MaxOutputBytes > maxMaxOutput:
+		return api.ExecResult{}, errdefs.Invalid("max_output_bytes must be between 0 and %d", maxMaxOutput)
+	case max == 0:
+		max = defaultMaxOutput
+	}
+	timeout := time.Duration(req.TimeoutMs) * time.Millisecond
+	if req.TimeoutMs < 0 {
+		return api.ExecResult{}, errdefs.Invalid("timeout_ms must not be negative")
+	} else if timeout == 0 {
+		timeout = defaultExecTimeout
+	}
+	var in io.Reader
+	if len(stdin) > 0 {
+		in = strings.NewReader(string(stdin))
+	}
+	stdout, stderr := &limitedBuffer{max: max}, &limitedBuffer{max: max}
+	ex, timedOut, dur, err := sb.run(ctx, inst, spec, in, [2]io.Writer{stdout, stderr}, timeout, nil, nil)
+	sb.touch()
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	res := result(ex, timedOut, dur)
+	res.Stdout, res.Stderr = encodeOutput(stdout.buf, req.OutputEncoding), encodeOutput(stderr.buf, req.OutputEncoding)
+	if ex.StartErr != "" && len(stderr.buf) == 0 {
+		res.Stderr = "dsec: " + ex.StartErr + "\n"
+	}
+	res.StdoutTruncated, res.StderrTruncated = stdout.truncated, stderr.truncated
+	if req.OutputEncoding == "base64" {
+		res.OutputEncoding = "base64"
+	}
+	return res, nil
+}
+
+// ExecStream implements server.Node.
+func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest, sio server.StreamIO) (api.ExecResult, error) {
+	sb, inst, err := m.session(id)
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	spec, err := sb.procSpec(inst, req, "")
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	if req.TimeoutMs < 0 {
+		return api.ExecResult{}, errdefs.Invalid("timeout_ms must not be negative")
+	}
+	in := sio.Stdin
+	if in == nil && (req.Stdin != "" || req.StdinBase64 != "") {
+		b, err := stdinBytes(req)
+		if err != nil {
+			return api.ExecResult{}, err
+		}
+		in = strings.NewReader(string(b))
+	}
+	out := [2]io.Writer{discardIfNil(sio.Stdout), discardIfNil(sio.Stderr)}
+	ex, timedOut, dur, err := sb.run(ctx, inst, spec, in, out, time.Duration(req.TimeoutMs)*time.Millisecond, sio.Started, sio.Signals)
+	sb.touch()
+	if err != nil {
+		return api.ExecResult{}, err
+	}
+	res := result(ex, timedOut, dur)
+	if ex.StartErr != "" && sio.Stderr != nil {
+		_, _ = io.WriteString(sio.Stderr, "dsec: "+ex.StartErr+"\n")
+	}
+	return res, nil
+}
+
+func discardIfNil(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return w
+}

@@ -1,0 +1,255 @@
+// Package agent is dsec's node agent: it owns the sandboxes of one node, keeps their
+// records on local disk, re-adopts them when it restarts (even after kill -9),
+// expires them by TTL and idleness, and serves their session operations (exec,
+// background processes, files, dial) on top of a backend driver.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Defaults for sandbox limits when a request leaves them out.
+const (
+	DefaultCPU     = 1.0
+	DefaultMemory  = 512 << 20
+	DefaultDisk    = 1 << 30
+	DefaultPidsMax = 1024
+)
+
+// Config configures a Manager.
+type Config struct {
+	// DataDir keeps the agent's records (DataDir/sandboxes/ID.json).
+	DataDir string
+	Driver  driver.Driver
+	Images  *images.Store
+	Node    string
+	// MaxSandboxes bounds how many sandboxes this node admits (0 = 100,000).
+	MaxSandboxes int
+	// MaxCreating bounds concurrent creates; more wait (0 = 64).
+	MaxCreating int
+	Logger      *slog.Logger
+	// Now is the clock (tests); default time.Now.
+	Now func() time.Time
+}
+
+// Sweeper is implemented by drivers that can release leftovers not in keep.
+type Sweeper interface {
+	Sweep(ctx context.Context, keep map[string]bool)
+}
+
+// Manager implements the node side of the API (server.Node).
+type Manager struct {
+	cfg   Config
+	log   *slog.Logger
+	recs  string // records dir
+	now   func() time.Time
+	slots chan struct{}
+
+	mu        sync.RWMutex
+	sandboxes map[string]*sandbox
+	byRequest map[string]*pending // request ID → create in flight or done
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// pending de-duplicates concurrent creates that carry the same request ID.
+type pending struct {
+	done chan struct{}
+	id   string
+	err  error
+}
+
+// New starts a Manager: it re-adopts the sandboxes recorded in DataDir, releases
+// leftovers, and starts the expiry loop.
+func New(ctx context.Context, cfg Config) (*Manager, error) {
+	if cfg.Driver == nil || cfg.Images == nil || cfg.DataDir == "" {
+		return nil, errors.New("agent: Driver, Images and DataDir are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxSandboxes == 0 {
+		cfg.MaxSandboxes = 100_000
+	}
+	if cfg.MaxCreating == 0 {
+		cfg.MaxCreating = 64
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Node == "" {
+		cfg.Node, _ = os.Hostname()
+	}
+	m := &Manager{
+		cfg: cfg, log: cfg.Logger, now: cfg.Now,
+		recs:      filepath.Join(cfg.DataDir, "sandboxes"),
+		slots:     make(chan struct{}, cfg.MaxCreating),
+		sandboxes: map[string]*sandbox{},
+		byRequest: map[string]*pending{},
+		stop:      make(chan struct{}),
+	}
+	if err := os.MkdirAll(m.recs, 0o700); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	if err := m.adopt(ctx); err != nil {
+		return nil, err
+	}
+	m.wg.Add(1)
+	go m.expiryLoop()
+	return m, nil
+}
+
+// adopt loads every record and re-attaches to its sandbox.
+func (m *Manager) adopt(ctx context.Context) error {
+	recs, err := loadRecords(m.recs)
+	if err != nil {
+		return fmt.Errorf("agent: load records: %w", err)
+	}
+	keep := map[string]bool{}
+	for _, r := range recs {
+		inst, err := m.cfg.Driver.Recover(ctx, r.Spec, r.DriverState)
+		if err != nil {
+			m.log.Warn("sandbox lost while the agent was down; releasing it", "id", r.ID, "err", err)
+			_ = m.cfg.Driver.Cleanup(ctx, r.Spec, r.DriverState)
+			_ = removeRecord(m.recs, r.ID)
+			continue
+		}
+		sb := newSandbox(m, r, inst)
+		m.sandboxes[r.ID] = sb
+		if r.RequestID != "" {
+			m.byRequest[r.RequestID] = donePending(r.ID)
+		}
+		keep[r.ID] = true
+		sb.reattachProcs()
+		m.log.Info("re-adopted sandbox", "id", r.ID)
+	}
+	if sw, ok := m.cfg.Driver.(Sweeper); ok {
+		sw.Sweep(ctx, keep)
+	}
+	return nil
+}
+
+func donePending(id string) *pending {
+	p := &pending{done: make(chan struct{}), id: id}
+	close(p.done)
+	return p
+}
+
+// Close stops background work. Sandboxes keep running: a restarted agent re-adopts
+// them. Use DeleteAll to tear them down.
+func (m *Manager) Close() error {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	m.wg.Wait()
+	return nil
+}
+
+// DeleteAll destroys every sandbox (tests, benchmarks, `dsec server --cleanup`).
+func (m *Manager) DeleteAll(ctx context.Context) error {
+	m.mu.RLock()
+	ids := make([]string, 0, len(m.sandboxes))
+	for id := range m.sandboxes {
+		ids = append(ids, id)
+	}
+	m.mu.RUnlock()
+	var errs []error
+	sem := make(chan struct{}, 8)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := m.Delete(ctx, id); err != nil && !errdefs.Is(err, api.CodeNotFound) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Info implements server.Node.
+func (m *Manager) Info(ctx context.Context) api.Info {
+	info := api.Info{Version: Version, Node: m.cfg.Node, Backends: []string{m.cfg.Driver.Name()}, Images: m.cfg.Images.List()}
+	if v, ok := m.cfg.Driver.(interface{ CgroupVersion() int }); ok {
+		info.Cgroup = fmt.Sprintf("v%d", v.CgroupVersion())
+	}
+	return info
+}
+
+// Version is the dsec version reported by the API.
+const Version = "0.1.0"
+
+func (m *Manager) get(id string) (*sandbox, error) {
+	m.mu.RLock()
+	sb := m.sandboxes[id]
+	m.mu.RUnlock()
+	if sb == nil {
+		return nil, errdefs.NotFound("sandbox %q not found", id)
+	}
+	return sb, nil
+}
+
+// all snapshots the sandbox table. Lock order: never take a sandbox's mutex
+// while holding m.mu (Delete holds the sandbox's and then takes m.mu).
+func (m *Manager) all() []*sandbox {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := make([]*sandbox, 0, len(m.sandboxes))
+	for _, sb := range m.sandboxes {
+		out = append(out, sb)
+	}
+	return out
+}
+
+// Count returns the number of sandboxes.
+func (m *Manager) Count() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.sandboxes)
+}
+
+// List implements server.Node.
+func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
+	all := m.all()
+	out := make([]api.Sandbox, 0, len(all))
+	for _, sb := range all {
+		out = append(out, sb.view())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
+}
+
+// Get implements server.Node.
+func (m *Manager) Get(ctx context.Context, id string) (api.Sandbox, error) {
+	sb, err := m.get(id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return sb.view(), nil
+}
+
+// ImageLower resolves an image name ("" = default) the way Create does.
+func (m *Manager) ImageLower(name string) (images.Image, error) { return m.cfg.Images.Resolve(name) }

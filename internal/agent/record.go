@@ -1,0 +1,91 @@
+package agent
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/driver"
+)
+
+// record is what the agent keeps on disk per sandbox: enough to re-adopt it.
+type record struct {
+	ID                 string            `json:"id"`
+	Backend            string            `json:"backend"`
+	Image              string            `json:"image"`
+	Spec               driver.Spec       `json:"spec"`
+	CreatedAt          time.Time         `json:"created_at"`
+	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`
+	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
+	Env                map[string]string `json:"env,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
+	RequestID          string            `json:"request_id,omitempty"`
+	Paused             bool              `json:"paused,omitempty"`
+	DriverState        json.RawMessage   `json:"driver_state"`
+	Procs              []procRecord      `json:"procs,omitempty"`
+	NextProc           int               `json:"next_proc,omitempty"`
+}
+
+// procRecord is a background process, kept so it can be re-attached.
+type procRecord struct {
+	ID        string    `json:"id"`
+	PID       int       `json:"pid"`
+	Cmd       []string  `json:"cmd"`
+	StartedAt time.Time `json:"started_at"`
+}
+
+// saveRecord writes the record atomically (temp file + rename). No fsync: the
+// records protect against an agent crash, not a host crash (which ends the
+// sandboxes too), and an fsync per create would cost milliseconds.
+func saveRecord(dir string, r *record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "."+r.ID+".tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, r.ID+".json"))
+}
+
+func removeRecord(dir, id string) error {
+	err := os.Remove(filepath.Join(dir, id+".json"))
+	if os.IsNotExist(err) {
+		return nil
+	}
+	return err
+}
+
+func loadRecords(dir string) ([]*record, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []*record
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") {
+			_ = os.Remove(filepath.Join(dir, name)) // a write interrupted by a crash
+			continue
+		}
+		if !strings.HasSuffix(name, ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		var r record
+		if err := json.Unmarshal(b, &r); err != nil || r.ID+".json" != name {
+			// Keep the evidence aside and go on: one bad record must not stop the
+			// agent from re-adopting every other sandbox.
+			_ = os.Rename(filepath.Join(dir, name), filepath.Join(dir, name+".corrupt"))
+			continue
+		}
+		out = append(out, &r)
+	}
+	return out, nil
+}

@@ -1,0 +1,409 @@
+package agent
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// sandbox is the agent's view of one sandbox.
+type sandbox struct {
+	m          *Manager
+	lastActive atomic.Int64 // unix nanos
+
+	mu      sync.Mutex // guards rec, inst, procs; held across pause/resume/reset
+	rec     *record
+	inst    driver.Instance
+	procs   map[string]*bgProc
+	deleted bool
+}
+
+func newSandbox(m *Manager, r *record, inst driver.Instance) *sandbox {
+	sb := &sandbox{m: m, rec: r, inst: inst, procs: map[string]*bgProc{}}
+	sb.lastActive.Store(m.now().UnixNano())
+	return sb
+}
+
+func (sb *sandbox) touch() { sb.lastActive.Store(sb.m.now().UnixNano()) }
+
+func (sb *sandbox) view() api.Sandbox {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	r := sb.rec
+	v := api.Sandbox{
+		ID: r.ID, Backend: r.Backend, Image: r.Image, State: api.StateRunning,
+		CPU: r.Spec.CPU, MemoryBytes: r.Spec.Memory, DiskBytes: r.Spec.Disk, PidsMax: r.Spec.PidsMax,
+		CreatedAt: r.CreatedAt, IdleTimeoutSeconds: r.IdleTimeoutSeconds,
+		LastActiveAt: time.Unix(0, sb.lastActive.Load()).UTC(),
+		Env:          r.Env, Labels: r.Labels, RequestID: r.RequestID,
+	}
+	if r.TTLSeconds > 0 {
+		t := r.CreatedAt.Add(time.Duration(r.TTLSeconds) * time.Second)
+		v.ExpiresAt = &t
+	}
+	switch {
+	case isClosed(sb.inst.Done()):
+		v.State = api.StateExited
+	case r.Paused:
+		v.State = api.StatePaused
+	}
+	return v
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (sb *sandbox) save() error {
+	sb.rec.DriverState = sb.inst.State()
+	if err := saveRecord(sb.m.recs, sb.rec); err != nil {
+		return errdefs.Internal(err, "save sandbox record")
+	}
+	return nil
+}
+
+func newID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "sb-" + hex.EncodeToString(b[:])
+}
+
+// validate fills defaults and checks a create request.
+func validate(req *api.CreateSandboxRequest) error {
+	if req.Backend == "" {
+		req.Backend = api.BackendContainer
+	}
+	switch {
+	case req.CPU < 0 || req.CPU > 1024:
+		return errdefs.Invalid("cpu must be between 0 and 1024 cores")
+	case req.MemoryBytes < 0, req.DiskBytes < 0, req.PidsMax < 0, req.TTLSeconds < 0, req.IdleTimeoutSeconds < 0:
+		return errdefs.Invalid("limits and timeouts must not be negative")
+	case req.MemoryBytes != 0 && req.MemoryBytes < 4<<20:
+		return errdefs.Invalid("memory_bytes must be at least 4 MiB")
+	case req.DiskBytes != 0 && req.DiskBytes < 1<<20:
+		return errdefs.Invalid("disk_bytes must be at least 1 MiB")
+	case len(req.RequestID) > 256:
+		return errdefs.Invalid("request_id is longer than 256 bytes")
+	}
+	for k := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return errdefs.Invalid("invalid environment variable name %q", k)
+		}
+	}
+	if req.CPU == 0 {
+		req.CPU = DefaultCPU
+	}
+	if req.MemoryBytes == 0 {
+		req.MemoryBytes = DefaultMemory
+	}
+	if req.DiskBytes == 0 {
+		req.DiskBytes = DefaultDisk
+	}
+	if req.PidsMax == 0 {
+		req.PidsMax = DefaultPidsMax
+	}
+	return nil
+}
+
+// Create implements server.Node.
+func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	if err := validate(&req); err != nil {
+		return api.Sandbox{}, err
+	}
+	if req.Backend != m.cfg.Driver.Name() {
+		return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "backend %q is not available on this node (have %q)", req.Backend, m.cfg.Driver.Name())
+	}
+	if req.RequestID == "" {
+		sb, err := m.create(ctx, req)
+		if err != nil {
+			return api.Sandbox{}, err
+		}
+		return sb.view(), nil
+	}
+	// Idempotent create: the first request with an ID creates, every other waits
+	// for it and returns the same sandbox.
+	m.mu.Lock()
+	p, seen := m.byRequest[req.RequestID]
+	if !seen {
+		p = &pending{done: make(chan struct{})}
+		m.byRequest[req.RequestID] = p
+	}
+	m.mu.Unlock()
+	if seen {
+		select {
+		case <-p.done:
+		case <-ctx.Done():
+			return api.Sandbox{}, errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for the create with request_id %q", req.RequestID)
+		}
+		if p.err != nil {
+			return api.Sandbox{}, p.err
+		}
+		return m.Get(ctx, p.id)
+	}
+	sb, err := m.create(ctx, req)
+	m.mu.Lock()
+	if err != nil {
+		p.err = err
+		delete(m.byRequest, req.RequestID) // a retry may try again
+	} else {
+		p.id = sb.rec.ID
+	}
+	m.mu.Unlock()
+	close(p.done)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return sb.view(), nil
+}
+
+func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sandbox, error) {
+	img, err := m.cfg.Images.Resolve(req.Image)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case m.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for a create slot")
+	}
+	defer func() { <-m.slots }()
+	m.mu.RLock()
+	n := len(m.sandboxes)
+	m.mu.RUnlock()
+	if n >= m.cfg.MaxSandboxes {
+		return nil, errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
+	}
+	id := newID()
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	spec := driver.Spec{
+		ID: id, Image: img.Name, Lower: img.Lower, CPU: req.CPU, Memory: req.MemoryBytes,
+		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id,
+	}
+	inst, err := m.cfg.Driver.Start(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	r := &record{
+		ID: id, Backend: req.Backend, Image: img.Name, Spec: spec, CreatedAt: m.now().UTC(),
+		TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
+		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID,
+	}
+	sb := newSandbox(m, r, inst)
+	if err := sb.save(); err != nil {
+		_ = inst.Destroy(context.Background())
+		return nil, err
+	}
+	m.mu.Lock()
+	m.sandboxes[id] = sb
+	m.mu.Unlock()
+	m.log.Debug("created sandbox", "id", id, "image", img.Name)
+	return sb, nil
+}
+
+// Delete implements server.Node.
+func (m *Manager) Delete(ctx context.Context, id string) error {
+	sb, err := m.get(id)
+	if err != nil {
+		return err
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.deleted {
+		return errdefs.NotFound("sandbox %q not found", id)
+	}
+	if err := sb.inst.Destroy(ctx); err != nil {
+		return err
+	}
+	sb.deleted = true
+	for _, p := range sb.procs {
+		p.closeConn()
+	}
+	if err := removeRecord(m.recs, id); err != nil {
+		m.log.Warn("remove record", "id", id, "err", err)
+	}
+	_ = os.RemoveAll(m.logDir(id))
+	m.mu.Lock()
+	delete(m.sandboxes, id)
+	if sb.rec.RequestID != "" {
+		delete(m.byRequest, sb.rec.RequestID)
+	}
+	m.mu.Unlock()
+	m.log.Debug("deleted sandbox", "id", id)
+	return nil
+}
+
+// Pause implements server.Node.
+func (m *Manager) Pause(ctx context.Context, id string) (api.Sandbox, error) {
+	return m.setPaused(ctx, id, true)
+}
+
+// Resume implements server.Node.
+func (m *Manager) Resume(ctx context.Context, id string) (api.Sandbox, error) {
+	return m.setPaused(ctx, id, false)
+}
+
+func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (api.Sandbox, error) {
+	sb, err := m.get(id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sb.mu.Lock()
+	p, ok := sb.inst.(driver.Pauser)
+	switch {
+	case !ok:
+		sb.mu.Unlock()
+		return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "backend %q cannot pause", sb.rec.Backend)
+	case isClosed(sb.inst.Done()):
+		sb.mu.Unlock()
+		return api.Sandbox{}, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
+	}
+	if pause {
+		err = p.Pause(ctx)
+	} else {
+		err = p.Resume(ctx)
+	}
+	if err == nil {
+		sb.rec.Paused = pause
+		err = sb.save()
+	}
+	sb.mu.Unlock()
+	sb.touch()
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return sb.view(), nil
+}
+
+// Reset implements server.Node: the sandbox gets a fresh writable layer and fresh
+// processes; its ID, image, limits and metadata stay.
+func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
+	sb, err := m.get(id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sb.mu.Lock()
+	if sb.deleted {
+		sb.mu.Unlock()
+		return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", id)
+	}
+	if err := sb.inst.Destroy(ctx); err != nil {
+		sb.mu.Unlock()
+		return api.Sandbox{}, fmt.Errorf("reset: %w", err)
+	}
+	for _, p := range sb.procs {
+		p.closeConn()
+	}
+	sb.procs = map[string]*bgProc{}
+	sb.rec.Procs = nil
+	sb.rec.Paused = false
+	inst, err := m.cfg.Driver.Start(ctx, sb.rec.Spec)
+	if err != nil {
+		// The old sandbox is gone and no new one came up: drop it entirely so
+		// nothing half-made stays.
+		sb.deleted = true
+		sb.mu.Unlock()
+		_ = removeRecord(m.recs, id)
+		m.mu.Lock()
+		delete(m.sandboxes, id)
+		m.mu.Unlock()
+		return api.Sandbox{}, fmt.Errorf("reset: %w", err)
+	}
+	sb.inst = inst
+	err = sb.save()
+	sb.mu.Unlock()
+	sb.touch()
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return sb.view(), nil
+}
+
+// instance returns the running instance for a session operation, or a clear error.
+func (sb *sandbox) instance() (driver.Instance, error) {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	switch {
+	case sb.deleted:
+		return nil, errdefs.NotFound("sandbox %q not found", sb.rec.ID)
+	case sb.rec.Paused:
+		return nil, errdefs.Conflict("sandbox %s is paused; resume it first", sb.rec.ID)
+	case isClosed(sb.inst.Done()):
+		return nil, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", sb.rec.ID)
+	}
+	sb.touch()
+	return sb.inst, nil
+}
+
+// session looks up a sandbox and its running instance.
+func (m *Manager) session(id string) (*sandbox, driver.Instance, error) {
+	sb, err := m.get(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	inst, err := sb.instance()
+	return sb, inst, err
+}
+
+// expiryLoop deletes sandboxes past their TTL or idle timeout, and the records of
+// sandboxes whose init died.
+func (m *Manager) expiryLoop() {
+	defer m.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := m.now()
+		var expired []string
+		for _, sb := range m.all() {
+			if sb.expired(now) {
+				expired = append(expired, sb.rec.ID)
+			}
+		}
+		for _, id := range expired {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			if err := m.Delete(ctx, id); err != nil && !errdefs.Is(err, api.CodeNotFound) {
+				m.log.Warn("expire sandbox", "id", id, "err", err)
+			} else {
+				m.log.Info("expired sandbox", "id", id)
+			}
+			cancel()
+		}
+	}
+}
+
+func (sb *sandbox) expired(now time.Time) bool {
+	sb.mu.Lock()
+	r := sb.rec
+	sb.mu.Unlock()
+	if r.TTLSeconds > 0 && now.After(r.CreatedAt.Add(time.Duration(r.TTLSeconds)*time.Second)) {
+		return true
+	}
+	if r.IdleTimeoutSeconds > 0 && now.Sub(time.Unix(0, sb.lastActive.Load())) > time.Duration(r.IdleTimeoutSeconds)*time.Second {
+		return true
+	}
+	return false
+}

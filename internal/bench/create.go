@@ -1,0 +1,114 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/peer"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// CreateResult is the outcome of `dsec bench create`.
+type CreateResult struct {
+	N           int                    `json:"n"`
+	Parallel    int                    `json:"parallel"`
+	Image       string                 `json:"image"`
+	CreatesPerS float64                `json:"creates_per_s"`
+	P50ms       float64                `json:"p50_ms"`
+	P99ms       float64                `json:"p99_ms"`
+	Maxms       float64                `json:"max_ms"`
+	TeardownS   float64                `json:"teardown_s"`
+	Failures    int                    `json:"failures"`
+	Peers       map[string]peer.Result `json:"peers,omitempty"`
+	RatioVsCrun float64                `json:"ratio_vs_crun,omitempty"`
+	RatioVsRunc float64                `json:"ratio_vs_runc,omitempty"`
+	Path        string                 `json:"path"`
+	FirstError  string                 `json:"first_error,omitempty"`
+}
+
+// Create creates and starts N sandboxes (idle init) through the node agent with P
+// workers, then deletes them; then runs each peer runtime on the same rootfs.
+func Create(ctx context.Context, o Options, compare []string) (CreateResult, error) {
+	o.defaults()
+	d, cleanup, err := openNode(ctx, o)
+	if err != nil {
+		return CreateResult{}, err
+	}
+	img, err := d.Manager.ImageLower(o.Image)
+	if err != nil {
+		cleanup()
+		return CreateResult{}, err
+	}
+	res := CreateResult{N: o.N, Parallel: o.Parallel, Image: img.Name, Path: "agent (in-process, no HTTP)"}
+	lat := make([]time.Duration, o.N)
+	ids := make([]string, o.N)
+	var mu sync.Mutex
+	next := 0
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for w := 0; w < o.Parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= o.N || ctx.Err() != nil {
+					return
+				}
+				s := time.Now()
+				sb, err := d.Manager.Create(ctx, api.CreateSandboxRequest{Image: o.Image})
+				lat[i] = time.Since(s)
+				mu.Lock()
+				if err != nil {
+					res.Failures++
+					if res.FirstError == "" {
+						res.FirstError = err.Error()
+					}
+				} else {
+					ids[i] = sb.ID
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	total := time.Since(t0)
+	t1 := time.Now()
+	cleanup()
+	res.TeardownS = round(time.Since(t1).Seconds(), 3)
+	l := summarize(lat)
+	res.P50ms, res.P99ms, res.Maxms = l.P50ms, l.P99ms, l.Maxms
+	res.CreatesPerS = round(float64(o.N-res.Failures)/total.Seconds(), 1)
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	for _, name := range compare {
+		rt, err := peer.Find(name)
+		if err != nil {
+			return res, err
+		}
+		pr, err := rt.Bench(ctx, img.Lower[len(img.Lower)-1], o.N, o.Parallel)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", name, err)
+		}
+		if res.Peers == nil {
+			res.Peers = map[string]peer.Result{}
+		}
+		res.Peers[name] = pr
+		if pr.PerSecond > 0 {
+			ratio := round(res.CreatesPerS/pr.PerSecond, 2)
+			switch name {
+			case "crun":
+				res.RatioVsCrun = ratio
+			case "runc":
+				res.RatioVsRunc = ratio
+			}
+		}
+	}
+	return res, nil
+}

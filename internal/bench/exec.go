@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/pkg/api"
+	"github.com/dsec-dev/dsec/pkg/client"
+)
+
+// ExecResult is the outcome of `dsec bench exec`.
+type ExecResult struct {
+	N          int     `json:"n"`
+	Parallel   int     `json:"parallel"`
+	ExecsPerS  float64 `json:"execs_per_s"`
+	P50ms      float64 `json:"p50_ms"`
+	P99ms      float64 `json:"p99_ms"`
+	Maxms      float64 `json:"max_ms"`
+	Failures   int     `json:"failures"`
+	Path       string  `json:"path"`
+	FirstError string  `json:"first_error,omitempty"`
+}
+
+// Exec runs `true` N times through the HTTP API (client → server → agent → init)
+// with P workers, each on its own sandbox.
+func Exec(ctx context.Context, o Options) (ExecResult, error) {
+	o.defaults()
+	d, cleanup, err := openNode(ctx, o)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer cleanup()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return ExecResult{}, err
+	}
+	go func() { _ = d.Serve(l) }()
+	cl := client.New("http://"+l.Addr().String(), d.Token)
+	ids := make([]string, o.Parallel)
+	for i := range ids {
+		sb, err := cl.Create(ctx, api.CreateSandboxRequest{Image: o.Image})
+		if err != nil {
+			return ExecResult{}, fmt.Errorf("create: %w", err)
+		}
+		ids[i] = sb.ID
+		// Warm up the connection and the sandbox.
+		if _, err := cl.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+			return ExecResult{}, fmt.Errorf("warm-up exec: %w", err)
+		}
+	}
+	res := ExecResult{N: o.N, Parallel: o.Parallel, Path: "HTTP API on loopback (Go client)"}
+	lat := make([]time.Duration, o.N)
+	var mu sync.Mutex
+	next := 0
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for w := 0; w < o.Parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= o.N || ctx.Err() != nil {
+					return
+				}
+				s := time.Now()
+				r, err := cl.Exec(ctx, ids[w], api.ExecRequest{Cmd: []string{"true"}})
+				lat[i] = time.Since(s)
+				if err == nil && r.ExitCode != 0 {
+					err = fmt.Errorf("exit code %d: %s", r.ExitCode, r.Stderr)
+				}
+				if err != nil {
+					mu.Lock()
+					res.Failures++
+					if res.FirstError == "" {
+						res.FirstError = err.Error()
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := time.Since(t0)
+	ls := summarize(lat)
+	res.P50ms, res.P99ms, res.Maxms = ls.P50ms, ls.P99ms, ls.Maxms
+	res.ExecsPerS = round(float64(o.N-res.Failures)/total.Seconds(), 1)
+	return res, ctx.Err()
+}

@@ -1,0 +1,63 @@
+package bench
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/dsec-dev/dsec/internal/daemon"
+)
+
+// Options are shared by every benchmark.
+type Options struct {
+	N        int
+	Parallel int
+	Image    string
+	// DataDir is a scratch directory for the benchmark's own node; default a new
+	// directory under /var/lib/dsec, removed afterwards.
+	DataDir string
+	Logger  *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.N <= 0 {
+		o.N = 100
+	}
+	if o.Parallel <= 0 {
+		o.Parallel = 1
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+}
+
+// openNode starts a private node for a benchmark. The returned cleanup deletes its
+// sandboxes and its data dir.
+func openNode(ctx context.Context, o Options) (*daemon.Daemon, func(), error) {
+	dir := o.DataDir
+	owned := false
+	if dir == "" {
+		if err := os.MkdirAll("/var/lib/dsec", 0o700); err != nil {
+			return nil, nil, err
+		}
+		d, err := os.MkdirTemp("/var/lib/dsec", "bench-")
+		if err != nil {
+			return nil, nil, err
+		}
+		dir, owned = d, true
+	}
+	d, err := daemon.New(ctx, daemon.Config{DataDir: dir, DefaultImage: o.Image, Logger: o.Logger, Token: "bench"})
+	if err != nil {
+		if owned {
+			os.RemoveAll(dir)
+		}
+		return nil, nil, err
+	}
+	return d, func() {
+		_ = d.Shutdown(context.Background(), true)
+		if owned {
+			os.RemoveAll(dir)
+		}
+	}, nil
+}

@@ -1,0 +1,104 @@
+package cgroups
+
+import (
+	"math"
+	"path/filepath"
+	"strconv"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+// cfsPeriodUs is the CFS period used for the CPU quota, in microseconds.
+const cfsPeriodUs = 100000
+
+// minQuotaUs is the smallest CFS quota the kernel accepts (1ms).
+const minQuotaUs = 1000
+
+// Limits are the resource limits of a group; a zero field means unlimited.
+type Limits struct {
+	CPU         float64 // cores, e.g. 0.5 or 2
+	MemoryBytes int64   // memory (and, where the kernel allows, memory+swap)
+	PidsMax     int64   // tasks (threads included)
+}
+
+// Validate rejects negative or out-of-range values.
+func (l Limits) Validate() error {
+	switch {
+	case l.CPU < 0 || math.IsNaN(l.CPU) || math.IsInf(l.CPU, 0):
+		return errdefs.Invalid("cpu limit %v: must be >= 0", l.CPU)
+	case l.CPU != 0 && l.quotaUs() < minQuotaUs:
+		return errdefs.Invalid("cpu limit %v: below the minimum of %v cores", l.CPU, float64(minQuotaUs)/cfsPeriodUs)
+	case l.CPU > 1<<20:
+		return errdefs.Invalid("cpu limit %v: too large", l.CPU)
+	case l.MemoryBytes < 0:
+		return errdefs.Invalid("memory limit %d: must be >= 0", l.MemoryBytes)
+	case l.PidsMax < 0:
+		return errdefs.Invalid("pids limit %d: must be >= 0", l.PidsMax)
+	}
+	return nil
+}
+
+func (l Limits) quotaUs() int64 { return int64(math.Round(l.CPU * cfsPeriodUs)) }
+
+// control is one control-file write.
+type control struct {
+	path, value string
+	optional    bool // a missing file is fine
+}
+
+// controlsV1 lists the writes applying l to a fresh v1 group whose
+// per-controller directories are dir(ctrl). A fresh group is unlimited, so
+// zero limits need no write.
+func controlsV1(l Limits, dir func(ctrl string) string) []control {
+	var cs []control
+	if l.CPU != 0 {
+		cpu := dir(ctrlCPU)
+		cs = append(cs,
+			control{path: filepath.Join(cpu, "cpu.cfs_period_us"), value: strconv.Itoa(cfsPeriodUs)},
+			control{path: filepath.Join(cpu, "cpu.cfs_quota_us"), value: strconv.FormatInt(l.quotaUs(), 10)})
+	}
+	mem := dir(ctrlMemory)
+	if l.MemoryBytes != 0 {
+		v := strconv.FormatInt(l.MemoryBytes, 10)
+		// limit first: memsw must never be below the memory limit.
+		cs = append(cs,
+			control{path: filepath.Join(mem, "memory.limit_in_bytes"), value: v},
+			control{path: filepath.Join(mem, "memory.memsw.limit_in_bytes"), value: v, optional: true})
+	}
+	cs = append(cs, control{path: filepath.Join(mem, "memory.oom_control"), value: "0"})
+	if l.PidsMax != 0 {
+		cs = append(cs, control{path: filepath.Join(dir(ctrlPids), "pids.max"), value: strconv.FormatInt(l.PidsMax, 10)})
+	}
+	return cs
+}
+
+// controlsV2 lists the writes applying l to a fresh v2 group at dir.
+func controlsV2(l Limits, dir string) []control {
+	var cs []control
+	if l.CPU != 0 {
+		cs = append(cs, control{path: filepath.Join(dir, "cpu.max"),
+			value: strconv.FormatInt(l.quotaUs(), 10) + " " + strconv.Itoa(cfsPeriodUs)})
+	}
+	if l.MemoryBytes != 0 {
+		cs = append(cs,
+			control{path: filepath.Join(dir, "memory.max"), value: strconv.FormatInt(l.MemoryBytes, 10)},
+			control{path: filepath.Join(dir, "memory.swap.max"), value: "0", optional: true})
+	}
+	if l.PidsMax != 0 {
+		cs = append(cs, control{path: filepath.Join(dir, "pids.max"), value: strconv.FormatInt(l.PidsMax, 10)})
+	}
+	return cs
+}
+
+func applyControls(cs []control) error {
+	for _, c := range cs {
+		write := writeFile
+		if c.optional {
+			write = writeOptional
+		}
+		if err := write(c.path, c.value); err != nil {
+			return err
+		}
+	}
+	return nil
+}

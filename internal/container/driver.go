@@ -1,0 +1,261 @@
+// Package container is dsec's container backend, built directly on kernel primitives:
+// a tiny static C init (internal/initbin) is cloned into new mount, pid, uts, ipc, net
+// and cgroup namespaces, mounts an overlay root (read-only lowers + a size-limited
+// tmpfs writable layer), pivots into it, drops capabilities, sets no_new_privs and a
+// seccomp filter, and then serves exec requests over a unix socket. The driver keeps
+// per-sandbox state on local disk so a restarted agent re-adopts running sandboxes.
+package container
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/cgroups"
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/initbin"
+	"github.com/dsec-dev/dsec/internal/initproto"
+	"github.com/dsec-dev/dsec/internal/seccomp"
+)
+
+// Config configures the container driver.
+type Config struct {
+	// StateDir holds one directory per sandbox (mountpoints, init log, state).
+	StateDir string
+	// RunDir holds the control sockets; it must be short (unix socket paths are
+	// limited to 107 bytes). Default: /run/dsec/<hash of StateDir>.
+	RunDir string
+	// CgroupRoot is where cgroup file systems are mounted (default /sys/fs/cgroup).
+	CgroupRoot string
+	// CgroupParent is the parent cgroup of this driver's sandboxes; default
+	// "dsec-<hash of StateDir>", so two agents on one host never touch each
+	// other's sandboxes.
+	CgroupParent string
+	Logger       *slog.Logger
+}
+
+// Driver implements driver.Driver for containers.
+type Driver struct {
+	cfg      Config
+	log      *slog.Logger
+	initPath string
+	cg       *cgroups.Hierarchy
+	seccomp  *os.File // sealed memfd with the compiled default profile
+}
+
+// New prepares the driver: installs the init binary, detects cgroups and compiles
+// the seccomp profile, all once.
+func New(cfg Config) (*Driver, error) {
+	if cfg.StateDir == "" {
+		return nil, errors.New("container: StateDir is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	sum := sha256.Sum256([]byte(cfg.StateDir))
+	tag := hex.EncodeToString(sum[:4])
+	if cfg.RunDir == "" {
+		cfg.RunDir = filepath.Join("/run/dsec", tag)
+	}
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "dsec-" + tag
+	}
+	for _, d := range []string{cfg.StateDir, cfg.RunDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("container: %w", err)
+		}
+	}
+	initPath, err := initbin.Install(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("container: install init: %w", err)
+	}
+	h, err := cgroups.Detect(cfg.CgroupRoot)
+	if err != nil {
+		return nil, fmt.Errorf("container: cgroups: %w", err)
+	}
+	prog, err := seccomp.Default().Compile()
+	if err != nil {
+		return nil, fmt.Errorf("container: seccomp: %w", err)
+	}
+	mfd, err := seccomp.MemFD(prog)
+	if err != nil {
+		return nil, fmt.Errorf("container: seccomp memfd: %w", err)
+	}
+	return &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd}, nil
+}
+
+// Name implements driver.Driver.
+func (d *Driver) Name() string { return "container" }
+
+// CgroupVersion reports 1 or 2.
+func (d *Driver) CgroupVersion() int { return d.cg.Version() }
+
+// Close releases driver-wide resources (not the sandboxes).
+func (d *Driver) Close() error { return d.seccomp.Close() }
+
+// state is what the driver persists per sandbox (and hands to the agent).
+type state struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	Cgroup    string `json:"cgroup"`
+}
+
+func (d *Driver) dir(id string) string    { return filepath.Join(d.cfg.StateDir, id) }
+func (d *Driver) socket(id string) string { return filepath.Join(d.cfg.RunDir, id+".sock") }
+func (d *Driver) cgName(id string) string { return d.cfg.CgroupParent + "/" + id }
+
+// Start implements driver.Driver.
+func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, error) {
+	if len(spec.Lower) == 0 {
+		return nil, errdefs.Invalid("container: no lower directories")
+	}
+	dir := d.dir(spec.ID)
+	root, rw := filepath.Join(dir, "root"), filepath.Join(dir, "rw")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, errdefs.Internal(err, "create sandbox dir")
+	}
+	if err := os.Mkdir(rw, 0o700); err != nil {
+		os.RemoveAll(dir)
+		return nil, errdefs.Internal(err, "create sandbox dir")
+	}
+	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory, PidsMax: spec.PidsMax})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, errdefs.Internal(err, "create cgroup")
+	}
+	fail := func(err error) (driver.Instance, error) {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = cg.Kill()
+		_ = cg.Delete(dctx)
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	cgfd := -1
+	if d.cg.Version() == 2 {
+		if fd, err := cg.Dir(); err == nil {
+			cgfd = fd
+			defer closeFD(fd)
+		}
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+	in, err := initproto.Spawn(ctx, initproto.SpawnConfig{
+		InitPath:   d.initPath,
+		Hostname:   hostname,
+		RootDir:    root,
+		RWDir:      rw,
+		RWSize:     spec.Disk,
+		Lower:      spec.Lower,
+		SocketPath: d.socket(spec.ID),
+		Seccomp:    d.seccomp,
+		LogPath:    filepath.Join(dir, "init.log"),
+		CgroupFD:   cgfd,
+		BeforeStart: func(pid int) error {
+			if cgfd >= 0 {
+				return nil
+			}
+			return cg.AddProc(pid)
+		},
+	})
+	if err != nil {
+		return fail(classifySpawn(err))
+	}
+	st := state{PID: in.PID, StartTime: in.StartTime, Cgroup: d.cgName(spec.ID)}
+	inst, err := d.newInstance(spec, st, cg, true)
+	if err != nil {
+		killAndReap(in.PID)
+		return fail(errdefs.Internal(err, "watch init"))
+	}
+	return inst, nil
+}
+
+// classifySpawn maps init setup failures: a full writable layer or bad lower dirs
+// are still infrastructure from the caller's view, except a cancelled context.
+func classifySpawn(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return errdefs.Wrap("deadline_exceeded", err, "start sandbox")
+	}
+	return errdefs.Internal(err, "start sandbox")
+}
+
+// Recover implements driver.Driver.
+func (d *Driver) Recover(ctx context.Context, spec driver.Spec, raw json.RawMessage) (driver.Instance, error) {
+	var st state
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, errdefs.Internal(err, "parse sandbox state")
+	}
+	if !initproto.Alive(st.PID, st.StartTime) {
+		return nil, errdefs.NotFound("sandbox %s: init %d is gone", spec.ID, st.PID)
+	}
+	cg, err := d.cg.Open(st.Cgroup)
+	if err != nil {
+		return nil, errdefs.Internal(err, "open cgroup")
+	}
+	return d.newInstance(spec, st, cg, false)
+}
+
+// Cleanup implements driver.Driver: it kills a still-running init (e.g. one whose
+// record was lost half-way through create) and releases cgroup and directories.
+func (d *Driver) Cleanup(ctx context.Context, spec driver.Spec, raw json.RawMessage) error {
+	var st state
+	if len(raw) > 0 && json.Unmarshal(raw, &st) == nil && st.PID > 0 && initproto.Alive(st.PID, st.StartTime) {
+		_ = killPID(st.PID)
+	}
+	return d.release(ctx, spec.ID)
+}
+
+func (d *Driver) release(ctx context.Context, id string) error {
+	var errs []error
+	if cg, err := d.cg.Open(d.cgName(id)); err == nil {
+		_ = cg.Kill()
+		if err := cg.Delete(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	_ = os.Remove(d.socket(id))
+	if err := os.RemoveAll(d.dir(id)); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Sweep releases sandboxes this driver knows of (directories, cgroups) that are not
+// in keep: leftovers of a create that crashed before the agent recorded it.
+func (d *Driver) Sweep(ctx context.Context, keep map[string]bool) {
+	seen := map[string]bool{}
+	if ents, err := os.ReadDir(d.cfg.StateDir); err == nil {
+		for _, e := range ents {
+			if e.IsDir() {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	if names, err := d.cg.List(d.cfg.CgroupParent); err == nil {
+		for _, n := range names {
+			seen[n] = true
+		}
+	}
+	for id := range seen {
+		if keep[id] {
+			continue
+		}
+		d.log.Warn("releasing unrecorded sandbox", "id", id)
+		if err := d.release(ctx, id); err != nil {
+			d.log.Warn("release leftover", "id", id, "err", err)
+		}
+	}
+}

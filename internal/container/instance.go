@@ -1,0 +1,243 @@
+package container
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/cgroups"
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/initproto"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// instance is one running container sandbox.
+type instance struct {
+	d     *Driver
+	id    string
+	st    state
+	raw   json.RawMessage
+	cg    *cgroups.Group
+	pidfd *os.File // nonblocking pidfd, readable once init exits
+	child bool     // started by this process: it must reap the init
+	done  chan struct{}
+
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+var _ driver.Instance = (*instance)(nil)
+var _ driver.Pauser = (*instance)(nil)
+
+func (d *Driver) newInstance(spec driver.Spec, st state, cg *cgroups.Group, child bool) (*instance, error) {
+	fd, err := unix.PidfdOpen(st.PID, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("pidfd_open %d: %w", st.PID, err)
+	}
+	raw, _ := json.Marshal(st)
+	in := &instance{
+		d: d, id: spec.ID, st: st, raw: raw, cg: cg,
+		pidfd: os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", st.PID)),
+		child: child, done: make(chan struct{}),
+	}
+	go in.watch()
+	return in, nil
+}
+
+// watch waits in the netpoller (no thread per sandbox) for the init to exit.
+func (in *instance) watch() {
+	defer close(in.done)
+	rc, err := in.pidfd.SyscallConn()
+	if err != nil {
+		return
+	}
+	first := true
+	_ = rc.Read(func(uintptr) bool {
+		if first {
+			first = false
+			return false // wait for readability
+		}
+		return true
+	})
+	if in.child {
+		var ws unix.WaitStatus
+		for {
+			_, err := unix.Wait4(in.st.PID, &ws, 0, nil)
+			if err != unix.EINTR {
+				break
+			}
+		}
+	}
+}
+
+func (in *instance) ID() string                  { return in.id }
+func (in *instance) State() json.RawMessage      { return in.raw }
+func (in *instance) Done() <-chan struct{}       { return in.done }
+func (in *instance) PID() int                    { return in.st.PID }
+func (in *instance) Cgroup() *cgroups.Group      { return in.cg }
+func (in *instance) socket() string              { return in.d.socket(in.id) }
+func (in *instance) alive() bool                 { return !isClosed(in.done) }
+func (in *instance) MemoryUsage() (int64, error) { return in.cg.MemoryUsage() }
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (in *instance) gone() error {
+	return errdefs.New(api.CodeSandboxGone, "sandbox %s: its init process has exited", in.id)
+}
+
+func (in *instance) dial(ctx context.Context) (*initproto.Conn, error) {
+	if !in.alive() {
+		return nil, in.gone()
+	}
+	c, err := initproto.Dial(ctx, in.socket())
+	if err != nil {
+		if !in.alive() {
+			return nil, in.gone()
+		}
+		return nil, errdefs.Internal(err, "connect to sandbox init")
+	}
+	return c, nil
+}
+
+// Exec implements driver.Instance.
+func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio [3]*os.File) (driver.Proc, error) {
+	c, err := in.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ooms, _ := in.cg.OOMKills()
+	pid, err := c.Exec(ctx, initproto.ExecRequest{
+		Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.UID, GID: p.GID, Groups: p.Groups, Tag: p.Tag,
+	}, stdio)
+	if err != nil {
+		c.Close()
+		var ee *initproto.ExecError
+		if errors.As(err, &ee) {
+			return &failedProc{exit: startFailure(p.Args[0], ee)}, nil
+		}
+		if !in.alive() {
+			return nil, in.gone()
+		}
+		return nil, errdefs.Internal(err, "exec in sandbox")
+	}
+	return &proc{in: in, c: c, pid: pid, oomsBefore: ooms}, nil
+}
+
+// startFailure turns a failed exec into the exit a shell would report.
+func startFailure(arg0 string, ee *initproto.ExecError) driver.Exit {
+	code := 126
+	if ee.Errno == unix.ENOENT {
+		code = 127
+	}
+	msg := ee.Msg
+	if msg == "" {
+		msg = ee.Errno.Error()
+	}
+	return driver.Exit{Code: code, StartErr: fmt.Sprintf("%s: %s", arg0, msg)}
+}
+
+// Attach implements driver.Instance.
+func (in *instance) Attach(ctx context.Context, tag string) (driver.Proc, error) {
+	c, err := in.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pid, running, exit, err := c.Attach(ctx, tag)
+	if err != nil {
+		c.Close()
+		if errors.Is(err, unix.ESRCH) {
+			return nil, errdefs.NotFound("process %q not found in sandbox", tag)
+		}
+		return nil, errdefs.Internal(err, "attach to process %q", tag)
+	}
+	p := &proc{in: in, c: c, pid: pid, oomsBefore: ^uint64(0)}
+	if !running && exit != nil {
+		p.final = exit
+	}
+	return p, nil
+}
+
+// Root implements driver.Instance.
+func (in *instance) Root() (*os.File, error) {
+	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/root", in.st.PID), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil || !in.alive() {
+		if f != nil {
+			f.Close()
+		}
+		if !in.alive() {
+			return nil, in.gone()
+		}
+		return nil, errdefs.Internal(err, "open sandbox root")
+	}
+	// The pid could have been reused between the liveness check and the open:
+	// check again through the pidfd, which cannot be fooled by reuse.
+	if err := unix.PidfdSendSignal(int(in.pidfd.Fd()), 0, nil, 0); err != nil {
+		f.Close()
+		return nil, in.gone()
+	}
+	return f, nil
+}
+
+// Pause implements driver.Pauser.
+func (in *instance) Pause(ctx context.Context) error {
+	if err := in.cg.Freeze(ctx); err != nil {
+		return errdefs.Internal(err, "freeze sandbox")
+	}
+	return nil
+}
+
+// Resume implements driver.Pauser.
+func (in *instance) Resume(ctx context.Context) error {
+	if err := in.cg.Thaw(ctx); err != nil {
+		return errdefs.Internal(err, "thaw sandbox")
+	}
+	return nil
+}
+
+// Destroy implements driver.Instance.
+func (in *instance) Destroy(ctx context.Context) error {
+	in.destroyOnce.Do(func() {
+		// Thaw first: a frozen init cannot die.
+		if fr, _ := in.cg.Frozen(); fr {
+			_ = in.cg.Thaw(ctx)
+		}
+		_ = unix.PidfdSendSignal(int(in.pidfd.Fd()), unix.SIGKILL, nil, 0)
+		select {
+		case <-in.done:
+		case <-ctx.Done():
+			in.destroyErr = errdefs.Internal(ctx.Err(), "wait for sandbox init to exit")
+			return
+		case <-time.After(10 * time.Second):
+			in.destroyErr = errdefs.Internal(errors.New("timeout"), "wait for sandbox init to exit")
+			return
+		}
+		in.pidfd.Close()
+		in.destroyErr = in.d.release(ctx, in.id)
+	})
+	return in.destroyErr
+}
+
+func closeFD(fd int) { unix.Close(fd) }
+
+func killPID(pid int) error { return unix.Kill(pid, unix.SIGKILL) }
+
+// killAndReap ends a child init we could not take into service.
+func killAndReap(pid int) {
+	_ = unix.Kill(pid, unix.SIGKILL)
+	var ws unix.WaitStatus
+	_, _ = unix.Wait4(pid, &ws, 0, nil)
+}

@@ -1,0 +1,103 @@
+package container
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/initproto"
+)
+
+// proc is a process started (or re-attached) through the sandbox init.
+type proc struct {
+	in         *instance
+	c          *initproto.Conn
+	pid        int
+	oomsBefore uint64 // cgroup OOM kill count at start; MaxUint64 if unknown
+
+	mu    sync.Mutex
+	final *initproto.Exit
+}
+
+func (p *proc) PID() int { return p.pid }
+
+// Wait implements driver.Proc.
+func (p *proc) Wait(ctx context.Context) (driver.Exit, error) {
+	p.mu.Lock()
+	final := p.final
+	p.mu.Unlock()
+	if final == nil {
+		ex, err := p.waitConn(ctx)
+		if err != nil {
+			return driver.Exit{}, err
+		}
+		p.mu.Lock()
+		p.final = &ex
+		final = p.final
+		p.mu.Unlock()
+	}
+	return p.convert(*final), nil
+}
+
+// waitConn waits for the exit report; if the init dies first, the process died
+// with it (SIGKILL from the pid namespace teardown).
+func (p *proc) waitConn(ctx context.Context) (initproto.Exit, error) {
+	type res struct {
+		ex  initproto.Exit
+		err error
+	}
+	ch := make(chan res, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		ex, err := p.c.Wait(wctx)
+		ch <- res{ex, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil && !p.in.alive() {
+			return initproto.Exit{Status: syscall.WaitStatus(unix.SIGKILL)}, nil
+		}
+		return r.ex, r.err
+	case <-p.in.done:
+		cancel()
+		return initproto.Exit{Status: syscall.WaitStatus(unix.SIGKILL)}, nil
+	}
+}
+
+func (p *proc) convert(ex initproto.Exit) driver.Exit {
+	out := driver.Exit{CPUTime: ex.UTime + ex.STime, MaxRSS: ex.MaxRSSKB << 10}
+	switch {
+	case ex.Status.Exited():
+		out.Code = ex.Status.ExitStatus()
+	case ex.Status.Signaled():
+		out.Code = -1
+		out.Signal = int(ex.Status.Signal())
+		if ex.Status.Signal() == unix.SIGKILL && p.oomsBefore != ^uint64(0) {
+			if n, err := p.in.cg.OOMKills(); err == nil && n > p.oomsBefore {
+				out.OOMKilled = true
+			}
+		}
+	}
+	return out
+}
+
+// Signal implements driver.Proc: the signal goes to the process group.
+func (p *proc) Signal(sig int) error { return p.c.Kill(sig) }
+
+// Close implements driver.Proc.
+func (p *proc) Close() error { return p.c.Close() }
+
+// failedProc is a process whose exec failed: it "exited" at once.
+type failedProc struct{ exit driver.Exit }
+
+func (f *failedProc) PID() int                                  { return 0 }
+func (f *failedProc) Wait(context.Context) (driver.Exit, error) { return f.exit, nil }
+func (f *failedProc) Signal(int) error                          { return nil }
+func (f *failedProc) Close() error                              { return nil }
+
+

@@ -1,0 +1,156 @@
+// Package daemon wires one node together: the container driver, the node agent, the
+// image store and the HTTP API, with the token and directory conventions of
+// `dsec server`. The CLI, the benchmarks and the integration tests all start dsec
+// through it, so they exercise the same assembly.
+package daemon
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/container"
+	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/server"
+)
+
+// Defaults.
+const (
+	DefaultDataDir   = "/var/lib/dsec"
+	DefaultImagesDir = "/var/lib/dsec/images"
+	DefaultImage     = "debian"
+	DefaultListen    = "127.0.0.1:7070"
+)
+
+// Config configures a node.
+type Config struct {
+	DataDir      string // default DefaultDataDir
+	ImagesDir    string // default $DSEC_IMAGES_DIR or DefaultImagesDir
+	DefaultImage string // default DefaultImage
+	// Token is the API bearer token; empty means read DataDir/token or create it.
+	Token        string
+	MaxSandboxes int
+	Logger       *slog.Logger
+}
+
+// Daemon is one running node: agent plus HTTP handler.
+type Daemon struct {
+	Manager *agent.Manager
+	Driver  *container.Driver
+	Server  *server.Server
+	Token   string
+	cfg     Config
+	http    *http.Server
+}
+
+// New opens the node: it re-adopts the sandboxes recorded under DataDir.
+func New(ctx context.Context, cfg Config) (*Daemon, error) {
+	if cfg.DataDir == "" {
+		cfg.DataDir = DefaultDataDir
+	}
+	if cfg.ImagesDir == "" {
+		cfg.ImagesDir = os.Getenv("DSEC_IMAGES_DIR")
+	}
+	if cfg.ImagesDir == "" {
+		cfg.ImagesDir = DefaultImagesDir
+	}
+	if cfg.DefaultImage == "" {
+		cfg.DefaultImage = DefaultImage
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("dsec must run as root (it creates namespaces, cgroups and mounts)")
+	}
+	raiseNoFile()
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	token, err := loadToken(cfg.DataDir, cfg.Token)
+	if err != nil {
+		return nil, err
+	}
+	drv, err := container.New(container.Config{StateDir: filepath.Join(cfg.DataDir, "containers"), Logger: cfg.Logger})
+	if err != nil {
+		return nil, err
+	}
+	mgr, err := agent.New(ctx, agent.Config{
+		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes,
+		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage},
+	})
+	if err != nil {
+		drv.Close()
+		return nil, err
+	}
+	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger})
+	return &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, cfg: cfg}, nil
+}
+
+// Serve serves the API on l until Shutdown.
+func (d *Daemon) Serve(l net.Listener) error {
+	d.http = &http.Server{Handler: d.Server.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	err := d.http.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops serving and background work; sandboxes keep running unless
+// deleteAll is set.
+func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
+	var errs []error
+	if d.http != nil {
+		errs = append(errs, d.http.Shutdown(ctx))
+	}
+	if deleteAll {
+		errs = append(errs, d.Manager.DeleteAll(ctx))
+	}
+	errs = append(errs, d.Manager.Close(), d.Driver.Close())
+	return errors.Join(errs...)
+}
+
+// TokenPath is where the server keeps its token under a data dir.
+func TokenPath(dataDir string) string { return filepath.Join(dataDir, "token") }
+
+func loadToken(dataDir, configured string) (string, error) {
+	if configured != "" {
+		return configured, nil
+	}
+	p := TokenPath(dataDir)
+	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var raw [24]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(raw[:])
+	if err := os.WriteFile(p, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write token: %w", err)
+	}
+	return tok, nil
+}
+
+// raiseNoFile lifts the soft open-file limit to the hard one: every sandbox costs
+// a pidfd, and a busy node holds many pipes and sockets.
+func raiseNoFile() {
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur < rl.Max {
+		rl.Cur = rl.Max
+		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &rl)
+	}
+}

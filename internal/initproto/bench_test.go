@@ -1,0 +1,70 @@
+package initproto
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// BenchmarkSpawn measures sandbox creation: spawn, first ping, kill, reap.
+func BenchmarkSpawn(b *testing.B) {
+	requireRoot(b)
+	initPath, lower, sockDir, base := installInit(b), makeLower(b), shortDir(b), b.TempDir()
+	ctx := context.Background()
+	b.ResetTimer()
+	for i := range b.N {
+		cfg := sandboxConfig(b, initPath, lower, filepath.Join(base, fmt.Sprint(i)), sockDir)
+		in, err := Spawn(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c, err := Dial(ctx, cfg.SocketPath)
+		if err == nil {
+			err = c.Ping(ctx)
+			c.Close()
+		}
+		killAndReap(in.PID)
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkExecTrue measures one exec over the control socket: dial, exec
+// `true`, wait for its exit.
+func BenchmarkExecTrue(b *testing.B) {
+	s := newSandbox(b, nil)
+	ctx := context.Background()
+	req := ExecRequest{Args: []string{"/bin/true"}}
+	b.ResetTimer()
+	for range b.N {
+		c, err := Dial(ctx, s.cfg.SocketPath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := c.Exec(ctx, req, [3]*os.File{}); err != nil {
+			b.Fatal(err)
+		}
+		e, err := c.Wait(ctx)
+		c.Close()
+		if err != nil || e.Status != 0 {
+			b.Fatalf("%v %v", e.Status, err)
+		}
+	}
+}
+
+// BenchmarkPing measures one request/reply round trip on an open connection,
+// the floor under every other operation.
+func BenchmarkPing(b *testing.B) {
+	s := newSandbox(b, nil)
+	c := s.dial(b)
+	ctx := context.Background()
+	b.ResetTimer()
+	for range b.N {
+		if err := c.Ping(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

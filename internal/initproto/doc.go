@@ -1,0 +1,26 @@
+// Package initproto starts dsec-init, the small C PID 1 of a container sandbox
+// (csrc/init), and speaks its control protocol.
+//
+// Spawn clones the init into new mount, PID, UTS, IPC and network namespaces;
+// the init builds the overlay root, drops privileges, reports readiness and then
+// serves a unix SOCK_SEQPACKET socket. Processes inside the sandbox are started
+// by the init itself (fork+exec from inside), so no setns helper is needed.
+//
+// Protocol: every packet is a sequence of NUL-terminated strings, the op first
+// and then key=value fields; requests are at most MaxPacket bytes.
+//
+//	EXEC arg=.. (1+) env=.. cwd= uid= gid= groups=1,2 tag=   + 3 fds (SCM_RIGHTS)
+//	    -> STARTED pid=N | ERROR errno=N msg=.. [step=setgroups|setresuid|chdir|exec|..]
+//	    later, on the same connection: EXITED pid= status= utime_us= stime_us= maxrss_kb=
+//	KILL sig=N        signals the connection's process group; no reply
+//	WAIT tag=T        -> EXITED.. | RUNNING pid=N (then EXITED later) | ERROR errno=3
+//	SIGNAL tag=T sig=N -> OK | ERROR
+//	PS                -> PS proc=TAG:PID:RUNNING.. [more=1: another PS packet follows]
+//	PING              -> PONG
+//
+// An ERROR reply to EXEC with a step field means the process itself failed to
+// start (ExecError); without one the request was refused (RemoteError).
+// A connection carries at most one process (started by EXEC or attached by WAIT).
+// Closing a connection never kills its process; exits of tagged processes are
+// kept (the last 4096) for a later WAIT.
+package initproto

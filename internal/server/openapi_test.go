@@ -1,0 +1,70 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"strings"
+	"testing"
+
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// openAPIPaths parses the document's "paths:" section minimally: path keys are
+// indented two spaces, their operations four.
+func openAPIPaths(doc []byte) map[string]map[string]bool {
+	paths := map[string]map[string]bool{}
+	var cur string
+	in := false
+	sc := bufio.NewScanner(bytes.NewReader(doc))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "paths:":
+			in = true
+		case !in || strings.TrimSpace(line) == "" || strings.HasPrefix(strings.TrimSpace(line), "#"):
+		case !strings.HasPrefix(line, " "):
+			in = false
+		case strings.HasPrefix(line, "  /") && strings.HasSuffix(line, ":"):
+			cur = strings.TrimSuffix(strings.TrimSpace(line), ":")
+			paths[cur] = map[string]bool{}
+		case cur != "" && strings.HasPrefix(line, "    ") && !strings.HasPrefix(line, "     "):
+			key, _, _ := strings.Cut(strings.TrimSpace(line), ":")
+			paths[cur][key] = true
+		}
+	}
+	return paths
+}
+
+func TestOpenAPICoversRoutes(t *testing.T) {
+	paths := openAPIPaths(api.OpenAPI())
+	if len(paths) == 0 {
+		t.Fatal("no paths parsed")
+	}
+	s := New(nil, Options{})
+	documented := map[string]bool{}
+	for _, rt := range s.routes() {
+		method, path, ok := strings.Cut(rt.pattern, " ")
+		methods := []string{method}
+		if !ok {
+			path = method
+			methods = []string{"get", "head", "post", "put", "patch", "delete", "options"}
+		}
+		path = strings.ReplaceAll(path, "...}", "}") // OpenAPI has no multi-segment parameters
+		ops, ok := paths[path]
+		if !ok {
+			t.Errorf("route %q: path %s missing from openapi.yaml", rt.pattern, path)
+			continue
+		}
+		for _, m := range methods {
+			if !ops[strings.ToLower(m)] {
+				t.Errorf("route %q: operation %s missing under %s", rt.pattern, strings.ToLower(m), path)
+			}
+		}
+		documented[path] = true
+	}
+	for p := range paths {
+		if !documented[p] {
+			t.Errorf("openapi.yaml documents %s, which no route serves", p)
+		}
+	}
+}

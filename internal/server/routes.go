@@ -1,0 +1,50 @@
+package server
+
+import "net/http"
+
+// route is one registered pattern; the table is also what the OpenAPI test checks.
+type route struct {
+	pattern string // Go 1.22 ServeMux pattern, "METHOD /path"
+	handler http.HandlerFunc
+}
+
+const sb = "/v1/sandboxes/{id}"
+
+func (s *Server) routes() []route {
+	return []route{
+		{"GET /v1/health", s.health},
+		{"GET /v1/info", s.info},
+		{"GET /v1/openapi.yaml", s.openAPI},
+
+		{"POST /v1/sandboxes", s.createSandbox},
+		{"GET /v1/sandboxes", s.listSandboxes},
+		{"GET " + sb, s.getSandbox},
+		{"DELETE " + sb, s.deleteSandbox},
+		{"POST " + sb + "/pause", s.pauseSandbox},
+		{"POST " + sb + "/resume", s.resumeSandbox},
+		{"POST " + sb + "/reset", s.resetSandbox},
+
+		{"POST " + sb + "/exec", s.exec},
+		{"POST " + sb + "/exec/stream", s.execStream},
+
+		{"POST " + sb + "/processes", s.startProcess},
+		{"GET " + sb + "/processes", s.listProcesses},
+		{"GET " + sb + "/processes/{pid}", s.getProcess},
+		{"POST " + sb + "/processes/{pid}/wait", s.waitProcess},
+		{"POST " + sb + "/processes/{pid}/kill", s.killProcess},
+		{"GET " + sb + "/processes/{pid}/logs", s.processLogs},
+
+		{"GET " + sb + "/files", s.readFile},
+		{"PUT " + sb + "/files", s.writeFile},
+		{"DELETE " + sb + "/files", s.removeFile},
+		{"POST " + sb + "/files/mkdir", s.mkdir},
+		{"GET " + sb + "/files/list", s.listFiles},
+		{"GET " + sb + "/files/stat", s.statFile},
+		{"GET " + sb + "/files/archive", s.downloadArchive},
+		{"PUT " + sb + "/files/archive", s.uploadArchive},
+
+		// Every method; dispatch sends proxy paths here before the mux so that the
+		// path is forwarded verbatim (the mux would clean and redirect it).
+		{sb + "/http/{port}/{path...}", s.proxyHTTP},
+	}
+}

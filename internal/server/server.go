@@ -1,0 +1,60 @@
+package server
+
+import (
+	"log/slog"
+	"net/http"
+)
+
+// Default limits.
+const (
+	DefaultMaxBodyBytes   = 1 << 20 // JSON request bodies
+	DefaultMaxUploadBytes = 1 << 30 // file and tar uploads
+)
+
+// Options configures a Server.
+type Options struct {
+	// Token is the bearer token every route but GET /v1/health requires. An empty
+	// token rejects every authenticated request (fail closed).
+	Token string
+	// Logger receives request logs (debug level) and panics; nil discards them.
+	Logger *slog.Logger
+	// MaxBodyBytes limits JSON request bodies (and each line of exec/stream);
+	// 0 means DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// MaxUploadBytes limits file and tar uploads; 0 means DefaultMaxUploadBytes.
+	MaxUploadBytes int64
+}
+
+// Server is the HTTP API in front of one Node.
+type Server struct {
+	node    Node
+	opts    Options
+	log     *slog.Logger
+	mux     *http.ServeMux
+	proxy   *sandboxProxy
+	handler http.Handler
+}
+
+// New returns a Server serving node.
+func New(node Node, opts Options) *Server {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.MaxUploadBytes <= 0 {
+		opts.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{node: node, opts: opts, log: log, mux: http.NewServeMux()}
+	s.proxy = newSandboxProxy(node, log, s.proxyError)
+	for _, rt := range s.routes() {
+		s.mux.HandleFunc(rt.pattern, rt.handler)
+	}
+	s.handler = s.logRequests(s.recoverPanics(s.authenticate(http.HandlerFunc(s.dispatch))))
+	return s
+}
+
+// Handler returns the http.Handler serving the API.
+func (s *Server) Handler() http.Handler { return s.handler }

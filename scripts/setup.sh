@@ -1,0 +1,180 @@
+#!/bin/sh
+# setup.sh: install what dsec's build, tests and benchmarks need and build the
+# default root file system images. Idempotent; run as root. A second run with
+# everything in place does no network access and finishes in well under a second.
+#
+#   DSEC_IMAGES_DIR   where images live (default /var/lib/dsec/images)
+#   DEBIAN_MIRROR     debootstrap mirror (default http://deb.debian.org/debian)
+set -eu
+
+DSEC_IMAGES_DIR=${DSEC_IMAGES_DIR:-/var/lib/dsec/images}
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+SUITE=bookworm
+# A bookworm debootstrap the lead may have started (or finished) by hand:
+#   debootstrap --variant=minbase --include=python3,git,ca-certificates \
+#       bookworm /var/lib/dsec/images/.debian-build http://deb.debian.org/debian
+# with its output, followed by "rc=N", in /tmp/debootstrap.log.
+PRESEED_DIR=/var/lib/dsec/images/.debian-build
+PRESEED_LOG=/tmp/debootstrap.log
+
+PACKAGES="debootstrap busybox-static crun runc musl-tools gcc make iproute2 python3 python3-pytest ca-certificates git"
+
+log() { printf 'setup: %s\n' "$*" >&2; }
+die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1fs", b - a }'; }
+
+[ "$(id -u)" = 0 ] || die "must run as root"
+
+T0=$(now)
+export DEBIAN_FRONTEND=noninteractive
+
+# ---- packages ---------------------------------------------------------------
+t=$(now)
+missing=""
+for p in $PACKAGES; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+	log "installing:$missing"
+	apt-get update -q || die "apt-get update failed"
+	# shellcheck disable=SC2086
+	apt-get install -y -q --no-install-recommends $missing || die "apt-get install failed:$missing"
+	log "packages installed in $(since "$t")"
+else
+	log "packages: all present ($(since "$t"))"
+fi
+
+# ---- images -----------------------------------------------------------------
+mkdir -p "$DSEC_IMAGES_DIR"
+# Serialise concurrent setups: the lock is held until this script exits.
+exec 9>"$DSEC_IMAGES_DIR/.setup.lock"
+if ! flock -n 9; then
+	log "another setup holds $DSEC_IMAGES_DIR/.setup.lock; waiting"
+	flock 9
+fi
+
+# write_manifest DIR NAME DESCRIPTION
+write_manifest() {
+	cat >"$1/image.json.tmp" <<EOF
+{"name":"$2","lower":["rootfs"],"created":"$(date -u +%Y-%m-%dT%H:%M:%SZ)","description":"$3"}
+EOF
+	mv -f "$1/image.json.tmp" "$1/image.json"
+}
+
+# install_rootfs TREE IMAGEDIR: atomically make TREE the image's rootfs.
+install_rootfs() {
+	mkdir -p "$2"
+	if [ -e "$2/rootfs" ]; then
+		# Left over from an interrupted run (no image.json): replace it.
+		rm -rf "$2/rootfs.old"
+		mv "$2/rootfs" "$2/rootfs.old"
+	fi
+	mv "$1" "$2/rootfs"
+	rm -rf "$2/rootfs.old"
+}
+
+# common_dirs TREE: directories every image must have.
+common_dirs() {
+	mkdir -p "$1/proc" "$1/sys" "$1/dev" "$1/tmp" "$1/root" "$1/etc"
+	chmod 1777 "$1/tmp"
+	chmod 0700 "$1/root"
+}
+
+preseed_ok() {
+	[ -d "$PRESEED_DIR" ] && [ -f "$PRESEED_LOG" ] && grep -qx 'rc=0' "$PRESEED_LOG"
+}
+
+debian_running() {
+	pgrep -f 'debootstrap.*debian-build' >/dev/null 2>&1
+}
+
+build_debian() {
+	img="$DSEC_IMAGES_DIR/debian"
+	if [ -f "$img/image.json" ] && [ -d "$img/rootfs" ]; then
+		log "image debian: cached"
+		return 0
+	fi
+	t=$(now)
+	tree=""
+	# Reuse the lead's debootstrap when it is (or will be) usable.
+	if [ -d "$PRESEED_DIR" ] && debian_running; then
+		log "image debian: waiting for running debootstrap into $PRESEED_DIR"
+		while debian_running; do sleep 2; done
+		# The log line "rc=N" is written right after debootstrap exits.
+		i=0
+		while [ "$i" -lt 30 ] && ! grep -q '^rc=' "$PRESEED_LOG" 2>/dev/null; do
+			sleep 1; i=$((i + 1))
+		done
+	fi
+	if preseed_ok; then
+		log "image debian: reusing finished debootstrap in $PRESEED_DIR"
+		tree=$PRESEED_DIR
+	else
+		tree="$DSEC_IMAGES_DIR/.debian-build.$$"
+		attempt=1
+		while :; do
+			rm -rf "$tree"
+			log "image debian: debootstrap $SUITE (attempt $attempt, log $tree.log)"
+			if debootstrap --variant=minbase --include=python3,git,ca-certificates \
+				"$SUITE" "$tree" "$DEBIAN_MIRROR" >"$tree.log" 2>&1; then
+				break
+			fi
+			if [ "$attempt" -ge 2 ]; then
+				tail -n 20 "$tree.log" >&2 || true
+				rm -rf "$tree"
+				die "debootstrap of $SUITE from $DEBIAN_MIRROR failed twice; see $tree.log (network? mirror?)"
+			fi
+			attempt=$((attempt + 1))
+			sleep 3
+		done
+		rm -f "$tree.log"
+	fi
+	[ -x "$tree/bin/sh" ] && [ -e "$tree/usr/bin/python3" ] && [ -e "$tree/usr/bin/git" ] ||
+		die "debian tree $tree lacks /bin/sh, python3 or git"
+
+	# Post-process: drop apt caches, ensure the standard directories.
+	chroot "$tree" apt-get clean >/dev/null 2>&1 || true
+	rm -rf "$tree"/var/lib/apt/lists/* "$tree"/var/cache/apt/*.bin
+	common_dirs "$tree"
+
+	install_rootfs "$tree" "$img"
+	write_manifest "$img" debian "Debian $SUITE minbase + python3 + git"
+	log "image debian: built in $(since "$t")"
+}
+
+build_busybox() {
+	img="$DSEC_IMAGES_DIR/busybox"
+	if [ -f "$img/image.json" ] && [ -d "$img/rootfs" ]; then
+		log "image busybox: cached"
+		return 0
+	fi
+	t=$(now)
+	bb=/bin/busybox
+	[ -x "$bb" ] || die "$bb missing (busybox-static not installed?)"
+	tree="$DSEC_IMAGES_DIR/.busybox-build.$$"
+	rm -rf "$tree"
+	mkdir -p "$tree/bin"
+	cp "$bb" "$tree/bin/busybox"
+	chmod 0755 "$tree/bin/busybox"
+	for a in $("$bb" --list); do
+		[ "$a" = busybox ] || ln -sf busybox "$tree/bin/$a"
+	done
+	common_dirs "$tree"
+	cat >"$tree/etc/passwd" <<'EOF'
+root:x:0:0:root:/root:/bin/sh
+nobody:x:65534:65534:nobody:/nonexistent:/bin/false
+EOF
+	cat >"$tree/etc/group" <<'EOF'
+root:x:0:
+nogroup:x:65534:
+EOF
+	install_rootfs "$tree" "$img"
+	write_manifest "$img" busybox "busybox-static, one symlink per applet"
+	log "image busybox: built in $(since "$t")"
+}
+
+build_busybox
+build_debian
+
+log "done in $(since "$T0") (images in $DSEC_IMAGES_DIR)"

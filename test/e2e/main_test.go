@@ -1,0 +1,190 @@
+// Package e2e tests dsec end to end as a user would: it builds the dsec binary, runs
+// `dsec server` as a separate process on a scratch data dir, and drives it through
+// the Go client and the CLI. Needs root and the default image (`make setup`).
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/daemon"
+	"github.com/dsec-dev/dsec/pkg/api"
+	"github.com/dsec-dev/dsec/pkg/client"
+)
+
+var (
+	binPath   string // the built dsec binary
+	skipAll   string // reason to skip every test
+	imagesDir = envOr("DSEC_IMAGES_DIR", daemon.DefaultImagesDir)
+)
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}
+
+func TestMain(m *testing.M) {
+	switch {
+	case os.Geteuid() != 0:
+		skipAll = "needs root"
+	default:
+		if _, err := os.Stat(filepath.Join(imagesDir, "debian", "image.json")); err != nil {
+			skipAll = "default image missing (run `make setup`)"
+		}
+	}
+	code := 0
+	if skipAll == "" {
+		dir, err := os.MkdirTemp("", "dsec-e2e-bin")
+		if err != nil {
+			panic(err)
+		}
+		binPath = filepath.Join(dir, "dsec")
+		out, err := exec.Command("go", "build", "-o", binPath, "github.com/dsec-dev/dsec/cmd/dsec").CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "build dsec: %v\n%s", err, out)
+			os.Exit(1)
+		}
+		code = m.Run()
+		os.RemoveAll(dir)
+	} else {
+		code = m.Run()
+	}
+	os.Exit(code)
+}
+
+// node is one `dsec server` process on its own data dir.
+type node struct {
+	t       *testing.T
+	dataDir string
+	addr    string
+	token   string
+	cmd     *exec.Cmd
+	logs    *bytes.Buffer
+	cl      *client.Client
+}
+
+func freePort(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startNode runs a server on a fresh data dir; the data dir and every sandbox
+// are removed when the test ends.
+func startNode(t *testing.T) *node {
+	t.Helper()
+	if skipAll != "" {
+		t.Skip(skipAll)
+	}
+	dir, err := os.MkdirTemp("/var/lib", "dsec-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := &node{t: t, dataDir: dir, addr: freePort(t)}
+	n.start()
+	t.Cleanup(func() {
+		n.stop(true)
+		os.RemoveAll(dir)
+	})
+	return n
+}
+
+func (n *node) start() {
+	t := n.t
+	t.Helper()
+	n.logs = &bytes.Buffer{}
+	n.cmd = exec.Command(binPath, "server", "--listen", n.addr, "--data-dir", n.dataDir, "--log-level", "debug")
+	n.cmd.Stdout, n.cmd.Stderr = n.logs, n.logs
+	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := n.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		b, err := os.ReadFile(filepath.Join(n.dataDir, "token"))
+		if err == nil && len(b) > 0 {
+			n.token = strings.TrimSpace(string(b))
+			n.cl = client.New("http://"+n.addr, n.token)
+			if _, err := n.cl.Info(context.Background()); err == nil {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("server did not come up:\n%s", n.logs)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// stop ends the server: gracefully with --cleanup semantics when deleteAll (every
+// sandbox removed through the API first), else with SIGKILL.
+func (n *node) stop(deleteAll bool) {
+	if n.cmd == nil {
+		return
+	}
+	if deleteAll {
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		if sbs, err := n.cl.List(ctx); err == nil {
+			for _, s := range sbs {
+				_ = n.cl.Delete(ctx, s.ID)
+			}
+		}
+		cancel()
+		_ = n.cmd.Process.Signal(syscall.SIGTERM)
+	} else {
+		_ = n.cmd.Process.Kill()
+	}
+	_ = n.cmd.Wait()
+	n.cmd = nil
+}
+
+func (n *node) create(t *testing.T, req api.CreateSandboxRequest) string {
+	t.Helper()
+	sb, err := n.cl.Create(context.Background(), req)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	t.Cleanup(func() { _ = n.cl.Delete(context.Background(), sb.ID) })
+	return sb.ID
+}
+
+func (n *node) sh(t *testing.T, id, shell string) api.ExecResult {
+	t.Helper()
+	r, err := n.cl.Exec(context.Background(), id, api.ExecRequest{Shell: shell, TimeoutMs: 60_000})
+	if err != nil {
+		t.Fatalf("exec %q: %v", shell, err)
+	}
+	return r
+}
+
+// cli runs the dsec CLI against this node.
+func (n *node) cli(t *testing.T, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = append(os.Environ(), "DSEC_ADDR=http://"+n.addr, "DSEC_TOKEN="+n.token)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run dsec %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
