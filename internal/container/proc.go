@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
