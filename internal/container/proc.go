@@ -76,10 +76,13 @@ func (p *proc) convert(ex initproto.Exit) driver.Exit {
 	case ex.Status.Signaled():
 		out.Code = -1
 		out.Signal = int(ex.Status.Signal())
-		if ex.Status.Signal() == unix.SIGKILL && p.oomsBefore != ^uint64(0) {
-			if n, err := p.in.cg.OOMKills(); err == nil && n > p.oomsBefore {
-				out.OOMKilled = true
-			}
+	}
+	// The kernel killed something in this sandbox for memory while the command
+	// ran: the command itself, or a child it waited for (a shell reports 137).
+	// A concurrent command in the same sandbox can share the blame.
+	if p.oomsBefore != ^uint64(0) {
+		if n, err := p.in.cg.OOMKills(); err == nil && n > p.oomsBefore {
+			out.OOMKilled = true
 		}
 	}
 	return out

@@ -28,10 +28,18 @@ func TestLimits(t *testing.T) {
 		var wg sync.WaitGroup
 		wg.Add(1)
 		go func() { defer wg.Done(); neighbourOK(t, n, neighbour) }()
-		r := n.sh(t, id, `python3 -c 'x = bytearray(512<<20); print(len(x))'`)
-		wg.Wait()
-		if !r.OOMKilled || r.Signal != "SIGKILL" || r.ExitCode != -1 {
+		r, err := n.cl.Exec(context.Background(), id, api.ExecRequest{Cmd: []string{"python3", "-c", "x = bytearray(512<<20); print(len(x))"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.OOMKilled || r.Signal != "SIGKILL" || r.ExitCode != -1 || r.Stdout != "" {
 			t.Fatalf("want OOM kill, got %+v", r)
+		}
+		// Through a shell, the shell survives and reports 137; still an OOM.
+		r = n.sh(t, id, `python3 -c 'x = bytearray(512<<20)'`)
+		wg.Wait()
+		if !r.OOMKilled || r.ExitCode != 137 {
+			t.Fatalf("want OOM kill through the shell, got %+v", r)
 		}
 		if r := n.sh(t, id, "echo still-usable"); strings.TrimSpace(r.Stdout) != "still-usable" {
 			t.Fatalf("sandbox unusable after OOM: %+v", r)

@@ -35,7 +35,7 @@ func TestRestartReadopts(t *testing.T) {
 	if r := n.sh(t, id, "cat /root/state.txt"); strings.TrimSpace(r.Stdout) != "persisted" {
 		t.Fatalf("file lost: %+v", r)
 	}
-	if r := n.sh(t, id, "pgrep -x sleep | wc -l"); strings.TrimSpace(r.Stdout) != "2" {
+	if r := n.sh(t, id, "cat /proc/[0-9]*/comm | grep -cx sleep"); strings.TrimSpace(r.Stdout) != "2" {
 		t.Fatalf("processes lost: %q %q", r.Stdout, r.Stderr)
 	}
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
