@@ -53,21 +53,12 @@ func (sb *sandbox) view() api.Sandbox {
 		v.ExpiresAt = &t
 	}
 	switch {
-	case isClosed(sb.inst.Done()):
+	case driver.Exited(sb.inst):
 		v.State = api.StateExited
 	case r.Paused:
 		v.State = api.StatePaused
 	}
 	return v
-}
-
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
 }
 
 func (sb *sandbox) save() error {
@@ -273,7 +264,7 @@ func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (api.San
 	case !ok:
 		sb.mu.Unlock()
 		return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "backend %q cannot pause", sb.rec.Backend)
-	case isClosed(sb.inst.Done()):
+	case driver.Exited(sb.inst):
 		sb.mu.Unlock()
 		return api.Sandbox{}, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
 	}
@@ -347,7 +338,7 @@ func (sb *sandbox) instance() (driver.Instance, error) {
 		return nil, errdefs.NotFound("sandbox %q not found", sb.rec.ID)
 	case sb.rec.Paused:
 		return nil, errdefs.Conflict("sandbox %s is paused; resume it first", sb.rec.ID)
-	case isClosed(sb.inst.Done()):
+	case driver.Exited(sb.inst):
 		return nil, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", sb.rec.ID)
 	}
 	sb.touch()

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/peer"
@@ -42,42 +41,14 @@ func Create(ctx context.Context, o Options, compare []string) (CreateResult, err
 		return CreateResult{}, err
 	}
 	res := CreateResult{N: o.N, Parallel: o.Parallel, Image: img.Name, Path: "agent (in-process, no HTTP)"}
-	lat := make([]time.Duration, o.N)
-	ids := make([]string, o.N)
-	var mu sync.Mutex
-	next := 0
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for w := 0; w < o.Parallel; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= o.N || ctx.Err() != nil {
-					return
-				}
-				s := time.Now()
-				sb, err := d.Manager.Create(ctx, api.CreateSandboxRequest{Image: o.Image})
-				lat[i] = time.Since(s)
-				mu.Lock()
-				if err != nil {
-					res.Failures++
-					if res.FirstError == "" {
-						res.FirstError = err.Error()
-					}
-				} else {
-					ids[i] = sb.ID
-				}
-				mu.Unlock()
-			}
-		}()
+	lat, total, failures, first := runLoad(ctx, o.N, o.Parallel, false, func(_, _ int) error {
+		_, err := d.Manager.Create(ctx, api.CreateSandboxRequest{Image: o.Image})
+		return err
+	})
+	res.Failures = failures
+	if first != nil {
+		res.FirstError = first.Error()
 	}
-	wg.Wait()
-	total := time.Since(t0)
 	t1 := time.Now()
 	cleanup()
 	res.TeardownS = round(time.Since(t1).Seconds(), 3)

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -66,9 +65,6 @@ func used() (int64, int64, error) {
 // tears them down. It stops at the first create that fails and says why.
 func Density(ctx context.Context, o Options) (DensityResult, error) {
 	o.defaults()
-	if o.Parallel == 1 {
-		o.Parallel = 4
-	}
 	d, cleanup, err := openNode(ctx, o)
 	if err != nil {
 		return DensityResult{}, err
@@ -80,48 +76,22 @@ func Density(ctx context.Context, o Options) (DensityResult, error) {
 		cleanup()
 		return res, err
 	}
-	var mu sync.Mutex
-	next, made := 0, 0
-	var stop error
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for w := 0; w < o.Parallel; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				failed := stop != nil
-				mu.Unlock()
-				if i >= o.N || failed || ctx.Err() != nil {
-					return
-				}
-				// Small sandboxes: a density test measures the per-sandbox floor.
-				_, err := d.Manager.Create(ctx, api.CreateSandboxRequest{Image: o.Image, MemoryBytes: 64 << 20, DiskBytes: 16 << 20})
-				mu.Lock()
-				if err != nil && stop == nil {
-					stop = err
-				} else if err == nil {
-					made++
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	res.CreateS = round(time.Since(t0).Seconds(), 3)
-	res.Sandboxes = made
+	// Small sandboxes: a density test measures the per-sandbox floor.
+	_, wall, _, stop := runLoad(ctx, o.N, o.Parallel, true, func(_, _ int) error {
+		_, err := d.Manager.Create(ctx, api.CreateSandboxRequest{Image: o.Image, MemoryBytes: 64 << 20, DiskBytes: 16 << 20})
+		return err
+	})
+	res.CreateS = round(wall.Seconds(), 3)
+	res.Sandboxes = d.Manager.Count()
 	if stop != nil {
 		res.StoppedBy = stop.Error()
 	}
 	time.Sleep(time.Second) // let deferred kernel work settle
 	u1, s1, err := used()
-	if err == nil && made > 0 {
+	if err == nil && res.Sandboxes > 0 {
 		res.TotalBytes = u1 - u0
 		res.SlabBytes = s1 - s0
-		res.BytesPerSandbox = res.TotalBytes / int64(made)
+		res.BytesPerSandbox = res.TotalBytes / int64(res.Sandboxes)
 	}
 	t1 := time.Now()
 	cleanup()

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sync"
-	"time"
 
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
@@ -52,42 +50,17 @@ func Exec(ctx context.Context, o Options) (ExecResult, error) {
 		}
 	}
 	res := ExecResult{N: o.N, Parallel: o.Parallel, Path: "HTTP API on loopback (Go client)"}
-	lat := make([]time.Duration, o.N)
-	var mu sync.Mutex
-	next := 0
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for w := 0; w < o.Parallel; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				mu.Lock()
-				i := next
-				next++
-				mu.Unlock()
-				if i >= o.N || ctx.Err() != nil {
-					return
-				}
-				s := time.Now()
-				r, err := cl.Exec(ctx, ids[w], api.ExecRequest{Cmd: []string{"true"}})
-				lat[i] = time.Since(s)
-				if err == nil && r.ExitCode != 0 {
-					err = fmt.Errorf("exit code %d: %s", r.ExitCode, r.Stderr)
-				}
-				if err != nil {
-					mu.Lock()
-					res.Failures++
-					if res.FirstError == "" {
-						res.FirstError = err.Error()
-					}
-					mu.Unlock()
-				}
-			}
-		}()
+	lat, total, failures, first := runLoad(ctx, o.N, o.Parallel, false, func(w, _ int) error {
+		r, err := cl.Exec(ctx, ids[w], api.ExecRequest{Cmd: []string{"true"}})
+		if err == nil && r.ExitCode != 0 {
+			err = fmt.Errorf("exit code %d: %s", r.ExitCode, r.Stderr)
+		}
+		return err
+	})
+	res.Failures = failures
+	if first != nil {
+		res.FirstError = first.Error()
 	}
-	wg.Wait()
-	total := time.Since(t0)
 	ls := summarize(lat)
 	res.P50ms, res.P99ms, res.Maxms = ls.P50ms, ls.P99ms, ls.Maxms
 	res.ExecsPerS = round(float64(o.N-res.Failures)/total.Seconds(), 1)

@@ -83,17 +83,8 @@ func (in *instance) Done() <-chan struct{}       { return in.done }
 func (in *instance) PID() int                    { return in.st.PID }
 func (in *instance) Cgroup() *cgroups.Group      { return in.cg }
 func (in *instance) socket() string              { return in.d.socket(in.id) }
-func (in *instance) alive() bool                 { return !isClosed(in.done) }
+func (in *instance) alive() bool                 { return !driver.Exited(in) }
 func (in *instance) MemoryUsage() (int64, error) { return in.cg.MemoryUsage() }
-
-func isClosed(c <-chan struct{}) bool {
-	select {
-	case <-c:
-		return true
-	default:
-		return false
-	}
-}
 
 func (in *instance) gone() error {
 	return errdefs.New(api.CodeSandboxGone, "sandbox %s: its init process has exited", in.id)

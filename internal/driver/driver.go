@@ -109,3 +109,13 @@ type Pauser interface {
 type Stats interface {
 	MemoryUsage() (int64, error)
 }
+
+// Exited reports whether inst's init has died.
+func Exited(inst Instance) bool {
+	select {
+	case <-inst.Done():
+		return true
+	default:
+		return false
+	}
+}
