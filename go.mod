@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/spf13/cobra v1.10.2
+	go.etcd.io/bbolt v1.4.3
 	golang.org/x/sys v0.50.0
 )
 

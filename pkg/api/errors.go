@@ -23,6 +23,17 @@ const (
 	// CodeBadGateway (502) says the HTTP proxy could not reach the port inside the
 	// sandbox (nothing listening, connection reset): the task's problem, not dsec's.
 	CodeBadGateway = "bad_gateway"
+
+	// Trajectory log (see TrajectoryHeader).
+	// CodeTrajectoryDiverged (409): a logged step was re-issued with a different
+	// request; the message names the step and both fingerprints.
+	CodeTrajectoryDiverged = "trajectory_diverged"
+	// CodeOutcomeUnknown (409): the step was recorded as started but never finished
+	// (the server died while it ran). It is never run again; the next step may go on.
+	CodeOutcomeUnknown = "outcome_unknown"
+	// CodeTrajectorySandboxLost (410): the trajectory's sandbox is gone; POST
+	// /v1/trajectories/{id}/rebuild replays its steps onto a fresh one.
+	CodeTrajectorySandboxLost = "trajectory_sandbox_lost"
 )
 
 // Error is the body of every non-2xx response: {"error": {...}}.
@@ -59,9 +70,9 @@ func NewError(code, format string, args ...any) *Error {
 	e := &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 	e.Status = StatusOf(code)
 	switch code {
-	case CodeInternal, CodeUnavailable, CodeSandboxGone:
+	case CodeInternal, CodeUnavailable, CodeSandboxGone, CodeTrajectorySandboxLost:
 		e.Infrastructure = true
-		e.Retryable = code != CodeSandboxGone
+		e.Retryable = code != CodeSandboxGone && code != CodeTrajectorySandboxLost
 	case CodeResourceExhausted, CodeDeadlineExceeded:
 		e.Infrastructure = true
 		e.Retryable = true
@@ -78,7 +89,7 @@ func StatusOf(code string) int {
 		return http.StatusBadRequest
 	case CodeNotFound:
 		return http.StatusNotFound
-	case CodeAlreadyExists, CodeConflict:
+	case CodeAlreadyExists, CodeConflict, CodeTrajectoryDiverged, CodeOutcomeUnknown:
 		return http.StatusConflict
 	case CodePayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
@@ -86,7 +97,7 @@ func StatusOf(code string) int {
 		return http.StatusTooManyRequests
 	case CodeDeadlineExceeded:
 		return http.StatusGatewayTimeout
-	case CodeSandboxGone:
+	case CodeSandboxGone, CodeTrajectorySandboxLost:
 		return http.StatusGone
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable

@@ -120,6 +120,9 @@ type ExecResult struct {
 	DurationMs float64 `json:"duration_ms"`
 	// Error explains a failure to start the command (e.g. not found: exit code 127).
 	Error string `json:"error,omitempty"`
+	// Replayed says the result was answered from a trajectory log without running
+	// the command again (see TrajectoryHeader).
+	Replayed bool `json:"replayed,omitempty"`
 }
 
 // StreamEvent is one NDJSON line of POST /v1/sandboxes/{id}/exec/stream's response.

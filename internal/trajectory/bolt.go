@@ -1,0 +1,547 @@
+package trajectory
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Bucket layout: bucket "t" holds one bucket per trajectory ID with
+//
+//	"m"          the Meta (JSON)
+//	"s" + N(BE)  step N's record (JSON)
+//	"i" + N(BE)  step N's request body, when stored
+//	"o" + N(BE)  step N's answer body
+var bucketT = []byte("t")
+
+// CommitMode selects how concurrent updates share a transaction.
+type CommitMode int
+
+const (
+	// GroupCommit (default): one committer goroutine runs every update queued
+	// while the previous transaction was being written in the next transaction, so
+	// a lone update waits for one fsync and a crowd shares it.
+	GroupCommit CommitMode = iota
+	// BoltBatch uses bbolt's DB.Batch (MaxBatchDelay timer, MaxBatchSize calls).
+	BoltBatch
+	// Solo commits every update in its own transaction.
+	Solo
+)
+
+// BoltOptions configure OpenBolt.
+type BoltOptions struct {
+	Mode CommitMode
+	// MaxBatchDelay is DB.MaxBatchDelay in BoltBatch mode (0: bbolt's 10 ms).
+	MaxBatchDelay time.Duration
+}
+
+// Bolt is the embedded Store on go.etcd.io/bbolt: one file, fsync'd commits.
+type Bolt struct {
+	db   *bolt.DB
+	boot string
+	mode CommitMode
+
+	queue chan *update
+	stop  chan struct{}
+	wg    sync.WaitGroup
+	once  sync.Once
+}
+
+type update struct {
+	fn   func(tx *bolt.Tx) error
+	done chan error
+}
+
+var _ Store = (*Bolt)(nil)
+
+// OpenBolt opens (creating) the log at path.
+func OpenBolt(path string, o BoltOptions) (*Bolt, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout:        5 * time.Second, // another live server holds the file lock
+		NoFreelistSync: true,
+		FreelistType:   bolt.FreelistMapType,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open trajectory log %s: %w", path, err)
+	}
+	if o.MaxBatchDelay > 0 {
+		db.MaxBatchDelay = o.MaxBatchDelay
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketT)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, err
+	}
+	b := &Bolt{db: db, boot: NewBoot(), mode: o.Mode, queue: make(chan *update, 4096), stop: make(chan struct{})}
+	if o.Mode == GroupCommit {
+		b.wg.Add(1)
+		go b.committer()
+	}
+	return b, nil
+}
+
+// Boot is this instance's ID (steps it started are in flight, not unknown).
+func (b *Bolt) Boot() string { return b.boot }
+
+// Close waits for queued updates and closes the file.
+func (b *Bolt) Close() error {
+	b.once.Do(func() { close(b.stop) })
+	b.wg.Wait()
+	return b.db.Close()
+}
+
+// write runs fn in a durable read-write transaction. fn may run more than once
+// (when a transaction it shares fails), so it must reset what it reports.
+func (b *Bolt) write(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	switch b.mode {
+	case BoltBatch:
+		return b.db.Batch(fn)
+	case Solo:
+		return b.db.Update(fn)
+	}
+	u := &update{fn: fn, done: make(chan error, 1)}
+	select {
+	case b.queue <- u:
+	case <-b.stop:
+		return errors.New("trajectory log is closed")
+	}
+	// Not cancellable once queued: the caller must know whether it is durable.
+	return <-u.done
+}
+
+const maxGroup = 2048
+
+// committer commits queued updates in groups.
+func (b *Bolt) committer() {
+	defer b.wg.Done()
+	group := make([]*update, 0, maxGroup)
+	for {
+		group = group[:0]
+		select {
+		case u := <-b.queue:
+			group = append(group, u)
+		case <-b.stop:
+			for {
+				select {
+				case u := <-b.queue:
+					u.done <- b.db.Update(u.fn)
+				default:
+					return
+				}
+			}
+		}
+	drain:
+		for len(group) < maxGroup {
+			select {
+			case u := <-b.queue:
+				group = append(group, u)
+			default:
+				break drain
+			}
+		}
+		err := b.db.Update(func(tx *bolt.Tx) error {
+			for _, u := range group {
+				if err := u.fn(tx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			for _, u := range group {
+				u.done <- nil
+			}
+			continue
+		}
+		// One failed: run each alone so only it fails.
+		for _, u := range group {
+			u.done <- b.db.Update(u.fn)
+		}
+	}
+}
+
+func stepKey(prefix byte, n int) []byte {
+	k := make([]byte, 5)
+	k[0] = prefix
+	binary.BigEndian.PutUint32(k[1:], uint32(n))
+	return k
+}
+
+func getMeta(tb *bolt.Bucket) (*Meta, error) {
+	v := tb.Get([]byte("m"))
+	if v == nil {
+		return nil, errors.New("trajectory record without meta")
+	}
+	var m Meta
+	if err := json.Unmarshal(v, &m); err != nil {
+		return nil, fmt.Errorf("decoding trajectory meta: %w", err)
+	}
+	return &m, nil
+}
+
+func putJSON(tb *bolt.Bucket, key []byte, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return tb.Put(key, b)
+}
+
+// getStep reads step n's record (bodies included when withBodies).
+func getStep(tb *bolt.Bucket, n int, withBodies bool) (*Step, error) {
+	v := tb.Get(stepKey('s', n))
+	if v == nil {
+		return nil, nil
+	}
+	var s Step
+	if err := json.Unmarshal(v, &s); err != nil {
+		return nil, fmt.Errorf("decoding step %d: %w", n, err)
+	}
+	if withBodies {
+		if in := tb.Get(stepKey('i', n)); in != nil {
+			s.Input = slices.Clone(in)
+		}
+		if s.Result != nil {
+			if out := tb.Get(stepKey('o', n)); out != nil {
+				s.Result.Body = slices.Clone(out)
+			}
+		}
+	}
+	return &s, nil
+}
+
+// Begin implements Store.
+func (b *Bolt) Begin(ctx context.Context, req BeginRequest) (Decision, error) {
+	if req.Now.IsZero() {
+		req.Now = time.Now()
+	}
+	// Fast path without a write: a replay (or an answer-only error) of a logged step.
+	var dec Decision
+	var derr error
+	decided := false
+	if err := b.db.View(func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketT).Bucket([]byte(req.Trajectory))
+		if tb == nil {
+			return nil
+		}
+		meta, err := getMeta(tb)
+		if err != nil {
+			return err
+		}
+		cur, err := getStep(tb, req.N, false)
+		if err != nil || cur == nil {
+			return err
+		}
+		replay, live, err := Decide(meta, cur, req, b.boot)
+		if live {
+			return nil
+		}
+		decided = true
+		if err != nil {
+			derr = err
+			return nil
+		}
+		full, err := getStep(tb, req.N, true)
+		dec.Replay = full
+		_ = replay
+		return err
+	}); err != nil {
+		return Decision{}, err
+	}
+	if decided {
+		return dec, derr
+	}
+	err := b.write(ctx, func(tx *bolt.Tx) error {
+		dec, derr = Decision{}, nil
+		top := tx.Bucket(bucketT)
+		tb := top.Bucket([]byte(req.Trajectory))
+		var meta *Meta
+		var cur *Step
+		if tb != nil {
+			var err error
+			if meta, err = getMeta(tb); err != nil {
+				return err
+			}
+			if cur, err = getStep(tb, req.N, true); err != nil {
+				return err
+			}
+		}
+		replay, live, err := Decide(meta, cur, req, b.boot)
+		if err != nil || !live {
+			dec.Replay, derr = replay, err
+			return nil
+		}
+		if meta == nil {
+			if tb, err = top.CreateBucket([]byte(req.Trajectory)); err != nil {
+				return err
+			}
+			meta, dec.New = newMeta(req), true
+		}
+		meta.Last = max(meta.Last, req.N)
+		meta.Count++
+		meta.UpdatedAt = req.Now
+		if err := putJSON(tb, []byte("m"), meta); err != nil {
+			return err
+		}
+		if req.InputStored && len(req.Input) > 0 {
+			if err := tb.Put(stepKey('i', req.N), req.Input); err != nil {
+				return err
+			}
+		}
+		return putJSON(tb, stepKey('s', req.N), startedStep(req, b.boot))
+	})
+	if err != nil {
+		return Decision{}, errdefs.Internal(err, "trajectory log")
+	}
+	return dec, derr
+}
+
+// Finish implements Store.
+func (b *Bolt) Finish(ctx context.Context, traj string, n int, res Result, now time.Time) error {
+	var ferr error
+	err := b.write(ctx, func(tx *bolt.Tx) error {
+		ferr = nil
+		tb := tx.Bucket(bucketT).Bucket([]byte(traj))
+		if tb == nil {
+			ferr = notStarted(traj, n)
+			return nil
+		}
+		s, err := getStep(tb, n, false)
+		if err != nil {
+			return err
+		}
+		if s == nil || s.State != api.StepStarted || s.Boot != b.boot {
+			ferr = notStarted(traj, n)
+			return nil
+		}
+		t := now
+		s.State, s.FinishedAt = api.StepFinished, &t
+		r := res
+		r.Body = nil
+		s.Result = &r
+		if len(res.Body) > 0 && !res.Truncated {
+			if err := tb.Put(stepKey('o', n), res.Body); err != nil {
+				return err
+			}
+		}
+		if err := putJSON(tb, stepKey('s', n), s); err != nil {
+			return err
+		}
+		meta, err := getMeta(tb)
+		if err != nil {
+			return err
+		}
+		meta.UpdatedAt = now
+		return putJSON(tb, []byte("m"), meta)
+	})
+	if err != nil {
+		return errdefs.Internal(err, "trajectory log")
+	}
+	return ferr
+}
+
+// Abort implements Store.
+func (b *Bolt) Abort(ctx context.Context, traj string, n int, mode AbortMode) error {
+	var aerr error
+	err := b.write(ctx, func(tx *bolt.Tx) error {
+		aerr = nil
+		top := tx.Bucket(bucketT)
+		tb := top.Bucket([]byte(traj))
+		if tb == nil {
+			aerr = notStarted(traj, n)
+			return nil
+		}
+		s, err := getStep(tb, n, false)
+		if err != nil {
+			return err
+		}
+		if s == nil || s.State != api.StepStarted {
+			aerr = notStarted(traj, n)
+			return nil
+		}
+		if mode == MarkUnknown {
+			s.State = api.StepUnknown
+			return putJSON(tb, stepKey('s', n), s)
+		}
+		for _, p := range []byte{'s', 'i', 'o'} {
+			if err := tb.Delete(stepKey(p, n)); err != nil {
+				return err
+			}
+		}
+		meta, err := getMeta(tb)
+		if err != nil {
+			return err
+		}
+		meta.Count--
+		if meta.Count == 0 {
+			return top.DeleteBucket([]byte(traj))
+		}
+		if meta.Last == n {
+			meta.Last = 0
+			c := tb.Cursor()
+			for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
+				if len(k) == 5 && k[0] == 's' {
+					meta.Last = int(binary.BigEndian.Uint32(k[1:]))
+					break
+				}
+			}
+		}
+		return putJSON(tb, []byte("m"), meta)
+	})
+	if err != nil {
+		return errdefs.Internal(err, "trajectory log")
+	}
+	return aerr
+}
+
+// Get implements Store.
+func (b *Bolt) Get(ctx context.Context, traj string) (Meta, []Step, error) {
+	var meta *Meta
+	var steps []Step
+	err := b.db.View(func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketT).Bucket([]byte(traj))
+		if tb == nil {
+			return notFound(traj)
+		}
+		var err error
+		if meta, err = getMeta(tb); err != nil {
+			return err
+		}
+		c := tb.Cursor()
+		for k, _ := c.Seek([]byte{'s'}); k != nil && k[0] == 's'; k, _ = c.Next() {
+			s, err := getStep(tb, int(binary.BigEndian.Uint32(k[1:])), true)
+			if err != nil {
+				return err
+			}
+			s.State = EffectiveState(s, b.boot)
+			steps = append(steps, *s)
+		}
+		return nil
+	})
+	if err != nil {
+		return Meta{}, nil, err
+	}
+	return *meta, steps, nil
+}
+
+// List implements Store.
+func (b *Bolt) List(ctx context.Context) ([]Meta, error) {
+	var out []Meta
+	err := b.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketT).ForEachBucket(func(k []byte) error {
+			m, err := getMeta(tx.Bucket(bucketT).Bucket(k))
+			if err != nil {
+				return err
+			}
+			out = append(out, *m)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Delete implements Store.
+func (b *Bolt) Delete(ctx context.Context, traj string) error {
+	var derr error
+	err := b.write(ctx, func(tx *bolt.Tx) error {
+		derr = nil
+		top := tx.Bucket(bucketT)
+		if top.Bucket([]byte(traj)) == nil {
+			derr = notFound(traj)
+			return nil
+		}
+		return top.DeleteBucket([]byte(traj))
+	})
+	if err != nil {
+		return errdefs.Internal(err, "trajectory log")
+	}
+	return derr
+}
+
+// Rebind implements Store.
+func (b *Bolt) Rebind(ctx context.Context, traj, sandboxID string, now time.Time) error {
+	var rerr error
+	err := b.write(ctx, func(tx *bolt.Tx) error {
+		rerr = nil
+		tb := tx.Bucket(bucketT).Bucket([]byte(traj))
+		if tb == nil {
+			rerr = notFound(traj)
+			return nil
+		}
+		meta, err := getMeta(tb)
+		if err != nil {
+			return err
+		}
+		rebind(meta, sandboxID, now)
+		return putJSON(tb, []byte("m"), meta)
+	})
+	if err != nil {
+		return errdefs.Internal(err, "trajectory log")
+	}
+	return rerr
+}
+
+func rebind(meta *Meta, sandboxID string, now time.Time) {
+	meta.SandboxID = sandboxID
+	if !slices.Contains(meta.Sandboxes, sandboxID) {
+		meta.Sandboxes = append(meta.Sandboxes, sandboxID)
+	}
+	meta.Rebuilds++
+	meta.UpdatedAt = now
+}
+
+// Prune implements Store.
+func (b *Bolt) Prune(ctx context.Context, olderThan time.Time, maxN int) (int, error) {
+	metas, err := b.List(ctx)
+	if err != nil {
+		return 0, err
+	}
+	victims := pruneVictims(metas, olderThan, maxN)
+	for len(victims) > 0 {
+		chunk := victims[:min(len(victims), 1000)]
+		victims = victims[len(chunk):]
+		if err := b.write(ctx, func(tx *bolt.Tx) error {
+			top := tx.Bucket(bucketT)
+			for _, id := range chunk {
+				if top.Bucket([]byte(id)) != nil {
+					if err := top.DeleteBucket([]byte(id)); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}); err != nil {
+			return 0, err
+		}
+	}
+	return len(pruneVictims(metas, olderThan, maxN)), nil
+}
+
+// pruneVictims picks the IDs Prune deletes.
+func pruneVictims(metas []Meta, olderThan time.Time, maxN int) []string {
+	sort.Slice(metas, func(i, j int) bool { return metas[i].UpdatedAt.Before(metas[j].UpdatedAt) })
+	var out []string
+	keep := metas
+	for len(keep) > 0 && !olderThan.IsZero() && keep[0].UpdatedAt.Before(olderThan) {
+		out = append(out, keep[0].ID)
+		keep = keep[1:]
+	}
+	for maxN > 0 && len(keep) > maxN {
+		out = append(out, keep[0].ID)
+		keep = keep[1:]
+	}
+	return out
+}

@@ -1,0 +1,205 @@
+package trajectory
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Mem is an in-memory Store (tests, and nodes that need no durability).
+type Mem struct {
+	mu   sync.Mutex
+	boot string
+	t    map[string]*memTraj
+}
+
+type memTraj struct {
+	meta  Meta
+	steps map[int]*Step
+}
+
+var _ Store = (*Mem)(nil)
+
+// NewMem returns an empty in-memory store.
+func NewMem() *Mem { return &Mem{boot: NewBoot(), t: map[string]*memTraj{}} }
+
+// Restart simulates a server restart: steps in flight become unknown.
+func (m *Mem) Restart() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.boot = NewBoot()
+}
+
+func cloneStep(s *Step) *Step {
+	c := *s
+	c.Input = slices.Clone(s.Input)
+	c.Args = slices.Clone(s.Args)
+	if s.Result != nil {
+		r := *s.Result
+		r.Body = slices.Clone(s.Result.Body)
+		c.Result = &r
+	}
+	return &c
+}
+
+func cloneMeta(m Meta) Meta {
+	m.Sandboxes = slices.Clone(m.Sandboxes)
+	return m
+}
+
+// Begin implements Store.
+func (m *Mem) Begin(_ context.Context, req BeginRequest) (Decision, error) {
+	if req.Now.IsZero() {
+		req.Now = time.Now()
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.t[req.Trajectory]
+	var meta *Meta
+	var cur *Step
+	if t != nil {
+		meta, cur = &t.meta, t.steps[req.N]
+	}
+	replay, live, err := Decide(meta, cur, req, m.boot)
+	if err != nil || !live {
+		if replay != nil {
+			replay = cloneStep(replay)
+		}
+		return Decision{Replay: replay}, err
+	}
+	var dec Decision
+	if t == nil {
+		t = &memTraj{meta: *newMeta(req), steps: map[int]*Step{}}
+		m.t[req.Trajectory] = t
+		dec.New = true
+	}
+	t.meta.Last = max(t.meta.Last, req.N)
+	t.meta.Count++
+	t.meta.UpdatedAt = req.Now
+	s := startedStep(req, m.boot)
+	if !req.InputStored {
+		s.Input = nil
+	}
+	t.steps[req.N] = cloneStep(s)
+	return dec, nil
+}
+
+// Finish implements Store.
+func (m *Mem) Finish(_ context.Context, traj string, n int, res Result, now time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.t[traj]
+	if t == nil || t.steps[n] == nil || t.steps[n].State != api.StepStarted || t.steps[n].Boot != m.boot {
+		return notStarted(traj, n)
+	}
+	s := t.steps[n]
+	tm := now
+	s.State, s.FinishedAt = api.StepFinished, &tm
+	r := res
+	r.Body = slices.Clone(res.Body)
+	if res.Truncated {
+		r.Body = nil
+	}
+	s.Result = &r
+	t.meta.UpdatedAt = now
+	return nil
+}
+
+// Abort implements Store.
+func (m *Mem) Abort(_ context.Context, traj string, n int, mode AbortMode) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.t[traj]
+	if t == nil || t.steps[n] == nil || t.steps[n].State != api.StepStarted {
+		return notStarted(traj, n)
+	}
+	if mode == MarkUnknown {
+		t.steps[n].State = api.StepUnknown
+		return nil
+	}
+	delete(t.steps, n)
+	t.meta.Count--
+	if t.meta.Count == 0 {
+		delete(m.t, traj)
+		return nil
+	}
+	if t.meta.Last == n {
+		t.meta.Last = 0
+		for k := range t.steps {
+			t.meta.Last = max(t.meta.Last, k)
+		}
+	}
+	return nil
+}
+
+// Get implements Store.
+func (m *Mem) Get(_ context.Context, traj string) (Meta, []Step, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.t[traj]
+	if t == nil {
+		return Meta{}, nil, notFound(traj)
+	}
+	steps := make([]Step, 0, len(t.steps))
+	for _, s := range t.steps {
+		c := cloneStep(s)
+		c.State = EffectiveState(c, m.boot)
+		steps = append(steps, *c)
+	}
+	sort.Slice(steps, func(i, j int) bool { return steps[i].N < steps[j].N })
+	return cloneMeta(t.meta), steps, nil
+}
+
+// List implements Store.
+func (m *Mem) List(context.Context) ([]Meta, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Meta, 0, len(m.t))
+	for _, t := range m.t {
+		out = append(out, cloneMeta(t.meta))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// Delete implements Store.
+func (m *Mem) Delete(_ context.Context, traj string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.t[traj] == nil {
+		return notFound(traj)
+	}
+	delete(m.t, traj)
+	return nil
+}
+
+// Rebind implements Store.
+func (m *Mem) Rebind(_ context.Context, traj, sandboxID string, now time.Time) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t := m.t[traj]
+	if t == nil {
+		return notFound(traj)
+	}
+	rebind(&t.meta, sandboxID, now)
+	return nil
+}
+
+// Prune implements Store.
+func (m *Mem) Prune(ctx context.Context, olderThan time.Time, maxN int) (int, error) {
+	metas, _ := m.List(ctx)
+	victims := pruneVictims(metas, olderThan, maxN)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range victims {
+		delete(m.t, id)
+	}
+	return len(victims), nil
+}
+
+// Close implements Store.
+func (m *Mem) Close() error { return nil }
