@@ -88,11 +88,17 @@ func parseEnv(kvs []string) (map[string]string, error) {
 
 func execCmd() *cobra.Command {
 	var env []string
-	var cwd, user, timeout string
+	var cwd, user, timeout, traj string
+	var step int
 	var interactive, shell bool
 	c := &cobra.Command{
-		Use:   "exec ID -- CMD [ARGS...]",
+		Use:   "exec [--traj TRAJ --step N] ID -- CMD [ARGS...]",
 		Short: "Run a command in a sandbox, streaming its output; exits with its exit code",
+		Long: `Run a command in a sandbox, streaming its output; exits with its exit code.
+
+With --traj and --step the command is step N of trajectory TRAJ: the server logs
+it, and a step it already finished is not run again: its logged output is printed
+and dsec exits with its logged code.`,
 		Args:  cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := api.ExecRequest{Cwd: cwd, User: user}
@@ -116,15 +122,22 @@ func execCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			ctx := cmd.Context()
+			if (traj == "") != (step == 0) {
+				return fmt.Errorf("--traj and --step go together")
+			}
+			if traj != "" {
+				ctx = client.WithTrajectory(ctx, traj, step)
+			}
 			var stdin *os.File
 			if interactive {
 				stdin = os.Stdin
 			}
 			var res api.ExecResult
 			if stdin != nil {
-				res, err = cl.ExecStream(cmd.Context(), args[0], req, stdin, os.Stdout, os.Stderr)
+				res, err = cl.ExecStream(ctx, args[0], req, stdin, os.Stdout, os.Stderr)
 			} else {
-				res, err = cl.ExecStream(cmd.Context(), args[0], req, nil, os.Stdout, os.Stderr)
+				res, err = cl.ExecStream(ctx, args[0], req, nil, os.Stdout, os.Stderr)
 			}
 			if err != nil {
 				return err
@@ -139,6 +152,8 @@ func execCmd() *cobra.Command {
 	f.StringVar(&timeout, "timeout", "", "kill the command after this long, e.g. 30s")
 	f.BoolVarP(&interactive, "interactive", "i", false, "forward standard input")
 	f.BoolVar(&shell, "shell", false, "join the arguments and run them with /bin/sh -c")
+	f.StringVar(&traj, "traj", "", "trajectory ID: log the command as a step of it")
+	f.IntVar(&step, "step", 0, "step number within --traj (1, 2, ...)")
 	return c
 }
 

@@ -75,5 +75,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "admission limit (default 100000)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.BoolVar(&cleanup, "cleanup-on-exit", false, "delete every sandbox when the server stops")
+	f.DurationVar(&cfg.TrajMaxAge, "traj-max-age", daemon.DefaultTrajMaxAge, "delete trajectories not updated for this long (negative: never)")
+	f.IntVar(&cfg.TrajMax, "traj-max", daemon.DefaultTrajMax, "keep at most this many trajectories, the most recently updated (negative: no limit)")
 	return c
 }

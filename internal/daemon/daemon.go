@@ -24,6 +24,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/trajectory"
 )
 
 // Defaults.
@@ -32,6 +33,9 @@ const (
 	DefaultImagesDir = "/var/lib/dsec/images"
 	DefaultImage     = "debian"
 	DefaultListen    = "127.0.0.1:7070"
+	// DefaultTrajMaxAge and DefaultTrajMax bound the trajectory log.
+	DefaultTrajMaxAge = 7 * 24 * time.Hour
+	DefaultTrajMax    = 100000
 )
 
 // Config configures a node.
@@ -43,6 +47,11 @@ type Config struct {
 	Token        string
 	MaxSandboxes int
 	Logger       *slog.Logger
+	// TrajMaxAge deletes trajectories not updated for this long (default
+	// DefaultTrajMaxAge; negative: never); TrajMax keeps at most this many, the
+	// most recently updated (default DefaultTrajMax; negative: no limit).
+	TrajMaxAge time.Duration
+	TrajMax    int
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -51,8 +60,12 @@ type Daemon struct {
 	Driver  *container.Driver
 	Server  *server.Server
 	Token   string
-	cfg     Config
-	http    *http.Server
+	// Trajectories is the trajectory log at DATA_DIR/trajectories.db.
+	Trajectories *trajectory.Bolt
+	cfg          Config
+	http         *http.Server
+	stopPrune    chan struct{}
+	pruneDone    chan struct{}
 }
 
 // New opens the node: it re-adopts the sandboxes recorded under DataDir.
@@ -95,8 +108,47 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
-	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger})
-	return &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, cfg: cfg}, nil
+	traj, err := trajectory.OpenBolt(filepath.Join(cfg.DataDir, "trajectories.db"), trajectory.BoltOptions{})
+	if err != nil {
+		mgr.Close()
+		drv.Close()
+		return nil, err
+	}
+	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj})
+	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, cfg: cfg,
+		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
+	go d.pruneLoop()
+	return d, nil
+}
+
+// pruneLoop applies the trajectory retention limits at start and every 10 minutes.
+func (d *Daemon) pruneLoop() {
+	defer close(d.pruneDone)
+	age, maxN := d.cfg.TrajMaxAge, d.cfg.TrajMax
+	if age == 0 {
+		age = DefaultTrajMaxAge
+	}
+	if maxN == 0 {
+		maxN = DefaultTrajMax
+	}
+	t := time.NewTicker(10 * time.Minute)
+	defer t.Stop()
+	for {
+		var cutoff time.Time
+		if age > 0 {
+			cutoff = time.Now().Add(-age)
+		}
+		if n, err := d.Trajectories.Prune(context.Background(), cutoff, max(0, maxN)); err != nil {
+			d.cfg.Logger.Error("pruning trajectories", "err", err)
+		} else if n > 0 {
+			d.cfg.Logger.Info("pruned trajectories", "deleted", n)
+		}
+		select {
+		case <-d.stopPrune:
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // Serve serves the API on l until Shutdown.
@@ -119,7 +171,9 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	if deleteAll {
 		errs = append(errs, d.Manager.DeleteAll(ctx))
 	}
-	errs = append(errs, d.Manager.Close(), d.Driver.Close())
+	close(d.stopPrune)
+	<-d.pruneDone
+	errs = append(errs, d.Manager.Close(), d.Driver.Close(), d.Trajectories.Close())
 	return errors.Join(errs...)
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -78,6 +79,8 @@ func newSandboxProxy(node Node, log *slog.Logger, onError func(http.ResponseWrit
 			pr.Out.URL = u
 			pr.Out.Host = "localhost:" + strconv.Itoa(t.port)
 			pr.Out.Header.Del("Authorization")
+			pr.Out.Header.Del(api.TrajectoryHeader)
+			pr.Out.Header.Del(api.StepHeader)
 			pr.SetXForwarded()
 		},
 		ModifyResponse: func(resp *http.Response) error {
@@ -114,7 +117,16 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, escapedID, p
 		return
 	}
 	ctx := context.WithValue(r.Context(), proxyTargetKey{}, proxyTarget{id: id, port: port, path: rest})
-	s.proxy.rp.ServeHTTP(w, r.WithContext(ctx))
+	r = r.WithContext(ctx)
+	tag, tagged, err := stepTagOf(r)
+	switch {
+	case err != nil:
+		s.writeError(w, r, err)
+	case tagged:
+		s.runStep(w, r, trajectory.OpHTTP, tag, id, s.prepareHTTP(port, rest), s.proxy.rp.ServeHTTP)
+	default:
+		s.proxy.rp.ServeHTTP(w, r)
+	}
 }
 
 // proxyError answers a failed proxy round trip: classified errors (no such sandbox,

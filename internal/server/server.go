@@ -3,6 +3,8 @@ package server
 import (
 	"log/slog"
 	"net/http"
+
+	"github.com/dsec-dev/dsec/internal/trajectory"
 )
 
 // Default limits.
@@ -23,6 +25,9 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxUploadBytes limits file and tar uploads; 0 means DefaultMaxUploadBytes.
 	MaxUploadBytes int64
+	// Trajectories is the trajectory log; nil refuses trajectory-tagged requests
+	// (not_implemented).
+	Trajectories trajectory.Store
 }
 
 // Server is the HTTP API in front of one Node.
@@ -32,6 +37,7 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	proxy   *sandboxProxy
+	traj    trajectory.Store
 	handler http.Handler
 }
 
@@ -47,7 +53,7 @@ func New(node Node, opts Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{node: node, opts: opts, log: log, mux: http.NewServeMux()}
+	s := &Server{node: node, opts: opts, log: log, mux: http.NewServeMux(), traj: opts.Trajectories}
 	s.proxy = newSandboxProxy(node, log, s.proxyError)
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.pattern, rt.handler)

@@ -58,7 +58,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	ev := &eventWriter{w: w, rc: rc}
+	ev := &eventWriter{w: w, rc: rc, beforeFinal: streamGate(r.Context())}
 	stdin := newChunkReader(ctx)
 	if initial, err := initialStdin(req); err == nil && len(initial) > 0 {
 		stdin.push(initial)
@@ -270,6 +270,9 @@ type eventWriter struct {
 	rc      *http.ResponseController
 	started bool
 	err     error
+	// beforeFinal, if set, sees the encoded final event (exit or error) before it
+	// is sent: the trajectory layer logs the step there.
+	beforeFinal func(line []byte)
 }
 
 func (e *eventWriter) hasStarted() bool {
@@ -287,6 +290,11 @@ func (e *eventWriter) send(ev api.StreamEvent) error {
 	defer e.mu.Unlock()
 	if e.err != nil {
 		return e.err
+	}
+	if e.beforeFinal != nil && (ev.Type == "exit" || ev.Type == "error") {
+		f := e.beforeFinal
+		e.beforeFinal = nil
+		f(append(b, '\n'))
 	}
 	if !e.started {
 		e.started = true

@@ -191,6 +191,7 @@ func (c *Client) roundTrip(ctx context.Context, cl call, body io.Reader) (*http.
 	for k, v := range cl.header {
 		req.Header[k] = v
 	}
+	setStepHeaders(ctx, req.Header)
 	if cl.ctype != "" {
 		req.Header.Set("Content-Type", cl.ctype)
 	}

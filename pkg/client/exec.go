@@ -94,6 +94,7 @@ func (c *Client) ExecStreamWithOptions(ctx context.Context, id string, req api.E
 		return api.ExecResult{}, fmt.Errorf("dsec client: building request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/x-ndjson")
+	setStepHeaders(ctx, hreq.Header)
 	c.authorize(hreq)
 	resp, err := c.hc.Do(hreq)
 	if err != nil {

@@ -25,6 +25,7 @@ func (c *Client) HTTP(ctx context.Context, id string, port int, method, path str
 	for k, v := range hdr {
 		req.Header[k] = v
 	}
+	setStepHeaders(ctx, req.Header)
 	c.authorize(req)
 	resp, err := c.hc.Do(req)
 	if err != nil {
