@@ -99,7 +99,7 @@ func execCmd() *cobra.Command {
 With --traj and --step the command is step N of trajectory TRAJ: the server logs
 it, and a step it already finished is not run again: its logged output is printed
 and dsec exits with its logged code.`,
-		Args:  cobra.MinimumNArgs(2),
+		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := api.ExecRequest{Cwd: cwd, User: user}
 			if shell {
