@@ -131,7 +131,9 @@ func (sb *sandbox) resolveUser(inst driver.Instance, user string) (uid, gid int,
 				}
 			}
 			home := f[5]
-			if home == "" {
+			if _, err := fs.Stat(home); home == "" || err != nil {
+				// Like login(1): no home directory (nobody's is /nonexistent)
+				// means HOME=/ rather than a chdir failure on every exec.
 				home = "/"
 			}
 			return uid, gid, home, nil

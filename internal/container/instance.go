@@ -110,6 +110,15 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio [3]*os.Fi
 	if err != nil {
 		return nil, err
 	}
+	// Go opens pipes non-blocking, and O_NONBLOCK belongs to the open file
+	// description the process shares: a child reading an empty stdin pipe or
+	// writing a full stdout pipe would get EAGAIN. Make them blocking, as os/exec
+	// does (Fd switches an *os.File to blocking mode).
+	for _, f := range stdio {
+		if f != nil {
+			f.Fd()
+		}
+	}
 	ooms, _ := in.cg.OOMKills()
 	pid, err := c.Exec(ctx, initproto.ExecRequest{
 		Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.UID, GID: p.GID, Groups: p.Groups, Tag: p.Tag,
