@@ -91,7 +91,6 @@ func TestSweep(t *testing.T) {
 		t.Errorf("Sweep did not log the release of %s:\n%s", lostSpec.ID, logs.String())
 	}
 	t.Run("OnlyLeftoversReleased", func(t *testing.T) {
-		skipSweepNamesBug(t)
 		for _, line := range strings.Split(logs.String(), "\n") {
 			if strings.Contains(line, "releasing unrecorded sandbox") && !strings.Contains(line, "id="+lostSpec.ID) {
 				t.Errorf("Sweep released something besides %s: %s", lostSpec.ID, line)
@@ -100,22 +99,10 @@ func TestSweep(t *testing.T) {
 	})
 }
 
-// skipSweepNamesBug skips the checks of a known bug in Driver.Sweep (driver.go,
-// owned elsewhere): cgroups.List(parent) returns "PARENT/ID" names, which Sweep
-// compares with bare sandbox IDs, so it "releases" every kept sandbox's cgroup
-// under a wrong name (a no-op plus a false warning) and never releases a leftover
-// cgroup whose directory is gone. Fix: strip the "PARENT/" prefix in Sweep, then
-// delete this function and its calls.
-func skipSweepNamesBug(t *testing.T) {
-	t.Helper()
-	t.Skip("known bug: Driver.Sweep compares PARENT/ID cgroup names with bare IDs")
-}
-
 // TestSweepCgroupOnlyLeftover: a cgroup whose sandbox dir is already gone (a
 // release interrupted between the two) is released by Sweep too.
 func TestSweepCgroupOnlyLeftover(t *testing.T) {
 	requireImage(t, "busybox")
-	skipSweepNamesBug(t)
 	cfg := testConfig(t)
 	cfg.Logger = slog.New(slog.NewTextHandler(&syncBuffer{}, nil))
 	d, err := container.New(cfg)
