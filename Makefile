@@ -36,6 +36,12 @@ build: init
 test: setup build
 	$(GO) vet ./...
 	$(GO) test $(TESTFLAGS) ./...
+	$(MAKE) test-python
+
+# The Python SDK's tests against a real `dsec server` (bin/dsec), as root.
+.PHONY: test-python
+test-python: build
+	cd sdk/python && python3 -m pytest -q tests
 
 demo: setup build
 	bin/dsec demo

@@ -1,0 +1,70 @@
+"""dsec: Python SDK for dsec sandboxes (sync and asyncio clients).
+
+    import dsec
+
+    client = dsec.Client()                 # DSEC_ADDR / DSEC_TOKEN, or the defaults
+    with client.create(memory="512m", ttl=3600) as sb:
+        r = sb.exec("python3 -c 'print(6*7)'")
+        print(r.exit_code, r.stdout)
+
+    async with dsec.AsyncClient() as ac:
+        sb = await ac.create()
+        r = await sb.exec(["echo", "hi"])
+        await sb.delete()
+"""
+
+from .aio import AsyncClient, AsyncExecStream, AsyncFiles, AsyncProcess, AsyncSandbox
+from .client import Client, ExecStream, Files, Process, Sandbox
+from .errors import (
+    AuthError,
+    BadGatewayError,
+    CommandError,
+    ConflictError,
+    CreateManyError,
+    DsecError,
+    InfrastructureError,
+    InvalidArgumentError,
+    NotFoundError,
+    NotImplementedByBackendError,
+    OutcomeUnknownError,
+    PayloadTooLargeError,
+    SandboxGoneError,
+    TrajectoryDivergedError,
+)
+from .types import ExecResult, FileInfo, HTTPResponse, ProcessInfo, SandboxInfo, StreamChunk
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncClient",
+    "AsyncExecStream",
+    "AsyncFiles",
+    "AsyncProcess",
+    "AsyncSandbox",
+    "AuthError",
+    "BadGatewayError",
+    "Client",
+    "CommandError",
+    "ConflictError",
+    "CreateManyError",
+    "DsecError",
+    "ExecResult",
+    "ExecStream",
+    "FileInfo",
+    "Files",
+    "HTTPResponse",
+    "InfrastructureError",
+    "InvalidArgumentError",
+    "NotFoundError",
+    "NotImplementedByBackendError",
+    "OutcomeUnknownError",
+    "PayloadTooLargeError",
+    "Process",
+    "ProcessInfo",
+    "Sandbox",
+    "SandboxGoneError",
+    "SandboxInfo",
+    "StreamChunk",
+    "TrajectoryDivergedError",
+    "__version__",
+]

@@ -1,0 +1,303 @@
+"""Pieces shared by the sync and async clients: configuration, request descriptions,
+argument conversion, retry policy. No I/O here."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import random
+import re
+import uuid
+from datetime import timedelta
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from urllib.parse import quote, urlencode, urlsplit
+
+from .errors import DsecError, InvalidArgumentError
+
+DEFAULT_ADDR = "http://127.0.0.1:7070"
+DEFAULT_DATA_DIR = "/var/lib/dsec"
+DEFAULT_TIMEOUT = 120.0
+"""Default socket timeout in seconds for one request (exec waits longer, see below)."""
+DEFAULT_RETRIES = 3
+USER_AGENT = "dsec-python/0.1"
+
+Size = Union[int, str]
+Seconds = Union[int, float, timedelta]
+Cmd = Union[str, Sequence[str]]
+
+_UNSET: Any = object()
+
+
+def resolve_addr(addr: Optional[str]) -> Tuple[str, str, int, str]:
+    """Return (addr, host, port, base path) for addr or $DSEC_ADDR or the default."""
+    a = (addr or os.environ.get("DSEC_ADDR") or DEFAULT_ADDR).strip()
+    if "://" not in a:
+        a = "http://" + a
+    u = urlsplit(a)
+    if u.scheme != "http":
+        raise InvalidArgumentError(f"dsec address {a!r}: only http:// is supported")
+    host = u.hostname or "127.0.0.1"
+    port = u.port or 80
+    return a.rstrip("/"), host, port, u.path.rstrip("/")
+
+
+def resolve_token(token: Optional[str]) -> Optional[str]:
+    """token, else $DSEC_TOKEN, else the file $DSEC_DATA_DIR/token (default
+    /var/lib/dsec/token); None when none is found (requests then fail with AuthError,
+    except health)."""
+    if token:
+        return token.strip()
+    t = os.environ.get("DSEC_TOKEN", "").strip()
+    if t:
+        return t
+    d = os.environ.get("DSEC_DATA_DIR") or DEFAULT_DATA_DIR
+    try:
+        with open(os.path.join(d, "token"), encoding="utf-8") as f:
+            t = f.read().strip()
+    except OSError:
+        return None
+    return t or None
+
+
+_SIZE_RE = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*([kmgtp]?)(i?b?)\s*$", re.I)
+_MULT = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40, "p": 1 << 50}
+
+
+def parse_size(v: Optional[Size], what: str = "size") -> Optional[int]:
+    """Bytes from an int or a string like "512m", "1g", "1.5GiB", "100k", "4096"
+    (units are binary: k = 1024)."""
+    if v is None:
+        return None
+    if isinstance(v, bool):
+        raise InvalidArgumentError(f"{what}: expected bytes, got {v!r}")
+    if isinstance(v, int):
+        if v < 0:
+            raise InvalidArgumentError(f"{what} must not be negative")
+        return v
+    if isinstance(v, float):
+        return int(v)
+    m = _SIZE_RE.match(str(v))
+    if not m:
+        raise InvalidArgumentError(f"{what}: cannot parse {v!r} (use bytes or e.g. '512m', '1g')")
+    return int(float(m.group(1)) * _MULT[m.group(2).lower()])
+
+
+def seconds(v: Optional[Seconds]) -> Optional[float]:
+    if v is None:
+        return None
+    if isinstance(v, timedelta):
+        return v.total_seconds()
+    return float(v)
+
+
+def esc(s: str) -> str:
+    return quote(str(s), safe="")
+
+
+def sandbox_path(sid: str, rest: str = "") -> str:
+    return "/v1/sandboxes/" + esc(sid) + rest
+
+
+def new_request_id() -> str:
+    return "py-" + uuid.uuid4().hex
+
+
+def backoff(attempt: int, base: float = 0.1, cap: float = 5.0) -> float:
+    """Exponential from base, capped, with jitter in [d/2, d]."""
+    d = min(cap, base * (2 ** min(attempt, 10)))
+    return d / 2 + random.random() * d / 2
+
+
+class Req:
+    """One HTTP request of the API."""
+
+    __slots__ = ("method", "path", "query", "body", "ctype", "headers", "retry", "timeout", "gone_ok")
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: Optional[Mapping[str, Any]] = None,
+        json_body: Any = _UNSET,
+        body: Optional[bytes] = None,
+        ctype: Optional[str] = None,
+        headers: Optional[Mapping[str, str]] = None,
+        retry: bool = False,
+        timeout: Any = _UNSET,
+        gone_ok: bool = False,
+    ) -> None:
+        self.method = method
+        if query:
+            path = path + "?" + urlencode(query)
+        self.path = path
+        self.query = query
+        if json_body is not _UNSET:
+            body = json.dumps(json_body, separators=(",", ":")).encode()
+            ctype = "application/json"
+        self.body = body
+        self.ctype = ctype
+        self.headers = headers
+        # retry: safe to repeat (GETs, create with a request id, delete).
+        self.retry = retry
+        # timeout: socket timeout override (None: wait forever); _UNSET: the client's.
+        self.timeout = timeout
+        # gone_ok: a not_found after a retried attempt means the first one worked.
+        self.gone_ok = gone_ok
+
+
+def should_retry(req: Req, err: DsecError, attempt: int, retries: int) -> bool:
+    return req.retry and err.retryable and attempt < retries
+
+
+# ---- request builders (shared by both clients) ----------------------------------
+
+
+def create_body(
+    backend: str,
+    image: Optional[str],
+    cpu: Optional[float],
+    memory: Optional[Size],
+    disk: Optional[Size],
+    ttl: Optional[Seconds],
+    idle_timeout: Optional[Seconds],
+    env: Optional[Mapping[str, str]],
+    labels: Optional[Mapping[str, str]],
+    request_id: Optional[str],
+    pids_max: Optional[int] = None,
+) -> Dict[str, Any]:
+    b: Dict[str, Any] = {"request_id": request_id or new_request_id()}
+    if backend and backend != "container":
+        b["backend"] = backend
+    if image:
+        b["image"] = image
+    if cpu:
+        b["cpu"] = float(cpu)
+    m = parse_size(memory, "memory")
+    if m:
+        b["memory_bytes"] = m
+    d = parse_size(disk, "disk")
+    if d:
+        b["disk_bytes"] = d
+    if pids_max:
+        b["pids_max"] = int(pids_max)
+    t = seconds(ttl)
+    if t:
+        b["ttl_seconds"] = max(1, int(round(t)))
+    it = seconds(idle_timeout)
+    if it:
+        b["idle_timeout_seconds"] = max(1, int(round(it)))
+    if env:
+        b["env"] = {str(k): str(v) for k, v in env.items()}
+    if labels:
+        b["labels"] = {str(k): str(v) for k, v in labels.items()}
+    return b
+
+
+def exec_body(
+    cmd: Cmd,
+    timeout: Optional[Seconds],
+    env: Optional[Mapping[str, str]],
+    cwd: Optional[str],
+    user: Optional[str],
+    stdin: Union[None, str, bytes],
+    max_output: Optional[Size] = None,
+) -> Dict[str, Any]:
+    b: Dict[str, Any] = {}
+    if isinstance(cmd, str):
+        b["shell"] = cmd
+    else:
+        argv = [str(a) for a in cmd]
+        if not argv:
+            raise InvalidArgumentError("cmd must not be empty")
+        b["cmd"] = argv
+    t = seconds(timeout)
+    if t is not None:
+        if t <= 0:
+            raise InvalidArgumentError("timeout must be positive")
+        b["timeout_ms"] = max(1, int(t * 1000))
+    if env:
+        b["env"] = {str(k): str(v) for k, v in env.items()}
+    if cwd:
+        b["cwd"] = cwd
+    if user is not None:
+        b["user"] = str(user)
+    if stdin is not None:
+        if isinstance(stdin, str):
+            b["stdin"] = stdin
+        else:
+            b["stdin_base64"] = base64.b64encode(bytes(stdin)).decode()
+    mo = parse_size(max_output, "max_output")
+    if mo:
+        b["max_output_bytes"] = mo
+    return b
+
+
+def exec_http_timeout(client_timeout: Optional[float], cmd_timeout: Optional[Seconds]) -> Optional[float]:
+    """Socket timeout for a blocking exec: long enough for the command."""
+    t = seconds(cmd_timeout)
+    if client_timeout is None:
+        return None
+    return max(client_timeout, (t if t is not None else 60.0) + 30.0)
+
+
+def stream_input_lines(stdin: Union[None, str, bytes, Iterable[bytes]]) -> Iterable[bytes]:
+    """NDJSON input lines (after the request line) for a sync iterable stdin."""
+    if stdin is not None:
+        if isinstance(stdin, str):
+            stdin = stdin.encode()
+        if isinstance(stdin, (bytes, bytearray, memoryview)):
+            data = bytes(stdin)
+            for i in range(0, len(data), 48 << 10):
+                yield stdin_line(data[i : i + (48 << 10)])
+        else:
+            for chunk in stdin:
+                if isinstance(chunk, str):
+                    chunk = chunk.encode()
+                if chunk:
+                    for i in range(0, len(chunk), 48 << 10):
+                        yield stdin_line(chunk[i : i + (48 << 10)])
+    yield b'{"eof":true}\n'
+
+
+def stdin_line(data: bytes) -> bytes:
+    return b'{"stdin":"' + base64.b64encode(data) + b'"}\n'
+
+
+def signal_line(sig: Union[str, int]) -> bytes:
+    return json.dumps({"signal": str(sig)}).encode() + b"\n"
+
+
+def process_path(sid: str, pid: str, rest: str = "") -> str:
+    return sandbox_path(sid, "/processes/" + esc(pid) + rest)
+
+
+def http_proxy_path(sid: str, port: int, path: str) -> str:
+    if not path.startswith("/"):
+        path = "/" + path
+    return sandbox_path(sid, f"/http/{int(port)}{path}")
+
+
+def files_req(method: str, sid: str, sub: str, path: str, **kw: Any) -> Req:
+    q: Dict[str, str] = {"path": path}
+    extra = kw.pop("query", None)
+    if extra:
+        q.update(extra)
+    return Req(method, sandbox_path(sid, "/files" + sub), query=q, retry=method == "GET", **kw)
+
+
+def decode_json(body: bytes) -> Any:
+    return json.loads(body) if body else None
+
+
+def lower_headers(items: Iterable[Tuple[str, str]]) -> Dict[str, str]:
+    h: Dict[str, str] = {}
+    for k, v in items:
+        k = k.lower()
+        h[k] = h[k] + ", " + v if k in h else v
+    return h
+
+
+def sandboxes_from_list(doc: Any) -> List[Mapping[str, Any]]:
+    return list((doc or {}).get("sandboxes") or [])

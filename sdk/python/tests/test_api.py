@@ -1,0 +1,362 @@
+"""The SDK against a real `dsec server` (started by conftest). Every test that takes
+`client` or `sb` runs twice: with dsec.Client and with dsec.AsyncClient."""
+
+from __future__ import annotations
+
+import io
+import os
+import tarfile
+import time
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+import dsec
+from conftest import Facade, server_available
+
+pytestmark = pytest.mark.skipif(bool(server_available()), reason=server_available() or "ok")
+
+
+# ---- node and sandboxes -------------------------------------------------------------
+
+
+def test_health_info(client: Any) -> None:
+    assert client.health() is True
+    info = client.info()
+    assert "container" in info["backends"]
+    assert info["images"]
+
+
+def test_create_get_list_delete(client: Any) -> None:
+    sb = client.create(memory="300m", disk=64 << 20, cpu=0.5, ttl=timedelta(minutes=10),
+                       idle_timeout=600, env={"FOO": "bar"}, labels={"k": "v"})
+    try:
+        assert sb.id.startswith("sb-")
+        assert sb.state == "running"
+        assert sb.info.memory_bytes == 300 << 20
+        assert sb.info.disk_bytes == 64 << 20
+        assert sb.info.cpu == 0.5
+        assert sb.info.labels == {"k": "v"}
+        assert sb.info.expires_at is not None
+        assert sb.info.request_id
+        got = client.get(sb.id)
+        assert got.id == sb.id and got.info.env == {"FOO": "bar"}
+        assert sb.id in [s.id for s in client.list()]
+        assert sb.refresh().state == "running"
+        assert sb.exec("echo $FOO").stdout == "bar\n"
+    finally:
+        sb.delete()
+    with pytest.raises(dsec.NotFoundError):
+        client.get(sb.id)
+    with pytest.raises(dsec.NotFoundError):  # a first-attempt not_found is raised
+        sb.delete()
+
+
+def test_create_idempotent(client: Any) -> None:
+    rid = "pytest-idem-" + os.urandom(6).hex()
+    a = client.create(request_id=rid)
+    try:
+        b = client.create(request_id=rid)
+        assert a.id == b.id
+    finally:
+        a.delete()
+
+
+def test_context_manager_cleanup(client: Any) -> None:
+    with client.create() as sb:
+        sid = sb.id
+        assert sb.exec("true").exit_code == 0
+    with pytest.raises(dsec.NotFoundError):
+        client.get(sid)
+    with pytest.raises(RuntimeError):
+        with client.create() as sb:
+            sid = sb.id
+            raise RuntimeError("boom")
+    with pytest.raises(dsec.NotFoundError):
+        client.get(sid)
+
+
+def test_pause_resume_reset(sb: Any) -> None:
+    sb.files.write("/root/keep.txt", "x")
+    assert sb.pause().state == "paused"
+    with pytest.raises(dsec.ConflictError) as ei:
+        sb.exec("true")
+    assert ei.value.status == 409 and not ei.value.infrastructure
+    assert sb.resume().state == "running"
+    assert sb.exec("cat /root/keep.txt").stdout == "x"
+    sb.reset()
+    assert not sb.files.exists("/root/keep.txt")
+    assert sb.exec("true").exit_code == 0
+
+
+# ---- exec ------------------------------------------------------------------------------
+
+
+def test_exec(sb: Any) -> None:
+    r = sb.exec("echo out; echo err >&2; exit 3")
+    assert (r.exit_code, r.stdout, r.stderr) == (3, "out\n", "err\n")
+    assert r.duration > 0 and not r.timed_out and not r.ok
+    with pytest.raises(dsec.CommandError) as ei:
+        r.check()
+    assert ei.value.exit_code == 3
+    r = sb.exec(["python3", "-c", "import os,sys; print(os.getcwd(), os.environ['A'], sys.stdin.read())"],
+                env={"A": "1"}, cwd="/tmp", stdin="in")
+    assert r.check().stdout == "/tmp 1 in\n"
+    assert sb.exec(["cat"], stdin=b"\x00\x01bin").stdout == "\x00\x01bin"
+    assert sb.exec("id -u", user="65534").stdout == "65534\n"
+    r = sb.exec(["no-such-binary"])
+    assert r.exit_code == 127
+    r = sb.exec("head -c 5000 /dev/zero | tr '\\0' a", max_output=100)
+    assert r.stdout_truncated and r.truncated and len(r.stdout) == 100
+
+
+def test_exec_timeout(sb: Any) -> None:
+    t0 = time.monotonic()
+    r = sb.exec("sleep 10", timeout=0.5)
+    assert r.timed_out and r.exit_code != 0
+    assert time.monotonic() - t0 < 8
+    with pytest.raises(dsec.CommandError):
+        r.check()
+
+
+def test_exec_stream_ordering(sb: Any) -> None:
+    items = list(sb.exec_stream("echo a; sleep 0.2; echo b >&2; sleep 0.2; echo c; cat", stdin=b"tail"))
+    res = items[-1]
+    assert isinstance(res, dsec.ExecResult) and res.exit_code == 0
+    chunks = items[:-1]
+    assert all(isinstance(c, dsec.StreamChunk) for c in chunks)
+    assert [(c.stream, c.data) for c in chunks] == [
+        ("stdout", b"a\n"), ("stderr", b"b\n"), ("stdout", b"c\n"), ("stdout", b"tail")]
+    # many lines: order within each stream is kept
+    items = list(sb.exec_stream("for i in $(seq 1 200); do echo o$i; echo e$i >&2; done"))
+    out = b"".join(c.data for c in items[:-1] if c.stream == "stdout")
+    err = b"".join(c.data for c in items[:-1] if c.stream == "stderr")
+    assert out == b"".join(b"o%d\n" % i for i in range(1, 201))
+    assert err == b"".join(b"e%d\n" % i for i in range(1, 201))
+    assert items[-1].exit_code == 0
+
+
+def test_exec_stream_iterable_stdin_and_signal(sb: Any) -> None:
+    items = list(sb.exec_stream(["python3", "-c", "import sys; print(len(sys.stdin.read()))"],
+                                stdin=[b"ab", b"cd", b"e"]))
+    assert items[0].data == b"5\n" and items[-1].exit_code == 0
+    st = sb.exec_stream("echo ready; sleep 30")
+    seen = []
+    for it in st:
+        if isinstance(it, dsec.StreamChunk):
+            seen.append(it.data)
+            st.signal("SIGTERM")
+        else:
+            res = it
+    assert seen == [b"ready\n"]
+    assert res.signal == "SIGTERM" and res.exit_code == -1
+    assert st.result is not None and st.result.signal == "SIGTERM"
+
+
+def test_exec_stream_errors(client: Any, sb: Any) -> None:
+    with pytest.raises(dsec.NotFoundError):
+        list(client.sandbox("sb-nope").exec_stream("true"))
+    # a stream left early kills the process; the sandbox stays usable
+    for it in sb.exec_stream("while true; do echo x; sleep 0.01; done"):
+        break
+    assert sb.exec("true").exit_code == 0
+
+
+# ---- background processes ----------------------------------------------------------
+
+
+def test_processes(sb: Any) -> None:
+    p = sb.spawn("echo started; echo oops >&2; sleep 0.3; exit 4")
+    assert p.id and p.pid > 0
+    assert p.id in [q.id for q in sb.processes()]
+    r = p.wait(10)
+    assert r.exit_code == 4 and not p.running
+    assert p.logs() == b"started\n"
+    assert p.logs("stderr") == b"oops\n"
+    assert p.logs(offset=3) == b"rted\n"
+    assert sb.process(p.id).result.exit_code == 4
+
+    q = sb.spawn(["sleep", "30"])
+    with pytest.raises(TimeoutError):
+        q.wait(0.2)
+    assert q.refresh().running
+    q.kill("SIGTERM")
+    r = q.wait(10)
+    assert r.signal == "SIGTERM"
+    with pytest.raises(dsec.InvalidArgumentError):
+        sb.spawn("sleep 5").kill("SIGFOO")
+
+
+# ---- files --------------------------------------------------------------------------
+
+
+def test_files(sb: Any) -> None:
+    sb.files.mkdir("/work/a/b", parents=True)
+    info = sb.files.write("/work/a/b/f.txt", b"hello\x00", mode=0o600)
+    assert info.size == 6 and info.mode == 0o600 and info.is_file
+    assert sb.files.read("/work/a/b/f.txt") == b"hello\x00"
+    sb.files.write("/work/a/t.txt", "text")
+    assert sb.files.read_text("/work/a/t.txt") == "text"
+    st = sb.files.stat("/work/a/b")
+    assert st.is_dir and st.name == "b"
+    assert [f.name for f in sb.files.list("/work/a")] == ["b", "t.txt"]
+    assert sb.exec("stat -c %a /work/a/b/f.txt").stdout == "600\n"
+    with pytest.raises(dsec.NotFoundError):
+        sb.files.read("/work/missing")
+    with pytest.raises(dsec.DsecError):
+        sb.files.remove("/work/a")  # not empty
+    sb.files.remove("/work/a/t.txt")
+    assert not sb.files.exists("/work/a/t.txt")
+    sb.files.remove("/work/a", recursive=True)
+    assert not sb.files.exists("/work/a")
+    with pytest.raises(dsec.DsecError):
+        sb.files.read("/../../etc/shadow-of-host-" + os.urandom(4).hex())
+
+
+def test_tar_round_trip(sb: Any, tmp_path: Any) -> None:
+    src = tmp_path / "src"
+    (src / "pkg" / "sub").mkdir(parents=True)
+    (src / "pkg" / "__init__.py").write_text("X = 1\n")
+    (src / "pkg" / "sub" / "data.bin").write_bytes(os.urandom(100000))
+    (src / "run.sh").write_text("#!/bin/sh\necho run\n")
+    os.chmod(src / "run.sh", 0o755)
+    os.symlink("pkg/__init__.py", src / "link.py")
+    sb.files.upload(src, "/work/proj")
+    assert sorted(f.name for f in sb.files.list("/work/proj")) == ["link.py", "pkg", "run.sh"]
+    assert sb.exec("/work/proj/run.sh").stdout == "run\n"
+    assert sb.exec("cat /work/proj/link.py").stdout == "X = 1\n"
+    single = tmp_path / "one.txt"
+    single.write_text("one")
+    sb.files.upload(single, "/work/single")
+    assert sb.files.read("/work/single/one.txt") == b"one"
+
+    dst = tmp_path / "dst"
+    sb.files.download("/work/proj", dst)
+    got = dst / "proj"
+    assert (got / "pkg" / "sub" / "data.bin").read_bytes() == (src / "pkg" / "sub" / "data.bin").read_bytes()
+    assert (got / "pkg" / "__init__.py").read_text() == "X = 1\n"
+    assert os.readlink(got / "link.py") == "pkg/__init__.py"
+    assert os.stat(got / "run.sh").st_mode & 0o777 == 0o755
+    sb.files.download("/work/single/one.txt", dst)
+    assert (dst / "one.txt").read_text() == "one"
+
+
+def test_download_refuses_escapes(sb: Any, tmp_path: Any) -> None:
+    sb.exec("mkdir -p /work/evil && ln -s /etc/passwd /work/evil/abs && ln -s ../../../x /work/evil/up").check()
+    with pytest.raises(dsec.InvalidArgumentError):
+        sb.files.download("/work/evil", tmp_path / "out")
+    assert not (tmp_path / "x").exists()
+
+
+# ---- HTTP into the sandbox --------------------------------------------------------
+
+
+def test_http(sb: Any) -> None:
+    sb.files.mkdir("/srv/www")
+    sb.files.write("/srv/www/hello.txt", "hi there")
+    sb.spawn(["python3", "-m", "http.server", "8000", "--bind", "127.0.0.1"], cwd="/srv/www")
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            status, headers, body = sb.http(8000, "GET", "/hello.txt")
+            break
+        except dsec.BadGatewayError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.1)
+    assert status == 200 and body == b"hi there"
+    assert headers["content-length"] == "8"
+    r = sb.http(8000, path="/missing")
+    assert r.status == 404  # the application's answer, not an exception
+    r = sb.http(8000, "POST", "/hello.txt", body=b"x", headers={"X-Test": "1"})
+    assert r.status == 501
+    with pytest.raises(dsec.BadGatewayError) as ei:
+        sb.http(8001)
+    assert ei.value.status == 502 and not ei.value.infrastructure
+
+
+# ---- errors ----------------------------------------------------------------------------
+
+
+def test_error_mapping(make_client: Any, client: Any, sb: Any) -> None:
+    bad = make_client(token="wrong-token")
+    with pytest.raises(dsec.AuthError) as ei:
+        bad.list()
+    e = ei.value
+    assert (e.code, e.status, e.retryable, e.infrastructure) == ("unauthorized", 401, False, False)
+    assert bad.health() is True  # no auth needed
+
+    with pytest.raises(dsec.NotFoundError) as ei2:
+        client.get("sb-does-not-exist")
+    assert ei2.value.status == 404 and ei2.value.code == "not_found"
+    with pytest.raises(dsec.NotFoundError):
+        client.sandbox("sb-does-not-exist").exec("true")
+
+    with pytest.raises(dsec.InvalidArgumentError) as ei3:
+        client.create(cpu=-1)
+    assert ei3.value.status == 400
+    with pytest.raises(dsec.InvalidArgumentError):
+        sb.exec("true", user="no-such-user")
+    with pytest.raises(dsec.InvalidArgumentError):
+        client.create(memory="lots")  # refused before sending
+
+    down = make_client(addr="http://127.0.0.1:9", retries=1)
+    with pytest.raises(dsec.InfrastructureError) as ei4:
+        down.list()
+    assert ei4.value.retryable and ei4.value.infrastructure and ei4.value.status == 0
+
+
+# ---- create_many -------------------------------------------------------------------
+
+
+def test_create_many_small(client: Any) -> None:
+    sbs = client.create_many(6, concurrency=3, ttl=600, labels={"batch": "small"})
+    try:
+        assert len({s.id for s in sbs}) == 6
+        assert all(s.info.labels == {"batch": "small"} for s in sbs)
+        assert sbs[0].info.request_id.endswith("-0") and sbs[5].info.request_id.endswith("-5")
+    finally:
+        for s in sbs:
+            s.delete()
+
+
+def test_create_many_same_prefix_is_idempotent(client: Any) -> None:
+    rid = "pytest-many-" + os.urandom(4).hex()
+    a = client.create_many(3, request_id=rid)
+    try:
+        b = client.create_many(3, request_id=rid)
+        assert [s.id for s in a] == [s.id for s in b]
+    finally:
+        for s in a:
+            s.delete()
+
+
+def test_create_many_failure_cleans_up(client: Any) -> None:
+    before = {s.id for s in client.list()}
+    with pytest.raises(dsec.CreateManyError) as ei:
+        client.create_many(4, image="no-such-image")
+    e = ei.value
+    assert len(e.failures) == 4 and isinstance(e.failures[0][1], dsec.NotFoundError)
+    assert {s.id for s in client.list()} == before
+
+
+@pytest.mark.scale
+def test_create_many_500(client: Any) -> None:
+    t0 = time.monotonic()
+    sbs = client.create_many(500, concurrency=32, ttl=900)
+    took = time.monotonic() - t0
+    try:
+        assert len({s.id for s in sbs}) == 500
+        assert sbs[0].exec("true").exit_code == 0
+    finally:
+        t1 = time.monotonic()
+        deleted = client.delete_all(concurrency=32)
+        print(f"\ncreate_many(500): {took:.1f}s; delete_all: {deleted} in {time.monotonic() - t1:.1f}s")
+    assert deleted >= 500
+    assert client.list() == []
+
+
+def test_facade_is_async(client: Any, kind: str) -> None:
+    """The parity fixture really drives the async client for kind == async."""
+    assert isinstance(client, Facade) == (kind == "async")

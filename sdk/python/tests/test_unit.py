@@ -1,0 +1,265 @@
+"""Tests that need no dsec server: argument conversion, error mapping, retry policy
+(against a stub HTTP server), safe tar extraction."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+import tarfile
+import threading
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Dict, Iterator, List
+
+import pytest
+
+import dsec
+from dsec import _core, _tar
+from dsec.errors import error_from_response
+
+
+def test_parse_size() -> None:
+    assert _core.parse_size("512m") == 512 << 20
+    assert _core.parse_size("1g") == 1 << 30
+    assert _core.parse_size("1.5GiB") == 3 << 29
+    assert _core.parse_size("100k") == 100 << 10
+    assert _core.parse_size("4096") == 4096
+    assert _core.parse_size(123) == 123
+    assert _core.parse_size(None) is None
+    for bad in ("lots", "-1m", "1x"):
+        with pytest.raises(dsec.InvalidArgumentError):
+            _core.parse_size(bad)
+
+
+def test_create_body() -> None:
+    b = _core.create_body("container", "debian", 0.5, "1g", "2g", timedelta(hours=1), 30, {"A": 1}, {"l": "v"},
+                          None)
+    assert b["request_id"].startswith("py-")
+    assert (b["memory_bytes"], b["disk_bytes"], b["ttl_seconds"], b["idle_timeout_seconds"]) == (
+        1 << 30, 2 << 30, 3600, 30)
+    assert b["env"] == {"A": "1"} and "backend" not in b
+    e = _core.exec_body("echo hi", 1.5, None, None, None, b"\x00")
+    assert e == {"shell": "echo hi", "timeout_ms": 1500, "stdin_base64": "AA=="}
+    assert _core.exec_body(["a", 1], None, None, "/x", "1000", "in")["cmd"] == ["a", "1"]
+    with pytest.raises(dsec.InvalidArgumentError):
+        _core.exec_body([], None, None, None, None, None)
+
+
+@pytest.mark.parametrize("code,status,cls,infra,retry", [
+    ("unauthorized", 401, dsec.AuthError, False, False),
+    ("invalid_argument", 400, dsec.InvalidArgumentError, False, False),
+    ("not_found", 404, dsec.NotFoundError, False, False),
+    ("conflict", 409, dsec.ConflictError, False, False),
+    ("already_exists", 409, dsec.ConflictError, False, False),
+    ("payload_too_large", 413, dsec.PayloadTooLargeError, False, False),
+    ("resource_exhausted", 429, dsec.InfrastructureError, True, True),
+    ("deadline_exceeded", 504, dsec.InfrastructureError, True, True),
+    ("unavailable", 503, dsec.InfrastructureError, True, True),
+    ("internal", 500, dsec.InfrastructureError, True, True),
+    ("sandbox_gone", 410, dsec.SandboxGoneError, True, False),
+    ("bad_gateway", 502, dsec.BadGatewayError, False, False),
+    ("trajectory_diverged", 409, dsec.TrajectoryDivergedError, False, False),
+    ("outcome_unknown", 500, dsec.OutcomeUnknownError, True, False),
+])
+def test_error_mapping(code: str, status: int, cls: type, infra: bool, retry: bool) -> None:
+    body = json.dumps({"error": {"code": code, "message": "m", "infrastructure": infra, "retryable": retry}})
+    e = error_from_response(status, body.encode())
+    assert type(e) is cls and isinstance(e, dsec.DsecError)
+    assert (e.code, e.status, e.message, e.infrastructure, e.retryable) == (code, status, "m", infra, retry)
+    assert code in str(e)
+
+
+def test_error_without_body() -> None:
+    e = error_from_response(429, b"slow down")
+    assert isinstance(e, dsec.InfrastructureError) and e.retryable and e.code == "resource_exhausted"
+    e = error_from_response(503, b"")
+    assert isinstance(e, dsec.InfrastructureError) and e.retryable
+    e = error_from_response(401, b"<html>")
+    assert isinstance(e, dsec.AuthError)
+    e = error_from_response(418, b"")
+    assert isinstance(e, dsec.InvalidArgumentError)
+
+
+def test_exec_result() -> None:
+    r = dsec.ExecResult.from_json({"exit_code": 0, "stdout": "a", "stderr": "", "duration_ms": 12.5})
+    assert r.ok and r.duration == 0.0125 and r.check() is r
+    r = dsec.ExecResult.from_json({"exit_code": -1, "signal": "SIGKILL", "timed_out": True, "stdout": "",
+                                   "stderr": "late", "duration_ms": 1})
+    with pytest.raises(dsec.CommandError, match="timed out") as ei:
+        r.check("sleep 9")
+    assert ei.value.result is r
+    assert not isinstance(ei.value, dsec.DsecError)
+
+
+def test_resolve_config(monkeypatch: Any, tmp_path: Any) -> None:
+    (tmp_path / "token").write_text(" filetok\n")
+    monkeypatch.delenv("DSEC_ADDR", raising=False)
+    monkeypatch.delenv("DSEC_TOKEN", raising=False)
+    monkeypatch.setenv("DSEC_DATA_DIR", str(tmp_path))
+    c = dsec.Client()
+    assert c.addr == "http://127.0.0.1:7070" and c.token == "filetok"
+    monkeypatch.setenv("DSEC_ADDR", "http://h:1")
+    monkeypatch.setenv("DSEC_TOKEN", "envtok")
+    a = dsec.AsyncClient()
+    assert a.addr == "http://h:1" and a.token == "envtok"
+    assert dsec.Client("x:9", "t").addr == "http://x:9"
+
+
+# ---- safe extraction ----------------------------------------------------------------
+
+
+def _mktar(*members: tarfile.TarInfo) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        for m in members:
+            tf.addfile(m, io.BytesIO(b"x" * m.size) if m.isfile() else None)
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("name,kind,link", [
+    ("../evil", tarfile.REGTYPE, ""),
+    ("/abs", tarfile.REGTYPE, ""),
+    ("a/../../evil", tarfile.REGTYPE, ""),
+    ("ln", tarfile.SYMTYPE, "/etc/passwd"),
+    ("ln", tarfile.SYMTYPE, "../../out"),
+    ("hl", tarfile.LNKTYPE, "../outside"),
+])
+def test_safe_extract_refuses(tmp_path: Any, name: str, kind: bytes, link: str) -> None:
+    m = tarfile.TarInfo(name)
+    m.type = kind
+    m.linkname = link
+    m.size = 1 if kind == tarfile.REGTYPE else 0
+    with pytest.raises(dsec.InvalidArgumentError):
+        _tar.safe_extract(_mktar(m), tmp_path / "dest")
+    assert os.listdir(tmp_path / "dest") == []
+
+
+def test_safe_extract_ok(tmp_path: Any) -> None:
+    d = tarfile.TarInfo("d")
+    d.type = tarfile.DIRTYPE
+    f = tarfile.TarInfo("d/f")
+    f.size = 3
+    ln = tarfile.TarInfo("d/ln")
+    ln.type = tarfile.SYMTYPE
+    ln.linkname = "f"
+    _tar.safe_extract(_mktar(d, f, ln), tmp_path)
+    assert (tmp_path / "d" / "f").read_bytes() == b"xxx"
+    assert os.readlink(tmp_path / "d" / "ln") == "f"
+
+
+# ---- retry policy against a stub server ------------------------------------------------
+
+
+class Stub:
+    """An HTTP server answering from a script: a list of (status, body) per path."""
+
+    def __init__(self) -> None:
+        self.script: Dict[str, List[Any]] = {}
+        self.seen: List[Any] = []
+        stub = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a: Any) -> None:
+                pass
+
+            def _any(self) -> None:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else b""
+                stub.seen.append((self.command, self.path, body))
+                steps = stub.script.get(f"{self.command} {self.path.split('?')[0]}") or [(404, {"error": {
+                    "code": "not_found", "message": "stub", "infrastructure": False, "retryable": False}})]
+                status, doc = steps.pop(0) if len(steps) > 1 else steps[0]
+                out = json.dumps(doc).encode() if doc is not None else b""
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            do_GET = do_POST = do_DELETE = do_PUT = _any
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.addr = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True).start()
+
+
+@pytest.fixture
+def stub() -> Iterator[Stub]:
+    s = Stub()
+    yield s
+    s.httpd.shutdown()
+
+
+EXHAUSTED = (429, {"error": {"code": "resource_exhausted", "message": "full", "infrastructure": True,
+                             "retryable": True}})
+INTERNAL = (500, {"error": {"code": "internal", "message": "boom", "infrastructure": True, "retryable": True}})
+SANDBOX = {"id": "sb-1", "backend": "container", "image": "debian", "state": "running", "cpu": 1,
+           "memory_bytes": 1, "disk_bytes": 1, "pids_max": 1, "created_at": "2026-01-02T03:04:05.123456789Z",
+           "last_active_at": "2026-01-02T03:04:05Z"}
+
+
+def _run(kind: str, stub: Stub, fn: Any) -> Any:
+    if kind == "sync":
+        return fn(dsec.Client(stub.addr, "t"))
+
+    async def main() -> Any:
+        c = dsec.AsyncClient(stub.addr, "t")
+        r = fn(c)
+        while asyncio.iscoroutine(r):
+            r = await r
+        return r
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_create_retried_with_same_request_id(kind: str, stub: Stub, monkeypatch: Any) -> None:
+    monkeypatch.setattr(_core, "backoff", lambda *a, **k: 0.001)
+    monkeypatch.setattr(dsec.client, "backoff", lambda *a, **k: 0.001)
+    monkeypatch.setattr(dsec.aio, "backoff", lambda *a, **k: 0.001)
+    stub.script["POST /v1/sandboxes"] = [EXHAUSTED, INTERNAL, (201, SANDBOX)]
+    sb = _run(kind, stub, lambda c: c.create(memory="1m"))
+    assert sb.id == "sb-1" and sb.info.created_at is not None
+    rids = {json.loads(b)["request_id"] for m, p, b in stub.seen}
+    assert len(stub.seen) == 3 and len(rids) == 1
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_exec_never_retried(kind: str, stub: Stub) -> None:
+    stub.script["POST /v1/sandboxes/sb-1/exec"] = [INTERNAL, (200, {"exit_code": 0, "stdout": "", "stderr": "",
+                                                                    "duration_ms": 1})]
+    with pytest.raises(dsec.InfrastructureError) as ei:
+        _run(kind, stub, lambda c: c.sandbox("sb-1").exec("true"))
+    assert ei.value.retryable and len(stub.seen) == 1
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_get_retried_then_gives_up(kind: str, stub: Stub, monkeypatch: Any) -> None:
+    monkeypatch.setattr(dsec.client, "backoff", lambda *a, **k: 0.001)
+    monkeypatch.setattr(dsec.aio, "backoff", lambda *a, **k: 0.001)
+    stub.script["GET /v1/sandboxes/sb-1"] = [INTERNAL]
+    with pytest.raises(dsec.InfrastructureError):
+        _run(kind, stub, lambda c: c.get("sb-1"))
+    assert len(stub.seen) == 1 + dsec.Client().retries
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_delete_retry_gone_is_success(kind: str, stub: Stub, monkeypatch: Any) -> None:
+    monkeypatch.setattr(dsec.client, "backoff", lambda *a, **k: 0.001)
+    monkeypatch.setattr(dsec.aio, "backoff", lambda *a, **k: 0.001)
+    stub.script["DELETE /v1/sandboxes/sb-1"] = [INTERNAL, (404, {"error": {"code": "not_found", "message": "x"}})]
+    _run(kind, stub, lambda c: c.sandbox("sb-1").delete())
+    assert len(stub.seen) == 2
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_create_many_backpressure(kind: str, stub: Stub, monkeypatch: Any) -> None:
+    monkeypatch.setattr(dsec.client, "backoff", lambda *a, **k: 0.001)
+    monkeypatch.setattr(dsec.aio, "backoff", lambda *a, **k: 0.001)
+    stub.script["POST /v1/sandboxes"] = [EXHAUSTED] * 10 + [(201, SANDBOX)]
+    sbs = _run(kind, stub, lambda c: c.create_many(3, concurrency=2))
+    assert len(sbs) == 3 and len(stub.seen) == 13
