@@ -12,6 +12,8 @@
 export PATH := /usr/local/go/bin:$(PATH)
 
 GO        ?= go
+# Debian's python3 (with python3-pytest), not whatever python3 comes first on PATH.
+PYTHON    ?= /usr/bin/python3
 FUZZTIME  ?= 15s
 # Test packages run 2 at a time: tests that create sandboxes contend for the
 # same 2 cores, cgroups and images.
@@ -41,7 +43,7 @@ test: setup build
 # The Python SDK's tests against a real `dsec server` (bin/dsec), as root.
 .PHONY: test-python
 test-python: build
-	cd sdk/python && python3 -m pytest -q tests
+	cd sdk/python && $(PYTHON) -m pytest -q tests
 
 demo: setup build
 	bin/dsec demo

@@ -39,6 +39,10 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Internal(err, "enabling full duplex"))
 		return
 	}
+	// A stream's connection is never reused: the request body may still be open
+	// (or cut by a read deadline) when the handler returns, and a keep-alive
+	// request after it would race with that read.
+	w.Header().Set("Connection", "close")
 	lines := newLineReader(r.Body, s.opts.MaxBodyBytes)
 	first, err := lines.next()
 	if err != nil {
