@@ -1,7 +1,7 @@
 # dsec: build, test, benchmark. Most targets need root (sandboxes, images).
 #
 #   make setup   install packages and build the default images (scripts/setup.sh)
-#   make build   C init (internal/initbin/dsec-init) + bin/dsec
+#   make build   C init (internal/initbin/dsec-init), FnCall zygote (internal/fncall/dsec-fncall) + bin/dsec
 #   make test    setup + build, then go vet and the race-enabled test suite
 #   make demo    setup + build, then bin/dsec demo
 #   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
@@ -31,6 +31,7 @@ setup:
 
 init:
 	sh internal/initbin/build.sh
+	sh internal/fncall/build.sh
 
 build: init
 	$(GO) build -o bin/dsec ./cmd/dsec
@@ -57,4 +58,4 @@ fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) sh scripts/fuzz.sh
 
 clean:
-	rm -rf bin internal/initbin/dsec-init
+	rm -rf bin internal/initbin/dsec-init internal/fncall/dsec-fncall

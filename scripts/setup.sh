@@ -174,7 +174,51 @@ EOF
 	log "image busybox: built in $(since "$t")"
 }
 
+# The judge image (FnCall's default environment): compilers and interpreters for
+# the online-judge languages. golang-go adds ~250 MB and a minute to the build;
+# the whole image is ~600 MB.
+JUDGE_PACKAGES=python3,gcc,g++,libc6-dev,golang-go,bash
+
+build_judge() {
+	img="$DSEC_IMAGES_DIR/judge"
+	if [ -f "$img/image.json" ] && [ -d "$img/rootfs" ]; then
+		log "image judge: cached"
+		return 0
+	fi
+	t=$(now)
+	tree="$DSEC_IMAGES_DIR/.judge-build.$$"
+	attempt=1
+	while :; do
+		rm -rf "$tree"
+		log "image judge: debootstrap $SUITE with $JUDGE_PACKAGES (attempt $attempt, log $tree.log)"
+		if debootstrap --variant=minbase --include="$JUDGE_PACKAGES" \
+			"$SUITE" "$tree" "$DEBIAN_MIRROR" >"$tree.log" 2>&1; then
+			break
+		fi
+		if [ "$attempt" -ge 2 ]; then
+			tail -n 20 "$tree.log" >&2 || true
+			rm -rf "$tree"
+			die "debootstrap of the judge image from $DEBIAN_MIRROR failed twice; see $tree.log (network? mirror?)"
+		fi
+		attempt=$((attempt + 1))
+		sleep 3
+	done
+	rm -f "$tree.log"
+	for b in /bin/sh /bin/bash /usr/bin/python3 /usr/bin/gcc /usr/bin/g++ /usr/bin/go; do
+		[ -e "$tree$b" ] || die "judge tree $tree lacks $b"
+	done
+	chroot "$tree" apt-get clean >/dev/null 2>&1 || true
+	rm -rf "$tree"/var/lib/apt/lists/* "$tree"/var/cache/apt/*.bin
+	common_dirs "$tree"
+	mkdir -p "$tree/w"
+	chmod 0755 "$tree/w"
+	install_rootfs "$tree" "$img"
+	write_manifest "$img" judge "Debian $SUITE minbase + python3, gcc, g++, golang-go, bash (FnCall)"
+	log "image judge: built in $(since "$t")"
+}
+
 build_busybox
 build_debian
+build_judge
 
 log "done in $(since "$T0") (images in $DSEC_IMAGES_DIR)"

@@ -91,6 +91,27 @@ func benchCmd() *cobra.Command {
 		},
 	}
 	addFlags(density, &do, 1000, 4)
-	c.AddCommand(create, exec, density)
+	var fo bench.Options
+	var fLang string
+	fn := &cobra.Command{
+		Use:   "fncall",
+		Short: "Compile hello world once, run it N times via the FnCall engine vs bare, then N calls in parallel",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if fo.Image == "" {
+				fo.Image = "judge"
+			}
+			r, err := bench.FnCall(cmd.Context(), fo, fLang)
+			if err != nil {
+				return err
+			}
+			return print(r, func() {
+				fmt.Printf("fncall %s: %d calls, %.1f calls/s (%d workers), p50 %.3f ms (bare %.3f ms, ratio %.2f), p99 %.3f ms, failures %d\n",
+					r.Language, r.N, r.CallsPerS, r.Parallel, r.P50ms, r.BareP50ms, r.OverheadRatio, r.P99ms, r.Failures)
+			})
+		},
+	}
+	addFlags(fn, &fo, 500, 4)
+	fn.Flags().StringVar(&fLang, "lang", "c", "language: c, c++, go, python3, bash")
+	c.AddCommand(create, exec, density, fn)
 	return c
 }

@@ -22,9 +22,11 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/container"
+	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/trajectory"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Defaults.
@@ -62,10 +64,12 @@ type Daemon struct {
 	Token   string
 	// Trajectories is the trajectory log at DATA_DIR/trajectories.db.
 	Trajectories *trajectory.Bolt
-	cfg          Config
-	http         *http.Server
-	stopPrune    chan struct{}
-	pruneDone    chan struct{}
+	// FnCall is the online-judge engine behind /v1/fncall (pools start on first use).
+	FnCall    *fncall.Engine
+	cfg       Config
+	http      *http.Server
+	stopPrune chan struct{}
+	pruneDone chan struct{}
 }
 
 // New opens the node: it re-adopts the sandboxes recorded under DataDir.
@@ -114,8 +118,18 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
-	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj})
-	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, cfg: cfg,
+	fc, err := fncall.New(fncall.Config{
+		StateDir: filepath.Join(cfg.DataDir, "fncall"), Logger: cfg.Logger,
+		Images: &images.Store{Dir: cfg.ImagesDir, Default: fncall.DefaultImage},
+	})
+	if err != nil {
+		traj.Close()
+		mgr.Close()
+		drv.Close()
+		return nil, err
+	}
+	srv := server.New(fnCallNode{mgr, fc}, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj})
+	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
 	return d, nil
@@ -173,8 +187,19 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	}
 	close(d.stopPrune)
 	<-d.pruneDone
-	errs = append(errs, d.Manager.Close(), d.Driver.Close(), d.Trajectories.Close())
+	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Trajectories.Close())
 	return errors.Join(errs...)
+}
+
+// fnCallNode is the agent plus the FnCall engine: the server serves /v1/fncall
+// when its node implements server.FnCaller.
+type fnCallNode struct {
+	*agent.Manager
+	fc *fncall.Engine
+}
+
+func (n fnCallNode) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+	return n.fc.Call(ctx, req)
 }
 
 // TokenPath is where the server keeps its token under a data dir.

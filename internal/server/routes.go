@@ -56,5 +56,8 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/trajectories/{traj}", s.deleteTrajectory},
 		{"GET /v1/trajectories/{traj}/export", s.exportTrajectory},
 		{"POST /v1/trajectories/{traj}/rebuild", s.rebuildTrajectory},
+
+		{"POST /v1/fncall", s.fnCall},
+		{"POST /v1/fncall/batch", s.fnCallBatch},
 	}
 }

@@ -1,0 +1,173 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/fncall"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// FnCallResult is the outcome of `dsec bench fncall`.
+type FnCallResult struct {
+	Language string `json:"language"`
+	N        int    `json:"n"`
+	Parallel int    `json:"parallel"`
+	// CallsPerS is the throughput of N calls on Parallel workers.
+	CallsPerS float64 `json:"calls_per_s"`
+	// P50ms/P99ms are the latency of one call (one test, the program compiled
+	// once) measured sequentially, interleaved with the bare runs.
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+	// BareP50ms is the same binary run directly on the host (os/exec with the same
+	// stdin and captured output), in the same benchmark.
+	BareP50ms     float64 `json:"bare_p50_ms"`
+	BareP99ms     float64 `json:"bare_p99_ms"`
+	OverheadRatio float64 `json:"overhead_ratio"`
+	CompileMs     float64 `json:"compile_ms"`
+	Failures      int     `json:"failures"`
+	FirstError    string  `json:"first_error,omitempty"`
+	Path          string  `json:"path"`
+}
+
+var helloSources = map[string]map[string]string{
+	api.LangC:       {"main.c": "#include <stdio.h>\nint main(void) { puts(\"hello, world\"); return 0; }\n"},
+	api.LangCPP:     {"main.cpp": "#include <cstdio>\nint main() { std::puts(\"hello, world\"); }\n"},
+	api.LangGo:      {"main.go": "package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"hello, world\\n\") }\n"},
+	api.LangPython3: {"main.py": "print('hello, world')\n"},
+	api.LangBash:    {"main.sh": "echo 'hello, world'\n"},
+}
+
+// FnCall compiles hello world once, then runs it N times through the node's FnCall
+// engine in-process (validation, compile cache lookup, sandbox, verdict), and N
+// times bare on the host, alternating so both see the same machine state; then N
+// calls on o.Parallel workers for throughput.
+func FnCall(ctx context.Context, o Options, lang string) (FnCallResult, error) {
+	o.defaults()
+	if o.Parallel <= 1 {
+		o.Parallel = 4
+	}
+	src, ok := helloSources[lang]
+	if !ok {
+		return FnCallResult{}, fmt.Errorf("bench fncall: no hello world for language %q", lang)
+	}
+	d, cleanup, err := openNode(ctx, o)
+	if err != nil {
+		return FnCallResult{}, err
+	}
+	defer cleanup()
+	want := "hello, world\n"
+	req := api.FnCallRequest{Language: lang, Files: src, Image: o.Image,
+		Tests: []api.FnCallTest{{ExpectedOutput: &want}}}
+	res := FnCallResult{Language: lang, N: o.N, Parallel: o.Parallel,
+		Path: "fncall engine in-process (validate, compile cache, warm zygote sandbox, verdict)"}
+	t0 := time.Now()
+	first, err := d.FnCall.Call(ctx, req)
+	if err != nil {
+		return res, err
+	}
+	res.CompileMs = ms(time.Since(t0))
+	if first.Verdict != api.VerdictAccepted {
+		return res, fmt.Errorf("bench fncall: hello world: %s (%+v %+v)", first.Verdict, first.Compile, first.Tests)
+	}
+	bare, cleanBare, err := bareCommand(d.FnCall, lang, src, o.Image)
+	if err != nil {
+		return res, err
+	}
+	defer cleanBare()
+	call := func() error {
+		r, err := d.FnCall.Call(ctx, req)
+		if err != nil {
+			return err
+		}
+		if r.Verdict != api.VerdictAccepted {
+			return fmt.Errorf("verdict %s: %+v", r.Verdict, r.Tests)
+		}
+		return nil
+	}
+	// Warm up both paths.
+	for range 20 {
+		_ = call()
+		_ = bare()
+	}
+	var lat, bareLat []time.Duration
+	for range o.N {
+		s := time.Now()
+		err := call()
+		lat = append(lat, time.Since(s))
+		if err != nil {
+			res.Failures++
+			if res.FirstError == "" {
+				res.FirstError = err.Error()
+			}
+		}
+		s = time.Now()
+		if err := bare(); err != nil {
+			return res, fmt.Errorf("bare run: %w", err)
+		}
+		bareLat = append(bareLat, time.Since(s))
+	}
+	l, b := summarize(lat), summarize(bareLat)
+	res.P50ms, res.P99ms, res.BareP50ms, res.BareP99ms = l.P50ms, l.P99ms, b.P50ms, b.P99ms
+	if b.P50ms > 0 {
+		res.OverheadRatio = round(l.P50ms/b.P50ms, 3)
+	}
+	_, wall, failures, ferr := runLoad(ctx, o.N, o.Parallel, false, func(int, int) error { return call() })
+	res.Failures += failures
+	if ferr != nil && res.FirstError == "" {
+		res.FirstError = ferr.Error()
+	}
+	res.CallsPerS = round(float64(o.N-failures)/wall.Seconds(), 1)
+	return res, ctx.Err()
+}
+
+// bareCommand returns a function running the compiled program (or interpreter)
+// directly on the host: the binary from the engine's compile cache, or the
+// image's interpreter through its dynamic loader is not needed since the host
+// runs the same Debian release.
+func bareCommand(e *fncall.Engine, lang string, src map[string]string, image string) (func() error, func(), error) {
+	var args []string
+	cleanup := func() {}
+	switch lang {
+	case api.LangC, api.LangCPP, api.LangGo:
+		bin, err := e.CompiledBinary(lang, src, image)
+		if err != nil {
+			return nil, nil, err
+		}
+		args = []string{bin}
+	default:
+		dir, err := os.MkdirTemp("", "fncall-bare-")
+		if err != nil {
+			return nil, nil, err
+		}
+		cleanup = func() { os.RemoveAll(dir) }
+		for name, body := range src {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+				return nil, nil, err
+			}
+		}
+		if lang == api.LangPython3 {
+			args = []string{"python3", filepath.Join(dir, "main.py")}
+		} else {
+			args = []string{"bash", filepath.Join(dir, "main.sh")}
+		}
+	}
+	return func() error {
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Stdin = bytes.NewReader(nil)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Run(); err != nil {
+			return err
+		}
+		if out.String() != "hello, world\n" {
+			return fmt.Errorf("bare output %q", out.String())
+		}
+		return nil
+	}, cleanup, nil
+}

@@ -1,0 +1,341 @@
+package fncall
+
+import (
+	"crypto/sha256"
+	_ "embed" // the zygote binary
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+//go:generate sh build.sh
+
+//go:embed dsec-fncall
+var zygoteBinary []byte
+
+// installZygote writes the embedded zygote into dir under a content-addressed name.
+func installZygote(dir string) (string, error) {
+	sum := sha256.Sum256(zygoteBinary)
+	path := filepath.Join(dir, "dsec-fncall-"+hex.EncodeToString(sum[:6]))
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.CreateTemp(dir, ".dsec-fncall-*")
+	if err != nil {
+		return "", err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(zygoteBinary); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		tmp.Close()
+		return "", err
+	}
+	if err := tmp.Close(); err != nil {
+		return "", err
+	}
+	return path, os.Rename(tmp.Name(), path)
+}
+
+// Wire protocol with csrc/fncall/dsec-fncall.c (struct req, struct ev).
+const (
+	opRun  = 1
+	opKill = 2
+
+	evStarted  = 1
+	evSetupErr = 2
+	evExecErr  = 3
+	evExit     = 4
+	evReaped   = 5
+	evFatal    = 6
+
+	flagProc = 1
+
+	reqHeaderSize = 4 + 4 + 8 + 4 + 4 + 4 + 4 + 8*6 + 4*4
+	evSize        = 4 + 4 + 8 + 4 + 4 + 8*3 + 80
+	maxFiles      = 64
+	maxMsg        = 256 * 1024
+)
+
+// event is one struct ev.
+type event struct {
+	kind     uint32
+	err      int32
+	id       uint64
+	pid      int32
+	status   int32
+	utimeUs  int64
+	stimeUs  int64
+	maxRSSKB int64
+	msg      string
+}
+
+func parseEvent(b []byte) (event, error) {
+	if len(b) != evSize {
+		return event{}, fmt.Errorf("fncall: event of %d bytes, want %d", len(b), evSize)
+	}
+	le := binary.LittleEndian
+	e := event{
+		kind: le.Uint32(b[0:]), err: int32(le.Uint32(b[4:])), id: le.Uint64(b[8:]),
+		pid: int32(le.Uint32(b[16:])), status: int32(le.Uint32(b[20:])),
+		utimeUs: int64(le.Uint64(b[24:])), stimeUs: int64(le.Uint64(b[32:])), maxRSSKB: int64(le.Uint64(b[40:])),
+	}
+	m := b[48:]
+	if i := indexByte(m, 0); i >= 0 {
+		m = m[:i]
+	}
+	e.msg = string(m)
+	return e, nil
+}
+
+func indexByte(b []byte, c byte) int {
+	for i, x := range b {
+		if x == c {
+			return i
+		}
+	}
+	return -1
+}
+
+// runReq is one struct req plus its strings.
+type runReq struct {
+	op, slot       uint32
+	id             uint64
+	uid, gid       uint32
+	flags          uint32
+	rlCPU, rlFsize uint64
+	rlNproc        uint64
+	rlNofile       uint64
+	rlStack        uint64
+	tmpfsSize      uint64
+	argv, env      []string
+	cwd            string
+	files          []string // "MODE:NAME"
+}
+
+func (r *runReq) encode() ([]byte, error) {
+	var s []byte
+	for _, l := range [][]string{r.argv, r.env, {r.cwd}, r.files} {
+		for _, x := range l {
+			if indexByte([]byte(x), 0) >= 0 {
+				return nil, errors.New("NUL byte in argument, environment or file name")
+			}
+			s = append(s, x...)
+			s = append(s, 0)
+		}
+	}
+	b := make([]byte, reqHeaderSize, reqHeaderSize+len(s))
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], r.op)
+	le.PutUint32(b[4:], r.slot)
+	le.PutUint64(b[8:], r.id)
+	le.PutUint32(b[16:], r.uid)
+	le.PutUint32(b[20:], r.gid)
+	le.PutUint32(b[24:], r.flags)
+	le.PutUint32(b[28:], uint32(len(r.files)))
+	for i, v := range []uint64{r.rlCPU, r.rlFsize, r.rlNproc, r.rlNofile, r.rlStack, r.tmpfsSize} {
+		le.PutUint64(b[32+8*i:], v)
+	}
+	le.PutUint32(b[80:], uint32(len(r.argv)))
+	le.PutUint32(b[84:], uint32(len(r.env)))
+	le.PutUint32(b[88:], uint32(len(s)))
+	b = append(b, s...)
+	if len(b) > maxMsg {
+		return nil, errors.New("request too large for the zygote")
+	}
+	return b, nil
+}
+
+// zygote is one running dsec-fncall process and its control connection.
+type zygote struct {
+	cmd  *exec.Cmd
+	conn *net.UnixConn
+	dead chan struct{}
+
+	mu      sync.Mutex
+	pending map[uint64]chan event
+	err     error // why the zygote died
+}
+
+// startZygote starts a zygote on rootfs with the slots' cgroup.procs files.
+func startZygote(path, rootfs, stage string, nslots int, cgFiles [][]*os.File, seccompFD *os.File) (*zygote, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("fncall: socketpair: %w", err)
+	}
+	parent := os.NewFile(uintptr(fds[0]), "fncall-ctl")
+	child := os.NewFile(uintptr(fds[1]), "fncall-ctl-child")
+	defer child.Close()
+	ncg := 0
+	if len(cgFiles) > 0 {
+		ncg = len(cgFiles[0])
+	}
+	extra := []*os.File{child, seccompFD}
+	for _, s := range cgFiles {
+		extra = append(extra, s...)
+	}
+	cmd := exec.Command(path, rootfs, stage, strconv.Itoa(nslots), strconv.Itoa(ncg))
+	cmd.ExtraFiles = extra
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		Cloneflags: unix.CLONE_NEWNS | unix.CLONE_NEWNET | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC,
+		Setsid:     true,
+	}
+	if err := cmd.Start(); err != nil {
+		parent.Close()
+		return nil, fmt.Errorf("fncall: start zygote: %w", err)
+	}
+	fc, err := net.FileConn(parent)
+	parent.Close()
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, fmt.Errorf("fncall: zygote connection: %w", err)
+	}
+	z := &zygote{cmd: cmd, conn: fc.(*net.UnixConn), dead: make(chan struct{}), pending: map[uint64]chan event{}}
+	ready := make(chan event, 1)
+	z.pending[0] = ready
+	go z.readLoop()
+	go func() {
+		err := cmd.Wait()
+		z.fail(fmt.Errorf("fncall: zygote exited: %v", err))
+		z.conn.Close()
+	}()
+	select {
+	case e := <-ready:
+		if e.kind != evStarted {
+			z.close()
+			return nil, fmt.Errorf("fncall: zygote setup: %s: %s", e.msg, syscall.Errno(e.err))
+		}
+	case <-z.dead:
+		z.close()
+		return nil, z.deadErr()
+	case <-time.After(30 * time.Second):
+		z.close()
+		return nil, errors.New("fncall: zygote did not start in 30 s")
+	}
+	return z, nil
+}
+
+func (z *zygote) deadErr() error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.err != nil {
+		return z.err
+	}
+	return errors.New("fncall: zygote died")
+}
+
+func (z *zygote) fail(err error) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.err != nil {
+		return
+	}
+	z.err = err
+	close(z.dead)
+}
+
+func (z *zygote) readLoop() {
+	buf := make([]byte, evSize+64)
+	for {
+		n, _, flags, _, err := z.conn.ReadMsgUnix(buf, nil)
+		if err != nil || n == 0 {
+			if err == nil {
+				err = errors.New("EOF")
+			}
+			z.fail(fmt.Errorf("fncall: zygote connection: %w", err))
+			return
+		}
+		if flags&unix.MSG_TRUNC != 0 {
+			continue
+		}
+		e, err := parseEvent(buf[:n])
+		if err != nil {
+			continue
+		}
+		if e.kind == evFatal {
+			z.fail(fmt.Errorf("fncall: zygote: %s: %s", e.msg, syscall.Errno(e.err)))
+			z.mu.Lock()
+			ch := z.pending[0]
+			z.mu.Unlock()
+			if ch != nil {
+				select {
+				case ch <- e:
+				default:
+				}
+			}
+			return
+		}
+		z.mu.Lock()
+		ch := z.pending[e.id]
+		if e.id == 0 {
+			delete(z.pending, 0)
+		}
+		z.mu.Unlock()
+		if ch != nil {
+			ch <- e // buffered: a run gets at most 4 events
+		}
+	}
+}
+
+// start sends a run request; events for it arrive on the returned channel.
+func (z *zygote) start(r *runReq, fds []int) (chan event, error) {
+	b, err := r.encode()
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan event, 8)
+	z.mu.Lock()
+	if z.err != nil {
+		z.mu.Unlock()
+		return nil, z.err
+	}
+	z.pending[r.id] = ch
+	z.mu.Unlock()
+	if _, _, err := z.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
+		z.forget(r.id)
+		return nil, fmt.Errorf("fncall: send to zygote: %w", err)
+	}
+	return ch, nil
+}
+
+func (z *zygote) forget(id uint64) {
+	z.mu.Lock()
+	delete(z.pending, id)
+	z.mu.Unlock()
+}
+
+// kill asks the zygote to SIGKILL a run's pid-namespace init (and with it every
+// process of the run). Killing a run that already ended does nothing.
+func (z *zygote) kill(id uint64) {
+	r := runReq{op: opKill, id: id, argv: nil}
+	b, _ := r.encode()
+	_, _, _ = z.conn.WriteMsgUnix(b, nil, nil)
+}
+
+func (z *zygote) close() {
+	z.conn.Close() // the zygote kills every run and exits on EOF
+	select {
+	case <-z.dead:
+	case <-time.After(5 * time.Second):
+		_ = z.cmd.Process.Kill()
+		<-z.dead
+	}
+}

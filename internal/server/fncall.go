@@ -1,0 +1,125 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"sync"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// FnCaller runs FnCalls (internal/fncall.Engine). A Node that also implements it
+// serves POST /v1/fncall and /v1/fncall/batch; others answer not_implemented.
+type FnCaller interface {
+	Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error)
+}
+
+// Body limits of the FnCall routes: sources and test data make bigger bodies than
+// the rest of the API.
+const (
+	maxFnCallBody      = 64 << 20
+	maxFnCallBatchBody = 256 << 20
+	maxFnCallBatch     = 10000
+	// batchParallel bounds the calls of one batch in flight; the engine's pool
+	// bounds the runs.
+	batchParallel = 64
+)
+
+func (s *Server) fnCaller() (FnCaller, error) {
+	if fc, ok := s.node.(FnCaller); ok {
+		return fc, nil
+	}
+	return nil, errdefs.New(api.CodeNotImplemented, "this node does not serve FnCall")
+}
+
+// fnCall handles POST /v1/fncall: bad input is a 400; a program's failure is a
+// verdict in the 200 result; an infrastructure failure is a system_error verdict,
+// or a 5xx when nothing ran.
+func (s *Server) fnCall(w http.ResponseWriter, r *http.Request) {
+	fc, err := s.fnCaller()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req api.FnCallRequest
+	if r.ContentLength > maxFnCallBody {
+		s.writeError(w, r, tooLarge(maxFnCallBody))
+		return
+	}
+	if err := decodeJSON(r.Body, maxFnCallBody, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := fc.Call(r.Context(), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// fnCallBatch handles POST /v1/fncall/batch: the body is validated as a whole
+// JSON document, then results stream as NDJSON lines in completion order, each
+// with its index. A call that fails on its own (bad input, nothing could run)
+// gets a line with its error, and the others go on.
+func (s *Server) fnCallBatch(w http.ResponseWriter, r *http.Request) {
+	fc, err := s.fnCaller()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var req api.FnCallBatchRequest
+	if r.ContentLength > maxFnCallBatchBody {
+		s.writeError(w, r, tooLarge(maxFnCallBatchBody))
+		return
+	}
+	if err := decodeJSON(r.Body, maxFnCallBatchBody, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	switch {
+	case len(req.Calls) == 0:
+		s.writeError(w, r, errdefs.Invalid("calls: at least one call is required"))
+		return
+	case len(req.Calls) > maxFnCallBatch:
+		s.writeError(w, r, errdefs.Invalid("calls: at most %d calls", maxFnCallBatch))
+		return
+	}
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	var mu sync.Mutex
+	enc := json.NewEncoder(w)
+	sem := make(chan struct{}, batchParallel)
+	var wg sync.WaitGroup
+	for i, call := range req.Calls {
+		select {
+		case sem <- struct{}{}:
+		case <-r.Context().Done():
+		}
+		if r.Context().Err() != nil {
+			break
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			res, err := fc.Call(r.Context(), call)
+			if err != nil {
+				res = api.FnCallResult{Verdict: api.VerdictSystemError, Tests: []api.FnCallTestResult{}, Error: apiError(err)}
+				if !res.Error.Infrastructure {
+					res.Verdict = ""
+				}
+			}
+			res.Index = i
+			mu.Lock()
+			defer mu.Unlock()
+			_ = enc.Encode(res)
+			_ = rc.Flush()
+		}()
+	}
+	wg.Wait()
+}
