@@ -210,8 +210,13 @@ build_judge() {
 	chroot "$tree" apt-get clean >/dev/null 2>&1 || true
 	rm -rf "$tree"/var/lib/apt/lists/* "$tree"/var/cache/apt/*.bin
 	common_dirs "$tree"
-	mkdir -p "$tree/w"
+	# FnCall's layout: /w is the per-run work directory (a fresh tmpfs) and /tmp
+	# lives in it, so the read-only image can be the root as one bind mount.
+	mkdir -p "$tree/w/tmp"
 	chmod 0755 "$tree/w"
+	chmod 1777 "$tree/w/tmp"
+	rm -rf "$tree/tmp"
+	ln -s /w/tmp "$tree/tmp"
 	install_rootfs "$tree" "$img"
 	write_manifest "$img" judge "Debian $SUITE minbase + python3, gcc, g++, golang-go, bash (FnCall)"
 	log "image judge: built in $(since "$t")"

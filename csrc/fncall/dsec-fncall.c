@@ -56,7 +56,9 @@
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/types.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* Kernel ABI (musl ships no linux/ headers). */
@@ -112,14 +114,10 @@ struct ev {
 };
 
 static int nslots, ncg;
+static int tracing;
 static int netfd[MAX_SLOTS];
 static struct sock_fprog seccomp_prog;
 
-struct run {
-	uint64_t id;
-	pid_t pid;
-};
-static struct run runs[MAX_SLOTS * 2];
 
 static void send_ev(struct ev *e)
 {
@@ -166,22 +164,21 @@ static void bind_ro(const char *src, const char *dst)
 
 static void make_dev(const char *stage)
 {
-	static const char *devs[] = {"null", "zero", "full", "random", "urandom", NULL};
-	char p[4096], s[64];
+	static const struct {
+		const char *name;
+		unsigned minor;
+	} devs[] = {{"null", 3}, {"zero", 5}, {"full", 7}, {"random", 8}, {"urandom", 9}, {NULL, 0}};
+	char p[4096];
 	snprintf(p, sizeof p, "%s/dev", stage);
 	if (mkdir(p, 0755) && errno != EEXIST)
 		die("mkdir /dev");
 	if (mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755"))
 		die("mount /dev tmpfs");
-	for (int i = 0; devs[i]; i++) {
-		snprintf(p, sizeof p, "%s/dev/%s", stage, devs[i]);
-		snprintf(s, sizeof s, "/dev/%s", devs[i]);
-		int fd = open(p, O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
-		if (fd < 0)
-			die("create device mount point");
-		close(fd);
-		if (mount(s, p, NULL, MS_BIND, NULL))
-			die("bind device");
+	/* device nodes, not bind mounts: every mount is copied per run */
+	for (int i = 0; devs[i].name; i++) {
+		snprintf(p, sizeof p, "%s/dev/%s", stage, devs[i].name);
+		if (mknod(p, S_IFCHR | 0666, makedev(1, devs[i].minor)) || chmod(p, 0666))
+			die("mknod device");
 	}
 	static const char *links[][2] = {{"fd", "/proc/self/fd"}, {"stdin", "/proc/self/fd/0"},
 		{"stdout", "/proc/self/fd/1"}, {"stderr", "/proc/self/fd/2"}, {"shm", "/w/shm"}, {NULL, NULL}};
@@ -191,8 +188,28 @@ static void make_dev(const char *stage)
 			die("dev symlink");
 	}
 	snprintf(p, sizeof p, "%s/dev", stage);
-	if (mount(NULL, p, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, NULL))
+	if (mount(NULL, p, NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=64k,mode=0755"))
 		die("remount /dev read-only");
+}
+
+/* judge_layout: the image already has the run's mount points (/w, /proc,
+ * /dev) and /tmp -> /w/tmp, so its root can be one read-only bind mount. */
+static int judge_layout(const char *rootfs)
+{
+	char p[4096], t[64];
+	struct stat st;
+	static const char *dirs[] = {"w", "proc", "dev", NULL};
+	for (int i = 0; dirs[i]; i++) {
+		snprintf(p, sizeof p, "%s/%s", rootfs, dirs[i]);
+		if (lstat(p, &st) || !S_ISDIR(st.st_mode))
+			return 0;
+	}
+	snprintf(p, sizeof p, "%s/tmp", rootfs);
+	ssize_t n = readlink(p, t, sizeof t - 1);
+	if (n < 0)
+		return 0;
+	t[n] = 0;
+	return !strcmp(t, "/w/tmp") || !strcmp(t, "w/tmp");
 }
 
 static void build_root(const char *rootfs, const char *stage)
@@ -200,6 +217,14 @@ static void build_root(const char *rootfs, const char *stage)
 	char src[4096], dst[4096];
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL))
 		die("make mounts private");
+	if (judge_layout(rootfs)) {
+		if (mount(rootfs, stage, NULL, MS_BIND, NULL))
+			die("bind image root");
+		make_dev(stage);
+		if (mount(NULL, stage, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, NULL))
+			die("remount image root read-only");
+		return;
+	}
 	if (mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755"))
 		die("mount skeleton tmpfs");
 	DIR *d = opendir(rootfs);
@@ -310,26 +335,6 @@ static void load_seccomp(void)
 
 /* ---- per run ------------------------------------------------------------- */
 
-static void write_full(int fd, const char *s)
-{
-	size_t n = strlen(s);
-	while (n > 0) {
-		ssize_t w = write(fd, s, n);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return;
-		s += w;
-		n -= w;
-	}
-}
-
-static void setup_fail(uint64_t id, const char *what)
-{
-	evmsg(EV_SETUP_ERR, id, errno, what);
-	_exit(125);
-}
-
 static int mkdirs_for(const char *path, uid_t uid, gid_t gid)
 {
 	char p[4096];
@@ -378,181 +383,318 @@ static int copy_file(int src, const char *dst, mode_t mode, uid_t uid, gid_t gid
 static void set_rl(int res, uint64_t soft, uint64_t hard)
 {
 	struct rlimit rl = {.rlim_cur = soft, .rlim_max = hard};
-	setrlimit(res, &rl);
+	syscall(SYS_prlimit64, 0, res, &rl, NULL);
 }
 
-extern char **environ;
+/* A run in flight. H runs on its own stack in the zygote's address space
+ * (CLONE_VM: no page-table copy, which is most of a fork's cost); everything
+ * it reads lives here, allocated by the zygote before the clone and freed
+ * after H was reaped. H must not call malloc, stdio or anything else holding
+ * libc state; it uses the stack and system calls. */
+struct run {
+	uint64_t id;
+	pid_t pid;
+	struct req r;
+	char *buf; /* the strings of the request */
+	char **vec;
+	char **argv, **envp, **fnames;
+	char *cwd;
+	int fds[MAX_FILES + 3];
+	int nfds;
+	char *stack;
+};
+#define MAX_RUNS (MAX_SLOTS * 2)
+#define STACK_SIZE (256 * 1024)
+static struct run runs[MAX_RUNS];
 
-static void run_child(struct req *r, char **argv, char **envp, const char *cwd, char **fnames, int *fds)
+/* exec_path is execvp with the PATH of envp (never the zygote's environ,
+ * which P must not touch: it shares the zygote's memory until execve). */
+static int exec_path(char **argv, char **envp)
 {
+	const char *f = argv[0];
+	if (strchr(f, '/')) {
+		syscall(SYS_execve, f, argv, envp);
+		return errno;
+	}
+	const char *path = "/usr/local/bin:/usr/bin:/bin";
+	for (char **e = envp; *e; e++)
+		if (!strncmp(*e, "PATH=", 5))
+			path = *e + 5;
+	int err = ENOENT;
+	char buf[4096];
+	size_t fl = strlen(f);
+	for (const char *p = path;; p++) {
+		const char *z = strchr(p, ':');
+		size_t l = z ? (size_t)(z - p) : strlen(p);
+		if (l + 1 + fl + 1 <= sizeof buf) {
+			memcpy(buf, p, l);
+			buf[l] = '/';
+			memcpy(buf + l + 1, f, fl + 1);
+			syscall(SYS_execve, l ? buf : f, argv, envp);
+			if (errno != ENOENT && errno != ENOTDIR)
+				err = errno;
+		}
+		if (!z)
+			break;
+		p = z;
+	}
+	return err;
+}
+
+static void setup_fail(uint64_t id, const char *what)
+{
+	evmsg(EV_SETUP_ERR, id, errno, what);
+	syscall(SYS_exit, 125);
+	for (;;)
+		;
+}
+
+/* P: from vfork to execve, still in H's memory and on H's stack. */
+static void run_program(struct run *ru)
+{
+	struct req *r = &ru->r;
 	uint64_t id = r->id;
+	if (dup2(ru->fds[0], 0) < 0 || dup2(ru->fds[1], 1) < 0 || dup2(ru->fds[2], 2) < 0)
+		setup_fail(id, "stdio");
+	/* everything else is closed by execve */
+	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
+	syscall(SYS_setsid);
+	if (r->rl_cpu)
+		set_rl(RLIMIT_CPU, r->rl_cpu, r->rl_cpu + 1);
+	if (r->rl_fsize)
+		set_rl(RLIMIT_FSIZE, r->rl_fsize, r->rl_fsize);
+	if (r->rl_nproc)
+		set_rl(RLIMIT_NPROC, r->rl_nproc, r->rl_nproc);
+	if (r->rl_nofile)
+		set_rl(RLIMIT_NOFILE, r->rl_nofile, r->rl_nofile);
+	if (r->rl_stack)
+		set_rl(RLIMIT_STACK, r->rl_stack, r->rl_stack);
+	set_rl(RLIMIT_CORE, 0, 0);
+	set_rl(RLIMIT_MEMLOCK, 0, 0);
+	set_rl(RLIMIT_MSGQUEUE, 0, 0);
+	/* raw system calls: musl's set*id wrappers synchronise threads through
+	 * libc state this process shares with the zygote */
+	if (syscall(SYS_setgroups, 0, NULL) || syscall(SYS_setresgid, r->gid, r->gid, r->gid) ||
+		syscall(SYS_setresuid, r->uid, r->uid, r->uid))
+		setup_fail(id, "drop privileges");
+	if (chdir(ru->cwd))
+		setup_fail(id, "chdir");
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		setup_fail(id, "no_new_privs");
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
+		setup_fail(id, "seccomp");
+	int err = exec_path(ru->argv, ru->envp);
+	errno = err;
+	evmsg(EV_EXEC_ERR, id, err, ru->argv[0]);
+	syscall(SYS_exit, 127);
+}
+
+static long long tnow(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000000LL + t.tv_nsec / 1000;
+}
+
+#define TR() (tr[ntr++] = tracing ? tnow() : 0)
+
+/* H: PID 1 of the run's pid namespace. */
+static int run_helper(void *arg)
+{
+	struct run *ru = arg;
+	struct req *r = &ru->r;
+	uint64_t id = r->id;
+	long long tr[16];
+	int ntr = 0;
+	TR();
 	sigset_t all;
 	sigemptyset(&all);
 	sigprocmask(SIG_SETMASK, &all, NULL);
-	signal(SIGPIPE, SIG_DFL);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (unshare(CLONE_NEWNS | CLONE_NEWIPC))
 		setup_fail(id, "unshare mount, ipc");
+	TR();
 	if (setns(netfd[r->slot], CLONE_NEWNET))
 		setup_fail(id, "join network namespace");
+	TR();
 	for (int i = 0; i < ncg; i++) {
 		int fd = FD_CG0 + (int)r->slot * ncg + i;
 		if (write(fd, "0", 1) != 1)
 			setup_fail(id, "join cgroup");
 	}
+	TR();
 	char opts[128];
 	snprintf(opts, sizeof opts, "size=%llu,nr_inodes=16384,mode=0755,uid=%u,gid=%u",
 		(unsigned long long)r->tmpfs_size, r->uid, r->gid);
 	if (mount("tmpfs", "/w", "tmpfs", MS_NOSUID | MS_NODEV, opts))
 		setup_fail(id, "mount /w");
+	TR();
 	if (mkdir("/w/tmp", 01777) || chmod("/w/tmp", 01777) || chown("/w/tmp", r->uid, r->gid))
 		setup_fail(id, "mkdir /w/tmp");
+	TR();
 	if (r->flags & F_PROC) {
 		if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
 			setup_fail(id, "mount /proc");
 	}
+	TR();
 	for (uint32_t i = 0; i < r->nfiles; i++) {
-		char *colon = strchr(fnames[i], ':');
+		char *colon = strchr(ru->fnames[i], ':');
 		if (!colon)
 			setup_fail(id, "file entry");
-		mode_t mode = strtoul(fnames[i], NULL, 8);
+		mode_t mode = strtoul(ru->fnames[i], NULL, 8);
 		char dst[4096];
 		snprintf(dst, sizeof dst, "/w/%s", colon + 1);
-		if (copy_file(fds[3 + i], dst, mode, r->uid, r->gid))
+		if (copy_file(ru->fds[3 + i], dst, mode, r->uid, r->gid))
 			setup_fail(id, "write file");
-		close(fds[3 + i]);
+		close(ru->fds[3 + i]);
 	}
-	pid_t p = fork();
+	TR();
+	/* vfork: H sleeps until P execs (or fails); no page tables are copied */
+	pid_t p = vfork();
 	if (p < 0)
 		setup_fail(id, "fork program");
-	if (p == 0) {
-		if (dup2(fds[0], 0) < 0 || dup2(fds[1], 1) < 0 || dup2(fds[2], 2) < 0)
-			setup_fail(id, "stdio");
-		/* everything else is closed by execve */
-		syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
-		setsid();
-		if (r->rl_cpu)
-			set_rl(RLIMIT_CPU, r->rl_cpu, r->rl_cpu + 1);
-		if (r->rl_fsize)
-			set_rl(RLIMIT_FSIZE, r->rl_fsize, r->rl_fsize);
-		if (r->rl_nproc)
-			set_rl(RLIMIT_NPROC, r->rl_nproc, r->rl_nproc);
-		if (r->rl_nofile)
-			set_rl(RLIMIT_NOFILE, r->rl_nofile, r->rl_nofile);
-		if (r->rl_stack)
-			set_rl(RLIMIT_STACK, r->rl_stack, r->rl_stack);
-		set_rl(RLIMIT_CORE, 0, 0);
-		set_rl(RLIMIT_MEMLOCK, 0, 0);
-		set_rl(RLIMIT_MSGQUEUE, 0, 0);
-		if (setgroups(0, NULL) || setresgid(r->gid, r->gid, r->gid) || setresuid(r->uid, r->uid, r->uid))
-			setup_fail(id, "drop privileges");
-		if (chdir(cwd))
-			setup_fail(id, "chdir");
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-			setup_fail(id, "no_new_privs");
-		if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
-			setup_fail(id, "seccomp");
-		environ = envp;
-		execvp(argv[0], argv);
-		evmsg(EV_EXEC_ERR, id, errno, argv[0]);
-		_exit(127);
-	}
-	close(fds[0]);
-	close(fds[1]);
-	close(fds[2]);
-	/* PID 1: reap until the program exits, then leave (the kernel kills and
-	 * reaps whatever else is left in this pid namespace). */
+	if (p == 0)
+		run_program(ru);
+	close(ru->fds[0]);
+	close(ru->fds[1]);
+	close(ru->fds[2]);
+	/* reap until the program exits, then leave: the kernel kills and reaps
+	 * whatever else is left in this pid namespace */
 	for (;;) {
 		int st;
-		pid_t w = waitpid(-1, &st, __WALL);
+		pid_t w = (pid_t)syscall(SYS_wait4, -1, &st, __WALL, NULL);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0)
-			_exit(126);
+			syscall(SYS_exit, 126);
 		if (w == p) {
-			struct ev e = {.kind = EV_EXIT, .id = id, .pid = p, .status = st};
+			/* rusage of everything reaped so far: the program and the
+			 * descendants it (or this helper) reaped */
+			struct rusage u;
+			syscall(SYS_getrusage, RUSAGE_CHILDREN, &u);
+			struct ev e = {.kind = EV_EXIT, .id = id, .pid = p, .status = st,
+				.utime_us = u.ru_utime.tv_sec * 1000000LL + u.ru_utime.tv_usec,
+				.stime_us = u.ru_stime.tv_sec * 1000000LL + u.ru_stime.tv_usec,
+				.maxrss_kb = u.ru_maxrss};
 			send_ev(&e);
-			_exit(0);
+			TR();
+			if (tracing) {
+				char b[80];
+				int o = 0;
+				for (int i = 1; i < ntr && o < 70; i++)
+					o += snprintf(b + o, sizeof b - o, "%lld ", tr[i] - tr[i - 1]);
+				evmsg(7, id, 0, b);
+			}
+			syscall(SYS_exit, 0);
 		}
 	}
+	return 0;
 }
 
-static int parse_strings(struct req *r, char *s, size_t n, char ***argv, char ***envp, char **cwd, char ***fnames)
+static int parse_strings(struct run *ru, size_t n)
 {
+	struct req *r = &ru->r;
+	char *s = ru->buf;
 	size_t total = (size_t)r->argc + r->envc + 1 + r->nfiles;
 	if (r->argc < 1 || r->argc > 4096 || r->envc > 4096 || r->nfiles > MAX_FILES || n == 0 || s[n - 1] != 0)
 		return -1;
-	char **v = calloc(total + 3, sizeof(char *));
-	if (!v)
-		return -1;
-	size_t k = 0;
-	for (char *p = s; p < s + n && k < total; p += strlen(p) + 1)
-		v[k++] = p;
-	if (k != total) {
-		free(v);
-		return -1;
-	}
-	/* layout: argv..., NULL, env..., NULL, cwd, files... */
 	char **out = calloc(total + 3, sizeof(char *));
-	if (!out) {
-		free(v);
+	if (!out)
 		return -1;
-	}
-	size_t o = 0, i = 0;
-	*argv = out + o;
+	ru->vec = out;
+	char *p = s;
+	size_t o = 0;
+#define NEXT()                                  \
+	do {                                    \
+		if (p >= s + n)                 \
+			return -1;              \
+		out[o++] = p;                   \
+		p += strlen(p) + 1;             \
+	} while (0)
+	ru->argv = out + o;
 	for (uint32_t j = 0; j < r->argc; j++)
-		out[o++] = v[i++];
+		NEXT();
 	out[o++] = NULL;
-	*envp = out + o;
+	ru->envp = out + o;
 	for (uint32_t j = 0; j < r->envc; j++)
-		out[o++] = v[i++];
+		NEXT();
 	out[o++] = NULL;
-	*cwd = v[i++];
-	*fnames = out + o;
+	ru->cwd = p;
+	if (p >= s + n)
+		return -1;
+	p += strlen(p) + 1;
+	ru->fnames = out + o;
 	for (uint32_t j = 0; j < r->nfiles; j++)
-		out[o++] = v[i++];
-	free(v);
+		NEXT();
+#undef NEXT
 	return 0;
+}
+
+static void free_run(struct run *ru)
+{
+	free(ru->buf);
+	free(ru->vec);
+	ru->buf = NULL;
+	ru->vec = NULL;
+	ru->pid = 0;
+	ru->id = 0;
 }
 
 static void handle_run(struct req *r, char *s, size_t n, int *fds, int nfds)
 {
-	char **argv, **envp, **fnames, *cwd;
-	if (r->slot >= (uint32_t)nslots || nfds != 3 + (int)r->nfiles ||
-		parse_strings(r, s, n, &argv, &envp, &cwd, &fnames)) {
-		errno = EINVAL;
+	struct run *ru = NULL;
+	for (int i = 0; i < MAX_RUNS; i++)
+		if (runs[i].pid == 0 && runs[i].buf == NULL) {
+			ru = &runs[i];
+			break;
+		}
+	if (!ru) {
+		evmsg(EV_SETUP_ERR, r->id, EAGAIN, "too many runs");
+		return;
+	}
+	if (r->slot >= (uint32_t)nslots || nfds != 3 + (int)r->nfiles) {
 		evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
 		return;
 	}
-	int slot = -1;
-	for (int i = 0; i < (int)(sizeof runs / sizeof runs[0]); i++)
-		if (runs[i].pid == 0) {
-			slot = i;
-			break;
+	ru->r = *r;
+	ru->buf = malloc(n ? n : 1);
+	if (!ru->buf) {
+		evmsg(EV_SETUP_ERR, r->id, ENOMEM, "malloc");
+		return;
+	}
+	memcpy(ru->buf, s, n);
+	if (parse_strings(ru, n)) {
+		free_run(ru);
+		evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
+		return;
+	}
+	if (!ru->stack) {
+		void *m = mmap(NULL, STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+		if (m == MAP_FAILED) {
+			free_run(ru);
+			evmsg(EV_SETUP_ERR, r->id, errno, "stack");
+			return;
 		}
-	if (slot < 0) {
-		evmsg(EV_SETUP_ERR, r->id, EAGAIN, "too many runs");
-		free(argv);
-		return;
+		ru->stack = m;
 	}
-	pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+	memcpy(ru->fds, fds, sizeof(int) * nfds);
+	ru->nfds = nfds;
+	ru->id = r->id;
+	pid_t pid = clone(run_helper, ru->stack + STACK_SIZE, CLONE_VM | CLONE_NEWPID | SIGCHLD, ru);
 	if (pid < 0) {
-		evmsg(EV_SETUP_ERR, r->id, errno, "clone");
-		free(argv);
+		int err = errno;
+		free_run(ru);
+		evmsg(EV_SETUP_ERR, r->id, err, "clone");
 		return;
 	}
-	if (pid == 0)
-		run_child(r, argv, envp, cwd, fnames, fds);
-	runs[slot].id = r->id;
-	runs[slot].pid = pid;
+	ru->pid = pid;
 	struct ev e = {.kind = EV_STARTED, .id = r->id, .pid = pid};
 	send_ev(&e);
-	free(argv);
 }
 
 static void handle_kill(struct req *r)
 {
-	for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+	for (int i = 0; i < MAX_RUNS; i++)
 		if (runs[i].pid && runs[i].id == r->id)
 			kill(runs[i].pid, SIGKILL);
 }
@@ -565,14 +707,14 @@ static void reap(void)
 		pid_t w = wait4(-1, &st, WNOHANG | __WALL, &ru);
 		if (w <= 0)
 			return;
-		for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+		for (int i = 0; i < MAX_RUNS; i++) {
 			if (runs[i].pid != w)
 				continue;
 			struct ev e = {.kind = EV_REAPED, .id = runs[i].id, .pid = w, .status = st,
 				.utime_us = ru.ru_utime.tv_sec * 1000000LL + ru.ru_utime.tv_usec,
 				.stime_us = ru.ru_stime.tv_sec * 1000000LL + ru.ru_stime.tv_usec,
 				.maxrss_kb = ru.ru_maxrss};
-			runs[i].pid = 0;
+			free_run(&runs[i]);
 			send_ev(&e);
 			break;
 		}
@@ -591,10 +733,7 @@ int main(int argc, char **argv)
 	ncg = atoi(argv[4]);
 	if (nslots < 1 || nslots > MAX_SLOTS || ncg < 0 || ncg > 8)
 		die("bad slot count");
-	(void)write_full;
-	prctl(PR_SET_PDEATHSIG, SIGKILL);
-	if (getppid() == 1)
-		return 1;
+	tracing = getenv("DSEC_FNCALL_TRACE") != NULL;
 	load_seccomp();
 	make_netns();
 	build_root(argv[1], argv[2]);
@@ -634,7 +773,7 @@ int main(int argc, char **argv)
 			continue;
 		if (n <= 0) {
 			/* The engine is gone: kill every run and leave. */
-			for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++)
+			for (int i = 0; i < MAX_RUNS; i++)
 				if (runs[i].pid)
 					kill(runs[i].pid, SIGKILL);
 			return 0;

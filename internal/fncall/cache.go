@@ -18,6 +18,7 @@ type compileCache struct {
 
 	mu       sync.Mutex
 	inflight map[string]*flight
+	mem      sync.Map // key -> cacheEntry already read from disk (entries never change)
 }
 
 type flight struct {
@@ -45,6 +46,9 @@ func newCompileCache(dir string) (*compileCache, error) {
 }
 
 func (c *compileCache) load(key string) (cacheEntry, bool) {
+	if v, ok := c.mem.Load(key); ok {
+		return v.(cacheEntry), true
+	}
 	d := filepath.Join(c.dir, key)
 	b, err := os.ReadFile(filepath.Join(d, "meta.json"))
 	if err != nil {
@@ -60,6 +64,7 @@ func (c *compileCache) load(key string) (cacheEntry, bool) {
 			return cacheEntry{}, false
 		}
 	}
+	c.mem.Store(key, e)
 	return e, true
 }
 

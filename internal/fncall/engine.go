@@ -477,38 +477,44 @@ func (e *Engine) Run(ctx context.Context, spec Spec) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	res, err := e.runOn(ctx, s, spec)
-	p.release(s)
-	return res, err
+	return e.runOn(ctx, p, s, spec)
 }
 
-func (e *Engine) runOn(ctx context.Context, s *slot, spec Spec) (Result, error) {
+// runOn runs spec on slot s and gives s back to p once the run's helper was
+// reaped (which may be after runOn returned: the answer only needs the
+// program's exit and its output).
+func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result, error) {
 	l := spec.Limits
 	if l.Tmpfs <= 0 {
 		l.Tmpfs = l.Memory
 	}
 	if err := s.setLimits(l.Memory, l.Procs+1); err != nil { // +1: the pid-1 helper
+		p.release(s)
 		return Result{}, errdefs.Internal(err, "fncall slot limits")
 	}
 	z, err := s.zh.get()
 	if err != nil {
+		p.release(s)
 		return Result{}, err
 	}
 	stdin := spec.Stdin
 	if stdin == nil {
 		if stdin, err = emptyFile(); err != nil {
+			p.release(s)
 			return Result{}, errdefs.Internal(err, "stdin")
 		}
 		defer stdin.Close()
 	}
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		p.release(s)
 		return Result{}, errdefs.Internal(err, "pipe")
 	}
 	defer outR.Close()
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outW.Close()
+		p.release(s)
 		return Result{}, errdefs.Internal(err, "pipe")
 	}
 	defer errR.Close()
@@ -541,9 +547,9 @@ func (e *Engine) runOn(ctx context.Context, s *slot, spec Spec) (Result, error) 
 	}
 	runtime.KeepAlive(stdin)
 	if err != nil {
+		p.release(s)
 		return Result{}, errdefs.Internal(err, "start run")
 	}
-	defer z.forget(r.id)
 
 	var res Result
 	var killOnce sync.Once
@@ -571,25 +577,26 @@ func (e *Engine) runOn(ctx context.Context, s *slot, spec Spec) (Result, error) 
 		timer = t.C
 	}
 	var status syscall.WaitStatus
-	gotExit := false
+	var exit, reaped *event
 	var setupErr error
-	var reaped event
-loop:
-	for {
+	// The answer needs the program's exit (the helper reports it, with the
+	// rusage of everything reaped so far) or, when the helper died first, its
+	// reaping; the slot goes back to the pool only after the reaping.
+	for exit == nil && reaped == nil {
 		select {
 		case ev := <-ch:
 			switch ev.kind {
 			case evExit:
-				status = syscall.WaitStatus(ev.status)
-				gotExit = true
+				exit = &ev
 				res.Wall = time.Since(t0)
 			case evSetupErr:
 				setupErr = fmt.Errorf("sandbox setup: %s: %s", ev.msg, syscall.Errno(ev.err))
 			case evExecErr:
 				res.ExecErr = fmt.Sprintf("%s: %s", ev.msg, syscall.Errno(ev.err))
 			case evReaped:
-				reaped = ev
-				break loop
+				reaped = &ev
+			case evTrace:
+				fmt.Fprintln(os.Stderr, "fncall trace:", ev.msg)
 			}
 		case <-timer:
 			timer = nil
@@ -600,42 +607,97 @@ loop:
 		case <-z.dead:
 			kill("canceled")
 			wg.Wait()
+			z.forget(r.id)
+			p.release(s)
 			return Result{}, errdefs.Internal(z.deadErr(), "fncall zygote died during a run")
 		}
 	}
 	if res.Wall == 0 {
 		res.Wall = time.Since(t0)
 	}
-	wg.Wait()
+	// Output ends when the last writer is gone: at the program's exit, or when
+	// the helper's exit took the rest of the pid namespace with it.
+	readersDone := make(chan struct{})
+	go func() { wg.Wait(); close(readersDone) }()
+	for done := false; !done; {
+		select {
+		case <-readersDone:
+			done = true
+		case ev := <-ch:
+			if ev.kind == evReaped {
+				reaped = &ev
+			}
+			if ev.kind == evTrace {
+				fmt.Fprintln(os.Stderr, "fncall trace:", ev.msg)
+			}
+		case <-timer:
+			timer = nil
+			kill("wall")
+		case <-z.dead:
+			kill("canceled")
+			<-readersDone
+			done = true
+		}
+	}
 	select {
 	case res.Killed = <-killed:
 	default:
 	}
-	res.CPU = time.Duration(reaped.utimeUs+reaped.stimeUs) * time.Microsecond
-	res.MaxRSS = reaped.maxRSSKB << 10
-	if setupErr != nil {
-		return res, errdefs.Internal(setupErr, "fncall run")
-	}
-	if !gotExit {
-		// The helper died before the program: killed by us (wall, output,
-		// cancel), or by the OOM killer.
+	src := reaped
+	if exit != nil {
+		src = exit
+		status = syscall.WaitStatus(exit.status)
+	} else {
 		status = syscall.WaitStatus(reaped.status)
 	}
+	res.CPU = time.Duration(src.utimeUs+src.stimeUs) * time.Microsecond
+	res.MaxRSS = src.maxRSSKB << 10
 	if status.Exited() {
 		res.Exited, res.ExitCode = true, status.ExitStatus()
 	} else if status.Signaled() {
 		res.ExitCode, res.Signal = -1, status.Signal()
 	}
-	if res.Signal == syscall.SIGKILL || (!gotExit && res.Killed == "") {
+	if res.Signal == syscall.SIGKILL || (exit == nil && res.Killed == "") {
 		if n, err := s.group.OOMKills(); err == nil {
 			res.OOM = n > s.oomKills
 			s.oomKills = n
 		}
 	}
-	if !gotExit && res.Killed == "" && !res.OOM {
-		return res, errdefs.Internal(fmt.Errorf("sandbox helper ended with %v before the program", syscall.WaitStatus(reaped.status)), "fncall run")
+	e.releaseAfterReap(p, s, z, r.id, ch, reaped != nil)
+	switch {
+	case setupErr != nil:
+		return res, errdefs.Internal(setupErr, "fncall run")
+	case exit == nil && res.Killed == "" && !res.OOM:
+		return res, errdefs.Internal(fmt.Errorf("sandbox helper ended with %v before the program", status), "fncall run")
 	}
 	return res, nil
+}
+
+// releaseAfterReap gives the slot back once the run's helper was reaped (its
+// pid namespace, and with it every process of the run, is gone).
+func (e *Engine) releaseAfterReap(p *pool, s *slot, z *zygote, id uint64, ch chan event, reaped bool) {
+	finish := func() {
+		z.forget(id)
+		p.release(s)
+	}
+	if reaped {
+		finish()
+		return
+	}
+	go func() {
+		for {
+			select {
+			case ev := <-ch:
+				if ev.kind == evReaped {
+					finish()
+					return
+				}
+			case <-z.dead:
+				finish()
+				return
+			}
+		}
+	}()
 }
 
 // readCapped reads r to EOF, keeping at most limit bytes; past the limit it calls

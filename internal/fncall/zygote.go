@@ -64,6 +64,7 @@ const (
 	evExit     = 4
 	evReaped   = 5
 	evFatal    = 6
+	evTrace    = 7 // DSEC_FNCALL_TRACE=1: the helper's setup steps in µs
 
 	flagProc = 1
 
