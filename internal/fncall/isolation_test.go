@@ -1,0 +1,210 @@
+package fncall
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+func cCall(src, stdin string, l api.FnCallLimits) api.FnCallRequest {
+	return api.FnCallRequest{Language: api.LangC, Files: map[string]string{"main.c": src}, Limits: l,
+		Tests: []api.FnCallTest{{Stdin: stdin}}}
+}
+
+func mustCall(t *testing.T, e *Engine, req api.FnCallRequest) api.FnCallResult {
+	t.Helper()
+	res, err := e.Call(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tests) == 0 {
+		t.Fatalf("no test results: %+v %+v", res, res.Compile)
+	}
+	return res
+}
+
+// leaver leaves traces everywhere a run can write: /w, /tmp, /dev/shm, SysV
+// shared memory and message queues.
+const leaver = `#include <stdio.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
+#include <sys/msg.h>
+#include <sys/stat.h>
+int main(void) {
+	FILE *f = fopen("/w/secret", "w"); if (f) { fputs("s", f); fclose(f); }
+	f = fopen("/tmp/secret", "w"); if (f) { fputs("s", f); fclose(f); }
+	mkdir("/w/shm", 0777);
+	f = fopen("/dev/shm/secret", "w"); if (f) { fputs("s", f); fclose(f); }
+	int id = shmget(0x5ec2e7, 4096, IPC_CREAT | 0666);
+	int q = msgget(0x5ec2e7, IPC_CREAT | 0666);
+	printf("%d %d\n", id >= 0, q >= 0);
+	return 0;
+}
+`
+
+// prober looks for them and for any other process.
+const prober = `#include <stdio.h>
+#include <dirent.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
+#include <sys/msg.h>
+#include <unistd.h>
+#include <ctype.h>
+int main(void) {
+	const char *paths[] = {"/w/secret", "/tmp/secret", "/dev/shm/secret", "/w/shm/secret"};
+	for (int i = 0; i < 4; i++) if (access(paths[i], F_OK) == 0) printf("found %s\n", paths[i]);
+	if (shmget(0x5ec2e7, 0, 0) >= 0) puts("found shm");
+	if (msgget(0x5ec2e7, 0) >= 0) puts("found msg queue");
+	DIR *d = opendir("/proc"); struct dirent *e; int procs = 0;
+	while (d && (e = readdir(d))) if (isdigit((unsigned char)e->d_name[0])) procs++;
+	if (procs != 2) printf("%d processes visible\n", procs); /* this one and the pid-1 helper */
+	puts("clean");
+	return 0;
+}
+`
+
+func TestNothingVisibleToTheNextRun(t *testing.T) {
+	e := testEngine(t)
+	// Enough leaver runs to use every slot, then probes (sequential and concurrent).
+	var wg sync.WaitGroup
+	for range 2 * e.cfg.Zygotes * e.cfg.SlotsPerZygote {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := mustCall(t, e, cCall(leaver, "", api.FnCallLimits{}))
+			if res.Verdict != api.VerdictAccepted || res.Tests[0].Stdout != "1 1\n" {
+				t.Errorf("leaver: %+v", res.Tests[0])
+			}
+		}()
+	}
+	wg.Wait()
+	for range 2 * e.cfg.Zygotes * e.cfg.SlotsPerZygote {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res := mustCall(t, e, cCall(prober, "", api.FnCallLimits{}))
+			if res.Verdict != api.VerdictAccepted || res.Tests[0].Stdout != "clean\n" {
+				t.Errorf("prober: %+v", res.Tests[0])
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// TestConcurrentRunsIsolated: while one run holds files, processes and an
+// abstract unix socket, another sees none of them.
+func TestConcurrentRunsIsolated(t *testing.T) {
+	e := testEngine(t)
+	holder := `#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+int main(void) {
+	FILE *f = fopen("/w/secret", "w"); fputs("s", f); fclose(f);
+	int s = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX}; memcpy(a.sun_path, "\0dsec-probe", 11);
+	if (bind(s, (struct sockaddr *)&a, sizeof(sa_family_t) + 11) || listen(s, 1)) { puts("bind failed"); return 1; }
+	if (fork() == 0) { sleep(30); return 0; }
+	sleep(3);
+	puts("held");
+	return 0;
+}
+`
+	probe := `#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+int main(void) {
+	int s = socket(AF_UNIX, SOCK_STREAM, 0);
+	struct sockaddr_un a = {.sun_family = AF_UNIX}; memcpy(a.sun_path, "\0dsec-probe", 11);
+	if (connect(s, (struct sockaddr *)&a, sizeof(sa_family_t) + 11) == 0) puts("connected");
+	if (access("/w/secret", F_OK) == 0) puts("found file");
+	if (kill(3, 0) == 0 || kill(4, 0) == 0) puts("saw a process");
+	puts("clean");
+	return 0;
+}
+`
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res := mustCall(t, e, cCall(holder, "", api.FnCallLimits{WallTimeMs: 10000}))
+		if res.Verdict != api.VerdictAccepted || res.Tests[0].Stdout != "held\n" {
+			t.Errorf("holder: %+v", res.Tests[0])
+		}
+	}()
+	mustCall(t, e, cCall(probe, "", api.FnCallLimits{})) // compile while the holder starts
+	time.Sleep(500 * time.Millisecond)
+	for range 8 {
+		res := mustCall(t, e, cCall(probe, "", api.FnCallLimits{}))
+		if res.Verdict != api.VerdictAccepted || res.Tests[0].Stdout != "clean\n" {
+			t.Errorf("probe: %+v", res.Tests[0])
+		}
+	}
+	wg.Wait()
+}
+
+// TestForkBombContained: a fork bomb hits its own limits; runs beside it are
+// accepted.
+func TestForkBombContained(t *testing.T) {
+	e := testEngine(t)
+	bomb := cCall("#include <unistd.h>\nint main(void){for(;;)fork();}\n", "", api.FnCallLimits{CPUTimeMs: 1000, WallTimeMs: 3000, Processes: 32})
+	hello := cCall("#include <stdio.h>\nint main(void){puts(\"ok\");return 0;}\n", "", api.FnCallLimits{})
+	want := "ok\n"
+	hello.Tests[0].ExpectedOutput = &want
+	mustCall(t, e, hello)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		res := mustCall(t, e, bomb)
+		if res.Verdict != api.VerdictTimeLimit {
+			t.Errorf("bomb: %s %+v", res.Verdict, res.Tests[0])
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	for range 10 {
+		if res := mustCall(t, e, hello); res.Verdict != api.VerdictAccepted {
+			t.Errorf("neighbour of the bomb: %+v", res.Tests[0])
+		}
+	}
+	wg.Wait()
+}
+
+// TestCanceledIsSystemError: a call canceled by its caller is never blamed on the
+// program, and it ends at once.
+func TestCanceledIsSystemError(t *testing.T) {
+	e := testEngine(t)
+	req := api.FnCallRequest{Language: api.LangBash, Files: map[string]string{"main.sh": "sleep 30"},
+		Limits: api.FnCallLimits{WallTimeMs: 20000}, Tests: []api.FnCallTest{{}}}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	res, err := e.Call(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Verdict != api.VerdictSystemError || time.Since(t0) > 5*time.Second {
+		t.Fatalf("%s after %v: %+v", res.Verdict, time.Since(t0), res.Tests)
+	}
+}
+
+// TestManyTestsOneCall runs a call with many tests (in parallel over the pool).
+func TestManyTestsOneCall(t *testing.T) {
+	e := testEngine(t)
+	req := api.FnCallRequest{Language: api.LangPython3, Files: map[string]string{"main.py": "print(int(input()) * 2)"}}
+	for i := range 50 {
+		want := strconv.Itoa(2*i) + "\n"
+		req.Tests = append(req.Tests, api.FnCallTest{Stdin: strconv.Itoa(i) + "\n", ExpectedOutput: &want})
+	}
+	res := mustCall(t, e, req)
+	if res.Verdict != api.VerdictAccepted || len(res.Tests) != 50 {
+		t.Fatalf("%s, %d tests: %+v", res.Verdict, len(res.Tests), res.Tests[0])
+	}
+}
