@@ -12,8 +12,10 @@
  *   7 seccomp     optional raw struct sock_filter array (read with pread)
  *
  * Setup builds the root filesystem (tmpfs-backed overlay upper layer, proc,
- * dev, sys, OCI masked and read-only paths), pivots into it, drops privileges
- * to the OCI default capability set, installs the seccomp filter and then
+ * dev, sys, OCI masked and read-only paths; /dev, /dev/shm and the masked
+ * directories live in the writable-layer tmpfs and /sys is a clone of a
+ * sysfs shared by all sandboxes, see struct trees), pivots into it, drops
+ * privileges to the OCI default capability set, installs the seccomp filter and then
  * serves the control protocol: every packet is a list of NUL-terminated
  * strings, the op first, then key=value fields. See internal/initproto for the
  * client and the protocol description.
@@ -41,6 +43,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/types.h>
@@ -55,6 +58,20 @@ struct cap_header { uint32_t version; int pid; };
 struct cap_data { uint32_t effective, permitted, inheritable; };
 struct bpf_insn { uint16_t code; uint8_t jt, jf; uint32_t k; };
 struct bpf_prog { unsigned short len; struct bpf_insn *filter; };
+
+/* new mount API (Linux 5.2); same numbers on every architecture */
+#ifndef SYS_open_tree
+#define SYS_open_tree 428
+#endif
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#define OPEN_TREE_CLONE_ 1
+#define AT_RECURSIVE_ 0x8000
+#define MOVE_MOUNT_F_EMPTY_PATH_ 0x00000004
+#define MOVE_MOUNT_T_SYMLINKS_ 0x00000010
+#define SYSFS_MAGIC_ 0x62656572
+#define NSFS_MAGIC_ 0x6e736673
 
 /* OCI default capabilities: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID
  * SETUID SETPCAP NET_BIND_SERVICE NET_RAW SYS_CHROOT MKNOD AUDIT_WRITE
@@ -136,6 +153,8 @@ static int parse_uint(const char *s, unsigned long long max, unsigned long long 
 
 struct config {
 	const char *hostname, *root, *rwdir;
+	const char *sysfs;    /* shared read-only sysfs to clone; NULL: mount one */
+	const char *sysfsnet; /* nsfs file of the network namespace it shows */
 	unsigned long long rwsize;
 	const char **lower;
 	int nlower;
@@ -178,6 +197,10 @@ static void read_config(struct config *c)
 			c->root = v;
 		else if (!strcmp(line, "rwdir"))
 			c->rwdir = v;
+		else if (!strcmp(line, "sysfs"))
+			c->sysfs = v;
+		else if (!strcmp(line, "sysfsnet"))
+			c->sysfsnet = v;
 		else if (!strcmp(line, "rwsize")) {
 			if (parse_uint(v, ~0ULL, &c->rwsize))
 				fail("config: bad rwsize", EINVAL);
@@ -190,6 +213,9 @@ static void read_config(struct config *c)
 		fail("config: root, rwdir and lower are required", EINVAL);
 	if (!c->hostname)
 		c->hostname = "sandbox";
+	if ((c->sysfs && c->sysfs[0] != '/') || (c->sysfsnet && c->sysfsnet[0] != '/') ||
+	    (!c->sysfs != !c->sysfsnet))
+		fail("config: sysfs and sysfsnet must be absolute paths, both or neither", EINVAL);
 	/* overlay option syntax uses ',' and ':' as separators */
 	for (int i = -1; i < c->nlower; i++) {
 		const char *p = i < 0 ? c->rwdir : c->lower[i];
@@ -223,19 +249,119 @@ static void xmount(const char *src, const char *dst, const char *type,
 		fail(step, errno);
 }
 
-/* mount_root mounts the tmpfs for the writable layer and the overlay, then
- * pivots into the overlay. */
-static void mount_root(const struct config *c)
+/* trees holds detached mounts (open_tree clones) taken from the host side
+ * before pivot_root and attached after it, so that every mount target is
+ * resolved inside the new root: a symlink in the image cannot redirect a
+ * mount onto the host. Every sandbox superblock costs per-memcg shrinker
+ * memory on the host, so /dev, /dev/shm and the masked directories live in
+ * the writable-layer tmpfs and /sys is a clone of one sysfs shared by all
+ * sandboxes of a driver: a sandbox makes four superblocks (overlay, tmpfs,
+ * proc, devpts). */
+struct trees {
+	int dev;    /* rwdir/dev: becomes /dev */
+	int masked; /* rwdir/.masked: the empty directory over masked dirs */
+	int sys;    /* the shared sysfs, or -1: mount a sysfs of our own */
+};
+
+static void rw_path(char *buf, size_t n, const char *rwdir, const char *rel)
 {
-	char opts[4096], upper[4096], work[4096];
+	if (snprintf(buf, n, "%s/%s", rwdir, rel) >= (int)n)
+		fail("rwdir path", ENAMETOOLONG);
+}
+
+static int clone_tree(const char *path, int recursive, const char *step)
+{
+	int fd = syscall(SYS_open_tree, AT_FDCWD, path,
+			 OPEN_TREE_CLONE_ | O_CLOEXEC | (recursive ? AT_RECURSIVE_ : 0));
+	if (fd < 0)
+		fail(step, errno);
+	return fd;
+}
+
+/* attach_tree moves a detached mount onto dst and closes its fd. Like
+ * mount(2), a symlink at dst is followed (inside the new root). */
+static void attach_tree(int *fd, const char *dst, const char *step)
+{
+	if (syscall(SYS_move_mount, *fd, "", AT_FDCWD, dst,
+		    MOVE_MOUNT_F_EMPTY_PATH_ | MOVE_MOUNT_T_SYMLINKS_))
+		fail(step, errno);
+	close(*fd);
+	*fd = -1;
+}
+
+/* populate_dev creates the /dev tree in the writable-layer tmpfs. The paths
+ * are on a tmpfs we just mounted, so no symlink can be in the way. */
+static void populate_dev(const char *rwdir)
+{
+	static const struct { const char *name; unsigned maj, min; } devs[] = {
+		{"dev/null", 1, 3}, {"dev/zero", 1, 5}, {"dev/full", 1, 7},
+		{"dev/random", 1, 8}, {"dev/urandom", 1, 9}, {"dev/tty", 5, 0},
+	};
+	static const char *links[][2] = {
+		{"/proc/self/fd", "dev/fd"}, {"/proc/self/fd/0", "dev/stdin"},
+		{"/proc/self/fd/1", "dev/stdout"}, {"/proc/self/fd/2", "dev/stderr"},
+		{"pts/ptmx", "dev/ptmx"},
+	};
+	char p[4096];
+
+	rw_path(p, sizeof p, rwdir, "dev");
+	mkdir_p(p, 0755);
+	rw_path(p, sizeof p, rwdir, "dev/pts");
+	mkdir_p(p, 0755);
+	rw_path(p, sizeof p, rwdir, "dev/shm");
+	mkdir_p(p, 01777);
+	for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++) {
+		rw_path(p, sizeof p, rwdir, devs[i].name);
+		if (mknod(p, S_IFCHR | 0666, makedev(devs[i].maj, devs[i].min)))
+			fail(devs[i].name, errno);
+	}
+	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+		rw_path(p, sizeof p, rwdir, links[i][1]);
+		if (symlink(links[i][0], p))
+			fail(links[i][1], errno);
+	}
+	rw_path(p, sizeof p, rwdir, ".masked");
+	mkdir_p(p, 0555);
+}
+
+/* mount_root mounts the tmpfs for the writable layer (which also holds /dev)
+ * and the overlay, clones the trees to attach later, then pivots into the
+ * overlay. */
+static void mount_root(const struct config *c, struct trees *t)
+{
+	char opts[4096], upper[4096], work[4096], p[4096];
 
 	snprintf(opts, sizeof opts, "size=%llu,mode=0755", c->rwsize);
-	xmount("tmpfs", c->rwdir, "tmpfs", MS_NOSUID | MS_NODEV, opts, "mount rwdir tmpfs");
-	if (snprintf(upper, sizeof upper, "%s/upper", c->rwdir) >= (int)sizeof upper ||
-	    snprintf(work, sizeof work, "%s/work", c->rwdir) >= (int)sizeof work)
-		fail("rwdir path", ENAMETOOLONG);
+	/* no MS_NODEV: the device nodes of /dev live here */
+	xmount("tmpfs", c->rwdir, "tmpfs", MS_NOSUID, opts, "mount rwdir tmpfs");
+	rw_path(upper, sizeof upper, c->rwdir, "upper");
+	rw_path(work, sizeof work, c->rwdir, "work");
 	mkdir_p(upper, 0755);
 	mkdir_p(work, 0755);
+	populate_dev(c->rwdir);
+	rw_path(p, sizeof p, c->rwdir, "dev");
+	t->dev = clone_tree(p, 0, "clone /dev");
+	rw_path(p, sizeof p, c->rwdir, ".masked");
+	t->masked = clone_tree(p, 0, "clone masked dir");
+	t->sys = -1;
+	if (c->sysfs) {
+		struct statfs sf;
+		t->sys = clone_tree(c->sysfs, 1, "clone shared sysfs");
+		if (fstatfs(t->sys, &sf))
+			fail("statfs shared sysfs", errno);
+		if (sf.f_type != SYSFS_MAGIC_)
+			fail("shared sysfs is not a sysfs mount", EINVAL);
+		/* A sysfs does not keep the network namespace it shows alive;
+		 * this fd (close-on-exec, and out of the sandbox's reach as
+		 * init is not dumpable) does, for as long as the sandbox runs. */
+		int net = open(c->sysfsnet, O_RDONLY | O_CLOEXEC);
+		if (net < 0)
+			fail("open sysfs network namespace", errno);
+		if (fstatfs(net, &sf))
+			fail("statfs sysfs network namespace", errno);
+		if (sf.f_type != NSFS_MAGIC_)
+			fail("sysfsnet is not a namespace file", EINVAL);
+	}
 
 	/* mount(2) copies at most one page of options */
 	size_t n = snprintf(opts, sizeof opts, "lowerdir=");
@@ -261,43 +387,39 @@ static void mount_root(const struct config *c)
 
 /* mount_system mounts /proc, /dev and /sys. It runs after pivot_root so that
  * symlinks in the image cannot redirect a mount onto the host. */
-static void mount_system(void)
+static void mount_system(struct trees *t)
 {
-	static const struct { const char *name; unsigned maj, min; } devs[] = {
-		{"/dev/null", 1, 3}, {"/dev/zero", 1, 5}, {"/dev/full", 1, 7},
-		{"/dev/random", 1, 8}, {"/dev/urandom", 1, 9}, {"/dev/tty", 5, 0},
-	};
-	static const char *links[][2] = {
-		{"/proc/self/fd", "/dev/fd"}, {"/proc/self/fd/0", "/dev/stdin"},
-		{"/proc/self/fd/1", "/dev/stdout"}, {"/proc/self/fd/2", "/dev/stderr"},
-		{"pts/ptmx", "/dev/ptmx"},
-	};
-
 	mkdir_p("/proc", 0555);
 	xmount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, "mount /proc");
 
 	mkdir_p("/dev", 0755);
-	xmount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_STRICTATIME, "mode=0755,size=65536",
-	       "mount /dev");
-	for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++)
-		if (mknod(devs[i].name, S_IFCHR | 0666, makedev(devs[i].maj, devs[i].min)))
-			fail(devs[i].name, errno);
-	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++)
-		if (symlink(links[i][0], links[i][1]))
-			fail(links[i][1], errno);
-	mkdir_p("/dev/pts", 0755);
+	attach_tree(&t->dev, "/dev", "attach /dev");
 	xmount("devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
 	       "newinstance,ptmxmode=0666,mode=0620", "mount /dev/pts");
-	mkdir_p("/dev/shm", 01777);
-	xmount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777", "mount /dev/shm");
+	/* /dev/shm is a directory of the same tmpfs, bound onto itself for
+	 * its own mount flags */
+	xmount("/dev/shm", "/dev/shm", NULL, MS_BIND, NULL, "bind /dev/shm");
+	xmount(NULL, "/dev/shm", NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, NULL,
+	       "remount /dev/shm");
 
 	mkdir_p("/sys", 0555);
-	xmount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL,
-	       "mount /sys");
+	if (t->sys < 0) {
+		xmount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY, NULL,
+		       "mount /sys");
+		return;
+	}
+	attach_tree(&t->sys, "/sys", "attach /sys");
+	/* mounts below /sys (the masks) stay in this namespace, and the clone
+	 * is read-only whatever the shared mount's flags */
+	xmount(NULL, "/sys", NULL, MS_REC | MS_PRIVATE, NULL, "make /sys private");
+	xmount(NULL, "/sys", NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+	       NULL, "remount /sys read-only");
 }
 
-/* mask_paths applies the OCI default masked and read-only paths. */
-static void mask_paths(void)
+/* mask_paths applies the OCI default masked and read-only paths. Masked
+ * directories get read-only binds of one empty directory of the writable
+ * layer tmpfs, masked files binds of /dev/null. */
+static void mask_paths(struct trees *t)
 {
 	static const char *masked[] = {
 		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
@@ -308,21 +430,34 @@ static void mask_paths(void)
 	static const char *readonly[] = {
 		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
 	};
+	const char *empty = NULL; /* the first masked directory, once attached */
 	struct stat st;
 
 	for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++) {
 		const char *p = masked[i];
+		int r;
 		if (lstat(p, &st)) {
 			if (errno == ENOENT)
 				continue;
 			fail(p, errno);
 		}
-		int r = S_ISDIR(st.st_mode)
-			? mount("tmpfs", p, "tmpfs", MS_RDONLY, NULL)
-			: mount("/dev/null", p, NULL, MS_BIND, NULL);
+		if (!S_ISDIR(st.st_mode)) {
+			r = mount("/dev/null", p, NULL, MS_BIND, NULL);
+		} else if (!empty) {
+			r = syscall(SYS_move_mount, t->masked, "", AT_FDCWD, p, MOVE_MOUNT_F_EMPTY_PATH_);
+			if (r == 0)
+				empty = p;
+		} else {
+			r = mount(empty, p, NULL, MS_BIND, NULL);
+		}
+		if (r == 0 && S_ISDIR(st.st_mode))
+			r = mount(NULL, p, NULL,
+				  MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
 		if (r && errno != ENOENT)
 			fail(p, errno);
 	}
+	close(t->masked);
+	t->masked = -1;
 	for (size_t i = 0; i < sizeof readonly / sizeof readonly[0]; i++) {
 		const char *p = readonly[i];
 		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL)) {
@@ -434,9 +569,10 @@ static void setup(const struct config *c, int has_seccomp)
 		fail("unshare cgroup namespace", errno);
 	if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL))
 		fail("make / rslave", errno);
-	mount_root(c);
-	mount_system();
-	mask_paths();
+	struct trees t;
+	mount_root(c, &t);
+	mount_system(&t);
+	mask_paths(&t);
 	write_hosts(c->hostname);
 	if (sethostname(c->hostname, strlen(c->hostname)))
 		fail("sethostname", errno);

@@ -16,6 +16,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/cgroups"
@@ -49,6 +51,12 @@ type Driver struct {
 	initPath string
 	cg       *cgroups.Hierarchy
 	seccomp  *os.File // sealed memfd with the compiled default profile
+
+	// sysfs is the read-only sysfs shared by all sandboxes (cloned onto
+	// their /sys, see initproto.MountSharedSysfs); "" if it could not be
+	// mounted, then every init mounts its own.
+	sysfs   string
+	sysfsMu sync.Mutex // serializes remounting a vanished shared sysfs
 }
 
 // New prepares the driver: installs the init binary, detects cgroups and compiles
@@ -92,7 +100,33 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container: seccomp memfd: %w", err)
 	}
-	return &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd}, nil
+	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd}
+	// One sysfs superblock for all sandboxes instead of one each: every
+	// superblock costs per-memcg shrinker memory on the host.
+	sysfs := filepath.Join(cfg.RunDir, "sysfs")
+	if err := initproto.MountSharedSysfs(sysfs); err != nil {
+		d.log.Warn("no shared sysfs; every sandbox mounts its own", "err", err)
+	} else {
+		d.sysfs = sysfs
+	}
+	return d, nil
+}
+
+// sharedSysfs returns the shared sysfs path for a new sandbox, mounting it
+// again if it vanished (e.g. another driver on the same RunDir closed).
+func (d *Driver) sharedSysfs() string {
+	if d.sysfs == "" || initproto.SharedSysfsMounted(d.sysfs) {
+		return d.sysfs
+	}
+	d.sysfsMu.Lock()
+	defer d.sysfsMu.Unlock()
+	if !initproto.SharedSysfsMounted(d.sysfs) {
+		if err := initproto.MountSharedSysfs(d.sysfs); err != nil {
+			d.log.Warn("remount shared sysfs", "err", err)
+			return ""
+		}
+	}
+	return d.sysfs
 }
 
 // Name implements driver.Driver.
@@ -101,8 +135,17 @@ func (d *Driver) Name() string { return "container" }
 // CgroupVersion reports 1 or 2.
 func (d *Driver) CgroupVersion() int { return d.cg.Version() }
 
-// Close releases driver-wide resources (not the sandboxes).
-func (d *Driver) Close() error { return d.seccomp.Close() }
+// Close releases driver-wide resources (not the sandboxes, which keep their
+// clones of the shared sysfs).
+func (d *Driver) Close() error {
+	err := d.seccomp.Close()
+	if d.sysfs != "" {
+		d.sysfsMu.Lock()
+		err = errors.Join(err, initproto.UnmountSharedSysfs(d.sysfs))
+		d.sysfsMu.Unlock()
+	}
+	return err
+}
 
 // state is what the driver persists per sandbox (and hands to the agent).
 type state struct {
@@ -160,6 +203,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		RWDir:      rw,
 		RWSize:     spec.Disk,
 		Lower:      spec.Lower,
+		SysfsPath:  d.sharedSysfs(),
 		SocketPath: d.socket(spec.ID),
 		Seccomp:    d.seccomp,
 		LogPath:    filepath.Join(dir, "init.log"),
@@ -246,7 +290,7 @@ func (d *Driver) Sweep(ctx context.Context, keep map[string]bool) {
 	}
 	if names, err := d.cg.List(d.cfg.CgroupParent); err == nil {
 		for _, n := range names {
-			seen[n] = true
+			seen[strings.TrimPrefix(n, d.cfg.CgroupParent+"/")] = true
 		}
 	}
 	for id := range seen {

@@ -6,6 +6,12 @@
 // serves a unix SOCK_SEQPACKET socket. Processes inside the sandbox are started
 // by the init itself (fork+exec from inside), so no setns helper is needed.
 //
+// A sandbox makes four superblocks of its own (overlay root, the tmpfs of the
+// writable layer, which also holds /dev, /dev/shm and the empty directory
+// over masked directories, proc and devpts): every superblock costs
+// per-memcg shrinker memory on the host. /sys is a clone of one read-only
+// sysfs shared by all sandboxes (MountSharedSysfs, SpawnConfig.SysfsPath).
+//
 // Protocol: every packet is a sequence of NUL-terminated strings, the op first
 // and then key=value fields; requests are at most MaxPacket bytes.
 //

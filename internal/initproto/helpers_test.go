@@ -107,6 +107,26 @@ func sandboxConfig(tb testing.TB, initPath, lower, base, sockDir string) SpawnCo
 	}
 }
 
+// sharedSysfs mounts a shared sysfs for the test (see MountSharedSysfs) and
+// unmounts it at cleanup, checking that no mount is left behind.
+func sharedSysfs(tb testing.TB) string {
+	tb.Helper()
+	requireRoot(tb)
+	dir := filepath.Join(tb.TempDir(), "sysfs")
+	if err := MountSharedSysfs(dir); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := UnmountSharedSysfs(dir); err != nil {
+			tb.Errorf("unmount shared sysfs: %v", err)
+		}
+		if m, err := topMount(dir); err != nil || m != nil {
+			tb.Errorf("shared sysfs left mounted on %s: %+v %v", dir, m, err)
+		}
+	})
+	return dir
+}
+
 func installInit(tb testing.TB) string {
 	tb.Helper()
 	p, err := initbin.Install(tb.TempDir())
@@ -122,6 +142,7 @@ func newSandbox(tb testing.TB, edit func(*SpawnConfig)) *sandbox {
 	tb.Helper()
 	requireRoot(tb)
 	cfg := sandboxConfig(tb, installInit(tb), makeLower(tb), tb.TempDir(), shortDir(tb))
+	cfg.SysfsPath = sharedSysfs(tb)
 	if edit != nil {
 		edit(&cfg)
 	}

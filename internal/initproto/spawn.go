@@ -27,6 +27,10 @@ type SpawnConfig struct {
 	RWDir    string   // host dir, existing and empty: tmpfs for upper and work
 	RWSize   int64    // bytes of the writable layer
 	Lower    []string // read-only layers, top-most first, at least one
+	// SysfsPath is a shared read-only sysfs mount (see MountSharedSysfs)
+	// that the init clones onto /sys, keeping SysfsNetnsPath(SysfsPath)
+	// open; empty: the init mounts its own sysfs.
+	SysfsPath string
 	// SocketPath is where the control socket is created (a stale file is
 	// removed first), mode 0600. It must be shorter than 108 bytes. After a
 	// successful Spawn the caller removes it once the init is gone.
@@ -65,7 +69,10 @@ func (c *SpawnConfig) validate() error {
 	if len(c.Hostname) > 64 {
 		return fmt.Errorf("initproto: hostname %q is too long", c.Hostname)
 	}
-	for _, v := range append([]string{c.Hostname, c.RootDir, c.RWDir}, c.Lower...) {
+	if c.SysfsPath != "" && !filepath.IsAbs(c.SysfsPath) {
+		return fmt.Errorf("initproto: sysfs path %q must be absolute", c.SysfsPath)
+	}
+	for _, v := range append([]string{c.Hostname, c.RootDir, c.RWDir, c.SysfsPath}, c.Lower...) {
 		if strings.ContainsAny(v, "\n\x00") {
 			return fmt.Errorf("initproto: bad config value %q", v)
 		}
@@ -84,6 +91,9 @@ func (c *SpawnConfig) configText() []byte {
 	fmt.Fprintf(&b, "hostname=%s\nroot=%s\nrwdir=%s\nrwsize=%d\n", c.Hostname, c.RootDir, c.RWDir, c.RWSize)
 	for _, l := range c.Lower {
 		fmt.Fprintf(&b, "lower=%s\n", l)
+	}
+	if c.SysfsPath != "" {
+		fmt.Fprintf(&b, "sysfs=%s\nsysfsnet=%s\n", c.SysfsPath, SysfsNetnsPath(c.SysfsPath))
 	}
 	return b.Bytes()
 }
