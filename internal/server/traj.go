@@ -234,6 +234,13 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request, st *trajectory.S
 			body = markStreamReplayed(body)
 		}
 	}
+	if st.Op == trajectory.OpExecStream {
+		// The client is still sending its input: answer without waiting for it
+		// (HTTP/1 would otherwise read the rest of the body before the header).
+		if err := http.NewResponseController(w).EnableFullDuplex(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+			s.log.DebugContext(r.Context(), "replay: enabling full duplex", "err", err)
+		}
+	}
 	h := w.Header()
 	for k, v := range res.Header {
 		h.Set(k, v)

@@ -545,3 +545,6 @@ func pruneVictims(metas []Meta, olderThan time.Time, maxN int) []string {
 	}
 	return out
 }
+
+// Path is the log's file.
+func (b *Bolt) Path() string { return b.db.Path() }

@@ -1,0 +1,44 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/internal/bench"
+)
+
+// benchTrajCmd is `dsec bench traj`.
+func benchTrajCmd() *cobra.Command {
+	var o bench.Options
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "traj",
+		Short: "Trajectory log: overhead on exec, replay latency, logged steps/s (API and store alone)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := bench.Traj(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(r)
+			}
+			fmt.Printf("exec true p50 %.3f ms, with trajectory tags %.3f ms: log overhead %.3f ms\n",
+				r.ExecP50ms, r.TaggedExecP50ms, r.LogOverheadP50ms)
+			fmt.Printf("replayed step p50 %.3f ms (p99 %.3f ms)\n", r.ReplayP50ms, r.ReplayP99ms)
+			fmt.Printf("logged exec steps: %.1f/s across %d trajectories on %d sandboxes\n", r.StepsPerS, r.Trajectories, r.Sandboxes)
+			fmt.Printf("log alone (100 goroutines, Begin+Finish): group commit %.1f steps/s, bbolt DB.Batch %.1f, one tx each %.1f; lone step p50 %.3f ms\n",
+				r.LogOnlyStepsPerS, r.LogOnlyBatchStepsPerS, r.LogOnlySoloStepsPerS, r.LogOnlyP50ms)
+			if r.Failures > 0 {
+				fmt.Printf("failures %d: %s\n", r.Failures, r.FirstError)
+			}
+			return nil
+		},
+	}
+	c.Flags().IntVar(&o.N, "n", 500, "tagged and untagged execs for the overhead and replay measurements")
+	c.Flags().StringVar(&o.Image, "image", "", "image (default: debian)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return c
+}

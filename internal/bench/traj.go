@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/trajectory"
+	"github.com/dsec-dev/dsec/pkg/api"
+	"github.com/dsec-dev/dsec/pkg/client"
+)
+
+// TrajResult is the outcome of `dsec bench traj`.
+type TrajResult struct {
+	N int `json:"n"`
+	// ExecP50ms and TaggedExecP50ms are exec `true` without and with trajectory
+	// tags (same sandbox, interleaved); LogOverheadP50ms is their difference.
+	ExecP50ms        float64 `json:"exec_p50_ms"`
+	TaggedExecP50ms  float64 `json:"traj_exec_p50_ms"`
+	LogOverheadP50ms float64 `json:"log_overhead_p50_ms"`
+	// ReplayP50ms is the latency of re-issuing a logged step (answered from the log).
+	ReplayP50ms float64 `json:"replay_p50_ms"`
+	ReplayP99ms float64 `json:"replay_p99_ms"`
+	// StepsPerS is logged exec steps per second across Trajectories concurrent
+	// trajectories on Sandboxes sandboxes, end to end through the API.
+	StepsPerS    float64 `json:"steps_per_s"`
+	Trajectories int     `json:"trajectories"`
+	Sandboxes    int     `json:"sandboxes"`
+	// LogOnly*: Begin+Finish on the bbolt store directly, 100 goroutines, each
+	// one new trajectory step (two fsync'd commits), by commit mode.
+	LogOnlyStepsPerS      float64 `json:"log_only_steps_per_s"`
+	LogOnlyBatchStepsPerS float64 `json:"log_only_bolt_batch_steps_per_s"`
+	LogOnlySoloStepsPerS  float64 `json:"log_only_solo_steps_per_s"`
+	// LogOnlyP50ms is one Begin+Finish with no concurrency (group commit).
+	LogOnlyP50ms float64 `json:"log_only_p50_ms"`
+	Failures     int     `json:"failures"`
+	FirstError   string  `json:"first_error,omitempty"`
+}
+
+// Traj measures the trajectory log: its overhead on exec, replay latency, and
+// logged steps per second end to end and on the store alone.
+func Traj(ctx context.Context, o Options) (TrajResult, error) {
+	o.defaults()
+	d, cleanup, err := openNode(ctx, o)
+	if err != nil {
+		return TrajResult{}, err
+	}
+	defer cleanup()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return TrajResult{}, err
+	}
+	go func() { _ = d.Serve(l) }()
+	cl := client.New("http://"+l.Addr().String(), d.Token)
+	res := TrajResult{N: o.N, Trajectories: 100, Sandboxes: 10}
+	fail := func(err error) {
+		res.Failures++
+		if res.FirstError == "" {
+			res.FirstError = err.Error()
+		}
+	}
+	trueReq := api.ExecRequest{Cmd: []string{"true"}}
+	sb, err := cl.Create(ctx, api.CreateSandboxRequest{Image: o.Image})
+	if err != nil {
+		return res, fmt.Errorf("create: %w", err)
+	}
+	for range 20 { // warm up
+		if _, err := cl.Exec(ctx, sb.ID, trueReq); err != nil {
+			return res, fmt.Errorf("warm-up exec: %w", err)
+		}
+	}
+	// Overhead: interleave untagged and tagged execs in the same sandbox.
+	plain := make([]time.Duration, 0, o.N)
+	tagged := make([]time.Duration, 0, o.N)
+	for i := 0; i < o.N && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		if _, err := cl.Exec(ctx, sb.ID, trueReq); err != nil {
+			fail(err)
+		}
+		plain = append(plain, time.Since(t0))
+		t0 = time.Now()
+		if _, err := cl.Exec(client.WithTrajectory(ctx, "bench-overhead", i+1), sb.ID, trueReq); err != nil {
+			fail(err)
+		}
+		tagged = append(tagged, time.Since(t0))
+	}
+	res.ExecP50ms, res.TaggedExecP50ms = summarize(plain).P50ms, summarize(tagged).P50ms
+	res.LogOverheadP50ms = round(res.TaggedExecP50ms-res.ExecP50ms, 3)
+	// Replay: re-issue every logged step.
+	replay := make([]time.Duration, 0, o.N)
+	for i := 0; i < o.N && ctx.Err() == nil; i++ {
+		t0 := time.Now()
+		r, err := cl.Exec(client.WithTrajectory(ctx, "bench-overhead", i+1), sb.ID, trueReq)
+		replay = append(replay, time.Since(t0))
+		if err == nil && !r.Replayed {
+			err = fmt.Errorf("step %d was not replayed", i+1)
+		}
+		if err != nil {
+			fail(err)
+		}
+	}
+	ls := summarize(replay)
+	res.ReplayP50ms, res.ReplayP99ms = ls.P50ms, ls.P99ms
+
+	// Throughput end to end: 100 trajectories on 10 sandboxes.
+	ids := []string{sb.ID}
+	for len(ids) < res.Sandboxes {
+		s, err := cl.Create(ctx, api.CreateSandboxRequest{Image: o.Image})
+		if err != nil {
+			return res, fmt.Errorf("create: %w", err)
+		}
+		ids = append(ids, s.ID)
+	}
+	const stepsEach = 20
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for g := range res.Trajectories {
+		wg.Go(func() {
+			for k := 1; k <= stepsEach; k++ {
+				_, err := cl.Exec(client.WithTrajectory(ctx, fmt.Sprintf("bench-tput-%d", g), k), ids[g%len(ids)], trueReq)
+				if err != nil {
+					mu.Lock()
+					fail(err)
+					mu.Unlock()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	res.StepsPerS = round(float64(res.Trajectories*stepsEach-res.Failures)/time.Since(t0).Seconds(), 1)
+
+	// The log alone, on the same file system as the node's data dir.
+	dir, err := os.MkdirTemp(filepath.Dir(d.Trajectories.Path()), "trajbench-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	for _, m := range []struct {
+		mode trajectory.CommitMode
+		dst  *float64
+	}{{trajectory.GroupCommit, &res.LogOnlyStepsPerS}, {trajectory.BoltBatch, &res.LogOnlyBatchStepsPerS}, {trajectory.Solo, &res.LogOnlySoloStepsPerS}} {
+		rate, p50, err := logOnly(ctx, filepath.Join(dir, fmt.Sprintf("m%d.db", m.mode)), m.mode)
+		if err != nil {
+			return res, err
+		}
+		*m.dst = rate
+		if m.mode == trajectory.GroupCommit {
+			res.LogOnlyP50ms = p50
+		}
+	}
+	return res, ctx.Err()
+}
+
+// logOnly runs Begin+Finish of new steps from 100 goroutines for ~2 s and returns
+// steps/s, then the p50 of 200 sequential Begin+Finish.
+func logOnly(ctx context.Context, path string, mode trajectory.CommitMode) (float64, float64, error) {
+	st, err := trajectory.OpenBolt(path, trajectory.BoltOptions{Mode: mode})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer st.Close()
+	body := []byte(`{"exit_code":0,"stdout":"","stderr":"","duration_ms":1.2}` + "\n")
+	step := func(traj string, n int) error {
+		fp, args, _ := trajectory.Fingerprint(trajectory.OpExec, trajectory.NormalizeExec(trajectory.OpExec, api.ExecRequest{Cmd: []string{"true"}}))
+		if _, err := st.Begin(ctx, trajectory.BeginRequest{Trajectory: traj, N: n, Op: trajectory.OpExec,
+			Fingerprint: fp, Args: args, SandboxID: "sb"}); err != nil {
+			return err
+		}
+		return st.Finish(ctx, traj, n, trajectory.Result{Status: 200, Body: body, BodySize: int64(len(body)),
+			Header: map[string]string{"Content-Type": "application/json"}}, time.Now())
+	}
+	var total int64
+	var mu sync.Mutex
+	var first error
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(2 * time.Second)
+	t0 := time.Now()
+	for g := range 100 {
+		wg.Go(func() {
+			n := 0
+			for time.Now().Before(deadline) && ctx.Err() == nil {
+				n++
+				if err := step(fmt.Sprintf("log-%d", g), n); err != nil {
+					mu.Lock()
+					first = err
+					mu.Unlock()
+					return
+				}
+			}
+			mu.Lock()
+			total += int64(n)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	rate := round(float64(total)/time.Since(t0).Seconds(), 1)
+	if first != nil {
+		return 0, 0, first
+	}
+	lat := make([]time.Duration, 0, 200)
+	for n := 1; n <= 200; n++ {
+		s := time.Now()
+		if err := step("log-seq", n); err != nil {
+			return 0, 0, err
+		}
+		lat = append(lat, time.Since(s))
+	}
+	return rate, summarize(lat).P50ms, nil
+}
