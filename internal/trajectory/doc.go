@@ -1,0 +1,104 @@
+// Package trajectory is dsec's trajectory log: it lets an RL trainer that was
+// preempted mid-rollout resume by re-issuing the same agent steps, which dsec
+// answers from the log (fast-forward) instead of running them again, and then
+// continue live at the first new step.
+//
+// # Tagging steps
+//
+// Any session operation may carry the headers
+//
+//	X-Dsec-Trajectory: ID     (1-128 of A-Z a-z 0-9 . _ : -)
+//	X-Dsec-Step: N            (1, 2, ...)
+//
+// on blocking exec, exec/stream, background process start, file read (GET
+// files), file write (PUT files), archive upload (PUT files/archive), mkdir,
+// remove and the HTTP proxy. The Go client tags calls made with
+// client.WithTrajectory(ctx, id, n); the CLI has `dsec exec --traj ID --step N`.
+// A trajectory is bound to the sandbox of its first step.
+//
+// # What is logged
+//
+// Per step: a fingerprint (sha256 over the operation name and the JSON of its
+// normalised arguments: the server's defaults applied, map keys sorted, paths
+// cleaned, bodies such as stdin, file contents, tar uploads and HTTP request
+// bodies replaced by their sha256; for HTTP only method, port, path+query,
+// Content-Type and body count), the normalised arguments, the request body when
+// at most 16 MiB (a rebuild needs it), the full answer (status, the relevant
+// headers, the body up to 16 MiB: exec result JSON, file bytes, the NDJSON
+// events of exec/stream, the proxied HTTP response; larger answers are kept as
+// sha256 and size only and cannot be replayed), timing, the sandbox and the
+// state (started, finished; "unknown" is shown for a step that was started by
+// an earlier server process or whose handler crashed).
+//
+// Durability: the step is recorded as started (fsync'd) before it runs, and as
+// finished (fsync'd) before its answer is sent. For exec/stream, output events
+// flow live and the final exit event is held until the step is logged. Commits
+// are grouped: one committer goroutine writes every update queued while the
+// previous transaction was being fsync'd in the next transaction, so a lone step
+// pays one commit per record and concurrent steps share them. (bbolt's DB.Batch
+// is also available; its 10 ms batching timer makes a lone step wait for it.)
+// An answer over 16 MiB (a large file read or HTTP response) is streamed to the
+// client as it comes and logged after, as a hash.
+//
+// # Replay rules (Decide)
+//
+//   - step N of a new trajectory must be 1; N > last logged + 1 is a gap
+//     (400 invalid_argument);
+//   - N already logged with another fingerprint: 409 trajectory_diverged,
+//     naming the step and both fingerprints;
+//   - N finished with the same fingerprint: its logged answer, with header
+//     X-Dsec-Replayed: true (and "replayed": true in exec results and in the
+//     exit event of exec/stream), without touching the sandbox — even if the
+//     sandbox is gone;
+//   - N running now (same step sent twice at once): 409 conflict;
+//   - N started but never finished (the server died while it ran): 409
+//     outcome_unknown. It is never run again and never resolved: the client
+//     moves on, and step N+1 runs live (the rule is "unknown steps stay unknown;
+//     the next step may proceed"). The command may or may not have taken
+//     effect (a killed server does not kill the commands it started);
+//   - otherwise (N == last + 1) the step runs live in the bound sandbox.
+//
+// Live steps run to completion even if the client disconnects (except
+// exec/stream, whose I/O needs the client: a client gone mid-stream leaves the
+// step unknown), so that a preempted trainer finds the answer in the log. A
+// step whose operation fails with a retryable dsec error (internal,
+// unavailable, resource_exhausted, deadline_exceeded) is not logged and may be
+// re-issued; other error answers (a missing file, bad_gateway, ...) are results
+// and are logged and replayed like any other.
+//
+// # Lost sandboxes and rebuild
+//
+// If the bound sandbox no longer exists or its init died, live steps fail with
+// 410 trajectory_sandbox_lost (infrastructure, not retryable) and are not
+// logged; replays still answer. POST /v1/trajectories/{id}/rebuild (`dsec traj
+// rebuild ID`) is the opt-in remedy: it creates a sandbox with the parameters
+// recorded at the first step (image, cpu, memory, disk, pids, env, labels, idle
+// timeout, TTL), re-executes the finished mutating steps in order (exec,
+// exec/stream, process start, file write, archive upload, mkdir, remove; reads
+// and HTTP are skipped, and so are unknown steps and writes whose body was over
+// 16 MiB), reports for each whether its result matched the log (exec: exit
+// code, stdout, stderr; others: status), and binds the trajectory to the new
+// sandbox. The log keeps the original answers. Replays may still name the old
+// sandbox; live steps must name the new one (409 conflict otherwise).
+//
+// # Reading and retention
+//
+//	GET    /v1/trajectories                 list (dsec traj ls)
+//	GET    /v1/trajectories/{id}            steps with results (dsec traj show ID [--json])
+//	GET    /v1/trajectories/{id}/export     JSON lines, one step per line (dsec traj export ID)
+//	DELETE /v1/trajectories/{id}            (dsec traj rm ID)
+//	POST   /v1/trajectories/{id}/rebuild    (dsec traj rebuild ID)
+//
+// `dsec server --traj-max-age 168h --traj-max 100000` (the defaults) delete
+// trajectories not updated for a week and keep at most the 100,000 most
+// recently updated, checked at start and every 10 minutes.
+//
+// # Storage
+//
+// Store is the interface (Begin, Finish, Abort, Get, List, Delete, Rebind,
+// Prune); Bolt is the embedded default on go.etcd.io/bbolt at
+// DATA_DIR/trajectories.db, Mem an in-memory one for tests. Package storetest
+// is the conformance suite every implementation must pass. A step "in flight"
+// is one started by the current store instance (its boot ID); a distributed
+// implementation would replace the boot ID by a lease.
+package trajectory
