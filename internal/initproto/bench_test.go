@@ -8,27 +8,38 @@ import (
 	"testing"
 )
 
-// BenchmarkSpawn measures sandbox creation: spawn, first ping, kill, reap.
+// BenchmarkSpawn measures sandbox creation: spawn, first ping, kill, reap;
+// with the shared sysfs (as the container driver does) and with a sysfs of
+// the init's own.
 func BenchmarkSpawn(b *testing.B) {
 	requireRoot(b)
-	initPath, lower, sockDir, base := installInit(b), makeLower(b), shortDir(b), b.TempDir()
-	ctx := context.Background()
-	b.ResetTimer()
-	for i := range b.N {
-		cfg := sandboxConfig(b, initPath, lower, filepath.Join(base, fmt.Sprint(i)), sockDir)
-		in, err := Spawn(ctx, cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		c, err := Dial(ctx, cfg.SocketPath)
-		if err == nil {
-			err = c.Ping(ctx)
-			c.Close()
-		}
-		killAndReap(in.PID)
-		if err != nil {
-			b.Fatal(err)
-		}
+	for _, shared := range []bool{true, false} {
+		b.Run(map[bool]string{true: "shared-sysfs", false: "own-sysfs"}[shared], func(b *testing.B) {
+			initPath, lower, sockDir, base := installInit(b), makeLower(b), shortDir(b), b.TempDir()
+			sysfs := ""
+			if shared {
+				sysfs = sharedSysfs(b)
+			}
+			ctx := context.Background()
+			b.ResetTimer()
+			for i := range b.N {
+				cfg := sandboxConfig(b, initPath, lower, filepath.Join(base, fmt.Sprint(i)), sockDir)
+				cfg.SysfsPath = sysfs
+				in, err := Spawn(ctx, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := Dial(ctx, cfg.SocketPath)
+				if err == nil {
+					err = c.Ping(ctx)
+					c.Close()
+				}
+				killAndReap(in.PID)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
 
