@@ -140,6 +140,17 @@ func (m *Manager) adopt(ctx context.Context) error {
 	if sw, ok := m.cfg.Driver.(Sweeper); ok {
 		sw.Sweep(ctx, keep)
 	}
+	if m.cfg.Images.Layers != nil {
+		// Layer holders of sandboxes that vanished while the agent was down, or of
+		// creates interrupted between acquire and record, are dropped.
+		ids := make([]string, 0, len(keep))
+		for id := range keep {
+			ids = append(ids, id)
+		}
+		if err := m.cfg.Images.Layers.Sync(ctx, ids); err != nil {
+			m.log.Warn("sync layer holders", "err", err)
+		}
+	}
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -181,6 +182,26 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 		return nil, errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
 	}
 	id := newID()
+	if len(img.Layers) > 0 {
+		// A layered environment: layerd mounts its layers (once per node) and holds
+		// them for this sandbox until Delete.
+		if err := m.cfg.Images.Mount(ctx, &img, id); err != nil {
+			return nil, err
+		}
+		started := false
+		sb, err := m.startSandbox(ctx, req, img, id, &started)
+		if !started {
+			// Nothing holds the layers: release them (layerd unmounts after its grace).
+			_ = m.cfg.Images.Unmount(context.Background(), id)
+		}
+		return sb, err
+	}
+	return m.startSandbox(ctx, req, img, id, nil)
+}
+
+// startSandbox starts the sandbox on resolved lower directories; *started is set
+// once it exists (so the caller keeps the layers it acquired).
+func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest, img images.Image, id string, started *bool) (*sandbox, error) {
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
@@ -207,6 +228,9 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 	m.mu.Lock()
 	m.sandboxes[id] = sb
 	m.mu.Unlock()
+	if started != nil {
+		*started = true
+	}
 	m.log.Debug("created sandbox", "id", id, "image", img.Name)
 	return sb, nil
 }
@@ -233,6 +257,9 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		m.log.Warn("remove record", "id", id, "err", err)
 	}
 	_ = os.RemoveAll(m.logDir(id))
+	if err := m.cfg.Images.Unmount(ctx, id); err != nil {
+		m.log.Warn("release layers", "id", id, "err", err)
+	}
 	m.mu.Lock()
 	delete(m.sandboxes, id)
 	if sb.rec.RequestID != "" {
@@ -314,6 +341,7 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 		sb.deleted = true
 		sb.mu.Unlock()
 		_ = removeRecord(m.recs, id)
+		_ = m.cfg.Images.Unmount(context.Background(), id)
 		m.mu.Lock()
 		delete(m.sandboxes, id)
 		m.mu.Unlock()

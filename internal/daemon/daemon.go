@@ -24,6 +24,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -54,6 +55,11 @@ type Config struct {
 	// most recently updated (default DefaultTrajMax; negative: no limit).
 	TrajMaxAge time.Duration
 	TrajMax    int
+	// Layers configures layerd, which mounts layered environments on demand
+	// (Root defaults to DATA_DIR/layers); LayerPrefetch "full" fetches and verifies
+	// whole layers before mounting instead of loading them on demand.
+	Layers        lazy.Config
+	LayerPrefetch string
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -65,7 +71,10 @@ type Daemon struct {
 	// Trajectories is the trajectory log at DATA_DIR/trajectories.db.
 	Trajectories *trajectory.Bolt
 	// FnCall is the online-judge engine behind /v1/fncall (pools start on first use).
-	FnCall    *fncall.Engine
+	FnCall *fncall.Engine
+	// Layers talks to layerd (started on the first layered environment; it
+	// outlives this process so running sandboxes keep their file systems).
+	Layers    *lazy.Client
 	cfg       Config
 	http      *http.Server
 	stopPrune chan struct{}
@@ -104,9 +113,14 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Layers.Root == "" {
+		cfg.Layers.Root = filepath.Join(cfg.DataDir, "layers")
+	}
+	layers := lazy.NewClient(cfg.Layers)
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes,
-		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage},
+		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage,
+			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch}},
 	})
 	if err != nil {
 		drv.Close()
@@ -129,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	srv := server.New(fnCallNode{mgr, fc}, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj})
-	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, cfg: cfg,
+	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
 	return d, nil
@@ -184,6 +198,8 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	}
 	if deleteAll {
 		errs = append(errs, d.Manager.DeleteAll(ctx))
+		// Nothing is held any more: stop layerd (it unmounts every layer).
+		errs = append(errs, d.Layers.Stop(ctx))
 	}
 	close(d.stopPrune)
 	<-d.pruneDone

@@ -5,6 +5,7 @@
 package images
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"sort"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Image is one resolved image.
@@ -20,13 +22,39 @@ type Image struct {
 	Name        string   `json:"name"`
 	Lower       []string `json:"lower"` // absolute paths, top-most first
 	Description string   `json:"description,omitempty"`
+	// Layers is set for a layered environment: its EROFS layers, base first. Its
+	// Lower is empty until Store.Mount acquires the layer mounts for a sandbox.
+	Layers []Layer `json:"layers,omitempty"`
 }
 
-// manifest is DIR/NAME/image.json; its lower entries are relative to DIR/NAME.
+// Layer is one EROFS layer of a layered environment.
+type Layer struct {
+	Digest string `json:"digest"`
+	Store  string `json:"store"`          // blob store spec, e.g. dir:/var/lib/dsec/blobs
+	Size   int64  `json:"size,omitempty"` // expected blob size, if the manifest says
+}
+
+// LayerMounter mounts layers on the node (internal/lazy's layerd client).
+type LayerMounter interface {
+	// Acquire mounts layers for holder and returns one directory per layer, in order.
+	Acquire(ctx context.Context, holder string, layers []Layer) ([]string, error)
+	// Release drops everything holder holds.
+	Release(ctx context.Context, holder string) error
+	// Sync drops every holder not in keep.
+	Sync(ctx context.Context, keep []string) error
+}
+
+// manifest is DIR/NAME/image.json; its lower entries are relative to DIR/NAME. A
+// layered environment names layers instead: {"name", "layers": ["sha256:..."]
+// (base first, then toolkits, then the workspace), "blob_store": "dir:PATH",
+// optional "sizes": [bytes per layer]}.
 type manifest struct {
 	Name        string   `json:"name"`
 	Lower       []string `json:"lower"`
 	Description string   `json:"description,omitempty"`
+	Layers      []string `json:"layers,omitempty"`
+	BlobStore   string   `json:"blob_store,omitempty"`
+	Sizes       []int64  `json:"sizes,omitempty"`
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
@@ -35,6 +63,41 @@ var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 type Store struct {
 	Dir     string
 	Default string // the image used when a request names none
+	// Layers mounts layered environments; nil: only directory images resolve.
+	Layers LayerMounter
+}
+
+// Mount acquires img's layer mounts for holder (a sandbox ID) and fills img.Lower,
+// top-most layer first (workspace, toolkits, base). Directory images are left as
+// they are.
+func (s *Store) Mount(ctx context.Context, img *Image, holder string) error {
+	if len(img.Layers) == 0 {
+		return nil
+	}
+	if s.Layers == nil {
+		return errdefs.New(api.CodeNotImplemented, "image %q is a layered environment and this node has no layer service", img.Name)
+	}
+	dirs, err := s.Layers.Acquire(ctx, holder, img.Layers)
+	if err != nil {
+		return err
+	}
+	if len(dirs) != len(img.Layers) {
+		_ = s.Layers.Release(ctx, holder)
+		return errdefs.Internal(fmt.Errorf("got %d mounts for %d layers", len(dirs), len(img.Layers)), "image %q", img.Name)
+	}
+	img.Lower = make([]string, len(dirs))
+	for i, d := range dirs {
+		img.Lower[len(dirs)-1-i] = d
+	}
+	return nil
+}
+
+// Unmount releases what holder acquired (no-op without a layer service).
+func (s *Store) Unmount(ctx context.Context, holder string) error {
+	if s.Layers == nil {
+		return nil
+	}
+	return s.Layers.Release(ctx, holder)
 }
 
 // Resolve returns the image called name ("" = the default).
@@ -57,10 +120,23 @@ func (s *Store) Resolve(name string) (Image, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Image{}, errdefs.Internal(err, "parse image %q manifest", name)
 	}
+	img := Image{Name: name, Description: m.Description}
+	if len(m.Layers) > 0 {
+		if m.BlobStore == "" {
+			return Image{}, errdefs.Internal(fmt.Errorf("layers without blob_store"), "image %q", name)
+		}
+		for i, d := range m.Layers {
+			l := Layer{Digest: d, Store: m.BlobStore}
+			if i < len(m.Sizes) {
+				l.Size = m.Sizes[i]
+			}
+			img.Layers = append(img.Layers, l)
+		}
+		return img, nil
+	}
 	if len(m.Lower) == 0 {
 		return Image{}, errdefs.Internal(fmt.Errorf("no lower directories"), "image %q", name)
 	}
-	img := Image{Name: name, Description: m.Description}
 	for _, l := range m.Lower {
 		p := l
 		if !filepath.IsAbs(p) {

@@ -1,0 +1,228 @@
+package lazy
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Client is the agent's side of layerd: it finds the running layerd through its
+// socket, or starts one (Setsid, so it outlives the agent), and asks it to
+// acquire and release layers.
+type Client struct {
+	cfg Config
+	// Exe is the binary started as layerd (default: this executable); it must call
+	// MaybeMain early (the dsec binary does).
+	Exe string
+
+	mu   sync.Mutex
+	http *http.Client
+}
+
+// NewClient returns a client for the layerd of cfg.Root; nothing starts until the
+// first Acquire.
+func NewClient(cfg Config) *Client {
+	cfg.defaults()
+	sock := SocketPath(cfg.Root)
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var dl net.Dialer
+			return dl.DialContext(ctx, "unix", sock)
+		},
+		MaxIdleConnsPerHost: 8,
+	}
+	return &Client{cfg: cfg, http: &http.Client{Transport: tr}}
+}
+
+// Root is the layers directory.
+func (c *Client) Root() string { return c.cfg.Root }
+
+func (c *Client) call(ctx context.Context, method, path string, in, out any) error {
+	var body *bytes.Reader
+	if in != nil {
+		b, _ := json.Marshal(in)
+		body = bytes.NewReader(b)
+	} else {
+		body = bytes.NewReader(nil)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://layerd"+path, body)
+	if err != nil {
+		return err
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		var we wireErr
+		if json.NewDecoder(resp.Body).Decode(&we) != nil || we.Code == "" {
+			return errdefs.New(api.CodeInternal, "layerd: HTTP %d", resp.StatusCode)
+		}
+		return &remoteErr{code: we.Code, msg: we.Message}
+	}
+	if out != nil {
+		return json.NewDecoder(resp.Body).Decode(out)
+	}
+	return nil
+}
+
+// remoteErr carries layerd's error code back.
+type remoteErr struct{ code, msg string }
+
+func (e *remoteErr) Error() string { return e.msg }
+
+func toErr(err error) error {
+	if re, ok := err.(*remoteErr); ok {
+		return errdefs.New(re.code, "%s", re.msg)
+	}
+	return err
+}
+
+// Running reports whether layerd answers, and its pid.
+func (c *Client) Running(ctx context.Context) (int, bool) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var p struct{ Pid int }
+	if err := c.call(ctx, "GET", "/ping", nil, &p); err != nil {
+		return 0, false
+	}
+	return p.Pid, true
+}
+
+// Ensure starts layerd if it is not running and waits until it answers.
+func (c *Client) Ensure(ctx context.Context) (int, error) {
+	if pid, ok := c.Running(ctx); ok {
+		return pid, nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if pid, ok := c.Running(ctx); ok {
+		return pid, nil
+	}
+	exe := c.Exe
+	if exe == "" {
+		var err error
+		if exe, err = os.Executable(); err != nil {
+			return 0, errdefs.Internal(err, "layerd: find executable")
+		}
+	}
+	if err := os.MkdirAll(c.cfg.Root, 0o700); err != nil {
+		return 0, errdefs.Internal(err, "layerd root")
+	}
+	logf, err := os.OpenFile(filepath.Join(c.cfg.Root, "layerd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return 0, errdefs.Internal(err, "layerd log")
+	}
+	defer logf.Close()
+	cj, _ := json.Marshal(c.cfg)
+	cmd := exec.Command(exe, "layerd")
+	cmd.Env = append(os.Environ(), EnvMain+"="+string(cj))
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, errdefs.Internal(err, "start layerd")
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }() // reap it if it dies while we live
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if pid, ok := c.Running(ctx); ok {
+			return pid, nil
+		}
+		select {
+		case <-exited:
+			// Lost a race with another starter, or failed: a running one answers.
+			if pid, ok := c.Running(ctx); ok {
+				return pid, nil
+			}
+			return 0, errdefs.New(api.CodeUnavailable, "layerd exited at start (see %s)", filepath.Join(c.cfg.Root, "layerd.log"))
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+	return 0, errdefs.New(api.CodeUnavailable, "layerd did not start within 15s (see %s)", filepath.Join(c.cfg.Root, "layerd.log"))
+}
+
+// Acquire mounts the layers for holder and returns their mount directories.
+func (c *Client) Acquire(ctx context.Context, holder string, layers []LayerRef) ([]string, error) {
+	if _, err := c.Ensure(ctx); err != nil {
+		return nil, err
+	}
+	var resp AcquireResponse
+	if err := c.call(ctx, "POST", "/acquire", AcquireRequest{Holder: holder, Layers: layers}, &resp); err != nil {
+		return nil, toErr(err)
+	}
+	return resp.Mounts, nil
+}
+
+// Release drops holder's layers. Without a running layerd there is nothing held.
+func (c *Client) Release(ctx context.Context, holder string) error {
+	if _, ok := c.Running(ctx); !ok {
+		return nil
+	}
+	return toErr(c.call(ctx, "POST", "/release", map[string]string{"Holder": holder}, nil))
+}
+
+// Sync drops every holder not in keep (no-op without a running layerd).
+func (c *Client) Sync(ctx context.Context, keep []string) error {
+	if _, ok := c.Running(ctx); !ok {
+		return nil
+	}
+	return toErr(c.call(ctx, "POST", "/sync", map[string][]string{"Keep": keep}, nil))
+}
+
+// Stats returns layerd's accounting (empty without a running layerd).
+func (c *Client) Stats(ctx context.Context) (Stats, error) {
+	var s Stats
+	if _, ok := c.Running(ctx); !ok {
+		return Stats{Layers: []LayerStats{}}, nil
+	}
+	err := c.call(ctx, "GET", "/stats", nil, &s)
+	return s, toErr(err)
+}
+
+// Stop asks layerd to unmount everything and exit, and waits for it (tests,
+// benchmarks; a node normally leaves it running).
+func (c *Client) Stop(ctx context.Context) error {
+	pid, ok := c.Running(ctx)
+	if !ok {
+		return nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		return err
+	}
+	for i := 0; i < 500; i++ {
+		if syscall.Kill(pid, 0) != nil {
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return fmt.Errorf("layerd %d did not exit", pid)
+}
+
+// Pid reads layerd's pid file (0 if none).
+func Pid(root string) int {
+	b, err := os.ReadFile(PidPath(root))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return n
+}

@@ -1,0 +1,325 @@
+package lazy
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// blobFile is one layer blob exposed as a read-only regular file on the FUSE mount.
+// A read fetches only the chunks it overlaps (through the chunk cache), so the erofs
+// mount above it pulls in exactly the blocks the kernel asks for.
+//
+// Verification: the digest covers the whole blob, so a chunk cannot be checked on its
+// own without a chunk digest list. What is verified:
+//   - the size against the manifest's (when given) and the EROFS superblock at mount;
+//   - the whole blob against its digest whenever all chunks have been fetched (always
+//     for a full fetch; lazily when a layer's cache becomes complete); a mismatch marks
+//     the layer corrupt: its cache is dropped, reads fail with EIO, acquires fail;
+//   - after a successful full verification a chunk-hash table is written next to the
+//     cache (CACHE/<hex>.chunks) and every later re-fetch of an evicted chunk is
+//     checked against it (trust on first full verification).
+type blobFile struct {
+	fs.Inode
+	l *layerState
+}
+
+var (
+	_ fs.NodeGetattrer = (*blobFile)(nil)
+	_ fs.NodeOpener    = (*blobFile)(nil)
+	_ fs.NodeReader    = (*blobFile)(nil)
+)
+
+func (f *blobFile) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o444
+	out.Size = uint64(f.l.size)
+	out.Blocks = (out.Size + 511) / 512
+	out.Nlink = 1
+	return 0
+}
+
+func (f *blobFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
+		return nil, 0, syscall.EROFS
+	}
+	// The blob never changes: let the kernel keep its page cache across opens.
+	return nil, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+func (f *blobFile) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := f.l.readAt(context.Background(), dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		f.l.d.logf("read %s @%d: %v", f.l.digest, off, err)
+		return nil, syscall.EIO
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// layerState is one layer blob known to layerd: its FUSE file, its fetch and cache
+// counters, its verification state and (once mounted) its erofs mount.
+type layerState struct {
+	d      *Daemon
+	digest string
+	hex    string
+	size   int64
+	chunk  int64
+	nchunk int64
+	store  blob.Store
+	spec   string
+
+	node    *fs.Inode
+	mnt     string
+	mounted bool
+	refs    map[string]bool
+	idle    time.Time // when refs dropped to zero
+
+	fetchedBytes atomic.Int64
+	fetches      atomic.Int64
+	hits         atomic.Int64
+	misses       atomic.Int64
+
+	mu       sync.Mutex
+	inflight map[int64]*fetchCall
+	present  map[int64]bool // chunks fetched since this layerd started (for completeness)
+	table    [][32]byte     // chunk hashes after a full verification, else nil
+	verified bool
+	corrupt  error
+	verifyOn bool // a verification is running
+}
+
+type fetchCall struct {
+	done chan struct{}
+	data []byte
+	err  error
+}
+
+func (l *layerState) key(idx int64) chunkKey { return chunkKey{l.hex, idx} }
+
+func (l *layerState) tablePath() string { return filepath.Join(l.d.cache.dir, l.hex+".chunks") }
+
+func (l *layerState) loadTable() {
+	b, err := os.ReadFile(l.tablePath())
+	if err != nil || int64(len(b)) != l.nchunk*32 {
+		return
+	}
+	t := make([][32]byte, l.nchunk)
+	for i := range t {
+		copy(t[i][:], b[i*32:])
+	}
+	l.table, l.verified = t, true
+}
+
+func (l *layerState) chunkLen(idx int64) int64 {
+	return min(l.chunk, l.size-idx*l.chunk)
+}
+
+// readAt serves a read of the blob file.
+func (l *layerState) readAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off >= l.size {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > l.size-off {
+		p = p[:l.size-off]
+	}
+	done := 0
+	for done < len(p) {
+		pos := off + int64(done)
+		idx := pos / l.chunk
+		in := pos - idx*l.chunk
+		want := min(int64(len(p)-done), l.chunkLen(idx)-in)
+		if n, ok := l.d.cache.ReadAt(l.key(idx), p[done:done+int(want)], in); ok && int64(n) == want {
+			l.hits.Add(1)
+			done += n
+			continue
+		}
+		l.misses.Add(1)
+		data, err := l.fetch(ctx, idx)
+		if err != nil {
+			return done, err
+		}
+		done += copy(p[done:done+int(want)], data[in:])
+	}
+	return done, nil
+}
+
+// fetch gets one chunk from the store (single flight), checks it against the chunk
+// table if there is one, and stores it in the cache.
+func (l *layerState) fetch(ctx context.Context, idx int64) ([]byte, error) {
+	l.mu.Lock()
+	if l.corrupt != nil {
+		l.mu.Unlock()
+		return nil, l.corrupt
+	}
+	if c := l.inflight[idx]; c != nil {
+		l.mu.Unlock()
+		<-c.done
+		return c.data, c.err
+	}
+	c := &fetchCall{done: make(chan struct{})}
+	l.inflight[idx] = c
+	table := l.table
+	l.mu.Unlock()
+
+	c.data, c.err = l.fetchChunk(ctx, idx, table)
+	l.mu.Lock()
+	delete(l.inflight, idx)
+	complete := false
+	if c.err == nil {
+		l.present[idx] = true
+		complete = !l.verified && !l.verifyOn && int64(len(l.present)) == l.nchunk
+		if complete {
+			l.verifyOn = true
+		}
+	}
+	l.mu.Unlock()
+	close(c.done)
+	if complete {
+		go func() { _ = l.verify(context.Background()) }()
+	}
+	return c.data, c.err
+}
+
+func (l *layerState) fetchChunk(ctx context.Context, idx int64, table [][32]byte) ([]byte, error) {
+	n := l.chunkLen(idx)
+	buf := make([]byte, n)
+	got, err := l.store.ReadAt(ctx, l.digest, buf, idx*l.chunk)
+	l.fetches.Add(1)
+	l.fetchedBytes.Add(int64(got))
+	if err != nil && !(errors.Is(err, io.EOF) && int64(got) == n) {
+		return nil, fmt.Errorf("fetch chunk %d of %s: %w", idx, l.digest, err)
+	}
+	if int64(got) != n {
+		return nil, l.markCorrupt(fmt.Errorf("blob %s is truncated (chunk %d short)", l.digest, idx))
+	}
+	if table != nil && sha256.Sum256(buf) != table[idx] {
+		return nil, l.markCorrupt(fmt.Errorf("blob %s chunk %d does not match the chunk table", l.digest, idx))
+	}
+	if err := l.d.cache.Put(l.key(idx), buf); err != nil {
+		l.d.logf("cache put: %v", err)
+	}
+	return buf, nil
+}
+
+func (l *layerState) markCorrupt(err error) error {
+	err = errdefs.Wrap(api.CodeBadGateway, blob.ErrDigestMismatch, "layer %s is corrupt in its blob store: %v", l.digest, err)
+	l.mu.Lock()
+	if l.corrupt == nil {
+		l.corrupt = err
+	}
+	l.mu.Unlock()
+	l.d.cache.DropBlob(l.hex)
+	_ = os.Remove(l.tablePath())
+	return err
+}
+
+// fetchAll fetches every chunk (a full fetch before mount) and verifies the digest.
+func (l *layerState) fetchAll(ctx context.Context) error {
+	for idx := int64(0); idx < l.nchunk; idx++ {
+		if l.d.cache.Has(l.key(idx)) {
+			l.mu.Lock()
+			l.present[idx] = true
+			l.mu.Unlock()
+			continue
+		}
+		if _, err := l.fetch(ctx, idx); err != nil {
+			return err
+		}
+	}
+	return l.verify(ctx)
+}
+
+// verify hashes the whole blob from the cache (fetching what is missing), compares
+// it with the digest and writes the chunk table; a mismatch marks the layer corrupt.
+func (l *layerState) verify(ctx context.Context) error {
+	defer func() {
+		l.mu.Lock()
+		l.verifyOn = false
+		l.mu.Unlock()
+	}()
+	l.mu.Lock()
+	if l.verified {
+		l.mu.Unlock()
+		return nil
+	}
+	l.mu.Unlock()
+	h := sha256.New()
+	table := make([][32]byte, l.nchunk)
+	buf := make([]byte, l.chunk)
+	for idx := int64(0); idx < l.nchunk; idx++ {
+		b := buf[:l.chunkLen(idx)]
+		n, ok := l.d.cache.ReadAt(l.key(idx), b, 0)
+		if !ok || n != len(b) {
+			data, err := l.fetch(ctx, idx)
+			if err != nil {
+				return err
+			}
+			b = data
+		}
+		h.Write(b)
+		table[idx] = sha256.Sum256(b)
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != l.digest {
+		return l.markCorrupt(fmt.Errorf("digest mismatch: content hashes to %s", got))
+	}
+	var tb bytes.Buffer
+	for _, t := range table {
+		tb.Write(t[:])
+	}
+	_ = os.WriteFile(l.tablePath(), tb.Bytes(), 0o600)
+	l.mu.Lock()
+	l.table, l.verified = table, true
+	l.mu.Unlock()
+	return nil
+}
+
+// LayerStats is the accounting of one layer on a node.
+type LayerStats struct {
+	Digest       string   `json:"digest"`
+	BlobSize     int64    `json:"blob_size"`
+	FetchedBytes int64    `json:"fetched_bytes"`
+	Fetches      int64    `json:"fetches"`
+	CacheHits    int64    `json:"cache_hits"`
+	CacheMisses  int64    `json:"cache_misses"`
+	ChunkSize    int64    `json:"chunk_size"`
+	Mounted      bool     `json:"mounted"`
+	Mountpoint   string   `json:"mountpoint,omitempty"`
+	Refs         int      `json:"refs"`
+	Holders      []string `json:"holders,omitempty"`
+	Verified     bool     `json:"verified"`
+	Corrupt      string   `json:"corrupt,omitempty"`
+}
+
+func (l *layerState) stats() LayerStats {
+	s := LayerStats{
+		Digest: l.digest, BlobSize: l.size, FetchedBytes: l.fetchedBytes.Load(), Fetches: l.fetches.Load(),
+		CacheHits: l.hits.Load(), CacheMisses: l.misses.Load(), ChunkSize: l.chunk,
+		Mounted: l.mounted, Mountpoint: l.mnt, Refs: len(l.refs),
+	}
+	for h := range l.refs {
+		s.Holders = append(s.Holders, h)
+	}
+	l.mu.Lock()
+	s.Verified = l.verified
+	if l.corrupt != nil {
+		s.Corrupt = l.corrupt.Error()
+	}
+	l.mu.Unlock()
+	return s
+}
