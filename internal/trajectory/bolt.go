@@ -337,15 +337,9 @@ func (b *Bolt) Finish(ctx context.Context, traj string, n int, res Result, now t
 				return err
 			}
 		}
-		if err := putJSON(tb, stepKey('s', n), s); err != nil {
-			return err
-		}
-		meta, err := getMeta(tb)
-		if err != nil {
-			return err
-		}
-		meta.UpdatedAt = now
-		return putJSON(tb, []byte("m"), meta)
+		// The meta's UpdatedAt was set by Begin: leaving the meta alone keeps
+		// Finish to the step's own pages.
+		return putJSON(tb, stepKey('s', n), s)
 	})
 	if err != nil {
 		return errdefs.Internal(err, "trajectory log")

@@ -105,7 +105,6 @@ func (m *Mem) Finish(_ context.Context, traj string, n int, res Result, now time
 		r.Body = nil
 	}
 	s.Result = &r
-	t.meta.UpdatedAt = now
 	return nil
 }
 
