@@ -1,7 +1,29 @@
 package main
 
-import "github.com/dsec-dev/dsec/internal/lazy"
+import (
+	"errors"
+	"os"
 
-// `dsec layerd` is hidden: the agent starts it (with its config in the
-// environment) and it must never fall through to the CLI.
-func init() { lazy.MaybeMain() }
+	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/internal/lazy"
+)
+
+// layerdCmd is the node's layer daemon (FUSE blob files, chunk cache, EROFS layer
+// mounts). The agent starts it with its config in the environment; it outlives
+// agent restarts so running sandboxes keep their file systems.
+func layerdCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "layerd",
+		Short:  "Layer daemon (started by the node agent)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if os.Getenv(lazy.EnvMain) == "" {
+				return errors.New("layerd is started by the node agent, with its config in " + lazy.EnvMain)
+			}
+			lazy.MaybeMain() // exits
+			return nil
+		},
+	}
+}

@@ -493,7 +493,7 @@ func writeErr(w http.ResponseWriter, err error) {
 const EnvMain = "DSEC_LAYERD_CONFIG"
 
 // MaybeMain runs layerd and exits if this process was started as layerd. The dsec
-// binary calls it from an init function; test binaries that start layerd call it
+// binary calls it from its hidden `layerd` command; test binaries that start layerd call it
 // from TestMain.
 func MaybeMain() {
 	v := os.Getenv(EnvMain)
