@@ -29,6 +29,8 @@ func (x *alternating) Open(ctx context.Context, d string) (io.ReadCloser, error)
 func (x *alternating) ReadAt(ctx context.Context, d string, p []byte, off int64) (int, error) {
 	return x.pick().ReadAt(ctx, d, p, off)
 }
-func (x *alternating) Stat(ctx context.Context, d string) (int64, error) { return x.pick().Stat(ctx, d) }
-func (x *alternating) Delete(ctx context.Context, d string) error         { return x.pick().Delete(ctx, d) }
-func (x *alternating) List(ctx context.Context) ([]string, error)         { return x.pick().List(ctx) }
+func (x *alternating) Stat(ctx context.Context, d string) (int64, error) {
+	return x.pick().Stat(ctx, d)
+}
+func (x *alternating) Delete(ctx context.Context, d string) error { return x.pick().Delete(ctx, d) }
+func (x *alternating) List(ctx context.Context) ([]string, error) { return x.pick().List(ctx) }

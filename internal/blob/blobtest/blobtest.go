@@ -163,7 +163,7 @@ func Run(t *testing.T, newStore func(t *testing.T) blob.Store) {
 	t.Run("ConcurrentPuts", func(t *testing.T) {
 		s := newStore(t)
 		var wg sync.WaitGroup
-		errs := make(chan error, 8)
+		errs := make(chan error, 16)
 		for i := 0; i < 8; i++ {
 			wg.Add(1)
 			go func() {
