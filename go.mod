@@ -3,11 +3,23 @@ module github.com/dsec-dev/dsec
 go 1.26.8
 
 require (
+	github.com/erofs/go-erofs v0.3.1
+	github.com/google/go-containerregistry v0.22.1
 	github.com/johannesboyne/gofakes3 v1.2.0
 	github.com/minio/minio-go/v7 v7.4.1
 	github.com/spf13/cobra v1.10.2
 	go.etcd.io/bbolt v1.4.3
 	golang.org/x/sys v0.50.0
+)
+
+require (
+	github.com/docker/cli v29.7.2+incompatible // indirect
+	github.com/docker/docker-credential-helpers v0.9.3 // indirect
+	github.com/opencontainers/go-digest v1.0.0 // indirect
+	github.com/opencontainers/image-spec v1.1.1 // indirect
+	github.com/sirupsen/logrus v1.10.2 // indirect
+	golang.org/x/sync v0.23.0 // indirect
+	gotest.tools/v3 v3.5.2 // indirect
 )
 
 require (

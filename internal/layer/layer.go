@@ -1,0 +1,138 @@
+// Package layer builds layers: EROFS file system images (written in pure Go with
+// github.com/erofs/go-erofs) named by their sha256 and stored in a blob.Store. A
+// layer is built from a directory, a tar or tar.gz, or an OCI image (a registry, an
+// OCI layout directory or a docker-archive tar; multi-layer images are flattened
+// honouring whiteouts and opaque directories). Owners, modes (incl. setuid/sticky),
+// mtimes, xattrs, symlinks and device nodes are kept.
+package layer
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	erofs "github.com/erofs/go-erofs"
+
+	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+)
+
+// Source names what a layer is built from: KIND:ARG with KIND one of dir, tar
+// (plain, gzip or zstd-less tar.gz), oci (a registry reference), oci-layout (an OCI
+// image layout directory, optionally PATH@REF or PATH@sha256:... to pick one image)
+// and docker-archive (a `docker save` tar, optionally PATH@TAG).
+type Source struct {
+	Kind string
+	Arg  string
+}
+
+func (s Source) String() string { return s.Kind + ":" + s.Arg }
+
+// ParseSource parses "dir:PATH", "tar:PATH", "oci:REF", "oci-layout:PATH",
+// "docker-archive:PATH".
+func ParseSource(s string) (Source, error) {
+	kind, arg, ok := strings.Cut(s, ":")
+	if !ok || arg == "" {
+		return Source{}, errdefs.Invalid("layer source %q: want dir:PATH, tar:PATH, oci:REF, oci-layout:PATH or docker-archive:PATH", s)
+	}
+	switch kind {
+	case "dir", "tar", "oci", "oci-layout", "docker-archive":
+		return Source{Kind: kind, Arg: arg}, nil
+	}
+	return Source{}, errdefs.Invalid("layer source %q: unknown kind %q (dir, tar, oci, oci-layout, docker-archive)", s, kind)
+}
+
+// Layer is a built layer.
+type Layer struct {
+	Digest      string        `json:"digest"`
+	Size        int64         `json:"size"`         // bytes of the EROFS blob
+	Source      string        `json:"source"`       // what it was built from
+	Entries     int           `json:"entries"`      // files, dirs, links, nodes
+	ContentSize int64         `json:"content_size"` // bytes of regular-file data
+	BuildTime   time.Duration `json:"build_ns"`
+}
+
+// Options tune a build.
+type Options struct {
+	// TempDir holds the image being written and go-erofs's data spool (default: os.TempDir()).
+	TempDir string
+	// Progress, if set, is called now and then with the file bytes read so far.
+	Progress func(bytes int64)
+	// Keep, if set, receives the path of the finished EROFS file instead of it being
+	// removed (the caller owns it).
+	Keep func(path string)
+}
+
+// Build builds src into an EROFS image, hashes it and puts it into store.
+func Build(ctx context.Context, src Source, store blob.Store, opts Options) (Layer, error) {
+	start := time.Now()
+	f, err := os.CreateTemp(opts.TempDir, "dsec-layer-*.erofs")
+	if err != nil {
+		return Layer{}, errdefs.Internal(err, "layer build: temp file")
+	}
+	keep := false
+	defer func() {
+		f.Close()
+		if !keep {
+			os.Remove(f.Name())
+		}
+	}()
+	b := newBuilder(ctx, f, opts)
+	switch src.Kind {
+	case "dir":
+		err = b.addDir(src.Arg)
+	case "tar":
+		err = b.addTarFile(src.Arg)
+	case "oci", "oci-layout", "docker-archive":
+		err = b.addOCI(src)
+	default:
+		err = errdefs.Invalid("layer source kind %q", src.Kind)
+	}
+	if err == nil {
+		err = b.close()
+	}
+	if err != nil {
+		return Layer{}, classify(err, src)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return Layer{}, errdefs.Internal(err, "layer build: rewind")
+	}
+	dg, size, err := blob.FromReader(f)
+	if err != nil {
+		return Layer{}, errdefs.Internal(err, "layer build: hash")
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return Layer{}, errdefs.Internal(err, "layer build: rewind")
+	}
+	if err := store.Put(ctx, dg, f, size); err != nil {
+		return Layer{}, fmt.Errorf("layer build %s: store: %w", src, err)
+	}
+	if opts.Keep != nil {
+		keep = true
+		opts.Keep(f.Name())
+	}
+	return Layer{Digest: dg, Size: size, Source: src.String(), Entries: b.entries, ContentSize: b.read, BuildTime: time.Since(start)}, nil
+}
+
+// Inspect opens an EROFS blob file for reading (checks it parses).
+func Inspect(r io.ReaderAt) error {
+	_, err := erofs.Open(r)
+	return err
+}
+
+func classify(err error, src Source) error {
+	var e *errdefs.Error
+	if asErr(err, &e) {
+		return err
+	}
+	if os.IsNotExist(err) {
+		return errdefs.NotFound("layer source %s: %v", src, err)
+	}
+	if ctxDone(err) {
+		return err
+	}
+	return errdefs.Invalid("layer build from %s: %v", src, err)
+}
