@@ -13,8 +13,8 @@
         await sb.delete()
 """
 
-from .aio import AsyncClient, AsyncExecStream, AsyncFiles, AsyncProcess, AsyncSandbox
-from .client import Client, ExecStream, Files, Process, Sandbox
+from .aio import AsyncClient, AsyncExecStream, AsyncFiles, AsyncProcess, AsyncSandbox, AsyncTrajectory
+from .client import Client, ExecStream, Files, Process, Sandbox, Trajectory
 from .errors import (
     AuthError,
     BadGatewayError,
@@ -30,8 +30,22 @@ from .errors import (
     PayloadTooLargeError,
     SandboxGoneError,
     TrajectoryDivergedError,
+    TrajectorySandboxLostError,
 )
-from .types import ExecResult, FileInfo, HTTPResponse, ProcessInfo, SandboxInfo, StreamChunk
+from .types import (
+    ExecResult,
+    FileInfo,
+    FnCallCompile,
+    FnCallResult,
+    FnCallTestResult,
+    HTTPResponse,
+    ProcessInfo,
+    RebuildResult,
+    SandboxInfo,
+    StreamChunk,
+    TrajectoryInfo,
+    TrajectoryStep,
+)
 
 __version__ = "0.1.0"
 
@@ -41,6 +55,7 @@ __all__ = [
     "AsyncFiles",
     "AsyncProcess",
     "AsyncSandbox",
+    "AsyncTrajectory",
     "AuthError",
     "BadGatewayError",
     "Client",
@@ -51,6 +66,9 @@ __all__ = [
     "ExecResult",
     "ExecStream",
     "FileInfo",
+    "FnCallCompile",
+    "FnCallResult",
+    "FnCallTestResult",
     "Files",
     "HTTPResponse",
     "InfrastructureError",
@@ -61,10 +79,15 @@ __all__ = [
     "PayloadTooLargeError",
     "Process",
     "ProcessInfo",
+    "RebuildResult",
     "Sandbox",
     "SandboxGoneError",
     "SandboxInfo",
     "StreamChunk",
+    "Trajectory",
     "TrajectoryDivergedError",
+    "TrajectoryInfo",
+    "TrajectorySandboxLostError",
+    "TrajectoryStep",
     "__version__",
 ]

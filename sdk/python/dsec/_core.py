@@ -112,7 +112,7 @@ def backoff(attempt: int, base: float = 0.1, cap: float = 5.0) -> float:
 class Req:
     """One HTTP request of the API."""
 
-    __slots__ = ("method", "path", "query", "body", "ctype", "headers", "retry", "timeout", "gone_ok")
+    __slots__ = ("method", "path", "query", "body", "ctype", "headers", "retry", "timeout", "gone_ok", "step")
 
     def __init__(
         self,
@@ -127,6 +127,7 @@ class Req:
         retry: bool = False,
         timeout: Any = _UNSET,
         gone_ok: bool = False,
+        step: bool = False,
     ) -> None:
         self.method = method
         if query:
@@ -145,6 +146,8 @@ class Req:
         self.timeout = timeout
         # gone_ok: a not_found after a retried attempt means the first one worked.
         self.gone_ok = gone_ok
+        # step: a session operation a trajectory numbers (exec, file write, ...).
+        self.step = step
 
 
 def should_retry(req: Req, err: DsecError, attempt: int, retries: int) -> bool:
@@ -285,6 +288,155 @@ def files_req(method: str, sid: str, sub: str, path: str, **kw: Any) -> Req:
     if extra:
         q.update(extra)
     return Req(method, sandbox_path(sid, "/files" + sub), query=q, retry=method == "GET", **kw)
+
+
+# ---- FnCall -------------------------------------------------------------------------
+
+_LANG_MAIN = {"python3": "main.py", "python": "main.py", "c": "main.c", "c++": "main.cpp", "cpp": "main.cpp",
+              "go": "main.go", "bash": "main.sh"}
+
+
+def fncall_body(
+    language: Optional[str] = None,
+    source: Optional[str] = None,
+    files: Optional[Mapping[str, str]] = None,
+    tests: Optional[Sequence[Any]] = None,
+    limits: Optional[Mapping[str, Any]] = None,
+    cmd: Optional[Cmd] = None,
+    image: Optional[str] = None,
+    env: Optional[Mapping[str, str]] = None,
+    device: Optional[str] = None,
+) -> Dict[str, Any]:
+    """The body of POST /v1/fncall. ``source`` is the program (main.<ext> of the
+    language); ``files`` more files (or all of them) by path relative to /w.
+    ``tests``: dicts {"stdin", "expected_output", "compare"} (compare: a mode
+    string or {"mode", "epsilon"}), or (stdin, expected_output) pairs; default one
+    test with empty stdin. ``limits``: cpu_time_ms, wall_time_ms, memory_bytes
+    (also "memory": "256m"), processes, output_bytes, file_size_bytes."""
+    b: Dict[str, Any] = {}
+    lang = language
+    if lang == "python":
+        lang = "python3"
+    elif lang == "cpp":
+        lang = "c++"
+    if lang:
+        b["language"] = lang
+    if cmd is not None:
+        b["cmd"] = ["/bin/sh", "-c", cmd] if isinstance(cmd, str) else [str(a) for a in cmd]
+    if not lang and cmd is None:
+        raise InvalidArgumentError("fncall: language or cmd is required")
+    fs: Dict[str, str] = {}
+    if source is not None:
+        if not lang or lang not in _LANG_MAIN:
+            raise InvalidArgumentError(f"fncall: source= needs a known language (got {language!r}); use files=")
+        fs[_LANG_MAIN[lang]] = source
+    if files:
+        fs.update({str(k): v if isinstance(v, str) else bytes(v).decode() for k, v in files.items()})
+    if fs:
+        b["files"] = fs
+    ts: List[Dict[str, Any]] = []
+    for t in tests if tests is not None else [{}]:
+        if isinstance(t, (tuple, list)):
+            t = {"stdin": t[0], "expected_output": t[1] if len(t) > 1 else None}
+        d: Dict[str, Any] = {}
+        if t.get("stdin"):
+            d["stdin"] = t["stdin"]
+        if t.get("expected_output") is not None:
+            d["expected_output"] = t["expected_output"]
+        c = t.get("compare")
+        if c:
+            d["compare"] = {"mode": c} if isinstance(c, str) else dict(c)
+        ts.append(d)
+    if not ts:
+        raise InvalidArgumentError("fncall: at least one test is required")
+    b["tests"] = ts
+    if limits:
+        lim = dict(limits)
+        if "memory" in lim:
+            lim["memory_bytes"] = lim.pop("memory")
+        for k in ("memory_bytes", "output_bytes", "file_size_bytes"):
+            if k in lim and lim[k] is not None:
+                lim[k] = parse_size(lim[k], k)
+        b["limits"] = {k: v for k, v in lim.items() if v is not None}
+    if image:
+        b["image"] = image
+    if env:
+        b["env"] = {str(k): str(v) for k, v in env.items()}
+    if device:
+        b["device"] = device
+    return b
+
+
+def fncall_http_timeout(client_timeout: Optional[float]) -> Optional[float]:
+    return None if client_timeout is None else max(client_timeout, 600.0)
+
+
+# ---- trajectories -------------------------------------------------------------------
+
+TRAJECTORY_HEADER = "X-Dsec-Trajectory"
+STEP_HEADER = "X-Dsec-Step"
+REPLAYED_HEADER = "x-dsec-replayed"
+
+# Errors the server answers before logging a step (or instead of it): the same
+# step number is still free, so the counter does not advance.
+_NOT_LOGGED = {"trajectory_diverged", "conflict", "invalid_argument", "unauthorized",
+               "trajectory_sandbox_lost", "not_implemented", "payload_too_large"}
+
+
+def step_logged(err: Optional[BaseException]) -> bool:
+    """Whether the server logged the step that ended with err (None: success).
+    outcome_unknown counts as logged: the step is never resolved and the trainer
+    moves on. Retryable dsec errors and network errors are not logged (a re-issue
+    with the same number replays the step if it did finish)."""
+    if err is None:
+        return True
+    if not isinstance(err, DsecError):
+        return False
+    if err.code == "outcome_unknown":
+        return True
+    if err.code in _NOT_LOGGED or err.status == 0 or err.retryable or err.infrastructure:
+        return False
+    return True
+
+
+class StepCounter:
+    """The step numbers of one Trajectory object. A step takes the next number when
+    it is sent; the counter moves past it once the server has logged it (success,
+    a logged error, or outcome_unknown). Steps of one trajectory are sequential:
+    issue them one at a time."""
+
+    def __init__(self, traj_id: str, start: int = 1) -> None:
+        if not traj_id or not re.match(r"^[A-Za-z0-9._:-]{1,128}$", traj_id):
+            raise InvalidArgumentError(f"trajectory id {traj_id!r}: 1-128 of A-Z a-z 0-9 . _ : -")
+        if start < 1:
+            raise InvalidArgumentError("trajectory steps start at 1")
+        self.id = traj_id
+        self.next = start
+        self.replayed_steps = 0
+        self.live_steps = 0
+        self.last_replayed = False
+
+    def begin(self) -> Tuple[int, Dict[str, str]]:
+        n = self.next
+        return n, {TRAJECTORY_HEADER: self.id, STEP_HEADER: str(n)}
+
+    def end(self, n: int, err: Optional[BaseException] = None, replayed: bool = False) -> None:
+        if step_logged(err):
+            if n + 1 > self.next:
+                self.next = n + 1
+            if err is None:
+                self.last_replayed = replayed
+                if replayed:
+                    self.replayed_steps += 1
+                else:
+                    self.live_steps += 1
+
+
+def with_headers(req: Req, extra: Mapping[str, str]) -> Req:
+    h = dict(req.headers or {})
+    h.update(extra)
+    req.headers = h
+    return req
 
 
 def decode_json(body: bytes) -> Any:

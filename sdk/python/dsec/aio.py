@@ -41,6 +41,11 @@ from ._core import (
     process_path,
     sandbox_path,
     should_retry,
+    StepCounter,
+    REPLAYED_HEADER,
+    fncall_body,
+    fncall_http_timeout,
+    with_headers,
 )
 from ._tar import PathLike, make_tar, safe_extract
 from .errors import (
@@ -51,9 +56,20 @@ from .errors import (
     error_from_response,
     network_error,
 )
-from .types import ExecResult, FileInfo, HTTPResponse, ProcessInfo, SandboxInfo, StreamChunk
+from .types import (
+    ExecResult,
+    FileInfo,
+    FnCallResult,
+    HTTPResponse,
+    ProcessInfo,
+    RebuildResult,
+    SandboxInfo,
+    StreamChunk,
+    TrajectoryInfo,
+    TrajectoryStep,
+)
 
-__all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncProcess", "AsyncExecStream"]
+__all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncProcess", "AsyncExecStream", "AsyncTrajectory"]
 
 AStdin = Union[None, str, bytes, Iterable[bytes], AsyncIterable[bytes]]
 
@@ -235,6 +251,103 @@ class AsyncClient:
         bad = await _adelete_all(sbs, concurrency)
         return len(sbs) - len(bad)
 
+    # ---- FnCall ------------------------------------------------------------------
+
+    async def fncall(
+        self,
+        language: Optional[str] = None,
+        source: Optional[str] = None,
+        files: Optional[Mapping[str, str]] = None,
+        tests: Optional[List[Any]] = None,
+        limits: Optional[Mapping[str, Any]] = None,
+        cmd: Optional[Cmd] = None,
+        image: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        device: Optional[str] = None,
+    ) -> FnCallResult:
+        """See :meth:`dsec.Client.fncall`."""
+        body = fncall_body(language, source, files, tests, limits, cmd, image, env, device)
+        req = Req("POST", "/v1/fncall", json_body=body, retry=True, timeout=fncall_http_timeout(self.timeout))
+        return FnCallResult.from_json(await self._json(req) or {})
+
+    async def fncall_batch(self, calls: Iterable[Mapping[str, Any]], **defaults: Any) -> AsyncIterator[FnCallResult]:
+        """See :meth:`dsec.Client.fncall_batch`: ``async for r in
+        client.fncall_batch(calls)`` yields results as they finish."""
+        bodies = [fncall_body(**{**defaults, **dict(c)}) for c in calls]
+        if not bodies:
+            return
+        data = json.dumps({"calls": bodies}, separators=(",", ":")).encode()
+        async for line in _astream_lines(self, "POST", "/v1/fncall/batch", data, "application/json"):
+            yield FnCallResult.from_json(json.loads(line))
+
+    # ---- trajectories --------------------------------------------------------------
+
+    def trajectory(self, traj_id: str, sandbox: Optional["AsyncSandbox"] = None, start: int = 1) -> "AsyncTrajectory":
+        """See :meth:`dsec.Client.trajectory`."""
+        return AsyncTrajectory(self, traj_id, sandbox, start)
+
+    async def trajectories(self) -> List[TrajectoryInfo]:
+        doc = await self._json(Req("GET", "/v1/trajectories", retry=True)) or {}
+        return [TrajectoryInfo.from_json(d) for d in doc.get("trajectories") or []]
+
+
+_NET_ERRORS = (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
+
+
+async def _astream_lines(client: AsyncClient, method: str, path: str, body: bytes, ctype: str) -> AsyncIterator[bytes]:
+    """Send one request and yield the non-empty lines of its answer as they arrive."""
+    pool = client._pool
+    conn: Optional[AConn] = None
+    done = False
+    try:
+        try:
+            conn = await pool.get()
+            hdrs = dict(client._headers)
+            hdrs["Content-Type"] = ctype
+            conn.writer.write(build_head(method, client._prefix + path, client._host_hdr, hdrs, len(body)) + body)
+            await conn.writer.drain()
+            status, h = await conn.read_head()
+            if status >= 300:
+                raise error_from_response(status, await conn.read_body(method, status, h))
+        except DsecError:
+            raise
+        except _NET_ERRORS as e:
+            raise network_error(e) from e
+        chunked = "chunked" in h.get("transfer-encoding", "").lower()
+        cl = h.get("content-length")
+        left = int(cl) if cl is not None and not chunked else -1
+        buf = b""
+        while True:
+            nl = buf.find(b"\n")
+            if nl >= 0:
+                line, buf = buf[:nl].strip(), buf[nl + 1 :]
+                if line:
+                    yield line
+                continue
+            try:
+                if chunked:
+                    more = await conn.read_chunk()
+                elif left == 0:
+                    more = b""
+                else:
+                    more = await conn.reader.read(65536 if left < 0 else min(left, 65536))
+                    if left > 0:
+                        left -= len(more)
+            except _NET_ERRORS as e:
+                raise InfrastructureError(f"stream broke: {type(e).__name__}: {e}", retryable=False) from e
+            if not more:
+                if buf.strip():
+                    yield buf.strip()
+                done = chunked or left == 0
+                return
+            buf += more
+    finally:
+        if conn is not None:
+            if done:
+                pool.put(conn)
+            else:
+                conn.close()
+
 
 async def _adelete_all(sbs: List["AsyncSandbox"], concurrency: int) -> List[str]:
     sem = asyncio.Semaphore(max(1, concurrency))
@@ -261,9 +374,11 @@ class AsyncSandbox:
         self.info = info
         self.id = info.id
         self.files = AsyncFiles(self)
+        self.trajectory: Optional[AsyncTrajectory] = None
 
     def __repr__(self) -> str:
-        return f"AsyncSandbox({self.id!r}, state={self.info.state!r})"
+        t = f", trajectory={self.trajectory.id!r}" if self.trajectory is not None else ""
+        return f"AsyncSandbox({self.id!r}, state={self.info.state!r}{t})"
 
     async def __aenter__(self) -> "AsyncSandbox":
         return self
@@ -279,6 +394,8 @@ class AsyncSandbox:
         return self.info.state
 
     async def _send(self, req: Req, raw: bool = False) -> Tuple[int, Dict[str, str], bytes]:
+        if req.step and self.trajectory is not None:
+            return await self.trajectory._step(req, raw)
         return await self.client._send(req, raw)
 
     async def _json(self, req: Req) -> Any:
@@ -316,7 +433,7 @@ class AsyncSandbox:
     ) -> ExecResult:
         body = exec_body(cmd, timeout, env, cwd, user, stdin, max_output)
         req = Req("POST", sandbox_path(self.id, "/exec"), json_body=body,
-                  timeout=exec_http_timeout(self.client.timeout, timeout))
+                  timeout=exec_http_timeout(self.client.timeout, timeout), step=True)
         return ExecResult.from_json(await self._json(req))
 
     def exec_stream(
@@ -332,7 +449,7 @@ class AsyncSandbox:
         ExecResult. Truly full-duplex: stdin (bytes, str, or a sync or async
         iterable of bytes) is written by a task while the output is read."""
         body = exec_body(cmd, timeout, env, cwd, user, None)
-        return AsyncExecStream(self.client, self.id, body, stdin)
+        return AsyncExecStream(self.client, self.id, body, stdin, self.trajectory)
 
     async def spawn(
         self,
@@ -344,7 +461,7 @@ class AsyncSandbox:
         timeout: Optional[Seconds] = None,
     ) -> "AsyncProcess":
         body = exec_body(cmd, timeout, env, cwd, user, stdin)
-        doc = await self._json(Req("POST", sandbox_path(self.id, "/processes"), json_body=body))
+        doc = await self._json(Req("POST", sandbox_path(self.id, "/processes"), json_body=body, step=True))
         return AsyncProcess(self, ProcessInfo.from_json(doc))
 
     async def processes(self) -> List["AsyncProcess"]:
@@ -367,7 +484,7 @@ class AsyncSandbox:
         if isinstance(body, str):
             body = body.encode()
         req = Req(method.upper(), http_proxy_path(self.id, port, path), body=body, headers=headers,
-                  timeout=timeout if timeout is not None else _core._UNSET)
+                  timeout=timeout if timeout is not None else _core._UNSET, step=True)
         status, h, data = await self._send(req, raw=True)
         if status >= 300 and "x-dsec-error" in h:
             raise error_from_response(status, data)
@@ -381,7 +498,7 @@ class AsyncFiles:
         self._sb = sb
 
     async def read(self, path: str) -> bytes:
-        return (await self._sb._send(files_req("GET", self._sb.id, "", path)))[2]
+        return (await self._sb._send(files_req("GET", self._sb.id, "", path, step=True)))[2]
 
     async def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return (await self.read(path)).decode(encoding)
@@ -390,7 +507,7 @@ class AsyncFiles:
         if isinstance(data, str):
             data = data.encode()
         req = files_req("PUT", self._sb.id, "", path, query={"mode": f"{mode:04o}"},
-                        body=bytes(data), ctype="application/octet-stream")
+                        body=bytes(data), ctype="application/octet-stream", step=True)
         return FileInfo.from_json(decode_json((await self._sb._send(req))[2]))
 
     async def list(self, path: str) -> List[FileInfo]:
@@ -411,18 +528,18 @@ class AsyncFiles:
         body: Dict[str, Any] = {"path": path, "parents": parents}
         if mode:
             body["mode"] = mode
-        await self._sb._send(Req("POST", sandbox_path(self._sb.id, "/files/mkdir"), json_body=body))
+        await self._sb._send(Req("POST", sandbox_path(self._sb.id, "/files/mkdir"), json_body=body, step=True))
 
     async def remove(self, path: str, recursive: bool = False) -> None:
         q = {"recursive": "true"} if recursive else None
-        await self._sb._send(files_req("DELETE", self._sb.id, "", path, query=q))
+        await self._sb._send(files_req("DELETE", self._sb.id, "", path, query=q, step=True))
 
     async def upload(self, local: PathLike, remote_dir: str) -> None:
         data = await asyncio.get_running_loop().run_in_executor(None, make_tar, local)
         await self.upload_tar(data, remote_dir)
 
     async def upload_tar(self, data: bytes, remote_dir: str) -> None:
-        req = files_req("PUT", self._sb.id, "/archive", remote_dir, body=data, ctype="application/x-tar")
+        req = files_req("PUT", self._sb.id, "/archive", remote_dir, body=data, ctype="application/x-tar", step=True)
         await self._sb._send(req)
 
     async def download_tar(self, remote_path: str) -> bytes:
@@ -483,8 +600,11 @@ class AsyncExecStream:
     (also in ``.result``). Leaving the loop early closes the connection, which kills
     the process. ``await stream.signal("SIGTERM")`` signals it."""
 
-    def __init__(self, client: AsyncClient, sid: str, body: Dict[str, Any], stdin: AStdin) -> None:
+    def __init__(self, client: AsyncClient, sid: str, body: Dict[str, Any], stdin: AStdin,
+                 traj: Optional["AsyncTrajectory"] = None) -> None:
         self._client = client
+        self._traj = traj
+        self._step = 0
         self._sid = sid
         self._body = body
         self._stdin = stdin
@@ -502,6 +622,9 @@ class AsyncExecStream:
         self._wlock = asyncio.Lock()
         hdrs = dict(c._headers)
         hdrs["Content-Type"] = "application/x-ndjson"
+        if self._traj is not None:
+            self._step, th = self._traj._counter.begin()
+            hdrs.update(th)
         head = build_head("POST", c._prefix + sandbox_path(self._sid, "/exec/stream"), c._host_hdr, hdrs, None)
         first = json.dumps(self._body, separators=(",", ":")).encode() + b"\n"
         conn.writer.write(head + _chunk(first))
@@ -549,16 +672,24 @@ class AsyncExecStream:
         finished = False
         try:
             try:
-                conn = await self._start()
-                status, h = await conn.read_head()
-                if status != 200:
-                    data = await conn.read_body("POST", status, h)
-                    raise error_from_response(status, data)
-                chunked = "chunked" in h.get("transfer-encoding", "").lower()
-            except DsecError:
+                try:
+                    conn = await self._start()
+                    status, h = await conn.read_head()
+                    if status != 200:
+                        data = await conn.read_body("POST", status, h)
+                        raise error_from_response(status, data)
+                    chunked = "chunked" in h.get("transfer-encoding", "").lower()
+                except DsecError:
+                    raise
+                except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as e:
+                    raise network_error(e) from e
+            except DsecError as e:
+                if self._traj is not None:
+                    self._traj._counter.end(self._step, e)
                 raise
-            except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as e:
-                raise network_error(e) from e
+            if self._traj is not None:
+                # Started on the server: logged, or left unknown if abandoned.
+                self._traj._counter.end(self._step, None, h.get(REPLAYED_HEADER) == "true")
             buf = b""
             while True:
                 nl = buf.find(b"\n")
@@ -644,3 +775,109 @@ class AsyncExecStream:
 
 def _chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+class AsyncTrajectory:
+    """See :class:`dsec.Trajectory` (same calls, awaited)."""
+
+    def __init__(self, client: AsyncClient, traj_id: str, sandbox: Optional[AsyncSandbox] = None,
+                 start: int = 1) -> None:
+        self.client = client
+        self.id = traj_id
+        self._counter = StepCounter(traj_id, start)
+        self._sb: Optional[AsyncSandbox] = self.sandbox(sandbox) if sandbox is not None else None
+
+    def __repr__(self) -> str:
+        return f"AsyncTrajectory({self.id!r}, next_step={self.next_step})"
+
+    @property
+    def next_step(self) -> int:
+        return self._counter.next
+
+    @next_step.setter
+    def next_step(self, n: int) -> None:
+        if n < 1:
+            raise ValueError("steps start at 1")
+        self._counter.next = int(n)
+
+    @property
+    def replayed_steps(self) -> int:
+        return self._counter.replayed_steps
+
+    @property
+    def live_steps(self) -> int:
+        return self._counter.live_steps
+
+    @property
+    def last_replayed(self) -> bool:
+        return self._counter.last_replayed
+
+    def sandbox(self, sb: Union[None, AsyncSandbox, str] = None) -> AsyncSandbox:
+        if sb is None:
+            if self._sb is None:
+                raise ValueError("this trajectory has no bound sandbox: pass one")
+            return self._sb
+        info = sb.info if isinstance(sb, AsyncSandbox) else SandboxInfo(id=str(sb))
+        view = AsyncSandbox(self.client, info)
+        view.trajectory = self
+        return view
+
+    def _split(self, a: Tuple[Any, ...]) -> Tuple[AsyncSandbox, Tuple[Any, ...]]:
+        if a and isinstance(a[0], AsyncSandbox):
+            return self.sandbox(a[0]), a[1:]
+        return self.sandbox(), a
+
+    async def _step(self, req: Req, raw: bool) -> Tuple[int, Dict[str, str], bytes]:
+        n, h = self._counter.begin()
+        with_headers(req, h)
+        try:
+            status, headers, body = await self.client._send(req, raw)
+        except DsecError as e:
+            self._counter.end(n, e)
+            raise
+        err = error_from_response(status, body) if raw and status >= 300 and "x-dsec-error" in headers else None
+        self._counter.end(n, err, headers.get(REPLAYED_HEADER) == "true")
+        return status, headers, body
+
+    async def exec(self, *a: Any, **kw: Any) -> ExecResult:
+        sb, rest = self._split(a)
+        return await sb.exec(*rest, **kw)
+
+    def exec_stream(self, *a: Any, **kw: Any) -> AsyncExecStream:
+        sb, rest = self._split(a)
+        return sb.exec_stream(*rest, **kw)
+
+    async def spawn(self, *a: Any, **kw: Any) -> "AsyncProcess":
+        sb, rest = self._split(a)
+        return await sb.spawn(*rest, **kw)
+
+    async def http(self, *a: Any, **kw: Any) -> HTTPResponse:
+        sb, rest = self._split(a)
+        return await sb.http(*rest, **kw)
+
+    @property
+    def files(self) -> "AsyncFiles":
+        return self.sandbox().files
+
+    async def get(self) -> TrajectoryInfo:
+        return TrajectoryInfo.from_json(await self.client._json(Req("GET", _traj_path(self.id), retry=True)) or {})
+
+    async def steps(self) -> List[TrajectoryStep]:
+        return (await self.get()).steps
+
+    async def export(self) -> str:
+        return (await self.client._send(Req("GET", _traj_path(self.id, "/export"), retry=True)))[2].decode()
+
+    async def delete(self) -> None:
+        await self.client._send(Req("DELETE", _traj_path(self.id), retry=True, gone_ok=True))
+
+    async def rebuild(self) -> RebuildResult:
+        doc = await self.client._json(Req("POST", _traj_path(self.id, "/rebuild"), timeout=None))
+        res = RebuildResult.from_json(doc or {})
+        if res.sandbox_id:
+            self._sb = self.sandbox(res.sandbox_id)
+        return res
+
+
+def _traj_path(tid: str, rest: str = "") -> str:
+    return "/v1/trajectories/" + _core.esc(tid) + rest

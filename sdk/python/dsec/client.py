@@ -37,6 +37,11 @@ from ._core import (
     process_path,
     sandbox_path,
     should_retry,
+    StepCounter,
+    REPLAYED_HEADER,
+    fncall_body,
+    fncall_http_timeout,
+    with_headers,
 )
 from ._sync_http import Conn, Pool, base_headers, roundtrip, set_timeout
 from ._tar import PathLike, make_tar, safe_extract
@@ -50,6 +55,10 @@ from .errors import (
 )
 from .types import (
     ExecResult,
+    FnCallResult,
+    RebuildResult,
+    TrajectoryInfo,
+    TrajectoryStep,
     FileInfo,
     HTTPResponse,
     ProcessInfo,
@@ -57,7 +66,7 @@ from .types import (
     StreamChunk,
 )
 
-__all__ = ["Client", "Sandbox", "Files", "Process", "ExecStream"]
+__all__ = ["Client", "Sandbox", "Files", "Process", "ExecStream", "Trajectory"]
 
 Stdin = Union[None, str, bytes, Iterable[bytes]]
 
@@ -248,6 +257,93 @@ class Client:
         bad = _delete_all(sbs, concurrency)
         return len(sbs) - len(bad)
 
+    # ---- FnCall ----------------------------------------------------------------------
+
+    def fncall(
+        self,
+        language: Optional[str] = None,
+        source: Optional[str] = None,
+        files: Optional[Mapping[str, str]] = None,
+        tests: Optional[List[Any]] = None,
+        limits: Optional[Mapping[str, Any]] = None,
+        cmd: Optional[Cmd] = None,
+        image: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        device: Optional[str] = None,
+    ) -> FnCallResult:
+        """Run a program against tests, each in a fresh limited sandbox (POST
+        /v1/fncall). ``language``: python3, c, c++, go, bash (or ``cmd``, a raw
+        command run in /w). ``source`` is the program; ``files`` more files by path.
+        ``tests``: [{"stdin", "expected_output", "compare": {"mode", "epsilon"}}].
+        ``limits``: cpu_time_ms, wall_time_ms, memory_bytes, processes,
+        output_bytes, file_size_bytes. The program's failure is a verdict in the
+        result, not an exception. Retried on retryable errors (no side effects)."""
+        body = fncall_body(language, source, files, tests, limits, cmd, image, env, device)
+        req = Req("POST", "/v1/fncall", json_body=body, retry=True, timeout=fncall_http_timeout(self.timeout))
+        return FnCallResult.from_json(self._json(req) or {})
+
+    def fncall_batch(self, calls: Iterable[Mapping[str, Any]], **defaults: Any) -> Iterator[FnCallResult]:
+        """Run many fncalls in one request (POST /v1/fncall/batch) and yield each
+        result as it finishes (completion order; ``result.index`` is its position
+        in ``calls``). Each call is a dict of :meth:`fncall` arguments; ``defaults``
+        (e.g. ``limits=``, ``language=``) apply to every call that lacks them. A
+        call that could not run yields a result with ``.error`` set. Not retried."""
+        bodies = [fncall_body(**{**defaults, **dict(c)}) for c in calls]
+        if not bodies:
+            return
+        data = json.dumps({"calls": bodies}, separators=(",", ":")).encode()
+        for line in _stream_lines(self, "POST", "/v1/fncall/batch", data, "application/json"):
+            yield FnCallResult.from_json(json.loads(line))
+
+    # ---- trajectories ------------------------------------------------------------
+
+    def trajectory(self, traj_id: str, sandbox: Optional["Sandbox"] = None, start: int = 1) -> "Trajectory":
+        """A :class:`Trajectory` that numbers its steps itself, from ``start``."""
+        return Trajectory(self, traj_id, sandbox, start)
+
+    def trajectories(self) -> List[TrajectoryInfo]:
+        """Every logged trajectory (without steps)."""
+        doc = self._json(Req("GET", "/v1/trajectories", retry=True)) or {}
+        return [TrajectoryInfo.from_json(d) for d in doc.get("trajectories") or []]
+
+
+def _stream_lines(client: Client, method: str, path: str, body: bytes, ctype: str) -> Iterator[bytes]:
+    """Send one request and yield the non-empty lines of its (NDJSON) answer as
+    they arrive. The connection is pooled again only when read to the end."""
+    conn, _ = client._pool.get()
+    done = False
+    try:
+        try:
+            set_timeout(conn, None, None)
+            h = dict(client._headers)
+            h["Content-Type"] = ctype
+            conn.request(method, client._prefix + path, body=body, headers=h)
+            resp = conn.getresponse()
+        except (OSError, Exception) as e:
+            if isinstance(e, DsecError):
+                raise
+            raise network_error(e) from e
+        if resp.status >= 300:
+            data = resp.read()
+            raise error_from_response(resp.status, data)
+        while True:
+            try:
+                line = resp.readline()
+            except (OSError, Exception) as e:
+                raise InfrastructureError(f"stream broke: {type(e).__name__}: {e}", retryable=False) from e
+            if not line:
+                break
+            line = line.strip()
+            if line:
+                yield line
+        done = not resp.will_close
+    finally:
+        if done:
+            set_timeout(conn, _core._UNSET, client.timeout)
+            client._pool.put(conn)
+        else:
+            conn.close()
+
 
 def _delete_all(sbs: List["Sandbox"], concurrency: int) -> List[str]:
     """Delete sandboxes in parallel; returns the ids that could not be deleted."""
@@ -275,9 +371,12 @@ class Sandbox:
         self.info = info
         self.id = info.id
         self.files = Files(self)
+        self.trajectory: Optional[Trajectory] = None
+        """Set on the view ``traj.sandbox(sb)`` returns: its session calls are steps."""
 
     def __repr__(self) -> str:
-        return f"Sandbox({self.id!r}, state={self.info.state!r})"
+        t = f", trajectory={self.trajectory.id!r}" if self.trajectory is not None else ""
+        return f"Sandbox({self.id!r}, state={self.info.state!r}{t})"
 
     def __enter__(self) -> "Sandbox":
         return self
@@ -293,6 +392,8 @@ class Sandbox:
         return self.info.state
 
     def _send(self, req: Req, raw: bool = False) -> Tuple[int, Dict[str, str], bytes]:
+        if req.step and self.trajectory is not None:
+            return self.trajectory._step(req, raw)
         return self.client._send(req, raw)
 
     def _json(self, req: Req) -> Any:
@@ -342,7 +443,7 @@ class Sandbox:
         result, not exceptions. Never retried."""
         body = exec_body(cmd, timeout, env, cwd, user, stdin, max_output)
         req = Req("POST", sandbox_path(self.id, "/exec"), json_body=body,
-                  timeout=exec_http_timeout(self.client.timeout, timeout))
+                  timeout=exec_http_timeout(self.client.timeout, timeout), step=True)
         return ExecResult.from_json(self._json(req))
 
     def exec_stream(
@@ -360,7 +461,7 @@ class Sandbox:
         were streamed). ``stdin`` (bytes, str or an iterable of bytes) is sent while
         the output is read; ``ExecStream.signal("SIGTERM")`` signals the process."""
         body = exec_body(cmd, timeout, env, cwd, user, None)
-        return ExecStream(self.client, self.id, body, stdin)
+        return ExecStream(self.client, self.id, body, stdin, self.trajectory)
 
     # ---- background processes ----------------------------------------------------
 
@@ -375,7 +476,7 @@ class Sandbox:
     ) -> "Process":
         """Start a background process (it survives a server restart)."""
         body = exec_body(cmd, timeout, env, cwd, user, stdin)
-        doc = self._json(Req("POST", sandbox_path(self.id, "/processes"), json_body=body))
+        doc = self._json(Req("POST", sandbox_path(self.id, "/processes"), json_body=body, step=True))
         return Process(self, ProcessInfo.from_json(doc))
 
     def processes(self) -> List["Process"]:
@@ -404,7 +505,7 @@ class Sandbox:
         if isinstance(body, str):
             body = body.encode()
         req = Req(method.upper(), http_proxy_path(self.id, port, path), body=body, headers=headers,
-                  timeout=timeout if timeout is not None else _core._UNSET)
+                  timeout=timeout if timeout is not None else _core._UNSET, step=True)
         status, h, data = self._send(req, raw=True)
         if status >= 300 and "x-dsec-error" in h:
             raise error_from_response(status, data)
@@ -418,7 +519,7 @@ class Files:
         self._sb = sb
 
     def read(self, path: str) -> bytes:
-        return self._sb._send(files_req("GET", self._sb.id, "", path))[2]
+        return self._sb._send(files_req("GET", self._sb.id, "", path, step=True))[2]
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
         return self.read(path).decode(encoding)
@@ -428,7 +529,7 @@ class Files:
         if isinstance(data, str):
             data = data.encode()
         req = files_req("PUT", self._sb.id, "", path, query={"mode": f"{mode:04o}"},
-                        body=bytes(data), ctype="application/octet-stream")
+                        body=bytes(data), ctype="application/octet-stream", step=True)
         return FileInfo.from_json(decode_json(self._sb._send(req)[2]))
 
     def list(self, path: str) -> List[FileInfo]:
@@ -450,11 +551,11 @@ class Files:
         body: Dict[str, Any] = {"path": path, "parents": parents}
         if mode:
             body["mode"] = mode
-        self._sb._send(Req("POST", sandbox_path(self._sb.id, "/files/mkdir"), json_body=body))
+        self._sb._send(Req("POST", sandbox_path(self._sb.id, "/files/mkdir"), json_body=body, step=True))
 
     def remove(self, path: str, recursive: bool = False) -> None:
         q = {"recursive": "true"} if recursive else None
-        self._sb._send(files_req("DELETE", self._sb.id, "", path, query=q))
+        self._sb._send(files_req("DELETE", self._sb.id, "", path, query=q, step=True))
 
     def upload(self, local: PathLike, remote_dir: str) -> None:
         """Upload a local directory's *contents* into remote_dir (created if
@@ -464,7 +565,7 @@ class Files:
 
     def upload_tar(self, data: bytes, remote_dir: str) -> None:
         """Extract a tar (plain or gzip) into remote_dir."""
-        req = files_req("PUT", self._sb.id, "/archive", remote_dir, body=data, ctype="application/x-tar")
+        req = files_req("PUT", self._sb.id, "/archive", remote_dir, body=data, ctype="application/x-tar", step=True)
         self._sb._send(req)
 
     def download_tar(self, remote_path: str) -> bytes:
@@ -539,7 +640,8 @@ class ExecStream:
     the iteration early closes the connection, which kills the process.
     """
 
-    def __init__(self, client: Client, sid: str, body: Dict[str, Any], stdin: Stdin) -> None:
+    def __init__(self, client: Client, sid: str, body: Dict[str, Any], stdin: Stdin,
+                 traj: Optional["Trajectory"] = None) -> None:
         self.result: Optional[ExecResult] = None
         self.pid: Optional[int] = None
         self._client = client
@@ -549,12 +651,16 @@ class ExecStream:
         self._finished = False
         conn, _ = client._pool.get()
         self._conn: Optional[Conn] = conn
+        self._sock: Optional[Any] = None
         first = json.dumps(body, separators=(",", ":")).encode() + b"\n"
         small = stdin is None or (isinstance(stdin, (bytes, str)) and len(stdin) <= (64 << 10))
+        step, hdrs = (traj._counter.begin() if traj is not None else (0, {}))
         try:
             set_timeout(conn, None, None)
             conn.putrequest("POST", client._prefix + sandbox_path(sid, "/exec/stream"), skip_accept_encoding=True)
             for k, v in client._headers.items():
+                conn.putheader(k, v)
+            for k, v in hdrs.items():
                 conn.putheader(k, v)
             conn.putheader("Content-Type", "application/x-ndjson")
             conn.putheader("Transfer-Encoding", "chunked")
@@ -567,16 +673,30 @@ class ExecStream:
                 threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
             if client.timeout is not None and conn.sock is not None:
                 conn.sock.settimeout(None)  # output may pause for as long as the command likes
+            # http.client drops conn.sock when the response says "Connection: close"
+            # (the server's answer for every stream): keep our own handle to write
+            # signals and stdin after the response has begun.
+            self._sock = conn.sock
             self._resp = conn.getresponse()
         except (OSError, Exception) as e:
             self._abort()
-            if isinstance(e, DsecError):
+            err = e if isinstance(e, DsecError) else network_error(e)
+            if traj is not None:
+                traj._counter.end(step, err)
+            if err is e:
                 raise
-            raise network_error(e) from e
+            raise err from e
         if self._resp.status != 200:
             data = self._resp.read()
             self._abort()
-            raise error_from_response(self._resp.status, data)
+            err = error_from_response(self._resp.status, data)
+            if traj is not None:
+                traj._counter.end(step, err)
+            raise err
+        if traj is not None:
+            # The step started on the server: it is logged (or left unknown if this
+            # stream is abandoned), so the next call takes the next number.
+            traj._counter.end(step, None, self._resp.getheader(REPLAYED_HEADER) == "true")
 
     def _feed(self, stdin: Stdin) -> None:
         try:
@@ -590,10 +710,10 @@ class ExecStream:
 
     def _write(self, data: bytes) -> None:
         with self._wlock:
-            conn = self._conn
-            if conn is None or conn.sock is None:
+            sock = self._sock if self._conn is not None else None
+            if sock is None:
                 raise BrokenPipeError("exec stream closed")
-            conn.sock.sendall(_chunk(data))
+            sock.sendall(_chunk(data))
 
     def signal(self, sig: Union[str, int] = "SIGTERM") -> None:
         """Send a signal to the process group while it runs."""
@@ -677,8 +797,14 @@ class ExecStream:
         self._stop.set()
         with self._wlock:
             conn, self._conn = self._conn, None
+            sock, self._sock = self._sock, None
         if conn is not None:
             conn.close()
+        if sock is not None:
+            try:
+                sock.close()
+            except OSError:
+                pass
 
     def close(self) -> None:
         """Stop: if the process still runs, the closed connection kills it."""
@@ -694,3 +820,142 @@ def _b64(s: Optional[str]) -> bytes:
     import base64
 
     return base64.b64decode(s) if s else b""
+
+
+class Trajectory:
+    """A trajectory of steps that numbers them itself (``client.trajectory(id)``).
+
+    Session calls made through it -- ``traj.exec(sb, cmd)``, ``traj.files.write``
+    (with a bound sandbox), or any call on the view ``traj.sandbox(sb)`` -- carry
+    the headers X-Dsec-Trajectory: id and X-Dsec-Step: n with n = 1, 2, ... The
+    server logs each step; a new Trajectory object for the same id starts at step 1
+    again, so a resumed trainer that re-issues the same calls in the same order is
+    answered from the log (``result.replayed``) and continues live at the first new
+    step. A changed call raises :class:`TrajectoryDivergedError`; a step the server
+    started but never finished raises :class:`OutcomeUnknownError` and the counter
+    moves past it, so the next call continues. Steps are sequential: one at a time.
+
+    Tagged calls: exec, exec_stream, spawn, files.read/read_text/write/mkdir/
+    remove/upload/upload_tar, http. Others (stat, list, processes, pause, ...) are
+    sent untagged.
+    """
+
+    def __init__(self, client: Client, traj_id: str, sandbox: Optional[Sandbox] = None, start: int = 1) -> None:
+        self.client = client
+        self.id = traj_id
+        self._counter = StepCounter(traj_id, start)
+        self._sb: Optional[Sandbox] = self.sandbox(sandbox) if sandbox is not None else None
+
+    def __repr__(self) -> str:
+        return f"Trajectory({self.id!r}, next_step={self.next_step})"
+
+    @property
+    def next_step(self) -> int:
+        """The number the next step will carry."""
+        return self._counter.next
+
+    @next_step.setter
+    def next_step(self, n: int) -> None:
+        if n < 1:
+            raise ValueError("steps start at 1")
+        self._counter.next = int(n)
+
+    @property
+    def replayed_steps(self) -> int:
+        """Steps of this object answered from the log."""
+        return self._counter.replayed_steps
+
+    @property
+    def live_steps(self) -> int:
+        """Steps of this object that ran live."""
+        return self._counter.live_steps
+
+    @property
+    def last_replayed(self) -> bool:
+        """Whether the last successful step was answered from the log."""
+        return self._counter.last_replayed
+
+    def sandbox(self, sb: Union[None, Sandbox, str] = None) -> Sandbox:
+        """A view of ``sb`` (a Sandbox or an id; default the bound one) whose
+        session calls are steps of this trajectory."""
+        if sb is None:
+            if self._sb is None:
+                raise ValueError("this trajectory has no bound sandbox: pass one")
+            return self._sb
+        info = sb.info if isinstance(sb, Sandbox) else SandboxInfo(id=str(sb))
+        view = Sandbox(self.client, info)
+        view.trajectory = self
+        return view
+
+    def _split(self, a: Tuple[Any, ...]) -> Tuple[Sandbox, Tuple[Any, ...]]:
+        if a and isinstance(a[0], Sandbox):
+            return self.sandbox(a[0]), a[1:]
+        return self.sandbox(), a
+
+    def _step(self, req: Req, raw: bool) -> Tuple[int, Dict[str, str], bytes]:
+        n, h = self._counter.begin()
+        with_headers(req, h)
+        try:
+            status, headers, body = self.client._send(req, raw)
+        except DsecError as e:
+            self._counter.end(n, e)
+            raise
+        err = error_from_response(status, body) if raw and status >= 300 and "x-dsec-error" in headers else None
+        self._counter.end(n, err, headers.get(REPLAYED_HEADER) == "true")
+        return status, headers, body
+
+    # ---- steps (sandbox first, or the bound sandbox) ---------------------------------
+
+    def exec(self, *a: Any, **kw: Any) -> ExecResult:
+        """``traj.exec(sb, cmd, ...)`` or ``traj.exec(cmd, ...)`` on the bound sandbox."""
+        sb, rest = self._split(a)
+        return sb.exec(*rest, **kw)
+
+    def exec_stream(self, *a: Any, **kw: Any) -> ExecStream:
+        sb, rest = self._split(a)
+        return sb.exec_stream(*rest, **kw)
+
+    def spawn(self, *a: Any, **kw: Any) -> Process:
+        sb, rest = self._split(a)
+        return sb.spawn(*rest, **kw)
+
+    def http(self, *a: Any, **kw: Any) -> HTTPResponse:
+        sb, rest = self._split(a)
+        return sb.http(*rest, **kw)
+
+    @property
+    def files(self) -> Files:
+        """The bound sandbox's files, as steps."""
+        return self.sandbox().files
+
+    # ---- the log ---------------------------------------------------------------------
+
+    def get(self) -> TrajectoryInfo:
+        """GET /v1/trajectories/{id}: the trajectory with its steps."""
+        return TrajectoryInfo.from_json(self.client._json(Req("GET", _traj_path(self.id), retry=True)) or {})
+
+    def steps(self) -> List[TrajectoryStep]:
+        """The logged steps, in order."""
+        return self.get().steps
+
+    def export(self) -> str:
+        """The log as JSON lines, one step per line."""
+        return self.client._send(Req("GET", _traj_path(self.id, "/export"), retry=True))[2].decode()
+
+    def delete(self) -> None:
+        """Delete the log (NotFoundError if there is none)."""
+        self.client._send(Req("DELETE", _traj_path(self.id), retry=True, gone_ok=True))
+
+    def rebuild(self) -> RebuildResult:
+        """Replace the trajectory's lost sandbox: the server creates a fresh one with
+        the recorded parameters and re-executes the logged mutating steps. The
+        bound sandbox (if any) becomes the new one; live steps must use it."""
+        doc = self.client._json(Req("POST", _traj_path(self.id, "/rebuild"), timeout=None))
+        res = RebuildResult.from_json(doc or {})
+        if res.sandbox_id:
+            self._sb = self.sandbox(res.sandbox_id)
+        return res
+
+
+def _traj_path(tid: str, rest: str = "") -> str:
+    return "/v1/trajectories/" + _core.esc(tid) + rest

@@ -33,6 +33,7 @@ __all__ = [
     "NotImplementedByBackendError",
     "TrajectoryDivergedError",
     "OutcomeUnknownError",
+    "TrajectorySandboxLostError",
     "CommandError",
     "CreateManyError",
     "error_from_response",
@@ -161,6 +162,16 @@ class OutcomeUnknownError(DsecError):
     default_retryable = False
 
 
+class TrajectorySandboxLostError(InfrastructureError):
+    """The trajectory's sandbox is gone (code ``trajectory_sandbox_lost``, 410): live
+    steps cannot run (replays still answer). Not retryable: ``traj.rebuild()``
+    re-creates the sandbox from the log."""
+
+    default_code = "trajectory_sandbox_lost"
+    default_infrastructure = True
+    default_retryable = False
+
+
 class CommandError(Exception):
     """Raised by :meth:`dsec.ExecResult.check` when a command did not exit 0.
 
@@ -233,6 +244,7 @@ _BY_CODE: Dict[str, Type[DsecError]] = {
     "not_implemented": NotImplementedByBackendError,
     "trajectory_diverged": TrajectoryDivergedError,
     "outcome_unknown": OutcomeUnknownError,
+    "trajectory_sandbox_lost": TrajectorySandboxLostError,
 }
 
 _CODE_FOR_STATUS = {
@@ -240,6 +252,7 @@ _CODE_FOR_STATUS = {
     403: "unauthorized",
     404: "not_found",
     409: "conflict",
+    410: "trajectory_sandbox_lost",
     413: "payload_too_large",
     429: "resource_exhausted",
     501: "not_implemented",
@@ -255,6 +268,7 @@ _INFRA_RETRY = {
     "resource_exhausted": (True, True),
     "deadline_exceeded": (True, True),
     "sandbox_gone": (True, False),
+    "trajectory_sandbox_lost": (True, False),
 }
 
 

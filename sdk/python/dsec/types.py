@@ -16,6 +16,12 @@ __all__ = [
     "SandboxInfo",
     "HTTPResponse",
     "StreamChunk",
+    "FnCallResult",
+    "FnCallTestResult",
+    "FnCallCompile",
+    "TrajectoryInfo",
+    "TrajectoryStep",
+    "RebuildResult",
     "parse_time",
 ]
 
@@ -60,6 +66,8 @@ class ExecResult:
     stderr_truncated: bool = False
     error: Optional[str] = None
     """Why the command could not start (e.g. not found: exit code 127)."""
+    replayed: bool = False
+    """Answered from a trajectory log without running again."""
 
     @property
     def ok(self) -> bool:
@@ -92,6 +100,7 @@ class ExecResult:
             stdout_truncated=bool(d.get("stdout_truncated")),
             stderr_truncated=bool(d.get("stderr_truncated")),
             error=d.get("error") or None,
+            replayed=bool(d.get("replayed")),
         )
 
 
@@ -220,3 +229,225 @@ class StreamChunk(NamedTuple):
 
     stream: str
     data: bytes
+
+
+# ---- FnCall -----------------------------------------------------------------------
+
+
+@dataclass
+class FnCallTestResult:
+    """One test's outcome. ``verdict``: accepted, wrong_answer, time_limit,
+    memory_limit, runtime_error, output_limit, system_error."""
+
+    verdict: str
+    exit_code: int = 0
+    signal: Optional[str] = None
+    time_limit: Optional[str] = None
+    """Which limit a time_limit verdict hit: "cpu" or "wall"."""
+    cpu_time_ms: float = 0.0
+    wall_time_ms: float = 0.0
+    peak_memory_bytes: int = 0
+    stdout: str = ""
+    stderr: str = ""
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    message: Optional[str] = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict == "accepted"
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FnCallTestResult":
+        return cls(
+            verdict=str(d.get("verdict", "")),
+            exit_code=int(d.get("exit_code") or 0),
+            signal=d.get("signal") or None,
+            time_limit=d.get("time_limit") or None,
+            cpu_time_ms=float(d.get("cpu_time_ms") or 0),
+            wall_time_ms=float(d.get("wall_time_ms") or 0),
+            peak_memory_bytes=int(d.get("peak_memory_bytes") or 0),
+            stdout=d.get("stdout") or "",
+            stderr=d.get("stderr") or "",
+            stdout_truncated=bool(d.get("stdout_truncated")),
+            stderr_truncated=bool(d.get("stderr_truncated")),
+            message=d.get("message") or None,
+        )
+
+
+@dataclass
+class FnCallCompile:
+    """The compile step: ``verdict`` accepted, compile_error or system_error;
+    ``output`` holds the compiler's diagnostics."""
+
+    verdict: str
+    exit_code: int = 0
+    output: str = ""
+    cached: bool = False
+    wall_time_ms: float = 0.0
+    cpu_time_ms: float = 0.0
+    message: Optional[str] = None
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FnCallCompile":
+        return cls(
+            verdict=str(d.get("verdict", "")),
+            exit_code=int(d.get("exit_code") or 0),
+            output=d.get("output") or "",
+            cached=bool(d.get("cached")),
+            wall_time_ms=float(d.get("wall_time_ms") or 0),
+            cpu_time_ms=float(d.get("cpu_time_ms") or 0),
+            message=d.get("message") or None,
+        )
+
+
+@dataclass
+class FnCallResult:
+    """The answer of ``client.fncall`` (and one item of ``fncall_batch``, with its
+    ``index``). ``verdict`` summarises the call: compile_error, else the first test
+    verdict that is not accepted, else accepted. ``error`` is set (a DsecError, not
+    raised) when a batch call could not be run at all (verdict "" for bad input,
+    system_error for an infrastructure failure)."""
+
+    verdict: str
+    tests: List[FnCallTestResult] = field(default_factory=list)
+    compile: Optional[FnCallCompile] = None
+    index: int = 0
+    error: Optional[Exception] = None
+
+    @property
+    def accepted(self) -> bool:
+        return self.verdict == "accepted"
+
+    @property
+    def summary(self) -> Dict[str, int]:
+        """How many tests got each verdict, e.g. {"accepted": 3, "wrong_answer": 1}."""
+        out: Dict[str, int] = {}
+        for t in self.tests:
+            out[t.verdict] = out.get(t.verdict, 0) + 1
+        return out
+
+    @property
+    def passed(self) -> int:
+        """The number of accepted tests."""
+        return sum(1 for t in self.tests if t.verdict == "accepted")
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "FnCallResult":
+        from .errors import error_from_response
+        import json
+
+        err = d.get("error")
+        c = d.get("compile")
+        return cls(
+            verdict=str(d.get("verdict") or ""),
+            tests=[FnCallTestResult.from_json(t) for t in d.get("tests") or []],
+            compile=FnCallCompile.from_json(c) if c else None,
+            index=int(d.get("index") or 0),
+            error=error_from_response(200, json.dumps({"error": err}).encode()) if err else None,
+        )
+
+
+# ---- trajectories -------------------------------------------------------------------
+
+
+@dataclass
+class TrajectoryStep:
+    """One logged step (GET /v1/trajectories/{id} and one export line)."""
+
+    trajectory: str
+    step: int
+    op: str
+    """exec, exec_stream, start_process, write_file, upload_archive, read_file,
+    mkdir, remove or http."""
+    fingerprint: str = ""
+    state: str = ""
+    """started, finished or unknown."""
+    sandbox_id: str = ""
+    args: Any = None
+    status: int = 0
+    result: Any = None
+    """The logged answer when it is JSON (an exec result, a file info, an error)."""
+    body: Optional[bytes] = None
+    """Any other answer (file bytes, exec/stream events, an HTTP body)."""
+    started_at: Optional[datetime] = None
+    finished_at: Optional[datetime] = None
+    duration_ms: float = 0.0
+    truncated: bool = False
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "TrajectoryStep":
+        b = d.get("body")
+        return cls(
+            trajectory=d.get("trajectory", ""),
+            step=int(d.get("step") or 0),
+            op=d.get("op", ""),
+            fingerprint=d.get("fingerprint", ""),
+            state=d.get("state", ""),
+            sandbox_id=d.get("sandbox_id", ""),
+            args=d.get("args"),
+            status=int(d.get("status") or 0),
+            result=d.get("result"),
+            body=base64.b64decode(b) if b else None,
+            started_at=parse_time(d.get("started_at")),
+            finished_at=parse_time(d.get("finished_at")),
+            duration_ms=float(d.get("duration_ms") or 0),
+            truncated=bool(d.get("truncated")),
+            raw=dict(d),
+        )
+
+
+@dataclass
+class TrajectoryInfo:
+    """A logged trajectory (``steps`` filled by ``traj.get()``)."""
+
+    id: str
+    sandbox_id: str = ""
+    sandboxes: List[str] = field(default_factory=list)
+    last_step: int = 0
+    step_count: int = 0
+    rebuilds: int = 0
+    created_at: Optional[datetime] = None
+    updated_at: Optional[datetime] = None
+    create: Dict[str, Any] = field(default_factory=dict)
+    steps: List[TrajectoryStep] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "TrajectoryInfo":
+        return cls(
+            id=d.get("id", ""),
+            sandbox_id=d.get("sandbox_id", ""),
+            sandboxes=list(d.get("sandboxes") or []),
+            last_step=int(d.get("last_step") or 0),
+            step_count=int(d.get("step_count") or 0),
+            rebuilds=int(d.get("rebuilds") or 0),
+            created_at=parse_time(d.get("created_at")),
+            updated_at=parse_time(d.get("updated_at")),
+            create=dict(d.get("create") or {}),
+            steps=[TrajectoryStep.from_json(s) for s in d.get("steps") or []],
+        )
+
+
+@dataclass
+class RebuildResult:
+    """The answer of ``traj.rebuild()``: the new sandbox and what happened to each
+    logged step (``steps``: dicts with step, op, action, matched, detail)."""
+
+    trajectory: str
+    sandbox_id: str
+    old_sandbox_id: str = ""
+    reexecuted: int = 0
+    mismatched: int = 0
+    steps: List[Dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "RebuildResult":
+        return cls(
+            trajectory=d.get("trajectory", ""),
+            sandbox_id=d.get("sandbox_id", ""),
+            old_sandbox_id=d.get("old_sandbox_id", ""),
+            reexecuted=int(d.get("reexecuted") or 0),
+            mismatched=int(d.get("mismatched") or 0),
+            steps=list(d.get("steps") or []),
+        )

@@ -124,7 +124,8 @@ class _Loop:
         self.thread.join(5)
 
 
-_ASYNC_TYPES = (aio.AsyncClient, aio.AsyncSandbox, aio.AsyncFiles, aio.AsyncProcess, aio.AsyncExecStream)
+_ASYNC_TYPES = (aio.AsyncClient, aio.AsyncSandbox, aio.AsyncFiles, aio.AsyncProcess, aio.AsyncExecStream,
+                aio.AsyncTrajectory)
 
 
 class Facade:
@@ -136,7 +137,7 @@ class Facade:
         object.__setattr__(self, "_loop", loop)
 
     def _wrap(self, v: Any) -> Any:
-        if isinstance(v, _ASYNC_TYPES):
+        if isinstance(v, _ASYNC_TYPES) or inspect.isasyncgen(v):
             return Facade(v, self._loop)
         if isinstance(v, list):
             return [self._wrap(x) for x in v]
@@ -146,6 +147,8 @@ class Facade:
         v = getattr(self._obj, name)
         if inspect.ismethod(v) or inspect.isfunction(v):
             def call(*a: Any, **kw: Any) -> Any:
+                a = tuple(x._obj if isinstance(x, Facade) else x for x in a)
+                kw = {k: x._obj if isinstance(x, Facade) else x for k, x in kw.items()}
                 r = v(*a, **kw)
                 if inspect.isawaitable(r):
                     r = self._loop.run(r)

@@ -263,3 +263,47 @@ def test_create_many_backpressure(kind: str, stub: Stub, monkeypatch: Any) -> No
     stub.script["POST /v1/sandboxes"] = [EXHAUSTED] * 10 + [(201, SANDBOX)]
     sbs = _run(kind, stub, lambda c: c.create_many(3, concurrency=2))
     assert len(sbs) == 3 and len(stub.seen) == 13
+
+
+def test_trajectory_sandbox_lost_mapping() -> None:
+    body = json.dumps({"error": {"code": "trajectory_sandbox_lost", "message": "gone",
+                                 "infrastructure": True, "retryable": False}}).encode()
+    e = error_from_response(410, body)
+    assert isinstance(e, dsec.TrajectorySandboxLostError) and isinstance(e, dsec.InfrastructureError)
+    assert e.infrastructure and not e.retryable
+    e = error_from_response(410, b"")
+    assert isinstance(e, dsec.TrajectorySandboxLostError) and not e.retryable
+
+
+def test_step_counter() -> None:
+    c = _core.StepCounter("t-1")
+    n, h = c.begin()
+    assert n == 1 and h == {"X-Dsec-Trajectory": "t-1", "X-Dsec-Step": "1"}
+    c.end(n, None, replayed=True)
+    assert c.next == 2 and c.replayed_steps == 1
+    for code, advances in [("outcome_unknown", True), ("not_found", True), ("bad_gateway", True),
+                           ("trajectory_diverged", False), ("conflict", False), ("unavailable", False),
+                           ("trajectory_sandbox_lost", False)]:
+        n, _ = c.begin()
+        c.end(n, error_from_response(409, json.dumps({"error": {"code": code}}).encode()))
+        assert (c.next == n + 1) == advances, code
+    n, _ = c.begin()
+    c.end(n, dsec.InfrastructureError("net", status=0))
+    assert c.next == n
+    with pytest.raises(dsec.InvalidArgumentError):
+        _core.StepCounter("bad id")
+
+
+def test_fncall_body() -> None:
+    b = _core.fncall_body("python", "print(1)", tests=[("1\n", "2\n"), {"stdin": "x", "compare": "exact"}],
+                          limits={"memory": "128m", "cpu_time_ms": 500})
+    assert b == {"language": "python3", "files": {"main.py": "print(1)"},
+                 "tests": [{"stdin": "1\n", "expected_output": "2\n"}, {"stdin": "x", "compare": {"mode": "exact"}}],
+                 "limits": {"memory_bytes": 128 << 20, "cpu_time_ms": 500}}
+    assert _core.fncall_body(cmd="echo hi")["cmd"] == ["/bin/sh", "-c", "echo hi"]
+    assert _core.fncall_body("c", "int main(){}")["tests"] == [{}]
+    with pytest.raises(dsec.InvalidArgumentError):
+        _core.fncall_body()
+    r = dsec.FnCallResult.from_json({"index": 3, "verdict": "", "tests": [],
+                                     "error": {"code": "invalid_argument", "message": "bad"}})
+    assert r.index == 3 and isinstance(r.error, dsec.InvalidArgumentError)
