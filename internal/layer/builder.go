@@ -161,7 +161,10 @@ func (b *builder) hardlink(name, target string, m *meta) error {
 		mm := meta{mode: fi.Mode(), mtime: fi.ModTime()}
 		if st, ok := fi.Sys().(*erofs.Stat); ok {
 			mm.uid, mm.gid, mm.xattrs = int(st.UID), int(st.GID), st.Xattrs
-		} else if o, ok := fi.(interface{ UID() uint32; GID() uint32 }); ok {
+		} else if o, ok := fi.(interface {
+			UID() uint32
+			GID() uint32
+		}); ok {
 			mm.uid, mm.gid = int(o.UID()), int(o.GID())
 		}
 		m = &mm
