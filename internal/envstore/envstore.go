@@ -34,7 +34,7 @@ type Env struct {
 	Toolkits  []LayerRef `json:"toolkits,omitempty"` // bottom to top
 	Workspace *LayerRef  `json:"workspace,omitempty"`
 	Created   time.Time  `json:"created"`
-	Updated   time.Time  `json:"updated,omitempty"`
+	Updated   *time.Time `json:"updated,omitempty"`
 }
 
 // Layers returns the layers top-most first (the overlay lowerdir order).
@@ -341,7 +341,7 @@ func (s *Store) Rebase(ctx context.Context, oldDigest string, newLayer LayerRef)
 		if !changed {
 			continue
 		}
-		e.Updated = now
+		e.Updated = &now
 		nb, err := writeJSON(s.envPath(n), e)
 		if err != nil {
 			return st, errdefs.Internal(err, "rewrite environment %q", n)

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/envstore"
+	"github.com/dsec-dev/dsec/internal/layer"
+)
+
+// imageCmd is `dsec image`: layers and environments on this node's data dir.
+func imageCmd() *cobra.Command {
+	var dataDir, blobSpec string
+	c := &cobra.Command{Use: "image", Short: "Build layers and compose environments (EROFS layers in a blob store)"}
+	c.PersistentFlags().StringVar(&dataDir, "data-dir", "/var/lib/dsec", "node data directory")
+	c.PersistentFlags().StringVar(&blobSpec, "blob-store", "", "dir:PATH | posix:PATH | s3://BUCKET?endpoint=HOST:PORT&prefix=P&region=R&insecure=1 (keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); default dir:DATA_DIR/blobs")
+	open := func() (*envstore.Store, blob.Store, error) {
+		bs, err := OpenBlobStore(blobSpec, dataDir)
+		if err != nil {
+			return nil, nil, err
+		}
+		es, err := envstore.Open(filepath.Join(dataDir, "envstore"), bs)
+		return es, bs, err
+	}
+
+	var from, name string
+	build := &cobra.Command{Use: "build --from SOURCE --name NAME", Short: "Build a layer from dir:PATH|tar:PATH|oci:REF|oci-layout:PATH|docker-archive:PATH", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			es, bs, err := open()
+			if err != nil {
+				return err
+			}
+			src, err := layer.ParseSource(from)
+			if err != nil {
+				return err
+			}
+			opts := layer.Options{TempDir: os.Getenv("TMPDIR")}
+			start := time.Now()
+			tty := isTTY(os.Stderr)
+			if tty {
+				opts.Progress = func(n int64) {
+					s := time.Since(start).Seconds()
+					fmt.Fprintf(os.Stderr, "\r%s: %.1f MB read, %.1f MB/s   ", src, float64(n)/1e6, float64(n)/1e6/max(s, 0.001))
+				}
+			}
+			l, err := layer.Build(cmd.Context(), src, bs, opts)
+			if tty {
+				fmt.Fprintln(os.Stderr)
+			}
+			if err != nil {
+				return err
+			}
+			if err := es.PutLayer(envstore.NamedLayer{Name: name, Digest: l.Digest, Size: l.Size, Source: l.Source}); err != nil {
+				return err
+			}
+			fmt.Printf("%s %s %d bytes (%d entries, %.1fs)\n", name, l.Digest, l.Size, l.Entries, l.BuildTime.Seconds())
+			return nil
+		}}
+	build.Flags().StringVar(&from, "from", "", "source")
+	build.Flags().StringVar(&name, "name", "", "layer name")
+	build.MarkFlagRequired("from")
+	build.MarkFlagRequired("name")
+
+	var base, workspace string
+	var toolkits []string
+	compose := &cobra.Command{Use: "compose --name ENV --base LAYER [--toolkit LAYER]... [--workspace LAYER]", Short: "Compose an environment from layers", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			es, _, err := open()
+			if err != nil {
+				return err
+			}
+			e, err := es.Compose(cmd.Context(), name, base, toolkits, workspace)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s: %d layers\n", e.Name, len(e.Layers()))
+			return nil
+		}}
+	compose.Flags().StringVar(&name, "name", "", "environment name")
+	compose.Flags().StringVar(&base, "base", "", "base layer (name or digest)")
+	compose.Flags().StringArrayVar(&toolkits, "toolkit", nil, "toolkit layer, bottom to top (repeatable)")
+	compose.Flags().StringVar(&workspace, "workspace", "", "workspace layer")
+	compose.MarkFlagRequired("name")
+	compose.MarkFlagRequired("base")
+
+	ls := &cobra.Command{Use: "ls", Short: "List environments and layers", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			es, _, err := open()
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "KIND\tNAME\tLAYERS/DIGEST\tSIZE")
+			envs, _ := es.List()
+			for _, n := range envs {
+				e, err := es.Get(n)
+				if err != nil {
+					continue
+				}
+				var sz int64
+				for _, l := range e.Layers() {
+					sz += l.Size
+				}
+				fmt.Fprintf(tw, "env\t%s\t%d layers\t%d\n", n, len(e.Layers()), sz)
+			}
+			layers, _ := es.ListLayers()
+			for _, n := range layers {
+				if l, err := es.Layer(n); err == nil {
+					fmt.Fprintf(tw, "layer\t%s\t%s\t%d\n", n, l.Digest[:19], l.Size)
+				}
+			}
+			return tw.Flush()
+		}}
+
+	var asJSON bool
+	inspect := &cobra.Command{Use: "inspect NAME [--json]", Short: "Show an environment's or a layer's details", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			es, _, err := open()
+			if err != nil {
+				return err
+			}
+			var v any
+			if e, err := es.Get(args[0]); err == nil {
+				type layerOut struct {
+					envstore.LayerRef
+					Role         string `json:"role"`
+					BytesFetched *int64 `json:"bytes_fetched"` // filled by the node's lazy loader (part B); null here
+				}
+				out := struct {
+					envstore.Env
+					Layers []layerOut `json:"layers"`
+				}{Env: e}
+				for i, l := range e.Layers() {
+					role := "toolkit"
+					switch {
+					case i == len(e.Layers())-1:
+						role = "base"
+					case i == 0 && e.Workspace != nil:
+						role = "workspace"
+					}
+					out.Layers = append(out.Layers, layerOut{LayerRef: l, Role: role})
+				}
+				v = out
+			} else if l, lerr := es.Layer(args[0]); lerr == nil {
+				v = l
+			} else {
+				return err
+			}
+			b, _ := json.MarshalIndent(v, "", "  ")
+			if !asJSON {
+				b, _ = json.MarshalIndent(v, "", "  ") // the JSON is the readable form too
+			}
+			fmt.Println(string(b))
+			return nil
+		}}
+	inspect.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+
+	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an environment or a layer name (refused while in use)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			es, _, err := open()
+			if err != nil {
+				return err
+			}
+			return es.Remove(args[0])
+		}}
+	c.AddCommand(build, compose, ls, inspect, rm)
+	return c
+}
+
+// OpenBlobStore parses a --blob-store spec ("" = dir:DATA_DIR/blobs).
+func OpenBlobStore(spec, dataDir string) (blob.Store, error) {
+	switch {
+	case spec == "":
+		return blob.NewDir(filepath.Join(dataDir, "blobs"))
+	case strings.HasPrefix(spec, "dir:"):
+		return blob.NewDir(strings.TrimPrefix(spec, "dir:"))
+	case strings.HasPrefix(spec, "posix:"):
+		return blob.NewPOSIX(strings.TrimPrefix(spec, "posix:"))
+	case strings.HasPrefix(spec, "s3://"):
+		u, err := url.Parse(spec)
+		if err != nil {
+			return nil, fmt.Errorf("--blob-store %q: %v", spec, err)
+		}
+		q := u.Query()
+		return blob.NewS3(blob.S3Config{Endpoint: q.Get("endpoint"), Bucket: u.Host, Prefix: q.Get("prefix"), Region: q.Get("region"),
+			Insecure: q.Get("insecure") == "1" || q.Get("insecure") == "true", AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY")})
+	}
+	return nil, fmt.Errorf("--blob-store %q: want dir:PATH, posix:PATH or s3://BUCKET?endpoint=...", spec)
+}
+
+func isTTY(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
