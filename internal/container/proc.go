@@ -101,5 +101,3 @@ func (f *failedProc) PID() int                                  { return 0 }
 func (f *failedProc) Wait(context.Context) (driver.Exit, error) { return f.exit, nil }
 func (f *failedProc) Signal(int) error                          { return nil }
 func (f *failedProc) Close() error                              { return nil }
-
-

@@ -670,6 +670,7 @@ class ExecStream:
                 self._writer_done.set()
             else:
                 conn.endheaders(_chunk(first))
+                self._sock = conn.sock  # before the feeder thread writes through it
                 threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
             if client.timeout is not None and conn.sock is not None:
                 conn.sock.settimeout(None)  # output may pause for as long as the command likes
