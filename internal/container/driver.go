@@ -144,6 +144,16 @@ func (d *Driver) Close() error {
 		err = errors.Join(err, initproto.UnmountSharedSysfs(d.sysfs))
 		d.sysfsMu.Unlock()
 	}
+	// With no sandbox left, leave nothing behind: the parent cgroup and the run
+	// dir go (both stay while sandboxes live on for a restarted agent).
+	if names, lerr := d.cg.List(d.cfg.CgroupParent); lerr == nil && len(names) == 0 {
+		if g, oerr := d.cg.Open(d.cfg.CgroupParent); oerr == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err = errors.Join(err, g.Delete(ctx))
+			cancel()
+		}
+	}
+	_ = os.Remove(d.cfg.RunDir) // fails, harmlessly, while sockets remain
 	return err
 }
 
