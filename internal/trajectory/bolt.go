@@ -61,6 +61,10 @@ type Bolt struct {
 type update struct {
 	fn   func(tx *bolt.Tx) error
 	done chan error
+	// lazy updates need only survive a crash of this process, not of the host
+	// (the page cache keeps them): they are committed without fsync unless a
+	// durable update shares their transaction.
+	lazy bool
 }
 
 var _ Store = (*Bolt)(nil)
@@ -106,13 +110,24 @@ func (b *Bolt) Close() error {
 // write runs fn in a durable read-write transaction. fn may run more than once
 // (when a transaction it shares fails), so it must reset what it reports.
 func (b *Bolt) write(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	return b.enqueue(ctx, fn, false)
+}
+
+// writeLazy is write for records that only a process crash must not lose: a
+// step's "started" mark. A host crash loses them, but it also ends the
+// sandbox, so the trajectory is then lost-and-rebuilt from finished steps.
+func (b *Bolt) writeLazy(ctx context.Context, fn func(tx *bolt.Tx) error) error {
+	return b.enqueue(ctx, fn, true)
+}
+
+func (b *Bolt) enqueue(ctx context.Context, fn func(tx *bolt.Tx) error, lazy bool) error {
 	switch b.mode {
 	case BoltBatch:
 		return b.db.Batch(fn)
 	case Solo:
 		return b.db.Update(fn)
 	}
-	u := &update{fn: fn, done: make(chan error, 1)}
+	u := &update{fn: fn, done: make(chan error, 1), lazy: lazy}
 	select {
 	case b.queue <- u:
 	case <-b.stop:
@@ -137,6 +152,7 @@ func (b *Bolt) committer() {
 			for {
 				select {
 				case u := <-b.queue:
+					b.db.NoSync = false
 					u.done <- b.db.Update(u.fn)
 				default:
 					return
@@ -150,6 +166,14 @@ func (b *Bolt) committer() {
 				group = append(group, u)
 			default:
 				break drain
+			}
+		}
+		// Only the committer goroutine commits, so it alone reads NoSync.
+		b.db.NoSync = true
+		for _, u := range group {
+			if !u.lazy {
+				b.db.NoSync = false
+				break
 			}
 		}
 		err := b.db.Update(func(tx *bolt.Tx) error {
@@ -168,6 +192,7 @@ func (b *Bolt) committer() {
 		}
 		// One failed: run each alone so only it fails.
 		for _, u := range group {
+			b.db.NoSync = u.lazy
 			u.done <- b.db.Update(u.fn)
 		}
 	}
@@ -264,7 +289,7 @@ func (b *Bolt) Begin(ctx context.Context, req BeginRequest) (Decision, error) {
 	if decided {
 		return dec, derr
 	}
-	err := b.write(ctx, func(tx *bolt.Tx) error {
+	err := b.writeLazy(ctx, func(tx *bolt.Tx) error {
 		dec, derr = Decision{}, nil
 		top := tx.Bucket(bucketT)
 		tb := top.Bucket([]byte(req.Trajectory))

@@ -30,8 +30,10 @@
 // state (started, finished; "unknown" is shown for a step that was started by
 // an earlier server process or whose handler crashed).
 //
-// Durability: the step is recorded as started (fsync'd) before it runs, and as
-// finished (fsync'd) before its answer is sent. For exec/stream, output events
+// Durability: the step is recorded as started before it runs (committed without
+// fsync: the page cache keeps it through a crash of the server process, and a
+// host crash ends the sandbox too, so the trajectory is then rebuilt from its
+// finished steps), and as finished (fsync'd) before its answer is sent. For exec/stream, output events
 // flow live and the final exit event is held until the step is logged. Commits
 // are grouped: one committer goroutine writes every update queued while the
 // previous transaction was being fsync'd in the next transaction, so a lone step
