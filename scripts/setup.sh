@@ -89,6 +89,27 @@ debian_running() {
 	pgrep -f 'debootstrap.*debian-build' >/dev/null 2>&1
 }
 
+# debootstrap_tree NAME PACKAGES DIR: a minbase tree with PACKAGES in DIR, tried
+# twice (a mirror hiccup should not fail a fresh machine's setup).
+debootstrap_tree() {
+	attempt=1
+	while :; do
+		rm -rf "$3"
+		log "image $1: debootstrap $SUITE with $2 (attempt $attempt, log $3.log)"
+		if debootstrap --variant=minbase --include="$2" "$SUITE" "$3" "$DEBIAN_MIRROR" >"$3.log" 2>&1; then
+			break
+		fi
+		if [ "$attempt" -ge 2 ]; then
+			tail -n 20 "$3.log" >&2 || true
+			rm -rf "$3"
+			die "debootstrap of image $1 from $DEBIAN_MIRROR failed twice; see $3.log (network? mirror?)"
+		fi
+		attempt=$((attempt + 1))
+		sleep 3
+	done
+	rm -f "$3.log"
+}
+
 build_debian() {
 	img="$DSEC_IMAGES_DIR/debian"
 	if [ -f "$img/image.json" ] && [ -d "$img/rootfs" ]; then
@@ -112,23 +133,7 @@ build_debian() {
 		tree=$PRESEED_DIR
 	else
 		tree="$DSEC_IMAGES_DIR/.debian-build.$$"
-		attempt=1
-		while :; do
-			rm -rf "$tree"
-			log "image debian: debootstrap $SUITE (attempt $attempt, log $tree.log)"
-			if debootstrap --variant=minbase --include=python3,git,ca-certificates \
-				"$SUITE" "$tree" "$DEBIAN_MIRROR" >"$tree.log" 2>&1; then
-				break
-			fi
-			if [ "$attempt" -ge 2 ]; then
-				tail -n 20 "$tree.log" >&2 || true
-				rm -rf "$tree"
-				die "debootstrap of $SUITE from $DEBIAN_MIRROR failed twice; see $tree.log (network? mirror?)"
-			fi
-			attempt=$((attempt + 1))
-			sleep 3
-		done
-		rm -f "$tree.log"
+		debootstrap_tree debian python3,git,ca-certificates "$tree"
 	fi
 	[ -x "$tree/bin/sh" ] && [ -e "$tree/usr/bin/python3" ] && [ -e "$tree/usr/bin/git" ] ||
 		die "debian tree $tree lacks /bin/sh, python3 or git"
@@ -187,23 +192,7 @@ build_judge() {
 	fi
 	t=$(now)
 	tree="$DSEC_IMAGES_DIR/.judge-build.$$"
-	attempt=1
-	while :; do
-		rm -rf "$tree"
-		log "image judge: debootstrap $SUITE with $JUDGE_PACKAGES (attempt $attempt, log $tree.log)"
-		if debootstrap --variant=minbase --include="$JUDGE_PACKAGES" \
-			"$SUITE" "$tree" "$DEBIAN_MIRROR" >"$tree.log" 2>&1; then
-			break
-		fi
-		if [ "$attempt" -ge 2 ]; then
-			tail -n 20 "$tree.log" >&2 || true
-			rm -rf "$tree"
-			die "debootstrap of the judge image from $DEBIAN_MIRROR failed twice; see $tree.log (network? mirror?)"
-		fi
-		attempt=$((attempt + 1))
-		sleep 3
-	done
-	rm -f "$tree.log"
+	debootstrap_tree judge "$JUDGE_PACKAGES" "$tree"
 	for b in /bin/sh /bin/bash /usr/bin/python3 /usr/bin/gcc /usr/bin/g++ /usr/bin/go; do
 		[ -e "$tree$b" ] || die "judge tree $tree lacks $b"
 	done
