@@ -3,10 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -177,25 +175,18 @@ func imageCmd() *cobra.Command {
 	return c
 }
 
-// OpenBlobStore parses a --blob-store spec ("" = dir:DATA_DIR/blobs).
+// OpenBlobStore opens a --blob-store spec ("" = dir:DATA_DIR/blobs; see
+// blob.ParseSpec), creating a missing local directory.
 func OpenBlobStore(spec, dataDir string) (blob.Store, error) {
-	switch {
-	case spec == "":
-		return blob.NewDir(filepath.Join(dataDir, "blobs"))
-	case strings.HasPrefix(spec, "dir:"):
-		return blob.NewDir(strings.TrimPrefix(spec, "dir:"))
-	case strings.HasPrefix(spec, "posix:"):
-		return blob.NewPOSIX(strings.TrimPrefix(spec, "posix:"))
-	case strings.HasPrefix(spec, "s3://"):
-		u, err := url.Parse(spec)
-		if err != nil {
-			return nil, fmt.Errorf("--blob-store %q: %v", spec, err)
-		}
-		q := u.Query()
-		return blob.NewS3(blob.S3Config{Endpoint: q.Get("endpoint"), Bucket: u.Host, Prefix: q.Get("prefix"), Region: q.Get("region"),
-			Insecure: q.Get("insecure") == "1" || q.Get("insecure") == "true", AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY")})
+	return blob.Open(BlobSpec(spec, dataDir), true)
+}
+
+// BlobSpec is the effective --blob-store spec.
+func BlobSpec(spec, dataDir string) string {
+	if spec == "" {
+		return "dir:" + filepath.Join(dataDir, "blobs")
 	}
-	return nil, fmt.Errorf("--blob-store %q: want dir:PATH, posix:PATH or s3://BUCKET?endpoint=...", spec)
+	return spec
 }
 
 func isTTY(f *os.File) bool {

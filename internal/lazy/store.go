@@ -3,7 +3,6 @@ package lazy
 import (
 	"context"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,13 +10,13 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // OpenStore opens a blob store from its spec, as an environment manifest names it:
 //
 //	dir:PATH     a local blob directory (blob.NewDir); PATH must exist
 //	posix:PATH   a shared POSIX mount (blob.NewPOSIX)
+//	s3://...     an S3-compatible store (blob.ParseSpec)
 //
 // A spec may end in ";rate=BYTES_PER_SECOND" to throttle reads (benchmarks: a store
 // at 100 MB/s is "dir:/x;rate=100000000").
@@ -40,23 +39,7 @@ func OpenStore(spec string) (blob.Store, error) {
 			return nil, errdefs.Invalid("blob store %q: unknown option %q", spec, k)
 		}
 	}
-	kind, path, ok := strings.Cut(base, ":")
-	if !ok || path == "" {
-		return nil, errdefs.Invalid("blob store %q: want dir:PATH or posix:PATH", spec)
-	}
-	var s blob.Store
-	var err error
-	switch kind {
-	case "dir":
-		if _, e := os.Stat(path); e != nil {
-			return nil, errdefs.Wrap(api.CodeUnavailable, e, "blob store %s is unreachable", base)
-		}
-		s, err = blob.NewDir(path)
-	case "posix":
-		s, err = blob.NewPOSIX(path)
-	default:
-		return nil, errdefs.Invalid("blob store %q: unknown kind %q", spec, kind)
-	}
+	s, err := blob.Open(base, false)
 	if err != nil {
 		return nil, err
 	}
