@@ -11,9 +11,12 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/lazy"
 )
 
 // imageCmd is `dsec image`: layers and environments on this node's data dir.
@@ -27,8 +30,16 @@ func imageCmd() *cobra.Command {
 		if err != nil {
 			return nil, nil, err
 		}
-		es, err := envstore.Open(filepath.Join(dataDir, "envstore"), bs)
-		return es, bs, err
+		es, err := envstore.Open(daemon.EnvStoreDir(dataDir), bs)
+		if err != nil {
+			return nil, nil, err
+		}
+		es.Spec = daemon.BlobSpec(blobSpec, dataDir)
+		es.InUse = func(name string) bool {
+			used, err := agent.ImagesInUse(dataDir)
+			return err != nil || used[name] > 0 // unreadable records: refuse to be safe
+		}
+		return es, bs, nil
 	}
 
 	var from, name string
@@ -132,21 +143,21 @@ func imageCmd() *cobra.Command {
 				type layerOut struct {
 					envstore.LayerRef
 					Role         string `json:"role"`
-					BytesFetched *int64 `json:"bytes_fetched"` // filled by the node's lazy loader (part B); null here
+					BytesFetched int64  `json:"bytes_fetched"` // by this node's layerd since it started
+					CacheHits    int64  `json:"cache_hits"`
+					CacheMisses  int64  `json:"cache_misses"`
+					Mounted      bool   `json:"mounted"`
+					Sandboxes    int    `json:"sandboxes"`
 				}
+				usage, _ := lazy.Mounter{Client: lazy.NewClient(lazy.Config{Root: filepath.Join(dataDir, "layers")})}.LayerUsage(cmd.Context())
 				out := struct {
 					envstore.Env
 					Layers []layerOut `json:"layers"`
 				}{Env: e}
 				for i, l := range e.Layers() {
-					role := "toolkit"
-					switch {
-					case i == len(e.Layers())-1:
-						role = "base"
-					case i == 0 && e.Workspace != nil:
-						role = "workspace"
-					}
-					out.Layers = append(out.Layers, layerOut{LayerRef: l, Role: role})
+					u := usage[l.Digest]
+					out.Layers = append(out.Layers, layerOut{LayerRef: l, Role: e.Role(i), BytesFetched: u.BytesFetched,
+						CacheHits: u.CacheHits, CacheMisses: u.CacheMisses, Mounted: u.Mounted, Sandboxes: u.Holders})
 				}
 				v = out
 			} else if l, lerr := es.Layer(args[0]); lerr == nil {
@@ -178,15 +189,7 @@ func imageCmd() *cobra.Command {
 // OpenBlobStore opens a --blob-store spec ("" = dir:DATA_DIR/blobs; see
 // blob.ParseSpec), creating a missing local directory.
 func OpenBlobStore(spec, dataDir string) (blob.Store, error) {
-	return blob.Open(BlobSpec(spec, dataDir), true)
-}
-
-// BlobSpec is the effective --blob-store spec.
-func BlobSpec(spec, dataDir string) string {
-	if spec == "" {
-		return "dir:" + filepath.Join(dataDir, "blobs")
-	}
-	return spec
+	return blob.Open(daemon.BlobSpec(spec, dataDir), true)
 }
 
 func isTTY(f *os.File) bool {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/container"
+	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/lazy"
@@ -60,6 +61,22 @@ type Config struct {
 	// whole layers before mounting instead of loading them on demand.
 	Layers        lazy.Config
 	LayerPrefetch string
+	// BlobStore is the blob store spec of environments whose manifest names none
+	// (default BlobSpec("", DataDir) = dir:DATA_DIR/blobs, where `dsec image build`
+	// puts layers by default).
+	BlobStore string
+}
+
+// EnvStoreDir is where `dsec image compose` keeps environment manifests.
+func EnvStoreDir(dataDir string) string { return filepath.Join(dataDir, "envstore") }
+
+// BlobSpec is the effective blob store spec: spec, or the node's local blob
+// directory DATA_DIR/blobs.
+func BlobSpec(spec, dataDir string) string {
+	if spec == "" {
+		return "dir:" + filepath.Join(dataDir, "blobs")
+	}
+	return spec
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -117,10 +134,16 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Layers.Root = filepath.Join(cfg.DataDir, "layers")
 	}
 	layers := lazy.NewClient(cfg.Layers)
+	envs, err := envstore.Open(EnvStoreDir(cfg.DataDir), nil)
+	if err != nil {
+		drv.Close()
+		return nil, err
+	}
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes,
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage,
-			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch}},
+			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
+			Envs:   envstore.Images{Store: envs, DefaultSpec: BlobSpec(cfg.BlobStore, cfg.DataDir)}},
 	})
 	if err != nil {
 		drv.Close()

@@ -33,6 +33,9 @@ type Env struct {
 	Base      LayerRef   `json:"base"`
 	Toolkits  []LayerRef `json:"toolkits,omitempty"` // bottom to top
 	Workspace *LayerRef  `json:"workspace,omitempty"`
+	// BlobStore is the spec of the blob store holding the layers (blob.ParseSpec),
+	// recorded at compose; empty: the node's default store.
+	BlobStore string     `json:"blob_store,omitempty"`
 	Created   time.Time  `json:"created"`
 	Updated   *time.Time `json:"updated,omitempty"`
 }
@@ -47,6 +50,17 @@ func (e Env) Layers() []LayerRef {
 		out = append(out, e.Toolkits[i])
 	}
 	return append(out, e.Base)
+}
+
+// Role names the part layer i of Layers() plays: base, toolkit or workspace.
+func (e Env) Role(i int) string {
+	switch {
+	case i == len(e.Toolkits)+1 && e.Workspace != nil || i == len(e.Toolkits) && e.Workspace == nil:
+		return "base"
+	case i == 0 && e.Workspace != nil:
+		return "workspace"
+	}
+	return "toolkit"
 }
 
 // NamedLayer is an entry of the layer index.
@@ -64,6 +78,9 @@ var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 type Store struct {
 	Dir   string
 	Blobs blob.Store // checked for layer existence on Compose (nil: not checked)
+	// Spec names Blobs (blob.ParseSpec); Compose records it in the manifest so a
+	// node knows where to read the layers.
+	Spec string
 	// InUse reports whether an environment or layer name is used by a sandbox; Remove
 	// refuses those (the agent passes its own).
 	InUse func(name string) bool
@@ -186,7 +203,7 @@ func (s *Store) Compose(ctx context.Context, name, base string, toolkits []strin
 	if err := checkName("environment", name); err != nil {
 		return Env{}, err
 	}
-	e := Env{Name: name, Created: time.Now().UTC()}
+	e := Env{Name: name, BlobStore: s.Spec, Created: time.Now().UTC()}
 	var err error
 	if e.Base, err = s.ResolveLayer(ctx, base); err != nil {
 		return Env{}, err

@@ -56,6 +56,9 @@ func TestComposeGetRemove(t *testing.T) {
 	if err != nil || got.Base.Digest != base.Digest || len(got.Toolkits) != 1 || got.Workspace == nil {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
+	if r := []string{e.Role(0), e.Role(1), e.Role(2)}; r[0] != "workspace" || r[1] != "toolkit" || r[2] != "base" {
+		t.Fatalf("roles %v", r)
+	}
 	if ls := e.Layers(); len(ls) != 3 || ls[2].Digest != base.Digest || ls[0].Digest != tk.Digest {
 		t.Fatalf("layers order %+v", ls)
 	}
@@ -121,5 +124,41 @@ func TestRebaseScaling(t *testing.T) {
 		}
 		t.Logf("N=%4d: layer build %v (%d bytes, once) + %d manifest rewrites in %v, %d bytes (%d B/env)",
 			n, buildTime.Round(time.Millisecond), nl.Size, st.Rewritten, rebase.Round(time.Millisecond), st.BytesWritten, st.BytesWritten/int64(n))
+	}
+}
+
+func TestImagesResolver(t *testing.T) {
+	s, bs := setup(t)
+	ctx := context.Background()
+	base, _ := buildLayer(t, bs, s, "base", "v1")
+	tk, _ := buildLayer(t, bs, s, "tools", "tk")
+	s.Spec = "dir:/srv/blobs"
+	if _, err := s.Compose(ctx, "task", "base", []string{"tools"}, ""); err != nil {
+		t.Fatal(err)
+	}
+	r := envstore.Images{Store: s, DefaultSpec: "dir:/default"}
+	img, err := r.ResolveEnv("task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(img.Layers) != 2 || img.Layers[0].Digest != base.Digest || img.Layers[1].Digest != tk.Digest {
+		t.Fatalf("want base first then toolkit, got %+v", img.Layers)
+	}
+	if img.Layers[0].Store != "dir:/srv/blobs" || img.Layers[0].Size != base.Size || img.Layers[0].Role != "base" || img.Layers[1].Role != "toolkit" {
+		t.Fatalf("layer %+v: want the compose-time blob store and the size", img.Layers[0])
+	}
+	if _, err := r.ResolveEnv("nope"); errdefs.CodeOf(err) != api.CodeNotFound {
+		t.Fatalf("missing env: %v", err)
+	}
+	if got := r.ListEnvs(); len(got) != 1 || got[0] != "task" {
+		t.Fatalf("ListEnvs = %v", got)
+	}
+	// An older manifest without blob_store resolves to the node's default store.
+	s.Spec = ""
+	if _, err := s.Compose(ctx, "old", "base", nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if img, _ := r.ResolveEnv("old"); img.Layers[0].Store != "dir:/default" {
+		t.Fatalf("default store not used: %+v", img.Layers)
 	}
 }

@@ -32,6 +32,20 @@ type Layer struct {
 	Digest string `json:"digest"`
 	Store  string `json:"store"`          // blob store spec, e.g. dir:/var/lib/dsec/blobs
 	Size   int64  `json:"size,omitempty"` // expected blob size, if the manifest says
+	Role   string `json:"role,omitempty"` // base, toolkit or workspace
+}
+
+// LayerUsage is a layer's accounting on this node.
+type LayerUsage struct {
+	BlobSize, BytesFetched, ChunkSize, CacheHits, CacheMisses int64
+	Mounted                                                   bool
+	Holders                                                   int
+}
+
+// LayerAccounting is implemented by a LayerMounter that keeps per-layer
+// accounting (layerd): usage by digest, for the layers this node knows.
+type LayerAccounting interface {
+	LayerUsage(ctx context.Context) (map[string]LayerUsage, error)
 }
 
 // LayerMounter mounts layers on the node (internal/lazy's layerd client).
@@ -42,6 +56,16 @@ type LayerMounter interface {
 	Release(ctx context.Context, holder string) error
 	// Sync drops every holder not in keep.
 	Sync(ctx context.Context, keep []string) error
+}
+
+// EnvResolver resolves layered environments kept outside the images directory
+// (internal/envstore's manifests, made by `dsec image compose`).
+type EnvResolver interface {
+	// ResolveEnv returns environment name's layers, base first, or a not_found
+	// error if there is no such environment.
+	ResolveEnv(name string) (Image, error)
+	// ListEnvs returns the environment names, sorted.
+	ListEnvs() []string
 }
 
 // manifest is DIR/NAME/image.json; its lower entries are relative to DIR/NAME. A
@@ -65,6 +89,8 @@ type Store struct {
 	Default string // the image used when a request names none
 	// Layers mounts layered environments; nil: only directory images resolve.
 	Layers LayerMounter
+	// Envs resolves names that have no DIR/NAME/image.json (nil: none).
+	Envs EnvResolver
 }
 
 // Mount acquires img's layer mounts for holder (a sandbox ID) and fills img.Lower,
@@ -111,7 +137,13 @@ func (s *Store) Resolve(name string) (Image, error) {
 	dir := filepath.Join(s.Dir, name)
 	b, err := os.ReadFile(filepath.Join(dir, "image.json"))
 	if os.IsNotExist(err) {
-		return Image{}, errdefs.NotFound("image %q not found in %s (run `make setup` to build the default images)", name, s.Dir)
+		if s.Envs != nil {
+			img, eerr := s.Envs.ResolveEnv(name)
+			if eerr == nil || errdefs.CodeOf(eerr) != api.CodeNotFound {
+				return img, eerr
+			}
+		}
+		return Image{}, errdefs.NotFound("image %q not found: no directory image in %s (run `make setup` to build the default images) and no environment of that name (`dsec image compose`)", name, s.Dir)
 	}
 	if err != nil {
 		return Image{}, errdefs.Internal(err, "read image %q", name)
@@ -126,7 +158,10 @@ func (s *Store) Resolve(name string) (Image, error) {
 			return Image{}, errdefs.Internal(fmt.Errorf("layers without blob_store"), "image %q", name)
 		}
 		for i, d := range m.Layers {
-			l := Layer{Digest: d, Store: m.BlobStore}
+			l := Layer{Digest: d, Store: m.BlobStore, Role: "toolkit"}
+			if i == 0 {
+				l.Role = "base"
+			}
 			if i < len(m.Sizes) {
 				l.Size = m.Sizes[i]
 			}
@@ -150,13 +185,23 @@ func (s *Store) Resolve(name string) (Image, error) {
 	return img, nil
 }
 
-// List returns the names of the images in the store, sorted.
+// List returns the names of the images in the store and of the environments,
+// sorted (a directory image hides an environment of the same name).
 func (s *Store) List() []string {
 	ents, _ := os.ReadDir(s.Dir)
+	seen := map[string]bool{}
 	var names []string
 	for _, e := range ents {
 		if _, err := os.Stat(filepath.Join(s.Dir, e.Name(), "image.json")); err == nil {
 			names = append(names, e.Name())
+			seen[e.Name()] = true
+		}
+	}
+	if s.Envs != nil {
+		for _, n := range s.Envs.ListEnvs() {
+			if !seen[n] {
+				names = append(names, n)
+			}
 		}
 	}
 	sort.Strings(names)

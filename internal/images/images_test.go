@@ -35,3 +35,44 @@ func TestResolve(t *testing.T) {
 		t.Fatalf("list = %v", got)
 	}
 }
+
+type envs map[string]Image
+
+func (e envs) ResolveEnv(name string) (Image, error) {
+	if img, ok := e[name]; ok {
+		return img, nil
+	}
+	return Image{}, errdefs.NotFound("environment %q not found", name)
+}
+
+func (e envs) ListEnvs() []string {
+	var out []string
+	for n := range e {
+		out = append(out, n)
+	}
+	return out
+}
+
+func TestResolveEnvFallback(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "tiny", "rootfs"), 0o755)
+	os.WriteFile(filepath.Join(dir, "tiny", "image.json"), []byte(`{"name":"tiny","lower":["rootfs"]}`), 0o644)
+	layered := Image{Name: "task", Layers: []Layer{{Digest: "sha256:00", Store: "dir:/b"}}}
+	s := &Store{Dir: dir, Envs: envs{"task": layered, "tiny": {Name: "tiny", Layers: []Layer{{Store: "shadowed"}}}}}
+	img, err := s.Resolve("task")
+	if err != nil || len(img.Layers) != 1 || img.Layers[0].Store != "dir:/b" {
+		t.Fatalf("env: %+v %v", img, err)
+	}
+	if img, err := s.Resolve("tiny"); err != nil || len(img.Layers) != 0 || len(img.Lower) != 1 {
+		t.Fatalf("a directory image must win over an environment of the same name: %+v %v", img, err)
+	}
+	if _, err := s.Resolve("none"); errdefs.CodeOf(err) != api.CodeNotFound {
+		t.Fatalf("missing: %v", err)
+	}
+	if got := s.List(); len(got) != 2 || got[0] != "task" || got[1] != "tiny" {
+		t.Fatalf("List = %v", got)
+	}
+	if err := s.Mount(t.Context(), &img, "sb1"); errdefs.CodeOf(err) != api.CodeNotImplemented {
+		t.Fatalf("mount without a layer service: %v", err)
+	}
+}

@@ -24,3 +24,20 @@ func (m Mounter) Acquire(ctx context.Context, holder string, layers []images.Lay
 	}
 	return m.Client.Acquire(ctx, holder, refs)
 }
+
+var _ images.LayerAccounting = Mounter{}
+
+// LayerUsage implements images.LayerAccounting from layerd's stats (empty when
+// layerd is not running: nothing is mounted or fetched).
+func (m Mounter) LayerUsage(ctx context.Context) (map[string]images.LayerUsage, error) {
+	st, err := m.Client.Stats(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]images.LayerUsage, len(st.Layers))
+	for _, l := range st.Layers {
+		out[l.Digest] = images.LayerUsage{BlobSize: l.BlobSize, BytesFetched: l.FetchedBytes, ChunkSize: l.ChunkSize,
+			CacheHits: l.CacheHits, CacheMisses: l.CacheMisses, Mounted: l.Mounted, Holders: l.Refs}
+	}
+	return out, nil
+}

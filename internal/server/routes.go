@@ -19,6 +19,8 @@ func (s *Server) routes() []route {
 		{"GET /v1/health", s.health},
 		{"GET /v1/info", s.info},
 		{"GET /v1/openapi.yaml", s.openAPI},
+		{"GET /v1/images", s.listImages},
+		{"GET /v1/images/{name}", s.getImage},
 
 		{"POST /v1/sandboxes", s.createSandbox},
 		{"GET /v1/sandboxes", s.listSandboxes},

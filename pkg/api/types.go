@@ -197,3 +197,33 @@ type Info struct {
 	Images   []string `json:"images"`
 	Cgroup   string   `json:"cgroup"` // v1 or v2
 }
+
+// Image is the body of GET /v1/images/{name} (and an item of GET /v1/images): a
+// directory image, or a layered environment with its layers' accounting on this
+// node.
+type Image struct {
+	Name    string `json:"name"`
+	Kind    string `json:"kind"` // "directory" or "layered"
+	Default bool   `json:"default,omitempty"`
+	// Layers of a layered environment, base first.
+	Layers []ImageLayer `json:"layers,omitempty"`
+	// Size and BytesFetched add up the layers: bytes fetched / size is how much of
+	// the environment this node has read from the blob store.
+	Size         int64 `json:"size,omitempty"`
+	BytesFetched int64 `json:"bytes_fetched,omitempty"`
+}
+
+// ImageLayer is one layer of a layered environment and its accounting on this node
+// (zero until the node first mounts it).
+type ImageLayer struct {
+	Digest       string `json:"digest"`
+	Role         string `json:"role"` // base, toolkit or workspace
+	BlobStore    string `json:"blob_store"`
+	Size         int64  `json:"size"`
+	BytesFetched int64  `json:"bytes_fetched"`
+	ChunkSize    int64  `json:"chunk_size,omitempty"`
+	CacheHits    int64  `json:"cache_hits"`
+	CacheMisses  int64  `json:"cache_misses"`
+	Mounted      bool   `json:"mounted"`
+	Sandboxes    int    `json:"sandboxes"` // sandboxes holding the layer
+}

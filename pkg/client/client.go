@@ -302,6 +302,21 @@ func (c *Client) Info(ctx context.Context) (api.Info, error) {
 	return info, err
 }
 
+// Images lists the node's images and layered environments with layer accounting.
+func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
+	var out []api.Image
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/images", retry: true}, &out)
+	return out, err
+}
+
+// Image describes one image or environment: its layers, sizes and the bytes this
+// node fetched of them.
+func (c *Client) Image(ctx context.Context, name string) (api.Image, error) {
+	var out api.Image
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/images/" + url.PathEscape(name), retry: true}, &out)
+	return out, err
+}
+
 // OpenAPI returns the server's OpenAPI document.
 func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
 	resp, err := c.send(ctx, call{method: http.MethodGet, path: "/v1/openapi.yaml", retry: true})

@@ -1,0 +1,102 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Images lists the node's images and environments with their accounting.
+func (m *Manager) Images(ctx context.Context) ([]api.Image, error) {
+	usage := m.layerUsage(ctx)
+	out := []api.Image{}
+	for _, n := range m.cfg.Images.List() {
+		img, err := m.cfg.Images.Resolve(n)
+		if err != nil {
+			continue // listed but unreadable: GET /v1/images/{name} says why
+		}
+		out = append(out, m.imageView(img, usage))
+	}
+	return out, nil
+}
+
+// Image describes one image or environment ("" = the default image).
+func (m *Manager) Image(ctx context.Context, name string) (api.Image, error) {
+	img, err := m.cfg.Images.Resolve(name)
+	if err != nil {
+		return api.Image{}, err
+	}
+	var usage map[string]images.LayerUsage
+	if len(img.Layers) > 0 {
+		usage = m.layerUsage(ctx)
+	}
+	return m.imageView(img, usage), nil
+}
+
+func (m *Manager) layerUsage(ctx context.Context) map[string]images.LayerUsage {
+	acct, ok := m.cfg.Images.Layers.(images.LayerAccounting)
+	if !ok {
+		return nil
+	}
+	u, err := acct.LayerUsage(ctx)
+	if err != nil {
+		m.log.Warn("layer accounting", "err", err)
+	}
+	return u
+}
+
+func (m *Manager) imageView(img images.Image, usage map[string]images.LayerUsage) api.Image {
+	v := api.Image{Name: img.Name, Kind: "directory", Default: img.Name == m.cfg.Images.Default}
+	if len(img.Layers) == 0 {
+		return v
+	}
+	v.Kind = "layered"
+	for _, l := range img.Layers {
+		u := usage[l.Digest]
+		il := api.ImageLayer{Digest: l.Digest, Role: l.Role, BlobStore: l.Store, Size: l.Size,
+			BytesFetched: u.BytesFetched, ChunkSize: u.ChunkSize, CacheHits: u.CacheHits, CacheMisses: u.CacheMisses,
+			Mounted: u.Mounted, Sandboxes: u.Holders}
+		if il.Size == 0 {
+			il.Size = u.BlobSize
+		}
+		v.Layers = append(v.Layers, il)
+		v.Size += il.Size
+		v.BytesFetched += il.BytesFetched
+	}
+	return v
+}
+
+// ImagesInUse returns the image names used by the sandboxes recorded under
+// dataDir (for `dsec image rm`, which runs beside a live or stopped agent).
+func ImagesInUse(dataDir string) (map[string]int, error) {
+	dir := filepath.Join(dataDir, "sandboxes")
+	ents, err := os.ReadDir(dir)
+	if os.IsNotExist(err) {
+		return map[string]int{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		var r struct {
+			Image string `json:"image"`
+		}
+		if json.Unmarshal(b, &r) == nil && r.Image != "" {
+			out[r.Image]++
+		}
+	}
+	return out, nil
+}
