@@ -150,6 +150,12 @@ class AsyncClient:
     async def info(self) -> Dict[str, Any]:
         return dict(await self._json(Req("GET", "/v1/info", retry=True)) or {})
 
+    async def images(self) -> List[Dict[str, Any]]:
+        return list(await self._json(Req("GET", "/v1/images", retry=True)) or [])
+
+    async def image(self, name: str) -> Dict[str, Any]:
+        return dict(await self._json(Req("GET", "/v1/images/" + _core.esc(name), retry=True)) or {})
+
     # ---- sandboxes ---------------------------------------------------------------
 
     async def create(

@@ -147,6 +147,14 @@ class Client:
         """Node information: version, node, backends, images, cgroup."""
         return dict(self._json(Req("GET", "/v1/info", retry=True)) or {})
 
+    def images(self) -> List[Dict[str, Any]]:
+        """Images and layered environments, with per-layer accounting."""
+        return list(self._json(Req("GET", "/v1/images", retry=True)) or [])
+
+    def image(self, name: str) -> Dict[str, Any]:
+        """One image or environment: kind, layers (base first), size, bytes_fetched."""
+        return dict(self._json(Req("GET", "/v1/images/" + _core.esc(name), retry=True)) or {})
+
     # ---- sandboxes ----------------------------------------------------------------
 
     def create(

@@ -26,6 +26,11 @@ def test_health_info(client: Any) -> None:
     info = client.info()
     assert "container" in info["backends"]
     assert info["images"]
+    images = {i["name"]: i for i in client.images()}
+    assert images["debian"]["kind"] == "directory" and images["debian"]["default"] is True
+    assert client.image("debian")["name"] == "debian"
+    with pytest.raises(dsec.NotFoundError):
+        client.image("no-such-image")
 
 
 def test_create_get_list_delete(client: Any) -> None:
