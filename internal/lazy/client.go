@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -76,9 +78,10 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 		return &remoteErr{code: we.Code, msg: we.Message}
 	}
 	if out != nil {
-		return json.NewDecoder(resp.Body).Decode(out)
+		err = json.NewDecoder(resp.Body).Decode(out)
 	}
-	return nil
+	_, _ = io.Copy(io.Discard, resp.Body) // drained: the connection is reused
+	return err
 }
 
 // remoteErr carries layerd's error code back.
@@ -160,41 +163,57 @@ func (c *Client) Ensure(ctx context.Context) (int, error) {
 	return 0, errdefs.New(api.CodeUnavailable, "layerd did not start within 15s (see %s)", filepath.Join(c.cfg.Root, "layerd.log"))
 }
 
-// Acquire mounts the layers for holder and returns their mount directories.
+// Acquire mounts the layers for holder and returns their mount directories. It
+// asks the running layerd directly (one round trip on the create path) and starts
+// layerd only if nothing answers.
 func (c *Client) Acquire(ctx context.Context, holder string, layers []LayerRef) ([]string, error) {
-	if _, err := c.Ensure(ctx); err != nil {
-		return nil, err
-	}
+	req := AcquireRequest{Holder: holder, Layers: layers}
 	var resp AcquireResponse
-	if err := c.call(ctx, "POST", "/acquire", AcquireRequest{Holder: holder, Layers: layers}, &resp); err != nil {
+	err := c.call(ctx, "POST", "/acquire", req, &resp)
+	if notRunning(err) {
+		if _, err := c.Ensure(ctx); err != nil {
+			return nil, err
+		}
+		err = c.call(ctx, "POST", "/acquire", req, &resp)
+	}
+	if err != nil {
 		return nil, toErr(err)
 	}
 	return resp.Mounts, nil
 }
 
+// notRunning reports whether err means that no layerd listens on the socket (the
+// request never reached one).
+func notRunning(err error) bool {
+	var oe *net.OpError
+	return err != nil && errors.As(err, &oe) && oe.Op == "dial"
+}
+
 // Release drops holder's layers. Without a running layerd there is nothing held.
 func (c *Client) Release(ctx context.Context, holder string) error {
-	if _, ok := c.Running(ctx); !ok {
+	err := c.call(ctx, "POST", "/release", map[string]string{"Holder": holder}, nil)
+	if notRunning(err) {
 		return nil
 	}
-	return toErr(c.call(ctx, "POST", "/release", map[string]string{"Holder": holder}, nil))
+	return toErr(err)
 }
 
 // Sync drops every holder not in keep (no-op without a running layerd).
 func (c *Client) Sync(ctx context.Context, keep []string) error {
-	if _, ok := c.Running(ctx); !ok {
+	err := c.call(ctx, "POST", "/sync", map[string][]string{"Keep": keep}, nil)
+	if notRunning(err) {
 		return nil
 	}
-	return toErr(c.call(ctx, "POST", "/sync", map[string][]string{"Keep": keep}, nil))
+	return toErr(err)
 }
 
 // Stats returns layerd's accounting (empty without a running layerd).
 func (c *Client) Stats(ctx context.Context) (Stats, error) {
 	var s Stats
-	if _, ok := c.Running(ctx); !ok {
+	err := c.call(ctx, "GET", "/stats", nil, &s)
+	if notRunning(err) {
 		return Stats{Layers: []LayerStats{}}, nil
 	}
-	err := c.call(ctx, "GET", "/stats", nil, &s)
 	return s, toErr(err)
 }
 

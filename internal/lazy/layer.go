@@ -87,6 +87,7 @@ type layerState struct {
 	node    *fs.Inode
 	mnt     string
 	mounted bool
+	loop    loopInfo
 	refs    map[string]bool
 	idle    time.Time // when refs dropped to zero
 
@@ -304,6 +305,10 @@ type LayerStats struct {
 	Holders      []string `json:"holders,omitempty"`
 	Verified     bool     `json:"verified"`
 	Corrupt      string   `json:"corrupt,omitempty"`
+	// The loop device under the erofs mount.
+	LoopDevice   string `json:"loop_device,omitempty"`
+	LoopDirectIO bool   `json:"loop_direct_io"`
+	ReadAheadKB  int    `json:"read_ahead_kb,omitempty"`
 }
 
 func (l *layerState) stats() LayerStats {
@@ -311,6 +316,9 @@ func (l *layerState) stats() LayerStats {
 		Digest: l.digest, BlobSize: l.size, FetchedBytes: l.fetchedBytes.Load(), Fetches: l.fetches.Load(),
 		CacheHits: l.hits.Load(), CacheMisses: l.misses.Load(), ChunkSize: l.chunk,
 		Mounted: l.mounted, Mountpoint: l.mnt, Refs: len(l.refs),
+	}
+	if l.mounted {
+		s.LoopDevice, s.LoopDirectIO, s.ReadAheadKB = l.loop.dev, l.loop.directIO, l.loop.readAheadKB
 	}
 	for h := range l.refs {
 		s.Holders = append(s.Holders, h)

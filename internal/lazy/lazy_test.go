@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -278,5 +279,84 @@ func TestBadLayers(t *testing.T) {
 	}
 	if m := mountsUnder(t, d.cfg.Root); len(m) != 2 { // fuse + the good layer
 		t.Errorf("mounts after failures: %v", m)
+	}
+}
+
+// TestClientLayerd starts layerd through the client (this test binary, via
+// TestMain), acquires through it, stops it by PID and checks that nothing is left:
+// no process, no mount, no loop device on the blob file.
+func TestClientLayerd(t *testing.T) {
+	needRoot(t)
+	storeDir, dg, _ := buildLayer(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	c := NewClient(Config{Root: root, Grace: time.Hour})
+	// Without layerd there is nothing held: these answer without starting one.
+	if err := c.Release(ctx, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := c.Stats(ctx); err != nil || len(s.Layers) != 0 {
+		t.Fatalf("stats without layerd: %+v %v", s, err)
+	}
+	if _, ok := c.Running(ctx); ok {
+		t.Fatal("layerd started by release/sync/stats")
+	}
+	ref := []LayerRef{{Digest: dg, Store: "dir:" + storeDir}}
+	m, err := c.Acquire(ctx, "a", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, ok := c.Running(ctx)
+	if !ok {
+		t.Fatal("layerd not running after acquire")
+	}
+	t.Cleanup(func() {
+		_ = c.Stop(context.Background())
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("layerd %d still running", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+	if b, err := os.ReadFile(filepath.Join(m[0], "hello.txt")); err != nil || string(b) != "hello from erofs\n" {
+		t.Fatalf("read through layerd: %q %v", b, err)
+	}
+	s, err := c.Stats(ctx)
+	if err != nil || len(s.Layers) != 1 {
+		t.Fatalf("stats: %+v %v", s, err)
+	}
+	l := s.Layers[0]
+	t.Logf("loop %s, direct I/O %v, readahead %d KiB", l.LoopDevice, l.LoopDirectIO, l.ReadAheadKB)
+	if !strings.HasPrefix(l.LoopDevice, "/dev/loop") || l.ReadAheadKB != DefaultReadAheadKB {
+		t.Errorf("loop device: %+v", l)
+	}
+	// Acquire on a mounted layer is one round trip to layerd.
+	const n = 200
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		if _, err := c.Acquire(ctx, "b", ref); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Release(ctx, "b"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("acquire+release of a mounted layer: %.3f ms", float64(time.Since(t0).Microseconds())/1000/n)
+	loop := l.LoopDevice
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if syscall.Kill(pid, 0) == nil {
+		t.Errorf("layerd %d still running after Stop", pid)
+	}
+	if ms := mountsUnder(t, root); len(ms) > 0 {
+		t.Errorf("left mounted: %v", ms)
+	}
+	// Autoclear: the loop device detached with the unmount.
+	b, _ := os.ReadFile("/sys/block/" + strings.TrimPrefix(loop, "/dev/") + "/loop/backing_file")
+	if strings.Contains(string(b), root) {
+		t.Errorf("%s still attached to %s", loop, strings.TrimSpace(string(b)))
 	}
 }
