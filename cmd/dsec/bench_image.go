@@ -1,0 +1,79 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/internal/bench"
+)
+
+// benchImageCmd is `dsec bench image`.
+func benchImageCmd() *cobra.Command {
+	var o bench.ImageOptions
+	var asJSON bool
+	var chunk string
+	var sweep []string
+	c := &cobra.Command{
+		Use:   "image",
+		Short: "Layered images: bytes fetched and cold start (lazy vs full fetch) on never-seen nodes, create rate vs the directory image",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.ChunkSize, err = parseSize(chunk); err != nil {
+				return err
+			}
+			for _, c := range sweep {
+				n, err := parseSize(c)
+				if err != nil || n <= 0 {
+					return fmt.Errorf("--chunk-sweep: bad size %q", c)
+				}
+				o.Sweep = append(o.Sweep, n)
+			}
+			r, err := bench.Image(cmd.Context(), o)
+			if asJSON {
+				if jerr := json.NewEncoder(os.Stdout).Encode(r); jerr != nil {
+					return jerr
+				}
+				return err
+			}
+			if r.BlobBytes > 0 {
+				fmt.Printf("base layer of %s: %.1f MB EROFS, built in %.1f s; chunk %d KiB, store throttled to %.0f MB/s\n",
+					r.Image, float64(r.BlobBytes)/1e6, r.LayerBuildS, r.ChunkSize>>10, float64(r.RateBytesPerS)/1e6)
+			}
+			for _, run := range []bench.ColdRun{r.Lazy, r.Full} {
+				if run.Mode == "" {
+					continue
+				}
+				fmt.Printf("%-4s: create %.3f s, first output %.3f s, total %.3f s, fetched %.2f MB in %d fetches (cache hits %d, misses %d; loop direct I/O %v, readahead %d KiB)\n",
+					run.Mode, run.CreateS, run.FirstOutputS, run.TotalS, float64(run.BytesFetched)/1e6, run.Fetches, run.CacheHits, run.CacheMisses, run.LoopDirectIO, run.ReadAheadKB)
+			}
+			fmt.Printf("fetched_fraction %.4f, speedup %.2fx (lazy %.3f s vs full %.3f s to first output; %.2fx vs the bare transfer of the blob, %.3f s)\n",
+				r.FetchedFraction, r.Speedup, r.LazyFirstOutputS, r.FullFirstOutputS, r.SpeedupVsFloor, r.FullTransferFloorS)
+			for _, s := range r.ChunkSweep {
+				fmt.Printf("chunk %4d KiB: fetched %.2f MB (%.4f) in %d fetches, first output %.3f s\n",
+					s.ChunkSize>>10, float64(s.BytesFetched)/1e6, s.FetchedFraction, s.Fetches, s.FirstOutputS)
+			}
+			if r.DirCreatesPerS > 0 {
+				fmt.Printf("create on the mounted layer: %.1f/s vs directory image %.1f/s (ratio %.3f, %d each, parallel %d)\n",
+					r.LayeredCreatesPerS, r.DirCreatesPerS, r.CreateRatio, r.CreateN, r.CreateParallel)
+			}
+			if r.Failures > 0 {
+				fmt.Printf("failures %d: %s\n", r.Failures, r.FirstError)
+			}
+			return err
+		},
+	}
+	c.Flags().StringVar(&o.Image, "image", "", "directory image to build the base layer from (default: debian)")
+	c.Flags().StringVar(&chunk, "chunk", "", "layerd chunk size, e.g. 64k (default: lazy.DefaultChunkSize)")
+	c.Flags().StringSliceVar(&sweep, "chunk-sweep", nil, "extra lazy cold runs at these chunk sizes, e.g. 32k,64k,128k,256k")
+	c.Flags().IntVar(&o.ReadAheadKB, "read-ahead-kb", 0, "loop device readahead in KiB (0: layerd's default; -1: the kernel's)")
+	c.Flags().BoolVar(&o.BufferedLoop, "buffered-loop", false, "loop device reads the FUSE blob file through the page cache (default: direct I/O)")
+	c.Flags().Int64Var(&o.Rate, "rate", 100_000_000, "blob store bandwidth in bytes per second")
+	c.Flags().IntVar(&o.N, "n", 100, "sandboxes per image kind for the create-rate comparison (-1 skips it)")
+	c.Flags().IntVar(&o.Parallel, "parallel", 4, "concurrent creates")
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return c
+}

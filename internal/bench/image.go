@@ -1,0 +1,494 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/daemon"
+	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// ImageOptions configure `dsec bench image`.
+type ImageOptions struct {
+	// Options: Image is the directory image the base layer is built from (default
+	// debian); N sandboxes on Parallel workers per image kind for the create rate
+	// (N < 0 skips it).
+	Options
+	// ImagesDir holds the source image (default $DSEC_IMAGES_DIR or
+	// /var/lib/dsec/images).
+	ImagesDir string
+	// ChunkSize is layerd's fetch unit (default lazy.DefaultChunkSize).
+	ChunkSize int64
+	// Sweep adds a lazy cold run for each of these chunk sizes (same layer, each on
+	// a fresh node) to the result.
+	Sweep []int64
+	// ReadAheadKB and BufferedLoop set the loop device's readahead and I/O mode
+	// (lazy.Config; 0/false: layerd's defaults).
+	ReadAheadKB  int
+	BufferedLoop bool
+	// Rate throttles the blob store in bytes per second (default 100 MB/s).
+	Rate int64
+	// ScratchDir holds the blob store, the images dir and the nodes' data dirs
+	// (default a new directory under /var/lib/dsec, removed afterwards).
+	ScratchDir string
+	// Task is the first command run in the fresh sandbox (its first stdout byte ends
+	// the cold start); Then runs after it (default: Python, then git --version).
+	Task, Then []string
+}
+
+// ColdRun is one node that has never seen the image: a sandbox created on the
+// layered image, the task run in it.
+type ColdRun struct {
+	Mode string `json:"mode"` // "lazy" (on demand) or "full" (whole blob fetched and verified before mount)
+	// CreateS is the create request (layer fetch and mount included).
+	CreateS float64 `json:"create_s"`
+	// FirstOutputS is from the create request to the first stdout byte of the task.
+	FirstOutputS float64 `json:"first_output_s"`
+	// TotalS is from the create request to the end of the last command.
+	TotalS       float64 `json:"total_s"`
+	BytesFetched int64   `json:"bytes_fetched"`
+	Fetches      int64   `json:"fetches"`
+	CacheHits    int64   `json:"cache_hits"`
+	CacheMisses  int64   `json:"cache_misses"`
+	Verified     bool    `json:"verified"`
+	LoopDirectIO bool    `json:"loop_direct_io"`
+	ReadAheadKB  int     `json:"read_ahead_kb"`
+	Output       string  `json:"output"`
+}
+
+// SweepRun is a lazy cold run at one chunk size.
+type SweepRun struct {
+	ChunkSize       int64   `json:"chunk_size"`
+	BytesFetched    int64   `json:"bytes_fetched"`
+	FetchedFraction float64 `json:"fetched_fraction"`
+	Fetches         int64   `json:"fetches"`
+	FirstOutputS    float64 `json:"first_output_s"`
+}
+
+// ImageResult is the outcome of `dsec bench image`.
+type ImageResult struct {
+	Image         string  `json:"image"`  // source directory image
+	Source        string  `json:"source"` // what the base layer was built from
+	BlobBytes     int64   `json:"blob_bytes"`
+	Digest        string  `json:"digest"`
+	LayerBuildS   float64 `json:"layer_build_s"`
+	ChunkSize     int64   `json:"chunk_size"`
+	RateBytesPerS int64   `json:"rate_bytes_per_s"`
+	Task          string  `json:"task"`
+
+	Lazy ColdRun `json:"lazy"`
+	Full ColdRun `json:"full"`
+	// FetchedFraction is the lazy run's bytes fetched over the blob's size.
+	FetchedFraction  float64 `json:"fetched_fraction"`
+	BytesFetched     int64   `json:"bytes_fetched"`
+	LazyFirstOutputS float64 `json:"lazy_first_output_s"`
+	FullFirstOutputS float64 `json:"full_first_output_s"`
+	// Speedup is full over lazy time to first output.
+	Speedup float64 `json:"speedup"`
+	// FullTransferFloorS is the blob's size over the link rate: what fetching the
+	// whole blob costs at the least, before cache writes and verification;
+	// SpeedupVsFloor is it over the lazy time to first output.
+	FullTransferFloorS float64 `json:"full_transfer_floor_s"`
+	SpeedupVsFloor     float64 `json:"speedup_vs_floor"`
+	// ChunkSweep has one lazy cold run per --chunk-sweep size.
+	ChunkSweep []SweepRun `json:"chunk_sweep,omitempty"`
+
+	// Create rates on the lazy node once the layer is mounted, layered image vs
+	// the directory image, N each on Parallel workers, interleaved.
+	CreateN            int     `json:"create_n,omitempty"`
+	CreateParallel     int     `json:"create_parallel,omitempty"`
+	DirCreatesPerS     float64 `json:"dir_creates_per_s,omitempty"`
+	LayeredCreatesPerS float64 `json:"layered_creates_per_s,omitempty"`
+	DirCreateP50ms     float64 `json:"dir_create_p50_ms,omitempty"`
+	LayeredCreateP50ms float64 `json:"layered_create_p50_ms,omitempty"`
+	// CreateRatio is layered over directory creates per second.
+	CreateRatio float64 `json:"create_ratio,omitempty"`
+	Failures    int     `json:"failures"`
+	FirstError  string  `json:"first_error,omitempty"`
+
+	Targets ImageTargets `json:"targets"`
+}
+
+// ImageTargets are issue 3's targets, checked on the result.
+type ImageTargets struct {
+	FetchedUnder10pct bool `json:"fetched_fraction_le_0.10"`
+	Speedup5x         bool `json:"speedup_ge_5"`
+	CreateWithin10pct bool `json:"create_ratio_ge_0.90"`
+}
+
+// finish derives the summary fields from the two cold runs and the create rates.
+func (r *ImageResult) finish() {
+	r.BytesFetched = r.Lazy.BytesFetched
+	r.FetchedFraction = fraction(r.Lazy.BytesFetched, r.BlobBytes)
+	r.LazyFirstOutputS, r.FullFirstOutputS = r.Lazy.FirstOutputS, r.Full.FirstOutputS
+	if r.Lazy.FirstOutputS > 0 {
+		r.Speedup = round(r.Full.FirstOutputS/r.Lazy.FirstOutputS, 2)
+	}
+	if r.RateBytesPerS > 0 {
+		r.FullTransferFloorS = round(float64(r.BlobBytes)/float64(r.RateBytesPerS), 3)
+		if r.Lazy.FirstOutputS > 0 {
+			r.SpeedupVsFloor = round(r.FullTransferFloorS/r.Lazy.FirstOutputS, 2)
+		}
+	}
+	if r.DirCreatesPerS > 0 {
+		r.CreateRatio = round(r.LayeredCreatesPerS/r.DirCreatesPerS, 3)
+	}
+	r.Targets = ImageTargets{
+		FetchedUnder10pct: r.BlobBytes > 0 && r.Lazy.BytesFetched > 0 && r.FetchedFraction <= 0.10,
+		Speedup5x:         r.Speedup >= 5,
+		CreateWithin10pct: r.CreateRatio >= 0.90,
+	}
+}
+
+const (
+	benchDirImage     = "dir"
+	benchLayeredImage = "layered"
+)
+
+// Image measures layered images: it builds the base layer from a directory image
+// into a scratch blob store throttled to o.Rate, then starts two fresh private
+// nodes (empty chunk cache, nothing mounted: nodes that have never seen the image),
+// one loading the layer on demand and one fetching the whole blob first, and times
+// from the create request to the task's first stdout byte on each; then, on the
+// lazy node with the layer mounted, it compares create rates of the layered and the
+// directory image. Every node, layerd and mount it starts is gone when it returns.
+func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
+	skipCreate := o.N < 0
+	if o.Parallel <= 0 {
+		o.Parallel = 4
+	}
+	o.defaults()
+	if skipCreate {
+		o.N = -1
+	}
+	if o.Image == "" {
+		o.Image = daemon.DefaultImage
+	}
+	if o.ImagesDir == "" {
+		o.ImagesDir = os.Getenv("DSEC_IMAGES_DIR")
+	}
+	if o.ImagesDir == "" {
+		o.ImagesDir = daemon.DefaultImagesDir
+	}
+	if o.ChunkSize <= 0 {
+		o.ChunkSize = lazy.DefaultChunkSize
+	}
+	if o.Rate <= 0 {
+		o.Rate = 100e6
+	}
+	if len(o.Task) == 0 {
+		o.Task = []string{"python3", "-c", "import json, subprocess; print(1)"}
+		if o.Then == nil {
+			o.Then = []string{"git", "--version"}
+		}
+	}
+	res = ImageResult{Image: o.Image, ChunkSize: o.ChunkSize, RateBytesPerS: o.Rate, Task: strings.Join(o.Task, " ")}
+	if len(o.Then) > 0 {
+		res.Task += "; " + strings.Join(o.Then, " ")
+	}
+
+	src, err := (&images.Store{Dir: o.ImagesDir}).Resolve(o.Image)
+	if err != nil {
+		return res, err
+	}
+	if len(src.Lower) != 1 {
+		return res, fmt.Errorf("bench image: %s has %d lower directories; the bench builds one base layer from one", o.Image, len(src.Lower))
+	}
+	scratch := o.ScratchDir
+	if scratch == "" {
+		if err := os.MkdirAll("/var/lib/dsec", 0o700); err != nil {
+			return res, err
+		}
+		if scratch, err = os.MkdirTemp("/var/lib/dsec", "bench-image-"); err != nil {
+			return res, err
+		}
+		defer os.RemoveAll(scratch)
+	}
+
+	// The base layer, in a blob store reached through a throttled link.
+	blobDir := filepath.Join(scratch, "blobs")
+	bs, err := blob.NewDir(blobDir)
+	if err != nil {
+		return res, err
+	}
+	tmp := filepath.Join(scratch, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return res, err
+	}
+	l, err := layer.Build(ctx, layer.Source{Kind: "dir", Arg: src.Lower[0]}, bs, layer.Options{TempDir: tmp})
+	if err != nil {
+		return res, fmt.Errorf("bench image: build layer: %w", err)
+	}
+	res.Source, res.Digest, res.BlobBytes = l.Source, l.Digest, l.Size
+	res.LayerBuildS = round(l.BuildTime.Seconds(), 2)
+
+	// An images dir with the layered image and the directory image side by side.
+	imagesDir := filepath.Join(scratch, "images")
+	store := fmt.Sprintf("dir:%s;rate=%d", blobDir, o.Rate)
+	if err := writeManifest(imagesDir, benchLayeredImage, map[string]any{
+		"name": benchLayeredImage, "layers": []string{l.Digest}, "blob_store": store, "sizes": []int64{l.Size},
+		"description": "base layer of " + o.Image + " (bench image)",
+	}); err != nil {
+		return res, err
+	}
+	if err := writeManifest(imagesDir, benchDirImage, map[string]any{
+		"name": benchDirImage, "lower": src.Lower, "description": o.Image + " (bench image)",
+	}); err != nil {
+		return res, err
+	}
+
+	var errs []error
+	for _, mode := range []string{"full", "lazy"} {
+		run, err := coldRun(ctx, o, scratch, imagesDir, mode, o.ChunkSize, &res)
+		if mode == "lazy" {
+			res.Lazy = run
+		} else {
+			res.Full = run
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s run: %w", mode, err))
+			break
+		}
+	}
+	if len(errs) == 0 {
+		so := o
+		so.N = -1
+		for _, c := range o.Sweep {
+			run, err := coldRun(ctx, so, scratch, imagesDir, "lazy", c, &res)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("chunk %d run: %w", c, err))
+				break
+			}
+			res.ChunkSweep = append(res.ChunkSweep, SweepRun{ChunkSize: c, BytesFetched: run.BytesFetched,
+				FetchedFraction: fraction(run.BytesFetched, res.BlobBytes), Fetches: run.Fetches, FirstOutputS: run.FirstOutputS})
+		}
+	}
+	res.finish()
+	return res, errors.Join(errs...)
+}
+
+func fraction(part, whole int64) float64 {
+	if whole <= 0 {
+		return 0
+	}
+	return round(float64(part)/float64(whole), 4)
+}
+
+func writeManifest(imagesDir, name string, m map[string]any) error {
+	dir := filepath.Join(imagesDir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, _ := json.Marshal(m)
+	return os.WriteFile(filepath.Join(dir, "image.json"), b, 0o644)
+}
+
+// openImageNode starts a private node on the bench's images dir with a fresh data
+// dir (so a fresh layerd root and an empty chunk cache) and the given prefetch mode.
+// Its cleanup deletes every sandbox, stops layerd and checks that nothing it
+// mounted is left and that layerd is gone.
+func openImageNode(ctx context.Context, o ImageOptions, dataDir, imagesDir, prefetch string, chunk int64) (*daemon.Daemon, func() error, error) {
+	d, err := daemon.New(ctx, daemon.Config{
+		DataDir: dataDir, ImagesDir: imagesDir, DefaultImage: benchLayeredImage, Logger: o.Logger, Token: "bench",
+		Layers:        lazy.Config{ChunkSize: chunk, ReadAheadKB: o.ReadAheadKB, BufferedLoop: o.BufferedLoop},
+		LayerPrefetch: prefetch,
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, func() error {
+		root := d.Layers.Root()
+		pid, _ := d.Layers.Running(context.Background())
+		if pid == 0 {
+			pid = lazy.Pid(root)
+		}
+		err := d.Shutdown(context.Background(), true)
+		return errors.Join(err, checkLayerdGone(root, pid))
+	}, nil
+}
+
+// checkLayerdGone verifies that layerd (pid, 0 if it never ran) has exited and that
+// nothing under root is mounted; leftovers are detached and reported.
+func checkLayerdGone(root string, pid int) error {
+	var errs []error
+	if pid > 0 {
+		for i := 0; i < 250 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if syscall.Kill(pid, 0) == nil {
+			errs = append(errs, fmt.Errorf("layerd %d still running after stop; killing it", pid))
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	if m := MountsUnder(root); len(m) > 0 {
+		lazy.Cleanup(root)
+		errs = append(errs, fmt.Errorf("left mounted after stop (detached now): %v", m))
+	}
+	return errors.Join(errs...)
+}
+
+// MountsUnder lists the mount points at or below dir.
+func MountsUnder(dir string) []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	dir = filepath.Clean(dir)
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && (f[4] == dir || strings.HasPrefix(f[4], dir+"/")) {
+			out = append(out, f[4])
+		}
+	}
+	return out
+}
+
+// firstByte records when the first byte is written.
+type firstByte struct {
+	mu    sync.Mutex
+	at    time.Time
+	bytes []byte
+}
+
+func (w *firstByte) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.at.IsZero() && len(p) > 0 {
+		w.at = time.Now()
+	}
+	if len(w.bytes) < 4096 {
+		w.bytes = append(w.bytes, p[:min(len(p), 4096-len(w.bytes))]...)
+	}
+	return len(p), nil
+}
+
+// runStreaming runs cmd in the sandbox and returns its stdout with the time of its
+// first byte; a failure, a non-zero exit or no output is an error.
+func runStreaming(ctx context.Context, d *daemon.Daemon, id string, cmd []string) (*firstByte, error) {
+	var out, errOut firstByte
+	r, err := d.Manager.ExecStream(ctx, id, api.ExecRequest{Cmd: cmd}, server.StreamIO{Stdout: &out, Stderr: &errOut})
+	if err == nil && r.ExitCode != 0 {
+		err = fmt.Errorf("exit %d: %s", r.ExitCode, errOut.bytes)
+	}
+	if err == nil && out.at.IsZero() {
+		err = errors.New("no output")
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%q: %w", cmd, err)
+	}
+	return &out, nil
+}
+
+// coldRun starts a fresh node in mode, creates a sandbox on the layered image, runs
+// the task and reads layerd's accounting; on the lazy node it then measures the
+// create rates.
+func coldRun(ctx context.Context, o ImageOptions, scratch, imagesDir, mode string, chunk int64, res *ImageResult) (run ColdRun, err error) {
+	run.Mode = mode
+	prefetch := ""
+	if mode == "full" {
+		prefetch = "full"
+	}
+	dataDir := filepath.Join(scratch, "node-"+mode)
+	d, cleanup, err := openImageNode(ctx, o, dataDir, imagesDir, prefetch, chunk)
+	if err != nil {
+		return run, err
+	}
+	defer func() {
+		err = errors.Join(err, cleanup())
+		_ = os.RemoveAll(dataDir)
+	}()
+
+	t0 := time.Now()
+	sb, err := d.Manager.Create(ctx, api.CreateSandboxRequest{Image: benchLayeredImage})
+	if err != nil {
+		return run, fmt.Errorf("create: %w", err)
+	}
+	run.CreateS = round(time.Since(t0).Seconds(), 4)
+	out, err := runStreaming(ctx, d, sb.ID, o.Task)
+	if err != nil {
+		return run, err
+	}
+	run.FirstOutputS = round(out.at.Sub(t0).Seconds(), 4)
+	run.Output = string(out.bytes)
+	if len(o.Then) > 0 {
+		out, err := runStreaming(ctx, d, sb.ID, o.Then)
+		if err != nil {
+			return run, err
+		}
+		run.Output += string(out.bytes)
+	}
+	run.TotalS = round(time.Since(t0).Seconds(), 4)
+	st, err := d.Layers.Stats(ctx)
+	if err != nil {
+		return run, fmt.Errorf("layerd stats: %w", err)
+	}
+	for _, ls := range st.Layers {
+		if ls.Digest == res.Digest {
+			run.BytesFetched, run.Fetches, run.CacheHits, run.CacheMisses = ls.FetchedBytes, ls.Fetches, ls.CacheHits, ls.CacheMisses
+			run.Verified, run.LoopDirectIO, run.ReadAheadKB = ls.Verified, ls.LoopDirectIO, ls.ReadAheadKB
+		}
+	}
+	if mode != "lazy" || o.N < 0 {
+		return run, nil
+	}
+	// Create rates with the layer mounted (held by the first sandbox).
+	res.CreateN, res.CreateParallel = o.N, o.Parallel
+	// Interleaved batches (dir, layered, layered, dir, ...) so that drifting load
+	// on a shared machine hits both kinds alike.
+	var total [2]time.Duration
+	var made [2]int
+	var lats [2][]time.Duration
+	const rounds = 6
+	for b := 0; b < 2*rounds; b++ {
+		k := (b + b/2) % 2 // 0 1 1 0 0 1 1 0 ...
+		img := benchDirImage
+		if k == 1 {
+			img = benchLayeredImage
+		}
+		n := o.N*(b/2+1)/rounds - o.N*(b/2)/rounds
+		var mu sync.Mutex
+		var ids []string
+		lat, wall, failures, first := runLoad(ctx, n, o.Parallel, false, func(_, _ int) error {
+			sb, err := d.Manager.Create(ctx, api.CreateSandboxRequest{Image: img})
+			if err == nil {
+				mu.Lock()
+				ids = append(ids, sb.ID)
+				mu.Unlock()
+			}
+			return err
+		})
+		total[k] += wall
+		lats[k] = append(lats[k], lat...)
+		made[k] += n - failures
+		res.Failures += failures
+		if first != nil && res.FirstError == "" {
+			res.FirstError = first.Error()
+		}
+		_, _, _, _ = runLoad(ctx, len(ids), o.Parallel, false, func(_, i int) error {
+			return d.Manager.Delete(ctx, ids[i])
+		})
+		if ctx.Err() != nil {
+			return run, ctx.Err()
+		}
+	}
+	if total[0] > 0 && total[1] > 0 {
+		res.DirCreatesPerS = round(float64(made[0])/total[0].Seconds(), 1)
+		res.LayeredCreatesPerS = round(float64(made[1])/total[1].Seconds(), 1)
+		res.DirCreateP50ms, res.LayeredCreateP50ms = summarize(lats[0]).P50ms, summarize(lats[1]).P50ms
+	}
+	return run, nil
+}
