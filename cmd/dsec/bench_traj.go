@@ -29,8 +29,10 @@ func benchTrajCmd() *cobra.Command {
 				r.ExecP50ms, r.TaggedExecP50ms, r.LogOverheadP50ms)
 			fmt.Printf("replayed step p50 %.3f ms (p99 %.3f ms)\n", r.ReplayP50ms, r.ReplayP99ms)
 			fmt.Printf("logged exec steps: %.1f/s across %d trajectories on %d sandboxes\n", r.StepsPerS, r.Trajectories, r.Sandboxes)
-			fmt.Printf("log alone (100 goroutines, Begin+Finish): group commit %.1f steps/s, bbolt DB.Batch %.1f, one tx each %.1f; lone step p50 %.3f ms\n",
-				r.LogOnlyStepsPerS, r.LogOnlyBatchStepsPerS, r.LogOnlySoloStepsPerS, r.LogOnlyP50ms)
+			fmt.Printf("log alone (100 goroutines, Begin+Finish): %s %.1f steps/s, lone step p50 %.3f ms\n",
+				r.Store, r.LogOnlyStepsPerS, r.LogOnlyP50ms)
+			fmt.Printf("  bbolt: group commit %.1f steps/s (lone step p50 %.3f ms), DB.Batch %.1f, one tx each %.1f\n",
+				r.LogOnlyBoltStepsPerS, r.LogOnlyBoltP50ms, r.LogOnlyBatchStepsPerS, r.LogOnlySoloStepsPerS)
 			if r.Failures > 0 {
 				fmt.Printf("failures %d: %s\n", r.Failures, r.FirstError)
 			}

@@ -79,5 +79,6 @@ DATA_DIR/token, which is created on first start.`,
 	f.BoolVar(&cleanup, "cleanup-on-exit", false, "delete every sandbox when the server stops")
 	f.DurationVar(&cfg.TrajMaxAge, "traj-max-age", daemon.DefaultTrajMaxAge, "delete trajectories not updated for this long (negative: never)")
 	f.IntVar(&cfg.TrajMax, "traj-max", daemon.DefaultTrajMax, "keep at most this many trajectories, the most recently updated (negative: no limit)")
+	f.StringVar(&cfg.TrajStore, "traj-store", "pebble", "trajectory log store: pebble (DATA_DIR/trajectories/, migrates an old trajectories.db once) or bolt (DATA_DIR/trajectories.db)")
 	return c
 }

@@ -30,15 +30,21 @@ type TrajResult struct {
 	StepsPerS    float64 `json:"steps_per_s"`
 	Trajectories int     `json:"trajectories"`
 	Sandboxes    int     `json:"sandboxes"`
-	// LogOnly*: Begin+Finish on the bbolt store directly, 100 goroutines, each
-	// one new trajectory step (two fsync'd commits), by commit mode.
+	// Store is the node's default trajectory store, which the API figures use.
+	Store string `json:"store"`
+	// LogOnly*: Begin+Finish on a store directly, 100 goroutines, each one new
+	// trajectory step: the default store (LogOnlyStepsPerS), then bbolt by commit
+	// mode for comparison.
 	LogOnlyStepsPerS      float64 `json:"log_only_steps_per_s"`
+	LogOnlyBoltStepsPerS  float64 `json:"log_only_bolt_steps_per_s"`
 	LogOnlyBatchStepsPerS float64 `json:"log_only_bolt_batch_steps_per_s"`
 	LogOnlySoloStepsPerS  float64 `json:"log_only_solo_steps_per_s"`
-	// LogOnlyP50ms is one Begin+Finish with no concurrency (group commit).
-	LogOnlyP50ms float64 `json:"log_only_p50_ms"`
-	Failures     int     `json:"failures"`
-	FirstError   string  `json:"first_error,omitempty"`
+	// LogOnlyP50ms is one Begin+Finish with no concurrency on the default store;
+	// LogOnlyBoltP50ms on bbolt (group commit).
+	LogOnlyP50ms     float64 `json:"log_only_p50_ms"`
+	LogOnlyBoltP50ms float64 `json:"log_only_bolt_p50_ms"`
+	Failures         int     `json:"failures"`
+	FirstError       string  `json:"first_error,omitempty"`
 }
 
 // Traj measures the trajectory log: its overhead on exec, replay latency, and
@@ -56,7 +62,7 @@ func Traj(ctx context.Context, o Options) (TrajResult, error) {
 	}
 	go func() { _ = d.Serve(l) }()
 	cl := client.New("http://"+l.Addr().String(), d.Token)
-	res := TrajResult{N: o.N, Trajectories: 100, Sandboxes: 10}
+	res := TrajResult{N: o.N, Trajectories: 100, Sandboxes: 10, Store: trajectory.KindPebble}
 	fail := func(err error) {
 		res.Failures++
 		if res.FirstError == "" {
@@ -136,35 +142,54 @@ func Traj(ctx context.Context, o Options) (TrajResult, error) {
 	res.StepsPerS = round(float64(res.Trajectories*stepsEach-res.Failures)/time.Since(t0).Seconds(), 1)
 
 	// The log alone, on the same file system as the node's data dir.
-	dir, err := os.MkdirTemp(filepath.Dir(d.Trajectories.Path()), "trajbench-")
+	parent := os.TempDir()
+	if p, ok := d.Trajectories.(interface{ Path() string }); ok {
+		parent = filepath.Dir(p.Path())
+	}
+	dir, err := os.MkdirTemp(parent, "trajbench-")
 	if err != nil {
 		return res, err
 	}
 	defer os.RemoveAll(dir)
 	for _, m := range []struct {
-		mode trajectory.CommitMode
-		dst  *float64
-	}{{trajectory.GroupCommit, &res.LogOnlyStepsPerS}, {trajectory.BoltBatch, &res.LogOnlyBatchStepsPerS}, {trajectory.Solo, &res.LogOnlySoloStepsPerS}} {
-		rate, p50, err := logOnly(ctx, filepath.Join(dir, fmt.Sprintf("m%d.db", m.mode)), m.mode)
+		name      string
+		open      func(path string) (trajectory.Store, error)
+		rate, p50 *float64
+	}{
+		{"pebble", func(p string) (trajectory.Store, error) { return trajectory.OpenPebble(p, trajectory.PebbleOptions{}) },
+			&res.LogOnlyStepsPerS, &res.LogOnlyP50ms},
+		{"bolt", boltMode(trajectory.GroupCommit), &res.LogOnlyBoltStepsPerS, &res.LogOnlyBoltP50ms},
+		{"bolt-batch", boltMode(trajectory.BoltBatch), &res.LogOnlyBatchStepsPerS, nil},
+		{"bolt-solo", boltMode(trajectory.Solo), &res.LogOnlySoloStepsPerS, nil},
+	} {
+		st, err := m.open(filepath.Join(dir, m.name))
 		if err != nil {
 			return res, err
 		}
-		*m.dst = rate
-		if m.mode == trajectory.GroupCommit {
-			res.LogOnlyP50ms = p50
+		rate, p50, err := logOnly(ctx, st)
+		if cerr := st.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", m.name, err)
+		}
+		*m.rate = rate
+		if m.p50 != nil {
+			*m.p50 = p50
 		}
 	}
 	return res, ctx.Err()
 }
 
+func boltMode(mode trajectory.CommitMode) func(string) (trajectory.Store, error) {
+	return func(p string) (trajectory.Store, error) {
+		return trajectory.OpenBolt(p, trajectory.BoltOptions{Mode: mode})
+	}
+}
+
 // logOnly runs Begin+Finish of new steps from 100 goroutines for ~2 s and returns
 // steps/s, then the p50 of 200 sequential Begin+Finish.
-func logOnly(ctx context.Context, path string, mode trajectory.CommitMode) (float64, float64, error) {
-	st, err := trajectory.OpenBolt(path, trajectory.BoltOptions{Mode: mode})
-	if err != nil {
-		return 0, 0, err
-	}
-	defer st.Close()
+func logOnly(ctx context.Context, st trajectory.Store) (float64, float64, error) {
 	body := []byte(`{"exit_code":0,"stdout":"","stderr":"","duration_ms":1.2}` + "\n")
 	step := func(traj string, n int) error {
 		fp, args, _ := trajectory.Fingerprint(trajectory.OpExec, trajectory.NormalizeExec(trajectory.OpExec, api.ExecRequest{Cmd: []string{"true"}}))

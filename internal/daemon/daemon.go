@@ -56,6 +56,10 @@ type Config struct {
 	// most recently updated (default DefaultTrajMax; negative: no limit).
 	TrajMaxAge time.Duration
 	TrajMax    int
+	// TrajStore is the trajectory log's store: "pebble" (default,
+	// DATA_DIR/trajectories/; an old DATA_DIR/trajectories.db is migrated once) or
+	// "bolt" (DATA_DIR/trajectories.db).
+	TrajStore string
 	// Layers configures layerd, which mounts layered environments on demand
 	// (Root defaults to DATA_DIR/layers); LayerPrefetch "full" fetches and verifies
 	// whole layers before mounting instead of loading them on demand.
@@ -85,8 +89,8 @@ type Daemon struct {
 	Driver  *container.Driver
 	Server  *server.Server
 	Token   string
-	// Trajectories is the trajectory log at DATA_DIR/trajectories.db.
-	Trajectories *trajectory.Bolt
+	// Trajectories is the trajectory log (Config.TrajStore).
+	Trajectories trajectory.Store
 	// FnCall is the online-judge engine behind /v1/fncall (pools start on first use).
 	FnCall *fncall.Engine
 	// Layers talks to layerd (started on the first layered environment; it
@@ -149,7 +153,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
-	traj, err := trajectory.OpenBolt(filepath.Join(cfg.DataDir, "trajectories.db"), trajectory.BoltOptions{})
+	traj, err := trajectory.OpenNode(ctx, cfg.DataDir, cfg.TrajStore, cfg.Logger)
 	if err != nil {
 		mgr.Close()
 		drv.Close()

@@ -3,6 +3,7 @@ package server_test
 import (
 	"encoding/json"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -171,5 +172,33 @@ func TestTrajectoryFilesStreamAndLost(t *testing.T) {
 	_ = json.Unmarshal(b, &tr)
 	if tr.SandboxID != rb.SandboxID || tr.Rebuilds != 1 || len(tr.Sandboxes) != 2 {
 		t.Fatalf("after rebuild: %s", b)
+	}
+}
+
+// TestTrajectoryPebbleStore runs a step, its replay and the read API on the
+// node's default store.
+func TestTrajectoryPebbleStore(t *testing.T) {
+	store, err := trajectory.OpenPebble(filepath.Join(t.TempDir(), "trajectories"), trajectory.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	e := newEnv(t, server.Options{Trajectories: store})
+	sb := e.create()
+	path := "/v1/sandboxes/" + sb.ID + "/exec"
+	for i, want := range []bool{false, true} {
+		resp, b := e.do("POST", path, strings.NewReader(`{"cmd":["echo","one"]}`), stepHdr("p1", "1")...)
+		var r api.ExecResult
+		mustJSON(t, b, &r)
+		if resp.StatusCode != 200 || r.Stdout != "one\n" || r.Replayed != want {
+			t.Fatalf("exec %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	resp, b := e.do("GET", "/v1/trajectories/p1", nil)
+	var tr api.Trajectory
+	mustJSON(t, b, &tr)
+	if resp.StatusCode != 200 || len(tr.Steps) != 1 || tr.Steps[0].State != api.StepFinished ||
+		!strings.Contains(string(tr.Steps[0].Result), `"one\n"`) {
+		t.Fatalf("get: %d %s", resp.StatusCode, b)
 	}
 }

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -205,17 +204,7 @@ func stepKey(prefix byte, n int) []byte {
 	return k
 }
 
-func getMeta(tb *bolt.Bucket) (*Meta, error) {
-	v := tb.Get([]byte("m"))
-	if v == nil {
-		return nil, errors.New("trajectory record without meta")
-	}
-	var m Meta
-	if err := json.Unmarshal(v, &m); err != nil {
-		return nil, fmt.Errorf("decoding trajectory meta: %w", err)
-	}
-	return &m, nil
-}
+func getMeta(tb *bolt.Bucket) (*Meta, error) { return decodeMeta(tb.Get([]byte("m"))) }
 
 func putJSON(tb *bolt.Bucket, key []byte, v any) error {
 	b, err := json.Marshal(v)
@@ -231,9 +220,9 @@ func getStep(tb *bolt.Bucket, n int, withBodies bool) (*Step, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var s Step
-	if err := json.Unmarshal(v, &s); err != nil {
-		return nil, fmt.Errorf("decoding step %d: %w", n, err)
+	s, err := decodeStep(v, n)
+	if err != nil {
+		return nil, err
 	}
 	if withBodies {
 		if in := tb.Get(stepKey('i', n)); in != nil {
@@ -245,7 +234,7 @@ func getStep(tb *bolt.Bucket, n int, withBodies bool) (*Step, error) {
 			}
 		}
 	}
-	return &s, nil
+	return s, nil
 }
 
 // Begin implements Store.
@@ -313,11 +302,8 @@ func (b *Bolt) Begin(ctx context.Context, req BeginRequest) (Decision, error) {
 			if tb, err = top.CreateBucket([]byte(req.Trajectory)); err != nil {
 				return err
 			}
-			meta, dec.New = newMeta(req), true
 		}
-		meta.Last = max(meta.Last, req.N)
-		meta.Count++
-		meta.UpdatedAt = req.Now
+		meta, dec.New = startMeta(meta, req)
 		if err := putJSON(tb, []byte("m"), meta); err != nil {
 			return err
 		}
@@ -348,17 +334,12 @@ func (b *Bolt) Finish(ctx context.Context, traj string, n int, res Result, now t
 		if err != nil {
 			return err
 		}
-		if s == nil || s.State != api.StepStarted || s.Boot != b.boot {
+		if !finishable(s, b.boot) {
 			ferr = notStarted(traj, n)
 			return nil
 		}
-		t := now
-		s.State, s.FinishedAt = api.StepFinished, &t
-		r := res
-		r.Body = nil
-		s.Result = &r
-		if len(res.Body) > 0 && !res.Truncated {
-			if err := tb.Put(stepKey('o', n), res.Body); err != nil {
+		if body := finishStep(s, res, now); body != nil {
+			if err := tb.Put(stepKey('o', n), body); err != nil {
 				return err
 			}
 		}
@@ -387,7 +368,7 @@ func (b *Bolt) Abort(ctx context.Context, traj string, n int, mode AbortMode) er
 		if err != nil {
 			return err
 		}
-		if s == nil || s.State != api.StepStarted {
+		if !abortable(s) {
 			aerr = notStarted(traj, n)
 			return nil
 		}
@@ -404,19 +385,17 @@ func (b *Bolt) Abort(ctx context.Context, traj string, n int, mode AbortMode) er
 		if err != nil {
 			return err
 		}
-		meta.Count--
-		if meta.Count == 0 {
-			return top.DeleteBucket([]byte(traj))
-		}
-		if meta.Last == n {
-			meta.Last = 0
+		gone, _ := rollbackMeta(meta, n, func() (int, error) {
 			c := tb.Cursor()
 			for k, _ := c.Last(); k != nil; k, _ = c.Prev() {
 				if len(k) == 5 && k[0] == 's' {
-					meta.Last = int(binary.BigEndian.Uint32(k[1:]))
-					break
+					return int(binary.BigEndian.Uint32(k[1:])), nil
 				}
 			}
+			return 0, nil
+		})
+		if gone {
+			return top.DeleteBucket([]byte(traj))
 		}
 		return putJSON(tb, []byte("m"), meta)
 	})
@@ -513,15 +492,6 @@ func (b *Bolt) Rebind(ctx context.Context, traj, sandboxID string, now time.Time
 	return rerr
 }
 
-func rebind(meta *Meta, sandboxID string, now time.Time) {
-	meta.SandboxID = sandboxID
-	if !slices.Contains(meta.Sandboxes, sandboxID) {
-		meta.Sandboxes = append(meta.Sandboxes, sandboxID)
-	}
-	meta.Rebuilds++
-	meta.UpdatedAt = now
-}
-
 // Prune implements Store.
 func (b *Bolt) Prune(ctx context.Context, olderThan time.Time, maxN int) (int, error) {
 	metas, err := b.List(ctx)
@@ -547,22 +517,6 @@ func (b *Bolt) Prune(ctx context.Context, olderThan time.Time, maxN int) (int, e
 		}
 	}
 	return len(pruneVictims(metas, olderThan, maxN)), nil
-}
-
-// pruneVictims picks the IDs Prune deletes.
-func pruneVictims(metas []Meta, olderThan time.Time, maxN int) []string {
-	sort.Slice(metas, func(i, j int) bool { return metas[i].UpdatedAt.Before(metas[j].UpdatedAt) })
-	var out []string
-	keep := metas
-	for len(keep) > 0 && !olderThan.IsZero() && keep[0].UpdatedAt.Before(olderThan) {
-		out = append(out, keep[0].ID)
-		keep = keep[1:]
-	}
-	for maxN > 0 && len(keep) > maxN {
-		out = append(out, keep[0].ID)
-		keep = keep[1:]
-	}
-	return out
 }
 
 // Path is the log's file.

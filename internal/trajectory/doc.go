@@ -30,17 +30,29 @@
 // state (started, finished; "unknown" is shown for a step that was started by
 // an earlier server process or whose handler crashed).
 //
-// Durability: the step is recorded as started before it runs (committed without
-// fsync: the page cache keeps it through a crash of the server process, and a
-// host crash ends the sandbox too, so the trajectory is then rebuilt from its
-// finished steps), and as finished (fsync'd) before its answer is sent. For exec/stream, output events
-// flow live and the final exit event is held until the step is logged. Commits
-// are grouped: one committer goroutine writes every update queued while the
-// previous transaction was being fsync'd in the next transaction, so a lone step
-// pays one commit per record and concurrent steps share them. (bbolt's DB.Batch
-// is also available; its 10 ms batching timer makes a lone step wait for it.)
-// An answer over 16 MiB (a large file read or HTTP response) is streamed to the
-// client as it comes and logged after, as a hash.
+// Durability: the step is recorded as started before it runs, without waiting
+// for an fsync (it must survive a crash of the server process, which the page
+// cache ensures; a host crash ends the sandbox too, so the trajectory is then
+// rebuilt from its finished steps), and as finished (fsync'd) before its answer
+// is sent. For exec/stream, output events flow live and the final exit event is
+// held until the step is logged. An answer over 16 MiB (a large file read or
+// HTTP response) is streamed to the client as it comes and logged after, as a
+// hash.
+//
+// In the Pebble store (the default) the started mark is applied and handed to
+// the WAL writer with a sync request that Begin does not wait for: the writer
+// goroutine writes it to the WAL file at once (from then on it survives a
+// process crash; a crash in the microseconds before that loses it, and the step
+// would run again) and fsyncs it while the step runs. (A NoSync write would stay
+// in the writer's memory until the next sync.) Finish waits for its fsync;
+// concurrent steps share fsyncs (one per commit group), and WAL files are
+// recycled, so the fsync is usually of preallocated space. In the bbolt store
+// the started mark is a transaction committed without fsync (written to the page
+// cache before Begin returns) and commits are grouped: one committer goroutine
+// writes every update queued while the previous transaction was being fsync'd
+// in the next transaction, so a lone step pays one commit per record and
+// concurrent steps share them. (bbolt's DB.Batch is also available; its 10 ms
+// batching timer makes a lone step wait for it.)
 //
 // # Replay rules (Decide)
 //
@@ -98,9 +110,14 @@
 // # Storage
 //
 // Store is the interface (Begin, Finish, Abort, Get, List, Delete, Rebind,
-// Prune); Bolt is the embedded default on go.etcd.io/bbolt at
-// DATA_DIR/trajectories.db, Mem an in-memory one for tests. Package storetest
-// is the conformance suite every implementation must pass. A step "in flight"
+// Prune). Pebble, on github.com/cockroachdb/pebble at DATA_DIR/trajectories/
+// (4 MiB memtables, 8 MiB block cache), is the node's default; Bolt, on
+// go.etcd.io/bbolt at DATA_DIR/trajectories.db, is chosen by `dsec server
+// --traj-store bolt`. A Pebble node that finds a trajectories.db copies its
+// trajectories once (OpenNode) and renames it trajectories.db.migrated. Mem is
+// an in-memory store for tests. Both on-disk stores keep Meta and Step records as
+// JSON (record.go) with the bodies apart. Package storetest is the conformance
+// suite every implementation must pass. A step "in flight"
 // is one started by the current store instance (its boot ID); a distributed
 // implementation would replace the boot ID by a lease.
 package trajectory

@@ -73,13 +73,12 @@ func (m *Mem) Begin(_ context.Context, req BeginRequest) (Decision, error) {
 	}
 	var dec Decision
 	if t == nil {
-		t = &memTraj{meta: *newMeta(req), steps: map[int]*Step{}}
+		t = &memTraj{steps: map[int]*Step{}}
 		m.t[req.Trajectory] = t
-		dec.New = true
 	}
-	t.meta.Last = max(t.meta.Last, req.N)
-	t.meta.Count++
-	t.meta.UpdatedAt = req.Now
+	var nm *Meta
+	nm, dec.New = startMeta(meta, req)
+	t.meta = *nm
 	s := startedStep(req, m.boot)
 	if !req.InputStored {
 		s.Input = nil
@@ -93,18 +92,11 @@ func (m *Mem) Finish(_ context.Context, traj string, n int, res Result, now time
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.t[traj]
-	if t == nil || t.steps[n] == nil || t.steps[n].State != api.StepStarted || t.steps[n].Boot != m.boot {
+	if t == nil || !finishable(t.steps[n], m.boot) {
 		return notStarted(traj, n)
 	}
 	s := t.steps[n]
-	tm := now
-	s.State, s.FinishedAt = api.StepFinished, &tm
-	r := res
-	r.Body = slices.Clone(res.Body)
-	if res.Truncated {
-		r.Body = nil
-	}
-	s.Result = &r
+	s.Result.Body = slices.Clone(finishStep(s, res, now))
 	return nil
 }
 
@@ -113,7 +105,7 @@ func (m *Mem) Abort(_ context.Context, traj string, n int, mode AbortMode) error
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	t := m.t[traj]
-	if t == nil || t.steps[n] == nil || t.steps[n].State != api.StepStarted {
+	if t == nil || !abortable(t.steps[n]) {
 		return notStarted(traj, n)
 	}
 	if mode == MarkUnknown {
@@ -121,16 +113,14 @@ func (m *Mem) Abort(_ context.Context, traj string, n int, mode AbortMode) error
 		return nil
 	}
 	delete(t.steps, n)
-	t.meta.Count--
-	if t.meta.Count == 0 {
-		delete(m.t, traj)
-		return nil
-	}
-	if t.meta.Last == n {
-		t.meta.Last = 0
+	if gone, _ := rollbackMeta(&t.meta, n, func() (int, error) {
+		last := 0
 		for k := range t.steps {
-			t.meta.Last = max(t.meta.Last, k)
+			last = max(last, k)
 		}
+		return last, nil
+	}); gone {
+		delete(m.t, traj)
 	}
 	return nil
 }

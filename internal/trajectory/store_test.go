@@ -18,35 +18,42 @@ func TestMemStore(t *testing.T) {
 	})
 }
 
-func boltFactory(mode trajectory.CommitMode) storetest.Factory {
+// diskFactory is the Factory of a store kept at path name in a test's temp
+// dir; Restart closes it and opens the same path.
+func diskFactory(name string, open func(path string) (trajectory.Store, error)) storetest.Factory {
 	paths := map[trajectory.Store]string{}
+	openAt := func(t *testing.T, p string) trajectory.Store {
+		s, err := open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		paths[s] = p
+		return s
+	}
 	return storetest.Factory{
-		Open: func(t *testing.T) trajectory.Store {
-			p := filepath.Join(t.TempDir(), "trajectories.db")
-			s, err := trajectory.OpenBolt(p, trajectory.BoltOptions{Mode: mode})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { s.Close() })
-			paths[s] = p
-			return s
-		},
+		Open: func(t *testing.T) trajectory.Store { return openAt(t, filepath.Join(t.TempDir(), name)) },
 		Restart: func(t *testing.T, s trajectory.Store) trajectory.Store {
-			p := paths[s]
 			if err := s.Close(); err != nil {
 				t.Fatal(err)
 			}
-			n, err := trajectory.OpenBolt(p, trajectory.BoltOptions{Mode: mode})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { n.Close() })
-			paths[n] = p
-			return n
+			return openAt(t, paths[s])
 		},
 	}
+}
+
+func boltFactory(mode trajectory.CommitMode) storetest.Factory {
+	return diskFactory("trajectories.db", func(p string) (trajectory.Store, error) {
+		return trajectory.OpenBolt(p, trajectory.BoltOptions{Mode: mode})
+	})
 }
 
 func TestBoltStore(t *testing.T)      { storetest.Run(t, boltFactory(trajectory.GroupCommit)) }
 func TestBoltStoreBatch(t *testing.T) { storetest.Run(t, boltFactory(trajectory.BoltBatch)) }
 func TestBoltStoreSolo(t *testing.T)  { storetest.Run(t, boltFactory(trajectory.Solo)) }
+
+func TestPebbleStore(t *testing.T) {
+	storetest.Run(t, diskFactory("trajectories", func(p string) (trajectory.Store, error) {
+		return trajectory.OpenPebble(p, trajectory.PebbleOptions{})
+	}))
+}
