@@ -39,6 +39,7 @@ type ImageOptions struct {
 	// (lazy.Config; 0/false: layerd's defaults).
 	ReadAheadKB  int
 	BufferedLoop bool
+	FileBacked   bool
 	// Rate throttles the blob store in bytes per second (default 100 MB/s).
 	Rate int64
 	// ScratchDir holds the blob store, the images dir and the nodes' data dirs
@@ -303,7 +304,7 @@ func writeManifest(imagesDir, name string, m map[string]any) error {
 func openImageNode(ctx context.Context, o ImageOptions, dataDir, imagesDir, prefetch string, chunk int64) (*daemon.Daemon, func() error, error) {
 	d, err := daemon.New(ctx, daemon.Config{
 		DataDir: dataDir, ImagesDir: imagesDir, DefaultImage: benchLayeredImage, Logger: o.Logger, Token: "bench",
-		Layers:        lazy.Config{ChunkSize: chunk, ReadAheadKB: o.ReadAheadKB, BufferedLoop: o.BufferedLoop},
+		Layers:        lazy.Config{ChunkSize: chunk, ReadAheadKB: o.ReadAheadKB, BufferedLoop: o.BufferedLoop, FileBacked: o.FileBacked},
 		LayerPrefetch: prefetch,
 	})
 	if err != nil {

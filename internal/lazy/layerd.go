@@ -72,6 +72,9 @@ type Config struct {
 	// BufferedLoop has the loop device read the FUSE blob file through the page
 	// cache instead of with direct I/O (a second cached copy, FUSE readahead).
 	BufferedLoop bool `json:"buffered_loop,omitempty"`
+	// FileBacked mounts erofs on the FUSE blob file itself, without a loop device
+	// (falls back to one on ENOTBLK).
+	FileBacked bool `json:"file_backed,omitempty"`
 }
 
 func (c *Config) defaults() {
@@ -156,7 +159,10 @@ func NewDaemon(cfg Config, logger *log.Logger) (*Daemon, error) {
 		EntryTimeout: &long, AttrTimeout: &long,
 		MountOptions: fuse.MountOptions{
 			AllowOther: true, FsName: "dsec-layerd", Name: "dsec",
-			DirectMount: true, MaxReadAhead: 128 << 10, MaxBackground: 64,
+			DirectMount: true, MaxReadAhead: fuseReadAhead(cfg.ReadAheadKB), MaxBackground: 64,
+			// Passthrough would set the FUSE superblock's stacking depth, and erofs
+			// refuses file-backed mounts on stacked file systems (ENOTBLK).
+			DisabledCapabilities: fuse.CAP_PASSTHROUGH,
 		},
 	})
 	if err != nil {
@@ -164,6 +170,15 @@ func NewDaemon(cfg Config, logger *log.Logger) (*Daemon, error) {
 	}
 	d.srv, d.root = srv, &rn.Inode
 	return d, nil
+}
+
+// fuseReadAhead is the FUSE mount's readahead: that of the loop devices (it applies
+// to buffered loop devices and file-backed mounts; direct I/O bypasses it).
+func fuseReadAhead(kb int) int {
+	if kb <= 0 {
+		return 128 << 10
+	}
+	return max(kb, 4) << 10
 }
 
 // LayerRef names a layer to acquire.
@@ -305,7 +320,7 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref LayerRef) (*layerState, 
 		return nil, false, errdefs.Internal(err, "layer mountpoint")
 	}
 	src := filepath.Join(FuseDir(d.cfg.Root), h)
-	li, err := mountErofs(src, l.mnt, d.cfg.BufferedLoop, d.cfg.ReadAheadKB)
+	li, err := mountErofs(src, l.mnt, d.cfg.FileBacked, d.cfg.BufferedLoop, d.cfg.ReadAheadKB)
 	if err != nil {
 		l.mu.Lock()
 		cerr := l.corrupt

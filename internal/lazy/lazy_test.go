@@ -360,3 +360,22 @@ func TestClientLayerd(t *testing.T) {
 		t.Errorf("%s still attached to %s", loop, strings.TrimSpace(string(b)))
 	}
 }
+
+// TestFileBackedMount mounts erofs on the FUSE blob file itself (no loop device):
+// possible because layerd's FUSE mount does not negotiate passthrough.
+func TestFileBackedMount(t *testing.T) {
+	needRoot(t)
+	storeDir, dg, _ := buildLayer(t)
+	d := newTestDaemon(t, Config{Grace: time.Hour, FileBacked: true})
+	resp, err := d.Acquire(context.Background(), AcquireRequest{Holder: "a", Layers: []LayerRef{{Digest: dg, Store: "dir:" + storeDir}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(resp.Mounts[0], "hello.txt")); err != nil || string(b) != "hello from erofs\n" {
+		t.Fatalf("read hello: %q %v", b, err)
+	}
+	if s := d.Stats(); len(s.Layers) != 1 || s.Layers[0].LoopDevice != "" {
+		t.Errorf("file-backed mount went through a loop device: %+v", s.Layers)
+	}
+	d.Release("a")
+}
