@@ -27,6 +27,7 @@ func benchTrajCmd() *cobra.Command {
 			}
 			fmt.Printf("exec true p50 %.3f ms, with trajectory tags %.3f ms: log overhead %.3f ms\n",
 				r.ExecP50ms, r.TaggedExecP50ms, r.LogOverheadP50ms)
+			fmt.Printf("disk: 1 KiB overwrite + fdatasync p50 %.3f ms (the one fsync a step waits for)\n", r.FdatasyncP50ms)
 			fmt.Printf("replayed step p50 %.3f ms (p99 %.3f ms)\n", r.ReplayP50ms, r.ReplayP99ms)
 			fmt.Printf("logged exec steps: %.1f/s across %d trajectories on %d sandboxes\n", r.StepsPerS, r.Trajectories, r.Sandboxes)
 			fmt.Printf("log alone (100 goroutines, Begin+Finish): %s %.1f steps/s, lone step p50 %.3f ms\n",

@@ -9,6 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
@@ -22,6 +25,9 @@ type TrajResult struct {
 	ExecP50ms        float64 `json:"exec_p50_ms"`
 	TaggedExecP50ms  float64 `json:"traj_exec_p50_ms"`
 	LogOverheadP50ms float64 `json:"log_overhead_p50_ms"`
+	// FdatasyncP50ms is a 1 KiB overwrite and fdatasync of a file in the data
+	// dir, spaced like the execs: the disk's cost of the one fsync a step waits for.
+	FdatasyncP50ms float64 `json:"disk_fdatasync_p50_ms"`
 	// ReplayP50ms is the latency of re-issuing a logged step (answered from the log).
 	ReplayP50ms float64 `json:"replay_p50_ms"`
 	ReplayP99ms float64 `json:"replay_p99_ms"`
@@ -96,6 +102,9 @@ func Traj(ctx context.Context, o Options) (TrajResult, error) {
 	}
 	res.ExecP50ms, res.TaggedExecP50ms = summarize(plain).P50ms, summarize(tagged).P50ms
 	res.LogOverheadP50ms = round(res.TaggedExecP50ms-res.ExecP50ms, 3)
+	if res.FdatasyncP50ms, err = fdatasyncP50(filepath.Dir(trajPath(d)), time.Duration(res.ExecP50ms*float64(time.Millisecond))); err != nil {
+		return res, err
+	}
 	// Replay: re-issue every logged step.
 	replay := make([]time.Duration, 0, o.N)
 	for i := 0; i < o.N && ctx.Err() == nil; i++ {
@@ -142,11 +151,7 @@ func Traj(ctx context.Context, o Options) (TrajResult, error) {
 	res.StepsPerS = round(float64(res.Trajectories*stepsEach-res.Failures)/time.Since(t0).Seconds(), 1)
 
 	// The log alone, on the same file system as the node's data dir.
-	parent := os.TempDir()
-	if p, ok := d.Trajectories.(interface{ Path() string }); ok {
-		parent = filepath.Dir(p.Path())
-	}
-	dir, err := os.MkdirTemp(parent, "trajbench-")
+	dir, err := os.MkdirTemp(filepath.Dir(trajPath(d)), "trajbench-")
 	if err != nil {
 		return res, err
 	}
@@ -179,6 +184,45 @@ func Traj(ctx context.Context, o Options) (TrajResult, error) {
 		}
 	}
 	return res, ctx.Err()
+}
+
+// trajPath is where the node keeps its trajectory log.
+func trajPath(d *daemon.Daemon) string {
+	if p, ok := d.Trajectories.(interface{ Path() string }); ok {
+		return p.Path()
+	}
+	return filepath.Join(os.TempDir(), "trajectories")
+}
+
+// fdatasyncP50 is the p50 of 100 1 KiB overwrites+fdatasyncs of a preallocated
+// file in dir, gap apart.
+func fdatasyncP50(dir string, gap time.Duration) (float64, error) {
+	f, err := os.CreateTemp(dir, "fsync-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 1<<20)); err != nil {
+		return 0, err
+	}
+	if err := f.Sync(); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 1024)
+	lat := make([]time.Duration, 0, 100)
+	for i := range 100 {
+		time.Sleep(gap)
+		if _, err := f.WriteAt(buf, int64(i)*1024); err != nil {
+			return 0, err
+		}
+		t0 := time.Now()
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			return 0, err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return summarize(lat).P50ms, nil
 }
 
 func boltMode(mode trajectory.CommitMode) func(string) (trajectory.Store, error) {
