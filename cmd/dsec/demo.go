@@ -194,7 +194,7 @@ func demoLayered(ctx context.Context, cl *client.Client, d *daemon.Daemon, dataD
 		return err
 	}
 	fmt.Printf("dsec image build --from dir:%s --name debian-base → %.1f MB in %.1f s\n", root.Lower[0], float64(l.Size)/1e6, l.BuildTime.Seconds())
-	if err := es.PutLayer(envstore.NamedLayer{Name: "debian-base", Digest: l.Digest, Size: l.Size, Source: l.Source}); err != nil {
+	if err := es.PutLayer(envstore.NamedLayer{Name: "debian-base", Digest: l.Digest, Size: l.Size, Source: l.Source, Index: l.Index}); err != nil {
 		return err
 	}
 	if _, err := es.Compose(ctx, "demo-env", "debian-base", nil, ""); err != nil {

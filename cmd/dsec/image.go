@@ -69,7 +69,7 @@ func imageCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := es.PutLayer(envstore.NamedLayer{Name: name, Digest: l.Digest, Size: l.Size, Source: l.Source}); err != nil {
+			if err := es.PutLayer(envstore.NamedLayer{Name: name, Digest: l.Digest, Size: l.Size, Source: l.Source, Index: l.Index}); err != nil {
 				return err
 			}
 			fmt.Printf("%s %s %d bytes (%d entries, %.1fs)\n", name, l.Digest, l.Size, l.Entries, l.BuildTime.Seconds())

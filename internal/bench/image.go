@@ -229,7 +229,7 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return res, err
 	}
-	l, err := layer.Build(ctx, layer.Source{Kind: "dir", Arg: src.Lower[0]}, bs, layer.Options{TempDir: tmp})
+	l, err := layer.Build(ctx, layer.Source{Kind: "dir", Arg: src.Lower[0]}, bs, layer.Options{TempDir: tmp, IndexChunk: o.ChunkSize})
 	if err != nil {
 		return res, fmt.Errorf("bench image: build layer: %w", err)
 	}
@@ -239,11 +239,16 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 	// An images dir with the layered image and the directory image side by side.
 	imagesDir := filepath.Join(scratch, "images")
 	store := fmt.Sprintf("dir:%s;rate=%d", blobDir, o.Rate)
-	if err := writeManifest(imagesDir, benchLayeredImage, map[string]any{
-		"name": benchLayeredImage, "layers": []string{l.Digest}, "blob_store": store, "sizes": []int64{l.Size},
-		"description": "base layer of " + o.Image + " (bench image)",
-	}); err != nil {
-		return res, err
+	// The main runs read the layer through its chunk index (every chunk verified,
+	// chunks of the index's size); the sweep runs, without it, at their own size.
+	sweepDir := filepath.Join(scratch, "images-sweep")
+	for dir, index := range map[string][]string{imagesDir: {l.Index}, sweepDir: nil} {
+		if err := writeManifest(dir, benchLayeredImage, map[string]any{
+			"name": benchLayeredImage, "layers": []string{l.Digest}, "blob_store": store, "sizes": []int64{l.Size},
+			"indexes": index, "description": "base layer of " + o.Image + " (bench image)",
+		}); err != nil {
+			return res, err
+		}
 	}
 	if err := writeManifest(imagesDir, benchDirImage, map[string]any{
 		"name": benchDirImage, "lower": src.Lower, "description": o.Image + " (bench image)",
@@ -268,7 +273,7 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 		so := o
 		so.N = -1
 		for _, c := range o.Sweep {
-			run, err := coldRun(ctx, so, scratch, imagesDir, "lazy", c, &res)
+			run, err := coldRun(ctx, so, scratch, sweepDir, "lazy", c, &res)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("chunk %d run: %w", c, err))
 				break

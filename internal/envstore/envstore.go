@@ -25,6 +25,9 @@ type LayerRef struct {
 	Digest string `json:"digest"`
 	Size   int64  `json:"size"`
 	Name   string `json:"name,omitempty"` // the layer's name in the index when composed
+	// Index is the digest of the layer's chunk index (blob.ChunkIndex), if built
+	// with one: nodes verify each chunk they fetch against it.
+	Index string `json:"index,omitempty"`
 }
 
 // Env is an environment manifest.
@@ -69,6 +72,7 @@ type NamedLayer struct {
 	Digest  string    `json:"digest"`
 	Size    int64     `json:"size"`
 	Source  string    `json:"source,omitempty"`
+	Index   string    `json:"index,omitempty"` // chunk index digest (see LayerRef)
 	Created time.Time `json:"created"`
 }
 
@@ -145,6 +149,11 @@ func (s *Store) PutLayer(l NamedLayer) error {
 	if _, err := blob.ParseDigest(l.Digest); err != nil {
 		return err
 	}
+	if l.Index != "" {
+		if _, err := blob.ParseDigest(l.Index); err != nil {
+			return err
+		}
+	}
 	if l.Created.IsZero() {
 		l.Created = time.Now().UTC()
 	}
@@ -195,7 +204,7 @@ func (s *Store) ResolveLayer(ctx context.Context, ref string) (LayerRef, error) 
 			return LayerRef{}, err
 		}
 	}
-	return LayerRef{Digest: l.Digest, Size: l.Size, Name: l.Name}, nil
+	return LayerRef{Digest: l.Digest, Size: l.Size, Name: l.Name, Index: l.Index}, nil
 }
 
 // Compose creates or replaces environment name from layer names or digests.

@@ -109,17 +109,17 @@ func TestRebaseScaling(t *testing.T) {
 		blobsBefore, _ := bs.List(ctx)
 		nl, buildTime := buildLayer(t, bs, s, "base", "v2")
 		start := time.Now()
-		st, err := s.Rebase(ctx, old.Digest, envstore.LayerRef{Digest: nl.Digest, Size: nl.Size, Name: "base"})
+		st, err := s.Rebase(ctx, old.Digest, envstore.LayerRef{Digest: nl.Digest, Size: nl.Size, Name: "base", Index: nl.Index})
 		if err != nil {
 			t.Fatal(err)
 		}
 		rebase := time.Since(start)
 		blobsAfter, _ := bs.List(ctx)
-		if st.Rewritten != n || len(blobsAfter) != len(blobsBefore)+1 {
+		if st.Rewritten != n || len(blobsAfter) != len(blobsBefore)+2 { // the layer and its chunk index
 			t.Fatalf("N=%d: %+v, blobs %d→%d", n, st, len(blobsBefore), len(blobsAfter))
 		}
 		e, _ := s.Get(fmt.Sprintf("env-%d", n-1))
-		if e.Base.Digest != nl.Digest || e.Toolkits[0].Digest != tk.Digest {
+		if e.Base.Digest != nl.Digest || e.Base.Index != nl.Index || e.Toolkits[0].Digest != tk.Digest {
 			t.Fatalf("rebased env %+v", e)
 		}
 		t.Logf("N=%4d: layer build %v (%d bytes, once) + %d manifest rewrites in %v, %d bytes (%d B/env)",

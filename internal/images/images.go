@@ -33,6 +33,8 @@ type Layer struct {
 	Store  string `json:"store"`          // blob store spec, e.g. dir:/var/lib/dsec/blobs
 	Size   int64  `json:"size,omitempty"` // expected blob size, if the manifest says
 	Role   string `json:"role,omitempty"` // base, toolkit or workspace
+	// Index is the digest of the layer's chunk index, if any (blob.ChunkIndex).
+	Index string `json:"index,omitempty"`
 }
 
 // LayerUsage is a layer's accounting on this node.
@@ -71,7 +73,8 @@ type EnvResolver interface {
 // manifest is DIR/NAME/image.json; its lower entries are relative to DIR/NAME. A
 // layered environment names layers instead: {"name", "layers": ["sha256:..."]
 // (base first, then toolkits, then the workspace), "blob_store": "dir:PATH",
-// optional "sizes": [bytes per layer]}.
+// optional "sizes": [bytes per layer], optional "indexes": [chunk index digest per
+// layer, "" for none]}.
 type manifest struct {
 	Name        string   `json:"name"`
 	Lower       []string `json:"lower"`
@@ -79,6 +82,7 @@ type manifest struct {
 	Layers      []string `json:"layers,omitempty"`
 	BlobStore   string   `json:"blob_store,omitempty"`
 	Sizes       []int64  `json:"sizes,omitempty"`
+	Indexes     []string `json:"indexes,omitempty"`
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
@@ -164,6 +168,9 @@ func (s *Store) Resolve(name string) (Image, error) {
 			}
 			if i < len(m.Sizes) {
 				l.Size = m.Sizes[i]
+			}
+			if i < len(m.Indexes) {
+				l.Index = m.Indexes[i]
 			}
 			img.Layers = append(img.Layers, l)
 		}

@@ -7,6 +7,7 @@
 package layer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -47,12 +48,15 @@ func ParseSource(s string) (Source, error) {
 
 // Layer is a built layer.
 type Layer struct {
-	Digest      string        `json:"digest"`
-	Size        int64         `json:"size"`         // bytes of the EROFS blob
-	Source      string        `json:"source"`       // what it was built from
-	Entries     int           `json:"entries"`      // files, dirs, links, nodes
-	ContentSize int64         `json:"content_size"` // bytes of regular-file data
-	BuildTime   time.Duration `json:"build_ns"`
+	Digest      string `json:"digest"`
+	Size        int64  `json:"size"`         // bytes of the EROFS blob
+	Source      string `json:"source"`       // what it was built from
+	Entries     int    `json:"entries"`      // files, dirs, links, nodes
+	ContentSize int64  `json:"content_size"` // bytes of regular-file data
+	// Index is the digest of the layer's chunk index (blob.ChunkIndex), stored
+	// beside it: a node reading the layer on demand verifies every chunk with it.
+	Index     string        `json:"index"`
+	BuildTime time.Duration `json:"build_ns"`
 }
 
 // Options tune a build.
@@ -61,6 +65,9 @@ type Options struct {
 	TempDir string
 	// Progress, if set, is called now and then with the file bytes read so far.
 	Progress func(bytes int64)
+	// IndexChunk is the chunk size of the layer's index (default
+	// blob.DefaultIndexChunk); nodes read the layer in chunks of this size.
+	IndexChunk int64
 	// Keep, if set, receives the path of the finished EROFS file instead of it being
 	// removed (the caller owns it).
 	Keep func(path string)
@@ -100,21 +107,30 @@ func Build(ctx context.Context, src Source, store blob.Store, opts Options) (Lay
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return Layer{}, errdefs.Internal(err, "layer build: rewind")
 	}
-	dg, size, err := blob.FromReader(f)
+	if opts.IndexChunk <= 0 {
+		opts.IndexChunk = blob.DefaultIndexChunk
+	}
+	dg, ix, err := blob.IndexReader(f, opts.IndexChunk)
 	if err != nil {
 		return Layer{}, errdefs.Internal(err, "layer build: hash")
 	}
+	size := ix.BlobSize
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return Layer{}, errdefs.Internal(err, "layer build: rewind")
 	}
 	if err := store.Put(ctx, dg, f, size); err != nil {
 		return Layer{}, fmt.Errorf("layer build %s: store: %w", src, err)
 	}
+	ixb := ix.Marshal()
+	ixd := blob.FromBytes(ixb)
+	if err := store.Put(ctx, ixd, bytes.NewReader(ixb), int64(len(ixb))); err != nil {
+		return Layer{}, fmt.Errorf("layer build %s: store the chunk index: %w", src, err)
+	}
 	if opts.Keep != nil {
 		keep = true
 		opts.Keep(f.Name())
 	}
-	return Layer{Digest: dg, Size: size, Source: src.String(), Entries: b.entries, ContentSize: b.read, BuildTime: time.Since(start)}, nil
+	return Layer{Digest: dg, Size: size, Source: src.String(), Index: ixd, Entries: b.entries, ContentSize: b.read, BuildTime: time.Since(start)}, nil
 }
 
 // Inspect opens an EROFS blob file for reading (checks it parses).

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -183,6 +184,16 @@ func TestBuildFromDirMountsAndMatches(t *testing.T) {
 	if prog != l.ContentSize || prog < 1_000_000 {
 		t.Fatalf("progress %d, content %d", prog, l.ContentSize)
 	}
+	// The chunk index beside the layer pins every 64 KiB chunk of it.
+	rc, err := store.Open(context.Background(), l.Index)
+	must(t, err)
+	ixb, _ := io.ReadAll(rc)
+	rc.Close()
+	ix, err := blob.ParseChunkIndex(ixb)
+	must(t, err)
+	if ix.BlobSize != l.Size || ix.ChunkSize != blob.DefaultIndexChunk || int64(len(ix.Hashes)) != ix.Chunks() || ix.Chunks() < 2 {
+		t.Fatalf("index: size %d chunk %d hashes %d for a %d-byte layer", ix.BlobSize, ix.ChunkSize, len(ix.Hashes), l.Size)
+	}
 	// Reproducible: the same tree gives the same digest.
 	l2, err := layer.Build(context.Background(), layer.Source{Kind: "dir", Arg: src}, store, layer.Options{})
 	must(t, err)
@@ -337,8 +348,8 @@ func TestBuildFromRegistry(t *testing.T) {
 	if ae := errdefs.ToAPI(err); err == nil || !ae.Infrastructure {
 		t.Errorf("unreachable registry: %v (%+v)", err, ae)
 	}
-	if l, _ := store.List(context.Background()); len(l) != 1 {
-		t.Errorf("store holds %v after failed builds", l)
+	if got, _ := store.List(context.Background()); len(got) != 2 || !slices.Contains(got, l.Digest) || !slices.Contains(got, l.Index) {
+		t.Errorf("store holds %v after failed builds, want only the layer and its index", got)
 	}
 }
 

@@ -178,6 +178,18 @@ func (c *Cache) drop(k chunkKey) {
 	_ = os.Remove(c.path(k))
 }
 
+// HasBlob reports whether any chunk of a blob is cached.
+func (c *Cache) HasBlob(hex string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.entries {
+		if k.hex == hex {
+			return true
+		}
+	}
+	return false
+}
+
 // DropBlob removes every cached chunk of a blob (a blob found corrupt).
 func (c *Cache) DropBlob(hex string) {
 	c.mu.Lock()

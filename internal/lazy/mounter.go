@@ -20,7 +20,7 @@ var _ images.LayerMounter = Mounter{}
 func (m Mounter) Acquire(ctx context.Context, holder string, layers []images.Layer) ([]string, error) {
 	refs := make([]LayerRef, len(layers))
 	for i, l := range layers {
-		refs[i] = LayerRef{Digest: l.Digest, Store: l.Store, Size: l.Size, Prefetch: m.Prefetch}
+		refs[i] = LayerRef{Digest: l.Digest, Store: l.Store, Size: l.Size, Prefetch: m.Prefetch, Index: l.Index}
 	}
 	return m.Client.Acquire(ctx, holder, refs)
 }

@@ -1,0 +1,66 @@
+package blob
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/sha256"
+	"testing"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+func TestChunkIndexRoundTrip(t *testing.T) {
+	for _, size := range []int{0, 1, 4096, 4097, 3*4096 + 17} {
+		data := make([]byte, size)
+		rand.Read(data)
+		dg, ix, err := IndexReader(bytes.NewReader(data), 4096)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if dg != FromBytes(data) || ix.BlobSize != int64(size) || int64(len(ix.Hashes)) != ix.Chunks() {
+			t.Fatalf("size %d: digest %s size %d chunks %d/%d", size, dg, ix.BlobSize, len(ix.Hashes), ix.Chunks())
+		}
+		for i, h := range ix.Hashes {
+			end := min((i+1)*4096, size)
+			if h != sha256.Sum256(data[i*4096:end]) {
+				t.Fatalf("size %d: chunk %d hash wrong", size, i)
+			}
+		}
+		got, err := ParseChunkIndex(ix.Marshal())
+		if err != nil || got.ChunkSize != 4096 || got.BlobSize != int64(size) || len(got.Hashes) != len(ix.Hashes) {
+			t.Fatalf("size %d: parse: %+v %v", size, got, err)
+		}
+	}
+}
+
+func TestParseChunkIndexRejects(t *testing.T) {
+	_, ix, _ := IndexReader(bytes.NewReader(make([]byte, 10000)), 4096)
+	good := ix.Marshal()
+	for name, b := range map[string][]byte{
+		"empty":     nil,
+		"magic":     append([]byte("XXXXXXXX"), good[8:]...),
+		"truncated": good[:len(good)-1],
+		"extra":     append(append([]byte{}, good...), 0),
+		"chunk0":    append(append(append([]byte{}, good[:8]...), make([]byte, 8)...), good[16:]...),
+	} {
+		if _, err := ParseChunkIndex(b); errdefs.CodeOf(err) != api.CodeBadGateway {
+			t.Errorf("%s: %v, want bad_gateway", name, err)
+		}
+	}
+}
+
+func FuzzParseChunkIndex(f *testing.F) {
+	_, ix, _ := IndexReader(bytes.NewReader(make([]byte, 9000)), 4096)
+	f.Add(ix.Marshal())
+	f.Add([]byte(indexMagic))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ix, err := ParseChunkIndex(b)
+		if err != nil {
+			return
+		}
+		if int64(len(ix.Hashes)) != ix.Chunks() || !bytes.Equal(ix.Marshal(), b) {
+			t.Fatalf("accepted an index that does not round-trip")
+		}
+	})
+}
