@@ -39,13 +39,12 @@
 // HTTP response) is streamed to the client as it comes and logged after, as a
 // hash.
 //
-// In the Pebble store (the default) the started mark is applied and handed to
-// the WAL writer with a sync request that Begin does not wait for: the writer
-// goroutine writes it to the WAL file at once (from then on it survives a
-// process crash; a crash in the microseconds before that loses it, and the step
-// would run again) and fsyncs it while the step runs. (A NoSync write would stay
-// in the writer's memory until the next sync.) Finish waits for its fsync;
-// concurrent steps share fsyncs (one per commit group), and WAL files are
+// In the Pebble store (the default) the started mark is committed with a WAL
+// sync request, and Begin returns when the WAL writer has written it to the WAL
+// file: the file system wrapper lazyWALFS skips the fsync of a WAL group that
+// no durable write waits for (a Pebble NoSync write would stay in the writer's
+// memory until the next sync). Finish waits for its fsync, one
+// per commit group, which also covers the marks before it; WAL files are
 // recycled, so the fsync is usually of preallocated space. In the bbolt store
 // the started mark is a transaction committed without fsync (written to the page
 // cache before Begin returns) and commits are grouped: one committer goroutine

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -74,31 +75,32 @@ type PebbleOptions struct {
 	CacheSize    int64  // default 8 MiB
 	// Logger gets Pebble's errors (default slog.Default()).
 	Logger *slog.Logger
+	fs     vfs.FS // tests: under the lazy WAL (default vfs.Default)
 }
 
 // Pebble is the embedded default Store on github.com/cockroachdb/pebble: a WAL
 // fsync'd once per commit group (WAL files are recycled, so the fsync is of
 // preallocated space), memtables flushed to sstables in the background.
 //
-// Every write takes the lock of its trajectory (striped), reads, decides, applies
-// its batch to the memtable with a WAL sync requested, and releases the lock
-// before waiting for the fsync, so that concurrent steps share fsyncs. Begin
-// does not wait: its started mark is handed to the WAL writer, which writes it to
-// the file at once and fsyncs it in the background while the step runs; Finish,
-// Abort, Delete, Rebind and Prune wait. (A Pebble NoSync write would stay in
-// the WAL writer's memory until the next sync or a full 32 KiB block, which a
-// process crash loses.)
+// Every write takes the lock of its trajectory (1024 stripes), reads, decides,
+// and commits its batch with a WAL sync before it unlocks, so that no reader
+// sees (and no replay answers from) a record before it is on disk; writes of
+// other trajectories share the fsyncs (Pebble's commit pipeline groups them).
+// Finish, Abort, Delete, Rebind and Prune wait for an fsync. Begin waits until
+// the WAL writer has written its started mark to the WAL file, whose fsync
+// lazyWALFS skips unless a durable write shares it (a Pebble NoSync write would
+// stay in the writer's memory until the next sync or a full 32 KiB block, which
+// a process crash loses).
 type Pebble struct {
 	db   *pebble.DB
+	fs   *lazyWALFS
 	dir  string
 	boot string
 
-	locks [64]sync.Mutex
+	locks [1024]sync.Mutex
 	// mu guards closed; operations hold it shared.
 	mu     sync.RWMutex
 	closed bool
-	// marks counts started marks whose WAL fsync is still running.
-	marks sync.WaitGroup
 }
 
 var _ Store = (*Pebble)(nil)
@@ -118,7 +120,12 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	}
 	cache := pebble.NewCache(o.CacheSize)
 	defer cache.Unref()
+	if o.fs == nil {
+		o.fs = vfs.Default
+	}
+	fs := newLazyWALFS(o.fs)
 	db, err := pebble.Open(dir, &pebble.Options{
+		FS:                 fs,
 		Cache:              cache,
 		MemTableSize:       o.MemTableSize,
 		MaxOpenFiles:       256,
@@ -128,7 +135,7 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open trajectory log %s: %w", dir, err)
 	}
-	return &Pebble{db: db, dir: dir, boot: NewBoot()}, nil
+	return &Pebble{db: db, fs: fs, dir: dir, boot: NewBoot()}, nil
 }
 
 // pebbleLogger passes Pebble's errors to slog and drops its information lines.
@@ -158,7 +165,7 @@ func (p *Pebble) Close() error {
 	}
 	p.closed = true
 	p.mu.Unlock()
-	p.marks.Wait()
+	p.fs.force.Store(true) // a clean close leaves every mark on disk
 	return p.db.Close()
 }
 
@@ -195,26 +202,16 @@ func (p *Pebble) lockAll() func() {
 	}
 }
 
-// commit applies b with a WAL sync requested (visible at once), calls unlock,
-// and then waits for the fsync, or leaves the wait to a goroutine when !wait.
-// The caller is inside enter.
-func (p *Pebble) commit(b *pebble.Batch, unlock func(), wait bool) error {
-	err := p.db.ApplyNoSyncWait(b, pebble.Sync)
+// commit commits b with a WAL sync, then unlocks: the sync is an fsync when
+// durable, else (a started mark) the WAL write, whose fsync lazyWALFS skips
+// unless a durable write shares it. The caller is inside enter.
+func (p *Pebble) commit(b *pebble.Batch, unlock func(), durable bool) error {
+	if durable {
+		p.fs.durable.Add(1)
+		defer p.fs.durable.Add(-1)
+	}
+	err := b.Commit(pebble.Sync)
 	unlock()
-	if err != nil {
-		b.Close()
-		return err
-	}
-	if !wait {
-		p.marks.Add(1)
-		go func() {
-			defer p.marks.Done()
-			_ = b.SyncWait() // a failed WAL sync fails every later one: Finish reports it
-			b.Close()
-		}()
-		return nil
-	}
-	err = b.SyncWait()
 	b.Close()
 	return err
 }
@@ -303,7 +300,7 @@ func (p *Pebble) Begin(ctx context.Context, req BeginRequest) (Decision, error) 
 		unlock()
 		b.Close()
 	} else {
-		err = p.commit(b, unlock, false) // the mark's fsync runs while the step does
+		err = p.commit(b, unlock, false)
 	}
 	if err != nil {
 		return Decision{}, errdefs.Internal(err, "trajectory log")

@@ -180,3 +180,32 @@ func TestOpenNodeMigratesBolt(t *testing.T) {
 }
 
 func jsonOf(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestPebbleLargeBodies: bodies up to MaxBodyLog make batches larger than the
+// memtable (Pebble writes them as flushable batches).
+func TestPebbleLargeBodies(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "log")
+	p, err := OpenPebble(dir, PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := bytes.Repeat([]byte("i"), 8<<20)
+	out := bytes.Repeat([]byte("o"), MaxBodyLog)
+	if _, err := p.Begin(ctx, BeginRequest{Trajectory: "big", N: 1, Op: OpWriteFile, Fingerprint: "f",
+		Input: in, InputStored: true, SandboxID: "sb"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Finish(ctx, "big", 1, Result{Status: 200, Body: out, BodySize: int64(len(out))}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if p, err = OpenPebble(dir, PebbleOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, steps, err := p.Get(ctx, "big")
+	if err != nil || len(steps) != 1 || !bytes.Equal(steps[0].Input, in) || !bytes.Equal(steps[0].Result.Body, out) {
+		t.Fatalf("large bodies: %v", err)
+	}
+}

@@ -1,0 +1,108 @@
+package trajectory
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// syncCountFS is a file system that counts the syncs reaching WAL files.
+func syncCountFS(fs vfs.FS, n *atomic.Int64) vfs.FS {
+	return walFS{FS: fs, wrap: func(f vfs.File) vfs.File { return &syncCountFile{f, n} }}
+}
+
+type syncCountFile struct {
+	vfs.File
+	n *atomic.Int64
+}
+
+func (f *syncCountFile) Sync() error     { f.n.Add(1); return f.File.Sync() }
+func (f *syncCountFile) SyncData() error { f.n.Add(1); return f.File.SyncData() }
+
+// TestPebbleStartedMarks: a started mark is written to the WAL file without an
+// fsync (a copy of the files, which is what a killed process leaves, has it);
+// Finish fsyncs.
+func TestPebbleStartedMarks(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "log")
+	var syncs atomic.Int64
+	p, err := OpenPebble(dir, PebbleOptions{fs: syncCountFS(vfs.Default, &syncs)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	req := func(id string, n int) BeginRequest {
+		return BeginRequest{Trajectory: id, N: n, Op: OpExec, Fingerprint: "f", SandboxID: "sb", Now: time.Now()}
+	}
+	base := syncs.Load()
+	for i := range 20 {
+		if _, err := p.Begin(ctx, req("mark"+strings.Repeat("x", i), 1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := syncs.Load() - base; n != 0 {
+		t.Fatalf("started marks alone caused %d WAL fsyncs", n)
+	}
+	// What a killed process leaves: the files as the page cache has them.
+	crashed := filepath.Join(t.TempDir(), "crashed")
+	if err := os.CopyFS(crashed, os.DirFS(dir)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Finish(ctx, "mark", 1, Result{Status: 200, Body: []byte("ok")}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if syncs.Load() == base {
+		t.Fatal("Finish did not fsync the WAL")
+	}
+	os.Remove(filepath.Join(crashed, "LOCK"))
+	c, err := OpenPebble(crashed, PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Begin(ctx, req("markxxx", 1)); errdefs.CodeOf(err) != api.CodeOutcomeUnknown {
+		t.Fatalf("a mark lost by a process crash: %v", err)
+	}
+}
+
+// TestLazyWALDirty: a real sync first fsyncs the WAL files whose syncs were
+// skipped, and Close fsyncs a dirty file.
+func TestLazyWALDirty(t *testing.T) {
+	var syncs atomic.Int64
+	fs := newLazyWALFS(syncCountFS(vfs.NewMem(), &syncs))
+	f1, _ := fs.Create("1.log", walCategory)
+	f2, _ := fs.Create("2.log", walCategory)
+	f3, _ := fs.Create("3.log", walCategory)
+	other, _ := fs.Create("MANIFEST", "pebble-manifest")
+	for _, f := range []vfs.File{f1, f2, f3, other} {
+		if err := f.SyncData(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := syncs.Load(); n != 0 {
+		t.Fatalf("skippable WAL syncs reached the disk: %d", n)
+	}
+	fs.durable.Add(1)
+	if err := f2.SyncData(); err != nil || syncs.Load() != 3 {
+		t.Fatalf("a real sync should fsync the dirty WAL files too: %d %v", syncs.Load(), err)
+	}
+	fs.durable.Add(-1)
+	_ = f1.Sync()
+	if err := f1.Close(); err != nil || syncs.Load() != 4 {
+		t.Fatalf("closing a dirty WAL file should fsync it: %d %v", syncs.Load(), err)
+	}
+	if err := f3.Close(); err != nil || syncs.Load() != 4 {
+		t.Fatalf("closing a clean WAL file should not: %d %v", syncs.Load(), err)
+	}
+	f2.Close()
+	other.Close()
+}
