@@ -71,7 +71,7 @@ func benchImageCmd() *cobra.Command {
 	c.Flags().StringSliceVar(&sweep, "chunk-sweep", nil, "extra lazy cold runs at these chunk sizes, e.g. 32k,64k,128k,256k")
 	c.Flags().IntVar(&o.ReadAheadKB, "read-ahead-kb", 0, "loop device readahead in KiB (0: layerd's default; -1: the kernel's)")
 	c.Flags().BoolVar(&o.BufferedLoop, "buffered-loop", false, "loop device reads the FUSE blob file through the page cache (default: direct I/O)")
-	c.Flags().BoolVar(&o.FileBacked, "file-backed", false, "mount erofs on the FUSE blob file itself (no loop device)")
+	c.Flags().BoolVar(&o.LoopDevice, "loop", false, "mount layers through a loop device instead of directly on the FUSE blob file")
 	c.Flags().Int64Var(&o.Rate, "rate", 100_000_000, "blob store bandwidth in bytes per second")
 	c.Flags().IntVar(&o.N, "n", 100, "sandboxes per image kind for the create-rate comparison (-1 skips it)")
 	c.Flags().IntVar(&o.Parallel, "parallel", 4, "concurrent creates")

@@ -35,11 +35,12 @@ type ImageOptions struct {
 	// Sweep adds a lazy cold run for each of these chunk sizes (same layer, each on
 	// a fresh node) to the result.
 	Sweep []int64
-	// ReadAheadKB and BufferedLoop set the loop device's readahead and I/O mode
-	// (lazy.Config; 0/false: layerd's defaults).
+	// ReadAheadKB sets the readahead of the FUSE file (and of the loop device
+	// with LoopDevice); BufferedLoop the loop device's I/O mode (lazy.Config;
+	// 0/false: layerd's defaults, no loop device).
 	ReadAheadKB  int
 	BufferedLoop bool
-	FileBacked   bool
+	LoopDevice   bool
 	// Rate throttles the blob store in bytes per second (default 100 MB/s).
 	Rate int64
 	// ScratchDir holds the blob store, the images dir and the nodes' data dirs
@@ -309,7 +310,7 @@ func writeManifest(imagesDir, name string, m map[string]any) error {
 func openImageNode(ctx context.Context, o ImageOptions, dataDir, imagesDir, prefetch string, chunk int64) (*daemon.Daemon, func() error, error) {
 	d, err := daemon.New(ctx, daemon.Config{
 		DataDir: dataDir, ImagesDir: imagesDir, DefaultImage: benchLayeredImage, Logger: o.Logger, Token: "bench",
-		Layers:        lazy.Config{ChunkSize: chunk, ReadAheadKB: o.ReadAheadKB, BufferedLoop: o.BufferedLoop, FileBacked: o.FileBacked},
+		Layers:        lazy.Config{ChunkSize: chunk, ReadAheadKB: o.ReadAheadKB, BufferedLoop: o.BufferedLoop, LoopDevice: o.LoopDevice},
 		LayerPrefetch: prefetch,
 	})
 	if err != nil {

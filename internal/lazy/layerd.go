@@ -74,9 +74,10 @@ type Config struct {
 	// BufferedLoop has the loop device read the FUSE blob file through the page
 	// cache instead of with direct I/O (a second cached copy, FUSE readahead).
 	BufferedLoop bool `json:"buffered_loop,omitempty"`
-	// FileBacked mounts erofs on the FUSE blob file itself, without a loop device
-	// (falls back to one on ENOTBLK).
-	FileBacked bool `json:"file_backed,omitempty"`
+	// LoopDevice mounts each layer through a loop device on the FUSE blob file
+	// instead of directly on the file (file-backed erofs, the default, which
+	// falls back to a loop device where the kernel refuses it with ENOTBLK).
+	LoopDevice bool `json:"loop_device,omitempty"`
 }
 
 func (c *Config) defaults() {
@@ -340,7 +341,7 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref LayerRef) (*layerState, 
 		return nil, false, errdefs.Internal(err, "layer mountpoint")
 	}
 	src := filepath.Join(FuseDir(d.cfg.Root), h)
-	li, err := mountErofs(src, l.mnt, d.cfg.FileBacked, d.cfg.BufferedLoop, d.cfg.ReadAheadKB)
+	li, err := mountErofs(src, l.mnt, !d.cfg.LoopDevice, d.cfg.BufferedLoop, d.cfg.ReadAheadKB)
 	if err != nil {
 		l.mu.Lock()
 		cerr := l.corrupt

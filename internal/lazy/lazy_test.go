@@ -290,7 +290,7 @@ func TestClientLayerd(t *testing.T) {
 	storeDir, dg, _ := buildLayer(t)
 	ctx := context.Background()
 	root := t.TempDir()
-	c := NewClient(Config{Root: root, Grace: time.Hour})
+	c := NewClient(Config{Root: root, Grace: time.Hour, LoopDevice: true}) // the fallback path
 	// Without layerd there is nothing held: these answer without starting one.
 	if err := c.Release(ctx, "x"); err != nil {
 		t.Fatal(err)
@@ -366,7 +366,7 @@ func TestClientLayerd(t *testing.T) {
 func TestFileBackedMount(t *testing.T) {
 	needRoot(t)
 	storeDir, dg, _ := buildLayer(t)
-	d := newTestDaemon(t, Config{Grace: time.Hour, FileBacked: true})
+	d := newTestDaemon(t, Config{Grace: time.Hour})
 	resp, err := d.Acquire(context.Background(), AcquireRequest{Holder: "a", Layers: []LayerRef{{Digest: dg, Store: "dir:" + storeDir}}})
 	if err != nil {
 		t.Fatal(err)
