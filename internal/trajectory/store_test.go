@@ -54,6 +54,7 @@ func TestBoltStoreSolo(t *testing.T)  { storetest.Run(t, boltFactory(trajectory.
 
 func TestPebbleStore(t *testing.T) {
 	storetest.Run(t, diskFactory("trajectories", func(p string) (trajectory.Store, error) {
-		return trajectory.OpenPebble(p, trajectory.PebbleOptions{})
+		// Small memtables: the suite also crosses memtable flushes.
+		return trajectory.OpenPebble(p, trajectory.PebbleOptions{MemTableSize: 1 << 20})
 	}))
 }
