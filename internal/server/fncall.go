@@ -1,12 +1,15 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"sync"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -58,6 +61,28 @@ func (s *Server) fnCall(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
+}
+
+// prepareFnCall reads a FnCall step's body (checking it decodes), keeps it as
+// the step's input and puts it back for fnCall.
+func (s *Server) prepareFnCall(w http.ResponseWriter, r *http.Request) (stepInput, error) {
+	if r.ContentLength > maxFnCallBody {
+		return stepInput{}, tooLarge(maxFnCallBody)
+	}
+	raw, err := io.ReadAll(&limitedReader{r: r.Body, n: maxFnCallBody})
+	if err != nil {
+		return stepInput{}, tooLarge(maxFnCallBody)
+	}
+	var req api.FnCallRequest
+	if err := decodeJSON(bytes.NewReader(raw), maxFnCallBody, &req); err != nil {
+		return stepInput{}, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(raw))
+	in := stepInput{args: trajectory.NormalizeFnCall(req)}
+	if len(raw) <= trajectory.MaxBodyLog {
+		in.input, in.stored = raw, true
+	}
+	return in, nil
 }
 
 // fnCallBatch handles POST /v1/fncall/batch: the body is validated as a whole

@@ -59,7 +59,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/trajectories/{traj}/export", s.exportTrajectory},
 		{"POST /v1/trajectories/{traj}/rebuild", s.rebuildTrajectory},
 
-		{"POST /v1/fncall", s.fnCall},
+		{"POST /v1/fncall", s.step(trajectory.OpFnCall, s.prepareFnCall, s.fnCall)},
 		{"POST /v1/fncall/batch", s.fnCallBatch},
 	}
 }

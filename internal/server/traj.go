@@ -89,10 +89,8 @@ func (s *Server) runStep(w http.ResponseWriter, r *http.Request, op string, tag 
 		Input: in.input, InputStored: in.stored, SandboxID: sandboxID, Now: time.Now()}
 	var sb api.Sandbox
 	var sbErr error
-	checked := false
-	if tag.n == 1 { // may start the trajectory: it keeps the sandbox's parameters
+	if sandboxID != "" { // the step may start or bind the trajectory: it keeps the sandbox's parameters
 		sb, sbErr = s.node.Get(ctx, sandboxID)
-		checked = true
 		if sbErr == nil {
 			breq.Create = createParams(sb)
 		}
@@ -111,10 +109,7 @@ func (s *Server) runStep(w http.ResponseWriter, r *http.Request, op string, tag 
 			s.log.ErrorContext(ctx, "trajectory: abort step", "trajectory", tag.id, "step", tag.n, "err", err)
 		}
 	}
-	if !checked {
-		sb, sbErr = s.node.Get(ctx, sandboxID)
-	}
-	if lost, cause := sandboxLost(sb, sbErr); lost {
+	if lost, cause := sandboxLost(sb, sbErr); sandboxID != "" && lost {
 		abort(trajectory.Rollback)
 		if dec.New {
 			s.writeError(w, r, sbErr) // a new trajectory on a sandbox that does not exist
@@ -168,8 +163,8 @@ func (s *Server) runStep(w http.ResponseWriter, r *http.Request, op string, tag 
 	}
 	if code := rec.header().Get(ErrorHeader); code != "" {
 		e := api.NewError(code, "")
-		gone := code == api.CodeSandboxGone
-		if code == api.CodeNotFound {
+		gone := sandboxID != "" && code == api.CodeSandboxGone
+		if sandboxID != "" && code == api.CodeNotFound {
 			_, gerr := s.node.Get(ctx, sandboxID)
 			gone = errdefs.Is(gerr, api.CodeNotFound)
 		}

@@ -69,6 +69,47 @@ func NormalizeExec(op string, req api.ExecRequest) ExecArgs {
 	return a
 }
 
+// FnCallArgs are the normalised arguments of a FnCall: the request with file
+// contents and test data replaced by their sha256 (the whole request is the step's
+// input).
+type FnCallArgs struct {
+	Language string            `json:"language,omitempty"`
+	Cmd      []string          `json:"cmd,omitempty"`
+	Files    map[string]string `json:"files_sha256,omitempty"`
+	Tests    []FnCallTestArgs  `json:"tests"`
+	Limits   api.FnCallLimits  `json:"limits"`
+	Env      map[string]string `json:"env,omitempty"`
+	Image    string            `json:"image,omitempty"`
+	Device   string            `json:"device,omitempty"`
+}
+
+// FnCallTestArgs is one normalised test.
+type FnCallTestArgs struct {
+	StdinSHA256    string             `json:"stdin_sha256"`
+	ExpectedSHA256 *string            `json:"expected_sha256,omitempty"`
+	Compare        *api.FnCallCompare `json:"compare,omitempty"`
+}
+
+// NormalizeFnCall returns a FnCall's normalised arguments.
+func NormalizeFnCall(req api.FnCallRequest) FnCallArgs {
+	a := FnCallArgs{Language: req.Language, Cmd: req.Cmd, Limits: req.Limits, Env: req.Env, Image: req.Image,
+		Device: req.Device, Tests: make([]FnCallTestArgs, len(req.Tests))}
+	if len(req.Files) > 0 {
+		a.Files = make(map[string]string, len(req.Files))
+		for p, c := range req.Files {
+			a.Files[p] = SHA256([]byte(c))
+		}
+	}
+	for i, t := range req.Tests {
+		a.Tests[i] = FnCallTestArgs{StdinSHA256: SHA256([]byte(t.Stdin)), Compare: t.Compare}
+		if t.ExpectedOutput != nil {
+			h := SHA256([]byte(*t.ExpectedOutput))
+			a.Tests[i].ExpectedSHA256 = &h
+		}
+	}
+	return a
+}
+
 // FileArgs are the normalised arguments of the file operations.
 type FileArgs struct {
 	Path          string `json:"path"`

@@ -42,6 +42,10 @@ func startMeta(meta *Meta, req BeginRequest) (m *Meta, created bool) {
 	if meta == nil {
 		meta, created = newMeta(req), true
 	}
+	if meta.SandboxID == "" && req.SandboxID != "" {
+		meta.SandboxID, meta.Create = req.SandboxID, req.Create
+		meta.Sandboxes = []string{req.SandboxID}
+	}
 	meta.Last = max(meta.Last, req.N)
 	meta.Count++
 	meta.UpdatedAt = req.Now

@@ -24,6 +24,9 @@ const (
 	OpMkdir         = "mkdir"
 	OpRemove        = "remove"
 	OpHTTP          = "http"
+	// OpFnCall is a FnCall run (POST /v1/fncall): a step with no sandbox. It is
+	// replayed like any other and skipped by a rebuild (it changes no sandbox).
+	OpFnCall = "fncall"
 )
 
 // Mutating reports whether a rebuild re-executes steps of op.
@@ -175,7 +178,9 @@ func EffectiveState(s *Step, boot string) string {
 //   - finished, same fingerprint: replay (conflict if its answer was too large);
 //   - started by this store instance: conflict (in flight);
 //   - started by an earlier instance, or marked unknown: outcome_unknown;
-//   - not logged (N == last+1, or a rolled-back hole): live, in the bound sandbox.
+//   - not logged (N == last+1, or a rolled-back hole): live, in the bound sandbox
+//     (a step with no sandbox, fncall, runs in any; the first step with one binds
+//     a trajectory that had none).
 func Decide(meta *Meta, cur *Step, req BeginRequest, boot string) (replay *Step, live bool, err error) {
 	if meta == nil {
 		if req.N != 1 {
@@ -195,7 +200,7 @@ func Decide(meta *Meta, cur *Step, req BeginRequest, boot string) (replay *Step,
 				"trajectory %q diverged at step %d: logged %s %s, requested %s %s",
 				req.Trajectory, req.N, cur.Op, cur.Fingerprint, req.Op, req.Fingerprint)
 		}
-		if !slices.Contains(meta.Sandboxes, req.SandboxID) && req.SandboxID != meta.SandboxID {
+		if req.SandboxID != "" && !slices.Contains(meta.Sandboxes, req.SandboxID) && req.SandboxID != meta.SandboxID {
 			return nil, false, api.NewError(api.CodeConflict,
 				"trajectory %q is bound to sandbox %s, not %s", req.Trajectory, meta.SandboxID, req.SandboxID)
 		}
@@ -216,7 +221,9 @@ func Decide(meta *Meta, cur *Step, req BeginRequest, boot string) (replay *Step,
 				req.N, req.Trajectory, meta.Last+1)
 		}
 	}
-	if req.SandboxID != meta.SandboxID {
+	// A step without a sandbox (fncall) runs in any trajectory; the first sandbox
+	// step of a trajectory that had none binds it.
+	if req.SandboxID != "" && meta.SandboxID != "" && req.SandboxID != meta.SandboxID {
 		if slices.Contains(meta.Sandboxes, req.SandboxID) {
 			return nil, false, api.NewError(api.CodeConflict,
 				"trajectory %q was rebuilt onto sandbox %s: send its new steps there, not to %s",
@@ -230,8 +237,11 @@ func Decide(meta *Meta, cur *Step, req BeginRequest, boot string) (replay *Step,
 
 // newMeta is the meta of a trajectory created by req.
 func newMeta(req BeginRequest) *Meta {
-	return &Meta{ID: req.Trajectory, SandboxID: req.SandboxID, Sandboxes: []string{req.SandboxID},
-		Create: req.Create, CreatedAt: req.Now, UpdatedAt: req.Now}
+	m := &Meta{ID: req.Trajectory, SandboxID: req.SandboxID, Create: req.Create, CreatedAt: req.Now, UpdatedAt: req.Now}
+	if req.SandboxID != "" {
+		m.Sandboxes = []string{req.SandboxID}
+	}
+	return m
 }
 
 // startedStep is the record Begin writes.

@@ -99,6 +99,31 @@ func Run(t *testing.T, f Factory) {
 			t.Fatalf("get: %+v %+v %v", meta, steps, err)
 		}
 	})
+	t.Run("SandboxlessSteps", func(t *testing.T) {
+		s := f.Open(t)
+		fn := func(n int, fp string) trajectory.BeginRequest {
+			r := req("fc", n, fp)
+			r.Op, r.SandboxID, r.Create = trajectory.OpFnCall, "", api.CreateSandboxRequest{}
+			return r
+		}
+		live(t, s, fn(1, "judge-1")) // a trajectory may start without a sandbox
+		finish(t, s, "fc", 1, `{"verdict":"accepted"}`)
+		if d, err := s.Begin(ctx, fn(1, "judge-1")); err != nil || d.Replay == nil {
+			t.Fatalf("fncall replay: %+v %v", d, err)
+		}
+		live(t, s, req("fc", 2, "exec")) // the first sandbox step binds it
+		finish(t, s, "fc", 2, "x")
+		live(t, s, fn(3, "judge-2")) // fncall steps run whatever the sandbox
+		finish(t, s, "fc", 3, "y")
+		r := req("fc", 4, "exec2")
+		r.SandboxID = "sb2"
+		_, err := s.Begin(ctx, r)
+		wantCode(t, err, api.CodeConflict) // bound to sb1 now
+		meta, _, err := s.Get(ctx, "fc")
+		if err != nil || meta.SandboxID != "sb1" || len(meta.Sandboxes) != 1 || meta.Create.Image != "img" || meta.Last != 3 {
+			t.Fatalf("meta after binding: %+v %v", meta, err)
+		}
+	})
 	t.Run("RestartUnknown", func(t *testing.T) {
 		s := f.Open(t)
 		live(t, s, req("r", 1, "f1"))

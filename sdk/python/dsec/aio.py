@@ -865,6 +865,12 @@ class AsyncTrajectory:
     def files(self) -> "AsyncFiles":
         return self.sandbox().files
 
+    async def fncall(self, *a: Any, **kw: Any) -> FnCallResult:
+        """See :meth:`dsec.Trajectory.fncall`."""
+        req = Req("POST", "/v1/fncall", json_body=fncall_body(*a, **kw), retry=True,
+                  timeout=fncall_http_timeout(self.client.timeout))
+        return FnCallResult.from_json(decode_json((await self._step(req, False))[2]) or {})
+
     async def get(self) -> TrajectoryInfo:
         return TrajectoryInfo.from_json(await self.client._json(Req("GET", _traj_path(self.id), retry=True)) or {})
 

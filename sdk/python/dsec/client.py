@@ -845,7 +845,7 @@ class Trajectory:
     moves past it, so the next call continues. Steps are sequential: one at a time.
 
     Tagged calls: exec, exec_stream, spawn, files.read/read_text/write/mkdir/
-    remove/upload/upload_tar, http. Others (stat, list, processes, pause, ...) are
+    remove/upload/upload_tar, http, and ``traj.fncall`` (no sandbox). Others (stat, list, processes, pause, ...) are
     sent untagged.
     """
 
@@ -936,6 +936,13 @@ class Trajectory:
     def files(self) -> Files:
         """The bound sandbox's files, as steps."""
         return self.sandbox().files
+
+    def fncall(self, *a: Any, **kw: Any) -> FnCallResult:
+        """A FnCall (same arguments as :meth:`Client.fncall`) as a step: it needs no
+        sandbox, and a re-issued step is answered from the log, not run again."""
+        req = Req("POST", "/v1/fncall", json_body=fncall_body(*a, **kw), retry=True,
+                  timeout=fncall_http_timeout(self.client.timeout))
+        return FnCallResult.from_json(decode_json(self._step(req, False)[2]) or {})
 
     # ---- the log ---------------------------------------------------------------------
 

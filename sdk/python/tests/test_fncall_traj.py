@@ -135,6 +135,29 @@ def test_trajectory_replay_resume(client: Any, sb: Any) -> None:
         t2.delete()
 
 
+def test_trajectory_fncall_steps(client: Any, sb: Any) -> None:
+    """A FnCall is a step with no sandbox: a resumed trainer gets the logged verdict
+    and output (a random number here: a re-run would print another) and goes on."""
+    tid = "pytest-fc-" + os.urandom(6).hex()
+    rnd = "import random; print(random.random())"
+    t1 = client.trajectory(tid)
+    first = t1.fncall(language="python3", source=rnd, tests=[{}])
+    assert first.verdict == "accepted" and not t1.last_replayed
+    t1.exec(sb, "echo ok")   # the first sandbox step binds the trajectory
+    t2 = client.trajectory(tid)
+    again = t2.fncall(language="python3", source=rnd, tests=[{}])
+    assert t2.last_replayed and again.tests[0].stdout == first.tests[0].stdout
+    assert t2.exec(sb, "echo ok").replayed
+    live = t2.fncall(language="python3", source=rnd, tests=[{}])   # step 3 runs live
+    assert not t2.last_replayed and live.tests[0].stdout != first.tests[0].stdout
+    with pytest.raises(dsec.TrajectoryDivergedError):
+        client.trajectory(tid).fncall(language="python3", source="print(2)", tests=[{}])
+    steps = t2.steps()
+    assert [s.op for s in steps] == ["fncall", "exec", "fncall"]
+    assert t2.get().sandbox_id == sb.id
+    t2.delete()
+
+
 def test_trajectory_files_stream_http(client: Any, sb: Any) -> None:
     tid = "pytest-f-" + os.urandom(6).hex()
 
