@@ -43,15 +43,19 @@ func benchImageCmd() *cobra.Command {
 				fmt.Printf("base layer of %s: %.1f MB EROFS, built in %.1f s; chunk %d KiB, store throttled to %.0f MB/s\n",
 					r.Image, float64(r.BlobBytes)/1e6, r.LayerBuildS, r.ChunkSize>>10, float64(r.RateBytesPerS)/1e6)
 			}
-			for _, run := range []bench.ColdRun{r.Lazy, r.Full} {
+			for _, run := range []bench.ColdRun{r.Lazy, r.Prefetch, r.Full} {
 				if run.Mode == "" {
 					continue
 				}
-				fmt.Printf("%-4s: create %.3f s, first output %.3f s, total %.3f s, fetched %.2f MB in %d fetches (cache hits %d, misses %d; loop direct I/O %v, readahead %d KiB)\n",
+				fmt.Printf("%-8s: create %.3f s, first output %.3f s, total %.3f s, fetched %.2f MB in %d fetches (cache hits %d, misses %d; loop direct I/O %v, readahead %d KiB)\n",
 					run.Mode, run.CreateS, run.FirstOutputS, run.TotalS, float64(run.BytesFetched)/1e6, run.Fetches, run.CacheHits, run.CacheMisses, run.LoopDirectIO, run.ReadAheadKB)
 			}
 			fmt.Printf("fetched_fraction %.4f, speedup %.2fx (lazy %.3f s vs full %.3f s to first output; %.2fx vs the bare transfer of the blob, %.3f s)\n",
 				r.FetchedFraction, r.Speedup, r.LazyFirstOutputS, r.FullFirstOutputS, r.SpeedupVsFloor, r.FullTransferFloorS)
+			if r.PrefetchFirstOutputS > 0 {
+				fmt.Printf("with the lazy run's access list as prefetch list: first output %.3f s, %.2fx full, %.2fx the bare transfer (fetched %.4f)\n",
+					r.PrefetchFirstOutputS, r.PrefetchSpeedup, r.PrefetchSpeedupVsFloor, r.PrefetchedFetchedFraction)
+			}
 			for _, s := range r.ChunkSweep {
 				fmt.Printf("chunk %4d KiB: fetched %.2f MB (%.4f) in %d fetches, first output %.3f s\n",
 					s.ChunkSize>>10, float64(s.BytesFetched)/1e6, s.FetchedFraction, s.Fetches, s.FirstOutputS)
@@ -73,6 +77,7 @@ func benchImageCmd() *cobra.Command {
 	c.Flags().BoolVar(&o.BufferedLoop, "buffered-loop", false, "loop device reads the FUSE blob file through the page cache (default: direct I/O)")
 	c.Flags().BoolVar(&o.LoopDevice, "loop", false, "mount layers through a loop device instead of directly on the FUSE blob file")
 	c.Flags().Int64Var(&o.Rate, "rate", 100_000_000, "blob store bandwidth in bytes per second")
+	c.Flags().DurationVar(&o.Latency, "latency", 0, "blob store round trip added to every read (e.g. 2ms)")
 	c.Flags().IntVar(&o.N, "n", 100, "sandboxes per image kind for the create-rate comparison (-1 skips it)")
 	c.Flags().IntVar(&o.Parallel, "parallel", 4, "concurrent creates")
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")

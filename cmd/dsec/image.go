@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,8 +16,10 @@ import (
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/envstore"
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // imageCmd is `dsec image`: layers and environments on this node's data dir.
@@ -182,7 +185,45 @@ func imageCmd() *cobra.Command {
 			}
 			return es.Remove(args[0])
 		}}
-	c.AddCommand(build, compose, ls, inspect, rm)
+	record := &cobra.Command{Use: "record ENV", Short: "Store the chunks this node's sandboxes read from ENV's layers as their prefetch lists (nodes that mount the layers later fetch those chunks ahead)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			es, bs, err := open()
+			if err != nil {
+				return err
+			}
+			e, err := es.Get(args[0])
+			if err != nil {
+				return err
+			}
+			lc := lazy.NewClient(lazy.Config{Root: filepath.Join(dataDir, "layers")})
+			recorded := 0
+			for i, l := range e.Layers() {
+				al, err := lc.Access(cmd.Context(), l.Digest)
+				if errdefs.CodeOf(err) == api.CodeNotFound || err == nil && len(al.Chunks) == 0 {
+					fmt.Printf("%s %s: nothing read on this node, skipped\n", e.Role(i), l.Digest[:19])
+					continue
+				}
+				if err != nil {
+					return err
+				}
+				b, _ := json.Marshal(al)
+				dg := blob.FromBytes(b)
+				if err := bs.Put(cmd.Context(), dg, bytes.NewReader(b), int64(len(b))); err != nil {
+					return err
+				}
+				if _, err := es.SetPrefetchList(args[0], l.Digest, dg); err != nil {
+					return err
+				}
+				recorded++
+				fmt.Printf("%s %s: %d chunks (%.1f MB) → prefetch list %s\n", e.Role(i), l.Digest[:19], len(al.Chunks),
+					float64(int64(len(al.Chunks))*al.ChunkSize)/1e6, dg[:19])
+			}
+			if recorded == 0 {
+				return errdefs.New(api.CodeConflict, "no layer of %q was read on this node: run its task in a sandbox first", args[0])
+			}
+			return nil
+		}}
+	c.AddCommand(build, compose, ls, inspect, rm, record)
 	return c
 }
 

@@ -60,7 +60,7 @@ func (m *Manager) imageView(img images.Image, usage map[string]images.LayerUsage
 		u := usage[l.Digest]
 		il := api.ImageLayer{Digest: l.Digest, Role: l.Role, BlobStore: l.Store, Size: l.Size,
 			BytesFetched: u.BytesFetched, ChunkSize: u.ChunkSize, CacheHits: u.CacheHits, CacheMisses: u.CacheMisses,
-			Mounted: u.Mounted, Sandboxes: u.Holders}
+			Mounted: u.Mounted, Sandboxes: u.Holders, PrefetchList: l.PrefetchList, Prefetched: u.Prefetched}
 		if il.Size == 0 {
 			il.Size = u.BlobSize
 		}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -41,8 +42,10 @@ type ImageOptions struct {
 	ReadAheadKB  int
 	BufferedLoop bool
 	LoopDevice   bool
-	// Rate throttles the blob store in bytes per second (default 100 MB/s).
-	Rate int64
+	// Rate throttles the blob store in bytes per second (default 100 MB/s);
+	// Latency delays each read from it by a round trip (default none).
+	Rate    int64
+	Latency time.Duration
 	// ScratchDir holds the blob store, the images dir and the nodes' data dirs
 	// (default a new directory under /var/lib/dsec, removed afterwards).
 	ScratchDir string
@@ -89,10 +92,20 @@ type ImageResult struct {
 	LayerBuildS   float64 `json:"layer_build_s"`
 	ChunkSize     int64   `json:"chunk_size"`
 	RateBytesPerS int64   `json:"rate_bytes_per_s"`
+	LatencyMs     float64 `json:"latency_ms"`
 	Task          string  `json:"task"`
 
 	Lazy ColdRun `json:"lazy"`
 	Full ColdRun `json:"full"`
+	// Prefetch is a third never-seen node, on demand plus the access list the lazy
+	// run recorded as the layer's prefetch list (`dsec image record`).
+	Prefetch ColdRun `json:"prefetch"`
+	// PrefetchFirstOutputS and its speedups, as for the lazy run.
+	PrefetchFirstOutputS      float64 `json:"prefetch_first_output_s"`
+	PrefetchSpeedup           float64 `json:"prefetch_speedup"`
+	PrefetchSpeedupVsFloor    float64 `json:"prefetch_speedup_vs_floor"`
+	PrefetchedFetchedFraction float64 `json:"prefetch_fetched_fraction"`
+	access                    lazy.AccessList
 	// FetchedFraction is the lazy run's bytes fetched over the blob's size.
 	FetchedFraction  float64 `json:"fetched_fraction"`
 	BytesFetched     int64   `json:"bytes_fetched"`
@@ -144,6 +157,12 @@ func (r *ImageResult) finish() {
 		if r.Lazy.FirstOutputS > 0 {
 			r.SpeedupVsFloor = round(r.FullTransferFloorS/r.Lazy.FirstOutputS, 2)
 		}
+	}
+	if p := r.Prefetch.FirstOutputS; p > 0 {
+		r.PrefetchFirstOutputS = p
+		r.PrefetchSpeedup = round(r.Full.FirstOutputS/p, 2)
+		r.PrefetchSpeedupVsFloor = round(r.FullTransferFloorS/p, 2)
+		r.PrefetchedFetchedFraction = fraction(r.Prefetch.BytesFetched, r.BlobBytes)
 	}
 	if r.DirCreatesPerS > 0 {
 		r.CreateRatio = round(r.LayeredCreatesPerS/r.DirCreatesPerS, 3)
@@ -197,7 +216,7 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 			o.Then = []string{"git", "--version"}
 		}
 	}
-	res = ImageResult{Image: o.Image, ChunkSize: o.ChunkSize, RateBytesPerS: o.Rate, Task: strings.Join(o.Task, " ")}
+	res = ImageResult{Image: o.Image, ChunkSize: o.ChunkSize, RateBytesPerS: o.Rate, LatencyMs: float64(o.Latency.Microseconds()) / 1000, Task: strings.Join(o.Task, " ")}
 	if len(o.Then) > 0 {
 		res.Task += "; " + strings.Join(o.Then, " ")
 	}
@@ -240,6 +259,9 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 	// An images dir with the layered image and the directory image side by side.
 	imagesDir := filepath.Join(scratch, "images")
 	store := fmt.Sprintf("dir:%s;rate=%d", blobDir, o.Rate)
+	if o.Latency > 0 {
+		store += ";latency=" + o.Latency.String()
+	}
 	// The main runs read the layer through its chunk index (every chunk verified,
 	// chunks of the index's size); the sweep runs, without it, at their own size.
 	sweepDir := filepath.Join(scratch, "images-sweep")
@@ -268,6 +290,27 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s run: %w", mode, err))
 			break
+		}
+	}
+	if len(errs) == 0 && len(res.access.Chunks) > 0 {
+		// The lazy node's access list becomes the layer's prefetch list.
+		b, _ := json.Marshal(res.access)
+		list := blob.FromBytes(b)
+		prefetchDir := filepath.Join(scratch, "images-prefetch")
+		err := bs.Put(ctx, list, bytes.NewReader(b), int64(len(b)))
+		if err == nil {
+			err = writeManifest(prefetchDir, benchLayeredImage, map[string]any{
+				"name": benchLayeredImage, "layers": []string{l.Digest}, "blob_store": store, "sizes": []int64{l.Size},
+				"indexes": []string{l.Index}, "prefetch_lists": []string{list}, "description": "base layer of " + o.Image + " (bench image)",
+			})
+		}
+		if err == nil {
+			so := o
+			so.N = -1
+			res.Prefetch, err = coldRun(ctx, so, scratch, prefetchDir, "prefetch", o.ChunkSize, &res)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("prefetch run: %w", err))
 		}
 	}
 	if len(errs) == 0 {
@@ -447,6 +490,11 @@ func coldRun(ctx context.Context, o ImageOptions, scratch, imagesDir, mode strin
 		if ls.Digest == res.Digest {
 			run.BytesFetched, run.Fetches, run.CacheHits, run.CacheMisses = ls.FetchedBytes, ls.Fetches, ls.CacheHits, ls.CacheMisses
 			run.Verified, run.LoopDirectIO, run.ReadAheadKB = ls.Verified, ls.LoopDirectIO, ls.ReadAheadKB
+		}
+	}
+	if mode == "lazy" {
+		if res.access, err = d.Layers.Access(ctx, res.Digest); err != nil {
+			return run, fmt.Errorf("access list: %w", err)
 		}
 	}
 	if mode != "lazy" || o.N < 0 {

@@ -97,6 +97,9 @@ func TestImageBenchBusybox(t *testing.T) {
 	if !strings.HasPrefix(r.Lazy.Output, "1\n") || r.Lazy.LoopDirectIO {
 		t.Errorf("lazy run: %+v", r.Lazy)
 	}
+	if r.Prefetch.Mode != "prefetch" || !strings.HasPrefix(r.Prefetch.Output, "1\n") || r.PrefetchFirstOutputS <= 0 || r.Prefetch.BytesFetched < r.Lazy.BytesFetched/2 {
+		t.Errorf("prefetch run: %+v", r.Prefetch)
+	}
 	if len(r.ChunkSweep) != 1 || r.ChunkSweep[0].BytesFetched <= 0 {
 		t.Errorf("sweep: %+v", r.ChunkSweep)
 	}

@@ -28,6 +28,9 @@ type LayerRef struct {
 	// Index is the digest of the layer's chunk index (blob.ChunkIndex), if built
 	// with one: nodes verify each chunk they fetch against it.
 	Index string `json:"index,omitempty"`
+	// PrefetchList is the digest of the layer's recorded access list (`dsec image
+	// record`): nodes prefetch those chunks when they first mount the layer.
+	PrefetchList string `json:"prefetch_list,omitempty"`
 }
 
 // Env is an environment manifest.
@@ -313,6 +316,42 @@ func (s *Store) Remove(name string) error {
 		return errdefs.Internal(err, "remove layer %q", name)
 	}
 	return nil
+}
+
+// SetPrefetchList records list (an access list blob's digest, "" to clear) as the
+// prefetch list of layer digest in environment name.
+func (s *Store) SetPrefetchList(name, digest, list string) (Env, error) {
+	if list != "" {
+		if _, err := blob.ParseDigest(list); err != nil {
+			return Env{}, err
+		}
+	}
+	e, err := s.Get(name)
+	if err != nil {
+		return e, err
+	}
+	found := false
+	set := func(r *LayerRef) {
+		if r.Digest == digest {
+			r.PrefetchList, found = list, true
+		}
+	}
+	set(&e.Base)
+	for i := range e.Toolkits {
+		set(&e.Toolkits[i])
+	}
+	if e.Workspace != nil {
+		set(e.Workspace)
+	}
+	if !found {
+		return e, errdefs.NotFound("environment %q has no layer %s", name, digest)
+	}
+	now := time.Now().UTC()
+	e.Updated = &now
+	if _, err := writeJSON(s.envPath(name), e); err != nil {
+		return e, errdefs.Internal(err, "write environment %q", name)
+	}
+	return e, nil
 }
 
 // RebaseStats reports what a Rebase did.

@@ -28,7 +28,7 @@ func (a Images) ResolveEnv(name string) (images.Image, error) {
 	top := e.Layers()
 	img := images.Image{Name: name, Description: "environment"}
 	for i := len(top) - 1; i >= 0; i-- {
-		img.Layers = append(img.Layers, images.Layer{Digest: top[i].Digest, Store: spec, Size: max(top[i].Size, 0), Role: e.Role(i), Index: top[i].Index})
+		img.Layers = append(img.Layers, images.Layer{Digest: top[i].Digest, Store: spec, Size: max(top[i].Size, 0), Role: e.Role(i), Index: top[i].Index, PrefetchList: top[i].PrefetchList})
 	}
 	return img, nil
 }

@@ -35,11 +35,15 @@ type Layer struct {
 	Role   string `json:"role,omitempty"` // base, toolkit or workspace
 	// Index is the digest of the layer's chunk index, if any (blob.ChunkIndex).
 	Index string `json:"index,omitempty"`
+	// PrefetchList is the digest of the layer's recorded access list, if any
+	// (lazy.AccessList): a node mounting the layer prefetches those chunks.
+	PrefetchList string `json:"prefetch_list,omitempty"`
 }
 
 // LayerUsage is a layer's accounting on this node.
 type LayerUsage struct {
 	BlobSize, BytesFetched, ChunkSize, CacheHits, CacheMisses int64
+	Prefetched                                                int64
 	Mounted                                                   bool
 	Holders                                                   int
 }
@@ -74,7 +78,7 @@ type EnvResolver interface {
 // layered environment names layers instead: {"name", "layers": ["sha256:..."]
 // (base first, then toolkits, then the workspace), "blob_store": "dir:PATH",
 // optional "sizes": [bytes per layer], optional "indexes": [chunk index digest per
-// layer, "" for none]}.
+// layer, "" for none], optional "prefetch_lists": [access list digest per layer]}.
 type manifest struct {
 	Name        string   `json:"name"`
 	Lower       []string `json:"lower"`
@@ -83,6 +87,7 @@ type manifest struct {
 	BlobStore   string   `json:"blob_store,omitempty"`
 	Sizes       []int64  `json:"sizes,omitempty"`
 	Indexes     []string `json:"indexes,omitempty"`
+	Prefetch    []string `json:"prefetch_lists,omitempty"`
 }
 
 var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
@@ -171,6 +176,9 @@ func (s *Store) Resolve(name string) (Image, error) {
 			}
 			if i < len(m.Indexes) {
 				l.Index = m.Indexes[i]
+			}
+			if i < len(m.Prefetch) {
+				l.PrefetchList = m.Prefetch[i]
 			}
 			img.Layers = append(img.Layers, l)
 		}

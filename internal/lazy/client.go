@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -215,6 +216,20 @@ func (c *Client) Stats(ctx context.Context) (Stats, error) {
 		return Stats{Layers: []LayerStats{}}, nil
 	}
 	return s, toErr(err)
+}
+
+// Access returns the order in which this node's sandboxes first read the chunks
+// of a mounted layer (not_found if it is not mounted).
+func (c *Client) Access(ctx context.Context, digest string) (AccessList, error) {
+	var al AccessList
+	h, err := blob.ParseDigest(digest)
+	if err != nil {
+		return al, err
+	}
+	if _, ok := c.Running(ctx); !ok {
+		return al, errdefs.NotFound("layerd is not running: no layer is mounted")
+	}
+	return al, toErr(c.call(ctx, "GET", "/access/"+h, nil, &al))
 }
 
 // Stop asks layerd to unmount everything and exit, and waits for it (tests,

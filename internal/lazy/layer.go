@@ -95,6 +95,10 @@ type layerState struct {
 	fetches      atomic.Int64
 	hits         atomic.Int64
 	misses       atomic.Int64
+	prefetched   atomic.Int64 // chunks fetched by a prefetch list
+
+	// stopPrefetch ends a running prefetch (the layer is being unmounted).
+	stopPrefetch context.CancelFunc
 
 	mu       sync.Mutex
 	inflight map[int64]*fetchCall
@@ -103,6 +107,8 @@ type layerState struct {
 	verified bool
 	corrupt  error
 	verifyOn bool // a verification is running
+	touched  map[int64]bool
+	access   []int64 // chunks in first-read order (AccessList)
 }
 
 type fetchCall struct {
@@ -145,6 +151,7 @@ func (l *layerState) readAt(ctx context.Context, p []byte, off int64) (int, erro
 		idx := pos / l.chunk
 		in := pos - idx*l.chunk
 		want := min(int64(len(p)-done), l.chunkLen(idx)-in)
+		l.touch(idx)
 		if n, ok := l.d.cache.ReadAt(l.key(idx), p[done:done+int(want)], in); ok && int64(n) == want {
 			l.hits.Add(1)
 			done += n
@@ -230,8 +237,10 @@ func (l *layerState) markCorrupt(err error) error {
 	return err
 }
 
-// fetchAll fetches every chunk (a full fetch before mount) and verifies the digest.
+// fetchAll fetches every chunk (a full fetch before mount), several at a time, and
+// verifies the digest.
 func (l *layerState) fetchAll(ctx context.Context) error {
+	all := make([]int64, 0, l.nchunk)
 	for idx := int64(0); idx < l.nchunk; idx++ {
 		if l.d.cache.Has(l.key(idx)) {
 			l.mu.Lock()
@@ -239,9 +248,10 @@ func (l *layerState) fetchAll(ctx context.Context) error {
 			l.mu.Unlock()
 			continue
 		}
-		if _, err := l.fetch(ctx, idx); err != nil {
-			return err
-		}
+		all = append(all, idx)
+	}
+	if err := l.fetchMany(ctx, all, nil); err != nil {
+		return err
 	}
 	return l.verify(ctx)
 }
@@ -292,19 +302,21 @@ func (l *layerState) verify(ctx context.Context) error {
 
 // LayerStats is the accounting of one layer on a node.
 type LayerStats struct {
-	Digest       string   `json:"digest"`
-	BlobSize     int64    `json:"blob_size"`
-	FetchedBytes int64    `json:"fetched_bytes"`
-	Fetches      int64    `json:"fetches"`
-	CacheHits    int64    `json:"cache_hits"`
-	CacheMisses  int64    `json:"cache_misses"`
-	ChunkSize    int64    `json:"chunk_size"`
-	Mounted      bool     `json:"mounted"`
-	Mountpoint   string   `json:"mountpoint,omitempty"`
-	Refs         int      `json:"refs"`
-	Holders      []string `json:"holders,omitempty"`
-	Verified     bool     `json:"verified"`
-	Corrupt      string   `json:"corrupt,omitempty"`
+	Digest       string `json:"digest"`
+	BlobSize     int64  `json:"blob_size"`
+	FetchedBytes int64  `json:"fetched_bytes"`
+	Fetches      int64  `json:"fetches"`
+	CacheHits    int64  `json:"cache_hits"`
+	CacheMisses  int64  `json:"cache_misses"`
+	// Prefetched is how many chunks a prefetch list fetched ahead of readers.
+	Prefetched int64    `json:"prefetched_chunks"`
+	ChunkSize  int64    `json:"chunk_size"`
+	Mounted    bool     `json:"mounted"`
+	Mountpoint string   `json:"mountpoint,omitempty"`
+	Refs       int      `json:"refs"`
+	Holders    []string `json:"holders,omitempty"`
+	Verified   bool     `json:"verified"`
+	Corrupt    string   `json:"corrupt,omitempty"`
 	// The loop device under the erofs mount.
 	LoopDevice   string `json:"loop_device,omitempty"`
 	LoopDirectIO bool   `json:"loop_direct_io"`
@@ -314,7 +326,7 @@ type LayerStats struct {
 func (l *layerState) stats() LayerStats {
 	s := LayerStats{
 		Digest: l.digest, BlobSize: l.size, FetchedBytes: l.fetchedBytes.Load(), Fetches: l.fetches.Load(),
-		CacheHits: l.hits.Load(), CacheMisses: l.misses.Load(), ChunkSize: l.chunk,
+		CacheHits: l.hits.Load(), CacheMisses: l.misses.Load(), ChunkSize: l.chunk, Prefetched: l.prefetched.Load(),
 		Mounted: l.mounted, Mountpoint: l.mnt, Refs: len(l.refs),
 	}
 	if l.mounted {

@@ -195,6 +195,9 @@ type LayerRef struct {
 	// then read at the index's chunk size and each is verified as it is fetched.
 	// Without one, chunks are verified only once the whole blob has been read.
 	Index string `json:"index,omitempty"`
+	// PrefetchList is the digest of an AccessList blob: when this node mounts the
+	// layer, it fetches those chunks in the background.
+	PrefetchList string `json:"prefetch_list,omitempty"`
 }
 
 // AcquireRequest asks for layers on behalf of a holder (a sandbox ID).
@@ -306,7 +309,7 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref LayerRef) (*layerState, 
 	}
 	l = &layerState{
 		d: d, digest: ref.Digest, hex: h, size: size, chunk: chunk, store: st, spec: ref.Store,
-		refs: map[string]bool{}, inflight: map[int64]*fetchCall{}, present: map[int64]bool{},
+		refs: map[string]bool{}, inflight: map[int64]*fetchCall{}, present: map[int64]bool{}, touched: map[int64]bool{},
 		mnt: filepath.Join(d.cfg.Root, h, "mnt"),
 	}
 	l.fetchedBytes.Add(ixBytes) // the index is part of what reading the layer costs
@@ -316,6 +319,16 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref LayerRef) (*layerState, 
 	if l.table == nil && ix.Hashes != nil {
 		l.table = ix.Hashes
 	}
+	if ref.PrefetchList != "" && ref.Prefetch != "full" {
+		if _, err := blob.ParseDigest(ref.PrefetchList); err != nil {
+			return nil, false, err
+		}
+		// From now on, in the background: the mount itself reads through the cache
+		// the prefetch warms.
+		pctx, cancel := context.WithCancel(context.Background())
+		l.stopPrefetch = cancel
+		go l.prefetch(pctx, ref.PrefetchList)
+	}
 	bf := &blobFile{l: l}
 	l.node = d.root.NewPersistentInode(ctx, bf, fs.StableAttr{Mode: syscall.S_IFREG})
 	d.root.AddChild(h, l.node, true)
@@ -323,6 +336,9 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref LayerRef) (*layerState, 
 	d.layers[h] = l
 	d.mu.Unlock()
 	cleanup := func() {
+		if l.stopPrefetch != nil {
+			l.stopPrefetch()
+		}
 		d.root.RmChild(h)
 		_ = d.root.NotifyEntry(h)
 		d.mu.Lock()
@@ -362,6 +378,9 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref LayerRef) (*layerState, 
 
 // unmountLocked unmounts a layer without holders. Caller holds opMu.
 func (d *Daemon) unmountLocked(l *layerState) {
+	if l.stopPrefetch != nil {
+		l.stopPrefetch()
+	}
 	if l.mounted {
 		if err := unix.Unmount(l.mnt, 0); err != nil {
 			d.logf("unmount %s: %v; detaching", l.mnt, err)
@@ -503,6 +522,16 @@ func (d *Daemon) Handler() http.Handler {
 	})
 	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, d.Stats())
+	})
+	mux.HandleFunc("GET /access/{hex}", func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		l := d.layers[r.PathValue("hex")]
+		d.mu.Unlock()
+		if l == nil {
+			writeErr(w, errdefs.NotFound("layer %s is not mounted on this node", r.PathValue("hex")))
+			return
+		}
+		writeJSON(w, 200, l.accessList())
 	})
 	mux.HandleFunc("POST /exit", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, struct{}{})

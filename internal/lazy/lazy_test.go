@@ -156,7 +156,7 @@ func TestReadsFetchOnlyTouchedChunks(t *testing.T) {
 		t.Errorf("re-read fetched %d more bytes", cs.bytes.Load()-fetched)
 	}
 	s := d.Stats()
-	if len(s.Layers) != 1 || s.Layers[0].FetchedBytes != fetched || s.Layers[0].CacheMisses == 0 {
+	if len(s.Layers) != 1 || s.Layers[0].FetchedBytes != cs.bytes.Load() || s.Layers[0].CacheMisses == 0 {
 		t.Errorf("stats %+v", s.Layers)
 	}
 	d.Release("a")

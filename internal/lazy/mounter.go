@@ -20,7 +20,7 @@ var _ images.LayerMounter = Mounter{}
 func (m Mounter) Acquire(ctx context.Context, holder string, layers []images.Layer) ([]string, error) {
 	refs := make([]LayerRef, len(layers))
 	for i, l := range layers {
-		refs[i] = LayerRef{Digest: l.Digest, Store: l.Store, Size: l.Size, Prefetch: m.Prefetch, Index: l.Index}
+		refs[i] = LayerRef{Digest: l.Digest, Store: l.Store, Size: l.Size, Prefetch: m.Prefetch, Index: l.Index, PrefetchList: l.PrefetchList}
 	}
 	return m.Client.Acquire(ctx, holder, refs)
 }
@@ -37,7 +37,7 @@ func (m Mounter) LayerUsage(ctx context.Context) (map[string]images.LayerUsage, 
 	out := make(map[string]images.LayerUsage, len(st.Layers))
 	for _, l := range st.Layers {
 		out[l.Digest] = images.LayerUsage{BlobSize: l.BlobSize, BytesFetched: l.FetchedBytes, ChunkSize: l.ChunkSize,
-			CacheHits: l.CacheHits, CacheMisses: l.CacheMisses, Mounted: l.Mounted, Holders: l.Refs}
+			CacheHits: l.CacheHits, CacheMisses: l.CacheMisses, Mounted: l.Mounted, Holders: l.Refs, Prefetched: l.Prefetched}
 	}
 	return out, nil
 }

@@ -45,6 +45,28 @@ func TestThrottle(t *testing.T) {
 	if _, err := OpenStore("dir:" + dir + ";rate=0"); err == nil {
 		t.Fatal("rate=0 accepted")
 	}
+	// Latency: each read waits a round trip; concurrent reads wait theirs at once.
+	slow, err := OpenStore("dir:" + dir + ";latency=20ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			_, _ = slow.ReadAt(context.Background(), dg, make([]byte, 10), 0)
+			done <- struct{}{}
+		}()
+	}
+	for range 4 {
+		<-done
+	}
+	if el := time.Since(t0); el < 20*time.Millisecond || el > 75*time.Millisecond {
+		t.Fatalf("4 concurrent reads 20 ms away took %v, want one round trip", el)
+	}
+	if _, err := OpenStore("dir:" + dir + ";latency=x"); err == nil {
+		t.Fatal("bad latency accepted")
+	}
 	if _, err := OpenStore("dir:" + dir + ";speed=1"); err == nil {
 		t.Fatal("unknown option accepted")
 	}

@@ -226,4 +226,8 @@ type ImageLayer struct {
 	CacheMisses  int64  `json:"cache_misses"`
 	Mounted      bool   `json:"mounted"`
 	Sandboxes    int    `json:"sandboxes"` // sandboxes holding the layer
+	// PrefetchList is the digest of the layer's recorded access list, which a node
+	// prefetches when it first mounts the layer; Prefetched counts those chunks.
+	PrefetchList string `json:"prefetch_list,omitempty"`
+	Prefetched   int64  `json:"prefetched_chunks"`
 }

@@ -125,6 +125,14 @@ func TestLayeredEnvironment(t *testing.T) {
 		t.Fatalf("image inspect: %+v (API says base fetched %d)", inspect, base.BytesFetched)
 	}
 
+	// What the sandboxes read becomes the layers' prefetch lists.
+	if out := n.image(t, "record", "bbenv"); !strings.Contains(out, "prefetch list") {
+		t.Fatalf("image record: %s", out)
+	}
+	if img, err := n.cl.Image(ctx, "bbenv"); err != nil || img.Layers[0].PrefetchList == "" {
+		t.Fatalf("prefetch list not recorded: %+v %v", img, err)
+	}
+
 	if _, errOut, code := n.cli(t, "", "image", "rm", "bbenv", "--data-dir", n.dataDir); code == 0 || !strings.Contains(errOut, "in use") {
 		t.Fatalf("image rm of an environment in use: exit %d, %q", code, errOut)
 	}
