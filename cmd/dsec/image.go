@@ -223,7 +223,35 @@ func imageCmd() *cobra.Command {
 			}
 			return nil
 		}}
-	c.AddCommand(build, compose, ls, inspect, rm, record)
+	var rebaseFrom, rebaseTo string
+	rebase := &cobra.Command{Use: "rebase --from LAYER --to LAYER", Short: "Point every environment that uses one layer at another (a new base or toolkit: one build, then small manifest rewrites; running sandboxes keep their layers)", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			es, _, err := open()
+			if err != nil {
+				return err
+			}
+			from, err := es.ResolveLayer(cmd.Context(), rebaseFrom)
+			if err != nil {
+				return err
+			}
+			to, err := es.ResolveLayer(cmd.Context(), rebaseTo)
+			if err != nil {
+				return err
+			}
+			t0 := time.Now()
+			st, err := es.Rebase(cmd.Context(), from.Digest, to)
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%d of %d environments now use %s instead of %s (%d bytes of manifests, %.3f s)\n",
+				st.Rewritten, st.Scanned, to.Digest[:19], from.Digest[:19], st.BytesWritten, time.Since(t0).Seconds())
+			return nil
+		}}
+	rebase.Flags().StringVar(&rebaseFrom, "from", "", "the layer to replace (name or digest)")
+	rebase.Flags().StringVar(&rebaseTo, "to", "", "the new layer (name or digest)")
+	rebase.MarkFlagRequired("from")
+	rebase.MarkFlagRequired("to")
+	c.AddCommand(build, compose, ls, inspect, rm, record, rebase)
 	return c
 }
 

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/blob"
@@ -376,43 +377,82 @@ func (s *Store) Rebase(ctx context.Context, oldDigest string, newLayer LayerRef)
 		return st, err
 	}
 	now := time.Now().UTC()
-	for _, n := range names {
-		if err := ctx.Err(); err != nil {
-			return st, err
-		}
-		e, err := s.Get(n)
-		if err != nil {
-			return st, err
-		}
-		st.Scanned++
-		changed := false
-		swap := func(r *LayerRef) {
-			if r.Digest == oldDigest {
-				name := r.Name
-				*r = newLayer
-				if r.Name == "" {
-					r.Name = name
+	// Manifests are rewritten by rebaseWorkers at once: each rewrite waits for
+	// its fsync, and concurrent fsyncs share the file system's journal commits.
+	var mu sync.Mutex
+	var firstErr error
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range rebaseWorkers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := range work {
+				rewritten, nb, err := s.rebaseOne(n, oldDigest, newLayer, now)
+				mu.Lock()
+				st.Scanned++
+				if rewritten {
+					st.Rewritten++
+					st.BytesWritten += int64(nb)
 				}
-				changed = true
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
 			}
-		}
-		swap(&e.Base)
-		for i := range e.Toolkits {
-			swap(&e.Toolkits[i])
-		}
-		if e.Workspace != nil {
-			swap(e.Workspace)
-		}
-		if !changed {
-			continue
-		}
-		e.Updated = &now
-		nb, err := writeJSON(s.envPath(n), e)
-		if err != nil {
-			return st, errdefs.Internal(err, "rewrite environment %q", n)
-		}
-		st.Rewritten++
-		st.BytesWritten += int64(nb)
+		}()
 	}
-	return st, nil
+	for _, n := range names {
+		mu.Lock()
+		stop := firstErr != nil
+		mu.Unlock()
+		if stop || ctx.Err() != nil {
+			break
+		}
+		work <- n
+	}
+	close(work)
+	wg.Wait()
+	if firstErr == nil {
+		firstErr = ctx.Err()
+	}
+	return st, firstErr
+}
+
+// rebaseWorkers is how many manifests Rebase rewrites at once.
+const rebaseWorkers = 16
+
+// rebaseOne points environment n's layers that are oldDigest at newLayer.
+func (s *Store) rebaseOne(n, oldDigest string, newLayer LayerRef, now time.Time) (rewritten bool, written int, err error) {
+	e, err := s.Get(n)
+	if err != nil {
+		return false, 0, err
+	}
+	changed := false
+	swap := func(r *LayerRef) {
+		if r.Digest == oldDigest {
+			name := r.Name
+			*r = newLayer
+			if r.Name == "" {
+				r.Name = name
+			}
+			changed = true
+		}
+	}
+	swap(&e.Base)
+	for i := range e.Toolkits {
+		swap(&e.Toolkits[i])
+	}
+	if e.Workspace != nil {
+		swap(e.Workspace)
+	}
+	if !changed {
+		return false, 0, nil
+	}
+	e.Updated = &now
+	nb, err := writeJSON(s.envPath(n), e)
+	if err != nil {
+		return false, 0, errdefs.Internal(err, "rewrite environment %q", n)
+	}
+	return true, nb, nil
 }

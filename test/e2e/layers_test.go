@@ -147,6 +147,26 @@ func TestLayeredEnvironment(t *testing.T) {
 		t.Fatalf("full read after restart: %+v", r)
 	}
 
+	// A new toolkit for every environment using the old one: new sandboxes get it,
+	// running ones keep the layers they were created with.
+	tk2 := t.TempDir()
+	os.MkdirAll(filepath.Join(tk2, "opt", "tool"), 0o755)
+	os.WriteFile(filepath.Join(tk2, "opt", "tool", "hello.txt"), []byte("toolkit v2\n"), 0o644)
+	n.image(t, "build", "--from", "dir:"+tk2, "--name", "bb-tool-v2")
+	if out := n.image(t, "rebase", "--from", "bb-tool", "--to", "bb-tool-v2"); !strings.HasPrefix(out, "1 of 1 environments") {
+		t.Fatalf("rebase: %s", out)
+	}
+	c := n.create(t, api.CreateSandboxRequest{Image: "bbenv"})
+	if r := n.sh(t, c, "cat /opt/tool/hello.txt"); r.Stdout != "toolkit v2\n" {
+		t.Fatalf("sandbox after rebase: %+v", r)
+	}
+	if r := n.sh(t, b, "cat /opt/tool/hello.txt"); r.Stdout != "hello from the toolkit\n" {
+		t.Fatalf("a running sandbox changed with the rebase: %+v", r)
+	}
+	if err := n.cl.Delete(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+
 	if err := n.cl.Delete(ctx, a); err != nil {
 		t.Fatal(err)
 	}
