@@ -59,6 +59,17 @@ func (e Env) Layers() []LayerRef {
 	return append(out, e.Base)
 }
 
+// eachLayer calls fn with a pointer to each of e's layers.
+func (e *Env) eachLayer(fn func(*LayerRef)) {
+	fn(&e.Base)
+	for i := range e.Toolkits {
+		fn(&e.Toolkits[i])
+	}
+	if e.Workspace != nil {
+		fn(e.Workspace)
+	}
+}
+
 // Role names the part layer i of Layers() plays: base, toolkit or workspace.
 func (e Env) Role(i int) string {
 	switch {
@@ -337,13 +348,7 @@ func (s *Store) SetPrefetchList(name, digest, list string) (Env, error) {
 			r.PrefetchList, found = list, true
 		}
 	}
-	set(&e.Base)
-	for i := range e.Toolkits {
-		set(&e.Toolkits[i])
-	}
-	if e.Workspace != nil {
-		set(e.Workspace)
-	}
+	e.eachLayer(set)
 	if !found {
 		return e, errdefs.NotFound("environment %q has no layer %s", name, digest)
 	}
@@ -439,13 +444,7 @@ func (s *Store) rebaseOne(n, oldDigest string, newLayer LayerRef, now time.Time)
 			changed = true
 		}
 	}
-	swap(&e.Base)
-	for i := range e.Toolkits {
-		swap(&e.Toolkits[i])
-	}
-	if e.Workspace != nil {
-		swap(e.Workspace)
-	}
+	e.eachLayer(swap)
 	if !changed {
 		return false, 0, nil
 	}
