@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,10 +15,8 @@ import (
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/envstore"
-	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/lazy"
-	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // imageCmd is `dsec image`: layers and environments on this node's data dir.
@@ -191,35 +188,13 @@ func imageCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e, err := es.Get(args[0])
+			lc := lazy.NewClient(lazy.Config{Root: filepath.Join(dataDir, "layers")})
+			recorded, err := daemon.RecordPrefetch(cmd.Context(), es, bs, lc, args[0])
+			for _, r := range recorded {
+				fmt.Printf("%s %s: %d chunks (%.1f MB) → prefetch list %s\n", r.Role, r.Digest[:19], r.Chunks, float64(r.Bytes)/1e6, r.List[:19])
+			}
 			if err != nil {
 				return err
-			}
-			lc := lazy.NewClient(lazy.Config{Root: filepath.Join(dataDir, "layers")})
-			recorded := 0
-			for i, l := range e.Layers() {
-				al, err := lc.Access(cmd.Context(), l.Digest)
-				if errdefs.CodeOf(err) == api.CodeNotFound || err == nil && len(al.Chunks) == 0 {
-					fmt.Printf("%s %s: nothing read on this node, skipped\n", e.Role(i), l.Digest[:19])
-					continue
-				}
-				if err != nil {
-					return err
-				}
-				b, _ := json.Marshal(al)
-				dg := blob.FromBytes(b)
-				if err := bs.Put(cmd.Context(), dg, bytes.NewReader(b), int64(len(b))); err != nil {
-					return err
-				}
-				if _, err := es.SetPrefetchList(args[0], l.Digest, dg); err != nil {
-					return err
-				}
-				recorded++
-				fmt.Printf("%s %s: %d chunks (%.1f MB) → prefetch list %s\n", e.Role(i), l.Digest[:19], len(al.Chunks),
-					float64(int64(len(al.Chunks))*al.ChunkSize)/1e6, dg[:19])
-			}
-			if recorded == 0 {
-				return errdefs.New(api.CodeConflict, "no layer of %q was read on this node: run its task in a sandbox first", args[0])
 			}
 			return nil
 		}}

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/fncall"
@@ -138,16 +139,23 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		cfg.Layers.Root = filepath.Join(cfg.DataDir, "layers")
 	}
 	layers := lazy.NewClient(cfg.Layers)
-	envs, err := envstore.Open(EnvStoreDir(cfg.DataDir), nil)
+	blobSpec := BlobSpec(cfg.BlobStore, cfg.DataDir)
+	blobs, err := blob.Open(blobSpec, true)
+	if err != nil {
+		drv.Close()
+		return nil, fmt.Errorf("blob store: %w", err)
+	}
+	envs, err := envstore.Open(EnvStoreDir(cfg.DataDir), blobs)
 	if err != nil {
 		drv.Close()
 		return nil, err
 	}
+	envs.Spec = blobSpec
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes,
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
-			Envs:   envstore.Images{Store: envs, DefaultSpec: BlobSpec(cfg.BlobStore, cfg.DataDir)}},
+			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},
 	})
 	if err != nil {
 		drv.Close()
@@ -169,7 +177,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
-	srv := server.New(fnCallNode{mgr, fc}, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj})
+	srv := server.New(node{Manager: mgr, fc: fc, envs: envs, layers: layers}, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj})
 	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
@@ -234,14 +242,17 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	return errors.Join(errs...)
 }
 
-// fnCallNode is the agent plus the FnCall engine: the server serves /v1/fncall
-// when its node implements server.FnCaller.
-type fnCallNode struct {
+// node is the agent plus the FnCall engine and the environment store: the server
+// serves /v1/fncall and the image routes when its node implements
+// server.FnCaller and server.ImageManager.
+type node struct {
 	*agent.Manager
-	fc *fncall.Engine
+	fc     *fncall.Engine
+	envs   *envstore.Store
+	layers *lazy.Client
 }
 
-func (n fnCallNode) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+func (n node) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	return n.fc.Call(ctx, req)
 }
 

@@ -21,6 +21,9 @@ func (s *Server) routes() []route {
 		{"GET /v1/openapi.yaml", s.openAPI},
 		{"GET /v1/images", s.listImages},
 		{"GET /v1/images/{name}", s.getImage},
+		{"POST /v1/images", s.composeImage},
+		{"DELETE /v1/images/{name}", s.deleteImage},
+		{"POST /v1/images/{name}/record", s.recordImage},
 
 		{"POST /v1/sandboxes", s.createSandbox},
 		{"GET /v1/sandboxes", s.listSandboxes},

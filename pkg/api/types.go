@@ -213,6 +213,25 @@ type Image struct {
 	BytesFetched int64 `json:"bytes_fetched,omitempty"`
 }
 
+// ComposeImageRequest is the body of POST /v1/images: an environment from layers
+// already built into the node's blob store (`dsec image build`), by name or digest.
+type ComposeImageRequest struct {
+	Name      string   `json:"name"`
+	Base      string   `json:"base"`
+	Toolkits  []string `json:"toolkits,omitempty"` // bottom to top
+	Workspace string   `json:"workspace,omitempty"`
+}
+
+// RecordedLayer is one layer POST /v1/images/{name}/record stored a prefetch
+// list for: the chunks this node's sandboxes read from it.
+type RecordedLayer struct {
+	Role   string `json:"role"`
+	Digest string `json:"digest"`
+	Chunks int    `json:"chunks"`
+	Bytes  int64  `json:"bytes"`
+	List   string `json:"prefetch_list"`
+}
+
 // ImageLayer is one layer of a layered environment and its accounting on this node
 // (zero until the node first mounts it).
 type ImageLayer struct {

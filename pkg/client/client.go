@@ -317,6 +317,26 @@ func (c *Client) Image(ctx context.Context, name string) (api.Image, error) {
 	return out, err
 }
 
+// ComposeImage composes an environment from layers in the node's blob store.
+func (c *Client) ComposeImage(ctx context.Context, req api.ComposeImageRequest) (api.Image, error) {
+	var out api.Image
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/images", json: req}, &out)
+	return out, err
+}
+
+// DeleteImage removes an environment (conflict while a sandbox uses it).
+func (c *Client) DeleteImage(ctx context.Context, name string) error {
+	return c.do(ctx, call{method: http.MethodDelete, path: "/v1/images/" + url.PathEscape(name)}, nil)
+}
+
+// RecordImage stores what the node's sandboxes read from the environment's layers
+// as their prefetch lists.
+func (c *Client) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error) {
+	var out []api.RecordedLayer
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/images/" + url.PathEscape(name) + "/record"}, &out)
+	return out, err
+}
+
 // OpenAPI returns the server's OpenAPI document.
 func (c *Client) OpenAPI(ctx context.Context) ([]byte, error) {
 	resp, err := c.send(ctx, call{method: http.MethodGet, path: "/v1/openapi.yaml", retry: true})

@@ -258,3 +258,56 @@ func TestLayeredEnvironmentErrors(t *testing.T) {
 		t.Fatalf("neighbour disturbed: %+v", r)
 	}
 }
+
+// TestImagesAPI composes, records and removes an environment through the HTTP API
+// (layers built with the CLI), with the errors a client must be able to tell apart.
+func TestImagesAPI(t *testing.T) {
+	if _, err := os.Stat(filepath.Join(imagesDir, "busybox", "image.json")); err != nil {
+		t.Skip("busybox image missing (run `make setup`)")
+	}
+	n := layeredNode(t)
+	ctx := context.Background()
+	n.buildLayers(t, "cli-env")
+	img, err := n.cl.ComposeImage(ctx, api.ComposeImageRequest{Name: "api-env", Base: "bb-base", Toolkits: []string{"bb-tool"}})
+	if err != nil || img.Kind != "layered" || len(img.Layers) != 2 || img.Layers[1].Role != "toolkit" {
+		t.Fatalf("compose: %+v %v", img, err)
+	}
+	for _, c := range []struct {
+		req  api.ComposeImageRequest
+		code string
+	}{
+		{api.ComposeImageRequest{Name: "x", Base: "no-such-layer"}, api.CodeNotFound},
+		{api.ComposeImageRequest{Name: "Bad Name", Base: "bb-base"}, api.CodeInvalidArgument},
+		{api.ComposeImageRequest{Name: "x"}, api.CodeInvalidArgument},
+	} {
+		if _, err := n.cl.ComposeImage(ctx, c.req); apiCode(err) != c.code {
+			t.Errorf("compose %+v: %v, want %s", c.req, err, c.code)
+		}
+	}
+	if _, err := n.cl.RecordImage(ctx, "api-env"); apiCode(err) != api.CodeConflict {
+		t.Errorf("record before any read: %v, want conflict", err)
+	}
+	id := n.create(t, api.CreateSandboxRequest{Image: "api-env"})
+	if r := n.sh(t, id, "cat /opt/tool/hello.txt"); r.Stdout != "hello from the toolkit\n" {
+		t.Fatalf("sandbox on the composed env: %+v", r)
+	}
+	rec, err := n.cl.RecordImage(ctx, "api-env")
+	if err != nil || len(rec) == 0 || rec[0].Chunks == 0 || rec[0].List == "" {
+		t.Fatalf("record: %+v %v", rec, err)
+	}
+	if err := n.cl.DeleteImage(ctx, "api-env"); apiCode(err) != api.CodeConflict {
+		t.Fatalf("delete while in use: %v", err)
+	}
+	if err := n.cl.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.cl.DeleteImage(ctx, "api-env"); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	if _, err := n.cl.Image(ctx, "api-env"); apiCode(err) != api.CodeNotFound {
+		t.Fatalf("after delete: %v", err)
+	}
+	if err := n.cl.DeleteImage(ctx, "api-env"); apiCode(err) != api.CodeNotFound {
+		t.Fatalf("second delete: %v", err)
+	}
+}

@@ -156,6 +156,18 @@ class AsyncClient:
     async def image(self, name: str) -> Dict[str, Any]:
         return dict(await self._json(Req("GET", "/v1/images/" + _core.esc(name), retry=True)) or {})
 
+    async def compose_image(self, name: str, base: str, toolkits: Optional[List[str]] = None,
+                            workspace: Optional[str] = None) -> Dict[str, Any]:
+        """See :meth:`dsec.Client.compose_image`."""
+        body = {"name": name, "base": base, "toolkits": list(toolkits or []), "workspace": workspace or ""}
+        return dict(await self._json(Req("POST", "/v1/images", json_body=body)) or {})
+
+    async def delete_image(self, name: str) -> None:
+        await self._send(Req("DELETE", "/v1/images/" + _core.esc(name)))
+
+    async def record_image(self, name: str) -> List[Dict[str, Any]]:
+        return list(await self._json(Req("POST", "/v1/images/" + _core.esc(name) + "/record")) or [])
+
     # ---- sandboxes ---------------------------------------------------------------
 
     async def create(

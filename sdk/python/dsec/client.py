@@ -155,6 +155,22 @@ class Client:
         """One image or environment: kind, layers (base first), size, bytes_fetched."""
         return dict(self._json(Req("GET", "/v1/images/" + _core.esc(name), retry=True)) or {})
 
+    def compose_image(self, name: str, base: str, toolkits: Optional[List[str]] = None,
+                      workspace: Optional[str] = None) -> Dict[str, Any]:
+        """Compose an environment from layers already in the node's blob store (by
+        name or digest; ``dsec image build`` makes them). Returns it as image()."""
+        body = {"name": name, "base": base, "toolkits": list(toolkits or []), "workspace": workspace or ""}
+        return dict(self._json(Req("POST", "/v1/images", json_body=body)) or {})
+
+    def delete_image(self, name: str) -> None:
+        """Remove an environment (ConflictError while a sandbox uses it)."""
+        self._send(Req("DELETE", "/v1/images/" + _core.esc(name)))
+
+    def record_image(self, name: str) -> List[Dict[str, Any]]:
+        """Store what this node's sandboxes read from the environment's layers as
+        their prefetch lists (ConflictError if nothing was read yet)."""
+        return list(self._json(Req("POST", "/v1/images/" + _core.esc(name) + "/record")) or [])
+
     # ---- sandboxes ----------------------------------------------------------------
 
     def create(

@@ -33,6 +33,29 @@ def test_health_info(client: Any) -> None:
         client.image("no-such-image")
 
 
+def test_compose_and_delete_image(client: Any, server: Any) -> None:
+    """An environment composed through the API from a layer built with the CLI on
+    the server's data dir (no sandbox on it: layerd is never started)."""
+    import subprocess
+    from conftest import DSEC_BIN
+    rootfs = "/var/lib/dsec/images/busybox/rootfs"
+    if not os.path.isdir(rootfs):
+        pytest.skip("busybox image missing")
+    name = "py-" + os.urandom(4).hex()
+    subprocess.run([DSEC_BIN, "image", "build", "--from", "dir:" + rootfs, "--name", name + "-base",
+                    "--data-dir", server.data_dir], check=True, capture_output=True)
+    img = client.compose_image(name, base=name + "-base")
+    assert img["kind"] == "layered" and img["layers"][0]["role"] == "base", img
+    assert client.image(name)["layers"][0]["digest"].startswith("sha256:")
+    with pytest.raises(dsec.NotFoundError):
+        client.compose_image(name + "-x", base="no-such-layer")
+    with pytest.raises(dsec.ConflictError):
+        client.record_image(name)   # nothing read on this node yet
+    client.delete_image(name)
+    with pytest.raises(dsec.NotFoundError):
+        client.image(name)
+
+
 def test_create_get_list_delete(client: Any) -> None:
     sb = client.create(memory="300m", disk=64 << 20, cpu=0.5, ttl=timedelta(minutes=10),
                        idle_timeout=600, env={"FOO": "bar"}, labels={"k": "v"})
