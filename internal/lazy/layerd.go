@@ -11,8 +11,17 @@
 //     after an agent restart; layers without holders are unmounted after a grace
 //     period.
 //
+// A layer built with a chunk index (blob.ChunkIndex, index.go) is read at the
+// index's chunk size and every fetched chunk is checked against it; without one,
+// the blob is verified once all of it has been read. A layer with a prefetch list
+// (AccessList, prefetch.go) has those chunks fetched in the background when it is
+// first mounted. The loop device path (loop.go) is the fallback where the kernel
+// refuses a file-backed mount.
+//
 // Killing or restarting the agent does not touch any of it: running sandboxes keep
 // reading through layerd, and the restarted agent talks to the same layerd again.
+// layerd itself dying does break the mounts of running sandboxes (the FUSE
+// connection goes with it).
 package lazy
 
 import (
