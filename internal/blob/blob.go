@@ -130,3 +130,30 @@ func ctxErr(err error, op string) error {
 	}
 	return errdefs.Wrap(api.CodeUnavailable, err, "blob %s canceled", op)
 }
+
+// ReadSmall reads a whole small blob (a chunk index, a prefetch list) and checks
+// it against its digest: not_found if the store lacks it, unavailable if the
+// store fails, bad_gateway if it is over max bytes or does not hash to digest.
+func ReadSmall(ctx context.Context, st Store, digest string, max int64) ([]byte, error) {
+	if _, err := ParseDigest(digest); err != nil {
+		return nil, err
+	}
+	n, err := st.Stat(ctx, digest)
+	if err != nil {
+		if errdefs.CodeOf(err) == api.CodeNotFound {
+			return nil, errdefs.NotFound("blob %s not found", digest)
+		}
+		return nil, errdefs.Wrap(api.CodeUnavailable, err, "stat blob %s", digest)
+	}
+	if n > max {
+		return nil, errdefs.New(api.CodeBadGateway, "blob %s is %d bytes (limit %d)", digest, n, max)
+	}
+	b := make([]byte, n)
+	if got, err := st.ReadAt(ctx, digest, b, 0); int64(got) != n {
+		return nil, errdefs.Wrap(api.CodeUnavailable, err, "read blob %s", digest)
+	}
+	if FromBytes(b) != digest {
+		return nil, errdefs.Wrap(api.CodeBadGateway, ErrDigestMismatch, "blob %s does not match its digest", digest)
+	}
+	return b, nil
+}

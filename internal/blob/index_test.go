@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -63,4 +65,41 @@ func FuzzParseChunkIndex(f *testing.F) {
 			t.Fatalf("accepted an index that does not round-trip")
 		}
 	})
+}
+
+func TestReadSmall(t *testing.T) {
+	dir := t.TempDir()
+	st, err := NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("a small blob")
+	dg := FromBytes(data)
+	if err := st.Put(t.Context(), dg, bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := ReadSmall(t.Context(), st, dg, 100); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("read: %q %v", b, err)
+	}
+	for name, c := range map[string]struct {
+		digest string
+		max    int64
+		code   string
+	}{
+		"missing":   {FromBytes([]byte("other")), 100, api.CodeNotFound},
+		"too large": {dg, 4, api.CodeBadGateway},
+		"bad":       {"sha256:xyz", 100, api.CodeInvalidArgument},
+	} {
+		if _, err := ReadSmall(t.Context(), st, c.digest, c.max); errdefs.CodeOf(err) != c.code {
+			t.Errorf("%s: %v, want %s", name, err, c.code)
+		}
+	}
+	// Same size, other content, under the blob's name: a digest mismatch.
+	p := filepath.Join(dir, "sha256", dg[7:])
+	if err := os.WriteFile(p, bytes.Repeat([]byte("x"), len(data)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadSmall(t.Context(), st, dg, 100); errdefs.CodeOf(err) != api.CodeBadGateway {
+		t.Fatalf("tampered blob: %v", err)
+	}
 }

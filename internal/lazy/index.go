@@ -20,26 +20,11 @@ const maxIndexBytes = 64 << 20
 // digest the manifest names and against the layer's size. With it, every chunk
 // fetched on demand is verified before the kernel sees it.
 func loadIndex(ctx context.Context, st blob.Store, ref LayerRef, size int64) (blob.ChunkIndex, int64, error) {
-	if _, err := blob.ParseDigest(ref.Index); err != nil {
-		return blob.ChunkIndex{}, 0, err
-	}
-	n, err := st.Stat(ctx, ref.Index)
+	b, err := blob.ReadSmall(ctx, st, ref.Index, maxIndexBytes)
 	if err != nil {
-		if errdefs.CodeOf(err) == api.CodeNotFound {
-			return blob.ChunkIndex{}, 0, errdefs.NotFound("chunk index %s of layer %s not found in blob store %s", ref.Index, ref.Digest, ref.Store)
-		}
-		return blob.ChunkIndex{}, 0, errdefs.Wrap(api.CodeUnavailable, err, "blob store %s: stat chunk index %s", ref.Store, ref.Index)
+		return blob.ChunkIndex{}, 0, errdefs.Wrap(errdefs.CodeOf(err), err, "chunk index of layer %s in blob store %s", ref.Digest, ref.Store)
 	}
-	if n > maxIndexBytes {
-		return blob.ChunkIndex{}, 0, errdefs.New(api.CodeBadGateway, "chunk index %s of layer %s is %d bytes (limit %d)", ref.Index, ref.Digest, n, maxIndexBytes)
-	}
-	b := make([]byte, n)
-	if got, err := st.ReadAt(ctx, ref.Index, b, 0); int64(got) != n {
-		return blob.ChunkIndex{}, 0, errdefs.Wrap(api.CodeUnavailable, err, "blob store %s: read chunk index %s", ref.Store, ref.Index)
-	}
-	if blob.FromBytes(b) != ref.Index {
-		return blob.ChunkIndex{}, n, errdefs.Wrap(api.CodeBadGateway, blob.ErrDigestMismatch, "chunk index %s of layer %s does not match its digest", ref.Index, ref.Digest)
-	}
+	n := int64(len(b))
 	ix, err := blob.ParseChunkIndex(b)
 	if err != nil {
 		return ix, n, err
