@@ -17,6 +17,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // imageCmd is `dsec image`: layers and environments on this node's data dir.
@@ -140,35 +141,23 @@ func imageCmd() *cobra.Command {
 			}
 			var v any
 			if e, err := es.Get(args[0]); err == nil {
-				type layerOut struct {
-					envstore.LayerRef
-					Role         string `json:"role"`
-					BytesFetched int64  `json:"bytes_fetched"` // by this node's layerd since it started
-					CacheHits    int64  `json:"cache_hits"`
-					CacheMisses  int64  `json:"cache_misses"`
-					Mounted      bool   `json:"mounted"`
-					Sandboxes    int    `json:"sandboxes"`
+				// As GET /v1/images/{name} shows it (layers base first, with this
+				// node's accounting), plus the manifest.
+				img, err := envstore.Images{Store: es, DefaultSpec: es.Spec}.ResolveEnv(args[0])
+				if err != nil {
+					return err
 				}
 				usage, _ := lazy.Mounter{Client: lazy.NewClient(lazy.Config{Root: filepath.Join(dataDir, "layers")})}.LayerUsage(cmd.Context())
-				out := struct {
-					envstore.Env
-					Layers []layerOut `json:"layers"`
-				}{Env: e}
-				for i, l := range e.Layers() {
-					u := usage[l.Digest]
-					out.Layers = append(out.Layers, layerOut{LayerRef: l, Role: e.Role(i), BytesFetched: u.BytesFetched,
-						CacheHits: u.CacheHits, CacheMisses: u.CacheMisses, Mounted: u.Mounted, Sandboxes: u.Holders})
-				}
-				v = out
+				v = struct {
+					api.Image
+					Manifest envstore.Env `json:"manifest"`
+				}{img.View(usage, false), e}
 			} else if l, lerr := es.Layer(args[0]); lerr == nil {
 				v = l
 			} else {
 				return err
 			}
-			b, _ := json.MarshalIndent(v, "", "  ")
-			if !asJSON {
-				b, _ = json.MarshalIndent(v, "", "  ") // the JSON is the readable form too
-			}
+			b, _ := json.MarshalIndent(v, "", "  ") // the JSON is the readable form too
 			fmt.Println(string(b))
 			return nil
 		}}

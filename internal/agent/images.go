@@ -20,7 +20,7 @@ func (m *Manager) Images(ctx context.Context) ([]api.Image, error) {
 		if err != nil {
 			continue // listed but unreadable: GET /v1/images/{name} says why
 		}
-		out = append(out, m.imageView(img, usage))
+		out = append(out, img.View(usage, img.Name == m.cfg.Images.Default))
 	}
 	return out, nil
 }
@@ -35,7 +35,7 @@ func (m *Manager) Image(ctx context.Context, name string) (api.Image, error) {
 	if len(img.Layers) > 0 {
 		usage = m.layerUsage(ctx)
 	}
-	return m.imageView(img, usage), nil
+	return img.View(usage, img.Name == m.cfg.Images.Default), nil
 }
 
 func (m *Manager) layerUsage(ctx context.Context) map[string]images.LayerUsage {
@@ -48,27 +48,6 @@ func (m *Manager) layerUsage(ctx context.Context) map[string]images.LayerUsage {
 		m.log.Warn("layer accounting", "err", err)
 	}
 	return u
-}
-
-func (m *Manager) imageView(img images.Image, usage map[string]images.LayerUsage) api.Image {
-	v := api.Image{Name: img.Name, Kind: "directory", Default: img.Name == m.cfg.Images.Default}
-	if len(img.Layers) == 0 {
-		return v
-	}
-	v.Kind = "layered"
-	for _, l := range img.Layers {
-		u := usage[l.Digest]
-		il := api.ImageLayer{Digest: l.Digest, Role: l.Role, BlobStore: l.Store, Size: l.Size,
-			BytesFetched: u.BytesFetched, ChunkSize: u.ChunkSize, CacheHits: u.CacheHits, CacheMisses: u.CacheMisses,
-			Mounted: u.Mounted, Sandboxes: u.Holders, PrefetchList: l.PrefetchList, Prefetched: u.Prefetched}
-		if il.Size == 0 {
-			il.Size = u.BlobSize
-		}
-		v.Layers = append(v.Layers, il)
-		v.Size += il.Size
-		v.BytesFetched += il.BytesFetched
-	}
-	return v
 }
 
 // ImagesInUse returns the image names used by the sandboxes recorded under

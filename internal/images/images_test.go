@@ -76,3 +76,17 @@ func TestResolveEnvFallback(t *testing.T) {
 		t.Fatalf("mount without a layer service: %v", err)
 	}
 }
+
+func TestView(t *testing.T) {
+	if v := (Image{Name: "tiny", Lower: []string{"/x"}}).View(nil, true); v.Kind != "directory" || !v.Default || len(v.Layers) != 0 {
+		t.Fatalf("directory view %+v", v)
+	}
+	img := Image{Name: "env", Layers: []Layer{{Digest: "sha256:b", Role: "base", Size: 100}, {Digest: "sha256:t", Role: "toolkit"}}}
+	v := img.View(map[string]LayerUsage{"sha256:b": {BytesFetched: 10, Mounted: true, Holders: 2}, "sha256:t": {BlobSize: 50, BytesFetched: 5}}, false)
+	if v.Kind != "layered" || v.Default || len(v.Layers) != 2 || v.Layers[0].Role != "base" || !v.Layers[0].Mounted || v.Layers[0].Sandboxes != 2 {
+		t.Fatalf("layered view %+v", v)
+	}
+	if v.Layers[1].Size != 50 || v.Size != 150 || v.BytesFetched != 15 {
+		t.Fatalf("sizes: layer %d, total %d, fetched %d (want a size from the blob when the manifest has none)", v.Layers[1].Size, v.Size, v.BytesFetched)
+	}
+}

@@ -121,7 +121,7 @@ func TestLayeredEnvironment(t *testing.T) {
 	if err := json.Unmarshal([]byte(n.image(t, "inspect", "bbenv", "--json")), &inspect); err != nil {
 		t.Fatal(err)
 	}
-	if len(inspect.Layers) != 2 || inspect.Layers[1].Role != "base" || inspect.Layers[1].BytesFetched != base.BytesFetched {
+	if len(inspect.Layers) != 2 || inspect.Layers[0].Role != "base" || inspect.Layers[0].BytesFetched != base.BytesFetched {
 		t.Fatalf("image inspect: %+v (API says base fetched %d)", inspect, base.BytesFetched)
 	}
 
