@@ -161,6 +161,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
+	envs.InUse = inUse(mgr)
 	traj, err := trajectory.OpenNode(ctx, cfg.DataDir, cfg.TrajStore, cfg.Logger)
 	if err != nil {
 		mgr.Close()

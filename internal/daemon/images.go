@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -60,18 +61,25 @@ func (n node) Compose(ctx context.Context, req api.ComposeImageRequest) (api.Ima
 }
 
 // RemoveImage implements server.ImageManager: an environment (or layer name) no
-// sandbox on this node uses.
+// sandbox on this node uses (the envstore asks inUse).
 func (n node) RemoveImage(ctx context.Context, name string) error {
-	sbs, err := n.Manager.List(ctx)
-	if err != nil {
-		return err
-	}
-	for _, sb := range sbs {
-		if sb.Image == name {
-			return errdefs.Conflict("%q is in use by sandbox %s", name, sb.ID)
-		}
-	}
 	return n.envs.Remove(name)
+}
+
+// inUse reports whether a sandbox of mgr runs on image name.
+func inUse(mgr *agent.Manager) func(string) bool {
+	return func(name string) bool {
+		sbs, err := mgr.List(context.Background())
+		if err != nil {
+			return true // cannot tell: refuse to be safe
+		}
+		for _, sb := range sbs {
+			if sb.Image == name {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // RecordImage implements server.ImageManager (see RecordPrefetch).
