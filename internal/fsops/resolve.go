@@ -148,9 +148,9 @@ func fchmodDir(dirfd int, name string, perm uint32) error {
 	return unix.Fchmod(fd, perm)
 }
 
-// unixPerm converts an os.FileMode to unix permission bits (with setuid, setgid and
+// UnixPerm converts an os.FileMode to unix permission bits (with setuid, setgid and
 // sticky, given either as os.Mode* flags or as raw 07000 bits), def when mode is 0.
-func unixPerm(mode os.FileMode, def uint32) uint32 {
+func UnixPerm(mode os.FileMode, def uint32) uint32 {
 	if mode == 0 {
 		return def
 	}

@@ -28,7 +28,7 @@ func (f *FS) WriteFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) 
 	if clean == "/" {
 		return api.FileInfo{}, errdefs.Invalid("write /: is a directory")
 	}
-	perm := unixPerm(mode, 0o644)
+	perm := UnixPerm(mode, 0o644)
 	t, err := f.resolveWriteTarget(clean)
 	if err != nil {
 		return api.FileInfo{}, err
@@ -122,7 +122,7 @@ func (f *FS) Mkdir(p string, mode os.FileMode, parents bool) error {
 	if err != nil {
 		return err
 	}
-	perm := unixPerm(mode, 0o755)
+	perm := UnixPerm(mode, 0o755)
 	if parents {
 		return f.mkdirAll(clean, perm)
 	}

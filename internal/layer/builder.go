@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/fsops"
 )
 
 func asErr(err error, target **errdefs.Error) bool { return errors.As(err, target) }
@@ -180,25 +181,10 @@ func (b *builder) symlink(name, target string, m meta) error {
 }
 
 func (b *builder) node(name string, typ uint32, rdev uint64, m meta) error {
-	if err := b.w.Mknod(name, uint16(typ|uint32(unixPerm(m.mode))), uint32(rdev)); err != nil {
+	if err := b.w.Mknod(name, uint16(typ|fsops.UnixPerm(m.mode, 0)), uint32(rdev)); err != nil {
 		return err
 	}
 	return b.setMeta(name, m)
-}
-
-// unixPerm converts Go mode bits to the low 12 Unix bits.
-func unixPerm(m fs.FileMode) uint32 {
-	p := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		p |= unix.S_ISUID
-	}
-	if m&fs.ModeSetgid != 0 {
-		p |= unix.S_ISGID
-	}
-	if m&fs.ModeSticky != 0 {
-		p |= unix.S_ISVTX
-	}
-	return p
 }
 
 // ---- directories ------------------------------------------------------------
