@@ -264,14 +264,18 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 	}
 	// The main runs read the layer through its chunk index (every chunk verified,
 	// chunks of the index's size); the sweep runs, without it, at their own size.
-	sweepDir := filepath.Join(scratch, "images-sweep")
-	for dir, index := range map[string][]string{imagesDir: {l.Index}, sweepDir: nil} {
-		if err := writeManifest(dir, benchLayeredImage, map[string]any{
+	writeLayered := func(dir string, indexes, prefetchLists []string) error {
+		return writeManifest(dir, benchLayeredImage, map[string]any{
 			"name": benchLayeredImage, "layers": []string{l.Digest}, "blob_store": store, "sizes": []int64{l.Size},
-			"indexes": index, "description": "base layer of " + o.Image + " (bench image)",
-		}); err != nil {
-			return res, err
-		}
+			"indexes": indexes, "prefetch_lists": prefetchLists, "description": "base layer of " + o.Image + " (bench image)",
+		})
+	}
+	sweepDir := filepath.Join(scratch, "images-sweep")
+	if err := writeLayered(imagesDir, []string{l.Index}, nil); err != nil {
+		return res, err
+	}
+	if err := writeLayered(sweepDir, nil, nil); err != nil {
+		return res, err
 	}
 	if err := writeManifest(imagesDir, benchDirImage, map[string]any{
 		"name": benchDirImage, "lower": src.Lower, "description": o.Image + " (bench image)",
@@ -299,10 +303,7 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 		prefetchDir := filepath.Join(scratch, "images-prefetch")
 		err := bs.Put(ctx, list, bytes.NewReader(b), int64(len(b)))
 		if err == nil {
-			err = writeManifest(prefetchDir, benchLayeredImage, map[string]any{
-				"name": benchLayeredImage, "layers": []string{l.Digest}, "blob_store": store, "sizes": []int64{l.Size},
-				"indexes": []string{l.Index}, "prefetch_lists": []string{list}, "description": "base layer of " + o.Image + " (bench image)",
-			})
+			err = writeLayered(prefetchDir, []string{l.Index}, []string{list})
 		}
 		if err == nil {
 			so := o
