@@ -17,6 +17,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -385,43 +387,29 @@ func (s *Store) Rebase(ctx context.Context, oldDigest string, newLayer LayerRef)
 	// Manifests are rewritten by rebaseWorkers at once: each rewrite waits for
 	// its fsync, and concurrent fsyncs share the file system's journal commits.
 	var mu sync.Mutex
-	var firstErr error
-	work := make(chan string)
-	var wg sync.WaitGroup
-	for range rebaseWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for n := range work {
-				rewritten, nb, err := s.rebaseOne(n, oldDigest, newLayer, now)
-				mu.Lock()
-				st.Scanned++
-				if rewritten {
-					st.Rewritten++
-					st.BytesWritten += int64(nb)
-				}
-				if err != nil && firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-			}
-		}()
-	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(rebaseWorkers)
 	for _, n := range names {
-		mu.Lock()
-		stop := firstErr != nil
-		mu.Unlock()
-		if stop || ctx.Err() != nil {
+		if gctx.Err() != nil {
 			break
 		}
-		work <- n
+		g.Go(func() error {
+			rewritten, nb, err := s.rebaseOne(n, oldDigest, newLayer, now)
+			mu.Lock()
+			defer mu.Unlock()
+			st.Scanned++
+			if rewritten {
+				st.Rewritten++
+				st.BytesWritten += int64(nb)
+			}
+			return err
+		})
 	}
-	close(work)
-	wg.Wait()
-	if firstErr == nil {
-		firstErr = ctx.Err()
+	err = g.Wait()
+	if err == nil {
+		err = ctx.Err()
 	}
-	return st, firstErr
+	return st, err
 }
 
 // rebaseWorkers is how many manifests Rebase rewrites at once.

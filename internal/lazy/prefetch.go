@@ -3,8 +3,9 @@ package lazy
 import (
 	"context"
 	"encoding/json"
-	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -70,39 +71,29 @@ func ParseAccessList(b []byte, layer string, chunk, nchunk int64) (AccessList, e
 // time (so a store's round trips overlap), counting them in n; it stops at the
 // first error or when ctx ends, and returns that error.
 func (l *layerState) fetchMany(ctx context.Context, idxs []int64, n *atomic.Int64) error {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	work := make(chan int64)
-	var wg sync.WaitGroup
-	for range prefetchWorkers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for idx := range work {
-				if _, err := l.fetch(ctx, idx); err != nil {
-					cancel(err)
-					continue
-				}
-				if n != nil {
-					n.Add(1)
-				}
-			}
-		}()
-	}
-feed:
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(prefetchWorkers)
 	for _, idx := range idxs {
+		if gctx.Err() != nil {
+			break
+		}
 		if l.d.cache.Has(l.key(idx)) {
 			continue
 		}
-		select {
-		case work <- idx:
-		case <-ctx.Done():
-			break feed
-		}
+		g.Go(func() error {
+			if _, err := l.fetch(gctx, idx); err != nil {
+				return err
+			}
+			if n != nil {
+				n.Add(1)
+			}
+			return nil
+		})
 	}
-	close(work)
-	wg.Wait()
-	return context.Cause(ctx)
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // prefetch fetches the chunks of the prefetch list named digest that the cache
