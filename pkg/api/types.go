@@ -97,6 +97,18 @@ type ExecRequest struct {
 	MaxOutputBytes int64 `json:"max_output_bytes,omitempty"`
 	// OutputEncoding is "utf8" (default; invalid bytes are replaced) or "base64".
 	OutputEncoding string `json:"output_encoding,omitempty"`
+	// TTY runs the process on a terminal of Cols x Rows (default 80x24) allocated
+	// inside the sandbox: stdout and stderr are then one stream (stdout), and
+	// Control/StreamInput resizes apply. Streaming exec and background processes.
+	TTY  bool `json:"tty,omitempty"`
+	Cols int  `json:"cols,omitempty"`
+	Rows int  `json:"rows,omitempty"`
+}
+
+// TermSize is a terminal's size in character cells.
+type TermSize struct {
+	Cols int `json:"cols"`
+	Rows int `json:"rows"`
 }
 
 // ExecResult is the answer of a blocking exec, the final event of a streaming exec, and
@@ -139,9 +151,10 @@ type StreamEvent struct {
 // StreamInput is one NDJSON line a client sends after the ExecRequest line in the
 // request body of exec/stream: stdin bytes (base64), end of stdin, or a signal.
 type StreamInput struct {
-	Stdin  []byte `json:"stdin,omitempty"`
-	EOF    bool   `json:"eof,omitempty"`
-	Signal string `json:"signal,omitempty"`
+	Stdin  []byte    `json:"stdin,omitempty"`
+	EOF    bool      `json:"eof,omitempty"`
+	Signal string    `json:"signal,omitempty"`
+	Resize *TermSize `json:"resize,omitempty"` // TTY execs only
 }
 
 // Process describes a background process started with POST .../processes.
