@@ -33,9 +33,14 @@ const (
 type Config struct {
 	// DataDir keeps the agent's records (DataDir/sandboxes/ID.json).
 	DataDir string
-	Driver  driver.Driver
-	Images  *images.Store
-	Node    string
+	// Drivers are the backends, by name; a create picks one by its Backend
+	// (empty: the registry's default) and a record goes back to its own on
+	// recovery.
+	Drivers *driver.Registry
+	// Driver is shorthand for a registry of this one driver.
+	Driver driver.Driver
+	Images *images.Store
+	Node   string
 	// MaxSandboxes bounds how many sandboxes this node admits (0 = 100,000).
 	MaxSandboxes int
 	// MaxCreating bounds concurrent creates; more wait (0 = 64).
@@ -52,11 +57,12 @@ type Sweeper interface {
 
 // Manager implements the node side of the API (server.Node).
 type Manager struct {
-	cfg   Config
-	log   *slog.Logger
-	recs  string // records dir
-	now   func() time.Time
-	slots chan struct{}
+	cfg     Config
+	drivers *driver.Registry
+	log     *slog.Logger
+	recs    string // records dir
+	now     func() time.Time
+	slots   chan struct{}
 
 	mu        sync.RWMutex
 	sandboxes map[string]*sandbox
@@ -76,8 +82,15 @@ type pending struct {
 // New starts a Manager: it re-adopts the sandboxes recorded in DataDir, releases
 // leftovers, and starts the expiry loop.
 func New(ctx context.Context, cfg Config) (*Manager, error) {
-	if cfg.Driver == nil || cfg.Images == nil || cfg.DataDir == "" {
-		return nil, errors.New("agent: Driver, Images and DataDir are required")
+	if (cfg.Driver == nil && cfg.Drivers == nil) || cfg.Images == nil || cfg.DataDir == "" {
+		return nil, errors.New("agent: Drivers (or Driver), Images and DataDir are required")
+	}
+	if cfg.Drivers == nil {
+		r, err := driver.NewRegistry(cfg.Driver)
+		if err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		cfg.Drivers = r
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -95,7 +108,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		cfg.Node, _ = os.Hostname()
 	}
 	m := &Manager{
-		cfg: cfg, log: cfg.Logger, now: cfg.Now,
+		cfg: cfg, drivers: cfg.Drivers, log: cfg.Logger, now: cfg.Now,
 		recs:      filepath.Join(cfg.DataDir, "sandboxes"),
 		slots:     make(chan struct{}, cfg.MaxCreating),
 		sandboxes: map[string]*sandbox{},
@@ -120,15 +133,31 @@ func (m *Manager) adopt(ctx context.Context) error {
 		return fmt.Errorf("agent: load records: %w", err)
 	}
 	keep := map[string]bool{}
+	keepBy := map[string]map[string]bool{} // backend → its sandboxes
 	for _, r := range recs {
-		inst, err := m.cfg.Driver.Recover(ctx, r.Spec, r.DriverState)
+		if r.Backend == "" {
+			r.Backend = api.BackendContainer // records from before backends were recorded
+		}
+		drv, err := m.drivers.Get(r.Backend)
+		if err != nil {
+			// Not this configuration's backend: leave the record for an agent
+			// that has it.
+			m.log.Warn("sandbox of a backend this agent does not run; leaving it", "id", r.ID, "backend", r.Backend)
+			keep[r.ID] = true
+			continue
+		}
+		inst, err := drv.Recover(ctx, r.Spec, r.DriverState)
 		if err != nil {
 			m.log.Warn("sandbox lost while the agent was down; releasing it", "id", r.ID, "err", err)
-			_ = m.cfg.Driver.Cleanup(ctx, r.Spec, r.DriverState)
+			_ = drv.Cleanup(ctx, r.Spec, r.DriverState)
 			_ = removeRecord(m.recs, r.ID)
 			continue
 		}
-		sb := newSandbox(m, r, inst)
+		if keepBy[r.Backend] == nil {
+			keepBy[r.Backend] = map[string]bool{}
+		}
+		keepBy[r.Backend][r.ID] = true
+		sb := newSandbox(m, drv, r, inst)
 		m.sandboxes[r.ID] = sb
 		if r.RequestID != "" {
 			m.byRequest[r.RequestID] = donePending(r.ID)
@@ -137,8 +166,10 @@ func (m *Manager) adopt(ctx context.Context) error {
 		sb.reattachProcs()
 		m.log.Info("re-adopted sandbox", "id", r.ID)
 	}
-	if sw, ok := m.cfg.Driver.(Sweeper); ok {
-		sw.Sweep(ctx, keep)
+	for _, drv := range m.drivers.All() {
+		if sw, ok := drv.(Sweeper); ok {
+			sw.Sweep(ctx, keepBy[drv.Name()])
+		}
 	}
 	if m.cfg.Images.Layers != nil {
 		// Layer holders of sandboxes that vanished while the agent was down, or of
@@ -203,9 +234,12 @@ func (m *Manager) DeleteAll(ctx context.Context) error {
 
 // Info implements server.Node.
 func (m *Manager) Info(ctx context.Context) api.Info {
-	info := api.Info{Version: Version, Node: m.cfg.Node, Backends: []string{m.cfg.Driver.Name()}, Images: m.cfg.Images.List()}
-	if v, ok := m.cfg.Driver.(interface{ CgroupVersion() int }); ok {
-		info.Cgroup = fmt.Sprintf("v%d", v.CgroupVersion())
+	info := api.Info{Version: Version, Node: m.cfg.Node, Backends: m.drivers.Names(), Images: m.cfg.Images.List()}
+	for _, drv := range m.drivers.All() {
+		if v, ok := drv.(interface{ CgroupVersion() int }); ok {
+			info.Cgroup = fmt.Sprintf("v%d", v.CgroupVersion())
+			break
+		}
 	}
 	return info
 }
