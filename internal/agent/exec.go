@@ -99,7 +99,7 @@ func (sb *sandbox) ttySize(req api.ExecRequest) (*api.TermSize, error) {
 		return nil, nil
 	}
 	if !sb.drv.Capabilities().TTY {
-		return nil, errdefs.New(api.CodeNotImplemented, "backend %q has no terminals (tty)", sb.rec.Backend)
+		return nil, errdefs.Invalid("backend %q has no terminals (tty); its capabilities lack TTY", sb.rec.Backend)
 	}
 	ts := &api.TermSize{Cols: req.Cols, Rows: req.Rows}
 	if ts.Cols == 0 && ts.Rows == 0 {

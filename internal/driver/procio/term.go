@@ -188,3 +188,19 @@ func SizeOf(ts *api.TermSize) error {
 	}
 	return CheckSize(ts.Cols, ts.Rows)
 }
+
+// NewPTY finishes a terminal from a freshly opened ptmx fd (non-blocking, so the
+// master is pollable): it sets the size and opens the slave through the master.
+// It takes ownership of masterFD.
+func NewPTY(masterFD, cols, rows int) (master, slave *os.File, err error) {
+	master = os.NewFile(uintptr(masterFD), "pty-master")
+	if err := SetSize(master, cols, rows); err != nil {
+		master.Close()
+		return nil, nil, err
+	}
+	if slave, err = OpenPeer(master); err != nil {
+		master.Close()
+		return nil, nil, errdefs.Internal(err, "open the terminal")
+	}
+	return master, slave, nil
+}
