@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Terminal size bounds: a size outside them is invalid_argument.
@@ -180,14 +179,6 @@ func (t *Term) Close() error {
 
 // NoTTY is the error of Resize on a process without a terminal.
 func NoTTY() error { return errdefs.Invalid("the process has no terminal (start it with tty)") }
-
-// SizeOf validates an optional requested size.
-func SizeOf(ts *api.TermSize) error {
-	if ts == nil {
-		return nil
-	}
-	return CheckSize(ts.Cols, ts.Rows)
-}
 
 // NewPTY finishes a terminal from a freshly opened ptmx fd (non-blocking, so the
 // master is pollable): it sets the size and opens the slave through the master.
