@@ -50,7 +50,7 @@ type Sweeper interface {
 	Sweep(ctx context.Context, keep map[string]bool)
 }
 
-// Manager implements the node side of the API (server.Node).
+// Manager implements the node side of the API (session.Service).
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
@@ -201,13 +201,13 @@ func (m *Manager) DeleteAll(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// Info implements server.Node.
-func (m *Manager) Info(ctx context.Context) api.Info {
+// Info implements session.Service.
+func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 	info := api.Info{Version: Version, Node: m.cfg.Node, Backends: []string{m.cfg.Driver.Name()}, Images: m.cfg.Images.List()}
 	if v, ok := m.cfg.Driver.(interface{ CgroupVersion() int }); ok {
 		info.Cgroup = fmt.Sprintf("v%d", v.CgroupVersion())
 	}
-	return info
+	return info, nil
 }
 
 // Version is the dsec version reported by the API.
@@ -242,7 +242,7 @@ func (m *Manager) Count() int {
 	return len(m.sandboxes)
 }
 
-// List implements server.Node.
+// List implements session.Service.
 func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	all := m.all()
 	out := make([]api.Sandbox, 0, len(all))
@@ -253,7 +253,7 @@ func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	return out, nil
 }
 
-// Get implements server.Node.
+// Get implements session.Service.
 func (m *Manager) Get(ctx context.Context, id string) (api.Sandbox, error) {
 	sb, err := m.get(id)
 	if err != nil {

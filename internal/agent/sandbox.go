@@ -113,7 +113,7 @@ func validate(req *api.CreateSandboxRequest) error {
 	return nil
 }
 
-// Create implements server.Node.
+// Create implements session.Service.
 func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	if err := validate(&req); err != nil {
 		return api.Sandbox{}, err
@@ -235,7 +235,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	return sb, nil
 }
 
-// Delete implements server.Node.
+// Delete implements session.Service.
 func (m *Manager) Delete(ctx context.Context, id string) error {
 	sb, err := m.get(id)
 	if err != nil {
@@ -270,12 +270,12 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// Pause implements server.Node.
+// Pause implements session.Service.
 func (m *Manager) Pause(ctx context.Context, id string) (api.Sandbox, error) {
 	return m.setPaused(ctx, id, true)
 }
 
-// Resume implements server.Node.
+// Resume implements session.Service.
 func (m *Manager) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 	return m.setPaused(ctx, id, false)
 }
@@ -312,7 +312,7 @@ func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (api.San
 	return sb.view(), nil
 }
 
-// Reset implements server.Node: the sandbox gets a fresh writable layer and fresh
+// Reset implements session.Service: the sandbox gets a fresh writable layer and fresh
 // processes; its ID, image, limits and metadata stay.
 func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 	sb, err := m.get(id)

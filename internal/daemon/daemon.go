@@ -178,7 +178,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
-	srv := server.New(node{Manager: mgr, fc: fc, envs: envs, layers: layers}, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj})
+	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
+	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj,
+		Images: mgr, ImageManager: n, FnCall: n})
 	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
@@ -243,9 +245,8 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	return errors.Join(errs...)
 }
 
-// node is the agent plus the FnCall engine and the environment store: the server
-// serves /v1/fncall and the image routes when its node implements
-// server.FnCaller and server.ImageManager.
+// node is the agent plus the FnCall engine and the environment store: the
+// server's server.FnCaller and server.ImageManager.
 type node struct {
 	*agent.Manager
 	fc     *fncall.Engine

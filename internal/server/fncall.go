@@ -13,8 +13,8 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// FnCaller runs FnCalls (internal/fncall.Engine). A Node that also implements it
-// serves POST /v1/fncall and /v1/fncall/batch; others answer not_implemented.
+// FnCaller runs FnCalls (internal/fncall.Engine) for POST /v1/fncall and
+// /v1/fncall/batch.
 type FnCaller interface {
 	Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error)
 }
@@ -31,8 +31,8 @@ const (
 )
 
 func (s *Server) fnCaller() (FnCaller, error) {
-	if fc, ok := s.node.(FnCaller); ok {
-		return fc, nil
+	if s.opts.FnCall != nil {
+		return s.opts.FnCall, nil
 	}
 	return nil, errdefs.New(api.CodeNotImplemented, "this node does not serve FnCall")
 }
