@@ -18,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -35,7 +36,9 @@ type Config struct {
 	DataDir string
 	Driver  driver.Driver
 	Images  *images.Store
-	Node    string
+	// Node is this node's name, encoded in every sandbox ID it creates (see
+	// session.NewID); default: the host name made valid (session.NodeNameFrom).
+	Node string
 	// MaxSandboxes bounds how many sandboxes this node admits (0 = 100,000).
 	MaxSandboxes int
 	// MaxCreating bounds concurrent creates; more wait (0 = 64).
@@ -57,6 +60,7 @@ type Manager struct {
 	recs  string // records dir
 	now   func() time.Time
 	slots chan struct{}
+	newID func() string
 
 	mu        sync.RWMutex
 	sandboxes map[string]*sandbox
@@ -92,7 +96,11 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Node == "" {
-		cfg.Node, _ = os.Hostname()
+		host, _ := os.Hostname()
+		cfg.Node = session.NodeNameFrom(host)
+	}
+	if err := session.CheckNodeName(cfg.Node); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
 	}
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now,
@@ -102,6 +110,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		byRequest: map[string]*pending{},
 		stop:      make(chan struct{}),
 	}
+	m.newID = func() string { return session.NewID(cfg.Node) }
 	if err := os.MkdirAll(m.recs, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -209,6 +218,9 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 	}
 	return info, nil
 }
+
+// Node returns this node's name (the one its sandbox IDs carry).
+func (m *Manager) Node() string { return m.cfg.Node }
 
 // Version is the dsec version reported by the API.
 const Version = "0.1.0"

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"sort"
@@ -68,12 +66,6 @@ func (sb *sandbox) save() error {
 		return errdefs.Internal(err, "save sandbox record")
 	}
 	return nil
-}
-
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
 }
 
 // validate fills defaults and checks a create request.
@@ -181,7 +173,7 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 	if n >= m.cfg.MaxSandboxes {
 		return nil, errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
 	}
-	id := newID()
+	id := m.newID()
 	if len(img.Layers) > 0 {
 		// A layered environment: layerd mounts its layers (once per node) and holds
 		// them for this sandbox until Delete.

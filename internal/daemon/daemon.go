@@ -51,7 +51,10 @@ type Config struct {
 	// Token is the API bearer token; empty means read DataDir/token or create it.
 	Token        string
 	MaxSandboxes int
-	Logger       *slog.Logger
+	// NodeName names this node in every sandbox ID it creates (default: the host
+	// name made valid; see session.NewID).
+	NodeName string
+	Logger   *slog.Logger
 	// TrajMaxAge deletes trajectories not updated for this long (default
 	// DefaultTrajMaxAge; negative: never); TrajMax keeps at most this many, the
 	// most recently updated (default DefaultTrajMax; negative: no limit).
@@ -152,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	envs.Spec = blobSpec
 	mgr, err := agent.New(ctx, agent.Config{
-		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes,
+		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
 			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},
