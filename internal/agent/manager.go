@@ -15,6 +15,9 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
+
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
@@ -59,7 +62,7 @@ type Manager struct {
 	log   *slog.Logger
 	recs  string // records dir
 	now   func() time.Time
-	slots chan struct{}
+	slots *semaphore.Weighted // bounds concurrent creates
 	newID func() string
 
 	mu        sync.RWMutex
@@ -105,7 +108,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now,
 		recs:      filepath.Join(cfg.DataDir, "sandboxes"),
-		slots:     make(chan struct{}, cfg.MaxCreating),
+		slots:     semaphore.NewWeighted(int64(cfg.MaxCreating)),
 		sandboxes: map[string]*sandbox{},
 		byRequest: map[string]*pending{},
 		stop:      make(chan struct{}),
@@ -190,23 +193,20 @@ func (m *Manager) DeleteAll(ctx context.Context) error {
 	}
 	m.mu.RUnlock()
 	var errs []error
-	sem := make(chan struct{}, 8)
 	var mu sync.Mutex
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(8)
 	for _, id := range ids {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			if err := m.Delete(ctx, id); err != nil && !errdefs.Is(err, api.CodeNotFound) {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
 			}
-		}()
+			return nil // every delete is tried; all errors are reported
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return errors.Join(errs...)
 }
 

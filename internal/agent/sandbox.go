@@ -161,12 +161,10 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case m.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for a create slot")
+	if err := m.slots.Acquire(ctx, 1); err != nil {
+		return nil, errdefs.Wrap(api.CodeDeadlineExceeded, err, "waiting for a create slot")
 	}
-	defer func() { <-m.slots }()
+	defer m.slots.Release(1)
 	m.mu.RLock()
 	n := len(m.sandboxes)
 	m.mu.RUnlock()

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -118,20 +120,15 @@ func (s *Server) fnCallBatch(w http.ResponseWriter, r *http.Request) {
 	_ = rc.Flush()
 	var mu sync.Mutex
 	enc := json.NewEncoder(w)
-	sem := make(chan struct{}, batchParallel)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(batchParallel)
 	for i, call := range req.Calls {
-		select {
-		case sem <- struct{}{}:
-		case <-r.Context().Done():
-		}
+		// Go waits for a free slot; once the client is gone the calls in flight
+		// end quickly and nothing more starts.
 		if r.Context().Err() != nil {
 			break
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			res, err := fc.Call(r.Context(), call)
 			if err != nil {
 				res = api.FnCallResult{Verdict: api.VerdictSystemError, Tests: []api.FnCallTestResult{}, Error: apiError(err)}
@@ -144,7 +141,8 @@ func (s *Server) fnCallBatch(w http.ResponseWriter, r *http.Request) {
 			defer mu.Unlock()
 			_ = enc.Encode(res)
 			_ = rc.Flush()
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 }

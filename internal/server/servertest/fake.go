@@ -30,6 +30,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -262,17 +264,10 @@ func (n *Node) run(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	return res
 }
 
-// SignalName names the common signals the way the agent does ("SIGTERM").
+// SignalName names a signal the way the agent does ("SIGTERM").
 func SignalName(sig int) string {
-	switch sig {
-	case 1:
-		return "SIGHUP"
-	case 2:
-		return "SIGINT"
-	case 9:
-		return "SIGKILL"
-	case 15:
-		return "SIGTERM"
+	if name := unix.SignalName(unix.Signal(sig)); name != "" {
+		return name
 	}
 	return "SIG" + strconv.Itoa(sig)
 }
