@@ -87,7 +87,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func wantCode(t *testing.T, what string, err error, code string) {
+func wantCode(t *testing.T, what string, err error, code api.Code) {
 	t.Helper()
 	if !errdefs.Is(err, code) {
 		t.Errorf("%s: error %v (code %s), want %s", what, err, errdefs.CodeOf(err), code)
