@@ -16,9 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/driver/procio"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -30,7 +28,7 @@ const (
 	defaultPath        = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
-var _ server.Node = (*Manager)(nil)
+var _ session.Service = (*Manager)(nil)
 
 // procSpec turns an API exec request into a driver process spec.
 func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag string) (driver.ProcSpec, error) {
@@ -89,26 +87,17 @@ func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag strin
 	return driver.ProcSpec{Args: args, Env: envv, Cwd: cwd, UID: uid, GID: gid, Tag: tag, TTY: tty}, nil
 }
 
-// ttySize validates a request's terminal: the backend must have the TTY
-// capability and the size must be sane (0x0 means the default 80x24).
+// ttySize validates a request's terminal (session.TermSizeOf: 80x24 when no
+// size is given) and checks that the backend has the TTY capability.
 func (sb *sandbox) ttySize(req api.ExecRequest) (*api.TermSize, error) {
-	if !req.TTY {
-		if req.Cols != 0 || req.Rows != 0 {
-			return nil, errdefs.Invalid("cols and rows need tty")
-		}
-		return nil, nil
-	}
-	if !sb.drv.Capabilities().TTY {
-		return nil, errdefs.Invalid("backend %q has no terminals (tty); its capabilities lack TTY", sb.rec.Backend)
-	}
-	ts := &api.TermSize{Cols: req.Cols, Rows: req.Rows}
-	if ts.Cols == 0 && ts.Rows == 0 {
-		ts.Cols, ts.Rows = 80, 24
-	}
-	if err := procio.CheckSize(ts.Cols, ts.Rows); err != nil {
+	ts, err := session.TermSizeOf(req)
+	if err != nil || !req.TTY {
 		return nil, err
 	}
-	return ts, nil
+	if !sb.drv.Capabilities().TTY {
+		return nil, errdefs.Invalid("backend %q has no terminals (tty): its capabilities lack TTY", sb.rec.Backend)
+	}
+	return &ts, nil
 }
 
 // resolveUser maps "", "root", "UID", "UID:GID" or a user name (looked up in the
@@ -252,16 +241,11 @@ loop:
 			timer = nil
 			_ = pr.Signal(int(unix.SIGKILL))
 		case c, ok := <-ctl:
-			switch {
-			case !ok:
-				ctl = nil
-			case c.Resize != nil:
-				if err := pr.Resize(c.Resize.Cols, c.Resize.Rows); err != nil {
-					sb.m.log.Debug("resize", "id", sb.rec.ID, "err", err)
-				}
-			case c.Signal != 0:
-				_ = pr.Signal(c.Signal)
+			if !ok {
+				ctl = nil // closed: no more control messages
+				continue
 			}
+			sb.control(ctx, pr, c)
 		case <-ctx.Done():
 			// The client went away: end the command rather than leave it running
 			// unobserved.
@@ -273,6 +257,20 @@ loop:
 		return driver.Exit{}, timedOut, time.Since(t0), errdefs.Internal(r.err, "wait for process")
 	}
 	return r.ex, timedOut, time.Since(t0), nil
+}
+
+// control applies one control message to a running process.
+func (sb *sandbox) control(ctx context.Context, pr driver.Proc, c session.Control) {
+	switch {
+	case c.Signal != 0:
+		if err := pr.Signal(c.Signal); err != nil {
+			sb.m.log.Debug("signal exec", "id", sb.rec.ID, "signal", c.Signal, "err", err)
+		}
+	case c.Resize != nil:
+		if err := pr.Resize(c.Resize.Cols, c.Resize.Rows); err != nil {
+			sb.m.log.Debug("resize exec", "id", sb.rec.ID, "err", err)
+		}
+	}
 }
 
 func result(ex driver.Exit, timedOut bool, dur time.Duration) api.ExecResult {
@@ -287,8 +285,11 @@ func result(ex driver.Exit, timedOut bool, dur time.Duration) api.ExecResult {
 	return res
 }
 
-// Exec implements server.Node.
+// Exec implements session.Service.
 func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	if req.TTY || req.Cols != 0 || req.Rows != 0 {
+		return api.ExecResult{}, errdefs.Invalid("tty needs a streaming exec or a background process, not a blocking exec")
+	}
 	sb, inst, err := m.session(id)
 	if err != nil {
 		return api.ExecResult{}, err
@@ -339,8 +340,11 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (api
 	return res, nil
 }
 
-// ExecStream implements server.Node.
-func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest, sio server.StreamIO) (api.ExecResult, error) {
+// ExecStream implements session.Service.
+func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest, sio session.Stream) (api.ExecResult, error) {
+	if _, err := session.TermSizeOf(req); err != nil {
+		return api.ExecResult{}, err
+	}
 	sb, inst, err := m.session(id)
 	if err != nil {
 		return api.ExecResult{}, err
@@ -361,7 +365,7 @@ func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest
 		in = strings.NewReader(string(b))
 	}
 	out := [2]io.Writer{discardIfNil(sio.Stdout), discardIfNil(sio.Stderr)}
-	ex, timedOut, dur, err := sb.run(ctx, inst, spec, in, out, time.Duration(req.TimeoutMs)*time.Millisecond, sio.Started, signalControls(ctx, sio.Signals))
+	ex, timedOut, dur, err := sb.run(ctx, inst, spec, in, out, time.Duration(req.TimeoutMs)*time.Millisecond, sio.Started, sio.Control)
 	sb.touch()
 	if err != nil {
 		return api.ExecResult{}, err
@@ -377,32 +381,6 @@ func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest
 		}
 	}
 	return res, nil
-}
-
-// signalControls turns a signal channel into control messages.
-func signalControls(ctx context.Context, sigs <-chan int) <-chan session.Control {
-	if sigs == nil {
-		return nil
-	}
-	ch := make(chan session.Control)
-	go func() {
-		for {
-			select {
-			case sig, ok := <-sigs:
-				if !ok {
-					return
-				}
-				select {
-				case ch <- session.Control{Signal: sig}:
-				case <-ctx.Done():
-					return
-				}
-			case <-ctx.Done():
-				return
-			}
-		}
-	}()
-	return ch
 }
 
 func discardIfNil(w io.Writer) io.Writer {

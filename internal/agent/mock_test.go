@@ -16,7 +16,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver/drivertest"
 	"github.com/dsec-dev/dsec/internal/driver/mock"
 	"github.com/dsec-dev/dsec/internal/images"
-	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -134,7 +134,7 @@ func TestMockExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	if _, err := fs.WriteFile("/tmp/hello", 0o644, strings.NewReader("from the API\n"), 1<<20); err != nil {
+	if _, err := fs.WriteFile(ctxT(t), "/tmp/hello", 0o644, strings.NewReader("from the API\n"), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	if out := shOK(t, m, sb.ID, "cat ../tmp/hello"); out != "from the API\n" {
@@ -149,7 +149,7 @@ func TestMockExecStreamTTY(t *testing.T) {
 	out, errOut := drivertest.NewScreen(), drivertest.NewScreen()
 	res, err := m.ExecStream(ctxT(t), sb.ID, api.ExecRequest{
 		Shell: "tty; stty size; echo out; echo err >&2", TTY: true, Cols: 120, Rows: 40,
-	}, server.StreamIO{Stdout: out, Stderr: errOut})
+	}, session.Stream{Stdout: out, Stderr: errOut})
 	if err != nil || res.ExitCode != 0 {
 		t.Fatalf("ExecStream with tty: %+v, %v", res, err)
 	}
@@ -162,26 +162,53 @@ func TestMockExecStreamTTY(t *testing.T) {
 	}
 	// The default size is 80x24.
 	out2 := drivertest.NewScreen()
-	if _, err := m.ExecStream(ctxT(t), sb.ID, api.ExecRequest{Shell: "stty size", TTY: true}, server.StreamIO{Stdout: out2}); err != nil {
+	if _, err := m.ExecStream(ctxT(t), sb.ID, api.ExecRequest{Shell: "stty size", TTY: true}, session.Stream{Stdout: out2}); err != nil {
 		t.Fatal(err)
 	}
 	if got := out2.String(); got != "24 80\r\n" {
 		t.Errorf("default size: %q", got)
 	}
+	// A resize reaches the program; a resize of an exec without a terminal is
+	// ignored (the front end refuses it) and disturbs nothing.
+	for _, tty := range []bool{true, false} {
+		inR, inW := io.Pipe()
+		ctl := make(chan session.Control, 1)
+		out := drivertest.NewScreen()
+		done := make(chan error, 1)
+		req := api.ExecRequest{Shell: "read l; stty size 2>/dev/null || echo no-tty", TTY: tty}
+		go func() {
+			_, err := m.ExecStream(ctxT(t), sb.ID, req, session.Stream{Stdin: inR, Stdout: out, Control: ctl})
+			done <- err
+		}()
+		ctl <- session.Control{Resize: &api.TermSize{Cols: 132, Rows: 43}}
+		time.Sleep(100 * time.Millisecond)
+		_, _ = io.WriteString(inW, "go\n")
+		inW.Close()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		want := "43 132"
+		if !tty {
+			want = "no-tty"
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("tty=%v after a resize: %q, want %q", tty, out.String(), want)
+		}
+	}
 	// Signals go to the terminal's foreground job.
 	inR, inW := io.Pipe()
 	defer inW.Close()
-	sigs := make(chan int, 1)
+	ctl := make(chan session.Control, 1)
 	out3 := drivertest.NewScreen()
 	done := make(chan error, 1)
 	go func() {
 		_, err := m.ExecStream(ctxT(t), sb.ID, api.ExecRequest{Cmd: []string{"sh", "-i"}, TTY: true},
-			server.StreamIO{Stdin: inR, Stdout: out3, Signals: sigs})
+			session.Stream{Stdin: inR, Stdout: out3, Control: ctl})
 		done <- err
 	}()
 	_, _ = io.WriteString(inW, "sleep 100; echo not-$((0))interrupted\n")
 	time.Sleep(300 * time.Millisecond)
-	sigs <- 2 // SIGINT
+	ctl <- session.Control{Signal: 2} // SIGINT
 	_, _ = io.WriteString(inW, "echo alive$((40+2)); exit 0\n")
 	select {
 	case err := <-done:
@@ -206,14 +233,14 @@ func TestMockTTYBadInput(t *testing.T) {
 		{Cmd: []string{"true"}, TTY: true, Cols: 80, Rows: -3},
 		{Cmd: []string{"true"}, Cols: 80, Rows: 24}, // a size without a tty
 	} {
-		_, err := m.ExecStream(ctxT(t), sb.ID, req, server.StreamIO{})
+		_, err := m.ExecStream(ctxT(t), sb.ID, req, session.Stream{})
 		wantCode(t, "exec stream with a bad terminal", err, api.CodeInvalidArgument)
 		_, err = m.StartProcess(ctxT(t), sb.ID, req)
 		wantCode(t, "process with a bad terminal", err, api.CodeInvalidArgument)
 	}
 	// A backend without the TTY capability refuses terminals with a 4xx code.
 	plain := create(t, m, api.CreateSandboxRequest{Backend: "notty"})
-	_, err := m.ExecStream(ctxT(t), plain.ID, api.ExecRequest{Cmd: []string{"true"}, TTY: true}, server.StreamIO{})
+	_, err := m.ExecStream(ctxT(t), plain.ID, api.ExecRequest{Cmd: []string{"true"}, TTY: true}, session.Stream{})
 	wantCode(t, "tty on a backend without TTY", err, api.CodeInvalidArgument)
 	if err != nil && !strings.Contains(err.Error(), "TTY") {
 		t.Errorf("the error does not say why: %v", err)
@@ -230,7 +257,7 @@ func TestMockTTYBadInput(t *testing.T) {
 func TestMockBackends(t *testing.T) {
 	e := newMockEnv(t)
 	m := e.open(t, e.driver(t, "", false), e.driver(t, "other", false))
-	if info := m.Info(ctxT(t)); strings.Join(info.Backends, ",") != "mock,other" {
+	if info, _ := m.Info(ctxT(t)); strings.Join(info.Backends, ",") != "mock,other" {
 		t.Errorf("Info backends %v", info.Backends)
 	}
 	_, err := m.Create(ctxT(t), api.CreateSandboxRequest{Backend: "no-such-backend"})

@@ -30,6 +30,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/session/hostfs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -239,7 +240,7 @@ func (in *instance) FS(ctx context.Context) (session.FS, error) {
 	if err != nil {
 		return nil, errdefs.Internal(err, "mock: open sandbox root")
 	}
-	return fsops.NewSession(f), nil
+	return hostfs.New(fsops.New(f)), nil
 }
 
 // Dial implements driver.Instance: the host's loopback.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -67,12 +68,12 @@ func TestOneWriterOnePipe(t *testing.T) {
 }
 
 func TestCheckSize(t *testing.T) {
-	for _, ts := range []api.TermSize{{Cols: 1, Rows: 1}, {Cols: 80, Rows: 24}, {Cols: MaxCols, Rows: MaxRows}} {
+	for _, ts := range []api.TermSize{{Cols: 1, Rows: 1}, {Cols: 80, Rows: 24}, {Cols: session.MaxTermSide, Rows: session.MaxTermSide}} {
 		if err := CheckSize(ts.Cols, ts.Rows); err != nil {
 			t.Errorf("%v: %v", ts, err)
 		}
 	}
-	for _, ts := range []api.TermSize{{}, {Cols: 0, Rows: 24}, {Cols: 80, Rows: -1}, {Cols: MaxCols + 1, Rows: 24}, {Cols: 80, Rows: 1 << 16}} {
+	for _, ts := range []api.TermSize{{}, {Cols: 0, Rows: 24}, {Cols: 80, Rows: -1}, {Cols: session.MaxTermSide + 1, Rows: 24}, {Cols: 80, Rows: 1 << 16}} {
 		if err := CheckSize(ts.Cols, ts.Rows); !errdefs.Is(err, api.CodeInvalidArgument) {
 			t.Errorf("%v: %v, want invalid_argument", ts, err)
 		}

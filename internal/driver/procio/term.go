@@ -11,20 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Terminal size bounds: a size outside them is invalid_argument.
-const (
-	MaxCols = 10000
-	MaxRows = 10000
-)
-
-// CheckSize validates a requested terminal size.
+// CheckSize validates a terminal size (session.CheckTermSize: each side
+// 1..session.MaxTermSide); a bad one is invalid_argument.
 func CheckSize(cols, rows int) error {
-	if cols < 1 || rows < 1 || cols > MaxCols || rows > MaxRows {
-		return errdefs.Invalid("terminal size %dx%d out of range (1-%d columns, 1-%d rows)", cols, rows, MaxCols, MaxRows)
-	}
-	return nil
+	return session.CheckTermSize(api.TermSize{Cols: cols, Rows: rows})
 }
 
 // SetSize sets the terminal size on a pty master (or slave); the foreground
