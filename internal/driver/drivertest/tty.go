@@ -157,6 +157,17 @@ func (s *suite) testTTYInterrupt(t *testing.T) {
 	if strings.Contains(scr.String(), "not-0interrupted") {
 		t.Errorf("^C did not interrupt the foreground sleep: %q", scr.String())
 	}
+	// SIGKILL ends the shell itself, not only the job it runs.
+	pr2, in2, scr2 := termProc(t, inst, ps("sh", "-i"), 80, 24)
+	_, _ = io.WriteString(in2, "echo up$((2+2)); sleep 100\n")
+	scr2.WaitFor(t, 0, "up4", 10*time.Second)
+	time.Sleep(200 * time.Millisecond)
+	if err := pr2.Signal(int(unix.SIGKILL)); err != nil {
+		t.Fatalf("Signal(SIGKILL): %v", err)
+	}
+	if ex := waitExit(t, pr2, 10*time.Second); ex.Signal != int(unix.SIGKILL) {
+		t.Errorf("shell after SIGKILL: exit %+v, want killed", ex)
+	}
 }
 
 // testTTYInteractive drives python3's interactive prompt, which only prompts on

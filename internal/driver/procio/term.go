@@ -183,18 +183,23 @@ func (t *Term) Drain(grace time.Duration) {
 // Resize sets the window size.
 func (t *Term) Resize(cols, rows int) error { return SetSize(t.master, cols, rows) }
 
-// Signal sends sig to the terminal's foreground process group; fallback (the
-// process's own group) is used when there is none.
-func (t *Term) Signal(sig int, fallback func(int) error) error {
+// Signal sends sig to the terminal's foreground process group (the job a
+// shell runs); group signals the process's own group, and is used when there is
+// no foreground group. SIGKILL goes to both: a kill ends the process, not only
+// the job it runs.
+func (t *Term) Signal(sig int, group func(int) error) error {
 	pg, err := Foreground(t.master)
 	if err != nil {
-		return fallback(sig)
+		return group(sig)
 	}
 	if err := unix.Kill(-pg, unix.Signal(sig)); err != nil {
 		if err == unix.ESRCH {
-			return fallback(sig)
+			return group(sig)
 		}
 		return errdefs.Internal(err, "signal the terminal's foreground job")
+	}
+	if sig == int(unix.SIGKILL) {
+		return group(sig)
 	}
 	return nil
 }
