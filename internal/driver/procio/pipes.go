@@ -9,6 +9,7 @@ package procio
 import (
 	"io"
 	"os"
+	"reflect"
 	"sync"
 	"time"
 
@@ -78,7 +79,7 @@ func Open(s driver.Stdio) (*Pipes, error) {
 		case *os.File:
 			p.Child[i+1] = w
 		default:
-			if i == 1 && outs[0] == outs[1] && p.outR[0] != nil {
+			if i == 1 && p.outR[0] != nil && sameWriter(outs[0], outs[1]) {
 				// One writer for both: one pipe, so the order is kept.
 				p.Child[2] = p.Child[1]
 				continue
@@ -95,6 +96,13 @@ func Open(s driver.Stdio) (*Pipes, error) {
 		f.Fd() // switches the file to blocking mode
 	}
 	return p, nil
+}
+
+// sameWriter reports whether a and b are one writer; writers of uncomparable
+// types (a func type, a struct with a slice) are never the same.
+func sameWriter(a, b io.Writer) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
 }
 
 func (p *Pipes) own(fs ...*os.File) { p.owned = append(p.owned, fs...) }
