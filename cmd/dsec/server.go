@@ -23,7 +23,7 @@ func newLogger(level string) (*slog.Logger, error) {
 
 func serverCmd() *cobra.Command {
 	var cfg daemon.Config
-	var listen, level string
+	var listen, level, sfListen string
 	var cleanup bool
 	c := &cobra.Command{
 		Use:   "server",
@@ -51,8 +51,17 @@ DATA_DIR/token, which is created on first start.`,
 			}
 			log.Info("dsec server listening", "addr", "http://"+l.Addr().String(), "data_dir", cfg.DataDir,
 				"token_file", daemon.TokenPath(cfg.DataDir), "sandboxes", d.Manager.Count())
-			errc := make(chan error, 1)
+			errc := make(chan error, 2)
 			go func() { errc <- d.Serve(l) }()
+			if sfListen != "" {
+				sl, err := net.Listen("tcp", sfListen)
+				if err != nil {
+					_ = d.Shutdown(context.Background(), false)
+					return err
+				}
+				log.Warn("SandboxFusion API listening WITHOUT a token (trusted networks only)", "addr", "http://"+sl.Addr().String())
+				go func() { errc <- d.ServeSandboxFusion(sl) }()
+			}
 			select {
 			case err = <-errc:
 			case <-cmd.Context().Done():
@@ -68,6 +77,7 @@ DATA_DIR/token, which is created on first start.`,
 	}
 	f := c.Flags()
 	f.StringVar(&listen, "listen", daemon.DefaultListen, "address to serve the API on")
+	f.StringVar(&sfListen, "sandboxfusion-listen", "", "also serve SandboxFusion's /run_code and /submit on this address WITHOUT a token (off by default; trusted networks only)")
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory for state and the token")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "image directory (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
 	f.StringVar(&cfg.DefaultImage, "default-image", daemon.DefaultImage, "image for requests that name none")

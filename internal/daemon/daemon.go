@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -98,6 +99,8 @@ type Daemon struct {
 	// outlives this process so running sandboxes keep their file systems).
 	Layers    *lazy.Client
 	cfg       Config
+	mu        sync.Mutex
+	extra     []*http.Server // other listeners (SandboxFusion's token-less one)
 	http      *http.Server
 	stopPrune chan struct{}
 	pruneDone chan struct{}
@@ -217,7 +220,7 @@ func (d *Daemon) pruneLoop() {
 
 // Serve serves the API on l until Shutdown.
 func (d *Daemon) Serve(l net.Listener) error {
-	d.http = &http.Server{Handler: d.Server.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	d.http = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	err := d.http.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -231,6 +234,12 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	var errs []error
 	if d.http != nil {
 		errs = append(errs, d.http.Shutdown(ctx))
+	}
+	d.mu.Lock()
+	extra := d.extra
+	d.mu.Unlock()
+	for _, srv := range extra {
+		errs = append(errs, srv.Shutdown(ctx))
 	}
 	if deleteAll {
 		errs = append(errs, d.Manager.DeleteAll(ctx))
