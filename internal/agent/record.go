@@ -8,13 +8,17 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/images"
 )
 
 // record is what the agent keeps on disk per sandbox: enough to re-adopt it.
 type record struct {
-	ID                 string            `json:"id"`
-	Backend            string            `json:"backend"`
-	Image              string            `json:"image"`
+	ID      string `json:"id"`
+	Backend string `json:"backend"`
+	Image   string `json:"image"`
+	// ImageConfig is the image's config at create (images.Config: default env,
+	// cwd, user of every exec); a later rebase of the image does not change it.
+	ImageConfig        *images.Config    `json:"image_config,omitempty"`
 	Spec               driver.Spec       `json:"spec"`
 	CreatedAt          time.Time         `json:"created_at"`
 	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`

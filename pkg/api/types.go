@@ -224,6 +224,21 @@ type Image struct {
 	// the environment this node has read from the blob store.
 	Size         int64 `json:"size,omitempty"`
 	BytesFetched int64 `json:"bytes_fetched,omitempty"`
+	// Config is the image's process defaults (from the OCI image config it was
+	// built from, or image.json); nil: none, execs get dsec's defaults.
+	Config *ImageConfig `json:"config,omitempty"`
+}
+
+// ImageConfig is the part of an OCI image config dsec keeps and honours. Env
+// (KEY=VALUE) is the base environment of every exec (its PATH replaces the
+// default PATH), WorkingDir the default cwd, User the default user; a request's
+// env, cwd and user override them. Entrypoint and Cmd are recorded and shown.
+type ImageConfig struct {
+	Env        []string `json:"env,omitempty"`
+	WorkingDir string   `json:"working_dir,omitempty"`
+	User       string   `json:"user,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
 }
 
 // ComposeImageRequest is the body of POST /v1/images: an environment from layers
