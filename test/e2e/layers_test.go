@@ -200,11 +200,13 @@ func TestLayeredEnvironmentErrors(t *testing.T) {
 		n.image(t, "build", "--from", "dir:"+d, "--name", name)
 		n.image(t, "compose", "--name", name, "--base", name)
 		var e struct {
-			Base struct{ Digest string } `json:"base"`
+			Layers []struct{ Digest string } `json:"layers"` // base first
 		}
 		b, _ := os.ReadFile(envPath(name))
-		json.Unmarshal(b, &e)
-		return e.Base.Digest
+		if err := json.Unmarshal(b, &e); err != nil || len(e.Layers) != 1 {
+			t.Fatalf("manifest %s: %s (%v)", envPath(name), b, err)
+		}
+		return e.Layers[0].Digest
 	}
 	blobPath := func(digest string) string {
 		var p string
