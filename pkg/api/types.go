@@ -81,10 +81,11 @@ type ExecRequest struct {
 	Shell string   `json:"shell,omitempty"`
 	// Env is added to the sandbox's environment for this process.
 	Env map[string]string `json:"env,omitempty"`
-	// Cwd is the working directory inside the sandbox; default "/root" for root, else "/".
+	// Cwd is the working directory inside the sandbox; default the image config's
+	// working_dir, else the user's home ("/root" for root, "/" for a bare UID).
 	Cwd string `json:"cwd,omitempty"`
-	// User is "root" (default), a user name from the sandbox's /etc/passwd, "UID" or
-	// "UID:GID".
+	// User is "root", a user name from the sandbox's /etc/passwd, "UID" or
+	// "UID:GID"; default the image config's user, else root.
 	User string `json:"user,omitempty"`
 	// Stdin is fed to the process (blocking exec and background processes);
 	// StdinBase64 is the same for binary input.
