@@ -1,9 +1,11 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -12,7 +14,9 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/envstore"
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/lazy"
@@ -137,14 +141,28 @@ func imageCmd() *cobra.Command {
 		}}
 
 	var asJSON bool
-	inspect := &cobra.Command{Use: "inspect NAME [--json]", Short: "Show an environment's or a layer's details", Args: cobra.ExactArgs(1),
+	var imagesDir string
+	inspect := &cobra.Command{Use: "inspect NAME [--json]", Short: "Show an image's, an environment's or a layer's details (layers base first, image config)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			es, _, err := open()
 			if err != nil {
 				return err
 			}
+			if imagesDir == "" {
+				imagesDir = cmp.Or(os.Getenv("DSEC_IMAGES_DIR"), daemon.DefaultImagesDir)
+			}
 			var v any
-			if e, err := es.Get(args[0]); err == nil {
+			if m, derr := images.ReadManifest(filepath.Join(imagesDir, args[0], images.ManifestFile)); derr == nil {
+				// A directory image hides an environment of the same name, as on the server.
+				img, err := (&images.Store{Dir: imagesDir}).Resolve(args[0])
+				if err != nil {
+					return err
+				}
+				v = struct {
+					api.Image
+					Manifest images.Manifest `json:"manifest"`
+				}{img.View(nil, false), m}
+			} else if e, err := es.Get(args[0]); err == nil {
 				// As GET /v1/images/{name} shows it (layers base first, with this
 				// node's accounting, and the image config), plus the manifest.
 				img, err := envstore.Images{Store: es, DefaultSpec: es.Spec}.ResolveEnv(args[0])
@@ -158,6 +176,8 @@ func imageCmd() *cobra.Command {
 				}{img.View(usage, false), e}
 			} else if l, lerr := es.Layer(args[0]); lerr == nil {
 				v = l
+			} else if errdefs.CodeOf(err) == api.CodeNotFound && errdefs.CodeOf(lerr) == api.CodeNotFound {
+				return errdefs.NotFound("no image in %s, environment or layer named %q", imagesDir, args[0])
 			} else {
 				return err
 			}
@@ -166,6 +186,7 @@ func imageCmd() *cobra.Command {
 			return nil
 		}}
 	inspect.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	inspect.Flags().StringVar(&imagesDir, "images-dir", "", "directory images (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
 
 	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an environment or a layer name (refused while in use)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -110,6 +110,17 @@ func TestImageConfigFromOCI(t *testing.T) {
 		t.Fatalf("image inspect config: %+v %v", inspect.Config, err)
 	}
 
+	var dirImg struct {
+		Kind     string `json:"kind"`
+		Manifest struct {
+			Layers []struct{ Role, Dir string } `json:"layers"`
+		} `json:"manifest"`
+	}
+	if err := json.Unmarshal([]byte(n.image(t, "inspect", "busybox", "--images-dir", imagesDir)), &dirImg); err != nil ||
+		dirImg.Kind != "directory" || len(dirImg.Manifest.Layers) != 1 || dirImg.Manifest.Layers[0].Role != "base" {
+		t.Fatalf("image inspect of a directory image: %+v %v", dirImg, err)
+	}
+
 	// No config: the defaults of before (root, /root, dsec's PATH).
 	p := n.create(t, api.CreateSandboxRequest{Image: "plainenv"})
 	if r := n.sh(t, p, probe); r.Stdout != "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n/root\n0\n" {
