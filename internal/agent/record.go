@@ -13,12 +13,9 @@ import (
 
 // record is what the agent keeps on disk per sandbox: enough to re-adopt it.
 type record struct {
-	ID      string `json:"id"`
-	Backend string `json:"backend"`
-	Image   string `json:"image"`
-	// ImageConfig is the image's config at create (images.Config: default env,
-	// cwd, user of every exec); a later rebase of the image does not change it.
-	ImageConfig        *images.Config    `json:"image_config,omitempty"`
+	ID                 string            `json:"id"`
+	Backend            string            `json:"backend"`
+	Image              string            `json:"image"`
 	Spec               driver.Spec       `json:"spec"`
 	CreatedAt          time.Time         `json:"created_at"`
 	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`
@@ -30,6 +27,9 @@ type record struct {
 	DriverState        json.RawMessage   `json:"driver_state"`
 	Procs              []procRecord      `json:"procs,omitempty"`
 	NextProc           int               `json:"next_proc,omitempty"`
+	// ImageConfig is the image's config at create (images.Config: default env,
+	// cwd, user of every exec); a later rebase of the image does not change it.
+	ImageConfig *images.Config `json:"image_config,omitempty"`
 }
 
 // procRecord is a background process, kept so it can be re-attached.
