@@ -141,6 +141,10 @@ func (s *Store) ResolveLayer(ctx context.Context, ref string) (images.Layer, err
 			}
 			l.Size = n
 		}
+		if nl, ok := s.layerByDigest(ref); ok {
+			// Built under a name: the same chunk index and image config.
+			l.Index, l.Config = nl.Index, nl.Config
+		}
 		return l, nil
 	}
 	l, err := s.Layer(ref)
@@ -153,6 +157,17 @@ func (s *Store) ResolveLayer(ctx context.Context, ref string) (images.Layer, err
 		}
 	}
 	return l.Layer, nil
+}
+
+// layerByDigest returns a named layer with digest d, if the index has one.
+func (s *Store) layerByDigest(d string) (NamedLayer, bool) {
+	names, _ := s.ListLayers()
+	for _, n := range names {
+		if l, err := s.Layer(n); err == nil && l.Digest == d {
+			return l, true
+		}
+	}
+	return NamedLayer{}, false
 }
 
 // Compose creates or replaces environment name from layer names or digests.

@@ -232,6 +232,11 @@ func TestComposeKeepsConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := envstore.Images{Store: s, DefaultSpec: "dir:/d"}
+	jdk, _ := s.Layer("jdk")
+	// By digest, a layer built under a name brings its config too.
+	if e, err := s.Compose(ctx, "by-digest", jdk.Digest, nil, ""); err != nil || e.Layers[0].Config == nil || e.Layers[0].Config.User != "1000" || e.Layers[0].Index != jdk.Index {
+		t.Fatalf("compose by digest: %+v %v", e, err)
+	}
 	img, err := r.ResolveEnv("task")
 	if err != nil {
 		t.Fatal(err)
@@ -241,7 +246,6 @@ func TestComposeKeepsConfig(t *testing.T) {
 		t.Fatalf("environment config %+v", img.Config)
 	}
 	put("jdk2", "jdk2", &images.Config{Env: []string{"JAVA_HOME=/opt/jdk21"}})
-	jdk, _ := s.Layer("jdk")
 	jdk2, _ := s.ResolveLayer(ctx, "jdk2")
 	if _, err := s.Rebase(ctx, jdk.Digest, jdk2); err != nil {
 		t.Fatal(err)
