@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/internal/daemon"
+	"github.com/dsec-dev/dsec/internal/paths"
 )
 
 func newLogger(level string) (*slog.Logger, error) {
@@ -50,7 +51,7 @@ DATA_DIR/token, which is created on first start.`,
 				return err
 			}
 			log.Info("dsec server listening", "addr", "http://"+l.Addr().String(), "data_dir", cfg.DataDir,
-				"token_file", daemon.TokenPath(cfg.DataDir), "sandboxes", d.Manager.Count())
+				"token_file", paths.New(cfg.DataDir).Token(), "sandboxes", d.Manager.Count())
 			errc := make(chan error, 2)
 			go func() { errc <- d.Serve(l) }()
 			if sfListen != "" {

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -18,6 +17,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -96,7 +96,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now,
-		recs:      filepath.Join(cfg.DataDir, "sandboxes"),
+		recs:      paths.New(cfg.DataDir).Sandboxes(),
 		slots:     make(chan struct{}, cfg.MaxCreating),
 		sandboxes: map[string]*sandbox{},
 		byRequest: map[string]*pending{},

@@ -15,6 +15,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/fsops"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -44,7 +45,7 @@ func (p *bgProc) closeConn() {
 	}
 }
 
-func (m *Manager) logDir(id string) string { return filepath.Join(m.cfg.DataDir, "logs", id) }
+func (m *Manager) logDir(id string) string { return paths.New(m.cfg.DataDir).Logs(id) }
 
 func (m *Manager) logPath(id, procID, stream string) string {
 	return filepath.Join(m.logDir(id), procID+"."+stream)
