@@ -50,7 +50,13 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		binPath = filepath.Join(dir, "dsec")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/dsec-dev/dsec/cmd/dsec").CombinedOutput()
+		// DSEC_E2E_RACE=1 (make test sets it) runs the real server under the race
+		// detector.
+		args := []string{"build", "-o", binPath}
+		if os.Getenv("DSEC_E2E_RACE") == "1" {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/dsec-dev/dsec/cmd/dsec")...).CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build dsec: %v\n%s", err, out)
 			os.Exit(1)
