@@ -50,7 +50,16 @@ func (h *Hierarchy) Create(name string, l Limits) (g *Group, err error) {
 	var cs []control
 	if h.version == 2 {
 		cs = controlsV2(l, g.dirs[0])
+		if l.Devices.Restrict {
+			if err = h.attachDevices(l.Devices, g.dirs[0]); err != nil {
+				return nil, fmt.Errorf("create cgroup %q: %w", name, err)
+			}
+		}
 	} else {
+		if _, ok := h.mounts[ctrlDevices]; l.Devices.Restrict && !ok {
+			err = errdefs.Wrap(api.CodeNotImplemented, errors.ErrUnsupported, "create cgroup %q: no v1 devices hierarchy", name)
+			return nil, err
+		}
 		cs = controlsV1(l, g.dir)
 	}
 	if err = applyControls(cs); err != nil {

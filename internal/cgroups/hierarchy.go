@@ -44,6 +44,9 @@ type Hierarchy struct {
 	mounts map[string]string // controller -> its hierarchy's mount dir
 	dirs   []string          // unique mount dirs, memory's first
 
+	// devprogs are the loaded v2 device programs, one per policy.
+	devprogs devicePrograms
+
 	// enabled caches v2 dirs whose subtree_control already got h.enable.
 	enabled sync.Map
 	// mkdir creates and rmdir removes one cgroup directory; tests replace
@@ -128,7 +131,7 @@ func (h *Hierarchy) detectV1(mountRoot string) error {
 	}
 	h.version = 1
 	h.mounts = make(map[string]string)
-	for _, ctrl := range append(v1Required(), ctrlCPUAcct) {
+	for _, ctrl := range append(v1Required(), ctrlCPUAcct, ctrlDevices) {
 		candidates := []string{ctrl}
 		for _, e := range entries {
 			if e.Name() != ctrl && slices.Contains(strings.Split(e.Name(), ","), ctrl) {
@@ -154,13 +157,16 @@ func (h *Hierarchy) detectV1(mountRoot string) error {
 		}
 	}
 	h.dirs = []string{h.mounts[ctrlMemory]}
-	for _, ctrl := range append(v1Required()[1:], ctrlCPUAcct) {
+	for _, ctrl := range append(v1Required()[1:], ctrlCPUAcct, ctrlDevices) {
 		if d, ok := h.mounts[ctrl]; ok && !slices.Contains(h.dirs, d) {
 			h.dirs = append(h.dirs, d)
 		}
 	}
 	return nil
 }
+
+// Close releases the loaded device programs (attached ones stay in force).
+func (h *Hierarchy) Close() error { return h.devprogs.close() }
 
 // Version is 1 or 2.
 func (h *Hierarchy) Version() int { return h.version }

@@ -19,6 +19,7 @@ type Limits struct {
 	CPU         float64 // cores, e.g. 0.5 or 2
 	MemoryBytes int64   // memory (and, where the kernel allows, memory+swap)
 	PidsMax     int64   // tasks (threads included)
+	Devices     DevicePolicy
 }
 
 // Validate rejects negative or out-of-range values.
@@ -35,7 +36,7 @@ func (l Limits) Validate() error {
 	case l.PidsMax < 0:
 		return errdefs.Invalid("pids limit %d: must be >= 0", l.PidsMax)
 	}
-	return nil
+	return l.Devices.validate()
 }
 
 func (l Limits) quotaUs() int64 { return int64(math.Round(l.CPU * cfsPeriodUs)) }
@@ -69,7 +70,7 @@ func controlsV1(l Limits, dir func(ctrl string) string) []control {
 	if l.PidsMax != 0 {
 		cs = append(cs, control{path: filepath.Join(dir(ctrlPids), "pids.max"), value: strconv.FormatInt(l.PidsMax, 10)})
 	}
-	return cs
+	return append(cs, deviceControlsV1(l.Devices, dir(ctrlDevices))...)
 }
 
 // controlsV2 lists the writes applying l to a fresh v2 group at dir.
