@@ -16,7 +16,7 @@
  * nodes of /dev (dev=NAME c|b MAJOR MINOR), the masked and read-only paths
  * (mask=PATH, ro=PATH), net.ipv4.ping_group_range, nodev on the root. Two
  * keys exist only for tests that weaken a sandbox on purpose (dumpable=1,
- * cgroupns=0); the node never sets them.
+ * cgroupns=0, xino=0); the node never sets them.
  *
  * Setup builds the root filesystem (tmpfs-backed overlay upper layer, proc,
  * dev, sys, OCI masked and read-only paths; /dev, /dev/shm and the masked
@@ -176,6 +176,7 @@ struct config {
 	int rootnodev;         /* mount the overlay root nodev */
 	int dumpable;          /* test only: leave the init dumpable */
 	int nocgroupns;        /* test only: no cgroup namespace */
+	int noxino;            /* test only: overlay without xino */
 };
 
 /* parse_dev parses "NAME c|b MAJOR MINOR"; NAME is a plain file name. */
@@ -263,6 +264,8 @@ static void read_config(struct config *c)
 			c->dumpable = !strcmp(v, "1");
 		else if (!strcmp(line, "cgroupns"))
 			c->nocgroupns = !strcmp(v, "0");
+		else if (!strcmp(line, "xino"))
+			c->noxino = !strcmp(v, "0");
 		else
 			fail("config: unknown key", EINVAL);
 	}
@@ -419,12 +422,17 @@ static void mount_root(const struct config *c, struct trees *t)
 			fail("sysfsnet is not a namespace file", EINVAL);
 	}
 
-	/* mount(2) copies at most one page of options */
+	/* mount(2) copies at most one page of options. xino=on: the layers
+	 * are on different file systems (tmpfs upper, EROFS or host dirs
+	 * below), and without it readdir's d_ino and stat's st_ino disagree
+	 * for directories, which breaks programs that compare them (find,
+	 * tar, Python's os.walk users, test suites). */
 	size_t n = snprintf(opts, sizeof opts, "lowerdir=");
 	for (int i = 0; i < c->nlower && n < sizeof opts; i++)
 		n += snprintf(opts + n, sizeof opts - n, "%s%s", i ? ":" : "", c->lower[i]);
 	if (n < sizeof opts)
-		n += snprintf(opts + n, sizeof opts - n, ",upperdir=%s,workdir=%s", upper, work);
+		n += snprintf(opts + n, sizeof opts - n, ",upperdir=%s,workdir=%s%s", upper, work,
+			      c->noxino ? "" : ",xino=on");
 	if (n >= sizeof opts)
 		fail("overlay options too long", E2BIG);
 	/* nodev: device nodes belong in /dev only (images and the writable

@@ -74,6 +74,8 @@ type weakening struct {
 	caps      bool // every capability but the two above
 	dumpable  bool // the init stays dumpable
 	cgroupNS  bool // no cgroup namespace
+	xino      bool // overlay without xino
+	ping      bool // no net.ipv4.ping_group_range
 }
 
 // security is the init policy for sandbox id.
@@ -108,6 +110,10 @@ func (d *Driver) security(id string) initproto.Security {
 	}
 	s.Dumpable = w.dumpable
 	s.NoCgroupNS = w.cgroupNS
+	s.NoXino = w.xino
+	if w.ping {
+		s.PingGroupRange = ""
+	}
 	return s
 }
 

@@ -31,13 +31,16 @@ type Security struct {
 	// in /dev.
 	RootNoDev bool
 
-	// Dumpable and NoCgroupNS exist for tests that weaken a sandbox on
+	// Dumpable, NoCgroupNS and NoXino exist for tests that weaken a sandbox on
 	// purpose to show that an escape probe can succeed; the node never
 	// sets them. Dumpable leaves the init ptrace-able by sandbox root
 	// (so its fds, e.g. the control socket, can be taken); NoCgroupNS
 	// keeps the host's cgroup namespace.
+	// NoXino mounts the overlay without xino=on, so readdir and stat
+	// disagree on directory inode numbers across layers.
 	Dumpable   bool
 	NoCgroupNS bool
+	NoXino     bool
 }
 
 // DeviceNode is a device node in a sandbox's /dev.
@@ -155,5 +158,8 @@ func (s *Security) configText(b *strings.Builder) {
 	}
 	if s.NoCgroupNS {
 		b.WriteString("cgroupns=0\n")
+	}
+	if s.NoXino {
+		b.WriteString("xino=0\n")
 	}
 }
