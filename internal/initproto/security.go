@@ -95,6 +95,10 @@ func DefaultMasked() []string {
 		"/proc/kallsyms", "/proc/vmallocinfo", "/proc/slabinfo", "/proc/pagetypeinfo",
 		"/proc/iomem", "/proc/ioports", "/proc/modules", "/proc/mtrr", "/proc/kmsg",
 		"/proc/lock_stat", "/proc/config.gz", "/proc/vmcore",
+		"/proc/buddyinfo", "/proc/zoneinfo", "/proc/key-users",
+		// this platform's per-program CPU accounting (other tenants' commands)
+		"/proc/program_cpu",
+		"/sys/kernel/boot_params", "/sys/kernel/mm/damon",
 		"/sys/kernel/mm/page_idle", "/sys/kernel/slab", "/sys/kernel/debug",
 		"/sys/kernel/tracing", "/sys/kernel/security", "/sys/kernel/vmcoreinfo",
 	}
