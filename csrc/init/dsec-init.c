@@ -691,8 +691,22 @@ struct conn {
 	int qlen;
 };
 
+/* pump copies a process's stdout or stderr from a pipe into the file the
+ * node gave for it, up to cap bytes, then writes a marker once and drains
+ * (discards) the rest, so a flood (`yes`) costs the sandbox CPU but never
+ * more than cap bytes of the node's disk. It lives in the init, so it
+ * survives a restart of the node agent. */
+struct pump {
+	int in, out;
+	pid_t pid;
+	long long written, cap;
+	int dead, truncated;
+};
+
 struct state {
 	int sfd;
+	struct pump *pumps;
+	int npumps, cappumps;
 	struct proc *procs;
 	int nprocs, capprocs, nrecords;
 	struct conn *conns;
@@ -857,6 +871,57 @@ static void trim_records(struct state *s)
 	}
 }
 
+/* pump_read moves what is readable from one pump; drain: until EAGAIN. */
+static void pump_read(struct pump *p, int drain)
+{
+	char buf[65536];
+	for (;;) {
+		ssize_t n = read(p->in, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			p->dead = 1;
+			return;
+		}
+		long long room = p->cap - p->written;
+		if (room > 0) {
+			size_t w = n < room ? (size_t)n : (size_t)room;
+			for (size_t off = 0; off < w;) {
+				ssize_t m = write(p->out, buf + off, w - off);
+				if (m < 0 && errno == EINTR)
+					continue;
+				if (m <= 0)
+					break; /* e.g. disk full: keep draining */
+				off += m;
+			}
+			p->written += w;
+		}
+		if (n > room && !p->truncated) {
+			char msg[96];
+			int l = snprintf(msg, sizeof msg, "\n[dsec: output truncated after %lld bytes]\n", p->cap);
+			(void)!write(p->out, msg, l);
+			p->truncated = 1;
+		}
+		if (!drain)
+			return;
+	}
+}
+
+static void drop_pumps(struct state *s)
+{
+	for (int i = 0; i < s->npumps;) {
+		if (!s->pumps[i].dead) {
+			i++;
+			continue;
+		}
+		close(s->pumps[i].in);
+		close(s->pumps[i].out);
+		s->pumps[i] = s->pumps[--s->npumps];
+	}
+}
+
 /* reap collects every exited child, reports tracked ones and keeps exit
  * records for tagged ones. PID 1 also reaps orphans here. */
 static void reap(struct state *s)
@@ -880,6 +945,10 @@ static void reap(struct state *s)
 		p->utime_us = (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec;
 		p->stime_us = (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec;
 		p->maxrss_kb = ru.ru_maxrss;
+		/* what it wrote is in its pipes now: log it before the exit */
+		for (int i = 0; i < s->npumps; i++)
+			if (s->pumps[i].pid == pid)
+				pump_read(&s->pumps[i], 1);
 		exited_packet(&o, p);
 		for (int i = 0; i < s->nconns; i++) {
 			struct conn *c = &s->conns[i];
@@ -906,6 +975,7 @@ struct exec_req {
 	char **argv, **envp;
 	const char *cwd, *tag, *groups;
 	unsigned long long uid, gid;
+	unsigned long long outcap; /* >0: pump fds 1 and 2 with this cap */
 };
 
 enum { STEP_SETSID, STEP_DUP2, STEP_GROUPS, STEP_GID, STEP_UID, STEP_CHDIR, STEP_EXEC };
@@ -1071,6 +1141,12 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 		}
 		else if (!strcmp(k, "groups"))
 			r.groups = v;
+		else if (!strcmp(k, "outcap")) {
+			if (parse_uint(v, 1ULL << 50, &r.outcap)) {
+				send_error(c, EINVAL, "bad outcap");
+				goto out;
+			}
+		}
 		else if (!strcmp(k, "uid") || !strcmp(k, "gid")) {
 			if (parse_uint(v, 0xfffffffeULL, k[0] == 'u' ? &r.uid : &r.gid)) {
 				send_error(c, EINVAL, "bad uid or gid");
@@ -1097,20 +1173,46 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 			remove_proc(s, old);
 	}
 
+	/* with an output cap the process writes into pipes that the init
+	 * pumps into the given files */
+	int pin[2] = {-1, -1}, pout[2] = {-1, -1}, cfds[3] = {fds[0], fds[1], fds[2]};
+	if (r.outcap) {
+		if (pipe2(pin, O_CLOEXEC | O_NONBLOCK) || pipe2(pout, O_CLOEXEC | O_NONBLOCK)) {
+			int e = errno;
+			for (int i = 0; i < 2; i++) {
+				if (pin[i] >= 0)
+					close(pin[i]);
+				if (pout[i] >= 0)
+					close(pout[i]);
+			}
+			send_error(c, e, strerror(e));
+			goto out;
+		}
+		/* the child's ends block, like any stdout */
+		fcntl(pin[1], F_SETFL, 0);
+		fcntl(pout[1], F_SETFL, 0);
+		cfds[1] = pin[1];
+		cfds[2] = pout[1];
+	}
 	int ep[2];
 	if (pipe2(ep, O_CLOEXEC)) {
 		send_error(c, errno, strerror(errno));
-		goto out;
+		goto out_pipes;
 	}
 	pid_t pid = fork();
 	if (pid == 0)
-		child_exec(s, &r, fds, ep[1]);
+		child_exec(s, &r, cfds, ep[1]);
 	int ferr = errno;
 	close(ep[1]);
+	if (r.outcap) {
+		close(pin[1]);
+		close(pout[1]);
+		pin[1] = pout[1] = -1;
+	}
 	if (pid < 0) {
 		close(ep[0]);
 		send_error(c, ferr, strerror(ferr));
-		goto out;
+		goto out_pipes;
 	}
 	int res[2];
 	ssize_t n;
@@ -1135,7 +1237,29 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 		out_add(&o, "msg=%s", msg);
 		out_add(&o, "step=%s", step_names[step]); /* marks a start failure */
 		send_out(c, &o);
-		goto out;
+		goto out_pipes;
+	}
+	if (r.outcap) {
+		int ins[2] = {pin[0], pout[0]};
+		for (int i = 0; i < 2; i++) {
+			if (s->npumps == s->cappumps)
+				s->pumps = xrealloc(s->pumps, sizeof *s->pumps * (s->cappumps = s->cappumps * 2 + 8));
+			struct pump *pp = &s->pumps[s->npumps];
+			pp->out = fcntl(fds[i + 1], F_DUPFD_CLOEXEC, 0);
+			if (pp->out < 0) {
+				logf_("dup log fd: %s", strerror(errno));
+				close(ins[i]);
+				continue;
+			}
+			pp->in = ins[i];
+			pp->pid = pid;
+			pp->written = 0;
+			pp->cap = (long long)r.outcap;
+			pp->dead = 0;
+			pp->truncated = 0;
+			s->npumps++;
+		}
+		pin[0] = pout[0] = -1;
 	}
 
 	if (s->nprocs == s->capprocs)
@@ -1153,6 +1277,14 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 	out_add(&o, "STARTED");
 	out_add(&o, "pid=%d", (int)pid);
 	send_out(c, &o);
+	goto out;
+out_pipes:
+	for (int i = 0; i < 2; i++) {
+		if (pin[i] >= 0)
+			close(pin[i]);
+		if (pout[i] >= 0)
+			close(pout[i]);
+	}
 out:
 	free(r.argv);
 	free(r.envp);
@@ -1389,15 +1521,17 @@ static void __attribute__((noreturn)) serve(struct state *s)
 	int cap = 0;
 
 	for (;;) {
-		int n = s->nconns + 2;
-		if (n > cap)
-			pfd = xrealloc(pfd, sizeof *pfd * (cap = n * 2));
+		int n = s->nconns + 2, np = s->npumps;
+		if (n + np > cap)
+			pfd = xrealloc(pfd, sizeof *pfd * (cap = (n + np) * 2));
 		pfd[0] = (struct pollfd){s->listen_paused ? -1 : FD_LISTEN, POLLIN, 0};
 		pfd[1] = (struct pollfd){s->sfd, POLLIN, 0};
 		for (int i = 0; i < s->nconns; i++)
 			pfd[i + 2] = (struct pollfd){s->conns[i].fd,
 						     POLLIN | (s->conns[i].qhead ? POLLOUT : 0), 0};
-		if (poll(pfd, n, s->listen_paused ? 1000 : -1) < 0) {
+		for (int i = 0; i < np; i++)
+			pfd[n + i] = (struct pollfd){s->pumps[i].in, POLLIN, 0};
+		if (poll(pfd, n + np, s->listen_paused ? 1000 : -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			logf_("poll: %s", strerror(errno));
@@ -1413,8 +1547,12 @@ static void __attribute__((noreturn)) serve(struct state *s)
 			if (re & (POLLIN | POLLHUP | POLLERR))
 				conn_read(s, c);
 		}
+		for (int i = 0; i < np; i++)
+			if (pfd[n + i].revents)
+				pump_read(&s->pumps[i], 0);
 		if (pfd[1].revents)
 			reap(s);
+		drop_pumps(s);
 		if (pfd[0].revents)
 			accept_conns(s);
 		drop_dead(s);
