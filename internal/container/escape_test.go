@@ -37,6 +37,7 @@ type weakDriver struct {
 	mu    sync.Mutex
 	by    map[string]weakening
 	n     int
+	disk  int64 // writable layer bytes (0: 64 MiB)
 }
 
 // newWeakDriver starts a private driver (state, run dir and cgroup parent of
@@ -112,7 +113,11 @@ func (w *weakDriver) start(t *testing.T, wk weakening) driver.Instance {
 	w.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	inst, err := w.Start(ctx, driver.Spec{ID: id, Lower: w.lower, Memory: 256 << 20, Disk: 64 << 20, PidsMax: 256})
+	disk := w.disk
+	if disk == 0 {
+		disk = 64 << 20
+	}
+	inst, err := w.Start(ctx, driver.Spec{ID: id, Lower: w.lower, Memory: 1 << 30, Disk: disk, PidsMax: 512})
 	if err != nil {
 		t.Fatalf("start sandbox (%+v): %v", wk, err)
 	}
