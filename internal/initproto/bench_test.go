@@ -43,6 +43,40 @@ func BenchmarkSpawn(b *testing.B) {
 	}
 }
 
+// BenchmarkSpawnSecurity compares the default policy with the policies of
+// the previous release (OCI masks only, no nodev, no xino, no ping range)
+// and with no masks, to show what each costs at create.
+func BenchmarkSpawnSecurity(b *testing.B) {
+	requireRoot(b)
+	oci := DefaultSecurity()
+	oci.Masked = []string{"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+		"/sys/devices/virtual/powercap"}
+	oci.NoXino, oci.PingGroupRange, oci.RootNoDev = true, "", false
+	none := DefaultSecurity()
+	none.Masked, none.ReadOnly = nil, nil
+	initPath, lower, sockDir, base := installInit(b), makeLower(b), shortDir(b), b.TempDir()
+	sysfs := sharedSysfs(b)
+	for _, c := range []struct {
+		name string
+		sec  Security
+	}{{"default", DefaultSecurity()}, {"previous", oci}, {"no-masks", none}} {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := context.Background()
+			for i := range b.N {
+				cfg := sandboxConfig(b, initPath, lower, filepath.Join(base, fmt.Sprint(c.name, i)), sockDir)
+				cfg.SysfsPath = sysfs
+				cfg.Security = &c.sec
+				in, err := Spawn(ctx, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				killAndReap(in.PID)
+			}
+		})
+	}
+}
+
 // BenchmarkExecTrue measures one exec over the control socket: dial, exec
 // `true`, wait for its exit.
 func BenchmarkExecTrue(b *testing.B) {
