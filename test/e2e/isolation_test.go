@@ -205,6 +205,18 @@ except OSError as e:
 	if !strings.Contains(r.Stdout, "refused") || !strings.HasPrefix(r.Stdout, "0 sockets") {
 		t.Fatalf("control socket reachable from inside, or sockets listed: %+v", r)
 	}
+	// nor the node's API, which listens on the host's loopback
+	host, port, _ := strings.Cut(n.addr, ":")
+	r = n.sh(t, id, fmt.Sprintf(`python3 -c '
+import socket
+s = socket.socket(); s.settimeout(2)
+try:
+    s.connect(("%s", %s)); print("connected")
+except OSError as e:
+    print("refused", e.errno)'`, host, port))
+	if !strings.HasPrefix(r.Stdout, "refused") {
+		t.Fatalf("the node's API %s is reachable from inside: %+v", n.addr, r)
+	}
 }
 
 // testCgroupContainment: processes started by exec, including daemons that
