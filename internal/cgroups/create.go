@@ -56,9 +56,10 @@ func (h *Hierarchy) Create(name string, l Limits) (g *Group, err error) {
 			}
 		}
 	} else {
-		if _, ok := h.mounts[ctrlDevices]; l.Devices.Restrict && !ok {
-			err = errdefs.Wrap(api.CodeNotImplemented, errors.ErrUnsupported, "create cgroup %q: no v1 devices hierarchy", name)
-			return nil, err
+		if l.Devices.Restrict {
+			if g.devDir, err = h.sharedDevices(name, l.Devices); err != nil {
+				return nil, fmt.Errorf("create cgroup %q: %w", name, err)
+			}
 		}
 		cs = controlsV1(l, g.dir)
 	}

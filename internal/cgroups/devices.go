@@ -1,12 +1,20 @@
 package cgroups
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // ctrlDevices is the v1 devices controller (optional: only a group with a
@@ -113,14 +121,88 @@ func (p DevicePolicy) validate() error {
 	return nil
 }
 
-// deviceControlsV1 denies every device, then allows each rule.
-func deviceControlsV1(p DevicePolicy, dir string) []control {
-	if !p.Restrict {
+// sharedDevices returns the v1 devices cgroup that groups beside name
+// (same parent) with policy p join, creating it and writing p once: the
+// devices controller only filters, so one cgroup serves every sandbox with
+// the same policy, and a create costs one cgroup.procs write instead of a
+// directory and a write per rule. It is <parent>/devices-<hash of p>.
+func (h *Hierarchy) sharedDevices(name string, p DevicePolicy) (string, error) {
+	m, ok := h.mounts[ctrlDevices]
+	if !ok {
+		return "", errdefs.Wrap(api.CodeNotImplemented, errors.ErrUnsupported, "no v1 devices hierarchy")
+	}
+	if slices.Contains(h.dirs, m) {
+		return "", errdefs.Wrap(api.CodeNotImplemented, errors.ErrUnsupported, "the devices controller is co-mounted with another")
+	}
+	rules := p.rules()
+	sum := sha256.Sum256([]byte(strings.Join(rules, "\n")))
+	dir := filepath.Join(h.base(m), filepath.Dir(name), "devices-"+hex.EncodeToString(sum[:4]))
+	if _, ok := h.devShared.Load(dir); ok {
+		return dir, nil
+	}
+	h.devMu.Lock()
+	defer h.devMu.Unlock()
+	if _, ok := h.devShared.Load(dir); ok {
+		return dir, nil
+	}
+	// an existing one (a previous agent's) is kept if it has the policy,
+	// so running sandboxes never see it reset
+	if b, err := os.ReadFile(filepath.Join(dir, "devices.list")); err != nil || strings.TrimSpace(string(b)) != strings.Join(rules, "\n") {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("devices cgroup: %w", err)
+		}
+		cs := []control{{path: filepath.Join(dir, "devices.deny"), value: "a"}}
+		for _, r := range rules {
+			cs = append(cs, control{path: filepath.Join(dir, "devices.allow"), value: r})
+		}
+		if err := applyControls(cs); err != nil {
+			return "", fmt.Errorf("devices cgroup: %w", err)
+		}
+	}
+	h.devShared.Store(dir, true)
+	return dir, nil
+}
+
+// rules is the policy in devices.list form and order.
+func (p DevicePolicy) rules() []string {
+	var rs []string
+	for _, r := range p.Allow {
+		rs = append(rs, r.String())
+	}
+	return rs
+}
+
+// DeleteDevices removes the shared v1 devices cgroups under parent (relative
+// to the Hierarchy's parent, "" for it) and then parent itself there (and
+// the Hierarchy's parent when parent is ""), once no process uses them; call
+// it when the last group under parent is gone. A no-op on v2.
+func (h *Hierarchy) DeleteDevices(parent string) error {
+	m, ok := h.mounts[ctrlDevices]
+	if h.version == 2 || !ok || slices.Contains(h.dirs, m) {
 		return nil
 	}
-	cs := []control{{path: filepath.Join(dir, "devices.deny"), value: "a"}}
-	for _, r := range p.Allow {
-		cs = append(cs, control{path: filepath.Join(dir, "devices.allow"), value: r.String()})
+	dir := filepath.Join(h.base(m), parent)
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
-	return cs
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), "devices-") {
+			d := filepath.Join(dir, e.Name())
+			if err := h.rmdir(d); err != nil && !errors.Is(err, unix.ENOENT) {
+				errs = append(errs, &os.PathError{Op: "rmdir", Path: d, Err: err})
+			}
+			h.devShared.Delete(d)
+		}
+	}
+	if len(errs) == 0 && dir != m {
+		if err := h.rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EBUSY) {
+			errs = append(errs, &os.PathError{Op: "rmdir", Path: dir, Err: err})
+		}
+	}
+	return errors.Join(errs...)
 }

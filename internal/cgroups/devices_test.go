@@ -121,7 +121,7 @@ func TestHostV1DevicePolicy(t *testing.T) {
 		t.Fatalf("unrestricted group: %s, want %s", got, wantUnrestricted)
 	}
 	g := createHost(t, h, "restricted", Limits{Devices: testPolicy()})
-	b, err := os.ReadFile(filepath.Join(g.dir(ctrlDevices), "devices.list"))
+	b, err := os.ReadFile(filepath.Join(g.devDir, "devices.list"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +130,14 @@ func TestHostV1DevicePolicy(t *testing.T) {
 	}
 	if got := deviceCheck(t, g, nil, true); got != wantRestricted {
 		t.Fatalf("restricted group: %s, want %s", got, wantRestricted)
+	}
+	// a second group with the policy shares the devices cgroup
+	g2 := createHost(t, h, "restricted2", Limits{Devices: testPolicy()})
+	if g2.devDir != g.devDir {
+		t.Fatalf("devices cgroups %s and %s, want one shared", g.devDir, g2.devDir)
+	}
+	if got := deviceCheck(t, g2, nil, true); got != wantRestricted {
+		t.Fatalf("second restricted group: %s, want %s", got, wantRestricted)
 	}
 }
 

@@ -44,8 +44,11 @@ type Hierarchy struct {
 	mounts map[string]string // controller -> its hierarchy's mount dir
 	dirs   []string          // unique mount dirs, memory's first
 
-	// devprogs are the loaded v2 device programs, one per policy.
-	devprogs devicePrograms
+	// devprogs are the loaded v2 device programs, one per policy;
+	// devShared the v1 shared devices cgroups set up so far.
+	devprogs  devicePrograms
+	devShared sync.Map
+	devMu     sync.Mutex
 
 	// enabled caches v2 dirs whose subtree_control already got h.enable.
 	enabled sync.Map
@@ -157,7 +160,10 @@ func (h *Hierarchy) detectV1(mountRoot string) error {
 		}
 	}
 	h.dirs = []string{h.mounts[ctrlMemory]}
-	for _, ctrl := range append(v1Required()[1:], ctrlCPUAcct, ctrlDevices) {
+	// devices is not a group directory: every group with one device
+	// policy shares a devices cgroup (see sharedDevices), unless the
+	// controller is co-mounted with one of these.
+	for _, ctrl := range append(v1Required()[1:], ctrlCPUAcct) {
 		if d, ok := h.mounts[ctrl]; ok && !slices.Contains(h.dirs, d) {
 			h.dirs = append(h.dirs, d)
 		}

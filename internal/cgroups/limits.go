@@ -70,7 +70,7 @@ func controlsV1(l Limits, dir func(ctrl string) string) []control {
 	if l.PidsMax != 0 {
 		cs = append(cs, control{path: filepath.Join(dir(ctrlPids), "pids.max"), value: strconv.FormatInt(l.PidsMax, 10)})
 	}
-	return append(cs, deviceControlsV1(l.Devices, dir(ctrlDevices))...)
+	return cs
 }
 
 // controlsV2 lists the writes applying l to a fresh v2 group at dir.

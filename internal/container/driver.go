@@ -153,6 +153,7 @@ func (d *Driver) Close() error {
 	// With no sandbox left, leave nothing behind: the parent cgroup and the run
 	// dir go (both stay while sandboxes live on for a restarted agent).
 	if names, lerr := d.cg.List(d.cfg.CgroupParent); lerr == nil && len(names) == 0 {
+		err = errors.Join(err, d.cg.DeleteDevices(d.cfg.CgroupParent))
 		if g, oerr := d.cg.Open(d.cfg.CgroupParent); oerr == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			err = errors.Join(err, g.Delete(ctx))
