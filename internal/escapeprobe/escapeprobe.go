@@ -16,6 +16,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strconv"
@@ -152,13 +153,26 @@ func HostRootDisk() (major, minor uint32, path string, err error) {
 		return 0, 0, "", err
 	}
 	defer f.Close()
+	major, minor, src, err := rootDisk(f)
+	if err != nil {
+		return 0, 0, "", err
+	}
+	p := fmt.Sprintf("/dev/block/%d:%d", major, minor)
+	if _, err := os.Stat(p); err != nil {
+		p = src
+	}
+	return major, minor, p, nil
+}
+
+// rootDisk picks the root disk from mountinfo text (see HostRootDisk).
+func rootDisk(r io.Reader) (major, minor uint32, src string, err error) {
 	type cand struct {
 		maj, min uint32
 		src      string
 	}
 	var root *cand
 	var others []cand
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		// 36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw
 		fields := strings.Fields(sc.Text())
@@ -198,9 +212,5 @@ func HostRootDisk() (major, minor uint32, path string, err error) {
 		sort.Slice(others, func(i, j int) bool { return others[i].src < others[j].src })
 		root = &others[0]
 	}
-	p := fmt.Sprintf("/dev/block/%d:%d", root.maj, root.min)
-	if _, err := os.Stat(p); err != nil {
-		p = root.src
-	}
-	return root.maj, root.min, p, nil
+	return root.maj, root.min, root.src, nil
 }
