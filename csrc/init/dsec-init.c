@@ -871,11 +871,13 @@ static void trim_records(struct state *s)
 	}
 }
 
-/* pump_read moves what is readable from one pump; drain: until EAGAIN. */
+/* pump_read moves what is readable from one pump: one read, or with drain
+ * until EAGAIN but at most a pipe's worth of reads (a process that inherited
+ * the pipe may keep writing). */
 static void pump_read(struct pump *p, int drain)
 {
 	char buf[65536];
-	for (;;) {
+	for (int rounds = 0; rounds < 16; rounds++) {
 		ssize_t n = read(p->in, buf, sizeof buf);
 		if (n < 0 && errno == EINTR)
 			continue;
