@@ -27,10 +27,11 @@ func TestDefenceCost(t *testing.T) {
 		{"no masks", weakening{masks: true}},
 		{"no xino", weakening{xino: true}},
 		{"no ping range", weakening{ping: true}},
-		{"none of these", weakening{devCgroup: true, masks: true, xino: true, ping: true}},
+		{"no nodev", weakening{nodev: true}},
+		{"all of these off", weakening{devCgroup: true, masks: true, xino: true, ping: true, nodev: true, mknod: true, netRaw: true}},
 	}
 	times := make([][]time.Duration, len(confs))
-	for round := 0; round < 150; round++ {
+	for round := 0; round < 100; round++ {
 		for i, c := range confs {
 			w.mu.Lock()
 			w.n++
