@@ -76,6 +76,7 @@ func TestIsolation(t *testing.T) {
 	t.Run("escape probes", func(t *testing.T) { testEscapeProbes(t, n, a) })
 	t.Run("control socket unreachable", func(t *testing.T) { testControlSocket(t, n, a) })
 	t.Run("processes stay in the sandbox's cgroup", func(t *testing.T) { testCgroupContainment(t, n, a) })
+	t.Run("captured output is out of reach", func(t *testing.T) { testCapturedOutput(t, n, a) })
 	t.Run("no network beyond loopback", func(t *testing.T) {
 		r := n.sh(t, a, "cat /proc/net/dev | tail -n +3 | cut -d: -f1 | tr -d ' '")
 		if strings.TrimSpace(r.Stdout) != "lo" {
@@ -216,6 +217,36 @@ except OSError as e:
     print("refused", e.errno)'`, host, port))
 	if !strings.HasPrefix(r.Stdout, "refused") {
 		t.Fatalf("the node's API %s is reachable from inside: %+v", n.addr, r)
+	}
+}
+
+// testCapturedOutput: a background process's log files live in the node's
+// data dir, and the process writes into pipes the init pumps into them, so
+// nothing in the sandbox holds (or can reopen through /proc/PID/fd) a log
+// file of the node.
+func testCapturedOutput(t *testing.T, n *node, id string) {
+	p, err := n.cl.StartProcess(context.Background(), id, api.ExecRequest{Shell: "echo secret-output; sleep 100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.cl.KillProcess(context.Background(), id, p.ID, "KILL")
+	logPath := filepath.Join(n.dataDir, "logs", id, p.ID+".stdout")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "secret-output") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("log %s never got the output", logPath)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := n.sh(t, id, `for f in /proc/[0-9]*/fd/*; do readlink $f; done 2>/dev/null | sort -u`)
+	if strings.Contains(r.Stdout, n.dataDir) || strings.Contains(r.Stdout, "/logs/") {
+		t.Fatalf("a process in the sandbox holds a node log file:\n%s", r.Stdout)
+	}
+	if !strings.Contains(r.Stdout, "pipe:") {
+		t.Fatalf("no pipes listed, so the listing is broken:\n%s", r.Stdout)
 	}
 }
 
