@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/rlimit"
 	"golang.org/x/sys/unix"
 )
 
@@ -101,12 +102,19 @@ func (d *devicePrograms) get(p DevicePolicy) (*ebpf.Program, error) {
 	if prog, ok := d.progs[key.String()]; ok {
 		return prog, nil
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+	spec := &ebpf.ProgramSpec{
 		Type:         ebpf.CGroupDevice,
 		AttachType:   ebpf.AttachCGroupDevice,
 		Instructions: deviceProgram(p),
 		License:      "Apache-2.0",
-	})
+	}
+	prog, err := ebpf.NewProgram(spec)
+	if errors.Is(err, unix.EPERM) {
+		// kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK
+		if rerr := rlimit.RemoveMemlock(); rerr == nil {
+			prog, err = ebpf.NewProgram(spec)
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("load device program: %w", err)
 	}
