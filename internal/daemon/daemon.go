@@ -74,6 +74,11 @@ type Config struct {
 	// (default dir:DATA_DIR/blobs, where `dsec image build` puts layers by
 	// default; paths.Paths.BlobSpec).
 	BlobStore string
+	// Devices are added to every container sandbox (container.ParseDevice
+	// syntax, e.g. "fuse:c:10:229"); MaxLogBytes caps each background
+	// process log (0: agent.DefaultMaxLogBytes).
+	Devices     []string
+	MaxLogBytes int64
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -126,7 +131,15 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Logger: cfg.Logger})
+	var devs []container.Device
+	for _, s := range cfg.Devices {
+		d, err := container.ParseDevice(s)
+		if err != nil {
+			return nil, fmt.Errorf("--device: %w", err)
+		}
+		devs = append(devs, d)
+	}
+	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Devices: devs, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}
@@ -148,6 +161,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	envs.Spec = blobSpec
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
+		MaxLogBytes: cfg.MaxLogBytes,
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
 			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},
