@@ -38,9 +38,8 @@ def test_compose_and_delete_image(client: Any, server: Any) -> None:
     the server's data dir (no sandbox on it: layerd is never started)."""
     import subprocess
     from conftest import DSEC_BIN
-    rootfs = "/var/lib/dsec/images/busybox/rootfs"
-    if not os.path.isdir(rootfs):
-        pytest.skip("busybox image missing")
+    rootfs = os.path.join(os.environ.get("DSEC_IMAGES_DIR", "/var/lib/dsec/images"), "busybox", "rootfs")
+    assert os.path.isdir(rootfs), f"busybox image missing at {rootfs} (run `make setup`)"
     name = "py-" + os.urandom(4).hex()
     subprocess.run([DSEC_BIN, "image", "build", "--from", "dir:" + rootfs, "--name", name + "-base",
                     "--data-dir", server.data_dir], check=True, capture_output=True)
