@@ -54,11 +54,12 @@ test: setup build
 # the test binaries as nobody; as any other user it runs them as that user.
 .PHONY: test-unprivileged
 test-unprivileged: init
-	d=$$(mktemp -d) && chmod 755 $$d && \
+	d=$$(mktemp -d) && chmod 755 $$d && mkdir -m 1777 $$d/tmp && \
 	$(GO) test -c -race -o $$d/agent.test ./internal/agent && \
 	$(GO) test -c -race -o $$d/mock.test ./internal/driver/mock && \
 	as="$(if $(filter 0,$(shell id -u)),setpriv --reuid=65534 --regid=65534 --clear-groups)" && \
-	(cd /tmp && $$as $$d/agent.test -test.run Mock -test.count=1 && $$as $$d/mock.test -test.count=1); \
+	(cd $$d/tmp && export TMPDIR=$$d/tmp && \
+	 $$as $$d/agent.test -test.run Mock -test.count=1 && $$as $$d/mock.test -test.count=1); \
 	rc=$$?; rm -rf $$d; exit $$rc
 
 # The Python SDK's tests against a real `dsec server` (a -race build), as root.
