@@ -70,19 +70,19 @@ func TestWriteLegacyTrajFixture(t *testing.T) {
 		tw.WriteHeader(&tar.Header{Name: "a.txt", Mode: 0o644, Size: 2, Typeflag: tar.TypeReg, ModTime: time.Unix(1700000000, 0)})
 		tw.Write([]byte("hi"))
 		tw.Close()
-		step("POST", base+"/exec", `{"cmd":["echo","one"]}`, 200)                                   // 1
-		step("POST", base+"/exec", `{"cmd":["exit","3"]}`, 200)                                     // 2
-		step("POST", base+"/exec/stream", `{"cmd":["echo","streamed"]}`+"\n"+`{"eof":true}`+"\n", 200) // 3
-		step("POST", base+"/exec/stream", `{"cmd":["cat"],"stdin":"in"}`+"\n"+`{"eof":true}`+"\n", 200) // 4
-		step("POST", base+"/processes", `{"cmd":["echo","bg"]}`, 201)                               // 5
-		step("PUT", base+"/files?path=/f.txt&mode=0600", "hello", 200)                              // 6
-		step("GET", base+"/files?path=/f.txt", "", 200)                                             // 7
-		step("POST", base+"/files/mkdir", `{"path":"/d","parents":true}`, 204)                      // 8
-		step("DELETE", base+"/files?path=/nope", "", 404)                                           // 9
-		step("PUT", base+"/files/archive?path=/d", tb.String(), 204)                                // 10
-		step("DELETE", base+"/files?path=/d/a.txt", "", 204)                                        // 11
-		step("POST", base+"/http/8080/x/y?q=1", "ping", 201)                                        // 12
-		step("GET", base+"/files?path=/none", "", 404)                                              // 13
+		step("POST", base+"/exec", `{"cmd":["echo","one"]}`, 200)                                                                                 // 1
+		step("POST", base+"/exec", `{"cmd":["exit","3"]}`, 200)                                                                                   // 2
+		step("POST", base+"/exec/stream", `{"cmd":["echo","streamed"]}`+"\n"+`{"eof":true}`+"\n", 200)                                            // 3
+		step("POST", base+"/exec/stream", `{"cmd":["cat"],"stdin":"in"}`+"\n"+`{"eof":true}`+"\n", 200)                                           // 4
+		step("POST", base+"/processes", `{"cmd":["echo","bg"]}`, 201)                                                                             // 5
+		step("PUT", base+"/files?path=/f.txt&mode=0600", "hello", 200)                                                                            // 6
+		step("GET", base+"/files?path=/f.txt", "", 200)                                                                                           // 7
+		step("POST", base+"/files/mkdir", `{"path":"/d","parents":true}`, 204)                                                                    // 8
+		step("DELETE", base+"/files?path=/nope", "", 404)                                                                                         // 9
+		step("PUT", base+"/files/archive?path=/d", tb.String(), 204)                                                                              // 10
+		step("DELETE", base+"/files?path=/d/a.txt", "", 204)                                                                                      // 11
+		step("POST", base+"/http/8080/x/y?q=1", "ping", 201)                                                                                      // 12
+		step("GET", base+"/files?path=/none", "", 404)                                                                                            // 13
 		step("POST", "/v1/fncall", `{"language":"python3","files":{"main.py":"print(1)"},"tests":[{"stdin":"x","expected_output":"1\\n"}]}`, 200) // 14
 		// Step 15 started and never finished: the server died while it ran.
 		if _, err := store.Begin(context.Background(), trajectory.BeginRequest{Trajectory: traj, N: 15, Op: trajectory.OpExec,
