@@ -34,7 +34,7 @@ func TestWriteLegacyTrajFixture(t *testing.T) {
 		if kind == "pebble" {
 			store, err = trajectory.OpenPebble(filepath.Join(dir, "pebble"), trajectory.PebbleOptions{})
 		} else {
-			store, err = trajectory.OpenBolt(filepath.Join(dir, "trajectories.db"), trajectory.BoltOptions{})
+			store, err = trajectory.OpenBolt(filepath.Join(dir, "trajectories.db"))
 		}
 		if err != nil {
 			t.Fatal(err)

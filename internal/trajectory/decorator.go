@@ -158,7 +158,7 @@ func (l *live) finish(res Result) {
 
 // finishOutcome logs o, or marks the step unknown if o cannot be encoded.
 func (l *live) finishOutcome(o Outcome) {
-	res, err := typedResult(o)
+	res, err := TypedResult(o)
 	if err != nil {
 		l.s.log.ErrorContext(l.ctx, "trajectory: step outcome", "trajectory", l.tag.Trajectory, "step", l.tag.N, "err", err)
 		l.abort(MarkUnknown)

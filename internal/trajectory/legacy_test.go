@@ -55,7 +55,7 @@ func TestLegacyLog(t *testing.T) {
 			if kind == "pebble" {
 				store, err = trajectory.OpenPebble(copyTree(t, "testdata/legacy-v1/pebble"), trajectory.PebbleOptions{})
 			} else {
-				store, err = trajectory.OpenBolt(copyTree(t, "testdata/legacy-v1/trajectories.db"), trajectory.BoltOptions{})
+				store, err = trajectory.OpenBolt(copyTree(t, "testdata/legacy-v1/trajectories.db"))
 			}
 			if err != nil {
 				t.Fatal(err)

@@ -55,9 +55,8 @@ type HTTPHead struct {
 	Header http.Header `json:"header,omitempty"`
 }
 
-// typedResult encodes o as a step result. big is the size and sha256 of an answer
-// that was over MaxBodyLog (then nothing but them is kept).
-func typedResult(o Outcome) (Result, error) {
+// TypedResult encodes o as a step result.
+func TypedResult(o Outcome) (Result, error) {
 	b, err := json.Marshal(o)
 	if err != nil {
 		return Result{}, fmt.Errorf("encoding step outcome: %w", err)
