@@ -26,6 +26,8 @@ type Options struct {
 	Logger *slog.Logger
 	// TempDir holds spooled request bodies over MaxBodyLog (default os.TempDir()).
 	TempDir string
+	// FnCall runs FnCalls; nil: the inner service, if it is a session.FnCaller.
+	FnCall session.FnCaller
 }
 
 // Service is the trajectory decorator. Besides session.Service it implements

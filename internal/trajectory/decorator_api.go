@@ -166,7 +166,7 @@ func (s *Service) reexecute(ctx context.Context, id string, st Step) api.Rebuilt
 		}
 		err = s.reexecuteFile(ctx, id, st, a)
 	}
-	code, loggedCode := "", ""
+	var code, loggedCode api.Code
 	if err != nil {
 		code = errdefs.CodeOf(err)
 		rs.Detail = err.Error()

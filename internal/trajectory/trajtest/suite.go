@@ -128,14 +128,14 @@ func step(traj string, n int) (context.Context, *session.StepOutcome) {
 	return session.WithStep(context.Background(), session.Step{Trajectory: traj, N: n})
 }
 
-func code(err error) string {
+func code(err error) api.Code {
 	if err == nil {
 		return ""
 	}
 	return errdefs.CodeOf(err)
 }
 
-func wantCode(t *testing.T, err error, c string) {
+func wantCode(t *testing.T, err error, c api.Code) {
 	t.Helper()
 	if code(err) != c {
 		t.Fatalf("want %s, got %v", c, err)
@@ -528,7 +528,7 @@ func (s *suite) testRetryable(t *testing.T) {
 	}
 	e := s.env(t)
 	id := e.create()
-	for _, c := range []string{api.CodeUnavailable, api.CodeInternal, api.CodeResourceExhausted, api.CodeDeadlineExceeded} {
+	for _, c := range []api.Code{api.CodeUnavailable, api.CodeInternal, api.CodeResourceExhausted, api.CodeDeadlineExceeded} {
 		s.h.Fail(e.inner, "exec", errdefs.New(c, "injected"))
 		_, _, err := e.exec("x", 1, id, echo("one"))
 		wantCode(t, err, c)
