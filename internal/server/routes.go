@@ -2,7 +2,6 @@ package server
 
 import (
 	"net/http"
-
 )
 
 // route is one registered pattern; the table is also what the OpenAPI test checks.
