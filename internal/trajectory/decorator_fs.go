@@ -134,7 +134,7 @@ func (f *stepFS) Open(ctx context.Context, path string) (io.ReadCloser, api.File
 		return newBigReader(l, head, struct {
 			io.Reader
 			io.Closer
-		}{io.LimitReader(rc, info.Size-int64(len(head))), rc}), info, nil
+		}{io.LimitReader(rc, info.Size-int64(len(head))), rc}, info.Size), info, nil
 	}
 	rc.Close()
 	l.finishOutcome(Outcome{File: &info, Data: head})

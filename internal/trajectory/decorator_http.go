@@ -69,7 +69,7 @@ func (s *Service) HTTP(ctx context.Context, id string, port int, req session.HTT
 		return session.HTTPResponse{}, l.fail(badGateway(id, port, err))
 	}
 	if len(head) > MaxBodyLog {
-		resp.Body = newBigReader(l, head, resp.Body)
+		resp.Body = newBigReader(l, head, resp.Body, -1)
 		return resp, nil
 	}
 	resp.Body.Close()

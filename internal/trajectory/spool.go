@@ -105,26 +105,27 @@ func errTooLarge() error {
 }
 
 // bigReader passes an answer over MaxBodyLog through to the caller (head first,
-// then the rest), hashing it, and logs the step as truncated at EOF; closed
-// before EOF, the step is of unknown outcome.
+// then the rest), hashing it, and logs the step as truncated at EOF or once
+// total bytes (if >= 0) were read; closed before, the step is of unknown outcome.
 type bigReader struct {
-	l    *live
-	r    io.Reader
-	rest io.ReadCloser
-	sum  hash.Hash
-	size int64
-	once sync.Once
+	l     *live
+	r     io.Reader
+	rest  io.ReadCloser
+	sum   hash.Hash
+	size  int64
+	total int64
+	once  sync.Once
 }
 
-func newBigReader(l *live, head []byte, rest io.ReadCloser) *bigReader {
-	return &bigReader{l: l, r: io.MultiReader(bytes.NewReader(head), rest), rest: rest, sum: sha256.New()}
+func newBigReader(l *live, head []byte, rest io.ReadCloser, total int64) *bigReader {
+	return &bigReader{l: l, r: io.MultiReader(bytes.NewReader(head), rest), rest: rest, sum: sha256.New(), total: total}
 }
 
 func (b *bigReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.sum.Write(p[:n])
 	b.size += int64(n)
-	if errors.Is(err, io.EOF) {
+	if errors.Is(err, io.EOF) || b.size == b.total {
 		b.once.Do(func() { b.l.finish(truncatedResult(b.size, hex.EncodeToString(b.sum.Sum(nil)))) })
 	}
 	return n, err

@@ -23,8 +23,9 @@ import (
 )
 
 // Fake is an in-memory session.Service (and session.FnCaller) for the suite: no
-// processes, no isolation. Exec understands `echo ARGS...`, `cat` (stdin to
-// stdout), `warn ARGS...` (to stderr) and `exit N`; anything else exits 127.
+// processes, no isolation. Exec understands `echo ARGS...` (to stderr when the
+// last argument is ">&2"), `cat` (stdin to stdout) and `exit N`, also as
+// `sh -c "..."`; anything else exits 127.
 // Each sandbox has an in-memory file tree. It counts the operations that ran, so
 // a test can tell a replay (nothing ran) from a live run.
 type Fake struct {
@@ -198,13 +199,17 @@ func argv(req api.ExecRequest) []string {
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) api.ExecResult {
 	t0 := time.Now()
 	res := api.ExecResult{}
+	if len(args) == 3 && args[0] == "sh" && args[1] == "-c" {
+		args = strings.Fields(args[2])
+	}
+	if len(args) > 1 && args[0] == "echo" && args[len(args)-1] == ">&2" {
+		args, stdout = args[:len(args)-1], stderr
+	}
 	switch {
 	case len(args) == 0:
 		res.ExitCode, res.Error = 127, "empty command"
 	case args[0] == "echo":
 		fmt.Fprintln(stdout, strings.Join(args[1:], " "))
-	case args[0] == "warn":
-		fmt.Fprintln(stderr, strings.Join(args[1:], " "))
 	case args[0] == "cat":
 		if stdin != nil {
 			_, _ = io.Copy(stdout, stdin)
