@@ -59,9 +59,6 @@ func Wrap(inner session.Service, store Store, opts Options) *Service {
 	return &Service{Service: inner, inner: inner, store: store, opts: opts, log: opts.Logger}
 }
 
-// Store returns the log the decorator writes.
-func (s *Service) Store() Store { return s.store }
-
 // stepSpec is a tagged operation, normalised.
 type stepSpec struct {
 	op      string
