@@ -254,5 +254,12 @@ func StepView(st Step) api.TrajectoryStep {
 			v.Result = b
 		}
 	}
+	if res.Format == FormatTyped { // size and hash of what is shown, as for a raw answer
+		shown := v.Body
+		if v.Result != nil {
+			shown = v.Result
+		}
+		v.BodySize, v.BodySHA256 = int64(len(shown)), SHA256(shown)
+	}
 	return v
 }

@@ -359,7 +359,7 @@ func (s *suite) testFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	tr := e.get("f")
-	if len(tr.Steps) != 5 || tr.Steps[1].Op != trajectory.OpReadFile || string(tr.Steps[1].Body) != "hello" ||
+	if len(tr.Steps) != 5 || tr.Steps[1].Op != trajectory.OpReadFile || string(tr.Steps[1].Body) != "hello" || tr.Steps[1].BodySize != 5 ||
 		tr.Steps[2].Status != 204 || tr.Steps[0].Status != 200 {
 		t.Fatalf("log: %+v", tr.Steps)
 	}
