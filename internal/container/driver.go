@@ -26,6 +26,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/initbin"
 	"github.com/dsec-dev/dsec/internal/initproto"
 	"github.com/dsec-dev/dsec/internal/seccomp"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Config configures the container driver.
@@ -44,7 +45,13 @@ type Config struct {
 	// Devices are added to every sandbox's /dev and device allowlist
 	// (besides DefaultDeviceRules); see ParseDevice.
 	Devices []Device
-	Logger  *slog.Logger
+	// UserNS runs sandboxes whose spec does not say otherwise in a user
+	// namespace of their own (see IDPool): sandbox root is then an
+	// unprivileged host uid.
+	UserNS bool
+	// IDPool is where user-namespace sandboxes get their host IDs.
+	IDPool IDPool
+	Logger *slog.Logger
 }
 
 // Driver implements driver.Driver for containers.
@@ -60,6 +67,11 @@ type Driver struct {
 	// mounted, then every init mounts its own.
 	sysfs   string
 	sysfsMu sync.Mutex // serializes remounting a vanished shared sysfs
+
+	ids *idAlloc
+	// usernsErr says why no sandbox can have a user namespace here (nil:
+	// they can).
+	usernsErr error
 
 	// weaken is nil except in this package's tests (see weakening).
 	weaken func(id string) weakening
@@ -106,7 +118,19 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container: seccomp memfd: %w", err)
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd}
+	ids, err := newIDAlloc(cfg.IDPool)
+	if err != nil {
+		mfd.Close()
+		return nil, err
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids}
+	// An init in a user namespace resolves these paths as an unprivileged
+	// uid: make them traversable (not listable; sockets stay 0600).
+	if err := searchable(cfg.StateDir, true); err != nil {
+		d.usernsErr = err
+	} else if err := searchable(cfg.RunDir, true); err != nil {
+		d.usernsErr = err
+	}
 	// One sysfs superblock for all sandboxes instead of one each: every
 	// superblock costs per-memcg shrinker memory on the host.
 	sysfs := filepath.Join(cfg.RunDir, "sysfs")
@@ -169,6 +193,10 @@ type state struct {
 	PID       int    `json:"pid"`
 	StartTime uint64 `json:"start_time"`
 	Cgroup    string `json:"cgroup"`
+	// IDBase is the host uid and gid of sandbox root when the sandbox runs
+	// in a user namespace (its range is IDBase..IDBase+IDSize-1); 0: none.
+	IDBase uint32 `json:"id_base,omitempty"`
+	IDSize uint32 `json:"id_size,omitempty"`
 }
 
 func (d *Driver) dir(id string) string    { return filepath.Join(d.cfg.StateDir, id) }
@@ -189,9 +217,28 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		os.RemoveAll(dir)
 		return nil, errdefs.Internal(err, "create sandbox dir")
 	}
+	var idmap *initproto.IDMap
+	if d.usesUserNS(spec.UserNS) {
+		if d.usernsErr != nil {
+			os.RemoveAll(dir)
+			return nil, errdefs.New(api.CodeUnavailable, "container: no user namespaces on this node: %v", d.usernsErr)
+		}
+		m, err := d.ids.alloc(spec.ID)
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		idmap = &m
+	}
+	freeIDs := func() {
+		if idmap != nil {
+			d.ids.free(idmap.HostID, spec.ID)
+		}
+	}
 	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory,
 		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID)})
 	if err != nil {
+		freeIDs()
 		os.RemoveAll(dir)
 		return nil, errdefs.Internal(err, "create cgroup")
 	}
@@ -201,6 +248,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		_ = cg.Kill()
 		_ = cg.Delete(dctx)
 		os.RemoveAll(dir)
+		freeIDs()
 		return nil, err
 	}
 	cgfd := -1
@@ -215,6 +263,10 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		hostname = spec.ID
 	}
 	sec := d.security(spec.ID)
+	if idmap != nil {
+		// only mapped groups can be given ping sockets
+		sec.PingGroupRange = fmt.Sprintf("0 %d", idmap.Size-1)
+	}
 	in, err := initproto.Spawn(ctx, initproto.SpawnConfig{
 		InitPath:   d.initPath,
 		Hostname:   hostname,
@@ -228,6 +280,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		Security:   &sec,
 		LogPath:    filepath.Join(dir, "init.log"),
 		CgroupFD:   cgfd,
+		UserNS:     idmap,
 		BeforeStart: func(pid int) error {
 			if cgfd >= 0 {
 				return nil
@@ -239,6 +292,9 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		return fail(classifySpawn(err))
 	}
 	st := state{PID: in.PID, StartTime: in.StartTime, Cgroup: d.cgName(spec.ID)}
+	if idmap != nil {
+		st.IDBase, st.IDSize = idmap.HostID, idmap.Size
+	}
 	inst, err := d.newInstance(spec, st, cg, true)
 	if err != nil {
 		killAndReap(in.PID)
@@ -269,6 +325,7 @@ func (d *Driver) Recover(ctx context.Context, spec driver.Spec, raw json.RawMess
 	if err != nil {
 		return nil, errdefs.Internal(err, "open cgroup")
 	}
+	d.ids.mark(st.IDBase, spec.ID)
 	return d.newInstance(spec, st, cg, false)
 }
 
@@ -279,7 +336,9 @@ func (d *Driver) Cleanup(ctx context.Context, spec driver.Spec, raw json.RawMess
 	if len(raw) > 0 && json.Unmarshal(raw, &st) == nil && st.PID > 0 && initproto.Alive(st.PID, st.StartTime) {
 		_ = killPID(st.PID)
 	}
-	return d.release(ctx, spec.ID)
+	err := d.release(ctx, spec.ID)
+	d.ids.free(st.IDBase, spec.ID)
+	return err
 }
 
 func (d *Driver) release(ctx context.Context, id string) error {

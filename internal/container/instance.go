@@ -228,6 +228,7 @@ func (in *instance) Destroy(ctx context.Context) error {
 		}
 		in.pidfd.Close()
 		in.destroyErr = in.d.release(ctx, in.id)
+		in.d.ids.free(in.st.IDBase, in.id)
 	})
 	return in.destroyErr
 }

@@ -24,6 +24,10 @@ type Spec struct {
 	PidsMax  int64
 	Env      []string // KEY=VALUE added to every process
 	Hostname string
+	// UserNS asks for (true) or against (false) a user namespace that maps
+	// sandbox root to an unprivileged host uid; nil: the driver's default.
+	// Drivers without user namespaces ignore it.
+	UserNS *bool
 }
 
 // Driver creates and recovers sandboxes of one backend.
