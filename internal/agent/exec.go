@@ -19,7 +19,6 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -109,7 +108,7 @@ func (sb *sandbox) resolveUser(inst driver.Instance, user string) (uid, gid int,
 	if err != nil {
 		return 0, 0, "", err
 	}
-	fs := fsops.New(root)
+	fs := sandboxFS(inst, root)
 	defer fs.Close()
 	r, _, err := fs.Open("/etc/passwd")
 	if err != nil {

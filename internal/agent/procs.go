@@ -278,7 +278,18 @@ func (m *Manager) FS(ctx context.Context, id string) (session.FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return hostfs.New(fsops.New(root)), nil
+	return hostfs.New(sandboxFS(inst, root)), nil
+}
+
+// sandboxFS is the file API over a sandbox's root; in a user namespace
+// what it creates gets the sandbox root's mapped owner.
+func sandboxFS(inst driver.Instance, root *os.File) *fsops.FS {
+	if m, ok := inst.(driver.IDMapped); ok {
+		if base, size := m.IDMap(); size > 0 {
+			return fsops.NewMapped(root, fsops.IDMap{HostID: base, Size: size})
+		}
+	}
+	return fsops.New(root)
 }
 
 // Dial implements session.Service.

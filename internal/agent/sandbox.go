@@ -199,7 +199,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	sort.Strings(env)
 	spec := driver.Spec{
 		ID: id, Image: img.Name, Lower: img.Lower(), CPU: req.CPU, Memory: req.MemoryBytes,
-		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id,
+		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id, UserNS: req.UserNamespace,
 	}
 	inst, err := m.cfg.Driver.Start(ctx, spec)
 	if err != nil {

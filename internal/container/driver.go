@@ -88,7 +88,8 @@ func New(cfg Config) (*Driver, error) {
 	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	tag := hex.EncodeToString(sum[:4])
-	if cfg.RunDir == "" {
+	defaultRun := cfg.RunDir == ""
+	if defaultRun {
 		cfg.RunDir = filepath.Join("/run/dsec", tag)
 	}
 	if cfg.CgroupRoot == "" {
@@ -127,6 +128,8 @@ func New(cfg Config) (*Driver, error) {
 	// An init in a user namespace resolves these paths as an unprivileged
 	// uid: make them traversable (not listable; sockets stay 0600).
 	if err := searchable(cfg.StateDir, true); err != nil {
+		d.usernsErr = err
+	} else if err := searchable(filepath.Dir(cfg.RunDir), defaultRun); err != nil {
 		d.usernsErr = err
 	} else if err := searchable(cfg.RunDir, true); err != nil {
 		d.usernsErr = err

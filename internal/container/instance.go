@@ -35,6 +35,10 @@ type instance struct {
 
 var _ driver.Instance = (*instance)(nil)
 var _ driver.Pauser = (*instance)(nil)
+var _ driver.IDMapped = (*instance)(nil)
+
+// IDMap implements driver.IDMapped.
+func (in *instance) IDMap() (uint32, uint32) { return in.st.IDBase, in.st.IDSize }
 
 func (d *Driver) newInstance(spec driver.Spec, st state, cg *cgroups.Group, child bool) (*instance, error) {
 	fd, err := unix.PidfdOpen(st.PID, unix.PIDFD_NONBLOCK)

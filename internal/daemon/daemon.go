@@ -79,6 +79,9 @@ type Config struct {
 	// process log (0: agent.DefaultMaxLogBytes).
 	Devices     []string
 	MaxLogBytes int64
+	// UserNS is the default of create's user_namespace for container
+	// sandboxes (see container.Config.UserNS).
+	UserNS bool
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -126,6 +129,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
+	// Traversable, not listable (every file in it is 0600 or in 0700
+	// dirs): a sandbox init in a user namespace reaches its own dirs below
+	// as an unprivileged uid.
+	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
 	dirs := paths.New(cfg.DataDir)
 	token, err := loadToken(dirs.Token(), cfg.Token)
 	if err != nil {
@@ -139,7 +148,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 		devs = append(devs, d)
 	}
-	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Devices: devs, Logger: cfg.Logger})
+	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Devices: devs,
+		UserNS: cfg.UserNS, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

@@ -66,6 +66,14 @@ type Instance interface {
 	Destroy(ctx context.Context) error
 }
 
+// IDMapped is implemented by instances that may run in a user namespace.
+// IDMap returns the host ID of the sandbox's root and the size of its
+// range (size 0: no user namespace, IDs are the host's). Files the node
+// creates in the sandbox from the host must get mapped owners.
+type IDMapped interface {
+	IDMap() (hostID, size uint32)
+}
+
 // ProcSpec describes one process to start inside a sandbox.
 type ProcSpec struct {
 	Args []string

@@ -73,6 +73,8 @@ func (f *FS) WriteFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) 
 		if err := unix.Fchown(fd, int(t.old.Uid), int(t.old.Gid)); err != nil && !isErrno(err, unix.EPERM, unix.EINVAL) {
 			return api.FileInfo{}, classify("chown", clean, err)
 		}
+	} else if err := f.ownFD(fd); err != nil {
+		return api.FileInfo{}, classify("chown", clean, err)
 	}
 	if err := unix.Fchmod(fd, perm); err != nil {
 		return api.FileInfo{}, classify("chmod", clean, err)
@@ -85,7 +87,7 @@ func (f *FS) WriteFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) 
 	if err := unix.Fstat(fd, &st); err != nil {
 		return api.FileInfo{}, classify("stat", clean, err)
 	}
-	return fileInfo(clean, &st, ""), nil
+	return f.shown(fileInfo(clean, &st, "")), nil
 }
 
 // errReader remembers the error of the caller's reader, to tell it apart from
@@ -137,6 +139,9 @@ func (f *FS) Mkdir(p string, mode os.FileMode, parents bool) error {
 	if err := unix.Mkdirat(dirfd, base, perm); err != nil {
 		return classify("mkdir", clean, err)
 	}
+	if err := f.own(dirfd, base); err != nil {
+		return classify("chown", clean, err)
+	}
 	return classify("chmod", clean, fchmodDir(dirfd, base, perm))
 }
 
@@ -175,7 +180,11 @@ func (f *FS) mkdirAll(clean string, perm uint32) error {
 		}
 		err = unix.Mkdirat(dirfd, base, mode)
 		if err == nil {
-			err = classify("chmod", next, fchmodDir(dirfd, base, mode))
+			if err = f.own(dirfd, base); err != nil {
+				err = classify("chown", next, err)
+			} else {
+				err = classify("chmod", next, fchmodDir(dirfd, base, mode))
+			}
 		} else if err == unix.EEXIST {
 			// Created concurrently, or a dangling symlink / non-directory: look again.
 			if cfd, oerr := f.openInRoot(next, unix.O_PATH|unix.O_DIRECTORY); oerr == nil {
