@@ -221,7 +221,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		return nil, errdefs.Internal(err, "create sandbox dir")
 	}
 	var idmap *initproto.IDMap
-	if d.usesUserNS(spec.UserNS) {
+	if d.usesUserNS(spec.ID, spec.UserNS) {
 		if d.usernsErr != nil {
 			os.RemoveAll(dir)
 			return nil, errdefs.New(api.CodeUnavailable, "container: no user namespaces on this node: %v", d.usernsErr)

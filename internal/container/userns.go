@@ -114,7 +114,10 @@ func searchable(dir string, chmod bool) error {
 
 // usesUserNS reports whether a sandbox gets a user namespace: its request's
 // choice, else the driver's default.
-func (d *Driver) usesUserNS(req *bool) bool {
+func (d *Driver) usesUserNS(id string, req *bool) bool {
+	if d.weaken != nil && d.weaken(id).userns {
+		return false
+	}
 	if req != nil {
 		return *req
 	}

@@ -2,7 +2,9 @@ package fsops
 
 import (
 	"os"
+	"runtime"
 
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"golang.org/x/sys/unix"
 )
@@ -63,4 +65,66 @@ func (f *FS) sandboxID(host int) int {
 		return host - int(f.ids.HostID)
 	}
 	return 65534 // the kernel's overflow id
+}
+
+// asRoot runs fn with this thread's file-system IDs set to the sandbox's
+// root: a file system a user namespace mounted (the overlay root, the
+// writable layer) refuses to create files for an ID it cannot map, such as
+// host root (EOVERFLOW). The thread keeps its capabilities (setfsuid drops
+// the file ones from the effective set; they are raised again), so
+// permission checks are host root's, as without a user namespace. The IDs
+// are per thread, so the goroutine is locked to it; should restoring them
+// fail, the thread stays locked and exits with the goroutine.
+func (f *FS) asRoot(fn func() error) error {
+	if f.ids.Size == 0 {
+		return fn()
+	}
+	runtime.LockOSThread()
+	id := int(f.ids.HostID)
+	// setfs[ug]id return the previous ID; -1 changes nothing, so it reads
+	// the current one
+	cur := func() (int, int) {
+		u, _ := unix.SetfsuidRetUid(-1)
+		g, _ := unix.SetfsgidRetGid(-1)
+		return u, g
+	}
+	restore := func() bool {
+		unix.SetfsuidRetUid(0)
+		unix.SetfsgidRetGid(0)
+		u, g := cur()
+		return u == 0 && g == 0
+	}
+	unix.SetfsgidRetGid(id)
+	unix.SetfsuidRetUid(id)
+	if u, g := cur(); u != id || g != id {
+		if restore() {
+			runtime.UnlockOSThread()
+		}
+		return errdefs.Internal(nil, "set file-system ids to %d", id)
+	}
+	if err := raiseEffective(); err != nil {
+		if restore() {
+			runtime.UnlockOSThread()
+		}
+		return errdefs.Internal(err, "keep capabilities under fsuid %d", id)
+	}
+	err := fn()
+	if restore() {
+		runtime.UnlockOSThread()
+	}
+	return err
+}
+
+// raiseEffective sets this thread's effective capabilities to its
+// permitted ones.
+func raiseEffective() error {
+	h := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var d [2]unix.CapUserData
+	if err := unix.Capget(&h, &d[0]); err != nil {
+		return err
+	}
+	for i := range d {
+		d[i].Effective = d[i].Permitted
+	}
+	return unix.Capset(&h, &d[0])
 }

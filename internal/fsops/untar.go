@@ -34,6 +34,10 @@ import (
 // entry's metadata. Device nodes, FIFOs and other types are skipped, as is an entry
 // naming path itself ("./"), whose metadata is not applied.
 func (f *FS) ExtractTar(p string, r io.Reader) error {
+	return f.asRoot(func() error { return f.extractTar(p, r) })
+}
+
+func (f *FS) extractTar(p string, r io.Reader) error {
 	clean, err := cleanPath(p)
 	if err != nil {
 		return err

@@ -20,7 +20,15 @@ import (
 // A final symlink is followed inside the root (the write lands on its target); the
 // parent directory must exist (not_found otherwise). When an existing regular file
 // is replaced, its owner is kept; hard links to it keep the old content.
-func (f *FS) WriteFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileInfo, error) {
+func (f *FS) WriteFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) (fi api.FileInfo, err error) {
+	err = f.asRoot(func() error {
+		fi, err = f.writeFile(p, mode, r, maxBytes)
+		return err
+	})
+	return fi, err
+}
+
+func (f *FS) writeFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileInfo, error) {
 	clean, err := cleanPath(p)
 	if err != nil {
 		return api.FileInfo{}, err
@@ -120,6 +128,10 @@ func tempName() (string, error) {
 // is fine, intermediate directories get 0755, and an existing non-directory is
 // already_exists.
 func (f *FS) Mkdir(p string, mode os.FileMode, parents bool) error {
+	return f.asRoot(func() error { return f.mkdir(p, mode, parents) })
+}
+
+func (f *FS) mkdir(p string, mode os.FileMode, parents bool) error {
 	clean, err := cleanPath(p)
 	if err != nil {
 		return err
