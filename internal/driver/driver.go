@@ -69,7 +69,9 @@ type Instance interface {
 // IDMapped is implemented by instances that may run in a user namespace.
 // IDMap returns the host ID of the sandbox's root and the size of its
 // range (size 0: no user namespace, IDs are the host's). Files the node
-// creates in the sandbox from the host must get mapped owners.
+// creates in the sandbox from the host must get mapped owners, and the
+// file systems a user namespace mounted refuse to create files for host
+// root at all (see fsops.NewMapped and fsops.AsRoot).
 type IDMapped interface {
 	IDMap() (hostID, size uint32)
 }

@@ -67,6 +67,11 @@ func (f *FS) sandboxID(host int) int {
 	return 65534 // the kernel's overflow id
 }
 
+// AsRoot runs fn with this thread's file-system IDs those of the root of
+// a sandbox with map m (see asRoot), for host code that creates files
+// through an instance's Root itself; the zero map runs fn as it is.
+func AsRoot(m IDMap, fn func() error) error { return (&FS{ids: m}).asRoot(fn) }
+
 // asRoot runs fn with this thread's file-system IDs set to the sandbox's
 // root: a file system a user namespace mounted (the overlay root, the
 // writable layer) refuses to create files for an ID it cannot map, such as

@@ -32,6 +32,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/testprog"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -539,7 +540,16 @@ func (s *suite) testRoot(t *testing.T) {
 		sh.Close()
 	}
 	// Host → sandbox.
-	f, err := openIn(root, "tmp/from-host", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644)
+	// in a user namespace the host creates as the sandbox's root
+	var ids fsops.IDMap
+	if m, ok := inst.(driver.IDMapped); ok {
+		ids.HostID, ids.Size = m.IDMap()
+	}
+	var f *os.File
+	err = fsops.AsRoot(ids, func() (err error) {
+		f, err = openIn(root, "tmp/from-host", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644)
+		return err
+	})
 	if err != nil {
 		t.Fatalf("create through Root: %v", err)
 	}
