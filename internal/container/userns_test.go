@@ -181,16 +181,8 @@ func TestUserNS(t *testing.T) {
 func TestUserNSSandboxWorks(t *testing.T) {
 	w := newWeakDriver(t)
 	inst := w.startNS(t, true)
-	const ping = `
-import socket, struct, os
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
-s.settimeout(5)
-s.sendto(struct.pack("!BBHHH", 8, 0, 0, 0, 1) + b"dsec", ("127.0.0.1", 0))
-data, addr = s.recvfrom(1024)
-print("reply", data[0], addr[0], "uid", os.getuid())
-`
 	for _, uid := range []string{"0", "1000"} {
-		out, errOut, ex := run(t, inst, "setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "python3", "-c", ping)
+		out, errOut, ex := run(t, inst, "setpriv", "--reuid", uid, "--regid", uid, "--clear-groups", "python3", "-c", pingScript)
 		if ex.Code != 0 || !strings.HasPrefix(out, "reply 0 127.0.0.1") {
 			t.Fatalf("uid %s: ping socket: %+v %q %q", uid, ex, out, errOut)
 		}
