@@ -59,8 +59,13 @@ type Driver struct {
 	cfg      Config
 	log      *slog.Logger
 	initPath string
-	cg       *cgroups.Hierarchy
-	seccomp  *os.File // sealed memfd with the compiled default profile
+	// nsInitPath is the init binary for sandboxes in user namespaces, in
+	// the run dir: their init resolves its own binary and mountpoints as an
+	// unprivileged uid, so those live below a traversable run dir (0711)
+	// and the state and data dirs stay 0700.
+	nsInitPath string
+	cg         *cgroups.Hierarchy
+	seccomp    *os.File // sealed memfd with the compiled default profile
 
 	// sysfs is the read-only sysfs shared by all sandboxes (cloned onto
 	// their /sys, see initproto.MountSharedSysfs); "" if it could not be
@@ -125,13 +130,14 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids}
-	// An init in a user namespace resolves these paths as an unprivileged
-	// uid: make them traversable (not listable; sockets stay 0600).
-	if err := searchable(cfg.StateDir, true); err != nil {
-		d.usernsErr = err
-	} else if err := searchable(filepath.Dir(cfg.RunDir), defaultRun); err != nil {
+	// An init in a user namespace resolves its binary and mountpoints in
+	// the run dir as an unprivileged uid: make it traversable (not
+	// listable; the sockets in it stay 0600).
+	if err := searchable(filepath.Dir(cfg.RunDir), defaultRun); err != nil {
 		d.usernsErr = err
 	} else if err := searchable(cfg.RunDir, true); err != nil {
+		d.usernsErr = err
+	} else if d.nsInitPath, err = initbin.Install(cfg.RunDir); err != nil {
 		d.usernsErr = err
 	}
 	// One sysfs superblock for all sandboxes instead of one each: every
@@ -187,6 +193,9 @@ func (d *Driver) Close() error {
 			cancel()
 		}
 	}
+	if d.nsInitPath != "" {
+		_ = os.Remove(d.nsInitPath) // running inits need it no more; New installs it again
+	}
 	_ = os.Remove(d.cfg.RunDir) // fails, harmlessly, while sockets remain
 	return err
 }
@@ -204,6 +213,10 @@ type state struct {
 
 func (d *Driver) dir(id string) string    { return filepath.Join(d.cfg.StateDir, id) }
 func (d *Driver) socket(id string) string { return filepath.Join(d.cfg.RunDir, id+".sock") }
+
+// nsDir holds the mountpoints of a sandbox in a user namespace (see
+// nsInitPath).
+func (d *Driver) nsDir(id string) string  { return filepath.Join(d.cfg.RunDir, id+".d") }
 func (d *Driver) cgName(id string) string { return d.cfg.CgroupParent + "/" + id }
 
 // Start implements driver.Driver.
@@ -211,27 +224,34 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	if len(spec.Lower) == 0 {
 		return nil, errdefs.Invalid("container: no lower directories")
 	}
-	dir := d.dir(spec.ID)
-	root, rw := filepath.Join(dir, "root"), filepath.Join(dir, "rw")
-	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, errdefs.Internal(err, "create sandbox dir")
-	}
-	if err := os.Mkdir(rw, 0o700); err != nil {
-		os.RemoveAll(dir)
-		return nil, errdefs.Internal(err, "create sandbox dir")
-	}
 	var idmap *initproto.IDMap
+	dir, mnt, initPath := d.dir(spec.ID), d.dir(spec.ID), d.initPath
 	if d.usesUserNS(spec.ID, spec.UserNS) {
 		if d.usernsErr != nil {
-			os.RemoveAll(dir)
 			return nil, errdefs.New(api.CodeUnavailable, "container: no user namespaces on this node: %v", d.usernsErr)
 		}
 		m, err := d.ids.alloc(spec.ID)
 		if err != nil {
-			os.RemoveAll(dir)
 			return nil, err
 		}
 		idmap = &m
+		mnt, initPath = d.nsDir(spec.ID), d.nsInitPath
+	}
+	root, rw := filepath.Join(mnt, "root"), filepath.Join(mnt, "rw")
+	err := os.MkdirAll(root, 0o755)
+	if err == nil {
+		err = os.Mkdir(rw, 0o700)
+	}
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		os.RemoveAll(mnt)
+		if idmap != nil {
+			d.ids.free(idmap.HostID, spec.ID)
+		}
+		return nil, errdefs.Internal(err, "create sandbox dir")
 	}
 	freeIDs := func() {
 		if idmap != nil {
@@ -243,6 +263,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	if err != nil {
 		freeIDs()
 		os.RemoveAll(dir)
+		os.RemoveAll(mnt)
 		return nil, errdefs.Internal(err, "create cgroup")
 	}
 	fail := func(err error) (driver.Instance, error) {
@@ -251,6 +272,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		_ = cg.Kill()
 		_ = cg.Delete(dctx)
 		os.RemoveAll(dir)
+		os.RemoveAll(mnt)
 		freeIDs()
 		return nil, err
 	}
@@ -271,7 +293,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		sec.PingGroupRange = fmt.Sprintf("0 %d", idmap.Size-1)
 	}
 	in, err := initproto.Spawn(ctx, initproto.SpawnConfig{
-		InitPath:   d.initPath,
+		InitPath:   initPath,
 		Hostname:   hostname,
 		RootDir:    root,
 		RWDir:      rw,
@@ -353,8 +375,10 @@ func (d *Driver) release(ctx context.Context, id string) error {
 		}
 	}
 	_ = os.Remove(d.socket(id))
-	if err := os.RemoveAll(d.dir(id)); err != nil {
-		errs = append(errs, err)
+	for _, dir := range []string{d.dir(id), d.nsDir(id)} {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

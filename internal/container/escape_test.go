@@ -291,17 +291,6 @@ func weaken(ds ...escapeprobe.Defence) weakening {
 	return w
 }
 
-// withoutUserNS is p for a node whose sandboxes have no user namespace:
-// that defence is always off; ok is false when nothing else stops p (it
-// then escapes by design, e.g. host-root-uid).
-func withoutUserNS(p escapeprobe.Probe) (escapeprobe.Probe, bool) {
-	drop := func(ds []escapeprobe.Defence) []escapeprobe.Defence {
-		return slices.DeleteFunc(slices.Clone(ds), func(d escapeprobe.Defence) bool { return d == escapeprobe.UserNS })
-	}
-	p.Defences, p.Also = drop(p.Defences), drop(p.Also)
-	return p, len(p.Defences) > 0
-}
-
 // TestEscapeProbes runs the suite against sandboxes without (the node's
 // default) and with user namespaces.
 func TestEscapeProbes(t *testing.T) {
@@ -341,7 +330,7 @@ func testEscapeProbes(t *testing.T, userns bool) {
 	for _, p := range escapeprobe.Probes() {
 		if !userns {
 			var ok bool
-			if p, ok = withoutUserNS(p); !ok {
+			if p, ok = p.Without(escapeprobe.UserNS); !ok {
 				continue
 			}
 		}

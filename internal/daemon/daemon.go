@@ -129,12 +129,6 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	// Traversable, not listable (every file in it is 0600 or in 0700
-	// dirs): a sandbox init in a user namespace reaches its own dirs below
-	// as an unprivileged uid.
-	if err := os.Chmod(cfg.DataDir, 0o711); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
 	dirs := paths.New(cfg.DataDir)
 	token, err := loadToken(dirs.Token(), cfg.Token)
 	if err != nil {

@@ -69,6 +69,23 @@ type Probe struct {
 	perPath bool
 }
 
+// Without is p on a sandbox that lacks defence d by design (e.g. no user
+// namespace, the node's default): d is dropped from Defences and Also; ok
+// is false when nothing else stops p, so it gets through there by design.
+func (p Probe) Without(d Defence) (Probe, bool) {
+	drop := func(ds []Defence) []Defence {
+		var out []Defence
+		for _, x := range ds {
+			if x != d {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	p.Defences, p.Also = drop(p.Defences), drop(p.Also)
+	return p, len(p.Defences) > 0
+}
+
 // Result is one probe's outcome.
 type Result struct {
 	Name    string `json:"name"`
