@@ -288,10 +288,6 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		hostname = spec.ID
 	}
 	sec := d.security(spec.ID)
-	if idmap != nil {
-		// only mapped groups can be given ping sockets
-		sec.PingGroupRange = fmt.Sprintf("0 %d", idmap.Size-1)
-	}
 	in, err := initproto.Spawn(ctx, initproto.SpawnConfig{
 		InitPath:   initPath,
 		Hostname:   hostname,

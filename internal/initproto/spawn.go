@@ -122,6 +122,12 @@ func (c *SpawnConfig) configText() []byte {
 		d := DefaultSecurity()
 		sec = &d
 	}
+	if c.UserNS != nil && sec.PingGroupRange != "" {
+		// only groups mapped in the namespace can be given ping sockets
+		cp := *sec
+		cp.PingGroupRange = c.UserNS.clampRange(sec.PingGroupRange)
+		sec = &cp
+	}
 	sec.configText(&b)
 	if c.UserNS != nil {
 		b.WriteString("userns=1\n")

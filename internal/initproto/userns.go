@@ -23,6 +23,18 @@ func (m *IDMap) validate() error {
 	return nil
 }
 
+// clampRange limits a "LOW HIGH" group range to the mapped IDs (the
+// kernel refuses unmapped ones); a range it cannot parse is left as it is.
+func (m *IDMap) clampRange(r string) string {
+	var lo, hi uint64
+	if n, err := fmt.Sscanf(r, "%d %d", &lo, &hi); err != nil || n != 2 {
+		return r
+	}
+	hi = min(hi, uint64(m.Size)-1)
+	lo = min(lo, hi)
+	return fmt.Sprintf("%d %d", lo, hi)
+}
+
 // sysProcMaps is the map in the form the clone wants: the parent writes it
 // into the child's uid_map and gid_map before the child execs the init.
 func (m *IDMap) sysProcMaps() []syscall.SysProcIDMap {
