@@ -1686,67 +1686,12 @@ static void __attribute__((noreturn)) serve(struct state *s)
 	}
 }
 
-/* spawn_userns is `dsec-init spawn HOSTID SIZE PATH` (PATH: this binary): the node execs this small
- * static binary (a vfork for the node) and it clones the real init into new
- * user, mount, PID, UTS, IPC and network namespaces with CLONE_PARENT, so the
- * init is the node's child (the node reaps it) while the fork copies this
- * tiny process, not the node (Go cannot vfork a child whose uid_map its
- * parent must write first). It reports "PID <pid>" on the status fd, writes
- * the uid and gid maps (0..SIZE-1 to HOSTID..), lets the child go on and
- * exits; the child becomes the namespace's root and execs the init with the
- * fd layout it inherited. */
-static int spawn_userns(int argc, char **argv)
-{
-	unsigned long long host, size;
-	int go[2];
-	if (argc != 5 || argv[4][0] != '/' || parse_uint(argv[2], 0xfffffffeULL, &host) || parse_uint(argv[3], 0xffffffffULL, &size) ||
-	    !host || !size || host + size > 0xffffffffULL)
-		fail("spawn: usage: dsec-init spawn HOSTID SIZE PATH", EINVAL);
-	if (pipe2(go, O_CLOEXEC))
-		fail("spawn: pipe", errno);
-	long pid = syscall(SYS_clone, CLONE_PARENT | CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS |
-					  CLONE_NEWIPC | CLONE_NEWNET | SIGCHLD,
-			   NULL, NULL, NULL, NULL);
-	if (pid < 0)
-		fail("spawn: clone", errno);
-	if (pid == 0) {
-		char b;
-		close(go[1]);
-		if (read(go[0], &b, 1) != 1)
-			_exit(1);
-		if (setgroups(0, NULL) || setresgid(0, 0, 0) || setresuid(0, 0, 0))
-			fail("spawn: become the namespace's root", errno);
-		char *av[] = {"dsec-init", NULL}, *ev[] = {NULL};
-		execve(argv[4], av, ev); /* by path: comm is the binary's name */
-		fail("spawn: exec init", errno);
-	}
-	close(go[0]);
-	char line[64], path[64];
-	int n = snprintf(line, sizeof line, "PID %ld\n", pid);
-	if (write(FD_STATUS, line, n) != n)
-		_exit(1);
-	n = snprintf(line, sizeof line, "0 %llu %llu\n", host, size);
-	static const char *maps[] = {"uid_map", "gid_map"};
-	for (int i = 0; i < 2; i++) {
-		snprintf(path, sizeof path, "/proc/%ld/%s", pid, maps[i]);
-		int fd = open(path, O_WRONLY | O_CLOEXEC);
-		if (fd < 0 || write(fd, line, n) != n)
-			fail("spawn: write id map", errno);
-		close(fd);
-	}
-	if (write(go[1], "", 1) != 1)
-		fail("spawn: start init", errno);
-	return 0;
-}
-
-int main(int argc, char **argv)
+int main(void)
 {
 	struct config cfg;
 	struct state s;
 	sigset_t mask;
 
-	if (argc > 1 && !strcmp(argv[1], "spawn"))
-		return spawn_userns(argc, argv);
 	memset(&s, 0, sizeof s);
 	/* Drop every fd the spawning process leaked past the layout (fds it
 	 * inherited without O_CLOEXEC), so none can reach the sandbox. */

@@ -88,9 +88,6 @@ func (c *SpawnConfig) validate() error {
 		if c.SysfsPath == "" {
 			return errors.New("initproto: a user namespace needs the shared sysfs")
 		}
-		if !filepath.IsAbs(c.InitPath) {
-			return fmt.Errorf("initproto: init path %q must be absolute", c.InitPath)
-		}
 	}
 	if c.Security != nil {
 		if err := c.Security.validate(); err != nil {
@@ -238,18 +235,21 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Init, error) {
 		seccompFD = cfg.Seccomp.Fd()
 	}
 	sys := &syscall.SysProcAttr{Cloneflags: cloneFlags, Setsid: true}
-	argv := []string{"dsec-init"}
 	if cfg.UserNS != nil {
-		// the init's own spawn mode clones it into the namespaces (see
-		// spawnArgs)
-		sys.Cloneflags = 0
-		argv = cfg.UserNS.spawnArgs(cfg.InitPath)
+		sys.Cloneflags |= syscall.CLONE_NEWUSER
+		sys.UidMappings = cfg.UserNS.sysProcMaps()
+		sys.GidMappings = cfg.UserNS.sysProcMaps()
+		sys.GidMappingsEnableSetgroups = true
+		// become the namespace's root (host IDs HostID): the clone keeps
+		// host uid 0, which is unmapped in there and would exec without
+		// capabilities
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0}
 	}
 	if cfg.CgroupFD > 0 {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = cfg.CgroupFD
 	}
-	pid, err := syscall.ForkExec(cfg.InitPath, argv, &syscall.ProcAttr{
+	pid, err := syscall.ForkExec(cfg.InitPath, []string{"dsec-init"}, &syscall.ProcAttr{
 		Env: []string{},
 		Files: []uintptr{
 			files.devnull.Fd(), files.log.Fd(), files.log.Fd(),
@@ -266,12 +266,6 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Init, error) {
 		return nil, fmt.Errorf("initproto: start %s: %w", cfg.InitPath, err)
 	}
 
-	if cfg.UserNS != nil {
-		if pid, err = spawnedInit(ctx, files.statusR, pid); err != nil {
-			os.Remove(cfg.SocketPath)
-			return nil, err
-		}
-	}
 	in, err := startInit(ctx, &cfg, files, pid)
 	if err != nil {
 		killAndReap(pid)

@@ -1,12 +1,9 @@
 package initproto
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -38,57 +35,10 @@ func (m *IDMap) clampRange(r string) string {
 	return fmt.Sprintf("%d %d", lo, hi)
 }
 
-// spawnArgs are the init's arguments for its spawn mode: it clones the
-// real init into new user, mount, PID, UTS, IPC and network namespaces with
-// CLONE_PARENT (so the init is this process's child) and writes this map.
-// Go's ForkExec cannot vfork a child whose uid_map the parent must write
-// before it execs, so cloning with CLONE_NEWUSER from here would copy this
-// whole process (about 0.9 ms for a node agent); the spawn mode forks a
-// process of a few pages instead.
-func (m *IDMap) spawnArgs(initPath string) []string {
-	return []string{"dsec-init", "spawn", strconv.FormatUint(uint64(m.HostID), 10), strconv.FormatUint(uint64(m.Size), 10), initPath}
-}
-
-// spawnedInit reads the "PID n" line the spawn mode writes on the status
-// pipe (byte by byte: the init's own status line follows), reaps the
-// spawner and returns the init's pid. On error the init, if there is one,
-// is killed and reaped.
-func spawnedInit(ctx context.Context, status *os.File, spawner int) (int, error) {
-	stop := watchCtx(ctx, status.SetReadDeadline)
-	var line []byte
-	b := make([]byte, 1)
-	var rerr error
-	for len(line) < 64 {
-		n, err := status.Read(b)
-		if n == 1 && b[0] == '\n' {
-			break
-		}
-		line = append(line, b[:n]...)
-		if err != nil {
-			rerr = ctxErr(ctx, err)
-			break
-		}
-	}
-	stop()
-	var ws syscall.WaitStatus
-	for {
-		if _, err := syscall.Wait4(spawner, &ws, 0, nil); err != syscall.EINTR {
-			break
-		}
-	}
-	pid, perr := strconv.Atoi(strings.TrimPrefix(string(line), "PID "))
-	if !strings.HasPrefix(string(line), "PID ") || perr != nil || pid <= 0 {
-		if msg, ok := strings.CutPrefix(string(line), "ERR "); ok {
-			return 0, fmt.Errorf("initproto: init setup failed: %s", msg)
-		}
-		return 0, fmt.Errorf("initproto: spawn: no init pid (%q, exit %v, read: %v)", line, ws, rerr)
-	}
-	if !ws.Exited() || ws.ExitStatus() != 0 {
-		rest, _ := readStatus(ctx, status)
-		killAndReap(pid)
-		return 0, fmt.Errorf("initproto: spawn of init %d failed (%v): %s", pid, ws, strings.TrimPrefix(rest, "ERR "))
-	}
-	return pid, nil
+// sysProcMaps is the map in the form the clone wants: the parent writes it
+// into the child's uid_map and gid_map before the child execs the init.
+func (m *IDMap) sysProcMaps() []syscall.SysProcIDMap {
+	return []syscall.SysProcIDMap{{ContainerID: 0, HostID: int(m.HostID), Size: int(m.Size)}}
 }
 
 // syncPair is the sync channel of an init in a user namespace: a unix
