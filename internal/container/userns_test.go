@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +230,33 @@ func TestUserNSSandboxWorks(t *testing.T) {
 	next := w.startOn(t, d2, true)
 	if nb := next.(*instance).st.IDBase; nb == st.IDBase || nb == 0 {
 		t.Errorf("a sandbox created after the restart got range %d, the re-adopted one holds %d", nb, st.IDBase)
+	}
+}
+
+// TestUserNSCost is TestDefenceCost for user namespaces: Start without and
+// with one, interleaved. It only runs with DSEC_DEFENCE_COST=1.
+func TestUserNSCost(t *testing.T) {
+	if os.Getenv("DSEC_DEFENCE_COST") == "" {
+		t.Skip("set DSEC_DEFENCE_COST=1")
+	}
+	w := newWeakDriver(t)
+	var times [2][]time.Duration
+	for round := 0; round < 100; round++ {
+		for i, userns := range []bool{false, true} {
+			id := fmt.Sprintf("unscost%d-%d", round, i)
+			t0 := time.Now()
+			inst, err := w.Start(context.Background(), driver.Spec{ID: id, Lower: w.lower, Memory: 256 << 20,
+				Disk: 64 << 20, PidsMax: 256, UserNS: &userns})
+			if err != nil {
+				t.Fatal(err)
+			}
+			times[i] = append(times[i], time.Since(t0))
+			inst.Destroy(context.Background())
+		}
+	}
+	for i, name := range []string{"without", "with"} {
+		ts := times[i]
+		slices.Sort(ts)
+		t.Logf("%-8s user namespace: p25 %v p50 %v", name, ts[len(ts)/4].Round(10*time.Microsecond), ts[len(ts)/2].Round(10*time.Microsecond))
 	}
 }
