@@ -44,6 +44,10 @@ func benchCmd() *cobra.Command {
 			return print(r, func() {
 				fmt.Printf("dsec: %d creates, %.1f/s, p50 %.2f ms, p99 %.2f ms, teardown %.2f s, failures %d\n",
 					r.N, r.CreatesPerS, r.P50ms, r.P99ms, r.TeardownS, r.Failures)
+				if u := r.UserNS; u != nil {
+					fmt.Printf("user namespace: p50 %.2f ms on vs %.2f ms off (mean %.2f vs %.2f), cost %+.1f%% (%d each, interleaved)\n",
+						u.OnP50ms, u.OffP50ms, u.OnMeanms, u.OffMeanms, u.CostPct, u.N)
+				}
 				for name, p := range r.Peers {
 					fmt.Printf("%s: %.1f/s, p50 %.2f ms, p99 %.2f ms (%s)\n", name, p.PerSecond, p.P50ms, p.P99ms, p.Note)
 				}
@@ -58,6 +62,7 @@ func benchCmd() *cobra.Command {
 	}
 	addFlags(create, &co, 200, 2)
 	create.Flags().StringVar(&compare, "compare", "", "peer runtimes to run in the same benchmark: crun, runc")
+	create.Flags().StringVar(&co.UserNS, "userns", "", "user_namespace of the creates: on, off, or both (alternate in one run and compare); default the node's")
 	exec := &cobra.Command{
 		Use:   "exec",
 		Short: "Run `true` N times through the HTTP API",

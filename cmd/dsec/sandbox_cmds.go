@@ -18,6 +18,7 @@ func createCmd() *cobra.Command {
 	var image, memory, disk, ttl, idle, requestID string
 	var cpu float64
 	var env []string
+	var userns bool
 	c := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its ID",
@@ -47,6 +48,9 @@ func createCmd() *cobra.Command {
 			if req.Env, err = parseEnv(env); err != nil {
 				return err
 			}
+			if cmd.Flags().Changed("userns") {
+				req.UserNamespace = &userns
+			}
 			cl, err := client.FromEnv()
 			if err != nil {
 				return err
@@ -68,6 +72,7 @@ func createCmd() *cobra.Command {
 	f.StringVar(&idle, "idle-timeout", "", "delete the sandbox after this long without use")
 	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for every process (repeatable)")
 	f.StringVar(&requestID, "request-id", "", "idempotency key: a retry returns the same sandbox")
+	f.BoolVar(&userns, "userns", false, "run in a user namespace of its own (--userns=false: without); default the server's --userns")
 	return c
 }
 

@@ -90,9 +90,34 @@ DATA_DIR/token, which is created on first start.`,
 	f.StringVar(&cfg.LayerPrefetch, "layer-prefetch", "", `"" loads layers on demand; "full" fetches and verifies whole layers before mounting`)
 	f.StringArrayVar(&cfg.Devices, "device", nil, "add a device node and device-cgroup rule to every sandbox: NAME:TYPE:MAJOR:MINOR[:ACCESS], e.g. fuse:c:10:229 (repeatable)")
 	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", 0, "cap of each background process log on disk, stdout and stderr each (default 64 MiB)")
+	f.Var(onOff{&cfg.UserNS}, "userns", "on: container sandboxes that do not say otherwise (create's user_namespace) run in a user namespace of their own, sandbox root an unprivileged host uid; off (default)")
 	f.BoolVar(&cleanup, "cleanup-on-exit", false, "delete every sandbox when the server stops")
 	f.DurationVar(&cfg.TrajMaxAge, "traj-max-age", daemon.DefaultTrajMaxAge, "delete trajectories not updated for this long (negative: never)")
 	f.IntVar(&cfg.TrajMax, "traj-max", daemon.DefaultTrajMax, "keep at most this many trajectories, the most recently updated (negative: no limit)")
 	f.StringVar(&cfg.TrajStore, "traj-store", "pebble", "trajectory log store: pebble (DATA_DIR/trajectories/, migrates an old trajectories.db once) or bolt (DATA_DIR/trajectories.db)")
 	return c
 }
+
+// onOff is a flag that takes on or off (also true/false).
+type onOff struct{ v *bool }
+
+func (o onOff) String() string {
+	if o.v != nil && *o.v {
+		return "on"
+	}
+	return "off"
+}
+
+func (o onOff) Set(s string) error {
+	switch s {
+	case "on", "true", "1":
+		*o.v = true
+	case "off", "false", "0":
+		*o.v = false
+	default:
+		return fmt.Errorf("want on or off, not %q", s)
+	}
+	return nil
+}
+
+func (onOff) Type() string { return "on|off" }

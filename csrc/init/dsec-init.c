@@ -18,6 +18,11 @@
  * keys exist only for tests that weaken a sandbox on purpose (dumpable=1,
  * cgroupns=0, xino=0); the node never sets them.
  *
+ * With userns=1 the init was cloned into a new user namespace too (the parent
+ * wrote its uid/gid maps): fd 4 is then a unix socket whose sync byte
+ * carries one idmapped mount fd per lower layer, /dev nodes are binds of the
+ * host's (mknod is refused there) and proc is made before the pivot.
+ *
  * Setup builds the root filesystem (tmpfs-backed overlay upper layer, proc,
  * dev, sys, OCI masked and read-only paths; /dev, /dev/shm and the masked
  * directories live in the writable-layer tmpfs and /sys is a clone of a
@@ -77,6 +82,20 @@ struct bpf_prog { unsigned short len; struct bpf_insn *filter; };
 #define AT_RECURSIVE_ 0x8000
 #define MOVE_MOUNT_F_EMPTY_PATH_ 0x00000004
 #define MOVE_MOUNT_T_SYMLINKS_ 0x00000010
+#ifndef SYS_fsopen
+#define SYS_fsopen 430
+#endif
+#ifndef SYS_fsconfig
+#define SYS_fsconfig 431
+#endif
+#ifndef SYS_fsmount
+#define SYS_fsmount 432
+#endif
+#define FSCONFIG_CMD_CREATE_ 6
+#define MOUNT_ATTR_NOSUID_ 0x02
+#define MOUNT_ATTR_NODEV_ 0x04
+#define MOUNT_ATTR_NOEXEC_ 0x08
+#define MAX_LOWER 128 /* idmapped lower layers accepted with the sync byte */
 #define SYSFS_MAGIC_ 0x62656572
 #define NSFS_MAGIC_ 0x6e736673
 
@@ -177,6 +196,8 @@ struct config {
 	int dumpable;          /* test only: leave the init dumpable */
 	int nocgroupns;        /* test only: no cgroup namespace */
 	int noxino;            /* test only: overlay without xino */
+	int userns;            /* in a user namespace: lowers arrive as idmapped mount fds */
+	int lowerfds[MAX_LOWER];
 };
 
 /* parse_dev parses "NAME c|b MAJOR MINOR"; NAME is a plain file name. */
@@ -266,6 +287,8 @@ static void read_config(struct config *c)
 			c->nocgroupns = !strcmp(v, "0");
 		else if (!strcmp(line, "xino"))
 			c->noxino = !strcmp(v, "0");
+		else if (!strcmp(line, "userns"))
+			c->userns = !strcmp(v, "1");
 		else
 			fail("config: unknown key", EINVAL);
 	}
@@ -273,6 +296,8 @@ static void read_config(struct config *c)
 		fail("config: root, rwdir, lower and caps are required", EINVAL);
 	if (!c->hostname)
 		c->hostname = "sandbox";
+	if (c->userns && (c->nlower > MAX_LOWER || !c->sysfs))
+		fail("config: a user namespace needs at most 128 lowers and the shared sysfs", EINVAL);
 	if ((c->sysfs && c->sysfs[0] != '/') || (c->sysfsnet && c->sysfsnet[0] != '/') ||
 	    (!c->sysfs != !c->sysfsnet))
 		fail("config: sysfs and sysfsnet must be absolute paths, both or neither", EINVAL);
@@ -284,16 +309,49 @@ static void read_config(struct config *c)
 	}
 }
 
-/* wait_sync blocks for the go-ahead byte; EOF means the parent gave up. */
-static void wait_sync(void)
+/* wait_sync blocks for the go-ahead byte; EOF means the parent gave up. In
+ * a user namespace the sync fd is a unix socket and the byte carries one
+ * idmapped mount fd per lower layer (made by the parent, which is
+ * privileged over the layers' file systems; the init is not). */
+static void wait_sync(struct config *c)
 {
 	char b;
 	ssize_t n;
+	if (!c->userns) {
+		do
+			n = read(FD_SYNC, &b, 1);
+		while (n < 0 && errno == EINTR);
+		if (n != 1)
+			_exit(1);
+		return;
+	}
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * MAX_LOWER)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = {&b, 1};
+	struct msghdr m = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			   .msg_controllen = sizeof u.buf};
 	do
-		n = read(FD_SYNC, &b, 1);
+		n = recvmsg(FD_SYNC, &m, MSG_CMSG_CLOEXEC);
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		_exit(1);
+	int got = 0;
+	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
+		if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (h->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof fd);
+			if (got < MAX_LOWER)
+				c->lowerfds[got] = fd;
+			got++;
+		}
+	}
+	if (got != c->nlower || (m.msg_flags & MSG_CTRUNC))
+		fail("idmapped lower layers: fd count", EINVAL);
 }
 
 static void mkdir_p(const char *path, mode_t mode)
@@ -318,6 +376,7 @@ static void xmount(const char *src, const char *dst, const char *type,
  * sandboxes of a driver: a sandbox makes four superblocks (overlay, tmpfs,
  * proc, devpts). */
 struct trees {
+	int proc;   /* user namespace only: a detached proc, see mount_root */
 	int dev;    /* rwdir/dev: becomes /dev */
 	int masked; /* rwdir/.masked: the empty directory over masked dirs */
 	int sys;    /* the shared sysfs, or -1: mount a sysfs of our own */
@@ -349,6 +408,25 @@ static void attach_tree(int *fd, const char *dst, const char *step)
 	*fd = -1;
 }
 
+/* bind_host_dev binds the host's /dev/NAME onto dst (mknod is refused in a
+ * user namespace). The host node must be the configured device; the device
+ * cgroup still decides whether it opens. */
+static void bind_host_dev(const struct devnode *d, const char *dst)
+{
+	char host[80];
+	struct stat st;
+	snprintf(host, sizeof host, "/dev/%s", d->name);
+	if (stat(host, &st))
+		fail(host, errno);
+	if ((st.st_mode & S_IFMT) != d->type || st.st_rdev != makedev(d->maj, d->min))
+		fail(host, ENODEV);
+	int fd = open(dst, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+	if (fd < 0)
+		fail(dst, errno);
+	close(fd);
+	xmount(host, dst, NULL, MS_BIND, NULL, host);
+}
+
 /* populate_dev creates the /dev tree in the writable-layer tmpfs. The paths
  * are on a tmpfs we just mounted, so no symlink can be in the way. */
 static void populate_dev(const struct config *c)
@@ -371,6 +449,10 @@ static void populate_dev(const struct config *c)
 		char rel[80];
 		snprintf(rel, sizeof rel, "dev/%s", c->devs[i].name);
 		rw_path(p, sizeof p, rwdir, rel);
+		if (c->userns) {
+			bind_host_dev(&c->devs[i], p);
+			continue;
+		}
 		if (mknod(p, c->devs[i].type | 0666, makedev(c->devs[i].maj, c->devs[i].min)))
 			fail(rel, errno);
 	}
@@ -383,10 +465,31 @@ static void populate_dev(const struct config *c)
 	mkdir_p(p, 0555);
 }
 
+/* attach_lowers attaches the idmapped lower mounts (fds from the parent) on
+ * rwdir/.lower/N and points the overlay at them. rwdir is not part of the
+ * sandbox's root, so the sandbox never sees these paths. */
+static void attach_lowers(struct config *c)
+{
+	static char paths[MAX_LOWER][4096];
+	char p[4096];
+	rw_path(p, sizeof p, c->rwdir, ".lower");
+	mkdir_p(p, 0700);
+	for (int i = 0; i < c->nlower; i++) {
+		char rel[32];
+		snprintf(rel, sizeof rel, ".lower/%d", i);
+		rw_path(paths[i], sizeof paths[i], c->rwdir, rel);
+		mkdir_p(paths[i], 0755);
+		if (syscall(SYS_move_mount, c->lowerfds[i], "", AT_FDCWD, paths[i], MOVE_MOUNT_F_EMPTY_PATH_))
+			fail("attach idmapped lower", errno);
+		close(c->lowerfds[i]);
+		c->lower[i] = paths[i];
+	}
+}
+
 /* mount_root mounts the tmpfs for the writable layer (which also holds /dev)
  * and the overlay, clones the trees to attach later, then pivots into the
  * overlay. */
-static void mount_root(const struct config *c, struct trees *t)
+static void mount_root(struct config *c, struct trees *t)
 {
 	char opts[4096], upper[4096], work[4096], p[4096];
 
@@ -399,7 +502,7 @@ static void mount_root(const struct config *c, struct trees *t)
 	mkdir_p(work, 0755);
 	populate_dev(c);
 	rw_path(p, sizeof p, c->rwdir, "dev");
-	t->dev = clone_tree(p, 0, "clone /dev");
+	t->dev = clone_tree(p, c->userns, "clone /dev"); /* with the bound nodes */
 	rw_path(p, sizeof p, c->rwdir, ".masked");
 	t->masked = clone_tree(p, 0, "clone masked dir");
 	t->sys = -1;
@@ -427,6 +530,8 @@ static void mount_root(const struct config *c, struct trees *t)
 	 * below), and without it readdir's d_ino and stat's st_ino disagree
 	 * for directories, which breaks programs that compare them (find,
 	 * tar, Python's os.walk users, test suites). */
+	if (c->userns)
+		attach_lowers(c);
 	size_t n = snprintf(opts, sizeof opts, "lowerdir=");
 	for (int i = 0; i < c->nlower && n < sizeof opts; i++)
 		n += snprintf(opts + n, sizeof opts - n, "%s%s", i ? ":" : "", c->lower[i]);
@@ -438,6 +543,23 @@ static void mount_root(const struct config *c, struct trees *t)
 	/* nodev: device nodes belong in /dev only (images and the writable
 	 * layer may carry others; they must not open) */
 	xmount("overlay", c->root, "overlay", c->rootnodev ? MS_NODEV : 0, opts, "mount overlay");
+
+	/* A proc mounted in a user namespace must not reveal more than a
+	 * proc already visible in this mount namespace; after the pivot
+	 * none is left, so make it now, detached, and attach it later. */
+	t->proc = -1;
+	if (c->userns) {
+		int fs = syscall(SYS_fsopen, "proc", 1 /* FSOPEN_CLOEXEC */);
+		if (fs < 0)
+			fail("fsopen proc", errno);
+		if (syscall(SYS_fsconfig, fs, FSCONFIG_CMD_CREATE_, NULL, NULL, 0))
+			fail("create proc", errno);
+		t->proc = syscall(SYS_fsmount, fs, 1 /* FSMOUNT_CLOEXEC */,
+				  MOUNT_ATTR_NOSUID_ | MOUNT_ATTR_NODEV_ | MOUNT_ATTR_NOEXEC_);
+		if (t->proc < 0)
+			fail("fsmount proc", errno);
+		close(fs);
+	}
 
 	/* pivot_root(".", ".") stacks the old root on top of the new one; the
 	 * detach then drops every host mount from this namespace. */
@@ -456,7 +578,10 @@ static void mount_root(const struct config *c, struct trees *t)
 static void mount_system(const struct config *c, struct trees *t)
 {
 	mkdir_p("/proc", 0555);
-	xmount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, "mount /proc");
+	if (t->proc >= 0)
+		attach_tree(&t->proc, "/proc", "attach /proc");
+	else
+		xmount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, "mount /proc");
 
 	mkdir_p("/dev", 0755);
 	attach_tree(&t->dev, "/dev", "attach /dev");
@@ -632,7 +757,7 @@ static void write_ping_range(const char *range)
 	close(fd);
 }
 
-static void setup(const struct config *c, int has_seccomp)
+static void setup(struct config *c, int has_seccomp)
 {
 	if (!c->nocgroupns && unshare(CLONE_NEWCGROUP))
 		fail("unshare cgroup namespace", errno);
@@ -1645,7 +1770,7 @@ int main(void)
 	int has_seccomp = fcntl(FD_SECCOMP, F_GETFD) >= 0;
 	signal(SIGPIPE, SIG_IGN);
 	read_config(&cfg);
-	wait_sync();
+	wait_sync(&cfg);
 
 	/* PID 1 only gets signals it handles; ignore the usual stop requests
 	 * and take SIGCHLD through a signalfd (created below, after the setup

@@ -200,7 +200,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	sort.Strings(env)
 	spec := driver.Spec{
 		ID: id, Image: img.Name, Layers: layersOf(img), CPU: req.CPU, Memory: req.MemoryBytes,
-		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id,
+		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id, UserNS: req.UserNamespace,
 	}
 	drv, err := m.drivers.Get(req.Backend)
 	if err != nil {

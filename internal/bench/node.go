@@ -14,6 +14,10 @@ type Options struct {
 	N        int
 	Parallel int
 	Image    string
+	// UserNS is create's user_namespace for `bench create`: "on", "off",
+	// "both" (alternate, interleaved in one run, and compare) or "" (the
+	// node's default).
+	UserNS string
 	// DataDir is a scratch directory for the benchmark's own node; default a new
 	// directory under /var/lib/dsec, removed afterwards.
 	DataDir string

@@ -99,12 +99,19 @@ func newDriverFactory(cfg container.Config) func(t *testing.T) driver.Driver {
 }
 
 func TestConformance(t *testing.T) {
-	for _, image := range []string{"debian", "busybox"} {
-		t.Run(image, func(t *testing.T) {
-			lower := requireImage(t, image)
-			cfg := testConfig(t)
-			drivertest.Run(t, newDriverFactory(cfg), lower)
-		})
+	for _, userns := range []bool{false, true} {
+		for _, image := range []string{"debian", "busybox"} {
+			name := image
+			if userns {
+				name += "/userns"
+			}
+			t.Run(name, func(t *testing.T) {
+				lower := requireImage(t, image)
+				cfg := testConfig(t)
+				cfg.UserNS = userns
+				drivertest.Run(t, newDriverFactory(cfg), lower)
+			})
+		}
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/initbin"
 	"github.com/dsec-dev/dsec/internal/initproto"
 	"github.com/dsec-dev/dsec/internal/seccomp"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Config configures the container driver.
@@ -44,7 +45,13 @@ type Config struct {
 	// Devices are added to every sandbox's /dev and device allowlist
 	// (besides DefaultDeviceRules); see ParseDevice.
 	Devices []Device
-	Logger  *slog.Logger
+	// UserNS runs sandboxes whose spec does not say otherwise in a user
+	// namespace of their own (see IDPool): sandbox root is then an
+	// unprivileged host uid.
+	UserNS bool
+	// IDPool is where user-namespace sandboxes get their host IDs.
+	IDPool IDPool
+	Logger *slog.Logger
 }
 
 // Driver implements driver.Driver for containers.
@@ -52,14 +59,24 @@ type Driver struct {
 	cfg      Config
 	log      *slog.Logger
 	initPath string
-	cg       *cgroups.Hierarchy
-	seccomp  *os.File // sealed memfd with the compiled default profile
+	// nsInitPath is the init binary for sandboxes in user namespaces, in
+	// the run dir: their init resolves its own binary and mountpoints as an
+	// unprivileged uid, so those live below a traversable run dir (0711)
+	// and the state and data dirs stay 0700.
+	nsInitPath string
+	cg         *cgroups.Hierarchy
+	seccomp    *os.File // sealed memfd with the compiled default profile
 
 	// sysfs is the read-only sysfs shared by all sandboxes (cloned onto
 	// their /sys, see initproto.MountSharedSysfs); "" if it could not be
 	// mounted, then every init mounts its own.
 	sysfs   string
 	sysfsMu sync.Mutex // serializes remounting a vanished shared sysfs
+
+	ids *idAlloc
+	// usernsErr says why no sandbox can have a user namespace here (nil:
+	// they can).
+	usernsErr error
 
 	// weaken is nil except in this package's tests (see weakening).
 	weaken func(id string) weakening
@@ -76,7 +93,8 @@ func New(cfg Config) (*Driver, error) {
 	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	tag := hex.EncodeToString(sum[:4])
-	if cfg.RunDir == "" {
+	defaultRun := cfg.RunDir == ""
+	if defaultRun {
 		cfg.RunDir = filepath.Join("/run/dsec", tag)
 	}
 	if cfg.CgroupRoot == "" {
@@ -106,7 +124,22 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container: seccomp memfd: %w", err)
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd}
+	ids, err := newIDAlloc(cfg.IDPool)
+	if err != nil {
+		mfd.Close()
+		return nil, err
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids}
+	// An init in a user namespace resolves its binary and mountpoints in
+	// the run dir as an unprivileged uid: make it traversable (not
+	// listable; the sockets in it stay 0600).
+	if err := searchable(filepath.Dir(cfg.RunDir), defaultRun); err != nil {
+		d.usernsErr = err
+	} else if err := searchable(cfg.RunDir, true); err != nil {
+		d.usernsErr = err
+	} else if d.nsInitPath, err = initbin.Install(cfg.RunDir); err != nil {
+		d.usernsErr = err
+	}
 	// One sysfs superblock for all sandboxes instead of one each: every
 	// superblock costs per-memcg shrinker memory on the host.
 	sysfs := filepath.Join(cfg.RunDir, "sysfs")
@@ -186,6 +219,9 @@ func (d *Driver) Close() error {
 			cancel()
 		}
 	}
+	if d.nsInitPath != "" {
+		_ = os.Remove(d.nsInitPath) // running inits need it no more; New installs it again
+	}
 	_ = os.Remove(d.cfg.RunDir) // fails, harmlessly, while sockets remain
 	return err
 }
@@ -195,10 +231,18 @@ type state struct {
 	PID       int    `json:"pid"`
 	StartTime uint64 `json:"start_time"`
 	Cgroup    string `json:"cgroup"`
+	// IDBase is the host uid and gid of sandbox root when the sandbox runs
+	// in a user namespace (its range is IDBase..IDBase+IDSize-1); 0: none.
+	IDBase uint32 `json:"id_base,omitempty"`
+	IDSize uint32 `json:"id_size,omitempty"`
 }
 
 func (d *Driver) dir(id string) string    { return filepath.Join(d.cfg.StateDir, id) }
 func (d *Driver) socket(id string) string { return filepath.Join(d.cfg.RunDir, id+".sock") }
+
+// nsDir holds the mountpoints of a sandbox in a user namespace (see
+// nsInitPath).
+func (d *Driver) nsDir(id string) string  { return filepath.Join(d.cfg.RunDir, id+".d") }
 func (d *Driver) cgName(id string) string { return d.cfg.CgroupParent + "/" + id }
 
 // Start implements driver.Driver.
@@ -207,19 +251,46 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	if err != nil {
 		return nil, err
 	}
-	dir := d.dir(spec.ID)
-	root, rw := filepath.Join(dir, "root"), filepath.Join(dir, "rw")
-	if err := os.MkdirAll(root, 0o755); err != nil {
+	var idmap *initproto.IDMap
+	dir, mnt, initPath := d.dir(spec.ID), d.dir(spec.ID), d.initPath
+	if d.usesUserNS(spec.ID, spec.UserNS) {
+		if d.usernsErr != nil {
+			return nil, errdefs.New(api.CodeUnavailable, "container: no user namespaces on this node: %v", d.usernsErr)
+		}
+		m, err := d.ids.alloc(spec.ID)
+		if err != nil {
+			return nil, err
+		}
+		idmap = &m
+		mnt, initPath = d.nsDir(spec.ID), d.nsInitPath
+	}
+	root, rw := filepath.Join(mnt, "root"), filepath.Join(mnt, "rw")
+	err = os.MkdirAll(root, 0o755)
+	if err == nil {
+		err = os.Mkdir(rw, 0o700)
+	}
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		os.RemoveAll(mnt)
+		if idmap != nil {
+			d.ids.free(idmap.HostID, spec.ID)
+		}
 		return nil, errdefs.Internal(err, "create sandbox dir")
 	}
-	if err := os.Mkdir(rw, 0o700); err != nil {
-		os.RemoveAll(dir)
-		return nil, errdefs.Internal(err, "create sandbox dir")
+	freeIDs := func() {
+		if idmap != nil {
+			d.ids.free(idmap.HostID, spec.ID)
+		}
 	}
 	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory,
 		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID)})
 	if err != nil {
+		freeIDs()
 		os.RemoveAll(dir)
+		os.RemoveAll(mnt)
 		return nil, errdefs.Internal(err, "create cgroup")
 	}
 	fail := func(err error) (driver.Instance, error) {
@@ -228,6 +299,8 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		_ = cg.Kill()
 		_ = cg.Delete(dctx)
 		os.RemoveAll(dir)
+		os.RemoveAll(mnt)
+		freeIDs()
 		return nil, err
 	}
 	cgfd := -1
@@ -243,7 +316,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	}
 	sec := d.security(spec.ID)
 	in, err := initproto.Spawn(ctx, initproto.SpawnConfig{
-		InitPath:   d.initPath,
+		InitPath:   initPath,
 		Hostname:   hostname,
 		RootDir:    root,
 		RWDir:      rw,
@@ -255,6 +328,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		Security:   &sec,
 		LogPath:    filepath.Join(dir, "init.log"),
 		CgroupFD:   cgfd,
+		UserNS:     idmap,
 		BeforeStart: func(pid int) error {
 			if cgfd >= 0 {
 				return nil
@@ -266,6 +340,9 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		return fail(classifySpawn(err))
 	}
 	st := state{PID: in.PID, StartTime: in.StartTime, Cgroup: d.cgName(spec.ID)}
+	if idmap != nil {
+		st.IDBase, st.IDSize = idmap.HostID, idmap.Size
+	}
 	inst, err := d.newInstance(spec, st, cg, true)
 	if err != nil {
 		killAndReap(in.PID)
@@ -296,6 +373,7 @@ func (d *Driver) Recover(ctx context.Context, spec driver.Spec, raw json.RawMess
 	if err != nil {
 		return nil, errdefs.Internal(err, "open cgroup")
 	}
+	d.ids.mark(st.IDBase, spec.ID)
 	return d.newInstance(spec, st, cg, false)
 }
 
@@ -306,7 +384,9 @@ func (d *Driver) Cleanup(ctx context.Context, spec driver.Spec, raw json.RawMess
 	if len(raw) > 0 && json.Unmarshal(raw, &st) == nil && st.PID > 0 && initproto.Alive(st.PID, st.StartTime) {
 		_ = killPID(st.PID)
 	}
-	return d.release(ctx, spec.ID)
+	err := d.release(ctx, spec.ID)
+	d.ids.free(st.IDBase, spec.ID)
+	return err
 }
 
 func (d *Driver) release(ctx context.Context, id string) error {
@@ -318,8 +398,10 @@ func (d *Driver) release(ctx context.Context, id string) error {
 		}
 	}
 	_ = os.Remove(d.socket(id))
-	if err := os.RemoveAll(d.dir(id)); err != nil {
-		errs = append(errs, err)
+	for _, dir := range []string{d.dir(id), d.nsDir(id)} {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -42,7 +42,11 @@ type weakDriver struct {
 // newWeakDriver starts a private driver (state, run dir and cgroup parent of
 // its own, all removed at cleanup) and returns it with the probe binary in a
 // lower layer above the debian image.
-func newWeakDriver(t *testing.T) *weakDriver {
+func newWeakDriver(t *testing.T) *weakDriver { return newWeakDriverNS(t, false) }
+
+// newWeakDriverNS is newWeakDriver whose sandboxes run in user namespaces
+// by default (userns true; the weakening userns turns it off).
+func newWeakDriverNS(t *testing.T, userns bool) *weakDriver {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (namespaces, cgroups, mounts)")
@@ -63,7 +67,7 @@ func newWeakDriver(t *testing.T) *weakDriver {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Config{StateDir: state, RunDir: run, CgroupParent: "dsec-test-" + filepath.Base(state)})
+	d, err := New(Config{StateDir: state, RunDir: run, CgroupParent: "dsec-test-" + filepath.Base(state), UserNS: userns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,6 +262,8 @@ func weaken(ds ...escapeprobe.Defence) weakening {
 			w.dumpable = true
 		case escapeprobe.CgroupNS:
 			w.cgroupNS = true
+		case escapeprobe.UserNS:
+			w.userns = true
 		default:
 			panic("unknown defence " + d)
 		}
@@ -265,11 +271,19 @@ func weaken(ds ...escapeprobe.Defence) weakening {
 	return w
 }
 
+// TestEscapeProbes runs the suite against sandboxes without (the node's
+// default) and with user namespaces.
 func TestEscapeProbes(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		t.Skip("the seccomp profile is x86_64 only")
 	}
-	w := newWeakDriver(t)
+	for _, userns := range []bool{false, true} {
+		t.Run(fmt.Sprintf("userns=%v", userns), func(t *testing.T) { testEscapeProbes(t, userns) })
+	}
+}
+
+func testEscapeProbes(t *testing.T, userns bool) {
+	w := newWeakDriverNS(t, userns)
 	env := probeEnv(t)
 
 	// One sandbox per distinct weakening; the whole suite runs once in each.
@@ -294,6 +308,12 @@ func TestEscapeProbes(t *testing.T) {
 		return ns
 	}
 	for _, p := range escapeprobe.Probes() {
+		if !userns {
+			var ok bool
+			if p, ok = p.Without(escapeprobe.UserNS); !ok {
+				continue
+			}
+		}
 		t.Run(p.Name, func(t *testing.T) {
 			for _, name := range names(p) {
 				if r := resultsFor(t, nil)[name]; r.Escaped || r.Name == "" {
@@ -301,14 +321,15 @@ func TestEscapeProbes(t *testing.T) {
 				} else {
 					t.Logf("%s: default sandbox holds: %s", name, r.Detail)
 				}
-				if r := resultsFor(t, p.Defences)[name]; !r.Escaped {
-					t.Errorf("%s: did not get through with %v off, so it cannot fail: %+v", name, p.Defences, r)
+				all := append(slices.Clone(p.Defences), p.Also...)
+				if r := resultsFor(t, all)[name]; !r.Escaped {
+					t.Errorf("%s: did not get through with %v off, so it cannot fail: %+v", name, all, r)
 				}
 				if len(p.Defences) < 2 {
 					continue
 				}
 				for _, on := range p.Defences {
-					var off []escapeprobe.Defence
+					off := slices.Clone(p.Also)
 					for _, d := range p.Defences {
 						if d != on {
 							off = append(off, d)

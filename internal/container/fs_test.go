@@ -60,8 +60,8 @@ func TestInodeNumbersConsistent(t *testing.T) {
 // TestPingWithoutNetRaw: an ICMP datagram socket works on loopback through
 // net.ipv4.ping_group_range, for root and for an unprivileged user, while
 // CAP_NET_RAW is gone; without the range it is refused.
-func TestPingWithoutNetRaw(t *testing.T) {
-	const script = `
+// pingScript sends an ICMP echo on loopback through a datagram socket.
+const pingScript = `
 import socket, struct, os
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
 s.settimeout(5)
@@ -69,6 +69,9 @@ s.sendto(struct.pack("!BBHHH", 8, 0, 0, 0, 1) + b"dsec", ("127.0.0.1", 0))
 data, addr = s.recvfrom(1024)
 print("reply", data[0], addr[0], "uid", os.getuid())
 `
+
+func TestPingWithoutNetRaw(t *testing.T) {
+	const script = pingScript
 	w := newWeakDriver(t)
 	inst := w.start(t, weakening{})
 	for _, uid := range []string{"0", "1000"} {

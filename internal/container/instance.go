@@ -39,6 +39,10 @@ type instance struct {
 
 var _ driver.Instance = (*instance)(nil)
 var _ driver.Pauser = (*instance)(nil)
+var _ driver.IDMapped = (*instance)(nil)
+
+// IDMap implements driver.IDMapped.
+func (in *instance) IDMap() (uint32, uint32) { return in.st.IDBase, in.st.IDSize }
 
 func (d *Driver) newInstance(spec driver.Spec, st state, cg *cgroups.Group, child bool) (*instance, error) {
 	fd, err := unix.PidfdOpen(st.PID, unix.PIDFD_NONBLOCK)
@@ -233,6 +237,11 @@ func (in *instance) FS(ctx context.Context) (session.FS, error) {
 	if err != nil {
 		return nil, err
 	}
+	// In a user namespace, what the host creates gets the sandbox root's mapped
+	// owner (the file systems that namespace mounted refuse host root).
+	if base, size := in.IDMap(); size > 0 {
+		return hostfs.New(fsops.NewMapped(root, fsops.IDMap{HostID: base, Size: size})), nil
+	}
 	return hostfs.New(fsops.New(root)), nil
 }
 
@@ -271,6 +280,7 @@ func (in *instance) Destroy(ctx context.Context) error {
 		}
 		in.pidfd.Close()
 		in.destroyErr = in.d.release(ctx, in.id)
+		in.d.ids.free(in.st.IDBase, in.id)
 	})
 	return in.destroyErr
 }

@@ -76,6 +76,7 @@ type weakening struct {
 	cgroupNS  bool // no cgroup namespace
 	xino      bool // overlay without xino
 	ping      bool // no net.ipv4.ping_group_range
+	userns    bool // no user namespace (the test driver's default has one)
 }
 
 // security is the init policy for sandbox id.

@@ -79,6 +79,9 @@ type Config struct {
 	// process log (0: agent.DefaultMaxLogBytes).
 	Devices     []string
 	MaxLogBytes int64
+	// UserNS is the default of create's user_namespace for container
+	// sandboxes (see container.Config.UserNS).
+	UserNS bool
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -139,7 +142,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 		devs = append(devs, d)
 	}
-	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Devices: devs, Logger: cfg.Logger})
+	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Devices: devs,
+		UserNS: cfg.UserNS, Logger: cfg.Logger})
 	if err != nil {
 		return nil, err
 	}

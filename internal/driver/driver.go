@@ -34,6 +34,10 @@ type Spec struct {
 	PidsMax  int64
 	Env      []string // KEY=VALUE added to every process
 	Hostname string
+	// UserNS asks for (true) or against (false) a user namespace that maps
+	// sandbox root to an unprivileged host uid; nil: the driver's default.
+	// Drivers without user namespaces ignore it.
+	UserNS *bool
 }
 
 // Layer describes one read-only layer. The driver chooses how to present it: the
@@ -149,6 +153,16 @@ type Instance interface {
 	Dial(ctx context.Context, port int) (net.Conn, error)
 	// Destroy kills every process and releases every resource.
 	Destroy(ctx context.Context) error
+}
+
+// IDMapped is implemented by instances that may run in a user namespace.
+// IDMap returns the host ID of the sandbox's root and the size of its
+// range (size 0: no user namespace, IDs are the host's). Files the node
+// creates in the sandbox from the host must get mapped owners, and the
+// file systems a user namespace mounted refuse to create files for host
+// root at all (see fsops.NewMapped and fsops.AsRoot).
+type IDMapped interface {
+	IDMap() (hostID, size uint32)
 }
 
 // Stdio are a process's standard streams. An *os.File is handed to the process as

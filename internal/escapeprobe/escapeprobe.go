@@ -38,6 +38,7 @@ const (
 	Caps      Defence = "capabilities"    // the reduced capability set
 	Dumpable  Defence = "non-dumpable-init"
 	CgroupNS  Defence = "cgroup-namespace"
+	UserNS    Defence = "user-namespace" // sandbox root is an unprivileged host uid
 )
 
 // Env is what the probes need to know about the host, passed in by the test
@@ -56,11 +57,33 @@ type Probe struct {
 	Name     string
 	Doc      string
 	Defences []Defence
+	// Also are defences that stop the probe in some cases only (e.g. a
+	// user namespace hides some masked files but not others): they are
+	// turned off too when the probe is shown to get through, but need not
+	// stop it alone.
+	Also []Defence
 	// try returns nil when the escape worked and a reason when it did not;
 	// detail describes what it saw either way.
 	try func(env Env) (detail string, err error)
 	// perPath: try runs once per Env.MaskedPaths entry (Env.path set).
 	perPath bool
+}
+
+// Without is p on a sandbox that lacks defence d by design (e.g. no user
+// namespace, the node's default): d is dropped from Defences and Also; ok
+// is false when nothing else stops p, so it gets through there by design.
+func (p Probe) Without(d Defence) (Probe, bool) {
+	drop := func(ds []Defence) []Defence {
+		var out []Defence
+		for _, x := range ds {
+			if x != d {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	p.Defences, p.Also = drop(p.Defences), drop(p.Also)
+	return p, len(p.Defences) > 0
 }
 
 // Result is one probe's outcome.
@@ -74,15 +97,19 @@ type Result struct {
 func Probes() []Probe {
 	ps := []Probe{
 		{Name: "mknod-dev-hostdisk", Doc: "mknod the host's root disk in /dev and read it",
-			Defences: []Defence{NoMknod, DevCgroup}, try: func(e Env) (string, error) { return mknodRead("/dev", e) }},
+			Defences: []Defence{NoMknod, DevCgroup, UserNS}, try: func(e Env) (string, error) { return mknodRead("/dev", e) }},
 		{Name: "mknod-tmp-hostdisk", Doc: "mknod the host's root disk on the overlay root and read it",
-			Defences: []Defence{NoMknod, DevCgroup, NoDev}, try: func(e Env) (string, error) { return mknodRead("/tmp", e) }},
+			Defences: []Defence{NoMknod, DevCgroup, NoDev, UserNS}, try: func(e Env) (string, error) { return mknodRead("/tmp", e) }},
 		{Name: "mknod-shm-hostdisk", Doc: "mknod the host's root disk in /dev/shm and read it",
-			Defences: []Defence{NoMknod, DevCgroup, NoDev}, try: func(e Env) (string, error) { return mknodRead("/dev/shm", e) }},
+			Defences: []Defence{NoMknod, DevCgroup, NoDev, UserNS}, try: func(e Env) (string, error) { return mknodRead("/dev/shm", e) }},
 		{Name: "read-masked", Doc: "read a host-global /proc or /sys file or list a directory (e.g. /proc/kpagecgroup)",
-			Defences: []Defence{Masks}, try: readMasked, perPath: true},
+			Defences: []Defence{Masks}, Also: []Defence{UserNS}, try: readMasked, perPath: true},
 		{Name: "write-proc-sys", Doc: "write a sysctl (kernel.hostname, harmless: its own value)",
-			Defences: []Defence{ReadOnly}, try: writeProcSys},
+			Defences: []Defence{ReadOnly, UserNS}, try: writeProcSys},
+		{Name: "host-root-uid", Doc: "sandbox root is host root (uid 0 maps to host uid 0 in /proc/self/uid_map)",
+			Defences: []Defence{UserNS}, try: hostRootUID},
+		{Name: "write-host-sysctl", Doc: "write a host-global sysctl (vm.overcommit_ratio, harmless: its own value)",
+			Defences: []Defence{ReadOnly, UserNS}, try: writeHostSysctl},
 		{Name: "raw-packet-socket", Doc: "open an AF_PACKET raw socket",
 			Defences: []Defence{NoNetRaw}, try: rawPacket},
 		{Name: "raw-inet-socket", Doc: "open an AF_INET SOCK_RAW ICMP socket",
@@ -100,7 +127,7 @@ func Probes() []Probe {
 		{Name: "steal-init-fd", Doc: "take the init's fds (its control socket) with pidfd_getfd, to speak the control protocol",
 			Defences: []Defence{Dumpable}, try: stealInitFD},
 		{Name: "cgroup-escape", Doc: "mount a cgroup hierarchy and move itself out of the sandbox's cgroup",
-			Defences: []Defence{Seccomp, Caps, CgroupNS}, try: cgroupEscape},
+			Defences: []Defence{Seccomp, Caps, CgroupNS, UserNS}, try: cgroupEscape},
 	}
 	return ps
 }

@@ -84,6 +84,43 @@ func writeProcSys(Env) (string, error) {
 	return "wrote " + p, nil
 }
 
+// hostRootUID escapes when uid 0 here is uid 0 of the host's user namespace.
+func hostRootUID(Env) (string, error) {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return "read uid_map", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 3 && f[0] == "0" {
+			if f[1] == "0" {
+				return "uid_map: " + strings.Join(f, " "), nil
+			}
+			return "uid_map: " + strings.Join(f, " "), fmt.Errorf("root maps to host uid %s", f[1])
+		}
+	}
+	return "uid_map: " + strings.TrimSpace(string(b)), errors.New("uid 0 is not mapped")
+}
+
+// writeHostSysctl writes a sysctl no namespace holds (its own value back):
+// only host root may.
+func writeHostSysctl(Env) (string, error) {
+	const p = "/proc/sys/vm/overcommit_ratio"
+	cur, err := os.ReadFile(p)
+	if err != nil {
+		return "read " + p, err
+	}
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return "open " + p, err
+	}
+	defer f.Close()
+	if _, err := f.Write(bytes.TrimSpace(cur)); err != nil {
+		return "write " + p, err
+	}
+	return "wrote " + p, nil
+}
+
 func rawPacket(Env) (string, error) {
 	fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ALL)))
 	if err != nil {

@@ -39,6 +39,7 @@ import (
 // FS is one sandbox's file system, rooted at an O_PATH directory fd.
 type FS struct {
 	root *os.File
+	ids  IDMap // see NewMapped
 }
 
 // New takes ownership of root (an O_PATH or O_DIRECTORY fd of the sandbox's "/").

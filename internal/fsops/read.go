@@ -50,7 +50,7 @@ func (f *FS) Open(p string) (io.ReadCloser, api.FileInfo, error) {
 		unix.Close(fd)
 		return nil, api.FileInfo{}, classify("open", clean, err)
 	}
-	return os.NewFile(uintptr(fd), clean), fileInfo(clean, &st, ""), nil
+	return os.NewFile(uintptr(fd), clean), f.shown(fileInfo(clean, &st, "")), nil
 }
 
 // checkRegular refuses anything but a regular file.
@@ -76,14 +76,15 @@ func (f *FS) Stat(p string) (api.FileInfo, error) {
 		if err := unix.Fstat(f.rootFD(), &st); err != nil {
 			return api.FileInfo{}, classify("stat", clean, err)
 		}
-		return fileInfo(clean, &st, ""), nil
+		return f.shown(fileInfo(clean, &st, "")), nil
 	}
 	dirfd, base, err := f.openParent("stat", clean)
 	if err != nil {
 		return api.FileInfo{}, err
 	}
 	defer unix.Close(dirfd)
-	return lstatAt(dirfd, base, clean)
+	fi, err := lstatAt(dirfd, base, clean)
+	return f.shown(fi), err
 }
 
 // lstatAt describes entry name of dirfd (shown as sandbox path p) without following
@@ -131,7 +132,7 @@ func (f *FS) List(p string) ([]api.FileInfo, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, info)
+		out = append(out, f.shown(info))
 	}
 	return out, nil
 }

@@ -17,6 +17,10 @@ import (
 // invalid_argument; a missing source is not_found; a non-empty target directory
 // is conflict.
 func (f *FS) Rename(from, to string) error {
+	return f.asRoot(func() error { return f.rename(from, to) })
+}
+
+func (f *FS) rename(from, to string) error {
 	src, err := cleanPath(from)
 	if err != nil {
 		return err

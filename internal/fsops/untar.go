@@ -34,6 +34,10 @@ import (
 // entry's metadata. Device nodes, FIFOs and other types are skipped, as is an entry
 // naming path itself ("./"), whose metadata is not applied.
 func (f *FS) ExtractTar(p string, r io.Reader) error {
+	return f.asRoot(func() error { return f.extractTar(p, r) })
+}
+
+func (f *FS) extractTar(p string, r io.Reader) error {
 	clean, err := cleanPath(p)
 	if err != nil {
 		return err
@@ -55,7 +59,7 @@ func (f *FS) ExtractTar(p string, r io.Reader) error {
 	if err != nil {
 		return classify("extract into", clean, err)
 	}
-	x := &extractor{dest: fd, display: clean}
+	x := &extractor{fs: f, dest: fd, display: clean}
 	defer unix.Close(fd)
 
 	tr := tar.NewReader(src)
@@ -77,6 +81,7 @@ func (f *FS) ExtractTar(p string, r io.Reader) error {
 
 // extractor extracts entries below the directory fd dest.
 type extractor struct {
+	fs      *FS
 	dest    int
 	display string // dest's sandbox path, for messages
 	dirs    []dirTime
@@ -165,7 +170,11 @@ func (x *extractor) openParent(rel, name string) (int, error) {
 		return -1, classify("extract into", x.display, err)
 	}
 	for c := range strings.SplitSeq(rel, "/") {
-		if err := unix.Mkdirat(cur, c, 0o755); err != nil && err != unix.EEXIST {
+		err := unix.Mkdirat(cur, c, 0o755)
+		if err == nil {
+			err = x.fs.own(cur, c)
+		}
+		if err != nil && err != unix.EEXIST {
 			unix.Close(cur)
 			return -1, x.parentErr(name, err)
 		}
@@ -236,7 +245,7 @@ func (x *extractor) mkdir(pfd int, base, name string, hdr *tar.Header) error {
 		return classify("extract", shown, err)
 	}
 	defer unix.Close(fd)
-	if err := chown(fd, hdr); err != nil {
+	if err := x.chown(fd, hdr); err != nil {
 		return classify("chown", shown, err)
 	}
 	if err := unix.Fchmod(fd, uint32(hdr.Mode&0o7777)); err != nil {
@@ -264,7 +273,7 @@ func (x *extractor) file(pfd int, base, shown string, hdr *tar.Header, tr io.Rea
 		}
 		return x.readErr(err)
 	}
-	if err := chown(fd, hdr); err != nil {
+	if err := x.chown(fd, hdr); err != nil {
 		return classify("chown", shown, err)
 	}
 	if err := unix.Fchmod(fd, uint32(hdr.Mode&0o7777)); err != nil {
@@ -317,7 +326,7 @@ func (x *extractor) link(pfd int, base, name string, hdr *tar.Header) error {
 // fd is the open file, or -1.
 func (x *extractor) meta(pfd int, base string, fd int, shown string, hdr *tar.Header) error {
 	if fd < 0 {
-		if uid, gid, ok := ids(hdr); ok {
+		if uid, gid, ok := x.ids(hdr); ok {
 			if err := unix.Fchownat(pfd, base, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil && !isErrno(err, unix.EPERM, unix.EINVAL) {
 				return classify("chown", shown, err)
 			}
@@ -358,19 +367,29 @@ func setMtime(pfd int, base string, mtime time.Time) {
 	_ = unix.UtimesNanoAt(pfd, base, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-// ids returns the entry's uid and gid when they are valid ids.
-func ids(hdr *tar.Header) (int, int, bool) {
+// ids returns the host uid and gid for the entry's owner when they are
+// valid ids. In a user namespace an owner outside the sandbox's range
+// becomes the sandbox's root, so nothing is left owned by host root.
+func (x *extractor) ids(hdr *tar.Header) (int, int, bool) {
 	const maxID = 1<<32 - 2
 	if hdr.Uid < 0 || hdr.Gid < 0 || int64(hdr.Uid) > maxID || int64(hdr.Gid) > maxID {
-		return 0, 0, false
+		if x.fs.ids.Size == 0 {
+			return 0, 0, false
+		}
+		return int(x.fs.ids.HostID), int(x.fs.ids.HostID), true
 	}
-	return hdr.Uid, hdr.Gid, true
+	uid, uok := x.fs.hostID(hdr.Uid)
+	gid, gok := x.fs.hostID(hdr.Gid)
+	if !uok || !gok {
+		return int(x.fs.ids.HostID), int(x.fs.ids.HostID), true
+	}
+	return uid, gid, true
 }
 
 // chown gives the open fd the entry's owner; ids the kernel cannot map (EINVAL, e.g.
 // in a user namespace) or may not set (EPERM) are left as they are.
-func chown(fd int, hdr *tar.Header) error {
-	uid, gid, ok := ids(hdr)
+func (x *extractor) chown(fd int, hdr *tar.Header) error {
+	uid, gid, ok := x.ids(hdr)
 	if !ok {
 		return nil
 	}

@@ -20,7 +20,15 @@ import (
 // A final symlink is followed inside the root (the write lands on its target); the
 // parent directory must exist (not_found otherwise). When an existing regular file
 // is replaced, its owner is kept; hard links to it keep the old content.
-func (f *FS) WriteFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileInfo, error) {
+func (f *FS) WriteFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) (fi api.FileInfo, err error) {
+	err = f.asRoot(func() error {
+		fi, err = f.writeFile(p, mode, r, maxBytes)
+		return err
+	})
+	return fi, err
+}
+
+func (f *FS) writeFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) (api.FileInfo, error) {
 	clean, err := cleanPath(p)
 	if err != nil {
 		return api.FileInfo{}, err
@@ -73,6 +81,8 @@ func (f *FS) WriteFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) 
 		if err := unix.Fchown(fd, int(t.old.Uid), int(t.old.Gid)); err != nil && !isErrno(err, unix.EPERM, unix.EINVAL) {
 			return api.FileInfo{}, classify("chown", clean, err)
 		}
+	} else if err := f.ownFD(fd); err != nil {
+		return api.FileInfo{}, classify("chown", clean, err)
 	}
 	if err := unix.Fchmod(fd, perm); err != nil {
 		return api.FileInfo{}, classify("chmod", clean, err)
@@ -85,7 +95,7 @@ func (f *FS) WriteFile(p string, mode os.FileMode, r io.Reader, maxBytes int64) 
 	if err := unix.Fstat(fd, &st); err != nil {
 		return api.FileInfo{}, classify("stat", clean, err)
 	}
-	return fileInfo(clean, &st, ""), nil
+	return f.shown(fileInfo(clean, &st, "")), nil
 }
 
 // errReader remembers the error of the caller's reader, to tell it apart from
@@ -118,6 +128,10 @@ func tempName() (string, error) {
 // is fine, intermediate directories get 0755, and an existing non-directory is
 // already_exists.
 func (f *FS) Mkdir(p string, mode os.FileMode, parents bool) error {
+	return f.asRoot(func() error { return f.mkdir(p, mode, parents) })
+}
+
+func (f *FS) mkdir(p string, mode os.FileMode, parents bool) error {
 	clean, err := cleanPath(p)
 	if err != nil {
 		return err
@@ -136,6 +150,9 @@ func (f *FS) Mkdir(p string, mode os.FileMode, parents bool) error {
 	defer unix.Close(dirfd)
 	if err := unix.Mkdirat(dirfd, base, perm); err != nil {
 		return classify("mkdir", clean, err)
+	}
+	if err := f.own(dirfd, base); err != nil {
+		return classify("chown", clean, err)
 	}
 	return classify("chmod", clean, fchmodDir(dirfd, base, perm))
 }
@@ -175,7 +192,11 @@ func (f *FS) mkdirAll(clean string, perm uint32) error {
 		}
 		err = unix.Mkdirat(dirfd, base, mode)
 		if err == nil {
-			err = classify("chmod", next, fchmodDir(dirfd, base, mode))
+			if err = f.own(dirfd, base); err != nil {
+				err = classify("chown", next, err)
+			} else {
+				err = classify("chmod", next, fchmodDir(dirfd, base, mode))
+			}
 		} else if err == unix.EEXIST {
 			// Created concurrently, or a dangling symlink / non-directory: look again.
 			if cfd, oerr := f.openInRoot(next, unix.O_PATH|unix.O_DIRECTORY); oerr == nil {

@@ -142,3 +142,46 @@ func BenchmarkUserNamespace(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSpawnUserNS is BenchmarkSpawn (shared sysfs) without and with a
+// user namespace (65536 ids, idmapped lower, bound /dev nodes).
+func BenchmarkSpawnUserNS(b *testing.B) {
+	requireRoot(b)
+	initPath, lower, sockDir, base := installInit(b), makeLower(b), shortDir(b), b.TempDir()
+	for _, d := range []string{filepath.Dir(initPath), base} {
+		// Up to, never including, the shared temp dir (/tmp stays 1777).
+		for p := d; p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+			if err := os.Chmod(p, 0o711); err != nil && p == d {
+				b.Fatal(err)
+			}
+		}
+	}
+	sysfs := sharedSysfs(b)
+	ctx := context.Background()
+	n := 0
+	for _, userns := range []bool{false, true} {
+		b.Run(map[bool]string{false: "without", true: "with"}[userns], func(b *testing.B) {
+			for b.Loop() {
+				n++
+				cfg := sandboxConfig(b, initPath, lower, filepath.Join(base, fmt.Sprint(n)), sockDir)
+				cfg.SysfsPath = sysfs
+				if userns {
+					cfg.UserNS = &IDMap{HostID: 1 << 30, Size: 65536}
+				}
+				in, err := Spawn(ctx, cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				c, err := Dial(ctx, cfg.SocketPath)
+				if err == nil {
+					err = c.Ping(ctx)
+					c.Close()
+				}
+				killAndReap(in.PID)
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -44,6 +44,13 @@ type SpawnConfig struct {
 	CgroupFD int
 	// Security is the policy the init applies; nil means DefaultSecurity.
 	Security *Security
+	// UserNS, if set, clones the init into a new user namespace too, with
+	// this map: sandbox root is then an unprivileged host uid. The lowers
+	// are handed to the init as idmapped mounts (files keep their owners
+	// inside), /dev nodes are binds of the host's. Needs SysfsPath; the
+	// paths of InitPath, RootDir and RWDir must be searchable by others
+	// (the init resolves them as the mapped uid).
+	UserNS *IDMap
 	// BeforeStart runs after the clone and before the init does anything,
 	// e.g. to join v1 cgroups. Nil is fine.
 	BeforeStart func(pid int) error
@@ -73,6 +80,14 @@ func (c *SpawnConfig) validate() error {
 	}
 	if c.SysfsPath != "" && !filepath.IsAbs(c.SysfsPath) {
 		return fmt.Errorf("initproto: sysfs path %q must be absolute", c.SysfsPath)
+	}
+	if c.UserNS != nil {
+		if err := c.UserNS.validate(); err != nil {
+			return err
+		}
+		if c.SysfsPath == "" {
+			return errors.New("initproto: a user namespace needs the shared sysfs")
+		}
 	}
 	if c.Security != nil {
 		if err := c.Security.validate(); err != nil {
@@ -107,7 +122,16 @@ func (c *SpawnConfig) configText() []byte {
 		d := DefaultSecurity()
 		sec = &d
 	}
+	if c.UserNS != nil && sec.PingGroupRange != "" {
+		// only groups mapped in the namespace can be given ping sockets
+		cp := *sec
+		cp.PingGroupRange = c.UserNS.clampRange(sec.PingGroupRange)
+		sec = &cp
+	}
 	sec.configText(&b)
+	if c.UserNS != nil {
+		b.WriteString("userns=1\n")
+	}
 	return []byte(b.String())
 }
 
@@ -146,7 +170,7 @@ type spawnFiles struct {
 	childOnly, all   []*os.File
 }
 
-func openSpawnFiles(logPath string) (*spawnFiles, error) {
+func openSpawnFiles(logPath string, userns bool) (*spawnFiles, error) {
 	f := &spawnFiles{}
 	var err error
 	if f.devnull, err = os.Open(os.DevNull); err != nil {
@@ -159,7 +183,12 @@ func openSpawnFiles(logPath string) (*spawnFiles, error) {
 	}
 	f.all = append(f.all, f.log)
 	for _, p := range []struct{ r, w **os.File }{{&f.cfgR, &f.cfgW}, {&f.syncR, &f.syncW}, {&f.statusR, &f.statusW}} {
-		if *p.r, *p.w, err = os.Pipe(); err != nil {
+		if userns && p.r == &f.syncR {
+			*p.r, *p.w, err = syncPair()
+		} else {
+			*p.r, *p.w, err = os.Pipe()
+		}
+		if err != nil {
 			f.closeAll()
 			return nil, fmt.Errorf("initproto: pipe: %w", err)
 		}
@@ -193,7 +222,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Init, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := openSpawnFiles(cfg.LogPath)
+	files, err := openSpawnFiles(cfg.LogPath, cfg.UserNS != nil)
 	if err != nil {
 		syscall.Close(lfd)
 		os.Remove(cfg.SocketPath)
@@ -206,6 +235,16 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Init, error) {
 		seccompFD = cfg.Seccomp.Fd()
 	}
 	sys := &syscall.SysProcAttr{Cloneflags: cloneFlags, Setsid: true}
+	if cfg.UserNS != nil {
+		sys.Cloneflags |= syscall.CLONE_NEWUSER
+		sys.UidMappings = cfg.UserNS.sysProcMaps()
+		sys.GidMappings = cfg.UserNS.sysProcMaps()
+		sys.GidMappingsEnableSetgroups = true
+		// become the namespace's root (host IDs HostID): the clone keeps
+		// host uid 0, which is unmapped in there and would exec without
+		// capabilities
+		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0}
+	}
 	if cfg.CgroupFD > 0 {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = cfg.CgroupFD
@@ -253,7 +292,10 @@ func startInit(ctx context.Context, cfg *SpawnConfig, files *spawnFiles, pid int
 		}
 	}
 	if werr == nil {
-		_, werr = files.syncW.Write([]byte{1})
+		if werr = sendSync(cfg, files.syncW, pid); werr != nil && cfg.UserNS != nil {
+			files.syncW.Close()
+			return nil, fmt.Errorf("initproto: init %d: %w", pid, werr)
+		}
 	}
 	files.syncW.Close()
 

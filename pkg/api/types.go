@@ -35,6 +35,10 @@ type CreateSandboxRequest struct {
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
 	// PidsMax limits processes and threads; 0 means the default (1024).
 	PidsMax int64 `json:"pids_max,omitempty"`
+	// UserNamespace runs a container sandbox in a user namespace of its own
+	// (true; sandbox root is an unprivileged host uid) or not (false); unset
+	// means the node's default (`dsec server --userns`).
+	UserNamespace *bool `json:"user_namespace,omitempty"`
 	// TTLSeconds deletes the sandbox this long after creation; 0 means no TTL.
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
 	// IdleTimeoutSeconds deletes the sandbox after this long without a session

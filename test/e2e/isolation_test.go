@@ -167,7 +167,24 @@ func testEscapeProbes(t *testing.T, n *node, id string) {
 	if want := len(escapeprobe.Probes()) - 1 + len(masked); len(rs) != want {
 		t.Errorf("%d results, want %d", len(rs), want)
 	}
+	// without a user namespace (the node's default) sandbox root is host
+	// root, by design: probes only that defence stops get through
+	um, err := n.cl.Exec(context.Background(), id, api.ExecRequest{Cmd: []string{"cat", "/proc/self/uid_map"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	userns := !strings.HasPrefix(strings.Join(strings.Fields(um.Stdout), " "), "0 0 ")
+	t.Logf("user namespace: %v (%s)", userns, strings.TrimSpace(um.Stdout))
+	byName := map[string]escapeprobe.Probe{}
+	for _, p := range escapeprobe.Probes() {
+		byName[p.Name] = p
+	}
 	for _, r := range rs {
+		name, _, _ := strings.Cut(r.Name, ":")
+		if _, ok := byName[name].Without(escapeprobe.UserNS); !ok && !userns {
+			t.Logf("%s: gets through without a user namespace, by design: %s", r.Name, r.Detail)
+			continue
+		}
 		if r.Escaped {
 			t.Errorf("%s got through: %s", r.Name, r.Detail)
 		} else {

@@ -114,7 +114,10 @@ func (n *node) start() {
 	t := n.t
 	t.Helper()
 	n.logs = &bytes.Buffer{}
-	n.cmd = exec.Command(binPath, append([]string{"server", "--listen", n.addr, "--data-dir", n.dataDir, "--log-level", "debug"}, n.args...)...)
+	// DSEC_E2E_SERVER_ARGS adds flags to every server, e.g. --userns=on to
+	// run the suite with user namespaces
+	args := append(strings.Fields(os.Getenv("DSEC_E2E_SERVER_ARGS")), n.args...)
+	n.cmd = exec.Command(binPath, append([]string{"server", "--listen", n.addr, "--data-dir", n.dataDir, "--log-level", "debug"}, args...)...)
 	n.cmd.Stdout, n.cmd.Stderr = n.logs, n.logs
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {

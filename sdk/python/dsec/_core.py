@@ -169,6 +169,7 @@ def create_body(
     labels: Optional[Mapping[str, str]],
     request_id: Optional[str],
     pids_max: Optional[int] = None,
+    user_namespace: Optional[bool] = None,
 ) -> Dict[str, Any]:
     b: Dict[str, Any] = {"request_id": request_id or new_request_id()}
     if backend and backend != "container":
@@ -185,6 +186,8 @@ def create_body(
         b["disk_bytes"] = d
     if pids_max:
         b["pids_max"] = int(pids_max)
+    if user_namespace is not None:
+        b["user_namespace"] = bool(user_namespace)
     t = seconds(ttl)
     if t:
         b["ttl_seconds"] = max(1, int(round(t)))

@@ -183,9 +183,11 @@ class AsyncClient:
         labels: Optional[Mapping[str, str]] = None,
         request_id: Optional[str] = None,
         pids_max: Optional[int] = None,
+        user_namespace: Optional[bool] = None,
     ) -> "AsyncSandbox":
         """See :meth:`dsec.Client.create`."""
-        body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max)
+        body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
+                           user_namespace)
         return await self._create(body, None)
 
     async def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "AsyncSandbox":
@@ -204,7 +206,7 @@ class AsyncClient:
         if n <= 0:
             return []
         unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env",
-                             "labels", "pids_max", "request_id"}
+                             "labels", "pids_max", "user_namespace", "request_id"}
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         prefix = kw.pop("request_id", None) or _core.new_request_id()
@@ -212,7 +214,7 @@ class AsyncClient:
             create_body(
                 kw.get("backend", "container"), kw.get("image"), kw.get("cpu"), kw.get("memory"),
                 kw.get("disk"), kw.get("ttl"), kw.get("idle_timeout"), kw.get("env"), kw.get("labels"),
-                f"{prefix}-{i}", kw.get("pids_max"),
+                f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"),
             )
             for i in range(n)
         ]

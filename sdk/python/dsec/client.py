@@ -187,11 +187,15 @@ class Client:
         labels: Optional[Mapping[str, str]] = None,
         request_id: Optional[str] = None,
         pids_max: Optional[int] = None,
+        user_namespace: Optional[bool] = None,
     ) -> "Sandbox":
         """Create a sandbox and return it once it runs. memory/disk take bytes or
         strings like "512m"; ttl/idle_timeout take seconds or a timedelta. A request
-        id (random unless given) makes the call idempotent, so it is retried."""
-        body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max)
+        id (random unless given) makes the call idempotent, so it is retried.
+        user_namespace True/False asks for a user namespace (sandbox root an
+        unprivileged host uid) or against one; None takes the server's default."""
+        body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
+                           user_namespace)
         return self._create(body, None)
 
     def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "Sandbox":
@@ -223,11 +227,11 @@ class Client:
             create_body(
                 kw.get("backend", "container"), kw.get("image"), kw.get("cpu"), kw.get("memory"),
                 kw.get("disk"), kw.get("ttl"), kw.get("idle_timeout"), kw.get("env"), kw.get("labels"),
-                f"{prefix}-{i}", kw.get("pids_max"),
+                f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"),
             )
             for i in range(n)
         ]
-        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max"}
+        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max", "user_namespace"}
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         deadline = None if timeout is None else time.monotonic() + timeout

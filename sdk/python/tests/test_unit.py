@@ -40,6 +40,9 @@ def test_create_body() -> None:
     assert (b["memory_bytes"], b["disk_bytes"], b["ttl_seconds"], b["idle_timeout_seconds"]) == (
         1 << 30, 2 << 30, 3600, 30)
     assert b["env"] == {"A": "1"} and "backend" not in b
+    assert "user_namespace" not in b  # unset: the server's --userns
+    assert _core.create_body("container", None, None, None, None, None, None, None, None, "r", None,
+                             False)["user_namespace"] is False
     e = _core.exec_body("echo hi", 1.5, None, None, None, b"\x00")
     assert e == {"shell": "echo hi", "timeout_ms": 1500, "stdin_base64": "AA=="}
     assert _core.exec_body(["a", 1], None, None, "/x", "1000", "in")["cmd"] == ["a", "1"]
