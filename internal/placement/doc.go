@@ -25,7 +25,9 @@
 //
 // The node's agent keeps the final say: a caller whose node rejected the sandbox calls
 // Reject, and the engine places it again excluding every node that rejected it, at
-// most Config.MaxReplacements times. When nothing fits the error is classified
+// most Config.MaxReplacements times. A node that rejected anything is avoided by
+// every placement until the next snapshot (unless nothing else fits): its rejected
+// charges are gone, so it would otherwise look emptier than it is. When nothing fits the error is classified
 // resource_exhausted and carries a Retry-After duration (see RetryAfter); the engine
 // never blocks waiting for room. PlaceBatch places N sandboxes all or nothing.
 //

@@ -126,6 +126,10 @@ type nodeView struct {
 	Node
 	inflight Resources
 	layers   map[string]struct{}
+	// rejected: the node rejected a sandbox since this snapshot was taken. Such a
+	// node looks emptier than it is (its rejected charge is gone), so placement
+	// avoids it until the next snapshot unless nothing else fits.
+	rejected bool
 }
 
 func (v *nodeView) load() Resources { return v.Load.add(v.inflight) }
@@ -307,6 +311,9 @@ func (e *Engine) Reject(ctx context.Context, d *Decision, cause error) (*Decisio
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.releaseLocked(d.ID)
+	if i, ok := e.byName[d.Node]; ok {
+		e.nodes[i].rejected = true
+	}
 	rejected := append(slices.Clip(d.Rejected), d.Node)
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -365,13 +372,10 @@ func (e *Engine) placeLocked(req Request, attempt int, rejected []string) (*Deci
 		}
 		idx = i
 	} else {
-		feasible := e.buf[:0]
-		for i := range e.nodes {
-			if e.feasible(&e.nodes[i], &req, res, rejected) {
-				feasible = append(feasible, i)
-			}
+		feasible := e.feasibleLocked(&req, res, rejected, true)
+		if len(feasible) == 0 {
+			feasible = e.feasibleLocked(&req, res, rejected, false)
 		}
-		e.buf = feasible
 		if len(feasible) == 0 {
 			return nil, e.noFitLocked(req, res, rejected)
 		}

@@ -36,9 +36,26 @@ func fits(capacity, load, amount Resources) bool {
 
 func within(capacity, used int64) bool { return capacity == 0 || used <= capacity }
 
-func (e *Engine) feasible(n *nodeView, req *Request, res Resources, rejected []string) bool {
+func feasible(n *nodeView, req *Request, res Resources, rejected []string) bool {
 	return n.State == StateReady && matches(&n.Node, req) && fits(n.Capacity, n.load(), res) &&
 		(len(rejected) == 0 || !slices.Contains(rejected, n.Name))
+}
+
+// feasibleLocked returns the indices of the feasible nodes (in e.buf), skipping
+// the nodes that rejected anything since the snapshot if avoidRejecting.
+func (e *Engine) feasibleLocked(req *Request, res Resources, rejected []string, avoidRejecting bool) []int {
+	out := e.buf[:0]
+	for i := range e.nodes {
+		n := &e.nodes[i]
+		if avoidRejecting && n.rejected {
+			continue
+		}
+		if feasible(n, req, res, rejected) {
+			out = append(out, i)
+		}
+	}
+	e.buf = out
+	return out
 }
 
 // Score is a node's load as placement ranks it: the largest of its utilisation

@@ -39,7 +39,7 @@ type Node struct {
 	Backends []string          `json:"backends"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	// Hardware lists what the node offers beyond CPU and memory (e.g. "kvm", "gpu").
-	Hardware []string `json:"hardware,omitempty"`
+	Hardware []string  `json:"hardware,omitempty"`
 	Capacity Resources `json:"capacity"`
 	// Load is what the node reports as committed: its live sandboxes and the CPU and
 	// memory they were given.
