@@ -113,6 +113,10 @@ type Decision struct {
 	req      Request
 }
 
+// Request returns the request the decision places (what the agent is asked to
+// create).
+func (d *Decision) Request() Request { return d.req }
+
 // inflight is one placement counted on top of the snapshot.
 type inflight struct {
 	node        string
