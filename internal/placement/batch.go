@@ -18,10 +18,7 @@ func (e *Engine) PlaceBatch(ctx context.Context, req Request, n int) ([]*Decisio
 	if n <= 0 || n > MaxBatch {
 		return nil, errdefs.Invalid("placement: batch size %d out of range 1..%d", n, MaxBatch)
 	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := req.validate(); err != nil {
+	if err := req.check(ctx); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()

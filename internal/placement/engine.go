@@ -86,6 +86,14 @@ func (r Request) resources() Resources {
 	return Resources{Sandboxes: 1, MilliCPU: r.MilliCPU, MemoryBytes: r.MemoryBytes}
 }
 
+// check validates and normalises r unless ctx is already done.
+func (r *Request) check(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return r.validate()
+}
+
 func (r *Request) validate() error {
 	if r.Backend == "" {
 		return errdefs.Invalid("placement: the request names no backend")
@@ -266,10 +274,7 @@ func (e *Engine) Watch(ctx context.Context) {
 
 // Place picks a node for one sandbox and charges it in flight.
 func (e *Engine) Place(ctx context.Context, req Request) (*Decision, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	if err := req.validate(); err != nil {
+	if err := req.check(ctx); err != nil {
 		return nil, err
 	}
 	e.mu.Lock()

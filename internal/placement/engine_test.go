@@ -3,7 +3,6 @@ package placement
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -305,5 +304,24 @@ func TestRefreshRefusesDuplicateNodes(t *testing.T) {
 	if _, err := e.Place(context.Background(), req1); err != nil {
 		t.Fatalf("previous snapshot must stay: %v", err)
 	}
-	_ = fmt.Sprint()
+}
+
+// TestRejectedNodeNotRetried: even when the nodes that rejected are the only ones
+// left (so the avoid-until-next-snapshot rule gives way), a sandbox never goes back
+// to a node that rejected it.
+func TestRejectedNodeNotRetried(t *testing.T) {
+	ctx := context.Background()
+	e, _ := newEngine(t, Config{MaxReplacements: 5}, equalNodes(2, 10)...)
+	var tried []string
+	_, err := e.PlaceAndAdmit(ctx, req1, func(_ context.Context, d *Decision) error {
+		tried = append(tried, d.Node)
+		return errFull
+	})
+	if len(tried) != 2 || tried[0] == tried[1] || !errdefs.Is(err, api.CodeResourceExhausted) || !strings.Contains(err.Error(), "rejected it") {
+		t.Fatalf("tried %v, err %v: want each of the 2 nodes once, then resource_exhausted", tried, err)
+	}
+	// Another sandbox may still use them once nothing else is left.
+	if _, err := e.Place(ctx, req1); err != nil {
+		t.Fatalf("rejecting nodes are avoided, not removed: %v", err)
+	}
 }
