@@ -325,3 +325,32 @@ func TestRejectedNodeNotRetried(t *testing.T) {
 		t.Fatalf("rejecting nodes are avoided, not removed: %v", err)
 	}
 }
+
+// TestWatch: the watcher's periodic snapshot brings new nodes and states in.
+func TestWatch(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	nodes := equalNodes(1, 10)
+	nodes[0].State = StateDraining
+	src := NewMemSource(nodes...)
+	e := New(src, Config{RefreshInterval: 5 * time.Millisecond})
+	done := make(chan struct{})
+	go func() { e.Watch(ctx); close(done) }()
+	src.Update("n000", func(n *Node) { n.State = StateReady })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, err := e.Place(ctx, req1)
+		if err == nil {
+			if d.Node != "n000" {
+				t.Fatalf("placed on %s", d.Node)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the watcher never brought the ready node in: %v", err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}
