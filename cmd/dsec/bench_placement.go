@@ -26,8 +26,12 @@ func benchPlacementCmd() *cobra.Command {
 				return json.NewEncoder(os.Stdout).Encode(r)
 			}
 			for _, p := range []placebench.Phase{r.Main, r.Rejecting, r.HalfCapacity} {
-				fmt.Printf("%-13s %d sandboxes on %d nodes (capacity x%.2f, %.0f%% of nodes reject %.0f%%): %.0f placements/s, placed %d, resource_exhausted %d (%d with Retry-After %.0fs), other errors %d\n",
-					p.Name, p.Attempts, r.Options.Nodes, p.CapacityFactor, 100*p.RejectFraction, 100*r.Options.RejectProb,
+				rej := ""
+				if p.RejectFraction > 0 {
+					rej = fmt.Sprintf(", %.0f%% of nodes reject %.0f%% of admissions", 100*p.RejectFraction, 100*r.Options.RejectProb)
+				}
+				fmt.Printf("%-13s %d sandboxes on %d nodes (capacity x%.2f%s): %.0f placements/s, placed %d, resource_exhausted %d (%d with Retry-After %.0fs), other errors %d\n",
+					p.Name, p.Attempts, r.Options.Nodes, p.CapacityFactor, rej,
 					p.PlacementsPerS, p.Placements, p.Exhausted, p.ExhaustedWithRetryAfter, p.RetryAfterS, p.OtherErrors)
 				fmt.Printf("              per node max/mean %.3f p99/mean %.3f min/mean %.3f; rejections %d, re-placements %d (agent found node full %d); locality %.2f; load %.2f → %.2f\n",
 					p.SpreadMaxOverMean, p.SpreadP99OverMean, p.SpreadMinOverMean, p.Rejections, p.Replacements, p.AdmissionFull, p.LocalityHit, p.LoadAvgBefore[0], p.LoadAvgAfter[0])

@@ -89,7 +89,7 @@ type Phase struct {
 	// ExhaustedWithRetryAfter counts the resource_exhausted answers that carried a
 	// positive Retry-After (all of them, or the engine is wrong).
 	ExhaustedWithRetryAfter int64   `json:"resource_exhausted_with_retry_after"`
-	RetryAfterS             float64 `json:"retry_after_s,omitempty"`
+	RetryAfterS             float64 `json:"retry_after_s"`
 	OtherErrors             int64   `json:"other_errors"`
 	FirstError              string  `json:"first_error,omitempty"`
 	Rejections              int64   `json:"rejections"`
