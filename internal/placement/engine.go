@@ -164,6 +164,7 @@ type Engine struct {
 	mu       sync.Mutex
 	nodes    []nodeView
 	byName   map[string]int
+	taken    time.Time // when the installed snapshot was requested
 	inflight map[uint64]*inflight
 	nextID   uint64
 	rng      *rand.Rand
@@ -236,6 +237,10 @@ func (e *Engine) Refresh(ctx context.Context) error {
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	if taken.Before(e.taken) {
+		return nil // a concurrent Refresh already installed a newer snapshot
+	}
+	e.taken = taken
 	for id, f := range e.inflight {
 		i, ok := byName[f.node]
 		switch {

@@ -46,9 +46,11 @@ type Node struct {
 	Load Resources `json:"load"`
 	// Layers are the digests of the image layers the node has mounted.
 	Layers []string `json:"layers,omitempty"`
-	// ObservedAt is when Load was measured. A confirmed in-flight placement stops
-	// counting once a snapshot observed after its confirmation arrives. Zero means
-	// "when the snapshot was taken".
+	// ObservedAt is when Load was measured, in the engine's clock (the watcher
+	// stamps it when the node's report arrives, so agents' clock skew does not
+	// matter). A confirmed in-flight placement stops counting once a snapshot
+	// observed after its confirmation arrives. Zero means "when the snapshot was
+	// taken".
 	ObservedAt time.Time `json:"observed_at"`
 }
 
