@@ -3,6 +3,7 @@ package placement
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -198,6 +199,15 @@ func TestBackpressureWhenFull(t *testing.T) {
 		if !errdefs.Is(err, api.CodeResourceExhausted) || !ok || ra != 3*time.Second {
 			t.Fatalf("full cluster: %v (retry after %v %v)", err, ra, ok)
 		}
+		if h := RetryAfterHeader(err); h != "3" {
+			t.Fatalf("Retry-After header %q, want 3", h)
+		}
+		if h := RetryAfterHeader(fmt.Errorf("create: %w", exhausted(1500*time.Millisecond, "x"))); h != "2" {
+			t.Fatalf("1.5 s rounds up to 2, got %q", h)
+		}
+		if h := RetryAfterHeader(errors.New("other")); h != "" {
+			t.Fatalf("no Retry-After on other errors, got %q", h)
+		}
 		ae := errdefs.ToAPI(err)
 		if ae.Status != 429 || !ae.Retryable {
 			t.Fatalf("wire error %+v", ae)
@@ -240,7 +250,13 @@ func TestBatchAllOrNothing(t *testing.T) {
 // with -race).
 func TestConcurrent(t *testing.T) {
 	ctx := context.Background()
-	e, src := newEngine(t, Config{}, equalNodes(20, 50)...)
+	e0, src := newEngine(t, Config{}, equalNodes(20, 50)...)
+	// A second engine over the same cluster: the two do not coordinate, the
+	// agents' admission (below) keeps every node within capacity.
+	e1 := New(src, Config{Seed: 9})
+	if err := e1.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	placed, exhaustedN := 0, 0
@@ -248,8 +264,9 @@ func TestConcurrent(t *testing.T) {
 		wg.Add(1)
 		go func(g int) {
 			defer wg.Done()
+			e := []*Engine{e0, e1}[g%2]
 			for i := 0; i < 100; i++ {
-				if g == 0 && i%10 == 0 {
+				if g < 2 && i%10 == 0 {
 					e.Refresh(ctx)
 				}
 				var err error
@@ -292,7 +309,7 @@ func TestConcurrent(t *testing.T) {
 	if placed == 0 || exhaustedN == 0 {
 		t.Fatalf("placed %d, exhausted %d: want both (1600 attempts, 1000 slots)", placed, exhaustedN)
 	}
-	t.Logf("placed %d, exhausted %d, stats %+v", placed, exhaustedN, e.Stats())
+	t.Logf("placed %d, exhausted %d, stats %+v %+v", placed, exhaustedN, e0.Stats(), e1.Stats())
 }
 
 func TestRefreshRefusesDuplicateNodes(t *testing.T) {
@@ -353,4 +370,50 @@ func TestWatch(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// blockingSource lets the first Snapshot call return only after release closes.
+type blockingSource struct {
+	*MemSource
+	first   chan struct{}
+	release chan struct{}
+	calls   int
+	mu      sync.Mutex
+}
+
+func (b *blockingSource) Snapshot(ctx context.Context) ([]Node, error) {
+	snap, err := b.MemSource.Snapshot(ctx)
+	b.mu.Lock()
+	b.calls++
+	n := b.calls
+	b.mu.Unlock()
+	if n == 1 {
+		close(b.first)
+		<-b.release
+	}
+	return snap, err
+}
+
+// TestStaleSnapshotIgnored: a Refresh that took its snapshot before another
+// Refresh installed a newer one does not roll the view back.
+func TestStaleSnapshotIgnored(t *testing.T) {
+	ctx := context.Background()
+	src := &blockingSource{MemSource: NewMemSource(equalNodes(1, 1)...), first: make(chan struct{}), release: make(chan struct{})}
+	e := New(src, Config{})
+	done := make(chan error)
+	go func() { done <- e.Refresh(ctx) }() // takes the old snapshot, then blocks
+	<-src.first
+	src.Set(equalNodes(2, 1))
+	if err := e.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(src.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := e.Place(ctx, req1); err != nil {
+			t.Fatalf("placement %d: the newer snapshot (2 nodes) was rolled back: %v", i, err)
+		}
+	}
 }

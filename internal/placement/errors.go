@@ -3,6 +3,7 @@ package placement
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -36,4 +37,15 @@ func RetryAfter(err error) (time.Duration, bool) {
 		return e.RetryAfter, true
 	}
 	return 0, false
+}
+
+// RetryAfterHeader is the HTTP Retry-After value for err: whole seconds, rounded
+// up, at least 1; "" when err carries none.
+func RetryAfterHeader(err error) string {
+	d, ok := RetryAfter(err)
+	if !ok {
+		return ""
+	}
+	secs := int64((d + time.Second - 1) / time.Second)
+	return strconv.FormatInt(max(secs, 1), 10)
 }
