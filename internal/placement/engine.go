@@ -112,6 +112,7 @@ func (r *Request) validate() error {
 // Decision is one placement: the node chosen and the in-flight charge it holds until
 // Confirm, Release or Reject.
 type Decision struct {
+	// ID is unique within this engine (the in-flight entry's key).
 	ID   uint64
 	Node string
 	// Attempt counts placements of this sandbox, 1 for the first.
