@@ -46,6 +46,9 @@ func resolvePath(p, user string) (string, error) {
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", errdefs.Invalid("path contains a NUL byte")
 	}
+	if user == "." || user == ".." || strings.ContainsAny(user, "/\x00") {
+		return "", errdefs.Invalid("invalid user name %q", user)
+	}
 	switch {
 	case p == "~":
 		p = homeOf(user)

@@ -33,6 +33,7 @@ type deadline struct {
 	at     time.Time
 	action string
 	timer  *time.Timer
+	gen    uint64 // which arming of the timer is current
 }
 
 func newLifecycle(svc session.Service, log *slog.Logger, now func() time.Time, ended func(string)) *lifecycle {
@@ -62,9 +63,9 @@ func (l *lifecycle) setLocked(id string, at time.Time, action string) {
 }
 
 func (l *lifecycle) armLocked(id string, d *deadline) *time.Timer {
-	var t *time.Timer
-	t = time.AfterFunc(d.at.Sub(l.now()), func() { l.fire(id, t) })
-	return t
+	d.gen++
+	gen := d.gen
+	return time.AfterFunc(d.at.Sub(l.now()), func() { l.fire(id, gen) })
 }
 
 // extend moves the deadline of id to at if that is later (E2B's connect only
@@ -86,6 +87,7 @@ func (l *lifecycle) stop(id string) {
 	if d := l.m[id]; d != nil && d.timer != nil {
 		d.timer.Stop()
 		d.timer = nil
+		d.gen++
 	}
 }
 
@@ -136,11 +138,12 @@ func (l *lifecycle) close() {
 	l.m = map[string]*deadline{}
 }
 
-// fire runs when timer t of id expires, unless it was replaced meanwhile.
-func (l *lifecycle) fire(id string, t *time.Timer) {
+// fire runs when arming gen of id's timer expires, unless it was re-armed or
+// stopped meanwhile.
+func (l *lifecycle) fire(id string, gen uint64) {
 	l.mu.Lock()
 	d := l.m[id]
-	if d == nil || d.timer != t || l.closed {
+	if d == nil || d.gen != gen || d.timer == nil || l.closed {
 		l.mu.Unlock()
 		return
 	}
