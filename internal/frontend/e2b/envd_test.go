@@ -498,4 +498,3 @@ func TestTrajectoryHeaders(t *testing.T) {
 		t.Fatalf("bad step header on envd: %d %s", res.StatusCode, b)
 	}
 }
-
