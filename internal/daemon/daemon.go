@@ -7,6 +7,8 @@ package daemon
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,6 +27,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/fncall"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/server"
@@ -92,7 +95,9 @@ type Daemon struct {
 	Manager *agent.Manager
 	Driver  *container.Driver
 	Server  *server.Server
-	Token   string
+	// E2B serves E2B's API (control plane and envd) on the same listener.
+	E2B   *e2b.Handler
+	Token string
 	// Trajectories is the trajectory log (Config.TrajStore).
 	Trajectories trajectory.Store
 	// FnCall is the online-judge engine behind /v1/fncall (pools start on first use).
@@ -184,7 +189,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
 	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj,
 		Images: mgr, ImageManager: n, FnCall: n})
-	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
+	e2bH := e2b.New(mgr, e2b.Options{Authorize: tokenCheck(token), Secret: []byte(token), Logger: cfg.Logger})
+	if err := e2bH.Recover(ctx); err != nil {
+		cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
+	}
+	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
 	return d, nil
@@ -222,7 +231,7 @@ func (d *Daemon) pruneLoop() {
 
 // Serve serves the API on l until Shutdown.
 func (d *Daemon) Serve(l net.Listener) error {
-	d.http = &http.Server{Handler: d.Server.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	d.http = &http.Server{Handler: e2b.Mount(d.Server.Handler(), d.E2B), ReadHeaderTimeout: 30 * time.Second}
 	err := d.http.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -237,6 +246,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	if d.http != nil {
 		errs = append(errs, d.http.Shutdown(ctx))
 	}
+	errs = append(errs, d.E2B.Close())
 	if deleteAll {
 		errs = append(errs, d.Manager.DeleteAll(ctx))
 		// Nothing is held any more: stop layerd (it unmounts every layer).
@@ -290,5 +300,15 @@ func raiseNoFile() {
 	if unix.Getrlimit(unix.RLIMIT_NOFILE, &rl) == nil && rl.Cur < rl.Max {
 		rl.Cur = rl.Max
 		_ = unix.Setrlimit(unix.RLIMIT_NOFILE, &rl)
+	}
+}
+
+// tokenCheck compares an API token with the node's in constant time (as SHA-256
+// digests, so neither content nor length leaks); an empty node token accepts none.
+func tokenCheck(token string) func(string) bool {
+	want := sha256.Sum256([]byte(token))
+	return func(got string) bool {
+		g := sha256.Sum256([]byte(got))
+		return token != "" && subtle.ConstantTimeCompare(g[:], want[:]) == 1
 	}
 }

@@ -482,6 +482,9 @@ func (lq listQuery) match(sb api.Sandbox) bool {
 
 // before says whether a comes before b in the listing's order.
 func (lq listQuery) before(a, b cursor) bool {
+	if a == b {
+		return false
+	}
 	if a.t != b.t {
 		return (a.t < b.t) == lq.asc
 	}

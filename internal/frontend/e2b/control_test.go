@@ -199,31 +199,33 @@ func TestListFiltersAndPaging(t *testing.T) {
 	if len(got) != 2 {
 		t.Fatalf("running a: %d", len(got))
 	}
-	// Paging: 2 at a time, asc, covers all five once.
-	seen := map[string]bool{}
-	tok := ""
-	for pages := 0; ; pages++ {
-		q := url.Values{"limit": {"2"}, "order": {"asc"}}
-		if tok != "" {
-			q.Set("nextToken", tok)
-		}
-		page, next := list(q)
-		for _, d := range page {
-			if seen[d.SandboxID] {
-				t.Fatalf("%s twice", d.SandboxID)
+	// Paging: 2 at a time, in either order, covers all five once.
+	for _, order := range []string{"asc", "desc"} {
+		seen := map[string]bool{}
+		tok := ""
+		for pages := 0; ; pages++ {
+			q := url.Values{"limit": {"2"}, "order": {order}}
+			if tok != "" {
+				q.Set("nextToken", tok)
 			}
-			seen[d.SandboxID] = true
-		}
-		if next == "" {
-			if pages != 2 {
-				t.Fatalf("%d pages", pages+1)
+			page, next := list(q)
+			for _, d := range page {
+				if seen[d.SandboxID] {
+					t.Fatalf("%s: %s twice", order, d.SandboxID)
+				}
+				seen[d.SandboxID] = true
 			}
-			break
+			if next == "" {
+				if pages != 2 {
+					t.Fatalf("%s: %d pages", order, pages+1)
+				}
+				break
+			}
+			tok = next
 		}
-		tok = next
-	}
-	if len(seen) != 5 {
-		t.Fatalf("paged %d", len(seen))
+		if len(seen) != 5 {
+			t.Fatalf("%s: paged %d", order, len(seen))
+		}
 	}
 	// Legacy GET /sandboxes lists running ones.
 	res, b := e.call("GET", "/sandboxes", nil)
