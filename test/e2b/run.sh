@@ -2,6 +2,7 @@
 # E2B acceptance suite: starts bin/dsec server (root) on a random port with its
 # own data dir, points the unmodified e2b SDK at it and runs `node --test`.
 #   sh test/e2b/run.sh [test files...]     (from the repository root, after make build)
+#   sh test/e2b/run.sh bench [--n 200 --rounds 5 --creates 100]
 set -eu
 cd "$(dirname "$0")"
 ROOT=$(cd ../.. && pwd)
@@ -19,8 +20,13 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 export E2B_API_URL="http://127.0.0.1:$PORT" E2B_SANDBOX_URL="http://127.0.0.1:$PORT" E2B_API_KEY="e2b_$TOKEN"
-if [ $# -eq 0 ]; then set -- lifecycle.test.mjs commands.test.mjs files.test.mjs pty.test.mjs; fi
 status=0
-node --test --test-concurrency=1 --test-timeout=120000 "$@" || status=$?
+if [ "${1:-}" = bench ]; then
+  shift
+  node bench.mjs "$@" || status=$?
+else
+  if [ $# -eq 0 ]; then set -- lifecycle.test.mjs commands.test.mjs files.test.mjs pty.test.mjs; fi
+  node --test --test-concurrency=1 --test-timeout=120000 "$@" || status=$?
+fi
 [ $status -eq 0 ] || tail -20 "$DATA/server.log"
 exit $status

@@ -204,23 +204,52 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-type timeoutRequest struct {
+// lifecycleRequest is the body of the timeout, refresh, pause, resume and
+// connect calls (each uses some of the fields).
+type lifecycleRequest struct {
 	Timeout  *int64 `json:"timeout"`
 	Duration *int64 `json:"duration"`
+	Memory   *bool  `json:"memory"`
+}
+
+// begin decodes a lifecycle call's body into req and looks its sandbox up; it
+// answers the request itself (and returns false) on bad input or no sandbox.
+func (h *Handler) begin(w http.ResponseWriter, r *http.Request, req *lifecycleRequest) (api.Sandbox, bool) {
+	if err := decodeBody(w, r, req); err != nil {
+		h.writeErr(w, r, err)
+		return api.Sandbox{}, false
+	}
+	if (req.Timeout != nil && *req.Timeout < 0) || (req.Duration != nil && *req.Duration < 0) {
+		h.writeAPIError(w, r, http.StatusBadRequest, "timeout must not be negative")
+		return api.Sandbox{}, false
+	}
+	return h.lookup(w, r)
+}
+
+// in returns the deadline secs (or def when secs is absent or 0) from now.
+func (h *Handler) in(secs *int64, def int64) time.Time {
+	s, _ := timeoutSeconds(secs, def)
+	return h.now().Add(time.Duration(s) * time.Second)
+}
+
+// refuseDiskOnlyResume answers a resume that asks to drop memory (E2B's
+// "reboot"), which dsec cannot do, rather than silently keeping it.
+func (h *Handler) refuseDiskOnlyResume(w http.ResponseWriter, r *http.Request, req lifecycleRequest) bool {
+	if req.Memory != nil && !*req.Memory {
+		h.writeAPIError(w, r, http.StatusBadRequest, "resuming from disk state only (memory: false) is not supported by dsec")
+		return true
+	}
+	return false
 }
 
 func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
-	var req timeoutRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	if req.Timeout == nil || *req.Timeout < 0 {
-		h.writeAPIError(w, r, http.StatusBadRequest, "timeout (seconds, not negative) is required")
-		return
-	}
-	sb, ok := h.lookup(w, r)
+	var req lifecycleRequest
+	sb, ok := h.begin(w, r, &req)
 	if !ok {
+		return
+	}
+	if req.Timeout == nil {
+		h.writeAPIError(w, r, http.StatusBadRequest, "timeout (seconds) is required")
 		return
 	}
 	h.life.set(sb.ID, h.now().Add(time.Duration(*req.Timeout)*time.Second), onTimeoutOf(sb))
@@ -231,37 +260,20 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) {
-	var req timeoutRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	d, err := timeoutSeconds(req.Duration, defaultTimeoutLegacy)
-	if err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	sb, ok := h.lookup(w, r)
+	var req lifecycleRequest
+	sb, ok := h.begin(w, r, &req)
 	if !ok {
 		return
 	}
 	if sb.State == api.StateRunning {
-		h.life.extend(sb.ID, h.now().Add(time.Duration(d)*time.Second), onTimeoutOf(sb))
+		h.life.extend(sb.ID, h.in(req.Duration, defaultTimeoutLegacy), onTimeoutOf(sb))
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-type pauseRequest struct {
-	Memory *bool `json:"memory"`
-}
-
 func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
-	var req pauseRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	sb, ok := h.lookup(w, r)
+	var req lifecycleRequest
+	sb, ok := h.begin(w, r, &req)
 	if !ok {
 		return
 	}
@@ -277,23 +289,9 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-type resumeRequest struct {
-	Timeout *int64 `json:"timeout"`
-	Memory  *bool  `json:"memory"`
-}
-
 func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
-	var req resumeRequest
-	if err := decodeBody(w, r, &req); err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	timeout, err := timeoutSeconds(req.Timeout, defaultTimeoutLegacy)
-	if err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	sb, ok := h.lookup(w, r)
+	var req lifecycleRequest
+	sb, ok := h.begin(w, r, &req)
 	if !ok {
 		return
 	}
@@ -301,15 +299,15 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("sandbox %q is already running", sb.ID))
 		return
 	}
-	if req.Memory != nil && !*req.Memory {
-		h.writeAPIError(w, r, http.StatusBadRequest, "resuming from disk state only (memory: false) is not supported by dsec")
+	if h.refuseDiskOnlyResume(w, r, req) {
 		return
 	}
-	if sb, err = h.svc.Resume(r.Context(), sb.ID); err != nil {
+	sb, err := h.svc.Resume(r.Context(), sb.ID)
+	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
-	h.life.set(sb.ID, h.now().Add(time.Duration(timeout)*time.Second), onTimeoutOf(sb))
+	h.life.set(sb.ID, h.in(req.Timeout, defaultTimeoutLegacy), onTimeoutOf(sb))
 	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
 }
 
@@ -317,30 +315,21 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 // its deadline to at least timeout from now. def 0 means the timeout is required.
 func (h *Handler) connect(def int64) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var req resumeRequest
-		if err := decodeBody(w, r, &req); err != nil {
-			h.writeErr(w, r, err)
+		var req lifecycleRequest
+		sb, ok := h.begin(w, r, &req)
+		if !ok {
 			return
 		}
 		if def == 0 && req.Timeout == nil {
 			h.writeAPIError(w, r, http.StatusBadRequest, "timeout is required")
 			return
 		}
-		timeout, err := timeoutSeconds(req.Timeout, max(def, defaultTimeoutLegacy))
-		if err != nil {
-			h.writeErr(w, r, err)
-			return
-		}
-		sb, ok := h.lookup(w, r)
-		if !ok {
-			return
-		}
 		status := http.StatusOK
 		if sb.State == api.StatePaused {
-			if req.Memory != nil && !*req.Memory {
-				h.writeAPIError(w, r, http.StatusBadRequest, "resuming from disk state only (memory: false) is not supported by dsec")
+			if h.refuseDiskOnlyResume(w, r, req) {
 				return
 			}
+			var err error
 			if sb, err = h.svc.Resume(r.Context(), sb.ID); err != nil {
 				h.writeErr(w, r, err)
 				return
@@ -348,7 +337,7 @@ func (h *Handler) connect(def int64) http.HandlerFunc {
 			h.life.resumed(sb)
 			status = http.StatusCreated
 		}
-		h.life.extend(sb.ID, h.now().Add(time.Duration(timeout)*time.Second), onTimeoutOf(sb))
+		h.life.extend(sb.ID, h.in(req.Timeout, max(def, defaultTimeoutLegacy)), onTimeoutOf(sb))
 		writeJSON(w, status, h.sandboxJSON(sb))
 	}
 }

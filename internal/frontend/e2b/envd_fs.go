@@ -115,83 +115,81 @@ func (s *filesystemService) withFS(ctx context.Context, hd http.Header, fn func(
 	return fn(fs, user)
 }
 
-func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
+// withPath is withFS with the request's path resolved.
+func (s *filesystemService) withPath(ctx context.Context, hd http.Header, raw string, fn func(fs session.FS, p, user string) error) error {
+	return s.withFS(ctx, hd, func(fs session.FS, user string) error {
+		p, err := resolvePath(raw, user)
+		if err != nil {
+			return rpcErr(err)
+		}
+		return fn(fs, p, user)
+	})
+}
+
+// entry runs fn on the resolved path and answers with the entry it returns.
+func (s *filesystemService) entry(ctx context.Context, hd http.Header, raw string, fn func(fs session.FS, p, user string) (api.FileInfo, string, error)) (*pb.EntryInfo, error) {
 	var out *pb.EntryInfo
-	err := s.withFS(ctx, req.Header(), func(fs session.FS, user string) error {
-		p, err := resolvePath(req.Msg.GetPath(), user)
+	err := s.withPath(ctx, hd, raw, func(fs session.FS, p, user string) error {
+		fi, at, err := fn(fs, p, user)
 		if err != nil {
 			return rpcErr(err)
 		}
-		fi, err := fs.Stat(ctx, p)
-		if err != nil {
-			return rpcErr(err)
-		}
-		out = entryInfo(fi, p)
+		out = entryInfo(fi, at)
 		return nil
+	})
+	return out, err
+}
+
+func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
+	e, err := s.entry(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p, _ string) (api.FileInfo, string, error) {
+		fi, err := fs.Stat(ctx, p)
+		return fi, p, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&pb.StatResponse{Entry: out}), nil
+	return connect.NewResponse(&pb.StatResponse{Entry: e}), nil
 }
 
 // MakeDir creates a directory and its parents; AlreadyExists when it exists.
 func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
-	var out *pb.EntryInfo
-	err := s.withFS(ctx, req.Header(), func(fs session.FS, user string) error {
-		p, err := resolvePath(req.Msg.GetPath(), user)
-		if err != nil {
-			return rpcErr(err)
-		}
-		if fi, err := fs.Stat(ctx, p); err == nil {
+	e, err := s.entry(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p, _ string) (api.FileInfo, string, error) {
+		if fi, err := fs.Stat(session.WithoutStep(ctx), p); err == nil {
 			if fi.Type == "dir" {
-				return connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory already exists: %s", p))
+				return fi, p, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory already exists: %s", p))
 			}
-			return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path already exists but it is not a directory: %s", p))
+			return fi, p, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path already exists but it is not a directory: %s", p))
 		} else if !errdefs.Is(err, api.CodeNotFound) {
-			return rpcErr(err)
+			return fi, p, err
 		}
 		fi, err := fs.Mkdir(ctx, p, 0o755, true)
-		if err != nil {
-			return rpcErr(err)
-		}
-		out = entryInfo(fi, p)
-		return nil
+		return fi, p, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&pb.MakeDirResponse{Entry: out}), nil
+	return connect.NewResponse(&pb.MakeDirResponse{Entry: e}), nil
 }
 
 func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
-	var out *pb.EntryInfo
-	err := s.withFS(ctx, req.Header(), func(fs session.FS, user string) error {
-		from, err := resolvePath(req.Msg.GetSource(), user)
-		if err != nil {
-			return rpcErr(err)
-		}
+	e, err := s.entry(ctx, req.Header(), req.Msg.GetSource(), func(fs session.FS, from, user string) (api.FileInfo, string, error) {
 		to, err := resolvePath(req.Msg.GetDestination(), user)
 		if err != nil {
-			return rpcErr(err)
+			return api.FileInfo{}, "", err
 		}
 		if err := fs.Rename(ctx, from, to); err != nil {
 			if errdefs.Is(err, api.CodeNotFound) {
-				return connect.NewError(connect.CodeNotFound, fmt.Errorf("source file not found: %w", err))
+				return api.FileInfo{}, "", connect.NewError(connect.CodeNotFound, fmt.Errorf("source file not found: %w", err))
 			}
-			return rpcErr(err)
+			return api.FileInfo{}, "", err
 		}
 		fi, err := fs.Stat(session.WithoutStep(ctx), to)
-		if err != nil {
-			return rpcErr(err)
-		}
-		out = entryInfo(fi, to)
-		return nil
+		return fi, to, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&pb.MoveResponse{Entry: out}), nil
+	return connect.NewResponse(&pb.MoveResponse{Entry: e}), nil
 }
 
 // listTree lists dir down to depth levels (1: its entries only).
@@ -217,12 +215,8 @@ func listTree(ctx context.Context, fs session.FS, dir string, depth int, out []*
 
 func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
 	var out []*pb.EntryInfo
-	err := s.withFS(ctx, req.Header(), func(fs session.FS, user string) error {
-		p, err := resolvePath(req.Msg.GetPath(), user)
-		if err != nil {
-			return rpcErr(err)
-		}
-		fi, err := fs.Stat(ctx, p)
+	err := s.withPath(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p, _ string) error {
+		fi, err := fs.Stat(session.WithoutStep(ctx), p)
 		if err != nil {
 			if errdefs.Is(err, api.CodeNotFound) {
 				return connect.NewError(connect.CodeNotFound, fmt.Errorf("directory not found: %s", p))
@@ -245,11 +239,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 // Remove removes a file or a directory tree; a missing path is no error (as
 // envd's os.RemoveAll).
 func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	err := s.withFS(ctx, req.Header(), func(fs session.FS, user string) error {
-		p, err := resolvePath(req.Msg.GetPath(), user)
-		if err != nil {
-			return rpcErr(err)
-		}
+	err := s.withPath(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p, _ string) error {
 		if p == "/" {
 			return connect.NewError(connect.CodeInvalidArgument, errors.New("refusing to remove /"))
 		}

@@ -165,11 +165,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer h.recoverPanic(w, r)
 	ctx, outcome, err := withStep(r)
 	if err != nil {
-		if h.isEnvd(r) && isConnectPath(r.URL.Path) {
-			writeConnectError(w, connect.CodeInvalidArgument, err.Error())
-			return
-		}
-		h.writeAPIError(w, r, http.StatusBadRequest, err.Error())
+		h.envdError(w, r, connect.CodeInvalidArgument, http.StatusBadRequest, err.Error())
 		return
 	}
 	if outcome != nil {
@@ -248,38 +244,30 @@ func (h *Handler) envdAuthorized(r *http.Request, id string) bool {
 // runs, then serves the envd route.
 func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(SandboxIDHeader)
-	connectPath := isConnectPath(r.URL.Path)
-	if id == "" {
-		msg := "missing " + SandboxIDHeader + " header"
-		if connectPath {
-			writeConnectError(w, connect.CodeInvalidArgument, msg)
-			return
-		}
-		h.writeAPIError(w, r, http.StatusBadRequest, msg)
-		return
-	}
-	if !h.envdAuthorized(r, id) {
-		msg := "missing or invalid access token (" + AccessTokenHeader + ")"
-		if connectPath {
-			writeConnectError(w, connect.CodeUnauthenticated, msg)
-			return
-		}
-		h.writeAPIError(w, r, http.StatusUnauthorized, msg)
-		return
-	}
-	if !h.ensureRunning(r.Context(), id) {
+	switch {
+	case id == "":
+		h.envdError(w, r, connect.CodeInvalidArgument, http.StatusBadRequest, "missing "+SandboxIDHeader+" header")
+	case !h.envdAuthorized(r, id):
+		h.envdError(w, r, connect.CodeUnauthenticated, http.StatusUnauthorized, "missing or invalid access token ("+AccessTokenHeader+")")
+	case !h.ensureRunning(r.Context(), id):
 		writeSandboxGone(w, id)
-		return
-	}
-	if _, pattern := h.envd.Handler(r); pattern == "" {
-		if connectPath {
-			writeConnectError(w, connect.CodeNotFound, "no such procedure "+r.URL.Path)
+	default:
+		if _, pattern := h.envd.Handler(r); pattern == "" {
+			h.envdError(w, r, connect.CodeNotFound, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 			return
 		}
-		h.writeAPIError(w, r, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
+		h.envd.ServeHTTP(w, r)
+	}
+}
+
+// envdError answers an envd request that never reached its handler: a Connect
+// error on the RPC paths, {code, message} on the others.
+func (h *Handler) envdError(w http.ResponseWriter, r *http.Request, code connect.Code, status int, msg string) {
+	if isConnectPath(r.URL.Path) {
+		writeConnectError(w, code, msg)
 		return
 	}
-	h.envd.ServeHTTP(w, r)
+	h.writeAPIError(w, r, status, msg)
 }
 
 // ensureRunning says whether sandbox id runs, resuming it first when it is

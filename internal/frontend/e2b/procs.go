@@ -101,14 +101,17 @@ func (p *proc) getPID() uint32 {
 	return p.pid
 }
 
-// publish hands ev to every attached stream, waiting for room in their queues.
-func (p *proc) publish(ev *pb.ProcessEvent) {
-	p.mu.Lock()
+// subscribersLocked lists the attached streams.
+func (p *proc) subscribersLocked() []*subscriber {
 	subs := make([]*subscriber, 0, len(p.subs))
 	for s := range p.subs {
 		subs = append(subs, s)
 	}
-	p.mu.Unlock()
+	return subs
+}
+
+// deliver hands ev to subs, waiting for room in their queues.
+func deliver(subs []*subscriber, ev *pb.ProcessEvent) {
 	for _, s := range subs {
 		select {
 		case s.ch <- ev:
@@ -117,23 +120,23 @@ func (p *proc) publish(ev *pb.ProcessEvent) {
 	}
 }
 
+// publish hands ev to every attached stream.
+func (p *proc) publish(ev *pb.ProcessEvent) {
+	p.mu.Lock()
+	subs := p.subscribersLocked()
+	p.mu.Unlock()
+	deliver(subs, ev)
+}
+
 // finish records the end event and tells every stream attached so far; later
 // ones see p.end.
 func (p *proc) finish(end *pb.ProcessEvent_EndEvent) {
 	ev := &pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}
 	p.mu.Lock()
 	p.end = end
-	subs := make([]*subscriber, 0, len(p.subs))
-	for s := range p.subs {
-		subs = append(subs, s)
-	}
+	subs := p.subscribersLocked()
 	p.mu.Unlock()
-	for _, s := range subs {
-		select {
-		case s.ch <- ev:
-		case <-s.gone:
-		}
-	}
+	deliver(subs, ev)
 	close(p.done)
 	if p.stdin != nil {
 		_ = p.stdin.Close()

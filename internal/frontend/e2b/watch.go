@@ -144,11 +144,7 @@ func (w *watcher) poll(ctx context.Context) ([]*pb.FilesystemEvent, error) {
 // WatchDir streams a directory's changes: start first, then events and
 // keepalives until the client ends the stream or its timeout passes.
 func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], stream *connect.ServerStream[pb.WatchDirResponse]) error {
-	return s.withFS(ctx, req.Header(), func(fs session.FS, user string) error {
-		dir, err := resolvePath(req.Msg.GetPath(), user)
-		if err != nil {
-			return rpcErr(err)
-		}
+	return s.withPath(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, dir, _ string) error {
 		w, err := newWatcher(ctx, fs, dir, req.Msg.GetRecursive(), req.Msg.GetIncludeEntry())
 		if err != nil {
 			return err
