@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -164,10 +165,12 @@ func runExecWith(ctx context.Context, cl *client.Client, id string, req api.Exec
 		req.Cols, req.Rows = sz.Cols, sz.Rows
 	case lt.ok():
 		if sz, err := lt.size(); err == nil {
+			sz = clampSize(sz)
 			req.Cols, req.Rows = sz.Cols, sz.Rows
 			follow = true
 		}
 	}
+	sopts.OnInputError = func(e *api.Error) { fmt.Fprintf(os.Stderr, "dsec: %s\r\n", e.Message) }
 	if o.interactive && lt.isStdin() {
 		// Raw mode: keys (Ctrl-C, Ctrl-Z, Ctrl-D included) go to the sandbox's
 		// terminal as bytes. It is undone on every way out of here: the command's
@@ -186,7 +189,10 @@ func runExecWith(ctx context.Context, cl *client.Client, id string, req api.Exec
 		return err
 	}
 	if follow {
-		stop := lt.onResize(func(sz api.TermSize) { _ = s.Resize(sz.Cols, sz.Rows) })
+		stop := lt.onResize(func(sz api.TermSize) {
+			sz = clampSize(sz)
+			_ = s.Resize(sz.Cols, sz.Rows)
+		})
 		defer stop()
 	}
 	res, err := s.Wait()
@@ -214,6 +220,12 @@ func parseTermSize(s string) (api.TermSize, error) {
 	return sz, nil
 }
 
-// maxTermDim is the largest terminal dimension the CLI sends (the kernel's
-// winsize holds 16 bits; the server may allow less and says so).
-const maxTermDim = 65535
+// maxTermDim is the largest terminal side the server takes.
+const maxTermDim = session.MaxTermSide
+
+// clampSize fits a local window's size into what the server takes.
+func clampSize(sz api.TermSize) api.TermSize {
+	sz.Cols = min(max(sz.Cols, 1), maxTermDim)
+	sz.Rows = min(max(sz.Rows, 1), maxTermDim)
+	return sz
+}

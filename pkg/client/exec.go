@@ -37,6 +37,10 @@ type StreamOptions struct {
 	Signals <-chan string
 	// OnStart, if set, is called with the process's PID once it started.
 	OnStart func(pid int)
+	// OnInputError, if set, is called for each input line the server refused
+	// (an "input_error" event: an unknown signal, a terminal size out of range)
+	// with an invalid_argument error; the exec goes on either way.
+	OnInputError func(*api.Error)
 }
 
 // ExecStream runs a command with live I/O over one full-duplex request: stdin is
@@ -241,6 +245,11 @@ func readEvents(r io.Reader, o StreamOptions) (api.ExecResult, error) {
 				if _, err := w.Write(ev.Data); err != nil {
 					return api.ExecResult{}, fmt.Errorf("dsec client: writing %s: %w", ev.Type, err)
 				}
+			}
+		case "input_error":
+			if o.OnInputError != nil && ev.Error != nil {
+				ev.Error.Status = http.StatusBadRequest // what it would be as a response
+				o.OnInputError(ev.Error)
 			}
 		case "exit":
 			if ev.Result == nil {

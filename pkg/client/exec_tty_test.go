@@ -68,6 +68,8 @@ func (f *fakeTerminal) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		f.lines = append(f.lines, in)
 		f.mu.Unlock()
 		switch {
+		case in.Resize != nil && in.Resize.Cols == 0:
+			emit(api.StreamEvent{Type: "input_error", Error: api.NewError(api.CodeInvalidArgument, "terminal size 0x0")})
 		case in.Resize != nil:
 			emit(api.StreamEvent{Type: "stdout", Data: fmt.Appendf(nil, "[winch %dx%d]", in.Resize.Cols, in.Resize.Rows)})
 		case in.Signal != "":
@@ -121,8 +123,9 @@ func TestExecStreamTTY(t *testing.T) {
 
 	var out syncBuffer
 	var pid int
+	inputErrs := make(chan *api.Error, 1)
 	s, err := c.StartExecStream(ctx, "sb", api.ExecRequest{Cmd: []string{"sh"}, TTY: true, Cols: 100, Rows: 30},
-		StreamOptions{Stdout: &out, OnStart: func(p int) { pid = p }})
+		StreamOptions{Stdout: &out, OnStart: func(p int) { pid = p }, OnInputError: func(e *api.Error) { inputErrs <- e }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,6 +141,13 @@ func TestExecStreamTTY(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, &out, "[winch 132x43]")
+	// A refused line is reported and the stream goes on.
+	if err := s.Resize(0, 0); err != nil {
+		t.Fatal(err)
+	}
+	if e := <-inputErrs; e.Code != api.CodeInvalidArgument || e.Status != http.StatusBadRequest {
+		t.Fatalf("input error %+v", e)
+	}
 	if err := s.Signal("SIGINT"); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +171,7 @@ func TestExecStreamTTY(t *testing.T) {
 	if !first.TTY || first.Cols != 100 || first.Rows != 30 {
 		t.Fatalf("request line %+v", first)
 	}
-	if len(lines) != 7 || !lines[6].EOF {
+	if len(lines) != 8 || !lines[7].EOF {
 		t.Fatalf("input lines %+v", lines)
 	}
 

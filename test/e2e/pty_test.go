@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -258,7 +259,7 @@ func TestPTYBadInput(t *testing.T) {
 	// Sizes out of range in the request: 400 before anything runs.
 	for _, first := range []string{
 		`{"cmd":["true"],"tty":true,"cols":100000,"rows":24}`,
-		`{"cmd":["true"],"tty":true,"cols":80,"rows":100000}`,
+		`{"cmd":["true"],"tty":true,"cols":80,"rows":1001}`,
 		`{"cmd":["true"],"tty":true,"cols":-1,"rows":24}`,
 	} {
 		r := n.rawStream(t, id, first)
@@ -271,12 +272,14 @@ func TestPTYBadInput(t *testing.T) {
 	_, err := n.cl.StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"true"}, TTY: true, Cols: 100000})
 	wantAPIError(t, err, api.CodeInvalidArgument, http.StatusBadRequest)
 
-	// A resize of an exec without a terminal, and a zero size on one with a
-	// terminal: each stream ends with an invalid_argument error event.
+	// A resize of an exec without a terminal, a zero or huge size on one with a
+	// terminal, an unknown signal: each line is refused with an input_error event
+	// (invalid_argument) and the exec goes on: the next input still arrives.
 	for _, c := range []struct{ first, line string }{
-		{`{"cmd":["sh","-c","echo ready; exec cat"]}`, `{"resize":{"cols":80,"rows":24}}`},
-		{`{"cmd":["sh","-c","echo ready; exec cat"],"tty":true}`, `{"resize":{"cols":0,"rows":0}}`},
-		{`{"cmd":["sh","-c","echo ready; exec cat"],"tty":true}`, `{"resize":{"cols":70000,"rows":24}}`},
+		{`{"timeout_ms":60000,"cmd":["sh","-c","echo ready; exec cat"]}`, `{"resize":{"cols":80,"rows":24}}`},
+		{`{"timeout_ms":60000,"cmd":["sh","-c","echo ready; exec cat"],"tty":true}`, `{"resize":{"cols":0,"rows":0}}`},
+		{`{"timeout_ms":60000,"cmd":["sh","-c","echo ready; exec cat"],"tty":true}`, `{"resize":{"cols":1001,"rows":24}}`},
+		{`{"timeout_ms":60000,"cmd":["sh","-c","echo ready; exec cat"],"tty":true}`, `{"signal":"SIGNOPE"}`},
 	} {
 		r := n.rawStream(t, id, c.first)
 		if r.status != http.StatusOK {
@@ -284,9 +287,18 @@ func TestPTYBadInput(t *testing.T) {
 		}
 		r.until(t, "stdout")
 		r.send(t, c.line)
-		ev := r.until(t, "error")
+		ev := r.until(t, "input_error")
 		if ev.Error == nil || ev.Error.Code != api.CodeInvalidArgument || ev.Error.Message == "" {
-			t.Errorf("%s then %s: error event %+v, want invalid_argument", c.first, c.line, ev.Error)
+			t.Errorf("%s then %s: input_error %+v, want invalid_argument", c.first, c.line, ev.Error)
+		}
+		r.send(t, `{"stdin":"`+base64.StdEncoding.EncodeToString([]byte("after\n"))+`"}`)
+		var got []byte
+		for !strings.Contains(string(got), "after") {
+			var ev api.StreamEvent
+			if err := r.dec.Decode(&ev); err != nil || ev.Type == "exit" || ev.Type == "error" {
+				t.Fatalf("%s then %s: the exec did not go on: %q, then %+v %v", c.first, c.line, got, ev, err)
+			}
+			got = append(got, ev.Data...)
 		}
 	}
 	// Undisturbed: the sandbox answers, the other sandbox's session goes on.

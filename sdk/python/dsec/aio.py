@@ -644,6 +644,8 @@ class AsyncExecStream:
         self.result: Optional[ExecResult] = None
         self.pid: Optional[int] = None
         self.tty = bool(body.get("tty"))
+        # Input lines the server refused (each an InvalidArgumentError), in order.
+        self.input_errors: List[DsecError] = []
         # With a terminal and no stdin given, stdin stays open for write().
         self._stdin_closed = not (self.tty and stdin is None)
         self._started: Optional[AConn] = None
@@ -784,6 +786,9 @@ class AsyncExecStream:
                     return
                 elif typ == "error":
                     raise error_from_response(200, json.dumps({"error": ev.get("error") or {}}).encode())
+                elif typ == "input_error":
+                    # A refused input line (bad size, unknown signal): the exec goes on.
+                    self.input_errors.append(error_from_response(400, json.dumps({"error": ev.get("error") or {}}).encode()))
         finally:
             if not finished:
                 self._abort()

@@ -493,7 +493,9 @@ class Sandbox:
         ``tty=True`` runs the command on a terminal of ``cols`` x ``rows`` (default
         80x24) in the sandbox: all output arrives as "stdout" chunks, stdin stays
         open when ``stdin`` is None so :meth:`ExecStream.write` types into it
-        (b"\\x03" is Ctrl-C), and :meth:`ExecStream.resize` changes the size."""
+        (b"\\x03" is Ctrl-C), and :meth:`ExecStream.resize` changes the size.
+        An input line the server refuses (a size out of 1..1000, an unknown signal)
+        does not end the stream: its error is appended to ``input_errors``."""
         body = with_tty(exec_body(cmd, timeout, env, cwd, user, None), tty, cols, rows)
         return ExecStream(self.client, self.id, body, stdin, self.trajectory)
 
@@ -684,6 +686,8 @@ class ExecStream:
         self.result: Optional[ExecResult] = None
         self.pid: Optional[int] = None
         self.tty = bool(body.get("tty"))
+        # Input lines the server refused (each an InvalidArgumentError), in order.
+        self.input_errors: List[DsecError] = []
         self._client = client
         self._wlock = threading.Lock()
         # With a terminal and no stdin given, stdin stays open for write().
@@ -827,6 +831,9 @@ class ExecStream:
                 elif typ == "error":
                     err = ev.get("error") or {}
                     raise error_from_response(200, json.dumps({"error": err}).encode())
+                elif typ == "input_error":
+                    # A refused input line (bad size, unknown signal): the exec goes on.
+                    self.input_errors.append(error_from_response(400, json.dumps({"error": ev.get("error") or {}}).encode()))
         finally:
             self.close()
 
