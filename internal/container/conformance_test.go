@@ -28,8 +28,8 @@ func imagesDir() string {
 }
 
 // requireImage skips unless the test runs as root and the image is built, and
-// returns its lower directories.
-func requireImage(t *testing.T, name string) []string {
+// returns its layers.
+func requireImage(t *testing.T, name string) []driver.Layer {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (namespaces, cgroups, mounts)")
@@ -38,7 +38,7 @@ func requireImage(t *testing.T, name string) []string {
 	if err != nil {
 		t.Skipf("image %s not available (run `make setup`): %v", name, err)
 	}
-	return img.Lower
+	return driver.DirLayers(img.Lower)
 }
 
 // testConfig returns a driver configuration private to this test: a short state
@@ -116,7 +116,7 @@ func TestRecoverAfterInitKilled(t *testing.T) {
 	cfg := testConfig(t)
 	newDriver := newDriverFactory(cfg)
 	d := newDriver(t)
-	spec := driver.Spec{ID: drivertest.NewID("ck"), Lower: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64}
+	spec := driver.Spec{ID: drivertest.NewID("ck"), Layers: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	inst, err := d.Start(ctx, spec)
