@@ -256,8 +256,22 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request) {
 			h.envdError(w, r, connect.CodeNotFound, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
 			return
 		}
+		if isServerStream(r.URL.Path) {
+			bw := newBatchWriter(w)
+			defer bw.finish()
+			w = bw
+		}
 		h.envd.ServeHTTP(w, r)
 	}
+}
+
+// isServerStream says whether p is one of envd's server-streaming RPCs.
+func isServerStream(p string) bool {
+	switch p {
+	case processconnect.ProcessStartProcedure, processconnect.ProcessConnectProcedure, filesystemconnect.FilesystemWatchDirProcedure:
+		return true
+	}
+	return false
 }
 
 // envdError answers an envd request that never reached its handler: a Connect
