@@ -493,6 +493,14 @@ func TestTrajectoryHeaders(t *testing.T) {
 		res, b := e.call("POST", "/v2/sandboxes", map[string]any{"templateID": "base"}, hdr...)
 		checkErr(t, res, b, 400)
 	}
+	// A tagged envd call for a gone sandbox reaches the session service (whose
+	// trajectory log may answer it) instead of the proxy's 502.
+	gone := e.create(nil)
+	e.call("DELETE", "/sandboxes/"+gone.SandboxID, nil)
+	res, b = e.envdCall(gone, "POST", "/filesystem.Filesystem/Stat", "application/json", []byte(`{"path":"/"}`), api.TrajectoryHeader, "traj-2", api.StepHeader, "1")
+	if res.StatusCode != http.StatusNotFound || !strings.Contains(string(b), "not_found") {
+		t.Fatalf("tagged call on a gone sandbox: %d %s", res.StatusCode, b)
+	}
 	res, b = e.envdCall(c, "POST", "/filesystem.Filesystem/Stat", "application/json", []byte(`{"path":"/"}`), api.StepHeader, "x", api.TrajectoryHeader, "t")
 	if res.StatusCode != 400 || !strings.Contains(string(b), "invalid_argument") {
 		t.Fatalf("bad step header on envd: %d %s", res.StatusCode, b)

@@ -211,18 +211,27 @@ func (h *Handler) recoverPanic(w http.ResponseWriter, r *http.Request) {
 // apiKey returns the token a control-plane request carries.
 func apiKey(r *http.Request) string {
 	if k := strings.TrimSpace(r.Header.Get(APIKeyHeader)); k != "" {
-		return strings.TrimPrefix(k, "e2b_")
+		return k
 	}
 	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 	if ok && strings.EqualFold(scheme, "Bearer") {
-		return strings.TrimPrefix(strings.TrimSpace(tok), "e2b_")
+		return strings.TrimSpace(tok)
 	}
 	return ""
 }
 
+// authorized accepts the key as it is or without E2B's "e2b_" prefix (SDKs
+// before 1.0 refuse keys without it).
 func (h *Handler) authorized(r *http.Request) bool {
 	k := apiKey(r)
-	return k != "" && h.opts.Authorize != nil && h.opts.Authorize(k)
+	if k == "" || h.opts.Authorize == nil {
+		return false
+	}
+	if h.opts.Authorize(k) {
+		return true
+	}
+	bare, ok := strings.CutPrefix(k, "e2b_")
+	return ok && bare != "" && h.opts.Authorize(bare)
 }
 
 // accessToken is the envd access token of sandbox id.
@@ -249,7 +258,9 @@ func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request) {
 		h.envdError(w, r, connect.CodeInvalidArgument, http.StatusBadRequest, "missing "+SandboxIDHeader+" header")
 	case !h.envdAuthorized(r, id):
 		h.envdError(w, r, connect.CodeUnauthenticated, http.StatusUnauthorized, "missing or invalid access token ("+AccessTokenHeader+")")
-	case !h.ensureRunning(r.Context(), id):
+	case !h.ensureRunning(r.Context(), id) && !tagged(r.Context()):
+		// A trajectory step goes on to the session service, whose log may
+		// answer it even though the sandbox is gone.
 		writeSandboxGone(w, id)
 	default:
 		if _, pattern := h.envd.Handler(r); pattern == "" {
@@ -298,6 +309,11 @@ func (h *Handler) ensureRunning(ctx context.Context, id string) bool {
 		}
 	}
 	return err == nil && sb.State == api.StateRunning
+}
+
+func tagged(ctx context.Context) bool {
+	_, _, ok := session.StepFrom(ctx)
+	return ok
 }
 
 // forget drops what the front end keeps for a sandbox that ended.

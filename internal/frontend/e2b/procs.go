@@ -229,6 +229,9 @@ func (t *procTable) ended(p *proc) {
 		defer t.mu.Unlock()
 		if sp := t.sandboxes[p.sandbox]; sp != nil && sp.ended[pid] == p {
 			delete(sp.ended, pid)
+			if len(sp.live) == 0 && len(sp.ended) == 0 {
+				delete(t.sandboxes, p.sandbox)
+			}
 		}
 	})
 }
