@@ -2,7 +2,8 @@
 #
 #   make setup   install packages and build the default images (scripts/setup.sh)
 #   make build   C init (internal/initbin/dsec-init), FnCall zygote (internal/fncall/dsec-fncall) + bin/dsec
-#   make test    setup + build, then go vet and the race-enabled test suite
+#   make test    setup + build, then go vet, the race-enabled test suite, the Python
+#                SDK tests and the E2B acceptance suite (test/e2b)
 #   make demo    setup + build, then bin/dsec demo
 #   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
 #   make fuzz    every Fuzz* target for FUZZTIME (default 15s) each
@@ -40,6 +41,13 @@ test: setup build
 	$(GO) vet ./...
 	$(GO) test $(TESTFLAGS) ./...
 	$(MAKE) test-python
+	$(MAKE) test-e2b
+
+# The E2B acceptance suite: the pinned, unmodified e2b npm package against a real
+# `dsec server` (bin/dsec), as root; needs node >= 20.18 and npm (npm ci on first run).
+.PHONY: test-e2b
+test-e2b: build
+	sh test/e2b/run.sh
 
 # The Python SDK's tests against a real `dsec server` (bin/dsec), as root.
 .PHONY: test-python
@@ -53,6 +61,7 @@ bench: setup build
 	bin/dsec bench create --n $(BENCH_N) --parallel $(BENCH_PARALLEL) --compare $(BENCH_COMPARE) --json
 	bin/dsec bench exec --n 1000 --json
 	bin/dsec bench density --n 3200 --json
+	sh test/e2b/run.sh bench
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) sh scripts/fuzz.sh

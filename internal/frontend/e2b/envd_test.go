@@ -506,3 +506,47 @@ func TestTrajectoryHeaders(t *testing.T) {
 		t.Fatalf("bad step header on envd: %d %s", res.StatusCode, b)
 	}
 }
+
+func TestStreamInput(t *testing.T) {
+	e := newEnv(t)
+	c := e.create(nil)
+	p := e.process(c, false)
+	yes := true
+	req := bash("cat")
+	req.Stdin = &yes
+	st, _ := p.Start(t.Context(), connect.NewRequest(req))
+	st.Receive()
+	sel := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: st.Msg().GetEvent().GetStart().GetPid()}}
+	in := p.StreamInput(t.Context())
+	for _, m := range []*pb.StreamInputRequest{
+		{Event: &pb.StreamInputRequest_Start{Start: &pb.StreamInputRequest_StartEvent{Process: sel}}},
+		{Event: &pb.StreamInputRequest_Data{Data: &pb.StreamInputRequest_DataEvent{Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte("a")}}}}},
+		{Event: &pb.StreamInputRequest_Keepalive{Keepalive: &pb.StreamInputRequest_KeepAlive{}}},
+		{Event: &pb.StreamInputRequest_Data{Data: &pb.StreamInputRequest_DataEvent{Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte("b\n")}}}}},
+	} {
+		if err := in.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := in.CloseAndReceive(); err != nil {
+		t.Fatal(err)
+	}
+	p.CloseStdin(t.Context(), connect.NewRequest(&pb.CloseStdinRequest{Process: sel}))
+	evs, err := collect(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for _, ev := range evs {
+		out += string(ev.GetData().GetStdout())
+	}
+	if out != "ab\n" {
+		t.Fatalf("stdout %q", out)
+	}
+	// Data before start is refused.
+	in = p.StreamInput(t.Context())
+	_ = in.Send(&pb.StreamInputRequest{Event: &pb.StreamInputRequest_Data{Data: &pb.StreamInputRequest_DataEvent{Input: &pb.ProcessInput{Input: &pb.ProcessInput_Stdin{Stdin: []byte("a")}}}}})
+	if _, err := in.CloseAndReceive(); connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("data before start: %v", err)
+	}
+}
