@@ -16,6 +16,9 @@
 //   - watch.go: directory watchers, by polling the sandbox's FS;
 //   - lifecycle.go: each sandbox's deadline, which kills or pauses it.
 //
+// Streaming answers flush at most every 2 ms (batch.go), so a short command's
+// start, end and end-of-stream leave in one write.
+//
 // Requests reach the envd routes by the E2b-Sandbox-Id header (E2B's SDKs send it
 // with every envd call); control-plane routes are /sandboxes and /v2/sandboxes.
 // The API key (X-API-Key, with or without E2B's "e2b_" prefix) is a dsec token;

@@ -29,13 +29,9 @@ import (
 // maxPendingEvents bounds a polling watcher's undelivered events.
 const maxPendingEvents = 10_000
 
-// fileState is what a watcher compares between polls.
-type fileState struct {
-	info api.FileInfo
-}
-
-// snapshot maps names relative to the watched directory to their state.
-type snapshot map[string]fileState
+// snapshot maps names relative to the watched directory to what a watcher
+// compares between polls.
+type snapshot map[string]api.FileInfo
 
 // watcher polls one directory.
 type watcher struct {
@@ -81,7 +77,7 @@ func (w *watcher) scan(ctx context.Context) (snapshot, error) {
 				return errdefs.New(api.CodeResourceExhausted, "more than %d entries under %s", maxListEntries, w.dir)
 			}
 			name := path.Join(rel, fi.Name)
-			s[name] = fileState{fi}
+			s[name] = fi
 			if w.recursive && fi.Type == "dir" {
 				if err := walk(name); err != nil {
 					return err
@@ -100,10 +96,10 @@ func (w *watcher) poll(ctx context.Context) ([]*pb.FilesystemEvent, error) {
 		return nil, err
 	}
 	var evs []*pb.FilesystemEvent
-	add := func(name string, t pb.EventType, st *fileState) {
+	add := func(name string, t pb.EventType, fi *api.FileInfo) {
 		ev := &pb.FilesystemEvent{Name: name, Type: t}
-		if w.entries && st != nil {
-			ev.Entry = entryInfo(st.info, path.Join(w.dir, name))
+		if w.entries && fi != nil {
+			ev.Entry = entryInfo(*fi, path.Join(w.dir, name))
 		}
 		evs = append(evs, ev)
 	}
@@ -123,16 +119,16 @@ func (w *watcher) poll(ctx context.Context) ([]*pb.FilesystemEvent, error) {
 		switch {
 		case !had:
 			add(n, pb.EventType_EVENT_TYPE_CREATE, &st)
-			if st.info.Type == "file" && st.info.Size > 0 {
+			if st.Type == "file" && st.Size > 0 {
 				add(n, pb.EventType_EVENT_TYPE_WRITE, &st)
 			}
 		case !has:
 			add(n, pb.EventType_EVENT_TYPE_REMOVE, nil)
 		default:
-			if old.info.Type == "file" && (old.info.Size != st.info.Size || !old.info.ModTime.Equal(st.info.ModTime)) {
+			if old.Type == "file" && (old.Size != st.Size || !old.ModTime.Equal(st.ModTime)) {
 				add(n, pb.EventType_EVENT_TYPE_WRITE, &st)
 			}
-			if old.info.Mode != st.info.Mode {
+			if old.Mode != st.Mode {
 				add(n, pb.EventType_EVENT_TYPE_CHMOD, &st)
 			}
 		}
