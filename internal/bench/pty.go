@@ -13,10 +13,12 @@ import (
 
 // PTYResult is the outcome of `dsec bench pty`.
 type PTYResult struct {
-	N        int     `json:"n"`
-	P50ms    float64 `json:"p50_ms"`
-	P99ms    float64 `json:"p99_ms"`
-	Maxms    float64 `json:"max_ms"`
+	N     int     `json:"n"`
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+	Maxms float64 `json:"max_ms"`
+	// KeysPerS is the keystrokes per second of the sequence (one in flight).
+	KeysPerS float64 `json:"keys_per_s"`
 	Failures int     `json:"failures"`
 	Path     string  `json:"path"`
 	// ExecTrueP50ms is `bench exec`'s figure (a blocking exec of true) taken on
@@ -71,7 +73,7 @@ func PTY(ctx context.Context, o Options) (PTYResult, error) {
 			}
 		}
 	}
-	if err := await([]byte("ready\r\n")); err != nil {
+	if err := await([]byte("ready\n")); err != nil { // raw mode: no "\r" added
 		return PTYResult{}, err
 	}
 	key := func(i int) error {
@@ -87,7 +89,8 @@ func PTY(ctx context.Context, o Options) (PTYResult, error) {
 		}
 	}
 	res := PTYResult{N: o.N, Path: "HTTP API on loopback (Go client), exec/stream with tty, raw-mode cat echoing"}
-	lat, _, failures, first := runLoad(ctx, o.N, 1, true, func(_, i int) error { return key(i) })
+	lat, wall, failures, first := runLoad(ctx, o.N, 1, true, func(_, i int) error { return key(i) })
+	res.KeysPerS = round(float64(o.N-failures)/wall.Seconds(), 1)
 	res.Failures = failures
 	if first != nil {
 		res.FirstError = first.Error()

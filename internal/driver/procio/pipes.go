@@ -9,6 +9,7 @@ package procio
 import (
 	"io"
 	"os"
+	"reflect"
 	"sync"
 	"time"
 
@@ -78,7 +79,7 @@ func Open(s driver.Stdio) (*Pipes, error) {
 		case *os.File:
 			p.Child[i+1] = w
 		default:
-			if i == 1 && outs[0] == outs[1] && p.outR[0] != nil {
+			if i == 1 && sameWriter(outs[0], outs[1]) && p.outR[0] != nil {
 				// One writer for both: one pipe, so the order is kept.
 				p.Child[2] = p.Child[1]
 				continue
@@ -176,4 +177,12 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// sameWriter says a and b are one writer. Writers of a type that cannot be
+// compared (a func type, a struct holding one) are taken as different rather
+// than panicking as == would.
+func sameWriter(a, b io.Writer) bool {
+	ta := reflect.TypeOf(a)
+	return ta != nil && ta == reflect.TypeOf(b) && ta.Comparable() && a == b
 }
