@@ -35,6 +35,24 @@ func collect[T interface{ GetEvent() *pb.ProcessEvent }](s interface {
 	return evs, s.Err()
 }
 
+// stdoutOf joins the stdout data of events.
+func stdoutOf(evs []*pb.ProcessEvent) string {
+	var out string
+	for _, ev := range evs {
+		out += string(ev.GetData().GetStdout())
+	}
+	return out
+}
+
+// started reads a Start stream's first event and returns a selector of its PID.
+func started(t *testing.T, st *connect.ServerStreamForClient[pb.StartResponse]) *pb.ProcessSelector {
+	t.Helper()
+	if !st.Receive() || st.Msg().GetEvent().GetStart() == nil {
+		t.Fatalf("no start event: %v", st.Err())
+	}
+	return &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: st.Msg().GetEvent().GetStart().GetPid()}}
+}
+
 // output splits a process's events into stdout, stderr and the end event, and
 // checks start comes first and end last.
 func output(t *testing.T, evs []*pb.ProcessEvent) (pid uint32, stdout, stderr string, end *pb.ProcessEvent_EndEvent) {
@@ -141,11 +159,7 @@ func TestStdinSignalListConnect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out string
-	for _, ev := range evs {
-		out += string(ev.GetData().GetStdout())
-	}
-	if out != "hello\n" || evs[len(evs)-1].GetEnd() == nil {
+	if out := stdoutOf(evs); out != "hello\n" || evs[len(evs)-1].GetEnd() == nil {
 		t.Fatalf("start stream: %q %v", out, evs)
 	}
 	cevs, err := collect(cs)
@@ -169,8 +183,7 @@ func TestStdinSignalListConnect(t *testing.T) {
 
 	// Kill a sleeper.
 	st, _ = p.Start(t.Context(), connect.NewRequest(bash("sleep")))
-	st.Receive()
-	sel = &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: st.Msg().GetEvent().GetStart().GetPid()}}
+	sel = started(t, st)
 	_, err = p.SendSignal(t.Context(), connect.NewRequest(&pb.SendSignalRequest{Process: sel, Signal: pb.Signal_SIGNAL_UNSPECIFIED}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("unspecified signal: %v", err)
@@ -188,8 +201,7 @@ func TestStdinSignalListConnect(t *testing.T) {
 	}
 	// stdin false: input refused; no terminal: resize refused; unknown pid: NotFound.
 	st, _ = p.Start(t.Context(), connect.NewRequest(bash("sleep")))
-	st.Receive()
-	sel = &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: st.Msg().GetEvent().GetStart().GetPid()}}
+	sel = started(t, st)
 	_, err = p.SendInput(t.Context(), connect.NewRequest(&pb.SendInputRequest{Process: sel, Input: in}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("input without stdin: %v", err)
@@ -263,8 +275,7 @@ func TestPTY(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.Receive()
-	sel := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: st.Msg().GetEvent().GetStart().GetPid()}}
+	sel := started(t, st)
 	if _, err := p.Update(t.Context(), connect.NewRequest(&pb.UpdateRequest{Process: sel, Pty: &pb.PTY{Size: &pb.PTY_Size{Cols: 100, Rows: 30}}})); err != nil {
 		t.Fatal(err)
 	}
@@ -515,8 +526,7 @@ func TestStreamInput(t *testing.T) {
 	req := bash("cat")
 	req.Stdin = &yes
 	st, _ := p.Start(t.Context(), connect.NewRequest(req))
-	st.Receive()
-	sel := &pb.ProcessSelector{Selector: &pb.ProcessSelector_Pid{Pid: st.Msg().GetEvent().GetStart().GetPid()}}
+	sel := started(t, st)
 	in := p.StreamInput(t.Context())
 	for _, m := range []*pb.StreamInputRequest{
 		{Event: &pb.StreamInputRequest_Start{Start: &pb.StreamInputRequest_StartEvent{Process: sel}}},
@@ -536,11 +546,7 @@ func TestStreamInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out string
-	for _, ev := range evs {
-		out += string(ev.GetData().GetStdout())
-	}
-	if out != "ab\n" {
+	if out := stdoutOf(evs); out != "ab\n" {
 		t.Fatalf("stdout %q", out)
 	}
 	// Data before start is refused.
