@@ -32,6 +32,8 @@ type fakeService struct {
 	replay bool
 	// resizes records terminal resizes.
 	resizes []api.TermSize
+	// execs counts the execs that ran.
+	execs int
 }
 
 type fakeSandbox struct {
@@ -182,6 +184,9 @@ func (f *fakeService) Exec(ctx context.Context, id string, req api.ExecRequest) 
 // signal or the timeout), "exit N", "pwd", "env NAME".
 func (f *fakeService) ExecStream(ctx context.Context, id string, req api.ExecRequest, s session.Stream) (api.ExecResult, error) {
 	f.note(ctx, "exec")
+	f.mu.Lock()
+	f.execs++
+	f.mu.Unlock()
 	if _, err := f.running(id); err != nil {
 		return api.ExecResult{}, err
 	}
