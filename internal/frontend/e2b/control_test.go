@@ -2,6 +2,7 @@ package e2b_test
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -321,4 +322,32 @@ func waitFor(t *testing.T, d time.Duration, ok func() bool) {
 		}
 	}
 	t.Fatal("condition not met in time")
+}
+
+func TestOwnsAndMount(t *testing.T) {
+	h := e2b.New(newFake(), e2b.Options{})
+	defer h.Close()
+	v1 := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) })
+	m := e2b.Mount(v1, h)
+	for path, hdr := range map[string]string{
+		"/v2/sandboxes": "", "/sandboxes/x/pause": "", "/health": "", "/files": "",
+		"/process.Process/Start": "", "/v1/sandboxes": "sb-1", "/anything": "sb-1",
+	} {
+		r := httptest.NewRequest("GET", path, nil)
+		if hdr != "" {
+			r.Header.Set(e2b.SandboxIDHeader, hdr)
+		}
+		w := httptest.NewRecorder()
+		m.ServeHTTP(w, r)
+		if w.Code == 299 {
+			t.Errorf("%s (sandbox %q) went to /v1", path, hdr)
+		}
+	}
+	for _, path := range []string{"/v1/sandboxes", "/v1/health", "/run_code", "/sandboxesX"} {
+		w := httptest.NewRecorder()
+		m.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		if w.Code != 299 {
+			t.Errorf("%s did not go to /v1: %d", path, w.Code)
+		}
+	}
 }

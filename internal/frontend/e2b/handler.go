@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -131,6 +132,9 @@ var envdPaths = []string{"/health", "/files", "/" + processconnect.ProcessName +
 // control-plane route prefixes.
 var controlPaths = []string{"/sandboxes", "/v2/sandboxes", "/templates", "/v2/templates", "/v3/templates", "/snapshots", "/teams", "/volumes", "/health"}
 
+// ownedPaths are all the prefixes Owns claims.
+var ownedPaths = slices.Concat(controlPaths, envdPaths)
+
 func hasPathPrefix(p, prefix string) bool {
 	return p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/")
 }
@@ -141,7 +145,7 @@ func (h *Handler) Owns(r *http.Request) bool {
 	if r.Header.Get(SandboxIDHeader) != "" {
 		return true
 	}
-	for _, p := range append(controlPaths, envdPaths...) {
+	for _, p := range ownedPaths {
 		if hasPathPrefix(r.URL.Path, p) {
 			return true
 		}
