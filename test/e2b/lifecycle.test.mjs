@@ -32,6 +32,9 @@ test('create, info, connect, kill', async () => {
 test('template names a dsec image; unknown templates fail', async () => {
   const sbx = await create({ template: 'debian' })
   assert.equal((await sbx.getInfo()).templateId, 'debian')
+  // An image without bash (the SDK runs everything with /bin/bash) gets /bin/sh.
+  const bb = await create({ template: 'busybox' })
+  assert.equal((await bb.commands.run('echo $0')).stdout, '/bin/sh\n')
   await assert.rejects(Sandbox.create('no-such-template'), SandboxError)
 })
 

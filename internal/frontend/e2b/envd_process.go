@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 	"golang.org/x/sys/unix"
 
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	pb "github.com/dsec-dev/dsec/internal/frontend/e2b/envdpb/process"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b/envdpb/process/processconnect"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -117,6 +118,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if err != nil {
 		return err
 	}
+	ereq.Cmd[0] = h.shell(ctx, id, ereq.Cmd[0])
 	withStdin := req.Msg.Pty != nil || req.Msg.Stdin == nil || req.Msg.GetStdin()
 	p := newProc(id, req.Msg, withStdin)
 	sub := p.attach()
@@ -126,6 +128,38 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	return s.follow(ctx, p, sub, req.Header(), func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: ev})
 	})
+}
+
+// shell returns cmd, except that E2B's SDKs run every command and terminal
+// with /bin/bash, which an image may lack (busybox): there /bin/sh takes its
+// place. Whether a sandbox has bash is looked up once.
+func (h *Handler) shell(ctx context.Context, sandbox, cmd string) string {
+	if cmd != "/bin/bash" {
+		return cmd
+	}
+	h.mu.Lock()
+	has, known := h.hasBash[sandbox]
+	h.mu.Unlock()
+	if !known {
+		ctx = session.WithoutStep(ctx)
+		fs, err := h.svc.FS(ctx, sandbox)
+		if err != nil {
+			return cmd
+		}
+		_, err = fs.Stat(ctx, "/bin/bash")
+		fs.Close()
+		if err != nil && !errdefs.Is(err, api.CodeNotFound) {
+			return cmd
+		}
+		has = err == nil
+		h.mu.Lock()
+		h.hasBash[sandbox] = has
+		h.mu.Unlock()
+	}
+	if has {
+		return cmd
+	}
+	return "/bin/sh"
 }
 
 // runProc runs p's exec to its end.

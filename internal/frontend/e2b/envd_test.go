@@ -556,3 +556,16 @@ func TestStreamInput(t *testing.T) {
 		t.Fatalf("data before start: %v", err)
 	}
 }
+
+func TestShellFallback(t *testing.T) {
+	e := newEnv(t)
+	// The fake's /bin/sh answers "echo $0" with "sh"; its bash echoes the words.
+	for img, want := range map[string]string{"busybox": "sh\n", "debian": "$0\n"} {
+		c := e.create(map[string]any{"templateID": img})
+		st, _ := e.process(c, true).Start(t.Context(), connect.NewRequest(bash("echo $0")))
+		evs, err := collect(st)
+		if err != nil || stdoutOf(evs) != want {
+			t.Fatalf("%s: %q %v", img, stdoutOf(evs), err)
+		}
+	}
+}

@@ -114,6 +114,10 @@ func (f *fakeService) Create(ctx context.Context, req api.CreateSandboxRequest) 
 		"/": {dir: true, mode: 0o755}, "/root": {dir: true, mode: 0o700}, "/etc": {dir: true, mode: 0o755},
 		"/etc/hostname": {data: []byte("fake\n"), mode: 0o644, mtime: now},
 	}}
+	if img != "busybox" {
+		f.sandboxes[sb.ID].files["/bin"] = &fakeFile{dir: true, mode: 0o755}
+		f.sandboxes[sb.ID].files["/bin/bash"] = &fakeFile{data: []byte("ELF"), mode: 0o755, mtime: now}
+	}
 	return sb, nil
 }
 
@@ -193,8 +197,12 @@ func (f *fakeService) ExecStream(ctx context.Context, id string, req api.ExecReq
 	if req.Cwd == "/nonexistent" {
 		return api.ExecResult{}, errdefs.Invalid("working directory %q does not exist", req.Cwd)
 	}
-	if len(req.Cmd) == 0 || req.Cmd[0] != "/bin/bash" {
-		return api.ExecResult{}, errdefs.Invalid("fake runs only /bin/bash")
+	if len(req.Cmd) == 0 || (req.Cmd[0] != "/bin/bash" && req.Cmd[0] != "/bin/sh") {
+		return api.ExecResult{}, errdefs.Invalid("fake runs only /bin/bash and /bin/sh")
+	}
+	if req.Cmd[0] == "/bin/sh" && req.Cmd[len(req.Cmd)-1] == "echo $0" {
+		_, _ = io.WriteString(s.Stdout, "sh\n")
+		return api.ExecResult{}, nil
 	}
 	if s.Started != nil {
 		s.Started(100 + len(req.Cmd[len(req.Cmd)-1]))

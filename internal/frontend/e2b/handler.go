@@ -12,6 +12,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -77,6 +78,9 @@ type Handler struct {
 	watches *watchTable
 	life    *lifecycle
 	now     func() time.Time
+
+	mu      sync.Mutex
+	hasBash map[string]bool // by sandbox: whether /bin/bash exists (see shell)
 }
 
 // New returns a Handler serving svc.
@@ -102,7 +106,7 @@ func New(svc session.Service, opts Options) *Handler {
 	if now == nil {
 		now = time.Now
 	}
-	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), now: now}
+	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), now: now, hasBash: map[string]bool{}}
 	h.procs = newProcTable()
 	h.watches = newWatchTable()
 	h.life = newLifecycle(svc, log, now, h.forget)
@@ -324,4 +328,7 @@ func tagged(ctx context.Context) bool {
 func (h *Handler) forget(id string) {
 	h.procs.dropSandbox(id)
 	h.watches.dropSandbox(id)
+	h.mu.Lock()
+	delete(h.hasBash, id)
+	h.mu.Unlock()
 }
