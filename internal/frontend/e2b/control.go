@@ -265,7 +265,7 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	if sb.State == api.StateRunning {
+	if sb.State == api.StateRunning && (e2bMade(sb) || req.Duration != nil) {
 		h.life.extend(sb.ID, h.in(req.Duration, defaultTimeoutLegacy), onTimeoutOf(sb))
 	}
 	w.WriteHeader(http.StatusNoContent)
@@ -337,7 +337,10 @@ func (h *Handler) connect(def int64) http.HandlerFunc {
 			h.life.resumed(sb)
 			status = http.StatusCreated
 		}
-		h.life.extend(sb.ID, h.in(req.Timeout, max(def, defaultTimeoutLegacy)), onTimeoutOf(sb))
+		// A sandbox made through /v1 gets a deadline only when asked for one.
+		if e2bMade(sb) || req.Timeout != nil {
+			h.life.extend(sb.ID, h.in(req.Timeout, max(def, defaultTimeoutLegacy)), onTimeoutOf(sb))
+		}
 		writeJSON(w, status, h.sandboxJSON(sb))
 	}
 }

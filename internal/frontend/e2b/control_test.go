@@ -351,3 +351,20 @@ func TestOwnsAndMount(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox created through /v1 keeps living without a deadline when E2B code
+// connects to it without asking for one.
+func TestConnectV1SandboxKeepsNoDeadline(t *testing.T) {
+	e := newEnv(t)
+	sb, _ := e.f.Create(t.Context(), api.CreateSandboxRequest{})
+	res, b := e.call("POST", "/v2/sandboxes/"+sb.ID+"/connect", map[string]any{})
+	if res.StatusCode != 200 {
+		t.Fatalf("%d %s", res.StatusCode, b)
+	}
+	_, b = e.call("GET", "/sandboxes/"+sb.ID, nil)
+	if d := decode[detail](t, b); d.EndAt.Year() != 9999 || d.TemplateID != "debian" {
+		t.Fatalf("a /v1 sandbox got a deadline: %s", b)
+	}
+	e.call("POST", "/v2/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 1})
+	waitFor(t, 5*time.Second, func() bool { _, err := e.f.Get(t.Context(), sb.ID); return err != nil })
+}

@@ -96,7 +96,7 @@ func (l *lifecycle) stop(id string) {
 func (l *lifecycle) resumed(sb api.Sandbox) {
 	t := timeoutOf(sb)
 	if t == 0 {
-		if sb.Labels[labelTemplate] == "" {
+		if !e2bMade(sb) {
 			return // not an E2B sandbox: no deadline
 		}
 		t = defaultTimeoutV2 * time.Second

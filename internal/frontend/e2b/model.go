@@ -100,6 +100,9 @@ func onTimeoutOf(sb api.Sandbox) string {
 	return actionKill
 }
 
+// e2bMade says whether sb was created through the E2B API (rather than /v1).
+func e2bMade(sb api.Sandbox) bool { return sb.Labels[labelTemplate] != "" }
+
 // timeoutOf is the timeout sb was created with (0: none).
 func timeoutOf(sb api.Sandbox) time.Duration {
 	n, err := strconv.ParseInt(sb.Labels[labelTimeout], 10, 64)
