@@ -40,6 +40,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/testprog"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -534,17 +535,9 @@ func (s *suite) testFS(t *testing.T) {
 // listenerScript serves "hello\n" to one TCP connection on 127.0.0.1:port,
 // with python3 if the image has it, else with busybox nc.
 func listenerScript(port int) driver.ProcSpec {
-	py := fmt.Sprintf(`import socket
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", %d))
-s.listen(1)
-c, _ = s.accept()
-c.sendall(b"hello\n")
-c.close()
-`, port)
-	p := sh(fmt.Sprintf(`if command -v python3 >/dev/null 2>&1; then exec python3 -c "$PY"; else echo hello | nc -l -p %d; fi`, port))
-	p.Env = append(p.Env, "PY="+py)
+	script, env := testprog.Listener(port)
+	p := sh(script)
+	p.Env = append(p.Env, "PY="+env["PY"])
 	return p
 }
 
@@ -653,6 +646,19 @@ func (s *suite) testDoneAndDestroy(t *testing.T) {
 	if inst, err := d.Start(ctxT(t), bad); err == nil {
 		destroy(t, inst)
 		t.Errorf("Start with a missing layer directory succeeded")
+	}
+	// A layer kind the driver does not take is invalid_argument.
+	for _, kind := range []string{driver.LayerDir, driver.LayerEROFS, "squashfs"} {
+		if contains(s.caps.LayerKinds, kind) {
+			continue
+		}
+		bad.Layers = append([]driver.Layer{{Kind: kind, Path: "/nonexistent/dsec-layer.img"}}, s.layers...)
+		if inst, err := d.Start(ctxT(t), bad); !errdefs.Is(err, api.CodeInvalidArgument) {
+			if err == nil {
+				destroy(t, inst)
+			}
+			t.Errorf("Start with a %q layer = %v, want invalid_argument (the driver takes %v)", kind, err, s.caps.LayerKinds)
+		}
 	}
 	bad.Layers = s.layers
 	inst2 := start(t, d, bad)
