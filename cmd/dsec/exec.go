@@ -80,6 +80,11 @@ func shellCmd() *cobra.Command {
 		Short: "An interactive login shell in a sandbox (exec -it ID -- bash -l, or sh -l without bash)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.size != "" {
+				if _, err := parseTermSize(o.size); err != nil {
+					return err // before asking the sandbox anything
+				}
+			}
 			cl, err := client.FromEnv()
 			if err != nil {
 				return err

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/driver/procio"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -88,26 +87,17 @@ func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag strin
 	return driver.ProcSpec{Args: args, Env: envv, Cwd: cwd, UID: uid, GID: gid, Tag: tag, TTY: tty}, nil
 }
 
-// ttySize validates a request's terminal: the backend must have the TTY
-// capability and the size must be sane (0x0 means the default 80x24).
+// ttySize validates a request's terminal (session.TermSizeOf: 80x24 when no
+// size is given) and checks that the backend has the TTY capability.
 func (sb *sandbox) ttySize(req api.ExecRequest) (*api.TermSize, error) {
-	if !req.TTY {
-		if req.Cols != 0 || req.Rows != 0 {
-			return nil, errdefs.Invalid("cols and rows need tty")
-		}
-		return nil, nil
-	}
-	if !sb.drv.Capabilities().TTY {
-		return nil, errdefs.New(api.CodeNotImplemented, "backend %q has no terminals (tty)", sb.rec.Backend)
-	}
-	ts := &api.TermSize{Cols: req.Cols, Rows: req.Rows}
-	if ts.Cols == 0 && ts.Rows == 0 {
-		ts.Cols, ts.Rows = 80, 24
-	}
-	if err := procio.CheckSize(ts.Cols, ts.Rows); err != nil {
+	ts, err := session.TermSizeOf(req)
+	if err != nil || !req.TTY {
 		return nil, err
 	}
-	return ts, nil
+	if !sb.drv.Capabilities().TTY {
+		return nil, errdefs.Invalid("backend %q has no terminals (tty): its capabilities lack TTY", sb.rec.Backend)
+	}
+	return &ts, nil
 }
 
 // resolveUser maps "", "root", "UID", "UID:GID" or a user name (looked up in the
@@ -255,7 +245,7 @@ loop:
 				ctl = nil // closed: no more control messages
 				continue
 			}
-			sb.control(pr, c)
+			sb.control(ctx, pr, c)
 		case <-ctx.Done():
 			// The client went away: end the command rather than leave it running
 			// unobserved.
@@ -270,7 +260,7 @@ loop:
 }
 
 // control applies one control message to a running process.
-func (sb *sandbox) control(pr driver.Proc, c session.Control) {
+func (sb *sandbox) control(ctx context.Context, pr driver.Proc, c session.Control) {
 	switch {
 	case c.Signal != 0:
 		if err := pr.Signal(c.Signal); err != nil {

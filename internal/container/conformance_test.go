@@ -29,7 +29,7 @@ func imagesDir() string {
 
 // requireImage skips unless the test runs as root and the image is built, and
 // returns its layers.
-func requireImage(t *testing.T, name string) []driver.Layer {
+func requireImage(t testing.TB, name string) []driver.Layer {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (namespaces, cgroups, mounts)")
@@ -44,7 +44,7 @@ func requireImage(t *testing.T, name string) []driver.Layer {
 // testConfig returns a driver configuration private to this test: a short state
 // dir under /var/lib, a run dir under /run and its own cgroup parent. When the test
 // ends it checks that no sandbox left anything behind, then removes them all.
-func testConfig(t *testing.T) container.Config {
+func testConfig(t testing.TB) container.Config {
 	t.Helper()
 	state, err := os.MkdirTemp("/var/lib", "dsec-ct-")
 	if err != nil {
@@ -148,4 +148,18 @@ func TestRecoverAfterInitKilled(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, spec.ID)); !os.IsNotExist(err) {
 		t.Errorf("sandbox dir still there after Cleanup: %v", err)
 	}
+}
+
+// BenchmarkPTY measures a keystroke's round trip through a container terminal
+// (stdin stream → master → cat on a raw terminal in the sandbox → master →
+// stdout stream).
+func BenchmarkPTY(b *testing.B) {
+	layers := requireImage(b, "busybox")
+	cfg := testConfig(b)
+	d, err := container.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	drivertest.BenchPTY(b, d, layers)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/initproto"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/session/hostfs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -223,7 +224,7 @@ func (in *instance) FS(ctx context.Context) (session.FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fsops.NewSession(root), nil
+	return hostfs.New(fsops.New(root)), nil
 }
 
 // Pause implements driver.Pauser.

@@ -43,16 +43,7 @@ func (in *instance) openPTY(cols, rows int) (master, slave *os.File, err error) 
 		unix.Close(fd)
 		return nil, nil, errdefs.Internal(err, "the sandbox's /dev/pts/ptmx is not a ptmx")
 	}
-	master = os.NewFile(uintptr(fd), "pty-master") // non-blocking: pollable
-	if err := procio.SetSize(master, cols, rows); err != nil {
-		master.Close()
-		return nil, nil, err
-	}
-	if slave, err = procio.OpenPeer(master); err != nil {
-		master.Close()
-		return nil, nil, errdefs.Internal(err, "open the terminal")
-	}
-	return master, slave, nil
+	return procio.NewPTY(fd, cols, rows)
 }
 
 // execTTY starts p on a new terminal: the slave is its stdio and controlling

@@ -313,7 +313,7 @@ func TestPTYBadInput(t *testing.T) {
 	}
 }
 
-func wantAPIError(t *testing.T, err error, code string, status int) {
+func wantAPIError(t *testing.T, err error, code api.Code, status int) {
 	t.Helper()
 	ae, ok := api.AsError(err)
 	if !ok || ae.Code != code || ae.Status != status {

@@ -647,6 +647,19 @@ func (s *suite) testDoneAndDestroy(t *testing.T) {
 		destroy(t, inst)
 		t.Errorf("Start with a missing layer directory succeeded")
 	}
+	// A layer kind the driver does not take is invalid_argument.
+	for _, kind := range []string{driver.LayerDir, driver.LayerEROFS, "squashfs"} {
+		if contains(s.caps.LayerKinds, kind) {
+			continue
+		}
+		bad.Layers = append([]driver.Layer{{Kind: kind, Path: "/nonexistent/dsec-layer.img"}}, s.layers...)
+		if inst, err := d.Start(ctxT(t), bad); !errdefs.Is(err, api.CodeInvalidArgument) {
+			if err == nil {
+				destroy(t, inst)
+			}
+			t.Errorf("Start with a %q layer = %v, want invalid_argument (the driver takes %v)", kind, err, s.caps.LayerKinds)
+		}
+	}
 	bad.Layers = s.layers
 	inst2 := start(t, d, bad)
 	if out := mustSh(t, inst2, "echo again"); out != "again\n" {

@@ -11,21 +11,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Terminal size bounds: a size outside them is invalid_argument.
-const (
-	MaxCols = 10000
-	MaxRows = 10000
-)
-
-// CheckSize validates a requested terminal size.
+// CheckSize validates a terminal size (session.CheckTermSize: each side
+// 1..session.MaxTermSide); a bad one is invalid_argument.
 func CheckSize(cols, rows int) error {
-	if cols < 1 || rows < 1 || cols > MaxCols || rows > MaxRows {
-		return errdefs.Invalid("terminal size %dx%d out of range (1-%d columns, 1-%d rows)", cols, rows, MaxCols, MaxRows)
-	}
-	return nil
+	return session.CheckTermSize(api.TermSize{Cols: cols, Rows: rows})
 }
 
 // SetSize sets the terminal size on a pty master (or slave); the foreground
@@ -181,10 +174,18 @@ func (t *Term) Close() error {
 // NoTTY is the error of Resize on a process without a terminal.
 func NoTTY() error { return errdefs.Invalid("the process has no terminal (start it with tty)") }
 
-// SizeOf validates an optional requested size.
-func SizeOf(ts *api.TermSize) error {
-	if ts == nil {
-		return nil
+// NewPTY finishes a terminal from a freshly opened ptmx fd (non-blocking, so the
+// master is pollable): it sets the size and opens the slave through the master.
+// It takes ownership of masterFD.
+func NewPTY(masterFD, cols, rows int) (master, slave *os.File, err error) {
+	master = os.NewFile(uintptr(masterFD), "pty-master")
+	if err := SetSize(master, cols, rows); err != nil {
+		master.Close()
+		return nil, nil, err
 	}
-	return CheckSize(ts.Cols, ts.Rows)
+	if slave, err = OpenPeer(master); err != nil {
+		master.Close()
+		return nil, nil, errdefs.Internal(err, "open the terminal")
+	}
+	return master, slave, nil
 }
