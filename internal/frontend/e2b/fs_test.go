@@ -299,6 +299,19 @@ func TestPollingWatcher(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("watcher on missing dir: %v", err)
 	}
+	// Watchers per sandbox are bounded; another sandbox is not affected.
+	for i := 0; ; i++ {
+		_, err := fs.CreateWatcher(ctx, connect.NewRequest(&pb.CreateWatcherRequest{Path: "/p"}))
+		if err != nil {
+			if connect.CodeOf(err) != connect.CodeResourceExhausted || i != 64 {
+				t.Fatalf("watcher %d: %v", i, err)
+			}
+			break
+		}
+	}
+	if _, err := e.filesystem(other, true).CreateWatcher(ctx, connect.NewRequest(&pb.CreateWatcherRequest{Path: "/etc"})); err != nil {
+		t.Fatalf("other sandbox: %v", err)
+	}
 }
 
 // The JSON EntryInfo of ListDir, as E2B's JS SDK reads it.

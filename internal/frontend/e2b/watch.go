@@ -26,8 +26,12 @@ import (
 // changed mode CHMOD. Two writes within one modification-time tick that keep
 // the size are one event or none; renames show as REMOVE + CREATE.
 
-// maxPendingEvents bounds a polling watcher's undelivered events.
-const maxPendingEvents = 10_000
+// Bounds: a polling watcher's undelivered events, and the polling watchers of
+// one sandbox (each polls on its own until removed).
+const (
+	maxPendingEvents      = 10_000
+	maxWatchersPerSandbox = 64
+)
 
 // snapshot maps names relative to the watched directory to what a watcher
 // compares between polls.
@@ -201,6 +205,23 @@ type watchTable struct {
 
 func newWatchTable() *watchTable { return &watchTable{m: map[string]*pollWatcher{}} }
 
+// add registers pw under id unless its sandbox has too many watchers.
+func (t *watchTable) add(id string, pw *pollWatcher) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, o := range t.m {
+		if o.sandbox == pw.sandbox {
+			n++
+		}
+	}
+	if n >= maxWatchersPerSandbox {
+		return false
+	}
+	t.m[id] = pw
+	return true
+}
+
 func (t *watchTable) take(id string) *pollWatcher {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -261,9 +282,11 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	_, _ = rand.Read(b[:])
 	id := hex.EncodeToString(b[:])
 	pw := &pollWatcher{sandbox: sandbox, cancel: cancel}
-	s.h.watches.mu.Lock()
-	s.h.watches.m[id] = pw
-	s.h.watches.mu.Unlock()
+	if !s.h.watches.add(id, pw) {
+		cancel()
+		fs.Close()
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("sandbox %s has %d watchers; remove some first", sandbox, maxWatchersPerSandbox))
+	}
 	go func() {
 		defer fs.Close()
 		tick := time.NewTicker(s.h.opts.WatchInterval)
