@@ -2,7 +2,8 @@
 #
 #   make setup   install packages and build the default images (scripts/setup.sh)
 #   make build   C init (internal/initbin/dsec-init), FnCall zygote (internal/fncall/dsec-fncall) + bin/dsec
-#   make test    setup + build, then go vet and the race-enabled test suite
+#   make test    setup + build, then go vet, the race-enabled test suite, the Python
+#                SDK tests and the E2B acceptance suite (test/e2b)
 #   make test-unprivileged   the mock-driver suites as nobody (no root, no images)
 #   make demo    setup + build, then bin/dsec demo
 #   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
@@ -48,6 +49,13 @@ test: setup build
 	DSEC_E2E_RACE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./scripts/testreport -allow .ci/skips.allow
 	$(MAKE) test-unprivileged
 	$(MAKE) test-python
+	$(MAKE) test-e2b
+
+# The E2B acceptance suite: the pinned, unmodified e2b npm package against a real
+# `dsec server` (bin/dsec), as root; needs node >= 20.18 and npm (npm ci on first run).
+.PHONY: test-e2b
+test-e2b: build
+	sh test/e2b/run.sh
 
 # The mock-driver suites (driver conformance on the mock, the agent's Mock tests)
 # as an ordinary user: they must need neither root nor images. As root this runs
@@ -76,9 +84,25 @@ bench: setup build
 	bin/dsec bench create --n $(BENCH_N) --parallel $(BENCH_PARALLEL) --compare $(BENCH_COMPARE) --json
 	bin/dsec bench exec --n 1000 --json
 	bin/dsec bench density --n 3200 --json
+	sh test/e2b/run.sh bench
 
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) sh scripts/fuzz.sh
 
 clean:
 	rm -rf bin internal/initbin/dsec-init internal/fncall/dsec-fncall
+
+# Generated Go code for the E2B envd protos (committed). Needs protoc (apt
+# protobuf-compiler); the two generators are installed at pinned versions into .tools/.
+PROTOC_GEN_GO_VERSION      ?= v1.36.12
+PROTOC_GEN_CONNECT_VERSION ?= v1.21.1
+E2B_PROTO_DIR              := internal/frontend/e2b/envdpb
+
+.PHONY: proto
+proto:
+	GOBIN=$(CURDIR)/.tools $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(CURDIR)/.tools $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_VERSION)
+	cd $(E2B_PROTO_DIR) && PATH=$(CURDIR)/.tools:$$PATH protoc -I . \
+		--go_out=. --go_opt=paths=source_relative \
+		--connect-go_out=. --connect-go_opt=paths=source_relative \
+		process/process.proto filesystem/filesystem.proto

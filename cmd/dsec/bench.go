@@ -78,6 +78,23 @@ func benchCmd() *cobra.Command {
 		},
 	}
 	addFlags(exec, &eo, 500, 1)
+	var po bench.Options
+	ptyc := &cobra.Command{
+		Use:   "pty",
+		Short: "Type N keystrokes one at a time into a terminal exec and time each one's echo through the API",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := bench.PTY(cmd.Context(), po)
+			if err != nil {
+				return err
+			}
+			return print(r, func() {
+				fmt.Printf("pty keystroke echo via API: %d keys, p50 %.2f ms, p99 %.2f ms, max %.2f ms, failures %d (exec true on the same node: p50 %.2f ms, p99 %.2f ms)\n",
+					r.N, r.P50ms, r.P99ms, r.Maxms, r.Failures, r.ExecTrueP50ms, r.ExecTrueP99ms)
+			})
+		},
+	}
+	addFlags(ptyc, &po, 200, 1)
+	_ = ptyc.Flags().MarkHidden("parallel") // keystrokes go one at a time
 	density := &cobra.Command{
 		Use:   "density",
 		Short: "Hold N idle sandboxes at once; report memory per sandbox and teardown time",
@@ -117,7 +134,7 @@ func benchCmd() *cobra.Command {
 	}
 	addFlags(fn, &fo, 500, 4)
 	fn.Flags().StringVar(&fLang, "lang", "c", "language: c, c++, go, python3, bash")
-	c.AddCommand(create, exec, density, fn)
+	c.AddCommand(create, exec, ptyc, density, fn)
 	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd())
 	return c
 }

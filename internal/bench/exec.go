@@ -26,17 +26,11 @@ type ExecResult struct {
 // with P workers, each on its own sandbox.
 func Exec(ctx context.Context, o Options) (ExecResult, error) {
 	o.defaults()
-	d, cleanup, err := openNode(ctx, o)
+	cl, cleanup, err := openAPINode(ctx, o)
 	if err != nil {
 		return ExecResult{}, err
 	}
 	defer cleanup()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return ExecResult{}, err
-	}
-	go func() { _ = d.Serve(l) }()
-	cl := client.New("http://"+l.Addr().String(), d.Token)
 	ids := make([]string, o.Parallel)
 	for i := range ids {
 		sb, err := cl.Create(ctx, api.CreateSandboxRequest{Image: o.Image})
@@ -45,17 +39,13 @@ func Exec(ctx context.Context, o Options) (ExecResult, error) {
 		}
 		ids[i] = sb.ID
 		// Warm up the connection and the sandbox.
-		if _, err := cl.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+		if err := execTrue(ctx, cl, sb.ID); err != nil {
 			return ExecResult{}, fmt.Errorf("warm-up exec: %w", err)
 		}
 	}
 	res := ExecResult{N: o.N, Parallel: o.Parallel, Path: "HTTP API on loopback (Go client)"}
 	lat, total, failures, first := runLoad(ctx, o.N, o.Parallel, false, func(w, _ int) error {
-		r, err := cl.Exec(ctx, ids[w], api.ExecRequest{Cmd: []string{"true"}})
-		if err == nil && r.ExitCode != 0 {
-			err = fmt.Errorf("exit code %d: %s", r.ExitCode, r.Stderr)
-		}
-		return err
+		return execTrue(ctx, cl, ids[w])
 	})
 	res.Failures = failures
 	if first != nil {
@@ -65,4 +55,29 @@ func Exec(ctx context.Context, o Options) (ExecResult, error) {
 	res.P50ms, res.P99ms, res.Maxms = ls.P50ms, ls.P99ms, ls.Maxms
 	res.ExecsPerS = round(float64(o.N-res.Failures)/total.Seconds(), 1)
 	return res, ctx.Err()
+}
+
+// execTrue runs `true` through the API: the operation `bench exec` times.
+func execTrue(ctx context.Context, cl *client.Client, id string) error {
+	r, err := cl.Exec(ctx, id, api.ExecRequest{Cmd: []string{"true"}})
+	if err == nil && r.ExitCode != 0 {
+		err = fmt.Errorf("exit code %d: %s", r.ExitCode, r.Stderr)
+	}
+	return err
+}
+
+// openAPINode starts a private node serving its HTTP API on a loopback port and
+// returns a client of it; cleanup stops both.
+func openAPINode(ctx context.Context, o Options) (*client.Client, func(), error) {
+	d, cleanup, err := openNode(ctx, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	go func() { _ = d.Serve(l) }()
+	return client.New("http://"+l.Addr().String(), d.Token), func() { cleanup(); l.Close() }, nil
 }

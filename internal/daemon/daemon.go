@@ -21,10 +21,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/fncall"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/paths"
@@ -89,7 +91,9 @@ type Daemon struct {
 	Manager *agent.Manager
 	Driver  *container.Driver
 	Server  *server.Server
-	Token   string
+	// E2B serves E2B's API (control plane and envd) on the same listener.
+	E2B   *e2b.Handler
+	Token string
 	// Trajectories is the trajectory log (Config.TrajStore).
 	Trajectories trajectory.Store
 	// FnCall is the online-judge engine behind /v1/fncall (pools start on first use).
@@ -196,7 +200,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	svc := trajectory.Wrap(mgr, traj, trajectory.Options{Logger: cfg.Logger, FnCall: n})
 	srv := server.New(svc, server.Options{Token: token, Logger: cfg.Logger, Trajectories: svc,
 		Images: mgr, ImageManager: n, FnCall: n})
-	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
+	e2bH := e2b.New(svc, e2b.Options{Authorize: auth.NewToken(token).Match, Secret: []byte(token), Logger: cfg.Logger})
+	if err := e2bH.Recover(ctx); err != nil {
+		cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
+	}
+	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
 	return d, nil
@@ -234,7 +242,7 @@ func (d *Daemon) pruneLoop() {
 
 // Serve serves the API on l until Shutdown.
 func (d *Daemon) Serve(l net.Listener) error {
-	d.http = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	d.http = &http.Server{Handler: e2b.Mount(d.Handler(), d.E2B), ReadHeaderTimeout: 30 * time.Second}
 	err := d.http.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -255,6 +263,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	for _, srv := range extra {
 		errs = append(errs, srv.Shutdown(ctx))
 	}
+	errs = append(errs, d.E2B.Close())
 	if deleteAll {
 		errs = append(errs, d.Manager.DeleteAll(ctx))
 		// Nothing is held any more: stop layerd (it unmounts every layer).

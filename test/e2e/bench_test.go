@@ -18,6 +18,7 @@ func TestBenchCommands(t *testing.T) {
 	}{
 		{[]string{"bench", "create", "--n", "5", "--parallel", "2", "--compare", "crun", "--json"}, []string{"creates_per_s", "p50_ms", "p99_ms", "ratio_vs_crun"}},
 		{[]string{"bench", "exec", "--n", "20", "--json"}, []string{"execs_per_s", "p50_ms", "p99_ms"}},
+		{[]string{"bench", "pty", "--n", "20", "--json"}, []string{"p50_ms", "p99_ms", "keys_per_s", "exec_true_p50_ms"}},
 		{[]string{"bench", "density", "--n", "10", "--json"}, []string{"sandboxes", "create_s", "teardown_s"}},
 	}
 	for _, c := range cases {

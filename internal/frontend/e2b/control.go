@@ -1,0 +1,539 @@
+package e2b
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Default timeouts (seconds) of E2B's API.
+const (
+	defaultTimeoutV2     = 300 // POST /v2/sandboxes, connect
+	defaultTimeoutLegacy = 15  // POST /sandboxes, resume
+	defaultListLimit     = 100
+	maxListLimit         = 1000
+)
+
+type route struct {
+	pattern string
+	handler http.HandlerFunc
+}
+
+func (h *Handler) controlRoutes() []route {
+	const sb = "/sandboxes/{id}"
+	return []route{
+		{"GET /health", func(w http.ResponseWriter, r *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		}},
+		{"POST /sandboxes", h.create(defaultTimeoutLegacy)},
+		{"POST /v2/sandboxes", h.create(defaultTimeoutV2)},
+		{"GET /sandboxes", h.listLegacy},
+		{"GET /v2/sandboxes", h.list},
+		{"GET " + sb, h.get},
+		{"DELETE " + sb, h.kill},
+		{"POST " + sb + "/timeout", h.setTimeout},
+		{"POST " + sb + "/refreshes", h.refresh},
+		{"POST " + sb + "/pause", h.pause},
+		{"POST " + sb + "/resume", h.resume},
+		{"POST " + sb + "/connect", h.connect(0)},
+		{"POST /v2" + sb + "/connect", h.connect(defaultTimeoutV2)},
+		{"GET " + sb + "/metrics", h.metrics},
+	}
+}
+
+// serveControl authenticates and routes a control-plane request.
+func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path != "/health" && !h.authorized(r) {
+		h.writeAPIError(w, r, http.StatusUnauthorized, "missing or invalid API key ("+APIKeyHeader+" carries a dsec token)")
+		return
+	}
+	if _, pattern := h.control.Handler(r); pattern == "" {
+		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("%s %s is not part of dsec's E2B API", r.Method, r.URL.Path))
+		return
+	}
+	h.control.ServeHTTP(w, r)
+}
+
+// decodeBody decodes a JSON body into v; an empty body leaves v as it is and
+// unknown fields are ignored (E2B adds fields over time).
+func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		return err
+	}
+	if len(strings.TrimSpace(string(b))) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return errdefs.Invalid("malformed JSON body: %v", err)
+	}
+	return nil
+}
+
+// newSandboxRequest is E2B's NewSandbox and NewSandboxV2.
+type newSandboxRequest struct {
+	TemplateID          string                  `json:"templateID"`
+	Timeout             *int64                  `json:"timeout"`
+	AutoPause           bool                    `json:"autoPause"`
+	AutoResume          *struct{ Enabled bool } `json:"autoResume"`
+	Metadata            map[string]string       `json:"metadata"`
+	EnvVars             map[string]string       `json:"envVars"`
+	AllowInternetAccess *bool                   `json:"allow_internet_access"`
+	VolumeMounts        []json.RawMessage       `json:"volumeMounts"`
+}
+
+// timeoutSeconds checks an optional timeout and applies the default.
+func timeoutSeconds(t *int64, def int64) (int64, error) {
+	if t == nil || *t == 0 {
+		return def, nil
+	}
+	if *t < 0 {
+		return 0, errdefs.Invalid("timeout must not be negative")
+	}
+	return *t, nil
+}
+
+func (h *Handler) create(defTimeout int64) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req newSandboxRequest
+		if err := decodeBody(w, r, &req); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+		timeout, err := timeoutSeconds(req.Timeout, defTimeout)
+		if err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+		switch {
+		case req.TemplateID == "":
+			h.writeAPIError(w, r, http.StatusBadRequest, "templateID is required")
+			return
+		case len(req.VolumeMounts) > 0:
+			h.writeAPIError(w, r, http.StatusBadRequest, "volume mounts are not supported by dsec")
+			return
+		case req.AutoResume != nil && req.AutoResume.Enabled && !req.AutoPause:
+			h.writeAPIError(w, r, http.StatusBadRequest, "autoResume needs autoPause")
+			return
+		}
+		labels := map[string]string{}
+		for k, v := range req.Metadata {
+			if strings.HasPrefix(k, labelPrefix) {
+				h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("metadata key %q uses the reserved prefix %q", k, labelPrefix))
+				return
+			}
+			labels[k] = v
+		}
+		action := actionKill
+		if req.AutoPause {
+			action = actionPause
+		}
+		labels[labelTemplate] = req.TemplateID
+		labels[labelTimeout] = strconv.FormatInt(timeout, 10)
+		labels[labelOnTimeout] = action
+		if req.AutoResume != nil && req.AutoResume.Enabled {
+			labels[labelAutoResume] = "true"
+		}
+		image := req.TemplateID
+		if image == baseTemplate {
+			image = ""
+		}
+		sb, err := h.svc.Create(r.Context(), api.CreateSandboxRequest{Image: image, Env: req.EnvVars, Labels: labels})
+		if err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+		h.life.set(sb.ID, h.now().Add(time.Duration(timeout)*time.Second), action)
+		writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
+	}
+}
+
+// lookup returns sandbox {id}, answering 404 for an unknown or exited one.
+func (h *Handler) lookup(w http.ResponseWriter, r *http.Request) (api.Sandbox, bool) {
+	id := r.PathValue("id")
+	sb, err := h.svc.Get(session.WithoutStep(r.Context()), id)
+	if err == nil && !visible(sb) {
+		err = errdefs.NotFound("sandbox %q has exited", id)
+	}
+	if err != nil {
+		if errdefs.Is(err, api.CodeNotFound) {
+			h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", id))
+		} else {
+			h.writeErr(w, r, err)
+		}
+		return api.Sandbox{}, false
+	}
+	return sb, true
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
+	if sb, ok := h.lookup(w, r); ok {
+		writeJSON(w, http.StatusOK, h.detailJSON(sb, true))
+	}
+}
+
+func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
+	if _, ok := h.lookup(w, r); ok {
+		writeJSON(w, http.StatusOK, []struct{}{})
+	}
+}
+
+func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := h.svc.Delete(r.Context(), id); err != nil {
+		if errdefs.Is(err, api.CodeNotFound) {
+			h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("sandbox %q not found", id))
+			return
+		}
+		h.writeErr(w, r, err)
+		return
+	}
+	h.life.drop(id)
+	h.forget(id)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// lifecycleRequest is the body of the timeout, refresh, pause, resume and
+// connect calls (each uses some of the fields).
+type lifecycleRequest struct {
+	Timeout  *int64 `json:"timeout"`
+	Duration *int64 `json:"duration"`
+	Memory   *bool  `json:"memory"`
+}
+
+// begin decodes a lifecycle call's body into req and looks its sandbox up; it
+// answers the request itself (and returns false) on bad input or no sandbox.
+func (h *Handler) begin(w http.ResponseWriter, r *http.Request, req *lifecycleRequest) (api.Sandbox, bool) {
+	if err := decodeBody(w, r, req); err != nil {
+		h.writeErr(w, r, err)
+		return api.Sandbox{}, false
+	}
+	if (req.Timeout != nil && *req.Timeout < 0) || (req.Duration != nil && *req.Duration < 0) {
+		h.writeAPIError(w, r, http.StatusBadRequest, "timeout must not be negative")
+		return api.Sandbox{}, false
+	}
+	return h.lookup(w, r)
+}
+
+// in returns the deadline secs (or def when secs is absent or 0) from now.
+func (h *Handler) in(secs *int64, def int64) time.Time {
+	s, _ := timeoutSeconds(secs, def)
+	return h.now().Add(time.Duration(s) * time.Second)
+}
+
+// refuseDiskOnlyResume answers a resume that asks to drop memory (E2B's
+// "reboot"), which dsec cannot do, rather than silently keeping it.
+func (h *Handler) refuseDiskOnlyResume(w http.ResponseWriter, r *http.Request, req lifecycleRequest) bool {
+	if req.Memory != nil && !*req.Memory {
+		h.writeAPIError(w, r, http.StatusBadRequest, "resuming from disk state only (memory: false) is not supported by dsec")
+		return true
+	}
+	return false
+}
+
+func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
+	var req lifecycleRequest
+	sb, ok := h.begin(w, r, &req)
+	if !ok {
+		return
+	}
+	if req.Timeout == nil {
+		h.writeAPIError(w, r, http.StatusBadRequest, "timeout (seconds) is required")
+		return
+	}
+	h.life.set(sb.ID, h.now().Add(time.Duration(*req.Timeout)*time.Second), onTimeoutOf(sb))
+	if sb.State == api.StatePaused {
+		h.life.stop(sb.ID)
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) {
+	var req lifecycleRequest
+	sb, ok := h.begin(w, r, &req)
+	if !ok {
+		return
+	}
+	if sb.State == api.StateRunning && (e2bMade(sb) || req.Duration != nil) {
+		h.life.extend(sb.ID, h.in(req.Duration, defaultTimeoutLegacy), onTimeoutOf(sb))
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
+	var req lifecycleRequest
+	sb, ok := h.begin(w, r, &req)
+	if !ok {
+		return
+	}
+	if sb.State == api.StatePaused {
+		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", sb.ID))
+		return
+	}
+	if _, err := h.svc.Pause(r.Context(), sb.ID); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	h.life.stop(sb.ID)
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
+	var req lifecycleRequest
+	sb, ok := h.begin(w, r, &req)
+	if !ok {
+		return
+	}
+	if sb.State != api.StatePaused {
+		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("sandbox %q is already running", sb.ID))
+		return
+	}
+	if h.refuseDiskOnlyResume(w, r, req) {
+		return
+	}
+	sb, err := h.svc.Resume(r.Context(), sb.ID)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	h.life.set(sb.ID, h.in(req.Timeout, defaultTimeoutLegacy), onTimeoutOf(sb))
+	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
+}
+
+// connect answers with the sandbox, resuming it when paused (201) and extending
+// its deadline to at least timeout from now. def 0 means the timeout is required.
+func (h *Handler) connect(def int64) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req lifecycleRequest
+		sb, ok := h.begin(w, r, &req)
+		if !ok {
+			return
+		}
+		if def == 0 && req.Timeout == nil {
+			h.writeAPIError(w, r, http.StatusBadRequest, "timeout is required")
+			return
+		}
+		status := http.StatusOK
+		if sb.State == api.StatePaused {
+			if h.refuseDiskOnlyResume(w, r, req) {
+				return
+			}
+			var err error
+			if sb, err = h.svc.Resume(r.Context(), sb.ID); err != nil {
+				h.writeErr(w, r, err)
+				return
+			}
+			h.life.resumed(sb)
+			status = http.StatusCreated
+		}
+		// A sandbox made through /v1 gets a deadline only when asked for one.
+		if e2bMade(sb) || req.Timeout != nil {
+			h.life.extend(sb.ID, h.in(req.Timeout, max(def, defaultTimeoutLegacy)), onTimeoutOf(sb))
+		}
+		writeJSON(w, status, h.sandboxJSON(sb))
+	}
+}
+
+// listQuery is the parsed filter of GET /v2/sandboxes.
+type listQuery struct {
+	metadata     map[string]string
+	states       []string
+	template     string
+	startedAfter time.Time
+	asc          bool
+	limit        int
+	after        *cursor
+}
+
+// cursor is a position in the (startedAt, id) order; X-Next-Token encodes it.
+type cursor struct {
+	t  int64
+	id string
+}
+
+func (c cursor) token() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.t, 10) + ":" + c.id))
+}
+
+func parseCursor(s string) (*cursor, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return nil, errdefs.Invalid("malformed nextToken")
+	}
+	ts, id, ok := strings.Cut(string(b), ":")
+	t, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil || id == "" {
+		return nil, errdefs.Invalid("malformed nextToken")
+	}
+	return &cursor{t, id}, nil
+}
+
+// parseMetadataQuery reads E2B's metadata filter: a query string ("k=v&k2=v2")
+// whose keys and values are themselves URL-encoded.
+func parseMetadataQuery(s string) (map[string]string, error) {
+	if s == "" {
+		return nil, nil
+	}
+	vals, err := url.ParseQuery(s)
+	if err != nil {
+		return nil, errdefs.Invalid("malformed metadata filter: %v", err)
+	}
+	md := map[string]string{}
+	for k, vs := range vals {
+		dk, err1 := url.QueryUnescape(k)
+		dv, err2 := url.QueryUnescape(vs[len(vs)-1])
+		if err1 != nil || err2 != nil {
+			return nil, errdefs.Invalid("malformed metadata filter %q", s)
+		}
+		md[dk] = dv
+	}
+	return md, nil
+}
+
+func parseListQuery(q url.Values, legacy bool) (listQuery, error) {
+	lq := listQuery{limit: defaultListLimit}
+	md, err := parseMetadataQuery(q.Get("metadata"))
+	if err != nil {
+		return lq, err
+	}
+	lq.metadata = md
+	if legacy {
+		lq.states, lq.limit = []string{api.StateRunning}, 0
+		return lq, nil
+	}
+	for _, v := range q["state"] {
+		for _, s := range strings.Split(v, ",") {
+			switch s = strings.TrimSpace(s); s {
+			case api.StateRunning, api.StatePaused:
+				lq.states = append(lq.states, s)
+			case "":
+			default:
+				return lq, errdefs.Invalid("unknown state %q (running or paused)", s)
+			}
+		}
+	}
+	if len(lq.states) == 0 {
+		lq.states = []string{api.StateRunning, api.StatePaused}
+	}
+	lq.template = q.Get("template")
+	if s := q.Get("startedAfter"); s != "" {
+		if lq.startedAfter, err = time.Parse(time.RFC3339Nano, s); err != nil {
+			return lq, errdefs.Invalid("startedAfter must be an RFC 3339 time")
+		}
+	}
+	switch q.Get("order") {
+	case "", "desc":
+	case "asc":
+		lq.asc = true
+	default:
+		return lq, errdefs.Invalid("order must be asc or desc")
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxListLimit {
+			return lq, errdefs.Invalid("limit must be between 1 and %d", maxListLimit)
+		}
+		lq.limit = n
+	}
+	if s := q.Get("nextToken"); s != "" {
+		if lq.after, err = parseCursor(s); err != nil {
+			return lq, err
+		}
+	}
+	return lq, nil
+}
+
+func (lq listQuery) match(sb api.Sandbox) bool {
+	if !slices.Contains(lq.states, sb.State) {
+		return false
+	}
+	if lq.template != "" && lq.template != templateOf(sb) && lq.template != sb.Image {
+		return false
+	}
+	if !lq.startedAfter.IsZero() && sb.CreatedAt.Before(lq.startedAfter) {
+		return false
+	}
+	for k, v := range lq.metadata {
+		if got, ok := sb.Labels[k]; !ok || got != v || strings.HasPrefix(k, labelPrefix) {
+			return false
+		}
+	}
+	return true
+}
+
+// before says whether a comes before b in the listing's order.
+func (lq listQuery) before(a, b cursor) bool {
+	if a == b {
+		return false
+	}
+	if a.t != b.t {
+		return (a.t < b.t) == lq.asc
+	}
+	return (a.id < b.id) == lq.asc
+}
+
+// page filters, orders and cuts the listing; next is the cursor of the page's
+// last item when more follow.
+func (lq listQuery) page(all []api.Sandbox) (page []api.Sandbox, next *cursor) {
+	for _, sb := range all {
+		if !lq.match(sb) {
+			continue
+		}
+		if lq.after != nil && !lq.before(*lq.after, cursor{sb.CreatedAt.UnixNano(), sb.ID}) {
+			continue
+		}
+		page = append(page, sb)
+	}
+	slices.SortFunc(page, func(a, b api.Sandbox) int {
+		ca, cb := cursor{a.CreatedAt.UnixNano(), a.ID}, cursor{b.CreatedAt.UnixNano(), b.ID}
+		switch {
+		case lq.before(ca, cb):
+			return -1
+		case lq.before(cb, ca):
+			return 1
+		}
+		return 0
+	})
+	if lq.limit > 0 && len(page) > lq.limit {
+		page = page[:lq.limit]
+		last := page[len(page)-1]
+		next = &cursor{last.CreatedAt.UnixNano(), last.ID}
+	}
+	return page, next
+}
+
+func (h *Handler) listLegacy(w http.ResponseWriter, r *http.Request) { h.serveList(w, r, true) }
+func (h *Handler) list(w http.ResponseWriter, r *http.Request)       { h.serveList(w, r, false) }
+
+func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, legacy bool) {
+	lq, err := parseListQuery(r.URL.Query(), legacy)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	all, err := h.svc.List(r.Context())
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	page, next := lq.page(all)
+	out := make([]detailJSON, 0, len(page))
+	for _, sb := range page {
+		out = append(out, h.detailJSON(sb, false))
+	}
+	if next != nil {
+		w.Header().Set(NextTokenHeader, next.token())
+	}
+	writeJSON(w, http.StatusOK, out)
+}

@@ -1,0 +1,34 @@
+// Package e2b is dsec's E2B front end: the control-plane REST API of E2B
+// (create, connect, list, kill, timeouts, pause) and the envd API that E2B's SDKs
+// talk to inside a sandbox (the Connect-protocol services process.Process and
+// filesystem.Filesystem, GET/POST /files and /health), served on dsec's own
+// listener so that unmodified E2B code works with E2B_API_URL and E2B_SANDBOX_URL
+// pointed at dsec.
+//
+// It is a thin mapping onto a session.Service: templates name dsec images,
+// metadata lives in the sandbox's labels, processes are streaming execs, files go
+// through session.FS. What E2B keeps inside envd and dsec's session contract does
+// not (live processes with their PIDs and tags, directory watchers, timeouts that
+// can be moved) is kept here, per sandbox, in memory:
+//
+//   - procs.go: the processes started through Process.Start, each one streaming
+//     exec whose output fans out to every stream attached to it (Start, Connect);
+//   - watch.go: directory watchers, by polling the sandbox's FS;
+//   - lifecycle.go: each sandbox's deadline, which kills or pauses it.
+//
+// Streaming answers flush at most every 2 ms (batch.go), so a short command's
+// start, end and end-of-stream leave in one write.
+//
+// Requests reach the envd routes by the E2b-Sandbox-Id header (E2B's SDKs send it
+// with every envd call); control-plane routes are /sandboxes and /v2/sandboxes.
+// The API key (X-API-Key, with or without E2B's "e2b_" prefix) is a dsec token;
+// envd calls carry the per-sandbox access token handed out at create/connect
+// (X-Access-Token), an HMAC of the sandbox ID, so no state is needed to check it.
+// Errors have E2B's shapes: {code, message} on REST, Connect errors on RPCs, and
+// E2B's proxy answer (502 {"sandboxId","message","code"}) when the sandbox of an
+// envd call is gone, which the SDK reads as "sandbox not running".
+//
+// The .proto files under envdpb are dsec's own text with E2B's package, service,
+// message and field names and numbers (see NOTICE); `make proto` regenerates the
+// Go code.
+package e2b

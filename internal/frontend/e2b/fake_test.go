@@ -1,0 +1,452 @@
+package e2b_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// fakeService is a session.Service in memory. Its exec understands the scripts
+// the tests run through "/bin/bash -l -c SCRIPT" (see run).
+type fakeService struct {
+	mu        sync.Mutex
+	sandboxes map[string]*fakeSandbox
+	n         int
+	// steps records the step tag of every call that carried one: "op N".
+	steps []string
+	// replay makes every step-tagged call report itself as replayed.
+	replay bool
+	// resizes records terminal resizes.
+	resizes []api.TermSize
+	// execs counts the execs that ran.
+	execs int
+}
+
+type fakeSandbox struct {
+	sb    api.Sandbox
+	files map[string]*fakeFile
+}
+
+type fakeFile struct {
+	data  []byte
+	dir   bool
+	mode  uint32
+	mtime time.Time
+}
+
+var _ session.Service = (*fakeService)(nil)
+
+func newFake() *fakeService { return &fakeService{sandboxes: map[string]*fakeSandbox{}} }
+
+func (f *fakeService) note(ctx context.Context, op string) {
+	if st, out, ok := session.StepFrom(ctx); ok {
+		f.mu.Lock()
+		f.steps = append(f.steps, fmt.Sprintf("%s %s %d", op, st.Trajectory, st.N))
+		if f.replay {
+			out.Replayed = true
+		}
+		f.mu.Unlock()
+	}
+}
+
+func (f *fakeService) stepsSeen() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.steps...)
+}
+
+func (f *fakeService) sandbox(id string) (*fakeSandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.sandboxes[id]
+	if s == nil {
+		return nil, errdefs.NotFound("sandbox %q not found", id)
+	}
+	return s, nil
+}
+
+func (f *fakeService) running(id string) (*fakeSandbox, error) {
+	s, err := f.sandbox(id)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s.sb.State != api.StateRunning {
+		return nil, errdefs.Conflict("sandbox %s is %s", id, s.sb.State)
+	}
+	return s, nil
+}
+
+func (f *fakeService) Info(ctx context.Context) (api.Info, error) { return api.Info{Node: "fake"}, nil }
+
+func (f *fakeService) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	f.note(ctx, "create")
+	if req.Image == "missing" {
+		return api.Sandbox{}, errdefs.NotFound("image %q not found", req.Image)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.n++
+	img := req.Image
+	if img == "" {
+		img = "debian"
+	}
+	now := time.Now()
+	sb := api.Sandbox{ID: fmt.Sprintf("sb-%04d", f.n), Backend: "container", Image: img, State: api.StateRunning,
+		CPU: 1, MemoryBytes: 512 << 20, DiskBytes: 1 << 30, CreatedAt: now.Add(time.Duration(f.n) * time.Millisecond),
+		Env: req.Env, Labels: req.Labels}
+	f.sandboxes[sb.ID] = &fakeSandbox{sb: sb, files: map[string]*fakeFile{
+		"/": {dir: true, mode: 0o755}, "/root": {dir: true, mode: 0o700}, "/etc": {dir: true, mode: 0o755},
+		"/etc/hostname": {data: []byte("fake\n"), mode: 0o644, mtime: now},
+	}}
+	if img != "busybox" {
+		f.sandboxes[sb.ID].files["/bin"] = &fakeFile{dir: true, mode: 0o755}
+		f.sandboxes[sb.ID].files["/bin/bash"] = &fakeFile{data: []byte("ELF"), mode: 0o755, mtime: now}
+	}
+	return sb, nil
+}
+
+func (f *fakeService) Get(ctx context.Context, id string) (api.Sandbox, error) {
+	s, err := f.sandbox(id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return s.sb, nil
+}
+
+func (f *fakeService) List(ctx context.Context) ([]api.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Sandbox
+	for _, s := range f.sandboxes {
+		out = append(out, s.sb)
+	}
+	return out, nil
+}
+
+func (f *fakeService) Delete(ctx context.Context, id string) error {
+	f.note(ctx, "delete")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sandboxes[id] == nil {
+		return errdefs.NotFound("sandbox %q not found", id)
+	}
+	delete(f.sandboxes, id)
+	return nil
+}
+
+func (f *fakeService) setState(id, state string) (api.Sandbox, error) {
+	s, err := f.sandbox(id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s.sb.State = state
+	return s.sb, nil
+}
+
+func (f *fakeService) Pause(ctx context.Context, id string) (api.Sandbox, error) {
+	return f.setState(id, api.StatePaused)
+}
+
+func (f *fakeService) Resume(ctx context.Context, id string) (api.Sandbox, error) {
+	return f.setState(id, api.StateRunning)
+}
+
+func (f *fakeService) Reset(ctx context.Context, id string) (api.Sandbox, error) {
+	return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "reset")
+}
+
+func (f *fakeService) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	var out, errb bytes.Buffer
+	res, err := f.ExecStream(ctx, id, req, session.Stream{Stdout: &out, Stderr: &errb})
+	res.Stdout, res.Stderr = out.String(), errb.String()
+	return res, err
+}
+
+// ExecStream runs SCRIPT of "/bin/bash -l -c SCRIPT" (or "/bin/bash -i -l" with
+// a TTY, which echoes its input), one ";"-separated command at a time:
+// "echo WORDS", "echo WORDS >&2", "cat" (stdin to stdout), "sleep" (until a
+// signal or the timeout), "exit N", "pwd", "env NAME".
+func (f *fakeService) ExecStream(ctx context.Context, id string, req api.ExecRequest, s session.Stream) (api.ExecResult, error) {
+	f.note(ctx, "exec")
+	f.mu.Lock()
+	f.execs++
+	f.mu.Unlock()
+	if _, err := f.running(id); err != nil {
+		return api.ExecResult{}, err
+	}
+	if req.Cwd == "/nonexistent" {
+		return api.ExecResult{}, errdefs.Invalid("working directory %q does not exist", req.Cwd)
+	}
+	if len(req.Cmd) == 0 || (req.Cmd[0] != "/bin/bash" && req.Cmd[0] != "/bin/sh") {
+		return api.ExecResult{}, errdefs.Invalid("fake runs only /bin/bash and /bin/sh")
+	}
+	if req.Cmd[0] == "/bin/sh" && req.Cmd[len(req.Cmd)-1] == "echo $0" {
+		_, _ = io.WriteString(s.Stdout, "sh\n")
+		return api.ExecResult{}, nil
+	}
+	if s.Started != nil {
+		s.Started(100 + len(req.Cmd[len(req.Cmd)-1]))
+	}
+	var timeout <-chan time.Time
+	if req.TimeoutMs > 0 {
+		timeout = time.After(time.Duration(req.TimeoutMs) * time.Millisecond)
+	}
+	killed := func(sig int) api.ExecResult {
+		name := "SIGKILL"
+		if sig == 15 {
+			name = "SIGTERM"
+		}
+		return api.ExecResult{ExitCode: -1, Signal: name}
+	}
+	if req.TTY {
+		// The terminal echoes its input until Ctrl+D and prints each resize.
+		var wmu sync.Mutex
+		write := func(b []byte) { wmu.Lock(); _, _ = s.Stdout.Write(b); wmu.Unlock() }
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() {
+			for {
+				select {
+				case ctl := <-s.Control:
+					if ctl.Resize != nil {
+						f.mu.Lock()
+						f.resizes = append(f.resizes, *ctl.Resize)
+						f.mu.Unlock()
+						write([]byte(fmt.Sprintf("[%dx%d]", ctl.Resize.Cols, ctl.Resize.Rows)))
+					}
+				case <-stop:
+					return
+				}
+			}
+		}()
+		buf := make([]byte, 1024)
+		for {
+			n, err := s.Stdin.Read(buf)
+			if n > 0 {
+				write(buf[:n])
+				if bytes.Contains(buf[:n], []byte{4}) {
+					return api.ExecResult{}, nil
+				}
+			}
+			if err != nil {
+				return api.ExecResult{}, nil
+			}
+		}
+	}
+	script := req.Cmd[len(req.Cmd)-1]
+	for _, c := range strings.Split(script, ";") {
+		c = strings.TrimSpace(c)
+		switch {
+		case c == "" || c == "true":
+		case strings.HasPrefix(c, "echo ") && strings.HasSuffix(c, " >&2"):
+			_, _ = io.WriteString(s.Stderr, strings.TrimSuffix(strings.TrimPrefix(c, "echo "), " >&2")+"\n")
+		case strings.HasPrefix(c, "echo "):
+			_, _ = io.WriteString(s.Stdout, strings.TrimPrefix(c, "echo ")+"\n")
+		case c == "pwd":
+			_, _ = io.WriteString(s.Stdout, req.Cwd+"\n")
+		case strings.HasPrefix(c, "env "):
+			_, _ = io.WriteString(s.Stdout, req.Env[strings.TrimPrefix(c, "env ")]+"\n")
+		case c == "cat":
+			if s.Stdin != nil {
+				_, _ = io.Copy(s.Stdout, s.Stdin)
+			}
+		case c == "sleep":
+			select {
+			case ctl := <-s.Control:
+				return killed(ctl.Signal), nil
+			case <-timeout:
+				return api.ExecResult{ExitCode: -1, Signal: "SIGKILL", TimedOut: true}, nil
+			case <-ctx.Done():
+				return killed(9), nil
+			}
+		case strings.HasPrefix(c, "exit "):
+			n, _ := strconv.Atoi(strings.TrimPrefix(c, "exit "))
+			return api.ExecResult{ExitCode: n}, nil
+		case strings.HasPrefix(c, "nosuchcommand"):
+			return api.ExecResult{ExitCode: 127, Error: "executable file not found"}, nil
+		default:
+			return api.ExecResult{}, errdefs.Invalid("fake cannot run %q", c)
+		}
+	}
+	return api.ExecResult{}, nil
+}
+
+func (f *fakeService) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
+	return api.Process{}, errdefs.New(api.CodeNotImplemented, "fake")
+}
+func (f *fakeService) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
+	return nil, nil
+}
+func (f *fakeService) GetProcess(ctx context.Context, id, procID string) (api.Process, error) {
+	return api.Process{}, errdefs.NotFound("process")
+}
+func (f *fakeService) WaitProcess(ctx context.Context, id, procID string) (api.Process, error) {
+	return api.Process{}, errdefs.NotFound("process")
+}
+func (f *fakeService) KillProcess(ctx context.Context, id, procID string, sig int) error {
+	return errdefs.NotFound("process")
+}
+func (f *fakeService) ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error) {
+	return nil, errdefs.NotFound("process")
+}
+func (f *fakeService) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
+	return nil, errdefs.New(api.CodeNotImplemented, "fake")
+}
+
+func (f *fakeService) FS(ctx context.Context, id string) (session.FS, error) {
+	s, err := f.running(id)
+	if err != nil {
+		return nil, err
+	}
+	return &fakeFS{f: f, s: s}, nil
+}
+
+// fakeFS is an in-memory session.FS; paths are cleaned like the real one, so
+// "../" cannot leave "/".
+type fakeFS struct {
+	f *fakeService
+	s *fakeSandbox
+}
+
+func clean(p string) string { return path.Clean("/" + p) }
+
+func (fs *fakeFS) info(p string, ff *fakeFile) api.FileInfo {
+	t := "file"
+	if ff.dir {
+		t = "dir"
+	}
+	return api.FileInfo{Name: path.Base(p), Path: p, Size: int64(len(ff.data)), Mode: ff.mode, Type: t, ModTime: ff.mtime}
+}
+
+func (fs *fakeFS) Open(ctx context.Context, p string) (io.ReadCloser, api.FileInfo, error) {
+	fs.f.mu.Lock()
+	defer fs.f.mu.Unlock()
+	p = clean(p)
+	ff := fs.s.files[p]
+	if ff == nil {
+		return nil, api.FileInfo{}, errdefs.NotFound("%s: no such file", p)
+	}
+	if ff.dir {
+		return nil, api.FileInfo{}, errdefs.Invalid("%s is a directory", p)
+	}
+	return io.NopCloser(bytes.NewReader(append([]byte(nil), ff.data...))), fs.info(p, ff), nil
+}
+
+func (fs *fakeFS) Stat(ctx context.Context, p string) (api.FileInfo, error) {
+	fs.f.mu.Lock()
+	defer fs.f.mu.Unlock()
+	p = clean(p)
+	ff := fs.s.files[p]
+	if ff == nil {
+		return api.FileInfo{}, errdefs.NotFound("%s: no such file", p)
+	}
+	return fs.info(p, ff), nil
+}
+
+func (fs *fakeFS) List(ctx context.Context, p string) ([]api.FileInfo, error) {
+	fs.f.mu.Lock()
+	defer fs.f.mu.Unlock()
+	p = clean(p)
+	if ff := fs.s.files[p]; ff == nil || !ff.dir {
+		return nil, errdefs.NotFound("%s: no such directory", p)
+	}
+	var out []api.FileInfo
+	for q, ff := range fs.s.files {
+		if q != "/" && path.Dir(q) == p {
+			out = append(out, fs.info(q, ff))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+func (fs *fakeFS) WriteFile(ctx context.Context, p string, mode os.FileMode, r io.Reader, max int64) (api.FileInfo, error) {
+	fs.f.note(ctx, "write")
+	b, err := io.ReadAll(io.LimitReader(r, max+1))
+	if err != nil {
+		return api.FileInfo{}, err
+	}
+	if int64(len(b)) > max {
+		return api.FileInfo{}, errdefs.New(api.CodePayloadTooLarge, "file exceeds %d bytes", max)
+	}
+	fs.f.mu.Lock()
+	defer fs.f.mu.Unlock()
+	p = clean(p)
+	if d := fs.s.files[path.Dir(p)]; d == nil || !d.dir {
+		return api.FileInfo{}, errdefs.NotFound("%s: no such directory", path.Dir(p))
+	}
+	ff := &fakeFile{data: b, mode: uint32(mode.Perm()), mtime: time.Now()}
+	fs.s.files[p] = ff
+	return fs.info(p, ff), nil
+}
+
+func (fs *fakeFS) Mkdir(ctx context.Context, p string, mode os.FileMode, parents bool) (api.FileInfo, error) {
+	fs.f.mu.Lock()
+	defer fs.f.mu.Unlock()
+	p = clean(p)
+	for q := p; q != "/"; q = path.Dir(q) {
+		if fs.s.files[q] == nil {
+			fs.s.files[q] = &fakeFile{dir: true, mode: uint32(mode.Perm()), mtime: time.Now()}
+		}
+	}
+	return fs.info(p, fs.s.files[p]), nil
+}
+
+func (fs *fakeFS) Remove(ctx context.Context, p string, recursive bool) error {
+	fs.f.mu.Lock()
+	defer fs.f.mu.Unlock()
+	p = clean(p)
+	if fs.s.files[p] == nil {
+		return errdefs.NotFound("%s: no such file", p)
+	}
+	for q := range fs.s.files {
+		if q == p || strings.HasPrefix(q, p+"/") {
+			delete(fs.s.files, q)
+		}
+	}
+	return nil
+}
+
+func (fs *fakeFS) Rename(ctx context.Context, from, to string) error {
+	fs.f.mu.Lock()
+	defer fs.f.mu.Unlock()
+	from, to = clean(from), clean(to)
+	if fs.s.files[from] == nil {
+		return errdefs.NotFound("%s: no such file", from)
+	}
+	for q, ff := range fs.s.files {
+		if q == from || strings.HasPrefix(q, from+"/") {
+			delete(fs.s.files, q)
+			fs.s.files[to+strings.TrimPrefix(q, from)] = ff
+		}
+	}
+	return nil
+}
+
+func (fs *fakeFS) WriteTar(ctx context.Context, p string, w io.Writer) error {
+	return errors.New("fake: no tar")
+}
+func (fs *fakeFS) ExtractTar(ctx context.Context, p string, r io.Reader) error {
+	return errors.New("fake: no tar")
+}
+func (fs *fakeFS) Close() error { return nil }

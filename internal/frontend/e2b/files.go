@@ -1,0 +1,192 @@
+package e2b
+
+import (
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strconv"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// writeInfo is one entry of POST /files's answer.
+type writeInfo struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+	Path string `json:"path"`
+}
+
+// filesStatus maps an FS error to /files's status (507 for a full disk, as envd).
+func filesStatus(err error) int {
+	if errdefs.Is(err, api.CodeResourceExhausted) {
+		return http.StatusInsufficientStorage
+	}
+	return httpStatus(err)
+}
+
+func (h *Handler) filesError(w http.ResponseWriter, r *http.Request, err error) {
+	h.writeAPIError(w, r, filesStatus(err), err.Error())
+}
+
+// readFile serves GET /files?path=P&username=U: the file's bytes.
+func (h *Handler) readFile(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Has("signature") {
+		h.writeAPIError(w, r, http.StatusUnauthorized, "signed file URLs are not supported by dsec")
+		return
+	}
+	p, err := resolvePath(q.Get("path"), q.Get("username"))
+	if err != nil {
+		h.filesError(w, r, err)
+		return
+	}
+	fs, err := h.svc.FS(r.Context(), r.Header.Get(SandboxIDHeader))
+	if err != nil {
+		h.filesError(w, r, err)
+		return
+	}
+	defer fs.Close()
+	rc, fi, err := fs.Open(r.Context(), p)
+	if err != nil {
+		if errdefs.Is(err, api.CodeNotFound) {
+			h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("path '%s' does not exist", p))
+			return
+		}
+		h.filesError(w, r, err)
+		return
+	}
+	defer rc.Close()
+	hd := w.Header()
+	hd.Set("Content-Type", "application/octet-stream")
+	hd.Set("Content-Disposition", mime.FormatMediaType("inline", map[string]string{"filename": path.Base(p)}))
+	hd.Set("Content-Length", strconv.FormatInt(fi.Size, 10))
+	w.WriteHeader(http.StatusOK)
+	_, _ = io.Copy(w, rc)
+}
+
+// writeFiles serves POST /files: a multipart form whose "file" parts carry
+// their destination in the file name (or ?path= for one file), or one file as
+// the raw body (application/octet-stream, ?path= required), optionally gzip.
+func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	if q.Has("signature") {
+		h.writeAPIError(w, r, http.StatusUnauthorized, "signed file URLs are not supported by dsec")
+		return
+	}
+	user := q.Get("username")
+	var body io.Reader = r.Body
+	if r.Header.Get("Content-Encoding") == "gzip" {
+		zr, err := gzip.NewReader(r.Body)
+		if err != nil {
+			h.writeAPIError(w, r, http.StatusBadRequest, "error decompressing request body: "+err.Error())
+			return
+		}
+		defer zr.Close()
+		body = zr
+	}
+	fs, err := h.svc.FS(r.Context(), r.Header.Get(SandboxIDHeader))
+	if err != nil {
+		h.filesError(w, r, err)
+		return
+	}
+	defer fs.Close()
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	var out []writeInfo
+	switch mt {
+	case "application/octet-stream":
+		p, err := resolvePath(q.Get("path"), user)
+		if err != nil {
+			h.filesError(w, r, err)
+			return
+		}
+		if err := h.writeOne(r, fs, p, body); err != nil {
+			h.filesError(w, r, err)
+			return
+		}
+		out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+	case "multipart/form-data":
+		mr := multipart.NewReader(body, params["boundary"])
+		seen := map[string]bool{}
+		for {
+			part, err := mr.NextPart()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				h.writeAPIError(w, r, http.StatusBadRequest, "malformed multipart body: "+err.Error())
+				return
+			}
+			if part.FormName() != "file" {
+				part.Close()
+				continue
+			}
+			dest := q.Get("path")
+			if dest == "" {
+				dest = partFileName(part)
+			}
+			p, err := resolvePath(dest, user)
+			if err != nil {
+				h.filesError(w, r, err)
+				return
+			}
+			if seen[p] {
+				h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("you cannot upload multiple files to the same path '%s' in one upload request", p))
+				return
+			}
+			seen[p] = true
+			err = h.writeOne(r, fs, p, part)
+			part.Close()
+			if err != nil {
+				h.filesError(w, r, err)
+				return
+			}
+			out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+		}
+		if len(out) == 0 {
+			h.writeAPIError(w, r, http.StatusBadRequest, "no \"file\" part in the form")
+			return
+		}
+	default:
+		h.writeAPIError(w, r, http.StatusBadRequest, "Content-Type must be multipart/form-data or application/octet-stream")
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// partFileName is a part's file name with its directories (Part.FileName
+// keeps only the base name, but E2B's SDKs send the full destination there).
+func partFileName(part *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
+// writeOne writes one file, creating its parent directories.
+func (h *Handler) writeOne(r *http.Request, fs session.FS, p string, body io.Reader) error {
+	ctx := r.Context()
+	if p == "/" {
+		return errdefs.Invalid("path is a directory: /")
+	}
+	aux := session.WithoutStep(ctx)
+	if dir := path.Dir(p); dir != "/" {
+		if _, err := fs.Stat(aux, dir); errdefs.Is(err, api.CodeNotFound) {
+			if _, err := fs.Mkdir(aux, dir, 0o755, true); err != nil && !errdefs.Is(err, api.CodeAlreadyExists) {
+				return err
+			}
+		}
+	}
+	if fi, err := fs.Stat(aux, p); err == nil && fi.Type == "dir" {
+		return errdefs.Invalid("path is a directory: %s", p)
+	}
+	_, err := fs.WriteFile(ctx, p, 0o644, body, h.opts.MaxUploadBytes)
+	return err
+}

@@ -1,0 +1,334 @@
+package e2b
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/envdpb/filesystem/filesystemconnect"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/envdpb/process/processconnect"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Headers E2B's SDKs send.
+const (
+	SandboxIDHeader   = "E2b-Sandbox-Id"
+	SandboxPortHeader = "E2b-Sandbox-Port"
+	APIKeyHeader      = "X-API-Key"
+	AccessTokenHeader = "X-Access-Token"
+	NextTokenHeader   = "X-Next-Token"
+	keepaliveHeader   = "Keepalive-Ping-Interval"
+)
+
+// EnvdVersion is the envd version dsec reports: the highest of the SDK's feature
+// gates it implements fully (octet-stream uploads, 0.5.7). The next gate, 0.6.2,
+// needs file metadata in extended attributes, which session.FS does not carry.
+const EnvdVersion = "0.5.7"
+
+// Defaults.
+const (
+	DefaultMaxUploadBytes  = 1 << 30
+	DefaultMaxMessageBytes = 16 << 20
+	DefaultWatchInterval   = 200 * time.Millisecond
+	maxBodyBytes           = 1 << 20
+)
+
+// Options configures a Handler.
+type Options struct {
+	// Authorize says whether token (the API key without an "e2b_" prefix, or a
+	// bearer token) is a valid dsec token. Nil refuses every request.
+	Authorize func(token string) bool
+	// Secret keys the per-sandbox envd access tokens. Empty means a random key,
+	// so tokens handed out before a restart stop working (reconnecting gets a
+	// new one). The daemon passes its API token.
+	Secret []byte
+	// Logger receives errors and panics; nil discards them.
+	Logger *slog.Logger
+	// MaxUploadBytes limits one file written through POST /files.
+	MaxUploadBytes int64
+	// MaxMessageBytes limits one Connect request message.
+	MaxMessageBytes int
+	// WatchInterval is how often directory watchers poll.
+	WatchInterval time.Duration
+	// Now is the clock (tests); nil means time.Now.
+	Now func() time.Time
+}
+
+// Handler serves the E2B API over a session.Service.
+type Handler struct {
+	svc     session.Service
+	opts    Options
+	log     *slog.Logger
+	control *http.ServeMux
+	envd    *http.ServeMux
+	procs   *procTable
+	watches *watchTable
+	life    *lifecycle
+	now     func() time.Time
+
+	mu      sync.Mutex
+	hasBash map[string]bool // by sandbox: whether /bin/bash exists (see shell)
+}
+
+// New returns a Handler serving svc.
+func New(svc session.Service, opts Options) *Handler {
+	if opts.MaxUploadBytes <= 0 {
+		opts.MaxUploadBytes = DefaultMaxUploadBytes
+	}
+	if opts.MaxMessageBytes <= 0 {
+		opts.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if opts.WatchInterval <= 0 {
+		opts.WatchInterval = DefaultWatchInterval
+	}
+	if len(opts.Secret) == 0 {
+		opts.Secret = make([]byte, 32)
+		_, _ = rand.Read(opts.Secret)
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := opts.Now
+	if now == nil {
+		now = time.Now
+	}
+	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), now: now, hasBash: map[string]bool{}}
+	h.procs = newProcTable()
+	h.watches = newWatchTable()
+	h.life = newLifecycle(svc, log, now, h.forget)
+	for _, rt := range h.controlRoutes() {
+		h.control.HandleFunc(rt.pattern, rt.handler)
+	}
+	copts := []connect.HandlerOption{connect.WithReadMaxBytes(opts.MaxMessageBytes)}
+	h.envd.Handle(processconnect.NewProcessHandler(&processService{h: h}, copts...))
+	h.envd.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{h: h}, copts...))
+	h.envd.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
+	h.envd.HandleFunc("GET /files", h.readFile)
+	h.envd.HandleFunc("POST /files", h.writeFiles)
+	return h
+}
+
+// Close stops the sandboxes' timers, processes' streams and watchers. Processes
+// keep running until their sandbox ends.
+func (h *Handler) Close() error {
+	h.life.close()
+	h.watches.closeAll()
+	return nil
+}
+
+// envd route prefixes (served only with the E2b-Sandbox-Id header).
+var envdPaths = []string{"/health", "/files", "/" + processconnect.ProcessName + "/", "/" + filesystemconnect.FilesystemName + "/"}
+
+// control-plane route prefixes.
+var controlPaths = []string{"/sandboxes", "/v2/sandboxes", "/templates", "/v2/templates", "/v3/templates", "/snapshots", "/teams", "/volumes", "/health"}
+
+// ownedPaths are all the prefixes Owns claims.
+var ownedPaths = slices.Concat(controlPaths, envdPaths)
+
+func hasPathPrefix(p, prefix string) bool {
+	return p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/")
+}
+
+// Owns says whether r is an E2B request: every request carrying E2b-Sandbox-Id,
+// and the control plane's and envd's paths.
+func (h *Handler) Owns(r *http.Request) bool {
+	if r.Header.Get(SandboxIDHeader) != "" {
+		return true
+	}
+	for _, p := range ownedPaths {
+		if hasPathPrefix(r.URL.Path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Mount serves E2B requests (see Owns) with e and everything else with next.
+func Mount(next http.Handler, e *Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e.Owns(r) {
+			e.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	defer h.recoverPanic(w, r)
+	ctx, outcome, err := withStep(r)
+	if err != nil {
+		h.envdError(w, r, connect.CodeInvalidArgument, http.StatusBadRequest, err.Error())
+		return
+	}
+	if outcome != nil {
+		w = &replayWriter{ResponseWriter: w, out: outcome}
+	}
+	r = r.WithContext(ctx)
+	if h.isEnvd(r) {
+		h.serveEnvd(w, r)
+		return
+	}
+	h.serveControl(w, r)
+}
+
+func (h *Handler) isEnvd(r *http.Request) bool {
+	if r.Header.Get(SandboxIDHeader) != "" {
+		return true
+	}
+	for _, p := range envdPaths {
+		if p != "/health" && hasPathPrefix(r.URL.Path, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func isConnectPath(p string) bool {
+	return strings.HasPrefix(p, "/"+processconnect.ProcessName+"/") || strings.HasPrefix(p, "/"+filesystemconnect.FilesystemName+"/")
+}
+
+func (h *Handler) recoverPanic(w http.ResponseWriter, r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler { //nolint:errorlint // sentinel panic value
+		panic(v)
+	}
+	h.log.ErrorContext(r.Context(), "panic in e2b handler", "method", r.Method, "path", r.URL.Path,
+		"panic", v, "stack", string(debug.Stack()))
+	h.writeAPIError(w, r, http.StatusInternalServerError, "internal error")
+}
+
+// apiKey returns the token a control-plane request carries.
+func apiKey(r *http.Request) string {
+	if k := strings.TrimSpace(r.Header.Get(APIKeyHeader)); k != "" {
+		return k
+	}
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if ok && strings.EqualFold(scheme, "Bearer") {
+		return strings.TrimSpace(tok)
+	}
+	return ""
+}
+
+// authorized accepts the key as it is or without E2B's "e2b_" prefix (SDKs
+// before 1.0 refuse keys without it).
+func (h *Handler) authorized(r *http.Request) bool {
+	k := apiKey(r)
+	if k == "" || h.opts.Authorize == nil {
+		return false
+	}
+	if h.opts.Authorize(k) {
+		return true
+	}
+	bare, ok := strings.CutPrefix(k, "e2b_")
+	return ok && bare != "" && h.opts.Authorize(bare)
+}
+
+// accessToken is the envd access token of sandbox id.
+func (h *Handler) accessToken(id string) string {
+	m := hmac.New(sha256.New, h.opts.Secret)
+	m.Write([]byte("dsec-e2b-envd\x00" + id))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// envdAuthorized accepts the sandbox's access token or an API key.
+func (h *Handler) envdAuthorized(r *http.Request, id string) bool {
+	if t := r.Header.Get(AccessTokenHeader); t != "" {
+		return subtle.ConstantTimeCompare([]byte(t), []byte(h.accessToken(id))) == 1
+	}
+	return h.authorized(r)
+}
+
+// serveEnvd checks the sandbox header, the access token and that the sandbox
+// runs, then serves the envd route.
+func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request) {
+	id := r.Header.Get(SandboxIDHeader)
+	switch {
+	case id == "":
+		h.envdError(w, r, connect.CodeInvalidArgument, http.StatusBadRequest, "missing "+SandboxIDHeader+" header")
+	case !h.envdAuthorized(r, id):
+		h.envdError(w, r, connect.CodeUnauthenticated, http.StatusUnauthorized, "missing or invalid access token ("+AccessTokenHeader+")")
+	case !h.ensureRunning(r.Context(), id) && !tagged(r.Context()):
+		// A trajectory step goes on to the session service, whose log may
+		// answer it even though the sandbox is gone.
+		writeSandboxGone(w, id)
+	default:
+		if _, pattern := h.envd.Handler(r); pattern == "" {
+			h.envdError(w, r, connect.CodeNotFound, http.StatusNotFound, "no route for "+r.Method+" "+r.URL.Path)
+			return
+		}
+		if isServerStream(r.URL.Path) {
+			bw := newBatchWriter(w)
+			defer bw.finish()
+			w = bw
+		}
+		h.envd.ServeHTTP(w, r)
+	}
+}
+
+// isServerStream says whether p is one of envd's server-streaming RPCs.
+func isServerStream(p string) bool {
+	switch p {
+	case processconnect.ProcessStartProcedure, processconnect.ProcessConnectProcedure, filesystemconnect.FilesystemWatchDirProcedure:
+		return true
+	}
+	return false
+}
+
+// envdError answers an envd request that never reached its handler: a Connect
+// error on the RPC paths, {code, message} on the others.
+func (h *Handler) envdError(w http.ResponseWriter, r *http.Request, code connect.Code, status int, msg string) {
+	if isConnectPath(r.URL.Path) {
+		writeConnectError(w, code, msg)
+		return
+	}
+	h.writeAPIError(w, r, status, msg)
+}
+
+// ensureRunning says whether sandbox id runs, resuming it first when it is
+// paused and was created with auto-resume.
+func (h *Handler) ensureRunning(ctx context.Context, id string) bool {
+	ctx = session.WithoutStep(ctx)
+	sb, err := h.svc.Get(ctx, id)
+	if err != nil {
+		return false
+	}
+	if sb.State == api.StatePaused && sb.Labels[labelAutoResume] == "true" {
+		if sb, err = h.svc.Resume(ctx, id); err == nil {
+			h.life.resumed(sb)
+		}
+	}
+	return err == nil && sb.State == api.StateRunning
+}
+
+func tagged(ctx context.Context) bool {
+	_, _, ok := session.StepFrom(ctx)
+	return ok
+}
+
+// forget drops what the front end keeps for a sandbox that ended.
+func (h *Handler) forget(id string) {
+	h.procs.dropSandbox(id)
+	h.watches.dropSandbox(id)
+	h.mu.Lock()
+	delete(h.hasBash, id)
+	h.mu.Unlock()
+}

@@ -1,0 +1,32 @@
+#!/bin/sh
+# E2B acceptance suite: starts bin/dsec server (root) on a random port with its
+# own data dir, points the unmodified e2b SDK at it and runs `node --test`.
+#   sh test/e2b/run.sh [test files...]     (from the repository root, after make build)
+#   sh test/e2b/run.sh bench [--n 200 --rounds 5 --creates 100]
+set -eu
+cd "$(dirname "$0")"
+ROOT=$(cd ../.. && pwd)
+DSEC=${DSEC:-$ROOT/bin/dsec}
+[ -d node_modules/e2b ] || npm ci --no-audit --no-fund
+DATA=$(mktemp -d /tmp/dsec-e2b.XXXXXX)
+PORT=${PORT:-$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
+TOKEN=e2b-acceptance-$$
+"$DSEC" server --data-dir "$DATA" --listen "127.0.0.1:$PORT" --token "$TOKEN" --cleanup-on-exit >"$DATA/server.log" 2>&1 &
+PID=$!
+cleanup() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; rm -rf "$DATA"; }
+trap cleanup EXIT INT TERM
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$PORT/v1/health" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+export E2B_API_URL="http://127.0.0.1:$PORT" E2B_SANDBOX_URL="http://127.0.0.1:$PORT" E2B_API_KEY="e2b_$TOKEN"
+status=0
+if [ "${1:-}" = bench ]; then
+  shift
+  node bench.mjs "$@" || status=$?
+else
+  if [ $# -eq 0 ]; then set -- lifecycle.test.mjs commands.test.mjs files.test.mjs pty.test.mjs; fi
+  node --test --test-concurrency=1 --test-timeout=120000 "$@" || status=$?
+fi
+[ $status -eq 0 ] || tail -20 "$DATA/server.log"
+exit $status
