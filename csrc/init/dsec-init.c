@@ -11,6 +11,11 @@
  *   6 control     listening SOCK_SEQPACKET socket
  *   7 seccomp     optional raw struct sock_filter array (read with pread)
  *
+ * After setup, fd 8 (FD_RW, close-on-exec) is an O_PATH handle on the root
+ * of the writable-layer tmpfs (upper/, work/, dev/): the host reaches the
+ * overlay upper through /proc/PID/fd/8 to snapshot it (fork, commit; see
+ * internal/container/snapshot.go). The sandbox cannot: init is not dumpable.
+ *
  * Setup builds the root filesystem (tmpfs-backed overlay upper layer, proc,
  * dev, sys, OCI masked and read-only paths; /dev, /dev/shm and the masked
  * directories live in the writable-layer tmpfs and /sys is a clone of a
@@ -78,7 +83,7 @@ struct bpf_prog { unsigned short len; struct bpf_insn *filter; };
  * SETFCAP. All are below 32, so only the first capability word is used. */
 static const int default_caps[] = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31};
 
-enum { FD_CONFIG = 3, FD_SYNC = 4, FD_STATUS = 5, FD_LISTEN = 6, FD_SECCOMP = 7 };
+enum { FD_CONFIG = 3, FD_SYNC = 4, FD_STATUS = 5, FD_LISTEN = 6, FD_SECCOMP = 7, FD_RW = 8 };
 
 #define MAX_PACKET (128 * 1024) /* largest request accepted */
 #define MAX_RECORDS 4096        /* exit records kept for tagged processes */
@@ -334,6 +339,15 @@ static void mount_root(const struct config *c, struct trees *t)
 	snprintf(opts, sizeof opts, "size=%llu,mode=0755", c->rwsize);
 	/* no MS_NODEV: the device nodes of /dev live here */
 	xmount("tmpfs", c->rwdir, "tmpfs", MS_NOSUID, opts, "mount rwdir tmpfs");
+	/* keep the tmpfs reachable for the host after the pivot (FD_RW) */
+	int rw = open(c->rwdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rw < 0)
+		fail("open rwdir", errno);
+	if (rw != FD_RW) {
+		if (dup3(rw, FD_RW, O_CLOEXEC) < 0)
+			fail("keep rwdir", errno);
+		close(rw);
+	}
 	rw_path(upper, sizeof upper, c->rwdir, "upper");
 	rw_path(work, sizeof work, c->rwdir, "work");
 	mkdir_p(upper, 0755);

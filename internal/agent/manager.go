@@ -51,6 +51,11 @@ type Config struct {
 	MaxSandboxes int
 	// MaxCreating bounds concurrent creates; more wait (0 = 64).
 	MaxCreating int
+	// MaxFork bounds the children of one fork (0 = DefaultMaxFork).
+	MaxFork int
+	// Packer builds committed environments (internal/commit); nil: commit is
+	// not available on this node.
+	Packer EnvPacker
 	Logger      *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
@@ -74,6 +79,7 @@ type Manager struct {
 	mu        sync.RWMutex
 	sandboxes map[string]*sandbox
 	byRequest map[string]*pending // request ID → create in flight or done
+	forking   map[string]int      // fork snapshot dir → forks still creating children (fork.go)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -124,6 +130,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		slots:     semaphore.NewWeighted(int64(cfg.MaxCreating)),
 		sandboxes: map[string]*sandbox{},
 		byRequest: map[string]*pending{},
+		forking:   map[string]int{},
 		stop:      make(chan struct{}),
 	}
 	m.newID = func() string { return session.NewID(cfg.Node) }
@@ -133,6 +140,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := m.adopt(ctx); err != nil {
 		return nil, err
 	}
+	m.gcForks()
 	m.wg.Add(1)
 	go m.expiryLoop()
 	return m, nil

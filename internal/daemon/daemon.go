@@ -22,6 +22,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/commit"
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/fncall"
@@ -74,6 +75,8 @@ type Config struct {
 	// (default dir:DATA_DIR/blobs, where `dsec image build` puts layers by
 	// default; paths.Paths.BlobSpec).
 	BlobStore string
+	// MaxFork bounds the children of one fork (0: agent.DefaultMaxFork).
+	MaxFork int
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -148,6 +151,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	envs.Spec = blobSpec
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
+		MaxFork: cfg.MaxFork, Packer: &commit.Packer{Blobs: blobs, Envs: envs, TempDir: dirs.Commits()},
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
 			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},
