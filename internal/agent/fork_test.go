@@ -11,6 +11,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -176,5 +177,52 @@ func TestForkAllOrNothing(t *testing.T) {
 	}
 	if got := shOK(t, m, p.ID, "cat /x"); got != "x\n" {
 		t.Fatalf("parent after failed fork: %q", got)
+	}
+}
+
+// countingPacker records whether a commit got as far as packing.
+type countingPacker struct{ calls atomic.Int32 }
+
+func (p *countingPacker) Pack(ctx context.Context, name string, base images.Image, dirs []string) (api.CommitResult, error) {
+	p.calls.Add(1)
+	return api.CommitResult{}, errors.New("not reached")
+}
+
+// TestMockForkCommitRefused: a backend without the fork and commit
+// capabilities (the mock) refuses both with not_implemented, and nothing is
+// made: no sandbox, no fork copy, no pack.
+func TestMockForkCommitRefused(t *testing.T) {
+	e := newMockEnv(t)
+	reg, err := driver.NewRegistry(e.driver(t, "", false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk := &countingPacker{}
+	m, err := agent.New(ctxT(t), agent.Config{DataDir: e.dataDir, Drivers: reg, Images: e.store, Node: "test", Packer: pk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := m.DeleteAll(ctxT(t)); err != nil {
+			t.Errorf("DeleteAll: %v", err)
+		}
+		m.Close()
+	})
+	sb := create(t, m, api.CreateSandboxRequest{})
+	_, err = m.Fork(ctxT(t), sb.ID, api.ForkRequest{Count: 2})
+	wantCode(t, "fork on the mock", err, api.CodeNotImplemented)
+	_, err = m.Commit(ctxT(t), sb.ID, api.CommitRequest{Name: "from-mock"})
+	wantCode(t, "commit on the mock", err, api.CodeNotImplemented)
+	if list, _ := m.List(ctxT(t)); len(list) != 1 {
+		t.Fatalf("%d sandboxes after refused forks", len(list))
+	}
+	if n := pk.calls.Load(); n != 0 {
+		t.Fatalf("packer called %d times", n)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.dataDir, "forks")); len(ents) != 0 {
+		t.Fatalf("fork copies: %d", len(ents))
+	}
+	if ents, _ := os.ReadDir(filepath.Join(e.dataDir, "commits")); len(ents) != 0 {
+		t.Fatalf("commit scratch left: %d", len(ents))
 	}
 }

@@ -56,7 +56,7 @@ type Config struct {
 	// Packer builds committed environments (internal/commit); nil: commit is
 	// not available on this node.
 	Packer EnvPacker
-	Logger      *slog.Logger
+	Logger *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
