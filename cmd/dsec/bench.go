@@ -113,6 +113,6 @@ func benchCmd() *cobra.Command {
 	addFlags(fn, &fo, 500, 4)
 	fn.Flags().StringVar(&fLang, "lang", "c", "language: c, c++, go, python3, bash")
 	c.AddCommand(create, exec, density, fn)
-	c.AddCommand(benchTrajCmd(), benchImageCmd())
+	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchForkCmd(), benchCommitCmd())
 	return c
 }
