@@ -104,6 +104,27 @@ def test_context_manager_cleanup(client: Any) -> None:
         client.get(sid)
 
 
+def test_fork(sb: Any) -> None:
+    """sandbox.fork(n): children see the parent's files, write privately, inherit
+    labels with overrides; a count of 0 is a clear 400."""
+    sb.files.write("/root/shared.txt", "from parent")
+    kids = sb.fork(2, labels={"member": "yes"})
+    try:
+        assert len(kids) == 2 and all(k.id != sb.id for k in kids)
+        for k in kids:
+            assert k.exec("cat /root/shared.txt").stdout == "from parent"
+            assert k.info.labels.get("member") == "yes"
+        kids[0].files.write("/root/shared.txt", "mine")
+        assert kids[1].exec("cat /root/shared.txt").stdout == "from parent"
+        assert sb.exec("cat /root/shared.txt").stdout == "from parent"
+        with pytest.raises(dsec.InvalidArgumentError) as ei:
+            sb.fork(0)
+        assert ei.value.status == 400
+    finally:
+        for k in kids:
+            k.delete()
+
+
 def test_pause_resume_reset(sb: Any) -> None:
     sb.files.write("/root/keep.txt", "x")
     assert sb.pause().state == "paused"
