@@ -226,3 +226,41 @@ func TestMockForkCommitRefused(t *testing.T) {
 		t.Fatalf("commit scratch left: %d", len(ents))
 	}
 }
+
+// TestForkAcrossRestart: the agent restarts (sandboxes keep running); the
+// children and their copy are re-adopted, an orphaned copy is removed at
+// start, and the copy goes with the last child.
+func TestForkAcrossRestart(t *testing.T) {
+	e := newEnv(t)
+	m1 := e.open(t, nil)
+	p := create(t, m1, api.CreateSandboxRequest{})
+	shOK(t, m1, p.ID, "echo kept > /k")
+	res, err := m1.Fork(ctxT(t), p.ID, api.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := res.Children[0].ID
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(e.dataDir, "forks", "sb-orphan")
+	if err := os.MkdirAll(orphan, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	m2 := e.open(t, nil)
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("orphaned fork copy kept: %v", err)
+	}
+	if got := shOK(t, m2, c, "cat /k"); got != "kept\n" {
+		t.Fatalf("child after restart: %q", got)
+	}
+	if d := e.forkDirs(); len(d) != 1 {
+		t.Fatalf("fork copies after restart: %v", d)
+	}
+	if err := m2.Delete(ctxT(t), c); err != nil {
+		t.Fatal(err)
+	}
+	if d := e.forkDirs(); len(d) != 0 {
+		t.Fatalf("fork copy left after its child: %v", d)
+	}
+}

@@ -109,6 +109,21 @@ func TestCommit(t *testing.T) {
 	}
 	check(a, "same node")
 
+	// A fork of a sandbox on the layered environment: the children hold the
+	// EROFS layers too and see the parent's writes over them.
+	lp := a.create(t, api.CreateSandboxRequest{Image: "bb-two"})
+	a.sh(t, lp, "echo forked > /data/f && rm /data/b")
+	fr, err := a.cl.Fork(ctx, lp, api.ForkRequest{Count: 2})
+	if err != nil {
+		t.Fatalf("fork on a layered environment: %v", err)
+	}
+	for _, c := range fr.Children {
+		t.Cleanup(func() { _ = a.cl.Delete(ctx, c.ID) })
+		if r := a.sh(t, c.ID, "cat /data/f; ls /data; cat /app/keep"); r.Stdout != "forked\nf\nsub\nkeep\n" {
+			t.Fatalf("layered fork child sees %q (%s)", r.Stdout, r.Stderr)
+		}
+	}
+
 	// A second node: its own data dir, the first node's blob store.
 	b := layeredNode(t, "--blob-store", "dir:"+paths.New(a.dataDir).Blobs())
 	req := api.ComposeImageRequest{Name: "bb-two", Base: img.Layers[0].Digest}
