@@ -32,7 +32,8 @@ func benchForkCmd() *cobra.Command {
 				r.Child.P50ms, r.Child.P99ms, r.Targets.ChildP50Ms, r.ChildExec.P50ms)
 			fmt.Printf("  host memory per child %d KiB (target ≤ %d KiB); per plain new sandbox %d KiB\n",
 				r.BytesPerChild>>10, r.Targets.BytesPerChild>>10, r.PlainBytesPerSandbox>>10)
-			fmt.Printf("  memory cgroup per child %d KiB, per plain sandbox %d KiB\n", r.CgroupBytesPerChild>>10, r.CgroupBytesPerPlain>>10)
+			fmt.Printf("  memory cgroup per child %d KiB, per plain sandbox %d KiB; slab %d / %d KiB\n",
+				r.CgroupBytesPerChild>>10, r.CgroupBytesPerPlain>>10, r.SlabBytesPerChild>>10, r.SlabBytesPerPlain>>10)
 			return nil
 		},
 	}

@@ -53,7 +53,10 @@ type ForkResult struct {
 	// were first to read); CgroupBytesPerPlain the same for plain sandboxes.
 	CgroupBytesPerChild int64 `json:"cgroup_bytes_per_child"`
 	CgroupBytesPerPlain int64 `json:"cgroup_bytes_per_plain"`
-	Targets             struct {
+	// SlabBytesPerChild / SlabBytesPerPlain: the kernel slab part of the host figures.
+	SlabBytesPerChild int64 `json:"slab_bytes_per_child"`
+	SlabBytesPerPlain int64 `json:"slab_bytes_per_plain"`
+	Targets           struct {
 		ChildP50Ms    float64 `json:"child_p50_ms"`
 		BytesPerChild int64   `json:"bytes_per_child"`
 	} `json:"targets"`
@@ -98,7 +101,7 @@ func Fork(ctx context.Context, o ForkOptions) (ForkResult, error) {
 	}
 
 	// Plain sandboxes first, for the memory comparison.
-	plain, plainCg, err := memoryOf(ctx, o.Count, func() ([]string, error) {
+	plain, plainCg, plainSlab, err := memoryOf(ctx, o.Count, func() ([]string, error) {
 		var ids []string
 		for i := 0; i < o.Count; i++ {
 			sb, err := m.Create(ctx, small)
@@ -112,12 +115,12 @@ func Fork(ctx context.Context, o ForkOptions) (ForkResult, error) {
 	if err != nil {
 		return res, err
 	}
-	res.PlainBytesPerSandbox, res.CgroupBytesPerPlain = plain, plainCg
+	res.PlainBytesPerSandbox, res.CgroupBytesPerPlain, res.SlabBytesPerPlain = plain, plainCg, plainSlab
 
 	var fr api.ForkResult
 	var execs []time.Duration
 	var t0 time.Time
-	res.BytesPerChild, res.CgroupBytesPerChild, err = memoryOf(ctx, o.Count, func() ([]string, error) {
+	res.BytesPerChild, res.CgroupBytesPerChild, res.SlabBytesPerChild, err = memoryOf(ctx, o.Count, func() ([]string, error) {
 		t0 = time.Now()
 		fr, err = m.Fork(ctx, p.ID, api.ForkRequest{Count: o.Count})
 		if err != nil {
@@ -167,20 +170,20 @@ func answer(ctx context.Context, d *daemon.Daemon, ids []string, lat *[]time.Dur
 // charged, deletes them and returns both per sandbox. Dirty page cache is
 // written back first (a fork's copy of the parent's layer is clean,
 // reclaimable cache afterwards).
-func memoryOf(ctx context.Context, n int, fn func() ([]string, error), d *daemon.Daemon) (host, cg int64, err error) {
+func memoryOf(ctx context.Context, n int, fn func() ([]string, error), d *daemon.Daemon) (host, cg, slab int64, err error) {
 	unix.Sync()
 	time.Sleep(300 * time.Millisecond)
-	u0, _, err := used()
+	u0, s0, err := used()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	ids, err := fn()
 	if err == nil {
 		unix.Sync()
 		time.Sleep(time.Second) // deferred kernel work settles
-		var u1 int64
-		if u1, _, err = used(); err == nil {
-			host = (u1 - u0) / int64(n)
+		var u1, s1 int64
+		if u1, s1, err = used(); err == nil {
+			host, slab = (u1-u0)/int64(n), (s1-s0)/int64(n)
 		}
 		for _, id := range ids {
 			cg += cgroupMemory(id) / int64(n)
@@ -189,7 +192,7 @@ func memoryOf(ctx context.Context, n int, fn func() ([]string, error), d *daemon
 	for _, id := range ids {
 		err = errors.Join(err, d.Manager.Delete(ctx, id))
 	}
-	return host, cg, err
+	return host, cg, slab, err
 }
 
 // cgroupMemory is the memory charged to sandbox id's cgroup (v2
