@@ -61,6 +61,13 @@ func TestFork(t *testing.T) {
 	if got := shOK(t, m, p.ID, "cat /work.txt; test -e /c0 || echo none"); got != "later\nnone\n" {
 		t.Fatalf("parent sees %q", got)
 	}
+	// A reset child goes back to the fork point.
+	if _, err := m.Reset(ctxT(t), c[0].ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := shOK(t, m, c[0].ID, "cat /work.txt; test -e /c0 || echo none"); got != "base\nnone\n" {
+		t.Fatalf("reset child sees %q", got)
+	}
 	// The parent goes; the children keep working.
 	if err := m.Delete(ctxT(t), p.ID); err != nil {
 		t.Fatal(err)

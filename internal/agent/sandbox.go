@@ -348,6 +348,7 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 		_ = m.cfg.Images.Unmount(context.Background(), id)
 		m.mu.Lock()
 		delete(m.sandboxes, id)
+		m.releaseForkLayersLocked(sb.rec.Spec)
 		m.mu.Unlock()
 		return api.Sandbox{}, fmt.Errorf("reset: %w", err)
 	}
