@@ -47,8 +47,9 @@ func TestFork(t *testing.T) {
 		if ch.ID == p.ID || ch.Labels["job"] != "grpo" || ch.Labels["member"] != "yes" || ch.MemoryBytes != p.MemoryBytes {
 			t.Fatalf("child %+v: want the parent's labels, limits and the override", ch)
 		}
-		got := shOK(t, m, ch.ID, `cat /work.txt /data/sub/f; test -e /etc/debian_version && echo LEAK; ls /usr/share/doc; echo $FROM`)
-		if got != "base\nx\nonly\nparent\n" {
+		got := shOK(t, m, ch.ID, `cat /work.txt /data/sub/f; test -e /etc/debian_version && echo LEAK; ls /usr/share/doc; echo $FROM
+			grep -c "$(hostname)" /etc/hosts`)
+		if got != "base\nx\nonly\nparent\n1\n" {
 			t.Fatalf("child %s sees %q", ch.ID, got)
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/fsops"
+	"github.com/dsec-dev/dsec/internal/initproto"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -79,6 +80,15 @@ func (in *instance) SnapshotRW(ctx context.Context, dir string, exclude []string
 	if !in.alive() {
 		_ = os.RemoveAll(dir)
 		return st, in.gone()
+	}
+	// The /etc/hosts the init wrote names this sandbox: leave it out, the
+	// init of a sandbox on the copy writes its own.
+	hosts := filepath.Join(dir, "etc", "hosts")
+	if b, err := os.ReadFile(hosts); err == nil && string(b) == initproto.HostsFile(in.id) {
+		if err := os.Remove(hosts); err == nil {
+			st.Entries--
+			st.Excluded++
+		}
 	}
 	return st, nil
 }

@@ -133,6 +133,9 @@ func TestNoPrivileges(t *testing.T) {
 
 func TestRootfsLayout(t *testing.T) {
 	s := newSandbox(t, nil)
+	if r := s.sh(t, "cat /etc/hosts"); r.stdout != HostsFile(s.cfg.Hostname) {
+		t.Errorf("/etc/hosts %q, want HostsFile(%q)", r.stdout, s.cfg.Hostname)
+	}
 	r := s.sh(t, `set -e
 for d in null zero full random urandom tty; do test -c /dev/$d; done
 test -L /dev/fd; test -L /dev/ptmx; test -c /dev/pts/ptmx; test -d /dev/shm
