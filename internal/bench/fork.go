@@ -43,9 +43,10 @@ type ForkResult struct {
 	ChildExec Latencies `json:"child_first_exec"`
 	// AllAnsweredMs: from the fork call to the last child's first exec answered.
 	AllAnsweredMs float64 `json:"all_answered_ms"`
-	// BytesPerChild is host memory in use (MemTotal - MemAvailable) after the
-	// fork and the execs, minus before, over Count; PlainBytesPerSandbox the
-	// same for Count plain new sandboxes in the same run, for comparison.
+	// BytesPerChild is host memory in use without page cache (usedNoCache)
+	// after the fork and the execs, minus before, over Count;
+	// PlainBytesPerSandbox the same for Count plain new sandboxes in the same
+	// run, for comparison. On a shared machine both carry others' noise.
 	BytesPerChild        int64 `json:"bytes_per_child"`
 	PlainBytesPerSandbox int64 `json:"plain_bytes_per_sandbox"`
 	// CgroupBytesPerChild is what the children's memory cgroups are charged on
@@ -173,7 +174,7 @@ func answer(ctx context.Context, d *daemon.Daemon, ids []string, lat *[]time.Dur
 func memoryOf(ctx context.Context, n int, fn func() ([]string, error), d *daemon.Daemon) (host, cg, slab int64, err error) {
 	unix.Sync()
 	time.Sleep(300 * time.Millisecond)
-	u0, s0, err := used()
+	u0, s0, err := usedNoCache()
 	if err != nil {
 		return 0, 0, 0, err
 	}
@@ -182,7 +183,7 @@ func memoryOf(ctx context.Context, n int, fn func() ([]string, error), d *daemon
 		unix.Sync()
 		time.Sleep(time.Second) // deferred kernel work settles
 		var u1, s1 int64
-		if u1, s1, err = used(); err == nil {
+		if u1, s1, err = usedNoCache(); err == nil {
 			host, slab = (u1-u0)/int64(n), (s1-s0)/int64(n)
 		}
 		for _, id := range ids {
@@ -193,6 +194,18 @@ func memoryOf(ctx context.Context, n int, fn func() ([]string, error), d *daemon
 		err = errors.Join(err, d.Manager.Delete(ctx, id))
 	}
 	return host, cg, slab, err
+}
+
+// usedNoCache is host memory in use without the page cache and reclaimable
+// slab (free(1)'s "used": MemTotal - MemFree - Buffers - Cached - SReclaimable
+// + Shmem, tmpfs counted), and the slab: a fork's copy of the parent's layer
+// is file cache on disk and must not count as the children's.
+func usedNoCache() (int64, int64, error) {
+	m, err := meminfo()
+	if err != nil {
+		return 0, 0, err
+	}
+	return m["MemTotal"] - m["MemFree"] - m["Buffers"] - m["Cached"] - m["SReclaimable"] + m["Shmem"], m["Slab"], nil
 }
 
 // cgroupMemory is the memory charged to sandbox id's cgroup (v2
