@@ -23,6 +23,11 @@
  * carries one idmapped mount fd per lower layer, /dev nodes are binds of the
  * host's (mknod is refused there) and proc is made before the pivot.
  *
+ * After setup, fd 8 (FD_RW, close-on-exec) is an O_PATH handle on the root
+ * of the writable-layer tmpfs (upper/, work/, dev/): the host reaches the
+ * overlay upper through /proc/PID/fd/8 to snapshot it (fork, commit; see
+ * internal/container/snapshot.go). The sandbox cannot: init is not dumpable.
+ *
  * Setup builds the root filesystem (tmpfs-backed overlay upper layer, proc,
  * dev, sys, OCI masked and read-only paths; /dev, /dev/shm and the masked
  * directories live in the writable-layer tmpfs and /sys is a clone of a
@@ -99,7 +104,7 @@ struct bpf_prog { unsigned short len; struct bpf_insn *filter; };
 #define SYSFS_MAGIC_ 0x62656572
 #define NSFS_MAGIC_ 0x6e736673
 
-enum { FD_CONFIG = 3, FD_SYNC = 4, FD_STATUS = 5, FD_LISTEN = 6, FD_SECCOMP = 7 };
+enum { FD_CONFIG = 3, FD_SYNC = 4, FD_STATUS = 5, FD_LISTEN = 6, FD_SECCOMP = 7, FD_RW = 8 };
 
 #define MAX_PACKET (128 * 1024) /* largest request accepted */
 #define MAX_RECORDS 4096        /* exit records kept for tagged processes */
@@ -496,6 +501,15 @@ static void mount_root(struct config *c, struct trees *t)
 	snprintf(opts, sizeof opts, "size=%llu,mode=0755", c->rwsize);
 	/* no MS_NODEV: the device nodes of /dev live here */
 	xmount("tmpfs", c->rwdir, "tmpfs", MS_NOSUID, opts, "mount rwdir tmpfs");
+	/* keep the tmpfs reachable for the host after the pivot (FD_RW) */
+	int rw = open(c->rwdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rw < 0)
+		fail("open rwdir", errno);
+	if (rw != FD_RW) {
+		if (dup3(rw, FD_RW, O_CLOEXEC) < 0)
+			fail("keep rwdir", errno);
+		close(rw);
+	}
 	rw_path(upper, sizeof upper, c->rwdir, "upper");
 	rw_path(work, sizeof work, c->rwdir, "work");
 	mkdir_p(upper, 0755);

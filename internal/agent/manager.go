@@ -56,7 +56,12 @@ type Config struct {
 	// MaxLogBytes caps each background process log on disk (stdout and
 	// stderr each; 0 = DefaultMaxLogBytes), see logcap.go.
 	MaxLogBytes int64
-	Logger      *slog.Logger
+	// MaxFork bounds the children of one fork (0 = DefaultMaxFork).
+	MaxFork int
+	// Packer builds committed environments (internal/commit); nil: commit is
+	// not available on this node.
+	Packer EnvPacker
+	Logger *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -79,6 +84,7 @@ type Manager struct {
 	mu        sync.RWMutex
 	sandboxes map[string]*sandbox
 	byRequest map[string]*pending // request ID → create in flight or done
+	forking   map[string]int      // fork snapshot dir → forks still creating children (fork.go)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -129,6 +135,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		slots:     semaphore.NewWeighted(int64(cfg.MaxCreating)),
 		sandboxes: map[string]*sandbox{},
 		byRequest: map[string]*pending{},
+		forking:   map[string]int{},
 		stop:      make(chan struct{}),
 	}
 	m.newID = func() string { return session.NewID(cfg.Node) }
@@ -138,6 +145,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := m.adopt(ctx); err != nil {
 		return nil, err
 	}
+	m.gcForks()
 	m.wg.Add(1)
 	go m.expiryLoop()
 	return m, nil

@@ -162,6 +162,12 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 	if err != nil {
 		return nil, err
 	}
+	return m.createOn(ctx, req, img, nil)
+}
+
+// createOn creates a sandbox on img with extra directory layers stacked on top
+// of img's (a fork's snapshot of its parent's writable layer).
+func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, img images.Image, top []images.Layer) (*sandbox, error) {
 	if err := m.slots.Acquire(ctx, 1); err != nil {
 		return nil, errdefs.Wrap(api.CodeDeadlineExceeded, err, "waiting for a create slot")
 	}
@@ -179,6 +185,7 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 		if err := m.cfg.Images.Mount(ctx, &img, id); err != nil {
 			return nil, err
 		}
+		img.Layers = append(img.Layers, top...)
 		started := false
 		sb, err := m.startSandbox(ctx, req, img, id, &started)
 		if !started {
@@ -187,6 +194,7 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 		}
 		return sb, err
 	}
+	img.Layers = append(img.Layers, top...)
 	return m.startSandbox(ctx, req, img, id, nil)
 }
 
@@ -257,6 +265,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	}
 	m.mu.Lock()
 	delete(m.sandboxes, id)
+	m.releaseForkLayersLocked(sb.rec.Spec)
 	if sb.rec.RequestID != "" {
 		delete(m.byRequest, sb.rec.RequestID)
 	}
@@ -339,6 +348,7 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 		_ = m.cfg.Images.Unmount(context.Background(), id)
 		m.mu.Lock()
 		delete(m.sandboxes, id)
+		m.releaseForkLayersLocked(sb.rec.Spec)
 		m.mu.Unlock()
 		return api.Sandbox{}, fmt.Errorf("reset: %w", err)
 	}

@@ -175,6 +175,7 @@ func (d *Driver) Name() string { return "container" }
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{
 		Isolation: driver.IsolationNamespaces, Pause: true, TTY: true, Credentials: true, Limits: true,
+		Fork: true, Commit: true, // instances are driver.Snapshotters (snapshot.go)
 		LayerKinds: []string{driver.LayerDir},
 	}
 }

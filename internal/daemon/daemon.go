@@ -23,6 +23,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/commit"
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/fncall"
@@ -84,6 +85,8 @@ type Config struct {
 	// UserNS is the default of create's user_namespace for container
 	// sandboxes (see container.Config.UserNS).
 	UserNS bool
+	// MaxFork bounds the children of one fork (0: agent.DefaultMaxFork).
+	MaxFork int
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -170,6 +173,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
 		MaxLogBytes: cfg.MaxLogBytes,
+		MaxFork:     cfg.MaxFork, Packer: &commit.Packer{Blobs: blobs, Envs: envs, TempDir: dirs.Commits()},
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
 			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},

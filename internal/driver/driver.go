@@ -103,8 +103,11 @@ type Capabilities struct {
 	Isolation Isolation
 	// Pause: instances implement Pauser.
 	Pause bool
-	// Fork, Commit, Screenshot, Input: reserved for the VM backends.
-	Fork, Commit, Screenshot, Input bool
+	// Fork, Commit: instances implement Snapshotter (the agent starts fork
+	// children on a copy of the writable layer, and packs one into a layer).
+	Fork, Commit bool
+	// Screenshot, Input: reserved for the VM backends.
+	Screenshot, Input bool
 	// TTY: ProcSpec.TTY gives the process a terminal.
 	TTY bool
 	// Credentials: processes run with the UID, GID and groups they ask for.

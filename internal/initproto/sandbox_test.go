@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,12 +108,24 @@ func TestNoPrivileges(t *testing.T) {
 	}
 	// and it holds nothing but its own: no fd leaked from the spawner
 	fdDir := fmt.Sprintf("/proc/%d/fd", s.init.PID)
+	// fd 8 is the writable-layer tmpfs the host snapshots (fork, commit); the
+	// sandbox cannot reach it
+	if r := s.sh(t, "ls /proc/1/fd/8/upper"); r.exit.Status.ExitStatus() == 0 {
+		t.Fatalf("sandbox reached init's writable-layer fd: %q", r.stdout)
+	}
+	var sf unix.Statfs_t
+	if err := unix.Statfs(fdDir+"/8/upper", &sf); err != nil || sf.Type != unix.TMPFS_MAGIC {
+		t.Errorf("init fd 8 is not the writable-layer tmpfs: %v", err)
+	}
 	ents, err := os.ReadDir(fdDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, e := range ents {
 		l, _ := os.Readlink(filepath.Join(fdDir, e.Name()))
+		if e.Name() == "8" {
+			continue
+		}
 		if l != "/dev/null" && l != s.cfg.LogPath && l != "anon_inode:[signalfd]" && !strings.HasPrefix(l, "socket:") &&
 			!isNsfs(filepath.Join(fdDir, e.Name())) { // pins the network namespace of the shared sysfs
 			t.Errorf("init fd %s -> %s", e.Name(), l)
@@ -122,6 +135,9 @@ func TestNoPrivileges(t *testing.T) {
 
 func TestRootfsLayout(t *testing.T) {
 	s := newSandbox(t, nil)
+	if r := s.sh(t, "cat /etc/hosts"); r.stdout != HostsFile(s.cfg.Hostname) {
+		t.Errorf("/etc/hosts %q, want HostsFile(%q)", r.stdout, s.cfg.Hostname)
+	}
 	r := s.sh(t, `set -e
 for d in null zero full random urandom tty; do test -c /dev/$d; done
 test -L /dev/fd; test -L /dev/ptmx; test -c /dev/pts/ptmx; test -d /dev/shm

@@ -218,7 +218,7 @@ func (b *builder) addDir(root string) error {
 			return &fs.PathError{Op: "lstat", Path: p, Err: err}
 		}
 		m := meta{mode: goMode(st.Mode), uid: int(st.Uid), gid: int(st.Gid), mtime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec)}
-		m.xattrs, err = listXattrs(p)
+		m.xattrs, err = fsops.ListXattrs(p)
 		if err != nil {
 			return err
 		}
@@ -278,38 +278,6 @@ func goMode(m uint32) fs.FileMode {
 		mode |= fs.ModeSticky
 	}
 	return mode
-}
-
-func listXattrs(p string) (map[string]string, error) {
-	sz, err := unix.Llistxattr(p, nil)
-	if err != nil || sz == 0 {
-		if err == unix.ENOTSUP || err == unix.EOPNOTSUPP {
-			err = nil
-		}
-		return nil, err
-	}
-	buf := make([]byte, sz)
-	sz, err = unix.Llistxattr(p, buf)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]string{}
-	for _, k := range strings.Split(strings.TrimRight(string(buf[:sz]), "\x00"), "\x00") {
-		if k == "" {
-			continue
-		}
-		vs, err := unix.Lgetxattr(p, k, nil)
-		if err != nil {
-			continue // raced away or not readable
-		}
-		v := make([]byte, vs)
-		vs, err = unix.Lgetxattr(p, k, v)
-		if err != nil {
-			continue
-		}
-		out[k] = string(v[:vs])
-	}
-	return out, nil
 }
 
 // ---- tar streams --------------------------------------------------------------

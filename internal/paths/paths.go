@@ -68,6 +68,13 @@ func (p Paths) BlobSpec(spec string) string {
 	return spec
 }
 
+// Forks holds the read-only copies of parents' writable layers that fork
+// children stack on (one directory per fork, removed with its last child).
+func (p Paths) Forks() string { return p.join("forks") }
+
+// Commits is the scratch space of commits (a writable layer's copy being packed).
+func (p Paths) Commits() string { return p.join("commits") }
+
 // Layers is layerd's root (chunk cache, mounts, its socket).
 func (p Paths) Layers() string { return p.join("layers") }
 

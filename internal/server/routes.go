@@ -30,6 +30,8 @@ func (s *Server) routes() []route {
 		{"POST " + sb + "/pause", s.pauseSandbox},
 		{"POST " + sb + "/resume", s.resumeSandbox},
 		{"POST " + sb + "/reset", s.resetSandbox},
+		{"POST " + sb + "/fork", s.forkSandbox},
+		{"POST " + sb + "/commit", s.commitSandbox},
 
 		{"POST " + sb + "/exec", s.step(s.exec)},
 		{"POST " + sb + "/exec/stream", s.step(s.execStream)},

@@ -16,9 +16,9 @@ import (
 
 // layeredNode is a node whose layerd is stopped (by PID) after the server and its
 // sandboxes are gone, so no mount or process outlives the test.
-func layeredNode(t *testing.T) *node {
+func layeredNode(t *testing.T, args ...string) *node {
 	t.Helper()
-	n := startNode(t)
+	n := startNode(t, args...)
 	t.Cleanup(func() {
 		n.stop(true)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

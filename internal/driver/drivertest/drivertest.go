@@ -70,6 +70,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) driver.Driver, layers []driv
 	t.Run("DoneAndDestroy", s.testDoneAndDestroy)
 	t.Run("Recover", s.testRecover)
 	t.Run("PauseResume", s.testPause)
+	t.Run("Snapshot", s.testSnapshot)
 	t.Run("OOMKilled", s.testOOM)
 	t.Run("ConcurrentExec", s.testConcurrentExec)
 	t.Run("TTY", s.testTTY)

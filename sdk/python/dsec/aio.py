@@ -440,6 +440,21 @@ class AsyncSandbox:
     async def reset(self) -> "AsyncSandbox":
         return self._update(await self._json(Req("POST", sandbox_path(self.id, "/reset"))))
 
+    async def fork(self, n: int = 1, **overrides: Any) -> List["AsyncSandbox"]:
+        """See :meth:`dsec.Sandbox.fork`."""
+        body: Dict[str, Any] = {"count": n}
+        if overrides:
+            body["overrides"] = overrides
+        doc = await self._json(Req("POST", sandbox_path(self.id, "/fork"), json_body=body, timeout=None))
+        return [AsyncSandbox(self.client, SandboxInfo.from_json(c)) for c in doc.get("children", [])]
+
+    async def commit(self, name: str, exclude: Optional[List[str]] = None, default_exclude: bool = True) -> Dict[str, Any]:
+        """See :meth:`dsec.Sandbox.commit`."""
+        body: Dict[str, Any] = {"name": name, "exclude": list(exclude or [])}
+        if not default_exclude:
+            body["no_default_exclude"] = True
+        return await self._json(Req("POST", sandbox_path(self.id, "/commit"), json_body=body, timeout=None))
+
     async def delete(self) -> None:
         await self._send(Req("DELETE", sandbox_path(self.id), retry=True, gone_ok=True))
 

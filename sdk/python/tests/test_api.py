@@ -104,6 +104,47 @@ def test_context_manager_cleanup(client: Any) -> None:
         client.get(sid)
 
 
+def test_fork(sb: Any) -> None:
+    """sandbox.fork(n): children see the parent's files, write privately, inherit
+    labels with overrides; a count of 0 is a clear 400."""
+    sb.files.write("/root/shared.txt", "from parent")
+    kids = sb.fork(2, labels={"member": "yes"})
+    try:
+        assert len(kids) == 2 and all(k.id != sb.id for k in kids)
+        for k in kids:
+            assert k.exec("cat /root/shared.txt").stdout == "from parent"
+            assert k.info.labels.get("member") == "yes"
+        kids[0].files.write("/root/shared.txt", "mine")
+        assert kids[1].exec("cat /root/shared.txt").stdout == "from parent"
+        assert sb.exec("cat /root/shared.txt").stdout == "from parent"
+        with pytest.raises(dsec.InvalidArgumentError) as ei:
+            sb.fork(0)
+        assert ei.value.status == 400
+    finally:
+        for k in kids:
+            k.delete()
+
+
+def test_commit(client: Any) -> None:
+    """sandbox.commit(name): one new layer on top of the sandbox's environment
+    (busybox, built into a base layer), caches left out; the name again is 409."""
+    sb = client.create(image="busybox")
+    try:
+        sb.exec("mkdir -p /app /root/.cache && echo v > /app/v && echo c > /root/.cache/c && rm /bin/vi")
+        name = "py-c-" + os.urandom(4).hex()
+        res = sb.commit(name, exclude=["/app/skip"])
+        assert res["image"]["name"] == name and len(res["image"]["layers"]) == 2, res
+        assert res["layer"]["digest"].startswith("sha256:") and res["whiteouts"] >= 1 and res["excluded"] >= 1
+        assert "/root/.cache" in res["exclude"] and "/app/skip" in res["exclude"]
+        assert client.image(name)["kind"] == "layered"
+        with pytest.raises(dsec.DsecError) as ei:
+            sb.commit(name)
+        assert ei.value.status == 409 and ei.value.code == "already_exists"
+        client.delete_image(name)
+    finally:
+        sb.delete()
+
+
 def test_pause_resume_reset(sb: Any) -> None:
     sb.files.write("/root/keep.txt", "x")
     assert sb.pause().state == "paused"

@@ -1,0 +1,205 @@
+package container
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/fsops"
+	"github.com/dsec-dev/dsec/internal/initproto"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// fdRW is the init's O_PATH handle on the writable-layer tmpfs (csrc/init:
+// FD_RW). The tmpfs is mounted only in the sandbox's mount namespace and
+// detached from every path by the pivot, so this fd is the host's one way to
+// its upper directory.
+const fdRW = 8
+
+var _ driver.Snapshotter = (*instance)(nil)
+
+// upperDir returns a host path to the sandbox's overlay upper directory.
+func (in *instance) upperDir() (string, error) {
+	rw := fmt.Sprintf("/proc/%d/fd/%d", in.st.PID, fdRW)
+	var sf unix.Statfs_t
+	if err := unix.Statfs(rw, &sf); err != nil || sf.Type != unix.TMPFS_MAGIC {
+		if !in.alive() {
+			return "", in.gone()
+		}
+		return "", errdefs.New(api.CodeConflict,
+			"sandbox %s was started by an older init that does not expose its writable layer; recreate it to fork or commit", in.id)
+	}
+	upper := rw + "/upper"
+	if fi, err := os.Lstat(upper); err != nil || !fi.IsDir() {
+		return "", errdefs.Internal(fmt.Errorf("no upper directory: %v", err), "sandbox %s writable layer", in.id)
+	}
+	return upper, nil
+}
+
+// SnapshotRW implements driver.Snapshotter: it freezes the sandbox (unless it
+// is paused already), copies the overlay upper and thaws it again.
+func (in *instance) SnapshotRW(ctx context.Context, dir string, exclude []string) (driver.SnapshotStats, error) {
+	var st driver.SnapshotStats
+	if err := driver.CheckExclude(exclude); err != nil {
+		return st, err
+	}
+	frozen, err := in.cg.Frozen()
+	if err != nil {
+		return st, errdefs.Internal(err, "read freezer state")
+	}
+	if !frozen {
+		if err := in.cg.Freeze(ctx); err != nil {
+			return st, errdefs.Internal(err, "freeze sandbox for snapshot")
+		}
+		defer func() {
+			if err := in.cg.Thaw(context.Background()); err != nil {
+				in.d.log.Warn("thaw after snapshot", "id", in.id, "err", err)
+			}
+		}()
+	}
+	upper, err := in.upperDir()
+	if err != nil {
+		return st, err
+	}
+	c := treeCopy{ctx: ctx, exclude: exclude, links: map[uint64]string{}, st: &st}
+	if err := c.copy(upper, dir, "/"); err != nil {
+		_ = os.RemoveAll(dir)
+		if e := (*errdefs.Error)(nil); errors.As(err, &e) {
+			return st, err
+		}
+		return st, errdefs.Internal(err, "snapshot writable layer of %s", in.id)
+	}
+	if !in.alive() {
+		_ = os.RemoveAll(dir)
+		return st, in.gone()
+	}
+	// The /etc/hosts the init wrote names this sandbox: leave it out, the
+	// init of a sandbox on the copy writes its own.
+	hosts := filepath.Join(dir, "etc", "hosts")
+	if b, err := os.ReadFile(hosts); err == nil && string(b) == initproto.HostsFile(in.id) {
+		if err := os.Remove(hosts); err == nil {
+			st.Entries--
+			st.Excluded++
+		}
+	}
+	return st, nil
+}
+
+// treeCopy copies a directory tree as it is (no symlink is followed), keeping
+// owners, modes, times, xattrs, device nodes and hard links.
+type treeCopy struct {
+	ctx     context.Context
+	exclude []string
+	links   map[uint64]string // inode → first destination path (hard links)
+	st      *driver.SnapshotStats
+}
+
+func (c *treeCopy) copy(src, dst, rel string) error {
+	if err := c.ctx.Err(); err != nil {
+		return errdefs.Wrap(api.CodeDeadlineExceeded, err, "snapshot")
+	}
+	var s unix.Stat_t
+	if err := unix.Lstat(src, &s); err != nil {
+		return err
+	}
+	mode := s.Mode & unix.S_IFMT
+	c.st.Entries++
+	if mode != unix.S_IFDIR && s.Nlink > 1 {
+		if first, ok := c.links[s.Ino]; ok {
+			return os.Link(first, dst)
+		}
+		c.links[s.Ino] = dst
+	}
+	switch mode {
+	case unix.S_IFDIR:
+		if err := unix.Mkdir(dst, 0o700); err != nil {
+			return err
+		}
+		ents, err := os.ReadDir(src)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			r := path.Join(rel, e.Name())
+			if driver.MatchExclude(r, c.exclude) {
+				c.st.Excluded++
+				continue
+			}
+			if err := c.copy(filepath.Join(src, e.Name()), filepath.Join(dst, e.Name()), r); err != nil {
+				return err
+			}
+		}
+	case unix.S_IFREG:
+		if err := copyFile(src, dst); err != nil {
+			return err
+		}
+		c.st.Bytes += s.Size
+	case unix.S_IFLNK:
+		target, err := os.Readlink(src)
+		if err != nil {
+			return err
+		}
+		if err := os.Symlink(target, dst); err != nil {
+			return err
+		}
+	case unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO, unix.S_IFSOCK:
+		if mode == unix.S_IFCHR && s.Rdev == 0 {
+			c.st.Whiteouts++
+		}
+		if err := unix.Mknod(dst, s.Mode, int(s.Rdev)); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%s: unknown file type %o", rel, mode)
+	}
+	return c.meta(src, dst, &s, mode)
+}
+
+// meta copies xattrs (overlayfs's trusted.overlay.* among them), owner, mode
+// and times.
+func (c *treeCopy) meta(src, dst string, s *unix.Stat_t, mode uint32) error {
+	xs, err := fsops.ListXattrs(src)
+	if err != nil {
+		return err
+	}
+	for k, v := range xs {
+		if k == "trusted.overlay.opaque" && v == "y" {
+			c.st.Opaque++
+		}
+		if err := unix.Lsetxattr(dst, k, []byte(v), 0); err != nil {
+			return fmt.Errorf("xattr %s: %w", k, err)
+		}
+	}
+	if err := unix.Lchown(dst, int(s.Uid), int(s.Gid)); err != nil {
+		return err
+	}
+	if mode != unix.S_IFLNK {
+		if err := unix.Chmod(dst, s.Mode&0o7777); err != nil {
+			return err
+		}
+	}
+	ts := []unix.Timespec{s.Atim, s.Mtim}
+	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(out, in) // copy_file_range / sendfile in the kernel
+	return errors.Join(err, out.Close())
+}

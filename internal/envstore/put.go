@@ -1,0 +1,64 @@
+package envstore
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Create writes a new environment from a complete manifest (its layers by
+// digest, base first, with roles and configs as given). Unlike Compose it
+// never replaces: an existing name is already_exists. Each layer must be in
+// the store's blob store. Commit (internal/commit) composes environments so.
+func (s *Store) Create(ctx context.Context, m images.Manifest) (images.Manifest, error) {
+	if err := checkName("environment", m.Name); err != nil {
+		return m, err
+	}
+	if len(m.Layers) == 0 {
+		return m, errdefs.Invalid("environment %q: no layers", m.Name)
+	}
+	for _, l := range m.Layers {
+		if l.Digest == "" || l.Dir != "" {
+			return m, errdefs.Invalid("environment %q: every layer must be a blob (digest, no dir)", m.Name)
+		}
+		if s.Blobs != nil {
+			if _, err := s.Blobs.Stat(ctx, l.Digest); err != nil {
+				return m, err
+			}
+		}
+	}
+	if m.BlobStore == "" {
+		m.BlobStore = s.Spec
+	}
+	if m.Created.IsZero() {
+		m.Created = time.Now().UTC()
+	}
+	b, err := m.Marshal()
+	if err != nil {
+		return m, errdefs.Internal(err, "environment %q", m.Name)
+	}
+	// O_EXCL: two commits to one name cannot both win.
+	f, err := os.OpenFile(s.envPath(m.Name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if os.IsExist(err) {
+		return m, errdefs.New(api.CodeAlreadyExists, "environment %q already exists", m.Name)
+	}
+	if err != nil {
+		return m, errdefs.Internal(err, "write environment %q", m.Name)
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.Remove(s.envPath(m.Name))
+		return m, errdefs.Internal(err, "write environment %q", m.Name)
+	}
+	return m, nil
+}
