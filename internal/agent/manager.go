@@ -1,7 +1,9 @@
 // Package agent is dsec's node agent: it owns the sandboxes of one node, keeps their
 // records on local disk, re-adopts them when it restarts (even after kill -9),
 // expires them by TTL and idleness, and serves their session operations (exec,
-// background processes, files, dial) on top of a backend driver.
+// background processes, files, dial, terminals) on top of a registry of backend
+// drivers: a create goes to the driver its backend names, a record back to its own
+// driver when the agent re-adopts it.
 package agent
 
 import (

@@ -32,7 +32,7 @@ type mockEnv struct {
 
 // newMockEnv makes a tiny image (an /etc/passwd is all the agent reads) and an
 // empty node. It needs no root and no built images.
-func newMockEnv(t *testing.T) *mockEnv {
+func newMockEnv(t testing.TB) *mockEnv {
 	t.Helper()
 	imgs := t.TempDir()
 	rootfs := filepath.Join(imgs, "tiny", "rootfs")
@@ -64,7 +64,7 @@ func newMockEnv(t *testing.T) *mockEnv {
 }
 
 // driver returns a mock driver named name ("" = mock) on the env's host.
-func (e *mockEnv) driver(t *testing.T, name string, noTTY bool) driver.Driver {
+func (e *mockEnv) driver(t testing.TB, name string, noTTY bool) driver.Driver {
 	t.Helper()
 	d, err := mock.New(mock.Config{Host: e.host, StateDir: e.stateDir, BackendName: name, NoTTY: noTTY})
 	if err != nil {
@@ -75,7 +75,7 @@ func (e *mockEnv) driver(t *testing.T, name string, noTTY bool) driver.Driver {
 
 // open starts a Manager on drivers (default: one mock). When the test ends it
 // deletes the sandboxes it still has and closes it.
-func (e *mockEnv) open(t *testing.T, drivers ...driver.Driver) *agent.Manager {
+func (e *mockEnv) open(t testing.TB, drivers ...driver.Driver) *agent.Manager {
 	t.Helper()
 	if len(drivers) == 0 {
 		drivers = []driver.Driver{e.driver(t, "", false)}

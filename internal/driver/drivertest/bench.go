@@ -14,18 +14,32 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// echoWaiter hands every chunk of terminal output to the benchmark loop.
-type echoWaiter chan []byte
+// EchoScript is the program the PTY benchmarks run on the terminal: cat on a
+// raw terminal, after it printed "ready".
+const EchoScript = "stty raw -echo; echo ready; exec cat"
 
-func (w echoWaiter) Write(p []byte) (int, error) {
+// Echoes is a Stdout writer that hands every chunk of output to a benchmark.
+type Echoes chan []byte
+
+// NewEchoes returns an Echoes with room for a few chunks.
+func NewEchoes() Echoes { return make(Echoes, 64) }
+
+func (w Echoes) Write(p []byte) (int, error) {
 	w <- append([]byte(nil), p...)
 	return len(p), nil
 }
 
+// Drain discards the rest of the output (so the writer never blocks).
+func (w Echoes) Drain() {
+	go func() {
+		for range w {
+		}
+	}()
+}
+
 // BenchPTY measures a keystroke's round trip through a driver's terminal: one
 // byte written to the process's stdin stream, read by a program in the sandbox
-// (cat on a raw terminal), written back, and out of the stdout stream. It reports
-// p50 and p99 in microseconds besides ns/op.
+// (cat on a raw terminal), written back, and out of the stdout stream.
 func BenchPTY(b *testing.B, d driver.Driver, layers []driver.Layer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -34,10 +48,10 @@ func BenchPTY(b *testing.B, d driver.Driver, layers []driver.Layer) {
 		b.Fatal(err)
 	}
 	defer inst.Destroy(context.Background())
-	p := sh("stty raw -echo; echo ready; exec cat")
+	p := sh(EchoScript)
 	p.TTY = &api.TermSize{Cols: 80, Rows: 24}
 	inR, inW := io.Pipe()
-	out := make(echoWaiter, 64)
+	out := NewEchoes()
 	pr, err := inst.Exec(ctx, p, driver.Stdio{Stdin: inR, Stdout: out})
 	if err != nil {
 		b.Fatal(err)
@@ -45,16 +59,19 @@ func BenchPTY(b *testing.B, d driver.Driver, layers []driver.Layer) {
 	defer func() {
 		_ = pr.Signal(int(unix.SIGKILL))
 		inW.Close()
-		go func() {
-			for range out {
-			}
-		}()
-		pr.Wait(ctx)
+		out.Drain()
+		_, _ = pr.Wait(ctx)
 		pr.Close()
 	}()
-	// Wait for the raw terminal.
+	KeystrokeRoundTrips(b, inW, out)
+}
+
+// KeystrokeRoundTrips waits for EchoScript's "ready" on out, then b.N times
+// writes one byte to in and waits for it on out; it reports p50 and p99 in
+// microseconds besides ns/op.
+func KeystrokeRoundTrips(b *testing.B, in io.Writer, out Echoes) {
 	var seen []byte
-	for !containsBytes(seen, "ready") {
+	for !strings.Contains(string(seen), "ready") {
 		select {
 		case c := <-out:
 			seen = append(seen, c...)
@@ -67,7 +84,7 @@ func BenchPTY(b *testing.B, d driver.Driver, layers []driver.Layer) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		if _, err := inW.Write(key); err != nil {
+		if _, err := in.Write(key); err != nil {
 			b.Fatal(err)
 		}
 		select {
@@ -87,5 +104,3 @@ func BenchPTY(b *testing.B, d driver.Driver, layers []driver.Layer) {
 		b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 	}
 }
-
-func containsBytes(b []byte, s string) bool { return strings.Contains(string(b), s) }

@@ -77,6 +77,7 @@ func Run(t *testing.T, newDriver func(t *testing.T) driver.Driver, layers []driv
 	t.Run("TTYInterrupt", s.testTTYInterrupt)
 	t.Run("TTYInteractiveProgram", s.testTTYInteractive)
 	t.Run("TTYBackgroundSurvivesRestart", s.testTTYRecover)
+	t.Run("TTYStdinEOF", s.testTTYStdinEOF)
 	t.Run("TTYBadInput", s.testTTYBadInput)
 }
 

@@ -2,6 +2,8 @@ package drivertest
 
 import (
 	"bytes"
+	"context"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -155,6 +157,17 @@ func (s *suite) testTTYInterrupt(t *testing.T) {
 	if strings.Contains(scr.String(), "not-0interrupted") {
 		t.Errorf("^C did not interrupt the foreground sleep: %q", scr.String())
 	}
+	// SIGKILL ends the shell itself, not only the job it runs.
+	pr2, in2, scr2 := termProc(t, inst, ps("sh", "-i"), 80, 24)
+	_, _ = io.WriteString(in2, "echo up$((2+2)); sleep 100\n")
+	scr2.WaitFor(t, 0, "up4", 10*time.Second)
+	time.Sleep(200 * time.Millisecond)
+	if err := pr2.Signal(int(unix.SIGKILL)); err != nil {
+		t.Fatalf("Signal(SIGKILL): %v", err)
+	}
+	if ex := waitExit(t, pr2, 10*time.Second); ex.Signal != int(unix.SIGKILL) {
+		t.Errorf("shell after SIGKILL: exit %+v, want killed", ex)
+	}
 }
 
 // testTTYInteractive drives python3's interactive prompt, which only prompts on
@@ -257,5 +270,32 @@ func (s *suite) testTTYBadInput(t *testing.T) {
 	scr.WaitFor(t, off, "25 81", 10*time.Second)
 	if out := mustSh(t, inst, "echo still-fine"); out != "still-fine\n" {
 		t.Errorf("exec after bad terminal sizes: %q", out)
+	}
+}
+
+// testTTYStdinEOF: the end of the stdin stream reaches a program reading a
+// canonical terminal as end of file (^D), also after a partial line.
+func (s *suite) testTTYStdinEOF(t *testing.T) {
+	s.needTTY(t)
+	_, inst, _ := s.startNew(t, nil)
+	for _, input := range []string{"one\ntwo\n", "one\npartial", ""} {
+		p := sh(`cat >tmp/eof-in; echo "eof-seen $(wc -c <tmp/eof-in)"`)
+		p.TTY = &api.TermSize{Cols: 80, Rows: 24}
+		scr := NewScreen()
+		pr, err := inst.Exec(ctxT(t), p, driver.Stdio{Stdin: strings.NewReader(input), Stdout: scr})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		ex, err := pr.Wait(ctx)
+		cancel()
+		pr.Close()
+		out := scr.String()
+		if err != nil {
+			t.Fatalf("input %q: Wait: %v; terminal %q", input, err, out)
+		}
+		if want := fmt.Sprintf("eof-seen %d", len(input)); ex.Code != 0 || !strings.Contains(out, want) {
+			t.Errorf("input %q: exit %+v, terminal %q, want %q", input, ex, out, want)
+		}
 	}
 }

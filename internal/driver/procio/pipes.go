@@ -79,7 +79,7 @@ func Open(s driver.Stdio) (*Pipes, error) {
 		case *os.File:
 			p.Child[i+1] = w
 		default:
-			if i == 1 && sameWriter(outs[0], outs[1]) && p.outR[0] != nil {
+			if i == 1 && p.outR[0] != nil && sameWriter(outs[0], outs[1]) {
 				// One writer for both: one pipe, so the order is kept.
 				p.Child[2] = p.Child[1]
 				continue
@@ -96,6 +96,13 @@ func Open(s driver.Stdio) (*Pipes, error) {
 		f.Fd() // switches the file to blocking mode
 	}
 	return p, nil
+}
+
+// sameWriter reports whether a and b are one writer; writers of uncomparable
+// types (a func type, a struct with a slice) are never the same.
+func sameWriter(a, b io.Writer) bool {
+	ta, tb := reflect.TypeOf(a), reflect.TypeOf(b)
+	return ta == tb && ta.Comparable() && a == b
 }
 
 func (p *Pipes) own(fs ...*os.File) { p.owned = append(p.owned, fs...) }
@@ -177,12 +184,4 @@ func (l lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
-}
-
-// sameWriter says a and b are one writer. Writers of a type that cannot be
-// compared (a func type, a struct holding one) are taken as different rather
-// than panicking as == would.
-func sameWriter(a, b io.Writer) bool {
-	ta := reflect.TypeOf(a)
-	return ta != nil && ta == reflect.TypeOf(b) && ta.Comparable() && a == b
 }

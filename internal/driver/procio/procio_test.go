@@ -79,3 +79,30 @@ func TestCheckSize(t *testing.T) {
 		}
 	}
 }
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestUncomparableWriters: writers of a func type cannot be compared; each gets
+// its own pipe (and Open does not panic).
+func TestUncomparableWriters(t *testing.T) {
+	var n int
+	w := writerFunc(func(p []byte) (int, error) { n += len(p); return len(p), nil })
+	p, err := Open(driver.Stdio{Stdout: w, Stderr: w})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if p.Child[1] == p.Child[2] {
+		t.Error("one pipe for writers that cannot be compared")
+	}
+	p.Start()
+	_, _ = p.Child[1].WriteString("ab")
+	_, _ = p.Child[2].WriteString("c")
+	p.CloseChild()
+	p.Drain(DrainGrace)
+	if n != 3 {
+		t.Errorf("%d bytes arrived, want 3", n)
+	}
+}

@@ -113,7 +113,7 @@ func (t *Term) Start(in io.Reader, out io.Writer) {
 		out = io.Discard
 	}
 	if in != nil {
-		go func() { _, _ = io.Copy(t.master, in) }()
+		go t.pumpInput(in)
 	}
 	go func() {
 		defer close(t.done)
@@ -132,6 +132,41 @@ func (t *Term) Start(in io.Reader, out io.Writer) {
 	}()
 }
 
+// pumpInput copies in to the terminal. When in ends, the program sees end of
+// file the way a typist makes it: the terminal's EOF character (^D), when the
+// terminal is in canonical mode (a raw-mode program gets no EOF, as with a
+// real terminal); a second one if a partial line was pending.
+func (t *Term) pumpInput(in io.Reader) {
+	var last byte = '\n'
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := in.Read(buf)
+		if n > 0 {
+			if _, werr := t.master.Write(buf[:n]); werr != nil {
+				return
+			}
+			last = buf[n-1]
+		}
+		if err != nil {
+			break
+		}
+	}
+	slave, err := OpenPeer(t.master)
+	if err != nil {
+		return
+	}
+	tio, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS)
+	slave.Close()
+	if err != nil || tio.Lflag&unix.ICANON == 0 {
+		return
+	}
+	eof := []byte{tio.Cc[unix.VEOF]}
+	if last != '\n' && last != eof[0] {
+		_, _ = t.master.Write(eof) // ends the partial line
+	}
+	_, _ = t.master.Write(eof)
+}
+
 // Drain waits until the output was copied (the process and everything that
 // holds the terminal ended), at most grace after the call.
 func (t *Term) Drain(grace time.Duration) {
@@ -148,18 +183,23 @@ func (t *Term) Drain(grace time.Duration) {
 // Resize sets the window size.
 func (t *Term) Resize(cols, rows int) error { return SetSize(t.master, cols, rows) }
 
-// Signal sends sig to the terminal's foreground process group; fallback (the
-// process's own group) is used when there is none.
-func (t *Term) Signal(sig int, fallback func(int) error) error {
+// Signal sends sig to the terminal's foreground process group (the job a
+// shell runs); group signals the process's own group, and is used when there is
+// no foreground group. SIGKILL goes to both: a kill ends the process, not only
+// the job it runs.
+func (t *Term) Signal(sig int, group func(int) error) error {
 	pg, err := Foreground(t.master)
 	if err != nil {
-		return fallback(sig)
+		return group(sig)
 	}
 	if err := unix.Kill(-pg, unix.Signal(sig)); err != nil {
 		if err == unix.ESRCH {
-			return fallback(sig)
+			return group(sig)
 		}
 		return errdefs.Internal(err, "signal the terminal's foreground job")
+	}
+	if sig == int(unix.SIGKILL) {
+		return group(sig)
 	}
 	return nil
 }
