@@ -9,6 +9,9 @@
 #   make fuzz    every Fuzz* target for FUZZTIME (default 15s) each
 #   make clean
 
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+
 # Go may not be on PATH (e.g. CI as root on a fresh machine).
 export PATH := /usr/local/go/bin:$(PATH)
 
@@ -37,9 +40,12 @@ init:
 build: init
 	$(GO) build -o bin/dsec ./cmd/dsec
 
+# Every test run is strict: scripts/testreport fails on a skip that is not on
+# .ci/skips.allow (pytest: .ci/pyskips.allow), and the e2e and Python tests drive
+# a race-enabled server binary.
 test: setup build
 	$(GO) vet ./...
-	$(GO) test $(TESTFLAGS) ./...
+	DSEC_E2E_RACE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./scripts/testreport -allow .ci/skips.allow
 	$(MAKE) test-unprivileged
 	$(MAKE) test-python
 
@@ -48,17 +54,20 @@ test: setup build
 # the test binaries as nobody; as any other user it runs them as that user.
 .PHONY: test-unprivileged
 test-unprivileged: init
-	d=$$(mktemp -d) && chmod 755 $$d && \
+	d=$$(mktemp -d) && chmod 755 $$d && mkdir -m 1777 $$d/tmp && \
 	$(GO) test -c -race -o $$d/agent.test ./internal/agent && \
 	$(GO) test -c -race -o $$d/mock.test ./internal/driver/mock && \
 	as="$(if $(filter 0,$(shell id -u)),setpriv --reuid=65534 --regid=65534 --clear-groups)" && \
-	(cd /tmp && $$as $$d/agent.test -test.run Mock -test.count=1 && $$as $$d/mock.test -test.count=1); \
+	(cd $$d/tmp && export TMPDIR=$$d/tmp && \
+	 $$as $$d/agent.test -test.run Mock -test.count=1 && $$as $$d/mock.test -test.count=1); \
 	rc=$$?; rm -rf $$d; exit $$rc
 
-# The Python SDK's tests against a real `dsec server` (bin/dsec), as root.
+# The Python SDK's tests against a real `dsec server` (a -race build), as root.
 .PHONY: test-python
 test-python: build
-	cd sdk/python && $(PYTHON) -m pytest -q tests
+	$(GO) build -race -o bin/dsec-race ./cmd/dsec
+	cd sdk/python && DSEC_BIN=$(CURDIR)/bin/dsec-race $(PYTHON) -m pytest -q -rs --junitxml=$(CURDIR)/bin/pytest.xml tests
+	$(PYTHON) scripts/pyskipcheck.py bin/pytest.xml .ci/pyskips.allow
 
 demo: setup build
 	bin/dsec demo

@@ -28,6 +28,7 @@ type mockEnv struct {
 	dataDir  string
 	stateDir string
 	store    *images.Store
+	maxLog   int64 // agent.Config.MaxLogBytes
 }
 
 // newMockEnv makes a tiny image (an /etc/passwd is all the agent reads) and an
@@ -84,7 +85,7 @@ func (e *mockEnv) open(t testing.TB, drivers ...driver.Driver) *agent.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := agent.New(ctxT(t), agent.Config{DataDir: e.dataDir, Drivers: reg, Images: e.store, Node: "test"})
+	m, err := agent.New(ctxT(t), agent.Config{DataDir: e.dataDir, Drivers: reg, Images: e.store, Node: "test", MaxLogBytes: e.maxLog})
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)
 	}
@@ -317,5 +318,31 @@ func TestMockTTYProcessSurvivesRestart(t *testing.T) {
 	log := strings.ReplaceAll(string(b), "\r\n", "\n")
 	if !strings.HasPrefix(log, "/dev/pts/") || !strings.Contains(log, "\n21 70\n") || !strings.Contains(log, "after-restart\nerr\n") {
 		t.Errorf("terminal log %q", log)
+	}
+}
+
+// TestMockTTYLogCapped: a terminal's output goes into the process's stdout log
+// under the same cap as a background process's pipes, with the same marker.
+func TestMockTTYLogCapped(t *testing.T) {
+	e := newMockEnv(t)
+	e.maxLog = 1000
+	m := e.open(t)
+	sb := create(t, m, api.CreateSandboxRequest{})
+	p, err := m.StartProcess(ctxT(t), sb.ID, api.ExecRequest{Shell: "head -c 100000 /dev/zero | tr '\\0' x; echo; echo done", TTY: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := m.WaitProcess(ctxT(t), sb.ID, p.ID); err != nil || got.Result == nil || got.Result.ExitCode != 0 {
+		t.Fatalf("wait: %+v, %v", got, err)
+	}
+	r, err := m.ProcessLogs(ctxT(t), sb.ID, p.ID, "stdout", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(r)
+	r.Close()
+	want := strings.Repeat("x", 1000) + "\n[dsec: output truncated after 1000 bytes]\n"
+	if string(b) != want {
+		t.Errorf("capped terminal log: %d bytes %.60q..., want the first 1000 and the marker", len(b), b)
 	}
 }

@@ -14,7 +14,9 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/driver/procio"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -45,7 +47,7 @@ func (p *bgProc) closeConn() {
 	}
 }
 
-func (m *Manager) logDir(id string) string { return filepath.Join(m.cfg.DataDir, "logs", id) }
+func (m *Manager) logDir(id string) string { return paths.New(m.cfg.DataDir).Logs(id) }
 
 func (m *Manager) logPath(id, procID, stream string) string {
 	return filepath.Join(m.logDir(id), procID+"."+stream)
@@ -75,6 +77,7 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 	if err != nil {
 		return api.Process{}, err
 	}
+	spec.OutputCap = m.bgLogCap()
 	if err := os.MkdirAll(m.logDir(id), 0o700); err != nil {
 		return api.Process{}, errdefs.Internal(err, "create log dir")
 	}
@@ -96,6 +99,10 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 		logs[i] = f
 	}
 	stdio := driver.Stdio{Stdout: logs[0], Stderr: logs[1]}
+	if spec.TTY != nil {
+		// One stream, pumped by the driver: capped here as the init caps pipes.
+		stdio.Stdout = procio.CapWriter(logs[0], spec.OutputCap, 0)
+	}
 	if len(stdin) > 0 {
 		stdio.Stdin = bytes.NewReader(stdin)
 	}
@@ -150,9 +157,9 @@ func (sb *sandbox) watchProc(bp *bgProc, pr driver.Proc, timeout time.Duration) 
 	close(bp.done)
 }
 
-// closeFile closes w if it is a file the agent opened.
-func closeFile(w io.Writer) {
-	if f, ok := w.(*os.File); ok && f != nil {
+// closeFile closes f if it is set.
+func closeFile(f *os.File) {
+	if f != nil {
 		f.Close()
 	}
 }
@@ -163,16 +170,22 @@ func (sb *sandbox) reattachProcs() {
 		bp := &bgProc{rec: r, done: make(chan struct{})}
 		sb.procs[r.ID] = bp
 		var stdio driver.Stdio
+		var logFile *os.File
 		if r.TTY {
 			// The terminal's output while the agent was away waited in the
 			// terminal; it goes on into the same log.
 			if f, err := os.OpenFile(sb.m.logPath(sb.rec.ID, r.ID, "stdout"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
-				stdio.Stdout = f
+				logFile = f
+				var size int64
+				if fi, err := f.Stat(); err == nil {
+					size = fi.Size()
+				}
+				stdio.Stdout = procio.CapWriter(f, sb.m.bgLogCap(), size)
 			}
 		}
 		pr, err := sb.inst.Attach(context.Background(), r.ID, stdio)
 		if err != nil {
-			closeFile(stdio.Stdout)
+			closeFile(logFile)
 			res := api.ExecResult{ExitCode: -1, Error: "exit status lost: " + err.Error()}
 			bp.result = &res
 			close(bp.done)
@@ -181,7 +194,7 @@ func (sb *sandbox) reattachProcs() {
 		bp.proc = pr
 		go func() {
 			sb.watchProc(bp, pr, 0)
-			closeFile(stdio.Stdout)
+			closeFile(logFile)
 		}()
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/images"
 )
 
 // record is what the agent keeps on disk per sandbox: enough to re-adopt it.
@@ -26,6 +27,9 @@ type record struct {
 	DriverState        json.RawMessage   `json:"driver_state"`
 	Procs              []procRecord      `json:"procs,omitempty"`
 	NextProc           int               `json:"next_proc,omitempty"`
+	// ImageConfig is the image's config at create (images.Config: default env,
+	// cwd, user of every exec); a later rebase of the image does not change it.
+	ImageConfig *images.Config `json:"image_config,omitempty"`
 }
 
 // procRecord is a background process, kept so it can be re-attached.

@@ -173,7 +173,7 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 		return nil, errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
 	}
 	id := m.newID()
-	if len(img.Layers) > 0 {
+	if img.Layered() {
 		// A layered environment: layerd mounts its layers (once per node) and holds
 		// them for this sandbox until Delete.
 		if err := m.cfg.Images.Mount(ctx, &img, id); err != nil {
@@ -213,7 +213,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	r := &record{
 		ID: id, Backend: req.Backend, Image: img.Name, Spec: spec, CreatedAt: m.now().UTC(),
 		TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
-		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID,
+		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, ImageConfig: img.Config,
 	}
 	sb := newSandbox(m, drv, r, inst)
 	if err := sb.save(); err != nil {
@@ -352,17 +352,19 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 	return sb.view(), nil
 }
 
-// layersOf describes an image's lower directories (top-most first; for a
-// layered image the mounts layerd made) as driver layers, base first, with the
-// digests and roles of a layered image's layers where they line up.
+// layersOf describes an image's layers (base first) to the driver: a directory
+// layer, or an EROFS layer layerd mounted for this sandbox, as its directory
+// (with the digest and role it has); an EROFS layer nobody mounted as the blob.
 func layersOf(img images.Image) []driver.Layer {
-	ls := driver.DirLayers(img.Lower)
-	if len(img.Layers) == len(ls) {
-		for i := range ls {
-			ls[i].Digest, ls[i].Role = img.Layers[i].Digest, img.Layers[i].Role
+	out := make([]driver.Layer, 0, len(img.Layers))
+	for _, l := range img.Layers {
+		dl := driver.Layer{Role: l.Role, Digest: l.Digest, Kind: driver.LayerDir, Path: l.Dir}
+		if l.Dir == "" {
+			dl.Kind = driver.LayerEROFS
 		}
+		out = append(out, dl)
 	}
-	return ls
+	return out
 }
 
 // instance returns the running instance for a session operation, or a clear error.

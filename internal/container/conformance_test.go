@@ -38,7 +38,7 @@ func requireImage(t testing.TB, name string) []driver.Layer {
 	if err != nil {
 		t.Skipf("image %s not available (run `make setup`): %v", name, err)
 	}
-	return driver.DirLayers(img.Lower)
+	return driver.DirLayers(img.Lower())
 }
 
 // testConfig returns a driver configuration private to this test: a short state

@@ -142,7 +142,7 @@ func (in *instance) exec(ctx context.Context, p driver.ProcSpec, fds [3]*os.File
 	ooms, _ := in.cg.OOMKills()
 	pid, err := c.Exec(ctx, initproto.ExecRequest{
 		Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.UID, GID: p.GID, Groups: p.Groups, Tag: p.Tag,
-		TTY: p.TTY != nil, Master: master,
+		TTY: p.TTY != nil, Master: master, OutputCap: outputCap(p),
 	}, fds)
 	if err != nil {
 		c.Close()
@@ -156,6 +156,15 @@ func (in *instance) exec(ctx context.Context, p driver.ProcSpec, fds [3]*os.File
 		return nil, errdefs.Internal(err, "exec in sandbox")
 	}
 	return &proc{in: in, c: c, pid: pid, oomsBefore: ooms}, nil
+}
+
+// outputCap is the cap the init applies: a terminal's output is capped by the
+// driver's pump instead (procio.Term), the init only pumps pipes.
+func outputCap(p driver.ProcSpec) int64 {
+	if p.TTY != nil {
+		return 0
+	}
+	return p.OutputCap
 }
 
 // startFailure turns a failed exec into the exit a shell would report.

@@ -175,6 +175,12 @@ type ProcSpec struct {
 	// TTY, if set, gives the process a terminal of this size as its controlling
 	// terminal and stdio, in a session of its own.
 	TTY *api.TermSize
+	// OutputCap > 0 bounds what the process can write through stdout and
+	// stderr (files, for background logs) to that many bytes each, followed
+	// by a truncation marker; the sandbox keeps the rest to itself. It does
+	// not apply to a TTY process: its output is one stream through the
+	// caller's writer, which the caller bounds (procio.CapWriter).
+	OutputCap int64
 }
 
 // Proc is a started process.

@@ -31,6 +31,10 @@ type ExecRequest struct {
 	// keeps a copy and hands it to every later Attach, so the terminal outlives
 	// the caller.
 	Master *os.File
+	// OutputCap > 0 makes the init pump stdout and stderr into the given
+	// files itself, at most OutputCap bytes each, then a truncation marker
+	// (the rest is read and dropped, so the process never blocks on it).
+	OutputCap int64
 }
 
 // Exit says how a process ended.
@@ -264,6 +268,15 @@ func execPacket(req ExecRequest) (*Packet, error) {
 	}
 	if req.Master != nil && (req.Tag == "" || !req.TTY) {
 		return nil, errdefs.Invalid("initproto: a terminal master to keep needs Tag and TTY")
+	}
+	if req.OutputCap < 0 {
+		return nil, errdefs.Invalid("initproto: negative output cap")
+	}
+	if req.OutputCap > 0 && req.TTY {
+		return nil, errdefs.Invalid("initproto: the init does not pump a terminal's output (OutputCap with TTY)")
+	}
+	if req.OutputCap > 0 {
+		p.Add("outcap", strconv.FormatInt(req.OutputCap, 10))
 	}
 	return p, nil
 }

@@ -50,7 +50,13 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		binPath = filepath.Join(dir, "dsec")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/dsec-dev/dsec/cmd/dsec").CombinedOutput()
+		// DSEC_E2E_RACE=1 (make test sets it) runs the real server under the race
+		// detector.
+		args := []string{"build", "-o", binPath}
+		if os.Getenv("DSEC_E2E_RACE") == "1" {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/dsec-dev/dsec/cmd/dsec")...).CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build dsec: %v\n%s", err, out)
 			os.Exit(1)
@@ -70,6 +76,7 @@ type node struct {
 	addr    string
 	token   string
 	cmd     *exec.Cmd
+	args    []string // extra `dsec server` flags
 	logs    *bytes.Buffer
 	cl      *client.Client
 }
@@ -85,7 +92,7 @@ func freePort(t *testing.T) string {
 
 // startNode runs a server on a fresh data dir; the data dir and every sandbox
 // are removed when the test ends.
-func startNode(t *testing.T) *node {
+func startNode(t *testing.T, args ...string) *node {
 	t.Helper()
 	if skipAll != "" {
 		t.Skip(skipAll)
@@ -94,7 +101,7 @@ func startNode(t *testing.T) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, dataDir: dir, addr: freePort(t)}
+	n := &node{t: t, dataDir: dir, addr: freePort(t), args: args}
 	n.start()
 	t.Cleanup(func() {
 		n.stop(true)
@@ -107,7 +114,7 @@ func (n *node) start() {
 	t := n.t
 	t.Helper()
 	n.logs = &bytes.Buffer{}
-	n.cmd = exec.Command(binPath, "server", "--listen", n.addr, "--data-dir", n.dataDir, "--log-level", "debug")
+	n.cmd = exec.Command(binPath, append([]string{"server", "--listen", n.addr, "--data-dir", n.dataDir, "--log-level", "debug"}, n.args...)...)
 	n.cmd.Stdout, n.cmd.Stderr = n.logs, n.logs
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {

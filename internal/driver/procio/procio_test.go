@@ -106,3 +106,16 @@ func TestUncomparableWriters(t *testing.T) {
 		t.Errorf("%d bytes arrived, want 3", n)
 	}
 }
+
+func TestCapWriter(t *testing.T) {
+	var b bytes.Buffer
+	w := CapWriter(&b, 10, 4)
+	for _, s := range []string{"abc", "defgh", "ijk"} {
+		if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if want := "abcdef\n[dsec: output truncated after 10 bytes]\n"; b.String() != want {
+		t.Errorf("capped output %q, want %q", b.String(), want)
+	}
+}
