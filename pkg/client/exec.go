@@ -171,7 +171,8 @@ func (s *Stream) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// CloseStdin ends the process's stdin. Closing twice is not an error.
+// CloseStdin ends the process's stdin (on a terminal the server types the end of
+// input, ^D, as a typist would). Closing twice is not an error.
 func (s *Stream) CloseStdin() error { return s.in.eof() }
 
 // Resize sets the terminal's size; the process gets SIGWINCH. Only for an exec

@@ -133,6 +133,11 @@ func TestPTYCLI(t *testing.T) {
 		if out, _, code := n.cli(t, "echo piped $((1+2))\nexit 4\n", "exec", "-i", "-t", id, "--", "sh"); code != 4 || !strings.Contains(out, "piped 3\r\n") {
 			t.Fatalf("piped -it: %q %d", out, code)
 		}
+		// The end of the piped input is the end of the terminal's input (^D):
+		// the shell exits.
+		if out, _, code := n.cli(t, "echo last line\n", "exec", "-i", "-t", id, "--", "sh"); code != 0 || !strings.Contains(out, "last line\r\n") {
+			t.Fatalf("piped -it to its end: %q %d", out, code)
+		}
 		for _, c := range []struct{ args []string }{
 			{[]string{"exec", "-t", "--size", "0x5", id, "--", "true"}},
 			{[]string{"exec", "-t", "--size", "80x", id, "--", "true"}},

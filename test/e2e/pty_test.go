@@ -115,6 +115,19 @@ func TestPTYInteractive(t *testing.T) {
 		}
 	})
 
+	t.Run("end of stdin is the end of input", func(t *testing.T) {
+		s, scr := n.ptyExec(t, id, api.ExecRequest{Shell: "cat; echo cat-done"})
+		typeKeys(t, s, "one\r")
+		scr.expect(t, `one\r\none\r\n`) // the terminal's echo, then cat's copy
+		if err := s.CloseStdin(); err != nil {
+			t.Fatal(err)
+		}
+		scr.expect(t, `cat-done\r\n`)
+		if res, err := s.Wait(); err != nil || res.ExitCode != 0 {
+			t.Fatalf("after the end of stdin: %+v %v", res, err)
+		}
+	})
+
 	t.Run("full screen", func(t *testing.T) {
 		// A full-screen program: clear the screen, draw at a position, read a key
 		// in raw mode (as curses programs do), answer with what it read.

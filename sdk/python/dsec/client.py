@@ -809,7 +809,8 @@ class ExecStream:
             self._send_line(_core.stdin_line(b[i : i + (48 << 10)]), "writing stdin")
 
     def close_stdin(self) -> None:
-        """End the process's stdin (closing twice is a no-op)."""
+        """End the process's stdin (on a terminal: its end of input, ^D, is typed;
+        closing twice is a no-op)."""
         if not self._stdin_closed:
             self._stdin_closed = True
             self._send_line(_core.EOF_LINE, "closing stdin")

@@ -135,3 +135,12 @@ def test_tty_bad_input(sb: Any) -> None:
     t.wait()
     # ... and nothing else is disturbed: the sandbox still answers.
     assert sb.exec("echo ok").stdout == "ok\n"
+
+
+def test_tty_close_stdin_is_end_of_input(sb: Any) -> None:
+    t = Term(sb.exec_stream("cat; echo cat-done", tty=True, timeout=60))
+    t.st.write(b"one\r")
+    t.expect(rb"one\r\none\r\n")  # the terminal's echo, then cat's copy
+    t.st.close_stdin()  # ^D on the terminal: cat sees the end of its input
+    t.expect(rb"cat-done\r\n")
+    assert t.wait().exit_code == 0
