@@ -1,0 +1,110 @@
+package netpolicy
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+)
+
+// sandboxIf is the name of the sandbox's end of its veth.
+const sandboxIf = "eth0"
+
+// link is one sandbox's veth pair: host end ifname with address host/31, the
+// sandbox end eth0 with addr/31 and a default route through host.
+type link struct {
+	ifname string
+	host   netip.Addr
+	addr   netip.Addr
+}
+
+// create makes the pair with the peer directly in ns, then configures both
+// ends. On error nothing is left (deleting the host end deletes the pair).
+func (l link) create(ns *os.File) (err error) {
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: l.ifname, TxQLen: -1},
+		PeerName:      sandboxIf,
+		PeerTxQLen:    -1,
+		PeerNamespace: netlink.NsFd(ns.Fd()),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("create veth %s: %w", l.ifname, err)
+	}
+	defer func() {
+		if err != nil {
+			_ = l.remove()
+		}
+	}()
+	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipnet(l.host, 31)}); err != nil {
+		return fmt.Errorf("address %s on %s: %w", l.host, l.ifname, err)
+	}
+	if err := netlink.LinkSetUp(veth); err != nil {
+		return fmt.Errorf("up %s: %w", l.ifname, err)
+	}
+	h, err := netlink.NewHandleAt(netns.NsHandle(ns.Fd()), unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("netlink in sandbox namespace: %w", err)
+	}
+	defer h.Close()
+	peer, err := h.LinkByName(sandboxIf)
+	if err != nil {
+		return fmt.Errorf("find %s in sandbox: %w", sandboxIf, err)
+	}
+	if err := h.AddrAdd(peer, &netlink.Addr{IPNet: ipnet(l.addr, 31)}); err != nil {
+		return fmt.Errorf("address %s in sandbox: %w", l.addr, err)
+	}
+	if err := h.LinkSetUp(peer); err != nil {
+		return fmt.Errorf("up %s in sandbox: %w", sandboxIf, err)
+	}
+	if err := h.RouteAdd(&netlink.Route{LinkIndex: peer.Attrs().Index, Gw: l.host.AsSlice()}); err != nil {
+		return fmt.Errorf("default route in sandbox: %w", err)
+	}
+	return nil
+}
+
+// exists reports whether the host end is present.
+func (l link) exists() bool {
+	_, err := netlink.LinkByName(l.ifname)
+	return err == nil
+}
+
+// remove deletes the pair; a pair already gone (its sandbox namespace died
+// and took it along) is not an error.
+func (l link) remove() error {
+	found, err := netlink.LinkByName(l.ifname)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return nil
+	}
+	if err == nil {
+		err = netlink.LinkDel(found)
+	}
+	if err == nil || errors.Is(err, unix.ENODEV) {
+		return nil
+	}
+	return fmt.Errorf("delete veth %s: %w", l.ifname, err)
+}
+
+// listLinks returns the names of host links starting with prefix.
+func listLinks(prefix string) ([]string, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, l := range links {
+		if n := l.Attrs().Name; len(n) >= len(prefix) && n[:len(prefix)] == prefix {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+func ipnet(a netip.Addr, bits int) *net.IPNet {
+	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
+}

@@ -1,0 +1,498 @@
+package netpolicy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/google/nftables"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// DefaultPool is where link addresses come from unless configured.
+var DefaultPool = netip.MustParsePrefix("10.203.0.0/16")
+
+// Config configures a Manager.
+type Config struct {
+	// StateDir holds one record per egress sandbox (required; keep it beside
+	// the agent's own state so a restarted agent finds it).
+	StateDir string
+	// Pool is the private IPv4 range link addresses come from, two per
+	// sandbox (a /31). Default DefaultPool. Every address in it is
+	// unreachable from every sandbox.
+	Pool netip.Prefix
+	// Rules are the operator's named rule sets.
+	Rules RuleSets
+	// HostDir is the host-wide coordination directory shared by every dsec
+	// Manager on the machine (default /run/dsec/netpolicy).
+	HostDir string
+	Logger  *slog.Logger
+}
+
+// Manager gives sandboxes egress under a policy and takes it away again.
+// Sandboxes it was never asked about cost it nothing.
+type Manager struct {
+	cfg    Config
+	log    *slog.Logger
+	tag    string // identifies this Manager's objects on the host
+	prefix string // link name prefix of this Manager's sandboxes
+	rs     *ruleset
+	host   host
+
+	mu  sync.Mutex
+	sbx map[string]*sandbox
+
+	nftMu    sync.Mutex // serializes batches and the table's existence
+	tableUp  bool
+	attached int
+	next     uint32 // allocation hint: next pair index to try
+}
+
+type sandbox struct {
+	mu  sync.Mutex
+	rec *record // nil: loopback only
+}
+
+var linkEnc = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// New opens the Manager, re-adopting the records of sandboxes a previous
+// agent process gave egress (their kernel objects are still in place; the
+// table is rebuilt from the records if it went missing).
+func New(cfg Config) (*Manager, error) {
+	if cfg.StateDir == "" {
+		return nil, errors.New("netpolicy: StateDir is required")
+	}
+	if !cfg.Pool.IsValid() {
+		cfg.Pool = DefaultPool
+	}
+	if !cfg.Pool.Addr().Is4() || cfg.Pool.Bits() > 30 || cfg.Pool.Masked() != cfg.Pool {
+		return nil, errdefs.Invalid("netpolicy: pool %s must be an IPv4 CIDR of /30 or larger, without host bits", cfg.Pool)
+	}
+	for _, rv := range reserved {
+		if rv.prefix.Overlaps(cfg.Pool) {
+			return nil, errdefs.Invalid("netpolicy: pool %s overlaps %s", cfg.Pool, rv.prefix)
+		}
+	}
+	if cfg.HostDir == "" {
+		cfg.HostDir = "/run/dsec/netpolicy"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Rules == nil {
+		cfg.Rules = RuleSets{}
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+	sum := sha256.Sum256([]byte(cfg.StateDir))
+	m := &Manager{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		tag:    hex.EncodeToString(sum[:4]),
+		prefix: linkPrefix + linkEnc.EncodeToString(sum[:2])[:2],
+		host:   host{dir: cfg.HostDir},
+		sbx:    map[string]*sandbox{},
+	}
+	m.rs = newRuleset("dsec-net-"+m.tag, cfg.Pool)
+	recs, err := m.loadRecords()
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range recs {
+		m.sbx[r.ID] = &sandbox{rec: r}
+	}
+	if len(recs) > 0 {
+		if err := m.restore(recs); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// restore makes sure the table and every recorded sandbox's chains exist.
+func (m *Manager) restore(recs []*record) error {
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return errdefs.Internal(err, "netpolicy: netlink")
+	}
+	up, err := m.rs.exists(c)
+	if err != nil {
+		return errdefs.Internal(err, "netpolicy: list table")
+	}
+	if err := m.host.holdForwarding(m.tag); err != nil {
+		return errdefs.Internal(err, "netpolicy: forwarding")
+	}
+	if !up {
+		m.log.Warn("network policy table missing; rebuilding from records", "table", m.rs.table.Name, "sandboxes", len(recs))
+		if err := m.rs.addBase(c); err != nil {
+			return errdefs.Internal(err, "netpolicy: table")
+		}
+	}
+	// Re-add every recorded sandbox's chains (idempotent: each batch flushes
+	// and refills them), which also repairs one a crash left half-made.
+	for _, r := range recs {
+		es, err := r.entries()
+		if err != nil {
+			return fmt.Errorf("netpolicy: record %s: %w", r.ID, err)
+		}
+		if err := m.rs.addSandbox(c, r.Link, r.Addr, es); err != nil {
+			return errdefs.Internal(err, "netpolicy: sandbox %s", r.ID)
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return errdefs.Internal(err, "netpolicy: restore rules")
+	}
+	m.tableUp, m.attached = true, len(recs)
+	return nil
+}
+
+// Rules returns the operator's rule sets.
+func (m *Manager) Rules() RuleSets { return m.cfg.Rules }
+
+// Pool returns the link address pool.
+func (m *Manager) Pool() netip.Prefix { return m.cfg.Pool }
+
+// Resolve validates p against the rule sets and the pool and expands it;
+// every error is invalid_argument and nothing has been touched.
+func (m *Manager) Resolve(p api.NetworkPolicy) ([]Entry, error) {
+	es, err := m.cfg.Rules.Resolve(p)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range es {
+		if m.cfg.Pool.Bits() <= e.Prefix.Bits() && m.cfg.Pool.Contains(e.Prefix.Addr()) {
+			return nil, errdefs.Invalid("network: allow entry %q is inside the sandbox link pool %s: other sandboxes are never reachable", e, m.cfg.Pool)
+		}
+	}
+	return es, nil
+}
+
+func (m *Manager) entry(id string) *sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sb := m.sbx[id]
+	if sb == nil {
+		sb = &sandbox{}
+		m.sbx[id] = sb
+	}
+	return sb
+}
+
+func (m *Manager) lookup(id string) *sandbox {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.sbx[id]
+}
+
+func (m *Manager) owner(id string) string { return m.tag + "/" + id }
+
+func (m *Manager) linkName(id string) string {
+	sum := sha256.Sum256([]byte(id))
+	return m.prefix + linkEnc.EncodeToString(sum[:8])[:15-len(m.prefix)]
+}
+
+// Apply sets sandbox id's policy. The first policy that allows anything
+// gives the sandbox a link into the namespace ns (its init's network
+// namespace); later calls replace the policy atomically (new flows see the
+// new one, established flows go on). An empty policy on a sandbox without a
+// link does nothing.
+func (m *Manager) Apply(ctx context.Context, id string, ns *os.File, p api.NetworkPolicy) error {
+	if !validID(id) {
+		return errdefs.Invalid("netpolicy: bad sandbox id %q", id)
+	}
+	es, err := m.Resolve(p)
+	if err != nil {
+		return err
+	}
+	sb := m.entry(id)
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	if sb.rec == nil {
+		if len(es) == 0 {
+			return nil
+		}
+		return m.attach(ctx, sb, id, ns, p, es)
+	}
+	rec := *sb.rec
+	rec.Policy, rec.Entries = p, entryStrings(es)
+	if err := m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) }); err != nil {
+		return errdefs.Internal(err, "netpolicy: replace policy of %s", id)
+	}
+	if err := m.saveRecord(&rec); err != nil {
+		return errdefs.Internal(err, "netpolicy: save %s", id)
+	}
+	sb.rec = &rec
+	return nil
+}
+
+// attach gives a sandbox its link and chains; on error nothing is left.
+func (m *Manager) attach(ctx context.Context, sb *sandbox, id string, ns *os.File, p api.NetworkPolicy, es []Entry) error {
+	if ns == nil {
+		return errdefs.Invalid("netpolicy: sandbox %s has no network namespace", id)
+	}
+	hostAddr, err := m.allocate(id)
+	if err != nil {
+		return err
+	}
+	rec := &record{ID: id, Link: m.linkName(id), Host: hostAddr, Addr: hostAddr.Next(), Policy: p, Entries: entryStrings(es)}
+	undo := func() {
+		_ = rec.link().remove()
+		_ = m.host.unclaim(hostAddr, m.owner(id))
+	}
+	if err := ctx.Err(); err != nil {
+		undo()
+		return err
+	}
+	// The record goes first, so whatever a crash leaves half-made is found
+	// (and released) by the next agent through it.
+	if err := m.saveRecord(rec); err != nil {
+		undo()
+		return errdefs.Internal(err, "netpolicy: save %s", id)
+	}
+	if err := rec.link().create(ns); err != nil {
+		undo()
+		_ = m.removeRecord(id)
+		return errdefs.Internal(err, "netpolicy: link for %s", id)
+	}
+	err = m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) })
+	if err != nil {
+		undo()
+		_ = m.removeRecord(id)
+		return errdefs.Internal(err, "netpolicy: rules for %s", id)
+	}
+	m.nftMu.Lock()
+	m.attached++
+	m.nftMu.Unlock()
+	sb.rec = rec
+	m.log.Debug("sandbox egress attached", "id", id, "link", rec.Link, "addr", rec.Addr)
+	return nil
+}
+
+// allocate claims a free /31 in the pool and returns its first address.
+func (m *Manager) allocate(id string) (netip.Addr, error) {
+	base := m.cfg.Pool.Addr().As4()
+	b := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	pairs := uint32(1) << (32 - m.cfg.Pool.Bits() - 1)
+	m.nftMu.Lock()
+	start := m.next
+	m.nftMu.Unlock()
+	for i := uint32(0); i < pairs; i++ {
+		idx := (start + i) % pairs
+		v := b + 2*idx
+		a := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+		ok, err := m.host.claim(a, m.owner(id))
+		if err != nil {
+			return netip.Addr{}, errdefs.Internal(err, "netpolicy: claim address")
+		}
+		if ok {
+			m.nftMu.Lock()
+			m.next = idx + 1
+			m.nftMu.Unlock()
+			return a, nil
+		}
+	}
+	return netip.Addr{}, errdefs.New(api.CodeResourceExhausted, "netpolicy: link address pool %s is exhausted", m.cfg.Pool)
+}
+
+// commit runs one nftables batch, creating the table first if this is the
+// first egress sandbox (and holding forwarding on while the table exists).
+func (m *Manager) commit(fn func(c *nftables.Conn) error) error {
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	fresh := !m.tableUp
+	if fresh {
+		if err := m.host.holdForwarding(m.tag); err != nil {
+			return err
+		}
+		up, err := m.rs.exists(c)
+		if err != nil {
+			return err
+		}
+		if !up {
+			if err := m.rs.addBase(c); err != nil {
+				return err
+			}
+		}
+	}
+	if err := fn(c); err != nil {
+		return err
+	}
+	if err := c.Flush(); err != nil {
+		if fresh && m.attached == 0 {
+			_ = m.host.releaseForwarding(m.tag)
+		}
+		return err
+	}
+	m.tableUp = true
+	return nil
+}
+
+// Status reports sandbox id's policy and denied counter; nil when the
+// sandbox has no egress.
+func (m *Manager) Status(id string) (*api.NetworkStatus, error) {
+	sb := m.lookup(id)
+	if sb == nil {
+		return nil, nil
+	}
+	sb.mu.Lock()
+	rec := sb.rec
+	sb.mu.Unlock()
+	if rec == nil {
+		return nil, nil
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return nil, errdefs.Internal(err, "netpolicy: netlink")
+	}
+	n, err := m.rs.denied(c, rec.Link)
+	if err != nil {
+		return nil, errdefs.Internal(err, "netpolicy: read counter of %s", id)
+	}
+	return &api.NetworkStatus{
+		Allow: rec.Policy.Allow, Rules: rec.Policy.Rules, Address: rec.Addr.String(), Denied: n,
+	}, nil
+}
+
+// Release removes everything sandbox id had: rules, counter, link, address
+// claim and record. The last one out removes the table and gives up
+// forwarding. Releasing a sandbox without egress is a no-op.
+func (m *Manager) Release(ctx context.Context, id string) error {
+	sb := m.lookup(id)
+	if sb == nil {
+		return nil
+	}
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	m.mu.Lock()
+	delete(m.sbx, id)
+	m.mu.Unlock()
+	if sb.rec == nil {
+		return nil
+	}
+	rec := sb.rec
+	sb.rec = nil
+	var errs []error
+	if err := m.dropRules(rec.Link); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, rec.link().remove(), m.host.unclaim(rec.Host, m.owner(id)), m.removeRecord(id))
+	if err := errors.Join(errs...); err != nil {
+		return errdefs.Internal(err, "netpolicy: release %s", id)
+	}
+	return nil
+}
+
+// dropRules removes one sandbox's chains, or the whole table for the last.
+func (m *Manager) dropRules(ifname string) error {
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
+	m.attached--
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	if m.attached > 0 {
+		if err := m.rs.delSandbox(c, ifname); err != nil {
+			return err
+		}
+		return c.Flush()
+	}
+	m.attached = 0
+	return m.dropTable(c)
+}
+
+// dropTable deletes the table (if present) and releases forwarding.
+func (m *Manager) dropTable(c *nftables.Conn) error {
+	var errs []error
+	if up, err := m.rs.exists(c); err != nil {
+		errs = append(errs, err)
+	} else if up {
+		c.DelTable(m.rs.table)
+		errs = append(errs, c.Flush())
+	}
+	m.tableUp = false
+	errs = append(errs, m.host.releaseForwarding(m.tag))
+	return errors.Join(errs...)
+}
+
+// Sweep releases what this Manager left behind for sandboxes not in keep:
+// their records and everything a record names (a record is written before
+// the link and rules it describes, so nothing exists without one), address
+// claims without a record; with no egress sandbox left, the table and its
+// hold on forwarding too.
+func (m *Manager) Sweep(ctx context.Context, keep map[string]bool) {
+	m.mu.Lock()
+	var gone []string
+	for id := range m.sbx {
+		if !keep[id] {
+			gone = append(gone, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, id := range gone {
+		m.log.Warn("releasing network of unrecorded sandbox", "id", id)
+		if err := m.Release(ctx, id); err != nil {
+			m.log.Warn("release leftover network", "id", id, "err", err)
+		}
+	}
+	m.mu.Lock()
+	owners := map[string]bool{}
+	for id := range m.sbx {
+		owners[m.owner(id)] = true
+	}
+	m.mu.Unlock()
+	for a, owner := range m.host.claims(m.tag + "/") {
+		if !owners[owner] {
+			_ = m.host.unclaim(a, owner)
+		}
+	}
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
+	if m.attached == 0 {
+		if c, err := nftables.New(); err == nil {
+			if err := m.dropTable(c); err != nil {
+				m.log.Warn("remove leftover network table", "err", err)
+			}
+		}
+	}
+}
+
+// Close releases nothing in the kernel: egress sandboxes keep their links and
+// rules for the next agent process. With none left, it removes the table.
+func (m *Manager) Close() error {
+	m.nftMu.Lock()
+	defer m.nftMu.Unlock()
+	if m.attached > 0 || !m.tableUp {
+		return nil
+	}
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	return m.dropTable(c)
+}
+
+// TableName is the name of this Manager's inet table.
+func (m *Manager) TableName() string { return m.rs.table.Name }
+
+// Describe is a one-line summary for logs.
+func (m *Manager) Describe() string {
+	return fmt.Sprintf("pool %s, rules [%s], table inet %s", m.cfg.Pool, strings.Join(m.cfg.Rules.Names(), " "), m.rs.table.Name)
+}
