@@ -303,3 +303,13 @@ func assertNoLinksBut(t *testing.T, ns *os.File, want ...string) {
 		t.Fatalf("links %v, want %v", names, want)
 	}
 }
+
+func newBenchManager(b *testing.B) *netpolicy.Manager {
+	b.Helper()
+	m, err := netpolicy.New(netpolicy.Config{StateDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = m.Close() })
+	return m
+}

@@ -1,0 +1,257 @@
+package container_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+
+	"github.com/dsec-dev/dsec/internal/container"
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/driver/drivertest"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/netpolicy"
+	"github.com/dsec-dev/dsec/internal/netpolicy/netpolicytest"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// netDriver is a container driver with a network policy manager whose rule
+// set "mirror" names the given destinations.
+func netDriver(t *testing.T, mirror string) (*container.Driver, *netpolicy.Manager) {
+	t.Helper()
+	rs := netpolicy.RuleSets{}
+	if mirror != "" {
+		if err := rs.Add("mirror=" + mirror); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := netpolicy.New(netpolicy.Config{StateDir: t.TempDir(), Rules: rs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.Network = m
+	d, err := container.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.Close()
+		_ = m.Close()
+		c, _ := nftables.New()
+		if _, err := c.ListTableOfFamily(m.TableName(), nftables.TableFamilyINet); err == nil {
+			t.Errorf("table inet %s left behind", m.TableName())
+		}
+	})
+	return d, m
+}
+
+func startNet(t *testing.T, d driver.Driver, lower []string, p *api.NetworkPolicy) driver.Instance {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inst, err := d.Start(ctx, driver.Spec{ID: drivertest.NewID("np"), Lower: lower, Memory: 128 << 20, Disk: 32 << 20, PidsMax: 128})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inst.Destroy(context.Background()) })
+	if p != nil {
+		if err := inst.(driver.Networker).SetNetwork(ctx, *p); err != nil {
+			t.Fatalf("SetNetwork: %v", err)
+		}
+	}
+	return inst
+}
+
+// tcp connects from inside the sandbox with bash's /dev/tcp and returns what
+// the peer said, or the error bash printed.
+func tcp(t *testing.T, inst driver.Instance, addr string) (string, bool) {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	script := fmt.Sprintf("exec 3<>/dev/tcp/%s/%s && timeout 3 cat <&3", host, port)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r, err := drivertest.Exec(ctx, inst, driver.ProcSpec{Args: []string{"timeout", "5", "bash", "-c", script}, Cwd: "/"}, "")
+	if err != nil {
+		t.Fatalf("exec: %v", err)
+	}
+	if r.Exit.Code != 0 {
+		return r.Stderr, false
+	}
+	return r.Stdout, true
+}
+
+func denied(t *testing.T, inst driver.Instance) uint64 {
+	t.Helper()
+	st, err := inst.(driver.Networker).Network()
+	if err != nil || st == nil {
+		t.Fatalf("Network(): %+v %v", st, err)
+	}
+	return st.Denied
+}
+
+// TestNetworkPolicyInRealSandboxes: a sandbox reaches what its policy allows
+// on a test host and nothing else (other ports and hosts, the node on any of
+// its addresses or loopback, another sandbox); a policy change applies to new
+// connections; the counter counts; delete removes link, rules and table.
+func TestNetworkPolicyInRealSandboxes(t *testing.T) {
+	lower := requireImage(t, "debian")
+	h1 := netpolicytest.NewHost(t, "dstc", 61)
+	h2 := netpolicytest.NewHost(t, "dstc", 62)
+	open, other, far := h1.Listen(t, 0), h1.Listen(t, 0), h2.Listen(t, 0)
+	_, openPort, _ := net.SplitHostPort(open)
+	node := netpolicytest.Listen(t, nil, "0.0.0.0:0")
+	_, nodePort, _ := net.SplitHostPort(node)
+	nodeLo := netpolicytest.Listen(t, nil, "127.0.0.1:0")
+
+	d, _ := netDriver(t, h1.Addr.String()+":"+openPort)
+	plain := startNet(t, d, lower, nil)
+	a := startNet(t, d, lower, &api.NetworkPolicy{Rules: []string{"mirror"}})
+	b := startNet(t, d, lower, &api.NetworkPolicy{Allow: []string{"0.0.0.0/1", "128.0.0.0/1"}})
+
+	if out, ok := tcp(t, a, open); !ok || !strings.HasPrefix(out, "hello from") {
+		t.Fatalf("allowed destination: ok=%v %q", ok, out)
+	}
+	if n := denied(t, a); n != 0 {
+		t.Fatalf("denied = %d after an allowed connection", n)
+	}
+	refused := []string{other, far, "127.0.0.1:" + strings.Split(nodeLo, ":")[1]}
+	for _, ha := range netpolicytest.HostAddrs(t) {
+		refused = append(refused, net.JoinHostPort(ha.String(), nodePort))
+	}
+	// b's policy allows every IPv4 destination: still not the node.
+	for _, addr := range refused {
+		if out, ok := tcp(t, a, addr); ok {
+			t.Errorf("%s reachable from a sandbox (%q)", addr, out)
+		}
+	}
+	for _, ha := range netpolicytest.HostAddrs(t) {
+		if out, ok := tcp(t, b, net.JoinHostPort(ha.String(), nodePort)); ok {
+			t.Errorf("node address %s reachable under an allow-everything policy (%q)", ha, out)
+		}
+	}
+	if out, ok := tcp(t, b, far); !ok {
+		t.Fatalf("allow-everything policy cannot reach a test host: %q", out)
+	}
+	// 127.0.0.1 is the sandbox's own loopback: not counted, everything else is.
+	if got, want := denied(t, a), uint64(len(refused)-1); got != want {
+		t.Errorf("denied = %d, want %d", got, want)
+	}
+	// Nor another sandbox (a listens on every address of its own).
+	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	listener := `import socket
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 2222)); s.listen()
+while True:
+    c, _ = s.accept(); c.send(b"hello from a\n"); c.close()`
+	pr, err := a.Exec(context.Background(), driver.ProcSpec{Args: []string{"python3", "-c", listener}, Cwd: "/", Tag: "listener"}, [3]*os.File{null, null, null})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	for i := 0; ; i++ {
+		if _, ok := tcp(t, a, "127.0.0.1:2222"); ok {
+			break
+		} else if i == 50 {
+			t.Fatal("listener in sandbox a did not come up")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	aAddr := mustNetwork(t, a).Address
+	if out, ok := tcp(t, b, net.JoinHostPort(aAddr, "2222")); ok {
+		t.Errorf("sandbox b reached sandbox a at %s (%q)", aAddr, out)
+	}
+
+	// Next stage: nothing allowed; then the mirror again.
+	if err := a.(driver.Networker).SetNetwork(context.Background(), api.NetworkPolicy{}); err != nil {
+		t.Fatal(err)
+	}
+	if out, ok := tcp(t, a, open); ok {
+		t.Fatalf("reachable after the policy was emptied: %q", out)
+	}
+	if err := a.(driver.Networker).SetNetwork(context.Background(), api.NetworkPolicy{Rules: []string{"mirror"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := tcp(t, a, open); !ok {
+		t.Fatal("not reachable after the policy was restored")
+	}
+
+	// No egress, no cost: loopback only, no link on the node.
+	out := mustSh(t, plain, "ls /sys/class/net")
+	if strings.Fields(out)[0] != "lo" || len(strings.Fields(out)) != 1 {
+		t.Errorf("links in a sandbox without egress: %q", out)
+	}
+	if st, err := plain.(driver.Networker).Network(); st != nil || err != nil {
+		t.Errorf("network status of a loopback-only sandbox: %+v %v", st, err)
+	}
+
+	// Bad policies are refused before anything happens.
+	for _, p := range []api.NetworkPolicy{{Allow: []string{"10.1.2.3/24"}}, {Rules: []string{"pypi"}}, {Allow: []string{"10.1.2.3:0-9"}}} {
+		if err := plain.(driver.Networker).SetNetwork(context.Background(), p); !errdefs.Is(err, api.CodeInvalidArgument) {
+			t.Errorf("%+v: %v, want invalid_argument", p, err)
+		}
+	}
+	if out := mustSh(t, plain, "ls /sys/class/net"); strings.TrimSpace(out) != "lo" {
+		t.Errorf("a refused policy left links: %q", out)
+	}
+
+	// Delete removes the link (and the last one the table, checked at cleanup).
+	links := sandboxLinks(t)
+	if len(links) < 2 {
+		t.Fatalf("want the two sandboxes' links on the node, have %v", links)
+	}
+	for _, in := range []driver.Instance{a, b} {
+		if err := in.Destroy(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, l := range links {
+		if _, err := netlink.LinkByName(l); err == nil {
+			t.Errorf("link %s still there after delete", l)
+		}
+	}
+}
+
+func mustNetwork(t *testing.T, inst driver.Instance) *api.NetworkStatus {
+	t.Helper()
+	st, err := inst.(driver.Networker).Network()
+	if err != nil || st == nil {
+		t.Fatalf("Network(): %+v %v", st, err)
+	}
+	return st
+}
+
+func mustSh(t *testing.T, inst driver.Instance, script string) string {
+	t.Helper()
+	r, err := drivertest.Exec(context.Background(), inst, driver.ProcSpec{Args: []string{"sh", "-c", script}, Cwd: "/"}, "")
+	if err != nil || r.Exit.Code != 0 {
+		t.Fatalf("%s: %+v %v", script, r, err)
+	}
+	return r.Stdout
+}
+
+// sandboxLinks lists the node's sandbox links.
+func sandboxLinks(t *testing.T) []string {
+	t.Helper()
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range links {
+		if n := l.Attrs().Name; strings.HasPrefix(n, "dsv") && len(n) == 15 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
