@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/driver/drivertest"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/netpolicy/netpolicytest"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -110,7 +112,7 @@ func TestNetworkPolicyInRealSandboxes(t *testing.T) {
 	_, nodePort, _ := net.SplitHostPort(node)
 	nodeLo := netpolicytest.Listen(t, nil, "127.0.0.1:0")
 
-	d, _ := netDriver(t, h1.Addr.String()+":"+openPort)
+	d, m := netDriver(t, h1.Addr.String()+":"+openPort)
 	plain := startNet(t, d, lower, nil)
 	a := startNet(t, d, lower, &api.NetworkPolicy{Rules: []string{"mirror"}})
 	b := startNet(t, d, lower, &api.NetworkPolicy{Allow: []string{"0.0.0.0/1", "128.0.0.0/1"}})
@@ -215,6 +217,7 @@ while True:
 			t.Fatal(err)
 		}
 	}
+	m.Settle()
 	for _, l := range links {
 		if _, err := netlink.LinkByName(l); err == nil {
 			t.Errorf("link %s still there after delete", l)
@@ -254,4 +257,80 @@ func sandboxLinks(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// BenchmarkStartEgress compares create+start of sandboxes with egress (link,
+// addresses, rules) against default loopback-only ones, side by side, as
+// `dsec bench create` does: b.N creates timed, then all destroyed (reported
+// as destroy-ms/op); network-ms/op is the SetNetwork share of a create.
+func BenchmarkStartEgress(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		p    *api.NetworkPolicy
+	}{{"default", nil}, {"egress", &api.NetworkPolicy{Allow: []string{"198.18.70.0/24:443", "198.18.71.7"}}},
+		{"default-again", nil}, {"egress-again", &api.NetworkPolicy{Allow: []string{"198.18.70.0/24:443"}}}} {
+		b.Run(c.name, func(b *testing.B) {
+			d, lower := benchDriver(b)
+			var setnet time.Duration
+			insts := make([]driver.Instance, 0, b.N)
+			ctx := context.Background()
+			for i := 0; i < b.N; i++ {
+				inst, err := d.Start(ctx, driver.Spec{ID: drivertest.NewID("nb"), Lower: lower, Memory: 128 << 20, Disk: 32 << 20, PidsMax: 128})
+				if err != nil {
+					b.Fatal(err)
+				}
+				insts = append(insts, inst)
+				if c.p != nil {
+					t0 := time.Now()
+					if err := inst.(driver.Networker).SetNetwork(ctx, *c.p); err != nil {
+						b.Fatal(err)
+					}
+					setnet += time.Since(t0)
+				}
+			}
+			b.StopTimer()
+			t0 := time.Now()
+			for _, inst := range insts {
+				if err := inst.Destroy(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(time.Since(t0).Microseconds())/float64(b.N)/1000, "destroy-ms/op")
+			b.ReportMetric(float64(setnet.Microseconds())/float64(b.N)/1000, "network-ms/op")
+		})
+	}
+}
+
+// benchDriver is a container driver with a network manager, private to b.
+func benchDriver(b *testing.B) (*container.Driver, []string) {
+	b.Helper()
+	netpolicytest.RequireRoot(b)
+	img, err := (&images.Store{Dir: imagesDir()}).Resolve("debian")
+	if err != nil {
+		b.Skipf("image debian not available: %v", err)
+	}
+	state, err := os.MkdirTemp("/var/lib", "dsec-cb-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	run, err := os.MkdirTemp("/run", "dsec-cb-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	m, err := netpolicy.New(netpolicy.Config{StateDir: filepath.Join(state, "netpolicy")})
+	if err != nil {
+		b.Fatal(err)
+	}
+	d, err := container.New(container.Config{StateDir: filepath.Join(state, "containers"), RunDir: run,
+		CgroupParent: "dsec-bench-" + filepath.Base(state), Network: m})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		d.Close()
+		_ = m.Close()
+		os.RemoveAll(state)
+		os.RemoveAll(run)
+	})
+	return d, img.Lower
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -88,6 +89,35 @@ func (l link) remove() error {
 		return nil
 	}
 	return fmt.Errorf("delete veth %s: %w", l.ifname, err)
+}
+
+// lookup returns the host end, nil if it is gone.
+func (l link) lookup() (netlink.Link, error) {
+	found, err := netlink.LinkByName(l.ifname)
+	var nf netlink.LinkNotFoundError
+	if errors.As(err, &nf) {
+		return nil, nil
+	}
+	return found, err
+}
+
+// awaitGone polls until the link with index idx no longer exists (or has
+// been replaced by another of that index); false if it is still there after d.
+func (l link) awaitGone(idx int, d time.Duration) bool {
+	deadline := time.Now().Add(d)
+	for wait := 5 * time.Millisecond; ; wait = min(2*wait, 100*time.Millisecond) {
+		found, err := netlink.LinkByIndex(idx)
+		if err != nil || found.Attrs().Name != l.ifname {
+			var nf netlink.LinkNotFoundError
+			if err == nil || errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(wait)
+	}
 }
 
 // listLinks returns the names of host links starting with prefix.

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/nftables"
 
@@ -49,8 +50,10 @@ type Manager struct {
 	rs     *ruleset
 	host   host
 
-	mu  sync.Mutex
-	sbx map[string]*sandbox
+	mu      sync.Mutex
+	sbx     map[string]*sandbox
+	reaping map[string]bool // released, link not yet gone
+	reaps   sync.WaitGroup
 
 	nftMu    sync.Mutex // serializes batches and the table's existence
 	tableUp  bool
@@ -97,12 +100,13 @@ func New(cfg Config) (*Manager, error) {
 	}
 	sum := sha256.Sum256([]byte(cfg.StateDir))
 	m := &Manager{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		tag:    hex.EncodeToString(sum[:4]),
-		prefix: linkPrefix + linkEnc.EncodeToString(sum[:2])[:2],
-		host:   host{dir: cfg.HostDir},
-		sbx:    map[string]*sandbox{},
+		cfg:     cfg,
+		log:     cfg.Logger,
+		tag:     hex.EncodeToString(sum[:4]),
+		prefix:  linkPrefix + linkEnc.EncodeToString(sum[:2])[:2],
+		host:    host{dir: cfg.HostDir},
+		sbx:     map[string]*sandbox{},
+		reaping: map[string]bool{},
 	}
 	m.rs = newRuleset("dsec-net-"+m.tag, cfg.Pool)
 	recs, err := m.loadRecords()
@@ -392,12 +396,55 @@ func (m *Manager) Release(ctx context.Context, id string) error {
 	if err := m.dropRules(rec.Link); err != nil {
 		errs = append(errs, err)
 	}
-	errs = append(errs, rec.link().remove(), m.host.unclaim(rec.Host, m.owner(id)), m.removeRecord(id))
+	errs = append(errs, m.removeRecord(id))
+	m.reapLink(id, rec)
 	if err := errors.Join(errs...); err != nil {
 		return errdefs.Internal(err, "netpolicy: release %s", id)
 	}
 	return nil
 }
+
+// reapLink removes a released sandbox's link and then frees its address.
+// The link of a sandbox whose init has died goes with its namespace, which
+// the kernel tears down in the background, many at a time, far cheaper than
+// deleting each link here (a veth delete waits for an RCU grace period under
+// the rtnl lock, ~35 ms on a loaded 2-core node, and stalls every create).
+// So it waits for that, up to reapWait, and only then deletes the link
+// itself (a namespace still alive, e.g. kept open by someone). The address
+// stays claimed until the link is gone. Close waits for pending reaps.
+func (m *Manager) reapLink(id string, rec *record) {
+	l := rec.link()
+	found, err := l.lookup()
+	if err != nil || found == nil {
+		_ = m.host.unclaim(rec.Host, m.owner(id))
+		return
+	}
+	m.mu.Lock()
+	m.reaping[id] = true
+	m.mu.Unlock()
+	m.reaps.Add(1)
+	go func() {
+		defer m.reaps.Done()
+		if !l.awaitGone(found.Attrs().Index, reapWait) {
+			if err := l.remove(); err != nil {
+				m.log.Warn("remove sandbox link", "id", id, "link", l.ifname, "err", err)
+			}
+		}
+		if err := m.host.unclaim(rec.Host, m.owner(id)); err != nil {
+			m.log.Warn("free sandbox address", "id", id, "addr", rec.Host, "err", err)
+		}
+		m.mu.Lock()
+		delete(m.reaping, id)
+		m.mu.Unlock()
+	}()
+}
+
+// reapWait is how long a released link may take to go with its namespace.
+const reapWait = 2 * time.Second
+
+// Settle waits until every released sandbox's link is gone and its address
+// free.
+func (m *Manager) Settle() { m.reaps.Wait() }
 
 // dropRules removes one sandbox's chains, or the whole table for the last.
 func (m *Manager) dropRules(ifname string) error {
@@ -457,6 +504,9 @@ func (m *Manager) Sweep(ctx context.Context, keep map[string]bool) {
 	for id := range m.sbx {
 		owners[m.owner(id)] = true
 	}
+	for id := range m.reaping {
+		owners[m.owner(id)] = true
+	}
 	m.mu.Unlock()
 	for a, owner := range m.host.claims(m.tag + "/") {
 		if !owners[owner] {
@@ -475,8 +525,10 @@ func (m *Manager) Sweep(ctx context.Context, keep map[string]bool) {
 }
 
 // Close releases nothing in the kernel: egress sandboxes keep their links and
-// rules for the next agent process. With none left, it removes the table.
+// rules for the next agent process. It waits for released links to go
+// (Settle) and, with no egress sandbox left, removes the table.
 func (m *Manager) Close() error {
+	m.Settle()
 	m.nftMu.Lock()
 	defer m.nftMu.Unlock()
 	if m.attached > 0 || !m.tableUp {
