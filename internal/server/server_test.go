@@ -390,9 +390,17 @@ func TestExecStreamErrors(t *testing.T) {
 	sb := e.create()
 	resp, b = e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec/stream", strings.NewReader(`{"cmd":["cat"],"x":1}`+"\n"))
 	wantError(t, resp, b, http.StatusBadRequest, api.CodeInvalidArgument)
-	// A bad input line after the start is an error event; the process still exits.
+	// A refused input line after the start is an input_error event; the process
+	// still gets its stdin and exits.
 	resp, b = e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec/stream",
-		strings.NewReader(`{"cmd":["cat"]}`+"\n"+`{"signal":"NOPE"}`+"\n"))
+		strings.NewReader(`{"cmd":["cat"]}`+"\n"+`{"signal":"NOPE"}`+"\n"+`{"stdin":"aGk="}`+"\n"))
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"type":"input_error"`) || !strings.Contains(string(b), `"type":"exit"`) ||
+		!strings.Contains(string(b), `"data":"aGk="`) {
+		t.Fatalf("stream: %d %s", resp.StatusCode, b)
+	}
+	// An undecodable input line is an error event; the process still exits.
+	resp, b = e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec/stream",
+		strings.NewReader(`{"cmd":["cat"]}`+"\n"+`{"signal":`+"\n"))
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"type":"error"`) || !strings.Contains(string(b), `"type":"exit"`) {
 		t.Fatalf("stream: %d %s", resp.StatusCode, b)
 	}
@@ -502,7 +510,7 @@ func TestOpenAPIServed(t *testing.T) {
 
 type panicNode struct{ *servertest.Node }
 
-func (panicNode) Info(context.Context) api.Info { panic("boom") }
+func (panicNode) Info(context.Context) (api.Info, error) { panic("boom") }
 
 func TestPanicRecovered(t *testing.T) {
 	var logs bytes.Buffer
