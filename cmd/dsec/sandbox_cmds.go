@@ -17,13 +17,13 @@ import (
 func createCmd() *cobra.Command {
 	var image, memory, disk, ttl, idle, requestID string
 	var cpu float64
-	var env []string
+	var env, allow, rules []string
 	c := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID}
+			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID, Network: networkPolicy(allow, rules)}
 			var err error
 			if req.MemoryBytes, err = parseSize(memory); err != nil {
 				return err
@@ -68,6 +68,7 @@ func createCmd() *cobra.Command {
 	f.StringVar(&idle, "idle-timeout", "", "delete the sandbox after this long without use")
 	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for every process (repeatable)")
 	f.StringVar(&requestID, "request-id", "", "idempotency key: a retry returns the same sandbox")
+	addNetworkFlags(c, &allow, &rules)
 	return c
 }
 

@@ -8,24 +8,26 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // record is what the agent keeps on disk per sandbox: enough to re-adopt it.
 type record struct {
-	ID                 string            `json:"id"`
-	Backend            string            `json:"backend"`
-	Image              string            `json:"image"`
-	Spec               driver.Spec       `json:"spec"`
-	CreatedAt          time.Time         `json:"created_at"`
-	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`
-	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
-	Env                map[string]string `json:"env,omitempty"`
-	Labels             map[string]string `json:"labels,omitempty"`
-	RequestID          string            `json:"request_id,omitempty"`
-	Paused             bool              `json:"paused,omitempty"`
-	DriverState        json.RawMessage   `json:"driver_state"`
-	Procs              []procRecord      `json:"procs,omitempty"`
-	NextProc           int               `json:"next_proc,omitempty"`
+	ID                 string             `json:"id"`
+	Backend            string             `json:"backend"`
+	Image              string             `json:"image"`
+	Spec               driver.Spec        `json:"spec"`
+	CreatedAt          time.Time          `json:"created_at"`
+	TTLSeconds         int64              `json:"ttl_seconds,omitempty"`
+	IdleTimeoutSeconds int64              `json:"idle_timeout_seconds,omitempty"`
+	Env                map[string]string  `json:"env,omitempty"`
+	Labels             map[string]string  `json:"labels,omitempty"`
+	RequestID          string             `json:"request_id,omitempty"`
+	Paused             bool               `json:"paused,omitempty"`
+	DriverState        json.RawMessage    `json:"driver_state"`
+	Procs              []procRecord       `json:"procs,omitempty"`
+	NextProc           int                `json:"next_proc,omitempty"`
+	Network            *api.NetworkPolicy `json:"network,omitempty"`
 }
 
 // procRecord is a background process, kept so it can be re-attached.

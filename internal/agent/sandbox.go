@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -51,6 +52,7 @@ func (sb *sandbox) view() api.Sandbox {
 		t := r.CreatedAt.Add(time.Duration(r.TTLSeconds) * time.Second)
 		v.ExpiresAt = &t
 	}
+	v.Network = networkStatus(sb.inst, sb.m.log)
 	switch {
 	case driver.Exited(sb.inst):
 		v.State = api.StateExited
@@ -112,6 +114,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	}
 	if req.Backend != m.cfg.Driver.Name() {
 		return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "backend %q is not available on this node (have %q)", req.Backend, m.cfg.Driver.Name())
+	}
+	if err := m.checkNetwork(req.Network); err != nil {
+		return api.Sandbox{}, err
 	}
 	if req.RequestID == "" {
 		sb, err := m.create(ctx, req)
@@ -205,10 +210,14 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	if err != nil {
 		return nil, err
 	}
+	if err := applyNetwork(ctx, inst, req.Network); err != nil {
+		_ = inst.Destroy(context.Background())
+		return nil, err
+	}
 	r := &record{
 		ID: id, Backend: req.Backend, Image: img.Name, Spec: spec, CreatedAt: m.now().UTC(),
 		TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
-		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID,
+		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, Network: req.Network,
 	}
 	sb := newSandbox(m, r, inst)
 	if err := sb.save(); err != nil {
@@ -338,7 +347,7 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, fmt.Errorf("reset: %w", err)
 	}
 	sb.inst = inst
-	err = sb.save()
+	err = errors.Join(applyNetwork(ctx, inst, sb.rec.Network), sb.save())
 	sb.mu.Unlock()
 	sb.touch()
 	if err != nil {

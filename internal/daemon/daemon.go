@@ -27,6 +27,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -73,6 +74,12 @@ type Config struct {
 	// (default BlobSpec("", DataDir) = dir:DATA_DIR/blobs, where `dsec image build`
 	// puts layers by default).
 	BlobStore string
+	// NetworkRules are the operator's egress rule sets, each
+	// "NAME=CIDR[:PORT[-PORT]][,...]" (dsec server --network-rule);
+	// NetworkPool is the sandbox link address pool (default
+	// netpolicy.DefaultPool).
+	NetworkRules []string
+	NetworkPool  string
 }
 
 // EnvStoreDir is where `dsec image compose` keeps environment manifests.
@@ -91,6 +98,7 @@ func BlobSpec(spec, dataDir string) string {
 type Daemon struct {
 	Manager *agent.Manager
 	Driver  *container.Driver
+	Network *netpolicy.Manager // sandboxes' egress policies
 	Server  *server.Server
 	Token   string
 	// Trajectories is the trajectory log (Config.TrajStore).
@@ -134,7 +142,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	drv, err := container.New(container.Config{StateDir: filepath.Join(cfg.DataDir, "containers"), Logger: cfg.Logger})
+	netm, err := openNetwork(cfg)
+	if err != nil {
+		return nil, err
+	}
+	drv, err := container.New(container.Config{StateDir: filepath.Join(cfg.DataDir, "containers"), Logger: cfg.Logger, Network: netm})
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +196,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
 	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj,
 		Images: mgr, ImageManager: n, FnCall: n})
-	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
+	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
 	return d, nil
@@ -244,7 +256,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	}
 	close(d.stopPrune)
 	<-d.pruneDone
-	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Trajectories.Close())
+	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close())
 	return errors.Join(errs...)
 }
 

@@ -108,7 +108,7 @@ func New(cfg Config) (*Manager, error) {
 		sbx:     map[string]*sandbox{},
 		reaping: map[string]bool{},
 	}
-	m.rs = newRuleset("dsec-net-"+m.tag, cfg.Pool)
+	m.rs = newRuleset(TableName(cfg.StateDir), cfg.Pool)
 	recs, err := m.loadRecords()
 	if err != nil {
 		return nil, err
@@ -539,6 +539,12 @@ func (m *Manager) Close() error {
 		return err
 	}
 	return m.dropTable(c)
+}
+
+// TableName is the name of the inet table of the Manager on stateDir.
+func TableName(stateDir string) string {
+	sum := sha256.Sum256([]byte(stateDir))
+	return "dsec-net-" + hex.EncodeToString(sum[:4])
 }
 
 // TableName is the name of this Manager's inet table.

@@ -32,6 +32,7 @@ func (s *Server) routes() []route {
 		{"POST " + sb + "/pause", s.pauseSandbox},
 		{"POST " + sb + "/resume", s.resumeSandbox},
 		{"POST " + sb + "/reset", s.resetSandbox},
+		{"PUT " + sb + "/network", s.setNetwork},
 
 		{"POST " + sb + "/exec", s.step(trajectory.OpExec, s.prepareExec(trajectory.OpExec), s.exec)},
 		{"POST " + sb + "/exec/stream", s.step(trajectory.OpExecStream, s.prepareExecStream, s.execStream)},

@@ -72,6 +72,7 @@ type node struct {
 	cmd     *exec.Cmd
 	logs    *bytes.Buffer
 	cl      *client.Client
+	args    []string // extra server flags
 }
 
 func freePort(t *testing.T) string {
@@ -83,9 +84,9 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startNode runs a server on a fresh data dir; the data dir and every sandbox
-// are removed when the test ends.
-func startNode(t *testing.T) *node {
+// startNode runs a server (with extra flags args) on a fresh data dir; the data
+// dir and every sandbox are removed when the test ends.
+func startNode(t *testing.T, args ...string) *node {
 	t.Helper()
 	if skipAll != "" {
 		t.Skip(skipAll)
@@ -94,7 +95,7 @@ func startNode(t *testing.T) *node {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := &node{t: t, dataDir: dir, addr: freePort(t)}
+	n := &node{t: t, dataDir: dir, addr: freePort(t), args: args}
 	n.start()
 	t.Cleanup(func() {
 		n.stop(true)
@@ -107,7 +108,7 @@ func (n *node) start() {
 	t := n.t
 	t.Helper()
 	n.logs = &bytes.Buffer{}
-	n.cmd = exec.Command(binPath, "server", "--listen", n.addr, "--data-dir", n.dataDir, "--log-level", "debug")
+	n.cmd = exec.Command(binPath, append([]string{"server", "--listen", n.addr, "--data-dir", n.dataDir, "--log-level", "debug"}, n.args...)...)
 	n.cmd.Stdout, n.cmd.Stderr = n.logs, n.logs
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {

@@ -1,0 +1,83 @@
+package agent
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// checkNetwork validates a create request's network policy before anything
+// is created (invalid_argument for a bad policy, not_implemented when the
+// backend offers no egress).
+func (m *Manager) checkNetwork(p *api.NetworkPolicy) error {
+	if p == nil {
+		return nil
+	}
+	nd, ok := m.cfg.Driver.(driver.NetworkDriver)
+	if !ok {
+		return errdefs.New(api.CodeNotImplemented, "backend %q offers no network policy", m.cfg.Driver.Name())
+	}
+	return nd.ValidateNetwork(*p)
+}
+
+// applyNetwork gives a just-started instance its policy (nil: none).
+func applyNetwork(ctx context.Context, inst driver.Instance, p *api.NetworkPolicy) error {
+	if p == nil {
+		return nil
+	}
+	n, ok := inst.(driver.Networker)
+	if !ok {
+		return errdefs.New(api.CodeNotImplemented, "this backend offers no network policy")
+	}
+	return n.SetNetwork(ctx, *p)
+}
+
+// networkStatus is the "network" field of a sandbox view (nil: loopback only).
+func networkStatus(inst driver.Instance, log *slog.Logger) *api.NetworkStatus {
+	n, ok := inst.(driver.Networker)
+	if !ok || driver.Exited(inst) {
+		return nil
+	}
+	st, err := n.Network()
+	if err != nil {
+		log.Warn("read network status", "id", inst.ID(), "err", err)
+	}
+	return st
+}
+
+// SetNetwork replaces a sandbox's egress policy (PUT
+// /v1/sandboxes/{id}/network): new connections see the new policy at once,
+// established ones go on. The policy is kept in the record, so it survives a
+// restart of the agent and is applied again by Reset.
+func (m *Manager) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
+	if err := m.checkNetwork(&p); err != nil {
+		return api.Sandbox{}, err
+	}
+	sb, err := m.get(id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sb.mu.Lock()
+	switch {
+	case sb.deleted:
+		sb.mu.Unlock()
+		return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", id)
+	case driver.Exited(sb.inst):
+		sb.mu.Unlock()
+		return api.Sandbox{}, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
+	}
+	err = applyNetwork(ctx, sb.inst, &p)
+	if err == nil {
+		sb.rec.Network = &p
+		err = sb.save()
+	}
+	sb.mu.Unlock()
+	sb.touch()
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return sb.view(), nil
+}
