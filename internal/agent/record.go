@@ -13,21 +13,24 @@ import (
 
 // record is what the agent keeps on disk per sandbox: enough to re-adopt it.
 type record struct {
-	ID                 string             `json:"id"`
-	Backend            string             `json:"backend"`
-	Image              string             `json:"image"`
-	Spec               driver.Spec        `json:"spec"`
-	CreatedAt          time.Time          `json:"created_at"`
-	TTLSeconds         int64              `json:"ttl_seconds,omitempty"`
-	IdleTimeoutSeconds int64              `json:"idle_timeout_seconds,omitempty"`
-	Env                map[string]string  `json:"env,omitempty"`
-	Labels             map[string]string  `json:"labels,omitempty"`
-	RequestID          string             `json:"request_id,omitempty"`
-	Paused             bool               `json:"paused,omitempty"`
-	DriverState        json.RawMessage    `json:"driver_state"`
-	Procs              []procRecord       `json:"procs,omitempty"`
-	NextProc           int                `json:"next_proc,omitempty"`
-	Network            *api.NetworkPolicy `json:"network,omitempty"`
+	ID                 string            `json:"id"`
+	Backend            string            `json:"backend"`
+	Image              string            `json:"image"`
+	Spec               driver.Spec       `json:"spec"`
+	CreatedAt          time.Time         `json:"created_at"`
+	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`
+	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
+	Env                map[string]string `json:"env,omitempty"`
+	Labels             map[string]string `json:"labels,omitempty"`
+	RequestID          string            `json:"request_id,omitempty"`
+	Paused             bool              `json:"paused,omitempty"`
+	DriverState        json.RawMessage   `json:"driver_state"`
+	Procs              []procRecord      `json:"procs,omitempty"`
+	NextProc           int               `json:"next_proc,omitempty"`
+
+	// Network is the sandbox's egress policy, applied again on reset (nil:
+	// loopback only).
+	Network *api.NetworkPolicy `json:"network,omitempty"`
 }
 
 // procRecord is a background process, kept so it can be re-attached.
