@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
@@ -58,7 +59,11 @@ type Manager struct {
 	nftMu    sync.Mutex // serializes batches and the table's existence
 	tableUp  bool
 	attached int
-	next     uint32 // allocation hint: next pair index to try
+	next     atomic.Uint32 // allocation hint: next pair index to try
+
+	qMu     sync.Mutex // guards queue and leading (see commit)
+	queue   []*nftOp
+	leading bool
 }
 
 type sandbox struct {
@@ -232,7 +237,7 @@ func (m *Manager) Apply(ctx context.Context, id string, ns *os.File, p api.Netwo
 	}
 	rec := *sb.rec
 	rec.Policy, rec.Entries = p, entryStrings(es)
-	if err := m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) }); err != nil {
+	if err := m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) }, 0); err != nil {
 		return errdefs.Internal(err, "netpolicy: replace policy of %s", id)
 	}
 	if err := m.saveRecord(&rec); err != nil {
@@ -271,15 +276,12 @@ func (m *Manager) attach(ctx context.Context, sb *sandbox, id string, ns *os.Fil
 		_ = m.removeRecord(id)
 		return errdefs.Internal(err, "netpolicy: link for %s", id)
 	}
-	err = m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) })
+	err = m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) }, +1)
 	if err != nil {
 		undo()
 		_ = m.removeRecord(id)
 		return errdefs.Internal(err, "netpolicy: rules for %s", id)
 	}
-	m.nftMu.Lock()
-	m.attached++
-	m.nftMu.Unlock()
 	sb.rec = rec
 	m.log.Debug("sandbox egress attached", "id", id, "link", rec.Link, "addr", rec.Addr)
 	return nil
@@ -290,9 +292,7 @@ func (m *Manager) allocate(id string) (netip.Addr, error) {
 	base := m.cfg.Pool.Addr().As4()
 	b := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
 	pairs := uint32(1) << (32 - m.cfg.Pool.Bits() - 1)
-	m.nftMu.Lock()
-	start := m.next
-	m.nftMu.Unlock()
+	start := m.next.Load()
 	for i := uint32(0); i < pairs; i++ {
 		idx := (start + i) % pairs
 		v := b + 2*idx
@@ -302,50 +302,11 @@ func (m *Manager) allocate(id string) (netip.Addr, error) {
 			return netip.Addr{}, errdefs.Internal(err, "netpolicy: claim address")
 		}
 		if ok {
-			m.nftMu.Lock()
-			m.next = idx + 1
-			m.nftMu.Unlock()
+			m.next.Store(idx + 1)
 			return a, nil
 		}
 	}
 	return netip.Addr{}, errdefs.New(api.CodeResourceExhausted, "netpolicy: link address pool %s is exhausted", m.cfg.Pool)
-}
-
-// commit runs one nftables batch, creating the table first if this is the
-// first egress sandbox (and holding forwarding on while the table exists).
-func (m *Manager) commit(fn func(c *nftables.Conn) error) error {
-	m.nftMu.Lock()
-	defer m.nftMu.Unlock()
-	c, err := nftables.New()
-	if err != nil {
-		return err
-	}
-	fresh := !m.tableUp
-	if fresh {
-		if err := m.host.holdForwarding(m.tag); err != nil {
-			return err
-		}
-		up, err := m.rs.exists(c)
-		if err != nil {
-			return err
-		}
-		if !up {
-			if err := m.rs.addBase(c); err != nil {
-				return err
-			}
-		}
-	}
-	if err := fn(c); err != nil {
-		return err
-	}
-	if err := c.Flush(); err != nil {
-		if fresh && m.attached == 0 {
-			_ = m.host.releaseForwarding(m.tag)
-		}
-		return err
-	}
-	m.tableUp = true
-	return nil
 }
 
 // Status reports sandbox id's policy and denied counter; nil when the
@@ -393,7 +354,7 @@ func (m *Manager) Release(ctx context.Context, id string) error {
 	rec := sb.rec
 	sb.rec = nil
 	var errs []error
-	if err := m.dropRules(rec.Link); err != nil {
+	if err := m.commit(func(c *nftables.Conn) error { return m.rs.delSandbox(c, rec.Link) }, -1); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, m.removeRecord(id))
@@ -445,25 +406,6 @@ const reapWait = 2 * time.Second
 // Settle waits until every released sandbox's link is gone and its address
 // free.
 func (m *Manager) Settle() { m.reaps.Wait() }
-
-// dropRules removes one sandbox's chains, or the whole table for the last.
-func (m *Manager) dropRules(ifname string) error {
-	m.nftMu.Lock()
-	defer m.nftMu.Unlock()
-	m.attached--
-	c, err := nftables.New()
-	if err != nil {
-		return err
-	}
-	if m.attached > 0 {
-		if err := m.rs.delSandbox(c, ifname); err != nil {
-			return err
-		}
-		return c.Flush()
-	}
-	m.attached = 0
-	return m.dropTable(c)
-}
 
 // dropTable deletes the table (if present) and releases forwarding.
 func (m *Manager) dropTable(c *nftables.Conn) error {
