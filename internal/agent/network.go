@@ -56,20 +56,12 @@ func (m *Manager) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy
 	if err := m.checkNetwork(&p); err != nil {
 		return api.Sandbox{}, err
 	}
-	sb, err := m.get(id)
+	sb, inst, err := m.session(id)
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	sb.mu.Lock()
-	switch {
-	case sb.deleted:
-		sb.mu.Unlock()
-		return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", id)
-	case driver.Exited(sb.inst):
-		sb.mu.Unlock()
-		return api.Sandbox{}, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
-	}
-	err = applyNetwork(ctx, sb.inst, &p)
+	err = applyNetwork(ctx, inst, &p)
 	if err == nil {
 		sb.rec.Network = &p
 		err = sb.save()

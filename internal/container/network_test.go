@@ -208,7 +208,7 @@ while True:
 	}
 
 	// Delete removes the link (and the last one the table, checked at cleanup).
-	links := sandboxLinks(t)
+	links := netpolicytest.SandboxLinks(t)
 	if len(links) < 2 {
 		t.Fatalf("want the two sandboxes' links on the node, have %v", links)
 	}
@@ -243,21 +243,6 @@ func mustSh(t *testing.T, inst driver.Instance, script string) string {
 	return r.Stdout
 }
 
-// sandboxLinks lists the node's sandbox links.
-func sandboxLinks(t *testing.T) []string {
-	t.Helper()
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, l := range links {
-		if n := l.Attrs().Name; strings.HasPrefix(n, "dsv") && len(n) == 15 {
-			out = append(out, n)
-		}
-	}
-	return out
-}
 
 // BenchmarkStartEgress compares create+start of sandboxes with egress (link,
 // addresses, rules) against default loopback-only ones, side by side, as

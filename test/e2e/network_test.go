@@ -142,7 +142,7 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 
 	// Delete: the link, the rules and the table go.
-	links := sandboxLinks(t)
+	links := netpolicytest.SandboxLinks(t)
 	for _, s := range []string{id, plain} {
 		if err := n.cl.Delete(ctx, s); err != nil {
 			t.Fatal(err)
@@ -177,18 +177,3 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 }
 
-// sandboxLinks lists the node-side links of dsec sandboxes on this host.
-func sandboxLinks(t *testing.T) []string {
-	t.Helper()
-	links, err := netlink.LinkList()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, l := range links {
-		if name := l.Attrs().Name; strings.HasPrefix(name, "dsv") && len(name) == 15 {
-			out = append(out, name)
-		}
-	}
-	return out
-}

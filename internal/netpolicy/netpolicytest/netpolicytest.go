@@ -295,3 +295,20 @@ func HostAddrs(t testing.TB) []netip.Addr {
 	}
 	return out
 }
+
+// SandboxLinks lists the node-side links of dsec sandboxes on this host
+// (every dsec node's: "dsv" and 12 more characters).
+func SandboxLinks(t testing.TB) []string {
+	t.Helper()
+	links, err := netlink.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range links {
+		if name := l.Attrs().Name; len(name) == 15 && name[:3] == "dsv" {
+			out = append(out, name)
+		}
+	}
+	return out
+}
