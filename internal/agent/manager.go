@@ -56,7 +56,7 @@ type Sweeper interface {
 	Sweep(ctx context.Context, keep map[string]bool)
 }
 
-// Manager implements the node side of the API (session.Service).
+// Manager is the node agent; it implements session.Service.
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger

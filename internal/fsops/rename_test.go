@@ -56,7 +56,8 @@ func TestRenameErrors(t *testing.T) {
 	s.write(t, "/dir/sub/g", "y")
 	s.fs.Mkdir("/empty", 0, false)
 	for _, tc := range []struct {
-		from, to, code string
+		from, to string
+		code     api.Code
 	}{
 		{"/", "/x", api.CodeInvalidArgument},
 		{"/f", "/", api.CodeInvalidArgument},

@@ -4,8 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"io"
-	"log"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,7 +104,7 @@ func newTestDaemon(t *testing.T, cfg Config) *Daemon {
 	if cfg.Root == "" {
 		cfg.Root = t.TempDir()
 	}
-	d, err := NewDaemon(cfg, log.New(io.Discard, "", 0))
+	d, err := NewDaemon(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -256,7 +255,7 @@ func TestBadLayers(t *testing.T) {
 	cases := []struct {
 		name string
 		ref  LayerRef
-		code string
+		code api.Code
 	}{
 		{"not erofs", LayerRef{Digest: garbage, Store: good.Store}, api.CodeBadGateway},
 		{"digest mismatch on full fetch", LayerRef{Digest: fdg, Store: good.Store, Prefetch: "full"}, api.CodeBadGateway},

@@ -81,7 +81,7 @@ func mustJSON(t *testing.T, b []byte, v any) {
 }
 
 // wantError checks status, code and the error body's shape.
-func wantError(t *testing.T, resp *http.Response, body []byte, status int, code string) *api.Error {
+func wantError(t *testing.T, resp *http.Response, body []byte, status int, code api.Code) *api.Error {
 	t.Helper()
 	if resp.StatusCode != status {
 		t.Fatalf("status = %d, want %d; body %s", resp.StatusCode, status, body)
@@ -89,7 +89,7 @@ func wantError(t *testing.T, resp *http.Response, body []byte, status int, code 
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("content type %q", ct)
 	}
-	if got := resp.Header.Get(server.ErrorHeader); got != code {
+	if got := api.Code(resp.Header.Get(server.ErrorHeader)); got != code {
 		t.Fatalf("%s = %q, want %q", server.ErrorHeader, got, code)
 	}
 	var raw map[string]map[string]any

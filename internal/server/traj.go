@@ -161,7 +161,7 @@ func (s *Server) runStep(w http.ResponseWriter, r *http.Request, op string, tag 
 	if isFinished() {
 		return // exec/stream: logged before its final event
 	}
-	if code := rec.header().Get(ErrorHeader); code != "" {
+	if code := api.Code(rec.header().Get(ErrorHeader)); code != "" {
 		e := api.NewError(code, "")
 		gone := sandboxID != "" && code == api.CodeSandboxGone
 		if sandboxID != "" && code == api.CodeNotFound {

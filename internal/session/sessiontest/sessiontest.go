@@ -31,6 +31,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/testprog"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -87,7 +88,7 @@ func ctxT(t *testing.T) context.Context {
 	return ctx
 }
 
-func wantCode(t *testing.T, what string, err error, code string) {
+func wantCode(t *testing.T, what string, err error, code api.Code) {
 	t.Helper()
 	if !errdefs.Is(err, code) {
 		t.Errorf("%s: error %v (code %s), want %s", what, err, errdefs.CodeOf(err), code)
@@ -690,19 +691,10 @@ func hasSuffixValue(m map[string]string, suffix, want string) bool {
 	return false
 }
 
-// listener is a script that accepts one connection on port and sends "hello\n".
+// listener accepts one connection on port and sends "hello\n".
 func listener(port int) api.ExecRequest {
-	py := fmt.Sprintf(`import socket
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", %d))
-s.listen(1)
-c, _ = s.accept()
-c.sendall(b"hello\n")
-c.close()
-`, port)
-	return api.ExecRequest{Shell: fmt.Sprintf(`if command -v python3 >/dev/null 2>&1; then exec python3 -c "$PY"; else echo hello | nc -l -p %d; fi`, port),
-		Env: map[string]string{"PY": py}}
+	script, env := testprog.Listener(port)
+	return api.ExecRequest{Shell: script, Env: env}
 }
 
 func (s *suite) testDial(t *testing.T) {
