@@ -23,6 +23,10 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
+// listLinksCmd lists a sandbox's network interfaces from its own /proc/net
+// (/sys/class/net in a sandbox is the node's shared sysfs, not its namespace).
+const listLinksCmd = `sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev | sort`
+
 // netDriver is a container driver with a network policy manager whose rule
 // set "mirror" names the given destinations.
 func netDriver(t *testing.T, mirror string) (*container.Driver, *netpolicy.Manager) {
@@ -188,8 +192,11 @@ while True:
 		t.Fatal("not reachable after the policy was restored")
 	}
 
+	if out := mustSh(t, a, listLinksCmd); strings.Join(strings.Fields(out), ",") != "eth0,lo" {
+		t.Errorf("links in an egress sandbox: %q", out)
+	}
 	// No egress, no cost: loopback only, no link on the node.
-	out := mustSh(t, plain, "ls /sys/class/net")
+	out := mustSh(t, plain, listLinksCmd)
 	if strings.Fields(out)[0] != "lo" || len(strings.Fields(out)) != 1 {
 		t.Errorf("links in a sandbox without egress: %q", out)
 	}
@@ -203,7 +210,7 @@ while True:
 			t.Errorf("%+v: %v, want invalid_argument", p, err)
 		}
 	}
-	if out := mustSh(t, plain, "ls /sys/class/net"); strings.TrimSpace(out) != "lo" {
+	if out := mustSh(t, plain, listLinksCmd); strings.TrimSpace(out) != "lo" {
 		t.Errorf("a refused policy left links: %q", out)
 	}
 

@@ -120,20 +120,18 @@ func (l link) awaitGone(idx int, d time.Duration) bool {
 	}
 }
 
-// listLinks returns the names of host links starting with prefix.
-func listLinks(prefix string) ([]string, error) {
-	links, err := netlink.LinkList()
-	if err != nil {
-		return nil, err
+// removeIndex deletes the link with index idx if it still is this one.
+func (l link) removeIndex(idx int) error {
+	found, err := netlink.LinkByIndex(idx)
+	if err != nil || found.Attrs().Name != l.ifname {
+		return nil
 	}
-	var out []string
-	for _, l := range links {
-		if n := l.Attrs().Name; len(n) >= len(prefix) && n[:len(prefix)] == prefix {
-			out = append(out, n)
-		}
+	if err := netlink.LinkDel(found); err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete veth %s: %w", l.ifname, err)
 	}
-	return out, nil
+	return nil
 }
+
 
 func ipnet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}

@@ -208,8 +208,11 @@ func (m *Manager) lookup(id string) *sandbox {
 
 func (m *Manager) owner(id string) string { return m.tag + "/" + id }
 
-func (m *Manager) linkName(id string) string {
-	sum := sha256.Sum256([]byte(id))
+// linkName names the node end of a sandbox's link. It depends on the
+// address too: a sandbox reset (or re-attached) while its old link is still
+// going away gets a new address and so a name of its own.
+func (m *Manager) linkName(id string, host netip.Addr) string {
+	sum := sha256.Sum256([]byte(id + "/" + host.String()))
 	return m.prefix + linkEnc.EncodeToString(sum[:8])[:15-len(m.prefix)]
 }
 
@@ -256,7 +259,7 @@ func (m *Manager) attach(ctx context.Context, sb *sandbox, id string, ns *os.Fil
 	if err != nil {
 		return err
 	}
-	rec := &record{ID: id, Link: m.linkName(id), Host: hostAddr, Addr: hostAddr.Next(), Policy: p, Entries: entryStrings(es)}
+	rec := &record{ID: id, Link: m.linkName(id, hostAddr), Host: hostAddr, Addr: hostAddr.Next(), Policy: p, Entries: entryStrings(es)}
 	undo := func() {
 		_ = rec.link().remove()
 		_ = m.host.unclaim(hostAddr, m.owner(id))
@@ -387,7 +390,7 @@ func (m *Manager) reapLink(id string, rec *record) {
 	go func() {
 		defer m.reaps.Done()
 		if !l.awaitGone(found.Attrs().Index, reapWait) {
-			if err := l.remove(); err != nil {
+			if err := l.removeIndex(found.Attrs().Index); err != nil {
 				m.log.Warn("remove sandbox link", "id", id, "link", l.ifname, "err", err)
 			}
 		}

@@ -20,6 +20,10 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
+// listLinksCmd lists a sandbox's network interfaces from its own /proc/net
+// (/sys/class/net in a sandbox is the node's shared sysfs, not its namespace).
+const listLinksCmd = `sed -n 's/^ *\([^:]*\):.*/\1/p' /proc/net/dev | sort`
+
 // connect tries a TCP connection from inside sandbox id (bash /dev/tcp) and
 // returns what the peer said; ok is false when the connection failed.
 func (n *node) connect(t *testing.T, id, addr string) (string, bool) {
@@ -89,10 +93,13 @@ func TestNetworkPolicy(t *testing.T) {
 	if st == nil || st.Denied != 3 || st.Rules[0] != "mirror" || st.Address == "" {
 		t.Fatalf("GET network: %+v, want 3 denied", st)
 	}
+	if r := n.sh(t, id, listLinksCmd); strings.Join(strings.Fields(r.Stdout), ",") != "eth0,lo" {
+		t.Errorf("egress sandbox links: %q", r.Stdout)
+	}
 	if st := n.network(t, plain); st != nil {
 		t.Errorf("loopback-only sandbox has network %+v", st)
 	}
-	if r := n.sh(t, plain, "ls /sys/class/net"); strings.TrimSpace(r.Stdout) != "lo" {
+	if r := n.sh(t, plain, listLinksCmd); strings.TrimSpace(r.Stdout) != "lo" {
 		t.Errorf("loopback-only sandbox links: %q", r.Stdout)
 	}
 
@@ -132,6 +139,16 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 	if _, ok := n.connect(t, id, other); !ok {
 		t.Fatal("policy lost in the restart")
+	}
+	// Reset: a fresh sandbox (new namespace, new link) under the same policy.
+	if _, err := n.cl.Reset(ctx, id); err != nil {
+		t.Fatalf("reset: %v", err)
+	}
+	if _, ok := n.connect(t, id, other); !ok {
+		t.Fatal("policy lost in the reset")
+	}
+	if _, ok := n.connect(t, id, mirror); ok {
+		t.Fatal("mirror reachable after the reset")
 	}
 	sb, err := n.cl.SetNetwork(ctx, id, api.NetworkPolicy{})
 	if err != nil || sb.Network == nil || len(sb.Network.Allow) != 0 {
