@@ -250,7 +250,6 @@ func mustSh(t *testing.T, inst driver.Instance, script string) string {
 	return r.Stdout
 }
 
-
 // BenchmarkStartEgress compares create+start of sandboxes with egress (link,
 // addresses, rules) against default loopback-only ones, side by side, as
 // `dsec bench create` does: b.N creates timed, then all destroyed (reported

@@ -132,7 +132,6 @@ func (l link) removeIndex(idx int) error {
 	return nil
 }
 
-
 func ipnet(a netip.Addr, bits int) *net.IPNet {
 	return &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(bits, 32)}
 }

@@ -193,4 +193,3 @@ func TestNetworkPolicy(t *testing.T) {
 		}
 	}
 }
-
