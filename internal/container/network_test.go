@@ -214,6 +214,17 @@ while True:
 		t.Errorf("a refused policy left links: %q", out)
 	}
 
+	// Egress given at runtime to a sandbox created without it.
+	if err := plain.(driver.Networker).SetNetwork(context.Background(), api.NetworkPolicy{Allow: []string{open}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, ok := tcp(t, plain, open); !ok {
+		t.Fatalf("runtime egress: %q", out)
+	}
+	if _, ok := tcp(t, plain, other); ok {
+		t.Fatal("runtime egress reaches a port it does not allow")
+	}
+
 	// Delete removes the link (and the last one the table, checked at cleanup).
 	links := netpolicytest.SandboxLinks(t)
 	if len(links) < 2 {

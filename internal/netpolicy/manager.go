@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -150,22 +151,51 @@ func (m *Manager) restore(recs []*record) error {
 			return errdefs.Internal(err, "netpolicy: table")
 		}
 	}
+	if err := c.Flush(); err != nil {
+		return errdefs.Internal(err, "netpolicy: restore table")
+	}
+	m.tableUp, m.attached = true, len(recs)
 	// Re-add every recorded sandbox's chains (idempotent: each batch flushes
-	// and refills them), which also repairs one a crash left half-made.
+	// and refills them), which also repairs one a crash left half-made. One
+	// that cannot be restored loses its link: no sandbox keeps a link
+	// without rules.
+	for len(recs) > 0 {
+		n := min(len(recs), maxBatch)
+		chunk := recs[:n]
+		recs = recs[n:]
+		if err := m.restoreChunk(chunk); err == nil || n == 1 {
+			if err != nil {
+				m.log.Error("cannot restore sandbox network rules; removing its link", "id", chunk[0].ID, "err", err)
+				_ = chunk[0].link().remove()
+			}
+			continue
+		}
+		for _, r := range chunk {
+			if err := m.restoreChunk([]*record{r}); err != nil {
+				m.log.Error("cannot restore sandbox network rules; removing its link", "id", r.ID, "err", err)
+				_ = r.link().remove()
+			}
+		}
+	}
+	return nil
+}
+
+// restoreChunk re-adds the chains of recs in one transaction.
+func (m *Manager) restoreChunk(recs []*record) error {
+	c, err := newConn()
+	if err != nil {
+		return err
+	}
 	for _, r := range recs {
 		es, err := r.entries()
 		if err != nil {
-			return fmt.Errorf("netpolicy: record %s: %w", r.ID, err)
+			return fmt.Errorf("record %s: %w", r.ID, err)
 		}
 		if err := m.rs.addSandbox(c, r.Link, r.Addr, es); err != nil {
-			return errdefs.Internal(err, "netpolicy: sandbox %s", r.ID)
+			return err
 		}
 	}
-	if err := c.Flush(); err != nil {
-		return errdefs.Internal(err, "netpolicy: restore rules")
-	}
-	m.tableUp, m.attached = true, len(recs)
-	return nil
+	return c.Flush()
 }
 
 // Rules returns the operator's rule sets.
@@ -269,21 +299,24 @@ func (m *Manager) attach(ctx context.Context, sb *sandbox, id string, ns *os.Fil
 		return err
 	}
 	// The record goes first, so whatever a crash leaves half-made is found
-	// (and released) by the next agent through it.
+	// (and released) by the next agent through it; the rules go before the
+	// link, so no packet ever leaves the link unjudged (a sandbox given
+	// egress at runtime has processes that could send at once).
 	if err := m.saveRecord(rec); err != nil {
 		undo()
 		return errdefs.Internal(err, "netpolicy: save %s", id)
-	}
-	if err := rec.link().create(ns); err != nil {
-		undo()
-		_ = m.removeRecord(id)
-		return errdefs.Internal(err, "netpolicy: link for %s", id)
 	}
 	err = m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) }, +1)
 	if err != nil {
 		undo()
 		_ = m.removeRecord(id)
 		return errdefs.Internal(err, "netpolicy: rules for %s", id)
+	}
+	if err := rec.link().create(ns); err != nil {
+		_ = m.commit(func(c *nftables.Conn) error { return m.rs.delSandbox(c, rec.Link) }, -1)
+		undo()
+		_ = m.removeRecord(id)
+		return errdefs.Internal(err, "netpolicy: link for %s", id)
 	}
 	sb.rec = rec
 	m.log.Debug("sandbox egress attached", "id", id, "link", rec.Link, "addr", rec.Addr)
@@ -356,12 +389,18 @@ func (m *Manager) Release(ctx context.Context, id string) error {
 	}
 	rec := sb.rec
 	sb.rec = nil
+	// The link goes down before its rules go, so it carries nothing
+	// unjudged while it waits to disappear.
+	found, err := rec.link().lookup()
+	if err == nil && found != nil {
+		_ = netlink.LinkSetDown(found)
+	}
 	var errs []error
 	if err := m.commit(func(c *nftables.Conn) error { return m.rs.delSandbox(c, rec.Link) }, -1); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, m.removeRecord(id))
-	m.reapLink(id, rec)
+	m.reapLink(id, rec, found)
 	if err := errors.Join(errs...); err != nil {
 		return errdefs.Internal(err, "netpolicy: release %s", id)
 	}
@@ -376,10 +415,9 @@ func (m *Manager) Release(ctx context.Context, id string) error {
 // So it waits for that, up to reapWait, and only then deletes the link
 // itself (a namespace still alive, e.g. kept open by someone). The address
 // stays claimed until the link is gone. Close waits for pending reaps.
-func (m *Manager) reapLink(id string, rec *record) {
+func (m *Manager) reapLink(id string, rec *record, found netlink.Link) {
 	l := rec.link()
-	found, err := l.lookup()
-	if err != nil || found == nil {
+	if found == nil {
 		_ = m.host.unclaim(rec.Host, m.owner(id))
 		return
 	}
