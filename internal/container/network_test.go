@@ -230,7 +230,7 @@ while True:
 	if len(links) < 2 {
 		t.Fatalf("want the two sandboxes' links on the node, have %v", links)
 	}
-	for _, in := range []driver.Instance{a, b} {
+	for _, in := range []driver.Instance{a, b, plain} {
 		if err := in.Destroy(context.Background()); err != nil {
 			t.Fatal(err)
 		}
