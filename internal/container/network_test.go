@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
 
 	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/driver"
@@ -226,9 +225,9 @@ while True:
 	}
 
 	// Delete removes the link (and the last one the table, checked at cleanup).
-	links := netpolicytest.SandboxLinks(t)
-	if len(links) < 2 {
-		t.Fatalf("want the two sandboxes' links on the node, have %v", links)
+	var links []string
+	for _, in := range []driver.Instance{a, b, plain} {
+		links = append(links, netpolicytest.NodeLink(t, mustNetwork(t, in).Address))
 	}
 	for _, in := range []driver.Instance{a, b, plain} {
 		if err := in.Destroy(context.Background()); err != nil {
@@ -236,11 +235,7 @@ while True:
 		}
 	}
 	m.Settle()
-	for _, l := range links {
-		if _, err := netlink.LinkByName(l); err == nil {
-			t.Errorf("link %s still there after delete", l)
-		}
-	}
+	netpolicytest.AwaitLinksGone(t, 0, links...)
 }
 
 func mustNetwork(t *testing.T, inst driver.Instance) *api.NetworkStatus {

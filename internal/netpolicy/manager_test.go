@@ -2,7 +2,6 @@ package netpolicy_test
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -250,6 +249,7 @@ func TestRestartKeepsPolicyAndSweepRemovesLeftovers(t *testing.T) {
 	ns := w.sandbox("sb-keep", api.NetworkPolicy{Allow: []string{h.Addr.String()}})
 	gone := w.sandbox("sb-gone", api.NetworkPolicy{Allow: []string{h.Addr.String()}})
 	goneSt, _ := w.m.Status("sb-gone")
+	goneLink := netpolicytest.NodeLink(t, goneSt.Address)
 	w.mustRefuse(ns, "198.18.51.1:1") // node end of the test host link: denied, counted
 
 	// A new agent process: the same state dir, nothing closed in the kernel.
@@ -267,29 +267,11 @@ func TestRestartKeepsPolicyAndSweepRemovesLeftovers(t *testing.T) {
 		t.Fatalf("swept sandbox still has status %+v", st)
 	}
 	assertNoLinksBut(t, gone, "lo")
-	if _, err := netlink.LinkByName(goneLink(t, goneSt)); err == nil {
-		t.Fatal("swept sandbox's link is still on the node")
-	}
+	netpolicytest.AwaitLinksGone(t, 0, goneLink)
 	w.mustReach(ns, a)
 	w.m.Sweep(context.Background(), map[string]bool{})
 	w.m.Settle()
 	assertNoLinksBut(t, ns, "lo")
-}
-
-func goneLink(t *testing.T, st *api.NetworkStatus) string {
-	t.Helper()
-	// The node end of the link holds the address just below the sandbox's.
-	node := netip.MustParseAddr(st.Address).Prev()
-	links, _ := netlink.LinkList()
-	for _, l := range links {
-		addrs, _ := netlink.AddrList(l, netlink.FAMILY_V4)
-		for _, ad := range addrs {
-			if ip, _ := netip.AddrFromSlice(ad.IP.To4()); ip == node {
-				return l.Attrs().Name
-			}
-		}
-	}
-	return fmt.Sprintf("no-link-with-%s", node)
 }
 
 func assertNoLinksBut(t *testing.T, ns *os.File, want ...string) {

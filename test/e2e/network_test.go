@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/google/nftables"
-	"github.com/vishvananda/netlink"
 
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/netpolicy/netpolicytest"
@@ -159,25 +158,13 @@ func TestNetworkPolicy(t *testing.T) {
 	}
 
 	// Delete: the link, the rules and the table go.
-	links := netpolicytest.SandboxLinks(t)
+	link := netpolicytest.NodeLink(t, n.network(t, id).Address)
 	for _, s := range []string{id, plain} {
 		if err := n.cl.Delete(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for _, l := range links {
-		for {
-			if _, err := netlink.LinkByName(l); err != nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("link %s still on the node after delete", l)
-				break
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	netpolicytest.AwaitLinksGone(t, 5*time.Second, link)
 	n.stop(true)
 	c, _ := nftables.New()
 	table := netpolicy.TableName(filepath.Join(n.dataDir, "netpolicy"))

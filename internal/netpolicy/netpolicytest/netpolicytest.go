@@ -296,19 +296,42 @@ func HostAddrs(t testing.TB) []netip.Addr {
 	return out
 }
 
-// SandboxLinks lists the node-side links of dsec sandboxes on this host
-// (every dsec node's: "dsv" and 12 more characters).
-func SandboxLinks(t testing.TB) []string {
+// NodeLink returns the name of the node's end of the link of the sandbox
+// whose address is sandboxAddr (the node's end holds the address below it).
+func NodeLink(t testing.TB, sandboxAddr string) string {
 	t.Helper()
-	links, err := netlink.LinkList()
+	node := netip.MustParseAddr(sandboxAddr).Prev()
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []string
-	for _, l := range links {
-		if name := l.Attrs().Name; len(name) == 15 && name[:3] == "dsv" {
-			out = append(out, name)
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP.To4()); ok && ip == node {
+			l, err := netlink.LinkByIndex(a.LinkIndex)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l.Attrs().Name
 		}
 	}
-	return out
+	t.Fatalf("no link on the node holds %s (sandbox %s)", node, sandboxAddr)
+	return ""
+}
+
+// AwaitLinksGone fails t unless every named link is gone within d.
+func AwaitLinksGone(t testing.TB, d time.Duration, names ...string) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for _, name := range names {
+		for {
+			if _, err := netlink.LinkByName(name); err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("link %s still on the node", name)
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
