@@ -5,7 +5,9 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,9 +182,99 @@ func TestNodeAndOtherSandboxesAreNeverReachable(t *testing.T) {
 	if got, want := w.denied("sb-a"), uint64(len(targets)); got != want {
 		t.Fatalf("denied = %d, want %d (one per attempt)", got, want)
 	}
+	// Speaking with another sandbox's address: a's link carries b's address
+	// as a second one, and a connects from it to the test host b may reach.
+	if err := netpolicytest.In(ns, func() error {
+		eth0, err := netlink.LinkByName("eth0")
+		if err != nil {
+			return err
+		}
+		return netlink.AddrAdd(eth0, &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(peerSt.Address).To4(), Mask: net.CIDRMask(32, 32)}})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	got := udpSink(t, h)
+	send := func(from *os.File, src string, port int, msg string) {
+		t.Helper()
+		if err := netpolicytest.In(from, func() error {
+			c, err := net.DialUDP("udp", &net.UDPAddr{IP: net.ParseIP(src), Port: port}, got.addr)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_, err = c.Write([]byte(msg))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// b opens a flow from port 40000; a then sends with b's address, once on
+	// a new flow and once inside b's (conntrack alone would pass that one).
+	send(peerNS, peerSt.Address, 40000, "b's own")
+	got.wait(t, "b's own")
+	send(ns, peerSt.Address, 40001, "spoofed")
+	send(ns, peerSt.Address, 40000, "injected")
+	send(ns, ownSt.Address, 0, "genuine")
+	if msgs := got.wait(t, "genuine"); slices.Contains(msgs, "spoofed") || slices.Contains(msgs, "injected") {
+		t.Fatalf("the test host got datagrams sent with another sandbox's address: %v", msgs)
+	}
 	// 127.0.0.1 in a sandbox is the sandbox's own loopback, never the node's.
 	_, loPort, _ := net.SplitHostPort(nodeLo)
 	w.mustRefuse(ns, "127.0.0.1:"+loPort)
+}
+
+// sink is a UDP listener on a test host that records what it receives and
+// echoes it.
+type sink struct {
+	addr *net.UDPAddr
+	mu   sync.Mutex
+	msgs []string
+}
+
+func udpSink(t *testing.T, h *netpolicytest.Host) *sink {
+	t.Helper()
+	var c *net.UDPConn
+	if err := netpolicytest.In(h.NS, func() error {
+		var err error
+		c, err = net.ListenUDP("udp", &net.UDPAddr{IP: h.Addr.AsSlice()})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := &sink{addr: c.LocalAddr().(*net.UDPAddr)}
+	go func() {
+		buf := make([]byte, 64)
+		for {
+			n, from, err := c.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			_, _ = c.WriteToUDP(buf[:n], from) // a reply: the flow is established
+			s.mu.Lock()
+			s.msgs = append(s.msgs, string(buf[:n]))
+			s.mu.Unlock()
+		}
+	}()
+	return s
+}
+
+// wait returns what arrived once want has (it is sent last), a little later.
+func (s *sink) wait(t *testing.T, want string) []string {
+	t.Helper()
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		s.mu.Lock()
+		ok := slices.Contains(s.msgs, want)
+		s.mu.Unlock()
+		if ok {
+			time.Sleep(100 * time.Millisecond)
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return append([]string(nil), s.msgs...)
+		}
+	}
+	t.Fatalf("%q never arrived", want)
+	return nil
 }
 
 func TestPolicyChangeAppliesToNewConnections(t *testing.T) {

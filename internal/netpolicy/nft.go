@@ -14,6 +14,8 @@ import (
 
 // The host-side ruleset of one Manager: one inet table holding
 //
+//	chain prerouting  (filter hook prerouting, raw): from "dsv*", IPv4 source
+//	                                         not routed back via that link → drop
 //	chain input       (filter hook input):   iifname vmap @inp         → goto d-IF
 //	chain forward     (filter hook forward): ct state established,related accept;
 //	                                         iifname vmap @pol         → jump p-IF;
@@ -79,6 +81,18 @@ func (r *ruleset) addBase(c *nftables.Conn) error {
 		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
 	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: r.table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
+	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: r.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw, Policy: &accept})
+
+	// prerouting, before conntrack: a packet from a sandbox link whose source
+	// address is not routed back through that link is dropped (reverse-path
+	// check), so no sandbox can speak for another, not even inside another's
+	// established flow (which the forward chain accepts by conntrack alone).
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: pre, Exprs: concat(
+		ifPrefix(expr.MetaKeyIIFNAME, false), nfproto(unix.NFPROTO_IPV4),
+		[]expr.Any{&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0, 0, 0, 0}}},
+		verdict(expr.VerdictDrop))})
 
 	// input: link chatter (IPv6 ND/MLD) from any sandbox link is dropped
 	// uncounted; every other packet a sandbox sends to the node is denied.
