@@ -29,7 +29,9 @@
 // What a sandbox can never reach, whatever its policy: any address of the
 // node (input hook: every new packet from a sandbox link is denied), another
 // sandbox or any address of the pool, loopback, link-local (cloud metadata)
-// and multicast ranges, and anything with a source address not its own.
+// and multicast ranges; and it cannot send with a source address not its
+// own (a reverse-path check before conntrack, so not even inside another
+// sandbox's established flow).
 // Denied flows are answered at once (TCP reset, ICMP admin-prohibited) and
 // counted in the sandbox's counter (Status.Denied); established flows go on
 // across a policy change, new ones see the new policy. DNS is a destination
