@@ -79,7 +79,7 @@ func (m *Manager) flush(batch []*nftOp) error {
 	}
 	fresh := !m.tableUp
 	if fresh {
-		if err := m.host.holdForwarding(m.tag); err != nil {
+		if err := m.host.holdForwarding(m.tag, m.cfg.StateDir); err != nil {
 			return err
 		}
 		up, err := m.rs.exists(c)

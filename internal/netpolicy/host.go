@@ -107,20 +107,28 @@ func (h host) holders() int {
 	return len(ents)
 }
 
-// holdForwarding records holder and makes sure the node forwards IPv4.
-func (h host) holdForwarding(holder string) error {
+// holdForwarding records holder (a Manager's tag; the file holds its state
+// dir) and makes sure the node forwards IPv4.
+func (h host) holdForwarding(holder, stateDir string) error {
 	return h.lockForward(func() error {
+		h.pruneStale()
 		mark := filepath.Join(h.dir, "forward", holder)
 		if _, err := os.Stat(mark); err == nil {
 			return nil
 		}
 		if h.holders() == 0 {
-			cur, err := os.ReadFile(ipForward)
+			// A prior value left by holders that are gone (pruned) is still
+			// the host's own; otherwise the current value is.
+			priorPath := filepath.Join(h.dir, "forward.prior")
+			cur, err := os.ReadFile(priorPath)
+			if errors.Is(err, os.ErrNotExist) {
+				cur, err = os.ReadFile(ipForward)
+			}
 			if err != nil {
 				return err
 			}
 			prior := strings.TrimSpace(string(cur))
-			if err := os.WriteFile(filepath.Join(h.dir, "forward.prior"), []byte(prior), 0o600); err != nil {
+			if err := os.WriteFile(priorPath, []byte(prior), 0o600); err != nil {
 				return err
 			}
 			if prior == "0" {
@@ -132,8 +140,36 @@ func (h host) holdForwarding(holder string) error {
 				}
 			}
 		}
-		return os.WriteFile(mark, nil, 0o600)
+		return os.WriteFile(mark, []byte(stateDir), 0o600)
 	})
+}
+
+// pruneStale drops holders that can no longer release: their state dir
+// holds no record (the agent is gone for good, e.g. a test killed and its
+// data dir removed). Their tables and address claims go too. A live holder
+// always has a record: records are written before and removed after the
+// hold is taken and given up.
+func (h host) pruneStale() {
+	dir := filepath.Join(h.dir, "forward")
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		stateDir := string(b)
+		if recs, _ := filepath.Glob(filepath.Join(stateDir, "*.json")); len(recs) > 0 {
+			continue
+		}
+		if c, err := nftables.New(); err == nil {
+			c.DelTable(&nftables.Table{Name: TableName(stateDir), Family: nftables.TableFamilyINet})
+			_ = c.Flush() // ENOENT when it is already gone
+		}
+		for a, owner := range h.claims(e.Name() + "/") {
+			_ = h.unclaim(a, owner)
+		}
+		_ = os.Remove(filepath.Join(dir, e.Name()))
+	}
 }
 
 // releaseForwarding drops holder; the last holder restores ip_forward.

@@ -142,7 +142,7 @@ func (m *Manager) restore(recs []*record) error {
 	if err != nil {
 		return errdefs.Internal(err, "netpolicy: list table")
 	}
-	if err := m.host.holdForwarding(m.tag); err != nil {
+	if err := m.host.holdForwarding(m.tag, m.cfg.StateDir); err != nil {
 		return errdefs.Internal(err, "netpolicy: forwarding")
 	}
 	if !up {

@@ -390,3 +390,39 @@ func newBenchManager(b *testing.B) *netpolicy.Manager {
 	b.Cleanup(func() { _ = m.Close() })
 	return m
 }
+
+// TestStaleManagerIsPruned: a Manager that vanished for good (its state dir
+// removed without releasing, as a killed test leaves it) does not hold
+// ip_forward, its table or its addresses forever: the next Manager to take
+// or give up the hold removes them.
+func TestStaleManagerIsPruned(t *testing.T) {
+	netpolicytest.RequireRoot(t)
+	dead := t.TempDir()
+	m1, err := netpolicy.New(netpolicy.Config{StateDir: dead})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := netpolicytest.NewNetns(t)
+	if err := m1.Apply(context.Background(), "sb-dead", ns, api.NetworkPolicy{Allow: []string{"198.18.61.0/24"}}); err != nil {
+		t.Fatal(err)
+	}
+	st, _ := m1.Status("sb-dead")
+	ns.Close()
+	if err := os.RemoveAll(dead); err != nil { // the "crash": nothing released
+		t.Fatal(err)
+	}
+	c, _ := nftables.New()
+	if _, err := c.ListTableOfFamily(m1.TableName(), nftables.TableFamilyINet); err != nil {
+		t.Fatalf("the dead manager's table should still be there: %v", err)
+	}
+
+	w := newWorld(t, 62, 0)
+	w.sandbox("sb-live", api.NetworkPolicy{Allow: []string{"198.18.62.0/24"}})
+	if _, err := c.ListTableOfFamily(m1.TableName(), nftables.TableFamilyINet); err == nil {
+		t.Errorf("the dead manager's table %s is still there", m1.TableName())
+	}
+	claim := "/run/dsec/netpolicy/addr/" + netip.MustParseAddr(st.Address).Prev().String()
+	if _, err := os.Stat(claim); err == nil {
+		t.Errorf("the dead manager's address claim %s is still there", claim)
+	}
+}
