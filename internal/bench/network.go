@@ -32,6 +32,11 @@ type EgressResult struct {
 	Ratio       float64 `json:"ratio"`
 }
 
+// settle is the pause after each pass's teardown: namespaces (and links)
+// are torn down by the kernel in the background, and that work would fall
+// on the next pass.
+const settle = 3 * time.Second
+
 // CreateEgress runs the comparison with policy p for the egress passes.
 func CreateEgress(ctx context.Context, o Options, p api.NetworkPolicy) (EgressResult, error) {
 	o.defaults()
@@ -61,6 +66,7 @@ func CreateEgress(ctx context.Context, o Options, p api.NetworkPolicy) (EgressRe
 			return res, err
 		}
 		pass.TeardownS = round(time.Since(t0).Seconds(), 3)
+		time.Sleep(settle) // let the kernel finish tearing the namespaces down
 		res.Passes = append(res.Passes, pass)
 		if egress {
 			res.EgressPerS = max(res.EgressPerS, pass.CreatesPerS)

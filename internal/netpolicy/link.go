@@ -24,9 +24,14 @@ type link struct {
 	addr   netip.Addr
 }
 
-// create makes the pair with the peer directly in ns, then configures both
-// ends. On error nothing is left (deleting the host end deletes the pair).
-func (l link) create(ns *os.File) (err error) {
+// create makes the pair with the peer directly in ns and configures both
+// ends. It runs in two steps so the caller can put the rules in place
+// meanwhile: create gives the pair its addresses with both ends down (no
+// packet can pass; the sandbox cannot raise its end without CAP_NET_ADMIN),
+// and the returned up brings both ends up and adds the sandbox's default
+// route; up(false) instead releases what create made. On an error of either
+// step nothing is left (deleting the host end deletes the pair).
+func (l link) create(ns *os.File) (up func(activate bool) error, err error) {
 	veth := &netlink.Veth{
 		LinkAttrs:     netlink.LinkAttrs{Name: l.ifname, TxQLen: -1},
 		PeerName:      sandboxIf,
@@ -34,38 +39,52 @@ func (l link) create(ns *os.File) (err error) {
 		PeerNamespace: netlink.NsFd(ns.Fd()),
 	}
 	if err := netlink.LinkAdd(veth); err != nil {
-		return fmt.Errorf("create veth %s: %w", l.ifname, err)
+		return nil, fmt.Errorf("create veth %s: %w", l.ifname, err)
 	}
-	defer func() {
+	var h *netlink.Handle
+	fail := func(err error) (func(bool) error, error) {
+		if h != nil {
+			h.Close()
+		}
+		_ = l.remove()
+		return nil, err
+	}
+	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipnet(l.host, 31)}); err != nil {
+		return fail(fmt.Errorf("address %s on %s: %w", l.host, l.ifname, err))
+	}
+	h, err = netlink.NewHandleAt(netns.NsHandle(ns.Fd()), unix.NETLINK_ROUTE)
+	if err != nil {
+		return fail(fmt.Errorf("netlink in sandbox namespace: %w", err))
+	}
+	peer, err := h.LinkByName(sandboxIf)
+	if err != nil {
+		return fail(fmt.Errorf("find %s in sandbox: %w", sandboxIf, err))
+	}
+	if err := h.AddrAdd(peer, &netlink.Addr{IPNet: ipnet(l.addr, 31)}); err != nil {
+		return fail(fmt.Errorf("address %s in sandbox: %w", l.addr, err))
+	}
+	return func(activate bool) error {
+		defer h.Close()
+		if !activate {
+			return l.remove()
+		}
+		var err error
+		switch {
+		case netlink.LinkSetUp(veth) != nil:
+			err = fmt.Errorf("up %s", l.ifname)
+		case h.LinkSetUp(peer) != nil:
+			err = fmt.Errorf("up %s in sandbox", sandboxIf)
+		}
+		if err == nil {
+			if rerr := h.RouteAdd(&netlink.Route{LinkIndex: peer.Attrs().Index, Gw: l.host.AsSlice()}); rerr != nil {
+				err = fmt.Errorf("default route in sandbox: %w", rerr)
+			}
+		}
 		if err != nil {
 			_ = l.remove()
 		}
-	}()
-	if err := netlink.AddrAdd(veth, &netlink.Addr{IPNet: ipnet(l.host, 31)}); err != nil {
-		return fmt.Errorf("address %s on %s: %w", l.host, l.ifname, err)
-	}
-	if err := netlink.LinkSetUp(veth); err != nil {
-		return fmt.Errorf("up %s: %w", l.ifname, err)
-	}
-	h, err := netlink.NewHandleAt(netns.NsHandle(ns.Fd()), unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("netlink in sandbox namespace: %w", err)
-	}
-	defer h.Close()
-	peer, err := h.LinkByName(sandboxIf)
-	if err != nil {
-		return fmt.Errorf("find %s in sandbox: %w", sandboxIf, err)
-	}
-	if err := h.AddrAdd(peer, &netlink.Addr{IPNet: ipnet(l.addr, 31)}); err != nil {
-		return fmt.Errorf("address %s in sandbox: %w", l.addr, err)
-	}
-	if err := h.LinkSetUp(peer); err != nil {
-		return fmt.Errorf("up %s in sandbox: %w", sandboxIf, err)
-	}
-	if err := h.RouteAdd(&netlink.Route{LinkIndex: peer.Attrs().Index, Gw: l.host.AsSlice()}); err != nil {
-		return fmt.Errorf("default route in sandbox: %w", err)
-	}
-	return nil
+		return err
+	}, nil
 }
 
 // exists reports whether the host end is present.

@@ -299,24 +299,36 @@ func (m *Manager) attach(ctx context.Context, sb *sandbox, id string, ns *os.Fil
 		return err
 	}
 	// The record goes first, so whatever a crash leaves half-made is found
-	// (and released) by the next agent through it; the rules go before the
-	// link, so no packet ever leaves the link unjudged (a sandbox given
-	// egress at runtime has processes that could send at once).
+	// (and released) by the next agent through it; the rules are in place
+	// before the link comes up, so no packet ever leaves it unjudged (a
+	// sandbox given egress at runtime has processes that could send at once).
 	if err := m.saveRecord(rec); err != nil {
 		undo()
 		return errdefs.Internal(err, "netpolicy: save %s", id)
 	}
-	err = m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) }, +1)
-	if err != nil {
+	// The rules are committed while the link is made (its ends down), and
+	// the link comes up only once they are in place.
+	committed := make(chan error, 1)
+	go func() {
+		committed <- m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) }, +1)
+	}()
+	up, lerr := rec.link().create(ns)
+	if cerr := <-committed; cerr != nil {
+		if lerr == nil {
+			_ = up(false)
+		}
 		undo()
 		_ = m.removeRecord(id)
-		return errdefs.Internal(err, "netpolicy: rules for %s", id)
+		return errdefs.Internal(cerr, "netpolicy: rules for %s", id)
 	}
-	if err := rec.link().create(ns); err != nil {
+	if lerr == nil {
+		lerr = up(true)
+	}
+	if lerr != nil {
 		_ = m.commit(func(c *nftables.Conn) error { return m.rs.delSandbox(c, rec.Link) }, -1)
 		undo()
 		_ = m.removeRecord(id)
-		return errdefs.Internal(err, "netpolicy: link for %s", id)
+		return errdefs.Internal(lerr, "netpolicy: link for %s", id)
 	}
 	sb.rec = rec
 	m.log.Debug("sandbox egress attached", "id", id, "link", rec.Link, "addr", rec.Addr)
