@@ -35,6 +35,19 @@ func (m *Manager) commit(apply func(c *nftables.Conn) error, delta int) error {
 	return <-op.done
 }
 
+// commitLater queues a change without waiting for it (a released sandbox's
+// rules: its link is already down, so they judge nothing any more); Settle
+// waits for it.
+func (m *Manager) commitLater(apply func(c *nftables.Conn) error, delta int) {
+	m.reaps.Add(1)
+	go func() {
+		defer m.reaps.Done()
+		if err := m.commit(apply, delta); err != nil {
+			m.log.Warn("remove sandbox network rules", "err", err)
+		}
+	}()
+}
+
 // lead commits queued changes until the queue is empty.
 func (m *Manager) lead() {
 	for {

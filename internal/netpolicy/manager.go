@@ -155,6 +155,7 @@ func (m *Manager) restore(recs []*record) error {
 		return errdefs.Internal(err, "netpolicy: restore table")
 	}
 	m.tableUp, m.attached = true, len(recs)
+	m.dropOrphans(recs)
 	// Re-add every recorded sandbox's chains (idempotent: each batch flushes
 	// and refills them), which also repairs one a crash left half-made. One
 	// that cannot be restored loses its link: no sandbox keeps a link
@@ -178,6 +179,46 @@ func (m *Manager) restore(recs []*record) error {
 		}
 	}
 	return nil
+}
+
+// dropOrphans removes the chains of sandboxes without a record (released
+// just before a crash, their removal not yet committed).
+func (m *Manager) dropOrphans(recs []*record) {
+	live := map[string]bool{}
+	for _, r := range recs {
+		live[r.Link] = true
+	}
+	c, err := newConn()
+	if err != nil {
+		return
+	}
+	chains, err := c.ListChainsOfTableFamily(m.rs.table.Family)
+	if err != nil {
+		return
+	}
+	var orphans []string
+	for _, ch := range chains {
+		if name, ok := strings.CutPrefix(ch.Name, "p-"); ok && ch.Table.Name == m.rs.table.Name && !live[name] {
+			orphans = append(orphans, name)
+		}
+	}
+	for len(orphans) > 0 {
+		n := min(len(orphans), maxBatch)
+		c, err := newConn()
+		if err != nil {
+			return
+		}
+		for _, name := range orphans[:n] {
+			if err := m.rs.delSandbox(c, name); err != nil {
+				return
+			}
+		}
+		orphans = orphans[n:]
+		if err := c.Flush(); err != nil {
+			m.log.Warn("remove orphaned sandbox rules", "err", err)
+			return
+		}
+	}
 }
 
 // restoreChunk re-adds the chains of recs in one transaction.
@@ -407,13 +448,13 @@ func (m *Manager) Release(ctx context.Context, id string) error {
 	if err == nil && found != nil {
 		_ = netlink.LinkSetDown(found)
 	}
-	var errs []error
-	if err := m.commit(func(c *nftables.Conn) error { return m.rs.delSandbox(c, rec.Link) }, -1); err != nil {
-		errs = append(errs, err)
-	}
-	errs = append(errs, m.removeRecord(id))
+	// Its rules go in the next transaction, without waiting: a removal
+	// costs milliseconds with hundreds of sandboxes in the table, and the
+	// link judges nothing any more.
+	m.commitLater(func(c *nftables.Conn) error { return m.rs.delSandbox(c, rec.Link) }, -1)
+	err = m.removeRecord(id)
 	m.reapLink(id, rec, found)
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return errdefs.Internal(err, "netpolicy: release %s", id)
 	}
 	return nil
@@ -456,8 +497,8 @@ func (m *Manager) reapLink(id string, rec *record, found netlink.Link) {
 // reapWait is how long a released link may take to go with its namespace.
 const reapWait = 2 * time.Second
 
-// Settle waits until every released sandbox's link is gone and its address
-// free.
+// Settle waits until every released sandbox's rules, link and address are
+// gone.
 func (m *Manager) Settle() { m.reaps.Wait() }
 
 // dropTable deletes the table (if present) and releases forwarding.

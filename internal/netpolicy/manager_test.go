@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -344,8 +345,24 @@ func TestRestartKeepsPolicyAndSweepRemovesLeftovers(t *testing.T) {
 	goneLink := netpolicytest.NodeLink(t, goneSt.Address)
 	w.mustRefuse(ns, "198.18.51.1:1") // node end of the test host link: denied, counted
 
+	// A sandbox released just before a crash: record gone, rules not yet.
+	orphanNS := netpolicytest.NewNetns(t)
+	if err := w.m.Apply(context.Background(), "sb-orphan", orphanNS, api.NetworkPolicy{Allow: []string{h.Addr.String()}}); err != nil {
+		t.Fatal(err)
+	}
+	orphanSt, _ := w.m.Status("sb-orphan")
+	orphanLink := netpolicytest.NodeLink(t, orphanSt.Address)
+	if err := os.Remove(filepath.Join(w.dir, "sb-orphan.json")); err != nil {
+		t.Fatal(err)
+	}
+	orphanNS.Close()
+
 	// A new agent process: the same state dir, nothing closed in the kernel.
 	w.m = w.open(netpolicy.RuleSets{})
+	c, _ := nftables.New()
+	if _, err := c.ListChain(&nftables.Table{Name: w.m.TableName(), Family: nftables.TableFamilyINet}, "p-"+orphanLink); err == nil {
+		t.Errorf("the orphaned chain p-%s survived the restart", orphanLink)
+	}
 	st, err := w.m.Status("sb-keep")
 	if err != nil || st == nil || st.Denied != 1 || st.Allow[0] != h.Addr.String() {
 		t.Fatalf("status after restart: %+v %v", st, err)
