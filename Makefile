@@ -8,6 +8,9 @@
 #   make fuzz    every Fuzz* target for FUZZTIME (default 15s) each
 #   make clean
 
+SHELL       := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
+
 # Go may not be on PATH (e.g. CI as root on a fresh machine).
 export PATH := /usr/local/go/bin:$(PATH)
 
@@ -36,15 +39,20 @@ init:
 build: init
 	$(GO) build -o bin/dsec ./cmd/dsec
 
+# Every test run is strict: scripts/testreport fails on a skip that is not on
+# .ci/skips.allow (pytest: .ci/pyskips.allow), and the e2e and Python tests drive
+# a race-enabled server binary.
 test: setup build
 	$(GO) vet ./...
-	$(GO) test $(TESTFLAGS) ./...
+	DSEC_E2E_RACE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./scripts/testreport -allow .ci/skips.allow
 	$(MAKE) test-python
 
-# The Python SDK's tests against a real `dsec server` (bin/dsec), as root.
+# The Python SDK's tests against a real `dsec server` (a -race build), as root.
 .PHONY: test-python
 test-python: build
-	cd sdk/python && $(PYTHON) -m pytest -q tests
+	$(GO) build -race -o bin/dsec-race ./cmd/dsec
+	cd sdk/python && DSEC_BIN=$(CURDIR)/bin/dsec-race $(PYTHON) -m pytest -q -rs --junitxml=$(CURDIR)/bin/pytest.xml tests
+	$(PYTHON) scripts/pyskipcheck.py bin/pytest.xml .ci/pyskips.allow
 
 demo: setup build
 	bin/dsec demo

@@ -54,10 +54,10 @@ if ! flock -n 9; then
 	flock 9
 fi
 
-# write_manifest DIR NAME DESCRIPTION
+# write_manifest DIR NAME DESCRIPTION: the image manifest, version 2 (internal/images)
 write_manifest() {
 	cat >"$1/image.json.tmp" <<EOF
-{"name":"$2","lower":["rootfs"],"created":"$(date -u +%Y-%m-%dT%H:%M:%SZ)","description":"$3"}
+{"version":2,"name":"$2","description":"$3","layers":[{"role":"base","dir":"rootfs"}],"created":"$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
 EOF
 	mv -f "$1/image.json.tmp" "$1/image.json"
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -163,7 +164,7 @@ func runDemo(ctx context.Context, burst int) error {
 func demoLayered(ctx context.Context, cl *client.Client, d *daemon.Daemon, dataDir string) error {
 	fmt.Printf("\n== layered environment: Debian as an EROFS base layer in a blob store, read on demand\n")
 	root, err := d.Manager.ImageLower("")
-	if err != nil || len(root.Lower) != 1 {
+	if err != nil || len(root.Lower()) != 1 {
 		fmt.Println("skipped: the default image is not a single directory")
 		return nil
 	}
@@ -171,17 +172,18 @@ func demoLayered(ctx context.Context, cl *client.Client, d *daemon.Daemon, dataD
 	if err != nil {
 		return err
 	}
-	es, err := envstore.Open(daemon.EnvStoreDir(dataDir), bs)
+	dirs := paths.New(dataDir)
+	es, err := envstore.Open(dirs.EnvStore(), bs)
 	if err != nil {
 		return err
 	}
-	es.Spec = daemon.BlobSpec("", dataDir)
-	l, err := layer.Build(ctx, layer.Source{Kind: "dir", Arg: root.Lower[0]}, bs, layer.Options{})
+	es.Spec = dirs.BlobSpec("")
+	l, err := layer.Build(ctx, layer.Source{Kind: "dir", Arg: root.Lower()[0]}, bs, layer.Options{})
 	if err != nil {
 		return err
 	}
-	fmt.Printf("dsec image build --from dir:%s --name debian-base → %.1f MB in %.1f s\n", root.Lower[0], float64(l.Size)/1e6, l.BuildTime.Seconds())
-	if err := es.PutLayer(envstore.NamedLayer{Name: "debian-base", Digest: l.Digest, Size: l.Size, Source: l.Source, Index: l.Index}); err != nil {
+	fmt.Printf("dsec image build --from dir:%s --name debian-base → %.1f MB in %.1f s\n", root.Lower()[0], float64(l.Size)/1e6, l.BuildTime.Seconds())
+	if err := es.PutLayer(envstore.Named("debian-base", l.Source, l.Layer)); err != nil {
 		return err
 	}
 	if _, err := es.Compose(ctx, "demo-env", "debian-base", nil, ""); err != nil {

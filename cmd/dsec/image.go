@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,8 +16,11 @@ import (
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/envstore"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -31,11 +35,12 @@ func imageCmd() *cobra.Command {
 		if err != nil {
 			return nil, nil, err
 		}
-		es, err := envstore.Open(daemon.EnvStoreDir(dataDir), bs)
+		dirs := paths.New(dataDir)
+		es, err := envstore.Open(dirs.EnvStore(), bs)
 		if err != nil {
 			return nil, nil, err
 		}
-		es.Spec = daemon.BlobSpec(blobSpec, dataDir)
+		es.Spec = dirs.BlobSpec(blobSpec)
 		es.InUse = func(name string) bool {
 			used, err := agent.ImagesInUse(dataDir)
 			return err != nil || used[name] > 0 // unreadable records: refuse to be safe
@@ -44,7 +49,7 @@ func imageCmd() *cobra.Command {
 	}
 
 	var from, name string
-	build := &cobra.Command{Use: "build --from SOURCE --name NAME", Short: "Build a layer from dir:PATH|tar:PATH|oci:REF|oci-layout:PATH|docker-archive:PATH", Args: cobra.NoArgs,
+	build := &cobra.Command{Use: "build --from SOURCE --name NAME", Short: "Build a layer from dir:PATH|tar:PATH|oci:REF|oci-layout:PATH|docker-archive:PATH (an OCI image's config, env/working dir/user/entrypoint/cmd, is kept with it)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			es, bs, err := open()
 			if err != nil {
@@ -70,10 +75,13 @@ func imageCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := es.PutLayer(envstore.NamedLayer{Name: name, Digest: l.Digest, Size: l.Size, Source: l.Source, Index: l.Index}); err != nil {
+			if err := es.PutLayer(envstore.Named(name, l.Source, l.Layer)); err != nil {
 				return err
 			}
 			fmt.Printf("%s %s %d bytes (%d entries, %.1fs)\n", name, l.Digest, l.Size, l.Entries, l.BuildTime.Seconds())
+			if c := l.Config; c != nil {
+				fmt.Printf("image config kept: env %q, working_dir %q, user %q, entrypoint %q, cmd %q\n", c.Env, c.WorkingDir, c.User, c.Entrypoint, c.Cmd)
+			}
 			return nil
 		}}
 	build.Flags().StringVar(&from, "from", "", "source")
@@ -93,7 +101,7 @@ func imageCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Printf("%s: %d layers\n", e.Name, len(e.Layers()))
+			fmt.Printf("%s: %d layers\n", e.Name, len(e.Layers))
 			return nil
 		}}
 	compose.Flags().StringVar(&name, "name", "", "environment name")
@@ -118,10 +126,10 @@ func imageCmd() *cobra.Command {
 					continue
 				}
 				var sz int64
-				for _, l := range e.Layers() {
+				for _, l := range e.Layers {
 					sz += l.Size
 				}
-				fmt.Fprintf(tw, "env\t%s\t%d layers\t%d\n", n, len(e.Layers()), sz)
+				fmt.Fprintf(tw, "env\t%s\t%d layers\t%d\n", n, len(e.Layers), sz)
 			}
 			layers, _ := es.ListLayers()
 			for _, n := range layers {
@@ -133,27 +141,43 @@ func imageCmd() *cobra.Command {
 		}}
 
 	var asJSON bool
-	inspect := &cobra.Command{Use: "inspect NAME [--json]", Short: "Show an environment's or a layer's details", Args: cobra.ExactArgs(1),
+	var imagesDir string
+	inspect := &cobra.Command{Use: "inspect NAME [--json]", Short: "Show an image's, an environment's or a layer's details (layers base first, image config)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			es, _, err := open()
 			if err != nil {
 				return err
 			}
+			if imagesDir == "" {
+				imagesDir = cmp.Or(os.Getenv("DSEC_IMAGES_DIR"), daemon.DefaultImagesDir)
+			}
 			var v any
-			if e, err := es.Get(args[0]); err == nil {
+			if m, derr := images.ReadManifest(filepath.Join(imagesDir, args[0], images.ManifestFile)); derr == nil {
+				// A directory image hides an environment of the same name, as on the server.
+				img, err := (&images.Store{Dir: imagesDir}).Resolve(args[0])
+				if err != nil {
+					return err
+				}
+				v = struct {
+					api.Image
+					Manifest images.Manifest `json:"manifest"`
+				}{img.View(nil, false), m}
+			} else if e, err := es.Get(args[0]); err == nil {
 				// As GET /v1/images/{name} shows it (layers base first, with this
-				// node's accounting), plus the manifest.
+				// node's accounting, and the image config), plus the manifest.
 				img, err := envstore.Images{Store: es, DefaultSpec: es.Spec}.ResolveEnv(args[0])
 				if err != nil {
 					return err
 				}
-				usage, _ := lazy.Mounter{Client: lazy.NewClient(lazy.Config{Root: filepath.Join(dataDir, "layers")})}.LayerUsage(cmd.Context())
+				usage, _ := lazy.Mounter{Client: lazy.NewClient(lazy.Config{Root: paths.New(dataDir).Layers()})}.LayerUsage(cmd.Context())
 				v = struct {
 					api.Image
-					Manifest envstore.Env `json:"manifest"`
+					Manifest images.Manifest `json:"manifest"`
 				}{img.View(usage, false), e}
 			} else if l, lerr := es.Layer(args[0]); lerr == nil {
 				v = l
+			} else if errdefs.CodeOf(err) == api.CodeNotFound && errdefs.CodeOf(lerr) == api.CodeNotFound {
+				return errdefs.NotFound("no image in %s, environment or layer named %q", imagesDir, args[0])
 			} else {
 				return err
 			}
@@ -162,6 +186,7 @@ func imageCmd() *cobra.Command {
 			return nil
 		}}
 	inspect.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	inspect.Flags().StringVar(&imagesDir, "images-dir", "", "directory images (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
 
 	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an environment or a layer name (refused while in use)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -173,12 +198,12 @@ func imageCmd() *cobra.Command {
 		}}
 	record := &cobra.Command{Use: "record ENV", Short: "Store the chunks this node's sandboxes read from ENV's layers as their prefetch lists (nodes that mount the layers later fetch those chunks ahead)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			es, bs, err := open()
+			es, _, err := open()
 			if err != nil {
 				return err
 			}
-			lc := lazy.NewClient(lazy.Config{Root: filepath.Join(dataDir, "layers")})
-			recorded, err := daemon.RecordPrefetch(cmd.Context(), es, bs, lc, args[0])
+			lc := lazy.NewClient(lazy.Config{Root: paths.New(dataDir).Layers()})
+			recorded, err := es.RecordPrefetch(cmd.Context(), lc, args[0])
 			for _, r := range recorded {
 				fmt.Printf("%s %s: %d chunks (%.1f MB) → prefetch list %s\n", r.Role, r.Digest[:19], r.Chunks, float64(r.Bytes)/1e6, r.List[:19])
 			}
@@ -222,7 +247,7 @@ func imageCmd() *cobra.Command {
 // OpenBlobStore opens a --blob-store spec ("" = dir:DATA_DIR/blobs; see
 // blob.ParseSpec), creating a missing local directory.
 func OpenBlobStore(spec, dataDir string) (blob.Store, error) {
-	return blob.Open(daemon.BlobSpec(spec, dataDir), true)
+	return blob.Open(paths.New(dataDir).BlobSpec(spec), true)
 }
 
 func isTTY(f *os.File) bool {

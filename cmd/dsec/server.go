@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
+	"github.com/dsec-dev/dsec/internal/paths"
 )
 
 func newLogger(level string) (*slog.Logger, error) {
@@ -24,7 +25,7 @@ func newLogger(level string) (*slog.Logger, error) {
 
 func serverCmd() *cobra.Command {
 	var cfg daemon.Config
-	var listen, level string
+	var listen, level, sfListen string
 	var cleanup bool
 	c := &cobra.Command{
 		Use:   "server",
@@ -51,9 +52,18 @@ DATA_DIR/token, which is created on first start.`,
 				return err
 			}
 			log.Info("dsec server listening", "addr", "http://"+l.Addr().String(), "node", d.Manager.Node(), "data_dir", cfg.DataDir,
-				"token_file", daemon.TokenPath(cfg.DataDir), "sandboxes", d.Manager.Count())
-			errc := make(chan error, 1)
+				"token_file", paths.New(cfg.DataDir).Token(), "sandboxes", d.Manager.Count())
+			errc := make(chan error, 2)
 			go func() { errc <- d.Serve(l) }()
+			if sfListen != "" {
+				sl, err := net.Listen("tcp", sfListen)
+				if err != nil {
+					_ = d.Shutdown(context.Background(), false)
+					return err
+				}
+				log.Warn("SandboxFusion API listening WITHOUT a token (trusted networks only)", "addr", "http://"+sl.Addr().String())
+				go func() { errc <- d.ServeSandboxFusion(sl) }()
+			}
 			select {
 			case err = <-errc:
 			case <-cmd.Context().Done():
@@ -69,6 +79,7 @@ DATA_DIR/token, which is created on first start.`,
 	}
 	f := c.Flags()
 	f.StringVar(&listen, "listen", daemon.DefaultListen, "address to serve the API on")
+	f.StringVar(&sfListen, "sandboxfusion-listen", "", "also serve SandboxFusion's /run_code and /submit on this address WITHOUT a token (off by default; trusted networks only)")
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory for state and the token")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "image directory (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
 	f.StringVar(&cfg.DefaultImage, "default-image", daemon.DefaultImage, "image for requests that name none")
@@ -80,6 +91,8 @@ DATA_DIR/token, which is created on first start.`,
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none (default dir:DATA_DIR/blobs)")
 	f.StringVar(&cfg.LayerPrefetch, "layer-prefetch", "", `"" loads layers on demand; "full" fetches and verifies whole layers before mounting`)
+	f.StringArrayVar(&cfg.Devices, "device", nil, "add a device node and device-cgroup rule to every sandbox: NAME:TYPE:MAJOR:MINOR[:ACCESS], e.g. fuse:c:10:229 (repeatable)")
+	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", 0, "cap of each background process log on disk, stdout and stderr each (default 64 MiB)")
 	f.BoolVar(&cleanup, "cleanup-on-exit", false, "delete every sandbox when the server stops")
 	f.DurationVar(&cfg.TrajMaxAge, "traj-max-age", daemon.DefaultTrajMaxAge, "delete trajectories not updated for this long (negative: never)")
 	f.IntVar(&cfg.TrajMax, "traj-max", daemon.DefaultTrajMax, "keep at most this many trajectories, the most recently updated (negative: no limit)")

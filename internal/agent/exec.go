@@ -57,14 +57,13 @@ func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag strin
 	if args[0] == "" {
 		return driver.ProcSpec{}, errdefs.Invalid("empty command")
 	}
-	uid, gid, home, err := sb.resolveUser(inst, req.User)
+	// The image's config gives the defaults; the request overrides them.
+	ic := sb.rec.ImageConfig
+	uid, gid, home, err := sb.resolveUser(inst, ic.ExecUser(req.User))
 	if err != nil {
 		return driver.ProcSpec{}, err
 	}
-	cwd := req.Cwd
-	if cwd == "" {
-		cwd = home
-	}
+	cwd := ic.ExecCwd(req.Cwd, home)
 	if !path.IsAbs(cwd) || strings.IndexByte(cwd, 0) >= 0 {
 		return driver.ProcSpec{}, errdefs.Invalid("cwd must be an absolute path")
 	}
@@ -72,6 +71,7 @@ func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag strin
 	if uid == 0 {
 		env["USER"] = "root"
 	}
+	ic.ExecEnv(env)
 	for k, v := range sb.rec.Env {
 		env[k] = v
 	}

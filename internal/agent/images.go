@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -32,7 +33,7 @@ func (m *Manager) Image(ctx context.Context, name string) (api.Image, error) {
 		return api.Image{}, err
 	}
 	var usage map[string]images.LayerUsage
-	if len(img.Layers) > 0 {
+	if img.Layered() {
 		usage = m.layerUsage(ctx)
 	}
 	return img.View(usage, img.Name == m.cfg.Images.Default), nil
@@ -50,10 +51,30 @@ func (m *Manager) layerUsage(ctx context.Context) map[string]images.LayerUsage {
 	return u
 }
 
+// ImageInUse reports whether a sandbox of m runs on image name (an
+// environment store asks it before removing name).
+func (m *Manager) ImageInUse(name string) bool {
+	m.mu.RLock()
+	sbs := make([]*sandbox, 0, len(m.sandboxes))
+	for _, sb := range m.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	m.mu.RUnlock()
+	for _, sb := range sbs {
+		sb.mu.Lock()
+		used := sb.rec.Image == name
+		sb.mu.Unlock()
+		if used {
+			return true
+		}
+	}
+	return false
+}
+
 // ImagesInUse returns the image names used by the sandboxes recorded under
 // dataDir (for `dsec image rm`, which runs beside a live or stopped agent).
 func ImagesInUse(dataDir string) (map[string]int, error) {
-	dir := filepath.Join(dataDir, "sandboxes")
+	dir := paths.New(dataDir).Sandboxes()
 	ents, err := os.ReadDir(dir)
 	if os.IsNotExist(err) {
 		return map[string]int{}, nil

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -46,6 +46,9 @@ type Config struct {
 	MaxSandboxes int
 	// MaxCreating bounds concurrent creates; more wait (0 = 64).
 	MaxCreating int
+	// MaxLogBytes caps each background process log on disk (stdout and
+	// stderr each; 0 = DefaultMaxLogBytes), see logcap.go.
+	MaxLogBytes int64
 	Logger      *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
@@ -107,7 +110,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now,
-		recs:      filepath.Join(cfg.DataDir, "sandboxes"),
+		recs:      paths.New(cfg.DataDir).Sandboxes(),
 		slots:     semaphore.NewWeighted(int64(cfg.MaxCreating)),
 		sandboxes: map[string]*sandbox{},
 		byRequest: map[string]*pending{},

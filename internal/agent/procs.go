@@ -15,6 +15,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/fsops"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/session/hostfs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -46,7 +47,7 @@ func (p *bgProc) closeConn() {
 	}
 }
 
-func (m *Manager) logDir(id string) string { return filepath.Join(m.cfg.DataDir, "logs", id) }
+func (m *Manager) logDir(id string) string { return paths.New(m.cfg.DataDir).Logs(id) }
 
 func (m *Manager) logPath(id, procID, stream string) string {
 	return filepath.Join(m.logDir(id), procID+"."+stream)
@@ -79,6 +80,7 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 	if err != nil {
 		return api.Process{}, err
 	}
+	spec.OutputCap = m.bgLogCap()
 	if err := os.MkdirAll(m.logDir(id), 0o700); err != nil {
 		return api.Process{}, errdefs.Internal(err, "create log dir")
 	}

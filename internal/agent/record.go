@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -27,6 +28,9 @@ type record struct {
 	DriverState        json.RawMessage   `json:"driver_state"`
 	Procs              []procRecord      `json:"procs,omitempty"`
 	NextProc           int               `json:"next_proc,omitempty"`
+	// ImageConfig is the image's config at create (images.Config: default env,
+	// cwd, user of every exec); a later rebase of the image does not change it.
+	ImageConfig *images.Config `json:"image_config,omitempty"`
 
 	// Network is the sandbox's egress policy, applied again on reset (nil:
 	// loopback only).

@@ -177,7 +177,7 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 		return nil, errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
 	}
 	id := m.newID()
-	if len(img.Layers) > 0 {
+	if img.Layered() {
 		// A layered environment: layerd mounts its layers (once per node) and holds
 		// them for this sandbox until Delete.
 		if err := m.cfg.Images.Mount(ctx, &img, id); err != nil {
@@ -203,7 +203,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	}
 	sort.Strings(env)
 	spec := driver.Spec{
-		ID: id, Image: img.Name, Lower: img.Lower, CPU: req.CPU, Memory: req.MemoryBytes,
+		ID: id, Image: img.Name, Lower: img.Lower(), CPU: req.CPU, Memory: req.MemoryBytes,
 		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id,
 	}
 	inst, err := m.cfg.Driver.Start(ctx, spec)
@@ -217,7 +217,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	r := &record{
 		ID: id, Backend: req.Backend, Image: img.Name, Spec: spec, CreatedAt: m.now().UTC(),
 		TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
-		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, Network: req.Network,
+		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, ImageConfig: img.Config, Network: req.Network,
 	}
 	sb := newSandbox(m, r, inst)
 	if err := sb.save(); err != nil {

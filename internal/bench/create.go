@@ -40,9 +40,9 @@ func Create(ctx context.Context, o Options, compare []string) (CreateResult, err
 		cleanup()
 		return CreateResult{}, err
 	}
-	if len(compare) > 0 && len(img.Lower) != 1 {
+	if len(compare) > 0 && len(img.Lower()) != 1 {
 		cleanup()
-		return CreateResult{}, fmt.Errorf("--compare runs peers on one rootfs directory; image %q has %d lower directories (a layered environment has none until mounted)", img.Name, len(img.Lower))
+		return CreateResult{}, fmt.Errorf("--compare runs peers on one rootfs directory; image %q has %d lower directories (a layered environment has none until mounted)", img.Name, len(img.Lower()))
 	}
 	res := CreateResult{N: o.N, Parallel: o.Parallel, Image: img.Name, Path: "agent (in-process, no HTTP)"}
 	lat, total, failures, first := runLoad(ctx, o.N, o.Parallel, false, func(_, _ int) error {
@@ -67,7 +67,7 @@ func Create(ctx context.Context, o Options, compare []string) (CreateResult, err
 		if err != nil {
 			return res, err
 		}
-		pr, err := rt.Bench(ctx, img.Lower[0], o.N, o.Parallel)
+		pr, err := rt.Bench(ctx, img.Lower()[0], o.N, o.Parallel)
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", name, err)
 		}

@@ -225,8 +225,8 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 	if err != nil {
 		return res, err
 	}
-	if len(src.Lower) != 1 {
-		return res, fmt.Errorf("bench image: %s has %d lower directories; the bench builds one base layer from one", o.Image, len(src.Lower))
+	if len(src.Lower()) != 1 {
+		return res, fmt.Errorf("bench image: %s has %d lower directories; the bench builds one base layer from one", o.Image, len(src.Lower()))
 	}
 	scratch := o.ScratchDir
 	if scratch == "" {
@@ -249,7 +249,7 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return res, err
 	}
-	l, err := layer.Build(ctx, layer.Source{Kind: "dir", Arg: src.Lower[0]}, bs, layer.Options{TempDir: tmp, IndexChunk: o.ChunkSize})
+	l, err := layer.Build(ctx, layer.Source{Kind: "dir", Arg: src.Lower()[0]}, bs, layer.Options{TempDir: tmp, IndexChunk: o.ChunkSize})
 	if err != nil {
 		return res, fmt.Errorf("bench image: build layer: %w", err)
 	}
@@ -264,22 +264,19 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 	}
 	// The main runs read the layer through its chunk index (every chunk verified,
 	// chunks of the index's size); the sweep runs, without it, at their own size.
-	writeLayered := func(dir string, indexes, prefetchLists []string) error {
-		return writeManifest(dir, benchLayeredImage, map[string]any{
-			"name": benchLayeredImage, "layers": []string{l.Digest}, "blob_store": store, "sizes": []int64{l.Size},
-			"indexes": indexes, "prefetch_lists": prefetchLists, "description": "base layer of " + o.Image + " (bench image)",
-		})
+	writeLayered := func(dir, index, prefetchList string) error {
+		base := images.Layer{Role: images.RoleBase, Digest: l.Digest, Size: l.Size, Index: index, PrefetchList: prefetchList}
+		return writeManifest(dir, images.Manifest{Name: benchLayeredImage, BlobStore: store, Layers: []images.Layer{base},
+			Description: "base layer of " + o.Image + " (bench image)"})
 	}
 	sweepDir := filepath.Join(scratch, "images-sweep")
-	if err := writeLayered(imagesDir, []string{l.Index}, nil); err != nil {
+	if err := writeLayered(imagesDir, l.Index, ""); err != nil {
 		return res, err
 	}
-	if err := writeLayered(sweepDir, nil, nil); err != nil {
+	if err := writeLayered(sweepDir, "", ""); err != nil {
 		return res, err
 	}
-	if err := writeManifest(imagesDir, benchDirImage, map[string]any{
-		"name": benchDirImage, "lower": src.Lower, "description": o.Image + " (bench image)",
-	}); err != nil {
+	if err := writeManifest(imagesDir, images.Manifest{Name: benchDirImage, Layers: src.Layers, Description: o.Image + " (bench image)"}); err != nil {
 		return res, err
 	}
 
@@ -303,7 +300,7 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 		prefetchDir := filepath.Join(scratch, "images-prefetch")
 		err := bs.Put(ctx, list, bytes.NewReader(b), int64(len(b)))
 		if err == nil {
-			err = writeLayered(prefetchDir, []string{l.Index}, []string{list})
+			err = writeLayered(prefetchDir, l.Index, list)
 		}
 		if err == nil {
 			so := o
@@ -338,13 +335,13 @@ func fraction(part, whole int64) float64 {
 	return round(float64(part)/float64(whole), 4)
 }
 
-func writeManifest(imagesDir, name string, m map[string]any) error {
-	dir := filepath.Join(imagesDir, name)
+func writeManifest(imagesDir string, m images.Manifest) error {
+	dir := filepath.Join(imagesDir, m.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	b, _ := json.Marshal(m)
-	return os.WriteFile(filepath.Join(dir, "image.json"), b, 0o644)
+	_, err := images.WriteManifest(filepath.Join(dir, images.ManifestFile), m)
+	return err
 }
 
 // openImageNode starts a private node on the bench's images dir with a fresh data

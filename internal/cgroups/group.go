@@ -22,6 +22,9 @@ type Group struct {
 	h    *Hierarchy
 	name string
 	dirs []string // one per h.mountDirs(), same order
+	// devDir is the shared v1 devices cgroup the group's processes join
+	// (not the group's own: Procs, Kill and Delete ignore it); "" for none.
+	devDir string
 }
 
 // Name is the group's name as passed to Create or Open.
@@ -51,6 +54,11 @@ func (g *Group) AddProc(pid int) error {
 	for _, d := range g.dirs {
 		if err := writeFile(filepath.Join(d, "cgroup.procs"), s); err != nil {
 			return fmt.Errorf("add pid %d to cgroup %q: %w", pid, g.name, err)
+		}
+	}
+	if g.devDir != "" {
+		if err := writeFile(filepath.Join(g.devDir, "cgroup.procs"), s); err != nil {
+			return fmt.Errorf("add pid %d to the devices cgroup of %q: %w", pid, g.name, err)
 		}
 	}
 	return nil

@@ -19,6 +19,7 @@ type Limits struct {
 	CPU         float64 // cores, e.g. 0.5 or 2
 	MemoryBytes int64   // memory (and, where the kernel allows, memory+swap)
 	PidsMax     int64   // tasks (threads included)
+	Devices     DevicePolicy
 }
 
 // Validate rejects negative or out-of-range values.
@@ -35,7 +36,7 @@ func (l Limits) Validate() error {
 	case l.PidsMax < 0:
 		return errdefs.Invalid("pids limit %d: must be >= 0", l.PidsMax)
 	}
-	return nil
+	return l.Devices.validate()
 }
 
 func (l Limits) quotaUs() int64 { return int64(math.Round(l.CPU * cfsPeriodUs)) }

@@ -38,7 +38,7 @@ func requireImage(t *testing.T, name string) []string {
 	if err != nil {
 		t.Skipf("image %s not available (run `make setup`): %v", name, err)
 	}
-	return img.Lower
+	return img.Lower()
 }
 
 // testConfig returns a driver configuration private to this test: a short state

@@ -42,6 +42,9 @@ type Config struct {
 	// "dsec-<hash of StateDir>", so two agents on one host never touch each
 	// other's sandboxes.
 	CgroupParent string
+	// Devices are added to every sandbox's /dev and device allowlist
+	// (besides DefaultDeviceRules); see ParseDevice.
+	Devices []Device
 	// Network gives sandboxes egress under a policy; nil: loopback only.
 	Network *netpolicy.Manager
 	Logger  *slog.Logger
@@ -60,6 +63,9 @@ type Driver struct {
 	// mounted, then every init mounts its own.
 	sysfs   string
 	sysfsMu sync.Mutex // serializes remounting a vanished shared sysfs
+
+	// weaken is nil except in this package's tests (see weakening).
+	weaken func(id string) weakening
 }
 
 // New prepares the driver: installs the init binary, detects cgroups and compiles
@@ -141,7 +147,7 @@ func (d *Driver) CgroupVersion() int { return d.cg.Version() }
 // Close releases driver-wide resources (not the sandboxes, which keep their
 // clones of the shared sysfs).
 func (d *Driver) Close() error {
-	err := d.seccomp.Close()
+	err := errors.Join(d.seccomp.Close(), d.cg.Close())
 	if d.sysfs != "" {
 		d.sysfsMu.Lock()
 		err = errors.Join(err, initproto.UnmountSharedSysfs(d.sysfs))
@@ -150,6 +156,7 @@ func (d *Driver) Close() error {
 	// With no sandbox left, leave nothing behind: the parent cgroup and the run
 	// dir go (both stay while sandboxes live on for a restarted agent).
 	if names, lerr := d.cg.List(d.cfg.CgroupParent); lerr == nil && len(names) == 0 {
+		err = errors.Join(err, d.cg.DeleteDevices(d.cfg.CgroupParent))
 		if g, oerr := d.cg.Open(d.cfg.CgroupParent); oerr == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			err = errors.Join(err, g.Delete(ctx))
@@ -185,7 +192,8 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		os.RemoveAll(dir)
 		return nil, errdefs.Internal(err, "create sandbox dir")
 	}
-	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory, PidsMax: spec.PidsMax})
+	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory,
+		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID)})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, errdefs.Internal(err, "create cgroup")
@@ -209,6 +217,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	if hostname == "" {
 		hostname = spec.ID
 	}
+	sec := d.security(spec.ID)
 	in, err := initproto.Spawn(ctx, initproto.SpawnConfig{
 		InitPath:   d.initPath,
 		Hostname:   hostname,
@@ -218,7 +227,8 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		Lower:      spec.Lower,
 		SysfsPath:  d.sharedSysfs(),
 		SocketPath: d.socket(spec.ID),
-		Seccomp:    d.seccomp,
+		Seccomp:    d.seccompFor(spec.ID),
+		Security:   &sec,
 		LogPath:    filepath.Join(dir, "init.log"),
 		CgroupFD:   cgfd,
 		BeforeStart: func(pid int) error {

@@ -329,5 +329,5 @@ func benchDriver(b *testing.B) (*container.Driver, []string) {
 		os.RemoveAll(state)
 		os.RemoveAll(run)
 	})
-	return d, img.Lower
+	return d, img.Lower()
 }

@@ -14,8 +14,8 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -28,6 +28,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -35,8 +36,8 @@ import (
 
 // Defaults.
 const (
-	DefaultDataDir   = "/var/lib/dsec"
-	DefaultImagesDir = "/var/lib/dsec/images"
+	DefaultDataDir   = paths.DefaultRoot
+	DefaultImagesDir = paths.DefaultRoot + "/images"
 	DefaultImage     = "debian"
 	DefaultListen    = "127.0.0.1:7070"
 	// DefaultTrajMaxAge and DefaultTrajMax bound the trajectory log.
@@ -71,27 +72,20 @@ type Config struct {
 	Layers        lazy.Config
 	LayerPrefetch string
 	// BlobStore is the blob store spec of environments whose manifest names none
-	// (default BlobSpec("", DataDir) = dir:DATA_DIR/blobs, where `dsec image build`
-	// puts layers by default).
+	// (default dir:DATA_DIR/blobs, where `dsec image build` puts layers by
+	// default; paths.Paths.BlobSpec).
 	BlobStore string
+	// Devices are added to every container sandbox (container.ParseDevice
+	// syntax, e.g. "fuse:c:10:229"); MaxLogBytes caps each background
+	// process log (0: agent.DefaultMaxLogBytes).
+	Devices     []string
+	MaxLogBytes int64
 	// NetworkRules are the operator's egress rule sets, each
 	// "NAME=CIDR[:PORT[-PORT]][,...]" (dsec server --network-rule);
 	// NetworkPool is the sandbox link address pool (default
 	// netpolicy.DefaultPool).
 	NetworkRules []string
 	NetworkPool  string
-}
-
-// EnvStoreDir is where `dsec image compose` keeps environment manifests.
-func EnvStoreDir(dataDir string) string { return filepath.Join(dataDir, "envstore") }
-
-// BlobSpec is the effective blob store spec: spec, or the node's local blob
-// directory DATA_DIR/blobs.
-func BlobSpec(spec, dataDir string) string {
-	if spec == "" {
-		return "dir:" + filepath.Join(dataDir, "blobs")
-	}
-	return spec
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -109,6 +103,8 @@ type Daemon struct {
 	// outlives this process so running sandboxes keep their file systems).
 	Layers    *lazy.Client
 	cfg       Config
+	mu        sync.Mutex
+	extra     []*http.Server // other listeners (SandboxFusion's token-less one)
 	http      *http.Server
 	stopPrune chan struct{}
 	pruneDone chan struct{}
@@ -138,29 +134,38 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	token, err := loadToken(cfg.DataDir, cfg.Token)
+	dirs := paths.New(cfg.DataDir)
+	token, err := loadToken(dirs.Token(), cfg.Token)
 	if err != nil {
 		return nil, err
+	}
+	var devs []container.Device
+	for _, s := range cfg.Devices {
+		d, err := container.ParseDevice(s)
+		if err != nil {
+			return nil, fmt.Errorf("--device: %w", err)
+		}
+		devs = append(devs, d)
 	}
 	netm, err := openNetwork(cfg)
 	if err != nil {
 		return nil, err
 	}
-	drv, err := container.New(container.Config{StateDir: filepath.Join(cfg.DataDir, "containers"), Logger: cfg.Logger, Network: netm})
+	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Devices: devs, Logger: cfg.Logger, Network: netm})
 	if err != nil {
 		return nil, err
 	}
 	if cfg.Layers.Root == "" {
-		cfg.Layers.Root = filepath.Join(cfg.DataDir, "layers")
+		cfg.Layers.Root = dirs.Layers()
 	}
 	layers := lazy.NewClient(cfg.Layers)
-	blobSpec := BlobSpec(cfg.BlobStore, cfg.DataDir)
+	blobSpec := dirs.BlobSpec(cfg.BlobStore)
 	blobs, err := blob.Open(blobSpec, true)
 	if err != nil {
 		drv.Close()
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
-	envs, err := envstore.Open(EnvStoreDir(cfg.DataDir), blobs)
+	envs, err := envstore.Open(dirs.EnvStore(), blobs)
 	if err != nil {
 		drv.Close()
 		return nil, err
@@ -168,7 +173,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	envs.Spec = blobSpec
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
-		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage,
+		MaxLogBytes: cfg.MaxLogBytes,
+		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
 			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},
 	})
@@ -176,7 +182,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
-	envs.InUse = inUse(mgr)
+	envs.InUse = mgr.ImageInUse
 	traj, err := trajectory.OpenNode(ctx, cfg.DataDir, cfg.TrajStore, cfg.Logger)
 	if err != nil {
 		mgr.Close()
@@ -184,7 +190,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	fc, err := fncall.New(fncall.Config{
-		StateDir: filepath.Join(cfg.DataDir, "fncall"), Logger: cfg.Logger,
+		StateDir: dirs.FnCall(), Logger: cfg.Logger,
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: fncall.DefaultImage},
 	})
 	if err != nil {
@@ -194,7 +200,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
-	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj,
+	// Every front end calls the agent through the trajectory decorator.
+	svc := trajectory.Wrap(mgr, traj, trajectory.Options{Logger: cfg.Logger, FnCall: n})
+	srv := server.New(svc, server.Options{Token: token, Logger: cfg.Logger, Trajectories: svc,
 		Images: mgr, ImageManager: n, FnCall: n})
 	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
@@ -234,7 +242,7 @@ func (d *Daemon) pruneLoop() {
 
 // Serve serves the API on l until Shutdown.
 func (d *Daemon) Serve(l net.Listener) error {
-	d.http = &http.Server{Handler: d.Server.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	d.http = &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	err := d.http.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -249,6 +257,12 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	if d.http != nil {
 		errs = append(errs, d.http.Shutdown(ctx))
 	}
+	d.mu.Lock()
+	extra := d.extra
+	d.mu.Unlock()
+	for _, srv := range extra {
+		errs = append(errs, srv.Shutdown(ctx))
+	}
 	if deleteAll {
 		errs = append(errs, d.Manager.DeleteAll(ctx))
 		// Nothing is held any more: stop layerd (it unmounts every layer).
@@ -261,7 +275,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 }
 
 // node is the agent plus the FnCall engine and the environment store: the
-// server's server.FnCaller and server.ImageManager.
+// session.FnCaller and the server's server.ImageManager.
 type node struct {
 	*agent.Manager
 	fc     *fncall.Engine
@@ -269,18 +283,15 @@ type node struct {
 	layers *lazy.Client
 }
 
-func (n node) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+func (n node) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	return n.fc.Call(ctx, req)
 }
 
-// TokenPath is where the server keeps its token under a data dir.
-func TokenPath(dataDir string) string { return filepath.Join(dataDir, "token") }
-
-func loadToken(dataDir, configured string) (string, error) {
+// loadToken returns configured, else the token in file p (created if missing).
+func loadToken(p, configured string) (string, error) {
 	if configured != "" {
 		return configured, nil
 	}
-	p := TokenPath(dataDir)
 	if b, err := os.ReadFile(p); err == nil && len(strings.TrimSpace(string(b))) > 0 {
 		return strings.TrimSpace(string(b)), nil
 	}

@@ -1,8 +1,11 @@
-// Package envstore keeps environments and named layers. An environment is a small
-// JSON manifest (DIR/envs/NAME.json): one base layer, ordered toolkit layers, an
-// optional workspace layer. The layer index (DIR/layers/NAME.json) names built
-// layers. Changing a base used by N environments is one layer build plus N manifest
-// rewrites (Rebase), never N rebuilds.
+// Package envstore keeps environments and named layers. An environment is an
+// image manifest (images.Manifest, DIR/envs/NAME.json): one base layer, ordered
+// toolkit layers, an optional workspace layer, base first, each layer with the
+// image config it was built from. The layer index (DIR/layers/NAME.json) names
+// built layers. Changing a base used by N environments is one layer build plus N
+// manifest rewrites (Rebase), never N rebuilds. Manifests written by earlier
+// versions (base/toolkits/workspace) are read as they are and rewritten in the
+// current format by the next change.
 package envstore
 
 import (
@@ -11,7 +14,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -21,79 +23,22 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 )
 
-// LayerRef is one layer of an environment.
-type LayerRef struct {
-	Digest string `json:"digest"`
-	Size   int64  `json:"size"`
-	Name   string `json:"name,omitempty"` // the layer's name in the index when composed
-	// Index is the digest of the layer's chunk index (blob.ChunkIndex), if built
-	// with one: nodes verify each chunk they fetch against it.
-	Index string `json:"index,omitempty"`
-	// PrefetchList is the digest of the layer's recorded access list (`dsec image
-	// record`): nodes prefetch those chunks when they first mount the layer.
-	PrefetchList string `json:"prefetch_list,omitempty"`
-}
-
-// Env is an environment manifest.
-type Env struct {
-	Name      string     `json:"name"`
-	Base      LayerRef   `json:"base"`
-	Toolkits  []LayerRef `json:"toolkits,omitempty"` // bottom to top
-	Workspace *LayerRef  `json:"workspace,omitempty"`
-	// BlobStore is the spec of the blob store holding the layers (blob.ParseSpec),
-	// recorded at compose; empty: the node's default store.
-	BlobStore string     `json:"blob_store,omitempty"`
-	Created   time.Time  `json:"created"`
-	Updated   *time.Time `json:"updated,omitempty"`
-}
-
-// Layers returns the layers top-most first (the overlay lowerdir order).
-func (e Env) Layers() []LayerRef {
-	var out []LayerRef
-	if e.Workspace != nil {
-		out = append(out, *e.Workspace)
-	}
-	for i := len(e.Toolkits) - 1; i >= 0; i-- {
-		out = append(out, e.Toolkits[i])
-	}
-	return append(out, e.Base)
-}
-
-// eachLayer calls fn with a pointer to each of e's layers.
-func (e *Env) eachLayer(fn func(*LayerRef)) {
-	fn(&e.Base)
-	for i := range e.Toolkits {
-		fn(&e.Toolkits[i])
-	}
-	if e.Workspace != nil {
-		fn(e.Workspace)
-	}
-}
-
-// Role names the part layer i of Layers() plays: base, toolkit or workspace.
-func (e Env) Role(i int) string {
-	switch {
-	case i == len(e.Toolkits)+1 && e.Workspace != nil || i == len(e.Toolkits) && e.Workspace == nil:
-		return "base"
-	case i == 0 && e.Workspace != nil:
-		return "workspace"
-	}
-	return "toolkit"
-}
-
-// NamedLayer is an entry of the layer index.
+// NamedLayer is an entry of the layer index: a built layer (its name, digest,
+// size, chunk index and image config) and where it came from.
 type NamedLayer struct {
-	Name    string    `json:"name"`
-	Digest  string    `json:"digest"`
-	Size    int64     `json:"size"`
+	images.Layer
 	Source  string    `json:"source,omitempty"`
-	Index   string    `json:"index,omitempty"` // chunk index digest (see LayerRef)
 	Created time.Time `json:"created"`
 }
 
-var validName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+// Named is the index entry naming built layer l (from source).
+func Named(name, source string, l images.Layer) NamedLayer {
+	l.Name = name
+	return NamedLayer{Layer: l, Source: source}
+}
 
 // Store is the manifest store rooted at Dir.
 type Store struct {
@@ -118,36 +63,10 @@ func Open(dir string, blobs blob.Store) (*Store, error) {
 }
 
 func checkName(kind, n string) error {
-	if !validName.MatchString(n) {
+	if !images.ValidName.MatchString(n) {
 		return errdefs.Invalid("invalid %s name %q (lowercase letters, digits, . _ -)", kind, n)
 	}
 	return nil
-}
-
-// writeJSON writes v to p atomically (temp file, fsync, rename). It returns the bytes written.
-func writeJSON(p string, v any) (int, error) {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return 0, err
-	}
-	b = append(b, '\n')
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
-	if err != nil {
-		return 0, err
-	}
-	defer os.Remove(f.Name())
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return 0, err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return 0, err
-	}
-	if err := f.Close(); err != nil {
-		return 0, err
-	}
-	return len(b), os.Rename(f.Name(), p)
 }
 
 func readJSON(p string, v any) error {
@@ -157,6 +76,9 @@ func readJSON(p string, v any) error {
 	}
 	return json.Unmarshal(b, v)
 }
+
+func (s *Store) layerPath(name string) string { return filepath.Join(s.Dir, "layers", name+".json") }
+func (s *Store) envPath(name string) string   { return filepath.Join(s.Dir, "envs", name+".json") }
 
 // PutLayer records name → layer in the index (replacing an older entry).
 func (s *Store) PutLayer(l NamedLayer) error {
@@ -171,10 +93,18 @@ func (s *Store) PutLayer(l NamedLayer) error {
 			return err
 		}
 	}
+	if err := l.Config.Validate(); err != nil {
+		return err
+	}
+	l.Role, l.Dir, l.Store, l.PrefetchList = "", "", "", ""
 	if l.Created.IsZero() {
 		l.Created = time.Now().UTC()
 	}
-	if _, err := writeJSON(filepath.Join(s.Dir, "layers", l.Name+".json"), l); err != nil {
+	b, err := json.MarshalIndent(l, "", "  ")
+	if err == nil {
+		err = images.WriteFileAtomic(s.layerPath(l.Name), append(b, '\n'))
+	}
+	if err != nil {
 		return errdefs.Internal(err, "write layer %q", l.Name)
 	}
 	return nil
@@ -186,7 +116,7 @@ func (s *Store) Layer(name string) (NamedLayer, error) {
 		return NamedLayer{}, err
 	}
 	var l NamedLayer
-	err := readJSON(filepath.Join(s.Dir, "layers", name+".json"), &l)
+	err := readJSON(s.layerPath(name), &l)
 	if errors.Is(err, os.ErrNotExist) {
 		return l, errdefs.NotFound("layer %q not found (build it with `dsec image build --name %s`)", name, name)
 	}
@@ -196,80 +126,91 @@ func (s *Store) Layer(name string) (NamedLayer, error) {
 	return l, nil
 }
 
-// ResolveLayer accepts a layer name or a digest.
-func (s *Store) ResolveLayer(ctx context.Context, ref string) (LayerRef, error) {
+// ResolveLayer accepts a layer name or a digest and returns the layer as an
+// environment refers to it (name, digest, size, index, config).
+func (s *Store) ResolveLayer(ctx context.Context, ref string) (images.Layer, error) {
 	if strings.HasPrefix(ref, "sha256:") {
 		if _, err := blob.ParseDigest(ref); err != nil {
-			return LayerRef{}, err
+			return images.Layer{}, err
 		}
-		var size int64 = -1
+		l := images.Layer{Digest: ref}
 		if s.Blobs != nil {
 			n, err := s.Blobs.Stat(ctx, ref)
 			if err != nil {
-				return LayerRef{}, err
+				return images.Layer{}, err
 			}
-			size = n
+			l.Size = n
 		}
-		return LayerRef{Digest: ref, Size: size}, nil
+		if nl, ok := s.layerByDigest(ref); ok {
+			// Built under a name: the same chunk index and image config.
+			l.Index, l.Config = nl.Index, nl.Config
+		}
+		return l, nil
 	}
 	l, err := s.Layer(ref)
 	if err != nil {
-		return LayerRef{}, err
+		return images.Layer{}, err
 	}
 	if s.Blobs != nil {
 		if _, err := s.Blobs.Stat(ctx, l.Digest); err != nil {
-			return LayerRef{}, err
+			return images.Layer{}, err
 		}
 	}
-	return LayerRef{Digest: l.Digest, Size: l.Size, Name: l.Name, Index: l.Index}, nil
+	return l.Layer, nil
+}
+
+// layerByDigest returns a named layer with digest d, if the index has one.
+func (s *Store) layerByDigest(d string) (NamedLayer, bool) {
+	names, _ := s.ListLayers()
+	for _, n := range names {
+		if l, err := s.Layer(n); err == nil && l.Digest == d {
+			return l, true
+		}
+	}
+	return NamedLayer{}, false
 }
 
 // Compose creates or replaces environment name from layer names or digests.
-func (s *Store) Compose(ctx context.Context, name, base string, toolkits []string, workspace string) (Env, error) {
+func (s *Store) Compose(ctx context.Context, name, base string, toolkits []string, workspace string) (images.Manifest, error) {
 	if err := checkName("environment", name); err != nil {
-		return Env{}, err
+		return images.Manifest{}, err
 	}
-	e := Env{Name: name, BlobStore: s.Spec, Created: time.Now().UTC()}
-	var err error
-	if e.Base, err = s.ResolveLayer(ctx, base); err != nil {
-		return Env{}, err
+	if base == "" {
+		return images.Manifest{}, errdefs.Invalid("base: a base layer is required")
 	}
-	for _, t := range toolkits {
-		r, err := s.ResolveLayer(ctx, t)
-		if err != nil {
-			return Env{}, err
-		}
-		e.Toolkits = append(e.Toolkits, r)
-	}
+	refs := append([]string{base}, toolkits...)
 	if workspace != "" {
-		r, err := s.ResolveLayer(ctx, workspace)
+		refs = append(refs, workspace)
+	}
+	m := images.Manifest{Name: name, BlobStore: s.Spec, Created: time.Now().UTC()}
+	for _, r := range refs {
+		l, err := s.ResolveLayer(ctx, r)
 		if err != nil {
-			return Env{}, err
+			return images.Manifest{}, err
 		}
-		e.Workspace = &r
+		m.Layers = append(m.Layers, l)
 	}
-	if _, err := writeJSON(s.envPath(name), e); err != nil {
-		return Env{}, errdefs.Internal(err, "write environment %q", name)
+	images.Roles(m.Layers, workspace != "")
+	if _, err := images.WriteManifest(s.envPath(name), m); err != nil {
+		return images.Manifest{}, errdefs.Internal(err, "write environment %q", name)
 	}
-	return e, nil
+	return m, nil
 }
 
-func (s *Store) envPath(name string) string { return filepath.Join(s.Dir, "envs", name+".json") }
-
-// Get returns an environment.
-func (s *Store) Get(name string) (Env, error) {
+// Get returns an environment (a manifest of any version, in the current form).
+func (s *Store) Get(name string) (images.Manifest, error) {
 	if err := checkName("environment", name); err != nil {
-		return Env{}, err
+		return images.Manifest{}, err
 	}
-	var e Env
-	err := readJSON(s.envPath(name), &e)
+	m, err := images.ReadManifest(s.envPath(name))
 	if errors.Is(err, os.ErrNotExist) {
-		return e, errdefs.NotFound("environment %q not found", name)
+		return m, errdefs.NotFound("environment %q not found", name)
 	}
 	if err != nil {
-		return e, errdefs.Internal(err, "read environment %q", name)
+		return m, errdefs.Internal(err, "read environment %q", name)
 	}
-	return e, nil
+	m.Name = name
+	return m, nil
 }
 
 // List returns environment names, sorted.
@@ -320,13 +261,13 @@ func (s *Store) Remove(name string) error {
 		if err != nil {
 			continue
 		}
-		for _, r := range e.Layers() {
+		for _, r := range e.Layers {
 			if r.Digest == l.Digest && (r.Name == "" || r.Name == name) {
 				return errdefs.Conflict("layer %q is used by environment %q", name, en)
 			}
 		}
 	}
-	if err := os.Remove(filepath.Join(s.Dir, "layers", name+".json")); err != nil {
+	if err := os.Remove(s.layerPath(name)); err != nil {
 		return errdefs.Internal(err, "remove layer %q", name)
 	}
 	return nil
@@ -334,10 +275,10 @@ func (s *Store) Remove(name string) error {
 
 // SetPrefetchList records list (an access list blob's digest, "" to clear) as the
 // prefetch list of layer digest in environment name.
-func (s *Store) SetPrefetchList(name, digest, list string) (Env, error) {
+func (s *Store) SetPrefetchList(name, digest, list string) (images.Manifest, error) {
 	if list != "" {
 		if _, err := blob.ParseDigest(list); err != nil {
-			return Env{}, err
+			return images.Manifest{}, err
 		}
 	}
 	e, err := s.Get(name)
@@ -345,18 +286,17 @@ func (s *Store) SetPrefetchList(name, digest, list string) (Env, error) {
 		return e, err
 	}
 	found := false
-	set := func(r *LayerRef) {
-		if r.Digest == digest {
-			r.PrefetchList, found = list, true
+	for i := range e.Layers {
+		if e.Layers[i].Digest == digest {
+			e.Layers[i].PrefetchList, found = list, true
 		}
 	}
-	e.eachLayer(set)
 	if !found {
 		return e, errdefs.NotFound("environment %q has no layer %s", name, digest)
 	}
 	now := time.Now().UTC()
 	e.Updated = &now
-	if _, err := writeJSON(s.envPath(name), e); err != nil {
+	if _, err := images.WriteManifest(s.envPath(name), e); err != nil {
 		return e, errdefs.Internal(err, "write environment %q", name)
 	}
 	return e, nil
@@ -370,8 +310,10 @@ type RebaseStats struct {
 }
 
 // Rebase points every environment whose base (or toolkit/workspace) layer is
-// oldDigest at newLayer instead: N small manifest rewrites, no layer rebuilds.
-func (s *Store) Rebase(ctx context.Context, oldDigest string, newLayer LayerRef) (RebaseStats, error) {
+// oldDigest at newLayer instead (with newLayer's config): N small manifest
+// rewrites, no layer rebuilds. Sandboxes already running keep the layers and the
+// config they were created with.
+func (s *Store) Rebase(ctx context.Context, oldDigest string, newLayer images.Layer) (RebaseStats, error) {
 	var st RebaseStats
 	if _, err := blob.ParseDigest(oldDigest); err != nil {
 		return st, err
@@ -416,28 +358,28 @@ func (s *Store) Rebase(ctx context.Context, oldDigest string, newLayer LayerRef)
 const rebaseWorkers = 16
 
 // rebaseOne points environment n's layers that are oldDigest at newLayer.
-func (s *Store) rebaseOne(n, oldDigest string, newLayer LayerRef, now time.Time) (rewritten bool, written int, err error) {
+func (s *Store) rebaseOne(n, oldDigest string, newLayer images.Layer, now time.Time) (rewritten bool, written int, err error) {
 	e, err := s.Get(n)
 	if err != nil {
 		return false, 0, err
 	}
 	changed := false
-	swap := func(r *LayerRef) {
+	for i, r := range e.Layers {
 		if r.Digest == oldDigest {
-			name := r.Name
-			*r = newLayer
-			if r.Name == "" {
-				r.Name = name
+			l := newLayer
+			l.Role = r.Role
+			if l.Name == "" {
+				l.Name = r.Name
 			}
+			e.Layers[i] = l
 			changed = true
 		}
 	}
-	e.eachLayer(swap)
 	if !changed {
 		return false, 0, nil
 	}
 	e.Updated = &now
-	nb, err := writeJSON(s.envPath(n), e)
+	nb, err := images.WriteManifest(s.envPath(n), e)
 	if err != nil {
 		return false, 0, errdefs.Internal(err, "rewrite environment %q", n)
 	}

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -27,7 +30,7 @@ func setup(t testing.TB) (*envstore.Store, blob.Store) {
 	return s, bs
 }
 
-func buildLayer(t testing.TB, bs blob.Store, s *envstore.Store, name, content string) (layer.Layer, time.Duration) {
+func buildLayer(t testing.TB, bs blob.Store, s *envstore.Store, name, content string) (layer.Result, time.Duration) {
 	d := t.(interface{ TempDir() string }).TempDir()
 	os.WriteFile(filepath.Join(d, "version"), []byte(content), 0o644)
 	os.WriteFile(filepath.Join(d, "payload"), make([]byte, 4<<20), 0o644)
@@ -37,7 +40,7 @@ func buildLayer(t testing.TB, bs blob.Store, s *envstore.Store, name, content st
 		t.Fatal(err)
 	}
 	el := time.Since(start)
-	if err := s.PutLayer(envstore.NamedLayer{Name: name, Digest: l.Digest, Size: l.Size, Source: l.Source}); err != nil {
+	if err := s.PutLayer(envstore.Named(name, l.Source, l.Layer)); err != nil {
 		t.Fatal(err)
 	}
 	return l, el
@@ -53,14 +56,17 @@ func TestComposeGetRemove(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := s.Get("task-1")
-	if err != nil || got.Base.Digest != base.Digest || len(got.Toolkits) != 1 || got.Workspace == nil {
+	if err != nil || len(got.Layers) != 3 || got.Layers[0].Digest != base.Digest || got.Layers[0].Name != "base" || !got.HasWorkspace() {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
-	if r := []string{e.Role(0), e.Role(1), e.Role(2)}; r[0] != "workspace" || r[1] != "toolkit" || r[2] != "base" {
-		t.Fatalf("roles %v", r)
+	if r := []string{e.Layers[0].Role, e.Layers[1].Role, e.Layers[2].Role}; r[0] != "base" || r[1] != "toolkit" || r[2] != "workspace" {
+		t.Fatalf("roles %v, want base first", r)
 	}
-	if ls := e.Layers(); len(ls) != 3 || ls[2].Digest != base.Digest || ls[0].Digest != tk.Digest {
+	if ls := e.Layers; ls[0].Digest != base.Digest || ls[1].Name != "py-tools" || ls[2].Digest != tk.Digest {
 		t.Fatalf("layers order %+v", ls)
+	}
+	if _, err := s.Compose(ctx, "task-2", "", nil, ""); !errdefs.Is(err, api.CodeInvalidArgument) {
+		t.Fatalf("no base: %v", err)
 	}
 	if _, err := s.Compose(ctx, "task-2", "nope", nil, ""); !errdefs.Is(err, api.CodeNotFound) {
 		t.Fatalf("missing layer: %v", err)
@@ -109,7 +115,7 @@ func TestRebaseScaling(t *testing.T) {
 		blobsBefore, _ := bs.List(ctx)
 		nl, buildTime := buildLayer(t, bs, s, "base", "v2")
 		start := time.Now()
-		st, err := s.Rebase(ctx, old.Digest, envstore.LayerRef{Digest: nl.Digest, Size: nl.Size, Name: "base", Index: nl.Index})
+		st, err := s.Rebase(ctx, old.Digest, envstore.Named("base", nl.Source, nl.Layer).Layer)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +125,7 @@ func TestRebaseScaling(t *testing.T) {
 			t.Fatalf("N=%d: %+v, blobs %d→%d", n, st, len(blobsBefore), len(blobsAfter))
 		}
 		e, _ := s.Get(fmt.Sprintf("env-%d", n-1))
-		if e.Base.Digest != nl.Digest || e.Base.Index != nl.Index || e.Toolkits[0].Digest != tk.Digest {
+		if e.Layers[0].Digest != nl.Digest || e.Layers[0].Index != nl.Index || e.Layers[0].Role != "base" || e.Layers[1].Digest != tk.Digest {
 			t.Fatalf("rebased env %+v", e)
 		}
 		t.Logf("N=%4d: layer build %v (%d bytes, once) + %d manifest rewrites in %v, %d bytes (%d B/env)",
@@ -160,5 +166,95 @@ func TestImagesResolver(t *testing.T) {
 	}
 	if img, _ := r.ResolveEnv("old"); img.Layers[0].Store != "dir:/default" {
 		t.Fatalf("default store not used: %+v", img.Layers)
+	}
+}
+
+// TestOldManifestsStillLoad: an environment manifest and a layer index entry
+// written before the one manifest format resolve as before (base first, roles,
+// the recorded store); the next change rewrites the manifest in the current
+// format, and Remove still sees the layers it uses.
+func TestOldManifestsStillLoad(t *testing.T) {
+	s, bs := setup(t)
+	base, _ := buildLayer(t, bs, s, "base", "v1")
+	tk, _ := buildLayer(t, bs, s, "tools", "tk")
+	old := fmt.Sprintf(`{"name":"legacy","base":{"digest":%q,"size":%d,"name":"base","index":%q},
+		"toolkits":[{"digest":%q,"size":-1}],"blob_store":"dir:/srv/blobs","created":"2026-01-01T00:00:00Z"}`, base.Digest, base.Size, base.Index, tk.Digest)
+	p := filepath.Join(s.Dir, "envs", "legacy.json")
+	if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	oldLayer := fmt.Sprintf(`{"name":"oldname","digest":%q,"size":%d,"source":"dir:/x","created":"2026-01-01T00:00:00Z"}`, tk.Digest, tk.Size)
+	os.WriteFile(filepath.Join(s.Dir, "layers", "oldname.json"), []byte(oldLayer), 0o644)
+	if l, err := s.Layer("oldname"); err != nil || l.Digest != tk.Digest || l.Size != tk.Size || l.Source != "dir:/x" {
+		t.Fatalf("old layer index entry: %+v %v", l, err)
+	}
+	img, err := envstore.Images{Store: s, DefaultSpec: "dir:/default"}.ResolveEnv("legacy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(img.Layers) != 2 || img.Layers[0].Digest != base.Digest || img.Layers[0].Role != "base" || img.Layers[0].Index != base.Index ||
+		img.Layers[1].Role != "toolkit" || img.Layers[1].Size != 0 || img.Layers[0].Store != "dir:/srv/blobs" {
+		t.Fatalf("old manifest resolved as %+v", img.Layers)
+	}
+	if err := s.Remove("base"); !errdefs.Is(err, api.CodeConflict) {
+		t.Fatalf("remove a layer an old manifest uses: %v", err)
+	}
+	if _, err := s.SetPrefetchList("legacy", base.Digest, tk.Digest); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	if !strings.Contains(string(b), `"version": 2`) || strings.Contains(string(b), `"toolkits"`) {
+		t.Fatalf("not rewritten in the current format: %s", b)
+	}
+	e, err := s.Get("legacy")
+	if err != nil || len(e.Layers) != 2 || e.Layers[0].PrefetchList != tk.Digest || e.Layers[1].Digest != tk.Digest || e.BlobStore != "dir:/srv/blobs" {
+		t.Fatalf("after rewrite: %+v %v", e, err)
+	}
+}
+
+// TestComposeKeepsConfig: the image config built layers carry reaches the
+// environment (base first, upper layers over lower), and a rebase onto a layer
+// with another config changes the environment's config.
+func TestComposeKeepsConfig(t *testing.T) {
+	s, bs := setup(t)
+	ctx := context.Background()
+	put := func(name, content string, c *images.Config) {
+		l, _ := buildLayer(t, bs, s, name, content)
+		l.Config = c
+		if err := s.PutLayer(envstore.Named(name, l.Source, l.Layer)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("jdk", "jdk", &images.Config{Env: []string{"PATH=/opt/jdk/bin:/bin", "JAVA_HOME=/opt/jdk"}, User: "1000", Cmd: []string{"java"}})
+	put("work", "work", &images.Config{WorkingDir: "/work", Env: []string{"PATH=/work/bin:/opt/jdk/bin:/bin"}})
+	put("plain", "plain", nil)
+	if _, err := s.Compose(ctx, "task", "jdk", []string{"plain"}, "work"); err != nil {
+		t.Fatal(err)
+	}
+	r := envstore.Images{Store: s, DefaultSpec: "dir:/d"}
+	jdk, _ := s.Layer("jdk")
+	// By digest, a layer built under a name brings its config too.
+	if e, err := s.Compose(ctx, "by-digest", jdk.Digest, nil, ""); err != nil || e.Layers[0].Config == nil || e.Layers[0].Config.User != "1000" || e.Layers[0].Index != jdk.Index {
+		t.Fatalf("compose by digest: %+v %v", e, err)
+	}
+	img, err := r.ResolveEnv("task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := img.Config; c == nil || !slices.Equal(c.Env, []string{"PATH=/work/bin:/opt/jdk/bin:/bin", "JAVA_HOME=/opt/jdk"}) ||
+		c.User != "1000" || c.WorkingDir != "/work" || !slices.Equal(c.Cmd, []string{"java"}) {
+		t.Fatalf("environment config %+v", img.Config)
+	}
+	put("jdk2", "jdk2", &images.Config{Env: []string{"JAVA_HOME=/opt/jdk21"}})
+	jdk2, _ := s.ResolveLayer(ctx, "jdk2")
+	if _, err := s.Rebase(ctx, jdk.Digest, jdk2); err != nil {
+		t.Fatal(err)
+	}
+	img, _ = r.ResolveEnv("task")
+	if c := img.Config; c == nil || !slices.Equal(c.Env, []string{"JAVA_HOME=/opt/jdk21", "PATH=/work/bin:/opt/jdk/bin:/bin"}) || c.User != "" || img.Layers[0].Name != "jdk2" {
+		t.Fatalf("config after rebase %+v, layers %+v", img.Config, img.Layers)
+	}
+	if err := s.PutLayer(envstore.NamedLayer{Layer: images.Layer{Name: "bad", Digest: jdk.Digest, Config: &images.Config{WorkingDir: "rel"}}}); !errdefs.Is(err, api.CodeInvalidArgument) {
+		t.Fatalf("bad config accepted: %v", err)
 	}
 }

@@ -1,6 +1,7 @@
 package envstore
 
 import (
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
 )
 
@@ -14,22 +15,17 @@ type Images struct {
 
 var _ images.EnvResolver = Images{}
 
-// ResolveEnv implements images.EnvResolver: the layers base first, as the image
-// store orders them.
+// ResolveEnv implements images.EnvResolver.
 func (a Images) ResolveEnv(name string) (images.Image, error) {
-	e, err := a.Get(name)
+	m, err := a.Get(name)
 	if err != nil {
 		return images.Image{}, err
 	}
-	spec := e.BlobStore
-	if spec == "" {
-		spec = a.DefaultSpec
+	img, err := images.FromManifest(m, "", a.DefaultSpec)
+	if err != nil {
+		return images.Image{}, errdefs.Internal(err, "environment %q", name)
 	}
-	top := e.Layers()
-	img := images.Image{Name: name, Description: "environment"}
-	for i := len(top) - 1; i >= 0; i-- {
-		img.Layers = append(img.Layers, images.Layer{Digest: top[i].Digest, Store: spec, Size: max(top[i].Size, 0), Role: e.Role(i), Index: top[i].Index, PrefetchList: top[i].PrefetchList})
-	}
+	img.Description = "environment"
 	return img, nil
 }
 

@@ -214,10 +214,10 @@ func (e *Engine) pool(name string) (*pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(img.Lower) != 1 {
-		return nil, errdefs.Invalid("image %q has %d layers; fncall needs a single-directory image", name, len(img.Lower))
+	if len(img.Lower()) != 1 {
+		return nil, errdefs.Invalid("image %q has %d layers; fncall needs a single-directory image", name, len(img.Lower()))
 	}
-	p := &pool{e: e, image: name, rootfs: img.Lower[0]}
+	p := &pool{e: e, image: name, rootfs: img.Lower()[0]}
 	if err := p.start(); err != nil {
 		_ = p.close()
 		return nil, err

@@ -22,7 +22,7 @@ func TestResolve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if img.Name != "tiny" || len(img.Lower) != 1 || img.Lower[0] != filepath.Join(dir, "tiny", "rootfs") {
+	if img.Name != "tiny" || len(img.Lower()) != 1 || img.Lower()[0] != filepath.Join(dir, "tiny", "rootfs") || img.Layers[0].Role != RoleBase || img.Layered() {
 		t.Fatalf("bad image %+v", img)
 	}
 	if _, err := s.Resolve("nope"); errdefs.CodeOf(err) != api.CodeNotFound {
@@ -63,7 +63,7 @@ func TestResolveEnvFallback(t *testing.T) {
 	if err != nil || len(img.Layers) != 1 || img.Layers[0].Store != "dir:/b" {
 		t.Fatalf("env: %+v %v", img, err)
 	}
-	if img, err := s.Resolve("tiny"); err != nil || len(img.Layers) != 0 || len(img.Lower) != 1 {
+	if img, err := s.Resolve("tiny"); err != nil || img.Layered() || len(img.Lower()) != 1 {
 		t.Fatalf("a directory image must win over an environment of the same name: %+v %v", img, err)
 	}
 	if _, err := s.Resolve("none"); errdefs.CodeOf(err) != api.CodeNotFound {
@@ -78,7 +78,7 @@ func TestResolveEnvFallback(t *testing.T) {
 }
 
 func TestView(t *testing.T) {
-	if v := (Image{Name: "tiny", Lower: []string{"/x"}}).View(nil, true); v.Kind != "directory" || !v.Default || len(v.Layers) != 0 {
+	if v := (Image{Name: "tiny", Layers: []Layer{{Dir: "/x"}}}).View(nil, true); v.Kind != "directory" || !v.Default || len(v.Layers) != 0 || v.Config != nil {
 		t.Fatalf("directory view %+v", v)
 	}
 	img := Image{Name: "env", Layers: []Layer{{Digest: "sha256:b", Role: "base", Size: 100}, {Digest: "sha256:t", Role: "toolkit"}}}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/fsops"
+	"github.com/dsec-dev/dsec/internal/images"
 )
 
 func asErr(err error, target **errdefs.Error) bool { return errors.As(err, target) }
@@ -36,6 +37,7 @@ type builder struct {
 	read     int64
 	lastProg time.Time
 	buf      []byte
+	config   *images.Config // an OCI source's image config
 }
 
 func newBuilder(ctx context.Context, out *os.File, opts Options) *builder {

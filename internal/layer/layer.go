@@ -19,6 +19,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 )
 
 // Source names what a layer is built from: KIND:ARG with KIND one of dir, tar
@@ -46,17 +47,16 @@ func ParseSource(s string) (Source, error) {
 	return Source{}, errdefs.Invalid("layer source %q: unknown kind %q (dir, tar, oci, oci-layout, docker-archive)", s, kind)
 }
 
-// Layer is a built layer.
-type Layer struct {
-	Digest      string `json:"digest"`
-	Size        int64  `json:"size"`         // bytes of the EROFS blob
-	Source      string `json:"source"`       // what it was built from
-	Entries     int    `json:"entries"`      // files, dirs, links, nodes
-	ContentSize int64  `json:"content_size"` // bytes of regular-file data
-	// Index is the digest of the layer's chunk index (blob.ChunkIndex), stored
-	// beside it: a node reading the layer on demand verifies every chunk with it.
-	Index     string        `json:"index"`
-	BuildTime time.Duration `json:"build_ns"`
+// Result is a built layer: the layer (its Digest, Size in bytes of the EROFS
+// blob, Index: the digest of its chunk index (blob.ChunkIndex), stored beside
+// it, with which a node reading the layer on demand verifies every chunk, and
+// Config: the image config of an OCI source) plus what the build did.
+type Result struct {
+	images.Layer
+	Source      string        `json:"source"`       // what it was built from
+	Entries     int           `json:"entries"`      // files, dirs, links, nodes
+	ContentSize int64         `json:"content_size"` // bytes of regular-file data
+	BuildTime   time.Duration `json:"build_ns"`
 }
 
 // Options tune a build.
@@ -73,12 +73,14 @@ type Options struct {
 	Keep func(path string)
 }
 
-// Build builds src into an EROFS image, hashes it and puts it into store.
-func Build(ctx context.Context, src Source, store blob.Store, opts Options) (Layer, error) {
+// Build builds src into an EROFS image, hashes it and puts it into store. An
+// OCI source's image config (Env, WorkingDir, User, Entrypoint, Cmd) is kept in
+// the result's Config.
+func Build(ctx context.Context, src Source, store blob.Store, opts Options) (Result, error) {
 	start := time.Now()
 	f, err := os.CreateTemp(opts.TempDir, "dsec-layer-*.erofs")
 	if err != nil {
-		return Layer{}, errdefs.Internal(err, "layer build: temp file")
+		return Result{}, errdefs.Internal(err, "layer build: temp file")
 	}
 	keep := false
 	defer func() {
@@ -102,35 +104,36 @@ func Build(ctx context.Context, src Source, store blob.Store, opts Options) (Lay
 		err = b.close()
 	}
 	if err != nil {
-		return Layer{}, classify(err, src)
+		return Result{}, classify(err, src)
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return Layer{}, errdefs.Internal(err, "layer build: rewind")
+		return Result{}, errdefs.Internal(err, "layer build: rewind")
 	}
 	if opts.IndexChunk <= 0 {
 		opts.IndexChunk = blob.DefaultIndexChunk
 	}
 	dg, ix, err := blob.IndexReader(f, opts.IndexChunk)
 	if err != nil {
-		return Layer{}, errdefs.Internal(err, "layer build: hash")
+		return Result{}, errdefs.Internal(err, "layer build: hash")
 	}
 	size := ix.BlobSize
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return Layer{}, errdefs.Internal(err, "layer build: rewind")
+		return Result{}, errdefs.Internal(err, "layer build: rewind")
 	}
 	if err := store.Put(ctx, dg, f, size); err != nil {
-		return Layer{}, fmt.Errorf("layer build %s: store: %w", src, err)
+		return Result{}, fmt.Errorf("layer build %s: store: %w", src, err)
 	}
 	ixb := ix.Marshal()
 	ixd := blob.FromBytes(ixb)
 	if err := store.Put(ctx, ixd, bytes.NewReader(ixb), int64(len(ixb))); err != nil {
-		return Layer{}, fmt.Errorf("layer build %s: store the chunk index: %w", src, err)
+		return Result{}, fmt.Errorf("layer build %s: store the chunk index: %w", src, err)
 	}
 	if opts.Keep != nil {
 		keep = true
 		opts.Keep(f.Name())
 	}
-	return Layer{Digest: dg, Size: size, Source: src.String(), Index: ixd, Entries: b.entries, ContentSize: b.read, BuildTime: time.Since(start)}, nil
+	return Result{Layer: images.Layer{Digest: dg, Size: size, Index: ixd, Config: b.config},
+		Source: src.String(), Entries: b.entries, ContentSize: b.read, BuildTime: time.Since(start)}, nil
 }
 
 // Inspect opens an EROFS blob file for reading (checks it parses).

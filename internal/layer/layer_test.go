@@ -272,7 +272,20 @@ func ociImage(t *testing.T) v1.Image {
 	}, map[string]string{"opq/new": "new"})
 	img, err := mutate.AppendLayers(empty.Image, l1, l2)
 	must(t, err)
+	img, err = mutate.Config(img, v1.Config{Env: []string{"PATH=/opt/tool/bin:/usr/bin:/bin", "JAVA_HOME=/opt/jdk"},
+		WorkingDir: "/work", User: "1000", Entrypoint: []string{"/bin/tool"}, Cmd: []string{"--help"}})
+	must(t, err)
 	return img
+}
+
+// checkConfig: the image config ociImage sets is kept with the layer.
+func checkConfig(t *testing.T, l layer.Result) {
+	t.Helper()
+	c := l.Config
+	if c == nil || !slices.Equal(c.Env, []string{"PATH=/opt/tool/bin:/usr/bin:/bin", "JAVA_HOME=/opt/jdk"}) || c.WorkingDir != "/work" ||
+		c.User != "1000" || !slices.Equal(c.Entrypoint, []string{"/bin/tool"}) || !slices.Equal(c.Cmd, []string{"--help"}) {
+		t.Errorf("image config not kept: %+v", c)
+	}
 }
 
 func checkFlattened(t *testing.T, mnt string) {
@@ -316,6 +329,7 @@ func TestBuildFromOCILayoutAndDockerArchive(t *testing.T) {
 	l, err := layer.Build(context.Background(), layer.Source{Kind: "oci-layout", Arg: lp}, store, layer.Options{})
 	must(t, err)
 	checkFlattened(t, mountLayer(t, store, l.Digest))
+	checkConfig(t, l)
 
 	ap := filepath.Join(t.TempDir(), "img.tar")
 	tag, _ := name.NewTag("dsec.test/flat:v1")
@@ -324,6 +338,21 @@ func TestBuildFromOCILayoutAndDockerArchive(t *testing.T) {
 	must(t, err)
 	if l2.Digest != l.Digest {
 		t.Errorf("docker-archive and oci-layout of one image differ: %s vs %s", l2.Digest, l.Digest)
+	}
+	checkConfig(t, l2)
+
+	// A directory has no image config; a config that is not KEY=VALUE is refused.
+	if ld, err := layer.Build(context.Background(), layer.Source{Kind: "dir", Arg: t.TempDir()}, store, layer.Options{}); err != nil || ld.Config != nil {
+		t.Errorf("dir layer config %+v, %v", ld.Config, err)
+	}
+	bad, err := mutate.Config(img, v1.Config{Env: []string{"NOEQUALS"}})
+	must(t, err)
+	bp := filepath.Join(t.TempDir(), "bad")
+	p, err = layout.Write(bp, empty.Index)
+	must(t, err)
+	must(t, p.AppendImage(bad))
+	if _, err := layer.Build(context.Background(), layer.Source{Kind: "oci-layout", Arg: bp}, store, layer.Options{}); !errdefs.Is(err, api.CodeInvalidArgument) {
+		t.Errorf("bad image config: %v", err)
 	}
 }
 
@@ -338,6 +367,7 @@ func TestBuildFromRegistry(t *testing.T) {
 	l, err := layer.Build(context.Background(), layer.Source{Kind: "oci", Arg: ref}, store, layer.Options{})
 	must(t, err)
 	checkFlattened(t, mountLayer(t, store, l.Digest))
+	checkConfig(t, l)
 
 	_, err = layer.Build(context.Background(), layer.Source{Kind: "oci", Arg: u.Host + "/dsec/missing:v1"}, store, layer.Options{})
 	if !errdefs.Is(err, api.CodeNotFound) {

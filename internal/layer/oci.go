@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -29,6 +30,9 @@ func (b *builder) addOCI(src Source) error {
 	if err != nil {
 		return err
 	}
+	if b.config, err = imageConfig(img); err != nil {
+		return err
+	}
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	if err := b.addTar(rc); err != nil {
@@ -38,6 +42,26 @@ func (b *builder) addOCI(src Source) error {
 		return err
 	}
 	return nil
+}
+
+// imageConfig is the part of img's config dsec keeps (nil: none set).
+func imageConfig(img v1.Image) (*images.Config, error) {
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return nil, errdefs.Invalid("image config: %v", err)
+	}
+	if cf == nil {
+		return nil, nil
+	}
+	c := &images.Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
+		Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd}
+	if c.IsZero() {
+		return nil, nil
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 func platform() v1.Platform { return v1.Platform{OS: "linux", Architecture: runtime.GOARCH} }

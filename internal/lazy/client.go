@@ -170,8 +170,7 @@ func (c *Client) Ensure(ctx context.Context) (int, error) {
 // Acquire mounts the layers for holder and returns their mount directories. It
 // asks the running layerd directly (one round trip on the create path) and starts
 // layerd only if nothing answers.
-func (c *Client) Acquire(ctx context.Context, holder string, layers []LayerRef) ([]string, error) {
-	req := AcquireRequest{Holder: holder, Layers: layers}
+func (c *Client) Acquire(ctx context.Context, req AcquireRequest) ([]string, error) {
 	var resp AcquireResponse
 	err := c.call(ctx, "POST", "/acquire", req, &resp)
 	if notRunning(err) {

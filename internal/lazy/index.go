@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -19,7 +20,7 @@ const maxIndexBytes = 64 << 20
 // loadIndex reads a layer's chunk index from its store and checks it against the
 // digest the manifest names and against the layer's size. With it, every chunk
 // fetched on demand is verified before the kernel sees it.
-func loadIndex(ctx context.Context, st blob.Store, ref LayerRef, size int64) (blob.ChunkIndex, int64, error) {
+func loadIndex(ctx context.Context, st blob.Store, ref images.Layer, size int64) (blob.ChunkIndex, int64, error) {
 	b, err := blob.ReadSmall(ctx, st, ref.Index, maxIndexBytes)
 	if err != nil {
 		return blob.ChunkIndex{}, 0, errdefs.Wrap(errdefs.CodeOf(err), err, "chunk index of layer %s in blob store %s", ref.Digest, ref.Store)

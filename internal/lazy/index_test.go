@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -50,8 +51,8 @@ func TestIndexVerifiesEachChunk(t *testing.T) {
 	if err := os.WriteFile(p, bad, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ref := LayerRef{Digest: dg, Store: "dir:" + storeDir, Index: ix}
-	resp, err := d.Acquire(ctx, AcquireRequest{Holder: "a", Layers: []LayerRef{ref}})
+	ref := images.Layer{Digest: dg, Store: "dir:" + storeDir, Index: ix}
+	resp, err := d.Acquire(ctx, AcquireRequest{Holder: "a", Layers: []images.Layer{ref}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func TestIndexVerifiesEachChunk(t *testing.T) {
 		t.Fatalf("layer not marked corrupt: %+v", s)
 	}
 	d.Release("a")
-	if _, err := d.Acquire(ctx, AcquireRequest{Holder: "b", Layers: []LayerRef{ref}}); errdefs.CodeOf(err) != api.CodeBadGateway {
+	if _, err := d.Acquire(ctx, AcquireRequest{Holder: "b", Layers: []images.Layer{ref}}); errdefs.CodeOf(err) != api.CodeBadGateway {
 		t.Fatalf("acquire of a corrupt layer: %v", err)
 	}
 }
@@ -96,7 +97,7 @@ func TestIndexErrors(t *testing.T) {
 		{"not an index", junkDg, api.CodeBadGateway},
 		{"bad digest", "md5:x", api.CodeInvalidArgument},
 	} {
-		_, err := d.Acquire(ctx, AcquireRequest{Holder: "x", Layers: []LayerRef{{Digest: dg, Store: "dir:" + storeDir, Index: c.index}}})
+		_, err := d.Acquire(ctx, AcquireRequest{Holder: "x", Layers: []images.Layer{{Digest: dg, Store: "dir:" + storeDir, Index: c.index}}})
 		if errdefs.CodeOf(err) != c.code {
 			t.Errorf("%s: %v (code %q), want %s", c.name, err, errdefs.CodeOf(err), c.code)
 		}

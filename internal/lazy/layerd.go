@@ -49,6 +49,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -191,26 +192,19 @@ func fuseReadAhead(kb int) int {
 	return max(kb, 4) << 10
 }
 
-// LayerRef names a layer to acquire.
-type LayerRef struct {
-	Digest string `json:"digest"`
-	Store  string `json:"store"`          // blob store spec (OpenStore)
-	Size   int64  `json:"size,omitempty"` // expected size, if known
-	// Prefetch "full" fetches and verifies the whole blob before mounting.
-	Prefetch string `json:"prefetch,omitempty"`
-	// Index is the digest of the layer's chunk index (blob.ChunkIndex): chunks are
-	// then read at the index's chunk size and each is verified as it is fetched.
-	// Without one, chunks are verified only once the whole blob has been read.
-	Index string `json:"index,omitempty"`
-	// PrefetchList is the digest of an AccessList blob: when this node mounts the
-	// layer, it fetches those chunks in the background.
-	PrefetchList string `json:"prefetch_list,omitempty"`
-}
-
 // AcquireRequest asks for layers on behalf of a holder (a sandbox ID).
+// Each layer is an images.Layer: layerd reads its Digest, Store (blob store
+// spec, OpenStore), Size (expected, if known), Index (the digest of its chunk
+// index, blob.ChunkIndex: chunks are then read at the index's chunk size and
+// each is verified as it is fetched; without one, chunks are verified only once
+// the whole blob has been read) and PrefetchList (the digest of an AccessList
+// blob: when this node mounts the layer, it fetches those chunks in the
+// background).
 type AcquireRequest struct {
-	Holder string     `json:"holder"`
-	Layers []LayerRef `json:"layers"`
+	Holder string         `json:"holder"`
+	Layers []images.Layer `json:"layers"`
+	// Prefetch "full" fetches and verifies each whole blob before mounting it.
+	Prefetch string `json:"prefetch,omitempty"`
 }
 
 // AcquireResponse returns the erofs mount directories, in request order.
@@ -245,7 +239,7 @@ func (d *Daemon) Acquire(ctx context.Context, req AcquireRequest) (AcquireRespon
 		return AcquireResponse{}, err
 	}
 	for _, ref := range req.Layers {
-		l, fresh, err := d.ensureMounted(ctx, ref)
+		l, fresh, err := d.ensureMounted(ctx, ref, req.Prefetch)
 		if err != nil {
 			return fail(err)
 		}
@@ -271,7 +265,7 @@ func (d *Daemon) store(spec string) (blob.Store, error) {
 }
 
 // ensureMounted returns the mounted layer, mounting it if needed. Caller holds opMu.
-func (d *Daemon) ensureMounted(ctx context.Context, ref LayerRef) (*layerState, bool, error) {
+func (d *Daemon) ensureMounted(ctx context.Context, ref images.Layer, prefetch string) (*layerState, bool, error) {
 	h, err := blob.ParseDigest(ref.Digest)
 	if err != nil {
 		return nil, false, err
@@ -326,7 +320,7 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref LayerRef) (*layerState, 
 	if l.table == nil && ix.Hashes != nil {
 		l.table = ix.Hashes
 	}
-	if ref.PrefetchList != "" && ref.Prefetch != "full" {
+	if ref.PrefetchList != "" && prefetch != "full" {
 		if _, err := blob.ParseDigest(ref.PrefetchList); err != nil {
 			return nil, false, err
 		}
@@ -353,7 +347,7 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref LayerRef) (*layerState, 
 		d.mu.Unlock()
 		_ = os.RemoveAll(filepath.Join(d.cfg.Root, h))
 	}
-	if ref.Prefetch == "full" {
+	if prefetch == "full" {
 		if err := l.fetchAll(ctx); err != nil {
 			cleanup()
 			return nil, false, err

@@ -16,6 +16,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -124,7 +125,7 @@ func TestReadsFetchOnlyTouchedChunks(t *testing.T) {
 	st, _ := OpenStore("dir:" + storeDir)
 	cs := &counting{Store: st}
 	d.stores["test"] = cs
-	resp, err := d.Acquire(context.Background(), AcquireRequest{Holder: "a", Layers: []LayerRef{{Digest: dg, Store: "test"}}})
+	resp, err := d.Acquire(context.Background(), AcquireRequest{Holder: "a", Layers: []images.Layer{{Digest: dg, Store: "test"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +194,7 @@ func TestRefcountUnmount(t *testing.T) {
 	needRoot(t)
 	storeDir, dg, _ := buildLayer(t)
 	d := newTestDaemon(t, Config{Grace: 100 * time.Millisecond})
-	ref := []LayerRef{{Digest: dg, Store: "dir:" + storeDir}}
+	ref := []images.Layer{{Digest: dg, Store: "dir:" + storeDir}}
 	r1, err := d.Acquire(context.Background(), AcquireRequest{Holder: "a", Layers: ref})
 	if err != nil {
 		t.Fatal(err)
@@ -230,9 +231,9 @@ func TestBadLayers(t *testing.T) {
 	needRoot(t)
 	storeDir, dg, raw := buildLayer(t)
 	d := newTestDaemon(t, Config{Grace: time.Hour})
-	good := LayerRef{Digest: dg, Store: "dir:" + storeDir}
+	good := images.Layer{Digest: dg, Store: "dir:" + storeDir}
 	ctx := context.Background()
-	if _, err := d.Acquire(ctx, AcquireRequest{Holder: "ok", Layers: []LayerRef{good}}); err != nil {
+	if _, err := d.Acquire(ctx, AcquireRequest{Holder: "ok", Layers: []images.Layer{good}}); err != nil {
 		t.Fatal(err)
 	}
 	st, _ := blob.NewDir(storeDir)
@@ -253,19 +254,20 @@ func TestBadLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	cases := []struct {
-		name string
-		ref  LayerRef
-		code api.Code
+		name     string
+		ref      images.Layer
+		prefetch string
+		code     api.Code
 	}{
-		{"not erofs", LayerRef{Digest: garbage, Store: good.Store}, api.CodeBadGateway},
-		{"digest mismatch on full fetch", LayerRef{Digest: fdg, Store: good.Store, Prefetch: "full"}, api.CodeBadGateway},
-		{"truncated (size)", LayerRef{Digest: fdg, Store: good.Store, Size: int64(len(raw)) + 4096}, api.CodeBadGateway},
-		{"missing layer", LayerRef{Digest: "sha256:" + strings.Repeat("0", 64), Store: good.Store}, api.CodeNotFound},
-		{"unreachable store", LayerRef{Digest: fdg, Store: "dir:/nonexistent/store"}, api.CodeUnavailable},
+		{"not erofs", images.Layer{Digest: garbage, Store: good.Store}, "", api.CodeBadGateway},
+		{"digest mismatch on full fetch", images.Layer{Digest: fdg, Store: good.Store}, "full", api.CodeBadGateway},
+		{"truncated (size)", images.Layer{Digest: fdg, Store: good.Store, Size: int64(len(raw)) + 4096}, "", api.CodeBadGateway},
+		{"missing layer", images.Layer{Digest: "sha256:" + strings.Repeat("0", 64), Store: good.Store}, "", api.CodeNotFound},
+		{"unreachable store", images.Layer{Digest: fdg, Store: "dir:/nonexistent/store"}, "", api.CodeUnavailable},
 	}
 	for _, c := range cases {
 		// The good layer comes first in the request: it must not stay held.
-		_, err := d.Acquire(ctx, AcquireRequest{Holder: "bad", Layers: []LayerRef{good, c.ref}})
+		_, err := d.Acquire(ctx, AcquireRequest{Holder: "bad", Layers: []images.Layer{good, c.ref}, Prefetch: c.prefetch})
 		if errdefs.CodeOf(err) != c.code {
 			t.Errorf("%s: got %v (code %s), want %s", c.name, err, errdefs.CodeOf(err), c.code)
 		} else {
@@ -303,8 +305,8 @@ func TestClientLayerd(t *testing.T) {
 	if _, ok := c.Running(ctx); ok {
 		t.Fatal("layerd started by release/sync/stats")
 	}
-	ref := []LayerRef{{Digest: dg, Store: "dir:" + storeDir}}
-	m, err := c.Acquire(ctx, "a", ref)
+	ref := []images.Layer{{Digest: dg, Store: "dir:" + storeDir}}
+	m, err := c.Acquire(ctx, AcquireRequest{Holder: "a", Layers: ref})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,7 +337,7 @@ func TestClientLayerd(t *testing.T) {
 	const n = 200
 	t0 := time.Now()
 	for i := 0; i < n; i++ {
-		if _, err := c.Acquire(ctx, "b", ref); err != nil {
+		if _, err := c.Acquire(ctx, AcquireRequest{Holder: "b", Layers: ref}); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Release(ctx, "b"); err != nil {
@@ -366,7 +368,7 @@ func TestFileBackedMount(t *testing.T) {
 	needRoot(t)
 	storeDir, dg, _ := buildLayer(t)
 	d := newTestDaemon(t, Config{Grace: time.Hour})
-	resp, err := d.Acquire(context.Background(), AcquireRequest{Holder: "a", Layers: []LayerRef{{Digest: dg, Store: "dir:" + storeDir}}})
+	resp, err := d.Acquire(context.Background(), AcquireRequest{Holder: "a", Layers: []images.Layer{{Digest: dg, Store: "dir:" + storeDir}}})
 	if err != nil {
 		t.Fatal(err)
 	}

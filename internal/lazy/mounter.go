@@ -18,11 +18,12 @@ var _ images.LayerMounter = Mounter{}
 
 // Acquire implements images.LayerMounter.
 func (m Mounter) Acquire(ctx context.Context, holder string, layers []images.Layer) ([]string, error) {
-	refs := make([]LayerRef, len(layers))
+	refs := make([]images.Layer, len(layers))
 	for i, l := range layers {
-		refs[i] = LayerRef{Digest: l.Digest, Store: l.Store, Size: l.Size, Prefetch: m.Prefetch, Index: l.Index, PrefetchList: l.PrefetchList}
+		// What layerd needs of each layer, nothing more on the wire.
+		refs[i] = images.Layer{Digest: l.Digest, Store: l.Store, Size: l.Size, Index: l.Index, PrefetchList: l.PrefetchList}
 	}
-	return m.Client.Acquire(ctx, holder, refs)
+	return m.Client.Acquire(ctx, AcquireRequest{Holder: holder, Layers: refs, Prefetch: m.Prefetch})
 }
 
 var _ images.LayerAccounting = Mounter{}

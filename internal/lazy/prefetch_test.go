@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/images"
 )
 
 // TestPrefetchList: a node records the order its reader touched chunks; a fresh
@@ -29,7 +30,7 @@ func TestPrefetchList(t *testing.T) {
 	}
 
 	first := newTestDaemon(t, Config{ChunkSize: 64 << 10, Grace: time.Hour})
-	resp, err := first.Acquire(ctx, AcquireRequest{Holder: "a", Layers: []LayerRef{{Digest: dg, Store: "dir:" + storeDir}}})
+	resp, err := first.Acquire(ctx, AcquireRequest{Holder: "a", Layers: []images.Layer{{Digest: dg, Store: "dir:" + storeDir}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +47,8 @@ func TestPrefetchList(t *testing.T) {
 	}
 
 	second := newTestDaemon(t, Config{ChunkSize: 64 << 10, Grace: time.Hour})
-	ref := LayerRef{Digest: dg, Store: "dir:" + storeDir, PrefetchList: list}
-	resp, err = second.Acquire(ctx, AcquireRequest{Holder: "b", Layers: []LayerRef{ref}})
+	ref := images.Layer{Digest: dg, Store: "dir:" + storeDir, PrefetchList: list}
+	resp, err = second.Acquire(ctx, AcquireRequest{Holder: "b", Layers: []images.Layer{ref}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +81,7 @@ func TestPrefetchList(t *testing.T) {
 	od := blob.FromBytes(ob)
 	_ = st.Put(ctx, od, bytes.NewReader(ob), int64(len(ob)))
 	third := newTestDaemon(t, Config{ChunkSize: 64 << 10, Grace: time.Hour})
-	resp, err = third.Acquire(ctx, AcquireRequest{Holder: "c", Layers: []LayerRef{{Digest: dg, Store: "dir:" + storeDir, PrefetchList: od}}})
+	resp, err = third.Acquire(ctx, AcquireRequest{Holder: "c", Layers: []images.Layer{{Digest: dg, Store: "dir:" + storeDir, PrefetchList: od}}})
 	if err != nil {
 		t.Fatal(err)
 	}

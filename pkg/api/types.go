@@ -84,10 +84,11 @@ type ExecRequest struct {
 	Shell string   `json:"shell,omitempty"`
 	// Env is added to the sandbox's environment for this process.
 	Env map[string]string `json:"env,omitempty"`
-	// Cwd is the working directory inside the sandbox; default "/root" for root, else "/".
+	// Cwd is the working directory inside the sandbox; default the image config's
+	// working_dir, else the user's home ("/root" for root, "/" for a bare UID).
 	Cwd string `json:"cwd,omitempty"`
-	// User is "root" (default), a user name from the sandbox's /etc/passwd, "UID" or
-	// "UID:GID".
+	// User is "root", a user name from the sandbox's /etc/passwd, "UID" or
+	// "UID:GID"; default the image config's user, else root.
 	User string `json:"user,omitempty"`
 	// Stdin is fed to the process (blocking exec and background processes);
 	// StdinBase64 is the same for binary input.
@@ -227,6 +228,21 @@ type Image struct {
 	// the environment this node has read from the blob store.
 	Size         int64 `json:"size,omitempty"`
 	BytesFetched int64 `json:"bytes_fetched,omitempty"`
+	// Config is the image's process defaults (from the OCI image config it was
+	// built from, or image.json); nil: none, execs get dsec's defaults.
+	Config *ImageConfig `json:"config,omitempty"`
+}
+
+// ImageConfig is the part of an OCI image config dsec keeps and honours. Env
+// (KEY=VALUE) is the base environment of every exec (its PATH replaces the
+// default PATH), WorkingDir the default cwd, User the default user; a request's
+// env, cwd and user override them. Entrypoint and Cmd are recorded and shown.
+type ImageConfig struct {
+	Env        []string `json:"env,omitempty"`
+	WorkingDir string   `json:"working_dir,omitempty"`
+	User       string   `json:"user,omitempty"`
+	Entrypoint []string `json:"entrypoint,omitempty"`
+	Cmd        []string `json:"cmd,omitempty"`
 }
 
 // ComposeImageRequest is the body of POST /v1/images: an environment from layers

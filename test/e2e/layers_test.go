@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -22,7 +23,7 @@ func layeredNode(t *testing.T) *node {
 		n.stop(true)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if err := lazy.NewClient(lazy.Config{Root: filepath.Join(n.dataDir, "layers")}).Stop(ctx); err != nil {
+		if err := lazy.NewClient(lazy.Config{Root: paths.New(n.dataDir).Layers()}).Stop(ctx); err != nil {
 			t.Errorf("stop layerd: %v", err)
 		}
 		if m := mountsUnder(n.dataDir); len(m) > 0 {
@@ -193,22 +194,24 @@ func TestLayeredEnvironmentErrors(t *testing.T) {
 
 	// Each bad environment gets its own copy of the toolkit layer, so breaking it
 	// leaves the neighbour's layers alone.
-	envPath := func(name string) string { return filepath.Join(n.dataDir, "envstore", "envs", name+".json") }
+	envPath := func(name string) string { return filepath.Join(paths.New(n.dataDir).EnvStore(), "envs", name+".json") }
 	badLayer := func(name string) (digest string) {
 		d := t.TempDir()
 		os.WriteFile(filepath.Join(d, "f-"+name), []byte(strings.Repeat(name, 100000)), 0o644)
 		n.image(t, "build", "--from", "dir:"+d, "--name", name)
 		n.image(t, "compose", "--name", name, "--base", name)
 		var e struct {
-			Base struct{ Digest string } `json:"base"`
+			Layers []struct{ Digest string } `json:"layers"` // base first
 		}
 		b, _ := os.ReadFile(envPath(name))
-		json.Unmarshal(b, &e)
-		return e.Base.Digest
+		if err := json.Unmarshal(b, &e); err != nil || len(e.Layers) != 1 {
+			t.Fatalf("manifest %s: %s (%v)", envPath(name), b, err)
+		}
+		return e.Layers[0].Digest
 	}
 	blobPath := func(digest string) string {
 		var p string
-		filepath.Walk(filepath.Join(n.dataDir, "blobs"), func(path string, _ os.FileInfo, _ error) error {
+		filepath.Walk(paths.New(n.dataDir).Blobs(), func(path string, _ os.FileInfo, _ error) error {
 			if strings.Contains(path, strings.TrimPrefix(digest, "sha256:")) {
 				p = path
 			}

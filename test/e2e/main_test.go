@@ -50,7 +50,13 @@ func TestMain(m *testing.M) {
 			panic(err)
 		}
 		binPath = filepath.Join(dir, "dsec")
-		out, err := exec.Command("go", "build", "-o", binPath, "github.com/dsec-dev/dsec/cmd/dsec").CombinedOutput()
+		// DSEC_E2E_RACE=1 (make test sets it) runs the real server under the race
+		// detector.
+		args := []string{"build", "-o", binPath}
+		if os.Getenv("DSEC_E2E_RACE") == "1" {
+			args = append(args, "-race")
+		}
+		out, err := exec.Command("go", append(args, "github.com/dsec-dev/dsec/cmd/dsec")...).CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build dsec: %v\n%s", err, out)
 			os.Exit(1)
@@ -70,9 +76,9 @@ type node struct {
 	addr    string
 	token   string
 	cmd     *exec.Cmd
+	args    []string // extra `dsec server` flags
 	logs    *bytes.Buffer
 	cl      *client.Client
-	args    []string // extra server flags
 }
 
 func freePort(t *testing.T) string {
@@ -84,8 +90,8 @@ func freePort(t *testing.T) string {
 	return l.Addr().String()
 }
 
-// startNode runs a server (with extra flags args) on a fresh data dir; the data
-// dir and every sandbox are removed when the test ends.
+// startNode runs a server on a fresh data dir; the data dir and every sandbox
+// are removed when the test ends.
 func startNode(t *testing.T, args ...string) *node {
 	t.Helper()
 	if skipAll != "" {

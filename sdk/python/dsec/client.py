@@ -152,7 +152,8 @@ class Client:
         return list(self._json(Req("GET", "/v1/images", retry=True)) or [])
 
     def image(self, name: str) -> Dict[str, Any]:
-        """One image or environment: kind, layers (base first), size, bytes_fetched."""
+        """One image or environment: kind, layers (base first), size, bytes_fetched,
+        config (env, working_dir, user, entrypoint, cmd kept from its OCI image)."""
         return dict(self._json(Req("GET", "/v1/images/" + _core.esc(name), retry=True)) or {})
 
     def compose_image(self, name: str, base: str, toolkits: Optional[List[str]] = None,

@@ -1,0 +1,26 @@
+// Package sandboxfusion serves bytedance SandboxFusion's HTTP API on top of dsec's
+// FnCall engine, so clients written for SandboxFusion (verl's sandbox_fusion reward
+// utility, SandboxFusion's own SDK, LLM tool wrappers) work with only their sandbox
+// URL changed.
+//
+// Served routes (shapes follow SandboxFusion's public API: sandbox/server/sandbox_api.py
+// and sandbox/datasets/types.py in its repository):
+//
+//   - POST /run_code: one program, one stdin. Languages are the ones dsec's judge
+//     image has: python, cpp, go, bash. Any other SandboxFusion language answers
+//     400 with "unsupported language". `files` (base64 by path) are placed in the
+//     work directory; `fetch_files` is not supported (400 when non-empty), because
+//     a FnCall run's work directory dies with its sandbox.
+//   - POST /submit: judge a completion against stdio test cases given inline in
+//     `config.provided_data` (SandboxFusion's CommonOJDataset shape); the code is
+//     extracted from the completion's fenced blocks and every case's stdout is
+//     compared as SandboxFusion does (per line, trimmed, case-insensitive, numbers
+//     within a relative 1e-5). Registered datasets need SandboxFusion's database
+//     and answer 400 "no eval class found".
+//   - GET /v1/ping: "pong" (only where the handler is mounted at the root, i.e. on
+//     the optional token-less listener).
+//
+// A program's failure is a 200 with status "Failed"; dsec's own failure is a 200
+// with status "SandboxError" (as SandboxFusion answers); malformed requests are a
+// 4xx with a JSON `detail`, as FastAPI answers them.
+package sandboxfusion

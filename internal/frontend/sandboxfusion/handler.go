@@ -1,0 +1,162 @@
+package sandboxfusion
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// FnCaller runs FnCalls: internal/fncall.Engine, or the trajectory decorator
+// around it.
+type FnCaller interface {
+	Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error)
+}
+
+// Defaults of Options.
+const (
+	DefaultMaxBodyBytes = 64 << 20
+	DefaultMemoryBytes  = 1 << 30
+	DefaultOutputBytes  = 8 << 20
+)
+
+// Options configures a Handler.
+type Options struct {
+	// Logger receives request failures; nil discards them.
+	Logger *slog.Logger
+	// MaxBodyBytes limits a request body (default DefaultMaxBodyBytes).
+	MaxBodyBytes int64
+	// DefaultMemoryBytes is a run's memory limit when memory_limit_MB is -1 or
+	// absent (SandboxFusion's "no limit"); default DefaultMemoryBytes.
+	DefaultMemoryBytes int64
+	// OutputBytes bounds each run's captured stdout (default DefaultOutputBytes).
+	OutputBytes int64
+	// Image is the FnCall environment ("" is the node's judge image).
+	Image string
+}
+
+// Handler serves SandboxFusion's routes.
+type Handler struct {
+	fc   FnCaller
+	opts Options
+	log  *slog.Logger
+	mux  *http.ServeMux
+}
+
+// New returns a Handler running programs through fc.
+func New(fc FnCaller, opts Options) *Handler {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if opts.DefaultMemoryBytes <= 0 {
+		opts.DefaultMemoryBytes = DefaultMemoryBytes
+	}
+	if opts.OutputBytes <= 0 {
+		opts.OutputBytes = DefaultOutputBytes
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &Handler{fc: fc, opts: opts, log: log, mux: http.NewServeMux()}
+	h.mux.HandleFunc("POST /run_code", serve(h, h.run))
+	h.mux.HandleFunc("POST /submit", serve(h, h.evaluate))
+	h.mux.HandleFunc("GET /v1/ping", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, "pong")
+	})
+	return h
+}
+
+// Routes are the patterns a parent mux forwards to the Handler (the ping route
+// stays on the Handler's own listener, where /v1 is not dsec's API).
+func Routes() []string { return []string{"POST /run_code", "POST /submit"} }
+
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// serve decodes a request body into Req, answers fn's result as JSON, or its
+// error as fail does.
+func serve[Req, Resp any](h *Handler, fn func(context.Context, Req) (Resp, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req Req
+		if err := h.decode(w, r, &req); err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		resp, err := fn(r.Context(), req)
+		if err != nil {
+			h.fail(w, r, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
+	}
+}
+
+// run validates req, runs it as one FnCall test and maps the outcome.
+func (h *Handler) run(ctx context.Context, req RunCodeRequest) (RunCodeResponse, error) {
+	fr, err := h.fnCallRequest(req)
+	if err != nil {
+		return RunCodeResponse{}, err
+	}
+	res, err := h.fc.Call(ctx, fr)
+	if err != nil {
+		return RunCodeResponse{}, err
+	}
+	var test *api.FnCallTestResult
+	if len(res.Tests) > 0 {
+		test = &res.Tests[0]
+	}
+	return response(res, test), nil
+}
+
+// decode reads a JSON body as FastAPI would: unknown fields are ignored.
+func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body := http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
+	if err := json.NewDecoder(body).Decode(v); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errdefs.New(api.CodePayloadTooLarge, "request body exceeds %d bytes", mbe.Limit)
+		}
+		return errdefs.Invalid("request body is not a valid JSON object: %v", err)
+	}
+	if _, err := io.Copy(io.Discard, body); err != nil {
+		return errdefs.New(api.CodePayloadTooLarge, "request body exceeds %d bytes", h.opts.MaxBodyBytes)
+	}
+	return nil
+}
+
+// fail answers err as FastAPI does ({"detail": ...}), with dsec's error code and
+// flags beside it: 4xx for bad input, 429/503/5xx for dsec's own failures (so a
+// client retries instead of scoring a wrong answer).
+func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
+	e := errdefs.ToAPI(err)
+	status := e.Status
+	if status == 0 {
+		status = api.StatusOf(e.Code)
+	}
+	if e.Infrastructure {
+		h.log.ErrorContext(r.Context(), "sandboxfusion request failed", "path", r.URL.Path, "code", e.Code, "err", err)
+	}
+	writeJSON(w, status, struct {
+		Detail         string   `json:"detail"`
+		Code           api.Code `json:"code"`
+		Infrastructure bool     `json:"infrastructure,omitempty"`
+		Retryable      bool     `json:"retryable,omitempty"`
+	}{e.Message, e.Code, e.Infrastructure, e.Retryable})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = fmt.Appendf(nil, `{"detail":%q,"code":"internal"}`, err.Error())
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+}

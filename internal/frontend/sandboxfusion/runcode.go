@@ -1,0 +1,211 @@
+package sandboxfusion
+
+import (
+	"encoding/base64"
+	"math"
+	"path"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// language is how one SandboxFusion language runs on dsec's judge image.
+type language struct {
+	fncall string // FnCall language
+	main   string // the program's file name
+}
+
+// languages are the SandboxFusion languages dsec's judge image has.
+var languages = map[string]language{
+	"python": {api.LangPython3, "main.py"},
+	"cpp":    {api.LangCPP, "main.cpp"},
+	"go":     {api.LangGo, "main.go"},
+	"bash":   {api.LangBash, "main.sh"},
+}
+
+// knownLanguages are SandboxFusion's other languages: valid there, not here.
+var knownLanguages = []string{"nodejs", "go_test", "java", "php", "csharp", "typescript", "sql",
+	"rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest", "junit",
+	"kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket"}
+
+// Defaults of SandboxFusion's RunCodeRequest.
+const (
+	defaultRunTimeout = 10.0
+	maxTimeout        = 3600.0
+)
+
+func supported() string {
+	names := make([]string, 0, len(languages))
+	for n := range languages {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+func lookupLanguage(name string) (language, error) {
+	if l, ok := languages[name]; ok {
+		return l, nil
+	}
+	for _, k := range knownLanguages {
+		if k == name {
+			return language{}, errdefs.Invalid("unsupported language %q: dsec's judge image runs %s", name, supported())
+		}
+	}
+	if name == "" {
+		return language{}, errdefs.Invalid("language is required (one of %s)", supported())
+	}
+	return language{}, errdefs.Invalid("unknown language %q (dsec runs %s)", name, supported())
+}
+
+// timeoutMs converts a SandboxFusion timeout in seconds (nil: def).
+func timeoutMs(field string, v *float64, def float64) (int64, error) {
+	t := def
+	if v != nil {
+		t = *v
+	}
+	if math.IsNaN(t) || t <= 0 || t > maxTimeout {
+		return 0, errdefs.Invalid("%s must be in (0, %g] seconds, got %g", field, maxTimeout, t)
+	}
+	return int64(math.Ceil(t * 1000)), nil
+}
+
+// fnCallRequest maps a RunCodeRequest onto one FnCall test.
+func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
+	lang, err := lookupLanguage(req.Language)
+	if err != nil {
+		return api.FnCallRequest{}, err
+	}
+	if req.Code == nil {
+		return api.FnCallRequest{}, errdefs.Invalid("code is required")
+	}
+	if len(req.FetchFiles) > 0 {
+		return api.FnCallRequest{}, errdefs.Invalid("fetch_files is not supported: a FnCall run's work directory ends with its sandbox")
+	}
+	if _, err := timeoutMs("compile_timeout", req.CompileTimeout, defaultRunTimeout); err != nil {
+		return api.FnCallRequest{}, err
+	}
+	runMs, err := timeoutMs("run_timeout", req.RunTimeout, defaultRunTimeout)
+	if err != nil {
+		return api.FnCallRequest{}, err
+	}
+	mem := h.opts.DefaultMemoryBytes
+	if req.MemoryLimitMB != nil && *req.MemoryLimitMB > 0 {
+		if *req.MemoryLimitMB > 1<<20 {
+			return api.FnCallRequest{}, errdefs.Invalid("memory_limit_MB %d is too large", *req.MemoryLimitMB)
+		}
+		mem = *req.MemoryLimitMB << 20
+	}
+	files := map[string]string{lang.main: *req.Code}
+	for p, content := range req.Files {
+		if content == nil {
+			continue
+		}
+		name := path.Clean(p)
+		if path.IsAbs(name) || name == "." || name == ".." || strings.HasPrefix(name, "../") {
+			return api.FnCallRequest{}, errdefs.Invalid("files: %q must be a path inside the work directory", p)
+		}
+		if name == lang.main {
+			return api.FnCallRequest{}, errdefs.Invalid("files: %q is the program's own file name", p)
+		}
+		b, err := base64.StdEncoding.DecodeString(*content)
+		if err != nil {
+			return api.FnCallRequest{}, errdefs.Invalid("files[%q]: not base64: %v", p, err)
+		}
+		files[name] = string(b)
+	}
+	stdin := ""
+	if req.Stdin != nil {
+		stdin = *req.Stdin
+	}
+	return api.FnCallRequest{
+		Language: lang.fncall, Files: files, Image: h.opts.Image,
+		Tests:  []api.FnCallTest{{Stdin: stdin}},
+		Limits: api.FnCallLimits{CPUTimeMs: runMs, WallTimeMs: runMs, MemoryBytes: mem, OutputBytes: h.opts.OutputBytes},
+	}, nil
+}
+
+// response maps a FnCall result (and the one test that stands for this run) to
+// SandboxFusion's answer, with its status rules: an Error anywhere is a
+// SandboxError, a timeout or a non-zero return code is Failed, else Success.
+func response(res api.FnCallResult, test *api.FnCallTestResult) RunCodeResponse {
+	out := RunCodeResponse{Status: StatusSuccess, Files: map[string]string{}}
+	if res.Compile != nil {
+		out.CompileResult = compileResult(res.Compile)
+	}
+	if test != nil {
+		out.RunResult = runResult(test)
+	}
+	if res.Verdict == api.VerdictSystemError && test == nil && (res.Compile == nil || res.Compile.Verdict != api.VerdictSystemError) {
+		msg := "dsec could not run the program"
+		if res.Error != nil {
+			msg = res.Error.Message
+		}
+		out.Status, out.Message = StatusSandboxError, msg
+		return out
+	}
+	for _, c := range []*CommandRunResult{out.CompileResult, out.RunResult} {
+		if c != nil && c.Status == CmdError {
+			out.Status, out.Message = StatusSandboxError, deref(c.Stderr)
+			return out
+		}
+	}
+	for _, c := range []*CommandRunResult{out.CompileResult, out.RunResult} {
+		if c != nil && (c.Status == CmdTimeLimit || (c.ReturnCode != nil && *c.ReturnCode != 0)) {
+			out.Status = StatusFailed
+		}
+	}
+	return out
+}
+
+func compileResult(c *api.FnCallCompile) *CommandRunResult {
+	r := &CommandRunResult{Status: CmdFinished, ExecutionTime: ptr(c.WallTimeMs / 1000),
+		ReturnCode: ptr(c.ExitCode), Stdout: ptr(""), Stderr: ptr(c.Output)}
+	switch c.Verdict {
+	case api.VerdictSystemError:
+		r.Status, r.ReturnCode = CmdError, nil
+		r.Stderr = ptr(strings.TrimSpace(c.Message + "\n" + c.Output))
+	case api.VerdictTimeLimit:
+		r.Status, r.ReturnCode = CmdTimeLimit, nil
+	case api.VerdictCompileError:
+		if c.ExitCode == 0 { // killed or failed without an exit status
+			r.ReturnCode = ptr(1)
+		}
+	}
+	return r
+}
+
+func runResult(t *api.FnCallTestResult) *CommandRunResult {
+	r := &CommandRunResult{Status: CmdFinished, ExecutionTime: ptr(t.WallTimeMs / 1000),
+		ReturnCode: ptr(t.ExitCode), Stdout: ptr(t.Stdout), Stderr: ptr(t.Stderr)}
+	switch t.Verdict {
+	case api.VerdictTimeLimit:
+		r.Status, r.ReturnCode = CmdTimeLimit, nil
+	case api.VerdictSystemError:
+		r.Status, r.ReturnCode = CmdError, nil
+		r.Stderr = ptr(strings.TrimSpace(t.Message + "\n" + t.Stderr))
+	default:
+		if t.Signal != "" { // Python's convention, which SandboxFusion reports: -N
+			if n := unix.SignalNum(t.Signal); n != 0 {
+				r.ReturnCode = ptr(-int(n))
+			}
+		} else if t.Verdict != api.VerdictAccepted && t.ExitCode == 0 {
+			// Killed at a limit without a status (memory, output): never 0.
+			r.ReturnCode = ptr(-int(unix.SIGKILL))
+		}
+	}
+	return r
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}

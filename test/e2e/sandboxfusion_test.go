@@ -1,0 +1,163 @@
+package e2e
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// sfPost sends a SandboxFusion request the way verl's sandbox_fusion utility
+// does (JSON body, Content-Type and Accept headers, no token unless given) and
+// decodes the JSON answer.
+func sfPost(t *testing.T, url, token string, payload any) (int, map[string]any) {
+	t.Helper()
+	b, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest("POST", url, bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	cl := &http.Client{Timeout: 120 * time.Second}
+	resp, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	if err := json.Unmarshal(body, &out); err != nil {
+		t.Fatalf("%s: not a JSON object (%d): %s", url, resp.StatusCode, body)
+	}
+	return resp.StatusCode, out
+}
+
+// verlPayload is the body verl's call_sandbox_api sends.
+func verlPayload(code, stdin, language string, timeout int) map[string]any {
+	return map[string]any{"compile_timeout": timeout, "run_timeout": timeout, "code": code, "stdin": stdin,
+		"memory_limit_MB": 1024, "language": language, "files": map[string]any{}, "fetch_files": []any{}}
+}
+
+// TestSandboxFusionAPI drives SandboxFusion's /run_code and /submit through the
+// real server on both listeners: the main one (bearer token required) and the
+// token-less --sandboxfusion-listen one.
+func TestSandboxFusionAPI(t *testing.T) {
+	needJudge(t)
+	sfAddr := freePort(t)
+	n := startNode(t, "--sandboxfusion-listen", sfAddr)
+	open := "http://" + sfAddr
+	main := "http://" + n.addr
+
+	// The main listener wants the token; the SandboxFusion listener none.
+	code, out := sfPost(t, main+"/run_code", "", verlPayload("print(1)", "", "python", 10))
+	if code != 401 || out["code"] != "unauthorized" {
+		t.Fatalf("main listener without a token: %d %v", code, out)
+	}
+	code, out = sfPost(t, main+"/run_code", n.token, verlPayload("print(input()[::-1])", "olleh", "python", 10))
+	if code != 200 || out["status"] != "Success" {
+		t.Fatalf("main listener with the token: %d %v", code, out)
+	}
+	if run := out["run_result"].(map[string]any); run["stdout"] != "hello\n" || run["return_code"] != 0.0 || run["status"] != "Finished" {
+		t.Fatalf("run_result %v", run)
+	}
+	resp, err := http.Get(open + "/v1/ping")
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("ping: %v %v", err, resp)
+	}
+	resp.Body.Close()
+
+	t.Run("languages", func(t *testing.T) {
+		for _, c := range []struct{ lang, code, stdin, want string }{
+			{"python", "import sys\nprint(sum(map(int, sys.stdin.read().split())))", "1 2 3", "6\n"},
+			{"cpp", "#include <iostream>\nint main(){int a,b;std::cin>>a>>b;std::cout<<a*b<<std::endl;}", "6 7", "42\n"},
+			{"go", "package main\nimport \"fmt\"\nfunc main(){var a,b int;fmt.Scan(&a,&b);fmt.Println(a-b)}", "9 4", "5\n"},
+			{"bash", "read x; echo \"got $x\"", "it", "got it\n"},
+		} {
+			code, out := sfPost(t, open+"/run_code", "", verlPayload(c.code, c.stdin, c.lang, 30))
+			if code != 200 || out["status"] != "Success" {
+				t.Errorf("%s: %d %v", c.lang, code, out)
+				continue
+			}
+			if got := out["run_result"].(map[string]any)["stdout"]; got != c.want {
+				t.Errorf("%s: stdout %q, want %q", c.lang, got, c.want)
+			}
+			if (c.lang == "cpp" || c.lang == "go") && out["compile_result"] == nil {
+				t.Errorf("%s: no compile_result", c.lang)
+			}
+		}
+	})
+
+	t.Run("failures", func(t *testing.T) {
+		code, out := sfPost(t, open+"/run_code", "", verlPayload("import sys; sys.exit(3)", "", "python", 10))
+		if code != 200 || out["status"] != "Failed" || out["run_result"].(map[string]any)["return_code"] != 3.0 {
+			t.Errorf("exit 3: %d %v", code, out)
+		}
+		p := verlPayload("while True: pass", "", "python", 1)
+		code, out = sfPost(t, open+"/run_code", "", p)
+		if run, _ := out["run_result"].(map[string]any); code != 200 || out["status"] != "Failed" || run["status"] != "TimeLimitExceeded" {
+			t.Errorf("timeout: %d %v", code, out)
+		}
+		code, out = sfPost(t, open+"/run_code", "", verlPayload("int main( {", "", "cpp", 10))
+		if c, _ := out["compile_result"].(map[string]any); code != 200 || out["status"] != "Failed" || c["return_code"] == 0.0 ||
+			!strings.Contains(c["stderr"].(string), "error") || out["run_result"] != nil {
+			t.Errorf("compile error: %d %v", code, out)
+		}
+		p = verlPayload("x = bytearray(512 << 20); print(len(x))", "", "python", 10)
+		p["memory_limit_MB"] = 64
+		code, out = sfPost(t, open+"/run_code", "", p)
+		if run, _ := out["run_result"].(map[string]any); code != 200 || out["status"] != "Failed" || run["return_code"] == 0.0 {
+			t.Errorf("memory limit: %d %v", code, out)
+		}
+		p = verlPayload("print(open('data/in.txt').read())", "", "python", 10)
+		p["files"] = map[string]any{"data/in.txt": "ZnJvbSBhIGZpbGU="}
+		code, out = sfPost(t, open+"/run_code", "", p)
+		if code != 200 || out["run_result"].(map[string]any)["stdout"] != "from a file\n" {
+			t.Errorf("files: %d %v", code, out)
+		}
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		code, out := sfPost(t, open+"/run_code", "", verlPayload("x", "", "java", 10))
+		if code != 400 || !strings.Contains(out["detail"].(string), "unsupported language") {
+			t.Errorf("java: %d %v", code, out)
+		}
+		p := verlPayload("x", "", "python", 10)
+		p["files"] = map[string]any{"../../etc/passwd": "eA=="}
+		if code, out := sfPost(t, open+"/run_code", "", p); code != 400 {
+			t.Errorf("path escape: %d %v", code, out)
+		}
+		// Nothing else was disturbed: the node still runs programs.
+		if code, out := sfPost(t, open+"/run_code", "", verlPayload("print(2)", "", "python", 10)); code != 200 || out["status"] != "Success" {
+			t.Errorf("after bad input: %d %v", code, out)
+		}
+	})
+
+	t.Run("submit", func(t *testing.T) {
+		cases := []map[string]any{
+			{"input": map[string]any{"stdin": "3 4\n"}, "output": map[string]any{"stdout": "7\n"}},
+			{"input": map[string]any{"stdin": "10 -2\n"}, "output": map[string]any{"stdout": "8"}},
+		}
+		sub := func(completion string) map[string]any {
+			return map[string]any{"dataset": "adhoc", "id": "q1", "completion": completion,
+				"config": map[string]any{"dataset_type": "CommonOJDataset", "language": "python", "run_timeout": 10,
+					"provided_data": map[string]any{"id": "q1", "content": "add two numbers", "test": cases},
+					"extra":         map[string]any{"run_all_cases": true}}}
+		}
+		code, out := sfPost(t, open+"/submit", "", sub("Sure:\n```python\na, b = map(int, input().split())\nprint(a + b)\n```"))
+		if code != 200 || out["accepted"] != true || len(out["tests"].([]any)) != 2 || out["id"] != "q1" {
+			t.Fatalf("accepted submission: %d %v", code, out)
+		}
+		code, out = sfPost(t, open+"/submit", "", sub("```python\na, b = map(int, input().split())\nprint(a * b)\n```"))
+		tests, _ := out["tests"].([]any)
+		if code != 200 || out["accepted"] != false || len(tests) != 2 || tests[0].(map[string]any)["passed"] != false {
+			t.Fatalf("wrong submission: %d %v", code, out)
+		}
+	})
+}
