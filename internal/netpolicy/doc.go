@@ -43,5 +43,8 @@
 // record per egress sandbox in Config.StateDir, written before the kernel
 // objects it names, lets a restarted agent re-adopt policies and lets Sweep
 // and Release remove links, rules, counters, claims and, with the last
-// sandbox, the table.
+// sandbox, the table. Changes are group-committed (commit.go); a release
+// takes the link down at once and removes its rules in the next
+// transaction without waiting, and leaves the link to the kernel's batched
+// namespace teardown.
 package netpolicy
