@@ -9,16 +9,20 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// checkNetwork validates a create request's network policy before anything
-// is created (invalid_argument for a bad policy, not_implemented when the
-// backend offers no egress).
-func (m *Manager) checkNetwork(p *api.NetworkPolicy) error {
+// checkNetwork validates a create request's network policy for its backend
+// before anything is created (invalid_argument for a bad policy,
+// not_implemented when the backend offers no egress).
+func (m *Manager) checkNetwork(backend string, p *api.NetworkPolicy) error {
 	if p == nil {
 		return nil
 	}
-	nd, ok := m.cfg.Driver.(driver.NetworkDriver)
+	drv, err := m.drivers.Get(backend)
+	if err != nil {
+		return err
+	}
+	nd, ok := drv.(driver.NetworkDriver)
 	if !ok {
-		return errdefs.New(api.CodeNotImplemented, "backend %q offers no network policy", m.cfg.Driver.Name())
+		return errdefs.New(api.CodeNotImplemented, "backend %q offers no network policy", backend)
 	}
 	return nd.ValidateNetwork(*p)
 }
@@ -53,11 +57,11 @@ func networkStatus(inst driver.Instance, log *slog.Logger) *api.NetworkStatus {
 // established ones go on. The policy is kept in the record, so it survives a
 // restart of the agent and is applied again by Reset.
 func (m *Manager) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
-	if err := m.checkNetwork(&p); err != nil {
-		return api.Sandbox{}, err
-	}
 	sb, inst, err := m.session(id)
 	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := m.checkNetwork(sb.rec.Backend, &p); err != nil { // Backend never changes
 		return api.Sandbox{}, err
 	}
 	sb.mu.Lock()

@@ -57,11 +57,11 @@ func netDriver(t *testing.T, mirror string) (*container.Driver, *netpolicy.Manag
 	return d, m
 }
 
-func startNet(t *testing.T, d driver.Driver, lower []string, p *api.NetworkPolicy) driver.Instance {
+func startNet(t *testing.T, d driver.Driver, layers []driver.Layer, p *api.NetworkPolicy) driver.Instance {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	inst, err := d.Start(ctx, driver.Spec{ID: drivertest.NewID("np"), Lower: lower, Memory: 128 << 20, Disk: 32 << 20, PidsMax: 128})
+	inst, err := d.Start(ctx, driver.Spec{ID: drivertest.NewID("np"), Layers: layers, Memory: 128 << 20, Disk: 32 << 20, PidsMax: 128})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,17 +149,12 @@ func TestNetworkPolicyInRealSandboxes(t *testing.T) {
 		t.Errorf("denied = %d, want %d", got, want)
 	}
 	// Nor another sandbox (a listens on every address of its own).
-	null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer null.Close()
 	listener := `import socket
 s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("0.0.0.0", 2222)); s.listen()
 while True:
     c, _ = s.accept(); c.send(b"hello from a\n"); c.close()`
-	pr, err := a.Exec(context.Background(), driver.ProcSpec{Args: []string{"python3", "-c", listener}, Cwd: "/", Tag: "listener"}, [3]*os.File{null, null, null})
+	pr, err := a.Exec(context.Background(), driver.ProcSpec{Args: []string{"python3", "-c", listener}, Cwd: "/", Tag: "listener"}, driver.Stdio{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,12 +262,12 @@ func BenchmarkStartEgress(b *testing.B) {
 	}{{"default", nil}, {"egress", &api.NetworkPolicy{Allow: []string{"198.18.70.0/24:443", "198.18.71.7"}}},
 		{"default-again", nil}, {"egress-again", &api.NetworkPolicy{Allow: []string{"198.18.70.0/24:443"}}}} {
 		b.Run(c.name, func(b *testing.B) {
-			d, lower := benchDriver(b)
+			d, layers := benchDriver(b)
 			var setnet time.Duration
 			insts := make([]driver.Instance, 0, b.N)
 			ctx := context.Background()
 			for i := 0; i < b.N; i++ {
-				inst, err := d.Start(ctx, driver.Spec{ID: drivertest.NewID("nb"), Lower: lower, Memory: 128 << 20, Disk: 32 << 20, PidsMax: 128})
+				inst, err := d.Start(ctx, driver.Spec{ID: drivertest.NewID("nb"), Layers: layers, Memory: 128 << 20, Disk: 32 << 20, PidsMax: 128})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -299,7 +294,7 @@ func BenchmarkStartEgress(b *testing.B) {
 }
 
 // benchDriver is a container driver with a network manager, private to b.
-func benchDriver(b *testing.B) (*container.Driver, []string) {
+func benchDriver(b *testing.B) (*container.Driver, []driver.Layer) {
 	b.Helper()
 	netpolicytest.RequireRoot(b)
 	img, err := (&images.Store{Dir: imagesDir()}).Resolve("debian")
@@ -329,5 +324,5 @@ func benchDriver(b *testing.B) (*container.Driver, []string) {
 		os.RemoveAll(state)
 		os.RemoveAll(run)
 	})
-	return d, img.Lower()
+	return d, driver.DirLayers(img.Lower())
 }
