@@ -15,6 +15,7 @@ func benchCmd() *cobra.Command {
 	c := &cobra.Command{Use: "bench", Short: "Benchmarks (each starts a private node in a scratch dir)"}
 	var asJSON bool
 	var compare string
+	var netAllow []string
 	addFlags := func(cmd *cobra.Command, o *bench.Options, n, p int) {
 		cmd.Flags().IntVar(&o.N, "n", n, "number of operations / sandboxes")
 		cmd.Flags().IntVar(&o.Parallel, "parallel", p, "concurrent workers")
@@ -36,6 +37,9 @@ func benchCmd() *cobra.Command {
 			var peers []string
 			if compare != "" {
 				peers = strings.Split(compare, ",")
+			}
+			if p := networkPolicy(netAllow, nil); p != nil {
+				return benchEgress(cmd, co, *p, print)
 			}
 			r, err := bench.Create(cmd.Context(), co, peers)
 			if err != nil {
@@ -63,6 +67,7 @@ func benchCmd() *cobra.Command {
 	addFlags(create, &co, 200, 2)
 	create.Flags().StringVar(&compare, "compare", "", "peer runtimes to run in the same benchmark: crun, runc")
 	create.Flags().StringVar(&co.UserNS, "userns", "", "user_namespace of the creates: on, off, or both (alternate in one run and compare); default the node's")
+	create.Flags().StringArrayVar(&netAllow, "network", nil, "compare with egress sandboxes allowed CIDR[:PORT[-PORT]] (passes default, egress, default, egress)")
 	exec := &cobra.Command{
 		Use:   "exec",
 		Short: "Run `true` N times through the HTTP API",

@@ -32,6 +32,7 @@ func main() {
 	root.AddCommand(serverCmd(), createCmd(), execCmd(), shellCmd(), lsCmd(), rmCmd(), cpCmd(), inspectCmd(),
 		stateCmd("pause"), stateCmd("resume"), stateCmd("reset"), trajCmd(), benchCmd(), demoCmd(), fnCallCmd(), layerdCmd())
 	root.AddCommand(imageCmd(), forkCmd(), commitCmd())
+	root.AddCommand(networkCmd())
 	err := root.ExecuteContext(ctx)
 	var ee exitError
 	switch {

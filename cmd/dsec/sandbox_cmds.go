@@ -17,14 +17,14 @@ import (
 func createCmd() *cobra.Command {
 	var image, memory, disk, ttl, idle, requestID string
 	var cpu float64
-	var env []string
+	var env, allow, rules []string
 	var userns bool
 	c := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID}
+			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID, Network: networkPolicy(allow, rules)}
 			var err error
 			if req.MemoryBytes, err = parseSize(memory); err != nil {
 				return err
@@ -73,6 +73,7 @@ func createCmd() *cobra.Command {
 	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for every process (repeatable)")
 	f.StringVar(&requestID, "request-id", "", "idempotency key: a retry returns the same sandbox")
 	f.BoolVar(&userns, "userns", false, "run in a user namespace of its own (--userns=false: without); default the server's --userns")
+	addNetworkFlags(c, &allow, &rules)
 	return c
 }
 

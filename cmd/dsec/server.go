@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/internal/daemon"
+	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/paths"
 )
 
@@ -85,6 +86,8 @@ DATA_DIR/token, which is created on first start.`,
 	f.StringVar(&cfg.Token, "token", "", "API token (default: $DSEC_SERVER_TOKEN, else DATA_DIR/token)")
 	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "admission limit (default 100000)")
 	f.IntVar(&cfg.MaxFork, "max-fork", 0, "most children one fork may ask for (default 64)")
+	f.StringArrayVar(&cfg.NetworkRules, "network-rule", nil, "egress rule set NAME=CIDR[:PORT[-PORT]][,...] sandboxes may name in their network policy (repeatable)")
+	f.StringVar(&cfg.NetworkPool, "network-pool", "", "private IPv4 range for sandbox links, a /31 per egress sandbox (default "+netpolicy.DefaultPool.String()+")")
 	f.StringVar(&cfg.NodeName, "node-name", "", "this node's name, part of every sandbox ID it creates (a-z, 0-9, '-'; default: the host name)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none (default dir:DATA_DIR/blobs)")

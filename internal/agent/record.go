@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // record is what the agent keeps on disk per sandbox: enough to re-adopt it.
@@ -30,6 +31,10 @@ type record struct {
 	// ImageConfig is the image's config at create (images.Config: default env,
 	// cwd, user of every exec); a later rebase of the image does not change it.
 	ImageConfig *images.Config `json:"image_config,omitempty"`
+
+	// Network is the sandbox's egress policy, applied again on reset (nil:
+	// loopback only).
+	Network *api.NetworkPolicy `json:"network,omitempty"`
 }
 
 // procRecord is a background process, kept so it can be re-attached.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -52,6 +53,7 @@ func (sb *sandbox) view() api.Sandbox {
 		t := r.CreatedAt.Add(time.Duration(r.TTLSeconds) * time.Second)
 		v.ExpiresAt = &t
 	}
+	v.Network = networkStatus(sb.inst, sb.m.log)
 	switch {
 	case driver.Exited(sb.inst):
 		v.State = api.StateExited
@@ -112,6 +114,9 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		req.Backend = m.drivers.Default()
 	}
 	if _, err := m.drivers.Get(req.Backend); err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := m.checkNetwork(req.Backend, req.Network); err != nil {
 		return api.Sandbox{}, err
 	}
 	if req.RequestID == "" {
@@ -218,10 +223,14 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	if err != nil {
 		return nil, err
 	}
+	if err := applyNetwork(ctx, inst, req.Network); err != nil {
+		_ = inst.Destroy(context.Background())
+		return nil, err
+	}
 	r := &record{
 		ID: id, Backend: req.Backend, Image: img.Name, Spec: spec, CreatedAt: m.now().UTC(),
 		TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
-		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, ImageConfig: img.Config,
+		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, ImageConfig: img.Config, Network: req.Network,
 	}
 	sb := newSandbox(m, drv, r, inst)
 	if err := sb.save(); err != nil {
@@ -353,7 +362,7 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, fmt.Errorf("reset: %w", err)
 	}
 	sb.inst = inst
-	err = sb.save()
+	err = errors.Join(applyNetwork(ctx, inst, sb.rec.Network), sb.save())
 	sb.mu.Unlock()
 	sb.touch()
 	if err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/initbin"
 	"github.com/dsec-dev/dsec/internal/initproto"
+	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/seccomp"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -51,7 +52,9 @@ type Config struct {
 	UserNS bool
 	// IDPool is where user-namespace sandboxes get their host IDs.
 	IDPool IDPool
-	Logger *slog.Logger
+	// Network gives sandboxes egress under a policy; nil: loopback only.
+	Network *netpolicy.Manager
+	Logger  *slog.Logger
 }
 
 // Driver implements driver.Driver for containers.
@@ -398,6 +401,11 @@ func (d *Driver) release(ctx context.Context, id string) error {
 			errs = append(errs, err)
 		}
 	}
+	if d.cfg.Network != nil {
+		if err := d.cfg.Network.Release(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	_ = os.Remove(d.socket(id))
 	for _, dir := range []string{d.dir(id), d.nsDir(id)} {
 		if err := os.RemoveAll(dir); err != nil {
@@ -431,5 +439,8 @@ func (d *Driver) Sweep(ctx context.Context, keep map[string]bool) {
 		if err := d.release(ctx, id); err != nil {
 			d.log.Warn("release leftover", "id", id, "err", err)
 		}
+	}
+	if d.cfg.Network != nil {
+		d.cfg.Network.Sweep(ctx, keep)
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/trajectory"
@@ -87,12 +88,19 @@ type Config struct {
 	UserNS bool
 	// MaxFork bounds the children of one fork (0: agent.DefaultMaxFork).
 	MaxFork int
+	// NetworkRules are the operator's egress rule sets, each
+	// "NAME=CIDR[:PORT[-PORT]][,...]" (dsec server --network-rule);
+	// NetworkPool is the sandbox link address pool (default
+	// netpolicy.DefaultPool).
+	NetworkRules []string
+	NetworkPool  string
 }
 
 // Daemon is one running node: agent plus HTTP handler.
 type Daemon struct {
 	Manager *agent.Manager
 	Driver  *container.Driver
+	Network *netpolicy.Manager // sandboxes' egress policies
 	Server  *server.Server
 	// E2B serves E2B's API (control plane and envd) on the same listener.
 	E2B   *e2b.Handler
@@ -149,8 +157,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		}
 		devs = append(devs, d)
 	}
+	netm, err := openNetwork(cfg)
+	if err != nil {
+		return nil, err
+	}
 	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Devices: devs,
-		UserNS: cfg.UserNS, Logger: cfg.Logger})
+		UserNS: cfg.UserNS, Logger: cfg.Logger, Network: netm})
 	if err != nil {
 		return nil, err
 	}
@@ -208,7 +220,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := e2bH.Recover(ctx); err != nil {
 		cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
 	}
-	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
+	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
 	return d, nil
@@ -275,7 +287,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	}
 	close(d.stopPrune)
 	<-d.pruneDone
-	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Trajectories.Close())
+	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close())
 	return errors.Join(errs...)
 }
 

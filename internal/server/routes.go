@@ -32,6 +32,7 @@ func (s *Server) routes() []route {
 		{"POST " + sb + "/reset", s.resetSandbox},
 		{"POST " + sb + "/fork", s.forkSandbox},
 		{"POST " + sb + "/commit", s.commitSandbox},
+		{"PUT " + sb + "/network", s.setNetwork},
 
 		{"POST " + sb + "/exec", s.step(s.exec)},
 		{"POST " + sb + "/exec/stream", s.step(s.execStream)},

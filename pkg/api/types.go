@@ -51,6 +51,8 @@ type CreateSandboxRequest struct {
 	// RequestID makes create idempotent: a retry with the same ID returns the sandbox
 	// the first request created. The Idempotency-Key header is an alias.
 	RequestID string `json:"request_id,omitempty"`
+	// Network opts the sandbox into egress under a policy; nil: loopback only.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // Sandbox describes one sandbox.
@@ -70,6 +72,7 @@ type Sandbox struct {
 	Env                map[string]string `json:"env,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
 	RequestID          string            `json:"request_id,omitempty"`
+	Network            *NetworkStatus    `json:"network,omitempty"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.

@@ -157,6 +157,30 @@ def should_retry(req: Req, err: DsecError, attempt: int, retries: int) -> bool:
 # ---- request builders (shared by both clients) ----------------------------------
 
 
+def network_body(allow: Optional[Any] = None, rules: Optional[Any] = None) -> Dict[str, Any]:
+    """A network policy: ``allow`` entries "CIDR[:PORT[-PORT]]" and ``rules``
+    (names of the operator's rule sets); each a string or a list of strings.
+    The server validates them (invalid_argument on a bad entry or name)."""
+
+    def strs(v: Optional[Any], what: str) -> List[str]:
+        if v is None:
+            return []
+        if isinstance(v, str):
+            return [v]
+        out = list(v)
+        if not all(isinstance(x, str) for x in out):
+            raise TypeError(f"network {what}: want strings, got {out!r}")
+        return out
+
+    b: Dict[str, Any] = {}
+    a, r = strs(allow, "allow"), strs(rules, "rules")
+    if a:
+        b["allow"] = a
+    if r:
+        b["rules"] = r
+    return b
+
+
 def create_body(
     backend: str,
     image: Optional[str],
@@ -170,8 +194,11 @@ def create_body(
     request_id: Optional[str],
     pids_max: Optional[int] = None,
     user_namespace: Optional[bool] = None,
+    network: Optional[Mapping[str, Any]] = None,
 ) -> Dict[str, Any]:
     b: Dict[str, Any] = {"request_id": request_id or new_request_id()}
+    if network is not None:
+        b["network"] = network_body(network.get("allow"), network.get("rules"))
     if backend and backend != "container":
         b["backend"] = backend
     if image:

@@ -186,10 +186,11 @@ class AsyncClient:
         request_id: Optional[str] = None,
         pids_max: Optional[int] = None,
         user_namespace: Optional[bool] = None,
+        network: Optional[Mapping[str, Any]] = None,
     ) -> "AsyncSandbox":
         """See :meth:`dsec.Client.create`."""
         body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
-                           user_namespace)
+                           user_namespace, network)
         return await self._create(body, None)
 
     async def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "AsyncSandbox":
@@ -208,7 +209,7 @@ class AsyncClient:
         if n <= 0:
             return []
         unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env",
-                             "labels", "pids_max", "user_namespace", "request_id"}
+                             "labels", "pids_max", "user_namespace", "request_id", "network"}
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         prefix = kw.pop("request_id", None) or _core.new_request_id()
@@ -216,7 +217,7 @@ class AsyncClient:
             create_body(
                 kw.get("backend", "container"), kw.get("image"), kw.get("cpu"), kw.get("memory"),
                 kw.get("disk"), kw.get("ttl"), kw.get("idle_timeout"), kw.get("env"), kw.get("labels"),
-                f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"),
+                f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"), kw.get("network"),
             )
             for i in range(n)
         ]
@@ -436,6 +437,11 @@ class AsyncSandbox:
 
     async def resume(self) -> "AsyncSandbox":
         return self._update(await self._json(Req("POST", sandbox_path(self.id, "/resume"))))
+
+    async def set_network(self, allow: Optional[Any] = None, rules: Optional[Any] = None) -> "AsyncSandbox":
+        """See :meth:`dsec.Sandbox.set_network`."""
+        body = _core.network_body(allow, rules)
+        return self._update(await self._json(Req("PUT", sandbox_path(self.id, "/network"), json_body=body, retry=True)))
 
     async def reset(self) -> "AsyncSandbox":
         return self._update(await self._json(Req("POST", sandbox_path(self.id, "/reset"))))

@@ -190,6 +190,7 @@ class Client:
         request_id: Optional[str] = None,
         pids_max: Optional[int] = None,
         user_namespace: Optional[bool] = None,
+        network: Optional[Mapping[str, Any]] = None,
     ) -> "Sandbox":
         """Create a sandbox and return it once it runs. memory/disk take bytes or
         strings like "512m"; ttl/idle_timeout take seconds or a timedelta. A request
@@ -197,7 +198,7 @@ class Client:
         user_namespace True/False asks for a user namespace (sandbox root an
         unprivileged host uid) or against one; None takes the server's default."""
         body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
-                           user_namespace)
+                           user_namespace, network)
         return self._create(body, None)
 
     def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "Sandbox":
@@ -229,11 +230,11 @@ class Client:
             create_body(
                 kw.get("backend", "container"), kw.get("image"), kw.get("cpu"), kw.get("memory"),
                 kw.get("disk"), kw.get("ttl"), kw.get("idle_timeout"), kw.get("env"), kw.get("labels"),
-                f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"),
+                f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"), kw.get("network"),
             )
             for i in range(n)
         ]
-        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max", "user_namespace"}
+        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max", "user_namespace", "network"}
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -446,6 +447,14 @@ class Sandbox:
 
     def resume(self) -> "Sandbox":
         return self._update(self._json(Req("POST", sandbox_path(self.id, "/resume"))))
+
+    def set_network(self, allow: Optional[Any] = None, rules: Optional[Any] = None) -> "Sandbox":
+        """Replace the sandbox's egress policy (per task stage): ``allow`` entries
+        "CIDR[:PORT[-PORT]]", ``rules`` names of the operator's rule sets; with
+        neither, nothing is allowed. New connections see it at once. ``.info.network``
+        then shows the policy and the count of denied connection attempts."""
+        body = _core.network_body(allow, rules)
+        return self._update(self._json(Req("PUT", sandbox_path(self.id, "/network"), json_body=body, retry=True)))
 
     def reset(self) -> "Sandbox":
         """A fresh writable layer; every process is killed."""

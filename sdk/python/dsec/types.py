@@ -184,6 +184,8 @@ class SandboxInfo:
     env: Dict[str, str] = field(default_factory=dict)
     labels: Dict[str, str] = field(default_factory=dict)
     request_id: Optional[str] = None
+    network: Optional["NetworkStatus"] = None
+    """Egress policy and denied-attempt counter; None: loopback only."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -203,7 +205,24 @@ class SandboxInfo:
             env=dict(d.get("env") or {}),
             labels=dict(d.get("labels") or {}),
             request_id=d.get("request_id") or None,
+            network=NetworkStatus.from_json(d["network"]) if d.get("network") else None,
         )
+
+
+@dataclass
+class NetworkStatus:
+    """A sandbox's egress: its policy, its address on the link to the node, and
+    how many connection attempts the policy refused."""
+
+    allow: List[str] = field(default_factory=list)
+    rules: List[str] = field(default_factory=list)
+    address: str = ""
+    denied: int = 0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "NetworkStatus":
+        return cls(allow=list(d.get("allow") or []), rules=list(d.get("rules") or []),
+                   address=d.get("address", ""), denied=int(d.get("denied") or 0))
 
 
 class HTTPResponse(NamedTuple):

@@ -158,6 +158,28 @@ def test_pause_resume_reset(sb: Any) -> None:
     assert sb.exec("true").exit_code == 0
 
 
+def test_network_policy(client: Any) -> None:
+    # No traffic: the policy names a benchmarking-range address (RFC 2544) only.
+    with client.create(network={"allow": ["198.18.99.2:443"]}) as sb:
+        net = sb.info.network
+        assert net is not None and net.allow == ["198.18.99.2:443"] and net.address and net.denied == 0
+        links = "sed -n 's/^ *\\([^:]*\\):.*/\\1/p' /proc/net/dev | sort"  # /sys/class/net is the node's
+        assert sb.exec(links).stdout.split() == ["eth0", "lo"]
+        sb.set_network(allow="198.18.99.0/24:8000-8100")
+        assert sb.info.network is not None and sb.info.network.allow == ["198.18.99.0/24:8000-8100"]
+        with pytest.raises(dsec.InvalidArgumentError) as ei:
+            sb.set_network(rules=["no-such-rule"])
+        assert ei.value.status == 400 and "no-such-rule" in str(ei.value)
+        assert sb.refresh().info.network.allow == ["198.18.99.0/24:8000-8100"]
+        sb.set_network()
+        assert sb.info.network is not None and sb.info.network.allow == []
+    with pytest.raises(dsec.InvalidArgumentError):
+        client.create(network={"allow": ["10.0.0.0/33"]})
+    with client.create() as plain:
+        assert plain.info.network is None
+        assert plain.exec(links).stdout.split() == ["lo"]
+
+
 # ---- exec ------------------------------------------------------------------------------
 
 

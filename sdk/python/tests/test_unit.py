@@ -310,3 +310,17 @@ def test_fncall_body() -> None:
     r = dsec.FnCallResult.from_json({"index": 3, "verdict": "", "tests": [],
                                      "error": {"code": "invalid_argument", "message": "bad"}})
     assert r.index == 3 and isinstance(r.error, dsec.InvalidArgumentError)
+
+
+def test_network_body() -> None:
+    assert _core.network_body(["10.1.2.0/24:443"], "pypi") == {"allow": ["10.1.2.0/24:443"], "rules": ["pypi"]}
+    assert _core.network_body() == {}
+    b = _core.create_body("container", None, None, None, None, None, None, None, None, "r1",
+                          network={"allow": "10.0.0.1:53"})
+    assert b["network"] == {"allow": ["10.0.0.1:53"]}
+    assert "network" not in _core.create_body("container", None, None, None, None, None, None, None, None, "r1")
+    with pytest.raises(TypeError):
+        _core.network_body([443])
+    info = dsec.SandboxInfo.from_json({"id": "sb", "network": {"allow": ["10.0.0.1"], "address": "10.203.0.1", "denied": 3}})
+    assert info.network is not None and info.network.denied == 3 and info.network.allow == ["10.0.0.1"]
+    assert dsec.SandboxInfo.from_json({"id": "sb"}).network is None

@@ -1,0 +1,231 @@
+package netpolicy
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// host is what every dsec Manager on one machine shares, kept in a directory
+// under /run (gone with the kernel state it describes at reboot):
+//
+//	addr/<ip>         a claimed link address, holding "<owner>" (O_EXCL create)
+//	forward.lock      flock serializing the two below
+//	forward/<holder>  one file per Manager that has egress sandboxes
+//	forward.prior     net.ipv4.ip_forward as it was before the first holder
+//
+// Forwarding is switched on only while some Manager has an egress sandbox,
+// and switched back off by the last one if it was off before. While dsec
+// holds it on, a guard table drops forwarded traffic that touches no sandbox
+// link, so the node does not become a router for anything else.
+type host struct {
+	dir string
+}
+
+const ipForward = "/proc/sys/net/ipv4/ip_forward"
+
+// guardTable is the name of the host-wide forward guard.
+const guardTable = "dsec-forward-guard"
+
+func (h host) claimPath(a netip.Addr) string { return filepath.Join(h.dir, "addr", a.String()) }
+
+// claim takes a for owner; false if someone else holds it.
+func (h host) claim(a netip.Addr, owner string) (bool, error) {
+	p := h.claimPath(a)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			return false, err
+		}
+		f, err = os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	}
+	if errors.Is(err, os.ErrExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	_, werr := f.WriteString(owner)
+	return true, errors.Join(werr, f.Close())
+}
+
+// unclaim releases a if owner holds it.
+func (h host) unclaim(a netip.Addr, owner string) error {
+	p := h.claimPath(a)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil || string(b) != owner {
+		return err
+	}
+	return os.Remove(p)
+}
+
+// claims lists the addresses held by owners starting with prefix.
+func (h host) claims(prefix string) map[netip.Addr]string {
+	out := map[netip.Addr]string{}
+	ents, _ := os.ReadDir(filepath.Join(h.dir, "addr"))
+	for _, e := range ents {
+		a, err := netip.ParseAddr(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile(h.claimPath(a)); err == nil && strings.HasPrefix(string(b), prefix) {
+			out[a] = string(b)
+		}
+	}
+	return out
+}
+
+// lockForward runs fn under the host-wide forwarding lock.
+func (h host) lockForward(fn func() error) error {
+	if err := os.MkdirAll(filepath.Join(h.dir, "forward"), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(h.dir, "forward.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return err
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return fn()
+}
+
+func (h host) holders() int {
+	ents, _ := os.ReadDir(filepath.Join(h.dir, "forward"))
+	return len(ents)
+}
+
+// holdForwarding records holder (a Manager's tag; the file holds its state
+// dir) and makes sure the node forwards IPv4.
+func (h host) holdForwarding(holder, stateDir string) error {
+	return h.lockForward(func() error {
+		h.pruneStale()
+		mark := filepath.Join(h.dir, "forward", holder)
+		if _, err := os.Stat(mark); err == nil {
+			return nil
+		}
+		if h.holders() == 0 {
+			// A prior value left by holders that are gone (pruned) is still
+			// the host's own; otherwise the current value is.
+			priorPath := filepath.Join(h.dir, "forward.prior")
+			cur, err := os.ReadFile(priorPath)
+			if errors.Is(err, os.ErrNotExist) {
+				cur, err = os.ReadFile(ipForward)
+			}
+			if err != nil {
+				return err
+			}
+			prior := strings.TrimSpace(string(cur))
+			if err := os.WriteFile(priorPath, []byte(prior), 0o600); err != nil {
+				return err
+			}
+			if prior == "0" {
+				if err := addGuard(); err != nil {
+					return fmt.Errorf("forward guard: %w", err)
+				}
+				if err := os.WriteFile(ipForward, []byte("1"), 0o644); err != nil {
+					return fmt.Errorf("enable ip_forward: %w", err)
+				}
+			}
+		}
+		return os.WriteFile(mark, []byte(stateDir), 0o600)
+	})
+}
+
+// pruneStale drops holders that can no longer release: their state dir
+// holds no record (the agent is gone for good, e.g. a test killed and its
+// data dir removed). Their tables and address claims go too. A live holder
+// always has a record: records are written before and removed after the
+// hold is taken and given up.
+func (h host) pruneStale() {
+	dir := filepath.Join(h.dir, "forward")
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		stateDir := string(b)
+		if recs, _ := filepath.Glob(filepath.Join(stateDir, "*.json")); len(recs) > 0 {
+			continue
+		}
+		if c, err := nftables.New(); err == nil {
+			c.DelTable(&nftables.Table{Name: TableName(stateDir), Family: nftables.TableFamilyINet})
+			_ = c.Flush() // ENOENT when it is already gone
+		}
+		for a, owner := range h.claims(e.Name() + "/") {
+			_ = h.unclaim(a, owner)
+		}
+		_ = os.Remove(filepath.Join(dir, e.Name()))
+	}
+}
+
+// releaseForwarding drops holder; the last holder restores ip_forward.
+func (h host) releaseForwarding(holder string) error {
+	return h.lockForward(func() error {
+		mark := filepath.Join(h.dir, "forward", holder)
+		if err := os.Remove(mark); errors.Is(err, os.ErrNotExist) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if h.holders() > 0 {
+			return nil
+		}
+		priorPath := filepath.Join(h.dir, "forward.prior")
+		prior, err := os.ReadFile(priorPath)
+		if err != nil {
+			return err
+		}
+		if strings.TrimSpace(string(prior)) == "0" {
+			if err := os.WriteFile(ipForward, []byte("0"), 0o644); err != nil {
+				return fmt.Errorf("restore ip_forward: %w", err)
+			}
+			if err := delGuard(); err != nil {
+				return fmt.Errorf("forward guard: %w", err)
+			}
+		}
+		return os.Remove(priorPath)
+	})
+}
+
+// addGuard installs the forward guard: forwarded packets that neither come
+// from nor go to a dsec sandbox link are dropped.
+func addGuard() error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	t := c.AddTable(&nftables.Table{Name: guardTable, Family: nftables.TableFamilyINet})
+	accept := nftables.ChainPolicyAccept
+	ch := c.AddChain(&nftables.Chain{Name: "forward", Table: t, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityRef(-1), Policy: &accept})
+	c.FlushChain(ch)
+	c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: concat(
+		ifPrefix(expr.MetaKeyIIFNAME, true), ifPrefix(expr.MetaKeyOIFNAME, true), verdict(expr.VerdictDrop))})
+	return c.Flush()
+}
+
+func delGuard() error {
+	c, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	c.DelTable(&nftables.Table{Name: guardTable, Family: nftables.TableFamilyINet})
+	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,304 @@
+package netpolicy
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// The host-side ruleset of one Manager: one inet table holding
+//
+//	chain prerouting  (filter hook prerouting, raw): from "dsv*", IPv4 source
+//	                                         not routed back via that link → drop
+//	chain input       (filter hook input):   iifname vmap @inp         → goto d-IF
+//	chain forward     (filter hook forward): ct state established,related accept;
+//	                                         iifname vmap @pol         → jump p-IF;
+//	                                         oifname "dsv*" drop       (nothing new into a sandbox)
+//	chain postrouting (nat hook postrouting): ip saddr POOL oifname != "dsv*" masquerade
+//
+// and per sandbox (IF = its host-side veth):
+//
+//	chain p-IF: ipv6-icmp drop (link chatter, not an attempt); not ipv4 → goto d-IF;
+//	            ip saddr != its address → goto d-IF; daddr in a never-reachable range
+//	            the allow list overlaps (pool, loopback, link-local, ...) → goto d-IF;
+//	            one accept rule per allowed destination; goto d-IF
+//	chain d-IF: counter denied-IF; tcp → reject with tcp reset; reject with icmpx admin-prohibited
+//
+// Everything a sandbox sends passes its veth and so these chains; the sandbox
+// cannot change them (they live in the host's network namespace).
+
+const (
+	linkPrefix = "dsv" // every dsec sandbox veth on the host starts with this
+	setPolicy  = "pol" // ifname → jump p-IF
+	setInput   = "inp" // ifname → goto d-IF
+)
+
+func policyChain(ifname string) string { return "p-" + ifname }
+func denyChain(ifname string) string   { return "d-" + ifname }
+func counterName(ifname string) string { return "denied-" + ifname }
+
+// ruleset builds nftables batches for one table.
+type ruleset struct {
+	table *nftables.Table
+	pool  netip.Prefix
+}
+
+func newRuleset(name string, pool netip.Prefix) *ruleset {
+	return &ruleset{table: &nftables.Table{Name: name, Family: nftables.TableFamilyINet}, pool: pool}
+}
+
+func (r *ruleset) set(name string) *nftables.Set {
+	return &nftables.Set{Table: r.table, Name: name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+}
+
+func ifKey(name string) []byte {
+	b := make([]byte, 16)
+	copy(b, name)
+	return b
+}
+
+// addBase queues the table, its maps and base chains (one batch, so the
+// table appears complete or not at all).
+func (r *ruleset) addBase(c *nftables.Conn) error {
+	c.AddTable(r.table)
+	pol, inp := r.set(setPolicy), r.set(setInput)
+	if err := c.AddSet(pol, nil); err != nil {
+		return err
+	}
+	if err := c.AddSet(inp, nil); err != nil {
+		return err
+	}
+	accept := nftables.ChainPolicyAccept
+	input := c.AddChain(&nftables.Chain{Name: "input", Table: r.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookInput, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	forward := c.AddChain(&nftables.Chain{Name: "forward", Table: r.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookForward, Priority: nftables.ChainPriorityFilter, Policy: &accept})
+	post := c.AddChain(&nftables.Chain{Name: "postrouting", Table: r.table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPostrouting, Priority: nftables.ChainPriorityNATSource, Policy: &accept})
+	pre := c.AddChain(&nftables.Chain{Name: "prerouting", Table: r.table, Type: nftables.ChainTypeFilter,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityRaw, Policy: &accept})
+
+	// prerouting, before conntrack: a packet from a sandbox link whose source
+	// address is not routed back through that link is dropped (reverse-path
+	// check), so no sandbox can speak for another, not even inside another's
+	// established flow (which the forward chain accepts by conntrack alone).
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: pre, Exprs: concat(
+		ifPrefix(expr.MetaKeyIIFNAME, false), nfproto(unix.NFPROTO_IPV4),
+		[]expr.Any{&expr.Fib{Register: 1, FlagSADDR: true, FlagIIF: true, ResultOIF: true},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{0, 0, 0, 0}}},
+		verdict(expr.VerdictDrop))})
+
+	// input: link chatter (IPv6 ND/MLD) from any sandbox link is dropped
+	// uncounted; every other packet a sandbox sends to the node is denied.
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: input, Exprs: concat(
+		ifPrefix(expr.MetaKeyIIFNAME, false), l4proto(unix.IPPROTO_ICMPV6), verdict(expr.VerdictDrop))})
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: input, Exprs: vmap(expr.MetaKeyIIFNAME, inp)})
+
+	// forward: replies and flows already allowed pass; new flows from a
+	// sandbox go through its policy chain; nothing new enters a sandbox link.
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: forward, Exprs: []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitESTABLISHED | expr.CtStateBitRELATED),
+			Xor:  binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Verdict{Kind: expr.VerdictAccept},
+	}})
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: forward, Exprs: vmap(expr.MetaKeyIIFNAME, pol)})
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: forward, Exprs: concat(
+		ifPrefix(expr.MetaKeyOIFNAME, false), verdict(expr.VerdictDrop))})
+
+	// postrouting: sandbox flows leave with the node's address on the uplink.
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: post, Exprs: concat(
+		nfproto(unix.NFPROTO_IPV4), daddrOrSaddr(12, r.pool, expr.CmpOpEq),
+		ifPrefix(expr.MetaKeyOIFNAME, true), []expr.Any{&expr.Masq{}})})
+	return nil
+}
+
+// addSandbox queues (or, for an existing sandbox, atomically replaces) one
+// sandbox's chains and map entries.
+func (r *ruleset) addSandbox(c *nftables.Conn, ifname string, addr netip.Addr, entries []Entry) error {
+	pc := c.AddChain(&nftables.Chain{Name: policyChain(ifname), Table: r.table})
+	dc := c.AddChain(&nftables.Chain{Name: denyChain(ifname), Table: r.table})
+	c.AddObj(&nftables.CounterObj{Table: r.table, Name: counterName(ifname)})
+	c.FlushChain(pc)
+	c.FlushChain(dc)
+
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: dc, Exprs: []expr.Any{
+		&expr.Objref{Type: int(nftables.ObjTypeCounter), Name: counterName(ifname)}}})
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: dc, Exprs: concat(l4proto(unix.IPPROTO_TCP),
+		[]expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}})})
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: dc, Exprs: []expr.Any{
+		&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_ADMIN_PROHIBITED}}})
+
+	deny := &expr.Verdict{Kind: expr.VerdictGoto, Chain: dc.Name}
+	rule := func(e ...[]expr.Any) {
+		c.AddRule(&nftables.Rule{Table: r.table, Chain: pc, Exprs: concat(e...)})
+	}
+	rule(l4proto(unix.IPPROTO_ICMPV6), verdict(expr.VerdictDrop))
+	rule([]expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}}, deny})
+	rule(daddrOrSaddr(12, netip.PrefixFrom(addr, 32), expr.CmpOpNeq), []expr.Any{deny})
+	for _, never := range r.never() {
+		if overlapsAny(never, entries) {
+			rule(daddrOrSaddr(16, never, expr.CmpOpEq), []expr.Any{deny})
+		}
+	}
+	for _, e := range entries {
+		if e.PortLo == 0 {
+			rule(daddrOrSaddr(16, e.Prefix, expr.CmpOpEq), verdict(expr.VerdictAccept))
+			continue
+		}
+		for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
+			rule(daddrOrSaddr(16, e.Prefix, expr.CmpOpEq), l4proto(proto), dport(e.PortLo, e.PortHi), verdict(expr.VerdictAccept))
+		}
+	}
+	rule([]expr.Any{deny})
+
+	pol, inp := r.set(setPolicy), r.set(setInput)
+	if err := c.SetAddElements(pol, []nftables.SetElement{{Key: ifKey(ifname),
+		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: pc.Name}}}); err != nil {
+		return err
+	}
+	return c.SetAddElements(inp, []nftables.SetElement{{Key: ifKey(ifname),
+		VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: dc.Name}}})
+}
+
+// delSandbox queues the removal of one sandbox's chains, counter and map
+// entries. It first (re)creates them empty, so the batch succeeds whether or
+// not a crash left them half-made (a batch fails whole on a missing object).
+func (r *ruleset) delSandbox(c *nftables.Conn, ifname string) error {
+	pcx := c.AddChain(&nftables.Chain{Name: policyChain(ifname), Table: r.table})
+	dcx := c.AddChain(&nftables.Chain{Name: denyChain(ifname), Table: r.table})
+	c.AddObj(&nftables.CounterObj{Table: r.table, Name: counterName(ifname)})
+	if err := c.SetAddElements(r.set(setPolicy), []nftables.SetElement{{Key: ifKey(ifname),
+		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: pcx.Name}}}); err != nil {
+		return err
+	}
+	if err := c.SetAddElements(r.set(setInput), []nftables.SetElement{{Key: ifKey(ifname),
+		VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: dcx.Name}}}); err != nil {
+		return err
+	}
+	if err := c.SetDeleteElements(r.set(setPolicy), []nftables.SetElement{{Key: ifKey(ifname)}}); err != nil {
+		return err
+	}
+	if err := c.SetDeleteElements(r.set(setInput), []nftables.SetElement{{Key: ifKey(ifname)}}); err != nil {
+		return err
+	}
+	pc := &nftables.Chain{Name: policyChain(ifname), Table: r.table}
+	dc := &nftables.Chain{Name: denyChain(ifname), Table: r.table}
+	c.FlushChain(pc)
+	c.DelChain(pc)
+	c.FlushChain(dc)
+	c.DelChain(dc)
+	c.DeleteObject(&nftables.CounterObj{Table: r.table, Name: counterName(ifname)})
+	return nil
+}
+
+// denied reads a sandbox's denied counter (packets that opened no flow).
+func (r *ruleset) denied(c *nftables.Conn, ifname string) (uint64, error) {
+	o, err := c.GetObject(&nftables.CounterObj{Table: r.table, Name: counterName(ifname)})
+	if err != nil {
+		return 0, err
+	}
+	co, ok := o.(*nftables.CounterObj)
+	if !ok {
+		return 0, fmt.Errorf("counter %s: unexpected object %T", counterName(ifname), o)
+	}
+	return co.Packets, nil
+}
+
+// exists reports whether the table is present in the kernel.
+func (r *ruleset) exists(c *nftables.Conn) (bool, error) {
+	_, err := c.ListTableOfFamily(r.table.Name, r.table.Family)
+	if errors.Is(err, unix.ENOENT) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// never lists the destinations no policy reaches: the pool (other sandboxes
+// and the node's side of every link) and the reserved ranges.
+func (r *ruleset) never() []netip.Prefix {
+	out := []netip.Prefix{r.pool}
+	for _, rv := range reserved {
+		out = append(out, rv.prefix)
+	}
+	return out
+}
+
+func overlapsAny(p netip.Prefix, entries []Entry) bool {
+	for _, e := range entries {
+		if e.Prefix.Overlaps(p) {
+			return true
+		}
+	}
+	return false
+}
+
+func concat(parts ...[]expr.Any) []expr.Any {
+	var out []expr.Any
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func verdict(k expr.VerdictKind) []expr.Any { return []expr.Any{&expr.Verdict{Kind: k}} }
+
+func nfproto(p byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
+}
+
+func l4proto(p byte) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{p}}}
+}
+
+// ifPrefix matches (or, negated, does not match) an interface name starting
+// with the dsec link prefix.
+func ifPrefix(key expr.MetaKey, negate bool) []expr.Any {
+	op := expr.CmpOpEq
+	if negate {
+		op = expr.CmpOpNeq
+	}
+	return []expr.Any{&expr.Meta{Key: key, Register: 1},
+		&expr.Cmp{Op: op, Register: 1, Data: []byte(linkPrefix)}}
+}
+
+func vmap(key expr.MetaKey, s *nftables.Set) []expr.Any {
+	return []expr.Any{&expr.Meta{Key: key, Register: 1},
+		&expr.Lookup{SourceRegister: 1, SetName: s.Name, IsDestRegSet: true, DestRegister: 0}}
+}
+
+// daddrOrSaddr matches the IPv4 address at offset (12 source, 16
+// destination) against p. The caller ensures the packet is IPv4 (through
+// nfproto, or because only IPv4 reaches that rule).
+func daddrOrSaddr(offset uint32, p netip.Prefix, op expr.CmpOp) []expr.Any {
+	a := p.Addr().As4()
+	mask := binary.BigEndian.AppendUint32(nil, ^uint32(0)<<(32-p.Bits()))
+	if p.Bits() == 0 {
+		mask = []byte{0, 0, 0, 0}
+	}
+	return []expr.Any{
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: offset, Len: 4},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4, Mask: mask, Xor: []byte{0, 0, 0, 0}},
+		&expr.Cmp{Op: op, Register: 1, Data: a[:]},
+	}
+}
+
+func dport(lo, hi uint16) []expr.Any {
+	load := &expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2}
+	if lo == hi {
+		return []expr.Any{load, &expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(lo)}}
+	}
+	return []expr.Any{load, &expr.Range{Op: expr.CmpOpEq, Register: 1,
+		FromData: binaryutil.BigEndian.PutUint16(lo), ToData: binaryutil.BigEndian.PutUint16(hi)}}
+}
