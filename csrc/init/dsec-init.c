@@ -501,6 +501,10 @@ static void mount_root(struct config *c, struct trees *t)
 	snprintf(opts, sizeof opts, "size=%llu,mode=0755", c->rwsize);
 	/* no MS_NODEV: the device nodes of /dev live here */
 	xmount("tmpfs", c->rwdir, "tmpfs", MS_NOSUID, opts, "mount rwdir tmpfs");
+	/* The idmapped lower mount fds (any numbers, FD_RW among them) are
+	 * attached and closed before FD_RW is taken. */
+	if (c->userns)
+		attach_lowers(c);
 	/* keep the tmpfs reachable for the host after the pivot (FD_RW) */
 	int rw = open(c->rwdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (rw < 0)
@@ -544,14 +548,17 @@ static void mount_root(struct config *c, struct trees *t)
 	 * below), and without it readdir's d_ino and stat's st_ino disagree
 	 * for directories, which breaks programs that compare them (find,
 	 * tar, Python's os.walk users, test suites). */
-	if (c->userns)
-		attach_lowers(c);
 	size_t n = snprintf(opts, sizeof opts, "lowerdir=");
 	for (int i = 0; i < c->nlower && n < sizeof opts; i++)
 		n += snprintf(opts + n, sizeof opts - n, "%s%s", i ? ":" : "", c->lower[i]);
 	if (n < sizeof opts)
-		n += snprintf(opts + n, sizeof opts - n, ",upperdir=%s,workdir=%s%s", upper, work,
-			      c->noxino ? "" : ",xino=on");
+		n += snprintf(opts + n, sizeof opts - n, ",upperdir=%s,workdir=%s%s%s", upper, work,
+			      c->noxino ? "" : ",xino=on",
+			      /* in a user namespace overlayfs may not use trusted.*
+			       * xattrs: whiteouts of removed directories and opaque
+			       * directories then fail with EIO (rm -rf of a lower
+			       * directory); user.overlay.* works there */
+			      c->userns ? ",userxattr" : "");
 	if (n >= sizeof opts)
 		fail("overlay options too long", E2BIG);
 	/* nodev: device nodes belong in /dev only (images and the writable

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
@@ -69,7 +70,7 @@ func (in *instance) SnapshotRW(ctx context.Context, dir string, exclude []string
 	if err != nil {
 		return st, err
 	}
-	c := treeCopy{ctx: ctx, exclude: exclude, links: map[uint64]string{}, st: &st}
+	c := treeCopy{ctx: ctx, exclude: exclude, links: map[uint64]string{}, st: &st, idBase: in.st.IDBase, idSize: in.st.IDSize}
 	if err := c.copy(upper, dir, "/"); err != nil {
 		_ = os.RemoveAll(dir)
 		if e := (*errdefs.Error)(nil); errors.As(err, &e) {
@@ -100,6 +101,17 @@ type treeCopy struct {
 	exclude []string
 	links   map[uint64]string // inode → first destination path (hard links)
 	st      *driver.SnapshotStats
+	// idBase/idSize: the sandbox's user-namespace range (size 0: none). The
+	// copy is stored with in-sandbox owners, as image layers are.
+	idBase, idSize uint32
+}
+
+// unmap turns a host ID of the sandbox's range into its in-sandbox ID.
+func (c *treeCopy) unmap(id uint32) int {
+	if c.idSize > 0 && id >= c.idBase && id-c.idBase < c.idSize {
+		return int(id - c.idBase)
+	}
+	return int(id)
 }
 
 func (c *treeCopy) copy(src, dst, rel string) error {
@@ -171,14 +183,30 @@ func (c *treeCopy) meta(src, dst string, s *unix.Stat_t, mode uint32) error {
 		return err
 	}
 	for k, v := range xs {
-		if k == "trusted.overlay.opaque" && v == "y" {
-			c.st.Opaque++
+		names := []string{k}
+		// overlayfs keeps its markers in trusted.overlay.* (userxattr, in a
+		// user namespace: user.overlay.*); the copy carries both, so an
+		// overlay of either kind reads it as a lower layer.
+		if name, ok := strings.CutPrefix(k, "user.overlay."); ok {
+			names = append(names, "trusted.overlay."+name)
+		} else if name, ok := strings.CutPrefix(k, "trusted.overlay."); ok {
+			names = append(names, "user.overlay."+name)
 		}
-		if err := unix.Lsetxattr(dst, k, []byte(v), 0); err != nil {
-			return fmt.Errorf("xattr %s: %w", k, err)
+		if names[len(names)-1] == "trusted.overlay.opaque" || names[0] == "trusted.overlay.opaque" {
+			if v == "y" {
+				c.st.Opaque++
+			}
+		}
+		for _, n := range names {
+			if _, dup := xs[n]; dup && n != k {
+				continue
+			}
+			if err := unix.Lsetxattr(dst, n, []byte(v), 0); err != nil {
+				return fmt.Errorf("xattr %s: %w", n, err)
+			}
 		}
 	}
-	if err := unix.Lchown(dst, int(s.Uid), int(s.Gid)); err != nil {
+	if err := unix.Lchown(dst, c.unmap(s.Uid), c.unmap(s.Gid)); err != nil {
 		return err
 	}
 	if mode != unix.S_IFLNK {
