@@ -29,7 +29,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serverCmd(), createCmd(), execCmd(), lsCmd(), rmCmd(), cpCmd(), inspectCmd(),
+	root.AddCommand(serverCmd(), createCmd(), execCmd(), shellCmd(), lsCmd(), rmCmd(), cpCmd(), inspectCmd(),
 		stateCmd("pause"), stateCmd("resume"), stateCmd("reset"), trajCmd(), benchCmd(), demoCmd(), fnCallCmd(), layerdCmd())
 	root.AddCommand(imageCmd())
 	err := root.ExecuteContext(ctx)

@@ -2,6 +2,7 @@ package client
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,17 +22,25 @@ func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest) (api.
 	return res, err
 }
 
-// StreamOptions are the live I/O of ExecStreamWithOptions.
+// StreamOptions are the live I/O of a streaming exec.
 type StreamOptions struct {
-	// Stdin is streamed to the process; nil closes the process's stdin at once.
+	// Stdin is streamed to the process. nil closes the process's stdin at once,
+	// except with a terminal (req.TTY): then stdin stays open and Stream.Write
+	// types into it (like `docker exec -t` without -i, nothing arrives unless
+	// written).
 	Stdin io.Reader
-	// Stdout and Stderr receive the output as it comes; nil discards it.
+	// Stdout and Stderr receive the output as it comes; nil discards it. With a
+	// terminal all output is the terminal's and goes to Stdout.
 	Stdout, Stderr io.Writer
 	// Signals delivers signals ("SIGTERM", "TERM" or "15") to the process group
-	// while it runs.
+	// (with a terminal: its foreground process group) while it runs.
 	Signals <-chan string
 	// OnStart, if set, is called with the process's PID once it started.
 	OnStart func(pid int)
+	// OnInputError, if set, is called for each input line the server refused
+	// (an "input_error" event: an unknown signal, a terminal size out of range)
+	// with an invalid_argument error; the exec goes on either way.
+	OnInputError func(*api.Error)
 }
 
 // ExecStream runs a command with live I/O over one full-duplex request: stdin is
@@ -41,76 +50,170 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest,
 	return c.ExecStreamWithOptions(ctx, id, req, StreamOptions{Stdin: stdin, Stdout: stdout, Stderr: stderr})
 }
 
-// ExecStreamWithOptions is ExecStream with signals and a start callback.
-// Cancelling ctx ends the request, which kills the process.
+// ExecStreamWithOptions is ExecStream with signals, a terminal (req.TTY) and a
+// start callback. Cancelling ctx ends the request, which kills the process.
 func (c *Client) ExecStreamWithOptions(ctx context.Context, id string, req api.ExecRequest, o StreamOptions) (api.ExecResult, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pr, pw := io.Pipe()
-	in := &inputWriter{enc: json.NewEncoder(pw)}
-	done := make(chan struct{})
-	defer close(done)
-	defer pw.Close() // a clean end of the request body
-
-	go func() {
-		if err := in.send(req); err != nil {
-			return
-		}
-		if o.Stdin == nil {
-			_ = in.send(api.StreamInput{EOF: true})
-			return
-		}
-		buf := make([]byte, 32<<10)
-		for {
-			n, err := o.Stdin.Read(buf)
-			if n > 0 {
-				if in.send(api.StreamInput{Stdin: append([]byte(nil), buf[:n]...)}) != nil {
-					return
-				}
-			}
-			if err != nil { // io.EOF or a failing reader: either way stdin ends
-				_ = in.send(api.StreamInput{EOF: true})
-				return
-			}
-		}
-	}()
-	if o.Signals != nil {
-		go func() {
-			for {
-				select {
-				case sig, ok := <-o.Signals:
-					if !ok || in.send(api.StreamInput{Signal: sig}) != nil {
-						return
-					}
-				case <-done:
-					return
-				}
-			}
-		}()
-	}
-
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.addr+sandboxPath(id, "/exec/stream"), pr)
+	s, err := c.StartExecStream(ctx, id, req, o)
 	if err != nil {
-		return api.ExecResult{}, fmt.Errorf("dsec client: building request: %w", err)
+		return api.ExecResult{}, err
+	}
+	return s.Wait()
+}
+
+// Stream is a running streaming exec: a handle to type into it, resize its
+// terminal and signal it while its output flows to StreamOptions' writers. Its
+// methods are safe for concurrent use.
+type Stream struct {
+	tty    bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	in     *inputWriter
+	pw     *io.PipeWriter
+	resp   *http.Response
+	done   chan struct{} // closed when the final event was read
+	res    api.ExecResult
+	err    error
+}
+
+// StartExecStream starts a streaming exec and returns once the server accepted
+// it (an error before that, e.g. not_found or invalid_argument, is returned
+// here). Output is delivered to o's writers from then on; call Wait for the
+// result. Cancelling ctx, or Close, ends the request, which kills the process.
+func (c *Client) StartExecStream(ctx context.Context, id string, req api.ExecRequest, o StreamOptions) (*Stream, error) {
+	first, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("dsec client: encoding the exec request: %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	s := &Stream{tty: req.TTY, ctx: ctx, cancel: cancel, in: &inputWriter{enc: json.NewEncoder(pw)}, pw: pw, done: make(chan struct{})}
+	// The request line goes first, whatever the input goroutines write later.
+	body := io.MultiReader(bytes.NewReader(append(first, '\n')), pr)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.addr+sandboxPath(id, "/exec/stream"), body)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("dsec client: building request: %w", err)
 	}
 	hreq.Header.Set("Content-Type", "application/x-ndjson")
 	setStepHeaders(ctx, hreq.Header)
 	c.authorize(hreq)
+
+	switch {
+	case o.Stdin != nil:
+		go s.pumpStdin(o.Stdin)
+	case !req.TTY:
+		// Closed before anyone can write; the line follows the request line
+		// once the transport reads the body.
+		s.in.closed = true
+		go func() { _ = s.in.send(api.StreamInput{EOF: true}) }()
+	}
+	if o.Signals != nil {
+		go s.pumpSignals(o.Signals)
+	}
 	resp, err := c.hc.Do(hreq)
 	if err != nil {
-		return api.ExecResult{}, transportError(ctx, err)
+		s.shut()
+		return nil, transportError(ctx, err)
 	}
-	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return api.ExecResult{}, decodeError(resp)
+		defer resp.Body.Close()
+		s.shut()
+		return nil, decodeError(resp)
 	}
-	res, err := readEvents(resp.Body, o)
-	pw.Close()
-	_, _ = io.Copy(io.Discard, resp.Body) // let the connection be reused
-	if err != nil && ctx.Err() != nil {
-		return res, fmt.Errorf("dsec client: %w", ctx.Err())
+	s.resp = resp
+	go s.read(o)
+	return s, nil
+}
+
+// read consumes the events, then ends the request.
+func (s *Stream) read(o StreamOptions) {
+	defer close(s.done)
+	res, err := readEvents(s.resp.Body, o)
+	s.pw.Close()
+	_, _ = io.Copy(io.Discard, s.resp.Body) // let the connection be reused
+	s.resp.Body.Close()
+	if err != nil && s.ctx.Err() != nil {
+		err = fmt.Errorf("dsec client: %w", s.ctx.Err())
 	}
-	return res, err
+	s.res, s.err = res, err
+	s.cancel()
+}
+
+// shut releases a stream that never started.
+func (s *Stream) shut() {
+	s.pw.Close()
+	s.cancel()
+}
+
+// Wait blocks until the process exited (or the stream failed) and returns its
+// result, which carries no output: it went to the writers.
+func (s *Stream) Wait() (api.ExecResult, error) {
+	<-s.done
+	return s.res, s.err
+}
+
+// Close ends the request; a process still running is killed. It does not wait.
+func (s *Stream) Close() error {
+	s.cancel()
+	return nil
+}
+
+// Write types p into the process's stdin (its terminal with a TTY). It fails
+// once stdin was closed (CloseStdin, the end of StreamOptions.Stdin, or at once
+// without a terminal and without StreamOptions.Stdin).
+func (s *Stream) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	if err := s.in.stdin(append([]byte(nil), p...)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// CloseStdin ends the process's stdin. Closing twice is not an error.
+func (s *Stream) CloseStdin() error { return s.in.eof() }
+
+// Resize sets the terminal's size; the process gets SIGWINCH. Only for an exec
+// started with req.TTY (an invalid_argument error otherwise, without sending).
+func (s *Stream) Resize(cols, rows int) error {
+	if !s.tty {
+		return api.NewError(api.CodeInvalidArgument, "resize: the exec has no terminal (start it with tty)")
+	}
+	return s.in.send(api.StreamInput{Resize: &api.TermSize{Cols: cols, Rows: rows}})
+}
+
+// Signal sends sig ("SIGINT", "INT" or "2") to the process group (with a
+// terminal: its foreground process group).
+func (s *Stream) Signal(sig string) error { return s.in.send(api.StreamInput{Signal: sig}) }
+
+func (s *Stream) pumpStdin(r io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			if s.in.stdin(append([]byte(nil), buf[:n]...)) != nil {
+				return
+			}
+		}
+		if err != nil { // io.EOF or a failing reader: either way stdin ends
+			_ = s.in.eof()
+			return
+		}
+	}
+}
+
+func (s *Stream) pumpSignals(sigs <-chan string) {
+	for {
+		select {
+		case sig, ok := <-sigs:
+			if !ok || s.Signal(sig) != nil {
+				return
+			}
+		case <-s.ctx.Done():
+			return
+		}
+	}
 }
 
 // readEvents consumes the response's events until "exit" or "error".
@@ -143,6 +246,11 @@ func readEvents(r io.Reader, o StreamOptions) (api.ExecResult, error) {
 					return api.ExecResult{}, fmt.Errorf("dsec client: writing %s: %w", ev.Type, err)
 				}
 			}
+		case "input_error":
+			if o.OnInputError != nil && ev.Error != nil {
+				ev.Error.Status = http.StatusBadRequest // what it would be as a response
+				o.OnInputError(ev.Error)
+			}
 		case "exit":
 			if ev.Result == nil {
 				return api.ExecResult{}, errors.New("dsec client: exit event without a result")
@@ -158,14 +266,38 @@ func readEvents(r io.Reader, o StreamOptions) (api.ExecResult, error) {
 	}
 }
 
-// inputWriter serializes StreamInput lines from the stdin and signal goroutines.
+// errStdinClosed is returned by writes after the end of stdin.
+var errStdinClosed = errors.New("dsec client: the exec's stdin is closed")
+
+// inputWriter serializes StreamInput lines from the stdin, signal and resize
+// callers and remembers the end of stdin.
 type inputWriter struct {
-	mu  sync.Mutex
-	enc *json.Encoder
+	mu     sync.Mutex
+	enc    *json.Encoder
+	closed bool // EOF sent
 }
 
-func (w *inputWriter) send(v any) error {
+func (w *inputWriter) send(v api.StreamInput) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.enc.Encode(v)
+}
+
+func (w *inputWriter) stdin(p []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return errStdinClosed
+	}
+	return w.enc.Encode(api.StreamInput{Stdin: p})
+}
+
+func (w *inputWriter) eof() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	return w.enc.Encode(api.StreamInput{EOF: true})
 }

@@ -14,7 +14,8 @@ func processPath(id, pid string, rest ...string) string {
 	return sandboxPath(id, append([]string{"/processes/", esc(pid)}, rest...)...)
 }
 
-// StartProcess starts a background process.
+// StartProcess starts a background process. With req.TTY it runs on a terminal
+// of req.Cols x req.Rows and all its output is the "stdout" log.
 func (c *Client) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
 	var p api.Process
 	err := c.do(ctx, call{method: http.MethodPost, path: sandboxPath(id, "/processes"), json: req}, &p)

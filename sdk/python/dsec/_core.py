@@ -237,6 +237,38 @@ def exec_body(
     return b
 
 
+def with_tty(body: Dict[str, Any], tty: bool, cols: Optional[int], rows: Optional[int]) -> Dict[str, Any]:
+    """Adds a terminal request (tty, cols, rows) to an exec body. A size needs
+    tty; the server checks its range (cols/rows None: the server's default)."""
+    if not tty:
+        if cols is not None or rows is not None:
+            raise InvalidArgumentError("cols and rows need tty=True")
+        return body
+    body["tty"] = True
+    for k, v in (("cols", cols), ("rows", rows)):
+        if v is not None:
+            body[k] = check_term_dim(k, v)
+    return body
+
+
+def check_term_dim(what: str, v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InvalidArgumentError(f"{what} must be an int, not {type(v).__name__}")
+    return v
+
+
+def resize_line(cols: int, rows: int) -> bytes:
+    c, r = check_term_dim("cols", cols), check_term_dim("rows", rows)
+    return b'{"resize":{"cols":%d,"rows":%d}}\n' % (c, r)
+
+
+def as_bytes(data: Union[str, bytes, bytearray, memoryview]) -> bytes:
+    return data.encode() if isinstance(data, str) else bytes(data)
+
+
+EOF_LINE = b'{"eof":true}\n'
+
+
 def exec_http_timeout(client_timeout: Optional[float], cmd_timeout: Optional[Seconds]) -> Optional[float]:
     """Socket timeout for a blocking exec: long enough for the command."""
     t = seconds(cmd_timeout)
@@ -261,7 +293,7 @@ def stream_input_lines(stdin: Union[None, str, bytes, Iterable[bytes]]) -> Itera
                 if chunk:
                     for i in range(0, len(chunk), 48 << 10):
                         yield stdin_line(chunk[i : i + (48 << 10)])
-    yield b'{"eof":true}\n'
+    yield EOF_LINE
 
 
 def stdin_line(data: bytes) -> bytes:

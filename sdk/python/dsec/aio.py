@@ -36,6 +36,7 @@ from ._core import (
     decode_json,
     exec_body,
     exec_http_timeout,
+    with_tty,
     files_req,
     http_proxy_path,
     process_path,
@@ -52,6 +53,7 @@ from .errors import (
     CreateManyError,
     DsecError,
     InfrastructureError,
+    InvalidArgumentError,
     NotFoundError,
     error_from_response,
     network_error,
@@ -462,11 +464,16 @@ class AsyncSandbox:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         stdin: AStdin = None,
+        tty: bool = False,
+        cols: Optional[int] = None,
+        rows: Optional[int] = None,
     ) -> "AsyncExecStream":
         """``async for item in sb.exec_stream(...)``: StreamChunk items, then the
         ExecResult. Truly full-duplex: stdin (bytes, str, or a sync or async
-        iterable of bytes) is written by a task while the output is read."""
-        body = exec_body(cmd, timeout, env, cwd, user, None)
+        iterable of bytes) is written by a task while the output is read.
+        ``tty=True``: as :meth:`dsec.Sandbox.exec_stream` (``await write()``,
+        ``await resize()``, ``await close_stdin()``)."""
+        body = with_tty(exec_body(cmd, timeout, env, cwd, user, None), tty, cols, rows)
         return AsyncExecStream(self.client, self.id, body, stdin, self.trajectory)
 
     async def spawn(
@@ -477,8 +484,12 @@ class AsyncSandbox:
         user: Optional[str] = None,
         stdin: Union[None, str, bytes] = None,
         timeout: Optional[Seconds] = None,
+        tty: bool = False,
+        cols: Optional[int] = None,
+        rows: Optional[int] = None,
     ) -> "AsyncProcess":
-        body = exec_body(cmd, timeout, env, cwd, user, stdin)
+        """Start a background process; ``tty=True`` as :meth:`dsec.Sandbox.spawn`."""
+        body = with_tty(exec_body(cmd, timeout, env, cwd, user, stdin), tty, cols, rows)
         doc = await self._json(Req("POST", sandbox_path(self.id, "/processes"), json_body=body, step=True))
         return AsyncProcess(self, ProcessInfo.from_json(doc))
 
@@ -632,11 +643,21 @@ class AsyncExecStream:
         self._feed_failed = False
         self.result: Optional[ExecResult] = None
         self.pid: Optional[int] = None
+        self.tty = bool(body.get("tty"))
+        # Input lines the server refused (each an InvalidArgumentError), in order.
+        self.input_errors: List[DsecError] = []
+        # With a terminal and no stdin given, stdin stays open for write().
+        self._stdin_closed = not (self.tty and stdin is None)
+        self._started: Optional[AConn] = None
 
     async def _start(self) -> AConn:
+        """Send the request head and line (once) and start the stdin feeder."""
+        if self._started is not None:
+            return self._started
         c = self._client
         conn = await c._pool.get()
         self._conn = conn
+        self._started = conn
         self._wlock = asyncio.Lock()
         hdrs = dict(c._headers)
         hdrs["Content-Type"] = "application/x-ndjson"
@@ -658,6 +679,8 @@ class AsyncExecStream:
 
     async def _feed_lines(self) -> None:
         stdin = self._stdin
+        if not self._stdin_closed:
+            return  # a terminal's stdin, typed into with write()
         if stdin is not None and hasattr(stdin, "__aiter__"):
             async for chunk in stdin:  # type: ignore[union-attr]
                 if isinstance(chunk, str):
@@ -678,10 +701,35 @@ class AsyncExecStream:
             await conn.writer.drain()
 
     async def signal(self, sig: Union[str, int] = "SIGTERM") -> None:
+        await self._send_line(_core.signal_line(sig), "sending a signal")
+
+    async def write(self, data: Union[str, bytes]) -> None:
+        """Type data into the terminal (see :meth:`dsec.ExecStream.write`). Starts
+        the request if the iteration has not yet."""
+        if self._stdin_closed:
+            raise InvalidArgumentError("exec stream: stdin is closed (write needs tty=True and no stdin argument)")
+        b = _core.as_bytes(data)
+        for i in range(0, len(b), 48 << 10):
+            await self._send_line(_core.stdin_line(b[i : i + (48 << 10)]), "writing stdin")
+
+    async def close_stdin(self) -> None:
+        if not self._stdin_closed:
+            self._stdin_closed = True
+            await self._send_line(_core.EOF_LINE, "closing stdin")
+
+    async def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal's size (``tty=True`` only); the program gets SIGWINCH."""
+        if not self.tty:
+            raise InvalidArgumentError("exec stream: resize needs a terminal (tty=True)")
+        await self._send_line(_core.resize_line(cols, rows), "resizing the terminal")
+
+    async def _send_line(self, line: bytes, what: str) -> None:
         try:
-            await self._write(_core.signal_line(sig))
+            if self._started is None:
+                await self._start()
+            await self._write(line)
         except OSError as e:
-            raise network_error(e, "exec stream: sending a signal failed") from e
+            raise network_error(e, f"exec stream: {what} failed") from e
 
     def __aiter__(self) -> AsyncIterator[Union[StreamChunk, ExecResult]]:
         return self._events()
@@ -738,6 +786,9 @@ class AsyncExecStream:
                     return
                 elif typ == "error":
                     raise error_from_response(200, json.dumps({"error": ev.get("error") or {}}).encode())
+                elif typ == "input_error":
+                    # A refused input line (bad size, unknown signal): the exec goes on.
+                    self.input_errors.append(error_from_response(400, json.dumps({"error": ev.get("error") or {}}).encode()))
         finally:
             if not finished:
                 self._abort()

@@ -31,6 +31,7 @@ from ._core import (
     create_body,
     decode_json,
     exec_body,
+    with_tty,
     exec_http_timeout,
     files_req,
     http_proxy_path,
@@ -49,6 +50,7 @@ from .errors import (
     CreateManyError,
     DsecError,
     InfrastructureError,
+    InvalidArgumentError,
     NotFoundError,
     error_from_response,
     network_error,
@@ -479,13 +481,23 @@ class Sandbox:
         cwd: Optional[str] = None,
         user: Optional[str] = None,
         stdin: Stdin = None,
+        tty: bool = False,
+        cols: Optional[int] = None,
+        rows: Optional[int] = None,
     ) -> "ExecStream":
         """Run a command with live output. Iterate the returned :class:`ExecStream`:
         it yields :class:`StreamChunk` ``(stream, data)`` items as output arrives
         and finally the :class:`ExecResult` (whose stdout/stderr are empty: they
         were streamed). ``stdin`` (bytes, str or an iterable of bytes) is sent while
-        the output is read; ``ExecStream.signal("SIGTERM")`` signals the process."""
-        body = exec_body(cmd, timeout, env, cwd, user, None)
+        the output is read; ``ExecStream.signal("SIGTERM")`` signals the process.
+
+        ``tty=True`` runs the command on a terminal of ``cols`` x ``rows`` (default
+        80x24) in the sandbox: all output arrives as "stdout" chunks, stdin stays
+        open when ``stdin`` is None so :meth:`ExecStream.write` types into it
+        (b"\\x03" is Ctrl-C), and :meth:`ExecStream.resize` changes the size.
+        An input line the server refuses (a size out of 1..1000, an unknown signal)
+        does not end the stream: its error is appended to ``input_errors``."""
+        body = with_tty(exec_body(cmd, timeout, env, cwd, user, None), tty, cols, rows)
         return ExecStream(self.client, self.id, body, stdin, self.trajectory)
 
     # ---- background processes ----------------------------------------------------
@@ -498,9 +510,14 @@ class Sandbox:
         user: Optional[str] = None,
         stdin: Union[None, str, bytes] = None,
         timeout: Optional[Seconds] = None,
+        tty: bool = False,
+        cols: Optional[int] = None,
+        rows: Optional[int] = None,
     ) -> "Process":
-        """Start a background process (it survives a server restart)."""
-        body = exec_body(cmd, timeout, env, cwd, user, stdin)
+        """Start a background process (it survives a server restart). With
+        ``tty=True`` it runs on a terminal of ``cols`` x ``rows`` and all its
+        output is in ``logs("stdout")``."""
+        body = with_tty(exec_body(cmd, timeout, env, cwd, user, stdin), tty, cols, rows)
         doc = self._json(Req("POST", sandbox_path(self.id, "/processes"), json_body=body, step=True))
         return Process(self, ProcessInfo.from_json(doc))
 
@@ -669,8 +686,13 @@ class ExecStream:
                  traj: Optional["Trajectory"] = None) -> None:
         self.result: Optional[ExecResult] = None
         self.pid: Optional[int] = None
+        self.tty = bool(body.get("tty"))
+        # Input lines the server refused (each an InvalidArgumentError), in order.
+        self.input_errors: List[DsecError] = []
         self._client = client
         self._wlock = threading.Lock()
+        # With a terminal and no stdin given, stdin stays open for write().
+        self._stdin_closed = not (self.tty and stdin is None)
         self._writer_done = threading.Event()
         self._stop = threading.Event()
         self._finished = False
@@ -689,7 +711,10 @@ class ExecStream:
                 conn.putheader(k, v)
             conn.putheader("Content-Type", "application/x-ndjson")
             conn.putheader("Transfer-Encoding", "chunked")
-            if small:
+            if self.tty and stdin is None:
+                conn.endheaders(_chunk(first))
+                self._writer_done.set()
+            elif small:
                 payload = first + b"".join(_core.stream_input_lines(stdin))
                 conn.endheaders(_chunk(payload))
                 self._writer_done.set()
@@ -742,11 +767,37 @@ class ExecStream:
             sock.sendall(_chunk(data))
 
     def signal(self, sig: Union[str, int] = "SIGTERM") -> None:
-        """Send a signal to the process group while it runs."""
+        """Send a signal to the process group (with a terminal: its foreground
+        process group) while it runs."""
+        self._send_line(_core.signal_line(sig), "sending a signal")
+
+    def write(self, data: Union[str, bytes]) -> None:
+        """Type data into the process's stdin (its terminal with ``tty=True``)
+        while it runs. Only while stdin is open: a tty stream started without
+        ``stdin``, until :meth:`close_stdin`."""
+        if self._stdin_closed:
+            raise InvalidArgumentError("exec stream: stdin is closed (write needs tty=True and no stdin argument)")
+        b = _core.as_bytes(data)
+        for i in range(0, len(b), 48 << 10):
+            self._send_line(_core.stdin_line(b[i : i + (48 << 10)]), "writing stdin")
+
+    def close_stdin(self) -> None:
+        """End the process's stdin (closing twice is a no-op)."""
+        if not self._stdin_closed:
+            self._stdin_closed = True
+            self._send_line(_core.EOF_LINE, "closing stdin")
+
+    def resize(self, cols: int, rows: int) -> None:
+        """Set the terminal's size (``tty=True`` only); the program gets SIGWINCH."""
+        if not self.tty:
+            raise InvalidArgumentError("exec stream: resize needs a terminal (tty=True)")
+        self._send_line(_core.resize_line(cols, rows), "resizing the terminal")
+
+    def _send_line(self, line: bytes, what: str) -> None:
         try:
-            self._write(_core.signal_line(sig))
+            self._write(line)
         except OSError as e:
-            raise network_error(e, "exec stream: sending a signal failed") from e
+            raise network_error(e, f"exec stream: {what} failed") from e
 
     def __enter__(self) -> "ExecStream":
         return self
@@ -781,6 +832,9 @@ class ExecStream:
                 elif typ == "error":
                     err = ev.get("error") or {}
                     raise error_from_response(200, json.dumps({"error": err}).encode())
+                elif typ == "input_error":
+                    # A refused input line (bad size, unknown signal): the exec goes on.
+                    self.input_errors.append(error_from_response(400, json.dumps({"error": ev.get("error") or {}}).encode()))
         finally:
             self.close()
 
