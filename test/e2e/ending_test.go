@@ -1,0 +1,77 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// timed runs the dsec CLI under coreutils `timeout` (as a user would bound
+// it) and returns its output, exit code and how long it took.
+func (n *node) timed(t *testing.T, timeoutArgs []string, args ...string) (string, string, int, time.Duration) {
+	t.Helper()
+	cmd := exec.Command("timeout", append(append(timeoutArgs, binPath), args...)...)
+	cmd.Env = append(os.Environ(), "DSEC_ADDR=http://"+n.addr, "DSEC_TOKEN="+n.token)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	err := cmd.Run()
+	took := time.Since(start)
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("run timeout dsec %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code, took
+}
+
+// A step that diverged is refused at once (409 before the server reads the
+// stream), and the CLI says so and ends: it used to hang for ever.
+func TestCLIDivergedStepEnds(t *testing.T) {
+	n := startNode(t)
+	id := n.create(t, api.CreateSandboxRequest{Image: "debian"})
+	if out, errs, code := n.cli(t, "", "exec", "--traj", "div", "--step", "1", id, "--", "echo", "one"); code != 0 || out != "one\n" {
+		t.Fatalf("step 1: %d %q %q", code, out, errs)
+	}
+	for _, extra := range [][]string{nil, {"-t"}, {"-i"}} {
+		args := append(append([]string{"exec"}, extra...), "--traj", "div", "--step", "1", id, "--", "echo", "other")
+		_, errs, code, took := n.timed(t, []string{"20"}, args...)
+		if code != 1 || !strings.Contains(errs, "diverge") || took > 10*time.Second {
+			t.Fatalf("dsec %v on a diverged step: exit %d after %v, stderr %q (want 1 with the divergence, promptly)", args, code, took, errs)
+		}
+	}
+}
+
+// SIGTERM (here from `timeout`) goes to the running command first; a command
+// that ignores it is given up on after the grace and dsec still ends.
+func TestCLISIGTERMEnds(t *testing.T) {
+	n := startNode(t)
+	id := n.create(t, api.CreateSandboxRequest{Image: "debian"})
+	// The command sees the signal: its trap runs and its exit code is dsec's.
+	out, errs, code, took := n.timed(t, []string{"--preserve-status", "-s", "TERM", "2"},
+		"exec", id, "--", "sh", "-c", `trap 'echo got TERM; exit 7' TERM; echo ready; sleep 100 & wait`)
+	if code != 7 || out != "ready\ngot TERM\n" || took > 8*time.Second {
+		t.Fatalf("forwarded SIGTERM: exit %d after %v, out %q err %q (want 7, the trap's output)", code, took, out, errs)
+	}
+	// Plain `timeout`: 124 once dsec ended.
+	if _, errs, code, took := n.timed(t, []string{"2"}, "exec", id, "--", "sleep", "100"); code != 124 || took > 8*time.Second {
+		t.Fatalf("timeout 2 dsec exec sleep: exit %d after %v, err %q", code, took, errs)
+	}
+	// A command that ignores SIGTERM: dsec gives up 2 s later with 128+15.
+	_, errs, code, took = n.timed(t, []string{"--preserve-status", "-s", "TERM", "2"},
+		"exec", id, "--", "sh", "-c", `trap '' TERM; sleep 100`)
+	if code != 143 || !strings.Contains(errs, "gave up") || took < 3500*time.Millisecond || took > 9*time.Second {
+		t.Fatalf("dsec exec ignoring SIGTERM: exit %d after %v, err %q (want 143 after the 2 s grace)", code, took, errs)
+	}
+	// Nothing of those commands is left running in the sandbox.
+	time.Sleep(500 * time.Millisecond)
+	if r := n.sh(t, id, "ps -eo comm= | grep -c '^sleep$' || true"); strings.TrimSpace(r.Stdout) != "0" {
+		t.Fatalf("sleeps left in the sandbox: %q", r.Stdout)
+	}
+}
