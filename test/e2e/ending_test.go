@@ -75,3 +75,32 @@ func TestCLISIGTERMEnds(t *testing.T) {
 		t.Fatalf("sleeps left in the sandbox: %q", r.Stdout)
 	}
 }
+
+// The CLI's exit codes a script relies on: 124 when the command timed out,
+// 137 when it was killed (SIGKILL, or the kernel for memory: then dsec says
+// so), 75 (EX_TEMPFAIL) when the infrastructure failed (no server).
+func TestCLIExitCodes(t *testing.T) {
+	n := startNode(t)
+	id := n.create(t, api.CreateSandboxRequest{Image: "debian", MemoryBytes: 64 << 20})
+	if _, errs, code := n.cli(t, "", "exec", "--timeout", "1s", id, "--", "sleep", "30"); code != 124 || !strings.Contains(errs, "timed out") {
+		t.Errorf("--timeout: exit %d, stderr %q; want 124", code, errs)
+	}
+	if _, errs, code := n.cli(t, "", "exec", id, "--", "sh", "-c", "kill -9 $$"); code != 137 {
+		t.Errorf("SIGKILL: exit %d, stderr %q; want 137", code, errs)
+	}
+	if _, errs, code := n.cli(t, "", "exec", id, "--", "sh", "-c", `x=$(head -c 256m /dev/zero | tr '\0' a); echo ${#x}`); code != 137 || !strings.Contains(errs, "out of memory") {
+		t.Errorf("out of memory: exit %d, stderr %q; want 137 and the reason", code, errs)
+	}
+	if _, _, code := n.cli(t, "", "exec", id, "--", "sh", "-c", "exit 3"); code != 3 {
+		t.Errorf("exit 3: exit %d", code)
+	}
+	// Nothing listens here: the request fails before any answer.
+	cmd := exec.Command(binPath, "exec", id, "--", "true")
+	cmd.Env = append(os.Environ(), "DSEC_ADDR=http://"+freePort(t), "DSEC_TOKEN=x")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 75 {
+		t.Errorf("no server: %v, stderr %q; want exit 75", err, errb.String())
+	}
+}
