@@ -5,7 +5,8 @@
 #   make test    setup + build, then go vet and the race-enabled test suite
 #   make demo    setup + build, then bin/dsec demo
 #   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
-#   make fuzz    every Fuzz* target for FUZZTIME (default 15s) each
+#   make fuzz    every Fuzz* target for FUZZTIME (default 15s) each, then the C
+#                parsers' libFuzzer harnesses for CFUZZTIME seconds (default 10) each
 #   make clean
 
 SHELL       := /bin/bash
@@ -18,6 +19,7 @@ GO        ?= go
 # Debian's python3 (with python3-pytest), not whatever python3 comes first on PATH.
 PYTHON    ?= /usr/bin/python3
 FUZZTIME  ?= 15s
+CFUZZTIME ?= 10
 # Test packages run 2 at a time: tests that create sandboxes contend for the
 # same 2 cores, cgroups and images.
 TESTFLAGS ?= -race -count=1 -p 2 -timeout 30m
@@ -46,6 +48,7 @@ test: setup build
 	$(GO) vet ./...
 	DSEC_E2E_RACE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./scripts/testreport -allow .ci/skips.allow
 	$(MAKE) test-python
+	$(MAKE) fuzz FUZZTIME=1s CFUZZTIME=5
 
 # The Python SDK's tests against a real `dsec server` (a -race build), as root.
 .PHONY: test-python
@@ -62,8 +65,12 @@ bench: setup build
 	bin/dsec bench exec --n 1000 --json
 	bin/dsec bench density --n 3200 --json
 
+# Go targets (scripts/fuzz.sh), then the C init's and zygote's packet parsers
+# under clang -fsanitize=fuzzer,address,undefined (scripts/cfuzz.sh). make test
+# runs it bounded: 1 s per Go target, 5 s per C harness (134 s measured here at load 4-7).
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) sh scripts/fuzz.sh
+	CFUZZTIME=$(CFUZZTIME) sh scripts/cfuzz.sh
 
 clean:
 	rm -rf bin internal/initbin/dsec-init internal/fncall/dsec-fncall
