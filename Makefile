@@ -3,6 +3,7 @@
 #   make setup   install packages and build the default images (scripts/setup.sh)
 #   make build   C init (internal/initbin/dsec-init), FnCall zygote (internal/fncall/dsec-fncall) + bin/dsec
 #   make test    setup + build, then go vet and the race-enabled test suite
+#   make test-unprivileged   the mock-driver suites as nobody (no root, no images)
 #   make demo    setup + build, then bin/dsec demo
 #   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
 #   make fuzz    every Fuzz* target for FUZZTIME (default 15s) each, then the C
@@ -47,8 +48,22 @@ build: init
 test: setup build
 	$(GO) vet ./...
 	DSEC_E2E_RACE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./scripts/testreport -allow .ci/skips.allow
+	$(MAKE) test-unprivileged
 	$(MAKE) test-python
 	$(MAKE) fuzz FUZZTIME=1s CFUZZTIME=5
+
+# The mock-driver suites (driver conformance on the mock, the agent's Mock tests)
+# as an ordinary user: they must need neither root nor images. As root this runs
+# the test binaries as nobody; as any other user it runs them as that user.
+.PHONY: test-unprivileged
+test-unprivileged: init
+	d=$$(mktemp -d) && chmod 755 $$d && mkdir -m 1777 $$d/tmp && \
+	$(GO) test -c -race -o $$d/agent.test ./internal/agent && \
+	$(GO) test -c -race -o $$d/mock.test ./internal/driver/mock && \
+	as="$(if $(filter 0,$(shell id -u)),setpriv --reuid=65534 --regid=65534 --clear-groups)" && \
+	(cd $$d/tmp && export TMPDIR=$$d/tmp && \
+	 $$as $$d/agent.test -test.run Mock -test.count=1 && $$as $$d/mock.test -test.count=1); \
+	rc=$$?; rm -rf $$d; exit $$rc
 
 # The Python SDK's tests against a real `dsec server` (a -race build), as root.
 .PHONY: test-python

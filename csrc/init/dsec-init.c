@@ -668,6 +668,7 @@ static void setup(const struct config *c, int has_seccomp)
 struct proc {
 	pid_t pid;
 	char *tag; /* NULL if untagged */
+	int ptm;   /* a tagged process's terminal master, kept for WAIT; -1 if none */
 	int running;
 	int status;
 	long long utime_us, stime_us, maxrss_kb;
@@ -816,6 +817,39 @@ static void send_error(struct conn *c, int err, const char *msg)
 	send_out(c, &o);
 }
 
+/* send_fd sends a reply with one fd attached. A new connection's queue is
+ * empty, so the reply goes out at once; if it cannot, the client gets an
+ * ERROR rather than a reply without its fd. */
+static void send_fd(struct conn *c, struct out *o, int fd)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = {o->buf, o->len};
+	struct msghdr msg;
+
+	memset(&msg, 0, sizeof msg);
+	memset(cbuf, 0, sizeof cbuf);
+	msg.msg_iov = &iov;
+	msg.msg_iovlen = 1;
+	msg.msg_control = cbuf;
+	msg.msg_controllen = sizeof cbuf;
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	if (c->dead || o->overflow)
+		return;
+	if (!c->qhead) {
+		ssize_t n;
+		do
+			n = sendmsg(c->fd, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+		while (n < 0 && errno == EINTR);
+		if (n >= 0)
+			return;
+	}
+	send_error(c, EAGAIN, "cannot pass the terminal now");
+}
+
 static void send_simple(struct conn *c, const char *op)
 {
 	conn_send(c, op, strlen(op) + 1);
@@ -854,6 +888,8 @@ static void remove_proc(struct state *s, struct proc *p)
 	if (!p->running && p->tag)
 		s->nrecords--;
 	free(p->tag);
+	if (p->ptm >= 0)
+		close(p->ptm);
 	*p = s->procs[--s->nprocs];
 }
 
@@ -976,13 +1012,13 @@ static void reap(struct state *s)
 struct exec_req {
 	char **argv, **envp;
 	const char *cwd, *tag, *groups;
-	unsigned long long uid, gid;
+	unsigned long long uid, gid, tty;
 	unsigned long long outcap; /* >0: pump fds 1 and 2 with this cap */
 };
 
-enum { STEP_SETSID, STEP_DUP2, STEP_GROUPS, STEP_GID, STEP_UID, STEP_CHDIR, STEP_EXEC };
-static const char *step_names[] = {"setsid", "dup2", "setgroups", "setresgid", "setresuid",
-				   "chdir", "exec"};
+enum { STEP_SETSID, STEP_DUP2, STEP_CTTY, STEP_GROUPS, STEP_GID, STEP_UID, STEP_CHDIR, STEP_EXEC };
+static const char *step_names[] = {"setsid", "dup2", "ioctl TIOCSCTTY", "setgroups", "setresgid",
+				   "setresuid", "chdir", "exec"};
 
 /* exec_path runs execve, searching PATH from envp when file has no '/'.
  * It returns only on failure, with errno set like execvp does. */
@@ -1058,6 +1094,12 @@ child_exec(struct state *s, struct exec_req *r, int fds[3], int ep)
 			step = STEP_DUP2;
 			goto fail;
 		}
+	/* with tty=1 the fds are a terminal's slave: make it the controlling
+	 * terminal of the new session, so ^C and job control work */
+	if (r->tty && ioctl(0, TIOCSCTTY, 0)) {
+		step = STEP_CTTY;
+		goto fail;
+	}
 	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		(void)!write(fd, "0", 1);
@@ -1114,8 +1156,8 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 		send_error(c, EBUSY, "connection already has a process");
 		return;
 	}
-	if (nfds != 3) {
-		send_error(c, EINVAL, "EXEC needs exactly 3 fds");
+	if (nfds != 3 && nfds != 4) {
+		send_error(c, EINVAL, "EXEC needs 3 fds (4 with a terminal master to keep)");
 		return;
 	}
 	memset(&r, 0, sizeof r);
@@ -1154,6 +1196,11 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 				send_error(c, EINVAL, "bad uid or gid");
 				goto out;
 			}
+		} else if (!strcmp(k, "tty")) {
+			if (parse_uint(v, 1, &r.tty)) {
+				send_error(c, EINVAL, "bad tty");
+				goto out;
+			}
 		} else {
 			send_error(c, EINVAL, "unknown EXEC field");
 			goto out;
@@ -1163,6 +1210,14 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 	r.envp[nenv] = NULL;
 	if (!nargs) {
 		send_error(c, EINVAL, "EXEC needs at least one arg");
+		goto out;
+	}
+	if (nfds == 4 && (!r.tag || !r.tty)) {
+		send_error(c, EINVAL, "a 4th fd (terminal master) needs tag and tty=1");
+		goto out;
+	}
+	if (r.outcap && r.tty) {
+		send_error(c, EINVAL, "outcap with tty=1: a terminal's output is not pumped by the init");
 		goto out;
 	}
 	if (r.tag) {
@@ -1271,6 +1326,11 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 	p->pid = pid;
 	p->running = 1;
 	p->tag = r.tag ? strdup(r.tag) : NULL;
+	p->ptm = -1;
+	if (nfds == 4) {
+		p->ptm = fds[3]; /* kept: the caller's conn_read must not close it */
+		fds[3] = -1;
+	}
 	c->pid = pid;
 	c->watching = 1;
 	struct out o;
@@ -1319,15 +1379,19 @@ static void do_wait(struct state *s, struct conn *c, char **f, int nf)
 	if (!p->running) {
 		c->pid = -1;
 		exited_packet(&o, p);
-		send_out(c, &o);
+	} else {
+		c->pid = p->pid;
+		c->watching = 1;
+		o.len = 0;
+		o.overflow = 0;
+		out_add(&o, "RUNNING");
+		out_add(&o, "pid=%d", (int)p->pid);
+	}
+	if (p->ptm >= 0) {
+		out_add(&o, "tty=1");
+		send_fd(c, &o, p->ptm);
 		return;
 	}
-	c->pid = p->pid;
-	c->watching = 1;
-	o.len = 0;
-	o.overflow = 0;
-	out_add(&o, "RUNNING");
-	out_add(&o, "pid=%d", (int)p->pid);
 	send_out(c, &o);
 }
 

@@ -6,12 +6,10 @@ import (
 	"encoding/base64"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -19,7 +17,6 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -28,10 +25,7 @@ const (
 	defaultExecTimeout = 60 * time.Second
 	defaultMaxOutput   = 1 << 20
 	maxMaxOutput       = 64 << 20
-	// drainGrace is how long output is still collected after the process exited,
-	// for descendants that keep the pipes open (a daemon started by the command).
-	drainGrace  = 100 * time.Millisecond
-	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	defaultPath        = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
 var _ session.Service = (*Manager)(nil)
@@ -86,7 +80,24 @@ func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag strin
 		envv = append(envv, k+"="+v)
 	}
 	sort.Strings(envv)
-	return driver.ProcSpec{Args: args, Env: envv, Cwd: cwd, UID: uid, GID: gid, Tag: tag}, nil
+	tty, err := sb.ttySize(req)
+	if err != nil {
+		return driver.ProcSpec{}, err
+	}
+	return driver.ProcSpec{Args: args, Env: envv, Cwd: cwd, UID: uid, GID: gid, Tag: tag, TTY: tty}, nil
+}
+
+// ttySize validates a request's terminal (session.TermSizeOf: 80x24 when no
+// size is given) and checks that the backend has the TTY capability.
+func (sb *sandbox) ttySize(req api.ExecRequest) (*api.TermSize, error) {
+	ts, err := session.TermSizeOf(req)
+	if err != nil || !req.TTY {
+		return nil, err
+	}
+	if !sb.drv.Capabilities().TTY {
+		return nil, errdefs.Invalid("backend %q has no terminals (tty): its capabilities lack TTY", sb.rec.Backend)
+	}
+	return &ts, nil
 }
 
 // resolveUser maps "", "root", "UID", "UID:GID" or a user name (looked up in the
@@ -105,13 +116,13 @@ func (sb *sandbox) resolveUser(inst driver.Instance, user string) (uid, gid int,
 		}
 		return uid, gid, "/", nil
 	}
-	root, err := inst.Root()
+	ctx := context.Background()
+	fs, err := inst.FS(ctx)
 	if err != nil {
 		return 0, 0, "", err
 	}
-	fs := fsops.New(root)
 	defer fs.Close()
-	r, _, err := fs.Open("/etc/passwd")
+	r, _, err := fs.Open(ctx, "/etc/passwd")
 	if err != nil {
 		return 0, 0, "", errdefs.Invalid("user %q: cannot read /etc/passwd in the sandbox", user)
 	}
@@ -131,7 +142,7 @@ func (sb *sandbox) resolveUser(inst driver.Instance, user string) (uid, gid int,
 				}
 			}
 			home := f[5]
-			if _, err := fs.Stat(home); home == "" || err != nil {
+			if _, err := fs.Stat(ctx, home); home == "" || err != nil {
 				// Like login(1): no home directory (nobody's is /nonexistent)
 				// means HOME=/ rather than a chdir failure on every exec.
 				home = "/"
@@ -187,92 +198,19 @@ func encodeOutput(b []byte, enc string) string {
 	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
-// pipes holds the host ends of a process's stdio.
-type pipes struct {
-	child  [3]*os.File // handed to the process, closed after start
-	stdinW *os.File
-	outR   [2]*os.File
-}
-
-func newPipes(withStdin bool) (*pipes, error) {
-	p := &pipes{}
-	var err error
-	if withStdin {
-		var r *os.File
-		if r, p.stdinW, err = os.Pipe(); err != nil {
-			return nil, errdefs.Internal(err, "pipe")
-		}
-		p.child[0] = r
-	} else if p.child[0], err = os.Open(os.DevNull); err != nil {
-		return nil, errdefs.Internal(err, "open /dev/null")
-	}
-	for i := 0; i < 2; i++ {
-		r, w, err := os.Pipe()
-		if err != nil {
-			p.closeAll()
-			return nil, errdefs.Internal(err, "pipe")
-		}
-		p.outR[i], p.child[i+1] = r, w
-	}
-	return p, nil
-}
-
-func (p *pipes) closeChild() {
-	for i, f := range p.child {
-		if f != nil {
-			f.Close()
-			p.child[i] = nil
-		}
-	}
-}
-
-func (p *pipes) closeAll() {
-	p.closeChild()
-	for _, f := range []*os.File{p.stdinW, p.outR[0], p.outR[1]} {
-		if f != nil {
-			f.Close()
-		}
-	}
-}
-
-// resizer is implemented by a process running on a terminal.
-type resizer interface {
-	Resize(ctx context.Context, size api.TermSize) error
-}
-
 // run starts a process and pumps its I/O: stdin from in (may be nil), output to
-// out[0] and out[1], control messages (signals, resizes) from ctl (may be nil). It
-// returns when the process exited and output was drained.
+// out[0] and out[1] (with a TTY, all of it to out[0]). ctl delivers signals and
+// resizes. It returns when the process exited and output was drained.
 func (sb *sandbox) run(ctx context.Context, inst driver.Instance, spec driver.ProcSpec, in io.Reader, out [2]io.Writer,
 	timeout time.Duration, started func(int), ctl <-chan session.Control) (driver.Exit, bool, time.Duration, error) {
-	p, err := newPipes(in != nil)
-	if err != nil {
-		return driver.Exit{}, false, 0, err
-	}
-	defer p.closeAll()
 	t0 := time.Now()
-	pr, err := inst.Exec(ctx, spec, p.child)
-	p.closeChild()
+	pr, err := inst.Exec(ctx, spec, driver.Stdio{Stdin: in, Stdout: out[0], Stderr: out[1]})
 	if err != nil {
 		return driver.Exit{}, false, 0, err
 	}
 	defer pr.Close()
 	if started != nil {
 		started(pr.PID())
-	}
-	if in != nil {
-		go func() {
-			_, _ = io.Copy(p.stdinW, in)
-			p.stdinW.Close()
-		}()
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < 2; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = io.Copy(out[i], p.outR[i])
-		}()
 	}
 	var timedOut bool
 	var timer <-chan time.Time
@@ -318,17 +256,7 @@ loop:
 	if r.err != nil {
 		return driver.Exit{}, timedOut, time.Since(t0), errdefs.Internal(r.err, "wait for process")
 	}
-	dur := time.Since(t0)
-	drained := make(chan struct{})
-	go func() { wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(drainGrace):
-		p.outR[0].Close()
-		p.outR[1].Close()
-		<-drained
-	}
-	return r.ex, timedOut, dur, nil
+	return r.ex, timedOut, time.Since(t0), nil
 }
 
 // control applies one control message to a running process.
@@ -339,12 +267,7 @@ func (sb *sandbox) control(ctx context.Context, pr driver.Proc, c session.Contro
 			sb.m.log.Debug("signal exec", "id", sb.rec.ID, "signal", c.Signal, "err", err)
 		}
 	case c.Resize != nil:
-		rz, ok := pr.(resizer)
-		if !ok {
-			sb.m.log.Debug("resize of an exec without a terminal ignored", "id", sb.rec.ID)
-			return
-		}
-		if err := rz.Resize(ctx, *c.Resize); err != nil {
+		if err := pr.Resize(c.Resize.Cols, c.Resize.Rows); err != nil {
 			sb.m.log.Debug("resize exec", "id", sb.rec.ID, "err", err)
 		}
 	}
@@ -426,9 +349,6 @@ func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	if req.TTY {
-		return api.ExecResult{}, sb.noTTY()
-	}
 	spec, err := sb.procSpec(inst, req, "")
 	if err != nil {
 		return api.ExecResult{}, err
@@ -451,16 +371,16 @@ func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest
 		return api.ExecResult{}, err
 	}
 	res := result(ex, timedOut, dur)
-	if ex.StartErr != "" && sio.Stderr != nil {
-		_, _ = io.WriteString(sio.Stderr, "dsec: "+ex.StartErr+"\n")
+	if ex.StartErr != "" {
+		w := sio.Stderr
+		if spec.TTY != nil {
+			w = sio.Stdout
+		}
+		if w != nil {
+			_, _ = io.WriteString(w, "dsec: "+ex.StartErr+"\n")
+		}
 	}
 	return res, nil
-}
-
-// noTTY is the answer to a TTY request while the backend's exec path has no
-// terminal support.
-func (sb *sandbox) noTTY() error {
-	return errdefs.New(api.CodeNotImplemented, "backend %q cannot allocate a terminal (tty) for an exec yet", sb.rec.Backend)
 }
 
 func discardIfNil(w io.Writer) io.Writer {

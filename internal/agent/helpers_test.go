@@ -45,7 +45,7 @@ func imagesDir() string {
 // newEnv skips unless the test runs as root with the default image built. When
 // the test ends (after every Manager's own cleanup) it checks that nothing was
 // left behind: no records, logs, sandbox dirs, sockets or cgroups.
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (namespaces, cgroups, mounts)")
@@ -115,7 +115,7 @@ func newEnv(t *testing.T) *env {
 
 // open starts a Manager (with its own driver instance) on the env. When the test
 // ends it deletes every sandbox the Manager still has, then closes it.
-func (e *env) open(t *testing.T, mod func(*agent.Config)) *agent.Manager {
+func (e *env) open(t testing.TB, mod func(*agent.Config)) *agent.Manager {
 	t.Helper()
 	drv, err := container.New(e.dcfg)
 	if err != nil {
@@ -142,7 +142,7 @@ func (e *env) open(t *testing.T, mod func(*agent.Config)) *agent.Manager {
 	return m
 }
 
-func ctxT(t *testing.T) context.Context {
+func ctxT(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
 	return ctx

@@ -1,7 +1,9 @@
 // Package agent is dsec's node agent: it owns the sandboxes of one node, keeps their
 // records on local disk, re-adopts them when it restarts (even after kill -9),
 // expires them by TTL and idleness, and serves their session operations (exec,
-// background processes, files, dial) on top of a backend driver.
+// background processes, files, dial, terminals) on top of a registry of backend
+// drivers: a create goes to the driver its backend names, a record back to its own
+// driver when the agent re-adopts it.
 package agent
 
 import (
@@ -37,8 +39,13 @@ const (
 type Config struct {
 	// DataDir keeps the agent's records (DataDir/sandboxes/ID.json).
 	DataDir string
-	Driver  driver.Driver
-	Images  *images.Store
+	// Drivers are the backends, by name; a create picks one by its Backend
+	// (empty: the registry's default) and a record goes back to its own on
+	// recovery.
+	Drivers *driver.Registry
+	// Driver is shorthand for a registry of this one driver.
+	Driver driver.Driver
+	Images *images.Store
 	// Node is this node's name, encoded in every sandbox ID it creates (see
 	// session.NewID); default: the host name made valid (session.NodeNameFrom).
 	Node string
@@ -61,12 +68,13 @@ type Sweeper interface {
 
 // Manager is the node agent; it implements session.Service.
 type Manager struct {
-	cfg   Config
-	log   *slog.Logger
-	recs  string // records dir
-	now   func() time.Time
-	slots *semaphore.Weighted // bounds concurrent creates
-	newID func() string
+	cfg     Config
+	drivers *driver.Registry
+	log     *slog.Logger
+	recs    string // records dir
+	now     func() time.Time
+	slots   *semaphore.Weighted // bounds concurrent creates
+	newID   func() string
 
 	mu        sync.RWMutex
 	sandboxes map[string]*sandbox
@@ -86,8 +94,15 @@ type pending struct {
 // New starts a Manager: it re-adopts the sandboxes recorded in DataDir, releases
 // leftovers, and starts the expiry loop.
 func New(ctx context.Context, cfg Config) (*Manager, error) {
-	if cfg.Driver == nil || cfg.Images == nil || cfg.DataDir == "" {
-		return nil, errors.New("agent: Driver, Images and DataDir are required")
+	if (cfg.Driver == nil && cfg.Drivers == nil) || cfg.Images == nil || cfg.DataDir == "" {
+		return nil, errors.New("agent: Drivers (or Driver), Images and DataDir are required")
+	}
+	if cfg.Drivers == nil {
+		r, err := driver.NewRegistry(cfg.Driver)
+		if err != nil {
+			return nil, fmt.Errorf("agent: %w", err)
+		}
+		cfg.Drivers = r
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -109,7 +124,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	m := &Manager{
-		cfg: cfg, log: cfg.Logger, now: cfg.Now,
+		cfg: cfg, drivers: cfg.Drivers, log: cfg.Logger, now: cfg.Now,
 		recs:      paths.New(cfg.DataDir).Sandboxes(),
 		slots:     semaphore.NewWeighted(int64(cfg.MaxCreating)),
 		sandboxes: map[string]*sandbox{},
@@ -135,15 +150,31 @@ func (m *Manager) adopt(ctx context.Context) error {
 		return fmt.Errorf("agent: load records: %w", err)
 	}
 	keep := map[string]bool{}
+	keepBy := map[string]map[string]bool{} // backend → its sandboxes
 	for _, r := range recs {
-		inst, err := m.cfg.Driver.Recover(ctx, r.Spec, r.DriverState)
+		if r.Backend == "" {
+			r.Backend = api.BackendContainer // records from before backends were recorded
+		}
+		drv, err := m.drivers.Get(r.Backend)
+		if err != nil {
+			// Not this configuration's backend: leave the record for an agent
+			// that has it.
+			m.log.Warn("sandbox of a backend this agent does not run; leaving it", "id", r.ID, "backend", r.Backend)
+			keep[r.ID] = true
+			continue
+		}
+		inst, err := drv.Recover(ctx, r.Spec, r.DriverState)
 		if err != nil {
 			m.log.Warn("sandbox lost while the agent was down; releasing it", "id", r.ID, "err", err)
-			_ = m.cfg.Driver.Cleanup(ctx, r.Spec, r.DriverState)
+			_ = drv.Cleanup(ctx, r.Spec, r.DriverState)
 			_ = removeRecord(m.recs, r.ID)
 			continue
 		}
-		sb := newSandbox(m, r, inst)
+		if keepBy[r.Backend] == nil {
+			keepBy[r.Backend] = map[string]bool{}
+		}
+		keepBy[r.Backend][r.ID] = true
+		sb := newSandbox(m, drv, r, inst)
 		m.sandboxes[r.ID] = sb
 		if r.RequestID != "" {
 			m.byRequest[r.RequestID] = donePending(r.ID)
@@ -152,8 +183,10 @@ func (m *Manager) adopt(ctx context.Context) error {
 		sb.reattachProcs()
 		m.log.Info("re-adopted sandbox", "id", r.ID)
 	}
-	if sw, ok := m.cfg.Driver.(Sweeper); ok {
-		sw.Sweep(ctx, keep)
+	for _, drv := range m.drivers.All() {
+		if sw, ok := drv.(Sweeper); ok {
+			sw.Sweep(ctx, keepBy[drv.Name()])
+		}
 	}
 	if m.cfg.Images.Layers != nil {
 		// Layer holders of sandboxes that vanished while the agent was down, or of
@@ -215,9 +248,12 @@ func (m *Manager) DeleteAll(ctx context.Context) error {
 
 // Info implements session.Service.
 func (m *Manager) Info(ctx context.Context) (api.Info, error) {
-	info := api.Info{Version: Version, Node: m.cfg.Node, Backends: []string{m.cfg.Driver.Name()}, Images: m.cfg.Images.List()}
-	if v, ok := m.cfg.Driver.(interface{ CgroupVersion() int }); ok {
-		info.Cgroup = fmt.Sprintf("v%d", v.CgroupVersion())
+	info := api.Info{Version: Version, Node: m.cfg.Node, Backends: m.drivers.Names(), Images: m.cfg.Images.List()}
+	for _, drv := range m.drivers.All() {
+		if v, ok := drv.(interface{ CgroupVersion() int }); ok {
+			info.Cgroup = fmt.Sprintf("v%d", v.CgroupVersion())
+			break
+		}
 	}
 	return info, nil
 }

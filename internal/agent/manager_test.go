@@ -84,7 +84,7 @@ func TestCreateValidationLeavesNothing(t *testing.T) {
 		{"negative ttl", api.CreateSandboxRequest{TTLSeconds: -5}, api.CodeInvalidArgument},
 		{"too many cpus", api.CreateSandboxRequest{CPU: 5000}, api.CodeInvalidArgument},
 		{"bad env name", api.CreateSandboxRequest{Env: map[string]string{"A=B": "x"}}, api.CodeInvalidArgument},
-		{"unknown backend", api.CreateSandboxRequest{Backend: api.BackendMicroVM}, api.CodeNotImplemented},
+		{"unknown backend", api.CreateSandboxRequest{Backend: api.BackendMicroVM}, api.CodeInvalidArgument},
 		{"unknown image", api.CreateSandboxRequest{Image: "no-such-image"}, api.CodeNotFound},
 		{"bad image name", api.CreateSandboxRequest{Image: "../debian"}, api.CodeInvalidArgument},
 	} {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -13,11 +14,10 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/driver/procio"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/session"
-	"github.com/dsec-dev/dsec/internal/session/hostfs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -62,9 +62,6 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 	if err != nil {
 		return api.Process{}, err
 	}
-	if req.TTY {
-		return api.Process{}, sb.noTTY()
-	}
 	stdin, err := stdinBytes(req)
 	if err != nil {
 		return api.Process{}, err
@@ -84,43 +81,36 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 	if err := os.MkdirAll(m.logDir(id), 0o700); err != nil {
 		return api.Process{}, errdefs.Internal(err, "create log dir")
 	}
-	var stdio [3]*os.File
+	// The log files go to the process as they are (no agent copy in between),
+	// except a terminal's output, which the driver pumps into the stdout file.
+	var logs [2]*os.File
 	defer func() {
-		for _, f := range stdio {
+		for _, f := range logs {
 			if f != nil {
 				f.Close()
 			}
 		}
 	}()
-	var stdinW *os.File
-	if len(stdin) > 0 {
-		if stdio[0], stdinW, err = os.Pipe(); err != nil {
-			return api.Process{}, errdefs.Internal(err, "pipe")
-		}
-	} else if stdio[0], err = os.Open(os.DevNull); err != nil {
-		return api.Process{}, errdefs.Internal(err, "open /dev/null")
-	}
 	for i, s := range []string{"stdout", "stderr"} {
 		f, err := os.OpenFile(m.logPath(id, procID, s), os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_APPEND, 0o600)
 		if err != nil {
 			return api.Process{}, errdefs.Internal(err, "create log file")
 		}
-		stdio[i+1] = f
+		logs[i] = f
+	}
+	stdio := driver.Stdio{Stdout: logs[0], Stderr: logs[1]}
+	if spec.TTY != nil {
+		// One stream, pumped by the driver: capped here as the init caps pipes.
+		stdio.Stdout = procio.CapWriter(logs[0], spec.OutputCap, 0)
+	}
+	if len(stdin) > 0 {
+		stdio.Stdin = bytes.NewReader(stdin)
 	}
 	pr, err := inst.Exec(ctx, spec, stdio)
 	if err != nil {
-		if stdinW != nil {
-			stdinW.Close()
-		}
 		return api.Process{}, err
 	}
-	if stdinW != nil {
-		go func() {
-			_, _ = stdinW.Write(stdin)
-			stdinW.Close()
-		}()
-	}
-	bp := &bgProc{rec: procRecord{ID: procID, PID: pr.PID(), Cmd: spec.Args, StartedAt: m.now().UTC()},
+	bp := &bgProc{rec: procRecord{ID: procID, PID: pr.PID(), Cmd: spec.Args, StartedAt: m.now().UTC(), TTY: spec.TTY != nil},
 		done: make(chan struct{}), proc: pr}
 	sb.mu.Lock()
 	sb.procs[procID] = bp
@@ -129,9 +119,18 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 	sb.mu.Unlock()
 	if err != nil {
 		_ = pr.Signal(9)
+		pr.Close()
 		return api.Process{}, err
 	}
-	go sb.watchProc(bp, pr, time.Duration(req.TimeoutMs)*time.Millisecond)
+	var ttyLog *os.File
+	if spec.TTY != nil {
+		// The driver pumps the terminal into the stdout log until the end.
+		ttyLog, logs[0] = logs[0], nil
+	}
+	go func() {
+		sb.watchProc(bp, pr, time.Duration(req.TimeoutMs)*time.Millisecond)
+		closeFile(ttyLog)
+	}()
 	return bp.view(), nil
 }
 
@@ -158,20 +157,45 @@ func (sb *sandbox) watchProc(bp *bgProc, pr driver.Proc, timeout time.Duration) 
 	close(bp.done)
 }
 
+// closeFile closes f if it is set.
+func closeFile(f *os.File) {
+	if f != nil {
+		f.Close()
+	}
+}
+
 // reattachProcs re-connects to the background processes of an adopted sandbox.
 func (sb *sandbox) reattachProcs() {
 	for _, r := range sb.rec.Procs {
 		bp := &bgProc{rec: r, done: make(chan struct{})}
 		sb.procs[r.ID] = bp
-		pr, err := sb.inst.Attach(context.Background(), r.ID)
+		var stdio driver.Stdio
+		var logFile *os.File
+		if r.TTY {
+			// The terminal's output while the agent was away waited in the
+			// terminal; it goes on into the same log.
+			if f, err := os.OpenFile(sb.m.logPath(sb.rec.ID, r.ID, "stdout"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600); err == nil {
+				logFile = f
+				var size int64
+				if fi, err := f.Stat(); err == nil {
+					size = fi.Size()
+				}
+				stdio.Stdout = procio.CapWriter(f, sb.m.bgLogCap(), size)
+			}
+		}
+		pr, err := sb.inst.Attach(context.Background(), r.ID, stdio)
 		if err != nil {
+			closeFile(logFile)
 			res := api.ExecResult{ExitCode: -1, Error: "exit status lost: " + err.Error()}
 			bp.result = &res
 			close(bp.done)
 			continue
 		}
 		bp.proc = pr
-		go sb.watchProc(bp, pr, 0)
+		go func() {
+			sb.watchProc(bp, pr, 0)
+			closeFile(logFile)
+		}()
 	}
 }
 
@@ -274,11 +298,7 @@ func (m *Manager) FS(ctx context.Context, id string) (session.FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	root, err := inst.Root()
-	if err != nil {
-		return nil, err
-	}
-	return hostfs.New(fsops.New(root)), nil
+	return inst.FS(ctx)
 }
 
 // Dial implements session.Service.

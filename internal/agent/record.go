@@ -38,6 +38,7 @@ type procRecord struct {
 	PID       int       `json:"pid"`
 	Cmd       []string  `json:"cmd"`
 	StartedAt time.Time `json:"started_at"`
+	TTY       bool      `json:"tty,omitempty"` // on a terminal (its output is pumped into the stdout log)
 }
 
 // saveRecord writes the record atomically (temp file + rename). No fsync: the

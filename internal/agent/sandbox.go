@@ -19,7 +19,8 @@ import (
 // sandbox is the agent's view of one sandbox.
 type sandbox struct {
 	m          *Manager
-	lastActive atomic.Int64 // unix nanos
+	drv        driver.Driver // the backend's driver (rec.Backend)
+	lastActive atomic.Int64  // unix nanos
 
 	mu      sync.Mutex // guards rec, inst, procs; held across pause/resume/reset
 	rec     *record
@@ -28,8 +29,8 @@ type sandbox struct {
 	deleted bool
 }
 
-func newSandbox(m *Manager, r *record, inst driver.Instance) *sandbox {
-	sb := &sandbox{m: m, rec: r, inst: inst, procs: map[string]*bgProc{}}
+func newSandbox(m *Manager, drv driver.Driver, r *record, inst driver.Instance) *sandbox {
+	sb := &sandbox{m: m, drv: drv, rec: r, inst: inst, procs: map[string]*bgProc{}}
 	sb.lastActive.Store(m.now().UnixNano())
 	return sb
 }
@@ -70,9 +71,6 @@ func (sb *sandbox) save() error {
 
 // validate fills defaults and checks a create request.
 func validate(req *api.CreateSandboxRequest) error {
-	if req.Backend == "" {
-		req.Backend = api.BackendContainer
-	}
 	switch {
 	case req.CPU < 0 || req.CPU > 1024:
 		return errdefs.Invalid("cpu must be between 0 and 1024 cores")
@@ -110,8 +108,11 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err := validate(&req); err != nil {
 		return api.Sandbox{}, err
 	}
-	if req.Backend != m.cfg.Driver.Name() {
-		return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "backend %q is not available on this node (have %q)", req.Backend, m.cfg.Driver.Name())
+	if req.Backend == "" {
+		req.Backend = m.drivers.Default()
+	}
+	if _, err := m.drivers.Get(req.Backend); err != nil {
+		return api.Sandbox{}, err
 	}
 	if req.RequestID == "" {
 		sb, err := m.create(ctx, req)
@@ -198,10 +199,14 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	}
 	sort.Strings(env)
 	spec := driver.Spec{
-		ID: id, Image: img.Name, Lower: img.Lower(), CPU: req.CPU, Memory: req.MemoryBytes,
+		ID: id, Image: img.Name, Layers: layersOf(img), CPU: req.CPU, Memory: req.MemoryBytes,
 		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id,
 	}
-	inst, err := m.cfg.Driver.Start(ctx, spec)
+	drv, err := m.drivers.Get(req.Backend)
+	if err != nil {
+		return nil, err
+	}
+	inst, err := drv.Start(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +215,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 		TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
 		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, ImageConfig: img.Config,
 	}
-	sb := newSandbox(m, r, inst)
+	sb := newSandbox(m, drv, r, inst)
 	if err := sb.save(); err != nil {
 		_ = inst.Destroy(context.Background())
 		return nil, err
@@ -324,7 +329,7 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 	sb.procs = map[string]*bgProc{}
 	sb.rec.Procs = nil
 	sb.rec.Paused = false
-	inst, err := m.cfg.Driver.Start(ctx, sb.rec.Spec)
+	inst, err := sb.drv.Start(ctx, sb.rec.Spec)
 	if err != nil {
 		// The old sandbox is gone and no new one came up: drop it entirely so
 		// nothing half-made stays.
@@ -345,6 +350,21 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 		return api.Sandbox{}, err
 	}
 	return sb.view(), nil
+}
+
+// layersOf describes an image's layers (base first) to the driver: a directory
+// layer, or an EROFS layer layerd mounted for this sandbox, as its directory
+// (with the digest and role it has); an EROFS layer nobody mounted as the blob.
+func layersOf(img images.Image) []driver.Layer {
+	out := make([]driver.Layer, 0, len(img.Layers))
+	for _, l := range img.Layers {
+		dl := driver.Layer{Role: l.Role, Digest: l.Digest, Kind: driver.LayerDir, Path: l.Dir}
+		if l.Dir == "" {
+			dl.Kind = driver.LayerEROFS
+		}
+		out = append(out, dl)
+	}
+	return out
 }
 
 // instance returns the running instance for a session operation, or a clear error.

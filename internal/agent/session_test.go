@@ -15,6 +15,7 @@ func TestSessionConformance(t *testing.T) {
 	sessiontest.Run(t, m, sessiontest.Options{
 		Create: api.CreateSandboxRequest{Backend: api.BackendContainer, MemoryBytes: 256 << 20},
 		Pause:  true,
+		TTY:    true,
 	})
 	e.requireEmpty(t, m, "after the suite")
 }

@@ -28,8 +28,8 @@ func imagesDir() string {
 }
 
 // requireImage skips unless the test runs as root and the image is built, and
-// returns its lower directories.
-func requireImage(t *testing.T, name string) []string {
+// returns its layers.
+func requireImage(t testing.TB, name string) []driver.Layer {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (namespaces, cgroups, mounts)")
@@ -38,13 +38,13 @@ func requireImage(t *testing.T, name string) []string {
 	if err != nil {
 		t.Skipf("image %s not available (run `make setup`): %v", name, err)
 	}
-	return img.Lower()
+	return driver.DirLayers(img.Lower())
 }
 
 // testConfig returns a driver configuration private to this test: a short state
 // dir under /var/lib, a run dir under /run and its own cgroup parent. When the test
 // ends it checks that no sandbox left anything behind, then removes them all.
-func testConfig(t *testing.T) container.Config {
+func testConfig(t testing.TB) container.Config {
 	t.Helper()
 	state, err := os.MkdirTemp("/var/lib", "dsec-ct-")
 	if err != nil {
@@ -116,7 +116,7 @@ func TestRecoverAfterInitKilled(t *testing.T) {
 	cfg := testConfig(t)
 	newDriver := newDriverFactory(cfg)
 	d := newDriver(t)
-	spec := driver.Spec{ID: drivertest.NewID("ck"), Lower: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64}
+	spec := driver.Spec{ID: drivertest.NewID("ck"), Layers: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	inst, err := d.Start(ctx, spec)
@@ -148,4 +148,18 @@ func TestRecoverAfterInitKilled(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, spec.ID)); !os.IsNotExist(err) {
 		t.Errorf("sandbox dir still there after Cleanup: %v", err)
 	}
+}
+
+// BenchmarkPTY measures a keystroke's round trip through a container terminal
+// (stdin stream → master → cat on a raw terminal in the sandbox → master →
+// stdout stream).
+func BenchmarkPTY(b *testing.B) {
+	layers := requireImage(b, "busybox")
+	cfg := testConfig(b)
+	d, err := container.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer d.Close()
+	drivertest.BenchPTY(b, d, layers)
 }

@@ -39,7 +39,7 @@ func TestDefenceCost(t *testing.T) {
 			w.by[id] = c.w
 			w.mu.Unlock()
 			t0 := time.Now()
-			inst, err := w.Start(context.Background(), driver.Spec{ID: id, Lower: w.lower, Memory: 256 << 20, Disk: 64 << 20, PidsMax: 256})
+			inst, err := w.Start(context.Background(), driver.Spec{ID: id, Layers: driver.DirLayers(w.lower), Memory: 256 << 20, Disk: 64 << 20, PidsMax: 256})
 			if err != nil {
 				t.Fatal(err)
 			}

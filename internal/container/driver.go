@@ -138,6 +138,32 @@ func (d *Driver) sharedSysfs() string {
 // Name implements driver.Driver.
 func (d *Driver) Name() string { return "container" }
 
+// Capabilities implements driver.Driver.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		Isolation: driver.IsolationNamespaces, Pause: true, TTY: true, Credentials: true, Limits: true,
+		LayerKinds: []string{driver.LayerDir},
+	}
+}
+
+// lowerDirs turns layer descriptions into overlayfs lower directories, top-most
+// first. The container driver stacks directories: an EROFS layer must be
+// mounted first (layerd does that for layered images).
+func lowerDirs(layers []driver.Layer) ([]string, error) {
+	if len(layers) == 0 {
+		return nil, errdefs.Invalid("container: no layers")
+	}
+	lower := make([]string, 0, len(layers))
+	for i := len(layers) - 1; i >= 0; i-- {
+		l := layers[i]
+		if l.Kind != driver.LayerDir {
+			return nil, errdefs.Invalid("container: layer %d is %q; this driver takes mounted directories", i, l.Kind)
+		}
+		lower = append(lower, l.Path)
+	}
+	return lower, nil
+}
+
 // CgroupVersion reports 1 or 2.
 func (d *Driver) CgroupVersion() int { return d.cg.Version() }
 
@@ -177,8 +203,9 @@ func (d *Driver) cgName(id string) string { return d.cfg.CgroupParent + "/" + id
 
 // Start implements driver.Driver.
 func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, error) {
-	if len(spec.Lower) == 0 {
-		return nil, errdefs.Invalid("container: no lower directories")
+	lower, err := lowerDirs(spec.Layers)
+	if err != nil {
+		return nil, err
 	}
 	dir := d.dir(spec.ID)
 	root, rw := filepath.Join(dir, "root"), filepath.Join(dir, "rw")
@@ -221,7 +248,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		RootDir:    root,
 		RWDir:      rw,
 		RWSize:     spec.Disk,
-		Lower:      spec.Lower,
+		Lower:      lower,
 		SysfsPath:  d.sharedSysfs(),
 		SocketPath: d.socket(spec.ID),
 		Seccomp:    d.seccompFor(spec.ID),

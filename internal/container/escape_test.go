@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,7 +116,7 @@ func (w *weakDriver) start(t *testing.T, wk weakening) driver.Instance {
 	if disk == 0 {
 		disk = 64 << 20
 	}
-	inst, err := w.Start(ctx, driver.Spec{ID: id, Lower: w.lower, Memory: 1 << 30, Disk: disk, PidsMax: 512})
+	inst, err := w.Start(ctx, driver.Spec{ID: id, Layers: driver.DirLayers(w.lower), Memory: 1 << 30, Disk: disk, PidsMax: 512})
 	if err != nil {
 		t.Fatalf("start sandbox (%+v): %v", wk, err)
 	}
@@ -136,27 +135,9 @@ func run(t *testing.T, inst driver.Instance, args ...string) (string, string, dr
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer devnull.Close()
 	var bufs [2]bytes.Buffer
-	var files [2]*os.File
-	var wg sync.WaitGroup
-	for i := range files {
-		r, wr, err := os.Pipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[i] = wr
-		wg.Add(1)
-		go func() { defer wg.Done(); io.Copy(&bufs[i], r); r.Close() }()
-	}
 	p, err := inst.Exec(ctx, driver.ProcSpec{Args: args,
-		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}}, [3]*os.File{devnull, files[0], files[1]})
-	files[0].Close()
-	files[1].Close()
+		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}}, driver.Stdio{Stdout: &bufs[0], Stderr: &bufs[1]})
 	if err != nil {
 		t.Fatalf("exec %v: %v", args, err)
 	}
@@ -165,7 +146,6 @@ func run(t *testing.T, inst driver.Instance, args ...string) (string, string, dr
 	if err != nil {
 		t.Fatalf("wait %v: %v", args, err)
 	}
-	wg.Wait()
 	return bufs[0].String(), bufs[1].String(), ex
 }
 

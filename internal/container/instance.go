@@ -13,8 +13,12 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/driver/procio"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/initproto"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/session/hostfs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -105,25 +109,41 @@ func (in *instance) dial(ctx context.Context) (*initproto.Conn, error) {
 }
 
 // Exec implements driver.Instance.
-func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio [3]*os.File) (driver.Proc, error) {
+func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.Stdio) (driver.Proc, error) {
+	if p.TTY != nil {
+		return in.execTTY(ctx, p, stdio)
+	}
+	pipes, err := procio.Open(stdio)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := in.exec(ctx, p, pipes.Child, nil)
+	pipes.CloseChild()
+	if err != nil {
+		pipes.Close()
+		return nil, err
+	}
+	if cp, ok := pr.(*proc); ok {
+		cp.pipes = pipes
+		pipes.Start()
+	} else {
+		pipes.Close()
+	}
+	return pr, nil
+}
+
+// exec asks the init to start p with the given fds (and, for a tagged terminal
+// process, the master the init keeps).
+func (in *instance) exec(ctx context.Context, p driver.ProcSpec, fds [3]*os.File, master *os.File) (driver.Proc, error) {
 	c, err := in.dial(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// Go opens pipes non-blocking, and O_NONBLOCK belongs to the open file
-	// description the process shares: a child reading an empty stdin pipe or
-	// writing a full stdout pipe would get EAGAIN. Make them blocking, as os/exec
-	// does (Fd switches an *os.File to blocking mode).
-	for _, f := range stdio {
-		if f != nil {
-			f.Fd()
-		}
-	}
 	ooms, _ := in.cg.OOMKills()
 	pid, err := c.Exec(ctx, initproto.ExecRequest{
 		Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.UID, GID: p.GID, Groups: p.Groups, Tag: p.Tag,
-		OutputCap: p.OutputCap,
-	}, stdio)
+		TTY: p.TTY != nil, Master: master, OutputCap: outputCap(p),
+	}, fds)
 	if err != nil {
 		c.Close()
 		var ee *initproto.ExecError
@@ -136,6 +156,15 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio [3]*os.Fi
 		return nil, errdefs.Internal(err, "exec in sandbox")
 	}
 	return &proc{in: in, c: c, pid: pid, oomsBefore: ooms}, nil
+}
+
+// outputCap is the cap the init applies: a terminal's output is capped by the
+// driver's pump instead (procio.Term), the init only pumps pipes.
+func outputCap(p driver.ProcSpec) int64 {
+	if p.TTY != nil {
+		return 0
+	}
+	return p.OutputCap
 }
 
 // startFailure turns a failed exec into the exit a shell would report.
@@ -152,7 +181,7 @@ func startFailure(arg0 string, ee *initproto.ExecError) driver.Exit {
 }
 
 // Attach implements driver.Instance.
-func (in *instance) Attach(ctx context.Context, tag string) (driver.Proc, error) {
+func (in *instance) Attach(ctx context.Context, tag string, stdio driver.Stdio) (driver.Proc, error) {
 	c, err := in.dial(ctx)
 	if err != nil {
 		return nil, err
@@ -169,11 +198,15 @@ func (in *instance) Attach(ctx context.Context, tag string) (driver.Proc, error)
 	if !running && exit != nil {
 		p.final = exit
 	}
+	if m := c.TakeMaster(); m != nil {
+		p.term = procio.NewTerm(m)
+		p.term.Start(stdio.Stdin, stdio.Stdout)
+	}
 	return p, nil
 }
 
-// Root implements driver.Instance.
-func (in *instance) Root() (*os.File, error) {
+// root opens the sandbox's root directory (O_PATH) through /proc/PID/root.
+func (in *instance) root() (*os.File, error) {
 	f, err := os.OpenFile(fmt.Sprintf("/proc/%d/root", in.st.PID), unix.O_PATH|unix.O_DIRECTORY, 0)
 	if err != nil || !in.alive() {
 		if f != nil {
@@ -191,6 +224,16 @@ func (in *instance) Root() (*os.File, error) {
 		return nil, in.gone()
 	}
 	return f, nil
+}
+
+// FS implements driver.Instance: every path resolves inside the sandbox's root
+// with openat2(RESOLVE_IN_ROOT) (internal/fsops).
+func (in *instance) FS(ctx context.Context) (session.FS, error) {
+	root, err := in.root()
+	if err != nil {
+		return nil, err
+	}
+	return hostfs.New(fsops.New(root)), nil
 }
 
 // Pause implements driver.Pauser.

@@ -8,6 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/driver/procio"
 	"github.com/dsec-dev/dsec/internal/initproto"
 )
 
@@ -16,7 +17,9 @@ type proc struct {
 	in         *instance
 	c          *initproto.Conn
 	pid        int
-	oomsBefore uint64 // cgroup OOM kill count at start; MaxUint64 if unknown
+	oomsBefore uint64        // cgroup OOM kill count at start; MaxUint64 if unknown
+	pipes      *procio.Pipes // stdio pumped by this process; nil if none
+	term       *procio.Term  // the terminal, for a TTY process
 
 	mu    sync.Mutex
 	final *initproto.Exit
@@ -38,6 +41,14 @@ func (p *proc) Wait(ctx context.Context) (driver.Exit, error) {
 		p.final = &ex
 		final = p.final
 		p.mu.Unlock()
+	}
+	// The output is the caller's once Wait returns: drain what the process
+	// (and, for a short grace, what its descendants) still write.
+	if p.pipes != nil {
+		p.pipes.Drain(procio.DrainGrace)
+	}
+	if p.term != nil {
+		p.term.Drain(procio.DrainGrace)
 	}
 	return p.convert(*final), nil
 }
@@ -88,11 +99,33 @@ func (p *proc) convert(ex initproto.Exit) driver.Exit {
 	return out
 }
 
-// Signal implements driver.Proc: the signal goes to the process group.
-func (p *proc) Signal(sig int) error { return p.c.Kill(sig) }
+// Signal implements driver.Proc: the signal goes to the process group, or to
+// the terminal's foreground process group.
+func (p *proc) Signal(sig int) error {
+	if p.term != nil {
+		return p.term.Signal(sig, p.c.Kill)
+	}
+	return p.c.Kill(sig)
+}
+
+// Resize implements driver.Proc.
+func (p *proc) Resize(cols, rows int) error {
+	if p.term == nil {
+		return procio.NoTTY()
+	}
+	return p.term.Resize(cols, rows)
+}
 
 // Close implements driver.Proc.
-func (p *proc) Close() error { return p.c.Close() }
+func (p *proc) Close() error {
+	if p.pipes != nil {
+		p.pipes.Close()
+	}
+	if p.term != nil {
+		p.term.Close()
+	}
+	return p.c.Close()
+}
 
 // failedProc is a process whose exec failed: it "exited" at once.
 type failedProc struct{ exit driver.Exit }
@@ -100,4 +133,5 @@ type failedProc struct{ exit driver.Exit }
 func (f *failedProc) PID() int                                  { return 0 }
 func (f *failedProc) Wait(context.Context) (driver.Exit, error) { return f.exit, nil }
 func (f *failedProc) Signal(int) error                          { return nil }
+func (f *failedProc) Resize(int, int) error                     { return procio.NoTTY() }
 func (f *failedProc) Close() error                              { return nil }

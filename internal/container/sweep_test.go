@@ -50,7 +50,7 @@ func TestSweep(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	spec := func() driver.Spec {
-		return driver.Spec{ID: drivertest.NewID("sw"), Lower: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64}
+		return driver.Spec{ID: drivertest.NewID("sw"), Layers: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64}
 	}
 	keptSpec, lostSpec := spec(), spec()
 	kept, err := d.Start(ctx, keptSpec)

@@ -188,7 +188,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
-	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj,
+	// Every front end calls the agent through the trajectory decorator.
+	svc := trajectory.Wrap(mgr, traj, trajectory.Options{Logger: cfg.Logger, FnCall: n})
+	srv := server.New(svc, server.Options{Token: token, Logger: cfg.Logger, Trajectories: svc,
 		Images: mgr, ImageManager: n, FnCall: n})
 	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
@@ -261,7 +263,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 }
 
 // node is the agent plus the FnCall engine and the environment store: the
-// server's server.FnCaller and server.ImageManager.
+// session.FnCaller and the server's server.ImageManager.
 type node struct {
 	*agent.Manager
 	fc     *fncall.Engine
@@ -269,7 +271,7 @@ type node struct {
 	layers *lazy.Client
 }
 
-func (n node) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+func (n node) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	return n.fc.Call(ctx, req)
 }
 

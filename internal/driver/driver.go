@@ -1,7 +1,14 @@
-// Package driver defines the interface every sandbox backend (container, fncall,
-// microvm, fullvm) implements, in the style of Nomad's task drivers: start, recover
-// after an agent restart, destroy, plus a session surface (exec, files, dial). Optional
-// capabilities such as pause are separate small interfaces a driver may implement.
+// Package driver defines the seam every sandbox backend (container, fncall, microvm,
+// fullvm, and the mock used by tests) implements, in the style of Nomad's task
+// drivers: start, recover after an agent restart, cleanup and destroy, plus a session
+// surface through the instance (exec with streams and an optional terminal, files,
+// dial). Nothing in it is container-shaped: stdio are readers and writers (the
+// driver makes pipes or a terminal as it needs), files go through the instance's
+// session.FS, and layers arrive as descriptions the driver decides how to present.
+//
+// What a backend can do is data: Driver.Capabilities. Optional behaviour that
+// needs methods (pause) is a small separate interface an instance implements, never
+// a stub. A Registry holds one driver per backend name.
 package driver
 
 import (
@@ -9,27 +16,107 @@ import (
 	"encoding/json"
 	"io"
 	"net"
-	"os"
 	"time"
+
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Spec is everything a driver needs to start one sandbox.
 type Spec struct {
-	ID       string
-	Image    string
-	Lower    []string // read-only lower directories, top-most first
-	CPU      float64  // cores
-	Memory   int64    // bytes
-	Disk     int64    // writable layer bytes
+	ID    string
+	Image string
+	// Layers are the read-only layers of the root file system, base first.
+	Layers   []Layer
+	CPU      float64 // cores
+	Memory   int64   // bytes
+	Disk     int64   // writable layer bytes
 	PidsMax  int64
 	Env      []string // KEY=VALUE added to every process
 	Hostname string
+}
+
+// Layer describes one read-only layer. The driver chooses how to present it: the
+// container driver stacks mounted directories with overlayfs, a VM driver would
+// attach EROFS blobs as block or pmem devices.
+type Layer struct {
+	Role   string `json:"role,omitempty"`   // base, toolkit, workspace (informational)
+	Digest string `json:"digest,omitempty"` // content digest, if the layer has one
+	Kind   string `json:"kind"`             // LayerDir or LayerEROFS
+	Path   string `json:"path"`             // the directory, or the EROFS blob file
+}
+
+// Layer kinds.
+const (
+	LayerDir   = "dir"   // Path is a directory tree (a plain image or a mounted layer)
+	LayerEROFS = "erofs" // Path is an EROFS image file
+)
+
+// DirLayers describes lower directories given top-most first (overlayfs order)
+// as directory layers, base first.
+func DirLayers(lower []string) []Layer {
+	out := make([]Layer, 0, len(lower))
+	for i := len(lower) - 1; i >= 0; i-- {
+		out = append(out, Layer{Kind: LayerDir, Path: lower[i]})
+	}
+	return out
+}
+
+// UnmarshalJSON reads a Spec, including ones recorded before layers were
+// descriptions (a "Lower" list of directories, top-most first).
+func (s *Spec) UnmarshalJSON(b []byte) error {
+	type plain Spec
+	var v struct {
+		plain
+		Lower []string
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*s = Spec(v.plain)
+	if len(s.Layers) == 0 && len(v.Lower) > 0 {
+		s.Layers = DirLayers(v.Lower)
+	}
+	return nil
+}
+
+// Isolation says what separates a sandbox from the host.
+type Isolation string
+
+const (
+	// IsolationNone: processes are plain host processes (the mock driver).
+	IsolationNone Isolation = "none"
+	// IsolationNamespaces: Linux namespaces, cgroups, a private root (containers).
+	IsolationNamespaces Isolation = "namespaces"
+	// IsolationVM: a guest kernel.
+	IsolationVM Isolation = "vm"
+)
+
+// Capabilities states what a backend can do, as data (Nomad's Capabilities). The
+// agent routes and refuses requests by it; the conformance suite skips what a
+// driver does not claim.
+type Capabilities struct {
+	Isolation Isolation
+	// Pause: instances implement Pauser.
+	Pause bool
+	// Fork, Commit, Screenshot, Input: reserved for the VM backends.
+	Fork, Commit, Screenshot, Input bool
+	// TTY: ProcSpec.TTY gives the process a terminal.
+	TTY bool
+	// Credentials: processes run with the UID, GID and groups they ask for.
+	Credentials bool
+	// Limits: CPU, memory and pids limits are enforced, and OOM kills reported.
+	Limits bool
+	// LayerKinds are the layer kinds Start accepts.
+	LayerKinds []string
 }
 
 // Driver creates and recovers sandboxes of one backend.
 type Driver interface {
 	// Name is the backend name ("container").
 	Name() string
+	// Capabilities says what the backend can do.
+	Capabilities() Capabilities
 	// Start creates and starts a sandbox; on error nothing is left behind.
 	Start(ctx context.Context, spec Spec) (Instance, error)
 	// Recover re-adopts a sandbox a previous agent process started, from the state
@@ -48,18 +135,29 @@ type Instance interface {
 	State() json.RawMessage
 	// Done is closed when the sandbox's init has died.
 	Done() <-chan struct{}
-	// Exec starts a process. Stdio files are handed to the process as fds 0-2.
-	Exec(ctx context.Context, p ProcSpec, stdio [3]*os.File) (Proc, error)
+	// Exec starts a process with the given stdio. Proc.Wait returns once the
+	// process exited and its output was copied to stdio's writers.
+	Exec(ctx context.Context, p ProcSpec, stdio Stdio) (Proc, error)
 	// Attach reconnects to a background process started with a Tag, even one
-	// started by a previous agent process.
-	Attach(ctx context.Context, tag string) (Proc, error)
-	// Root opens the sandbox's root directory (O_PATH) for file operations that
-	// resolve every path inside it.
-	Root() (*os.File, error)
+	// started by a previous agent process. For a process with a terminal, stdio
+	// carries its terminal I/O from now on; otherwise it is unused (the output
+	// went to the writers given at start).
+	Attach(ctx context.Context, tag string, stdio Stdio) (Proc, error)
+	// FS opens the sandbox's file system; every path resolves inside it.
+	FS(ctx context.Context) (session.FS, error)
 	// Dial connects to a TCP port on the sandbox's loopback.
 	Dial(ctx context.Context, port int) (net.Conn, error)
 	// Destroy kills every process and releases every resource.
 	Destroy(ctx context.Context) error
+}
+
+// Stdio are a process's standard streams. An *os.File is handed to the process as
+// it is (a background process writes straight into its log file); anything else
+// is pumped through a pipe (or the terminal) by the driver.
+type Stdio struct {
+	Stdin  io.Reader // nil: no input (/dev/null)
+	Stdout io.Writer // nil: discarded; with a TTY, the terminal's output
+	Stderr io.Writer // nil: discarded; unused with a TTY
 }
 
 // ProcSpec describes one process to start inside a sandbox.
@@ -74,9 +172,14 @@ type ProcSpec struct {
 	// Tag names a background process so it can be re-attached; empty for
 	// foreground execs.
 	Tag string
+	// TTY, if set, gives the process a terminal of this size as its controlling
+	// terminal and stdio, in a session of its own.
+	TTY *api.TermSize
 	// OutputCap > 0 bounds what the process can write through stdout and
 	// stderr (files, for background logs) to that many bytes each, followed
-	// by a truncation marker; the sandbox keeps the rest to itself.
+	// by a truncation marker; the sandbox keeps the rest to itself. It does
+	// not apply to a TTY process: its output is one stream through the
+	// caller's writer, which the caller bounds (procio.CapWriter).
 	OutputCap int64
 }
 
@@ -85,8 +188,12 @@ type Proc interface {
 	PID() int
 	// Wait blocks until the process exits and returns how.
 	Wait(ctx context.Context) (Exit, error)
-	// Signal sends sig to the process group.
+	// Signal sends sig to the process group, or with a terminal to the
+	// terminal's foreground process group (the job a shell runs).
 	Signal(sig int) error
+	// Resize sets the terminal's size (the program gets SIGWINCH); an
+	// invalid_argument error for a process without a terminal.
+	Resize(cols, rows int) error
 	// Close releases the connection to the process without killing it.
 	io.Closer
 }
@@ -103,7 +210,8 @@ type Exit struct {
 	StartErr string
 }
 
-// Pauser is implemented by drivers that can freeze a sandbox.
+// Pauser is implemented by instances that can freeze a sandbox
+// (Capabilities.Pause).
 type Pauser interface {
 	Pause(ctx context.Context) error
 	Resume(ctx context.Context) error

@@ -24,6 +24,13 @@ type ExecRequest struct {
 	UID, GID  int
 	Groups    []int
 	Tag       string // names a background process for Attach, Signal and PS
+	// TTY: the stdio fds are a terminal's slave, which becomes the process's
+	// controlling terminal (setsid, TIOCSCTTY).
+	TTY bool
+	// Master, for a tagged TTY process, is the terminal's master end: the init
+	// keeps a copy and hands it to every later Attach, so the terminal outlives
+	// the caller.
+	Master *os.File
 	// OutputCap > 0 makes the init pump stdout and stderr into the given
 	// files itself, at most OutputCap bytes each, then a truncation marker
 	// (the rest is read and dropped, so the process never blocks on it).
@@ -56,6 +63,8 @@ type Conn struct {
 	// exit Attach found, kept for Wait.
 	exit *Exit
 	proc bool // a process is attached and its exit not yet returned
+	// master is the terminal master the last Attach received (TakeMaster).
+	master *os.File
 }
 
 // Dial connects to the init's control socket.
@@ -88,12 +97,44 @@ func (c *Conn) send(ctx context.Context, p *Packet, oob []byte) error {
 
 // read receives one packet. c.mu must be held.
 func (c *Conn) read(ctx context.Context) (*Packet, error) {
+	p, fds, err := c.readFDs(ctx)
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+	return p, err
+}
+
+// readFDs receives one packet and the fds sent with it, which the caller
+// owns. c.mu must be held.
+func (c *Conn) readFDs(ctx context.Context) (*Packet, []int, error) {
 	if c.buf == nil {
 		c.buf = make([]byte, MaxPacket)
 	}
+	oob := make([]byte, syscall.CmsgSpace(4*4))
 	stop := watchCtx(ctx, c.uc.SetReadDeadline)
-	n, _, flags, _, err := c.uc.ReadMsgUnix(c.buf, nil)
+	n, oobn, flags, _, err := c.uc.ReadMsgUnix(c.buf, oob)
 	stop()
+	var fds []int
+	if oobn > 0 {
+		if msgs, perr := syscall.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+			for _, m := range msgs {
+				if fs, err := syscall.ParseUnixRights(&m); err == nil {
+					fds = append(fds, fs...)
+				}
+			}
+		}
+	}
+	p, err := c.parseRead(ctx, n, flags, err)
+	if err != nil {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
+		return nil, nil, err
+	}
+	return p, fds, nil
+}
+
+func (c *Conn) parseRead(ctx context.Context, n, flags int, err error) (*Packet, error) {
 	if err != nil {
 		return nil, fmt.Errorf("initproto: receive: %w", ctxErr(ctx, err))
 	}
@@ -150,9 +191,9 @@ func unexpected(op string, r *Packet) error {
 	return fmt.Errorf("initproto: unexpected reply %q to %s", r.Op, op)
 }
 
-// dupStdio duplicates the stdio fds (nil means /dev/null) so that sending them
+// dupFiles duplicates the stdio fds (nil means /dev/null) so that sending them
 // does not change the callers' files (os.File.Fd would make them blocking).
-func dupStdio(stdio [3]*os.File) (fds []int, err error) {
+func dupFiles(stdio []*os.File) (fds []int, err error) {
 	var devnull *os.File
 	defer func() {
 		if devnull != nil {
@@ -222,8 +263,17 @@ func execPacket(req ExecRequest) (*Packet, error) {
 	if req.Tag != "" {
 		p.Add("tag", req.Tag)
 	}
+	if req.TTY {
+		p.Add("tty", "1")
+	}
+	if req.Master != nil && (req.Tag == "" || !req.TTY) {
+		return nil, errdefs.Invalid("initproto: a terminal master to keep needs Tag and TTY")
+	}
 	if req.OutputCap < 0 {
 		return nil, errdefs.Invalid("initproto: negative output cap")
+	}
+	if req.OutputCap > 0 && req.TTY {
+		return nil, errdefs.Invalid("initproto: the init does not pump a terminal's output (OutputCap with TTY)")
 	}
 	if req.OutputCap > 0 {
 		p.Add("outcap", strconv.FormatInt(req.OutputCap, 10))
@@ -239,7 +289,11 @@ func (c *Conn) Exec(ctx context.Context, req ExecRequest, stdio [3]*os.File) (in
 	if err != nil {
 		return 0, err
 	}
-	fds, err := dupStdio(stdio)
+	files := stdio[:]
+	if req.Master != nil {
+		files = append(files, req.Master)
+	}
+	fds, err := dupFiles(files)
 	if err != nil {
 		return 0, err
 	}
@@ -312,9 +366,22 @@ func (c *Conn) Kill(sig int) error {
 func (c *Conn) Attach(ctx context.Context, tag string) (pid int, running bool, exit *Exit, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	r, err := c.exchange(ctx, NewPacket("WAIT").Add("tag", tag), nil)
+	if err := ctx.Err(); err != nil {
+		return 0, false, nil, err
+	}
+	if err := c.send(ctx, NewPacket("WAIT").Add("tag", tag), nil); err != nil {
+		return 0, false, nil, err
+	}
+	r, fds, err := c.readFDs(ctx)
 	if err != nil {
 		return 0, false, nil, err
+	}
+	if v, _ := r.Get("tty"); v == "1" && len(fds) == 1 {
+		c.master = os.NewFile(uintptr(fds[0]), "pty-master:"+tag)
+	} else {
+		for _, fd := range fds {
+			syscall.Close(fd)
+		}
 	}
 	switch r.Op {
 	case "RUNNING", "EXITED":
@@ -336,6 +403,16 @@ func (c *Conn) Attach(ctx context.Context, tag string) (pid int, running bool, e
 		return 0, false, nil, remoteErr("WAIT", r)
 	}
 	return 0, false, nil, unexpected("WAIT", r)
+}
+
+// TakeMaster returns the terminal master the last Attach received (nil if
+// the process has no terminal); the caller owns it.
+func (c *Conn) TakeMaster() *os.File {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := c.master
+	c.master = nil
+	return m
 }
 
 // Signal sends sig to the process group of the tagged process.

@@ -15,11 +15,16 @@
 // Protocol: every packet is a sequence of NUL-terminated strings, the op first
 // and then key=value fields; requests are at most MaxPacket bytes.
 //
-//	EXEC arg=.. (1+) env=.. cwd= uid= gid= groups=1,2 tag=   + 3 fds (SCM_RIGHTS)
+//	EXEC arg=.. (1+) env=.. cwd= uid= gid= groups=1,2 tag= tty=1   + 3 fds (SCM_RIGHTS)
 //	    -> STARTED pid=N | ERROR errno=N msg=.. [step=setgroups|setresuid|chdir|exec|..]
 //	    later, on the same connection: EXITED pid= status= utime_us= stime_us= maxrss_kb=
+//	    tty=1: the fds are a terminal slave; the child becomes a session leader
+//	    with it as controlling terminal (TIOCSCTTY). A 4th fd, allowed with
+//	    tag and tty=1, is the terminal's master: the init keeps it with the
+//	    tag's record and passes it back on WAIT.
 //	KILL sig=N        signals the connection's process group; no reply
 //	WAIT tag=T        -> EXITED.. | RUNNING pid=N (then EXITED later) | ERROR errno=3
+//	                  (tty=1 and the kept master fd when the process has one)
 //	SIGNAL tag=T sig=N -> OK | ERROR
 //	PS                -> PS proc=TAG:PID:RUNNING.. [more=1: another PS packet follows]
 //	PING              -> PONG

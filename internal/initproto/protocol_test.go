@@ -66,7 +66,7 @@ func TestBadPackets(t *testing.T) {
 		{strings.Repeat("x", MaxPacket+100) + "\x00", "errno=90"}, // EMSGSIZE
 		{"PING", "errno=22"}, // not NUL-terminated
 		{"NOPE\x00", "unknown op"},
-		{"EXEC\x00arg=true\x00", "exactly 3 fds"},
+		{"EXEC\x00arg=true\x00", "needs 3 fds"},
 		{"SIGNAL\x00tag=x\x00sig=999\x00", "bad sig"},
 		{"PING\x00" + strings.Repeat("\x00", 70000), "too many fields"},
 		{"PING\x00", "PONG\x00"},

@@ -1,16 +1,23 @@
 // Package drivertest is the conformance suite every sandbox backend driver must
 // pass. A backend's own test calls Run with a factory for fresh driver instances
-// and the lower directories of an image that has a POSIX shell with the usual
-// utilities (sh, echo, cat, sleep, id, pwd, dd, head, mv, kill) and either python3
-// or a busybox nc; dsec's default images (debian, busybox) both qualify.
+// and the layers of an image that has a POSIX shell with the usual utilities (sh,
+// echo, cat, sleep, id, pwd, dd, head, mv, kill, stty, tty) and either python3 or a
+// busybox nc; dsec's default images (debian, busybox) both qualify. The mock
+// driver runs host programs, so there the host is the image.
 //
 // The suite starts real sandboxes and checks what a user of the driver relies on:
-// exec with pipes, exit codes and signals, start failures (127/126), environment,
-// working directory and credentials, tagged processes that outlive their
-// connection, signals, the root directory, dialing into the sandbox's loopback,
-// Done and Destroy, recovery by a fresh driver instance after an agent restart,
-// pause (if the instance implements driver.Pauser), the OOM flag and concurrent
-// execs. Every sandbox it starts is destroyed when its subtest ends.
+// exec with streams, exit codes and signals, start failures (127/126),
+// environment, working directory and credentials, tagged processes that outlive
+// their connection, signals, files through the instance, dialing into the
+// sandbox's loopback, Done and Destroy, recovery by a fresh driver instance after
+// an agent restart, pause, the OOM flag, concurrent execs and terminals (size,
+// resize, ^C, a terminal process that survives a restart). What a driver's
+// Capabilities do not claim (isolation, credentials, limits, pause, tty) is
+// skipped. Every sandbox it starts is destroyed when its subtest ends.
+//
+// Processes run with cwd "/" and name the sandbox's files by relative paths
+// ("tmp/x"), so that a driver whose processes see the host's "/" (the mock)
+// passes the same checks.
 package drivertest
 
 import (
@@ -18,7 +25,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -33,6 +39,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/testprog"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -48,26 +55,46 @@ const opTimeout = 30 * time.Second
 // must return a fresh instance with the same configuration (the recovery tests
 // use a second instance the way a restarted agent would), and it registers the
 // instance's own release with t.Cleanup. lower is Spec.Lower for every sandbox.
-func Run(t *testing.T, newDriver func(t *testing.T) driver.Driver, lower []string) {
-	s := &suite{newDriver: newDriver, lower: lower}
+func Run(t *testing.T, newDriver func(t *testing.T) driver.Driver, layers []driver.Layer) {
+	s := &suite{newDriver: newDriver, layers: layers}
+	probe := newDriver(t)
+	s.caps = probe.Capabilities()
 	t.Run("ExecEcho", s.testExecEcho)
 	t.Run("ExitCodesAndSignals", s.testExitCodes)
 	t.Run("StartFailure", s.testStartFailure)
 	t.Run("EnvCwdCredentials", s.testEnvCwdCredentials)
 	t.Run("TaggedProcessOutlivesConnection", s.testTagged)
 	t.Run("Signal", s.testSignal)
-	t.Run("Root", s.testRoot)
+	t.Run("FS", s.testFS)
 	t.Run("Dial", s.testDial)
 	t.Run("DoneAndDestroy", s.testDoneAndDestroy)
 	t.Run("Recover", s.testRecover)
 	t.Run("PauseResume", s.testPause)
 	t.Run("OOMKilled", s.testOOM)
 	t.Run("ConcurrentExec", s.testConcurrentExec)
+	t.Run("TTY", s.testTTY)
+	t.Run("TTYResize", s.testTTYResize)
+	t.Run("TTYInterrupt", s.testTTYInterrupt)
+	t.Run("TTYInteractiveProgram", s.testTTYInteractive)
+	t.Run("TTYBackgroundSurvivesRestart", s.testTTYRecover)
+	t.Run("TTYStdinEOF", s.testTTYStdinEOF)
+	t.Run("TTYBadInput", s.testTTYBadInput)
 }
 
 type suite struct {
 	newDriver func(t *testing.T) driver.Driver
-	lower     []string
+	layers    []driver.Layer
+	caps      driver.Capabilities
+}
+
+// isolated reports whether the sandbox is separated from the host.
+func (s *suite) isolated() bool { return s.caps.Isolation != driver.IsolationNone }
+
+func (s *suite) needTTY(t *testing.T) {
+	t.Helper()
+	if !s.caps.TTY {
+		t.Skip("the driver does not claim the TTY capability")
+	}
 }
 
 // NewID returns a fresh short sandbox ID (unix socket paths are short).
@@ -84,7 +111,7 @@ func ctxT(t *testing.T) context.Context {
 }
 
 func (s *suite) spec(mod func(*driver.Spec)) driver.Spec {
-	sp := driver.Spec{ID: NewID("dt"), Lower: s.lower, CPU: 1, Memory: 256 << 20, Disk: 64 << 20, PidsMax: 256}
+	sp := driver.Spec{ID: NewID("dt"), Layers: s.layers, CPU: 1, Memory: 256 << 20, Disk: 64 << 20, PidsMax: 256}
 	if mod != nil {
 		mod(&sp)
 	}
@@ -140,55 +167,22 @@ func ps(args ...string) driver.ProcSpec {
 
 func sh(script string) driver.ProcSpec { return ps("/bin/sh", "-c", script) }
 
-// Exec runs p in inst with pipes for stdin (fed from stdin), stdout and stderr
-// and waits for it.
+// Exec runs p in inst with stdin fed from stdin and waits for it.
 func Exec(ctx context.Context, inst driver.Instance, p driver.ProcSpec, stdin string) (Result, error) {
-	var child, host [3]*os.File
-	closeAll := func(fs [3]*os.File) {
-		for _, f := range fs {
-			if f != nil {
-				f.Close()
-			}
-		}
+	var out [2]bytes.Buffer
+	stdio := driver.Stdio{Stdout: &out[0], Stderr: &out[1]}
+	if stdin != "" {
+		stdio.Stdin = strings.NewReader(stdin)
 	}
-	for i := range 3 {
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeAll(child)
-			closeAll(host)
-			return Result{}, err
-		}
-		if i == 0 {
-			child[i], host[i] = r, w
-		} else {
-			child[i], host[i] = w, r
-		}
-	}
-	defer closeAll(host)
-	pr, err := inst.Exec(ctx, p, child)
-	closeAll(child)
+	pr, err := inst.Exec(ctx, p, stdio)
 	if err != nil {
 		return Result{}, err
 	}
 	defer pr.Close()
-	go func() {
-		_, _ = io.WriteString(host[0], stdin)
-		host[0].Close()
-	}()
-	var out [2]bytes.Buffer
-	var wg sync.WaitGroup
-	for i := range 2 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			_, _ = io.Copy(&out[i], host[i+1])
-		}()
-	}
 	ex, err := pr.Wait(ctx)
 	if err != nil {
 		return Result{}, fmt.Errorf("wait: %w", err)
 	}
-	wg.Wait()
 	return Result{Stdout: out[0].String(), Stderr: out[1].String(), Exit: ex}, nil
 }
 
@@ -216,18 +210,9 @@ func mustSh(t *testing.T, inst driver.Instance, script string) string {
 // connection at once.
 func background(t *testing.T, inst driver.Instance, tag, script string) {
 	t.Helper()
-	var stdio [3]*os.File
-	for i := range stdio {
-		f, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		stdio[i] = f
-	}
 	p := sh(script)
 	p.Tag = tag
-	pr, err := inst.Exec(ctxT(t), p, stdio)
+	pr, err := inst.Exec(ctxT(t), p, driver.Stdio{})
 	if err != nil {
 		t.Fatalf("Exec(tag %s): %v", tag, err)
 	}
@@ -281,20 +266,10 @@ func (s *suite) testExecEcho(t *testing.T) {
 
 // execSlow runs p, writes stdin only after 200ms and reads stdout slowly.
 func execSlow(ctx context.Context, inst driver.Instance, p driver.ProcSpec, stdin string) (Result, error) {
-	inR, inW, err := os.Pipe()
-	if err != nil {
-		return Result{}, err
-	}
+	inR, inW := io.Pipe()
 	defer inW.Close()
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		return Result{}, err
-	}
-	defer outR.Close()
-	pr, err := inst.Exec(ctx, p, [3]*os.File{inR, outW, outW})
-	inR.Close()
-	outW.Close()
+	out := &slowWriter{}
+	pr, err := inst.Exec(ctx, p, driver.Stdio{Stdin: inR, Stdout: out, Stderr: out})
 	if err != nil {
 		return Result{}, err
 	}
@@ -304,26 +279,19 @@ func execSlow(ctx context.Context, inst driver.Instance, p driver.ProcSpec, stdi
 		_, _ = io.WriteString(inW, stdin)
 		inW.Close()
 	}()
-	var out bytes.Buffer
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := outR.Read(buf)
-			out.Write(buf[:n])
-			if err != nil {
-				return
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}()
 	ex, err := pr.Wait(ctx)
 	if err != nil {
 		return Result{}, err
 	}
-	<-done
-	return Result{Stdout: out.String(), Exit: ex}, nil
+	return Result{Stdout: out.b.String(), Exit: ex}, nil
+}
+
+// slowWriter takes a millisecond per write.
+type slowWriter struct{ b bytes.Buffer }
+
+func (w *slowWriter) Write(p []byte) (int, error) {
+	time.Sleep(time.Millisecond)
+	return w.b.Write(p)
 }
 
 func (s *suite) testExitCodes(t *testing.T) {
@@ -356,8 +324,8 @@ func (s *suite) testStartFailure(t *testing.T) {
 	if r.Exit.Code != 127 || r.Exit.StartErr == "" {
 		t.Errorf("missing command in PATH: exit %+v, want code 127 with StartErr", r.Exit)
 	}
-	mustSh(t, inst, "echo 'echo x' > /tmp/noexec; chmod 644 /tmp/noexec")
-	r = mustExec(t, inst, ps("/tmp/noexec"))
+	mustSh(t, inst, "echo 'echo x' > tmp/noexec; chmod 644 tmp/noexec")
+	r = mustExec(t, inst, ps("./tmp/noexec"))
 	if r.Exit.Code != 126 || r.Exit.StartErr == "" {
 		t.Errorf("non-executable file: exit %+v, want code 126 with StartErr", r.Exit)
 	}
@@ -378,20 +346,33 @@ func (s *suite) testEnvCwdCredentials(t *testing.T) {
 	p := sh(`echo "$FOO|$EMPTY|$(pwd)|$(id -u)|$(id -g)|$(id -G)"; env | grep -c '^NOT_SET=' || true`)
 	p.Env = append(p.Env, "FOO=bar baz", "EMPTY=")
 	p.Cwd = "/tmp"
-	p.UID, p.GID, p.Groups = 1234, 2345, []int{3456}
+	if s.caps.Credentials {
+		p.UID, p.GID, p.Groups = 1234, 2345, []int{3456}
+	}
+	t.Setenv("NOT_SET", "the test's own environment")
 	r := mustExec(t, inst, p)
 	lines := strings.Split(strings.TrimSuffix(r.Stdout, "\n"), "\n")
 	if r.Exit.Code != 0 || len(lines) != 2 {
 		t.Fatalf("env/cwd/ids: exit %+v stdout %q stderr %q", r.Exit, r.Stdout, r.Stderr)
 	}
 	f := strings.Split(lines[0], "|")
-	if len(f) != 6 || f[0] != "bar baz" || f[1] != "" || f[2] != "/tmp" || f[3] != "1234" || f[4] != "2345" {
-		t.Errorf("env/cwd/ids = %q, want bar baz||/tmp|1234|2345|...", lines[0])
-	} else if groups := strings.Fields(f[5]); !contains(groups, "3456") || !contains(groups, "2345") {
-		t.Errorf("id -G = %q, want 2345 and supplementary 3456", f[5])
+	cwdOK := len(f) > 2 && (f[2] == "/tmp" || !s.isolated() && strings.HasSuffix(f[2], "/tmp"))
+	switch {
+	case len(f) != 6 || f[0] != "bar baz" || f[1] != "" || !cwdOK:
+		t.Errorf("env/cwd = %q, want bar baz||/tmp|...", lines[0])
+	case !s.caps.Credentials:
+	case f[3] != "1234" || f[4] != "2345":
+		t.Errorf("ids = %q, want 1234|2345", lines[0])
+	default:
+		if groups := strings.Fields(f[5]); !contains(groups, "3456") || !contains(groups, "2345") {
+			t.Errorf("id -G = %q, want 2345 and supplementary 3456", f[5])
+		}
 	}
 	if lines[1] != "0" {
 		t.Errorf("the process sees variables it was not given: %q", lines[1])
+	}
+	if !s.caps.Credentials {
+		return
 	}
 	// A non-root process really is unprivileged: it cannot write root's files.
 	p = sh("echo x > /etc/dt-denied")
@@ -417,12 +398,12 @@ func contains(list []string, s string) bool {
 func (s *suite) testTagged(t *testing.T) {
 	_, inst, _ := s.startNew(t, nil)
 	// Still running when attached.
-	background(t, inst, "slow", "sleep 0.5; echo done > /tmp/slow; exit 7")
+	background(t, inst, "slow", "sleep 0.5; echo done > tmp/slow; exit 7")
 	// Already finished when attached.
 	background(t, inst, "fast", "exit 9")
 	time.Sleep(100 * time.Millisecond)
 
-	pr, err := inst.Attach(ctxT(t), "slow")
+	pr, err := inst.Attach(ctxT(t), "slow", driver.Stdio{})
 	if err != nil {
 		t.Fatalf("Attach(slow): %v", err)
 	}
@@ -430,11 +411,11 @@ func (s *suite) testTagged(t *testing.T) {
 	if ex := waitExit(t, pr, 10*time.Second); ex.Code != 7 || ex.Signal != 0 {
 		t.Errorf("attached slow process exit %+v, want code 7", ex)
 	}
-	if out := mustSh(t, inst, "cat /tmp/slow"); out != "done\n" {
+	if out := mustSh(t, inst, "cat tmp/slow"); out != "done\n" {
 		t.Errorf("the tagged process did not run to its end after Close: %q", out)
 	}
 	waitFor(t, 5*time.Second, "fast process exit recorded", func() bool {
-		pr, err := inst.Attach(ctxT(t), "fast")
+		pr, err := inst.Attach(ctxT(t), "fast", driver.Stdio{})
 		if err != nil {
 			t.Fatalf("Attach(fast): %v", err)
 		}
@@ -442,7 +423,7 @@ func (s *suite) testTagged(t *testing.T) {
 		return waitExit(t, pr, 10*time.Second).Code == 9
 	})
 	// Attaching twice reports the same exit.
-	pr2, err := inst.Attach(ctxT(t), "slow")
+	pr2, err := inst.Attach(ctxT(t), "slow", driver.Stdio{})
 	if err != nil {
 		t.Fatalf("second Attach(slow): %v", err)
 	}
@@ -450,7 +431,7 @@ func (s *suite) testTagged(t *testing.T) {
 	if ex := waitExit(t, pr2, 10*time.Second); ex.Code != 7 {
 		t.Errorf("second attach: exit %+v, want code 7", ex)
 	}
-	if _, err := inst.Attach(ctxT(t), "never-started"); !errdefs.Is(err, api.CodeNotFound) {
+	if _, err := inst.Attach(ctxT(t), "never-started", driver.Stdio{}); !errdefs.Is(err, api.CodeNotFound) {
 		t.Errorf("Attach(unknown tag) = %v, want a not_found error", err)
 	}
 }
@@ -458,12 +439,7 @@ func (s *suite) testTagged(t *testing.T) {
 func (s *suite) testSignal(t *testing.T) {
 	_, inst, _ := s.startNew(t, nil)
 	for _, sig := range []unix.Signal{unix.SIGKILL, unix.SIGTERM} {
-		null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pr, err := inst.Exec(ctxT(t), ps("sleep", "100"), [3]*os.File{null, null, null})
-		null.Close()
+		pr, err := inst.Exec(ctxT(t), ps("sleep", "100"), driver.Stdio{})
 		if err != nil {
 			t.Fatalf("Exec(sleep): %v", err)
 		}
@@ -481,88 +457,79 @@ func (s *suite) testSignal(t *testing.T) {
 		}
 	}
 	// Signal reaches the whole process group, not just the leader.
-	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-	pr, err := inst.Exec(ctxT(t), sh("sleep 100 & echo $! > /tmp/child; wait"), [3]*os.File{null, null, null})
-	null.Close()
+	pr, err := inst.Exec(ctxT(t), sh("sleep 100 & echo $! > tmp/child; wait"), driver.Stdio{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pr.Close()
 	waitFor(t, 5*time.Second, "child pid file", func() bool {
-		return mustExec(t, inst, sh("test -s /tmp/child")).Exit.Code == 0
+		return mustExec(t, inst, sh("test -s tmp/child")).Exit.Code == 0
 	})
 	_ = pr.Signal(int(unix.SIGKILL))
 	waitExit(t, pr, 10*time.Second)
 	waitFor(t, 5*time.Second, "the child of the signalled process to die", func() bool {
-		return mustExec(t, inst, sh(`kill -0 "$(cat /tmp/child)" 2>/dev/null`)).Exit.Code != 0
+		return mustExec(t, inst, sh(`kill -0 "$(cat tmp/child)" 2>/dev/null`)).Exit.Code != 0
 	})
 }
 
-// openIn opens name inside root the way a file API must: every path component,
-// including symlinks, resolved inside root.
-func openIn(root *os.File, name string, flags int, mode uint32) (*os.File, error) {
-	fd, err := unix.Openat2(int(root.Fd()), name, &unix.OpenHow{
-		Flags: uint64(flags | unix.O_CLOEXEC), Mode: uint64(mode), Resolve: unix.RESOLVE_IN_ROOT,
-	})
-	if err != nil {
-		return nil, &os.PathError{Op: "openat2", Path: name, Err: err}
-	}
-	return os.NewFile(uintptr(fd), name), nil
-}
-
-func readIn(root *os.File, name string) ([]byte, error) {
-	f, err := openIn(root, name, unix.O_RDONLY, 0)
+// readFS reads a whole file through the instance's file system.
+func readFS(ctx context.Context, fs session.FS, name string) ([]byte, error) {
+	r, _, err := fs.Open(ctx, name)
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	return io.ReadAll(f)
+	defer r.Close()
+	return io.ReadAll(r)
 }
 
-func (s *suite) testRoot(t *testing.T) {
-	_, inst, _ := s.startNew(t, nil)
-	root, err := inst.Root()
+func openFS(t *testing.T, inst driver.Instance) session.FS {
+	t.Helper()
+	fs, err := inst.FS(ctxT(t))
 	if err != nil {
-		t.Fatalf("Root: %v", err)
+		t.Fatalf("FS: %v", err)
 	}
-	defer root.Close()
-	fi, err := root.Stat()
-	if err != nil || !fi.IsDir() {
-		t.Fatalf("Root() is not a directory: %v %v", fi, err)
-	}
-	_, err1 := readIn(root, "etc/os-release")
-	sh, err2 := openIn(root, "bin/sh", unix.O_PATH, 0)
-	if err1 != nil && err2 != nil {
-		t.Errorf("neither /etc/os-release (%v) nor /bin/sh (%v) under Root()", err1, err2)
-	}
-	if sh != nil {
-		sh.Close()
+	t.Cleanup(func() { fs.Close() })
+	return fs
+}
+
+func (s *suite) testFS(t *testing.T) {
+	_, inst, _ := s.startNew(t, nil)
+	ctx := ctxT(t)
+	fs := openFS(t, inst)
+	if fi, err := fs.Stat(ctx, "/"); err != nil || fi.Type != "dir" {
+		t.Fatalf("Stat(/) = %+v, %v; want a directory", fi, err)
 	}
 	// Host → sandbox.
-	f, err := openIn(root, "tmp/from-host", unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL, 0o644)
-	if err != nil {
-		t.Fatalf("create through Root: %v", err)
+	if _, err := fs.WriteFile(ctx, "/tmp/from-host", 0o644, strings.NewReader("written through FS\n"), 1<<20); err != nil {
+		t.Fatalf("write through FS: %v", err)
 	}
-	if _, err := f.WriteString("written through root\n"); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if out := mustSh(t, inst, "cat /tmp/from-host"); out != "written through root\n" {
-		t.Errorf("Exec sees %q, want the file written through Root", out)
+	if out := mustSh(t, inst, "cat tmp/from-host"); out != "written through FS\n" {
+		t.Errorf("Exec sees %q, want the file written through FS", out)
 	}
 	// Sandbox → host.
-	mustSh(t, inst, "echo from sandbox > /tmp/from-sandbox")
-	if b, err := readIn(root, "tmp/from-sandbox"); err != nil || string(b) != "from sandbox\n" {
-		t.Errorf("read through Root: %q, %v", b, err)
+	mustSh(t, inst, "echo from sandbox > tmp/from-sandbox")
+	if b, err := readFS(ctx, fs, "tmp/from-sandbox"); err != nil || string(b) != "from sandbox\n" {
+		t.Errorf("read through FS: %q, %v", b, err)
 	}
-	// Root is the sandbox's root, not the host's: a file only on the host is absent.
-	hostOnly, err := os.CreateTemp("/tmp", "dt-host-only-")
-	if err == nil {
-		hostOnly.Close()
-		defer os.Remove(hostOnly.Name())
-		if _, err := readIn(root, hostOnly.Name()); err == nil {
-			t.Errorf("host file %s is visible under Root()", hostOnly.Name())
+	// Paths resolve inside the sandbox: ".." and an absolute symlink stay in it.
+	mustSh(t, inst, "ln -s / tmp/abs-link")
+	hostOnly, err := os.CreateTemp("", "dt-host-only-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostOnly.Close()
+	defer os.Remove(hostOnly.Name())
+	for _, p := range []string{"/../../../../" + hostOnly.Name(), "tmp/abs-link" + hostOnly.Name()} {
+		if _, err := readFS(ctx, fs, p); err == nil {
+			t.Errorf("host file %s is reachable through FS as %s", hostOnly.Name(), p)
 		}
+	}
+	if !s.isolated() {
+		return
+	}
+	// The sandbox's "/" is not the host's: a host-only file is absent.
+	if _, err := readFS(ctx, fs, hostOnly.Name()); err == nil {
+		t.Errorf("host file %s is visible through FS", hostOnly.Name())
 	}
 }
 
@@ -577,26 +544,34 @@ func listenerScript(port int) driver.ProcSpec {
 
 func (s *suite) testDial(t *testing.T) {
 	_, inst, _ := s.startNew(t, nil)
-	// A port that is listening on the host must not be reachable through Dial.
-	hostL, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hostL.Close()
-	hostPort := hostL.Addr().(*net.TCPAddr).Port
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if c, err := inst.Dial(ctx, hostPort); err == nil {
-		c.Close()
-		t.Errorf("Dial(%d) reached the host's listener: the sandbox has no network isolation", hostPort)
+	port := 8471
+	if s.isolated() {
+		// A port that is listening on the host must not be reachable through Dial.
+		hostL, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer hostL.Close()
+		hostPort := hostL.Addr().(*net.TCPAddr).Port
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if c, err := inst.Dial(ctx, hostPort); err == nil {
+			c.Close()
+			t.Errorf("Dial(%d) reached the host's listener: the sandbox has no network isolation", hostPort)
+		}
+	} else {
+		// The host's loopback is shared: take a port nobody listens on.
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = l.Addr().(*net.TCPAddr).Port
+		l.Close()
 	}
 
-	const port = 8471
-	null, _ := os.OpenFile(os.DevNull, os.O_RDWR, 0)
 	lp := listenerScript(port)
 	lp.Tag = "listener"
-	pr, err := inst.Exec(ctxT(t), lp, [3]*os.File{null, null, null})
-	null.Close()
+	pr, err := inst.Exec(ctxT(t), lp, driver.Stdio{})
 	if err != nil {
 		t.Fatalf("start listener: %v", err)
 	}
@@ -655,23 +630,38 @@ func (s *suite) testDoneAndDestroy(t *testing.T) {
 	if _, err := Exec(ctx, inst, ps("true"), ""); !errdefs.Is(err, api.CodeSandboxGone) {
 		t.Errorf("Exec after Destroy = %v, want a sandbox_gone error", err)
 	}
-	if f, err := inst.Root(); err == nil {
-		f.Close()
-		t.Errorf("Root after Destroy succeeded")
+	if fs, err := inst.FS(ctx); err == nil {
+		fs.Close()
+		t.Errorf("FS after Destroy succeeded")
 	}
-	if _, err := inst.Attach(ctx, "busy"); err == nil {
+	if _, err := inst.Attach(ctx, "busy", driver.Stdio{}); err == nil {
 		t.Errorf("Attach after Destroy succeeded")
 	}
 
-	// Start with a lower directory that does not exist fails, and leaves the
-	// driver able to start the same ID again.
+	// Start with a layer that does not exist fails, and leaves the driver able
+	// to start the same ID again.
 	d := s.newDriver(t)
-	bad := s.spec(func(sp *driver.Spec) { sp.Lower = []string{"/nonexistent/dsec-lower"} })
+	bad := s.spec(func(sp *driver.Spec) {
+		sp.Layers = []driver.Layer{{Kind: driver.LayerDir, Path: "/nonexistent/dsec-lower"}}
+	})
 	if inst, err := d.Start(ctxT(t), bad); err == nil {
 		destroy(t, inst)
-		t.Errorf("Start with a missing lower directory succeeded")
+		t.Errorf("Start with a missing layer directory succeeded")
 	}
-	bad.Lower = s.lower
+	// A layer kind the driver does not take is invalid_argument.
+	for _, kind := range []string{driver.LayerDir, driver.LayerEROFS, "squashfs"} {
+		if contains(s.caps.LayerKinds, kind) {
+			continue
+		}
+		bad.Layers = append([]driver.Layer{{Kind: kind, Path: "/nonexistent/dsec-layer.img"}}, s.layers...)
+		if inst, err := d.Start(ctxT(t), bad); !errdefs.Is(err, api.CodeInvalidArgument) {
+			if err == nil {
+				destroy(t, inst)
+			}
+			t.Errorf("Start with a %q layer = %v, want invalid_argument (the driver takes %v)", kind, err, s.caps.LayerKinds)
+		}
+	}
+	bad.Layers = s.layers
 	inst2 := start(t, d, bad)
 	if out := mustSh(t, inst2, "echo again"); out != "again\n" {
 		t.Errorf("restart after failed Start: %q", out)
@@ -680,7 +670,7 @@ func (s *suite) testDoneAndDestroy(t *testing.T) {
 
 func (s *suite) testRecover(t *testing.T) {
 	d1, inst, sp := s.startNew(t, nil)
-	mustSh(t, inst, "echo persisted > /tmp/rec")
+	mustSh(t, inst, "echo persisted > tmp/rec")
 	background(t, inst, "rec", "sleep 1; exit 5")
 	state := inst.State()
 	if len(state) == 0 {
@@ -702,10 +692,10 @@ func (s *suite) testRecover(t *testing.T) {
 		t.Fatal("recovered Done() is closed while the sandbox runs")
 	default:
 	}
-	if out := mustSh(t, inst2, "cat /tmp/rec"); out != "persisted\n" {
+	if out := mustSh(t, inst2, "cat tmp/rec"); out != "persisted\n" {
 		t.Errorf("recovered sandbox lost its file: %q", out)
 	}
-	pr, err := inst2.Attach(ctxT(t), "rec")
+	pr, err := inst2.Attach(ctxT(t), "rec", driver.Stdio{})
 	if err != nil {
 		t.Fatalf("Attach through the recovered instance: %v", err)
 	}
@@ -736,22 +726,17 @@ func (s *suite) testRecover(t *testing.T) {
 	}
 }
 
-// fileSize is the size of name inside root, 0 if it does not exist yet.
-func fileSize(t *testing.T, root *os.File, name string) int64 {
+// fileSize is the size of name in the sandbox, 0 if it does not exist yet.
+func fileSize(t *testing.T, fs session.FS, name string) int64 {
 	t.Helper()
-	f, err := openIn(root, name, unix.O_RDONLY, 0)
-	if errors.Is(err, unix.ENOENT) {
+	fi, err := fs.Stat(ctxT(t), name)
+	if errdefs.Is(err, api.CodeNotFound) {
 		return 0
 	}
 	if err != nil {
-		t.Fatalf("open %s: %v", name, err)
+		t.Fatalf("stat %s: %v", name, err)
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fi.Size()
+	return fi.Size
 }
 
 // testPause defines what pausing means: every process of the sandbox stops making
@@ -760,15 +745,14 @@ func fileSize(t *testing.T, root *os.File, name string) int64 {
 func (s *suite) testPause(t *testing.T) {
 	_, inst, _ := s.startNew(t, nil)
 	p, ok := inst.(driver.Pauser)
+	if ok != s.caps.Pause {
+		t.Fatalf("Capabilities().Pause = %v, but the instance implements driver.Pauser: %v", s.caps.Pause, ok)
+	}
 	if !ok {
-		t.Skip("the instance does not implement driver.Pauser")
+		t.Skip("the driver does not claim the Pause capability")
 	}
-	root, err := inst.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
-	background(t, inst, "counter", "while :; do echo x >> /tmp/counter; sleep 0.02; done")
+	root := openFS(t, inst)
+	background(t, inst, "counter", "while :; do echo x >> tmp/counter; sleep 0.02; done")
 	growing := func(what string) {
 		t.Helper()
 		s0 := fileSize(t, root, "tmp/counter")
@@ -805,6 +789,9 @@ func (s *suite) testPause(t *testing.T) {
 }
 
 func (s *suite) testOOM(t *testing.T) {
+	if !s.caps.Limits {
+		t.Skip("the driver does not claim the Limits capability")
+	}
 	_, inst, _ := s.startNew(t, func(sp *driver.Spec) { sp.Memory = 64 << 20 })
 	// dd's buffer alone is four times the limit.
 	r := mustExec(t, inst, ps("dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1"))
