@@ -64,10 +64,12 @@ func TestCLISIGTERMEnds(t *testing.T) {
 		t.Fatalf("timeout 2 dsec exec sleep: exit %d after %v, err %q", code, took, errs)
 	}
 	// A command that ignores SIGTERM: dsec gives up 2 s later with 128+15.
-	_, errs, code, took = n.timed(t, []string{"--preserve-status", "-s", "TERM", "2"},
-		"exec", id, "--", "sh", "-c", `trap '' TERM; sleep 100`)
-	if code != 143 || !strings.Contains(errs, "gave up") || took < 3500*time.Millisecond || took > 9*time.Second {
-		t.Fatalf("dsec exec ignoring SIGTERM: exit %d after %v, err %q (want 143 after the 2 s grace)", code, took, errs)
+	for _, extra := range [][]string{nil, {"-t"}} {
+		args := append(append([]string{"exec"}, extra...), id, "--", "sh", "-c", `trap '' TERM; sleep 100`)
+		_, errs, code, took := n.timed(t, []string{"--preserve-status", "-s", "TERM", "2"}, args...)
+		if code != 143 || !strings.Contains(errs, "gave up") || took < 3500*time.Millisecond || took > 9*time.Second {
+			t.Fatalf("dsec %v ignoring SIGTERM: exit %d after %v, err %q (want 143 after the 2 s grace)", args, code, took, errs)
+		}
 	}
 	// Nothing of those commands is left running in the sandbox.
 	time.Sleep(500 * time.Millisecond)
