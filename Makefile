@@ -7,7 +7,8 @@
 #   make test-unprivileged   the mock-driver suites as nobody (no root, no images)
 #   make demo    setup + build, then bin/dsec demo
 #   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
-#   make fuzz    every Fuzz* target for FUZZTIME (default 15s) each
+#   make fuzz    every Fuzz* target for FUZZTIME (default 15s) each, then the C
+#                parsers' libFuzzer harnesses for CFUZZTIME seconds (default 10) each
 #   make clean
 
 SHELL       := /bin/bash
@@ -20,6 +21,7 @@ GO        ?= go
 # Debian's python3 (with python3-pytest), not whatever python3 comes first on PATH.
 PYTHON    ?= /usr/bin/python3
 FUZZTIME  ?= 15s
+CFUZZTIME ?= 10
 # Test packages run 2 at a time: tests that create sandboxes contend for the
 # same 2 cores, cgroups and images.
 TESTFLAGS ?= -race -count=1 -p 2 -timeout 30m
@@ -47,9 +49,10 @@ build: init
 test: setup build
 	$(GO) vet ./...
 	DSEC_E2E_RACE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./scripts/testreport -allow .ci/skips.allow
+	$(MAKE) fuzz FUZZTIME=1s CFUZZTIME=5
 	$(MAKE) test-unprivileged
-	$(MAKE) test-python
 	$(MAKE) test-e2b
+	$(MAKE) test-python
 
 # The E2B acceptance suite: the pinned, unmodified e2b npm package against a real
 # `dsec server` (bin/dsec), as root; needs node >= 20.18 and npm (npm ci on first run).
@@ -86,8 +89,12 @@ bench: setup build
 	bin/dsec bench density --n 3200 --json
 	sh test/e2b/run.sh bench
 
+# Go targets (scripts/fuzz.sh), then the C init's and zygote's packet parsers
+# under clang -fsanitize=fuzzer,address,undefined (scripts/cfuzz.sh). make test
+# runs it bounded: 1 s per Go target, 5 s per C harness (134 s measured here at load 4-7).
 fuzz:
 	FUZZTIME=$(FUZZTIME) GO=$(GO) sh scripts/fuzz.sh
+	CFUZZTIME=$(CFUZZTIME) sh scripts/cfuzz.sh
 
 clean:
 	rm -rf bin internal/initbin/dsec-init internal/fncall/dsec-fncall

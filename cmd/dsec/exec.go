@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -146,7 +147,19 @@ func runExecWith(ctx context.Context, cl *client.Client, id string, req api.Exec
 	if o.size != "" && !o.tty {
 		return errors.New("--size needs -t")
 	}
-	sopts := client.StreamOptions{Stdout: os.Stdout, Stderr: os.Stderr}
+	ctx, sigs, stopSignals := forwardSignals(ctx)
+	sopts := client.StreamOptions{Stdout: os.Stdout, Stderr: os.Stderr, Signals: sigs}
+	err = execStreamed(ctx, cl, id, req, o, sopts)
+	gaveUp := ctx.Err() != nil // before stopSignals cancels it
+	if sig := stopSignals(); sig != 0 && gaveUp {
+		fmt.Fprintf(os.Stderr, "dsec: gave up on the command %v after %s (%v)\n", signalGrace, unix.SignalName(sig), err)
+		return exitError{128 + int(sig)}
+	}
+	return err
+}
+
+// execStreamed runs the streaming exec, with a terminal if o says so.
+func execStreamed(ctx context.Context, cl *client.Client, id string, req api.ExecRequest, o execOptions, sopts client.StreamOptions) error {
 	if o.interactive {
 		sopts.Stdin = os.Stdin
 	}

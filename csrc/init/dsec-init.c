@@ -1630,6 +1630,19 @@ static void handle_packet(struct state *s, struct conn *c, char **f, int nf, int
 	}
 }
 
+/* split_fields splits a packet of n > 0 bytes ending in NUL into its strings
+ * (f has MAX_FIELDS entries); -1 if there are more than MAX_FIELDS. */
+static int split_fields(char *buf, ssize_t n, char **f)
+{
+	int nf = 0;
+	for (char *p = buf; p < buf + n; p += strlen(p) + 1) {
+		if (nf == MAX_FIELDS)
+			return -1;
+		f[nf++] = p;
+	}
+	return nf;
+}
+
 /* conn_read receives and handles one packet. */
 static void conn_read(struct state *s, struct conn *c)
 {
@@ -1672,13 +1685,8 @@ static void conn_read(struct state *s, struct conn *c)
 	} else if (s->rbuf[n - 1] != 0) {
 		send_error(c, EINVAL, "packet not NUL-terminated");
 	} else {
-		int nf = 0;
-		for (char *p = s->rbuf; p < s->rbuf + n && nf <= MAX_FIELDS; p += strlen(p) + 1)
-			if (nf < MAX_FIELDS)
-				f[nf++] = p;
-			else
-				nf++;
-		if (nf > MAX_FIELDS)
+		int nf = split_fields(s->rbuf, n, f);
+		if (nf < 0)
 			send_error(c, E2BIG, "too many fields");
 		else
 			handle_packet(s, c, f, nf, fds, nfds);

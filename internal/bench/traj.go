@@ -129,24 +129,15 @@ func Traj(ctx context.Context, o Options) (TrajResult, error) {
 		ids = append(ids, s.ID)
 	}
 	const stepsEach = 20
-	var mu sync.Mutex
-	var wg sync.WaitGroup
 	t0 := time.Now()
-	for g := range res.Trajectories {
-		wg.Go(func() {
-			for k := 1; k <= stepsEach; k++ {
-				_, err := cl.Exec(client.WithTrajectory(ctx, fmt.Sprintf("bench-tput-%d", g), k), ids[g%len(ids)], trueReq)
-				if err != nil {
-					mu.Lock()
-					fail(err)
-					mu.Unlock()
-					return
-				}
-			}
-		})
+	ran, errs := runSteps(res.Trajectories, stepsEach, func(g, k int) error {
+		_, err := cl.Exec(client.WithTrajectory(ctx, fmt.Sprintf("bench-tput-%d", g), k), ids[g%len(ids)], trueReq)
+		return err
+	})
+	for _, err := range errs {
+		fail(err)
 	}
-	wg.Wait()
-	res.StepsPerS = round(float64(res.Trajectories*stepsEach-res.Failures)/time.Since(t0).Seconds(), 1)
+	res.StepsPerS = round(float64(ran)/time.Since(t0).Seconds(), 1)
 
 	// The log alone, on the same file system as the node's data dir.
 	dir, err := os.MkdirTemp(filepath.Dir(trajPath(d)), "trajbench-")

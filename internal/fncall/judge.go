@@ -367,8 +367,10 @@ func judge(r Result, lim Limits, t api.FnCallTest) api.FnCallTestResult {
 	case r.Killed == "output" || r.StdoutOver:
 		out.Verdict, out.Message = api.VerdictOutputLimit, fmt.Sprintf("stdout exceeded %d bytes", lim.Output)
 	case r.OOM || r.MaxRSS > lim.Memory:
-		out.Verdict, out.Message = api.VerdictMemoryLimit, fmt.Sprintf("memory limit of %d bytes exceeded", lim.Memory)
-		out.PeakMemoryBytes = max(out.PeakMemoryBytes, lim.Memory)
+		// PeakMemoryBytes stays what was measured (an OOM kill can come
+		// before the RSS the kernel reports reaches the limit).
+		out.Verdict, out.LimitHit = api.VerdictMemoryLimit, true
+		out.Message = fmt.Sprintf("memory limit of %d bytes exceeded", lim.Memory)
 	case r.Signal == unix.SIGXCPU || cpuOver:
 		out.Verdict, out.TimeLimit = api.VerdictTimeLimit, "cpu"
 		out.Message = fmt.Sprintf("CPU time limit of %v exceeded", lim.CPU)

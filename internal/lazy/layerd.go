@@ -130,6 +130,8 @@ type Daemon struct {
 	mu     sync.Mutex // guards layers and stores
 	layers map[string]*layerState
 	stores map[string]blob.Store
+	// openStore opens a blob store spec (OpenStore; tests substitute it).
+	openStore func(spec string) (blob.Store, error)
 }
 
 type rootNode struct{ fs.Inode }
@@ -256,7 +258,11 @@ func (d *Daemon) store(spec string) (blob.Store, error) {
 	if s := d.stores[spec]; s != nil {
 		return s, nil
 	}
-	s, err := OpenStore(spec)
+	open := d.openStore
+	if open == nil {
+		open = OpenStore
+	}
+	s, err := open(spec)
 	if err != nil {
 		return nil, err
 	}

@@ -9,9 +9,9 @@ import (
 	"github.com/dsec-dev/dsec/internal/blob"
 )
 
-// TestThrottle: reads through a throttled store take at least bytes/rate (less the
-// burst credit), shared across readers; an idle link does not bank credit beyond
-// the burst.
+// TestThrottle: reads through a throttled store take bytes/rate (at least, less
+// the burst credit; at most half again), shared across readers; an idle link
+// does not bank credit beyond the burst.
 func TestThrottle(t *testing.T) {
 	dir := t.TempDir()
 	st, err := OpenStore("dir:" + dir + ";rate=10000000") // 10 MB/s
@@ -34,14 +34,26 @@ func TestThrottle(t *testing.T) {
 		}
 		return time.Since(t0)
 	}
-	want := time.Duration(float64(len(data))/10e6*float64(time.Second)) - throttleBurst
-	if el := read(); el < want {
-		t.Fatalf("2 MiB at 10 MB/s took %v, want at least %v", el, want)
+	ideal := time.Duration(float64(len(data)) / 10e6 * float64(time.Second))
+	want := ideal - throttleBurst
+	fastest := time.Hour
+	for i := range 3 {
+		if i > 0 {
+			time.Sleep(300 * time.Millisecond) // idle: no credit beyond the burst
+		}
+		el := read()
+		if el < want {
+			t.Fatalf("read %d: 2 MiB at 10 MB/s took %v, want at least %v", i, el, want)
+		}
+		fastest = min(fastest, el)
 	}
-	time.Sleep(300 * time.Millisecond) // idle: no credit beyond the burst
-	if el := read(); el < want {
-		t.Fatalf("after idling, 2 MiB took %v, want at least %v", el, want)
+	// The fastest of three within half again the link's time: a throttle that
+	// overcharges (each read twice, a timer's rounding per read, sleeping past
+	// the deadline) is slower every time; a busy machine only now and then.
+	if limit := ideal * 3 / 2; fastest > limit {
+		t.Fatalf("2 MiB at 10 MB/s took at best %v, want at most %v", fastest, limit)
 	}
+	t.Logf("2 MiB at 10 MB/s: ideal %v, fastest of 3 %v", ideal, fastest)
 	if _, err := OpenStore("dir:" + dir + ";rate=0"); err == nil {
 		t.Fatal("rate=0 accepted")
 	}

@@ -38,6 +38,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			"code", e.Code, "err", err)
 	}
 	w.Header().Set(ErrorHeader, string(e.Code))
+	if r.ContentLength < 0 {
+		// A streamed body (exec/stream, an upload) may never end: without this,
+		// net/http would read it to its end before sending the answer, and a
+		// client that keeps its body open until it has the answer would hang.
+		w.Header().Set("Connection", "close")
+	}
 	writeJSON(w, e.Status, api.ErrorBody{Error: e})
 }
 

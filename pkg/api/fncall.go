@@ -135,10 +135,14 @@ type FnCallTestResult struct {
 	CPUTimeMs       float64 `json:"cpu_time_ms"`
 	WallTimeMs      float64 `json:"wall_time_ms"`
 	PeakMemoryBytes int64   `json:"peak_memory_bytes"`
-	Stdout          string  `json:"stdout"`
-	Stderr          string  `json:"stderr"`
-	StdoutTruncated bool    `json:"stdout_truncated,omitempty"`
-	StderrTruncated bool    `json:"stderr_truncated,omitempty"`
+	// LimitHit is set with a memory_limit verdict: the run hit its memory
+	// limit. PeakMemoryBytes is still the measured peak, which can be below
+	// the limit (the kernel kills at the cgroup's limit, rusage counts RSS).
+	LimitHit        bool   `json:"limit_hit,omitempty"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
 	// Message explains the verdict (first difference, the limit hit, the
 	// infrastructure failure).
 	Message string `json:"message,omitempty"`

@@ -91,6 +91,7 @@ func newTransport() *http.Transport {
 	t.MaxIdleConns = 1024
 	t.MaxIdleConnsPerHost = 512
 	t.IdleConnTimeout = 90 * time.Second
+	watchConns(t)
 	return t
 }
 
@@ -184,7 +185,9 @@ func (c *Client) roundTrip(ctx context.Context, cl call, body io.Reader) (*http.
 	if len(cl.query) > 0 {
 		u += "?" + cl.query.Encode()
 	}
-	req, err := http.NewRequestWithContext(ctx, cl.method, u, body)
+	body, rctx, end := guardBody(ctx, body)
+	defer end() // once the answer is in, the server read what it needed
+	req, err := http.NewRequestWithContext(rctx, cl.method, u, body)
 	if err != nil {
 		return nil, fmt.Errorf("dsec client: building request: %w", err)
 	}

@@ -89,7 +89,10 @@ func (c *Client) StartExecStream(ctx context.Context, id string, req api.ExecReq
 	s := &Stream{tty: req.TTY, ctx: ctx, cancel: cancel, in: &inputWriter{enc: json.NewEncoder(pw)}, pw: pw, done: make(chan struct{})}
 	// The request line goes first, whatever the input goroutines write later.
 	body := io.MultiReader(bytes.NewReader(append(first, '\n')), pr)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.addr+sandboxPath(id, "/exec/stream"), body)
+	// The input pipe fails once the request is over (ctx ends: read and shut
+	// cancel it) or its connection closed, so the transport never waits on it.
+	hctx, _ := watchBody(ctx, func(err error) { pw.CloseWithError(err) })
+	hreq, err := http.NewRequestWithContext(hctx, http.MethodPost, c.addr+sandboxPath(id, "/exec/stream"), body)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("dsec client: building request: %w", err)
@@ -112,13 +115,15 @@ func (c *Client) StartExecStream(ctx context.Context, id string, req api.ExecReq
 	}
 	resp, err := c.hc.Do(hreq)
 	if err != nil {
+		err = transportError(ctx, err) // before shut cancels ctx
 		s.shut()
-		return nil, transportError(ctx, err)
+		return nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
-		defer resp.Body.Close()
+		err := decodeError(resp) // before shut's cancel could cut the answer short
+		resp.Body.Close()
 		s.shut()
-		return nil, decodeError(resp)
+		return nil, err
 	}
 	s.resp = resp
 	go s.read(o)

@@ -77,6 +77,21 @@ class Pool:
             self._closed = False
 
 
+def _early_answer(conn: Conn, method: str) -> Optional[Tuple[int, Dict[str, str], bytes]]:
+    """The answer a server sent before it stopped reading the request body (an
+    error for a large upload), if the connection still holds one; sending the
+    rest then fails with a broken pipe, which must not hide the answer."""
+    sock = conn.sock
+    if sock is None:
+        return None
+    try:
+        resp = http.client.HTTPResponse(sock, method=method)
+        resp.begin()
+        return resp.status, lower_headers(resp.getheaders()), resp.read()
+    except (OSError, http.client.HTTPException):
+        return None
+
+
 def set_timeout(conn: Conn, req_timeout: Any, default: Optional[float]) -> None:
     t = default if req_timeout is _UNSET else req_timeout
     conn.timeout = t
@@ -106,7 +121,14 @@ def roundtrip(
     conn, _ = pool.get()
     try:
         set_timeout(conn, req.timeout, pool.timeout)
-        conn.request(req.method, prefix + req.path, body=req.body, headers=headers)
+        try:
+            conn.request(req.method, prefix + req.path, body=req.body, headers=headers)
+        except OSError as e:
+            early = _early_answer(conn, req.method)
+            if early is None:
+                raise
+            conn.close()
+            return early
         resp = conn.getresponse()
         body = resp.read()
     except (OSError, http.client.HTTPException) as e:

@@ -266,6 +266,9 @@ class FnCallTestResult:
     cpu_time_ms: float = 0.0
     wall_time_ms: float = 0.0
     peak_memory_bytes: int = 0
+    """Measured peak RSS, also with a memory_limit verdict (see ``limit_hit``)."""
+    limit_hit: bool = False
+    """Set with a memory_limit verdict: the run hit its memory limit."""
     stdout: str = ""
     stderr: str = ""
     stdout_truncated: bool = False
@@ -286,6 +289,7 @@ class FnCallTestResult:
             cpu_time_ms=float(d.get("cpu_time_ms") or 0),
             wall_time_ms=float(d.get("wall_time_ms") or 0),
             peak_memory_bytes=int(d.get("peak_memory_bytes") or 0),
+            limit_hit=bool(d.get("limit_hit")),
             stdout=d.get("stdout") or "",
             stderr=d.get("stderr") or "",
             stdout_truncated=bool(d.get("stdout_truncated")),

@@ -438,6 +438,21 @@ def test_create_many_failure_cleans_up(client: Any) -> None:
     assert {s.id for s in client.list()} == before
 
 
+def test_create_many_partial_failure_rolls_back(client: Any) -> None:
+    """Ten of twelve creates succeed, two fail for good (their request ids, the
+    prefix plus "-10" and "-11", are one byte over the server's 256): the ten are
+    deleted and the error says which failed and how many were rolled back."""
+    before = {s.id for s in client.list()}
+    prefix = "r" * 254
+    with pytest.raises(dsec.CreateManyError) as ei:
+        client.create_many(12, concurrency=4, request_id=prefix, ttl=600)
+    e = ei.value
+    assert [i for i, _ in e.failures] == [10, 11], e.failures
+    assert all(isinstance(err, dsec.InvalidArgumentError) for _, err in e.failures), e.failures
+    assert e.deleted == 10 and not e.cleanup_failures, (e.deleted, e.cleanup_failures)
+    assert {s.id for s in client.list()} == before
+
+
 @pytest.mark.scale
 def test_create_many_500(client: Any) -> None:
     t0 = time.monotonic()
