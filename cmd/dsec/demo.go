@@ -8,10 +8,10 @@ import (
 	"net"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/envstore"
@@ -123,16 +123,10 @@ func runDemo(ctx context.Context, burst int) error {
 	step(fmt.Sprintf("burst: create %d sandboxes in parallel, run a command in each, delete them", burst))
 	t0 = time.Now()
 	ids := make([]string, burst)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var firstErr error
-	sem := make(chan struct{}, 8)
+	var g errgroup.Group
+	g.SetLimit(8)
 	for i := range ids {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			s, err := cl.Create(ctx, api.CreateSandboxRequest{MemoryBytes: 64 << 20})
 			if err == nil {
 				var r api.ExecResult
@@ -142,18 +136,11 @@ func runDemo(ctx context.Context, burst int) error {
 				}
 				ids[i] = s.ID
 			}
-			if err != nil {
-				mu.Lock()
-				if firstErr == nil {
-					firstErr = err
-				}
-				mu.Unlock()
-			}
-		}()
+			return err
+		})
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return firstErr
+	if err := g.Wait(); err != nil {
+		return err
 	}
 	el := time.Since(t0)
 	fmt.Printf("%d sandboxes created and exec'd in %.2f s (%.0f/s)\n", burst, el.Seconds(), float64(burst)/el.Seconds())

@@ -50,7 +50,7 @@ DATA_DIR/token, which is created on first start.`,
 				_ = d.Shutdown(context.Background(), false)
 				return err
 			}
-			log.Info("dsec server listening", "addr", "http://"+l.Addr().String(), "data_dir", cfg.DataDir,
+			log.Info("dsec server listening", "addr", "http://"+l.Addr().String(), "node", d.Manager.Node(), "data_dir", cfg.DataDir,
 				"token_file", paths.New(cfg.DataDir).Token(), "sandboxes", d.Manager.Count())
 			errc := make(chan error, 2)
 			go func() { errc <- d.Serve(l) }()
@@ -84,6 +84,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.StringVar(&cfg.DefaultImage, "default-image", daemon.DefaultImage, "image for requests that name none")
 	f.StringVar(&cfg.Token, "token", "", "API token (default: $DSEC_SERVER_TOKEN, else DATA_DIR/token)")
 	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "admission limit (default 100000)")
+	f.StringVar(&cfg.NodeName, "node-name", "", "this node's name, part of every sandbox ID it creates (a-z, 0-9, '-'; default: the host name)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none (default dir:DATA_DIR/blobs)")
 	f.StringVar(&cfg.LayerPrefetch, "layer-prefetch", "", `"" loads layers on demand; "full" fetches and verifies whole layers before mounting`)

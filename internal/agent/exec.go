@@ -20,7 +20,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/fsops"
-	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -34,7 +34,7 @@ const (
 	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
-var _ server.Node = (*Manager)(nil)
+var _ session.Service = (*Manager)(nil)
 
 // procSpec turns an API exec request into a driver process spec.
 func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag string) (driver.ProcSpec, error) {
@@ -235,10 +235,16 @@ func (p *pipes) closeAll() {
 	}
 }
 
+// resizer is implemented by a process running on a terminal.
+type resizer interface {
+	Resize(ctx context.Context, size api.TermSize) error
+}
+
 // run starts a process and pumps its I/O: stdin from in (may be nil), output to
-// out[0] and out[1]. It returns when the process exited and output was drained.
+// out[0] and out[1], control messages (signals, resizes) from ctl (may be nil). It
+// returns when the process exited and output was drained.
 func (sb *sandbox) run(ctx context.Context, inst driver.Instance, spec driver.ProcSpec, in io.Reader, out [2]io.Writer,
-	timeout time.Duration, started func(int), signals <-chan int) (driver.Exit, bool, time.Duration, error) {
+	timeout time.Duration, started func(int), ctl <-chan session.Control) (driver.Exit, bool, time.Duration, error) {
 	p, err := newPipes(in != nil)
 	if err != nil {
 		return driver.Exit{}, false, 0, err
@@ -296,8 +302,12 @@ loop:
 			timedOut = true
 			timer = nil
 			_ = pr.Signal(int(unix.SIGKILL))
-		case sig := <-signals:
-			_ = pr.Signal(sig)
+		case c, ok := <-ctl:
+			if !ok {
+				ctl = nil // closed: no more control messages
+				continue
+			}
+			sb.control(ctx, pr, c)
 		case <-ctx.Done():
 			// The client went away: end the command rather than leave it running
 			// unobserved.
@@ -321,6 +331,25 @@ loop:
 	return r.ex, timedOut, dur, nil
 }
 
+// control applies one control message to a running process.
+func (sb *sandbox) control(ctx context.Context, pr driver.Proc, c session.Control) {
+	switch {
+	case c.Signal != 0:
+		if err := pr.Signal(c.Signal); err != nil {
+			sb.m.log.Debug("signal exec", "id", sb.rec.ID, "signal", c.Signal, "err", err)
+		}
+	case c.Resize != nil:
+		rz, ok := pr.(resizer)
+		if !ok {
+			sb.m.log.Debug("resize of an exec without a terminal ignored", "id", sb.rec.ID)
+			return
+		}
+		if err := rz.Resize(ctx, *c.Resize); err != nil {
+			sb.m.log.Debug("resize exec", "id", sb.rec.ID, "err", err)
+		}
+	}
+}
+
 func result(ex driver.Exit, timedOut bool, dur time.Duration) api.ExecResult {
 	res := api.ExecResult{ExitCode: ex.Code, TimedOut: timedOut, OOMKilled: ex.OOMKilled,
 		DurationMs: float64(dur.Microseconds()) / 1000, Error: ex.StartErr}
@@ -333,8 +362,11 @@ func result(ex driver.Exit, timedOut bool, dur time.Duration) api.ExecResult {
 	return res
 }
 
-// Exec implements server.Node.
+// Exec implements session.Service.
 func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	if req.TTY || req.Cols != 0 || req.Rows != 0 {
+		return api.ExecResult{}, errdefs.Invalid("tty needs a streaming exec or a background process, not a blocking exec")
+	}
 	sb, inst, err := m.session(id)
 	if err != nil {
 		return api.ExecResult{}, err
@@ -385,11 +417,17 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (api
 	return res, nil
 }
 
-// ExecStream implements server.Node.
-func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest, sio server.StreamIO) (api.ExecResult, error) {
+// ExecStream implements session.Service.
+func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest, sio session.Stream) (api.ExecResult, error) {
+	if _, err := session.TermSizeOf(req); err != nil {
+		return api.ExecResult{}, err
+	}
 	sb, inst, err := m.session(id)
 	if err != nil {
 		return api.ExecResult{}, err
+	}
+	if req.TTY {
+		return api.ExecResult{}, sb.noTTY()
 	}
 	spec, err := sb.procSpec(inst, req, "")
 	if err != nil {
@@ -407,7 +445,7 @@ func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest
 		in = strings.NewReader(string(b))
 	}
 	out := [2]io.Writer{discardIfNil(sio.Stdout), discardIfNil(sio.Stderr)}
-	ex, timedOut, dur, err := sb.run(ctx, inst, spec, in, out, time.Duration(req.TimeoutMs)*time.Millisecond, sio.Started, sio.Signals)
+	ex, timedOut, dur, err := sb.run(ctx, inst, spec, in, out, time.Duration(req.TimeoutMs)*time.Millisecond, sio.Started, sio.Control)
 	sb.touch()
 	if err != nil {
 		return api.ExecResult{}, err
@@ -417,6 +455,12 @@ func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest
 		_, _ = io.WriteString(sio.Stderr, "dsec: "+ex.StartErr+"\n")
 	}
 	return res, nil
+}
+
+// noTTY is the answer to a TTY request while the backend's exec path has no
+// terminal support.
+func (sb *sandbox) noTTY() error {
+	return errdefs.New(api.CodeNotImplemented, "backend %q cannot allocate a terminal (tty) for an exec yet", sb.rec.Backend)
 }
 
 func discardIfNil(w io.Writer) io.Writer {

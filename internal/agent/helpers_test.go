@@ -179,7 +179,7 @@ func shOK(t *testing.T, m *agent.Manager, id, script string) string {
 	return res.Stdout
 }
 
-func wantCode(t *testing.T, what string, err error, code string) {
+func wantCode(t *testing.T, what string, err error, code api.Code) {
 	t.Helper()
 	if !errdefs.Is(err, code) {
 		t.Errorf("%s: error %v (code %s), want %s", what, err, errdefs.CodeOf(err), code)

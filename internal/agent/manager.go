@@ -14,10 +14,14 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
+
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/paths"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -35,7 +39,9 @@ type Config struct {
 	DataDir string
 	Driver  driver.Driver
 	Images  *images.Store
-	Node    string
+	// Node is this node's name, encoded in every sandbox ID it creates (see
+	// session.NewID); default: the host name made valid (session.NodeNameFrom).
+	Node string
 	// MaxSandboxes bounds how many sandboxes this node admits (0 = 100,000).
 	MaxSandboxes int
 	// MaxCreating bounds concurrent creates; more wait (0 = 64).
@@ -50,13 +56,14 @@ type Sweeper interface {
 	Sweep(ctx context.Context, keep map[string]bool)
 }
 
-// Manager implements the node side of the API (server.Node).
+// Manager implements the node side of the API (session.Service).
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger
 	recs  string // records dir
 	now   func() time.Time
-	slots chan struct{}
+	slots *semaphore.Weighted // bounds concurrent creates
+	newID func() string
 
 	mu        sync.RWMutex
 	sandboxes map[string]*sandbox
@@ -92,16 +99,21 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Node == "" {
-		cfg.Node, _ = os.Hostname()
+		host, _ := os.Hostname()
+		cfg.Node = session.NodeNameFrom(host)
+	}
+	if err := session.CheckNodeName(cfg.Node); err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
 	}
 	m := &Manager{
 		cfg: cfg, log: cfg.Logger, now: cfg.Now,
 		recs:      paths.New(cfg.DataDir).Sandboxes(),
-		slots:     make(chan struct{}, cfg.MaxCreating),
+		slots:     semaphore.NewWeighted(int64(cfg.MaxCreating)),
 		sandboxes: map[string]*sandbox{},
 		byRequest: map[string]*pending{},
 		stop:      make(chan struct{}),
 	}
+	m.newID = func() string { return session.NewID(cfg.Node) }
 	if err := os.MkdirAll(m.recs, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -181,34 +193,34 @@ func (m *Manager) DeleteAll(ctx context.Context) error {
 	}
 	m.mu.RUnlock()
 	var errs []error
-	sem := make(chan struct{}, 8)
 	var mu sync.Mutex
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(8)
 	for _, id := range ids {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			if err := m.Delete(ctx, id); err != nil && !errdefs.Is(err, api.CodeNotFound) {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
 			}
-		}()
+			return nil // every delete is tried; all errors are reported
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 	return errors.Join(errs...)
 }
 
-// Info implements server.Node.
-func (m *Manager) Info(ctx context.Context) api.Info {
+// Info implements session.Service.
+func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 	info := api.Info{Version: Version, Node: m.cfg.Node, Backends: []string{m.cfg.Driver.Name()}, Images: m.cfg.Images.List()}
 	if v, ok := m.cfg.Driver.(interface{ CgroupVersion() int }); ok {
 		info.Cgroup = fmt.Sprintf("v%d", v.CgroupVersion())
 	}
-	return info
+	return info, nil
 }
+
+// Node returns this node's name (the one its sandbox IDs carry).
+func (m *Manager) Node() string { return m.cfg.Node }
 
 // Version is the dsec version reported by the API.
 const Version = "0.1.0"
@@ -242,7 +254,7 @@ func (m *Manager) Count() int {
 	return len(m.sandboxes)
 }
 
-// List implements server.Node.
+// List implements session.Service.
 func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	all := m.all()
 	out := make([]api.Sandbox, 0, len(all))
@@ -253,7 +265,7 @@ func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	return out, nil
 }
 
-// Get implements server.Node.
+// Get implements session.Service.
 func (m *Manager) Get(ctx context.Context, id string) (api.Sandbox, error) {
 	sb, err := m.get(id)
 	if err != nil {

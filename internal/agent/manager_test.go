@@ -77,7 +77,7 @@ func TestCreateValidationLeavesNothing(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		req  api.CreateSandboxRequest
-		code string
+		code api.Code
 	}{
 		{"negative memory", api.CreateSandboxRequest{MemoryBytes: -1}, api.CodeInvalidArgument},
 		{"tiny memory", api.CreateSandboxRequest{MemoryBytes: 1 << 20}, api.CodeInvalidArgument},

@@ -16,6 +16,8 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/paths"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/session/hostfs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -51,11 +53,17 @@ func (m *Manager) logPath(id, procID, stream string) string {
 	return filepath.Join(m.logDir(id), procID+"."+stream)
 }
 
-// StartProcess implements server.Node.
+// StartProcess implements session.Service.
 func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
+	if _, err := session.TermSizeOf(req); err != nil {
+		return api.Process{}, err
+	}
 	sb, inst, err := m.session(id)
 	if err != nil {
 		return api.Process{}, err
+	}
+	if req.TTY {
+		return api.Process{}, sb.noTTY()
 	}
 	stdin, err := stdinBytes(req)
 	if err != nil {
@@ -181,7 +189,7 @@ func (m *Manager) proc(id, procID string) (*sandbox, *bgProc, error) {
 	return sb, bp, nil
 }
 
-// ListProcesses implements server.Node.
+// ListProcesses implements session.Service.
 func (m *Manager) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
 	sb, err := m.get(id)
 	if err != nil {
@@ -197,7 +205,7 @@ func (m *Manager) ListProcesses(ctx context.Context, id string) ([]api.Process, 
 	return out, nil
 }
 
-// GetProcess implements server.Node.
+// GetProcess implements session.Service.
 func (m *Manager) GetProcess(ctx context.Context, id, procID string) (api.Process, error) {
 	_, bp, err := m.proc(id, procID)
 	if err != nil {
@@ -206,7 +214,7 @@ func (m *Manager) GetProcess(ctx context.Context, id, procID string) (api.Proces
 	return bp.view(), nil
 }
 
-// WaitProcess implements server.Node.
+// WaitProcess implements session.Service.
 func (m *Manager) WaitProcess(ctx context.Context, id, procID string) (api.Process, error) {
 	_, bp, err := m.proc(id, procID)
 	if err != nil {
@@ -219,7 +227,7 @@ func (m *Manager) WaitProcess(ctx context.Context, id, procID string) (api.Proce
 	return bp.view(), nil
 }
 
-// KillProcess implements server.Node.
+// KillProcess implements session.Service.
 func (m *Manager) KillProcess(ctx context.Context, id, procID string, sig int) error {
 	_, bp, err := m.proc(id, procID)
 	if err != nil {
@@ -237,7 +245,7 @@ func (m *Manager) KillProcess(ctx context.Context, id, procID string, sig int) e
 	return nil
 }
 
-// ProcessLogs implements server.Node.
+// ProcessLogs implements session.Service.
 func (m *Manager) ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error) {
 	if stream != "stdout" && stream != "stderr" {
 		return nil, errdefs.Invalid("stream must be stdout or stderr")
@@ -259,8 +267,8 @@ func (m *Manager) ProcessLogs(ctx context.Context, id, procID, stream string, of
 	return f, nil
 }
 
-// FS implements server.Node.
-func (m *Manager) FS(ctx context.Context, id string) (*fsops.FS, error) {
+// FS implements session.Service.
+func (m *Manager) FS(ctx context.Context, id string) (session.FS, error) {
 	_, inst, err := m.session(id)
 	if err != nil {
 		return nil, err
@@ -269,10 +277,10 @@ func (m *Manager) FS(ctx context.Context, id string) (*fsops.FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	return fsops.New(root), nil
+	return hostfs.New(fsops.New(root)), nil
 }
 
-// Dial implements server.Node.
+// Dial implements session.Service.
 func (m *Manager) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
 	if port < 1 || port > 65535 {
 		return nil, errdefs.Invalid("port %d out of range", port)

@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"sort"
@@ -70,12 +68,6 @@ func (sb *sandbox) save() error {
 	return nil
 }
 
-func newID() string {
-	var b [8]byte
-	_, _ = rand.Read(b[:])
-	return "sb-" + hex.EncodeToString(b[:])
-}
-
 // validate fills defaults and checks a create request.
 func validate(req *api.CreateSandboxRequest) error {
 	if req.Backend == "" {
@@ -113,7 +105,7 @@ func validate(req *api.CreateSandboxRequest) error {
 	return nil
 }
 
-// Create implements server.Node.
+// Create implements session.Service.
 func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	if err := validate(&req); err != nil {
 		return api.Sandbox{}, err
@@ -169,19 +161,17 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 	if err != nil {
 		return nil, err
 	}
-	select {
-	case m.slots <- struct{}{}:
-	case <-ctx.Done():
-		return nil, errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for a create slot")
+	if err := m.slots.Acquire(ctx, 1); err != nil {
+		return nil, errdefs.Wrap(api.CodeDeadlineExceeded, err, "waiting for a create slot")
 	}
-	defer func() { <-m.slots }()
+	defer m.slots.Release(1)
 	m.mu.RLock()
 	n := len(m.sandboxes)
 	m.mu.RUnlock()
 	if n >= m.cfg.MaxSandboxes {
 		return nil, errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
 	}
-	id := newID()
+	id := m.newID()
 	if img.Layered() {
 		// A layered environment: layerd mounts its layers (once per node) and holds
 		// them for this sandbox until Delete.
@@ -235,7 +225,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	return sb, nil
 }
 
-// Delete implements server.Node.
+// Delete implements session.Service.
 func (m *Manager) Delete(ctx context.Context, id string) error {
 	sb, err := m.get(id)
 	if err != nil {
@@ -270,12 +260,12 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 	return nil
 }
 
-// Pause implements server.Node.
+// Pause implements session.Service.
 func (m *Manager) Pause(ctx context.Context, id string) (api.Sandbox, error) {
 	return m.setPaused(ctx, id, true)
 }
 
-// Resume implements server.Node.
+// Resume implements session.Service.
 func (m *Manager) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 	return m.setPaused(ctx, id, false)
 }
@@ -312,7 +302,7 @@ func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (api.San
 	return sb.view(), nil
 }
 
-// Reset implements server.Node: the sandbox gets a fresh writable layer and fresh
+// Reset implements session.Service: the sandbox gets a fresh writable layer and fresh
 // processes; its ID, image, limits and metadata stay.
 func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 	sb, err := m.get(id)

@@ -18,7 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/lazy"
-	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -428,7 +428,7 @@ func (w *firstByte) Write(p []byte) (int, error) {
 // first byte; a failure, a non-zero exit or no output is an error.
 func runStreaming(ctx context.Context, d *daemon.Daemon, id string, cmd []string) (*firstByte, error) {
 	var out, errOut firstByte
-	r, err := d.Manager.ExecStream(ctx, id, api.ExecRequest{Cmd: cmd}, server.StreamIO{Stdout: &out, Stderr: &errOut})
+	r, err := d.Manager.ExecStream(ctx, id, api.ExecRequest{Cmd: cmd}, session.Stream{Stdout: &out, Stderr: &errOut})
 	if err == nil && r.ExitCode != 0 {
 		err = fmt.Errorf("exit %d: %s", r.ExitCode, errOut.bytes)
 	}

@@ -84,7 +84,7 @@ func TestReadSmall(t *testing.T) {
 	for name, c := range map[string]struct {
 		digest string
 		max    int64
-		code   string
+		code   api.Code
 	}{
 		"missing":   {FromBytes([]byte("other")), 100, api.CodeNotFound},
 		"too large": {dg, 4, api.CodeBadGateway},

@@ -52,7 +52,10 @@ type Config struct {
 	// Token is the API bearer token; empty means read DataDir/token or create it.
 	Token        string
 	MaxSandboxes int
-	Logger       *slog.Logger
+	// NodeName names this node in every sandbox ID it creates (default: the host
+	// name made valid; see session.NewID).
+	NodeName string
+	Logger   *slog.Logger
 	// TrajMaxAge deletes trajectories not updated for this long (default
 	// DefaultTrajMaxAge; negative: never); TrajMax keeps at most this many, the
 	// most recently updated (default DefaultTrajMax; negative: no limit).
@@ -144,7 +147,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	envs.Spec = blobSpec
 	mgr, err := agent.New(ctx, agent.Config{
-		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes,
+		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
 			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},
@@ -170,7 +173,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
-	srv := server.New(node{Manager: mgr, fc: fc, envs: envs, layers: layers}, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj})
+	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
+	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj,
+		Images: mgr, ImageManager: n, FnCall: n})
 	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
@@ -241,9 +246,8 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	return errors.Join(errs...)
 }
 
-// node is the agent plus the FnCall engine and the environment store: the server
-// serves /v1/fncall and the image routes when its node implements
-// server.FnCaller and server.ImageManager.
+// node is the agent plus the FnCall engine and the environment store: the
+// server's server.FnCaller and server.ImageManager.
 type node struct {
 	*agent.Manager
 	fc     *fncall.Engine

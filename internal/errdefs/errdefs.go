@@ -13,7 +13,7 @@ import (
 
 // Error is a classified error that keeps its cause for logs and errors.Is.
 type Error struct {
-	Code  string
+	Code  api.Code
 	Msg   string
 	Cause error
 }
@@ -28,12 +28,12 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Cause }
 
 // New returns a classified error with a formatted message.
-func New(code, format string, args ...any) error {
+func New(code api.Code, format string, args ...any) error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, args...)}
 }
 
 // Wrap classifies cause under code with a message prefix.
-func Wrap(code string, cause error, format string, args ...any) error {
+func Wrap(code api.Code, cause error, format string, args ...any) error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, args...), Cause: cause}
 }
 
@@ -47,7 +47,7 @@ func Internal(cause error, format string, args ...any) error {
 
 // CodeOf returns the code of the outermost classified error in err's chain; context
 // errors map to deadline_exceeded, everything unclassified to internal.
-func CodeOf(err error) string {
+func CodeOf(err error) api.Code {
 	var e *Error
 	if errors.As(err, &e) {
 		return e.Code
@@ -63,7 +63,7 @@ func CodeOf(err error) string {
 }
 
 // Is reports whether err is classified with code.
-func Is(err error, code string) bool { return err != nil && CodeOf(err) == code }
+func Is(err error, code api.Code) bool { return err != nil && CodeOf(err) == code }
 
 // ToAPI converts any error into the wire error.
 func ToAPI(err error) *api.Error {

@@ -596,7 +596,7 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 			case evReaped:
 				reaped = &ev
 			case evTrace:
-				fmt.Fprintln(os.Stderr, "fncall trace:", ev.msg)
+				e.trace(ctx, r.id, ev.msg)
 			}
 		case <-timer:
 			timer = nil
@@ -628,7 +628,7 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 				reaped = &ev
 			}
 			if ev.kind == evTrace {
-				fmt.Fprintln(os.Stderr, "fncall trace:", ev.msg)
+				e.trace(ctx, r.id, ev.msg)
 			}
 		case <-timer:
 			timer = nil
@@ -671,6 +671,12 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 		return res, errdefs.Internal(fmt.Errorf("sandbox helper ended with %v before the program", status), "fncall run")
 	}
 	return res, nil
+}
+
+// trace logs a line the zygote's helper sent about run id (only with
+// DSEC_FNCALL_TRACE=1, so at info level: whoever set it wants to see them).
+func (e *Engine) trace(ctx context.Context, id uint64, msg string) {
+	e.log.InfoContext(ctx, "fncall trace", "run", id, "msg", msg)
 }
 
 // releaseAfterReap gives the slot back once the run's helper was reaped (its

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
 	"golang.org/x/sys/unix"
 )
 
@@ -99,7 +100,7 @@ func (s *sandbox) read(t testing.TB, p string) (string, error) {
 	return sb.String(), nil
 }
 
-func wantCode(t testing.TB, err error, code string) {
+func wantCode(t testing.TB, err error, code api.Code) {
 	t.Helper()
 	if err == nil {
 		t.Fatalf("got no error, want %s", code)
@@ -109,4 +110,4 @@ func wantCode(t testing.TB, err error, code string) {
 	}
 }
 
-func errCode(err error) string { return errdefs.CodeOf(err) }
+func errCode(err error) api.Code { return errdefs.CodeOf(err) }

@@ -330,4 +330,4 @@ func TestExtractDotdotError(t *testing.T) {
 	wantCode(t, err, api.CodeInvalidArgument)
 }
 
-func isCode(err error, code string) bool { return errCode(err) == code }
+func isCode(err error, code api.Code) bool { return errCode(err) == code }

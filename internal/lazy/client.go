@@ -86,7 +86,10 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 }
 
 // remoteErr carries layerd's error code back.
-type remoteErr struct{ code, msg string }
+type remoteErr struct {
+	code api.Code
+	msg  string
+}
 
 func (e *remoteErr) Error() string { return e.msg }
 

@@ -49,6 +49,6 @@ func (l *layerState) checkChunkSize() {
 		_ = os.Remove(l.tablePath())
 	}
 	if err := os.WriteFile(marker, []byte(want), 0o600); err != nil {
-		l.d.logf("chunk size marker: %v", err)
+		l.d.log.Warn("chunk size marker", "digest", l.digest, "err", err)
 	}
 }

@@ -89,7 +89,8 @@ func TestIndexErrors(t *testing.T) {
 	junkDg := blob.FromBytes(junk)
 	_ = st.Put(ctx, junkDg, bytes.NewReader(junk), int64(len(junk)))
 	for _, c := range []struct {
-		name, index, code string
+		name, index string
+		code        api.Code
 	}{
 		{"missing index", "sha256:" + strings.Repeat("1", 64), api.CodeNotFound},
 		{"index of another blob size", other, api.CodeBadGateway},

@@ -66,7 +66,7 @@ func (f *blobFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 func (f *blobFile) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n, err := f.l.readAt(context.Background(), dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
-		f.l.d.logf("read %s @%d: %v", f.l.digest, off, err)
+		f.l.d.log.Warn("read failed", "digest", f.l.digest, "offset", off, "err", err)
 		return nil, syscall.EIO
 	}
 	return fuse.ReadResultData(dest[:n]), 0
@@ -220,7 +220,7 @@ func (l *layerState) fetchChunk(ctx context.Context, idx int64, table [][32]byte
 		return nil, l.markCorrupt(fmt.Errorf("blob %s chunk %d does not match the chunk table", l.digest, idx))
 	}
 	if err := l.d.cache.Put(l.key(idx), buf); err != nil {
-		l.d.logf("cache put: %v", err)
+		l.d.log.Warn("cache put", "digest", l.digest, "err", err)
 	}
 	return buf, nil
 }

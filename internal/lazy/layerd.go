@@ -30,7 +30,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"log"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -124,15 +124,13 @@ type Daemon struct {
 	cache *Cache
 	root  *fs.Inode
 	srv   *fuse.Server
-	log   *log.Logger
+	log   *slog.Logger
 
 	opMu   sync.Mutex // serializes acquire/release/unmount (never taken on the read path)
 	mu     sync.Mutex // guards layers and stores
 	layers map[string]*layerState
 	stores map[string]blob.Store
 }
-
-func (d *Daemon) logf(format string, args ...any) { d.log.Printf(format, args...) }
 
 type rootNode struct{ fs.Inode }
 
@@ -149,10 +147,10 @@ func Cleanup(root string) {
 }
 
 // NewDaemon cleans up leftovers, mounts the FUSE file system and opens the cache.
-func NewDaemon(cfg Config, logger *log.Logger) (*Daemon, error) {
+func NewDaemon(cfg Config, logger *slog.Logger) (*Daemon, error) {
 	cfg.defaults()
 	if logger == nil {
-		logger = log.New(os.Stderr, "layerd: ", log.LstdFlags)
+		logger = newLogger()
 	}
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, err
@@ -375,7 +373,8 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref images.Layer, prefetch s
 		return nil, false, errdefs.Wrap(api.CodeBadGateway, err, "layer %s is not a valid EROFS image (corrupt blob?)", ref.Digest)
 	}
 	l.mounted, l.loop = true, li
-	d.logf("mounted %s (%d bytes) at %s (%s, direct I/O %v, readahead %d KiB)", ref.Digest, size, l.mnt, li.dev, li.directIO, li.readAheadKB)
+	d.log.Info("mounted layer", "digest", ref.Digest, "bytes", size, "mnt", l.mnt, "dev", li.dev,
+		"direct_io", li.directIO, "readahead_kib", li.readAheadKB)
 	return l, true, nil
 }
 
@@ -386,7 +385,7 @@ func (d *Daemon) unmountLocked(l *layerState) {
 	}
 	if l.mounted {
 		if err := unix.Unmount(l.mnt, 0); err != nil {
-			d.logf("unmount %s: %v; detaching", l.mnt, err)
+			d.log.Warn("unmount failed; detaching", "mnt", l.mnt, "err", err)
 			_ = unix.Unmount(l.mnt, unix.MNT_DETACH)
 		}
 		l.mounted = false
@@ -397,7 +396,7 @@ func (d *Daemon) unmountLocked(l *layerState) {
 	delete(d.layers, l.hex)
 	d.mu.Unlock()
 	_ = os.RemoveAll(filepath.Join(d.cfg.Root, l.hex))
-	d.logf("unmounted %s", l.digest)
+	d.log.Info("unmounted layer", "digest", l.digest)
 }
 
 // Release drops a holder from every layer it holds.
@@ -544,8 +543,8 @@ func (d *Daemon) Handler() http.Handler {
 }
 
 type wireErr struct {
-	Code    string `json:"code"`
-	Message string `json:"message"`
+	Code    api.Code `json:"code"`
+	Message string   `json:"message"`
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -572,7 +571,7 @@ func MaybeMain() {
 	}
 	var cfg Config
 	if err := json.Unmarshal([]byte(v), &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "layerd: bad config:", err)
+		newLogger().Error("bad config", "env", EnvMain, "err", err)
 		os.Exit(2)
 	}
 	os.Exit(Run(cfg))
@@ -581,23 +580,23 @@ func MaybeMain() {
 // Run is layerd's main: one per layers root (an flock on ROOT/layerd.lock), serving
 // until SIGTERM/SIGINT, then unmounting everything.
 func Run(cfg Config) int {
-	logger := log.New(os.Stderr, "layerd: ", log.LstdFlags)
+	logger := newLogger()
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
-		logger.Print(err)
+		logger.Error("create root", "root", cfg.Root, "err", err)
 		return 1
 	}
 	lock, err := os.OpenFile(filepath.Join(cfg.Root, "layerd.lock"), os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
-		logger.Print(err)
+		logger.Error("open lock", "err", err)
 		return 1
 	}
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		logger.Print("another layerd runs for ", cfg.Root)
+		logger.Info("another layerd runs for this root", "root", cfg.Root)
 		return 0
 	}
 	d, err := NewDaemon(cfg, logger)
 	if err != nil {
-		logger.Print(err)
+		logger.Error("start", "err", err)
 		return 1
 	}
 	sock := SocketPath(cfg.Root)
@@ -605,7 +604,7 @@ func Run(cfg Config) int {
 	_ = os.Remove(sock)
 	ln, err := net.Listen("unix", sock)
 	if err != nil {
-		logger.Print(err)
+		logger.Error("listen", "socket", sock, "err", err)
 		d.Close()
 		return 1
 	}
@@ -616,7 +615,7 @@ func Run(cfg Config) int {
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
 	tick := time.NewTicker(max(d.cfg.Grace/4, 50*time.Millisecond))
-	logger.Printf("serving %s on %s (chunk %d, cache %d)", cfg.Root, sock, d.cfg.ChunkSize, d.cfg.CacheBytes)
+	logger.Info("serving", "root", cfg.Root, "socket", sock, "chunk_bytes", d.cfg.ChunkSize, "cache_bytes", d.cfg.CacheBytes)
 	for {
 		select {
 		case <-tick.C:
@@ -630,6 +629,12 @@ func Run(cfg Config) int {
 	d.Close()
 	_ = os.Remove(sock)
 	_ = os.Remove(PidPath(cfg.Root))
-	logger.Print("stopped")
+	logger.Info("stopped")
 	return 0
+}
+
+// newLogger is layerd's own logger: text lines on stderr (the client points it at
+// ROOT/layerd.log).
+func newLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, nil)).With("component", "layerd")
 }

@@ -4,8 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"io"
-	"log"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -106,7 +105,7 @@ func newTestDaemon(t *testing.T, cfg Config) *Daemon {
 	if cfg.Root == "" {
 		cfg.Root = t.TempDir()
 	}
-	d, err := NewDaemon(cfg, log.New(io.Discard, "", 0))
+	d, err := NewDaemon(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +257,7 @@ func TestBadLayers(t *testing.T) {
 		name     string
 		ref      images.Layer
 		prefetch string
-		code     string
+		code     api.Code
 	}{
 		{"not erofs", images.Layer{Digest: garbage, Store: good.Store}, "", api.CodeBadGateway},
 		{"digest mismatch on full fetch", images.Layer{Digest: fdg, Store: good.Store}, "full", api.CodeBadGateway},

@@ -113,6 +113,6 @@ func (l *layerState) prefetch(ctx context.Context, digest string) {
 		return l.fetchMany(ctx, al.Chunks, &l.prefetched)
 	}()
 	if err != nil && ctx.Err() == nil {
-		l.d.logf("prefetch of %s with list %s: %v", l.digest, digest, err)
+		l.d.log.Warn("prefetch failed", "digest", l.digest, "list", digest, "err", err)
 	}
 }

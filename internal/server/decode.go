@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -160,6 +161,9 @@ func validateExecRequest(req *api.ExecRequest) error {
 		if strings.IndexByte(v, 0) >= 0 {
 			return errdefs.Invalid("%s contains a NUL byte", name)
 		}
+	}
+	if _, err := session.TermSizeOf(*req); err != nil {
+		return err
 	}
 	return validateEnv("env", req.Env)
 }

@@ -21,7 +21,8 @@ func TestDecodeJSONLimit(t *testing.T) {
 }
 
 func TestParseSignal(t *testing.T) {
-	for in, want := range map[string]int{"SIGTERM": 15, "term": 15, "15": 15, "KILL": 9, "SIGRTMIN": 0, "0": 0, "65": 0, "": 9} {
+	for in, want := range map[string]int{"SIGTERM": 15, "term": 15, "15": 15, "KILL": 9, "SIGRTMIN": 0, "0": 0, "65": 0, "": 9,
+		"hup": 1, "SIGWINCH": 28, "iot": 6, "SIGPOLL": 29, "sigsigterm": 0, "SIG": 0, "-1": 0, "64": 64, "SIGXYZ": 0} {
 		got, err := parseSignal(in, 9)
 		if (want == 0) != (err != nil) || got != want {
 			t.Errorf("parseSignal(%q) = %d, %v; want %d", in, got, err, want)

@@ -37,7 +37,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
 			"code", e.Code, "err", err)
 	}
-	w.Header().Set(ErrorHeader, e.Code)
+	w.Header().Set(ErrorHeader, string(e.Code))
 	writeJSON(w, e.Status, api.ErrorBody{Error: e})
 }
 

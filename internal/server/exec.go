@@ -14,7 +14,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.node.Exec(r.Context(), r.PathValue("id"), req)
+	res, err := s.svc.Exec(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -7,7 +7,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/dsec-dev/dsec/internal/fsops"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -15,13 +15,13 @@ import (
 const ModeHeader = "X-Dsec-Mode"
 
 // withFS opens the sandbox's file system for one request and answers with fn's error.
-func (s *Server) withFS(w http.ResponseWriter, r *http.Request, fn func(fs *fsops.FS, path string) error) {
+func (s *Server) withFS(w http.ResponseWriter, r *http.Request, fn func(fs session.FS, path string) error) {
 	path, err := queryPath(r)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	fs, err := s.node.FS(r.Context(), r.PathValue("id"))
+	fs, err := s.svc.FS(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -34,8 +34,8 @@ func (s *Server) withFS(w http.ResponseWriter, r *http.Request, fn func(fs *fsop
 
 // readFile handles GET .../files?path=P with the file's raw bytes.
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
-	s.withFS(w, r, func(fs *fsops.FS, path string) error {
-		rc, info, err := fs.Open(path)
+	s.withFS(w, r, func(fs session.FS, path string) error {
+		rc, info, err := fs.Open(r.Context(), path)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", path, err)
 		}
@@ -73,8 +73,8 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBytes)
-	s.withFS(w, r, func(fs *fsops.FS, path string) error {
-		info, err := fs.WriteFile(path, os.FileMode(mode), body, s.opts.MaxUploadBytes)
+	s.withFS(w, r, func(fs session.FS, path string) error {
+		info, err := fs.WriteFile(r.Context(), path, os.FileMode(mode), body, s.opts.MaxUploadBytes)
 		if err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
 		}
@@ -99,8 +99,8 @@ func (s *Server) removeFile(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	s.withFS(w, r, func(fs *fsops.FS, path string) error {
-		if err := fs.Remove(path, recursive); err != nil {
+	s.withFS(w, r, func(fs session.FS, path string) error {
+		if err := fs.Remove(r.Context(), path, recursive); err != nil {
 			return fmt.Errorf("remove %s: %w", path, err)
 		}
 		w.WriteHeader(http.StatusNoContent)
@@ -126,13 +126,13 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 	if req.Mode == 0 {
 		req.Mode = 0o755
 	}
-	fs, err := s.node.FS(r.Context(), r.PathValue("id"))
+	fs, err := s.svc.FS(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	defer fs.Close()
-	if err := fs.Mkdir(req.Path, os.FileMode(req.Mode), req.Parents); err != nil {
+	if _, err := fs.Mkdir(r.Context(), req.Path, os.FileMode(req.Mode), req.Parents); err != nil {
 		s.writeError(w, r, fmt.Errorf("mkdir %s: %w", req.Path, err))
 		return
 	}
@@ -141,8 +141,8 @@ func (s *Server) mkdir(w http.ResponseWriter, r *http.Request) {
 
 // listFiles handles GET .../files/list?path=P.
 func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
-	s.withFS(w, r, func(fs *fsops.FS, path string) error {
-		files, err := fs.List(path)
+	s.withFS(w, r, func(fs session.FS, path string) error {
+		files, err := fs.List(r.Context(), path)
 		if err != nil {
 			return fmt.Errorf("list %s: %w", path, err)
 		}
@@ -156,8 +156,8 @@ func (s *Server) listFiles(w http.ResponseWriter, r *http.Request) {
 
 // statFile handles GET .../files/stat?path=P.
 func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
-	s.withFS(w, r, func(fs *fsops.FS, path string) error {
-		info, err := fs.Stat(path)
+	s.withFS(w, r, func(fs session.FS, path string) error {
+		info, err := fs.Stat(r.Context(), path)
 		if err != nil {
 			return fmt.Errorf("stat %s: %w", path, err)
 		}
@@ -169,9 +169,9 @@ func (s *Server) statFile(w http.ResponseWriter, r *http.Request) {
 // downloadArchive handles GET .../files/archive?path=P with an uncompressed tar.
 // Errors before the first byte are JSON errors; later ones cut the response.
 func (s *Server) downloadArchive(w http.ResponseWriter, r *http.Request) {
-	s.withFS(w, r, func(fs *fsops.FS, path string) error {
+	s.withFS(w, r, func(fs session.FS, path string) error {
 		lw := &lazyWriter{w: w, contentType: "application/x-tar"}
-		if err := fs.WriteTar(path, lw); err != nil {
+		if err := fs.WriteTar(r.Context(), path, lw); err != nil {
 			if !lw.started {
 				return fmt.Errorf("tar %s: %w", path, err)
 			}
@@ -190,8 +190,8 @@ func (s *Server) uploadArchive(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBytes)
-	s.withFS(w, r, func(fs *fsops.FS, path string) error {
-		if err := fs.ExtractTar(path, body); err != nil {
+	s.withFS(w, r, func(fs session.FS, path string) error {
+		if err := fs.ExtractTar(r.Context(), path, body); err != nil {
 			return fmt.Errorf("extract tar into %s: %w", path, err)
 		}
 		w.WriteHeader(http.StatusNoContent)

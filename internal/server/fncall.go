@@ -8,13 +8,15 @@ import (
 	"net/http"
 	"sync"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// FnCaller runs FnCalls (internal/fncall.Engine). A Node that also implements it
-// serves POST /v1/fncall and /v1/fncall/batch; others answer not_implemented.
+// FnCaller runs FnCalls (internal/fncall.Engine) for POST /v1/fncall and
+// /v1/fncall/batch.
 type FnCaller interface {
 	Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error)
 }
@@ -31,8 +33,8 @@ const (
 )
 
 func (s *Server) fnCaller() (FnCaller, error) {
-	if fc, ok := s.node.(FnCaller); ok {
-		return fc, nil
+	if s.opts.FnCall != nil {
+		return s.opts.FnCall, nil
 	}
 	return nil, errdefs.New(api.CodeNotImplemented, "this node does not serve FnCall")
 }
@@ -118,20 +120,15 @@ func (s *Server) fnCallBatch(w http.ResponseWriter, r *http.Request) {
 	_ = rc.Flush()
 	var mu sync.Mutex
 	enc := json.NewEncoder(w)
-	sem := make(chan struct{}, batchParallel)
-	var wg sync.WaitGroup
+	var g errgroup.Group
+	g.SetLimit(batchParallel)
 	for i, call := range req.Calls {
-		select {
-		case sem <- struct{}{}:
-		case <-r.Context().Done():
-		}
+		// Go waits for a free slot; once the client is gone the calls in flight
+		// end quickly and nothing more starts.
 		if r.Context().Err() != nil {
 			break
 		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
+		g.Go(func() error {
 			res, err := fc.Call(r.Context(), call)
 			if err != nil {
 				res = api.FnCallResult{Verdict: api.VerdictSystemError, Tests: []api.FnCallTestResult{}, Error: apiError(err)}
@@ -144,7 +141,8 @@ func (s *Server) fnCallBatch(w http.ResponseWriter, r *http.Request) {
 			defer mu.Unlock()
 			_ = enc.Encode(res)
 			_ = rc.Flush()
-		}()
+			return nil
+		})
 	}
-	wg.Wait()
+	_ = g.Wait()
 }

@@ -9,16 +9,15 @@ import (
 )
 
 // ImageLister describes images and layered environments with their layer
-// accounting (internal/agent.Manager). A Node that implements it serves
-// GET /v1/images and /v1/images/{name}; others answer not_implemented.
+// accounting (internal/agent.Manager), for GET /v1/images and /v1/images/{name}.
 type ImageLister interface {
 	Images(ctx context.Context) ([]api.Image, error)
 	Image(ctx context.Context, name string) (api.Image, error)
 }
 
 // ImageManager composes, removes and records environments on the node
-// (internal/daemon's node). A Node that implements it serves POST /v1/images,
-// DELETE /v1/images/{name} and POST /v1/images/{name}/record.
+// (internal/daemon's node), for POST /v1/images, DELETE /v1/images/{name} and
+// POST /v1/images/{name}/record.
 type ImageManager interface {
 	Compose(ctx context.Context, req api.ComposeImageRequest) (api.Image, error)
 	RemoveImage(ctx context.Context, name string) error
@@ -26,8 +25,8 @@ type ImageManager interface {
 }
 
 func (s *Server) imageManager() (ImageManager, error) {
-	if im, ok := s.node.(ImageManager); ok {
-		return im, nil
+	if s.opts.ImageManager != nil {
+		return s.opts.ImageManager, nil
 	}
 	return nil, errdefs.New(api.CodeNotImplemented, "this node does not manage environments")
 }
@@ -75,8 +74,8 @@ func (s *Server) recordImage(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) imageLister() (ImageLister, error) {
-	if il, ok := s.node.(ImageLister); ok {
-		return il, nil
+	if s.opts.Images != nil {
+		return s.opts.Images, nil
 	}
 	return nil, errdefs.New(api.CodeNotImplemented, "this node does not describe images")
 }

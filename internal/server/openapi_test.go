@@ -3,6 +3,8 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"reflect"
+	"sort"
 	"strings"
 	"testing"
 
@@ -67,4 +69,68 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 			t.Errorf("openapi.yaml documents %s, which no route serves", p)
 		}
 	}
+}
+
+// openAPIProperties parses the property names of each schema under
+// components/schemas: schema keys are indented four spaces, "properties:" six and
+// property names eight.
+func openAPIProperties(doc []byte) map[string]map[string]bool {
+	out := map[string]map[string]bool{}
+	var cur string
+	inSchemas, inProps := false, false
+	sc := bufio.NewScanner(bytes.NewReader(doc))
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "  schemas:":
+			inSchemas = true
+		case !inSchemas || strings.TrimSpace(line) == "":
+		case !strings.HasPrefix(line, "    "):
+			inSchemas = false
+		case !strings.HasPrefix(line, "     "):
+			cur, inProps = strings.TrimSuffix(strings.TrimSpace(line), ":"), false
+			out[cur] = map[string]bool{}
+		case strings.HasPrefix(line, "      ") && !strings.HasPrefix(line, "       "):
+			inProps = strings.TrimSpace(line) == "properties:"
+		case inProps && strings.HasPrefix(line, "        ") && !strings.HasPrefix(line, "         "):
+			key, _, _ := strings.Cut(strings.TrimSpace(line), ":")
+			out[cur][key] = true
+		}
+	}
+	return out
+}
+
+// The schemas of the exec and stream types list exactly the Go types' JSON fields.
+func TestOpenAPISchemasMatchTypes(t *testing.T) {
+	props := openAPIProperties(api.OpenAPI())
+	for name, v := range map[string]any{
+		"ExecRequest": api.ExecRequest{}, "ExecResult": api.ExecResult{}, "TermSize": api.TermSize{},
+		"StreamInput": api.StreamInput{}, "StreamEvent": api.StreamEvent{}, "Info": api.Info{},
+	} {
+		have, ok := props[name]
+		if !ok {
+			t.Errorf("schema %s missing", name)
+			continue
+		}
+		rt := reflect.TypeOf(v)
+		want := map[string]bool{}
+		for i := range rt.NumField() {
+			tag, _, _ := strings.Cut(rt.Field(i).Tag.Get("json"), ",")
+			if tag != "" && tag != "-" {
+				want[tag] = true
+			}
+		}
+		if !reflect.DeepEqual(have, want) {
+			t.Errorf("schema %s has properties %v, the Go type %v", name, keys(have), keys(want))
+		}
+	}
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

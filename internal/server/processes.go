@@ -18,7 +18,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	p, err := s.node.StartProcess(r.Context(), r.PathValue("id"), req)
+	p, err := s.svc.StartProcess(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -27,7 +27,7 @@ func (s *Server) startProcess(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
-	list, err := s.node.ListProcesses(r.Context(), r.PathValue("id"))
+	list, err := s.svc.ListProcesses(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -39,7 +39,7 @@ func (s *Server) listProcesses(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getProcess(w http.ResponseWriter, r *http.Request) {
-	p, err := s.node.GetProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"))
+	p, err := s.svc.GetProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -62,7 +62,7 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
 		defer cancel()
 	}
-	p, err := s.node.WaitProcess(ctx, r.PathValue("id"), r.PathValue("pid"))
+	p, err := s.svc.WaitProcess(ctx, r.PathValue("id"), r.PathValue("pid"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -83,7 +83,7 @@ func (s *Server) killProcess(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := s.node.KillProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), sig); err != nil {
+	if err := s.svc.KillProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), sig); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -107,7 +107,7 @@ func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	rc, err := s.node.ProcessLogs(r.Context(), r.PathValue("id"), r.PathValue("pid"), stream, offset)
+	rc, err := s.svc.ProcessLogs(r.Context(), r.PathValue("id"), r.PathValue("pid"), stream, offset)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -15,12 +15,13 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // sandboxProxy forwards /v1/sandboxes/{id}/http/{port}/{path...} to a TCP port
-// inside the sandbox through Node.Dial. The outgoing URL's host encodes the sandbox
+// inside the sandbox through session.Service.Dial. The outgoing URL's host encodes the sandbox
 // ID (hex) and port, so the shared Transport pools connections per sandbox port and
 // its dialer can recover both from the address alone.
 type sandboxProxy struct {
@@ -38,7 +39,7 @@ type proxyTargetKey struct{}
 
 const proxyHostSuffix = ".sandbox"
 
-func newSandboxProxy(node Node, log *slog.Logger, onError func(http.ResponseWriter, *http.Request, error)) *sandboxProxy {
+func newSandboxProxy(svc session.Service, log *slog.Logger, onError func(http.ResponseWriter, *http.Request, error)) *sandboxProxy {
 	transport := &http.Transport{
 		Proxy: nil, // never route sandbox traffic through an environment proxy
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
@@ -54,7 +55,7 @@ func newSandboxProxy(node Node, log *slog.Logger, onError func(http.ResponseWrit
 			if err != nil {
 				return nil, fmt.Errorf("proxy address %q: %w", addr, err)
 			}
-			return node.Dial(ctx, string(id), port)
+			return svc.Dial(ctx, string(id), port)
 		},
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   64,

@@ -13,7 +13,12 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, http.StatusOK, s.node.Info(r.Context()))
+	info, err := s.svc.Info(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, info)
 }
 
 // createSandbox handles POST /v1/sandboxes. The Idempotency-Key header fills
@@ -38,7 +43,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sbx, err := s.node.Create(r.Context(), req)
+	sbx, err := s.svc.Create(r.Context(), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -47,7 +52,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
-	list, err := s.node.List(r.Context())
+	list, err := s.svc.List(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -59,11 +64,11 @@ func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.node.Get)
+	s.sandboxOp(w, r, s.svc.Get)
 }
 
 func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
-	if err := s.node.Delete(r.Context(), r.PathValue("id")); err != nil {
+	if err := s.svc.Delete(r.Context(), r.PathValue("id")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -71,18 +76,18 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.node.Pause)
+	s.sandboxOp(w, r, s.svc.Pause)
 }
 
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.node.Resume)
+	s.sandboxOp(w, r, s.svc.Resume)
 }
 
 func (s *Server) resetSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.node.Reset)
+	s.sandboxOp(w, r, s.svc.Reset)
 }
 
-// sandboxOp runs a Node method taking the {id} and answering with the sandbox.
+// sandboxOp runs a session method taking the {id} and answering with the sandbox.
 func (s *Server) sandboxOp(w http.ResponseWriter, r *http.Request,
 	op func(ctx context.Context, id string) (api.Sandbox, error)) {
 	sbx, err := op(r.Context(), r.PathValue("id"))

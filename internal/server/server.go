@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 )
 
@@ -28,11 +29,21 @@ type Options struct {
 	// Trajectories is the trajectory log; nil refuses trajectory-tagged requests
 	// (not_implemented).
 	Trajectories trajectory.Store
+	// Images describes images and environments (GET /v1/images...); nil answers
+	// not_implemented.
+	Images ImageLister
+	// ImageManager composes, removes and records environments; nil answers
+	// not_implemented.
+	ImageManager ImageManager
+	// FnCall serves POST /v1/fncall and /v1/fncall/batch; nil answers
+	// not_implemented.
+	FnCall FnCaller
 }
 
-// Server is the HTTP API in front of one Node.
+// Server is the /v1 HTTP API in front of a session service: it maps routes to
+// session calls and errors to statuses, and adds auth, limits and logging.
 type Server struct {
-	node    Node
+	svc     session.Service
 	opts    Options
 	log     *slog.Logger
 	mux     *http.ServeMux
@@ -41,8 +52,8 @@ type Server struct {
 	handler http.Handler
 }
 
-// New returns a Server serving node.
-func New(node Node, opts Options) *Server {
+// New returns a Server serving svc.
+func New(svc session.Service, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -53,8 +64,8 @@ func New(node Node, opts Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{node: node, opts: opts, log: log, mux: http.NewServeMux(), traj: opts.Trajectories}
-	s.proxy = newSandboxProxy(node, log, s.proxyError)
+	s := &Server{svc: svc, opts: opts, log: log, mux: http.NewServeMux(), traj: opts.Trajectories}
+	s.proxy = newSandboxProxy(svc, log, s.proxyError)
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.pattern, rt.handler)
 	}

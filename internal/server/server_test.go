@@ -81,7 +81,7 @@ func mustJSON(t *testing.T, b []byte, v any) {
 }
 
 // wantError checks status, code and the error body's shape.
-func wantError(t *testing.T, resp *http.Response, body []byte, status int, code string) *api.Error {
+func wantError(t *testing.T, resp *http.Response, body []byte, status int, code api.Code) *api.Error {
 	t.Helper()
 	if resp.StatusCode != status {
 		t.Fatalf("status = %d, want %d; body %s", resp.StatusCode, status, body)
@@ -89,7 +89,7 @@ func wantError(t *testing.T, resp *http.Response, body []byte, status int, code 
 	if ct := resp.Header.Get("Content-Type"); ct != "application/json" {
 		t.Fatalf("content type %q", ct)
 	}
-	if got := resp.Header.Get(server.ErrorHeader); got != code {
+	if got := api.Code(resp.Header.Get(server.ErrorHeader)); got != code {
 		t.Fatalf("%s = %q, want %q", server.ErrorHeader, got, code)
 	}
 	var raw map[string]map[string]any
@@ -390,9 +390,17 @@ func TestExecStreamErrors(t *testing.T) {
 	sb := e.create()
 	resp, b = e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec/stream", strings.NewReader(`{"cmd":["cat"],"x":1}`+"\n"))
 	wantError(t, resp, b, http.StatusBadRequest, api.CodeInvalidArgument)
-	// A bad input line after the start is an error event; the process still exits.
+	// A refused input line after the start is an input_error event; the process
+	// still gets its stdin and exits.
 	resp, b = e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec/stream",
-		strings.NewReader(`{"cmd":["cat"]}`+"\n"+`{"signal":"NOPE"}`+"\n"))
+		strings.NewReader(`{"cmd":["cat"]}`+"\n"+`{"signal":"NOPE"}`+"\n"+`{"stdin":"aGk="}`+"\n"))
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"type":"input_error"`) || !strings.Contains(string(b), `"type":"exit"`) ||
+		!strings.Contains(string(b), `"data":"aGk="`) {
+		t.Fatalf("stream: %d %s", resp.StatusCode, b)
+	}
+	// An undecodable input line is an error event; the process still exits.
+	resp, b = e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec/stream",
+		strings.NewReader(`{"cmd":["cat"]}`+"\n"+`{"signal":`+"\n"))
 	if resp.StatusCode != 200 || !strings.Contains(string(b), `"type":"error"`) || !strings.Contains(string(b), `"type":"exit"`) {
 		t.Fatalf("stream: %d %s", resp.StatusCode, b)
 	}
@@ -502,7 +510,7 @@ func TestOpenAPIServed(t *testing.T) {
 
 type panicNode struct{ *servertest.Node }
 
-func (panicNode) Info(context.Context) api.Info { panic("boom") }
+func (panicNode) Info(context.Context) (api.Info, error) { panic("boom") }
 
 func TestPanicRecovered(t *testing.T) {
 	var logs bytes.Buffer

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -30,7 +31,10 @@ const (
 // execStream handles POST /v1/sandboxes/{id}/exec/stream, a full-duplex NDJSON
 // exchange: the request body is an ExecRequest line followed by StreamInput lines,
 // the response is StreamEvent lines flushed as they happen. Errors before the first
-// event are ordinary JSON error responses; later ones are an "error" event.
+// event are ordinary JSON error responses; later ones are an "error" event. An
+// input line that is well-formed but refused (an unknown signal, a resize of an
+// exec without a terminal, a zero or huge size) gets an "input_error" event and
+// changes nothing else: the exec and its input go on.
 func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
@@ -68,22 +72,23 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		stdin.push(initial)
 	}
 	req.Stdin, req.StdinBase64 = "", ""
-	signals := make(chan int, 8)
+	control := make(chan session.Control, 8)
 
 	inputDone := make(chan struct{})
 	go func() {
 		defer close(inputDone)
-		if err := readInput(ctx, lines, stdin, signals); err != nil {
+		refused := func(err error) { ev.send(api.StreamEvent{Type: "input_error", Error: apiError(err)}) }
+		if err := readInput(ctx, lines, stdin, control, req.TTY, refused); err != nil {
 			ev.send(api.StreamEvent{Type: "error", Error: apiError(err)})
 		}
 	}()
 
-	res, err := s.node.ExecStream(ctx, r.PathValue("id"), req, StreamIO{
+	res, err := s.svc.ExecStream(ctx, r.PathValue("id"), req, session.Stream{
 		Stdin:   stdin,
 		Stdout:  ev.output("stdout"),
 		Stderr:  ev.output("stderr"),
 		Started: func(pid int) { ev.send(api.StreamEvent{Type: "started", PID: pid}) },
-		Signals: signals,
+		Control: control,
 	})
 	switch {
 	case err != nil && !ev.hasStarted():
@@ -125,9 +130,13 @@ func initialStdin(req api.ExecRequest) ([]byte, error) {
 	return []byte(req.Stdin), nil
 }
 
-// readInput feeds stdin and signals from the request body's StreamInput lines until
-// eof, the end of the body or ctx. Stdin is always closed when it returns.
-func readInput(ctx context.Context, lines *lineReader, stdin *chunkReader, signals chan<- int) error {
+// readInput feeds stdin, signals and resizes from the request body's StreamInput
+// lines until eof, the end of the body or ctx. A line the exec cannot take (a bad
+// signal or size) goes to refused and the rest of the line is still applied; a
+// line that cannot be read or decoded ends the input with an error. Stdin is
+// always closed when it returns.
+func readInput(ctx context.Context, lines *lineReader, stdin *chunkReader, control chan<- session.Control,
+	tty bool, refused func(error)) error {
 	defer stdin.closeWrite()
 	for {
 		line, err := lines.next()
@@ -141,13 +150,9 @@ func readInput(ctx context.Context, lines *lineReader, stdin *chunkReader, signa
 		if err := decodeLine(line, &in); err != nil {
 			return err
 		}
-		if in.Signal != "" {
-			sig, err := parseSignal(in.Signal, 0)
-			if err != nil {
-				return err
-			}
+		for _, c := range controls(in, tty, refused) {
 			select {
-			case signals <- sig:
+			case control <- c:
 			case <-ctx.Done():
 				return nil
 			}
@@ -159,6 +164,28 @@ func readInput(ctx context.Context, lines *lineReader, stdin *chunkReader, signa
 			stdin.closeWrite()
 		}
 	}
+}
+
+// controls returns the control messages of one input line, handing each refused
+// one to refused.
+func controls(in api.StreamInput, tty bool, refused func(error)) []session.Control {
+	var out []session.Control
+	if in.Signal != "" {
+		if sig, err := parseSignal(in.Signal, 0); err != nil {
+			refused(err)
+		} else {
+			out = append(out, session.Control{Signal: sig})
+		}
+	}
+	if in.Resize != nil {
+		c := session.Control{Resize: in.Resize}
+		if err := session.CheckControl(c, tty); err != nil {
+			refused(err)
+		} else {
+			out = append(out, c)
+		}
+	}
+	return out
 }
 
 // lineReader splits a body into non-empty lines of at most limit bytes.

@@ -90,7 +90,7 @@ func (s *Server) runStep(w http.ResponseWriter, r *http.Request, op string, tag 
 	var sb api.Sandbox
 	var sbErr error
 	if sandboxID != "" { // the step may start or bind the trajectory: it keeps the sandbox's parameters
-		sb, sbErr = s.node.Get(ctx, sandboxID)
+		sb, sbErr = s.svc.Get(ctx, sandboxID)
 		if sbErr == nil {
 			breq.Create = createParams(sb)
 		}
@@ -161,11 +161,11 @@ func (s *Server) runStep(w http.ResponseWriter, r *http.Request, op string, tag 
 	if isFinished() {
 		return // exec/stream: logged before its final event
 	}
-	if code := rec.header().Get(ErrorHeader); code != "" {
+	if code := api.Code(rec.header().Get(ErrorHeader)); code != "" {
 		e := api.NewError(code, "")
 		gone := sandboxID != "" && code == api.CodeSandboxGone
 		if sandboxID != "" && code == api.CodeNotFound {
-			_, gerr := s.node.Get(ctx, sandboxID)
+			_, gerr := s.svc.Get(ctx, sandboxID)
 			gone = errdefs.Is(gerr, api.CodeNotFound)
 		}
 		switch {

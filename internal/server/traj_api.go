@@ -130,7 +130,7 @@ func (s *Server) rebuildTrajectory(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	sb, gerr := s.node.Get(ctx, meta.SandboxID)
+	sb, gerr := s.svc.Get(ctx, meta.SandboxID)
 	if lost, _ := sandboxLost(sb, gerr); !lost {
 		if gerr != nil {
 			s.writeError(w, r, gerr)
@@ -147,7 +147,7 @@ func (s *Server) rebuildTrajectory(w http.ResponseWriter, r *http.Request) {
 	}
 	labels[TrajectoryLabel] = id
 	req.Labels = labels
-	nsb, err := s.node.Create(ctx, req)
+	nsb, err := s.svc.Create(ctx, req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -200,12 +200,12 @@ func (s *Server) reexecute(ctx context.Context, id string, st trajectory.Step) a
 			req.StdinBase64 = b64(st.Input)
 		}
 		if st.Op == trajectory.OpStartProcess {
-			_, err = s.node.StartProcess(ctx, id, req)
+			_, err = s.svc.StartProcess(ctx, id, req)
 			status = http.StatusCreated
 			break
 		}
 		var res api.ExecResult
-		res, err = s.node.Exec(ctx, id, req)
+		res, err = s.svc.Exec(ctx, id, req)
 		if err == nil {
 			status = http.StatusOK
 			if want, ok := loggedExec(st); ok {
@@ -239,21 +239,22 @@ func needsInput(st trajectory.Step) bool {
 }
 
 func (s *Server) reexecuteFile(ctx context.Context, id string, st trajectory.Step, a trajectory.FileArgs) (int, error) {
-	fs, err := s.node.FS(ctx, id)
+	fs, err := s.svc.FS(ctx, id)
 	if err != nil {
 		return 0, err
 	}
 	defer fs.Close()
 	switch st.Op {
 	case trajectory.OpWriteFile:
-		_, err = fs.WriteFile(a.Path, os.FileMode(a.Mode), bytes.NewReader(st.Input), s.opts.MaxUploadBytes)
+		_, err = fs.WriteFile(ctx, a.Path, os.FileMode(a.Mode), bytes.NewReader(st.Input), s.opts.MaxUploadBytes)
 		return http.StatusOK, err
 	case trajectory.OpUploadArchive:
-		return http.StatusNoContent, fs.ExtractTar(a.Path, bytes.NewReader(st.Input))
+		return http.StatusNoContent, fs.ExtractTar(ctx, a.Path, bytes.NewReader(st.Input))
 	case trajectory.OpMkdir:
-		return http.StatusNoContent, fs.Mkdir(a.Path, os.FileMode(a.Mode), a.Parents)
+		_, err := fs.Mkdir(ctx, a.Path, os.FileMode(a.Mode), a.Parents)
+		return http.StatusNoContent, err
 	case trajectory.OpRemove:
-		return http.StatusNoContent, fs.Remove(a.Path, a.Recursive)
+		return http.StatusNoContent, fs.Remove(ctx, a.Path, a.Recursive)
 	}
 	return 0, errdefs.Invalid("operation %s cannot be re-executed", st.Op)
 }

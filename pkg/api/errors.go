@@ -6,39 +6,42 @@ import (
 	"net/http"
 )
 
-// Error codes: stable, machine-readable, returned in every error body.
+// Code is a stable, machine-readable error code, returned in every error body.
+type Code string
+
+// Error codes.
 const (
-	CodeUnauthorized      = "unauthorized"       // 401: missing or wrong bearer token
-	CodeInvalidArgument   = "invalid_argument"   // 400: malformed or out-of-range input
-	CodeNotFound          = "not_found"          // 404: no such sandbox, process or file
-	CodeAlreadyExists     = "already_exists"     // 409: e.g. the file exists
-	CodeConflict          = "conflict"           // 409: wrong state (e.g. sandbox paused)
-	CodePayloadTooLarge   = "payload_too_large"  // 413: request body over the limit
-	CodeResourceExhausted = "resource_exhausted" // 429: node at capacity, retry later or elsewhere
-	CodeDeadlineExceeded  = "deadline_exceeded"  // 504: the operation timed out (not the command)
-	CodeSandboxGone       = "sandbox_gone"       // 410: the sandbox's processes died
-	CodeUnavailable       = "unavailable"        // 503: the node cannot serve now
-	CodeInternal          = "internal"           // 500: infrastructure failure
-	CodeNotImplemented    = "not_implemented"    // 501: backend lacks the capability
+	CodeUnauthorized      Code = "unauthorized"       // 401: missing or wrong bearer token
+	CodeInvalidArgument   Code = "invalid_argument"   // 400: malformed or out-of-range input
+	CodeNotFound          Code = "not_found"          // 404: no such sandbox, process or file
+	CodeAlreadyExists     Code = "already_exists"     // 409: e.g. the file exists
+	CodeConflict          Code = "conflict"           // 409: wrong state (e.g. sandbox paused)
+	CodePayloadTooLarge   Code = "payload_too_large"  // 413: request body over the limit
+	CodeResourceExhausted Code = "resource_exhausted" // 429: node at capacity, retry later or elsewhere
+	CodeDeadlineExceeded  Code = "deadline_exceeded"  // 504: the operation timed out (not the command)
+	CodeSandboxGone       Code = "sandbox_gone"       // 410: the sandbox's processes died
+	CodeUnavailable       Code = "unavailable"        // 503: the node cannot serve now
+	CodeInternal          Code = "internal"           // 500: infrastructure failure
+	CodeNotImplemented    Code = "not_implemented"    // 501: backend lacks the capability
 	// CodeBadGateway (502) says the HTTP proxy could not reach the port inside the
 	// sandbox (nothing listening, connection reset): the task's problem, not dsec's.
-	CodeBadGateway = "bad_gateway"
+	CodeBadGateway Code = "bad_gateway"
 
 	// Trajectory log (see TrajectoryHeader).
 	// CodeTrajectoryDiverged (409): a logged step was re-issued with a different
 	// request; the message names the step and both fingerprints.
-	CodeTrajectoryDiverged = "trajectory_diverged"
+	CodeTrajectoryDiverged Code = "trajectory_diverged"
 	// CodeOutcomeUnknown (409): the step was recorded as started but never finished
 	// (the server died while it ran). It is never run again; the next step may go on.
-	CodeOutcomeUnknown = "outcome_unknown"
+	CodeOutcomeUnknown Code = "outcome_unknown"
 	// CodeTrajectorySandboxLost (410): the trajectory's sandbox is gone; POST
 	// /v1/trajectories/{id}/rebuild replays its steps onto a fresh one.
-	CodeTrajectorySandboxLost = "trajectory_sandbox_lost"
+	CodeTrajectorySandboxLost Code = "trajectory_sandbox_lost"
 )
 
 // Error is the body of every non-2xx response: {"error": {...}}.
 type Error struct {
-	Code    string `json:"code"`
+	Code    Code   `json:"code"`
 	Message string `json:"message"`
 	// Infrastructure is true when dsec itself failed (node, runtime, storage): the
 	// request was fine and may succeed elsewhere. It is false for the caller's own
@@ -66,7 +69,7 @@ func (e *Error) Is(target error) bool {
 }
 
 // NewError builds an Error with the status and flags its code implies.
-func NewError(code, format string, args ...any) *Error {
+func NewError(code Code, format string, args ...any) *Error {
 	e := &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 	e.Status = StatusOf(code)
 	switch code {
@@ -81,7 +84,7 @@ func NewError(code, format string, args ...any) *Error {
 }
 
 // StatusOf maps an error code to its HTTP status.
-func StatusOf(code string) int {
+func StatusOf(code Code) int {
 	switch code {
 	case CodeUnauthorized:
 		return http.StatusUnauthorized

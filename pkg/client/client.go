@@ -239,7 +239,7 @@ func decodeError(resp *http.Response) error {
 
 // codeForStatus classifies a status that came without a dsec error body (e.g. from
 // a load balancer in front of the server).
-func codeForStatus(status int) string {
+func codeForStatus(status int) api.Code {
 	switch status {
 	case http.StatusUnauthorized, http.StatusForbidden:
 		return api.CodeUnauthorized

@@ -31,7 +31,7 @@ func setup(t *testing.T) (*Client, *servertest.Node) {
 	return New(srv.URL+"/", token), node
 }
 
-func wantCode(t *testing.T, err error, code string, status int) *api.Error {
+func wantCode(t *testing.T, err error, code api.Code, status int) *api.Error {
 	t.Helper()
 	ae, ok := api.AsError(err)
 	if !ok || ae.Code != code || ae.Status != status {

@@ -40,7 +40,7 @@ func TestAPIErrors(t *testing.T) {
 		name, method, path, token string
 		body                      io.Reader
 		status                    int
-		code                      string
+		code                      api.Code
 	}{
 		{"no token", "GET", "/v1/sandboxes", "", nil, 401, api.CodeUnauthorized},
 		{"wrong token", "GET", "/v1/sandboxes", "nope", nil, 401, api.CodeUnauthorized},

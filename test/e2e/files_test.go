@@ -126,7 +126,7 @@ func TestFilesAPI(t *testing.T) {
 	})
 }
 
-func isCode(err error, code string) bool {
+func isCode(err error, code api.Code) bool {
 	ae, ok := api.AsError(err)
 	return ok && ae.Code == code
 }

@@ -240,7 +240,10 @@ func TestLayeredEnvironmentErrors(t *testing.T) {
 	os.WriteFile(envPath("unreachable"), b, 0o644)
 
 	before := mountsUnder(n.dataDir)
-	for _, c := range []struct{ env, code string }{
+	for _, c := range []struct {
+		env  string
+		code api.Code
+	}{
 		{"corrupt", api.CodeBadGateway},
 		{"missing", api.CodeNotFound},
 		{"unreachable", api.CodeUnavailable},
@@ -277,7 +280,7 @@ func TestImagesAPI(t *testing.T) {
 	}
 	for _, c := range []struct {
 		req  api.ComposeImageRequest
-		code string
+		code api.Code
 	}{
 		{api.ComposeImageRequest{Name: "x", Base: "no-such-layer"}, api.CodeNotFound},
 		{api.ComposeImageRequest{Name: "Bad Name", Base: "bb-base"}, api.CodeInvalidArgument},

@@ -26,11 +26,11 @@ func (n *node) step(t *testing.T, traj string, k int, id, shell string) (api.Exe
 	return n.cl.Exec(ctx, id, api.ExecRequest{Shell: shell, TimeoutMs: 60_000})
 }
 
-func apiCode(err error) string {
+func apiCode(err error) api.Code {
 	if e, ok := api.AsError(err); ok {
 		return e.Code
 	}
-	return fmt.Sprint(err)
+	return api.Code(fmt.Sprint(err))
 }
 
 // TestTrajectoryKillResume kills the server with SIGKILL while step 30 of a

@@ -33,6 +33,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testprog"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -568,17 +569,9 @@ func (s *suite) testRoot(t *testing.T) {
 // listenerScript serves "hello\n" to one TCP connection on 127.0.0.1:port,
 // with python3 if the image has it, else with busybox nc.
 func listenerScript(port int) driver.ProcSpec {
-	py := fmt.Sprintf(`import socket
-s = socket.socket()
-s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind(("127.0.0.1", %d))
-s.listen(1)
-c, _ = s.accept()
-c.sendall(b"hello\n")
-c.close()
-`, port)
-	p := sh(fmt.Sprintf(`if command -v python3 >/dev/null 2>&1; then exec python3 -c "$PY"; else echo hello | nc -l -p %d; fi`, port))
-	p.Env = append(p.Env, "PY="+py)
+	script, env := testprog.Listener(port)
+	p := sh(script)
+	p.Env = append(p.Env, "PY="+env["PY"])
 	return p
 }
 

@@ -147,7 +147,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		Code           string `json:"code"`
 		Infrastructure bool   `json:"infrastructure,omitempty"`
 		Retryable      bool   `json:"retryable,omitempty"`
-	}{e.Message, e.Code, e.Infrastructure, e.Retryable})
+	}{e.Message, string(e.Code), e.Infrastructure, e.Retryable})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -1,5 +1,5 @@
-// Package servertest is a test helper: an in-memory fake of server.Node for unit
-// tests of the HTTP layer and of pkg/client. It is not a sandbox and isolates
+// Package servertest is a test helper: an in-memory fake of session.Service for
+// unit tests of the HTTP layer and of pkg/client. It is not a sandbox and isolates
 // nothing; production code must not import it.
 //
 // Commands understood by Exec, ExecStream and StartProcess (argv, or a shell string
@@ -10,6 +10,9 @@
 //	warn ARGS...   print ARGS to stderr, exit 0
 //	exit N         exit with code N
 //	sleep          run until signalled (exit -1 with the signal) or the context ends
+//
+// A streaming exec with tty: true writes its stderr to stdout, as a terminal would,
+// and records the resizes it receives (Resizes).
 //
 // Anything else exits 127 with an Error.
 package servertest
@@ -27,9 +30,12 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/fsops"
-	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/session/hostfs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -46,6 +52,7 @@ type Node struct {
 	procs     map[string]*proc
 	creates   []api.CreateSandboxRequest
 	signals   []int
+	resizes   []api.TermSize
 }
 
 type proc struct {
@@ -66,7 +73,7 @@ func NewNode(root string) *Node {
 	}
 }
 
-var _ server.Node = (*Node)(nil)
+var _ session.Service = (*Node)(nil)
 
 // ExposePort makes Dial(any sandbox, port) connect to addr on the host.
 func (n *Node) ExposePort(port int, addr string) {
@@ -89,9 +96,16 @@ func (n *Node) Signals() []int {
 	return append([]int(nil), n.signals...)
 }
 
-func (n *Node) Info(context.Context) api.Info {
+// Resizes returns the terminal sizes delivered to streaming execs so far.
+func (n *Node) Resizes() []api.TermSize {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]api.TermSize(nil), n.resizes...)
+}
+
+func (n *Node) Info(context.Context) (api.Info, error) {
 	return api.Info{Version: "test", Node: "fake", Backends: []string{api.BackendContainer},
-		Images: []string{"default"}, Cgroup: "v2"}
+		Images: []string{"default"}, Cgroup: "v2"}, nil
 }
 
 func (n *Node) Create(_ context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
@@ -250,17 +264,10 @@ func (n *Node) run(ctx context.Context, args []string, stdin io.Reader, stdout, 
 	return res
 }
 
-// SignalName names the common signals the way the agent does ("SIGTERM").
+// SignalName names a signal the way the agent does ("SIGTERM").
 func SignalName(sig int) string {
-	switch sig {
-	case 1:
-		return "SIGHUP"
-	case 2:
-		return "SIGINT"
-	case 9:
-		return "SIGKILL"
-	case 15:
-		return "SIGTERM"
+	if name := unix.SignalName(unix.Signal(sig)); name != "" {
+		return name
 	}
 	return "SIG" + strconv.Itoa(sig)
 }
@@ -287,8 +294,11 @@ func (n *Node) Exec(ctx context.Context, id string, req api.ExecRequest) (api.Ex
 	return res, nil
 }
 
-func (n *Node) ExecStream(ctx context.Context, id string, req api.ExecRequest, sio server.StreamIO) (api.ExecResult, error) {
+func (n *Node) ExecStream(ctx context.Context, id string, req api.ExecRequest, sio session.Stream) (api.ExecResult, error) {
 	if err := n.running(id); err != nil {
+		return api.ExecResult{}, err
+	}
+	if _, err := session.TermSizeOf(req); err != nil {
 		return api.ExecResult{}, err
 	}
 	if sio.Started != nil {
@@ -301,7 +311,42 @@ func (n *Node) ExecStream(ctx context.Context, id string, req api.ExecRequest, s
 	if stderr == nil {
 		stderr = io.Discard
 	}
-	return n.run(ctx, argv(req), sio.Stdin, stdout, stderr, sio.Signals), nil
+	if req.TTY {
+		stderr = stdout
+	}
+	signals := make(chan int)
+	done := make(chan struct{})
+	defer close(done)
+	go n.control(sio.Control, signals, done)
+	return n.run(ctx, argv(req), sio.Stdin, stdout, stderr, signals), nil
+}
+
+// control forwards a stream's signals to signals and records its resizes until
+// done.
+func (n *Node) control(ctl <-chan session.Control, signals chan<- int, done <-chan struct{}) {
+	for {
+		select {
+		case c, ok := <-ctl:
+			if !ok {
+				ctl = nil
+				continue
+			}
+			if c.Resize != nil {
+				n.mu.Lock()
+				n.resizes = append(n.resizes, *c.Resize)
+				n.mu.Unlock()
+			}
+			if c.Signal != 0 {
+				select {
+				case signals <- c.Signal:
+				case <-done:
+					return
+				}
+			}
+		case <-done:
+			return
+		}
+	}
 }
 
 // syncBuffer guards a process's log buffer.
@@ -422,7 +467,7 @@ func (n *Node) ProcessLogs(_ context.Context, id, procID, stream string, offset 
 	return io.NopCloser(bytes.NewReader(bytes.Clone(b[offset:]))), nil
 }
 
-func (n *Node) FS(_ context.Context, id string) (*fsops.FS, error) {
+func (n *Node) FS(_ context.Context, id string) (session.FS, error) {
 	if err := n.running(id); err != nil {
 		return nil, err
 	}
@@ -430,7 +475,7 @@ func (n *Node) FS(_ context.Context, id string) (*fsops.FS, error) {
 	if err != nil {
 		return nil, errdefs.Internal(err, "opening fake root")
 	}
-	return fsops.New(root), nil
+	return hostfs.New(fsops.New(root)), nil
 }
 
 // Dial connects to the host address exposed for port; an unexposed port fails like

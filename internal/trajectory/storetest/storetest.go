@@ -25,17 +25,17 @@ func req(traj string, n int, fp string) trajectory.BeginRequest {
 		Args: []byte(`{"cmd":["x"]}`), SandboxID: "sb1", Create: api.CreateSandboxRequest{Image: "img"}}
 }
 
-func code(err error) string {
+func code(err error) api.Code {
 	if e, ok := api.AsError(err); ok {
 		return e.Code
 	}
 	if err != nil {
-		return "other:" + err.Error()
+		return api.Code("other:" + err.Error())
 	}
 	return ""
 }
 
-func wantCode(t *testing.T, err error, c string) {
+func wantCode(t *testing.T, err error, c api.Code) {
 	t.Helper()
 	if code(err) != c {
 		t.Fatalf("want %q, got %v", c, err)

@@ -1,0 +1,89 @@
+package deptest
+
+import (
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/dsec-dev/dsec/"
+
+// frontEnds are the HTTP front ends: nothing below the session service may import
+// them.
+var frontEnds = Under(mod+"internal/server", mod+"internal/frontend")
+
+// rules: each package pattern (and everything it imports) must not reach a
+// package the predicate matches.
+var rules = []struct {
+	patterns []string
+	forbid   func(string) bool
+	why      string
+}{
+	{
+		patterns: []string{
+			"./internal/session/...", "./internal/trajectory/...", "./internal/agent/...",
+			"./internal/driver/...", "./internal/container/...", "./internal/fncall/...",
+		},
+		forbid: frontEnds,
+		why:    "the session service, the trajectory log, the node agent and the drivers sit below every front end",
+	},
+	{
+		patterns: []string{"./internal/driver/...", "./internal/container/...", "./internal/fncall/..."},
+		forbid:   Under(mod+"internal/agent", mod+"internal/daemon"),
+		why:      "drivers sit below the node agent",
+	},
+	{
+		patterns: []string{"./internal/session/..."},
+		forbid:   Under(mod+"internal/agent", mod+"internal/daemon", mod+"internal/driver", mod+"internal/container"),
+		why:      "the session service is an interface: it names no implementation",
+	},
+}
+
+func TestDependencyDirection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go list")
+	}
+	for _, r := range rules {
+		g, err := Load("../..", r.patterns...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checked := 0
+		for pkg := range g {
+			if !matchesAny(pkg, r.patterns) {
+				continue
+			}
+			checked++
+			if chain := g.Path(pkg, r.forbid); chain != nil {
+				t.Errorf("%s must not import %s (%s); import chain:\n\t%s",
+					pkg, chain[len(chain)-1], r.why, strings.Join(chain, "\n\t→ "))
+			}
+		}
+		if checked == 0 {
+			t.Errorf("rule %v matched no package", r.patterns)
+		}
+	}
+}
+
+// matchesAny says whether pkg is one of the "./dir/..." patterns.
+func matchesAny(pkg string, patterns []string) bool {
+	for _, p := range patterns {
+		if Under(mod + strings.TrimSuffix(strings.TrimPrefix(p, "./"), "/..."))(pkg) {
+			return true
+		}
+	}
+	return false
+}
+
+func TestPath(t *testing.T) {
+	g := Graph{"a": {"b", "c"}, "b": {"d"}, "c": {"d"}, "d": {"x/y"}, "x/y": nil}
+	got := g.Path("a", Under("x"))
+	if strings.Join(got, " ") != "a b d x/y" {
+		t.Fatalf("path %v", got)
+	}
+	if g.Path("d", Under("a")) != nil {
+		t.Fatal("found a path that does not exist")
+	}
+	if g.Path("x/y", Under("x")) != nil {
+		t.Fatal("a package matched itself")
+	}
+}
