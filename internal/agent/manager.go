@@ -49,6 +49,8 @@ type Config struct {
 	Logger      *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// QoS configures CPU classes and memory reclaim (see qos.go).
+	QoS QoSConfig
 }
 
 // Sweeper is implemented by drivers that can release leftovers not in keep.
@@ -71,6 +73,8 @@ type Manager struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	idle idleReclaim // see qos.go
 }
 
 // pending de-duplicates concurrent creates that carry the same request ID.
@@ -122,6 +126,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	m.wg.Add(1)
 	go m.expiryLoop()
+	m.startIdleReclaim()
 	return m, nil
 }
 
@@ -216,6 +221,7 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 	if v, ok := m.cfg.Driver.(interface{ CgroupVersion() int }); ok {
 		info.Cgroup = fmt.Sprintf("v%d", v.CgroupVersion())
 	}
+	info.QoS = m.qosInfo()
 	return info, nil
 }
 

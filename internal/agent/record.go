@@ -24,6 +24,9 @@ type record struct {
 	Labels             map[string]string `json:"labels,omitempty"`
 	RequestID          string            `json:"request_id,omitempty"`
 	Paused             bool              `json:"paused,omitempty"`
+	// Reclaimed: memory was pushed out (pause with reclaim, idle reclaim);
+	// resume prefetches it.
+	Reclaimed bool `json:"reclaimed,omitempty"`
 	DriverState        json.RawMessage   `json:"driver_state"`
 	Procs              []procRecord      `json:"procs,omitempty"`
 	NextProc           int               `json:"next_proc,omitempty"`

@@ -46,6 +46,7 @@ func (sb *sandbox) view() api.Sandbox {
 		CreatedAt: r.CreatedAt, IdleTimeoutSeconds: r.IdleTimeoutSeconds,
 		LastActiveAt: time.Unix(0, sb.lastActive.Load()).UTC(),
 		Env:          r.Env, Labels: r.Labels, RequestID: r.RequestID,
+		CPUClass:     cpuClassOf(r.Spec), Reclaimed: r.Reclaimed,
 	}
 	if r.TTLSeconds > 0 {
 		t := r.CreatedAt.Add(time.Duration(r.TTLSeconds) * time.Second)
@@ -108,6 +109,9 @@ func validate(req *api.CreateSandboxRequest) error {
 // Create implements session.Service.
 func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	if err := validate(&req); err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := m.validateQoS(&req); err != nil {
 		return api.Sandbox{}, err
 	}
 	if req.Backend != m.cfg.Driver.Name() {
@@ -199,7 +203,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	sort.Strings(env)
 	spec := driver.Spec{
 		ID: id, Image: img.Name, Lower: img.Lower(), CPU: req.CPU, Memory: req.MemoryBytes,
-		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id,
+		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id, CPUClass: req.CPUClass,
 	}
 	inst, err := m.cfg.Driver.Start(ctx, spec)
 	if err != nil {
@@ -288,7 +292,7 @@ func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (api.San
 	if pause {
 		err = p.Pause(ctx)
 	} else {
-		err = p.Resume(ctx)
+		err = sb.resume(ctx, p)
 	}
 	if err == nil {
 		sb.rec.Paused = pause

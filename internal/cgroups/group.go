@@ -22,6 +22,9 @@ type Group struct {
 	h    *Hierarchy
 	name string
 	dirs []string // one per h.mountDirs(), same order
+	// idle: on v1 the group's cpu directory lives under the idle parent (a
+	// best-effort group, see cpuclass.go); on v2 its own cpu.idle is 1.
+	idle bool
 }
 
 // Name is the group's name as passed to Create or Open.
@@ -41,7 +44,7 @@ func (g *Group) dir(ctrl string) string {
 	if !ok {
 		return ""
 	}
-	return filepath.Join(g.h.base(m), g.name)
+	return g.h.pathIn(m, g.name, g.idle)
 }
 
 // AddProc moves process pid into the group: into every controller's

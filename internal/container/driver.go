@@ -26,6 +26,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/initbin"
 	"github.com/dsec-dev/dsec/internal/initproto"
 	"github.com/dsec-dev/dsec/internal/seccomp"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Config configures the container driver.
@@ -57,6 +58,8 @@ type Driver struct {
 	// mounted, then every init mounts its own.
 	sysfs   string
 	sysfsMu sync.Mutex // serializes remounting a vanished shared sysfs
+
+	coreSched bool // the kernel has PR_SCHED_CORE (LS sandboxes get a cookie)
 }
 
 // New prepares the driver: installs the init binary, detects cgroups and compiles
@@ -100,7 +103,7 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container: seccomp memfd: %w", err)
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd}
+	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, coreSched: cgroups.CoreSchedAvailable()}
 	// One sysfs superblock for all sandboxes instead of one each: every
 	// superblock costs per-memcg shrinker memory on the host.
 	sysfs := filepath.Join(cfg.RunDir, "sysfs")
@@ -146,6 +149,7 @@ func (d *Driver) Close() error {
 	}
 	// With no sandbox left, leave nothing behind: the parent cgroup and the run
 	// dir go (both stay while sandboxes live on for a restarted agent).
+	_ = d.cg.RemoveIdleParent(d.cfg.CgroupParent)
 	if names, lerr := d.cg.List(d.cfg.CgroupParent); lerr == nil && len(names) == 0 {
 		if g, oerr := d.cg.Open(d.cfg.CgroupParent); oerr == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -182,7 +186,8 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		os.RemoveAll(dir)
 		return nil, errdefs.Internal(err, "create sandbox dir")
 	}
-	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory, PidsMax: spec.PidsMax})
+	idle := spec.CPUClass == api.CPUClassBE
+	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory, PidsMax: spec.PidsMax, Idle: idle})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, errdefs.Internal(err, "create cgroup")
@@ -219,10 +224,12 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		LogPath:    filepath.Join(dir, "init.log"),
 		CgroupFD:   cgfd,
 		BeforeStart: func(pid int) error {
-			if cgfd >= 0 {
-				return nil
+			if cgfd < 0 {
+				if err := cg.AddProc(pid); err != nil {
+					return err
+				}
 			}
-			return cg.AddProc(pid)
+			return d.applyCPUClass(pid, idle)
 		},
 	})
 	if err != nil {

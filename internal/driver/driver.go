@@ -24,6 +24,8 @@ type Spec struct {
 	PidsMax  int64
 	Env      []string // KEY=VALUE added to every process
 	Hostname string
+	// CPUClass is api.CPUClassLS or api.CPUClassBE ("" is LS); see CPUClasser.
+	CPUClass string
 }
 
 // Driver creates and recovers sandboxes of one backend.

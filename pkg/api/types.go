@@ -47,6 +47,9 @@ type CreateSandboxRequest struct {
 	// RequestID makes create idempotent: a retry with the same ID returns the sandbox
 	// the first request created. The Idempotency-Key header is an alias.
 	RequestID string `json:"request_id,omitempty"`
+	// CPUClass is "ls" (latency-sensitive) or "be" (best-effort); empty means
+	// the node's default (dsec server --cpu-class-default).
+	CPUClass string `json:"cpu_class,omitempty"`
 }
 
 // Sandbox describes one sandbox.
@@ -66,6 +69,10 @@ type Sandbox struct {
 	Env                map[string]string `json:"env,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
 	RequestID          string            `json:"request_id,omitempty"`
+	CPUClass           string            `json:"cpu_class,omitempty"`
+	// Reclaimed: the sandbox's memory was pushed out of RAM; resume (or the next
+	// use) brings it back.
+	Reclaimed bool `json:"reclaimed,omitempty"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.
@@ -210,6 +217,7 @@ type Info struct {
 	Backends []string `json:"backends"`
 	Images   []string `json:"images"`
 	Cgroup   string   `json:"cgroup"` // v1 or v2
+	QoS      *QoSInfo `json:"qos,omitempty"`
 }
 
 // Image is the body of GET /v1/images/{name} (and an item of GET /v1/images): a
