@@ -26,10 +26,10 @@ type record struct {
 	Paused             bool              `json:"paused,omitempty"`
 	// Reclaimed: memory was pushed out (pause with reclaim, idle reclaim);
 	// resume prefetches it.
-	Reclaimed bool `json:"reclaimed,omitempty"`
-	DriverState        json.RawMessage   `json:"driver_state"`
-	Procs              []procRecord      `json:"procs,omitempty"`
-	NextProc           int               `json:"next_proc,omitempty"`
+	Reclaimed   bool            `json:"reclaimed,omitempty"`
+	DriverState json.RawMessage `json:"driver_state"`
+	Procs       []procRecord    `json:"procs,omitempty"`
+	NextProc    int             `json:"next_proc,omitempty"`
 	// ImageConfig is the image's config at create (images.Config: default env,
 	// cwd, user of every exec); a later rebase of the image does not change it.
 	ImageConfig *images.Config `json:"image_config,omitempty"`

@@ -46,7 +46,7 @@ func (sb *sandbox) view() api.Sandbox {
 		CreatedAt: r.CreatedAt, IdleTimeoutSeconds: r.IdleTimeoutSeconds,
 		LastActiveAt: time.Unix(0, sb.lastActive.Load()).UTC(),
 		Env:          r.Env, Labels: r.Labels, RequestID: r.RequestID,
-		CPUClass:     cpuClassOf(r.Spec), Reclaimed: r.Reclaimed,
+		CPUClass: cpuClassOf(r.Spec), Reclaimed: r.Reclaimed,
 	}
 	if r.TTLSeconds > 0 {
 		t := r.CreatedAt.Add(time.Duration(r.TTLSeconds) * time.Second)

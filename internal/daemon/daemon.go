@@ -74,6 +74,8 @@ type Config struct {
 	// (default dir:DATA_DIR/blobs, where `dsec image build` puts layers by
 	// default; paths.Paths.BlobSpec).
 	BlobStore string
+	// QoS: CPU classes, swap, idle reclaim (qos.go).
+	QoS QoSConfig
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -95,6 +97,7 @@ type Daemon struct {
 	http      *http.Server
 	stopPrune chan struct{}
 	pruneDone chan struct{}
+	qos       *qos
 }
 
 // New opens the node: it re-adopts the sandboxes recorded under DataDir.
@@ -126,8 +129,13 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	q, qcfg, err := setupQoS(cfg.QoS, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Logger: cfg.Logger})
 	if err != nil {
+		_ = q.close()
 		return nil, err
 	}
 	if cfg.Layers.Root == "" {
@@ -147,7 +155,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	envs.Spec = blobSpec
 	mgr, err := agent.New(ctx, agent.Config{
-		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
+		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName, QoS: qcfg,
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
 			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},
@@ -176,7 +184,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
 	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj,
 		Images: mgr, ImageManager: n, FnCall: n})
-	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
+	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
 	return d, nil
@@ -242,7 +250,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	}
 	close(d.stopPrune)
 	<-d.pruneDone
-	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Trajectories.Close())
+	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Trajectories.Close(), d.qos.close())
 	return errors.Join(errs...)
 }
 

@@ -116,7 +116,9 @@ func OpenDAMON(root string, fs DAMONFS, stateFile string, scheme DAMONScheme) (*
 	return d, nil
 }
 
-func (d *DAMON) p(parts ...string) string { return filepath.Join(append([]string{d.root}, parts...)...) }
+func (d *DAMON) p(parts ...string) string {
+	return filepath.Join(append([]string{d.root}, parts...)...)
+}
 
 func (d *DAMON) kd(parts ...string) string {
 	return d.p(append([]string{"kdamonds", strconv.Itoa(d.idx)}, parts...)...)
