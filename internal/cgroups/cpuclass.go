@@ -192,13 +192,22 @@ func (g *Group) SetThreadsIdle(idle bool) error {
 	return nil
 }
 
-// SetSchedIdle sets one thread's policy to SCHED_IDLE or SCHED_OTHER.
+// SetSchedIdle sets one thread's policy to SCHED_IDLE or SCHED_OTHER, keeping
+// its nice value. Real-time threads are left alone (a sandbox cannot make any).
 func SetSchedIdle(tid int, idle bool) error {
-	attr := unix.SchedAttr{Size: unix.SizeofSchedAttr, Policy: unix.SCHED_NORMAL, Flags: unix.SCHED_FLAG_KEEP_PARAMS}
-	if idle {
-		attr.Policy = unix.SCHED_IDLE
+	cur, err := unix.SchedGetAttr(tid, 0)
+	if err != nil {
+		return err
 	}
-	return unix.SchedSetAttr(tid, &attr, 0)
+	want := uint32(unix.SCHED_NORMAL)
+	if idle {
+		want = unix.SCHED_IDLE
+	}
+	if cur.Policy == want || (cur.Policy != unix.SCHED_NORMAL && cur.Policy != unix.SCHED_IDLE && cur.Policy != unix.SCHED_BATCH) {
+		return nil
+	}
+	// (SCHED_FLAG_KEEP_PARAMS would keep the policy too.)
+	return unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: want, Nice: cur.Nice}, 0)
 }
 
 // SchedPolicy returns a thread's scheduling policy (unix.SCHED_*).
