@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -18,6 +19,9 @@ type QoSConfig struct {
 	// IdleReclaimAfter pages out the memory of sandboxes idle this long (no
 	// session operation); 0 turns idle reclaim off.
 	IdleReclaimAfter time.Duration
+	// IdleReclaimEvery is how often idle sandboxes are looked for (default a
+	// quarter of IdleReclaimAfter, between 50ms and 30s).
+	IdleReclaimEvery time.Duration
 	// IdleReclaimPause is the throttle between two sandboxes' page-outs
 	// (default 100ms).
 	IdleReclaimPause time.Duration
@@ -176,7 +180,10 @@ func (m *Manager) startIdleReclaim() {
 		return
 	}
 	m.idle.pagedOut = map[string]int64{}
-	every := min(max(m.cfg.QoS.IdleReclaimAfter/4, 50*time.Millisecond), 30*time.Second)
+	every := m.cfg.QoS.IdleReclaimEvery
+	if every <= 0 {
+		every = min(max(m.cfg.QoS.IdleReclaimAfter/4, 50*time.Millisecond), 30*time.Second)
+	}
 	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
@@ -206,6 +213,13 @@ func (m *Manager) idleReclaimOnce(ctx context.Context) {
 		sbs = append(sbs, sb)
 	}
 	m.mu.RUnlock()
+	m.idle.mu.Lock()
+	for id := range m.idle.pagedOut {
+		if !slices.ContainsFunc(sbs, func(sb *sandbox) bool { return sb.rec.ID == id }) {
+			delete(m.idle.pagedOut, id) // deleted since
+		}
+	}
+	m.idle.mu.Unlock()
 	cutoff := m.now().Add(-m.cfg.QoS.IdleReclaimAfter).UnixNano()
 	pause := m.cfg.QoS.IdleReclaimPause
 	if pause == 0 {

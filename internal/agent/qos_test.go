@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/reclaim"
+	"github.com/dsec-dev/dsec/internal/reclaim/damontest"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -211,18 +213,7 @@ func checkRestored(t *testing.T, m *agent.Manager, id, sum string, pid int) {
 
 func TestPauseReclaimToSwap(t *testing.T) {
 	e := newEnv(t)
-	z, err := reclaim.SetupZram(1<<30, t.TempDir(), filepath.Join(t.TempDir(), "swap.json"))
-	if err != nil {
-		t.Fatalf("zram: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := z.Close(); err != nil {
-			t.Errorf("remove zram: %v", err)
-		}
-		if _, err := os.Stat(fmt.Sprintf("/sys/block/zram%d", z.N)); err == nil {
-			t.Errorf("zram%d still exists", z.N)
-		}
-	})
+	z := testZram(t)
 	m := e.open(t, nil)
 	ctx := ctxT(t)
 	sb := create(t, m, api.CreateSandboxRequest{MemoryBytes: 512 << 20})
@@ -322,5 +313,77 @@ func TestPauseReclaimNeedsCapability(t *testing.T) {
 	}
 	if _, err := m.Resume(ctx, sb.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// testZram is a zram swap device the test owns, removed when it ends.
+func testZram(t *testing.T) *reclaim.Zram {
+	t.Helper()
+	z, err := reclaim.SetupZram(1<<30, t.TempDir(), filepath.Join(t.TempDir(), "swap.json"))
+	if err != nil {
+		t.Fatalf("zram: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := z.Close(); err != nil {
+			t.Errorf("remove zram: %v", err)
+		}
+		if _, err := os.Stat(fmt.Sprintf("/sys/block/zram%d", z.N)); err == nil {
+			t.Errorf("zram%d still exists", z.N)
+		}
+	})
+	return z
+}
+
+func TestIdleReclaim(t *testing.T) {
+	e := newEnv(t)
+	testZram(t)
+	m := e.open(t, func(c *agent.Config) {
+		c.QoS.IdleReclaimAfter = time.Minute
+		c.QoS.IdleReclaimEvery = 100 * time.Millisecond
+		c.QoS.IdleReclaimPause = time.Millisecond
+	})
+	idle := create(t, m, api.CreateSandboxRequest{})
+	busy := create(t, m, api.CreateSandboxRequest{})
+	_, idlePID := holder(t, e, m, idle.ID, 32)
+	_, busyPID := holder(t, e, m, busy.ID, 32)
+	idleRSS, busyRSS := rssBytes(t, idlePID), rssBytes(t, busyPID)
+	// Only time tells idle from busy: the clock jumps past the threshold and the
+	// busy sandbox is used again right away.
+	e.clock.Advance(2 * time.Minute)
+	shOK(t, m, busy.ID, "true")
+	waitFor(t, 20*time.Second, "idle sandbox paged out", func() bool { return rssBytes(t, idlePID) < idleRSS/4 })
+	if r := rssBytes(t, busyPID); r < busyRSS*9/10 {
+		t.Errorf("busy sandbox paged out too: RSS %d -> %d", busyRSS, r)
+	}
+}
+
+func TestIdleReclaimDAMON(t *testing.T) {
+	e := newEnv(t)
+	fake := damontest.New(t, 0)
+	d, err := reclaim.OpenDAMON(fake.Root, fake, filepath.Join(t.TempDir(), "damon.json"), reclaim.DefaultDAMONScheme())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := e.open(t, func(c *agent.Config) {
+		c.QoS.IdleReclaimAfter = time.Minute
+		c.QoS.IdleReclaimEvery = 100 * time.Millisecond
+		c.QoS.DAMON = d
+	})
+	idle := create(t, m, api.CreateSandboxRequest{})
+	busy := create(t, m, api.CreateSandboxRequest{})
+	e.clock.Advance(2 * time.Minute)
+	shOK(t, m, busy.ID, "true")
+	idlePID, busyPID := e.initPID(t, idle.ID), e.initPID(t, busy.ID)
+	waitFor(t, 10*time.Second, "kdamond monitoring the idle sandbox", func() bool {
+		return fake.Get(t, "kdamonds/0/state") == "on" && slices.Contains(d.Running(), idlePID)
+	})
+	if slices.Contains(d.Running(), busyPID) {
+		t.Errorf("busy sandbox's init %d handed to DAMON: %v", busyPID, d.Running())
+	}
+	if got := fake.Get(t, "kdamonds/0/contexts/0/schemes/0/action"); got != "pageout" {
+		t.Errorf("scheme action %q", got)
+	}
+	if info, _ := m.Info(ctxT(t)); info.QoS == nil || !info.QoS.DAMON {
+		t.Errorf("info.qos %+v", info.QoS)
 	}
 }
