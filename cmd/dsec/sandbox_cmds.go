@@ -15,7 +15,7 @@ import (
 )
 
 func createCmd() *cobra.Command {
-	var image, memory, disk, ttl, idle, requestID string
+	var image, memory, disk, ttl, idle, requestID, cpuClass string
 	var cpu float64
 	var env []string
 	c := &cobra.Command{
@@ -23,7 +23,7 @@ func createCmd() *cobra.Command {
 		Short: "Create a sandbox and print its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID}
+			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID, CPUClass: cpuClass}
 			var err error
 			if req.MemoryBytes, err = parseSize(memory); err != nil {
 				return err
@@ -62,6 +62,7 @@ func createCmd() *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&image, "image", "", "image name (default: the server's default image)")
 	f.Float64Var(&cpu, "cpu", 0, "CPU limit in cores (default 1)")
+	f.StringVar(&cpuClass, "cpu-class", "", "ls (latency-sensitive) or be (best-effort); default the server's --cpu-class-default")
 	f.StringVar(&memory, "memory", "", "memory limit, e.g. 512m, 2g (default 512m)")
 	f.StringVar(&disk, "disk", "", "writable layer size, e.g. 1g (default 1g)")
 	f.StringVar(&ttl, "ttl", "", "delete the sandbox after this long, e.g. 1h")

@@ -14,9 +14,9 @@ import (
 type QoSConfig struct {
 	// CPUClassDefault is the class of creates naming none ("ls" or "be").
 	CPUClassDefault string
-	// Swap is "" (no swap of dsec's own) or "zram:SIZE": a compressed swap
-	// device dsec creates at start and removes at shutdown.
-	Swap string
+	// ZramBytes > 0 makes a compressed swap device of that size (dsec server
+	// --swap zram:SIZE) that dsec creates at start and removes at shutdown.
+	ZramBytes int64
 	// IdleReclaimAfter pages out sandboxes idle this long (0: off).
 	IdleReclaimAfter time.Duration
 	// DAMONRoot, when set, is the DAMON sysfs root idle reclaim may own a
@@ -43,9 +43,9 @@ func setupQoS(cfg QoSConfig, dataDir string) (*qos, agent.QoSConfig, error) {
 	if cfg.IdleReclaimAfter < 0 {
 		return nil, ac, errors.New("--idle-reclaim-after must not be negative")
 	}
-	size, err := reclaim.ParseSwapSpec(cfg.Swap)
-	if err != nil {
-		return nil, ac, err
+	size := cfg.ZramBytes
+	if size != 0 && size < 1<<20 {
+		return nil, ac, errors.New("--swap zram:SIZE: SIZE must be at least 1M")
 	}
 	q := &qos{}
 	state := filepath.Join(dataDir, "swap.json")

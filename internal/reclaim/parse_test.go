@@ -47,28 +47,3 @@ func FuzzParseMaps(f *testing.F) {
 		}
 	})
 }
-
-func TestParseSwapSpec(t *testing.T) {
-	for in, want := range map[string]int64{"": 0, "zram:4G": 4 << 30, "zram:512M": 512 << 20, "zram:1048576": 1 << 20} {
-		if got, err := ParseSwapSpec(in); err != nil || got != want {
-			t.Errorf("%q: %d %v, want %d", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"zram", "zram:", "file:/swap:1G", "zram:-1G", "zram:1K", "zram:9999999T", "zram:1.5G", "zram:G"} {
-		if _, err := ParseSwapSpec(bad); err == nil {
-			t.Errorf("%q accepted", bad)
-		}
-	}
-}
-
-func FuzzParseSwapSpec(f *testing.F) {
-	for _, s := range []string{"zram:4G", "zram:1", "zram:-5", ""} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		n, err := ParseSwapSpec(s)
-		if err == nil && s != "" && n < 1<<20 {
-			t.Fatalf("%q accepted as %d bytes", s, n)
-		}
-	})
-}

@@ -13,8 +13,6 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
 // Zram is a compressed swap device dsec created (zram hot_add) and owns: it is
@@ -33,48 +31,6 @@ type zramOwnership struct {
 }
 
 const zramControl = "/sys/class/zram-control"
-
-// ParseSwapSpec parses dsec server --swap: "zram:SIZE" (SIZE like 4G, 512M or
-// bytes). "" means no swap.
-func ParseSwapSpec(s string) (int64, error) {
-	if s == "" {
-		return 0, nil
-	}
-	kind, size, ok := strings.Cut(s, ":")
-	if !ok || kind != "zram" {
-		return 0, errdefs.Invalid("--swap %q: want zram:SIZE (e.g. zram:4G)", s)
-	}
-	n, err := ParseSize(size)
-	if err != nil || n < 1<<20 {
-		return 0, errdefs.Invalid("--swap %q: SIZE must be at least 1M (e.g. 4G)", s)
-	}
-	return n, nil
-}
-
-// ParseSize parses 123, 64K, 512M, 4G, 1T (powers of 1024).
-func ParseSize(s string) (int64, error) {
-	mult := int64(1)
-	if s != "" {
-		switch strings.ToUpper(s[len(s)-1:]) {
-		case "K":
-			mult = 1 << 10
-		case "M":
-			mult = 1 << 20
-		case "G":
-			mult = 1 << 30
-		case "T":
-			mult = 1 << 40
-		}
-		if mult != 1 {
-			s = s[:len(s)-1]
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n <= 0 || n > (1<<50)/mult {
-		return 0, fmt.Errorf("size %q: want a positive number with an optional K, M, G or T", s)
-	}
-	return n * mult, nil
-}
 
 // SetupZram creates a zram device of size bytes (loading the module if needed),
 // writes a swap signature, and swaps it on at priority 100. nodeDir holds the
