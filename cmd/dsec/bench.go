@@ -114,5 +114,6 @@ func benchCmd() *cobra.Command {
 	fn.Flags().StringVar(&fLang, "lang", "c", "language: c, c++, go, python3, bash")
 	c.AddCommand(create, exec, density, fn)
 	c.AddCommand(benchTrajCmd(), benchImageCmd())
+	c.AddCommand(benchQoSCmds()...)
 	return c
 }

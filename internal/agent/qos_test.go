@@ -54,7 +54,7 @@ func (e *env) checkClass(t *testing.T, id, class string) {
 			cpuPath = parts[2]
 		}
 	}
-	underIdle := strings.Contains(cpuPath, "/"+cgroups.IdleParent+"/")
+	underIdle := strings.Contains(cpuPath, "-"+cgroups.IdleParent+"/")
 	if underIdle != (class == api.CPUClassBE) {
 		t.Errorf("class %s: init's cpu cgroup is %q", class, cpuPath)
 	}

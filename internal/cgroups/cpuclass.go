@@ -15,29 +15,39 @@ import (
 )
 
 // CPU classes. A latency-sensitive (LS) group competes normally; a best-effort
-// (BE) group is idle to the scheduler: on v1 its cpu directory lives in the
-// idle parent, a sibling of the LS groups with cpu.idle=1, so all BE work
-// together gets idle weight against them; on v2, where a process cannot sit in
-// one place for cpu and another for memory, the group's own cpu.idle is 1
-// (idle against its LS siblings). Every thread of a BE group also runs
-// SCHED_IDLE (SetThreadsIdle).
+// (BE) group is idle to the scheduler. On v1 its cpu directory lives in the
+// idle parent "P-be" with cpu.idle=1, a sibling of the LS groups' parent P (not
+// a child of it: BE work inside P would spend P's share, and P's LS groups
+// would then wait behind the rest of the host when they wake); all BE work
+// together gets idle weight against everything else. On v2, where a process
+// cannot sit in one place for cpu and another for memory, the group's own
+// cpu.idle is 1 (idle against its LS siblings). Every thread of a BE group also
+// runs SCHED_IDLE (SetThreadsIdle).
 
-// IdleParent is the name of the idle parent directory next to the groups of
-// one parent in the v1 cpu hierarchy (never a sandbox name).
+// IdleParent is the suffix of the idle parent's name ("P-be" for parent P;
+// "be" for groups at the top).
 const IdleParent = "be"
 
 // pathIn is the directory of group name under mount m: the idle parent's child
 // for an idle group in the v1 cpu hierarchy.
 func (h *Hierarchy) pathIn(m, name string, idle bool) string {
 	if idle && h.version == 1 && m == h.mounts[ctrlCPU] {
-		return filepath.Join(h.base(m), filepath.Dir(name), IdleParent, filepath.Base(name))
+		return filepath.Join(h.idleParentDir(name), filepath.Base(name))
 	}
 	return filepath.Join(h.base(m), name)
 }
 
 // idleParentDir is the idle parent for the groups next to name (v1 cpu).
 func (h *Hierarchy) idleParentDir(name string) string {
-	return filepath.Join(h.base(h.mounts[ctrlCPU]), filepath.Dir(name), IdleParent)
+	return idleOf(filepath.Join(h.base(h.mounts[ctrlCPU]), filepath.Dir(name)), h.mounts[ctrlCPU])
+}
+
+// idleOf is the idle parent for the groups in directory dir of mount m.
+func idleOf(dir, m string) string {
+	if filepath.Clean(dir) == filepath.Clean(m) {
+		return filepath.Join(m, IdleParent)
+	}
+	return filepath.Clean(dir) + "-" + IdleParent
 }
 
 // isIdle reports whether group name exists as a best-effort group.
@@ -75,7 +85,8 @@ func (h *Hierarchy) RemoveIdleParent(parent string) error {
 	if h.version != 1 {
 		return nil
 	}
-	err := h.rmdir(filepath.Join(h.base(h.mounts[ctrlCPU]), parent, IdleParent))
+	m := h.mounts[ctrlCPU]
+	err := h.rmdir(idleOf(filepath.Join(h.base(m), parent), m))
 	if err == nil || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.EBUSY) || errors.Is(err, unix.ENOTEMPTY) {
 		return nil
 	}
@@ -265,8 +276,9 @@ func CoreSchedCreate(pid int) error {
 	return nil
 }
 
-// idleChildren lists the entries of the idle parent under dir (none if absent).
-func idleChildren(dir string) []os.DirEntry {
-	ents, _ := os.ReadDir(filepath.Join(dir, IdleParent))
+// idleChildren lists the entries of the idle parent of the groups in dir of
+// mount m (none if absent).
+func idleChildren(dir, m string) []os.DirEntry {
+	ents, _ := os.ReadDir(idleOf(dir, m))
 	return ents
 }

@@ -201,10 +201,10 @@ func (h *Hierarchy) List(parent string) ([]string, error) {
 		}
 		if h.version == 1 && m == h.mounts[ctrlCPU] {
 			// Best-effort groups' cpu directories sit in the idle parent.
-			entries = append(entries, idleChildren(filepath.Join(h.base(m), parent))...)
+			entries = append(entries, idleChildren(filepath.Join(h.base(m), parent), m)...)
 		}
 		for _, e := range entries {
-			if !e.IsDir() || e.Name() == IdleParent {
+			if !e.IsDir() {
 				continue
 			}
 			n := e.Name()

@@ -117,3 +117,16 @@ func (in *instance) PageOutCold(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
+
+// CgroupParent is the parent cgroup of this driver's sandboxes.
+func (d *Driver) CgroupParent() string { return d.cfg.CgroupParent }
+
+// CgroupMemoryUsage is the memory use of all this driver's sandboxes together
+// (their parent memory cgroup).
+func (d *Driver) CgroupMemoryUsage() (int64, error) {
+	g, err := d.cg.Open(d.cfg.CgroupParent)
+	if err != nil {
+		return 0, err
+	}
+	return g.MemoryUsage()
+}
