@@ -15,6 +15,7 @@ func benchQoSCmds() []*cobra.Command {
 	var qo, ro bench.Options
 	var qJSON, rJSON bool
 	var zram string
+	var randPerPage int
 	q := &cobra.Command{
 		Use:   "qos",
 		Short: "LS task (2 ms CPU bursts every 5 ms) p99: unloaded, under BE saturation without CPU classes, with them",
@@ -51,7 +52,7 @@ func benchQoSCmds() []*cobra.Command {
 					return err
 				}
 			}
-			res, err := bench.Reclaim(cmd.Context(), ro, size)
+			res, err := bench.Reclaim(cmd.Context(), ro, size, randPerPage)
 			if err != nil {
 				return err
 			}
@@ -66,12 +67,13 @@ func benchQoSCmds() []*cobra.Command {
 	r.Flags().IntVar(&ro.Parallel, "parallel", 4, "concurrent creates")
 	r.Flags().StringVar(&ro.Image, "image", "", "image (default: debian)")
 	r.Flags().StringVar(&zram, "swap", "", "zram:SIZE for the benchmark's node (default: 1.25 x the memory held)")
+	r.Flags().IntVar(&randPerPage, "random-bytes", 512, "random bytes in each 4 KiB page held (the rest zero): 512 compresses ~6x, 4096 not at all")
 	r.Flags().BoolVar(&rJSON, "json", false, "print one JSON object")
 	return []*cobra.Command{q, r}
 }
 
 func printReclaim(r bench.ReclaimResult) {
-	fmt.Printf("%d sandboxes x %d MiB; swap %s (%s)\n", r.Sandboxes, r.HoldMiB, r.Swap, humanBytes(r.SwapBytes))
+	fmt.Printf("%d sandboxes x %d MiB (%s); swap %s (%s)\n", r.Sandboxes, r.HoldMiB, r.Content, r.Swap, humanBytes(r.SwapBytes))
 	for _, p := range []struct {
 		name string
 		ph   bench.ReclaimPhase

@@ -151,7 +151,7 @@ func TestCPUClassDefaultBE(t *testing.T) {
 func holder(t *testing.T, e *env, m *agent.Manager, id string, mb int) (string, int) {
 	t.Helper()
 	ctx := ctxT(t)
-	if _, err := m.StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", bench.MemHoldScript(mb)}}); err != nil {
+	if _, err := m.StartProcess(ctx, id, api.ExecRequest{Cmd: []string{"python3", "-c", bench.MemHoldScript(mb, 512)}}); err != nil {
 		t.Fatal(err)
 	}
 	var sum string

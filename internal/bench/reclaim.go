@@ -60,9 +60,13 @@ type ReclaimPhase struct {
 const holdMiB = 64
 
 // Reclaim creates N sandboxes each holding 64 MiB of touched anonymous memory
-// on a node with its own zram swap (zramBytes; 0: 1.25 x what they hold plus
+// (randPerPage random bytes per 4 KiB page, the rest zero: how compressible it
+// is) on a node with its own zram swap (zramBytes; 0: 1.25 x what they hold plus
 // 256 MiB), then pauses and resumes them all twice: plainly, and with reclaim.
-func Reclaim(ctx context.Context, o Options, zramBytes int64) (ReclaimResult, error) {
+func Reclaim(ctx context.Context, o Options, zramBytes int64, randPerPage int) (ReclaimResult, error) {
+	if randPerPage <= 0 || randPerPage > 4096 {
+		randPerPage = 512
+	}
 	o.defaults()
 	if zramBytes == 0 {
 		zramBytes = int64(o.N)*holdMiB<<20*5/4 + 256<<20
@@ -74,7 +78,7 @@ func Reclaim(ctx context.Context, o Options, zramBytes int64) (ReclaimResult, er
 	defer cleanup()
 	m := d.Manager
 	res := ReclaimResult{Sandboxes: o.N, HoldMiB: holdMiB, SwapBytes: zramBytes,
-		Content: "each 4 KiB page: 512 random bytes, the rest zero"}
+		Content: fmt.Sprintf("each 4 KiB page: %d random bytes, the rest zero", randPerPage)}
 	if info, err := m.Info(ctx); err == nil && info.QoS != nil {
 		res.Swap = info.QoS.Swap
 	}
@@ -94,7 +98,7 @@ func Reclaim(ctx context.Context, o Options, zramBytes int64) (ReclaimResult, er
 	}
 	sums := make([]string, o.N)
 	_, _, failures, first = runLoad(ctx, o.N, o.Parallel, true, func(_, i int) error {
-		if _, err := m.StartProcess(ctx, ids[i], api.ExecRequest{Cmd: []string{"python3", "-c", MemHoldScript(holdMiB)}}); err != nil {
+		if _, err := m.StartProcess(ctx, ids[i], api.ExecRequest{Cmd: []string{"python3", "-c", MemHoldScript(holdMiB, randPerPage)}}); err != nil {
 			return err
 		}
 		for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
