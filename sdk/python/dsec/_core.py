@@ -169,8 +169,11 @@ def create_body(
     labels: Optional[Mapping[str, str]],
     request_id: Optional[str],
     pids_max: Optional[int] = None,
+    cpu_class: Optional[str] = None,
 ) -> Dict[str, Any]:
     b: Dict[str, Any] = {"request_id": request_id or new_request_id()}
+    if cpu_class:
+        b["cpu_class"] = str(cpu_class)
     if backend and backend != "container":
         b["backend"] = backend
     if image:

@@ -62,6 +62,7 @@ from .types import (
     FileInfo,
     HTTPResponse,
     ProcessInfo,
+    ReclaimResult,
     SandboxInfo,
     StreamChunk,
 )
@@ -187,11 +188,12 @@ class Client:
         labels: Optional[Mapping[str, str]] = None,
         request_id: Optional[str] = None,
         pids_max: Optional[int] = None,
+        cpu_class: Optional[str] = None,
     ) -> "Sandbox":
         """Create a sandbox and return it once it runs. memory/disk take bytes or
         strings like "512m"; ttl/idle_timeout take seconds or a timedelta. A request
         id (random unless given) makes the call idempotent, so it is retried."""
-        body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max)
+        body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max, cpu_class)
         return self._create(body, None)
 
     def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "Sandbox":
@@ -223,11 +225,11 @@ class Client:
             create_body(
                 kw.get("backend", "container"), kw.get("image"), kw.get("cpu"), kw.get("memory"),
                 kw.get("disk"), kw.get("ttl"), kw.get("idle_timeout"), kw.get("env"), kw.get("labels"),
-                f"{prefix}-{i}", kw.get("pids_max"),
+                f"{prefix}-{i}", kw.get("pids_max"), kw.get("cpu_class"),
             )
             for i in range(n)
         ]
-        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max"}
+        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max", "cpu_class"}
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -397,6 +399,8 @@ class Sandbox:
         self.id = info.id
         self.files = Files(self)
         self.trajectory: Optional[Trajectory] = None
+        self.last_reclaim: Optional[ReclaimResult] = None
+        """What the last ``pause(reclaim=True)`` pushed out of RAM."""
         """Set on the view ``traj.sandbox(sb)`` returns: its session calls are steps."""
 
     def __repr__(self) -> str:
@@ -435,8 +439,22 @@ class Sandbox:
         """Re-read the sandbox's description (``.info``)."""
         return self._update(self._json(Req("GET", sandbox_path(self.id), retry=True)))
 
-    def pause(self) -> "Sandbox":
-        return self._update(self._json(Req("POST", sandbox_path(self.id, "/pause"))))
+    def pause(self, reclaim: bool = False) -> "Sandbox":
+        """Freeze every process. With ``reclaim=True`` the frozen sandbox's memory
+        is then pushed out of RAM (into the node's swap; without swap only page
+        cache, which ``last_reclaim.note`` says); resume prefetches it back.
+        ``last_reclaim`` holds what moved."""
+        if not reclaim:
+            return self._update(self._json(Req("POST", sandbox_path(self.id, "/pause"))))
+        doc = self._json(Req("POST", sandbox_path(self.id, "/pause"), json_body={"reclaim": True}, retry=True))
+        self.last_reclaim = ReclaimResult.from_json((doc or {}).get("reclaim") or {})
+        return self._update(doc)
+
+    def set_cpu_class(self, cpu_class: str) -> "Sandbox":
+        """Change the CPU class while it runs: "ls" (latency-sensitive) or "be"
+        (best-effort: an idle cgroup, threads SCHED_IDLE)."""
+        return self._update(self._json(Req("PUT", sandbox_path(self.id, "/cpu-class"),
+                                           json_body={"cpu_class": cpu_class}, retry=True)))
 
     def resume(self) -> "Sandbox":
         return self._update(self._json(Req("POST", sandbox_path(self.id, "/resume"))))
