@@ -17,13 +17,14 @@ import (
 func createCmd() *cobra.Command {
 	var image, memory, disk, ttl, idle, requestID, cpuClass string
 	var cpu float64
+	var ksm bool
 	var env []string
 	c := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID, CPUClass: cpuClass}
+			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID, CPUClass: cpuClass, KSM: ksm}
 			var err error
 			if req.MemoryBytes, err = parseSize(memory); err != nil {
 				return err
@@ -62,6 +63,7 @@ func createCmd() *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&image, "image", "", "image name (default: the server's default image)")
 	f.Float64Var(&cpu, "cpu", 0, "CPU limit in cores (default 1)")
+	f.BoolVar(&ksm, "ksm", false, "let KSM merge identical pages of the sandbox's processes (the host's ksmd must run)")
 	f.StringVar(&cpuClass, "cpu-class", "", "ls (latency-sensitive) or be (best-effort); default the server's --cpu-class-default")
 	f.StringVar(&memory, "memory", "", "memory limit, e.g. 512m, 2g (default 512m)")
 	f.StringVar(&disk, "disk", "", "writable layer size, e.g. 1g (default 1g)")

@@ -151,6 +151,10 @@ static int parse_uint(const char *s, unsigned long long max, unsigned long long 
 
 /* ======================= setup ======================= */
 
+#ifndef PR_SET_MEMORY_MERGE
+#define PR_SET_MEMORY_MERGE 67
+#endif
+
 struct config {
 	const char *hostname, *root, *rwdir;
 	const char *sysfs;    /* shared read-only sysfs to clone; NULL: mount one */
@@ -158,6 +162,7 @@ struct config {
 	unsigned long long rwsize;
 	const char **lower;
 	int nlower;
+	int ksm; /* PR_SET_MEMORY_MERGE: KSM merges this init and its descendants */
 };
 
 /* read_config reads fd 3 until EOF and splits it into key=value lines. */
@@ -206,6 +211,8 @@ static void read_config(struct config *c)
 				fail("config: bad rwsize", EINVAL);
 		} else if (!strcmp(line, "lower"))
 			c->lower[c->nlower++] = v;
+		else if (!strcmp(line, "ksm"))
+			c->ksm = !strcmp(v, "1");
 		else
 			fail("config: unknown key", EINVAL);
 	}
@@ -577,6 +584,10 @@ static void setup(const struct config *c, int has_seccomp)
 	if (sethostname(c->hostname, strlen(c->hostname)))
 		fail("sethostname", errno);
 	loopback_up();
+	/* KSM opt-in: the flag is inherited across fork and exec by every process
+	 * the init starts. */
+	if (c->ksm && prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0))
+		fail("enable KSM (PR_SET_MEMORY_MERGE)", errno);
 	drop_caps();
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
 		fail("no_new_privs", errno);

@@ -387,3 +387,38 @@ func TestIdleReclaimDAMON(t *testing.T) {
 		t.Errorf("info.qos %+v", info.QoS)
 	}
 }
+
+func TestKSMOptIn(t *testing.T) {
+	e := newEnv(t)
+	if !reclaim.KSMAvailable() {
+		t.Skip("kernel without KSM")
+	}
+	m := e.open(t, nil)
+	ctx := ctxT(t)
+	on := create(t, m, api.CreateSandboxRequest{KSM: true})
+	off := create(t, m, api.CreateSandboxRequest{})
+	if !on.KSM || off.KSM {
+		t.Errorf("ksm flags %v %v", on.KSM, off.KSM)
+	}
+	for _, c := range []struct {
+		id   string
+		want bool
+	}{{on.ID, true}, {off.ID, false}} {
+		if got, err := reclaim.KSMMergeAny(e.initPID(t, c.id)); err != nil || got != c.want {
+			t.Errorf("init of %s: ksm_merge_any %v (%v), want %v", c.id, got, err, c.want)
+		}
+		// Every process the sandbox starts inherits it (fork and exec).
+		if _, err := m.StartProcess(ctx, c.id, api.ExecRequest{Cmd: []string{"sleep", "600"}}); err != nil {
+			t.Fatal(err)
+		}
+		pids, _ := e.sandboxGroup(t, c.id).Procs()
+		for _, pid := range pids {
+			if got, err := reclaim.KSMMergeAny(pid); err == nil && got != c.want {
+				t.Errorf("process %d of %s: ksm_merge_any %v, want %v", pid, c.id, got, c.want)
+			}
+		}
+		if len(pids) < 2 {
+			t.Errorf("processes of %s: %v", c.id, pids)
+		}
+	}
+}

@@ -46,7 +46,7 @@ func (sb *sandbox) view() api.Sandbox {
 		CreatedAt: r.CreatedAt, IdleTimeoutSeconds: r.IdleTimeoutSeconds,
 		LastActiveAt: time.Unix(0, sb.lastActive.Load()).UTC(),
 		Env:          r.Env, Labels: r.Labels, RequestID: r.RequestID,
-		CPUClass: cpuClassOf(r.Spec), Reclaimed: r.Reclaimed,
+		CPUClass: cpuClassOf(r.Spec), Reclaimed: r.Reclaimed, KSM: r.Spec.KSM,
 	}
 	if r.TTLSeconds > 0 {
 		t := r.CreatedAt.Add(time.Duration(r.TTLSeconds) * time.Second)
@@ -203,7 +203,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	sort.Strings(env)
 	spec := driver.Spec{
 		ID: id, Image: img.Name, Lower: img.Lower(), CPU: req.CPU, Memory: req.MemoryBytes,
-		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id, CPUClass: req.CPUClass,
+		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id, CPUClass: req.CPUClass, KSM: req.KSM,
 	}
 	inst, err := m.cfg.Driver.Start(ctx, spec)
 	if err != nil {

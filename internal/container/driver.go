@@ -25,6 +25,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/initbin"
 	"github.com/dsec-dev/dsec/internal/initproto"
+	"github.com/dsec-dev/dsec/internal/reclaim"
 	"github.com/dsec-dev/dsec/internal/seccomp"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -177,6 +178,9 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	if len(spec.Lower) == 0 {
 		return nil, errdefs.Invalid("container: no lower directories")
 	}
+	if spec.KSM && !reclaim.KSMAvailable() {
+		return nil, errdefs.Invalid("ksm: the host kernel has no KSM (/sys/kernel/mm/ksm)")
+	}
 	dir := d.dir(spec.ID)
 	root, rw := filepath.Join(dir, "root"), filepath.Join(dir, "rw")
 	if err := os.MkdirAll(root, 0o755); err != nil {
@@ -223,6 +227,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		Seccomp:    d.seccomp,
 		LogPath:    filepath.Join(dir, "init.log"),
 		CgroupFD:   cgfd,
+		KSM:        spec.KSM,
 		BeforeStart: func(pid int) error {
 			if cgfd < 0 {
 				if err := cg.AddProc(pid); err != nil {

@@ -26,6 +26,8 @@ type Spec struct {
 	Hostname string
 	// CPUClass is api.CPUClassLS or api.CPUClassBE ("" is LS); see CPUClasser.
 	CPUClass string
+	// KSM opts the sandbox's processes into KSM merging (PR_SET_MEMORY_MERGE).
+	KSM bool `json:",omitempty"`
 }
 
 // Driver creates and recovers sandboxes of one backend.

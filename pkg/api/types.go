@@ -50,6 +50,9 @@ type CreateSandboxRequest struct {
 	// CPUClass is "ls" (latency-sensitive) or "be" (best-effort); empty means
 	// the node's default (dsec server --cpu-class-default).
 	CPUClass string `json:"cpu_class,omitempty"`
+	// KSM lets the kernel merge identical pages of this sandbox's processes
+	// with other KSM sandboxes' (PR_SET_MEMORY_MERGE on its init, inherited).
+	KSM bool `json:"ksm,omitempty"`
 }
 
 // Sandbox describes one sandbox.
@@ -73,6 +76,7 @@ type Sandbox struct {
 	// Reclaimed: the sandbox's memory was pushed out of RAM; resume (or the next
 	// use) brings it back.
 	Reclaimed bool `json:"reclaimed,omitempty"`
+	KSM       bool `json:"ksm,omitempty"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.

@@ -170,10 +170,13 @@ def create_body(
     request_id: Optional[str],
     pids_max: Optional[int] = None,
     cpu_class: Optional[str] = None,
+    ksm: bool = False,
 ) -> Dict[str, Any]:
     b: Dict[str, Any] = {"request_id": request_id or new_request_id()}
     if cpu_class:
         b["cpu_class"] = str(cpu_class)
+    if ksm:
+        b["ksm"] = True
     if backend and backend != "container":
         b["backend"] = backend
     if image:

@@ -185,9 +185,10 @@ class AsyncClient:
         request_id: Optional[str] = None,
         pids_max: Optional[int] = None,
         cpu_class: Optional[str] = None,
+        ksm: bool = False,
     ) -> "AsyncSandbox":
         """See :meth:`dsec.Client.create`."""
-        body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max, cpu_class)
+        body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max, cpu_class, ksm)
         return await self._create(body, None)
 
     async def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "AsyncSandbox":
@@ -206,7 +207,7 @@ class AsyncClient:
         if n <= 0:
             return []
         unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env",
-                             "labels", "pids_max", "cpu_class", "request_id"}
+                             "labels", "pids_max", "cpu_class", "ksm", "request_id"}
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         prefix = kw.pop("request_id", None) or _core.new_request_id()
@@ -214,7 +215,7 @@ class AsyncClient:
             create_body(
                 kw.get("backend", "container"), kw.get("image"), kw.get("cpu"), kw.get("memory"),
                 kw.get("disk"), kw.get("ttl"), kw.get("idle_timeout"), kw.get("env"), kw.get("labels"),
-                f"{prefix}-{i}", kw.get("pids_max"), kw.get("cpu_class"),
+                f"{prefix}-{i}", kw.get("pids_max"), kw.get("cpu_class"), bool(kw.get("ksm")),
             )
             for i in range(n)
         ]

@@ -189,11 +189,12 @@ class Client:
         request_id: Optional[str] = None,
         pids_max: Optional[int] = None,
         cpu_class: Optional[str] = None,
+        ksm: bool = False,
     ) -> "Sandbox":
         """Create a sandbox and return it once it runs. memory/disk take bytes or
         strings like "512m"; ttl/idle_timeout take seconds or a timedelta. A request
         id (random unless given) makes the call idempotent, so it is retried."""
-        body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max, cpu_class)
+        body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max, cpu_class, ksm)
         return self._create(body, None)
 
     def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "Sandbox":
@@ -225,11 +226,12 @@ class Client:
             create_body(
                 kw.get("backend", "container"), kw.get("image"), kw.get("cpu"), kw.get("memory"),
                 kw.get("disk"), kw.get("ttl"), kw.get("idle_timeout"), kw.get("env"), kw.get("labels"),
-                f"{prefix}-{i}", kw.get("pids_max"), kw.get("cpu_class"),
+                f"{prefix}-{i}", kw.get("pids_max"), kw.get("cpu_class"), bool(kw.get("ksm")),
             )
             for i in range(n)
         ]
-        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max", "cpu_class"}
+        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels",
+                             "pids_max", "cpu_class", "ksm"}
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         deadline = None if timeout is None else time.monotonic() + timeout

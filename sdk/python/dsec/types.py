@@ -185,6 +185,7 @@ class SandboxInfo:
     labels: Dict[str, str] = field(default_factory=dict)
     request_id: Optional[str] = None
     cpu_class: str = "ls"
+    ksm: bool = False
     reclaimed: bool = False
     """Its memory was pushed out of RAM (pause(reclaim=True)); resume brings it back."""
 
@@ -207,6 +208,7 @@ class SandboxInfo:
             labels=dict(d.get("labels") or {}),
             request_id=d.get("request_id") or None,
             cpu_class=d.get("cpu_class") or "ls",
+            ksm=bool(d.get("ksm")),
             reclaimed=bool(d.get("reclaimed")),
         )
 

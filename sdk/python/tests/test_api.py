@@ -118,8 +118,8 @@ def test_pause_resume_reset(sb: Any) -> None:
 
 
 def test_cpu_class_and_pause_reclaim(client: Any) -> None:
-    with client.create(cpu_class="be") as sb:
-        assert sb.info.cpu_class == "be"
+    with client.create(cpu_class="be", ksm=True) as sb:
+        assert sb.info.cpu_class == "be" and sb.info.ksm
         assert sb.set_cpu_class("ls").info.cpu_class == "ls"
         with pytest.raises(dsec.InvalidArgumentError) as ei:
             sb.set_cpu_class("rt")
