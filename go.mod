@@ -3,6 +3,7 @@ module github.com/dsec-dev/dsec
 go 1.26.8
 
 require (
+	github.com/cilium/ebpf v0.22.0
 	github.com/cockroachdb/pebble/v2 v2.1.7
 	github.com/erofs/go-erofs v0.3.1
 	github.com/google/go-containerregistry v0.22.1

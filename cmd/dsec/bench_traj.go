@@ -32,8 +32,7 @@ func benchTrajCmd() *cobra.Command {
 			fmt.Printf("logged exec steps: %.1f/s across %d trajectories on %d sandboxes\n", r.StepsPerS, r.Trajectories, r.Sandboxes)
 			fmt.Printf("log alone (100 goroutines, Begin+Finish): %s %.1f steps/s, lone step p50 %.3f ms\n",
 				r.Store, r.LogOnlyStepsPerS, r.LogOnlyP50ms)
-			fmt.Printf("  bbolt: group commit %.1f steps/s (lone step p50 %.3f ms), DB.Batch %.1f, one tx each %.1f\n",
-				r.LogOnlyBoltStepsPerS, r.LogOnlyBoltP50ms, r.LogOnlyBatchStepsPerS, r.LogOnlySoloStepsPerS)
+			fmt.Printf("  bbolt: %.1f steps/s (lone step p50 %.3f ms)\n", r.LogOnlyBoltStepsPerS, r.LogOnlyBoltP50ms)
 			if r.Failures > 0 {
 				fmt.Printf("failures %d: %s\n", r.Failures, r.FirstError)
 			}

@@ -11,6 +11,13 @@
  *   6 control     listening SOCK_SEQPACKET socket
  *   7 seccomp     optional raw struct sock_filter array (read with pread)
  *
+ * The security policy arrives as data in the config (internal/initproto
+ * holds the defaults): the capability set to keep (caps=HEX), the device
+ * nodes of /dev (dev=NAME c|b MAJOR MINOR), the masked and read-only paths
+ * (mask=PATH, ro=PATH), net.ipv4.ping_group_range, nodev on the root. Two
+ * keys exist only for tests that weaken a sandbox on purpose (dumpable=1,
+ * cgroupns=0, xino=0); the node never sets them.
+ *
  * Setup builds the root filesystem (tmpfs-backed overlay upper layer, proc,
  * dev, sys, OCI masked and read-only paths; /dev, /dev/shm and the masked
  * directories live in the writable-layer tmpfs and /sys is a clone of a
@@ -72,11 +79,6 @@ struct bpf_prog { unsigned short len; struct bpf_insn *filter; };
 #define MOVE_MOUNT_T_SYMLINKS_ 0x00000010
 #define SYSFS_MAGIC_ 0x62656572
 #define NSFS_MAGIC_ 0x6e736673
-
-/* OCI default capabilities: CHOWN DAC_OVERRIDE FOWNER FSETID KILL SETGID
- * SETUID SETPCAP NET_BIND_SERVICE NET_RAW SYS_CHROOT MKNOD AUDIT_WRITE
- * SETFCAP. All are below 32, so only the first capability word is used. */
-static const int default_caps[] = {0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31};
 
 enum { FD_CONFIG = 3, FD_SYNC = 4, FD_STATUS = 5, FD_LISTEN = 6, FD_SECCOMP = 7 };
 
@@ -154,6 +156,11 @@ static int parse_uint(const char *s, unsigned long long max, unsigned long long 
 #ifndef PR_SET_MEMORY_MERGE
 #define PR_SET_MEMORY_MERGE 67
 #endif
+struct devnode {
+	char name[64];
+	mode_t type; /* S_IFCHR or S_IFBLK */
+	unsigned maj, min;
+};
 
 struct config {
 	const char *hostname, *root, *rwdir;
@@ -163,7 +170,32 @@ struct config {
 	const char **lower;
 	int nlower;
 	int ksm; /* PR_SET_MEMORY_MERGE: KSM merges this init and its descendants */
+	unsigned long long caps; /* capabilities kept (bit n = capability n) */
+	int hascaps;
+	const char **masked, **readonly; /* paths, like lower */
+	int nmasked, nreadonly;
+	struct devnode *devs;
+	int ndevs;
+	const char *pingrange; /* net.ipv4.ping_group_range, or NULL */
+	int rootnodev;         /* mount the overlay root nodev */
+	int dumpable;          /* test only: leave the init dumpable */
+	int nocgroupns;        /* test only: no cgroup namespace */
+	int noxino;            /* test only: overlay without xino */
 };
+
+/* parse_dev parses "NAME c|b MAJOR MINOR"; NAME is a plain file name. */
+static int parse_dev(const char *v, struct devnode *d)
+{
+	char type;
+	int n = 0;
+	if (sscanf(v, "%63s %c %u %u%n", d->name, &type, &d->maj, &d->min, &n) != 4 || v[n])
+		return -1;
+	if (strchr(d->name, '/') || !strcmp(d->name, ".") || !strcmp(d->name, "..") ||
+	    (type != 'c' && type != 'b'))
+		return -1;
+	d->type = type == 'c' ? S_IFCHR : S_IFBLK;
+	return 0;
+}
 
 /* read_config reads fd 3 until EOF and splits it into key=value lines. */
 static void read_config(struct config *c)
@@ -188,6 +220,9 @@ static void read_config(struct config *c)
 	buf[len] = 0;
 	memset(c, 0, sizeof *c);
 	c->lower = xmalloc(sizeof(char *) * (len / 8 + 1));
+	c->masked = xmalloc(sizeof(char *) * (len / 6 + 1));
+	c->readonly = xmalloc(sizeof(char *) * (len / 4 + 1));
+	c->devs = xmalloc(sizeof(struct devnode) * (len / 10 + 1));
 	for (char *line = buf, *next; line && *line; line = next) {
 		next = strchr(line, '\n');
 		if (next)
@@ -213,11 +248,35 @@ static void read_config(struct config *c)
 			c->lower[c->nlower++] = v;
 		else if (!strcmp(line, "ksm"))
 			c->ksm = !strcmp(v, "1");
+		else if (!strcmp(line, "caps")) {
+			char *end;
+			errno = 0;
+			c->caps = strtoull(v, &end, 16);
+			if (errno || *end || !*v)
+				fail("config: bad caps", EINVAL);
+			c->hascaps = 1;
+		} else if (!strcmp(line, "mask") && v[0] == '/')
+			c->masked[c->nmasked++] = v;
+		else if (!strcmp(line, "ro") && v[0] == '/')
+			c->readonly[c->nreadonly++] = v;
+		else if (!strcmp(line, "dev")) {
+			if (parse_dev(v, &c->devs[c->ndevs++]))
+				fail("config: bad dev", EINVAL);
+		} else if (!strcmp(line, "pingrange"))
+			c->pingrange = v;
+		else if (!strcmp(line, "rootnodev"))
+			c->rootnodev = !strcmp(v, "1");
+		else if (!strcmp(line, "dumpable"))
+			c->dumpable = !strcmp(v, "1");
+		else if (!strcmp(line, "cgroupns"))
+			c->nocgroupns = !strcmp(v, "0");
+		else if (!strcmp(line, "xino"))
+			c->noxino = !strcmp(v, "0");
 		else
 			fail("config: unknown key", EINVAL);
 	}
-	if (!c->root || !c->rwdir || !c->nlower || !*c->root || !*c->rwdir)
-		fail("config: root, rwdir and lower are required", EINVAL);
+	if (!c->root || !c->rwdir || !c->nlower || !*c->root || !*c->rwdir || !c->hascaps)
+		fail("config: root, rwdir, lower and caps are required", EINVAL);
 	if (!c->hostname)
 		c->hostname = "sandbox";
 	if ((c->sysfs && c->sysfs[0] != '/') || (c->sysfsnet && c->sysfsnet[0] != '/') ||
@@ -298,12 +357,9 @@ static void attach_tree(int *fd, const char *dst, const char *step)
 
 /* populate_dev creates the /dev tree in the writable-layer tmpfs. The paths
  * are on a tmpfs we just mounted, so no symlink can be in the way. */
-static void populate_dev(const char *rwdir)
+static void populate_dev(const struct config *c)
 {
-	static const struct { const char *name; unsigned maj, min; } devs[] = {
-		{"dev/null", 1, 3}, {"dev/zero", 1, 5}, {"dev/full", 1, 7},
-		{"dev/random", 1, 8}, {"dev/urandom", 1, 9}, {"dev/tty", 5, 0},
-	};
+	const char *rwdir = c->rwdir;
 	static const char *links[][2] = {
 		{"/proc/self/fd", "dev/fd"}, {"/proc/self/fd/0", "dev/stdin"},
 		{"/proc/self/fd/1", "dev/stdout"}, {"/proc/self/fd/2", "dev/stderr"},
@@ -317,10 +373,12 @@ static void populate_dev(const char *rwdir)
 	mkdir_p(p, 0755);
 	rw_path(p, sizeof p, rwdir, "dev/shm");
 	mkdir_p(p, 01777);
-	for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++) {
-		rw_path(p, sizeof p, rwdir, devs[i].name);
-		if (mknod(p, S_IFCHR | 0666, makedev(devs[i].maj, devs[i].min)))
-			fail(devs[i].name, errno);
+	for (int i = 0; i < c->ndevs; i++) {
+		char rel[80];
+		snprintf(rel, sizeof rel, "dev/%s", c->devs[i].name);
+		rw_path(p, sizeof p, rwdir, rel);
+		if (mknod(p, c->devs[i].type | 0666, makedev(c->devs[i].maj, c->devs[i].min)))
+			fail(rel, errno);
 	}
 	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
 		rw_path(p, sizeof p, rwdir, links[i][1]);
@@ -345,7 +403,7 @@ static void mount_root(const struct config *c, struct trees *t)
 	rw_path(work, sizeof work, c->rwdir, "work");
 	mkdir_p(upper, 0755);
 	mkdir_p(work, 0755);
-	populate_dev(c->rwdir);
+	populate_dev(c);
 	rw_path(p, sizeof p, c->rwdir, "dev");
 	t->dev = clone_tree(p, 0, "clone /dev");
 	rw_path(p, sizeof p, c->rwdir, ".masked");
@@ -370,15 +428,22 @@ static void mount_root(const struct config *c, struct trees *t)
 			fail("sysfsnet is not a namespace file", EINVAL);
 	}
 
-	/* mount(2) copies at most one page of options */
+	/* mount(2) copies at most one page of options. xino=on: the layers
+	 * are on different file systems (tmpfs upper, EROFS or host dirs
+	 * below), and without it readdir's d_ino and stat's st_ino disagree
+	 * for directories, which breaks programs that compare them (find,
+	 * tar, Python's os.walk users, test suites). */
 	size_t n = snprintf(opts, sizeof opts, "lowerdir=");
 	for (int i = 0; i < c->nlower && n < sizeof opts; i++)
 		n += snprintf(opts + n, sizeof opts - n, "%s%s", i ? ":" : "", c->lower[i]);
 	if (n < sizeof opts)
-		n += snprintf(opts + n, sizeof opts - n, ",upperdir=%s,workdir=%s", upper, work);
+		n += snprintf(opts + n, sizeof opts - n, ",upperdir=%s,workdir=%s%s", upper, work,
+			      c->noxino ? "" : ",xino=on");
 	if (n >= sizeof opts)
 		fail("overlay options too long", E2BIG);
-	xmount("overlay", c->root, "overlay", 0, opts, "mount overlay");
+	/* nodev: device nodes belong in /dev only (images and the writable
+	 * layer may carry others; they must not open) */
+	xmount("overlay", c->root, "overlay", c->rootnodev ? MS_NODEV : 0, opts, "mount overlay");
 
 	/* pivot_root(".", ".") stacks the old root on top of the new one; the
 	 * detach then drops every host mount from this namespace. */
@@ -394,7 +459,7 @@ static void mount_root(const struct config *c, struct trees *t)
 
 /* mount_system mounts /proc, /dev and /sys. It runs after pivot_root so that
  * symlinks in the image cannot redirect a mount onto the host. */
-static void mount_system(struct trees *t)
+static void mount_system(const struct config *c, struct trees *t)
 {
 	mkdir_p("/proc", 0555);
 	xmount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL, "mount /proc");
@@ -406,8 +471,8 @@ static void mount_system(struct trees *t)
 	/* /dev/shm is a directory of the same tmpfs, bound onto itself for
 	 * its own mount flags */
 	xmount("/dev/shm", "/dev/shm", NULL, MS_BIND, NULL, "bind /dev/shm");
-	xmount(NULL, "/dev/shm", NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV, NULL,
-	       "remount /dev/shm");
+	xmount(NULL, "/dev/shm", NULL, MS_BIND | MS_REMOUNT | MS_NOSUID | (c->rootnodev ? MS_NODEV : 0),
+	       NULL, "remount /dev/shm");
 
 	mkdir_p("/sys", 0555);
 	if (t->sys < 0) {
@@ -423,24 +488,16 @@ static void mount_system(struct trees *t)
 	       NULL, "remount /sys read-only");
 }
 
-/* mask_paths applies the OCI default masked and read-only paths. Masked
+/* mask_paths applies the configured masked and read-only paths. Masked
  * directories get read-only binds of one empty directory of the writable
  * layer tmpfs, masked files binds of /dev/null. */
-static void mask_paths(struct trees *t)
+static void mask_paths(const struct config *c, struct trees *t)
 {
-	static const char *masked[] = {
-		"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys",
-		"/proc/latency_stats", "/proc/timer_list", "/proc/timer_stats",
-		"/proc/sched_debug", "/proc/scsi", "/sys/firmware",
-		"/sys/devices/virtual/powercap",
-	};
-	static const char *readonly[] = {
-		"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger",
-	};
+	const char **masked = c->masked, **readonly = c->readonly;
 	const char *empty = NULL; /* the first masked directory, once attached */
 	struct stat st;
 
-	for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++) {
+	for (int i = 0; i < c->nmasked; i++) {
 		const char *p = masked[i];
 		int r;
 		if (lstat(p, &st)) {
@@ -465,7 +522,7 @@ static void mask_paths(struct trees *t)
 	}
 	close(t->masked);
 	t->masked = -1;
-	for (size_t i = 0; i < sizeof readonly / sizeof readonly[0]; i++) {
+	for (int i = 0; i < c->nreadonly; i++) {
 		const char *p = readonly[i];
 		if (mount(p, p, NULL, MS_BIND | MS_REC, NULL)) {
 			if (errno == ENOENT)
@@ -512,18 +569,15 @@ static void loopback_up(void)
 	close(s);
 }
 
-/* drop_caps limits the bounding set and the process sets to default_caps.
+/* drop_caps limits the bounding set and the process sets to keep.
  * The inheritable set is left empty (runc does the same since
  * CVE-2022-29162) so that file inheritable capabilities cannot hand a
  * non-root process capabilities. */
-static void drop_caps(void)
+static void drop_caps(unsigned long long keep)
 {
-	uint32_t keep = 0;
 	int last = 40;
 	char buf[16];
 
-	for (size_t i = 0; i < sizeof default_caps / sizeof default_caps[0]; i++)
-		keep |= 1u << default_caps[i];
 	int fd = open("/proc/sys/kernel/cap_last_cap", O_RDONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		ssize_t n = read(fd, buf, sizeof buf - 1);
@@ -534,13 +588,14 @@ static void drop_caps(void)
 		close(fd);
 	}
 	for (int cap = 0; cap <= last; cap++) {
-		if (cap < 32 && (keep & (1u << cap)))
+		if (cap < 64 && (keep & (1ULL << cap)))
 			continue;
 		if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) && errno != EINVAL)
 			fail("drop bounding capability", errno);
 	}
 	struct cap_header h = {CAP_VERSION_3, 0};
-	struct cap_data d[2] = {{keep, keep, 0}, {0, 0, 0}};
+	uint32_t lo = (uint32_t)keep, hi = (uint32_t)(keep >> 32);
+	struct cap_data d[2] = {{lo, lo, 0}, {hi, hi, 0}};
 	if (syscall(SYS_capset, &h, d))
 		fail("capset", errno);
 }
@@ -570,16 +625,31 @@ static void load_seccomp(void)
 	free(insns);
 }
 
+/* write_ping_range lets the groups in range open ICMP datagram sockets
+ * (ping without CAP_NET_RAW) in the sandbox's network namespace. */
+static void write_ping_range(const char *range)
+{
+	int fd = open("/proc/sys/net/ipv4/ping_group_range", O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		fail("open ping_group_range", errno);
+	size_t n = strlen(range);
+	if (write(fd, range, n) != (ssize_t)n)
+		fail("write ping_group_range", errno ? errno : EIO);
+	close(fd);
+}
+
 static void setup(const struct config *c, int has_seccomp)
 {
-	if (unshare(CLONE_NEWCGROUP))
+	if (!c->nocgroupns && unshare(CLONE_NEWCGROUP))
 		fail("unshare cgroup namespace", errno);
 	if (mount(NULL, "/", NULL, MS_REC | MS_SLAVE, NULL))
 		fail("make / rslave", errno);
 	struct trees t;
 	mount_root(c, &t);
-	mount_system(&t);
-	mask_paths(&t);
+	mount_system(c, &t);
+	if (c->pingrange)
+		write_ping_range(c->pingrange);
+	mask_paths(c, &t);
 	write_hosts(c->hostname);
 	if (sethostname(c->hostname, strlen(c->hostname)))
 		fail("sethostname", errno);
@@ -588,13 +658,13 @@ static void setup(const struct config *c, int has_seccomp)
 	 * the init starts. */
 	if (c->ksm && prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0))
 		fail("enable KSM (PR_SET_MEMORY_MERGE)", errno);
-	drop_caps();
+	drop_caps(c->caps);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
 		fail("no_new_privs", errno);
 	if (has_seccomp)
 		load_seccomp();
 	/* keep sandbox root away from our fds via /proc/1/fd */
-	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
+	if (!c->dumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
 		fail("set non-dumpable", errno);
 	if (fcntl(FD_LISTEN, F_SETFD, FD_CLOEXEC) ||
 	    fcntl(FD_LISTEN, F_SETFL, fcntl(FD_LISTEN, F_GETFL) | O_NONBLOCK))
@@ -631,8 +701,22 @@ struct conn {
 	int qlen;
 };
 
+/* pump copies a process's stdout or stderr from a pipe into the file the
+ * node gave for it, up to cap bytes, then writes a marker once and drains
+ * (discards) the rest, so a flood (`yes`) costs the sandbox CPU but never
+ * more than cap bytes of the node's disk. It lives in the init, so it
+ * survives a restart of the node agent. */
+struct pump {
+	int in, out;
+	pid_t pid;
+	long long written, cap;
+	int dead, truncated;
+};
+
 struct state {
 	int sfd;
+	struct pump *pumps;
+	int npumps, cappumps;
 	struct proc *procs;
 	int nprocs, capprocs, nrecords;
 	struct conn *conns;
@@ -797,6 +881,59 @@ static void trim_records(struct state *s)
 	}
 }
 
+/* pump_read moves what is readable from one pump: one read, or with drain
+ * until EAGAIN but at most a pipe's worth of reads (a process that inherited
+ * the pipe may keep writing). */
+static void pump_read(struct pump *p, int drain)
+{
+	char buf[65536];
+	for (int rounds = 0; rounds < 16; rounds++) {
+		ssize_t n = read(p->in, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			p->dead = 1;
+			return;
+		}
+		long long room = p->cap - p->written;
+		if (room > 0) {
+			size_t w = n < room ? (size_t)n : (size_t)room;
+			for (size_t off = 0; off < w;) {
+				ssize_t m = write(p->out, buf + off, w - off);
+				if (m < 0 && errno == EINTR)
+					continue;
+				if (m <= 0)
+					break; /* e.g. disk full: keep draining */
+				off += m;
+			}
+			p->written += w;
+		}
+		if (n > room && !p->truncated) {
+			char msg[96];
+			int l = snprintf(msg, sizeof msg, "\n[dsec: output truncated after %lld bytes]\n", p->cap);
+			(void)!write(p->out, msg, l);
+			p->truncated = 1;
+		}
+		if (!drain)
+			return;
+	}
+}
+
+static void drop_pumps(struct state *s)
+{
+	for (int i = 0; i < s->npumps;) {
+		if (!s->pumps[i].dead) {
+			i++;
+			continue;
+		}
+		close(s->pumps[i].in);
+		close(s->pumps[i].out);
+		s->pumps[i] = s->pumps[--s->npumps];
+	}
+}
+
 /* reap collects every exited child, reports tracked ones and keeps exit
  * records for tagged ones. PID 1 also reaps orphans here. */
 static void reap(struct state *s)
@@ -820,6 +957,10 @@ static void reap(struct state *s)
 		p->utime_us = (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec;
 		p->stime_us = (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec;
 		p->maxrss_kb = ru.ru_maxrss;
+		/* what it wrote is in its pipes now: log it before the exit */
+		for (int i = 0; i < s->npumps; i++)
+			if (s->pumps[i].pid == pid)
+				pump_read(&s->pumps[i], 1);
 		exited_packet(&o, p);
 		for (int i = 0; i < s->nconns; i++) {
 			struct conn *c = &s->conns[i];
@@ -846,6 +987,7 @@ struct exec_req {
 	char **argv, **envp;
 	const char *cwd, *tag, *groups;
 	unsigned long long uid, gid;
+	unsigned long long outcap; /* >0: pump fds 1 and 2 with this cap */
 };
 
 enum { STEP_SETSID, STEP_DUP2, STEP_GROUPS, STEP_GID, STEP_UID, STEP_CHDIR, STEP_EXEC };
@@ -1011,6 +1153,12 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 		}
 		else if (!strcmp(k, "groups"))
 			r.groups = v;
+		else if (!strcmp(k, "outcap")) {
+			if (parse_uint(v, 1ULL << 50, &r.outcap)) {
+				send_error(c, EINVAL, "bad outcap");
+				goto out;
+			}
+		}
 		else if (!strcmp(k, "uid") || !strcmp(k, "gid")) {
 			if (parse_uint(v, 0xfffffffeULL, k[0] == 'u' ? &r.uid : &r.gid)) {
 				send_error(c, EINVAL, "bad uid or gid");
@@ -1037,20 +1185,46 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 			remove_proc(s, old);
 	}
 
+	/* with an output cap the process writes into pipes that the init
+	 * pumps into the given files */
+	int pin[2] = {-1, -1}, pout[2] = {-1, -1}, cfds[3] = {fds[0], fds[1], fds[2]};
+	if (r.outcap) {
+		if (pipe2(pin, O_CLOEXEC | O_NONBLOCK) || pipe2(pout, O_CLOEXEC | O_NONBLOCK)) {
+			int e = errno;
+			for (int i = 0; i < 2; i++) {
+				if (pin[i] >= 0)
+					close(pin[i]);
+				if (pout[i] >= 0)
+					close(pout[i]);
+			}
+			send_error(c, e, strerror(e));
+			goto out;
+		}
+		/* the child's ends block, like any stdout */
+		fcntl(pin[1], F_SETFL, 0);
+		fcntl(pout[1], F_SETFL, 0);
+		cfds[1] = pin[1];
+		cfds[2] = pout[1];
+	}
 	int ep[2];
 	if (pipe2(ep, O_CLOEXEC)) {
 		send_error(c, errno, strerror(errno));
-		goto out;
+		goto out_pipes;
 	}
 	pid_t pid = fork();
 	if (pid == 0)
-		child_exec(s, &r, fds, ep[1]);
+		child_exec(s, &r, cfds, ep[1]);
 	int ferr = errno;
 	close(ep[1]);
+	if (r.outcap) {
+		close(pin[1]);
+		close(pout[1]);
+		pin[1] = pout[1] = -1;
+	}
 	if (pid < 0) {
 		close(ep[0]);
 		send_error(c, ferr, strerror(ferr));
-		goto out;
+		goto out_pipes;
 	}
 	int res[2];
 	ssize_t n;
@@ -1075,7 +1249,29 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 		out_add(&o, "msg=%s", msg);
 		out_add(&o, "step=%s", step_names[step]); /* marks a start failure */
 		send_out(c, &o);
-		goto out;
+		goto out_pipes;
+	}
+	if (r.outcap) {
+		int ins[2] = {pin[0], pout[0]};
+		for (int i = 0; i < 2; i++) {
+			if (s->npumps == s->cappumps)
+				s->pumps = xrealloc(s->pumps, sizeof *s->pumps * (s->cappumps = s->cappumps * 2 + 8));
+			struct pump *pp = &s->pumps[s->npumps];
+			pp->out = fcntl(fds[i + 1], F_DUPFD_CLOEXEC, 0);
+			if (pp->out < 0) {
+				logf_("dup log fd: %s", strerror(errno));
+				close(ins[i]);
+				continue;
+			}
+			pp->in = ins[i];
+			pp->pid = pid;
+			pp->written = 0;
+			pp->cap = (long long)r.outcap;
+			pp->dead = 0;
+			pp->truncated = 0;
+			s->npumps++;
+		}
+		pin[0] = pout[0] = -1;
 	}
 
 	if (s->nprocs == s->capprocs)
@@ -1093,6 +1289,14 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 	out_add(&o, "STARTED");
 	out_add(&o, "pid=%d", (int)pid);
 	send_out(c, &o);
+	goto out;
+out_pipes:
+	for (int i = 0; i < 2; i++) {
+		if (pin[i] >= 0)
+			close(pin[i]);
+		if (pout[i] >= 0)
+			close(pout[i]);
+	}
 out:
 	free(r.argv);
 	free(r.envp);
@@ -1329,15 +1533,17 @@ static void __attribute__((noreturn)) serve(struct state *s)
 	int cap = 0;
 
 	for (;;) {
-		int n = s->nconns + 2;
-		if (n > cap)
-			pfd = xrealloc(pfd, sizeof *pfd * (cap = n * 2));
+		int n = s->nconns + 2, np = s->npumps;
+		if (n + np > cap)
+			pfd = xrealloc(pfd, sizeof *pfd * (cap = (n + np) * 2));
 		pfd[0] = (struct pollfd){s->listen_paused ? -1 : FD_LISTEN, POLLIN, 0};
 		pfd[1] = (struct pollfd){s->sfd, POLLIN, 0};
 		for (int i = 0; i < s->nconns; i++)
 			pfd[i + 2] = (struct pollfd){s->conns[i].fd,
 						     POLLIN | (s->conns[i].qhead ? POLLOUT : 0), 0};
-		if (poll(pfd, n, s->listen_paused ? 1000 : -1) < 0) {
+		for (int i = 0; i < np; i++)
+			pfd[n + i] = (struct pollfd){s->pumps[i].in, POLLIN, 0};
+		if (poll(pfd, n + np, s->listen_paused ? 1000 : -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			logf_("poll: %s", strerror(errno));
@@ -1353,8 +1559,12 @@ static void __attribute__((noreturn)) serve(struct state *s)
 			if (re & (POLLIN | POLLHUP | POLLERR))
 				conn_read(s, c);
 		}
+		for (int i = 0; i < np; i++)
+			if (pfd[n + i].revents)
+				pump_read(&s->pumps[i], 0);
 		if (pfd[1].revents)
 			reap(s);
+		drop_pumps(s);
 		if (pfd[0].revents)
 			accept_conns(s);
 		drop_dead(s);

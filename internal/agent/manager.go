@@ -46,6 +46,9 @@ type Config struct {
 	MaxSandboxes int
 	// MaxCreating bounds concurrent creates; more wait (0 = 64).
 	MaxCreating int
+	// MaxLogBytes caps each background process log on disk (stdout and
+	// stderr each; 0 = DefaultMaxLogBytes), see logcap.go.
+	MaxLogBytes int64
 	Logger      *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
@@ -58,7 +61,7 @@ type Sweeper interface {
 	Sweep(ctx context.Context, keep map[string]bool)
 }
 
-// Manager implements the node side of the API (session.Service).
+// Manager is the node agent; it implements session.Service.
 type Manager struct {
 	cfg   Config
 	log   *slog.Logger

@@ -80,6 +80,7 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 	if err != nil {
 		return api.Process{}, err
 	}
+	spec.OutputCap = m.bgLogCap()
 	if err := os.MkdirAll(m.logDir(id), 0o700); err != nil {
 		return api.Process{}, errdefs.Internal(err, "create log dir")
 	}

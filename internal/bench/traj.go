@@ -39,14 +39,12 @@ type TrajResult struct {
 	// Store is the node's default trajectory store, which the API figures use.
 	Store string `json:"store"`
 	// LogOnly*: Begin+Finish on a store directly, 100 goroutines, each one new
-	// trajectory step: the default store (LogOnlyStepsPerS), then bbolt by commit
-	// mode for comparison.
-	LogOnlyStepsPerS      float64 `json:"log_only_steps_per_s"`
-	LogOnlyBoltStepsPerS  float64 `json:"log_only_bolt_steps_per_s"`
-	LogOnlyBatchStepsPerS float64 `json:"log_only_bolt_batch_steps_per_s"`
-	LogOnlySoloStepsPerS  float64 `json:"log_only_solo_steps_per_s"`
+	// trajectory step: the default store (LogOnlyStepsPerS), then bbolt
+	// (`--traj-store bolt`) for comparison.
+	LogOnlyStepsPerS     float64 `json:"log_only_steps_per_s"`
+	LogOnlyBoltStepsPerS float64 `json:"log_only_bolt_steps_per_s"`
 	// LogOnlyP50ms is one Begin+Finish with no concurrency on the default store;
-	// LogOnlyBoltP50ms on bbolt (group commit).
+	// LogOnlyBoltP50ms on bbolt.
 	LogOnlyP50ms     float64 `json:"log_only_p50_ms"`
 	LogOnlyBoltP50ms float64 `json:"log_only_bolt_p50_ms"`
 	Failures         int     `json:"failures"`
@@ -163,9 +161,8 @@ func Traj(ctx context.Context, o Options) (TrajResult, error) {
 	}{
 		{"pebble", func(p string) (trajectory.Store, error) { return trajectory.OpenPebble(p, trajectory.PebbleOptions{}) },
 			&res.LogOnlyStepsPerS, &res.LogOnlyP50ms},
-		{"bolt", boltMode(trajectory.GroupCommit), &res.LogOnlyBoltStepsPerS, &res.LogOnlyBoltP50ms},
-		{"bolt-batch", boltMode(trajectory.BoltBatch), &res.LogOnlyBatchStepsPerS, nil},
-		{"bolt-solo", boltMode(trajectory.Solo), &res.LogOnlySoloStepsPerS, nil},
+		{"bolt", func(p string) (trajectory.Store, error) { return trajectory.OpenBolt(p) },
+			&res.LogOnlyBoltStepsPerS, &res.LogOnlyBoltP50ms},
 	} {
 		st, err := m.open(filepath.Join(dir, m.name))
 		if err != nil {
@@ -178,10 +175,7 @@ func Traj(ctx context.Context, o Options) (TrajResult, error) {
 		if err != nil {
 			return res, fmt.Errorf("%s: %w", m.name, err)
 		}
-		*m.rate = rate
-		if m.p50 != nil {
-			*m.p50 = p50
-		}
+		*m.rate, *m.p50 = rate, p50
 	}
 	return res, ctx.Err()
 }
@@ -225,24 +219,20 @@ func fdatasyncP50(dir string, gap time.Duration) (float64, error) {
 	return summarize(lat).P50ms, nil
 }
 
-func boltMode(mode trajectory.CommitMode) func(string) (trajectory.Store, error) {
-	return func(p string) (trajectory.Store, error) {
-		return trajectory.OpenBolt(p, trajectory.BoltOptions{Mode: mode})
-	}
-}
-
 // logOnly runs Begin+Finish of new steps from 100 goroutines for ~2 s and returns
 // steps/s, then the p50 of 200 sequential Begin+Finish.
 func logOnly(ctx context.Context, st trajectory.Store) (float64, float64, error) {
-	body := []byte(`{"exit_code":0,"stdout":"","stderr":"","duration_ms":1.2}` + "\n")
+	res, err := trajectory.TypedResult(trajectory.Outcome{Exec: &api.ExecResult{DurationMs: 1.2}})
+	if err != nil {
+		return 0, 0, err
+	}
 	step := func(traj string, n int) error {
 		fp, args, _ := trajectory.Fingerprint(trajectory.OpExec, trajectory.NormalizeExec(trajectory.OpExec, api.ExecRequest{Cmd: []string{"true"}}))
 		if _, err := st.Begin(ctx, trajectory.BeginRequest{Trajectory: traj, N: n, Op: trajectory.OpExec,
 			Fingerprint: fp, Args: args, SandboxID: "sb"}); err != nil {
 			return err
 		}
-		return st.Finish(ctx, traj, n, trajectory.Result{Status: 200, Body: body, BodySize: int64(len(body)),
-			Header: map[string]string{"Content-Type": "application/json"}}, time.Now())
+		return st.Finish(ctx, traj, n, res, time.Now())
 	}
 	var total int64
 	var mu sync.Mutex

@@ -28,6 +28,12 @@ func BenchmarkCreateDelete(b *testing.B) {
 	b.Run("host", func(b *testing.B) {
 		run(b, hostHierarchy(b))
 	})
+	b.Run("host-devices", func(b *testing.B) {
+		l.Devices = DevicePolicy{Restrict: true, Allow: []DeviceRule{{'c', 1, 3, "rwm"}, {'c', 1, 5, "rwm"},
+			{'c', 1, 7, "rwm"}, {'c', 1, 8, "rwm"}, {'c', 1, 9, "rwm"}, {'c', 5, 0, "rwm"}, {'c', 5, 2, "rwm"}, {'c', 136, -1, "rwm"}}}
+		defer func() { l.Devices = DevicePolicy{} }()
+		run(b, hostHierarchy(b))
+	})
 	b.Run("host-unified-nolimits", func(b *testing.B) {
 		// The hybrid host's unified mount has no controllers: no limits.
 		l = Limits{}

@@ -53,7 +53,17 @@ func (h *Hierarchy) Create(name string, l Limits) (g *Group, err error) {
 	var cs []control
 	if h.version == 2 {
 		cs = controlsV2(l, g.dirs[0])
+		if l.Devices.Restrict {
+			if err = h.attachDevices(l.Devices, g.dirs[0]); err != nil {
+				return nil, fmt.Errorf("create cgroup %q: %w", name, err)
+			}
+		}
 	} else {
+		if l.Devices.Restrict {
+			if g.devDir, err = h.sharedDevices(name, l.Devices); err != nil {
+				return nil, fmt.Errorf("create cgroup %q: %w", name, err)
+			}
+		}
 		cs = controlsV1(l, g.dir)
 	}
 	if err = applyControls(cs); err != nil {

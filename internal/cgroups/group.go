@@ -25,6 +25,9 @@ type Group struct {
 	// idle: on v1 the group's cpu directory lives under the idle parent (a
 	// best-effort group, see cpuclass.go); on v2 its own cpu.idle is 1.
 	idle bool
+	// devDir is the shared v1 devices cgroup the group's processes join
+	// (not the group's own: Procs, Kill and Delete ignore it); "" for none.
+	devDir string
 }
 
 // Name is the group's name as passed to Create or Open.
@@ -54,6 +57,11 @@ func (g *Group) AddProc(pid int) error {
 	for _, d := range g.dirs {
 		if err := writeFile(filepath.Join(d, "cgroup.procs"), s); err != nil {
 			return fmt.Errorf("add pid %d to cgroup %q: %w", pid, g.name, err)
+		}
+	}
+	if g.devDir != "" {
+		if err := writeFile(filepath.Join(g.devDir, "cgroup.procs"), s); err != nil {
+			return fmt.Errorf("add pid %d to the devices cgroup of %q: %w", pid, g.name, err)
 		}
 	}
 	return nil

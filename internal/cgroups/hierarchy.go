@@ -44,6 +44,12 @@ type Hierarchy struct {
 	mounts map[string]string // controller -> its hierarchy's mount dir
 	dirs   []string          // unique mount dirs, memory's first
 
+	// devprogs are the loaded v2 device programs, one per policy;
+	// devShared the v1 shared devices cgroups set up so far.
+	devprogs  devicePrograms
+	devShared sync.Map
+	devMu     sync.Mutex
+
 	// enabled caches v2 dirs whose subtree_control already got h.enable.
 	enabled sync.Map
 	// mkdir creates and rmdir removes one cgroup directory; tests replace
@@ -128,7 +134,7 @@ func (h *Hierarchy) detectV1(mountRoot string) error {
 	}
 	h.version = 1
 	h.mounts = make(map[string]string)
-	for _, ctrl := range append(v1Required(), ctrlCPUAcct) {
+	for _, ctrl := range append(v1Required(), ctrlCPUAcct, ctrlDevices) {
 		candidates := []string{ctrl}
 		for _, e := range entries {
 			if e.Name() != ctrl && slices.Contains(strings.Split(e.Name(), ","), ctrl) {
@@ -154,6 +160,9 @@ func (h *Hierarchy) detectV1(mountRoot string) error {
 		}
 	}
 	h.dirs = []string{h.mounts[ctrlMemory]}
+	// devices is not a group directory: every group with one device
+	// policy shares a devices cgroup (see sharedDevices), unless the
+	// controller is co-mounted with one of these.
 	for _, ctrl := range append(v1Required()[1:], ctrlCPUAcct) {
 		if d, ok := h.mounts[ctrl]; ok && !slices.Contains(h.dirs, d) {
 			h.dirs = append(h.dirs, d)
@@ -161,6 +170,9 @@ func (h *Hierarchy) detectV1(mountRoot string) error {
 	}
 	return nil
 }
+
+// Close releases the loaded device programs (attached ones stay in force).
+func (h *Hierarchy) Close() error { return h.devprogs.close() }
 
 // Version is 1 or 2.
 func (h *Hierarchy) Version() int { return h.version }

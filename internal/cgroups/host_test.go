@@ -56,6 +56,9 @@ func hostV2Hierarchy(t testing.TB) *Hierarchy {
 }
 
 func removeParents(t testing.TB, h *Hierarchy) {
+	if err := h.DeleteDevices(""); err != nil {
+		t.Errorf("remove test devices cgroups: %v", err)
+	}
 	for _, m := range h.mountDirs() {
 		if err := unix.Rmdir(h.base(m)); err != nil && !errors.Is(err, unix.ENOENT) {
 			t.Errorf("remove test parent: %v", err)

@@ -22,6 +22,7 @@ type Limits struct {
 	// Idle makes the group best-effort (CPU class "be"): on v1 its cpu
 	// directory is created under the idle parent, on v2 its cpu.idle is 1.
 	Idle bool
+	Devices     DevicePolicy
 }
 
 // Validate rejects negative or out-of-range values.
@@ -38,7 +39,7 @@ func (l Limits) Validate() error {
 	case l.PidsMax < 0:
 		return errdefs.Invalid("pids limit %d: must be >= 0", l.PidsMax)
 	}
-	return nil
+	return l.Devices.validate()
 }
 
 func (l Limits) quotaUs() int64 { return int64(math.Round(l.CPU * cfsPeriodUs)) }

@@ -43,7 +43,10 @@ type Config struct {
 	// "dsec-<hash of StateDir>", so two agents on one host never touch each
 	// other's sandboxes.
 	CgroupParent string
-	Logger       *slog.Logger
+	// Devices are added to every sandbox's /dev and device allowlist
+	// (besides DefaultDeviceRules); see ParseDevice.
+	Devices []Device
+	Logger  *slog.Logger
 }
 
 // Driver implements driver.Driver for containers.
@@ -61,6 +64,8 @@ type Driver struct {
 	sysfsMu sync.Mutex // serializes remounting a vanished shared sysfs
 
 	coreSched bool // the kernel has PR_SCHED_CORE (LS sandboxes get a cookie)
+	// weaken is nil except in this package's tests (see weakening).
+	weaken func(id string) weakening
 }
 
 // New prepares the driver: installs the init binary, detects cgroups and compiles
@@ -142,7 +147,7 @@ func (d *Driver) CgroupVersion() int { return d.cg.Version() }
 // Close releases driver-wide resources (not the sandboxes, which keep their
 // clones of the shared sysfs).
 func (d *Driver) Close() error {
-	err := d.seccomp.Close()
+	err := errors.Join(d.seccomp.Close(), d.cg.Close())
 	if d.sysfs != "" {
 		d.sysfsMu.Lock()
 		err = errors.Join(err, initproto.UnmountSharedSysfs(d.sysfs))
@@ -152,6 +157,7 @@ func (d *Driver) Close() error {
 	// dir go (both stay while sandboxes live on for a restarted agent).
 	_ = d.cg.RemoveIdleParent(d.cfg.CgroupParent)
 	if names, lerr := d.cg.List(d.cfg.CgroupParent); lerr == nil && len(names) == 0 {
+		err = errors.Join(err, d.cg.DeleteDevices(d.cfg.CgroupParent))
 		if g, oerr := d.cg.Open(d.cfg.CgroupParent); oerr == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			err = errors.Join(err, g.Delete(ctx))
@@ -191,7 +197,8 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		return nil, errdefs.Internal(err, "create sandbox dir")
 	}
 	idle := spec.CPUClass == api.CPUClassBE
-	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory, PidsMax: spec.PidsMax, Idle: idle})
+	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory,
+		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID), Idle: idle})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, errdefs.Internal(err, "create cgroup")
@@ -215,6 +222,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	if hostname == "" {
 		hostname = spec.ID
 	}
+	sec := d.security(spec.ID)
 	in, err := initproto.Spawn(ctx, initproto.SpawnConfig{
 		InitPath:   d.initPath,
 		Hostname:   hostname,
@@ -224,7 +232,8 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		Lower:      spec.Lower,
 		SysfsPath:  d.sharedSysfs(),
 		SocketPath: d.socket(spec.ID),
-		Seccomp:    d.seccomp,
+		Seccomp:    d.seccompFor(spec.ID),
+		Security:   &sec,
 		LogPath:    filepath.Join(dir, "init.log"),
 		CgroupFD:   cgfd,
 		KSM:        spec.KSM,

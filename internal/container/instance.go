@@ -122,6 +122,7 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio [3]*os.Fi
 	ooms, _ := in.cg.OOMKills()
 	pid, err := c.Exec(ctx, initproto.ExecRequest{
 		Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.UID, GID: p.GID, Groups: p.Groups, Tag: p.Tag,
+		OutputCap: p.OutputCap,
 	}, stdio)
 	if err != nil {
 		c.Close()

@@ -76,6 +76,11 @@ type Config struct {
 	BlobStore string
 	// QoS: CPU classes, swap, idle reclaim (qos.go).
 	QoS QoSConfig
+	// Devices are added to every container sandbox (container.ParseDevice
+	// syntax, e.g. "fuse:c:10:229"); MaxLogBytes caps each background
+	// process log (0: agent.DefaultMaxLogBytes).
+	Devices     []string
+	MaxLogBytes int64
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -133,7 +138,15 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
-	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Logger: cfg.Logger})
+	var devs []container.Device
+	for _, s := range cfg.Devices {
+		d, err := container.ParseDevice(s)
+		if err != nil {
+			return nil, fmt.Errorf("--device: %w", err)
+		}
+		devs = append(devs, d)
+	}
+	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Devices: devs, Logger: cfg.Logger})
 	if err != nil {
 		_ = q.close()
 		return nil, err
@@ -155,7 +168,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	envs.Spec = blobSpec
 	mgr, err := agent.New(ctx, agent.Config{
-		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName, QoS: qcfg,
+		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
+		MaxLogBytes: cfg.MaxLogBytes, QoS: qcfg,
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
 			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},
@@ -182,8 +196,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
-	srv := server.New(mgr, server.Options{Token: token, Logger: cfg.Logger, Trajectories: traj,
-		Images: mgr, ImageManager: n, FnCall: n})
+	// Every front end calls the agent through the trajectory decorator.
+	svc := trajectory.Wrap(mgr, traj, trajectory.Options{Logger: cfg.Logger, FnCall: n})
+	srv := server.New(svc, server.Options{Token: token, Logger: cfg.Logger, Trajectories: svc,
+		Images: mgr, ImageManager: n, FnCall: n, QoS: mgr})
 	d := &Daemon{Manager: mgr, Driver: drv, Server: srv, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
@@ -255,7 +271,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 }
 
 // node is the agent plus the FnCall engine and the environment store: the
-// server's server.FnCaller and server.ImageManager.
+// session.FnCaller and the server's server.ImageManager.
 type node struct {
 	*agent.Manager
 	fc     *fncall.Engine
@@ -263,7 +279,7 @@ type node struct {
 	layers *lazy.Client
 }
 
-func (n node) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+func (n node) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	return n.fc.Call(ctx, req)
 }
 

@@ -78,6 +78,10 @@ type ProcSpec struct {
 	// Tag names a background process so it can be re-attached; empty for
 	// foreground execs.
 	Tag string
+	// OutputCap > 0 bounds what the process can write through stdout and
+	// stderr (files, for background logs) to that many bytes each, followed
+	// by a truncation marker; the sandbox keeps the rest to itself.
+	OutputCap int64
 }
 
 // Proc is a started process.

@@ -24,6 +24,10 @@ type ExecRequest struct {
 	UID, GID  int
 	Groups    []int
 	Tag       string // names a background process for Attach, Signal and PS
+	// OutputCap > 0 makes the init pump stdout and stderr into the given
+	// files itself, at most OutputCap bytes each, then a truncation marker
+	// (the rest is read and dropped, so the process never blocks on it).
+	OutputCap int64
 }
 
 // Exit says how a process ended.
@@ -217,6 +221,12 @@ func execPacket(req ExecRequest) (*Packet, error) {
 	}
 	if req.Tag != "" {
 		p.Add("tag", req.Tag)
+	}
+	if req.OutputCap < 0 {
+		return nil, errdefs.Invalid("initproto: negative output cap")
+	}
+	if req.OutputCap > 0 {
+		p.Add("outcap", strconv.FormatInt(req.OutputCap, 10))
 	}
 	return p, nil
 }

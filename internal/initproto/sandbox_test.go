@@ -94,10 +94,12 @@ func TestNoPrivileges(t *testing.T) {
 	if r := s.sh(t, "cat /proc/kcore | wc -c"); strings.TrimSpace(r.stdout) != "0" {
 		t.Fatalf("/proc/kcore not masked: %q", r.stdout)
 	}
-	// CapEff of root: the OCI default set; NoNewPrivs set
-	r := s.sh(t, "cat /proc/self/status")
-	if !strings.Contains(r.stdout, "CapEff:\t00000000a80425fb") || !strings.Contains(r.stdout, "NoNewPrivs:\t1") {
-		t.Fatalf("status:\n%s", r.stdout)
+	// root's capability sets are exactly DefaultCaps; NoNewPrivs set
+	r := s.sh(t, "grep -E '^(Cap|NoNewPrivs)' /proc/self/status")
+	want := fmt.Sprintf("CapInh:\t%016x\nCapPrm:\t%016x\nCapEff:\t%016x\nCapBnd:\t%016x\nCapAmb:\t%016x\nNoNewPrivs:\t1\n",
+		0, DefaultCaps(), DefaultCaps(), DefaultCaps(), 0)
+	if r.stdout != want {
+		t.Fatalf("status:\n%s\nwant:\n%s", r.stdout, want)
 	}
 	// init is not dumpable: its fds (the host log file) are out of reach
 	if r := s.sh(t, "cat /proc/1/fd/1"); r.exit.Status.ExitStatus() == 0 {

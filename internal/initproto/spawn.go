@@ -42,6 +42,8 @@ type SpawnConfig struct {
 	// CgroupFD is a cgroup v2 directory fd the init is cloned into
 	// (CLONE_INTO_CGROUP); -1 (or 0) for none.
 	CgroupFD int
+	// Security is the policy the init applies; nil means DefaultSecurity.
+	Security *Security
 	// BeforeStart runs after the clone and before the init does anything,
 	// e.g. to join v1 cgroups. Nil is fine.
 	BeforeStart func(pid int) error
@@ -75,6 +77,11 @@ func (c *SpawnConfig) validate() error {
 	if c.SysfsPath != "" && !filepath.IsAbs(c.SysfsPath) {
 		return fmt.Errorf("initproto: sysfs path %q must be absolute", c.SysfsPath)
 	}
+	if c.Security != nil {
+		if err := c.Security.validate(); err != nil {
+			return err
+		}
+	}
 	for _, v := range append([]string{c.Hostname, c.RootDir, c.RWDir, c.SysfsPath}, c.Lower...) {
 		if strings.ContainsAny(v, "\n\x00") {
 			return fmt.Errorf("initproto: bad config value %q", v)
@@ -90,7 +97,7 @@ func (c *SpawnConfig) validate() error {
 }
 
 func (c *SpawnConfig) configText() []byte {
-	var b bytes.Buffer
+	var b strings.Builder
 	fmt.Fprintf(&b, "hostname=%s\nroot=%s\nrwdir=%s\nrwsize=%d\n", c.Hostname, c.RootDir, c.RWDir, c.RWSize)
 	for _, l := range c.Lower {
 		fmt.Fprintf(&b, "lower=%s\n", l)
@@ -101,7 +108,13 @@ func (c *SpawnConfig) configText() []byte {
 	if c.KSM {
 		b.WriteString("ksm=1\n")
 	}
-	return b.Bytes()
+	sec := c.Security
+	if sec == nil {
+		d := DefaultSecurity()
+		sec = &d
+	}
+	sec.configText(&b)
+	return []byte(b.String())
 }
 
 // listen creates the control socket: SOCK_SEQPACKET, mode 0600.

@@ -1,25 +1,16 @@
 package server
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"sync"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/trajectory"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
-
-// FnCaller runs FnCalls (internal/fncall.Engine) for POST /v1/fncall and
-// /v1/fncall/batch.
-type FnCaller interface {
-	Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error)
-}
 
 // Body limits of the FnCall routes: sources and test data make bigger bodies than
 // the rest of the API.
@@ -32,7 +23,12 @@ const (
 	batchParallel = 64
 )
 
-func (s *Server) fnCaller() (FnCaller, error) {
+// fnCaller is what runs FnCalls: the trajectory decorator when there is one
+// (FnCall steps; it runs them on its own FnCaller), else Options.FnCall.
+func (s *Server) fnCaller() (session.FnCaller, error) {
+	if s.traj != nil {
+		return s.traj, nil
+	}
 	if s.opts.FnCall != nil {
 		return s.opts.FnCall, nil
 	}
@@ -57,34 +53,12 @@ func (s *Server) fnCall(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := fc.Call(r.Context(), req)
+	res, err := fc.FnCall(r.Context(), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	writeJSON(w, http.StatusOK, res)
-}
-
-// prepareFnCall reads a FnCall step's body (checking it decodes), keeps it as
-// the step's input and puts it back for fnCall.
-func (s *Server) prepareFnCall(w http.ResponseWriter, r *http.Request) (stepInput, error) {
-	if r.ContentLength > maxFnCallBody {
-		return stepInput{}, tooLarge(maxFnCallBody)
-	}
-	raw, err := io.ReadAll(&limitedReader{r: r.Body, n: maxFnCallBody})
-	if err != nil {
-		return stepInput{}, tooLarge(maxFnCallBody)
-	}
-	var req api.FnCallRequest
-	if err := decodeJSON(bytes.NewReader(raw), maxFnCallBody, &req); err != nil {
-		return stepInput{}, err
-	}
-	r.Body = io.NopCloser(bytes.NewReader(raw))
-	in := stepInput{args: trajectory.NormalizeFnCall(req)}
-	if len(raw) <= trajectory.MaxBodyLog {
-		in.input, in.stored = raw, true
-	}
-	return in, nil
 }
 
 // fnCallBatch handles POST /v1/fncall/batch: the body is validated as a whole
@@ -129,7 +103,7 @@ func (s *Server) fnCallBatch(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 		g.Go(func() error {
-			res, err := fc.Call(r.Context(), call)
+			res, err := fc.FnCall(r.Context(), call)
 			if err != nil {
 				res = api.FnCallResult{Verdict: api.VerdictSystemError, Tests: []api.FnCallTestResult{}, Error: apiError(err)}
 				if !res.Error.Infrastructure {

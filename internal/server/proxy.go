@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,7 +17,6 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
-	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -117,16 +117,63 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, escapedID, p
 		s.writeError(w, r, errdefs.Invalid("port must be an integer in 1..65535, got %q", portStr))
 		return
 	}
-	ctx := context.WithValue(r.Context(), proxyTargetKey{}, proxyTarget{id: id, port: port, path: rest})
-	r = r.WithContext(ctx)
-	tag, tagged, err := stepTagOf(r)
+	r, sw, tagged, err := s.tagStep(w, r)
 	switch {
 	case err != nil:
 		s.writeError(w, r, err)
 	case tagged:
-		s.runStep(w, r, trajectory.OpHTTP, tag, id, s.prepareHTTP(port, rest), s.proxy.rp.ServeHTTP)
+		s.proxyStep(sw, r, id, port, rest)
 	default:
-		s.proxy.rp.ServeHTTP(w, r)
+		ctx := context.WithValue(r.Context(), proxyTargetKey{}, proxyTarget{id: id, port: port, path: rest})
+		s.proxy.rp.ServeHTTP(w, r.WithContext(ctx))
+	}
+}
+
+// hopHeaders are the hop-by-hop headers a proxy does not forward.
+var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
+
+// proxyStep forwards a trajectory-tagged proxy request as one buffered HTTP step
+// of the trajectory decorator (session.HTTPDoer), with the headers the reverse
+// proxy would send.
+func (s *Server) proxyStep(w http.ResponseWriter, r *http.Request, id string, port int, rest string) {
+	if err := s.checkUpload(r); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	hdr := r.Header.Clone()
+	for _, h := range append(hopHeaders, "Authorization", api.TrajectoryHeader, api.StepHeader) {
+		hdr.Del(h)
+	}
+	if ip, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		hdr.Set("X-Forwarded-For", ip)
+	}
+	hdr.Set("X-Forwarded-Host", r.Host)
+	proto := "http"
+	if r.TLS != nil {
+		proto = "https"
+	}
+	hdr.Set("X-Forwarded-Proto", proto)
+	p := rest
+	if r.URL.RawQuery != "" {
+		p += "?" + r.URL.RawQuery
+	}
+	resp, err := s.traj.HTTP(r.Context(), id, port, session.HTTPRequest{Method: r.Method, Path: p, Header: hdr,
+		Body: http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBytes), ContentLength: r.ContentLength})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer resp.Body.Close()
+	for _, h := range hopHeaders {
+		resp.Header.Del(h)
+	}
+	for k, v := range resp.Header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(resp.Status)
+	if _, err := io.Copy(w, resp.Body); err != nil {
+		s.log.DebugContext(r.Context(), "proxy step: copying the answer", "err", err)
 	}
 }
 

@@ -10,6 +10,9 @@ import (
 )
 
 func (s *Server) qos() (session.QoS, error) {
+	if s.opts.QoS != nil {
+		return s.opts.QoS, nil
+	}
 	q, ok := s.svc.(session.QoS)
 	if !ok {
 		return nil, errdefs.New(api.CodeNotImplemented, "this node has no CPU classes or memory reclaim")

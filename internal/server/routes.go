@@ -2,8 +2,6 @@ package server
 
 import (
 	"net/http"
-
-	"github.com/dsec-dev/dsec/internal/trajectory"
 )
 
 // route is one registered pattern; the table is also what the OpenAPI test checks.
@@ -34,24 +32,24 @@ func (s *Server) routes() []route {
 		{"PUT " + sb + "/cpu-class", s.setCPUClass},
 		{"POST " + sb + "/reset", s.resetSandbox},
 
-		{"POST " + sb + "/exec", s.step(trajectory.OpExec, s.prepareExec(trajectory.OpExec), s.exec)},
-		{"POST " + sb + "/exec/stream", s.step(trajectory.OpExecStream, s.prepareExecStream, s.execStream)},
+		{"POST " + sb + "/exec", s.step(s.exec)},
+		{"POST " + sb + "/exec/stream", s.step(s.execStream)},
 
-		{"POST " + sb + "/processes", s.step(trajectory.OpStartProcess, s.prepareExec(trajectory.OpStartProcess), s.startProcess)},
+		{"POST " + sb + "/processes", s.step(s.startProcess)},
 		{"GET " + sb + "/processes", s.listProcesses},
 		{"GET " + sb + "/processes/{pid}", s.getProcess},
 		{"POST " + sb + "/processes/{pid}/wait", s.waitProcess},
 		{"POST " + sb + "/processes/{pid}/kill", s.killProcess},
 		{"GET " + sb + "/processes/{pid}/logs", s.processLogs},
 
-		{"GET " + sb + "/files", s.step(trajectory.OpReadFile, prepareRead, s.readFile)},
-		{"PUT " + sb + "/files", s.step(trajectory.OpWriteFile, s.prepareWrite(trajectory.OpWriteFile), s.writeFile)},
-		{"DELETE " + sb + "/files", s.step(trajectory.OpRemove, prepareRemove, s.removeFile)},
-		{"POST " + sb + "/files/mkdir", s.step(trajectory.OpMkdir, s.prepareMkdir, s.mkdir)},
+		{"GET " + sb + "/files", s.step(s.readFile)},
+		{"PUT " + sb + "/files", s.step(s.writeFile)},
+		{"DELETE " + sb + "/files", s.step(s.removeFile)},
+		{"POST " + sb + "/files/mkdir", s.step(s.mkdir)},
 		{"GET " + sb + "/files/list", s.listFiles},
 		{"GET " + sb + "/files/stat", s.statFile},
 		{"GET " + sb + "/files/archive", s.downloadArchive},
-		{"PUT " + sb + "/files/archive", s.step(trajectory.OpUploadArchive, s.prepareWrite(trajectory.OpUploadArchive), s.uploadArchive)},
+		{"PUT " + sb + "/files/archive", s.step(s.uploadArchive)},
 
 		// Every method; dispatch sends proxy paths here before the mux so that the
 		// path is forwarded verbatim (the mux would clean and redirect it).
@@ -63,7 +61,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/trajectories/{traj}/export", s.exportTrajectory},
 		{"POST /v1/trajectories/{traj}/rebuild", s.rebuildTrajectory},
 
-		{"POST /v1/fncall", s.step(trajectory.OpFnCall, s.prepareFnCall, s.fnCall)},
+		{"POST /v1/fncall", s.step(s.fnCall)},
 		{"POST /v1/fncall/batch", s.fnCallBatch},
 	}
 }

@@ -26,18 +26,23 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxUploadBytes limits file and tar uploads; 0 means DefaultMaxUploadBytes.
 	MaxUploadBytes int64
-	// Trajectories is the trajectory log; nil refuses trajectory-tagged requests
-	// (not_implemented).
-	Trajectories trajectory.Store
+	// Trajectories is the trajectory decorator the service passed to New is
+	// wrapped in (trajectory.Wrap; New serves through it): the trajectory API and
+	// tagged steps. nil refuses trajectory-tagged requests (not_implemented).
+	Trajectories *trajectory.Service
 	// Images describes images and environments (GET /v1/images...); nil answers
 	// not_implemented.
 	Images ImageLister
 	// ImageManager composes, removes and records environments; nil answers
 	// not_implemented.
 	ImageManager ImageManager
-	// FnCall serves POST /v1/fncall and /v1/fncall/batch; nil answers
-	// not_implemented.
-	FnCall FnCaller
+	// FnCall serves POST /v1/fncall and /v1/fncall/batch when there is no
+	// Trajectories (the decorator runs FnCalls then: trajectory.Options.FnCall);
+	// nil answers not_implemented.
+	FnCall session.FnCaller
+	// QoS serves pause with reclaim and PUT .../cpu-class; nil: the service
+	// itself if it implements session.QoS, else not_implemented.
+	QoS session.QoS
 }
 
 // Server is the /v1 HTTP API in front of a session service: it maps routes to
@@ -48,7 +53,7 @@ type Server struct {
 	log     *slog.Logger
 	mux     *http.ServeMux
 	proxy   *sandboxProxy
-	traj    trajectory.Store
+	traj    *trajectory.Service
 	handler http.Handler
 }
 
@@ -63,6 +68,9 @@ func New(svc session.Service, opts Options) *Server {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
+	}
+	if opts.Trajectories != nil {
+		svc = opts.Trajectories
 	}
 	s := &Server{svc: svc, opts: opts, log: log, mux: http.NewServeMux(), traj: opts.Trajectories}
 	s.proxy = newSandboxProxy(svc, log, s.proxyError)

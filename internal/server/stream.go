@@ -66,12 +66,16 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	ev := &eventWriter{w: w, rc: rc, beforeFinal: streamGate(r.Context())}
+	ev := &eventWriter{w: w, rc: rc}
 	stdin := newChunkReader(ctx)
-	if initial, err := initialStdin(req); err == nil && len(initial) > 0 {
-		stdin.push(initial)
+	if s.traj == nil {
+		// The trajectory decorator sends the request's own stdin first itself (it is
+		// part of a step's fingerprint); without one the server does.
+		if initial, err := initialStdin(req); err == nil && len(initial) > 0 {
+			stdin.push(initial)
+		}
+		req.Stdin, req.StdinBase64 = "", ""
 	}
-	req.Stdin, req.StdinBase64 = "", ""
 	control := make(chan session.Control, 8)
 
 	inputDone := make(chan struct{})
@@ -103,7 +107,11 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		ev.send(api.StreamEvent{Type: "exit", Result: &res})
 	}
 	cancel()
-	s.stopInput(rc, inputDone, inputGrace)
+	grace := inputGrace
+	if replayed(w) {
+		grace = 0 // answered from the log: the client's input is not needed
+	}
+	s.stopInput(rc, inputDone, grace)
 }
 
 // stopInput waits briefly for the client to end its request body, then cuts the
@@ -301,9 +309,6 @@ type eventWriter struct {
 	rc      *http.ResponseController
 	started bool
 	err     error
-	// beforeFinal, if set, sees the encoded final event (exit or error) before it
-	// is sent: the trajectory layer logs the step there.
-	beforeFinal func(line []byte)
 }
 
 func (e *eventWriter) hasStarted() bool {
@@ -321,11 +326,6 @@ func (e *eventWriter) send(ev api.StreamEvent) error {
 	defer e.mu.Unlock()
 	if e.err != nil {
 		return e.err
-	}
-	if e.beforeFinal != nil && (ev.Type == "exit" || ev.Type == "error") {
-		f := e.beforeFinal
-		e.beforeFinal = nil
-		f(append(b, '\n'))
 	}
 	if !e.started {
 		e.started = true

@@ -1,20 +1,35 @@
 package server_test
 
 import (
+	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/server/servertest"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 func trajEnv(t *testing.T) (*env, *trajectory.Mem) {
 	store := trajectory.NewMem()
-	return newEnv(t, server.Options{Trajectories: store}), store
+	return newTrajEnv(t, store), store
+}
+
+// newTrajEnv serves the fake node wrapped in the trajectory decorator on store.
+func newTrajEnv(t *testing.T, store trajectory.Store) *env {
+	t.Helper()
+	node := servertest.NewNode(t.TempDir())
+	svc := trajectory.Wrap(node, store, trajectory.Options{TempDir: t.TempDir()})
+	srv := httptest.NewServer(server.New(svc, server.Options{Token: token, Trajectories: svc}).Handler())
+	t.Cleanup(srv.Close)
+	return &env{t: t, node: node, srv: srv}
 }
 
 func stepHdr(traj, step string) []string {
@@ -183,7 +198,7 @@ func TestTrajectoryPebbleStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	e := newEnv(t, server.Options{Trajectories: store})
+	e := newTrajEnv(t, store)
 	sb := e.create()
 	path := "/v1/sandboxes/" + sb.ID + "/exec"
 	for i, want := range []bool{false, true} {
@@ -201,4 +216,72 @@ func TestTrajectoryPebbleStore(t *testing.T) {
 		!strings.Contains(string(tr.Steps[0].Result), `"one\n"`) {
 		t.Fatalf("get: %d %s", resp.StatusCode, b)
 	}
+}
+
+// fnCalls is a FnCaller that counts its runs.
+type fnCalls struct{ n int }
+
+func (f *fnCalls) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+	f.n++
+	return api.FnCallResult{Verdict: api.VerdictAccepted, Tests: []api.FnCallTestResult{{Verdict: api.VerdictAccepted, Stdout: fmt.Sprint(f.n)}}}, nil
+}
+
+// TestTrajectoryProxyAndFnCall: a tagged proxy request and a tagged FnCall are
+// steps, replayed with the header and without running again.
+func TestTrajectoryProxyAndFnCall(t *testing.T) {
+	node := servertest.NewNode(t.TempDir())
+	fc := &fnCalls{}
+	svc := trajectory.Wrap(node, trajectory.NewMem(), trajectory.Options{TempDir: t.TempDir(), FnCall: fc})
+	srv := httptest.NewServer(server.New(svc, server.Options{Token: token, Trajectories: svc}).Handler())
+	t.Cleanup(srv.Close)
+	e := &env{t: t, node: node, srv: srv}
+	hits := 0
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits++
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("X-App", "yes")
+		w.Header().Set(server.ErrorHeader, "forged")
+		w.WriteHeader(201)
+		fmt.Fprintf(w, "%s %s %s auth=%q traj=%q #%d", r.Method, r.URL.RequestURI(), b, r.Header.Get("Authorization"), r.Header.Get(api.TrajectoryHeader), hits)
+	}))
+	t.Cleanup(backend.Close)
+	node.ExposePort(8080, backend.Listener.Addr().String())
+	sb := e.create()
+	path := "/v1/sandboxes/" + sb.ID + "/http/8080/a/b?q=1"
+	want := `POST /a/b?q=1 ping auth="" traj="" #1`
+	for i, replay := range []bool{false, true} {
+		resp, b := e.do("POST", path, strings.NewReader("ping"), stepHdr("px", "1")...)
+		if resp.StatusCode != 201 || string(b) != want || resp.Header.Get("X-App") != "yes" || resp.Header.Get(server.ErrorHeader) != "" ||
+			(resp.Header.Get(api.ReplayedHeader) == "true") != replay {
+			t.Fatalf("proxy step, try %d: %d %q %v", i, resp.StatusCode, b, resp.Header)
+		}
+	}
+	resp, b := e.do("POST", path, strings.NewReader("pong"), stepHdr("px", "1")...)
+	wantError(t, resp, b, 409, api.CodeTrajectoryDiverged)
+	// Nothing listening: bad_gateway, a result.
+	for range 2 {
+		resp, b = e.do("GET", "/v1/sandboxes/"+sb.ID+"/http/9/", nil, stepHdr("px", "2")...)
+		wantError(t, resp, b, 502, api.CodeBadGateway)
+	}
+	if resp.Header.Get(api.ReplayedHeader) != "true" || hits != 1 {
+		t.Fatalf("bad_gateway replay: %v, %d hits", resp.Header, hits)
+	}
+
+	body := `{"language":"python3","files":{"main.py":"print(1)"},"tests":[{"stdin":"x"}]}`
+	for i, replay := range []bool{false, true} {
+		resp, b := e.do("POST", "/v1/fncall", strings.NewReader(body), stepHdr("px", "3")...)
+		var r api.FnCallResult
+		mustJSON(t, b, &r)
+		if resp.StatusCode != 200 || r.Verdict != api.VerdictAccepted || r.Tests[0].Stdout != "1" ||
+			(resp.Header.Get(api.ReplayedHeader) == "true") != replay {
+			t.Fatalf("fncall step, try %d: %d %s", i, resp.StatusCode, b)
+		}
+	}
+	if fc.n != 1 {
+		t.Fatalf("fncall ran %d times", fc.n)
+	}
+	// Without a trajectory log a tagged request is refused, untagged ones run.
+	plain := newEnv(t, server.Options{})
+	resp, b = plain.do("POST", "/v1/sandboxes/x/exec", strings.NewReader(`{"cmd":["echo"]}`), stepHdr("px", "1")...)
+	wantError(t, resp, b, 501, api.CodeNotImplemented)
 }

@@ -24,37 +24,20 @@ import (
 //	"o" + N(BE)  step N's answer body
 var bucketT = []byte("t")
 
-// CommitMode selects how concurrent updates share a transaction.
-type CommitMode int
-
-const (
-	// GroupCommit (default): one committer goroutine runs every update queued
-	// while the previous transaction was being written in the next transaction, so
-	// a lone update waits for one fsync and a crowd shares it.
-	GroupCommit CommitMode = iota
-	// BoltBatch uses bbolt's DB.Batch (MaxBatchDelay timer, MaxBatchSize calls).
-	BoltBatch
-	// Solo commits every update in its own transaction.
-	Solo
-)
-
-// BoltOptions configure OpenBolt.
-type BoltOptions struct {
-	Mode CommitMode
-	// MaxBatchDelay is DB.MaxBatchDelay in BoltBatch mode (0: bbolt's 10 ms).
-	MaxBatchDelay time.Duration
-}
-
-// Bolt is the embedded Store on go.etcd.io/bbolt: one file, fsync'd commits.
+// Bolt is the embedded Store on go.etcd.io/bbolt: one file, fsync'd commits,
+// grouped: one committer goroutine runs every update queued while the previous
+// transaction was being written in the next transaction, so a lone update waits
+// for one fsync and a crowd shares it.
 type Bolt struct {
 	db   *bolt.DB
 	boot string
-	mode CommitMode
 
-	queue chan *update
-	stop  chan struct{}
-	wg    sync.WaitGroup
-	once  sync.Once
+	queue   chan *update
+	stop    chan struct{}
+	closeMu sync.RWMutex
+	closed  bool
+	wg      sync.WaitGroup
+	once    sync.Once
 }
 
 type update struct {
@@ -69,7 +52,7 @@ type update struct {
 var _ Store = (*Bolt)(nil)
 
 // OpenBolt opens (creating) the log at path.
-func OpenBolt(path string, o BoltOptions) (*Bolt, error) {
+func OpenBolt(path string) (*Bolt, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:        5 * time.Second, // another live server holds the file lock
 		NoFreelistSync: true,
@@ -78,9 +61,6 @@ func OpenBolt(path string, o BoltOptions) (*Bolt, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open trajectory log %s: %w", path, err)
 	}
-	if o.MaxBatchDelay > 0 {
-		db.MaxBatchDelay = o.MaxBatchDelay
-	}
 	if err := db.Update(func(tx *bolt.Tx) error {
 		_, err := tx.CreateBucketIfNotExists(bucketT)
 		return err
@@ -88,20 +68,23 @@ func OpenBolt(path string, o BoltOptions) (*Bolt, error) {
 		db.Close()
 		return nil, err
 	}
-	b := &Bolt{db: db, boot: NewBoot(), mode: o.Mode, queue: make(chan *update, 4096), stop: make(chan struct{})}
-	if o.Mode == GroupCommit {
-		b.wg.Add(1)
-		go b.committer()
-	}
+	b := &Bolt{db: db, boot: NewBoot(), queue: make(chan *update, 4096), stop: make(chan struct{})}
+	b.wg.Add(1)
+	go b.committer()
 	return b, nil
 }
 
 // Boot is this instance's ID (steps it started are in flight, not unknown).
 func (b *Bolt) Boot() string { return b.boot }
 
-// Close waits for queued updates and closes the file.
+// Close waits for queued updates and closes the file; later updates fail.
 func (b *Bolt) Close() error {
-	b.once.Do(func() { close(b.stop) })
+	b.once.Do(func() {
+		b.closeMu.Lock() // no enqueue is between its check and its send now
+		b.closed = true
+		b.closeMu.Unlock()
+		close(b.stop)
+	})
 	b.wg.Wait()
 	return b.db.Close()
 }
@@ -120,18 +103,15 @@ func (b *Bolt) writeLazy(ctx context.Context, fn func(tx *bolt.Tx) error) error 
 }
 
 func (b *Bolt) enqueue(ctx context.Context, fn func(tx *bolt.Tx) error, lazy bool) error {
-	switch b.mode {
-	case BoltBatch:
-		return b.db.Batch(fn)
-	case Solo:
-		return b.db.Update(fn)
-	}
 	u := &update{fn: fn, done: make(chan error, 1), lazy: lazy}
-	select {
-	case b.queue <- u:
-	case <-b.stop:
+	// A send racing Close would sit in the queue after the committer drained it.
+	b.closeMu.RLock()
+	if b.closed {
+		b.closeMu.RUnlock()
 		return errors.New("trajectory log is closed")
 	}
+	b.queue <- u // the committer runs until Close, which waits for this lock
+	b.closeMu.RUnlock()
 	// Not cancellable once queued: the caller must know whether it is durable.
 	return <-u.done
 }

@@ -3,18 +3,26 @@
 // answers from the log (fast-forward) instead of running them again, and then
 // continue live at the first new step.
 //
-// # Tagging steps
+// # The decorator
 //
-// Any session operation may carry the headers
+// Wrap(inner session.Service, store, opts) returns a session.Service (plus
+// session.FnCaller, session.HTTPDoer and the trajectory API) that every front end
+// calls. A front end tags an operation as step N of a trajectory with
+// session.WithStep (the /v1 front end parses the headers
 //
 //	X-Dsec-Trajectory: ID     (1-128 of A-Z a-z 0-9 . _ : -)
 //	X-Dsec-Step: N            (1, 2, ...)
 //
-// on blocking exec, exec/stream, background process start, file read (GET
-// files), file write (PUT files), archive upload (PUT files/archive), mkdir,
-// remove and the HTTP proxy. The Go client tags calls made with
+// with ParseHeaders) and reads StepOutcome.Replayed to tell its client (/v1:
+// X-Dsec-Replayed: true). Steps are: Exec, ExecStream, StartProcess, on an FS
+// opened with a tagged context Open (read_file), WriteFile, ExtractTar
+// (upload_archive), Mkdir and Remove, HTTP (a request to a sandbox port, sent by
+// the decorator over the inner service's Dial) and FnCall. Every other operation,
+// and every untagged one, passes through. The Go client tags calls made with
 // client.WithTrajectory(ctx, id, n); the CLI has `dsec exec --traj ID --step N`.
-// A trajectory is bound to the sandbox of its first step.
+// A trajectory is bound to the sandbox of its first step. Package trajtest is the
+// decorator's conformance suite (run over an in-memory fake service and every
+// store, and runnable against a real node agent).
 //
 // # What is logged
 //
@@ -23,21 +31,26 @@
 // cleaned, bodies such as stdin, file contents, tar uploads and HTTP request
 // bodies replaced by their sha256; for HTTP only method, port, path+query,
 // Content-Type and body count), the normalised arguments, the request body when
-// at most 16 MiB (a rebuild needs it), the full answer (status, the relevant
-// headers, the body up to 16 MiB: exec result JSON, file bytes, the NDJSON
-// events of exec/stream, the proxied HTTP response; larger answers are kept as
-// sha256 and size only and cannot be replayed), timing, the sandbox and the
-// state (started, finished; "unknown" is shown for a step that was started by
-// an earlier server process or whose handler crashed).
+// at most 16 MiB (a rebuild needs it), the typed result (Outcome: the exec
+// result, a stream's started PID, output events and exit result, the process, the
+// file info and bytes read, the HTTP status, headers and body, the FnCall result,
+// or the classified error that was the step's result; kept as JSON, at most 16
+// MiB of data: a larger answer is kept as sha256 and size only and cannot be
+// replayed), timing, the sandbox and the state (started, finished; "unknown" is
+// shown for a step that was started by an earlier server process or whose
+// operation crashed). Logs written before the decorator hold the raw /v1 answer
+// (status, headers, body: Result.Format FormatHTTP); Result.Outcome decodes both
+// forms, so such logs replay, show and rebuild as before (tested on a fixture in
+// testdata/legacy-v1).
 //
 // Durability: the step is recorded as started before it runs, without waiting
 // for an fsync (it must survive a crash of the server process, which the page
 // cache ensures; a host crash ends the sandbox too, so the trajectory is then
 // rebuilt from its finished steps), and as finished (fsync'd) before its answer
-// is sent. For exec/stream, output events flow live and the final exit event is
-// held until the step is logged. An answer over 16 MiB (a large file read or
-// HTTP response) is streamed to the client as it comes and logged after, as a
-// hash.
+// is returned. For exec/stream, output flows live and ExecStream returns (so the
+// front end sends its final exit event) once the step is logged. An answer over
+// 16 MiB (a large file read or HTTP response) is passed to the caller as it
+// comes and logged at its end, as a hash.
 //
 // In the Pebble store (the default) the started mark is committed with a WAL
 // sync request, and Begin returns when the WAL writer has written it to the WAL
@@ -50,8 +63,7 @@
 // cache before Begin returns) and commits are grouped: one committer goroutine
 // writes every update queued while the previous transaction was being fsync'd
 // in the next transaction, so a lone step pays one commit per record and
-// concurrent steps share them. (bbolt's DB.Batch is also available; its 10 ms
-// batching timer makes a lone step wait for it.)
+// concurrent steps share them.
 //
 // # Replay rules (Decide)
 //
@@ -59,10 +71,9 @@
 //     (400 invalid_argument);
 //   - N already logged with another fingerprint: 409 trajectory_diverged,
 //     naming the step and both fingerprints;
-//   - N finished with the same fingerprint: its logged answer, with header
-//     X-Dsec-Replayed: true (and "replayed": true in exec results and in the
-//     exit event of exec/stream), without touching the sandbox — even if the
-//     sandbox is gone;
+//   - N finished with the same fingerprint: its logged result, with
+//     StepOutcome.Replayed set (and Replayed in exec and exec/stream results),
+//     without touching the sandbox — even if the sandbox is gone;
 //   - N running now (same step sent twice at once): 409 conflict;
 //   - N started but never finished (the server died while it ran): 409
 //     outcome_unknown. It is never run again and never resolved: the client
@@ -73,11 +84,12 @@
 //
 // Live steps run to completion even if the client disconnects (except
 // exec/stream, whose I/O needs the client: a client gone mid-stream leaves the
-// step unknown), so that a preempted trainer finds the answer in the log. A
-// step whose operation fails with a retryable dsec error (internal,
-// unavailable, resource_exhausted, deadline_exceeded) is not logged and may be
-// re-issued; other error answers (a missing file, bad_gateway, ...) are results
-// and are logged and replayed like any other.
+// step unknown), so that a preempted trainer finds the answer in the log. The
+// decision comes from the operation's classified error (errdefs code): a step
+// whose operation fails with a retryable dsec error (internal, unavailable,
+// resource_exhausted, deadline_exceeded) is not logged and may be re-issued;
+// other errors (a missing file, bad_gateway, ...) are results and are logged
+// and replayed like any other.
 //
 // # Lost sandboxes and rebuild
 //
@@ -90,8 +102,8 @@
 // exec/stream, process start, file write, archive upload, mkdir, remove; reads
 // and HTTP are skipped, and so are unknown steps and writes whose body was over
 // 16 MiB), reports for each whether its result matched the log (exec: exit
-// code, stdout, stderr; others: status), and binds the trajectory to the new
-// sandbox. The log keeps the original answers. Replays may still name the old
+// code, stdout, stderr; others: success or the same error code), and binds the new
+// sandbox to the trajectory (RebuildTrajectory). The log keeps the original results. Replays may still name the old
 // sandbox; live steps must name the new one (409 conflict otherwise).
 //
 // # Reading and retention

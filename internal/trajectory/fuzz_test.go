@@ -95,3 +95,40 @@ func FuzzFingerprint(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOutcome: a stored result in either format decodes to an Outcome or an
+// error, never a panic; a typed result round-trips.
+func FuzzOutcome(f *testing.F) {
+	for _, c := range []struct {
+		op     string
+		format int
+		status int
+		body   string
+	}{
+		{OpExec, FormatHTTP, 200, `{"exit_code":0,"stdout":"one\n"}`},
+		{OpExecStream, FormatHTTP, 200, `{"type":"started","pid":3}` + "\n" + `{"type":"stdout","data":"aGk="}` + "\n" + `{"type":"exit","result":{"exit_code":0}}` + "\n"},
+		{OpExecStream, FormatHTTP, 200, `{"type":"error","error":{"code":"internal"}}`},
+		{OpRemove, FormatHTTP, 404, `{"error":{"code":"not_found","message":"x"}}`},
+		{OpReadFile, FormatHTTP, 200, "bytes"},
+		{OpHTTP, FormatHTTP, 502, ""},
+		{OpExec, FormatTyped, 0, `{"exec":{"exit_code":3}}`},
+		{"bogus", FormatHTTP, 200, "{}"},
+	} {
+		f.Add(c.op, c.format, c.status, []byte(c.body))
+	}
+	f.Fuzz(func(t *testing.T, op string, format, status int, body []byte) {
+		r := Result{Format: format, Status: status, Body: body, Header: map[string]string{"X-Dsec-Mode": "0644"}}
+		o, err := r.Outcome(op)
+		if err != nil {
+			return
+		}
+		_ = StepView(Step{Op: op, Result: &r})
+		enc, err := TypedResult(o)
+		if err != nil {
+			t.Fatalf("encoding a decoded outcome: %v", err)
+		}
+		if _, err := enc.Outcome(op); err != nil {
+			t.Fatalf("typed result does not decode: %v", err)
+		}
+	})
+}

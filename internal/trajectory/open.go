@@ -30,7 +30,7 @@ func OpenNode(ctx context.Context, dataDir, kind string, log *slog.Logger) (Stor
 	}
 	switch kind {
 	case KindBolt:
-		return OpenBolt(filepath.Join(dataDir, BoltFile), BoltOptions{})
+		return OpenBolt(filepath.Join(dataDir, BoltFile))
 	case "", KindPebble:
 	default:
 		return nil, fmt.Errorf("unknown trajectory store %q (pebble or bolt)", kind)
@@ -57,7 +57,7 @@ func OpenNode(ctx context.Context, dataDir, kind string, log *slog.Logger) (Stor
 // that were running are imported as unknown), makes them durable and renames the
 // file to path.migrated. It returns how many it copied.
 func (p *Pebble) ImportBolt(ctx context.Context, path string) (int, error) {
-	src, err := OpenBolt(path, BoltOptions{})
+	src, err := OpenBolt(path)
 	if err != nil {
 		return 0, err
 	}

@@ -89,7 +89,7 @@ func TestOpenNodeMigratesBolt(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	old := filepath.Join(dir, BoltFile)
-	b, err := OpenBolt(old, BoltOptions{})
+	b, err := OpenBolt(old)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestOpenNodeMigratesBolt(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.Close()
-	b, _ = OpenBolt(old, BoltOptions{}) // a later boot: step 3 is unknown
+	b, _ = OpenBolt(old) // a later boot: step 3 is unknown
 	wantMeta, _ := b.List(ctx)
 	var wantSteps [][]Step
 	for _, m := range wantMeta {

@@ -62,9 +62,12 @@ type Meta struct {
 	Rebuilds  int                      `json:"rebuilds,omitempty"`
 }
 
-// Result is a step's logged answer.
+// Result is a step's logged answer. Format FormatTyped (written by the decorator):
+// Body is the JSON of the step's Outcome. FormatHTTP (logs written before it):
+// Status, Header and Body are the raw /v1 answer. Read either with Outcome.
 type Result struct {
-	Status     int               `json:"status"`
+	Format     int               `json:"format,omitempty"`
+	Status     int               `json:"status,omitempty"`
 	Header     map[string]string `json:"header,omitempty"`
 	Body       []byte            `json:"-"` // stored apart from the step record
 	BodySize   int64             `json:"body_size"`

@@ -143,11 +143,11 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 		h.log.ErrorContext(r.Context(), "sandboxfusion request failed", "path", r.URL.Path, "code", e.Code, "err", err)
 	}
 	writeJSON(w, status, struct {
-		Detail         string `json:"detail"`
-		Code           string `json:"code"`
-		Infrastructure bool   `json:"infrastructure,omitempty"`
-		Retryable      bool   `json:"retryable,omitempty"`
-	}{e.Message, string(e.Code), e.Infrastructure, e.Retryable})
+		Detail         string   `json:"detail"`
+		Code           api.Code `json:"code"`
+		Infrastructure bool     `json:"infrastructure,omitempty"`
+		Retryable      bool     `json:"retryable,omitempty"`
+	}{e.Message, e.Code, e.Infrastructure, e.Retryable})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

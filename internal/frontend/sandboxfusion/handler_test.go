@@ -187,7 +187,7 @@ func TestRunCodeInfrastructureErrorsAreRetryable(t *testing.T) {
 	} {
 		h := New(&fakeFnCall{res: func(api.FnCallRequest) (api.FnCallResult, error) { return api.FnCallResult{}, c.err }}, Options{})
 		status, out := post(t, h, "/run_code", `{"code":"x","language":"python"}`)
-		if status != c.status || out["code"] != errdefs.CodeOf(c.err) {
+		if status != c.status || out["code"] != string(errdefs.CodeOf(c.err)) {
 			t.Errorf("%v: %d %v", c.err, status, out)
 		}
 	}

@@ -1,0 +1,350 @@
+package container
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/escapeprobe"
+	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/initproto"
+)
+
+// This file is the driver-level escape-probe suite (see internal/escapeprobe):
+// every probe fails against a default sandbox, succeeds against one with its
+// defences turned off (Driver.weaken), and fails again with any single one of
+// them turned back on.
+
+// weakDriver is a driver whose sandboxes get the weakening their ID maps to.
+type weakDriver struct {
+	*Driver
+	lower []string
+	mu    sync.Mutex
+	by    map[string]weakening
+	n     int
+	disk  int64 // writable layer bytes (0: 64 MiB)
+}
+
+// newWeakDriver starts a private driver (state, run dir and cgroup parent of
+// its own, all removed at cleanup) and returns it with the probe binary in a
+// lower layer above the debian image.
+func newWeakDriver(t *testing.T) *weakDriver {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (namespaces, cgroups, mounts)")
+	}
+	imgDir := os.Getenv("DSEC_IMAGES_DIR")
+	if imgDir == "" {
+		imgDir = "/var/lib/dsec/images"
+	}
+	img, err := (&images.Store{Dir: imgDir}).Resolve("debian")
+	if err != nil {
+		t.Skipf("image debian not available (run `make setup`): %v", err)
+	}
+	state, err := os.MkdirTemp("/var/lib", "dsec-esc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run, err := os.MkdirTemp("/run", "dsec-esc-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := New(Config{StateDir: state, RunDir: run, CgroupParent: "dsec-test-" + filepath.Base(state)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &weakDriver{Driver: d, by: map[string]weakening{}}
+	d.weaken = func(id string) weakening {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		return w.by[id]
+	}
+	t.Cleanup(func() {
+		d.Close()
+		os.RemoveAll(state)
+		os.RemoveAll(run)
+	})
+	w.lower = append([]string{probeLayer(t)}, img.Lower()...)
+	return w
+}
+
+// probeLayer builds the static probe binary into a fresh directory laid out
+// as a layer (/usr/local/bin/dsec-escape-probe).
+func probeLayer(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "usr/local/bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("go", "build", "-o", filepath.Join(bin, "dsec-escape-probe"), "../escapeprobe/cmd/dsec-escape-probe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build probe: %v\n%s", err, out)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// start creates a sandbox with weakening wk, destroyed at cleanup.
+func (w *weakDriver) start(t *testing.T, wk weakening) driver.Instance {
+	t.Helper()
+	w.mu.Lock()
+	w.n++
+	id := fmt.Sprintf("esc%d", w.n)
+	w.by[id] = wk
+	w.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	disk := w.disk
+	if disk == 0 {
+		disk = 64 << 20
+	}
+	inst, err := w.Start(ctx, driver.Spec{ID: id, Lower: w.lower, Memory: 1 << 30, Disk: disk, PidsMax: 512})
+	if err != nil {
+		t.Fatalf("start sandbox (%+v): %v", wk, err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := inst.Destroy(ctx); err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+	})
+	return inst
+}
+
+// run runs args as root in the sandbox and returns stdout, stderr and the exit.
+func run(t *testing.T, inst driver.Instance, args ...string) (string, string, driver.Exit) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	var bufs [2]bytes.Buffer
+	var files [2]*os.File
+	var wg sync.WaitGroup
+	for i := range files {
+		r, wr, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[i] = wr
+		wg.Add(1)
+		go func() { defer wg.Done(); io.Copy(&bufs[i], r); r.Close() }()
+	}
+	p, err := inst.Exec(ctx, driver.ProcSpec{Args: args,
+		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}}, [3]*os.File{devnull, files[0], files[1]})
+	files[0].Close()
+	files[1].Close()
+	if err != nil {
+		t.Fatalf("exec %v: %v", args, err)
+	}
+	defer p.Close()
+	ex, err := p.Wait(ctx)
+	if err != nil {
+		t.Fatalf("wait %v: %v", args, err)
+	}
+	wg.Wait()
+	return bufs[0].String(), bufs[1].String(), ex
+}
+
+// probeEnv is what the probes need to know about this host.
+func probeEnv(t *testing.T) escapeprobe.Env {
+	t.Helper()
+	maj, min := hostDisk(t)
+	env := escapeprobe.Env{HostDisk: [2]uint32{maj, min}, WantCaps: initproto.DefaultCaps()}
+	// the masked paths this host has and root can read here, outside
+	// (kmsg blocks a reader)
+	var cands []string
+	for _, p := range initproto.DefaultMasked() {
+		if p != "/proc/kmsg" {
+			cands = append(cands, p)
+		}
+	}
+	for _, r := range escapeprobe.Run(escapeprobe.Env{MaskedPaths: cands}, []string{"read-masked"}) {
+		if r.Escaped {
+			env.MaskedPaths = append(env.MaskedPaths, strings.TrimPrefix(r.Name, "read-masked:"))
+		}
+	}
+	if !slices.Contains(env.MaskedPaths, "/proc/kpagecgroup") {
+		t.Logf("note: /proc/kpagecgroup not readable on this host")
+	}
+	return env
+}
+
+// hostDisk is the host's root block device, derived from mountinfo, when
+// host root can read it; some hosts (this CI VM) refuse that even to their
+// own root, and then a loop device over a test file stands in for it (a
+// block device the sandbox has no business opening either).
+func hostDisk(t *testing.T) (uint32, uint32) {
+	t.Helper()
+	maj, min, path, err := escapeprobe.HostRootDisk()
+	if err == nil {
+		node := filepath.Join(t.TempDir(), "disk")
+		if err = unix.Mknod(node, unix.S_IFBLK|0o600, int(unix.Mkdev(maj, min))); err == nil {
+			var f *os.File
+			if f, err = os.Open(node); err == nil {
+				_, err = f.Read(make([]byte, 512))
+				f.Close()
+			}
+		}
+		if err == nil {
+			t.Logf("host root disk %d:%d (%s)", maj, min, path)
+			return maj, min
+		}
+		t.Logf("host root disk %d:%d (%s) unreadable even to host root (%v); a loop device stands in", maj, min, path, err)
+	}
+	img := filepath.Join(t.TempDir(), "disk.img")
+	if err := os.WriteFile(img, bytes.Repeat([]byte("dsec-probe-disk\n"), 4096), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command("losetup", "--find", "--show", "--read-only", img).Output()
+	if err != nil {
+		t.Skipf("no loop device: %v", err)
+	}
+	dev := strings.TrimSpace(string(out))
+	t.Cleanup(func() { _ = exec.Command("losetup", "--detach", dev).Run() })
+	var st unix.Stat_t
+	if err := unix.Stat(dev, &st); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("loop device %s (%d:%d) as the host disk", dev, unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	return unix.Major(st.Rdev), unix.Minor(st.Rdev)
+}
+
+// runProbes runs the whole suite in inst and returns the results by name.
+func runProbes(t *testing.T, inst driver.Instance, env escapeprobe.Env) map[string]escapeprobe.Result {
+	t.Helper()
+	stdout, stderr, ex := run(t, inst, "dsec-escape-probe",
+		"-disk", fmt.Sprintf("%d:%d", env.HostDisk[0], env.HostDisk[1]),
+		"-caps", fmt.Sprintf("%x", env.WantCaps), "-masked", strings.Join(env.MaskedPaths, ","))
+	if ex.Code != 0 {
+		t.Fatalf("probe exit %+v: %s", ex, stderr)
+	}
+	var rs []escapeprobe.Result
+	if err := json.Unmarshal([]byte(stdout), &rs); err != nil {
+		t.Fatalf("probe output %q: %v", stdout, err)
+	}
+	m := map[string]escapeprobe.Result{}
+	for _, r := range rs {
+		m[r.Name] = r
+	}
+	return m
+}
+
+// weaken turns the named defences off.
+func weaken(ds ...escapeprobe.Defence) weakening {
+	var w weakening
+	for _, d := range ds {
+		switch d {
+		case escapeprobe.DevCgroup:
+			w.devCgroup = true
+		case escapeprobe.NoDev:
+			w.nodev = true
+		case escapeprobe.NoMknod:
+			w.mknod = true
+		case escapeprobe.Masks:
+			w.masks = true
+		case escapeprobe.ReadOnly:
+			w.readOnly = true
+		case escapeprobe.NoNetRaw:
+			w.netRaw = true
+		case escapeprobe.Seccomp:
+			w.seccomp = true
+		case escapeprobe.Caps:
+			w.caps = true
+		case escapeprobe.Dumpable:
+			w.dumpable = true
+		case escapeprobe.CgroupNS:
+			w.cgroupNS = true
+		default:
+			panic("unknown defence " + d)
+		}
+	}
+	return w
+}
+
+func TestEscapeProbes(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skip("the seccomp profile is x86_64 only")
+	}
+	w := newWeakDriver(t)
+	env := probeEnv(t)
+
+	// One sandbox per distinct weakening; the whole suite runs once in each.
+	results := map[weakening]map[string]escapeprobe.Result{}
+	resultsFor := func(t *testing.T, ds []escapeprobe.Defence) map[string]escapeprobe.Result {
+		wk := weaken(ds...)
+		if r, ok := results[wk]; ok {
+			return r
+		}
+		r := runProbes(t, w.start(t, wk), env)
+		results[wk] = r
+		return r
+	}
+	names := func(p escapeprobe.Probe) []string {
+		if p.Name != "read-masked" {
+			return []string{p.Name}
+		}
+		var ns []string
+		for _, m := range env.MaskedPaths {
+			ns = append(ns, "read-masked:"+m)
+		}
+		return ns
+	}
+	for _, p := range escapeprobe.Probes() {
+		t.Run(p.Name, func(t *testing.T) {
+			for _, name := range names(p) {
+				if r := resultsFor(t, nil)[name]; r.Escaped || r.Name == "" {
+					t.Errorf("%s: escaped from a default sandbox (or did not run): %+v", name, r)
+				} else {
+					t.Logf("%s: default sandbox holds: %s", name, r.Detail)
+				}
+				if r := resultsFor(t, p.Defences)[name]; !r.Escaped {
+					t.Errorf("%s: did not get through with %v off, so it cannot fail: %+v", name, p.Defences, r)
+				}
+				if len(p.Defences) < 2 {
+					continue
+				}
+				for _, on := range p.Defences {
+					var off []escapeprobe.Defence
+					for _, d := range p.Defences {
+						if d != on {
+							off = append(off, d)
+						}
+					}
+					if r := resultsFor(t, off)[name]; r.Escaped {
+						t.Errorf("%s: %s alone does not stop it: %+v", name, on, r)
+					}
+				}
+			}
+		})
+	}
+	var ks []string
+	for wk := range results {
+		ks = append(ks, fmt.Sprintf("%+v", wk))
+	}
+	sort.Strings(ks)
+	t.Logf("%d sandbox configurations:\n%s", len(ks), strings.Join(ks, "\n"))
+}
