@@ -21,8 +21,8 @@ type Limits struct {
 	PidsMax     int64   // tasks (threads included)
 	// Idle makes the group best-effort (CPU class "be"): on v1 its cpu
 	// directory is created under the idle parent, on v2 its cpu.idle is 1.
-	Idle bool
-	Devices     DevicePolicy
+	Idle    bool
+	Devices DevicePolicy
 }
 
 // Validate rejects negative or out-of-range values.
