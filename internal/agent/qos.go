@@ -75,36 +75,57 @@ func (m *Manager) qosInfo() *api.QoSInfo {
 	return q
 }
 
+// withCapability runs op on sandbox id's instance as capability C (a driver
+// interface) under the sandbox's lock and saves the record after a successful
+// op. A backend without C gets missing(backend); an exited sandbox
+// sandbox_gone. Nothing changes when it fails before op.
+func withCapability[C any](m *Manager, id string, missing func(backend string) error, op func(sb *sandbox, c C) error) (*sandbox, error) {
+	sb, err := m.get(id)
+	if err != nil {
+		return nil, err
+	}
+	sb.mu.Lock()
+	c, ok := sb.inst.(C)
+	switch {
+	case !ok:
+		err = missing(sb.rec.Backend)
+	case driver.Exited(sb.inst):
+		err = errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
+	default:
+		if err = op(sb, c); err == nil {
+			err = sb.save()
+		}
+	}
+	sb.mu.Unlock()
+	if ok {
+		sb.touch()
+	}
+	return sb, err
+}
+
 // SetCPUClass changes a running sandbox's CPU class (PUT .../cpu-class).
 func (m *Manager) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
 	if err := CheckCPUClass(class); err != nil {
 		return api.Sandbox{}, err
 	}
-	sb, err := m.get(id)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	sb.mu.Lock()
-	c, ok := sb.inst.(driver.CPUClasser)
-	switch {
-	case !ok:
-		sb.mu.Unlock()
-		return api.Sandbox{}, errdefs.Invalid("backend %q has no CPU classes", sb.rec.Backend)
-	case driver.Exited(sb.inst):
-		sb.mu.Unlock()
-		return api.Sandbox{}, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
-	}
-	err = c.SetCPUClass(ctx, class)
-	if err == nil {
-		sb.rec.Spec.CPUClass = class
-		err = sb.save()
-	}
-	sb.mu.Unlock()
-	sb.touch()
+	sb, err := withCapability(m, id, func(b string) error { return errdefs.Invalid("backend %q has no CPU classes", b) },
+		func(sb *sandbox, c driver.CPUClasser) error {
+			if err := c.SetCPUClass(ctx, class); err != nil {
+				return err
+			}
+			sb.rec.Spec.CPUClass = class
+			return nil
+		})
 	if err != nil {
 		return api.Sandbox{}, err
 	}
 	return sb.view(), nil
+}
+
+// pauseReclaimer is an instance that can pause and reclaim.
+type pauseReclaimer interface {
+	driver.Pauser
+	driver.Reclaimer
 }
 
 // PauseWith pauses a sandbox; with req.Reclaim it then pushes the frozen
@@ -115,37 +136,24 @@ func (m *Manager) PauseWith(ctx context.Context, id string, req api.PauseRequest
 		sbx, err := m.Pause(ctx, id)
 		return api.PauseResponse{Sandbox: sbx}, err
 	}
-	sb, err := m.get(id)
-	if err != nil {
-		return api.PauseResponse{}, err
-	}
-	sb.mu.Lock()
-	p, canPause := sb.inst.(driver.Pauser)
-	r, canReclaim := sb.inst.(driver.Reclaimer)
-	switch {
-	case !canPause || !canReclaim:
-		sb.mu.Unlock()
-		return api.PauseResponse{}, errdefs.Invalid("backend %q cannot reclaim a paused sandbox's memory; pause without reclaim", sb.rec.Backend)
-	case driver.Exited(sb.inst):
-		sb.mu.Unlock()
-		return api.PauseResponse{}, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
-	}
-	if !sb.rec.Paused {
-		if err = p.Pause(ctx); err == nil {
-			sb.rec.Paused = true
-			err = sb.save()
-		}
-	}
 	var res api.ReclaimResult
-	if err == nil {
-		res, err = r.Reclaim(ctx)
-		if err == nil {
-			sb.rec.Reclaimed = true
-			err = sb.save()
+	sb, err := withCapability(m, id, func(b string) error {
+		return errdefs.Invalid("backend %q cannot reclaim a paused sandbox's memory; pause without reclaim", b)
+	}, func(sb *sandbox, p pauseReclaimer) error {
+		if !sb.rec.Paused {
+			if err := p.Pause(ctx); err != nil {
+				return err
+			}
+			sb.rec.Paused = true
 		}
-	}
-	sb.mu.Unlock()
-	sb.touch()
+		var err error
+		if res, err = p.Reclaim(ctx); err != nil {
+			_ = sb.save() // paused, not reclaimed
+			return err
+		}
+		sb.rec.Reclaimed = true
+		return nil
+	})
 	if err != nil {
 		return api.PauseResponse{}, err
 	}

@@ -275,31 +275,19 @@ func (m *Manager) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 }
 
 func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (api.Sandbox, error) {
-	sb, err := m.get(id)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	sb.mu.Lock()
-	p, ok := sb.inst.(driver.Pauser)
-	switch {
-	case !ok:
-		sb.mu.Unlock()
-		return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "backend %q cannot pause", sb.rec.Backend)
-	case driver.Exited(sb.inst):
-		sb.mu.Unlock()
-		return api.Sandbox{}, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
-	}
-	if pause {
-		err = p.Pause(ctx)
-	} else {
-		err = sb.resume(ctx, p)
-	}
-	if err == nil {
-		sb.rec.Paused = pause
-		err = sb.save()
-	}
-	sb.mu.Unlock()
-	sb.touch()
+	sb, err := withCapability(m, id, func(b string) error { return errdefs.New(api.CodeNotImplemented, "backend %q cannot pause", b) },
+		func(sb *sandbox, p driver.Pauser) error {
+			var err error
+			if pause {
+				err = p.Pause(ctx)
+			} else {
+				err = sb.resume(ctx, p)
+			}
+			if err == nil {
+				sb.rec.Paused = pause
+			}
+			return err
+		})
 	if err != nil {
 		return api.Sandbox{}, err
 	}
