@@ -154,7 +154,11 @@ func (m *Manager) adopt(ctx context.Context) error {
 			m.byRequest[r.RequestID] = donePending(r.ID)
 		}
 		keep[r.ID] = true
-		sb.reattachProcs()
+		if r.Paused {
+			sb.reattachPending = true
+		} else {
+			sb.reattachProcs()
+		}
 		m.log.Info("re-adopted sandbox", "id", r.ID)
 	}
 	if sw, ok := m.cfg.Driver.(Sweeper); ok {

@@ -161,7 +161,8 @@ func (m *Manager) PauseWith(ctx context.Context, id string, req api.PauseRequest
 	return api.PauseResponse{Sandbox: sb.view(), Reclaim: &res}, nil
 }
 
-// resume prefetches reclaimed memory, then thaws (sb.mu held).
+// resume prefetches reclaimed memory, then thaws, then re-attaches background
+// processes of a sandbox re-adopted while paused (sb.mu held).
 func (sb *sandbox) resume(ctx context.Context, p driver.Pauser) error {
 	if r, ok := sb.inst.(driver.Reclaimer); ok && sb.rec.Reclaimed {
 		if err := r.Prefetch(ctx); err != nil {
@@ -173,6 +174,10 @@ func (sb *sandbox) resume(ctx context.Context, p driver.Pauser) error {
 		return err
 	}
 	sb.rec.Reclaimed = false
+	if sb.reattachPending {
+		sb.reattachPending = false
+		sb.reattachProcs()
+	}
 	return nil
 }
 

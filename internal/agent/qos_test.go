@@ -422,3 +422,31 @@ func TestKSMOptIn(t *testing.T) {
 		}
 	}
 }
+
+// A restarted agent finds the class where the cgroup is, and a reclaimed
+// paused sandbox still gets its prefetch on resume.
+func TestQoSAcrossRestart(t *testing.T) {
+	e := newEnv(t)
+	testZram(t)
+	m1 := e.open(t, nil)
+	ctx := ctxT(t)
+	sb := create(t, m1, api.CreateSandboxRequest{CPUClass: api.CPUClassBE})
+	sum, pid := holder(t, e, m1, sb.ID, 16)
+	if _, err := m1.PauseWith(ctx, sb.ID, api.PauseRequest{Reclaim: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := m1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	m2 := e.open(t, nil)
+	got, err := m2.Get(ctx, sb.ID)
+	if err != nil || got.CPUClass != api.CPUClassBE || got.State != api.StatePaused || !got.Reclaimed {
+		t.Fatalf("after restart: %+v %v", got, err)
+	}
+	e.checkClass(t, sb.ID, api.CPUClassBE)
+	checkRestored(t, m2, sb.ID, sum, pid)
+	if _, err := m2.SetCPUClass(ctx, sb.ID, api.CPUClassLS); err != nil {
+		t.Fatal(err)
+	}
+	e.checkClass(t, sb.ID, api.CPUClassLS)
+}

@@ -26,6 +26,9 @@ type sandbox struct {
 	inst    driver.Instance
 	procs   map[string]*bgProc
 	deleted bool
+	// reattachPending: re-adopted while paused; its background processes are
+	// re-attached on resume (a frozen init cannot answer).
+	reattachPending bool
 }
 
 func newSandbox(m *Manager, r *record, inst driver.Instance) *sandbox {
@@ -315,7 +318,7 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 	}
 	sb.procs = map[string]*bgProc{}
 	sb.rec.Procs = nil
-	sb.rec.Paused = false
+	sb.rec.Paused, sb.rec.Reclaimed, sb.reattachPending = false, false, false
 	inst, err := m.cfg.Driver.Start(ctx, sb.rec.Spec)
 	if err != nil {
 		// The old sandbox is gone and no new one came up: drop it entirely so
