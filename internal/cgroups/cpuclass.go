@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"unsafe"
 
@@ -106,7 +107,18 @@ func (g *Group) IdleCPUDir() string {
 func (g *Group) CPUDir() string { return g.dir(ctrlCPU) }
 
 // Idle reports whether the group is best-effort.
-func (g *Group) Idle() bool { return g.idle }
+func (g *Group) Idle() bool {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return g.idle
+}
+
+// paths is a copy of the group's directories, one per mount.
+func (g *Group) paths() []string {
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	return slices.Clone(g.dirs)
+}
 
 // SetIdle changes the group's CPU class at runtime. On v1 it creates the
 // group's cpu directory on the other side (with the same CPU quota), moves
@@ -115,14 +127,18 @@ func (g *Group) Idle() bool { return g.idle }
 // It then sets every thread's policy (SetThreadsIdle). Memory, pids and the
 // freezer are untouched.
 func (g *Group) SetIdle(idle bool) error {
+	g.mu.Lock()
 	if g.idle != idle {
 		if err := g.moveCPU(idle); err != nil {
+			g.mu.Unlock()
 			return fmt.Errorf("cgroup %q: set cpu class: %w", g.name, err)
 		}
 	}
+	g.mu.Unlock()
 	return g.SetThreadsIdle(idle)
 }
 
+// moveCPU does SetIdle's move (g.mu held).
 func (g *Group) moveCPU(idle bool) error {
 	if g.h.version == 2 {
 		v := "0"
