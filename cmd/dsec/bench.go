@@ -141,5 +141,6 @@ func benchCmd() *cobra.Command {
 	fn.Flags().StringVar(&fLang, "lang", "c", "language: c, c++, go, python3, bash")
 	c.AddCommand(create, exec, ptyc, density, fn)
 	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd())
+	c.AddCommand(benchQoSCmds()...)
 	return c
 }

@@ -30,7 +30,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serverCmd(), createCmd(), execCmd(), shellCmd(), lsCmd(), rmCmd(), cpCmd(), inspectCmd(),
-		stateCmd("pause"), stateCmd("resume"), stateCmd("reset"), trajCmd(), benchCmd(), demoCmd(), fnCallCmd(), layerdCmd())
+		pauseCmd(), cpuClassCmd(), stateCmd("resume"), stateCmd("reset"), trajCmd(), benchCmd(), demoCmd(), fnCallCmd(), layerdCmd())
 	root.AddCommand(imageCmd(), forkCmd(), commitCmd())
 	root.AddCommand(networkCmd())
 	err := root.ExecuteContext(ctx)

@@ -15,16 +15,18 @@ import (
 )
 
 func createCmd() *cobra.Command {
-	var image, memory, disk, ttl, idle, requestID string
+	var image, memory, disk, ttl, idle, requestID, cpuClass string
 	var cpu float64
 	var env, allow, rules []string
 	var userns bool
+	var ksm bool
 	c := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID, Network: networkPolicy(allow, rules)}
+			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID, Network: networkPolicy(allow, rules),
+				CPUClass: cpuClass, KSM: ksm}
 			var err error
 			if req.MemoryBytes, err = parseSize(memory); err != nil {
 				return err
@@ -66,6 +68,8 @@ func createCmd() *cobra.Command {
 	f := c.Flags()
 	f.StringVar(&image, "image", "", "image name (default: the server's default image)")
 	f.Float64Var(&cpu, "cpu", 0, "CPU limit in cores (default 1)")
+	f.BoolVar(&ksm, "ksm", false, "let KSM merge identical pages of the sandbox's processes (the host's ksmd must run)")
+	f.StringVar(&cpuClass, "cpu-class", "", "ls (latency-sensitive) or be (best-effort); default the server's --cpu-class-default")
 	f.StringVar(&memory, "memory", "", "memory limit, e.g. 512m, 2g (default 512m)")
 	f.StringVar(&disk, "disk", "", "writable layer size, e.g. 1g (default 1g)")
 	f.StringVar(&ttl, "ttl", "", "delete the sandbox after this long, e.g. 1h")

@@ -13,6 +13,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/paths"
+	"github.com/dsec-dev/dsec/internal/reclaim"
 )
 
 func newLogger(level string) (*slog.Logger, error) {
@@ -98,6 +99,10 @@ DATA_DIR/token, which is created on first start.`,
 	f.BoolVar(&cleanup, "cleanup-on-exit", false, "delete every sandbox when the server stops")
 	f.DurationVar(&cfg.TrajMaxAge, "traj-max-age", daemon.DefaultTrajMaxAge, "delete trajectories not updated for this long (negative: never)")
 	f.IntVar(&cfg.TrajMax, "traj-max", daemon.DefaultTrajMax, "keep at most this many trajectories, the most recently updated (negative: no limit)")
+	f.StringVar(&cfg.QoS.CPUClassDefault, "cpu-class-default", "ls", `CPU class of sandboxes created without one: "ls" (latency-sensitive) or "be" (best-effort)`)
+	f.Var(swapFlag{&cfg.QoS.ZramBytes}, "swap", "zram:SIZE creates a compressed swap device (e.g. zram:4G) that dsec owns and removes at shutdown; pause --reclaim then pushes anonymous memory into it")
+	f.DurationVar(&cfg.QoS.IdleReclaimAfter, "idle-reclaim-after", 0, "page out the memory of sandboxes idle this long, one at a time (0: off)")
+	f.StringVar(&cfg.QoS.DAMONRoot, "damon-root", "", "DAMON sysfs root idle reclaim may own a kdamond under (e.g. "+reclaim.DefaultDAMONRoot+"); refused when kdamonds dsec did not create exist")
 	f.StringVar(&cfg.TrajStore, "traj-store", "pebble", "trajectory log store: pebble (DATA_DIR/trajectories/, migrates an old trajectories.db once) or bolt (DATA_DIR/trajectories.db)")
 	return c
 }

@@ -177,6 +177,9 @@ static int parse_uint(const char *s, unsigned long long max, unsigned long long 
 
 /* ======================= setup ======================= */
 
+#ifndef PR_SET_MEMORY_MERGE
+#define PR_SET_MEMORY_MERGE 67
+#endif
 struct devnode {
 	char name[64];
 	mode_t type; /* S_IFCHR or S_IFBLK */
@@ -190,6 +193,7 @@ struct config {
 	unsigned long long rwsize;
 	const char **lower;
 	int nlower;
+	int ksm; /* PR_SET_MEMORY_MERGE: KSM merges this init and its descendants */
 	unsigned long long caps; /* capabilities kept (bit n = capability n) */
 	int hascaps;
 	const char **masked, **readonly; /* paths, like lower */
@@ -268,6 +272,8 @@ static void read_config(struct config *c)
 				fail("config: bad rwsize", EINVAL);
 		} else if (!strcmp(line, "lower"))
 			c->lower[c->nlower++] = v;
+		else if (!strcmp(line, "ksm"))
+			c->ksm = !strcmp(v, "1");
 		else if (!strcmp(line, "caps")) {
 			char *end;
 			errno = 0;
@@ -794,6 +800,10 @@ static void setup(struct config *c, int has_seccomp)
 	if (sethostname(c->hostname, strlen(c->hostname)))
 		fail("sethostname", errno);
 	loopback_up();
+	/* KSM opt-in: the flag is inherited across fork and exec by every process
+	 * the init starts. */
+	if (c->ksm && prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0))
+		fail("enable KSM (PR_SET_MEMORY_MERGE)", errno);
 	drop_caps(c->caps);
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
 		fail("no_new_privs", errno);

@@ -64,6 +64,8 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
+	// QoS configures CPU classes and memory reclaim (see qos.go).
+	QoS QoSConfig
 }
 
 // Sweeper is implemented by drivers that can release leftovers not in keep.
@@ -88,6 +90,8 @@ type Manager struct {
 
 	stop chan struct{}
 	wg   sync.WaitGroup
+
+	idle idleReclaim // see qos.go
 }
 
 // pending de-duplicates concurrent creates that carry the same request ID.
@@ -148,6 +152,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m.gcForks()
 	m.wg.Add(1)
 	go m.expiryLoop()
+	m.startIdleReclaim()
 	return m, nil
 }
 
@@ -188,7 +193,11 @@ func (m *Manager) adopt(ctx context.Context) error {
 			m.byRequest[r.RequestID] = donePending(r.ID)
 		}
 		keep[r.ID] = true
-		sb.reattachProcs()
+		if r.Paused {
+			sb.reattachPending = true
+		} else {
+			sb.reattachProcs()
+		}
 		m.log.Info("re-adopted sandbox", "id", r.ID)
 	}
 	for _, drv := range m.drivers.All() {
@@ -263,6 +272,7 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 			break
 		}
 	}
+	info.QoS = m.qosInfo()
 	return info, nil
 }
 

@@ -25,9 +25,12 @@ type record struct {
 	Labels             map[string]string `json:"labels,omitempty"`
 	RequestID          string            `json:"request_id,omitempty"`
 	Paused             bool              `json:"paused,omitempty"`
-	DriverState        json.RawMessage   `json:"driver_state"`
-	Procs              []procRecord      `json:"procs,omitempty"`
-	NextProc           int               `json:"next_proc,omitempty"`
+	// Reclaimed: memory was pushed out (pause with reclaim, idle reclaim);
+	// resume prefetches it.
+	Reclaimed   bool            `json:"reclaimed,omitempty"`
+	DriverState json.RawMessage `json:"driver_state"`
+	Procs       []procRecord    `json:"procs,omitempty"`
+	NextProc    int             `json:"next_proc,omitempty"`
 	// ImageConfig is the image's config at create (images.Config: default env,
 	// cwd, user of every exec); a later rebase of the image does not change it.
 	ImageConfig *images.Config `json:"image_config,omitempty"`

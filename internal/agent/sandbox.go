@@ -28,6 +28,9 @@ type sandbox struct {
 	inst    driver.Instance
 	procs   map[string]*bgProc
 	deleted bool
+	// reattachPending: re-adopted while paused; its background processes are
+	// re-attached on resume (a frozen init cannot answer).
+	reattachPending bool
 }
 
 func newSandbox(m *Manager, drv driver.Driver, r *record, inst driver.Instance) *sandbox {
@@ -48,6 +51,7 @@ func (sb *sandbox) view() api.Sandbox {
 		CreatedAt: r.CreatedAt, IdleTimeoutSeconds: r.IdleTimeoutSeconds,
 		LastActiveAt: time.Unix(0, sb.lastActive.Load()).UTC(),
 		Env:          r.Env, Labels: r.Labels, RequestID: r.RequestID,
+		CPUClass: cpuClassOf(r.Spec), Reclaimed: r.Reclaimed, KSM: r.Spec.KSM,
 	}
 	if r.TTLSeconds > 0 {
 		t := r.CreatedAt.Add(time.Duration(r.TTLSeconds) * time.Second)
@@ -108,6 +112,9 @@ func validate(req *api.CreateSandboxRequest) error {
 // Create implements session.Service.
 func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	if err := validate(&req); err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := m.validateQoS(&req); err != nil {
 		return api.Sandbox{}, err
 	}
 	if req.Backend == "" {
@@ -214,6 +221,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	spec := driver.Spec{
 		ID: id, Image: img.Name, Layers: layersOf(img), CPU: req.CPU, Memory: req.MemoryBytes,
 		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id, UserNS: req.UserNamespace,
+		CPUClass: req.CPUClass, KSM: req.KSM,
 	}
 	drv, err := m.drivers.Get(req.Backend)
 	if err != nil {
@@ -294,31 +302,19 @@ func (m *Manager) Resume(ctx context.Context, id string) (api.Sandbox, error) {
 }
 
 func (m *Manager) setPaused(ctx context.Context, id string, pause bool) (api.Sandbox, error) {
-	sb, err := m.get(id)
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	sb.mu.Lock()
-	p, ok := sb.inst.(driver.Pauser)
-	switch {
-	case !ok:
-		sb.mu.Unlock()
-		return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "backend %q cannot pause", sb.rec.Backend)
-	case driver.Exited(sb.inst):
-		sb.mu.Unlock()
-		return api.Sandbox{}, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
-	}
-	if pause {
-		err = p.Pause(ctx)
-	} else {
-		err = p.Resume(ctx)
-	}
-	if err == nil {
-		sb.rec.Paused = pause
-		err = sb.save()
-	}
-	sb.mu.Unlock()
-	sb.touch()
+	sb, err := withCapability(m, id, func(b string) error { return errdefs.New(api.CodeNotImplemented, "backend %q cannot pause", b) },
+		func(sb *sandbox, p driver.Pauser) error {
+			var err error
+			if pause {
+				err = p.Pause(ctx)
+			} else {
+				err = sb.resume(ctx, p)
+			}
+			if err == nil {
+				sb.rec.Paused = pause
+			}
+			return err
+		})
 	if err != nil {
 		return api.Sandbox{}, err
 	}
@@ -346,7 +342,7 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 	}
 	sb.procs = map[string]*bgProc{}
 	sb.rec.Procs = nil
-	sb.rec.Paused = false
+	sb.rec.Paused, sb.rec.Reclaimed, sb.reattachPending = false, false, false
 	inst, err := sb.drv.Start(ctx, sb.rec.Spec)
 	if err != nil {
 		// The old sandbox is gone and no new one came up: drop it entirely so

@@ -63,7 +63,8 @@ type ForkResult struct {
 	} `json:"targets"`
 }
 
-func loadavg() string {
+// loadavgText is the host's 1, 5 and 15 minute load averages.
+func loadavgText() string {
 	b, _ := os.ReadFile("/proc/loadavg")
 	f := strings.Fields(string(b))
 	if len(f) < 3 {
@@ -82,7 +83,7 @@ func Fork(ctx context.Context, o ForkOptions) (ForkResult, error) {
 	if o.MB <= 0 {
 		o.MB = 200
 	}
-	res := ForkResult{Count: o.Count, ParentMB: o.MB, LoadStart: loadavg()}
+	res := ForkResult{Count: o.Count, ParentMB: o.MB, LoadStart: loadavgText()}
 	res.Targets.ChildP50Ms, res.Targets.BytesPerChild = 20, 2<<20
 	d, cleanup, err := openNode(ctx, o.Options)
 	if err != nil {
@@ -147,7 +148,7 @@ func Fork(ctx context.Context, o ForkOptions) (ForkResult, error) {
 		prev = c.CreatedAt
 	}
 	res.Child, res.ChildExec = summarize(per), summarize(execs)
-	res.LoadEnd = loadavg()
+	res.LoadEnd = loadavgText()
 	return res, nil
 }
 
@@ -260,7 +261,7 @@ func Commit(ctx context.Context, o CommitOptions) (res CommitResult, err error) 
 	if o.MB <= 0 {
 		o.MB = 300
 	}
-	res = CommitResult{InstalledMB: o.MB, LoadStart: loadavg()}
+	res = CommitResult{InstalledMB: o.MB, LoadStart: loadavgText()}
 	scratch, err := os.MkdirTemp("/var/lib/dsec", "bench-commit-")
 	if err != nil {
 		return res, err
@@ -332,7 +333,7 @@ func Commit(ctx context.Context, o CommitOptions) (res CommitResult, err error) 
 		return res, fmt.Errorf("sandbox on the committed environment: %v %q %s", err, r.Stdout, r.Stderr)
 	}
 	res.FreshExecMs = ms(time.Since(t))
-	res.LoadEnd = loadavg()
+	res.LoadEnd = loadavgText()
 	return res, nil
 }
 

@@ -38,7 +38,7 @@ func (o *Options) defaults() {
 
 // openNode starts a private node for a benchmark. The returned cleanup deletes its
 // sandboxes and its data dir.
-func openNode(ctx context.Context, o Options) (*daemon.Daemon, func(), error) {
+func openNode(ctx context.Context, o Options, mods ...func(*daemon.Config)) (*daemon.Daemon, func(), error) {
 	dir := o.DataDir
 	owned := false
 	if dir == "" {
@@ -51,7 +51,11 @@ func openNode(ctx context.Context, o Options) (*daemon.Daemon, func(), error) {
 		}
 		dir, owned = d, true
 	}
-	d, err := daemon.New(ctx, daemon.Config{DataDir: dir, DefaultImage: o.Image, Logger: o.Logger, Token: "bench"})
+	cfg := daemon.Config{DataDir: dir, DefaultImage: o.Image, Logger: o.Logger, Token: "bench"}
+	for _, mod := range mods {
+		mod(&cfg)
+	}
+	d, err := daemon.New(ctx, cfg)
 	if err != nil {
 		if owned {
 			os.RemoveAll(dir)

@@ -32,11 +32,14 @@ func (h *Hierarchy) Create(name string, l Limits) (g *Group, err error) {
 			}
 		}
 	}()
-	g = h.group(name)
+	g = h.groupClass(name, l.Idle)
 	for _, m := range h.mountDirs() {
 		if made, err = h.mkParents(m, name, made); err != nil {
 			return nil, fmt.Errorf("create cgroup %q: %w", name, err)
 		}
+	}
+	if made, err = h.mkIdleParent(name, l.Idle, made); err != nil {
+		return nil, fmt.Errorf("create cgroup %q: %w", name, err)
 	}
 	for _, d := range g.dirs {
 		if err = h.mkdir(d); err != nil {
@@ -115,7 +118,7 @@ func (h *Hierarchy) Open(name string) (*Group, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	g := h.group(name)
+	g := h.groupClass(name, h.isIdle(name))
 	for _, d := range g.dirs {
 		if _, err := os.Stat(d); err == nil {
 			return g, nil
@@ -126,10 +129,12 @@ func (h *Hierarchy) Open(name string) (*Group, error) {
 	return nil, errdefs.NotFound("cgroup %q not found", name)
 }
 
-func (h *Hierarchy) group(name string) *Group {
-	g := &Group{h: h, name: name}
+func (h *Hierarchy) group(name string) *Group { return h.groupClass(name, false) }
+
+func (h *Hierarchy) groupClass(name string, idle bool) *Group {
+	g := &Group{h: h, name: name, idle: idle}
 	for _, m := range h.mountDirs() {
-		g.dirs = append(g.dirs, filepath.Join(h.base(m), name))
+		g.dirs = append(g.dirs, h.pathIn(m, name, idle))
 	}
 	return g
 }

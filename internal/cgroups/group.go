@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -22,6 +23,12 @@ type Group struct {
 	h    *Hierarchy
 	name string
 	dirs []string // one per h.mountDirs(), same order
+	// idle: on v1 the group's cpu directory lives under the idle parent (a
+	// best-effort group, see cpuclass.go); on v2 its own cpu.idle is 1.
+	idle bool
+	// mu guards idle and the entries of dirs after the first (SetIdle moves
+	// the cpu directory; dirs[0], memory's or the unified one, never changes).
+	mu sync.RWMutex
 	// devDir is the shared v1 devices cgroup the group's processes join
 	// (not the group's own: Procs, Kill and Delete ignore it); "" for none.
 	devDir string
@@ -44,14 +51,14 @@ func (g *Group) dir(ctrl string) string {
 	if !ok {
 		return ""
 	}
-	return filepath.Join(g.h.base(m), g.name)
+	return g.h.pathIn(m, g.name, g.Idle())
 }
 
 // AddProc moves process pid into the group: into every controller's
 // cgroup.procs on v1, the one cgroup.procs on v2.
 func (g *Group) AddProc(pid int) error {
 	s := strconv.Itoa(pid)
-	for _, d := range g.dirs {
+	for _, d := range g.paths() {
 		if err := writeFile(filepath.Join(d, "cgroup.procs"), s); err != nil {
 			return fmt.Errorf("add pid %d to cgroup %q: %w", pid, g.name, err)
 		}
@@ -84,7 +91,7 @@ func (g *Group) Dir() (int, error) {
 // controllers, so a process added to only some of them still shows).
 func (g *Group) Procs() ([]int, error) {
 	var all []int
-	for _, d := range g.dirs {
+	for _, d := range g.paths() {
 		pids, err := readPids(filepath.Join(d, "cgroup.procs"))
 		if err != nil {
 			return nil, fmt.Errorf("procs of cgroup %q: %w", g.name, err)
@@ -160,7 +167,7 @@ const (
 // tasks is EBUSY for a moment after Kill, so it retries until ctx ends, then
 // fails with an error wrapping ctx's. A directory already gone is fine.
 func (g *Group) Delete(ctx context.Context) error {
-	for _, d := range g.dirs {
+	for _, d := range g.paths() {
 		err := pollUntil(ctx, func() (bool, error) {
 			err := g.h.rmdir(d)
 			switch {

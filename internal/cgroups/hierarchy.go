@@ -211,6 +211,10 @@ func (h *Hierarchy) List(parent string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list cgroups %q: %w", parent, err)
 		}
+		if h.version == 1 && m == h.mounts[ctrlCPU] {
+			// Best-effort groups' cpu directories sit in the idle parent.
+			entries = append(entries, idleChildren(filepath.Join(h.base(m), parent), m)...)
+		}
 		for _, e := range entries {
 			if !e.IsDir() {
 				continue

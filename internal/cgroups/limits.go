@@ -19,7 +19,10 @@ type Limits struct {
 	CPU         float64 // cores, e.g. 0.5 or 2
 	MemoryBytes int64   // memory (and, where the kernel allows, memory+swap)
 	PidsMax     int64   // tasks (threads included)
-	Devices     DevicePolicy
+	// Idle makes the group best-effort (CPU class "be"): on v1 its cpu
+	// directory is created under the idle parent, on v2 its cpu.idle is 1.
+	Idle    bool
+	Devices DevicePolicy
 }
 
 // Validate rejects negative or out-of-range values.
@@ -87,6 +90,9 @@ func controlsV2(l Limits, dir string) []control {
 	}
 	if l.PidsMax != 0 {
 		cs = append(cs, control{path: filepath.Join(dir, "pids.max"), value: strconv.FormatInt(l.PidsMax, 10)})
+	}
+	if l.Idle {
+		cs = append(cs, control{path: filepath.Join(dir, "cpu.idle"), value: "1"})
 	}
 	return cs
 }

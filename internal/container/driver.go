@@ -26,6 +26,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/initbin"
 	"github.com/dsec-dev/dsec/internal/initproto"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
+	"github.com/dsec-dev/dsec/internal/reclaim"
 	"github.com/dsec-dev/dsec/internal/seccomp"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -81,6 +82,7 @@ type Driver struct {
 	// they can).
 	usernsErr error
 
+	coreSched bool // the kernel has PR_SCHED_CORE (LS sandboxes get a cookie)
 	// weaken is nil except in this package's tests (see weakening).
 	weaken func(id string) weakening
 }
@@ -132,7 +134,7 @@ func New(cfg Config) (*Driver, error) {
 		mfd.Close()
 		return nil, err
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids}
+	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids, coreSched: cgroups.CoreSchedAvailable()}
 	// An init in a user namespace resolves its binary and mountpoints in
 	// the run dir as an unprivileged uid: make it traversable (not
 	// listable; the sockets in it stay 0600).
@@ -215,6 +217,7 @@ func (d *Driver) Close() error {
 	}
 	// With no sandbox left, leave nothing behind: the parent cgroup and the run
 	// dir go (both stay while sandboxes live on for a restarted agent).
+	_ = d.cg.RemoveIdleParent(d.cfg.CgroupParent)
 	if names, lerr := d.cg.List(d.cfg.CgroupParent); lerr == nil && len(names) == 0 {
 		err = errors.Join(err, d.cg.DeleteDevices(d.cfg.CgroupParent))
 		if g, oerr := d.cg.Open(d.cfg.CgroupParent); oerr == nil {
@@ -255,6 +258,9 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	if err != nil {
 		return nil, err
 	}
+	if spec.KSM && !reclaim.KSMAvailable() {
+		return nil, errdefs.Invalid("ksm: the host kernel has no KSM (/sys/kernel/mm/ksm)")
+	}
 	var idmap *initproto.IDMap
 	dir, mnt, initPath := d.dir(spec.ID), d.dir(spec.ID), d.initPath
 	if d.usesUserNS(spec.ID, spec.UserNS) {
@@ -289,8 +295,9 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 			d.ids.free(idmap.HostID, spec.ID)
 		}
 	}
+	idle := spec.CPUClass == api.CPUClassBE
 	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory,
-		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID)})
+		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID), Idle: idle})
 	if err != nil {
 		freeIDs()
 		os.RemoveAll(dir)
@@ -333,11 +340,14 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		LogPath:    filepath.Join(dir, "init.log"),
 		CgroupFD:   cgfd,
 		UserNS:     idmap,
+		KSM:        spec.KSM,
 		BeforeStart: func(pid int) error {
-			if cgfd >= 0 {
-				return nil
+			if cgfd < 0 {
+				if err := cg.AddProc(pid); err != nil {
+					return err
+				}
 			}
-			return cg.AddProc(pid)
+			return d.applyCPUClass(pid, idle)
 		},
 	})
 	if err != nil {

@@ -78,6 +78,8 @@ type Config struct {
 	// (default dir:DATA_DIR/blobs, where `dsec image build` puts layers by
 	// default; paths.Paths.BlobSpec).
 	BlobStore string
+	// QoS: CPU classes, swap, idle reclaim (qos.go).
+	QoS QoSConfig
 	// Devices are added to every container sandbox (container.ParseDevice
 	// syntax, e.g. "fuse:c:10:229"); MaxLogBytes caps each background
 	// process log (0: agent.DefaultMaxLogBytes).
@@ -118,6 +120,7 @@ type Daemon struct {
 	http      *http.Server
 	stopPrune chan struct{}
 	pruneDone chan struct{}
+	qos       *qos
 }
 
 // New opens the node: it re-adopts the sandboxes recorded under DataDir.
@@ -149,6 +152,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	q, qcfg, err := setupQoS(cfg.QoS, cfg.DataDir)
+	if err != nil {
+		return nil, err
+	}
 	var devs []container.Device
 	for _, s := range cfg.Devices {
 		d, err := container.ParseDevice(s)
@@ -164,6 +171,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Devices: devs,
 		UserNS: cfg.UserNS, Logger: cfg.Logger, Network: netm})
 	if err != nil {
+		_ = q.close()
 		return nil, err
 	}
 	if cfg.Layers.Root == "" {
@@ -184,8 +192,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	envs.Spec = blobSpec
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
-		MaxLogBytes: cfg.MaxLogBytes,
-		MaxFork:     cfg.MaxFork, Packer: &commit.Packer{Blobs: blobs, Envs: envs, TempDir: dirs.Commits()},
+		MaxLogBytes: cfg.MaxLogBytes, QoS: qcfg,
+		MaxFork: cfg.MaxFork, Packer: &commit.Packer{Blobs: blobs, Envs: envs, TempDir: dirs.Commits()},
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
 			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},
@@ -215,12 +223,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	// Every front end calls the agent through the trajectory decorator.
 	svc := trajectory.Wrap(mgr, traj, trajectory.Options{Logger: cfg.Logger, FnCall: n})
 	srv := server.New(svc, server.Options{Token: token, Logger: cfg.Logger, Trajectories: svc,
-		Images: mgr, ImageManager: n, FnCall: n})
+		Images: mgr, ImageManager: n, FnCall: n, QoS: mgr})
 	e2bH := e2b.New(svc, e2b.Options{Authorize: auth.NewToken(token).Match, Secret: []byte(token), Logger: cfg.Logger})
 	if err := e2bH.Recover(ctx); err != nil {
 		cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
 	}
-	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg,
+	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
 	return d, nil
@@ -287,7 +295,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	}
 	close(d.stopPrune)
 	<-d.pruneDone
-	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close())
+	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close(), d.qos.close())
 	return errors.Join(errs...)
 }
 

@@ -38,6 +38,10 @@ type Spec struct {
 	// sandbox root to an unprivileged host uid; nil: the driver's default.
 	// Drivers without user namespaces ignore it.
 	UserNS *bool
+	// CPUClass is api.CPUClassLS or api.CPUClassBE ("" is LS); see CPUClasser.
+	CPUClass string
+	// KSM opts the sandbox's processes into KSM merging (PR_SET_MEMORY_MERGE).
+	KSM bool `json:",omitempty"`
 }
 
 // Layer describes one read-only layer. The driver chooses how to present it: the

@@ -54,6 +54,9 @@ type SpawnConfig struct {
 	// BeforeStart runs after the clone and before the init does anything,
 	// e.g. to join v1 cgroups. Nil is fine.
 	BeforeStart func(pid int) error
+	// KSM makes the init call PR_SET_MEMORY_MERGE before it starts anything:
+	// KSM may merge the pages of every process in the sandbox.
+	KSM bool
 }
 
 // Init identifies a running sandbox init on the host.
@@ -116,6 +119,9 @@ func (c *SpawnConfig) configText() []byte {
 	}
 	if c.SysfsPath != "" {
 		fmt.Fprintf(&b, "sysfs=%s\nsysfsnet=%s\n", c.SysfsPath, SysfsNetnsPath(c.SysfsPath))
+	}
+	if c.KSM {
+		b.WriteString("ksm=1\n")
 	}
 	sec := c.Security
 	if sec == nil {

@@ -29,6 +29,7 @@ func (s *Server) routes() []route {
 		{"DELETE " + sb, s.deleteSandbox},
 		{"POST " + sb + "/pause", s.pauseSandbox},
 		{"POST " + sb + "/resume", s.resumeSandbox},
+		{"PUT " + sb + "/cpu-class", s.setCPUClass},
 		{"POST " + sb + "/reset", s.resetSandbox},
 		{"POST " + sb + "/fork", s.forkSandbox},
 		{"POST " + sb + "/commit", s.commitSandbox},

@@ -75,10 +75,6 @@ func (s *Server) deleteSandbox(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
-	s.sandboxOp(w, r, s.svc.Pause)
-}
-
 func (s *Server) resumeSandbox(w http.ResponseWriter, r *http.Request) {
 	s.sandboxOp(w, r, s.svc.Resume)
 }

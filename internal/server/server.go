@@ -40,6 +40,9 @@ type Options struct {
 	// Trajectories (the decorator runs FnCalls then: trajectory.Options.FnCall);
 	// nil answers not_implemented.
 	FnCall session.FnCaller
+	// QoS serves pause with reclaim and PUT .../cpu-class; nil: the service
+	// itself if it implements session.QoS, else not_implemented.
+	QoS session.QoS
 }
 
 // Server is the /v1 HTTP API in front of a session service: it maps routes to

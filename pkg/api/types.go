@@ -53,6 +53,12 @@ type CreateSandboxRequest struct {
 	RequestID string `json:"request_id,omitempty"`
 	// Network opts the sandbox into egress under a policy; nil: loopback only.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// CPUClass is "ls" (latency-sensitive) or "be" (best-effort); empty means
+	// the node's default (dsec server --cpu-class-default).
+	CPUClass string `json:"cpu_class,omitempty"`
+	// KSM lets the kernel merge identical pages of this sandbox's processes
+	// with other KSM sandboxes' (PR_SET_MEMORY_MERGE on its init, inherited).
+	KSM bool `json:"ksm,omitempty"`
 }
 
 // Sandbox describes one sandbox.
@@ -73,6 +79,11 @@ type Sandbox struct {
 	Labels             map[string]string `json:"labels,omitempty"`
 	RequestID          string            `json:"request_id,omitempty"`
 	Network            *NetworkStatus    `json:"network,omitempty"`
+	CPUClass           string            `json:"cpu_class,omitempty"`
+	// Reclaimed: the sandbox's memory was pushed out of RAM; resume (or the next
+	// use) brings it back.
+	Reclaimed bool `json:"reclaimed,omitempty"`
+	KSM       bool `json:"ksm,omitempty"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.
@@ -217,6 +228,7 @@ type Info struct {
 	Backends []string `json:"backends"`
 	Images   []string `json:"images"`
 	Cgroup   string   `json:"cgroup"` // v1 or v2
+	QoS      *QoSInfo `json:"qos,omitempty"`
 }
 
 // Image is the body of GET /v1/images/{name} (and an item of GET /v1/images): a

@@ -195,10 +195,16 @@ def create_body(
     pids_max: Optional[int] = None,
     user_namespace: Optional[bool] = None,
     network: Optional[Mapping[str, Any]] = None,
+    cpu_class: Optional[str] = None,
+    ksm: bool = False,
 ) -> Dict[str, Any]:
     b: Dict[str, Any] = {"request_id": request_id or new_request_id()}
     if network is not None:
         b["network"] = network_body(network.get("allow"), network.get("rules"))
+    if cpu_class:
+        b["cpu_class"] = str(cpu_class)
+    if ksm:
+        b["ksm"] = True
     if backend and backend != "container":
         b["backend"] = backend
     if image:

@@ -65,6 +65,7 @@ from .types import (
     HTTPResponse,
     ProcessInfo,
     RebuildResult,
+    ReclaimResult,
     SandboxInfo,
     StreamChunk,
     TrajectoryInfo,
@@ -187,10 +188,12 @@ class AsyncClient:
         pids_max: Optional[int] = None,
         user_namespace: Optional[bool] = None,
         network: Optional[Mapping[str, Any]] = None,
+        cpu_class: Optional[str] = None,
+        ksm: bool = False,
     ) -> "AsyncSandbox":
         """See :meth:`dsec.Client.create`."""
         body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
-                           user_namespace, network)
+                           user_namespace, network, cpu_class, ksm)
         return await self._create(body, None)
 
     async def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "AsyncSandbox":
@@ -209,7 +212,7 @@ class AsyncClient:
         if n <= 0:
             return []
         unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env",
-                             "labels", "pids_max", "user_namespace", "request_id", "network"}
+                             "labels", "pids_max", "user_namespace", "request_id", "network", "cpu_class", "ksm"}
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         prefix = kw.pop("request_id", None) or _core.new_request_id()
@@ -217,7 +220,7 @@ class AsyncClient:
             create_body(
                 kw.get("backend", "container"), kw.get("image"), kw.get("cpu"), kw.get("memory"),
                 kw.get("disk"), kw.get("ttl"), kw.get("idle_timeout"), kw.get("env"), kw.get("labels"),
-                f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"), kw.get("network"),
+                f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"), kw.get("network"), kw.get("cpu_class"), bool(kw.get("ksm")),
             )
             for i in range(n)
         ]
@@ -398,6 +401,7 @@ class AsyncSandbox:
         self.id = info.id
         self.files = AsyncFiles(self)
         self.trajectory: Optional[AsyncTrajectory] = None
+        self.last_reclaim: Optional[ReclaimResult] = None
 
     def __repr__(self) -> str:
         t = f", trajectory={self.trajectory.id!r}" if self.trajectory is not None else ""
@@ -432,8 +436,18 @@ class AsyncSandbox:
     async def refresh(self) -> "AsyncSandbox":
         return self._update(await self._json(Req("GET", sandbox_path(self.id), retry=True)))
 
-    async def pause(self) -> "AsyncSandbox":
-        return self._update(await self._json(Req("POST", sandbox_path(self.id, "/pause"))))
+    async def pause(self, reclaim: bool = False) -> "AsyncSandbox":
+        """See :meth:`dsec.Sandbox.pause`."""
+        if not reclaim:
+            return self._update(await self._json(Req("POST", sandbox_path(self.id, "/pause"))))
+        doc = await self._json(Req("POST", sandbox_path(self.id, "/pause"), json_body={"reclaim": True}, retry=True))
+        self.last_reclaim = ReclaimResult.from_json((doc or {}).get("reclaim") or {})
+        return self._update(doc)
+
+    async def set_cpu_class(self, cpu_class: str) -> "AsyncSandbox":
+        """See :meth:`dsec.Sandbox.set_cpu_class`."""
+        return self._update(await self._json(Req("PUT", sandbox_path(self.id, "/cpu-class"),
+                                                 json_body={"cpu_class": cpu_class}, retry=True)))
 
     async def resume(self) -> "AsyncSandbox":
         return self._update(await self._json(Req("POST", sandbox_path(self.id, "/resume"))))

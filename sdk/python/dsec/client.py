@@ -64,6 +64,7 @@ from .types import (
     FileInfo,
     HTTPResponse,
     ProcessInfo,
+    ReclaimResult,
     SandboxInfo,
     StreamChunk,
 )
@@ -191,6 +192,8 @@ class Client:
         pids_max: Optional[int] = None,
         user_namespace: Optional[bool] = None,
         network: Optional[Mapping[str, Any]] = None,
+        cpu_class: Optional[str] = None,
+        ksm: bool = False,
     ) -> "Sandbox":
         """Create a sandbox and return it once it runs. memory/disk take bytes or
         strings like "512m"; ttl/idle_timeout take seconds or a timedelta. A request
@@ -198,7 +201,7 @@ class Client:
         user_namespace True/False asks for a user namespace (sandbox root an
         unprivileged host uid) or against one; None takes the server's default."""
         body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
-                           user_namespace, network)
+                           user_namespace, network, cpu_class, ksm)
         return self._create(body, None)
 
     def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "Sandbox":
@@ -230,11 +233,11 @@ class Client:
             create_body(
                 kw.get("backend", "container"), kw.get("image"), kw.get("cpu"), kw.get("memory"),
                 kw.get("disk"), kw.get("ttl"), kw.get("idle_timeout"), kw.get("env"), kw.get("labels"),
-                f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"), kw.get("network"),
+                f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"), kw.get("network"), kw.get("cpu_class"), bool(kw.get("ksm")),
             )
             for i in range(n)
         ]
-        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max", "user_namespace", "network"}
+        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max", "user_namespace", "network", "cpu_class", "ksm"}
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -404,6 +407,8 @@ class Sandbox:
         self.id = info.id
         self.files = Files(self)
         self.trajectory: Optional[Trajectory] = None
+        self.last_reclaim: Optional[ReclaimResult] = None
+        """What the last ``pause(reclaim=True)`` pushed out of RAM."""
         """Set on the view ``traj.sandbox(sb)`` returns: its session calls are steps."""
 
     def __repr__(self) -> str:
@@ -442,8 +447,22 @@ class Sandbox:
         """Re-read the sandbox's description (``.info``)."""
         return self._update(self._json(Req("GET", sandbox_path(self.id), retry=True)))
 
-    def pause(self) -> "Sandbox":
-        return self._update(self._json(Req("POST", sandbox_path(self.id, "/pause"))))
+    def pause(self, reclaim: bool = False) -> "Sandbox":
+        """Freeze every process. With ``reclaim=True`` the frozen sandbox's memory
+        is then pushed out of RAM (into the node's swap; without swap only page
+        cache, which ``last_reclaim.note`` says); resume prefetches it back.
+        ``last_reclaim`` holds what moved."""
+        if not reclaim:
+            return self._update(self._json(Req("POST", sandbox_path(self.id, "/pause"))))
+        doc = self._json(Req("POST", sandbox_path(self.id, "/pause"), json_body={"reclaim": True}, retry=True))
+        self.last_reclaim = ReclaimResult.from_json((doc or {}).get("reclaim") or {})
+        return self._update(doc)
+
+    def set_cpu_class(self, cpu_class: str) -> "Sandbox":
+        """Change the CPU class while it runs: "ls" (latency-sensitive) or "be"
+        (best-effort: an idle cgroup, threads SCHED_IDLE)."""
+        return self._update(self._json(Req("PUT", sandbox_path(self.id, "/cpu-class"),
+                                           json_body={"cpu_class": cpu_class}, retry=True)))
 
     def resume(self) -> "Sandbox":
         return self._update(self._json(Req("POST", sandbox_path(self.id, "/resume"))))

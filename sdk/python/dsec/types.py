@@ -186,6 +186,10 @@ class SandboxInfo:
     request_id: Optional[str] = None
     network: Optional["NetworkStatus"] = None
     """Egress policy and denied-attempt counter; None: loopback only."""
+    cpu_class: str = "ls"
+    ksm: bool = False
+    reclaimed: bool = False
+    """Its memory was pushed out of RAM (pause(reclaim=True)); resume brings it back."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -206,6 +210,38 @@ class SandboxInfo:
             labels=dict(d.get("labels") or {}),
             request_id=d.get("request_id") or None,
             network=NetworkStatus.from_json(d["network"]) if d.get("network") else None,
+            cpu_class=d.get("cpu_class") or "ls",
+            ksm=bool(d.get("ksm")),
+            reclaimed=bool(d.get("reclaimed")),
+        )
+
+
+@dataclass
+class ReclaimResult:
+    """What ``pause(reclaim=True)`` pushed out of RAM."""
+
+    swap: bool = False
+    """Whether the node had swap for anonymous memory (else page cache only)."""
+    swapped_bytes: int = 0
+    page_cache_dropped_bytes: int = 0
+    resident_before_bytes: int = 0
+    resident_after_bytes: int = 0
+    method: str = ""
+    note: str = ""
+    """e.g. "no swap: page cache only"."""
+    duration_ms: float = 0.0
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "ReclaimResult":
+        return cls(
+            swap=bool(d.get("swap")),
+            swapped_bytes=int(d.get("swapped_bytes") or 0),
+            page_cache_dropped_bytes=int(d.get("page_cache_dropped_bytes") or 0),
+            resident_before_bytes=int(d.get("resident_before_bytes") or 0),
+            resident_after_bytes=int(d.get("resident_after_bytes") or 0),
+            method=d.get("method") or "",
+            note=d.get("note") or "",
+            duration_ms=float(d.get("duration_ms") or 0),
         )
 
 

@@ -180,6 +180,26 @@ def test_network_policy(client: Any) -> None:
         assert plain.exec(links).stdout.split() == ["lo"]
 
 
+def test_cpu_class_and_pause_reclaim(client: Any) -> None:
+    with client.create(cpu_class="be", ksm=True) as sb:
+        assert sb.info.cpu_class == "be" and sb.info.ksm
+        assert sb.set_cpu_class("ls").info.cpu_class == "ls"
+        with pytest.raises(dsec.InvalidArgumentError) as ei:
+            sb.set_cpu_class("rt")
+        assert ei.value.status == 400 and "cpu_class" in str(ei.value)
+        assert sb.refresh().info.cpu_class == "ls"
+        sb.exec("head -c 8000000 /dev/urandom > /tmp/blob && sha256sum /tmp/blob > /tmp/sum")
+        assert sb.pause(reclaim=True).state == "paused"
+        r = sb.last_reclaim
+        assert r is not None and sb.info.reclaimed and r.method
+        # Without swap on the node only page cache goes, and the answer says so.
+        assert r.swap or (r.note == "no swap: page cache only" and r.swapped_bytes == 0)
+        assert sb.resume().state == "running" and not sb.info.reclaimed
+        assert sb.exec("sha256sum -c /tmp/sum").exit_code == 0
+    with pytest.raises(dsec.InvalidArgumentError):
+        client.create(cpu_class="fast")
+
+
 # ---- exec ------------------------------------------------------------------------------
 
 

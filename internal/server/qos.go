@@ -1,0 +1,70 @@
+package server
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+func (s *Server) qos() (session.QoS, error) {
+	if s.opts.QoS != nil {
+		return s.opts.QoS, nil
+	}
+	q, ok := s.svc.(session.QoS)
+	if !ok {
+		return nil, errdefs.New(api.CodeNotImplemented, "this node has no CPU classes or memory reclaim")
+	}
+	return q, nil
+}
+
+// pauseSandbox serves POST .../pause with an optional body {"reclaim": true}.
+func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
+	var req api.PauseRequest
+	if r.ContentLength != 0 {
+		if err := s.decodeBody(r, &req); err != nil && !(r.ContentLength < 0 && isEmptyBody(err)) {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	if !req.Reclaim {
+		s.sandboxOp(w, r, s.svc.Pause)
+		return
+	}
+	q, err := s.qos()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	res, err := q.PauseWith(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// setCPUClass serves PUT .../cpu-class {"cpu_class": "ls"|"be"}.
+func (s *Server) setCPUClass(w http.ResponseWriter, r *http.Request) {
+	var req api.SetCPUClassRequest
+	if err := s.decodeBody(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	q, err := s.qos()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sbx, err := q.SetCPUClass(r.Context(), r.PathValue("id"), req.CPUClass)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sbx)
+}
+
+// isEmptyBody reports a chunked body that turned out empty (a bodiless pause).
+func isEmptyBody(err error) bool { return errors.Is(err, errEmptyBody) }

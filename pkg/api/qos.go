@@ -1,0 +1,61 @@
+package api
+
+// CPU classes (CreateSandboxRequest.CPUClass, SetCPUClassRequest).
+const (
+	CPUClassLS = "ls" // latency-sensitive: competes normally, core scheduling where the kernel has it
+	CPUClassBE = "be" // best-effort: an idle cgroup (cpu.idle=1), threads SCHED_IDLE
+)
+
+// PauseRequest is the (optional) body of POST /v1/sandboxes/{id}/pause.
+type PauseRequest struct {
+	// Reclaim pushes the frozen sandbox's memory out of RAM (into swap; without
+	// swap only its page cache is dropped). Resume prefetches it back.
+	Reclaim bool `json:"reclaim,omitempty"`
+}
+
+// PauseResponse answers a pause: the sandbox, and with reclaim what moved.
+type PauseResponse struct {
+	Sandbox
+	Reclaim *ReclaimResult `json:"reclaim,omitempty"`
+}
+
+// ReclaimResult says what a reclaim moved out of RAM.
+type ReclaimResult struct {
+	// Swap is whether the host had swap to push anonymous memory into.
+	Swap bool `json:"swap"`
+	// SwappedBytes is anonymous (and tmpfs) memory moved to swap.
+	SwappedBytes int64 `json:"swapped_bytes"`
+	// PageCacheDroppedBytes is page cache released.
+	PageCacheDroppedBytes int64 `json:"page_cache_dropped_bytes"`
+	// ResidentBeforeBytes and ResidentAfterBytes are the sandbox's memory
+	// cgroup usage around the reclaim.
+	ResidentBeforeBytes int64 `json:"resident_before_bytes"`
+	ResidentAfterBytes  int64 `json:"resident_after_bytes"`
+	// Method names the kernel interfaces used.
+	Method string `json:"method"`
+	// Note explains a partial reclaim ("no swap: page cache only").
+	Note       string  `json:"note,omitempty"`
+	DurationMs float64 `json:"duration_ms"`
+}
+
+// SetCPUClassRequest is the body of PUT /v1/sandboxes/{id}/cpu-class.
+type SetCPUClassRequest struct {
+	CPUClass string `json:"cpu_class"`
+}
+
+// QoSInfo reports the node's CPU-class and memory-reclaim facilities (Info.QoS).
+type QoSInfo struct {
+	// DefaultCPUClass applies to creates that name none.
+	DefaultCPUClass string `json:"default_cpu_class"`
+	// CoreScheduling: LS sandboxes get a PR_SCHED_CORE cookie (needs CONFIG_SCHED_CORE).
+	CoreScheduling bool `json:"core_scheduling"`
+	// Swap is the swap device dsec owns ("" when none), SwapBytes its size.
+	Swap      string `json:"swap,omitempty"`
+	SwapBytes int64  `json:"swap_bytes,omitempty"`
+	// IdleReclaimAfterSeconds pages out idle sandboxes' cold memory (0: off).
+	IdleReclaimAfterSeconds float64 `json:"idle_reclaim_after_seconds,omitempty"`
+	// DAMON: idle reclaim selects cold regions with a kdamond dsec owns;
+	// DAMONNote says why not when false.
+	DAMON     bool   `json:"damon"`
+	DAMONNote string `json:"damon_note,omitempty"`
+}
