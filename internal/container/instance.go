@@ -264,17 +264,16 @@ func (in *instance) Resume(ctx context.Context) error {
 // Destroy implements driver.Instance.
 func (in *instance) Destroy(ctx context.Context) error {
 	in.destroyOnce.Do(func() {
-		// Thaw first: a frozen init cannot die.
-		if fr, _ := in.cg.Frozen(); fr {
-			_ = in.cg.Thaw(ctx)
-		}
+		// Thaw first: a frozen (or still freezing: Frozen() says false
+		// then) init and its processes cannot die.
+		_ = in.cg.Thaw(ctx)
 		_ = unix.PidfdSendSignal(int(in.pidfd.Fd()), unix.SIGKILL, nil, 0)
 		select {
 		case <-in.done:
 		case <-ctx.Done():
 			in.destroyErr = errdefs.Internal(ctx.Err(), "wait for sandbox init to exit")
 			return
-		case <-time.After(10 * time.Second):
+		case <-time.After(30 * time.Second):
 			in.destroyErr = errdefs.Internal(errors.New("timeout"), "wait for sandbox init to exit")
 			return
 		}

@@ -184,13 +184,12 @@ func (c *treeCopy) meta(src, dst string, s *unix.Stat_t, mode uint32) error {
 	}
 	for k, v := range xs {
 		names := []string{k}
-		// overlayfs keeps its markers in trusted.overlay.* (userxattr, in a
-		// user namespace: user.overlay.*); the copy carries both, so an
-		// overlay of either kind reads it as a lower layer.
-		if name, ok := strings.CutPrefix(k, "user.overlay."); ok {
+		// overlayfs keeps its markers in trusted.overlay.*; in a user
+		// namespace (userxattr) in user.overlay.*. The copy of such a
+		// sandbox carries both, so an overlay of either kind (and commit)
+		// reads it as a lower layer.
+		if name, ok := strings.CutPrefix(k, "user.overlay."); ok && c.idSize > 0 {
 			names = append(names, "trusted.overlay."+name)
-		} else if name, ok := strings.CutPrefix(k, "trusted.overlay."); ok {
-			names = append(names, "user.overlay."+name)
 		}
 		if names[len(names)-1] == "trusted.overlay.opaque" || names[0] == "trusted.overlay.opaque" {
 			if v == "y" {
