@@ -70,8 +70,9 @@ func TestPrefetchList(t *testing.T) {
 	before := second.Stats().Layers[0]
 	read(resp.Mounts[0])
 	after := second.Stats().Layers[0]
-	// The kernel may read a chunk or two differently the second time (readahead).
-	if after.Fetches-before.Fetches > 2 || after.Prefetched == 0 {
+	// The kernel's readahead may ask for a few chunks the first run's reads did
+	// not (seen: 3 of 37 under load); most of the reads must be prefetched.
+	if slack := max(2, len(al.Chunks)/8); after.Fetches-before.Fetches > int64(slack) || after.Prefetched == 0 {
 		t.Fatalf("reads after the prefetch fetched %d chunks themselves (prefetched %d of %d)", after.Fetches-before.Fetches, after.Prefetched, len(al.Chunks))
 	}
 
