@@ -79,6 +79,11 @@ def test_tty_ctrl_c_interrupts_the_job_not_the_shell(sb: Any) -> None:
     t.expect(rb"\$ ")
     t.st.write(b"sleep 100\r")
     t.expect(rb"sleep 100\r\n")  # the terminal's echo: the line was read
+    # ^C goes to the terminal's foreground job: wait until that is sleep (it
+    # runs sleep once exec'd; typed earlier, the shell itself would get it).
+    wait_sleep = "for i in $(seq 200); do for p in /proc/[0-9]*; do " \
+        "[ \"$(tr '\\0' ' ' < $p/cmdline 2>/dev/null)\" = 'sleep 100 ' ] && exit 0; done; sleep 0.05; done; exit 1"
+    assert sb.exec(wait_sleep).exit_code == 0
     t.st.write(b"\x03")
     t.expect(rb"\$ ")  # a new prompt: sleep ended, the shell lives
     t.st.write(b"echo alive $((6*7))\r")
