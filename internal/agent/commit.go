@@ -62,19 +62,9 @@ func (m *Manager) Commit(ctx context.Context, id string, req api.CommitRequest) 
 	defer os.RemoveAll(tmp)
 	dir := tmp + "/rw"
 
-	sb.mu.Lock()
-	snap, ok := sb.inst.(driver.Snapshotter)
-	rec := sb.rec
-	switch {
-	case sb.deleted:
-		sb.mu.Unlock()
-		return api.CommitResult{}, errdefs.NotFound("sandbox %q not found", id)
-	case !sb.drv.Capabilities().Commit || !ok:
-		sb.mu.Unlock()
-		return api.CommitResult{}, errdefs.New(api.CodeNotImplemented, "backend %q cannot commit", rec.Backend)
-	case driver.Exited(sb.inst):
-		sb.mu.Unlock()
-		return api.CommitResult{}, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
+	snap, rec, err := sb.lockSnapshotter("commit", sb.drv.Capabilities().Commit)
+	if err != nil {
+		return api.CommitResult{}, err
 	}
 	st, err := snap.SnapshotRW(ctx, dir, exclude)
 	var dirs []string

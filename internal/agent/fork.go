@@ -55,19 +55,9 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (api
 		return api.ForkResult{}, errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
 	}
 
-	sb.mu.Lock()
-	snap, ok := sb.inst.(driver.Snapshotter)
-	rec := sb.rec
-	switch {
-	case sb.deleted:
-		sb.mu.Unlock()
-		return api.ForkResult{}, errdefs.NotFound("sandbox %q not found", id)
-	case !sb.drv.Capabilities().Fork || !ok:
-		sb.mu.Unlock()
-		return api.ForkResult{}, errdefs.New(api.CodeNotImplemented, "backend %q cannot fork", rec.Backend)
-	case driver.Exited(sb.inst):
-		sb.mu.Unlock()
-		return api.ForkResult{}, errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", id)
+	snap, rec, err := sb.lockSnapshotter("fork", sb.drv.Capabilities().Fork)
+	if err != nil {
+		return api.ForkResult{}, err
 	}
 	dir := filepath.Join(paths.New(m.cfg.DataDir).Forks(), m.newID())
 	m.mu.Lock()
@@ -247,4 +237,26 @@ func (m *Manager) gcForks() {
 	for _, e := range ents {
 		m.removeForkDirLocked(filepath.Join(root, e.Name()))
 	}
+}
+
+// lockSnapshotter locks sb for a copy of its writable layer (fork, commit) and
+// returns its Snapshotter and record; on success sb.mu stays locked (the copy
+// must not race a delete) and the caller unlocks it.
+func (sb *sandbox) lockSnapshotter(op string, capable bool) (driver.Snapshotter, *record, error) {
+	sb.mu.Lock()
+	snap, ok := sb.inst.(driver.Snapshotter)
+	var err error
+	switch {
+	case sb.deleted:
+		err = errdefs.NotFound("sandbox %q not found", sb.rec.ID)
+	case !capable || !ok:
+		err = errdefs.New(api.CodeNotImplemented, "backend %q cannot %s", sb.rec.Backend, op)
+	case driver.Exited(sb.inst):
+		err = errdefs.New(api.CodeSandboxGone, "sandbox %s has exited", sb.rec.ID)
+	}
+	if err != nil {
+		sb.mu.Unlock()
+		return nil, nil, err
+	}
+	return snap, sb.rec, nil
 }
