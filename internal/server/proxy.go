@@ -2,9 +2,7 @@ package server
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -12,7 +10,6 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -37,26 +34,13 @@ type proxyTarget struct {
 
 type proxyTargetKey struct{}
 
-const proxyHostSuffix = ".sandbox"
-
 func newSandboxProxy(svc session.Service, log *slog.Logger, onError func(http.ResponseWriter, *http.Request, error)) *sandboxProxy {
 	transport := &http.Transport{
 		Proxy: nil, // never route sandbox traffic through an environment proxy
 		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
-			host, portStr, err := net.SplitHostPort(addr)
-			if err != nil {
-				return nil, fmt.Errorf("proxy address %q: %w", addr, err)
-			}
-			id, err := hex.DecodeString(strings.TrimSuffix(host, proxyHostSuffix))
-			if err != nil {
-				return nil, fmt.Errorf("proxy address %q: %w", addr, err)
-			}
-			port, err := strconv.Atoi(portStr)
-			if err != nil {
-				return nil, fmt.Errorf("proxy address %q: %w", addr, err)
-			}
-			return svc.Dial(ctx, string(id), port)
+			return session.DialProxyAddr(ctx, svc, addr)
 		},
+
 		MaxIdleConns:          1024,
 		MaxIdleConnsPerHost:   64,
 		IdleConnTimeout:       30 * time.Second,
@@ -69,7 +53,7 @@ func newSandboxProxy(svc session.Service, log *slog.Logger, onError func(http.Re
 			t, _ := pr.In.Context().Value(proxyTargetKey{}).(proxyTarget)
 			u := &url.URL{
 				Scheme:   "http",
-				Host:     net.JoinHostPort(hex.EncodeToString([]byte(t.id))+proxyHostSuffix, strconv.Itoa(t.port)),
+				Host:     session.ProxyHost(t.id, t.port),
 				RawQuery: pr.In.URL.RawQuery,
 			}
 			if p, err := url.PathUnescape(t.path); err == nil {

@@ -3,9 +3,7 @@ package trajectory
 import (
 	"bytes"
 	"context"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -20,10 +18,6 @@ import (
 
 // errorHeader is dsec's own error header: never taken from an application's answer.
 const errorHeader = "X-Dsec-Error"
-
-// hostSuffix marks the outgoing URL host that encodes the sandbox (hex) and port,
-// so one Transport pools connections per sandbox port and dials through Dial.
-const hostSuffix = ".sandbox"
 
 // HTTP sends one request to port inside sandbox id through the inner service's
 // Dial; it is a step (http) when ctx is tagged. Fingerprint: method, port,
@@ -96,7 +90,7 @@ func (s *Service) roundTrip(ctx context.Context, id string, port int, req sessio
 	if !strings.HasPrefix(req.Path, "/") {
 		req.Path = "/" + req.Path
 	}
-	host := net.JoinHostPort(hex.EncodeToString([]byte(id))+hostSuffix, strconv.Itoa(port))
+	host := session.ProxyHost(id, port)
 	hr, err := http.NewRequestWithContext(ctx, req.Method, "http://"+host+req.Path, req.Body)
 	if err != nil {
 		return session.HTTPResponse{}, errdefs.Invalid("HTTP request: %v", err)
@@ -123,19 +117,7 @@ func (s *Service) roundTrip(ctx context.Context, id string, port int, req sessio
 }
 
 func (s *Service) dialEncoded(ctx context.Context, _, addr string) (net.Conn, error) {
-	host, portStr, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("proxy address %q: %w", addr, err)
-	}
-	id, err := hex.DecodeString(strings.TrimSuffix(host, hostSuffix))
-	if err != nil {
-		return nil, fmt.Errorf("proxy address %q: %w", addr, err)
-	}
-	port, err := strconv.Atoi(portStr)
-	if err != nil {
-		return nil, fmt.Errorf("proxy address %q: %w", addr, err)
-	}
-	return s.inner.Dial(ctx, string(id), port)
+	return session.DialProxyAddr(ctx, s.inner, addr)
 }
 
 func badGateway(id string, port int, err error) error {
