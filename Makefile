@@ -49,7 +49,6 @@ build: init
 test: setup build
 	$(GO) vet ./...
 	DSEC_E2E_RACE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./scripts/testreport -allow .ci/skips.allow
-	$(MAKE) fuzz FUZZTIME=1s CFUZZTIME=5
 	$(MAKE) test-unprivileged
 	$(MAKE) test-e2b
 	$(MAKE) test-python
