@@ -1,5 +1,6 @@
 #!/bin/sh
-# fuzz.sh: run every Fuzz* target in the module for $FUZZTIME (default 15s).
+# fuzz.sh: run every Fuzz* target in the module for $FUZZTIME (default 15s; a
+# count such as 300x runs that many executions and has no deadline to race).
 set -eu
 GO=${GO:-go}
 FUZZTIME=${FUZZTIME:-15s}
