@@ -192,7 +192,7 @@ const (
 
 // holderRestartDelay bounds how often the holder starts layerd again (a layerd
 // that dies at start is retried at most this often).
-const holderRestartDelay = 500 * time.Millisecond
+const holderRestartDelay = 200 * time.Millisecond
 
 // holderMain is the holder's main: it holds holderFuseFD, serves it to every
 // layerd that connects, and starts layerd again when the last one is gone

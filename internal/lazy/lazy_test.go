@@ -53,7 +53,14 @@ func (c *counting) ReadAt(ctx context.Context, d string, p []byte, off int64) (i
 // digest and the raw blob.
 func buildLayer(t *testing.T) (string, string, []byte) {
 	t.Helper()
-	src := t.TempDir()
+	_, storeDir, dg, raw := buildLayerSrc(t)
+	return storeDir, dg, raw
+}
+
+// buildLayerSrc is buildLayer that also returns the source directory.
+func buildLayerSrc(t *testing.T) (src, storeDir, digest string, raw []byte) {
+	t.Helper()
+	src = t.TempDir()
 	for i := 0; i < 8; i++ {
 		b := make([]byte, 1<<20)
 		_, _ = rand.Read(b)
@@ -72,7 +79,7 @@ func buildLayer(t *testing.T) (string, string, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storeDir := t.TempDir()
+	storeDir = t.TempDir()
 	st, err := blob.NewDir(storeDir)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +88,7 @@ func buildLayer(t *testing.T) (string, string, []byte) {
 	if err := st.Put(context.Background(), dg, bytes.NewReader(raw), int64(len(raw))); err != nil {
 		t.Fatal(err)
 	}
-	return storeDir, dg, raw
+	return src, storeDir, dg, raw
 }
 
 func mountsUnder(t *testing.T, dir string) []string {

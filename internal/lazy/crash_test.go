@@ -1,0 +1,264 @@
+package lazy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/images"
+)
+
+// span is one read(2) a reader made.
+type span struct {
+	start, end time.Time
+	err        error
+}
+
+// lazyReader reads files of a mounted layer in small pieces, timing each read,
+// and checks what it read against the source.
+type lazyReader struct {
+	mu    sync.Mutex
+	reads []span
+	bad   []string
+	done  chan struct{}
+}
+
+func startReader(mnt, src string, names []string, piece int) *lazyReader {
+	r := &lazyReader{done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		for _, name := range names {
+			want, _ := os.ReadFile(filepath.Join(src, name))
+			f, err := os.Open(filepath.Join(mnt, name))
+			if err != nil {
+				r.fail(fmt.Sprintf("open %s: %v", name, err))
+				return
+			}
+			got := make([]byte, 0, len(want))
+			buf := make([]byte, piece)
+			for {
+				t0 := time.Now()
+				n, err := f.Read(buf)
+				r.mu.Lock()
+				r.reads = append(r.reads, span{t0, time.Now(), err})
+				r.mu.Unlock()
+				got = append(got, buf[:n]...)
+				if err != nil {
+					if !errors.Is(err, io.EOF) {
+						r.fail(fmt.Sprintf("read %s at %d: %v", name, len(got), err))
+					}
+					break
+				}
+			}
+			f.Close()
+			if !bytes.Equal(got, want) {
+				r.fail(fmt.Sprintf("%s: read %d bytes that differ from the %d written", name, len(got), len(want)))
+			}
+		}
+	}()
+	return r
+}
+
+func (r *lazyReader) fail(s string) {
+	r.mu.Lock()
+	r.bad = append(r.bad, s)
+	r.mu.Unlock()
+}
+
+func (r *lazyReader) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.reads)
+}
+
+// longestAround is the longest read that was running at t or started within
+// slack after it (the reads a kill at t delays).
+func (r *lazyReader) longestAround(t time.Time, slack time.Duration) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var m time.Duration
+	for _, s := range r.reads {
+		if s.end.After(t) && s.start.Before(t.Add(slack)) {
+			m = max(m, s.end.Sub(s.start))
+		}
+	}
+	return m
+}
+
+// layerdProcs lists layerd and holder processes whose config names root.
+func layerdProcs(root string) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		env, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil || zombie(pid) {
+			continue
+		}
+		for _, kv := range bytes.Split(env, []byte{0}) {
+			if (bytes.HasPrefix(kv, []byte(EnvMain+"=")) || bytes.HasPrefix(kv, []byte(EnvHolder+"="))) && bytes.Contains(kv, []byte(root)) {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}
+
+// loopsOn lists loop devices whose backing file is under root.
+func loopsOn(root string) []string {
+	var out []string
+	ms, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, m := range ms {
+		if b, _ := os.ReadFile(m); strings.HasPrefix(string(b), root) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// checkNothingLeft fails t if anything of layerd's for root is left: processes,
+// mounts, loop devices.
+func checkNothingLeft(t *testing.T, root string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(layerdProcs(root)) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if ps := layerdProcs(root); len(ps) > 0 {
+		t.Errorf("layerd processes left: %v", ps)
+		for _, p := range ps {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+	if m := mountsUnder(t, root); len(m) > 0 {
+		t.Errorf("left mounted: %v", m)
+		Cleanup(root)
+	}
+	if l := loopsOn(root); len(l) > 0 {
+		t.Errorf("loop devices left on %s: %v", root, l)
+	}
+}
+
+// TestLayerdKill9DuringReads kills layerd with SIGKILL again and again while a
+// reader reads uncached files of a lazily mounted layer (every chunk fetch waits
+// 25 ms for its store). The holder starts layerd again, which takes the FUSE
+// connection over: every read completes with the right bytes, none fails, the
+// layer keeps its holder, and once layerd is stopped nothing is left. The longest
+// read around each kill is the pause a reader sees.
+func TestLayerdKill9DuringReads(t *testing.T) {
+	for _, loop := range []bool{false, true} {
+		t.Run(map[bool]string{false: "file-backed", true: "loop-device"}[loop], func(t *testing.T) {
+			testKill9(t, loop)
+		})
+	}
+}
+
+func testKill9(t *testing.T, loop bool) {
+	needRoot(t)
+	src, storeDir, dg, _ := buildLayerSrc(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	c := NewClient(Config{Root: root, Grace: time.Hour, LoopDevice: loop})
+	t.Cleanup(func() {
+		if err := c.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+		checkNothingLeft(t, root)
+	})
+	m, err := c.Acquire(ctx, AcquireRequest{Holder: "sandbox-1", Layers: []images.Layer{{Digest: dg, Store: "dir:" + storeDir + ";latency=25ms"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(m[0], "hello.txt")); err != nil || string(b) != "hello from erofs\n" {
+		t.Fatalf("read hello: %q %v", b, err)
+	}
+	names := []string{"f0", "f1", "f2", "f3", "f4", "f5", "f6", "f7"}
+	r := startReader(m[0], src, names, 16<<10)
+	const kills = 5
+	var pauses, restarts []time.Duration
+	var killedAt []time.Time
+	seen := map[int]bool{}
+	for i := 0; i < kills; i++ {
+		// Let the reader get going (and the new layerd serve a few reads).
+		for n := r.count(); r.count() < n+4; {
+			select {
+			case <-r.done:
+				t.Fatalf("reader finished after %d kills (of %d): reads too fast for the test", i, kills)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		pid, ok := c.Running(ctx)
+		if !ok {
+			t.Fatal("layerd not answering")
+		}
+		if seen[pid] {
+			t.Fatalf("layerd %d again: not restarted?", pid)
+		}
+		seen[pid] = true
+		t0 := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		killedAt = append(killedAt, t0)
+		// Wait until a new layerd answers.
+		for {
+			if p2, ok := c.Running(ctx); ok && p2 != pid {
+				break
+			}
+			if time.Since(t0) > 20*time.Second {
+				t.Fatalf("no layerd answered within 20 s of the kill of %d", pid)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		restarts = append(restarts, time.Since(t0))
+	}
+	select {
+	case <-r.done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("reader hung after the kills (%d reads done)", r.count())
+	}
+	for _, k := range killedAt {
+		pauses = append(pauses, r.longestAround(k, 20*time.Millisecond))
+	}
+	if len(r.bad) > 0 {
+		t.Fatalf("reader errors across %d kills: %v", kills, r.bad)
+	}
+	slices.Sort(pauses)
+	slices.Sort(restarts)
+	var normal []time.Duration
+	for _, s := range r.reads {
+		normal = append(normal, s.end.Sub(s.start))
+	}
+	slices.Sort(normal)
+	t.Logf("%d reads of 16 KiB, none failed, content verified; read p50 %v p99 %v", len(r.reads),
+		normal[len(normal)/2].Round(time.Microsecond), normal[len(normal)*99/100].Round(time.Microsecond))
+	t.Logf("across %d kill -9s: restart (kill to new layerd answering) p50 %v max %v; longest read around a kill p50 %v max %v",
+		kills, restarts[kills/2].Round(time.Millisecond), restarts[kills-1].Round(time.Millisecond),
+		pauses[kills/2].Round(time.Millisecond), pauses[kills-1].Round(time.Millisecond))
+	s, err := c.Stats(ctx)
+	if err != nil || len(s.Layers) != 1 || !slices.Equal(s.Layers[0].Holders, []string{"sandbox-1"}) || !s.Layers[0].Mounted {
+		t.Fatalf("after the kills: %+v %v", s, err)
+	}
+	// The layer is still acquirable (same mount) and releasable.
+	m2, err := c.Acquire(ctx, AcquireRequest{Holder: "sandbox-2", Layers: []images.Layer{{Digest: dg, Store: "dir:" + storeDir}}})
+	if err != nil || m2[0] != m[0] {
+		t.Fatalf("acquire after the kills: %v %v", m2, err)
+	}
+	if n := len(mountsUnder(t, m[0])); n != 1 {
+		t.Fatalf("%d mounts at %s", n, m[0])
+	}
+}
