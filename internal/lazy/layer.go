@@ -126,7 +126,8 @@ type layerState struct {
 	table    [][32]byte     // chunk hashes after a full verification, else nil
 	verified bool
 	corrupt  error
-	verifyOn bool // a verification is running
+	storeErr string // the last fetch's failure ("" once one succeeds)
+	verifyOn bool   // a verification is running
 	touched  map[int64]bool
 	access   []int64 // chunks in first-read order (AccessList)
 }
@@ -215,6 +216,13 @@ func (l *layerState) fetchWait(ctx context.Context, idx int64) ([]byte, error) {
 	backoff := 20 * time.Millisecond
 	for attempt := 0; ; attempt++ {
 		data, err := l.fetch(ctx, idx)
+		l.mu.Lock()
+		if err != nil {
+			l.storeErr = err.Error()
+		} else {
+			l.storeErr = ""
+		}
+		l.mu.Unlock()
 		if err == nil || wait < 0 || !retryable(err) || time.Now().After(deadline) {
 			if err != nil && attempt > 0 {
 				err = errdefs.Wrap(api.CodeUnavailable, err, "blob store %s failing for %v", l.spec, wait)
@@ -393,6 +401,8 @@ type LayerStats struct {
 	Holders    []string `json:"holders,omitempty"`
 	Verified   bool     `json:"verified"`
 	Corrupt    string   `json:"corrupt,omitempty"`
+	// StoreError is the last failure to fetch a chunk, until a fetch succeeds.
+	StoreError string `json:"store_error,omitempty"`
 	// The loop device under the erofs mount.
 	LoopDevice   string `json:"loop_device,omitempty"`
 	LoopDirectIO bool   `json:"loop_direct_io"`
@@ -416,6 +426,7 @@ func (l *layerState) stats() LayerStats {
 	if l.corrupt != nil {
 		s.Corrupt = l.corrupt.Error()
 	}
+	s.StoreError = l.storeErr
 	l.mu.Unlock()
 	return s
 }
