@@ -174,6 +174,10 @@ func testKill9(t *testing.T, loop bool) {
 	root := t.TempDir()
 	c := NewClient(Config{Root: root, Grace: time.Hour, LoopDevice: loop})
 	t.Cleanup(func() {
+		if os.Getenv("DSEC_TEST_LAYERD_LOG") != "" {
+			b, _ := os.ReadFile(filepath.Join(root, "layerd.log"))
+			t.Logf("layerd.log:\n%s", b)
+		}
 		if err := c.Stop(context.Background()); err != nil {
 			t.Error(err)
 		}

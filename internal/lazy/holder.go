@@ -190,9 +190,14 @@ const (
 	evFuseGone
 )
 
-// holderRestartDelay bounds how often the holder starts layerd again (a layerd
-// that dies at start is retried at most this often).
-const holderRestartDelay = 200 * time.Millisecond
+// holderRestartDelay is the first delay before the holder starts layerd again
+// after a layerd it started died before connecting (a crash at start); it doubles
+// up to holderMaxRestartDelay while that repeats. A layerd that connected and
+// then died is started again at once.
+const (
+	holderRestartDelay    = 200 * time.Millisecond
+	holderMaxRestartDelay = 5 * time.Second
+)
 
 // holderMain is the holder's main: it holds holderFuseFD, serves it to every
 // layerd that connects, and starts layerd again when the last one is gone
@@ -274,7 +279,9 @@ func holderMain(hc holderConfig) int {
 	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
 
 	links, child := 0, false
-	var lastStart time.Time
+	// connected: the last layerd started connected (started well); delay: the
+	// backoff for layerds that die at start.
+	connected, delay := true, time.Duration(0)
 	var retry <-chan time.Time
 	log.Info("holding", "root", hc.Root)
 	for {
@@ -288,6 +295,7 @@ func holderMain(hc holderConfig) int {
 			switch e {
 			case evLinkUp:
 				links++
+				connected, delay = true, 0
 			case evLinkDown:
 				links--
 			case evChildExit:
@@ -303,11 +311,14 @@ func holderMain(hc holderConfig) int {
 		if links > 0 || child || retry != nil {
 			continue
 		}
-		if wait := holderRestartDelay - time.Since(lastStart); wait > 0 {
-			retry = time.After(wait)
+		if !connected {
+			delay = min(max(2*delay, holderRestartDelay), holderMaxRestartDelay)
+			log.Warn("layerd died at start: starting it again after a delay", "delay", delay)
+			connected = true // the delay is taken once per failed start
+			retry = time.After(delay)
 			continue
 		}
-		lastStart = time.Now()
+		connected = false
 		log.Warn("layerd is gone: starting it again")
 		cmd := exec.Command(hc.Exe, "layerd")
 		cmd.Env = append(withoutEnv(os.Environ(), EnvHolder), EnvMain+"="+hc.Layerd)
