@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dsec-dev/dsec/internal/images"
 )
 
@@ -273,4 +275,97 @@ func testKill9(t *testing.T, loop bool) {
 	if n := len(mountsUnder(t, m[0])); n != 1 {
 		t.Fatalf("%d mounts at %s", n, m[0])
 	}
+}
+
+// dropCaches drops the clean page cache of the files under dir (and of the FUSE
+// blob file), so that the next reads go to layerd again.
+func dropCaches(t *testing.T, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+}
+
+// TestHolderKill9 kills the holder: layerd starts a new one, which holds the
+// connection through a later kill -9 of layerd; uncached reads then still return
+// the right bytes.
+func TestHolderKill9(t *testing.T) {
+	needRoot(t)
+	src, storeDir, dg, _ := buildLayerSrc(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	c := NewClient(Config{Root: root, Grace: time.Hour})
+	t.Cleanup(func() {
+		if err := c.Stop(context.Background()); err != nil {
+			t.Error(err)
+		}
+		checkNothingLeft(t, root)
+	})
+	m, err := c.Acquire(ctx, AcquireRequest{Holder: "a", Layers: []images.Layer{{Digest: dg, Store: "dir:" + storeDir}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h1 := HolderPid(root)
+	if h1 == 0 {
+		t.Fatal("no holder")
+	}
+	if err := syscall.Kill(h1, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var h2 int
+	for t0 := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if h2 = HolderPid(root); h2 != 0 && h2 != h1 {
+			break
+		}
+		if time.Since(t0) > 10*time.Second {
+			t.Fatal("no new holder within 10 s of the kill of the holder")
+		}
+	}
+	pid, _ := c.Running(ctx)
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for t0 := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		if p, ok := c.Running(ctx); ok && p != pid {
+			break
+		}
+		if time.Since(t0) > 10*time.Second {
+			t.Fatal("layerd not restarted by the new holder")
+		}
+	}
+	hex := strings.TrimPrefix(dg, "sha256:")
+	for _, name := range []string{"f1", "f6"} {
+		dropCaches(t, filepath.Join(m[0], name), filepath.Join(FuseDir(root), hex))
+		s0 := c.stats(t, dg)
+		got, err := os.ReadFile(filepath.Join(m[0], name))
+		want, _ := os.ReadFile(filepath.Join(src, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("read %s after holder and layerd kills: %d bytes, %v", name, len(got), err)
+		}
+		if s := c.stats(t, dg); s.CacheHits+s.CacheMisses == s0.CacheHits+s0.CacheMisses {
+			t.Errorf("read of %s did not reach layerd (caches not dropped?)", name)
+		}
+	}
+}
+
+func (c *Client) stats(t *testing.T, digest string) LayerStats {
+	t.Helper()
+	s, err := c.Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range s.Layers {
+		if l.Digest == digest {
+			return l
+		}
+	}
+	t.Fatalf("layer %s not in stats %+v", digest, s)
+	return LayerStats{}
 }
