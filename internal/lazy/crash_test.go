@@ -312,9 +312,11 @@ func TestHolderKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h1 := HolderPid(root)
-	if h1 == 0 {
-		t.Fatal("no holder")
+	var h1 int
+	for t0 := time.Now(); h1 == 0; time.Sleep(10 * time.Millisecond) {
+		if h1 = HolderPid(root); h1 == 0 && time.Since(t0) > 5*time.Second {
+			t.Fatal("no holder")
+		}
 	}
 	if err := syscall.Kill(h1, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
