@@ -263,11 +263,20 @@ func (c *Client) Stop(ctx context.Context) error {
 
 func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
 
-// waitExit waits for pid to be gone (or a zombie: its parent reaps it).
+// waitExit waits for pid to be gone. A zombie counts as gone once it has stayed
+// one for a second (its parent may not be one that reaps: a holder whose layerd
+// died belongs to init, or to a subreaper that never waits).
 func waitExit(pid int, limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
-	for alive(pid) && !zombie(pid) {
-		if time.Now().After(deadline) {
+	var zombieSince time.Time
+	for alive(pid) {
+		if zombie(pid) {
+			if zombieSince.IsZero() {
+				zombieSince = time.Now()
+			} else if time.Since(zombieSince) > time.Second {
+				return true
+			}
+		} else if time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(10 * time.Millisecond)
