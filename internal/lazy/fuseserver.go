@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,13 +42,17 @@ type fuseServer struct {
 	bufs  sync.Pool // request buffers
 	datas sync.Pool // READ reply buffers
 	wg    sync.WaitGroup
+	// readers is how many goroutines read requests, idle how many of them wait in
+	// read(2) right now.
+	readers, idle atomic.Int32
 }
 
 const (
 	fuseMaxRead    = 128 << 10
 	fuseMaxWrite   = 4096 // nothing is written; the kernel sizes read buffers by it
 	fuseReqBuf     = 16 << 10
-	fuseReaders    = 2
+	fuseReaders    = 2              // readers started with the server
+	fuseMaxReaders = 16             // readers at most (each may block on the blob store)
 	fuseAttrValid  = 24 * time.Hour // blobs are immutable: entries and attributes never go stale
 	fuseMaxBgReqs  = 64
 	fuseCongestion = 48
@@ -151,9 +156,14 @@ func (s *fuseServer) invalEntry(name string) error {
 // serve starts the readers; they end when the connection goes away (unmount).
 func (s *fuseServer) serve() {
 	for i := 0; i < fuseReaders; i++ {
-		s.wg.Add(1)
-		go s.readLoop()
+		s.addReader()
 	}
+}
+
+func (s *fuseServer) addReader() {
+	s.readers.Add(1)
+	s.wg.Add(1)
+	go s.readLoop()
 }
 
 // wait returns once every reader has ended.
@@ -161,9 +171,12 @@ func (s *fuseServer) wait() { s.wg.Wait() }
 
 func (s *fuseServer) readLoop() {
 	defer s.wg.Done()
+	defer s.readers.Add(-1)
 	for {
 		bp := s.bufs.Get().(*[]byte)
+		s.idle.Add(1)
 		n, err := unix.Read(s.fd, *bp)
+		idle := s.idle.Add(-1)
 		switch {
 		case err == nil:
 		case errors.Is(err, unix.EINTR), errors.Is(err, unix.EAGAIN), errors.Is(err, unix.ENOENT):
@@ -184,13 +197,11 @@ func (s *fuseServer) readLoop() {
 			s.bufs.Put(bp)
 			continue
 		}
-		if h.opcode == opRead {
-			// Only reads block (on the blob store): each gets its own goroutine.
-			go func() {
-				s.handle(h, req[inHeaderSize:])
-				s.bufs.Put(bp)
-			}()
-			continue
+		// Requests are answered by the goroutine that read them (no hand-off to
+		// another goroutine on the read path); only reads may block (on the blob
+		// store), so before one, a reader makes sure another waits for requests.
+		if h.opcode == opRead && idle == 0 && s.readers.Load() < fuseMaxReaders {
+			s.addReader()
 		}
 		s.handle(h, req[inHeaderSize:])
 		s.bufs.Put(bp)
