@@ -67,8 +67,9 @@ func HolderPidPath(root string) string { return filepath.Join(root, "layerd-hold
 
 // holderLink is layerd's side of the lifeline.
 type holderLink struct {
-	conn *net.UnixConn
-	pid  int
+	conn  *net.UnixConn
+	pid   int
+	start time.Time
 }
 
 // bye tells the holder to stop holding and exit, and closes the link.
@@ -157,7 +158,7 @@ func startHolder(hc holderConfig, fuseFD int) (*holderLink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("holder: lifeline: %w", err)
 	}
-	return &holderLink{conn: fc.(*net.UnixConn), pid: pid}, nil
+	return &holderLink{conn: fc.(*net.UnixConn), pid: pid, start: time.Now()}, nil
 }
 
 func withoutEnv(env []string, key string) []string {

@@ -196,8 +196,13 @@ func unescapeMount(s string) string {
 
 // keepHolder makes sure a holder holds this layerd's FUSE descriptor for as long
 // as it runs: link (a holder it connected to) or a new one, started again when it
-// dies.
+// dies (at once after one that lived, with a growing delay while holders die
+// within seconds of their start).
 func (d *Daemon) keepHolder(link *holderLink, hc holderConfig) {
+	d.keepHolderAfter(link, hc, 0)
+}
+
+func (d *Daemon) keepHolderAfter(link *holderLink, hc holderConfig, delay time.Duration) {
 	d.holderMu.Lock()
 	defer d.holderMu.Unlock()
 	if d.closing {
@@ -226,9 +231,14 @@ func (d *Daemon) keepHolder(link *holderLink, hc holderConfig) {
 		if gone {
 			return
 		}
-		d.log.Warn("holder died: starting a new one", "pid", link.pid)
+		if link.start.IsZero() || time.Since(link.start) > 10*time.Second {
+			delay = 0
+		} else {
+			delay = min(max(2*delay, holderRestartDelay), holderMaxRestartDelay)
+		}
+		d.log.Warn("holder died: starting a new one", "pid", link.pid, "delay", delay)
 		link.conn.Close()
-		time.Sleep(holderRestartDelay)
-		d.keepHolder(nil, hc)
+		time.Sleep(delay)
+		d.keepHolderAfter(nil, hc, delay)
 	}()
 }
