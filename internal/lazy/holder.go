@@ -208,9 +208,7 @@ func holderMain(hc holderConfig) int {
 	unix.CloseOnExec(holderFuseFD)
 	unix.CloseOnExec(holderLinkFD)
 	sock := HolderSocket(hc.Root)
-	_ = os.MkdirAll(filepath.Dir(sock), 0o700)
-	_ = os.Remove(sock)
-	ln, err := net.Listen("unix", sock)
+	ln, err := listenUnix(sock)
 	if err != nil {
 		log.Error("listen", "socket", sock, "err", err)
 		return 1
@@ -334,4 +332,11 @@ func holderMain(hc holderConfig) int {
 		child = true
 		go func() { _ = cmd.Wait(); ev <- evChildExit }()
 	}
+}
+
+// listenUnix listens on the unix socket path, replacing a stale socket file.
+func listenUnix(path string) (net.Listener, error) {
+	_ = os.MkdirAll(filepath.Dir(path), 0o700)
+	_ = os.Remove(path)
+	return net.Listen("unix", path)
 }

@@ -32,7 +32,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -700,9 +699,7 @@ func Run(cfg Config) int {
 		d.keepHolder(link, holderConfig{Root: cfg.Root, Exe: exe, Layerd: os.Getenv(EnvMain)})
 	}
 	sock := SocketPath(cfg.Root)
-	_ = os.MkdirAll(filepath.Dir(sock), 0o700)
-	_ = os.Remove(sock)
-	ln, err := net.Listen("unix", sock)
+	ln, err := listenUnix(sock)
 	if err != nil {
 		logger.Error("listen", "socket", sock, "err", err)
 		d.Close()
