@@ -284,18 +284,19 @@ func (s *fuseServer) handleRead(h inHeader, in []byte) {
 	}
 	off := int64(le.Uint64(in[8:]))
 	size := int(le.Uint32(in[16:]))
+	if size > fuseMaxRead || off < 0 {
+		// More than the max_read the mount was made with: not from the kernel.
+		s.reply(h.unique, unix.EINVAL, nil)
+		return
+	}
 	dp := s.datas.Get().(*[]byte)
 	defer s.datas.Put(dp)
-	dest := *dp
-	if size > len(dest) {
-		dest = make([]byte, size)
-	}
-	n, errno := s.fs.read(h.nodeID, dest[:size], off)
+	n, errno := s.fs.read(h.nodeID, (*dp)[:size], off)
 	if errno != 0 {
 		s.reply(h.unique, errno, nil)
 		return
 	}
-	s.reply(h.unique, 0, dest[:n])
+	s.reply(h.unique, 0, (*dp)[:n])
 }
 
 func (s *fuseServer) handleReaddir(h inHeader, in []byte) {
