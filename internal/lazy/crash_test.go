@@ -371,3 +371,44 @@ func (c *Client) stats(t *testing.T, digest string) LayerStats {
 	t.Fatalf("layer %s not in stats %+v", digest, s)
 	return LayerStats{}
 }
+
+// TestStopWhileInUse stops layerd while a file of a layer is still open (a
+// forced stop with a sandbox left): layerd and its holder exit promptly instead
+// of waiting for the reader, the reader gets an error rather than a hang, and
+// once it closes the file nothing is left.
+func TestStopWhileInUse(t *testing.T) {
+	needRoot(t)
+	_, storeDir, dg, _ := buildLayerSrc(t)
+	ctx := context.Background()
+	root := t.TempDir()
+	c := NewClient(Config{Root: root, Grace: time.Hour})
+	m, err := c.Acquire(ctx, AcquireRequest{Holder: "a", Layers: []images.Layer{{Digest: dg, Store: "dir:" + storeDir}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(m[0], "f4"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Now()
+	if err := c.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stop with a file open took %v", time.Since(t0).Round(time.Millisecond))
+	if time.Since(t0) > 10*time.Second {
+		t.Errorf("stop took %v", time.Since(t0))
+	}
+	done := make(chan error, 1)
+	go func() { _, err := f.Read(make([]byte, 4096)); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Error("read of a layer whose layerd was stopped succeeded")
+		}
+		t.Logf("read after stop: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Error("read after stop hangs")
+	}
+	f.Close()
+	checkNothingLeft(t, root)
+}

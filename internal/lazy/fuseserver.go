@@ -169,6 +169,16 @@ func (s *fuseServer) addReader() {
 // wait returns once every reader has ended.
 func (s *fuseServer) wait() { s.wg.Wait() }
 
+// waitFor is wait for at most d.
+func (s *fuseServer) waitFor(d time.Duration) {
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+	}
+}
+
 func (s *fuseServer) readLoop() {
 	defer s.wg.Done()
 	defer s.readers.Add(-1)

@@ -551,10 +551,14 @@ func (d *Daemon) Close() {
 	_ = os.Remove(statePath(d.cfg.Root))
 	d.opMu.Unlock()
 	if err := unix.Unmount(FuseDir(d.cfg.Root), 0); err != nil {
+		// Still in use (a detached layer a sandbox holds): the connection lives on
+		// until the holder and this process let go of it, then it is aborted.
 		d.log.Warn("unmount fuse; detaching", "err", err)
 		_ = unix.Unmount(FuseDir(d.cfg.Root), unix.MNT_DETACH)
+		d.srv.waitFor(2 * time.Second)
+	} else {
+		d.srv.wait()
 	}
-	d.srv.wait()
 	unix.Close(d.fuse)
 	d.holderMu.Lock()
 	d.holder.bye()
