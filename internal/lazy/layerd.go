@@ -21,8 +21,11 @@
 // Killing or restarting the agent does not touch any of it: running sandboxes keep
 // reading through layerd, and the restarted agent talks to the same layerd again.
 // Killing layerd costs readers a pause, not an error: a holder process (holder.go)
-// keeps the FUSE connection open and starts layerd again, which takes the
-// connection over (fuseserver.go, state.go).
+// keeps a copy of the /dev/fuse descriptor and starts layerd again, which receives
+// it, reloads its saved state (state.go: layers, FUSE node IDs, holders) and has the
+// kernel resend what its predecessor read but never answered. For that, layerd
+// speaks the FUSE protocol itself (fuseproto.go, fuseserver.go): a FUSE library
+// that answers INIT itself and keeps node IDs in memory cannot resume a connection.
 package lazy
 
 import (
