@@ -330,6 +330,15 @@ func TestHolderKill9(t *testing.T) {
 			t.Fatal("no new holder within 10 s of the kill of the holder")
 		}
 	}
+	// Holder changes since the last save of the state are in the journal.
+	for _, h := range []string{"b", "c"} {
+		if _, err := c.Acquire(ctx, AcquireRequest{Holder: h, Layers: []images.Layer{{Digest: dg, Store: "dir:" + storeDir}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Release(ctx, "b"); err != nil {
+		t.Fatal(err)
+	}
 	pid, _ := c.Running(ctx)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -341,6 +350,9 @@ func TestHolderKill9(t *testing.T) {
 		if time.Since(t0) > 10*time.Second {
 			t.Fatal("layerd not restarted by the new holder")
 		}
+	}
+	if hs := c.stats(t, dg).Holders; !slices.Equal(slices.Sorted(slices.Values(hs)), []string{"a", "c"}) {
+		t.Fatalf("holders after the takeover: %v, want [a c]", hs)
 	}
 	hex := strings.TrimPrefix(dg, "sha256:")
 	for _, name := range []string{"f1", "f6"} {

@@ -154,6 +154,10 @@ type Daemon struct {
 	holderMu sync.Mutex
 	holder   *holderLink
 	closing  bool
+
+	// journal records holder changes between saves of the state (state.go).
+	journal  *os.File
+	journalN int
 }
 
 // Cleanup detaches every mount layerd may have left under root (a layerd killed
@@ -219,6 +223,7 @@ func openDaemon(cfg Config, logger *slog.Logger, fuseFD int) (*Daemon, error) {
 	}
 	d.srv, d.fuse = srv, fd
 	d.saveStateLocked()
+	d.openJournal()
 	srv.serve()
 	return d, nil
 }
@@ -276,7 +281,6 @@ func (d *Daemon) Acquire(ctx context.Context, req AcquireRequest) (AcquireRespon
 				d.unmountLocked(u.l)
 			}
 		}
-		d.saveStateLocked()
 		return AcquireResponse{}, err
 	}
 	for _, ref := range req.Layers {
@@ -288,7 +292,13 @@ func (d *Daemon) Acquire(ctx context.Context, req AcquireRequest) (AcquireRespon
 		l.refs[req.Holder] = true
 		resp.Mounts = append(resp.Mounts, l.mnt)
 	}
-	d.saveStateLocked()
+	var added []holderChange
+	for _, u := range done {
+		if !u.had {
+			added = append(added, holderChange{Op: "+", Layer: u.l.hex, Holder: req.Holder})
+		}
+	}
+	d.journalLocked(added)
 	return resp, nil
 }
 
@@ -488,18 +498,20 @@ func (d *Daemon) Sync(keep []string) {
 
 func (d *Daemon) releaseLocked(drop func(string) bool) {
 	now := time.Now()
+	var removed []holderChange
 	for _, l := range d.snapshot() {
 		had := len(l.refs)
 		for h := range l.refs {
 			if drop(h) {
 				delete(l.refs, h)
+				removed = append(removed, holderChange{Op: "-", Layer: l.hex, Holder: h})
 			}
 		}
 		if had > 0 && len(l.refs) == 0 {
 			l.idle = now
 		}
 	}
-	d.saveStateLocked()
+	d.journalLocked(removed)
 }
 
 func (d *Daemon) snapshot() []*layerState {
@@ -552,6 +564,11 @@ func (d *Daemon) Close() {
 		d.unmountLocked(l)
 	}
 	_ = os.Remove(statePath(d.cfg.Root))
+	if d.journal != nil {
+		d.journal.Close()
+		d.journal = nil
+	}
+	_ = os.Remove(journalPath(d.cfg.Root))
 	d.opMu.Unlock()
 	if err := unix.Unmount(FuseDir(d.cfg.Root), 0); err != nil {
 		// Still in use (a detached layer a sandbox holds): the connection lives on

@@ -17,9 +17,12 @@ import (
 // layerd's saved state (ROOT/layerd.state): what a layerd that takes over the FUSE
 // connection from the holder needs to serve it on under the same names and node
 // IDs as its predecessor, with the same holders. It is rewritten (to a temporary
-// file, then renamed) on every acquire, release, mount and unmount, never on the
-// read path; a process crash leaves the last complete version (the page cache
-// survives it; a machine crash takes the mounts with it anyway).
+// file, then renamed) on every mount and unmount; holders added and dropped in
+// between are appended to ROOT/layerd.journal (one small write per acquire or
+// release instead of rewriting every holder of the node: 1.6 ms per save with
+// 5,000 holders), which a save empties and a takeover replays. Never on the read
+// path. A process crash leaves the last complete version (the page cache survives
+// it; a machine crash takes the mounts with it anyway).
 
 const stateVersion = 1
 
@@ -44,7 +47,84 @@ type savedLayer struct {
 	LoopRA  int       `json:"loop_ra,omitempty"`
 }
 
-func statePath(root string) string { return filepath.Join(root, "layerd.state") }
+func statePath(root string) string   { return filepath.Join(root, "layerd.state") }
+func journalPath(root string) string { return filepath.Join(root, "layerd.journal") }
+
+// holderChange is one journal line: Op "+" adds Holder to Layer (hex), "-" drops it.
+type holderChange struct {
+	Op     string `json:"op"`
+	Layer  string `json:"layer"`
+	Holder string `json:"holder"`
+}
+
+// journalCompact is how many journal lines trigger a full save.
+const journalCompact = 4096
+
+// journalLocked appends holder changes to the journal. Caller holds opMu.
+func (d *Daemon) journalLocked(cs []holderChange) {
+	if len(cs) == 0 {
+		return
+	}
+	if d.journal == nil || d.journalN+len(cs) > journalCompact {
+		d.saveStateLocked()
+		return
+	}
+	var b []byte
+	for _, c := range cs {
+		j, _ := json.Marshal(c)
+		b = append(append(b, j...), '\n')
+	}
+	if _, err := d.journal.Write(b); err != nil {
+		d.log.Error("journal holders; saving the state instead", "err", err)
+		d.saveStateLocked()
+		return
+	}
+	d.journalN += len(cs)
+}
+
+// replayJournal applies the journal's holder changes to the saved layers (a
+// truncated last line, from a crash mid-write, is ignored).
+func replayJournal(root string, st *savedState) {
+	b, err := os.ReadFile(journalPath(root))
+	if err != nil {
+		return
+	}
+	sets := map[string]map[string]bool{}
+	for _, sl := range st.Layers {
+		sets[sl.Hex] = map[string]bool{}
+		for _, h := range sl.Holders {
+			sets[sl.Hex][h] = true
+		}
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var c holderChange
+		if json.Unmarshal([]byte(line), &c) != nil || sets[c.Layer] == nil {
+			continue
+		}
+		switch c.Op {
+		case "+":
+			sets[c.Layer][c.Holder] = true
+		case "-":
+			delete(sets[c.Layer], c.Holder)
+		}
+	}
+	for i, sl := range st.Layers {
+		st.Layers[i].Holders = st.Layers[i].Holders[:0]
+		for h := range sets[sl.Hex] {
+			st.Layers[i].Holders = append(st.Layers[i].Holders, h)
+		}
+	}
+}
+
+// openJournal opens the journal for appending (after a save has emptied it).
+func (d *Daemon) openJournal() {
+	f, err := os.OpenFile(journalPath(d.cfg.Root), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		d.log.Error("open journal: every holder change rewrites the state", "err", err)
+		return
+	}
+	d.journal = f
+}
 
 // saveStateLocked writes the state. Caller holds opMu (or owns d alone).
 func (d *Daemon) saveStateLocked() {
@@ -69,7 +149,18 @@ func (d *Daemon) saveStateLocked() {
 	}
 	if err := os.Rename(tmp, p); err != nil {
 		d.log.Error("save state", "err", err)
+		return
 	}
+	// The state has every holder now; replaying the journal again on top of it
+	// would change nothing, so a crash before this truncate is harmless.
+	if d.journal != nil {
+		if err := d.journal.Truncate(0); err != nil {
+			d.log.Error("empty journal", "err", err)
+		}
+	} else {
+		_ = os.Remove(journalPath(d.cfg.Root))
+	}
+	d.journalN = 0
 }
 
 func loadState(root string) (savedState, error) {
@@ -95,6 +186,7 @@ func (d *Daemon) takeOver(fd int) error {
 	if err != nil {
 		return fmt.Errorf("saved state: %w", err)
 	}
+	replayJournal(d.cfg.Root, &st)
 	if !isFuseMount(FuseDir(d.cfg.Root)) {
 		return fmt.Errorf("%s is not a fuse mount any more", FuseDir(d.cfg.Root))
 	}
@@ -143,6 +235,7 @@ func (d *Daemon) takeOver(fd int) error {
 	}
 	d.srv, d.fuse, d.resumed = newFuseServer(fd, d, d.log), fd, true
 	d.saveStateLocked()
+	d.openJournal()
 	d.srv.serve()
 	if err := d.srv.resend(); err != nil {
 		d.log.Error("requests in flight when layerd died may hang", "err", err)
