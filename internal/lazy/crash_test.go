@@ -424,3 +424,35 @@ func TestStopWhileInUse(t *testing.T) {
 	f.Close()
 	checkNothingLeft(t, root)
 }
+
+// TestReapKeepsBusyLayer: a layer without holders that is still in use (its
+// holder lost, say) is not pulled from under its reader when its grace period
+// ends; it is unmounted once nothing uses it.
+func TestReapKeepsBusyLayer(t *testing.T) {
+	needRoot(t)
+	storeDir, dg, _ := buildLayer(t)
+	d := newTestDaemon(t, Config{Grace: 100 * time.Millisecond})
+	resp, err := d.Acquire(context.Background(), AcquireRequest{Holder: "a", Layers: []images.Layer{{Digest: dg, Store: "dir:" + storeDir}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(filepath.Join(resp.Mounts[0], "f1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Release("a")
+	time.Sleep(150 * time.Millisecond)
+	d.reap()
+	if _, err := f.Read(make([]byte, 4096)); err != nil {
+		t.Fatalf("read of a busy layer after its grace period: %v", err)
+	}
+	if n := len(mountsUnder(t, resp.Mounts[0])); n != 1 {
+		t.Fatalf("busy layer unmounted (%d mounts)", n)
+	}
+	f.Close()
+	time.Sleep(150 * time.Millisecond)
+	d.reap()
+	if n := len(mountsUnder(t, resp.Mounts[0])); n != 0 {
+		t.Fatalf("idle layer still mounted after its grace period")
+	}
+}

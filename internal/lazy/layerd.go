@@ -33,6 +33,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -439,7 +440,7 @@ func (d *Daemon) unmountLocked(l *layerState) {
 		l.stopPrefetch()
 	}
 	if l.mounted {
-		if err := unix.Unmount(l.mnt, 0); err != nil {
+		if err := unix.Unmount(l.mnt, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 			d.log.Warn("unmount failed; detaching", "mnt", l.mnt, "err", err)
 			_ = unix.Unmount(l.mnt, unix.MNT_DETACH)
 		}
@@ -531,6 +532,13 @@ func (d *Daemon) reap() {
 	defer d.opMu.Unlock()
 	for _, l := range d.snapshot() {
 		if len(l.refs) == 0 && l.mounted && !l.idle.IsZero() && time.Since(l.idle) >= d.cfg.Grace {
+			// Busy without a holder (a sandbox whose holder was lost): never pull a
+			// layer from under a reader; try again after another grace period.
+			if err := unix.Unmount(l.mnt, 0); err != nil {
+				d.log.Warn("idle layer still in use: kept mounted", "digest", l.digest, "err", err)
+				l.idle = time.Now()
+				continue
+			}
 			d.unmountLocked(l)
 		}
 	}
