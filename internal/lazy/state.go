@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -324,6 +326,11 @@ func (d *Daemon) keepHolderAfter(link *holderLink, hc holderConfig, delay time.D
 		if gone {
 			return
 		}
+		if !fuseAlive(d.fuse) {
+			d.log.Error("fuse connection gone (unmounted or aborted under layerd): no holder started")
+			link.conn.Close()
+			return
+		}
 		if link.start.IsZero() || time.Since(link.start) > 10*time.Second {
 			delay = 0
 		} else {
@@ -334,4 +341,11 @@ func (d *Daemon) keepHolderAfter(link *holderLink, hc holderConfig, delay time.D
 		time.Sleep(delay)
 		d.keepHolderAfter(nil, hc, delay)
 	}()
+}
+
+// fuseAlive reports whether the FUSE connection of descriptor fd is still up.
+func fuseAlive(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd)}}
+	_, err := unix.Poll(pfd, 0)
+	return err == nil && pfd[0].Revents&(unix.POLLERR|unix.POLLHUP|unix.POLLNVAL) == 0
 }
