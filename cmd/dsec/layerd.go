@@ -11,7 +11,9 @@ import (
 
 // layerdCmd is the node's layer daemon (FUSE blob files, chunk cache, EROFS layer
 // mounts). The agent starts it with its config in the environment; it outlives
-// agent restarts so running sandboxes keep their file systems.
+// agent restarts so running sandboxes keep their file systems. layerd starts the
+// same command as its holder (lazy.EnvHolder), which keeps the FUSE connection
+// across a layerd crash and starts layerd again.
 func layerdCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:    "layerd",
@@ -19,7 +21,8 @@ func layerdCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
-			if os.Getenv(lazy.EnvMain) == "" {
+			// layerd, or its holder (which layerd starts as this same command).
+			if os.Getenv(lazy.EnvMain) == "" && os.Getenv(lazy.EnvHolder) == "" {
 				return errors.New("layerd is started by the node agent, with its config in " + lazy.EnvMain)
 			}
 			lazy.MaybeMain() // exits

@@ -290,9 +290,8 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	errs = append(errs, d.E2B.Close())
 	if deleteAll {
 		errs = append(errs, d.Manager.DeleteAll(ctx))
-		// Nothing is held any more: stop layerd (it unmounts every layer).
-		errs = append(errs, d.Layers.Stop(ctx))
 	}
+	errs = append(errs, d.stopLayersIfIdle(ctx))
 	close(d.stopPrune)
 	<-d.pruneDone
 	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close(), d.qos.close())

@@ -25,3 +25,19 @@ func (n node) RemoveImage(ctx context.Context, name string) error { return n.env
 func (n node) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error) {
 	return n.envs.RecordPrefetch(ctx, n.layers, name)
 }
+
+// Layer supervision. layerd (internal/lazy) outlives the server so that running
+// sandboxes keep their layers across a server restart, and its holder starts it
+// again if it dies. The server's part: start it on the first layered create
+// (lazy.Client), and stop it when the server stops with no sandbox left, so that
+// an idle node keeps no layerd, holder or mount.
+
+// stopLayersIfIdle stops layerd and its holder, unmounting every layer, if no
+// sandbox is left on the node (none could read its layers any more).
+func (d *Daemon) stopLayersIfIdle(ctx context.Context) error {
+	if n := d.Manager.Count(); n > 0 {
+		d.cfg.Logger.Info("layerd keeps serving the layers of the sandboxes left", "sandboxes", n)
+		return nil
+	}
+	return d.Layers.Stop(ctx)
+}

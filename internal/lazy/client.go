@@ -234,31 +234,78 @@ func (c *Client) Access(ctx context.Context, digest string) (AccessList, error) 
 	return al, toErr(c.call(ctx, "GET", "/access/"+h, nil, &al))
 }
 
-// Stop asks layerd to unmount everything and exit, and waits for it (tests,
-// benchmarks; a node normally leaves it running).
+// Stop asks layerd to unmount everything and exit, and waits for it and for its
+// holder (which lets go once the mounts are gone). A layerd that is down while its
+// holder starts it again is waited for and stopped too.
 func (c *Client) Stop(ctx context.Context) error {
+	holder := HolderPid(c.cfg.Root)
 	pid, ok := c.Running(ctx)
-	if !ok {
-		return nil
+	for i := 0; !ok && alive(holder) && i < 100; i++ {
+		time.Sleep(50 * time.Millisecond)
+		pid, ok = c.Running(ctx)
 	}
-	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-		return err
-	}
-	for i := 0; i < 500; i++ {
-		if syscall.Kill(pid, 0) != nil {
-			return nil
+	if ok {
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
+		if !waitExit(pid, 10*time.Second) {
+			return fmt.Errorf("layerd %d did not exit", pid)
+		}
 	}
-	return fmt.Errorf("layerd %d did not exit", pid)
+	if holder > 0 && !waitExit(holder, 5*time.Second) {
+		_ = syscall.Kill(holder, syscall.SIGTERM)
+		if !waitExit(holder, 5*time.Second) {
+			return fmt.Errorf("layerd holder %d did not exit", holder)
+		}
+	}
+	return nil
+}
+
+func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+
+// waitExit waits for pid to be gone. A zombie counts as gone once it has stayed
+// one for a second (its parent may not be one that reaps: a holder whose layerd
+// died belongs to init, or to a subreaper that never waits).
+func waitExit(pid int, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	var zombieSince time.Time
+	for alive(pid) {
+		if zombie(pid) {
+			if zombieSince.IsZero() {
+				zombieSince = time.Now()
+			} else if time.Since(zombieSince) > time.Second {
+				return true
+			}
+		} else if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	_, rest, _ := strings.Cut(string(b), ") ")
+	return strings.HasPrefix(rest, "Z")
+}
+
+// HolderPid returns the pid of the holder of root's FUSE connection (0 if none:
+// its pid file names no live holder of this root).
+func HolderPid(root string) int {
+	pid := readPid(HolderPidPath(root))
+	if pid <= 0 {
+		return 0
+	}
+	env, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	if err != nil || !bytes.Contains(env, []byte(EnvHolder+"=")) || !bytes.Contains(env, []byte(filepath.Clean(root))) {
+		return 0
+	}
+	return pid
 }
 
 // Pid reads layerd's pid file (0 if none).
-func Pid(root string) int {
-	b, err := os.ReadFile(PidPath(root))
-	if err != nil {
-		return 0
-	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return n
-}
+func Pid(root string) int { return readPid(PidPath(root)) }

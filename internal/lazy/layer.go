@@ -15,17 +15,15 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
-
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// blobFile is one layer blob exposed as a read-only regular file on the FUSE mount.
-// A read fetches only the chunks it overlaps (through the chunk cache), so the erofs
-// mount above it pulls in exactly the blocks the kernel asks for.
+// The FUSE file system (fuseFS): the root holds one read-only regular file per
+// layer blob, named by the digest's hex. A read fetches only the chunks it
+// overlaps (through the chunk cache), so the erofs mount above it pulls in exactly
+// the blocks the kernel asks for.
 //
 // Verification: the digest covers the whole blob, so a chunk cannot be checked on its
 // own without a chunk digest list. What is verified:
@@ -36,40 +34,61 @@ import (
 //   - after a successful full verification a chunk-hash table is written next to the
 //     cache (CACHE/<hex>.chunks) and every later re-fetch of an evicted chunk is
 //     checked against it (trust on first full verification).
-type blobFile struct {
-	fs.Inode
-	l *layerState
-}
 
-var (
-	_ fs.NodeGetattrer = (*blobFile)(nil)
-	_ fs.NodeOpener    = (*blobFile)(nil)
-	_ fs.NodeReader    = (*blobFile)(nil)
-)
+var _ fuseFS = (*Daemon)(nil)
 
-func (f *blobFile) Getattr(ctx context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = syscall.S_IFREG | 0o444
-	out.Size = uint64(f.l.size)
-	out.Blocks = (out.Size + 511) / 512
-	out.Nlink = 1
-	return 0
-}
-
-func (f *blobFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
-		return nil, 0, syscall.EROFS
+func (d *Daemon) lookup(name string) (fileAttr, bool) {
+	d.mu.Lock()
+	l := d.layers[name]
+	d.mu.Unlock()
+	if l == nil {
+		return fileAttr{}, false
 	}
-	// The blob never changes: let the kernel keep its page cache across opens.
-	return nil, fuse.FOPEN_KEEP_CACHE, 0
+	return l.attr(), true
 }
 
-func (f *blobFile) Read(ctx context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	n, err := f.l.readAt(context.Background(), dest, off)
+func (d *Daemon) getattr(node uint64) (fileAttr, bool) {
+	if node == fuseRootID {
+		return fileAttr{ino: fuseRootID, mode: syscall.S_IFDIR | 0o755, nlink: 2}, true
+	}
+	l := d.layerByNode(node)
+	if l == nil {
+		return fileAttr{}, false
+	}
+	return l.attr(), true
+}
+
+func (d *Daemon) names() []dirName {
+	var out []dirName
+	for _, l := range d.snapshot() {
+		out = append(out, dirName{name: l.hex, node: l.node})
+	}
+	return out
+}
+
+func (d *Daemon) read(node uint64, dest []byte, off int64) (int, syscall.Errno) {
+	l := d.layerByNode(node)
+	if l == nil {
+		return 0, syscall.ESTALE
+	}
+	n, err := l.readAt(context.Background(), dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
-		f.l.d.log.Warn("read failed", "digest", f.l.digest, "offset", off, "err", err)
-		return nil, syscall.EIO
+		l.d.log.Warn("read failed", "digest", l.digest, "offset", off, "err", err)
+		return 0, syscall.EIO
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	return n, 0
+}
+
+func (d *Daemon) layerByNode(node uint64) *layerState {
+	v, ok := d.nodes.Load(node)
+	if !ok {
+		return nil
+	}
+	return v.(*layerState)
+}
+
+func (l *layerState) attr() fileAttr {
+	return fileAttr{ino: l.node, size: uint64(l.size), mode: syscall.S_IFREG | 0o444, nlink: 1}
 }
 
 // layerState is one layer blob known to layerd: its FUSE file, its fetch and cache
@@ -84,7 +103,8 @@ type layerState struct {
 	store  blob.Store
 	spec   string
 
-	node    *fs.Inode
+	node    uint64 // FUSE node ID of the blob file
+	index   string // digest of the chunk index, if any (its hashes: indexPath)
 	mnt     string
 	mounted bool
 	loop    loopInfo
@@ -106,7 +126,8 @@ type layerState struct {
 	table    [][32]byte     // chunk hashes after a full verification, else nil
 	verified bool
 	corrupt  error
-	verifyOn bool // a verification is running
+	storeErr string // the last fetch's failure ("" once one succeeds)
+	verifyOn bool   // a verification is running
 	touched  map[int64]bool
 	access   []int64 // chunks in first-read order (AccessList)
 }
@@ -121,16 +142,35 @@ func (l *layerState) key(idx int64) chunkKey { return chunkKey{l.hex, idx} }
 
 func (l *layerState) tablePath() string { return filepath.Join(l.d.cache.dir, l.hex+".chunks") }
 
+// indexPath keeps the chunk index's hashes for a layerd that takes over.
+func (l *layerState) indexPath() string { return filepath.Join(l.d.cache.dir, l.hex+".index") }
+
 func (l *layerState) loadTable() {
-	b, err := os.ReadFile(l.tablePath())
-	if err != nil || int64(len(b)) != l.nchunk*32 {
-		return
+	if t := readHashes(l.tablePath(), l.nchunk); t != nil {
+		l.table, l.verified = t, true
 	}
-	t := make([][32]byte, l.nchunk)
+}
+
+// readHashes reads n chunk hashes written by writeHashes (nil if absent or of
+// another length).
+func readHashes(path string, n int64) [][32]byte {
+	b, err := os.ReadFile(path)
+	if err != nil || int64(len(b)) != n*32 {
+		return nil
+	}
+	t := make([][32]byte, n)
 	for i := range t {
 		copy(t[i][:], b[i*32:])
 	}
-	l.table, l.verified = t, true
+	return t
+}
+
+func writeHashes(path string, t [][32]byte) {
+	var tb bytes.Buffer
+	for _, h := range t {
+		tb.Write(h[:])
+	}
+	_ = os.WriteFile(path, tb.Bytes(), 0o600)
 }
 
 func (l *layerState) chunkLen(idx int64) int64 {
@@ -158,13 +198,61 @@ func (l *layerState) readAt(ctx context.Context, p []byte, off int64) (int, erro
 			continue
 		}
 		l.misses.Add(1)
-		data, err := l.fetch(ctx, idx)
+		data, err := l.fetchWait(ctx, idx)
 		if err != nil {
 			return done, err
 		}
 		done += copy(p[done:done+int(want)], data[in:])
 	}
 	return done, nil
+}
+
+// fetchWait is fetch for a reader: while the blob store fails with what may pass
+// (unreachable, timeouts, 5xx), it retries with backoff for up to StoreWait, so
+// that a store that goes away and comes back costs readers a pause.
+func (l *layerState) fetchWait(ctx context.Context, idx int64) ([]byte, error) {
+	wait := l.d.cfg.StoreWait
+	deadline := time.Now().Add(wait)
+	backoff := 20 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		data, err := l.fetch(ctx, idx)
+		l.mu.Lock()
+		if err != nil {
+			l.storeErr = err.Error()
+		} else {
+			l.storeErr = ""
+		}
+		l.mu.Unlock()
+		if err == nil || wait < 0 || !retryable(err) || time.Now().After(deadline) {
+			if err != nil && attempt > 0 {
+				err = errdefs.Wrap(api.CodeUnavailable, err, "blob store %s failing for %v", l.spec, wait)
+			}
+			if err == nil && attempt > 0 {
+				l.d.log.Info("blob store is back", "digest", l.digest, "chunk", idx, "attempts", attempt+1)
+			}
+			return data, err
+		}
+		if attempt == 0 {
+			l.d.log.Warn("blob store failing: reads wait for it", "digest", l.digest, "chunk", idx, "wait", wait, "err", err)
+		}
+		if sleep(ctx, min(backoff, time.Until(deadline))) != nil {
+			return nil, err
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// retryable reports whether a failed fetch may succeed later: not a corrupt,
+// missing or malformed blob, and not a cancelled read.
+func retryable(err error) bool {
+	if errors.Is(err, blob.ErrDigestMismatch) || errors.Is(err, context.Canceled) {
+		return false
+	}
+	switch errdefs.CodeOf(err) {
+	case api.CodeNotFound, api.CodeInvalidArgument, api.CodeBadGateway:
+		return false
+	}
+	return true
 }
 
 // fetch gets one chunk from the store (single flight), checks it against the chunk
@@ -289,11 +377,7 @@ func (l *layerState) verify(ctx context.Context) error {
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != l.digest {
 		return l.markCorrupt(fmt.Errorf("digest mismatch: content hashes to %s", got))
 	}
-	var tb bytes.Buffer
-	for _, t := range table {
-		tb.Write(t[:])
-	}
-	_ = os.WriteFile(l.tablePath(), tb.Bytes(), 0o600)
+	writeHashes(l.tablePath(), table)
 	l.mu.Lock()
 	l.table, l.verified = table, true
 	l.mu.Unlock()
@@ -317,6 +401,8 @@ type LayerStats struct {
 	Holders    []string `json:"holders,omitempty"`
 	Verified   bool     `json:"verified"`
 	Corrupt    string   `json:"corrupt,omitempty"`
+	// StoreError is the last failure to fetch a chunk, until a fetch succeeds.
+	StoreError string `json:"store_error,omitempty"`
 	// The loop device under the erofs mount.
 	LoopDevice   string `json:"loop_device,omitempty"`
 	LoopDirectIO bool   `json:"loop_direct_io"`
@@ -340,6 +426,7 @@ func (l *layerState) stats() LayerStats {
 	if l.corrupt != nil {
 		s.Corrupt = l.corrupt.Error()
 	}
+	s.StoreError = l.storeErr
 	l.mu.Unlock()
 	return s
 }

@@ -20,8 +20,12 @@
 //
 // Killing or restarting the agent does not touch any of it: running sandboxes keep
 // reading through layerd, and the restarted agent talks to the same layerd again.
-// layerd itself dying does break the mounts of running sandboxes (the FUSE
-// connection goes with it).
+// Killing layerd costs readers a pause, not an error: a holder process (holder.go)
+// keeps a copy of the /dev/fuse descriptor and starts layerd again, which receives
+// it, reloads its saved state (state.go: layers, FUSE node IDs, holders) and has the
+// kernel resend what its predecessor read but never answered. For that, layerd
+// speaks the FUSE protocol itself (fuseproto.go, fuseserver.go): a FUSE library
+// that answers INIT itself and keeps node IDs in memory cannot resume a connection.
 package lazy
 
 import (
@@ -29,9 +33,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -43,8 +47,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
-	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/blob"
@@ -65,6 +67,9 @@ const (
 	DefaultChunkSize  = blob.DefaultIndexChunk
 	DefaultCacheBytes = 8 << 30
 	DefaultGrace      = 30 * time.Second
+	// DefaultStoreWait is how long a read of an uncached chunk keeps retrying a
+	// blob store that fails (unreachable, 5xx) before it fails with EIO.
+	DefaultStoreWait = 2 * time.Minute
 	// DefaultReadAheadKB is the loop device's readahead: the kernel's 128 KiB
 	// fetched 5.5% of the Debian base for the bench task at 64 KiB chunks, 32 KiB
 	// 5.0%, 16 KiB 4.8% (more FUSE requests for sequential reads).
@@ -88,6 +93,12 @@ type Config struct {
 	// instead of directly on the file (file-backed erofs, the default, which
 	// falls back to a loop device where the kernel refuses it with ENOTBLK).
 	LoopDevice bool `json:"loop_device,omitempty"`
+	// StoreWait is how long a read of an uncached chunk waits for a failing blob
+	// store (retrying with backoff) before the reader gets EIO (0:
+	// DefaultStoreWait; negative: fail at once). Waiting suits sandboxes (a
+	// program does not expect EIO from its root file system); failing at once
+	// suits callers that retry themselves. Corrupt or missing blobs fail at once.
+	StoreWait time.Duration `json:"store_wait,omitempty"`
 }
 
 func (c *Config) defaults() {
@@ -102,6 +113,9 @@ func (c *Config) defaults() {
 	}
 	if c.ReadAheadKB == 0 {
 		c.ReadAheadKB = DefaultReadAheadKB
+	}
+	if c.StoreWait == 0 {
+		c.StoreWait = DefaultStoreWait
 	}
 }
 
@@ -122,19 +136,30 @@ func FuseDir(root string) string { return filepath.Join(root, "fuse") }
 type Daemon struct {
 	cfg   Config
 	cache *Cache
-	root  *fs.Inode
-	srv   *fuse.Server
+	srv   *fuseServer
+	fuse  int // the /dev/fuse descriptor
 	log   *slog.Logger
+	// resumed is set when this layerd took over a predecessor's connection.
+	resumed bool
 
-	opMu   sync.Mutex // serializes acquire/release/unmount (never taken on the read path)
-	mu     sync.Mutex // guards layers and stores
+	opMu   sync.Mutex // serializes acquire/release/unmount and state saves (never taken on the read path)
+	mu     sync.Mutex // guards layers, stores and nextNode
 	layers map[string]*layerState
 	stores map[string]blob.Store
+	// nodes maps FUSE node IDs to layers (the read path's lookup).
+	nodes    sync.Map
+	nextNode uint64
 	// openStore opens a blob store spec (OpenStore; tests substitute it).
 	openStore func(spec string) (blob.Store, error)
-}
 
-type rootNode struct{ fs.Inode }
+	holderMu sync.Mutex
+	holder   *holderLink
+	closing  bool
+
+	// journal records holder changes between saves of the state (state.go).
+	journal  *os.File
+	journalN int
+}
 
 // Cleanup detaches every mount layerd may have left under root (a layerd killed
 // with SIGKILL leaves a dead FUSE mount and erofs mounts on it).
@@ -148,8 +173,16 @@ func Cleanup(root string) {
 	_ = unix.Unmount(FuseDir(root), unix.MNT_DETACH)
 }
 
-// NewDaemon cleans up leftovers, mounts the FUSE file system and opens the cache.
+// NewDaemon cleans up leftovers, mounts the FUSE file system and opens the cache
+// (a fresh layerd without a holder: tests; Run adds the holder and takeover).
 func NewDaemon(cfg Config, logger *slog.Logger) (*Daemon, error) {
+	return openDaemon(cfg, logger, -1)
+}
+
+// openDaemon takes over the FUSE connection fuseFD (from the holder) if it is
+// given and layerd's saved state describes it; otherwise it cleans up and mounts
+// afresh. d.resumed tells which.
+func openDaemon(cfg Config, logger *slog.Logger, fuseFD int) (*Daemon, error) {
 	cfg.defaults()
 	if logger == nil {
 		logger = newLogger()
@@ -157,31 +190,42 @@ func NewDaemon(cfg Config, logger *slog.Logger) (*Daemon, error) {
 	if err := os.MkdirAll(cfg.Root, 0o700); err != nil {
 		return nil, err
 	}
-	Cleanup(cfg.Root)
 	cache, err := NewCache(filepath.Join(cfg.Root, "cache"), cfg.CacheBytes)
 	if err != nil {
 		return nil, err
 	}
-	d := &Daemon{cfg: cfg, cache: cache, log: logger, layers: map[string]*layerState{}, stores: map[string]blob.Store{}}
+	d := &Daemon{cfg: cfg, cache: cache, log: logger, layers: map[string]*layerState{}, stores: map[string]blob.Store{}, nextNode: fuseRootID + 1}
+	if fuseFD >= 0 {
+		err := d.takeOver(fuseFD)
+		if err == nil {
+			return d, nil
+		}
+		logger.Error("cannot take over the held fuse connection: mounting afresh (running sandboxes lose their layers)", "err", err)
+		unix.Close(fuseFD)
+		d = &Daemon{cfg: cfg, cache: cache, log: logger, layers: map[string]*layerState{}, stores: map[string]blob.Store{}, nextNode: fuseRootID + 1}
+	}
+	Cleanup(cfg.Root)
 	if err := os.MkdirAll(FuseDir(cfg.Root), 0o700); err != nil {
 		return nil, err
 	}
-	long := 24 * time.Hour // blobs are immutable: entries and attributes never go stale
-	rn := &rootNode{}
-	srv, err := fs.Mount(FuseDir(cfg.Root), rn, &fs.Options{
-		EntryTimeout: &long, AttrTimeout: &long,
-		MountOptions: fuse.MountOptions{
-			AllowOther: true, FsName: "dsec-layerd", Name: "dsec",
-			DirectMount: true, MaxReadAhead: fuseReadAhead(cfg.ReadAheadKB), MaxBackground: 64,
-			// Passthrough would set the FUSE superblock's stacking depth, and erofs
-			// refuses file-backed mounts on stacked file systems (ENOTBLK).
-			DisabledCapabilities: fuse.CAP_PASSTHROUGH,
-		},
-	})
+	fd, err := mountFuse(FuseDir(cfg.Root))
 	if err != nil {
-		return nil, fmt.Errorf("layerd: mount fuse: %w", err)
+		return nil, fmt.Errorf("layerd: %w", err)
 	}
-	d.srv, d.root = srv, &rn.Inode
+	srv := newFuseServer(fd, d, logger)
+	resend, err := srv.handshake(fuseReadAhead(cfg.ReadAheadKB))
+	if err != nil {
+		unix.Close(fd)
+		_ = unix.Unmount(FuseDir(cfg.Root), unix.MNT_DETACH)
+		return nil, fmt.Errorf("layerd: %w", err)
+	}
+	if !resend {
+		logger.Warn("the kernel does not announce FUSE_NOTIFY_RESEND (Linux 6.9+): reads in flight when layerd dies will hang")
+	}
+	d.srv, d.fuse = srv, fd
+	d.saveStateLocked()
+	d.openJournal()
+	srv.serve()
 	return d, nil
 }
 
@@ -249,6 +293,13 @@ func (d *Daemon) Acquire(ctx context.Context, req AcquireRequest) (AcquireRespon
 		l.refs[req.Holder] = true
 		resp.Mounts = append(resp.Mounts, l.mnt)
 	}
+	var added []holderChange
+	for _, u := range done {
+		if !u.had {
+			added = append(added, holderChange{Op: "+", Layer: u.l.hex, Holder: req.Holder})
+		}
+	}
+	d.journalLocked(added)
 	return resp, nil
 }
 
@@ -336,22 +387,18 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref images.Layer, prefetch s
 		l.stopPrefetch = cancel
 		go l.prefetch(pctx, ref.PrefetchList)
 	}
-	bf := &blobFile{l: l}
-	l.node = d.root.NewPersistentInode(ctx, bf, fs.StableAttr{Mode: syscall.S_IFREG})
-	d.root.AddChild(h, l.node, true)
-	d.mu.Lock()
-	d.layers[h] = l
-	d.mu.Unlock()
+	if ix.Hashes != nil {
+		l.index = ref.Index
+		writeHashes(l.indexPath(), ix.Hashes)
+	}
+	d.addLayer(l)
 	cleanup := func() {
 		if l.stopPrefetch != nil {
 			l.stopPrefetch()
 		}
-		d.root.RmChild(h)
-		_ = d.root.NotifyEntry(h)
-		d.mu.Lock()
-		delete(d.layers, h)
-		d.mu.Unlock()
+		d.removeLayer(l)
 		_ = os.RemoveAll(filepath.Join(d.cfg.Root, h))
+		d.saveStateLocked()
 	}
 	if prefetch == "full" {
 		if err := l.fetchAll(ctx); err != nil {
@@ -363,6 +410,8 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref images.Layer, prefetch s
 		cleanup()
 		return nil, false, errdefs.Internal(err, "layer mountpoint")
 	}
+	// Saved before mounting: a layerd killed during the mount finds it again.
+	d.saveStateLocked()
 	src := filepath.Join(FuseDir(d.cfg.Root), h)
 	li, err := mountErofs(src, l.mnt, !d.cfg.LoopDevice, d.cfg.BufferedLoop, d.cfg.ReadAheadKB)
 	if err != nil {
@@ -379,6 +428,7 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref images.Layer, prefetch s
 		return nil, false, errdefs.Wrap(api.CodeBadGateway, err, "layer %s is not a valid EROFS image (corrupt blob?)", ref.Digest)
 	}
 	l.mounted, l.loop = true, li
+	d.saveStateLocked()
 	d.log.Info("mounted layer", "digest", ref.Digest, "bytes", size, "mnt", l.mnt, "dev", li.dev,
 		"direct_io", li.directIO, "readahead_kib", li.readAheadKB)
 	return l, true, nil
@@ -390,19 +440,42 @@ func (d *Daemon) unmountLocked(l *layerState) {
 		l.stopPrefetch()
 	}
 	if l.mounted {
-		if err := unix.Unmount(l.mnt, 0); err != nil {
+		if err := unix.Unmount(l.mnt, 0); err != nil && !errors.Is(err, unix.EINVAL) {
 			d.log.Warn("unmount failed; detaching", "mnt", l.mnt, "err", err)
 			_ = unix.Unmount(l.mnt, unix.MNT_DETACH)
 		}
 		l.mounted = false
 	}
-	d.root.RmChild(l.hex)
-	_ = d.root.NotifyEntry(l.hex)
+	d.removeLayer(l)
+	_ = os.RemoveAll(filepath.Join(d.cfg.Root, l.hex))
+	d.saveStateLocked()
+	d.log.Info("unmounted layer", "digest", l.digest)
+}
+
+// addLayer makes l visible on the FUSE mount under a node ID never used before
+// on this connection.
+func (d *Daemon) addLayer(l *layerState) {
+	d.mu.Lock()
+	if l.node == 0 {
+		l.node = d.nextNode
+		d.nextNode++
+	}
+	d.layers[l.hex] = l
+	d.mu.Unlock()
+	d.nodes.Store(l.node, l)
+}
+
+// removeLayer takes l off the FUSE mount.
+func (d *Daemon) removeLayer(l *layerState) {
 	d.mu.Lock()
 	delete(d.layers, l.hex)
 	d.mu.Unlock()
-	_ = os.RemoveAll(filepath.Join(d.cfg.Root, l.hex))
-	d.log.Info("unmounted layer", "digest", l.digest)
+	d.nodes.Delete(l.node)
+	if d.srv != nil {
+		if err := d.srv.invalEntry(l.hex); err != nil {
+			d.log.Warn("invalidate entry", "digest", l.digest, "err", err)
+		}
+	}
 }
 
 // Release drops a holder from every layer it holds.
@@ -426,17 +499,20 @@ func (d *Daemon) Sync(keep []string) {
 
 func (d *Daemon) releaseLocked(drop func(string) bool) {
 	now := time.Now()
+	var removed []holderChange
 	for _, l := range d.snapshot() {
 		had := len(l.refs)
 		for h := range l.refs {
 			if drop(h) {
 				delete(l.refs, h)
+				removed = append(removed, holderChange{Op: "-", Layer: l.hex, Holder: h})
 			}
 		}
 		if had > 0 && len(l.refs) == 0 {
 			l.idle = now
 		}
 	}
+	d.journalLocked(removed)
 }
 
 func (d *Daemon) snapshot() []*layerState {
@@ -456,6 +532,13 @@ func (d *Daemon) reap() {
 	defer d.opMu.Unlock()
 	for _, l := range d.snapshot() {
 		if len(l.refs) == 0 && l.mounted && !l.idle.IsZero() && time.Since(l.idle) >= d.cfg.Grace {
+			// Busy without a holder (a sandbox whose holder was lost): never pull a
+			// layer from under a reader; try again after another grace period.
+			if err := unix.Unmount(l.mnt, 0); err != nil {
+				d.log.Warn("idle layer still in use: kept mounted", "digest", l.digest, "err", err)
+				l.idle = time.Now()
+				continue
+			}
 			d.unmountLocked(l)
 		}
 	}
@@ -479,16 +562,36 @@ func (d *Daemon) Stats() Stats {
 	return s
 }
 
-// Close unmounts every layer and the FUSE file system.
+// Close unmounts every layer and the FUSE file system, and lets the holder go.
 func (d *Daemon) Close() {
+	d.holderMu.Lock()
+	d.closing = true
+	d.holderMu.Unlock()
 	d.opMu.Lock()
 	for _, l := range d.snapshot() {
 		d.unmountLocked(l)
 	}
-	d.opMu.Unlock()
-	if err := d.srv.Unmount(); err != nil {
-		_ = unix.Unmount(FuseDir(d.cfg.Root), unix.MNT_DETACH)
+	_ = os.Remove(statePath(d.cfg.Root))
+	if d.journal != nil {
+		d.journal.Close()
+		d.journal = nil
 	}
+	_ = os.Remove(journalPath(d.cfg.Root))
+	d.opMu.Unlock()
+	if err := unix.Unmount(FuseDir(d.cfg.Root), 0); err != nil {
+		// Still in use (a detached layer a sandbox holds): the connection lives on
+		// until the holder and this process let go of it, then it is aborted.
+		d.log.Warn("unmount fuse; detaching", "err", err)
+		_ = unix.Unmount(FuseDir(d.cfg.Root), unix.MNT_DETACH)
+		d.srv.waitFor(2 * time.Second)
+	} else {
+		d.srv.wait()
+	}
+	unix.Close(d.fuse)
+	d.holderMu.Lock()
+	d.holder.bye()
+	d.holder = nil
+	d.holderMu.Unlock()
 }
 
 // Handler serves the control API on the unix socket.
@@ -571,6 +674,14 @@ const EnvMain = "DSEC_LAYERD_CONFIG"
 // binary calls it from its hidden `layerd` command; test binaries that start layerd call it
 // from TestMain.
 func MaybeMain() {
+	if v := os.Getenv(EnvHolder); v != "" {
+		var hc holderConfig
+		if err := json.Unmarshal([]byte(v), &hc); err != nil {
+			newLogger().Error("bad config", "env", EnvHolder, "err", err)
+			os.Exit(2)
+		}
+		os.Exit(holderMain(hc))
+	}
 	v := os.Getenv(EnvMain)
 	if v == "" {
 		return
@@ -600,15 +711,27 @@ func Run(cfg Config) int {
 		logger.Info("another layerd runs for this root", "root", cfg.Root)
 		return 0
 	}
-	d, err := NewDaemon(cfg, logger)
+	link, fuseFD, err := dialHolder(cfg.Root)
 	if err != nil {
+		logger.Warn("holder", "err", err)
+	}
+	d, err := openDaemon(cfg, logger, fuseFD)
+	if err != nil {
+		link.bye()
 		logger.Error("start", "err", err)
 		return 1
 	}
+	if !d.resumed {
+		link.bye() // a holder of a connection this layerd did not take over
+		link = nil
+	}
+	if exe, err := os.Executable(); err != nil {
+		logger.Error("no holder: a crash of layerd will break running sandboxes' layers", "err", err)
+	} else {
+		d.keepHolder(link, holderConfig{Root: cfg.Root, Exe: exe, Layerd: os.Getenv(EnvMain)})
+	}
 	sock := SocketPath(cfg.Root)
-	_ = os.MkdirAll(filepath.Dir(sock), 0o700)
-	_ = os.Remove(sock)
-	ln, err := net.Listen("unix", sock)
+	ln, err := listenUnix(sock)
 	if err != nil {
 		logger.Error("listen", "socket", sock, "err", err)
 		d.Close()
@@ -621,7 +744,8 @@ func Run(cfg Config) int {
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	signal.Ignore(syscall.SIGHUP, syscall.SIGPIPE)
 	tick := time.NewTicker(max(d.cfg.Grace/4, 50*time.Millisecond))
-	logger.Info("serving", "root", cfg.Root, "socket", sock, "chunk_bytes", d.cfg.ChunkSize, "cache_bytes", d.cfg.CacheBytes)
+	logger.Info("serving", "root", cfg.Root, "socket", sock, "chunk_bytes", d.cfg.ChunkSize, "cache_bytes", d.cfg.CacheBytes,
+		"resumed", d.resumed, "layers", len(d.snapshot()))
 	for {
 		select {
 		case <-tick.C:

@@ -25,7 +25,7 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-func needRoot(t *testing.T) {
+func needRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
@@ -51,9 +51,16 @@ func (c *counting) ReadAt(ctx context.Context, d string, p []byte, off int64) (i
 // buildLayer makes an EROFS image of 8 files of 1 MiB random data (f0..f7) plus a
 // small text file, puts it in a fresh blob dir, and returns the store dir, the
 // digest and the raw blob.
-func buildLayer(t *testing.T) (string, string, []byte) {
+func buildLayer(t testing.TB) (string, string, []byte) {
 	t.Helper()
-	src := t.TempDir()
+	_, storeDir, dg, raw := buildLayerSrc(t)
+	return storeDir, dg, raw
+}
+
+// buildLayerSrc is buildLayer that also returns the source directory.
+func buildLayerSrc(t testing.TB) (src, storeDir, digest string, raw []byte) {
+	t.Helper()
+	src = t.TempDir()
 	for i := 0; i < 8; i++ {
 		b := make([]byte, 1<<20)
 		_, _ = rand.Read(b)
@@ -72,7 +79,7 @@ func buildLayer(t *testing.T) (string, string, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storeDir := t.TempDir()
+	storeDir = t.TempDir()
 	st, err := blob.NewDir(storeDir)
 	if err != nil {
 		t.Fatal(err)
@@ -81,10 +88,10 @@ func buildLayer(t *testing.T) (string, string, []byte) {
 	if err := st.Put(context.Background(), dg, bytes.NewReader(raw), int64(len(raw))); err != nil {
 		t.Fatal(err)
 	}
-	return storeDir, dg, raw
+	return src, storeDir, dg, raw
 }
 
-func mountsUnder(t *testing.T, dir string) []string {
+func mountsUnder(t testing.TB, dir string) []string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
@@ -100,7 +107,7 @@ func mountsUnder(t *testing.T, dir string) []string {
 	return out
 }
 
-func newTestDaemon(t *testing.T, cfg Config) *Daemon {
+func newTestDaemon(t testing.TB, cfg Config) *Daemon {
 	t.Helper()
 	if cfg.Root == "" {
 		cfg.Root = t.TempDir()
