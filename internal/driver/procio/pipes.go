@@ -34,6 +34,7 @@ type Pipes struct {
 	owned  []*os.File // files Open created (the caller's own files are not ours)
 	mu     sync.Mutex // serializes writes to the caller's writers
 	wg     sync.WaitGroup
+	act    activity
 	closed sync.Once
 }
 
@@ -142,26 +143,49 @@ func (p *Pipes) Start() {
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			_, _ = io.Copy(lockedWriter{&p.mu, p.out[i]}, p.outR[i])
+			p.pump(p.outR[i], p.out[i])
 		}()
 	}
 }
 
+// pump copies one output pipe to the caller's writer (serialized with the
+// other's), recording its progress for Drain. A failing writer ends the copy.
+func (p *Pipes) pump(r *os.File, w io.Writer) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := r.Read(buf)
+		if n > 0 {
+			p.act.beginWrite()
+			p.mu.Lock()
+			_, werr := w.Write(buf[:n])
+			p.mu.Unlock()
+			p.act.endWrite()
+			if werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
 // Drain waits until the output was copied (every writer of the pipes closed
-// them), at most grace; then it stops copying.
-func (p *Pipes) Drain(grace time.Duration) {
+// them). Once no output has come for grace (counted from the call, and never
+// while the caller's writer is still taking earlier output) or after DrainMax,
+// it stops copying: a descendant that keeps the pipe open cannot hold it.
+func (p *Pipes) Drain(grace time.Duration) { p.drain(grace, DrainMax) }
+
+func (p *Pipes) drain(grace, limit time.Duration) {
 	drained := make(chan struct{})
 	go func() { p.wg.Wait(); close(drained) }()
-	select {
-	case <-drained:
-	case <-time.After(grace):
+	p.act.wait(drained, grace, limit, func() {
 		for _, r := range p.outR {
 			if r != nil {
 				r.Close()
 			}
 		}
-		<-drained
-	}
+	})
 }
 
 // Close releases every file Open made.
@@ -171,17 +195,4 @@ func (p *Pipes) Close() {
 			f.Close()
 		}
 	})
-}
-
-// lockedWriter serializes writes to the caller's writers: a session.Stream's
-// writers are called from one goroutine at a time.
-type lockedWriter struct {
-	mu *sync.Mutex
-	w  io.Writer
-}
-
-func (l lockedWriter) Write(b []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(b)
 }

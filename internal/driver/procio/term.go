@@ -94,6 +94,7 @@ func OpenPeer(master *os.File) (*os.File, error) {
 type Term struct {
 	master *os.File
 	done   chan struct{}
+	act    activity
 	closed sync.Once
 }
 
@@ -121,7 +122,10 @@ func (t *Term) Start(in io.Reader, out io.Writer) {
 		for {
 			n, err := t.master.Read(buf)
 			if n > 0 {
-				if _, werr := out.Write(buf[:n]); werr != nil {
+				t.act.beginWrite()
+				_, werr := out.Write(buf[:n])
+				t.act.endWrite()
+				if werr != nil {
 					out = io.Discard // keep reading: the program must not block on a full terminal
 				}
 			}
@@ -168,16 +172,14 @@ func (t *Term) pumpInput(in io.Reader) {
 }
 
 // Drain waits until the output was copied (the process and everything that
-// holds the terminal ended), at most grace after the call.
+// holds the terminal ended). Like Pipes.Drain it gives up once no output has
+// come for grace while the caller's writer was not busy, or after DrainMax.
 func (t *Term) Drain(grace time.Duration) {
-	select {
-	case <-t.done:
-	case <-time.After(grace):
+	t.act.wait(t.done, grace, DrainMax, func() {
 		if t.master.SetReadDeadline(time.Now()) != nil {
 			t.Close() // not pollable: closing ends the read
 		}
-		<-t.done
-	}
+	})
 }
 
 // Resize sets the window size.
