@@ -274,7 +274,9 @@ func (in *instance) Destroy(ctx context.Context) error {
 			in.destroyErr = errdefs.Internal(ctx.Err(), "wait for sandbox init to exit")
 			return
 		case <-time.After(30 * time.Second):
-			in.destroyErr = errdefs.Internal(errors.New("timeout"), "wait for sandbox init to exit")
+			why := stuckReport(in.st.PID, in.cg)
+			in.d.log.Error("sandbox init did not exit within 30 s of SIGKILL", "sandbox", in.id, "state", why)
+			in.destroyErr = errdefs.Internal(errors.New("timeout"), "wait for sandbox init to exit (%s)", why)
 			return
 		}
 		in.pidfd.Close()
