@@ -32,7 +32,6 @@ var (
 	_ session.Networker = (*Client)(nil)
 	_ session.QoS       = (*Client)(nil)
 	_ session.FnCaller  = (*Client)(nil)
-	_ session.HTTPDoer  = (*Client)(nil)
 )
 
 // NewClient returns a client of the node at baseURL (http://host:port for h2c,
@@ -212,4 +211,3 @@ func (c *Client) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallR
 func (c *Client) NodeStatus(ctx context.Context) (Status, error) {
 	return callFor[Status](ctx, c, "NodeStatus", callArgs{})
 }
-
