@@ -156,6 +156,8 @@ func containerAgent(t testing.TB) *agent.Manager {
 		}
 		m.Close()
 		drv.Close()
+		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
 		if h, err := cgroups.Detect("/sys/fs/cgroup"); err == nil {
 			if names, _ := h.List(parent); len(names) > 0 {
 				t.Errorf("cgroups left behind: %v", names)
