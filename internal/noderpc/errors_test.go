@@ -3,6 +3,7 @@ package noderpc_test
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -25,6 +26,31 @@ type fakeService struct {
 func (f *fakeService) Get(ctx context.Context, id string) (api.Sandbox, error) {
 	f.calls.Add(1)
 	return api.Sandbox{ID: id}, f.err
+}
+
+func (f *fakeService) ExecStream(ctx context.Context, id string, req api.ExecRequest, s session.Stream) (api.ExecResult, error) {
+	f.calls.Add(1)
+	return api.ExecResult{}, f.err
+}
+
+func (f *fakeService) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
+	f.calls.Add(1)
+	return nil, errdefs.NotFound("fake")
+}
+
+func (f *fakeService) ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error) {
+	f.calls.Add(1)
+	return nil, errdefs.NotFound("fake")
+}
+
+func (f *fakeService) FS(ctx context.Context, id string) (session.FS, error) {
+	f.calls.Add(1)
+	return nil, errdefs.NotFound("fake")
+}
+
+func (f *fakeService) List(ctx context.Context) ([]api.Sandbox, error) {
+	f.calls.Add(1)
+	return nil, nil
 }
 
 func (f *fakeService) Info(ctx context.Context) (api.Info, error) {

@@ -57,7 +57,7 @@ func serve(t testing.TB, svc session.Service, opts noderpc.HandlerOptions) *node
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := noderpc.NewServer(mux, noderpc.ServerOptions{PingInterval: time.Second, PingTimeout: time.Second})
+	srv := noderpc.NewServer(mux, noderpc.ServerOptions{})
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return &node{url: "http://" + ln.Addr().String(), srv: srv, ln: ln}
@@ -65,7 +65,7 @@ func serve(t testing.TB, svc session.Service, opts noderpc.HandlerOptions) *node
 
 // client returns a client of n with the test secret; closed when the test ends.
 func (n *node) client(t testing.TB, mod func(*noderpc.ClientOptions)) *noderpc.Client {
-	opts := noderpc.ClientOptions{Secret: secret, PingInterval: time.Second, PingTimeout: time.Second}
+	opts := noderpc.ClientOptions{Secret: secret}
 	if mod != nil {
 		mod(&opts)
 	}
