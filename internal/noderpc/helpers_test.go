@@ -159,8 +159,18 @@ func containerAgent(t testing.TB) *agent.Manager {
 		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		if h, err := cgroups.Detect("/sys/fs/cgroup"); err == nil {
-			if names, _ := h.List(parent); len(names) > 0 {
+			names, _ := h.List(parent)
+			if len(names) > 0 {
 				t.Errorf("cgroups left behind: %v", names)
+			}
+			// Remove them anyway (a destroy that timed out leaves its
+			// sandbox's cgroups until its init has exited).
+			for _, n := range names {
+				if g, err := h.Open(n); err == nil {
+					if err := g.Delete(ctx); err != nil {
+						t.Errorf("remove %s: %v", n, err)
+					}
+				}
 			}
 			if g, err := h.Open(parent); err == nil {
 				if err := g.Delete(ctx); err != nil {
