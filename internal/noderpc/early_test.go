@@ -41,6 +41,18 @@ func runStream(t *testing.T, ctx context.Context, c *noderpc.Client, id string, 
 	return done
 }
 
+// mockSandbox serves a mock agent and creates a sandbox on it through a client.
+func mockSandbox(t *testing.T) (*node, *noderpc.Client, api.Sandbox) {
+	t.Helper()
+	n := serve(t, mockAgent(t), noderpc.HandlerOptions{})
+	c := n.client(t, nil)
+	sb, err := c.Create(ctxT(t), api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n, c, sb
+}
+
 func waitErr(t *testing.T, what string, done <-chan error) error {
 	t.Helper()
 	select {
@@ -53,27 +65,16 @@ func waitErr(t *testing.T, what string, done <-chan error) error {
 }
 
 func TestNodeDiesMidExec(t *testing.T) {
-	m := mockAgent(t)
-	n := serve(t, m, noderpc.HandlerOptions{})
-	c := n.client(t, nil)
-	sb, err := c.Create(ctxT(t), api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, c, sb := mockSandbox(t)
 	done := runStream(t, ctxT(t), c, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "30"}})
 	n.srv.Close() // the node goes away: listener and connections
 	transportErr(t, "ExecStream after the node died", waitErr(t, "ExecStream", done))
-	_, err = c.Get(ctxT(t), sb.ID)
+	_, err := c.Get(ctxT(t), sb.ID)
 	transportErr(t, "Get after the node died", err)
 }
 
 func TestCancelEndsExecStream(t *testing.T) {
-	m := mockAgent(t)
-	c := serve(t, m, noderpc.HandlerOptions{}).client(t, nil)
-	sb, err := c.Create(ctxT(t), api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c, sb := mockSandbox(t)
 	ctx, cancel := context.WithCancel(ctxT(t))
 	done := runStream(t, ctx, c, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "30"}})
 	cancel()
@@ -89,13 +90,7 @@ func TestCancelEndsExecStream(t *testing.T) {
 // A dialled connection ends (EOF or error, no hang) when the node dies, and a
 // read through it sees what the sandbox's side sent before.
 func TestNodeDiesMidDial(t *testing.T) {
-	m := mockAgent(t)
-	n := serve(t, m, noderpc.HandlerOptions{})
-	c := n.client(t, nil)
-	sb, err := c.Create(ctxT(t), api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n, c, sb := mockSandbox(t)
 	// The mock driver's Dial reaches the host's loopback: a listener of the test
 	// stands in for the sandbox's.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -134,14 +129,8 @@ func TestNodeDiesMidDial(t *testing.T) {
 
 // A file being read ends with unavailable when the node dies mid stream.
 func TestNodeDiesMidRead(t *testing.T) {
-	m := mockAgent(t)
-	n := serve(t, m, noderpc.HandlerOptions{})
-	c := n.client(t, nil)
+	n, c, sb := mockSandbox(t)
 	ctx := ctxT(t)
-	sb, err := c.Create(ctx, api.CreateSandboxRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	fs, err := c.FS(ctx, sb.ID)
 	if err != nil {
 		t.Fatal(err)

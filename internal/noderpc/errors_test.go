@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -175,5 +176,17 @@ func TestSilentNodeFailsByKeepalive(t *testing.T) {
 		transportErr(t, "Get of a silent node", err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("a call to a silent node hung for 10 s")
+	}
+}
+
+// A request over the node's message limit is payload_too_large, not a
+// transport failure.
+func TestOversizedCall(t *testing.T) {
+	f := &fakeService{}
+	c := serve(t, f, noderpc.HandlerOptions{}).client(t, nil)
+	_, err := c.Create(ctxT(t), api.CreateSandboxRequest{Env: map[string]string{"BIG": strings.Repeat("x", 33<<20)}})
+	wantCode(t, "Create with a 33 MiB env", err, api.CodePayloadTooLarge)
+	if n := f.calls.Load(); n != 0 {
+		t.Errorf("%d calls reached the service", n)
 	}
 }
