@@ -170,3 +170,32 @@ func TestNodeDiesMidRead(t *testing.T) {
 type zeros struct{}
 
 func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+// Cancelling the context of an open file's reader ends its Read at once.
+func TestCancelEndsRead(t *testing.T) {
+	_, c, sb := mockSandbox(t)
+	fs, err := c.FS(ctxT(t), sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	const size = 32 << 20
+	if _, err := fs.WriteFile(ctxT(t), "/big", 0o644, io.LimitReader(zeros{}, size), size); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	rc, _, err := fs.Open(ctx, "/big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := io.ReadFull(rc, make([]byte, 1<<16)); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, rc); done <- err }()
+	if err := waitErr(t, "reading after cancel", done); !errors.Is(err, context.Canceled) {
+		t.Errorf("read after cancel: %v, want context.Canceled", err)
+	}
+}
