@@ -64,11 +64,15 @@ func BenchmarkCallOverhead(b *testing.B) {
 }
 
 // compare runs op on the in-process service and through the client, one after
-// the other in every iteration, and reports both latency distributions.
+// the other in every iteration (taking turns at going first), and reports both
+// latency distributions.
 func compare(b *testing.B, local, remote session.Service, op func(session.Service) error) {
 	var lat [2][]time.Duration
-	for b.Loop() {
-		for i, svc := range []session.Service{local, remote} {
+	svcs := []session.Service{local, remote}
+	for n := 0; b.Loop(); n++ {
+		for k := range 2 {
+			i := (n + k) % 2 // each path goes first every other iteration
+			svc := svcs[i]
 			t0 := time.Now()
 			if err := op(svc); err != nil {
 				b.Fatalf("%s after %d: %v", [2]string{"in-process", "rpc"}[i], len(lat[i]), err)
