@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -19,26 +21,40 @@ import (
 const prompt = 5 * time.Second
 
 // runStream starts ExecStream of req (with a stdin the test never closes) and
-// returns after the process started; done receives its error.
-func runStream(t *testing.T, ctx context.Context, c *noderpc.Client, id string, req api.ExecRequest) <-chan error {
+// returns after the process started (with its PID); done receives its error.
+func runStream(t *testing.T, ctx context.Context, c *noderpc.Client, id string, req api.ExecRequest) (done <-chan error, pid int) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	t.Cleanup(func() { pw.Close() })
 	started := make(chan int, 1)
-	done := make(chan error, 1)
+	errc := make(chan error, 1)
 	go func() {
 		_, err := c.ExecStream(ctx, id, req, session.Stream{Stdin: pr, Stdout: io.Discard, Stderr: io.Discard,
 			Control: make(chan session.Control), Started: func(pid int) { started <- pid }})
-		done <- err
+		errc <- err
 	}()
 	select {
-	case <-started:
-	case err := <-done:
+	case pid = <-started:
+	case err := <-errc:
 		t.Fatalf("stream ended before it started: %v", err)
 	case <-time.After(30 * time.Second):
 		t.Fatal("stream did not start")
 	}
-	return done
+	return errc, pid
+}
+
+// gone waits until host process pid no longer exists (the mock driver's
+// processes are host processes): the node ended it.
+func gone(t *testing.T, what string, pid int) {
+	t.Helper()
+	deadline := time.Now().Add(prompt)
+	for unix.Kill(pid, 0) == nil {
+		if time.Now().After(deadline) {
+			t.Errorf("%s: process %d still runs %v later", what, pid, prompt)
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // mockSandbox serves a mock agent and creates a sandbox on it through a client.
@@ -66,9 +82,11 @@ func waitErr(t *testing.T, what string, done <-chan error) error {
 
 func TestNodeDiesMidExec(t *testing.T) {
 	n, c, sb := mockSandbox(t)
-	done := runStream(t, ctxT(t), c, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "30"}})
-	n.srv.Close() // the node goes away: listener and connections
+	done, pid := runStream(t, ctxT(t), c, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "30"}})
+	n.srv.Close() // the node's server goes away: listener and connections
 	transportErr(t, "ExecStream after the node died", waitErr(t, "ExecStream", done))
+	// The agent behind it saw the call end and ended the command.
+	gone(t, "after the connection dropped", pid)
 	_, err := c.Get(ctxT(t), sb.ID)
 	transportErr(t, "Get after the node died", err)
 }
@@ -76,11 +94,12 @@ func TestNodeDiesMidExec(t *testing.T) {
 func TestCancelEndsExecStream(t *testing.T) {
 	_, c, sb := mockSandbox(t)
 	ctx, cancel := context.WithCancel(ctxT(t))
-	done := runStream(t, ctx, c, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "30"}})
+	done, pid := runStream(t, ctx, c, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "30"}})
 	cancel()
 	if err := waitErr(t, "ExecStream", done); !errors.Is(err, context.Canceled) {
 		t.Errorf("ExecStream after cancel: %v, want context.Canceled", err)
 	}
+	gone(t, "after cancel", pid)
 	// The node stays usable.
 	if res, err := c.Exec(ctxT(t), sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil || res.ExitCode != 0 {
 		t.Errorf("exec after a cancelled stream: %+v, %v", res, err)
