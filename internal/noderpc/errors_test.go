@@ -3,6 +3,7 @@ package noderpc_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -189,4 +190,44 @@ func TestOversizedCall(t *testing.T) {
 	if n := f.calls.Load(); n != 0 {
 		t.Errorf("%d calls reached the service", n)
 	}
+}
+
+// fakeForker has the optional Forker and QoS interfaces.
+type fakeForker struct{ fakeService }
+
+func (f *fakeForker) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
+	kids := make([]api.Sandbox, req.Count)
+	for i := range kids {
+		kids[i].ID = fmt.Sprintf("%s-child-%d", id, i)
+	}
+	return api.ForkResult{Parent: id, Children: kids, SnapshotBytes: 42}, nil
+}
+
+func (f *fakeForker) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
+	return api.PauseResponse{Sandbox: api.Sandbox{ID: id, State: api.StatePaused},
+		Reclaim: &api.ReclaimResult{Swap: req.Reclaim, SwappedBytes: 7}}, nil
+}
+
+func (f *fakeForker) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
+	return api.Sandbox{ID: id, CPUClass: class}, nil
+}
+
+// Optional interfaces the node's service has are forwarded with their
+// arguments and answers intact.
+func TestCapabilitiesForward(t *testing.T) {
+	c := serve(t, &fakeForker{}, noderpc.HandlerOptions{}).client(t, nil)
+	ctx := ctxT(t)
+	fr, err := c.Fork(ctx, "sb-1", api.ForkRequest{Count: 2})
+	if err != nil || fr.Parent != "sb-1" || len(fr.Children) != 2 || fr.Children[1].ID != "sb-1-child-1" || fr.SnapshotBytes != 42 {
+		t.Errorf("Fork: %+v, %v", fr, err)
+	}
+	pr, err := c.PauseWith(ctx, "sb-1", api.PauseRequest{Reclaim: true})
+	if err != nil || pr.State != api.StatePaused || pr.Reclaim == nil || !pr.Reclaim.Swap || pr.Reclaim.SwappedBytes != 7 {
+		t.Errorf("PauseWith: %+v, %v", pr, err)
+	}
+	if sb, err := c.SetCPUClass(ctx, "sb-1", api.CPUClassBE); err != nil || sb.CPUClass != api.CPUClassBE {
+		t.Errorf("SetCPUClass: %+v, %v", sb, err)
+	}
+	_, err = c.Commit(ctx, "sb-1", api.CommitRequest{Name: "x"})
+	wantCode(t, "Commit on a node without it", err, api.CodeNotImplemented)
 }
