@@ -28,10 +28,12 @@ func TestNodeStatus(t *testing.T) {
 		t.Errorf("NodeStatus = %+v", st)
 	}
 	// A node's own status function answers instead when it has one.
-	c2 := serve(t, m, noderpc.HandlerOptions{Status: func(context.Context) (noderpc.Status, error) {
-		return noderpc.Status{Node: "n", MaxSandboxes: 7}, nil
+	c2 := serve(t, m, noderpc.HandlerOptions{Status: func(ctx context.Context) (noderpc.Status, error) {
+		st, err := noderpc.StatusOf(ctx, m)
+		st.MaxSandboxes = 7
+		return st, err
 	}}).client(t, nil)
-	if st, err := c2.NodeStatus(ctx); err != nil || st.MaxSandboxes != 7 {
+	if st, err := c2.NodeStatus(ctx); err != nil || st.MaxSandboxes != 7 || st.Sandboxes != 2 {
 		t.Errorf("NodeStatus with Status set = %+v, %v", st, err)
 	}
 }
