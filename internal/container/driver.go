@@ -83,6 +83,9 @@ type Driver struct {
 	usernsErr error
 
 	coreSched bool // the kernel has PR_SCHED_CORE (LS sandboxes get a cookie)
+	// runTmpfs: the run dir may be the driver's own tmpfs (see rundir.go),
+	// unmounted by Close when no sandbox is left.
+	runTmpfs bool
 	// weaken is nil except in this package's tests (see weakening).
 	weaken func(id string) weakening
 }
@@ -113,6 +116,14 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("container: %w", err)
 		}
 	}
+	// mounted only on the default run dir: one the caller chose is theirs
+	runTmpfs := false
+	if defaultRun {
+		var merr error
+		if runTmpfs, merr = mountRunTmpfs(cfg.RunDir); merr != nil {
+			cfg.Logger.Warn("run dir stays on disk", "err", merr)
+		}
+	}
 	initPath, err := initbin.Install(cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("container: install init: %w", err)
@@ -134,7 +145,8 @@ func New(cfg Config) (*Driver, error) {
 		mfd.Close()
 		return nil, err
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids, coreSched: cgroups.CoreSchedAvailable()}
+	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids,
+		coreSched: cgroups.CoreSchedAvailable(), runTmpfs: runTmpfs || (defaultRun && onMemoryFS(cfg.RunDir))}
 	// An init in a user namespace resolves its binary and mountpoints in
 	// the run dir as an unprivileged uid: make it traversable (not
 	// listable; the sockets in it stay 0600).
@@ -229,6 +241,9 @@ func (d *Driver) Close() error {
 	if d.nsInitPath != "" {
 		_ = os.Remove(d.nsInitPath) // running inits need it no more; New installs it again
 	}
+	if d.runTmpfs {
+		err = errors.Join(err, unmountRunTmpfs(d.cfg.RunDir))
+	}
 	_ = os.Remove(d.cfg.RunDir) // fails, harmlessly, while sockets remain
 	return err
 }
@@ -262,7 +277,9 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		return nil, errdefs.Invalid("ksm: the host kernel has no KSM (/sys/kernel/mm/ksm)")
 	}
 	var idmap *initproto.IDMap
-	dir, mnt, initPath := d.dir(spec.ID), d.dir(spec.ID), d.initPath
+	// The mountpoints live in the run dir (a memory file system, see
+	// rundir.go), the init log in the state dir.
+	dir, mnt, initPath := d.dir(spec.ID), d.nsDir(spec.ID), d.initPath
 	if d.usesUserNS(spec.ID, spec.UserNS) {
 		if d.usernsErr != nil {
 			return nil, errdefs.New(api.CodeUnavailable, "container: no user namespaces on this node: %v", d.usernsErr)
