@@ -70,6 +70,7 @@ type Driver struct {
 	nsInitPath string
 	cg         *cgroups.Hierarchy
 	seccomp    *os.File // sealed memfd with the compiled default profile
+	spawner    *initproto.Spawner
 
 	// sysfs is the read-only sysfs shared by all sandboxes (cloned onto
 	// their /sys, see initproto.MountSharedSysfs); "" if it could not be
@@ -145,7 +146,13 @@ func New(cfg Config) (*Driver, error) {
 		mfd.Close()
 		return nil, err
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids,
+	// Inits are cloned from a helper with a tiny descriptor table (see
+	// initproto.Spawner); without it, from this process.
+	spawner, serr := initproto.StartSpawner(initPath, 0)
+	if serr != nil {
+		cfg.Logger.Warn("no init spawner; inits are forked from the server", "err", serr)
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids, spawner: spawner,
 		coreSched: cgroups.CoreSchedAvailable(), runTmpfs: runTmpfs || (defaultRun && onMemoryFS(cfg.RunDir))}
 	// An init in a user namespace resolves its binary and mountpoints in
 	// the run dir as an unprivileged uid: make it traversable (not
@@ -221,7 +228,7 @@ func (d *Driver) CgroupVersion() int { return d.cg.Version() }
 // Close releases driver-wide resources (not the sandboxes, which keep their
 // clones of the shared sysfs).
 func (d *Driver) Close() error {
-	err := errors.Join(d.seccomp.Close(), d.cg.Close())
+	err := errors.Join(d.seccomp.Close(), d.cg.Close(), d.spawner.Close())
 	if d.sysfs != "" {
 		d.sysfsMu.Lock()
 		err = errors.Join(err, initproto.UnmountSharedSysfs(d.sysfs))
@@ -352,6 +359,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		Lower:      lower,
 		SysfsPath:  d.sharedSysfs(),
 		SocketPath: d.socket(spec.ID),
+		Spawner:    d.spawner,
 		Seccomp:    d.seccompFor(spec.ID),
 		Security:   &sec,
 		LogPath:    filepath.Join(dir, "init.log"),
