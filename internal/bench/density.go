@@ -38,6 +38,12 @@ type DensityResult struct {
 	MemcgsPerSandbox      float64 `json:"memcgs_per_sandbox"`
 	SuperblocksPerSandbox int     `json:"superblocks_per_sandbox"`
 	Filesystems           string  `json:"filesystems,omitempty"`
+	// ShrinkerUnitsPerMemcg is the host's kmalloc-1k objects per memory
+	// cgroup with the sandboxes up: nearly all of them are memcg shrinker
+	// table units (one per 64 shrinker ids the host has had since boot), so
+	// 64 times this is about the host's high-water superblock count, which
+	// sets what every new memcg costs (a fresh boot: low).
+	ShrinkerUnitsPerMemcg float64 `json:"shrinker_units_per_memcg,omitempty"`
 	// SlabTop is the slab caches that grew most, bytes per sandbox.
 	SlabTop   []SlabDelta `json:"slab_top,omitempty"`
 	StoppedBy string      `json:"stopped_by,omitempty"`
@@ -92,8 +98,13 @@ func Density(ctx context.Context, o Options) (DensityResult, error) {
 		res.TotalBytes = u1 - u0
 		res.SlabBytes = s1 - s0
 		res.BytesPerSandbox = res.TotalBytes / n
-		if slab1, err := readSlabinfo(); err == nil && slab0 != nil {
-			res.SlabTop = slabTop(slab0, slab1, n, 10)
+		if slab1, err := readSlabinfo(); err == nil {
+			if slab0 != nil {
+				res.SlabTop = slabTop(slab0, slab1, n, 10)
+			}
+			if cgs := memcgCount(); cgs > 0 {
+				res.ShrinkerUnitsPerMemcg = round(float64(slab1["kmalloc-1k"].objs)/float64(cgs), 1)
+			}
 		}
 		if cg0 >= 0 {
 			res.MemcgsPerSandbox = round(float64(memcgCount()-cg0)/float64(n), 2)
