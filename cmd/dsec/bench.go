@@ -111,6 +111,13 @@ func benchCmd() *cobra.Command {
 			return print(r, func() {
 				fmt.Printf("%d/%d idle sandboxes, %d KiB each (%d MiB total, slab %d MiB), create %.1f s, teardown %.1f s\n",
 					r.Sandboxes, r.Requested, r.BytesPerSandbox>>10, r.TotalBytes>>20, r.SlabBytes>>20, r.CreateS, r.TeardownS)
+				fmt.Printf("create rate: first %.1f/s, last %.1f/s, at 2,400 live %.1f/s; %.2f memcgs and %d superblocks (%s) per sandbox\n",
+					r.FirstRate, r.LastRate, r.RateAt2400, r.MemcgsPerSandbox, r.SuperblocksPerSandbox, r.Filesystems)
+				fmt.Printf("memcg shrinker table: %.0f KiB per memcg (about %.0f superblocks high-water on this boot)\n",
+					r.ShrinkerUnitsPerMemcg, 64*r.ShrinkerUnitsPerMemcg)
+				for _, s := range r.SlabTop {
+					fmt.Printf("  slab %-24s %8d B/sandbox (%.1f objects)\n", s.Cache, s.BytesPerSandbox, s.ObjsPerSandbox)
+				}
 				if r.StoppedBy != "" {
 					fmt.Println("stopped by:", r.StoppedBy)
 				}

@@ -1789,12 +1789,16 @@ static void __attribute__((noreturn)) serve(struct state *s)
 	}
 }
 
-int main(void)
+#include "spawner.h"
+
+int main(int argc, char **argv)
 {
 	struct config cfg;
 	struct state s;
 	sigset_t mask;
 
+	if (argc == 2 && !strcmp(argv[1], "spawner"))
+		return spawner_main();
 	memset(&s, 0, sizeof s);
 	/* Drop every fd the spawning process leaked past the layout (fds it
 	 * inherited without O_CLOEXEC), so none can reach the sandbox. */

@@ -57,9 +57,11 @@ func controlsV1(l Limits, dir func(ctrl string) string) []control {
 	var cs []control
 	if l.CPU != 0 {
 		cpu := dir(ctrlCPU)
-		cs = append(cs,
-			control{path: filepath.Join(cpu, "cpu.cfs_period_us"), value: strconv.Itoa(cfsPeriodUs)},
-			control{path: filepath.Join(cpu, "cpu.cfs_quota_us"), value: strconv.FormatInt(l.quotaUs(), 10)})
+		// A fresh group's period is the kernel's default (100 ms, which
+		// cfsPeriodUs is), so only the quota is written: every write of
+		// either walks the host's whole tree of CPU cgroups
+		// (tg_set_cfs_bandwidth), O(sandboxes) per create.
+		cs = append(cs, control{path: filepath.Join(cpu, "cpu.cfs_quota_us"), value: strconv.FormatInt(l.quotaUs(), 10)})
 	}
 	mem := dir(ctrlMemory)
 	if l.MemoryBytes != 0 {

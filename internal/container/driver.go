@@ -70,6 +70,7 @@ type Driver struct {
 	nsInitPath string
 	cg         *cgroups.Hierarchy
 	seccomp    *os.File // sealed memfd with the compiled default profile
+	spawner    *initproto.Spawner
 
 	// sysfs is the read-only sysfs shared by all sandboxes (cloned onto
 	// their /sys, see initproto.MountSharedSysfs); "" if it could not be
@@ -83,6 +84,9 @@ type Driver struct {
 	usernsErr error
 
 	coreSched bool // the kernel has PR_SCHED_CORE (LS sandboxes get a cookie)
+	// runTmpfs: the run dir may be the driver's own tmpfs (see rundir.go),
+	// unmounted by Close when no sandbox is left.
+	runTmpfs bool
 	// weaken is nil except in this package's tests (see weakening).
 	weaken func(id string) weakening
 }
@@ -113,6 +117,14 @@ func New(cfg Config) (*Driver, error) {
 			return nil, fmt.Errorf("container: %w", err)
 		}
 	}
+	// mounted only on the default run dir: one the caller chose is theirs
+	runTmpfs := false
+	if defaultRun {
+		var merr error
+		if runTmpfs, merr = mountRunTmpfs(cfg.RunDir); merr != nil {
+			cfg.Logger.Warn("run dir stays on disk", "err", merr)
+		}
+	}
 	initPath, err := initbin.Install(cfg.StateDir)
 	if err != nil {
 		return nil, fmt.Errorf("container: install init: %w", err)
@@ -134,7 +146,14 @@ func New(cfg Config) (*Driver, error) {
 		mfd.Close()
 		return nil, err
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids, coreSched: cgroups.CoreSchedAvailable()}
+	// Inits are cloned from a helper with a tiny descriptor table (see
+	// initproto.Spawner); without it, from this process.
+	spawner, serr := initproto.StartSpawner(initPath, 0)
+	if serr != nil {
+		cfg.Logger.Warn("no init spawner; inits are forked from the server", "err", serr)
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids, spawner: spawner,
+		coreSched: cgroups.CoreSchedAvailable(), runTmpfs: runTmpfs || (defaultRun && onMemoryFS(cfg.RunDir))}
 	// An init in a user namespace resolves its binary and mountpoints in
 	// the run dir as an unprivileged uid: make it traversable (not
 	// listable; the sockets in it stay 0600).
@@ -209,7 +228,7 @@ func (d *Driver) CgroupVersion() int { return d.cg.Version() }
 // Close releases driver-wide resources (not the sandboxes, which keep their
 // clones of the shared sysfs).
 func (d *Driver) Close() error {
-	err := errors.Join(d.seccomp.Close(), d.cg.Close())
+	err := errors.Join(d.seccomp.Close(), d.cg.Close(), d.spawner.Close())
 	if d.sysfs != "" {
 		d.sysfsMu.Lock()
 		err = errors.Join(err, initproto.UnmountSharedSysfs(d.sysfs))
@@ -228,6 +247,9 @@ func (d *Driver) Close() error {
 	}
 	if d.nsInitPath != "" {
 		_ = os.Remove(d.nsInitPath) // running inits need it no more; New installs it again
+	}
+	if d.runTmpfs {
+		err = errors.Join(err, unmountRunTmpfs(d.cfg.RunDir))
 	}
 	_ = os.Remove(d.cfg.RunDir) // fails, harmlessly, while sockets remain
 	return err
@@ -262,7 +284,9 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		return nil, errdefs.Invalid("ksm: the host kernel has no KSM (/sys/kernel/mm/ksm)")
 	}
 	var idmap *initproto.IDMap
-	dir, mnt, initPath := d.dir(spec.ID), d.dir(spec.ID), d.initPath
+	// The mountpoints live in the run dir (a memory file system, see
+	// rundir.go), the init log in the state dir.
+	dir, mnt, initPath := d.dir(spec.ID), d.nsDir(spec.ID), d.initPath
 	if d.usesUserNS(spec.ID, spec.UserNS) {
 		if d.usernsErr != nil {
 			return nil, errdefs.New(api.CodeUnavailable, "container: no user namespaces on this node: %v", d.usernsErr)
@@ -335,6 +359,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		Lower:      lower,
 		SysfsPath:  d.sharedSysfs(),
 		SocketPath: d.socket(spec.ID),
+		Spawner:    d.spawner,
 		Seccomp:    d.seccompFor(spec.ID),
 		Security:   &sec,
 		LogPath:    filepath.Join(dir, "init.log"),

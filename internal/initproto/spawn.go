@@ -54,6 +54,8 @@ type SpawnConfig struct {
 	// BeforeStart runs after the clone and before the init does anything,
 	// e.g. to join v1 cgroups. Nil is fine.
 	BeforeStart func(pid int) error
+	// Spawner, if set, clones the init (see Spawner); nil: ForkExec.
+	Spawner *Spawner
 	// KSM makes the init call PR_SET_MEMORY_MERGE before it starts anything:
 	// KSM may merge the pages of every process in the sandbox.
 	KSM bool
@@ -255,15 +257,20 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Init, error) {
 		sys.UseCgroupFD = true
 		sys.CgroupFD = cfg.CgroupFD
 	}
-	pid, err := syscall.ForkExec(cfg.InitPath, []string{"dsec-init"}, &syscall.ProcAttr{
-		Env: []string{},
-		Files: []uintptr{
-			files.devnull.Fd(), files.log.Fd(), files.log.Fd(),
-			files.cfgR.Fd(), files.syncR.Fd(), files.statusW.Fd(),
-			uintptr(lfd), seccompFD,
-		},
-		Sys: sys,
-	})
+	childFiles := []uintptr{
+		files.devnull.Fd(), files.log.Fd(), files.log.Fd(),
+		files.cfgR.Fd(), files.syncR.Fd(), files.statusW.Fd(),
+		uintptr(lfd), seccompFD,
+	}
+	pid, err := 0, errSpawnerGone
+	if cfg.Spawner != nil && spawnable(sys) {
+		pid, err = cfg.Spawner.spawn(cfg.InitPath, uint32(sys.Cloneflags), childFiles)
+	}
+	if errors.Is(err, errSpawnerGone) {
+		pid, err = syscall.ForkExec(cfg.InitPath, []string{"dsec-init"}, &syscall.ProcAttr{
+			Env: []string{}, Files: childFiles, Sys: sys,
+		})
+	}
 	runtime.KeepAlive(cfg.Seccomp)
 	syscall.Close(lfd) // the init has its own copy now
 	files.closeChildOnly()

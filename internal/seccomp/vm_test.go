@@ -28,9 +28,17 @@ func (d seccompData) bytes() []byte {
 // run evaluates a seccomp program the way the kernel does, for the opcodes
 // the compiler emits, rejecting anything else or any malformed jump.
 func run(prog []unix.SockFilter, d seccompData) (Action, error) {
+	act, _, err := runSteps(prog, d)
+	return act, err
+}
+
+// runSteps is run that also counts the instructions executed.
+func runSteps(prog []unix.SockFilter, d seccompData) (Action, int, error) {
 	data := d.bytes()
 	var acc uint32
+	steps := 0
 	for pc := 0; pc < len(prog); pc++ {
+		steps++
 		ins := prog[pc]
 		cond := func(ok bool) {
 			if ok {
@@ -42,7 +50,7 @@ func run(prog []unix.SockFilter, d seccompData) (Action, error) {
 		switch ins.Code {
 		case unix.BPF_LD | unix.BPF_W | unix.BPF_ABS:
 			if ins.K%4 != 0 || int(ins.K)+4 > len(data) {
-				return 0, fmt.Errorf("pc %d: bad load offset %d", pc, ins.K)
+				return 0, steps, fmt.Errorf("pc %d: bad load offset %d", pc, ins.K)
 			}
 			acc = binary.LittleEndian.Uint32(data[ins.K:])
 		case unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K:
@@ -56,13 +64,13 @@ func run(prog []unix.SockFilter, d seccompData) (Action, error) {
 		case unix.BPF_JMP | unix.BPF_JA:
 			pc += int(ins.K)
 		case unix.BPF_RET | unix.BPF_K:
-			return Action(ins.K), nil
+			return Action(ins.K), steps, nil
 		default:
-			return 0, fmt.Errorf("pc %d: unsupported opcode %#x", pc, ins.Code)
+			return 0, steps, fmt.Errorf("pc %d: unsupported opcode %#x", pc, ins.Code)
 		}
 		if pc+1 > len(prog) {
-			return 0, fmt.Errorf("pc %d: jump past the end", pc)
+			return 0, steps, fmt.Errorf("pc %d: jump past the end", pc)
 		}
 	}
-	return 0, fmt.Errorf("fell off the end of the program")
+	return 0, steps, fmt.Errorf("fell off the end of the program")
 }

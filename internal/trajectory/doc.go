@@ -54,11 +54,12 @@
 //
 // In the Pebble store (the default) the started mark is committed with a WAL
 // sync request, and Begin returns when the WAL writer has written it to the WAL
-// file: the file system wrapper lazyWALFS skips the fsync of a WAL group that
-// no durable write waits for (a Pebble NoSync write would stay in the writer's
-// memory until the next sync). Finish waits for its fsync, one
-// per commit group, which also covers the marks before it; WAL files are
-// recycled, so the fsync is usually of preallocated space. In the bbolt store
+// file: the file system wrapper lazyWALFS skips every fsync the WAL writer asks
+// for (a Pebble NoSync write would stay in the writer's memory until the next
+// sync), so a Begin never waits for a disk flush. Finish then waits for a group
+// fsync of its own, one for every durable write waiting, which also covers the
+// marks before it; WAL files are recycled, so the fsync is usually of
+// preallocated space. In the bbolt store
 // the started mark is a transaction committed without fsync (written to the page
 // cache before Begin returns) and commits are grouped: one committer goroutine
 // writes every update queued while the previous transaction was being fsync'd

@@ -74,8 +74,8 @@ func TestPebbleStartedMarks(t *testing.T) {
 	}
 }
 
-// TestLazyWALDirty: a real sync first fsyncs the WAL files whose syncs were
-// skipped, and Close fsyncs a dirty file.
+// TestLazyWALDirty: the WAL writer's syncs are skipped, a durable sync fsyncs
+// every WAL file written since, and Close fsyncs a dirty file.
 func TestLazyWALDirty(t *testing.T) {
 	var syncs atomic.Int64
 	fs := newLazyWALFS(syncCountFS(vfs.NewMem(), &syncs))
@@ -91,11 +91,12 @@ func TestLazyWALDirty(t *testing.T) {
 	if n := syncs.Load(); n != 0 {
 		t.Fatalf("skippable WAL syncs reached the disk: %d", n)
 	}
-	fs.durable.Add(1)
-	if err := f2.SyncData(); err != nil || syncs.Load() != 3 {
-		t.Fatalf("a real sync should fsync the dirty WAL files too: %d %v", syncs.Load(), err)
+	if err := fs.syncDurable(); err != nil || syncs.Load() != 3 {
+		t.Fatalf("a durable sync should fsync every dirty WAL file: %d %v", syncs.Load(), err)
 	}
-	fs.durable.Add(-1)
+	if err := fs.syncDurable(); err != nil || syncs.Load() != 3 {
+		t.Fatalf("a durable sync with nothing written should not fsync: %d %v", syncs.Load(), err)
+	}
 	_ = f1.Sync()
 	if err := f1.Close(); err != nil || syncs.Load() != 4 {
 		t.Fatalf("closing a dirty WAL file should fsync it: %d %v", syncs.Load(), err)
@@ -105,4 +106,53 @@ func TestLazyWALDirty(t *testing.T) {
 	}
 	f2.Close()
 	other.Close()
+}
+
+// slowSyncFile is a WAL file whose fsyncs take d (a slow disk).
+type slowSyncFile struct {
+	vfs.File
+	d time.Duration
+}
+
+func (f *slowSyncFile) Sync() error     { time.Sleep(f.d); return f.File.Sync() }
+func (f *slowSyncFile) SyncData() error { time.Sleep(f.d); return f.File.SyncData() }
+
+// TestPebbleBeginSkipsFsync: a started mark does not wait for the fsync of
+// another trajectory's result (on a slow disk a Begin used to wait for the
+// fsync in progress and then for the one its group shared with durable
+// writes), while that result still waits for its fsync.
+func TestPebbleBeginSkipsFsync(t *testing.T) {
+	ctx := context.Background()
+	const fsync = 300 * time.Millisecond
+	slow := walFS{FS: vfs.Default, wrap: func(f vfs.File) vfs.File { return &slowSyncFile{f, fsync} }}
+	p, err := OpenPebble(filepath.Join(t.TempDir(), "log"), PebbleOptions{fs: slow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	req := func(id string, n int) BeginRequest {
+		return BeginRequest{Trajectory: id, N: n, Op: OpExec, Fingerprint: "f", SandboxID: "sb", Now: time.Now()}
+	}
+	if _, err := p.Begin(ctx, req("a", 1)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan time.Duration, 1)
+	go func() {
+		s := time.Now()
+		if err := p.Finish(ctx, "a", 1, Result{Status: 200, Body: []byte("ok")}, time.Now()); err != nil {
+			t.Error(err)
+		}
+		done <- time.Since(s)
+	}()
+	time.Sleep(50 * time.Millisecond) // the Finish's fsync is under way
+	s := time.Now()
+	if _, err := p.Begin(ctx, req("b", 1)); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(s); took > fsync/2 {
+		t.Errorf("a Begin took %v while another trajectory's result was being fsynced (fsync %v)", took, fsync)
+	}
+	if took := <-done; took < fsync {
+		t.Errorf("Finish returned after %v, before its fsync (%v) could have finished", took, fsync)
+	}
 }

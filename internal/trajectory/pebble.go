@@ -83,14 +83,14 @@ type PebbleOptions struct {
 // preallocated space), memtables flushed to sstables in the background.
 //
 // Every write takes the lock of its trajectory (1024 stripes), reads, decides,
-// and commits its batch with a WAL sync before it unlocks, so that no reader
-// sees (and no replay answers from) a record before it is on disk; writes of
-// other trajectories share the fsyncs (Pebble's commit pipeline groups them).
-// Finish, Abort, Delete, Rebind and Prune wait for an fsync. Begin waits until
-// the WAL writer has written its started mark to the WAL file, whose fsync
-// lazyWALFS skips unless a durable write shares it (a Pebble NoSync write would
-// stay in the writer's memory until the next sync or a full 32 KiB block, which
-// a process crash loses).
+// commits its batch and, when durable, waits for a group fsync before it
+// unlocks, so that no replay answers from a record before it is on disk (Get
+// and List, which take no lock, wait for a sync while a durable write is in
+// between); writes of other trajectories share the fsyncs. Finish, Abort,
+// Delete, Rebind and Prune wait for an fsync. Begin waits until the WAL writer
+// has written its started mark to the WAL file and never for an fsync
+// (lazyWALFS; a Pebble NoSync write would stay in the writer's memory until
+// the next sync or a full 32 KiB block, which a process crash loses).
 type Pebble struct {
 	db   *pebble.DB
 	fs   *lazyWALFS
@@ -202,18 +202,31 @@ func (p *Pebble) lockAll() func() {
 	}
 }
 
-// commit commits b with a WAL sync, then unlocks: the sync is an fsync when
-// durable, else (a started mark) the WAL write, whose fsync lazyWALFS skips
-// unless a durable write shares it. The caller is inside enter.
+// commit commits b (written to the WAL file: lazyWALFS skips the WAL writer's
+// fsyncs), waits for a group fsync when durable, then unlocks. The caller is
+// inside enter.
 func (p *Pebble) commit(b *pebble.Batch, unlock func(), durable bool) error {
 	if durable {
 		p.fs.durable.Add(1)
 		defer p.fs.durable.Add(-1)
 	}
-	err := b.Commit(pebble.Sync)
+	err := b.Commit(pebble.Sync) // written: lazyWALFS skips the WAL writer's fsync
+	if err == nil && durable {
+		err = p.fs.syncDurable()
+	}
 	unlock()
 	b.Close()
 	return err
+}
+
+// settled waits, when a durable write is between its commit and its fsync,
+// for a sync: a reader outside the trajectory locks sees no result a power
+// loss could take back.
+func (p *Pebble) settled() error {
+	if p.fs.durable.Load() == 0 {
+		return nil
+	}
+	return p.fs.syncDurable()
 }
 
 // get returns a copy of key's value, nil if none.
@@ -441,6 +454,9 @@ func (p *Pebble) Get(ctx context.Context, traj string) (Meta, []Step, error) {
 	defer p.leave()
 	snap := p.db.NewSnapshot()
 	defer snap.Close()
+	if err := p.settled(); err != nil {
+		return Meta{}, nil, err
+	}
 	meta, err := readMeta(snap, traj)
 	if err != nil {
 		return Meta{}, nil, err
@@ -504,6 +520,9 @@ func (p *Pebble) List(ctx context.Context) ([]Meta, error) {
 		return nil, err
 	}
 	defer it.Close()
+	if err := p.settled(); err != nil {
+		return nil, err
+	}
 	var out []Meta
 	for it.First(); it.Valid(); it.Next() {
 		v, err := it.ValueAndErr()

@@ -1,0 +1,139 @@
+/*
+ * spawner: `dsec-init spawner`, a tiny long-lived helper that clones sandbox
+ * inits for the server (internal/initproto/spawner.go).
+ *
+ * Why: the server holds a descriptor per live sandbox (its pidfd), and a
+ * fork+exec from the server copies its whole descriptor table and then closes
+ * every close-on-exec entry again at exec: O(live sandboxes) per create. This
+ * process has four descriptors; the server sends it the new init's fds and it
+ * clones with CLONE_PARENT, so the init is still the server's child (the
+ * server reaps it and gets its SIGCHLD) but was copied from a tiny table.
+ *
+ * Protocol on fd 3 (SOCK_SEQPACKET): a request is struct spawn_req plus the
+ * init's fds as SCM_RIGHTS, one per bit set in mask, in fd order; the answer
+ * is struct spawn_ans: the pid, or an errno (clone, or execve in the child,
+ * reported through a close-on-exec pipe). EOF on fd 3: the server is gone,
+ * exit.
+ */
+#define SPAWN_MAXFD 8
+
+struct spawn_req {
+	uint32_t flags; /* clone namespace flags */
+	uint32_t mask;  /* bit i: fd i of the init is attached */
+	char path[4096]; /* NUL-terminated */
+};
+
+struct spawn_ans {
+	int32_t pid;
+	int32_t err;
+};
+
+static void spawn_child(const struct spawn_req *rq, const int *fds, int errw)
+{
+	/* move everything above the target range first, then into place */
+	int hi[SPAWN_MAXFD];
+	for (int i = 0; i < SPAWN_MAXFD; i++) {
+		hi[i] = -1;
+		if (fds[i] >= 0 && (hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 64)) < 0)
+			goto fail;
+	}
+	for (int i = 0; i < SPAWN_MAXFD; i++) {
+		if (hi[i] < 0)
+			continue;
+		if (dup2(hi[i], i) < 0) /* dup2 clears close-on-exec */
+			goto fail;
+	}
+	if (errw < 64) { /* keep the error pipe out of the init's range */
+		int e = fcntl(errw, F_DUPFD_CLOEXEC, 64);
+		if (e < 0)
+			goto fail;
+		errw = e;
+	}
+	for (int i = 0; i < SPAWN_MAXFD; i++)
+		if (hi[i] < 0 && i >= 3) /* an absent fd must stay closed (fd 7) */
+			close(i);
+	syscall(SYS_close_range, SPAWN_MAXFD, 63, 0);
+	if (setsid() < 0)
+		goto fail;
+	char *argv[] = {"dsec-init", NULL};
+	char *envp[] = {NULL};
+	execve(rq->path, argv, envp);
+fail:;
+	int32_t e = errno;
+	if (write(errw, &e, sizeof e) < 0) {
+	}
+	_exit(127);
+}
+
+static int spawner_main(void)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	signal(SIGCHLD, SIG_DFL);
+	static struct spawn_req rq;
+	for (;;) {
+		char cbuf[CMSG_SPACE(sizeof(int) * SPAWN_MAXFD)];
+		struct iovec iov = {&rq, sizeof rq};
+		struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+		memset(&rq, 0, sizeof rq);
+		ssize_t n = recvmsg(3, &mh, MSG_CMSG_CLOEXEC);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			_exit(0);
+		int got[SPAWN_MAXFD], ngot = 0;
+		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+				continue;
+			int k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+			for (int i = 0; i < k; i++) {
+				int fd;
+				memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+				if (ngot < SPAWN_MAXFD)
+					got[ngot++] = fd;
+				else
+					close(fd);
+			}
+		}
+		struct spawn_ans ans = {0, 0};
+		int fds[SPAWN_MAXFD], want = 0;
+		for (int i = 0; i < SPAWN_MAXFD; i++) {
+			fds[i] = -1;
+			if (rq.mask & (1u << i))
+				fds[i] = want < ngot ? got[want] : -1, want++;
+		}
+		int pe[2] = {-1, -1};
+		if ((size_t)n != sizeof rq || want != ngot || rq.path[sizeof rq.path - 1] != 0 ||
+		    (rq.flags & ~(uint32_t)(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET)))
+			ans.err = EINVAL;
+		else if (pipe2(pe, O_CLOEXEC))
+			ans.err = errno;
+		if (!ans.err) {
+			long pid = syscall(SYS_clone, (unsigned long)(rq.flags | CLONE_PARENT), NULL, NULL, NULL, NULL);
+			if (pid == 0) {
+				close(pe[0]);
+				spawn_child(&rq, fds, pe[1]);
+			}
+			close(pe[1]);
+			if (pid < 0) {
+				ans.err = errno;
+			} else {
+				int32_t e = 0;
+				ssize_t r;
+				do
+					r = read(pe[0], &e, sizeof e);
+				while (r < 0 && errno == EINTR);
+				/* EOF: execve succeeded; else the child exits by itself
+				 * and the server, its parent, reaps it */
+				ans.pid = (int32_t)pid;
+				ans.err = r == sizeof e ? e : 0;
+			}
+			close(pe[0]);
+		}
+		for (int i = 0; i < ngot; i++)
+			close(got[i]);
+		if (write(3, &ans, sizeof ans) != sizeof ans)
+			_exit(0);
+	}
+}

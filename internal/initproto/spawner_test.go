@@ -1,0 +1,66 @@
+package initproto
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// ppid reads pid's parent from /proc.
+func ppid(t *testing.T, pid int) int {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	n, err := strconv.Atoi(f[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestSpawnerInit: an init cloned by the spawner works like a forked one and
+// is this process's child (CLONE_PARENT): it reaps it and gets its SIGCHLD.
+func TestSpawnerInit(t *testing.T) {
+	requireRoot(t)
+	sp, err := StartSpawner(installInit(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	s := newSandbox(t, func(c *SpawnConfig) { c.Spawner = sp })
+	if got := ppid(t, s.init.PID); got != os.Getpid() {
+		t.Fatalf("the init's parent is %d, want this process %d", got, os.Getpid())
+	}
+	if r := s.sh(t, "hostname"); strings.TrimSpace(r.stdout) != "sbx-test" {
+		t.Fatalf("hostname in the sandbox: %+v", r)
+	}
+	s.kill() // wait4 on the pid: fails with ECHILD unless it is our child
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(s.init.PID, &ws, syscall.WNOHANG, nil); !errors.Is(err, syscall.ECHILD) {
+		t.Fatalf("init %d not reaped by us: %v", s.init.PID, err)
+	}
+}
+
+// TestSpawnerExecError: a binary that cannot run is an error with the errno
+// of the child's execve.
+func TestSpawnerExecError(t *testing.T) {
+	requireRoot(t)
+	sp, err := StartSpawner(installInit(t), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	_, err = sp.spawn("/nonexistent/dsec-init", 0, []uintptr{null.Fd(), null.Fd(), null.Fd()})
+	if !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("want ENOENT, got %v", err)
+	}
+}
