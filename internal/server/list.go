@@ -66,10 +66,10 @@ var (
 )
 
 // parseListQuery validates every parameter: an unknown parameter, state or
-// backend, a malformed label or cursor, or a limit out of range is an
+// backend (one of backends), a malformed label or cursor, or a limit out of range is an
 // invalid_argument naming it. Repeated or comma-separated values of state,
 // backend and node match any of them; repeated labels must all match.
-func parseListQuery(r *http.Request) (listQuery, error) {
+func parseListQuery(r *http.Request, backends []string) (listQuery, error) {
 	q := listQuery{}
 	for name, vals := range r.URL.Query() {
 		switch name {
@@ -80,7 +80,7 @@ func parseListQuery(r *http.Request) (listQuery, error) {
 			}
 			q.states = set
 		case "backend":
-			set, err := oneOf(name, vals, knownBackends)
+			set, err := oneOf(name, vals, backends)
 			if err != nil {
 				return q, err
 			}
@@ -186,43 +186,65 @@ func keyOf(sb *api.Sandbox) cursor { return cursor{created: sb.CreatedAt.UnixNan
 
 // page filters and orders list and cuts the page after the cursor; next is the
 // cursor of the following page ("" on the last one) and total counts every
-// match.
+// match. Only the page's sandboxes are copied; a list that is already in order
+// (the agent's is) is not sorted again.
 func (q *listQuery) page(list []api.Sandbox) (page []api.Sandbox, next string, total int) {
-	matched := list[:0:0]
+	type entry struct {
+		key cursor
+		i   int
+	}
+	matched := make([]entry, 0, len(list))
+	sorted := true
 	for i := range list {
-		if q.match(&list[i]) {
-			matched = append(matched, list[i])
+		if !q.match(&list[i]) {
+			continue
+		}
+		e := entry{key: keyOf(&list[i]), i: i}
+		if n := len(matched); n > 0 && !less(matched[n-1].key, e.key) {
+			sorted = false
+		}
+		matched = append(matched, e)
+	}
+	if !sorted {
+		sort.Slice(matched, func(a, b int) bool { return less(matched[a].key, matched[b].key) })
+	}
+	if q.desc {
+		for a, b := 0, len(matched)-1; a < b; a, b = a+1, b-1 {
+			matched[a], matched[b] = matched[b], matched[a]
 		}
 	}
-	sort.SliceStable(matched, func(i, j int) bool {
-		a, b := keyOf(&matched[i]), keyOf(&matched[j])
-		if q.desc {
-			return less(b, a)
-		}
-		return less(a, b)
-	})
 	total = len(matched)
 	start := 0
 	if !q.after.zero() {
 		start = sort.Search(len(matched), func(i int) bool {
-			k := keyOf(&matched[i])
 			if q.desc {
-				return less(k, q.after)
+				return less(matched[i].key, q.after)
 			}
-			return less(q.after, k)
+			return less(q.after, matched[i].key)
 		})
 	}
 	matched = matched[start:]
 	if q.limit > 0 && len(matched) > q.limit {
 		matched = matched[:q.limit]
-		next = keyOf(&matched[len(matched)-1]).String()
+		next = matched[len(matched)-1].key.String()
 	}
-	return matched, next, total
+	page = make([]api.Sandbox, len(matched))
+	for j, e := range matched {
+		page[j] = list[e.i]
+	}
+	return page, next, total
 }
 
 // listSandboxes handles GET /v1/sandboxes (see listQuery).
 func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
-	q, err := parseListQuery(r)
+	backends := knownBackends
+	if r.URL.Query().Has("backend") {
+		// The node's own backends count too (a test node's "mock").
+		if info, err := s.svc.Info(r.Context()); err == nil {
+			backends = append(append([]string(nil), backends...), info.Backends...)
+		}
+	}
+	q, err := parseListQuery(r, backends)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -39,6 +39,7 @@ const (
 // Terminal limits.
 const (
 	helloTimeout   = 10 * time.Second
+	deleteGrace    = 3 * time.Second // how long a failed exec waits to see its sandbox deleted
 	maxTermMessage = 1 << 20
 )
 
@@ -154,15 +155,24 @@ func (h *Handler) closeExecError(ctx context.Context, c *websocket.Conn, id stri
 	if ctx.Err() != nil {
 		return // the browser left
 	}
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteGrace)
 	defer cancel()
 	if errdefs.Is(err, api.CodeNotFound) || errdefs.Is(err, api.CodeSandboxGone) {
 		closeWith(ctx, c, CloseNotFound, errdefs.NotFound("sandbox %s does not exist (it was deleted): the terminal is closed", id))
 		return
 	}
-	if _, gerr := h.opts.Service.Get(gctx, id); errdefs.Is(gerr, api.CodeNotFound) {
-		closeWith(ctx, c, CloseNotFound, errdefs.NotFound("sandbox %s was deleted: the terminal is closed", id))
-		return
+	// A delete cuts the exec before the sandbox's record is gone: give it a moment.
+	for {
+		if _, gerr := h.opts.Service.Get(gctx, id); errdefs.Is(gerr, api.CodeNotFound) {
+			closeWith(ctx, c, CloseNotFound, errdefs.NotFound("sandbox %s was deleted: the terminal is closed", id))
+			return
+		}
+		select {
+		case <-gctx.Done():
+		case <-time.After(100 * time.Millisecond):
+			continue
+		}
+		break
 	}
 	h.log.WarnContext(ctx, "ui terminal: exec failed", "sandbox", id, "err", err)
 	closeWith(ctx, c, CloseFailed, err)
