@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -19,7 +20,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	rates := ui.NewRates(0, 0)
 	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: d.Token, Service: d.Manager, Rates: rates,
-		Pools: d.fnCallPools, Logger: d.cfg.Logger}))
+		Usage: d.usage, Pools: d.fnCallPools, Logger: d.cfg.Logger}))
 	sf := d.sandboxFusion()
 	tok := auth.NewToken(d.Token)
 	guarded := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -44,9 +45,24 @@ func (d *Daemon) fnCallPools() []ui.Pool {
 	}
 	var out []ui.Pool
 	for _, p := range d.FnCall.Pools() {
-		out = append(out, ui.Pool{Image: p.Image, Zygotes: p.Zygotes, Slots: p.Slots, Busy: p.Busy})
+		out = append(out, ui.Pool{Image: p.Image, Slots: p.Slots, Busy: p.Busy})
 	}
 	return out
+}
+
+// usage reports sandboxes' CPU and memory use for the dashboard and dsec top.
+func (d *Daemon) usage(_ context.Context, ids []string) ([]ui.Usage, error) {
+	use := d.Manager.UsageOf(ids)
+	out := make([]ui.Usage, len(use))
+	for i, u := range use {
+		cpu := -1.0
+		if u.CPUTime >= 0 {
+			cpu = u.CPUTime.Seconds()
+		}
+		out[i] = ui.Usage{ID: u.ID, Backend: u.Backend, State: u.State, MemoryBytes: u.MemoryBytes,
+			MemoryLimitBytes: u.MemoryLimit, CPUSeconds: cpu, CPULimit: u.CPULimit}
+	}
+	return out, nil
 }
 
 func (d *Daemon) sandboxFusion() *sandboxfusion.Handler {

@@ -48,12 +48,12 @@ type SandboxCounts struct {
 	ByBackend map[string]int `json:"by_backend"`
 }
 
-// Pool is one FnCall pool (one per image).
+// Pool is one FnCall pool (one per image): its run slots and how many run a
+// call now.
 type Pool struct {
-	Image   string `json:"image"`
-	Zygotes int    `json:"zygotes"`
-	Slots   int    `json:"slots"`
-	Busy    int    `json:"busy"`
+	Image string `json:"image"`
+	Slots int    `json:"slots"`
+	Busy  int    `json:"busy"`
 }
 
 // NodeSource reports the nodes' capacity and load (not their sandbox counts).

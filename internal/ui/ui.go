@@ -1,8 +1,10 @@
 // Package ui serves dsec's web dashboard: the embedded front end (ui/dist) at
 // /ui/, one JSON call that drives the overview (/ui/api/overview: nodes with
 // capacity and load, sandboxes by state and backend, create and error rates) and
-// a WebSocket terminal into a sandbox (/ui/api/terminal/{id}) bridged to the
-// session service's streaming exec with a TTY. The lists (sandboxes, images,
+// per-sandbox CPU and memory use (/ui/api/usage for a page of sandboxes,
+// /ui/api/top for the busiest, which `dsec top` shows) and a WebSocket terminal
+// into a sandbox (/ui/api/terminal/{id}) bridged to the session service's
+// streaming exec with a TTY. The lists (sandboxes, images,
 // trajectories) come from /v1 directly. It is an http.Handler any component
 // mounts: `dsec server` does, an API server in a cluster passes its own Nodes.
 //
@@ -39,6 +41,9 @@ type Options struct {
 	Nodes NodeSource
 	// Rates is the create/error history; nil: the overview has none.
 	Rates *Rates
+	// Usage reads sandboxes' CPU and memory use (/ui/api/usage, /ui/api/top);
+	// nil answers not_implemented.
+	Usage UsageFunc
 	// Pools reports FnCall pools; nil: none.
 	Pools func() []Pool
 	// Shell is what a terminal runs (/bin/sh -c); default TerminalShell.
@@ -54,6 +59,7 @@ type Handler struct {
 	tok  auth.Token
 	log  *slog.Logger
 	mux  *http.ServeMux
+	cpu  cpuSampler
 }
 
 // New returns the dashboard handler.
@@ -77,6 +83,8 @@ func New(opts Options) *Handler {
 	h.mux.Handle("GET "+Prefix+"assets/", immutable(static))
 	h.mux.Handle("GET "+Prefix+"favicon.svg", static)
 	h.mux.Handle("GET "+Prefix+"api/overview", h.bearer(http.HandlerFunc(h.overview)))
+	h.mux.Handle("GET "+Prefix+"api/usage", h.bearer(http.HandlerFunc(h.usage)))
+	h.mux.Handle("GET "+Prefix+"api/top", h.bearer(http.HandlerFunc(h.top)))
 	h.mux.HandleFunc("GET "+Prefix+"api/terminal/{id}", h.terminal)
 	h.mux.Handle(Prefix+"api/", h.bearer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, errdefs.NotFound("no dashboard API route %s %s", r.Method, r.URL.Path))

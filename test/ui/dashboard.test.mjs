@@ -3,11 +3,12 @@
 // with 10,000 sandboxes (mocknode).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
 import { chromium } from "playwright-core";
 
 const URL = process.env.DSEC_URL;
 const TOKEN = process.env.DSEC_TOKEN;
-const MOCK_URL = process.env.DSEC_MOCK_URL;
+const MOCK_OUT = process.env.DSEC_MOCK_OUT;
 const MOCK_N = Number(process.env.DSEC_MOCK_N || 0);
 const ART = process.env.DSEC_UI_ARTIFACTS;
 const RUN = Math.random().toString(36).slice(2, 8);
@@ -95,6 +96,9 @@ test("the overview lists the node and a sandbox created by the test", async () =
   await p.getByTestId("sandbox-table").waitFor();
   const ids = await p.getByTestId("sandbox-id").allTextContents();
   assert.ok(ids.includes(sb.id), `${sb.id} in ${ids}`);
+  // Its memory use arrives after the page (one usage call for the page).
+  await p.waitForFunction((id) => /\d.* \/ 512\.0 MiB/.test(document.querySelector(`[data-mem="${id}"]`)?.textContent ?? ""), sb.id);
+  assert.doesNotMatch(await p.locator(`[data-mem="${sb.id}"]`).textContent(), /^– /);
   await p.shot("sandboxes");
   await p.context().close();
 });
@@ -180,52 +184,69 @@ test("a terminal for a deleted sandbox closes with a clear message", async () =>
   await p.context().close();
 });
 
+// mockURL waits for mocknode (started by run.sh) to hold its sandboxes.
+async function mockURL() {
+  for (let i = 0; i < 1200; i++) {
+    let out = "";
+    try {
+      out = readFileSync(MOCK_OUT, "utf8");
+    } catch {}
+    const m = /^ready (\S+)/m.exec(out);
+    if (m) return m[1];
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  throw new Error("mocknode is not ready after 120 s");
+}
+
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
 // First paint with MOCK_N sandboxes: the overview (one JSON call) and the first
 // page of the list (one paged call), each timed from navigation start to the
-// rendered data, in a fresh page with the token in storage.
-test(`first paint with ${MOCK_N} sandboxes is under 1 s`, async () => {
-  assert.ok(MOCK_URL, "mocknode is running");
+// rendered data in a fresh page with the token in storage; three loads each
+// (this 2-core machine is shared), the median must be under 1 s.
+test(`first paint with ${MOCK_N} sandboxes is under 1 s`, { timeout: 180000 }, async () => {
+  const MOCK_URL = await mockURL();
   const p = await page("10k");
   await p.goto(MOCK_URL + "/ui/#token=" + encodeURIComponent(TOKEN));
   await p.getByTestId("overview").waitFor();
+  assert.equal(Number(await p.locator(".card .value").first().textContent()), MOCK_N, "the overview counts every sandbox");
+  await p.context().close();
   const results = {};
   for (const [view, hash] of [["overview", "#/"], ["sandboxes", "#/sandboxes"]]) {
-    const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
-    await ctx.addInitScript((tok) => localStorage.setItem("dsec.token", tok), TOKEN);
-    const q = await ctx.newPage();
-    const calls = [];
-    q.on("request", (r) => {
-      const u = new globalThis.URL(r.url());
-      if (u.pathname.startsWith("/v1/") || u.pathname.startsWith("/ui/api/")) calls.push(u.pathname + u.search);
-    });
-    await q.goto(MOCK_URL + "/ui/" + hash);
-    await q.waitForFunction((v) => document.body.dataset.ready === v, view, { timeout: 10000 });
-    const t = await q.evaluate(() => {
-      const nav = performance.getEntriesByType("navigation")[0];
-      const fcp = performance.getEntriesByName("first-contentful-paint")[0];
-      return { ready_ms: performance.now() - nav.startTime, fcp_ms: fcp ? fcp.startTime : null };
-    });
-    // One more frame: the data is on screen.
-    await q.evaluate(() => new Promise((r) => requestAnimationFrame(() => r())));
-    await q.screenshot({ path: `${ART}/10k-${view}.png` });
-    results[view] = { ...t, calls };
-    await ctx.close();
+    const runs = [];
+    for (let i = 0; i < 3; i++) {
+      const ctx = await browser.newContext({ viewport: { width: 1280, height: 800 } });
+      await ctx.addInitScript((tok) => localStorage.setItem("dsec.token", tok), TOKEN);
+      const q = await ctx.newPage();
+      const calls = [];
+      q.on("request", (r) => {
+        const u = new globalThis.URL(r.url());
+        if (u.pathname.startsWith("/v1/") || u.pathname.startsWith("/ui/api/")) calls.push(u.pathname + u.search);
+      });
+      await q.goto(MOCK_URL + "/ui/" + hash);
+      await q.waitForFunction((v) => document.body.dataset.ready === v, view, { timeout: 10000 });
+      const t = await q.evaluate(() => {
+        const nav = performance.getEntriesByType("navigation")[0];
+        const fcp = performance.getEntriesByName("first-contentful-paint")[0];
+        const api = performance.getEntriesByType("resource").find((r) => /\/(ui\/api\/overview|v1\/sandboxes\?)/.test(r.name));
+        return { ready_ms: Math.round(performance.now() - nav.startTime), fcp_ms: fcp ? Math.round(fcp.startTime) : null,
+          api_ms: api ? Math.round(api.duration) : null };
+      });
+      await q.evaluate(() => new Promise((r) => requestAnimationFrame(() => r())));
+      if (i === 0) await q.screenshot({ path: `${ART}/10k-${view}.png` });
+      // Wait for the usage call (sandboxes page) before counting calls.
+      await q.waitForLoadState("networkidle");
+      runs.push({ ...t, calls: calls.length });
+      // One call for the view's data (the sandboxes page adds one for its page's
+      // CPU and memory use), none per sandbox.
+      assert.ok(calls.length <= 2, `${view}: ${calls.length} API calls on load: ${calls}`);
+      for (const c of calls) assert.match(c, /^\/(v1\/sandboxes\?|ui\/api\/(overview|usage\?))/, `${view}: call ${c}`);
+      await ctx.close();
+    }
+    results[view] = { median_ready_ms: median(runs.map((r) => r.ready_ms)), runs };
   }
   console.log("first paint with %d sandboxes: %s", MOCK_N, JSON.stringify(results));
   for (const [view, r] of Object.entries(results)) {
-    assert.ok(r.ready_ms <= 1000, `${view}: data on screen after ${r.ready_ms.toFixed(0)} ms`);
-    assert.ok(r.calls.length <= 1, `${view}: ${r.calls.length} API calls on load: ${r.calls}`);
+    assert.ok(r.median_ready_ms <= 1000, `${view}: data on screen after ${r.median_ready_ms} ms (median of 3)`);
   }
-  const total = await (async () => {
-    const ctx = await browser.newContext();
-    await ctx.addInitScript((tok) => localStorage.setItem("dsec.token", tok), TOKEN);
-    const q = await ctx.newPage();
-    await q.goto(MOCK_URL + "/ui/#/");
-    await q.waitForFunction(() => document.body.dataset.ready === "overview");
-    const v = await q.locator(".card .value").first().textContent();
-    await ctx.close();
-    return Number(v);
-  })();
-  assert.equal(total, MOCK_N);
-  await p.context().close();
 });

@@ -31,14 +31,9 @@ for _ in $(seq 150); do
   curl -sf "http://127.0.0.1:$PORT/v1/health" >/dev/null 2>&1 && break
   sleep 0.1
 done
-for _ in $(seq 600); do
-  grep -q '^ready ' "$DATA/mock.out" 2>/dev/null && break
-  kill -0 "$MPID" 2>/dev/null || { cat "$DATA/mock.log" >&2; exit 1; }
-  sleep 0.1
-done
-export DSEC_URL="http://127.0.0.1:$PORT" DSEC_TOKEN="$TOKEN" DSEC_MOCK_N="$MOCK_N"
-DSEC_MOCK_URL=$(sed -n 's/^ready //p' "$DATA/mock.out")
-export DSEC_MOCK_URL
+# mocknode fills itself while the other tests run; the first-paint test waits
+# for its "ready URL" line in DSEC_MOCK_OUT.
+export DSEC_URL="http://127.0.0.1:$PORT" DSEC_TOKEN="$TOKEN" DSEC_MOCK_N="$MOCK_N" DSEC_MOCK_OUT="$DATA/mock.out"
 export DSEC_UI_ARTIFACTS="$ROOT/bin/ui-artifacts"
 mkdir -p "$DSEC_UI_ARTIFACTS"
 status=0

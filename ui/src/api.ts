@@ -92,7 +92,7 @@ export interface Overview {
   nodes: Node[];
   sandboxes: { total: number; by_state: Record<string, number>; by_backend: Record<string, number> };
   rates?: { interval_seconds: number; start: string; creates: number[]; create_errors: number[] };
-  pools: { image: string; zygotes: number; slots: number; busy: number }[];
+  pools: { image: string; slots: number; busy: number }[];
 }
 export interface ImageLayer {
   digest: string;
@@ -129,4 +129,13 @@ export interface Trajectory {
     started_at: string;
     truncated?: boolean;
   }[];
+}
+export interface Usage {
+  id: string;
+  state: string;
+  memory_bytes: number;
+  memory_limit_bytes: number;
+  cpu_seconds: number;
+  cpu_percent?: number;
+  cpu_limit: number;
 }

@@ -64,8 +64,8 @@ function render(ov: Overview): HTMLElement {
     h("h2", {}, "FnCall pools"),
     ov.pools.length
       ? table(
-          ["image", "zygotes", "slots", "busy"],
-          ov.pools.map((p) => [p.image, p.zygotes, p.slots, `${p.busy} (${pct(p.busy, p.slots)})`]),
+          ["image", "slots", "busy"],
+          ov.pools.map((p) => [p.image, p.slots, `${p.busy} (${pct(p.busy, p.slots)})`]),
         )
       : h("p", { class: "muted" }, "No FnCall pool has started yet (pools start on the first call)."),
   );

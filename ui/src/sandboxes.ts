@@ -1,4 +1,4 @@
-import { api, SandboxPage } from "./api";
+import { api, SandboxPage, Usage } from "./api";
 import { ago, bytes, h, table } from "./dom";
 import { errorBox, refused, View } from "./main";
 
@@ -28,6 +28,7 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
       cursors[page + 1] = res.next_cursor ?? "";
       body.replaceChildren(list(res));
       document.body.dataset.ready = "sandboxes";
+      fillUsage(res);
     } catch (err) {
       if (stopped || refused(err)) return;
       body.replaceChildren(errorBox(err));
@@ -49,14 +50,14 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
       {},
       pager,
       table(
-        ["id", "state", "backend", "image", "CPU limit", "memory limit", "created", "labels", ""],
+        ["id", "state", "backend", "image", "CPU used / limit", "memory used / limit", "created", "labels", ""],
         res.sandboxes.map((sb) => [
           h("code", { "data-testid": "sandbox-id" }, sb.id),
           h("span", { class: "state " + sb.state }, sb.state + (sb.reclaimed ? " (reclaimed)" : "")),
           sb.backend,
           sb.image,
-          sb.cpu + (sb.cpu_class ? " " + sb.cpu_class : ""),
-          bytes(sb.memory_bytes),
+          h("span", { "data-cpu": sb.id }, "– / " + sb.cpu + (sb.cpu_class ? " " + sb.cpu_class : "")),
+          h("span", { "data-mem": sb.id }, "– / " + bytes(sb.memory_bytes)),
           h("span", { title: sb.created_at }, ago(sb.created_at)),
           Object.entries(sb.labels ?? {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)),
           sb.state === "running"
@@ -66,6 +67,31 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
         { "data-testid": "sandbox-table" },
       ),
     );
+  };
+
+  // The page's CPU and memory use: one call for the whole page, after it is on
+  // screen (the first paint does not wait for it).
+  const fillUsage = async (res: SandboxPage) => {
+    const running = res.sandboxes.filter((sb) => sb.state !== "exited");
+    if (!running.length) return;
+    const q = new URLSearchParams();
+    for (const sb of running) q.append("id", sb.id);
+    try {
+      const u = await api<{ sandboxes: Usage[] }>("/ui/api/usage?" + q.toString());
+      if (stopped) return;
+      const limits = new Map(res.sandboxes.map((sb) => [sb.id, sb]));
+      for (const x of u.sandboxes) {
+        const sb = limits.get(x.id)!;
+        const cpu = body.querySelector(`[data-cpu="${CSS.escape(x.id)}"]`);
+        const mem = body.querySelector(`[data-mem="${CSS.escape(x.id)}"]`);
+        if (cpu && x.cpu_seconds >= 0)
+          cpu.textContent =
+            (x.cpu_percent !== undefined ? x.cpu_percent.toFixed(0) + "%" : x.cpu_seconds.toFixed(1) + "s") + " / " + sb.cpu;
+        if (mem && x.memory_bytes >= 0) mem.textContent = bytes(x.memory_bytes) + " / " + bytes(sb.memory_bytes);
+      }
+    } catch {
+      /* usage is optional (a server without it answers not_implemented) */
+    }
   };
 
   load();
