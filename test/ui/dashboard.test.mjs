@@ -132,6 +132,35 @@ test("a filter narrows the list", async () => {
   await p.context().close();
 });
 
+test("images and trajectories", async () => {
+  const sb = await sandbox({ uitest: RUN, role: "traj" });
+  const traj = "ui-" + RUN;
+  for (const step of [1, 2]) {
+    const resp = await fetch(`${URL}/v1/sandboxes/${sb.id}/exec`, {
+      method: "POST",
+      headers: { Authorization: "Bearer " + TOKEN, "X-Dsec-Trajectory": traj, "X-Dsec-Step": String(step) },
+      body: JSON.stringify({ shell: "echo step" + step }),
+    });
+    assert.equal(resp.status, 200, await resp.text());
+  }
+  const p = await page("lists");
+  await p.goto(URL + "/ui/#token=" + encodeURIComponent(TOKEN));
+  await p.getByTestId("overview").waitFor();
+  await p.goto(URL + "/ui/#/images");
+  await p.getByTestId("images").waitFor();
+  assert.match(await p.getByTestId("images").textContent(), /busybox/);
+  await p.shot("images");
+  await p.goto(URL + "/ui/#/trajectories");
+  await p.getByTestId("trajectories").waitFor();
+  await p.click(`a[href="#/trajectories/${traj}"]`);
+  await p.getByTestId("trajectory").waitFor();
+  const rows = await p.getByTestId("trajectory").locator("tbody tr").allTextContents();
+  assert.equal(rows.length, 2, rows.join("|"));
+  assert.match(rows[0], /^1exec/);
+  await p.shot("trajectory");
+  await p.context().close();
+});
+
 async function openTerminal(p, id) {
   await p.goto(URL + "/ui/#token=" + encodeURIComponent(TOKEN));
   await p.getByTestId("overview").waitFor();

@@ -38,6 +38,7 @@ export DSEC_UI_ARTIFACTS="$ROOT/bin/ui-artifacts"
 mkdir -p "$DSEC_UI_ARTIFACTS"
 status=0
 [ $# -gt 0 ] || set -- dashboard.test.mjs
-node --test --test-concurrency=1 --test-timeout=60000 "$@" || status=$?
+# UI_TEST_ARGS: more node --test flags, e.g. --test-name-pattern=terminal
+node --test --test-concurrency=1 --test-timeout=300000 ${UI_TEST_ARGS:-} "$@" || status=$?
 if [ $status -ne 0 ]; then tail -20 "$DATA/server.log"; tail -5 "$DATA/mock.log"; fi
 exit $status
