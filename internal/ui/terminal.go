@@ -144,9 +144,36 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) {
 		h.closeExecError(ctx, c, id, err)
 		return
 	}
+	// A delete kills the shell first: a shell killed by a signal may be a
+	// deleted sandbox's.
+	if (res.Signal != "" || res.ExitCode < 0) && h.deleted(ctx, id) {
+		closeWith(ctx, c, CloseNotFound, errdefs.NotFound("sandbox %s was deleted: the terminal is closed", id))
+		return
+	}
 	code := res.ExitCode
 	sendEvent(ctx, c, termEvent{Type: "exit", ExitCode: &code})
-	_ = c.Close(CloseExited, fmt.Sprintf("the shell exited with code %d", code))
+	why := fmt.Sprintf("the shell exited with code %d", code)
+	if res.Signal != "" {
+		why = "the shell was killed by " + res.Signal
+	}
+	_ = c.Close(CloseExited, why)
+}
+
+// deleted reports whether the sandbox is gone, or goes within deleteGrace (a
+// delete cuts its processes before its record is removed).
+func (h *Handler) deleted(ctx context.Context, id string) bool {
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteGrace)
+	defer cancel()
+	for {
+		if _, err := h.opts.Service.Get(gctx, id); errdefs.Is(err, api.CodeNotFound) {
+			return true
+		}
+		select {
+		case <-gctx.Done():
+			return false
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // closeExecError closes with not_found's message when the sandbox is gone
@@ -155,24 +182,13 @@ func (h *Handler) closeExecError(ctx context.Context, c *websocket.Conn, id stri
 	if ctx.Err() != nil {
 		return // the browser left
 	}
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), deleteGrace)
-	defer cancel()
 	if errdefs.Is(err, api.CodeNotFound) || errdefs.Is(err, api.CodeSandboxGone) {
 		closeWith(ctx, c, CloseNotFound, errdefs.NotFound("sandbox %s does not exist (it was deleted): the terminal is closed", id))
 		return
 	}
-	// A delete cuts the exec before the sandbox's record is gone: give it a moment.
-	for {
-		if _, gerr := h.opts.Service.Get(gctx, id); errdefs.Is(gerr, api.CodeNotFound) {
-			closeWith(ctx, c, CloseNotFound, errdefs.NotFound("sandbox %s was deleted: the terminal is closed", id))
-			return
-		}
-		select {
-		case <-gctx.Done():
-		case <-time.After(100 * time.Millisecond):
-			continue
-		}
-		break
+	if h.deleted(ctx, id) {
+		closeWith(ctx, c, CloseNotFound, errdefs.NotFound("sandbox %s was deleted: the terminal is closed", id))
+		return
 	}
 	h.log.WarnContext(ctx, "ui terminal: exec failed", "sandbox", id, "err", err)
 	closeWith(ctx, c, CloseFailed, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/dsec-dev/dsec/internal/server/servertest"
+	sessionpkg "github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/ui"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -258,5 +259,44 @@ func TestAPINeedsToken(t *testing.T) {
 	// The page itself holds no data and needs no token.
 	if code, body := e.get("/ui/", ""); code != 200 || !strings.Contains(string(body), "<title>dsec") {
 		t.Errorf("GET /ui/: %d %s", code, body)
+	}
+}
+
+// killedOnDelete is the fake node whose streaming exec ends the way a delete
+// ends it on a real node: the process killed, no error, before the sandbox
+// is gone.
+type killedOnDelete struct {
+	*servertest.Node
+	kill chan struct{}
+}
+
+func (k killedOnDelete) ExecStream(ctx context.Context, id string, req api.ExecRequest, s sessionpkg.Stream) (api.ExecResult, error) {
+	s.Started(7)
+	<-k.kill
+	return api.ExecResult{ExitCode: -1, Signal: "SIGKILL"}, nil
+}
+
+func TestTerminalSandboxDeletedWhileOpen(t *testing.T) {
+	node := servertest.NewNode(t.TempDir())
+	svc := killedOnDelete{node, make(chan struct{})}
+	mux := http.NewServeMux()
+	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: token, Service: svc}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	e := &env{t: t, node: node, srv: srv}
+	sb := e.sandbox(nil)
+	c := e.dial(sb.ID, hello(token))
+	readAll(t, c, func(s *session) bool { return s.event("started") != nil })
+	close(svc.kill) // the shell dies first...
+	go func() {
+		time.Sleep(300 * time.Millisecond) // ...the record goes a moment later
+		_ = node.Delete(context.Background(), sb.ID)
+	}()
+	s := readAll(t, c, nil)
+	if s.status != ui.CloseNotFound || !strings.Contains(s.reason, "was deleted") {
+		t.Errorf("closed %d %q, want 4404 'was deleted'", s.status, s.reason)
+	}
+	if s.event("exit") != nil {
+		t.Errorf("events %v: a deleted sandbox's terminal reported an exit", s.events)
 	}
 }
