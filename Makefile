@@ -3,7 +3,10 @@
 #   make setup   install packages and build the default images (scripts/setup.sh)
 #   make build   C init (internal/initbin/dsec-init), FnCall zygote (internal/fncall/dsec-fncall) + bin/dsec
 #   make test    setup + build, then go vet, the race-enabled test suite, the Python
-#                SDK tests and the E2B acceptance suite (test/e2b)
+#                SDK tests, the E2B acceptance suite (test/e2b) and the dashboard's
+#                browser tests (test/ui)
+#   make ui      rebuild the dashboard's front end (ui/ -> ui/dist, committed; npm ci on first run)
+#   make test-ui the dashboard in headless chromium against a real server (screenshots: bin/ui-artifacts/)
 #   make test-unprivileged   the mock-driver suites as nobody (no root, no images)
 #   make demo    setup + build, then bin/dsec demo
 #   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
@@ -53,6 +56,7 @@ test: setup build
 	$(MAKE) test-unprivileged
 	$(MAKE) fuzz-ci
 	$(MAKE) test-e2b
+	$(MAKE) test-ui
 	$(MAKE) test-python
 
 # The E2B acceptance suite: the pinned, unmodified e2b npm package against a real
@@ -60,6 +64,19 @@ test: setup build
 .PHONY: test-e2b
 test-e2b: build
 	sh test/e2b/run.sh
+
+# The dashboard's front end: vite + TypeScript in ui/, built into ui/dist, which
+# is committed and embedded in bin/dsec (a machine without Node serves it).
+.PHONY: ui
+ui:
+	cd ui && { [ -d node_modules/vite ] || npm ci --no-audit --no-fund; } && npm run build
+
+# The dashboard end to end: headless Debian chromium driven by playwright-core
+# against a real `dsec server` (root) and a mock-driver node with 10,000
+# sandboxes (first paint); screenshots in bin/ui-artifacts/.
+.PHONY: test-ui
+test-ui: build
+	GO=$(GO) sh test/ui/run.sh
 
 # The mock-driver suites (driver conformance on the mock, the agent's Mock tests)
 # as an ordinary user: they must need neither root nor images. As root this runs

@@ -6,6 +6,7 @@ require (
 	connectrpc.com/connect v1.21.1
 	github.com/cilium/ebpf v0.22.0
 	github.com/cockroachdb/pebble/v2 v2.1.7
+	github.com/coder/websocket v1.8.15
 	github.com/creack/pty v1.1.24
 	github.com/erofs/go-erofs v0.3.1
 	github.com/google/go-containerregistry v0.22.1

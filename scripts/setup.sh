@@ -18,6 +18,8 @@ PRESEED_DIR=/var/lib/dsec/images/.debian-build
 PRESEED_LOG=/tmp/debootstrap.log
 
 PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-14-dev make iproute2 python3 python3-pytest python3-setuptools python3-pip erofs-utils ca-certificates git"
+# The dashboard's browser tests (test/ui): Debian's chromium, and a font for its screenshots.
+PACKAGES="$PACKAGES chromium fonts-liberation"
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }

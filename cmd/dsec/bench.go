@@ -9,10 +9,15 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/internal/bench"
+	"github.com/dsec-dev/dsec/internal/progress"
 )
 
 func benchCmd() *cobra.Command {
-	c := &cobra.Command{Use: "bench", Short: "Benchmarks (each starts a private node in a scratch dir)"}
+	c := &cobra.Command{Use: "bench", Short: "Benchmarks (each starts a private node in a scratch dir)",
+		// Runs draw a progress bar on stderr when it is a terminal.
+		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
+			cmd.SetContext(progress.WithOutput(cmd.Context(), os.Stderr))
+		}}
 	var asJSON bool
 	var compare string
 	var netAllow []string

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/blob"
@@ -21,6 +20,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/paths"
+	"github.com/dsec-dev/dsec/internal/progress"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -60,18 +60,14 @@ func imageCmd() *cobra.Command {
 				return err
 			}
 			opts := layer.Options{TempDir: os.Getenv("TMPDIR")}
-			start := time.Now()
-			tty := isTTY(os.Stderr)
-			if tty {
-				opts.Progress = func(n int64) {
-					s := time.Since(start).Seconds()
-					fmt.Fprintf(os.Stderr, "\r%s: %.1f MB read, %.1f MB/s   ", src, float64(n)/1e6, float64(n)/1e6/max(s, 0.001))
-				}
+			// Bytes read from the source (an OCI source's layers as they are fetched),
+			// on a terminal only.
+			bar := progress.NewBytes(os.Stderr, fmt.Sprint(src), 0)
+			if bar != nil {
+				opts.Progress = bar.Set
 			}
 			l, err := layer.Build(cmd.Context(), src, bs, opts)
-			if tty {
-				fmt.Fprintln(os.Stderr)
-			}
+			bar.Finish()
 			if err != nil {
 				return err
 			}
@@ -248,9 +244,4 @@ func imageCmd() *cobra.Command {
 // blob.ParseSpec), creating a missing local directory.
 func OpenBlobStore(spec, dataDir string) (blob.Store, error) {
 	return blob.Open(paths.New(dataDir).BlobSpec(spec), true)
-}
-
-func isTTY(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }

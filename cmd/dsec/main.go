@@ -31,6 +31,7 @@ func main() {
 	}
 	root.AddCommand(serverCmd(), createCmd(), execCmd(), shellCmd(), lsCmd(), rmCmd(), cpCmd(), inspectCmd(),
 		pauseCmd(), cpuClassCmd(), stateCmd("resume"), stateCmd("reset"), trajCmd(), benchCmd(), demoCmd(), fnCallCmd(), layerdCmd())
+	root.AddCommand(topCmd())
 	root.AddCommand(imageCmd(), forkCmd(), commitCmd())
 	root.AddCommand(networkCmd())
 	err := root.ExecuteContext(ctx)

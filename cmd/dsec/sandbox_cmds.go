@@ -20,6 +20,8 @@ func createCmd() *cobra.Command {
 	var env, allow, rules []string
 	var userns bool
 	var ksm bool
+	var count, parallel int
+	var labels []string
 	c := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its ID",
@@ -53,9 +55,15 @@ func createCmd() *cobra.Command {
 			if cmd.Flags().Changed("userns") {
 				req.UserNamespace = &userns
 			}
+			if req.Labels, err = parseKV("--label", labels); err != nil {
+				return err
+			}
 			cl, err := client.FromEnv()
 			if err != nil {
 				return err
+			}
+			if count != 1 || parallel != 1 {
+				return createMany(cmd.Context(), cl, req, count, parallel, os.Stdout, os.Stderr)
 			}
 			sb, err := cl.Create(cmd.Context(), req)
 			if err != nil {
@@ -78,10 +86,16 @@ func createCmd() *cobra.Command {
 	f.StringVar(&requestID, "request-id", "", "idempotency key: a retry returns the same sandbox")
 	f.BoolVar(&userns, "userns", false, "run in a user namespace of its own (--userns=false: without); default the server's --userns")
 	addNetworkFlags(c, &allow, &rules)
+	f.StringArrayVarP(&labels, "label", "l", nil, "KEY=VALUE label of the sandbox (repeatable)")
+	f.IntVarP(&count, "count", "n", 1, "create this many sandboxes (one ID per line; a progress bar on a terminal)")
+	f.IntVar(&parallel, "parallel", 1, "with --count: creates in flight at once")
 	return c
 }
 
-func parseEnv(kvs []string) (map[string]string, error) {
+func parseEnv(kvs []string) (map[string]string, error) { return parseKV("--env", kvs) }
+
+// parseKV parses repeated KEY=VALUE flags.
+func parseKV(flag string, kvs []string) (map[string]string, error) {
 	if len(kvs) == 0 {
 		return nil, nil
 	}
@@ -89,7 +103,7 @@ func parseEnv(kvs []string) (map[string]string, error) {
 	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("invalid --env %q: want KEY=VALUE", kv)
+			return nil, fmt.Errorf("invalid %s %q: want KEY=VALUE", flag, kv)
 		}
 		m[k] = v
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/dsec-dev/dsec/internal/progress"
 )
 
 // runLoad runs op(i) for i in [0, n) on p workers and returns each call's latency,
@@ -14,6 +16,8 @@ func runLoad(ctx context.Context, n, p int, stopOnError bool, op func(worker, i 
 	var mu sync.Mutex
 	next := 0
 	var wg sync.WaitGroup
+	bar := progress.Start(ctx, "runs", int64(n)) // silent unless the command asked for one on a terminal
+	defer bar.Finish()
 	t0 := time.Now()
 	for w := 0; w < p; w++ {
 		wg.Add(1)
@@ -31,6 +35,11 @@ func runLoad(ctx context.Context, n, p int, stopOnError bool, op func(worker, i 
 				s := time.Now()
 				err := op(w, i)
 				lat[i] = time.Since(s)
+				if err != nil {
+					bar.Fail(1)
+				} else {
+					bar.Add(1)
+				}
 				if err != nil {
 					mu.Lock()
 					failures++

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
@@ -8,14 +9,18 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
+	"github.com/dsec-dev/dsec/internal/ui"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Handler is everything the main listener serves: dsec's /v1 API and the other
+// Handler is everything the main listener serves: dsec's /v1 API, the other
 // front ends' routes (SandboxFusion's /run_code and /submit, with the same bearer
-// token as /v1).
+// token as /v1) and the dashboard at /ui/.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
+	rates := ui.NewRates(0, 0)
+	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: d.Token, Service: d.Manager, Rates: rates,
+		Usage: d.usage, Pools: d.fnCallPools, Logger: d.cfg.Logger}))
 	sf := d.sandboxFusion()
 	tok := auth.NewToken(d.Token)
 	guarded := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -30,7 +35,34 @@ func (d *Daemon) Handler() http.Handler {
 		mux.Handle(p, guarded)
 	}
 	mux.Handle("/", d.Server.Handler())
-	return mux
+	return rates.Count(mux)
+}
+
+// fnCallPools reports the FnCall engine's pools for the dashboard.
+func (d *Daemon) fnCallPools() []ui.Pool {
+	if d.FnCall == nil {
+		return nil
+	}
+	var out []ui.Pool
+	for _, p := range d.FnCall.Pools() {
+		out = append(out, ui.Pool{Image: p.Image, Slots: p.Slots, Busy: p.Busy})
+	}
+	return out
+}
+
+// usage reports sandboxes' CPU and memory use for the dashboard and dsec top.
+func (d *Daemon) usage(_ context.Context, ids []string) ([]ui.Usage, error) {
+	use := d.Manager.UsageOf(ids)
+	out := make([]ui.Usage, len(use))
+	for i, u := range use {
+		cpu := -1.0
+		if u.CPUTime >= 0 {
+			cpu = u.CPUTime.Seconds()
+		}
+		out[i] = ui.Usage{ID: u.ID, Backend: u.Backend, State: u.State, MemoryBytes: u.MemoryBytes,
+			MemoryLimitBytes: u.MemoryLimit, CPUSeconds: cpu, CPULimit: u.CPULimit}
+	}
+	return out, nil
 }
 
 func (d *Daemon) sandboxFusion() *sandboxfusion.Handler {

@@ -9,7 +9,7 @@ const mod = "github.com/dsec-dev/dsec/"
 
 // frontEnds are the HTTP front ends: nothing below the session service may import
 // them.
-var frontEnds = Under(mod+"internal/server", mod+"internal/frontend")
+var frontEnds = Under(mod+"internal/server", mod+"internal/frontend", mod+"internal/ui")
 
 // rules: each package pattern (and everything it imports) must not reach a
 // package the predicate matches.

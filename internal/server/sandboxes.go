@@ -51,18 +51,6 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, sbx)
 }
 
-func (s *Server) listSandboxes(w http.ResponseWriter, r *http.Request) {
-	list, err := s.svc.List(r.Context())
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if list == nil {
-		list = []api.Sandbox{}
-	}
-	writeJSON(w, http.StatusOK, api.ListSandboxesResponse{Sandboxes: list})
-}
-
 func (s *Server) getSandbox(w http.ResponseWriter, r *http.Request) {
 	s.sandboxOp(w, r, s.svc.Get)
 }

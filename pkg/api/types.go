@@ -89,6 +89,10 @@ type Sandbox struct {
 // ListSandboxesResponse is the body of GET /v1/sandboxes.
 type ListSandboxesResponse struct {
 	Sandboxes []Sandbox `json:"sandboxes"`
+	// NextCursor, with ?limit=, is the cursor of the next page; empty on the last.
+	NextCursor string `json:"next_cursor,omitempty"`
+	// Total, with ?limit=, counts every sandbox the filters match.
+	Total *int `json:"total,omitempty"`
 }
 
 // ExecRequest is the body of POST /v1/sandboxes/{id}/exec (and the first line of

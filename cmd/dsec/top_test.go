@@ -1,0 +1,172 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/server/servertest"
+	"github.com/dsec-dev/dsec/internal/ui"
+	"github.com/dsec-dev/dsec/pkg/api"
+	"github.com/dsec-dev/dsec/pkg/client"
+)
+
+// topServer is /v1 and the dashboard over the fake node, with sandbox use
+// that grows as the test says: "busy" burns a core, "fat" holds memory.
+func topServer(t *testing.T) (*client.Client, [3]string) {
+	t.Helper()
+	node := servertest.NewNode(t.TempDir())
+	var ids [3]string
+	for i := range ids {
+		sb, err := node.Create(context.Background(), api.CreateSandboxRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = sb.ID
+	}
+	var mu sync.Mutex
+	start := time.Now()
+	usage := func(_ context.Context, _ []string) ([]ui.Usage, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		el := time.Since(start).Seconds()
+		return []ui.Usage{
+			{ID: ids[0], State: "running", Backend: "container", CPUSeconds: 1, MemoryBytes: 10 << 20, MemoryLimitBytes: 512 << 20},
+			{ID: ids[1], State: "running", Backend: "container", CPUSeconds: 1 + el, MemoryBytes: 20 << 20, MemoryLimitBytes: 512 << 20},
+			{ID: ids[2], State: "running", Backend: "container", CPUSeconds: 2, MemoryBytes: 300 << 20, MemoryLimitBytes: 512 << 20},
+		}, nil
+	}
+	mux := http.NewServeMux()
+	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: "t", Service: node, Usage: usage}))
+	mux.Handle("/", server.New(node, server.Options{Token: "t"}).Handler())
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return client.New(srv.URL, "t"), ids
+}
+
+// TestTopOnceWhenPiped: with stdout a pipe, dsec top prints one plain
+// snapshot (no escape sequences) and exits: the node, the counts, and the
+// busiest sandboxes in order.
+func TestTopOnceWhenPiped(t *testing.T) {
+	cl, ids := topServer(t)
+	for _, c := range []struct {
+		sort  string
+		order []string
+	}{
+		{"cpu", []string{ids[1], ids[2], ids[0]}},    // ids[1] burns CPU; the others by memory
+		{"memory", []string{ids[2], ids[1], ids[0]}}, // by memory alone
+	} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan []byte)
+		go func() { b, _ := io.ReadAll(r); done <- b }()
+		o := topOptions{interval: 200 * time.Millisecond, limit: 10, sort: c.sort}
+		if err := runTop(context.Background(), cl, o, os.Stdin, w); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		out := string(<-done)
+		if strings.Contains(out, "\x1b") {
+			t.Errorf("escape sequences in piped output: %q", out)
+		}
+		for _, want := range []string{"NODE", "fake", "sandboxes: 3 (running 3, paused 0, exited 0)", "SANDBOX", "(by " + c.sort + ")", "300.0 MiB"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("sort %s: output lacks %q:\n%s", c.sort, want, out)
+			}
+		}
+		var rows []string
+		for _, line := range strings.Split(out, "\n") {
+			if f := strings.Fields(line); len(f) > 0 && strings.HasPrefix(f[0], "sb-") {
+				rows = append(rows, f[0])
+			}
+		}
+		if strings.Join(rows, " ") != strings.Join(c.order, " ") {
+			t.Errorf("sort %s: rows %v, want %v\n%s", c.sort, rows, c.order, out)
+		}
+		for _, line := range strings.Split(out, "\n") {
+			f := strings.Fields(line)
+			if len(f) > 3 && f[0] == ids[1] {
+				if p, err := strconv.ParseFloat(f[3], 64); err != nil || p < 50 {
+					t.Errorf("the busy sandbox's CPU%% is %q, want about 100:\n%s", f[3], out)
+				}
+			}
+		}
+	}
+	if err := runTop(context.Background(), cl, topOptions{interval: time.Millisecond, limit: 1, sort: "cpu"}, os.Stdin, os.Stdout); err == nil {
+		t.Error("a 1ms interval was accepted")
+	}
+}
+
+// TestTopLiveQuits: on a terminal dsec top draws on the alternate screen and
+// q ends it, restoring the screen.
+func TestTopLiveQuits(t *testing.T) {
+	cl, ids := topServer(t)
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ptmx.Close()
+	defer tty.Close()
+	_ = pty.Setsize(ptmx, &pty.Winsize{Cols: 160, Rows: 30})
+	var screen bytes.Buffer
+	var mu sync.Mutex
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := ptmx.Read(buf)
+			mu.Lock()
+			screen.Write(buf[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	}()
+	ended := make(chan error)
+	go func() {
+		ended <- runTop(context.Background(), cl, topOptions{interval: 100 * time.Millisecond, limit: 5, sort: "cpu"}, tty, tty)
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		mu.Lock()
+		drawn := strings.Contains(screen.String(), ids[2]) && strings.Contains(screen.String(), "[q] quit")
+		mu.Unlock()
+		if drawn {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not drawn: %q", screen.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := ptmx.Write([]byte("q")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("q did not end dsec top")
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if s := screen.String(); !strings.Contains(s, "\x1b[?1049h") || !strings.HasSuffix(s, "\x1b[?25h\x1b[?1049l") {
+		t.Errorf("alternate screen not entered and left: ...%q", s[max(0, len(s)-80):])
+	}
+}

@@ -1,0 +1,133 @@
+import { api, SandboxPage, Usage } from "./api";
+import { ago, bytes, h, table } from "./dom";
+import { errorBox, refused, View } from "./main";
+
+const PAGE = 50;
+const FILTERS = ["label", "state", "backend", "node"] as const;
+
+/** sandboxes lists one page (newest first) of the sandboxes matching the
+ * filters in the route's query; paging walks next_cursor. */
+export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
+  let stopped = false;
+  const cursors: string[] = [""]; // cursors[i] starts page i
+  let page = 0;
+
+  const form = filterForm(params);
+  const body = h("div", {}, h("p", { class: "muted" }, "Loading…"));
+  app.replaceChildren(h("div", { "data-testid": "sandboxes" }, h("h1", {}, "Sandboxes"), form, body));
+
+  const load = async () => {
+    const q = new URLSearchParams();
+    for (const f of FILTERS) for (const v of params.getAll(f)) if (v) q.append(f, v);
+    q.set("limit", String(PAGE));
+    q.set("order", "desc");
+    if (cursors[page]) q.set("cursor", cursors[page]);
+    try {
+      const res = await api<SandboxPage>("/v1/sandboxes?" + q.toString());
+      if (stopped) return;
+      cursors[page + 1] = res.next_cursor ?? "";
+      body.replaceChildren(list(res));
+      document.body.dataset.ready = "sandboxes";
+      fillUsage(res);
+    } catch (err) {
+      if (stopped || refused(err)) return;
+      body.replaceChildren(errorBox(err));
+    }
+  };
+
+  const list = (res: SandboxPage) => {
+    const first = page * PAGE + 1;
+    const last = page * PAGE + res.sandboxes.length;
+    const pager = h(
+      "div",
+      { class: "pager" },
+      h("span", { "data-testid": "count" }, res.total ? `${first}–${last} of ${res.total}` : "no sandboxes match"),
+      h("button", { type: "button", disabled: page === 0, onclick: () => ((page -= 1), load()) }, "← newer"),
+      h("button", { type: "button", disabled: !res.next_cursor, onclick: () => ((page += 1), load()) }, "older →"),
+    );
+    return h(
+      "div",
+      {},
+      pager,
+      table(
+        ["id", "state", "backend", "image", "CPU used / limit", "memory used / limit", "created", "labels", ""],
+        res.sandboxes.map((sb) => [
+          h("code", { "data-testid": "sandbox-id" }, sb.id),
+          h("span", { class: "state " + sb.state }, sb.state + (sb.reclaimed ? " (reclaimed)" : "")),
+          sb.backend,
+          sb.image,
+          h("span", { "data-cpu": sb.id }, "– / " + sb.cpu + (sb.cpu_class ? " " + sb.cpu_class : "")),
+          h("span", { "data-mem": sb.id }, "– / " + bytes(sb.memory_bytes)),
+          h("span", { title: sb.created_at }, ago(sb.created_at)),
+          Object.entries(sb.labels ?? {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)),
+          sb.state === "running"
+            ? h("a", { href: "#/terminal/" + encodeURIComponent(sb.id), class: "button", "data-testid": "open-terminal" }, "terminal")
+            : "",
+        ]),
+        { "data-testid": "sandbox-table" },
+      ),
+    );
+  };
+
+  // The page's CPU and memory use: one call for the whole page, after it is on
+  // screen (the first paint does not wait for it).
+  const fillUsage = async (res: SandboxPage) => {
+    const running = res.sandboxes.filter((sb) => sb.state !== "exited");
+    if (!running.length) return;
+    const q = new URLSearchParams();
+    for (const sb of running) q.append("id", sb.id);
+    try {
+      const u = await api<{ sandboxes: Usage[] }>("/ui/api/usage?" + q.toString());
+      if (stopped) return;
+      const limits = new Map(res.sandboxes.map((sb) => [sb.id, sb]));
+      for (const x of u.sandboxes) {
+        const sb = limits.get(x.id)!;
+        const cpu = body.querySelector(`[data-cpu="${CSS.escape(x.id)}"]`);
+        const mem = body.querySelector(`[data-mem="${CSS.escape(x.id)}"]`);
+        if (cpu && x.cpu_seconds >= 0)
+          cpu.textContent =
+            (x.cpu_percent !== undefined ? x.cpu_percent.toFixed(0) + "%" : x.cpu_seconds.toFixed(1) + "s") + " / " + sb.cpu;
+        if (mem && x.memory_bytes >= 0) mem.textContent = bytes(x.memory_bytes) + " / " + bytes(sb.memory_bytes);
+      }
+    } catch {
+      /* usage is optional (a server without it answers not_implemented) */
+    }
+  };
+
+  load();
+  return { stop: () => (stopped = true) };
+}
+
+function filterForm(params: URLSearchParams): HTMLElement {
+  const input = (name: string, placeholder: string) =>
+    h("input", { name, placeholder, value: params.get(name) ?? "", "aria-label": name });
+  const select = (name: string, options: string[]) => {
+    const s = h(
+      "select",
+      { name, "aria-label": name },
+      h("option", { value: "" }, "any " + name),
+      options.map((o) => h("option", { value: o }, o)),
+    ) as HTMLSelectElement;
+    s.value = params.get(name) ?? "";
+    return s;
+  };
+  const form = h(
+    "form",
+    {
+      class: "filters",
+      onsubmit: (ev: Event) => {
+        ev.preventDefault();
+        const q = new URLSearchParams();
+        for (const [k, v] of new FormData(form)) if (typeof v === "string" && v.trim()) q.set(k, v.trim());
+        const qs = q.toString();
+        location.hash = "#/sandboxes" + (qs ? "?" + qs : "");
+      },
+    },
+    input("label", "label KEY=VALUE"),
+    select("state", ["running", "paused", "exited"]),
+    select("backend", ["container", "fncall", "microvm", "fullvm"]),
+    input("node", "node"),
+    h("button", { type: "submit" }, "Filter"),
+  ) as HTMLFormElement;
+  return form;
+}
