@@ -140,7 +140,7 @@ func benchCmd() *cobra.Command {
 	addFlags(fn, &fo, 500, 4)
 	fn.Flags().StringVar(&fLang, "lang", "c", "language: c, c++, go, python3, bash")
 	c.AddCommand(create, exec, ptyc, density, fn)
-	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd())
+	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd(), benchBurstCmd())
 	c.AddCommand(benchQoSCmds()...)
 	return c
 }
