@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -27,7 +25,7 @@ type serverProc struct {
 	DataDir string
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed once the process has been waited for
-	logs    syncBuffer
+	logs    *os.File // the server's output (a temp file, removed by stop)
 	owned   bool // DataDir was made here and is removed by stop
 }
 
@@ -61,7 +59,11 @@ func startServer(ctx context.Context, bin, dataDir string, args ...string) (*ser
 	l.Close()
 	s.Addr = "http://" + addr
 	s.cmd = exec.Command(bin, append([]string{"server", "--listen", addr, "--data-dir", s.DataDir}, args...)...)
-	s.cmd.Stdout, s.cmd.Stderr = &s.logs, &s.logs
+	if s.logs, err = os.CreateTemp("", "dsec-bench-server-*.log"); err != nil {
+		s.removeDir()
+		return nil, err
+	}
+	s.cmd.Stdout, s.cmd.Stderr = s.logs, s.logs
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := s.cmd.Start(); err != nil {
 		s.removeDir()
@@ -80,12 +82,12 @@ func startServer(ctx context.Context, bin, dataDir string, args ...string) (*ser
 		select {
 		case <-s.exited:
 			s.removeDir()
-			return nil, fmt.Errorf("bench: dsec server exited: %s", s.logs.String())
+			return nil, fmt.Errorf("bench: dsec server exited: %s", s.output())
 		default:
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			s.stop()
-			return nil, fmt.Errorf("bench: dsec server did not come up: %s", s.logs.String())
+			return nil, fmt.Errorf("bench: dsec server did not come up: %s", s.output())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -135,24 +137,16 @@ func (s *serverProc) removeDir() {
 	if s.owned {
 		_ = os.RemoveAll(s.DataDir)
 	}
+	if s.logs != nil {
+		s.logs.Close()
+		os.Remove(s.logs.Name())
+	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the process's writes and our reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
+// output is the server's output so far (its last 8 KiB).
+func (s *serverProc) output() string {
+	b, _ := os.ReadFile(s.logs.Name())
+	return string(b[max(0, len(b)-8<<10):])
 }
 
 // rssKB is VmRSS of pid in KiB (0 when unreadable).

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -116,4 +118,51 @@ func requireBaseline(t *testing.T, dataDir string, exclude int, base hostState) 
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// startChaosNode runs a server on dataDir ("" = a new dir under /var/lib,
+// removed when the test ends) and returns it with the host state its data dir
+// owned before the server started: what requireBaseline compares with once the
+// server has stopped.
+func startChaosNode(t *testing.T, dataDir string, args ...string) (*node, hostState) {
+	t.Helper()
+	if skipAll != "" {
+		t.Skip(skipAll)
+	}
+	if dataDir == "" {
+		d, err := os.MkdirTemp("/var/lib", "dsec-e2e-chaos-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(d) })
+		dataDir = d
+	}
+	base := ownedState(t, dataDir, 0)
+	n := &node{t: t, dataDir: dataDir, addr: freePort(t), args: args}
+	n.start()
+	t.Cleanup(func() { n.stop(true) })
+	return n, base
+}
+
+// deleteAllParallel deletes every sandbox the node lists, 16 at a time.
+func (n *node) deleteAllParallel(t *testing.T, ctx context.Context) {
+	t.Helper()
+	sbs, err := n.cl.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, s := range sbs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := n.cl.Delete(ctx, s.ID); err != nil {
+				t.Errorf("delete %s: %v", s.ID, err)
+			}
+		}()
+	}
+	wg.Wait()
 }
