@@ -25,8 +25,8 @@ type serverProc struct {
 	DataDir string
 	cmd     *exec.Cmd
 	exited  chan struct{} // closed once the process has been waited for
-	logs    *os.File // the server's output (a temp file, removed by stop)
-	owned   bool // DataDir was made here and is removed by stop
+	logs    *os.File      // the server's output (a temp file, removed by stop)
+	owned   bool          // DataDir was made here and is removed by stop
 }
 
 // startServer runs `bin server` on a loopback port and dataDir ("" = a new
