@@ -3,7 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
+	"slices"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -50,4 +53,30 @@ func benchBurstCmd() *cobra.Command {
 	f.StringVar(&o.DataDir, "data-dir", "", "the server's data dir, kept afterwards (default: a scratch dir under /var/lib/dsec, removed)")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return c
+}
+
+// benchCreateCompare is `dsec bench create` (interleaved, through the API and
+// the CLI, against peers doing the same work).
+func benchCreateCompare(cmd *cobra.Command, o bench.CompareOptions, print func(any, func()) error) error {
+	o.Logger = func(format string, args ...any) { fmt.Fprintf(os.Stderr, format+"\n", args...) }
+	r, err := bench.CreateCompare(cmd.Context(), o)
+	if err != nil {
+		return err
+	}
+	return print(r, func() {
+		fmt.Printf("%d creates per side, %d workers, turns of %d (%s)\n", r.N, r.Parallel, r.Batch, strings.Join(r.Order, ", "))
+		for _, name := range r.Order {
+			s := r.Sides[name]
+			fmt.Printf("%-9s %7.1f/s  p50 %7.2f ms  p99 %7.2f ms  teardown %6.2f s  failures %d\n", name, s.PerSecond, s.P50ms, s.P99ms, s.TeardownS, s.Failures)
+			for _, w := range s.Work {
+				fmt.Printf("          - %s\n", w)
+			}
+			if s.FirstError != "" {
+				fmt.Printf("          first error: %s\n", s.FirstError)
+			}
+		}
+		for _, k := range slices.Sorted(maps.Keys(r.Ratios)) {
+			fmt.Printf("%s: %.2fx\n", k, r.Ratios[k])
+		}
+	})
 }
