@@ -40,25 +40,25 @@ type soakSample struct {
 
 // soakReport is what the soak prints (one JSON line) for the README.
 type soakReport struct {
-	Sandboxes     int     `json:"sandboxes"`
-	Seconds       float64 `json:"seconds"`
-	Workers       int     `json:"workers"`
-	Execs         int     `json:"execs"`
-	Errors        int     `json:"errors"`
-	WindowS       float64 `json:"window_s"`
-	FirstP50ms    float64 `json:"first_window_p50_ms"`
-	FirstP99ms    float64 `json:"first_window_p99_ms"`
-	LastP50ms     float64 `json:"last_window_p50_ms"`
-	LastP99ms     float64 `json:"last_window_p99_ms"`
+	Sandboxes  int     `json:"sandboxes"`
+	Seconds    float64 `json:"seconds"`
+	Workers    int     `json:"workers"`
+	Execs      int     `json:"execs"`
+	Errors     int     `json:"errors"`
+	WindowS    float64 `json:"window_s"`
+	FirstP50ms float64 `json:"first_window_p50_ms"`
+	FirstP99ms float64 `json:"first_window_p99_ms"`
+	LastP50ms  float64 `json:"last_window_p50_ms"`
+	LastP99ms  float64 `json:"last_window_p99_ms"`
 	// Memory is RSS, or the Go heap of a race-enabled server (Memory says which).
-	Memory        string  `json:"memory"`
-	RSSFirstKB    int64   `json:"memory_first_kb"`
-	RSSLastKB     int64   `json:"memory_last_kb"`
-	RSSMaxKB      int64   `json:"rss_max_kb"`
-	FDsFirst      int     `json:"fds_first"`
-	FDsLast       int     `json:"fds_last"`
-	GoroutinesFst int     `json:"goroutines_first"`
-	GoroutinesLst int     `json:"goroutines_last"`
+	Memory        string `json:"memory"`
+	RSSFirstKB    int64  `json:"memory_first_kb"`
+	RSSLastKB     int64  `json:"memory_last_kb"`
+	RSSMaxKB      int64  `json:"rss_max_kb"`
+	FDsFirst      int    `json:"fds_first"`
+	FDsLast       int    `json:"fds_last"`
+	GoroutinesFst int    `json:"goroutines_first"`
+	GoroutinesLst int    `json:"goroutines_last"`
 }
 
 func pctMs(ds []time.Duration, p float64) float64 {
