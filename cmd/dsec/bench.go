@@ -71,7 +71,7 @@ func benchCmd() *cobra.Command {
 		},
 	}
 	addFlags(create, &co, 200, 2)
-	create.Flags().StringVar(&compare, "compare", "", "peer runtimes to run in the same benchmark, doing the same work: crun, runc")
+	create.Flags().StringVar(&compare, "compare", "", "peers to run in the same benchmark, doing the same work: crun, runc, podman (podman is skipped, and said so, where it cannot run)")
 	create.Flags().IntVar(&batch, "batch", 10, "creates per side per turn (sides take turns: dsec-api, dsec-cli, peers, dsec-api, ...)")
 	create.Flags().BoolVar(&noCLI, "no-cli", false, "leave out the CLI side (a `dsec create` process per sandbox)")
 	create.Flags().BoolVar(&inProcess, "in-process", false, "the old form: dsec's agent called in-process (no HTTP), peers after it (also with --userns)")

@@ -75,6 +75,9 @@ func benchCreateCompare(cmd *cobra.Command, o bench.CompareOptions, print func(a
 				fmt.Printf("          first error: %s\n", s.FirstError)
 			}
 		}
+		for _, k := range slices.Sorted(maps.Keys(r.Skipped)) {
+			fmt.Printf("%-9s skipped: %s\n", k, r.Skipped[k])
+		}
 		for _, k := range slices.Sorted(maps.Keys(r.Ratios)) {
 			fmt.Printf("%s: %.2fx\n", k, r.Ratios[k])
 		}

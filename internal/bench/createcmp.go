@@ -29,7 +29,7 @@ type CompareOptions struct {
 	Parallel int      // workers within a batch
 	Batch    int      // creates per side per turn (A B C A B C ...)
 	Image    string   // "" = debian
-	Peers    []string // crun, runc
+	Peers    []string // crun, runc, podman (optional: skipped if it cannot run)
 	NoCLI    bool     // leave the CLI side out
 	Bin      string   // dsec binary ("" = this executable)
 	Logger   func(format string, args ...any)
@@ -57,6 +57,8 @@ type CompareResult struct {
 	// Order is the order of the sides within each turn.
 	Order []string               `json:"order"`
 	Sides map[string]*SideResult `json:"sides"`
+	// Skipped names the optional peers (podman) that could not run here, and why.
+	Skipped map[string]string `json:"skipped,omitempty"`
 	// Ratios: "A/B" is A's creates per second over B's (above 1: A is faster).
 	Ratios map[string]float64 `json:"ratios"`
 	// The dsec API side's figures and ratios, under the keys earlier versions
@@ -120,9 +122,19 @@ func CreateCompare(ctx context.Context, o CompareOptions) (CompareResult, error)
 			}
 		}
 	}()
+	skipped := map[string]string{}
 	work := peer.Work{Rootfs: img.Lower()[0], MemoryBytes: agent.DefaultMemory, DiskBytes: agent.DefaultDisk,
 		CPU: agent.DefaultCPU, PidsMax: agent.DefaultPidsMax}
 	for _, name := range o.Peers {
+		if name == "podman" { // optional: skipped, and said so, where it cannot run
+			pm, err := peer.FindPodman(work)
+			if err != nil {
+				skipped[name] = err.Error()
+				continue
+			}
+			sides = append(sides, &side{name: name, work: pm.Describe(), create: pm.Create, remove: pm.Delete, close: pm.Close})
+			continue
+		}
 		rt, err := peer.Find(name)
 		if err != nil {
 			return CompareResult{}, err
@@ -136,7 +148,7 @@ func CreateCompare(ctx context.Context, o CompareOptions) (CompareResult, error)
 	}
 
 	res := CompareResult{N: o.N, Parallel: o.Parallel, Batch: o.Batch, Image: o.Image,
-		Sides: map[string]*SideResult{}, Ratios: map[string]float64{},
+		Sides: map[string]*SideResult{}, Ratios: map[string]float64{}, Skipped: skipped,
 		Path: "dsec: HTTP API of a dsec server process and its CLI; peers: the same work (see each side's work), interleaved in turns"}
 	lat := map[string][]time.Duration{}
 	spent := map[string]time.Duration{}

@@ -238,3 +238,5 @@ func (s *Session) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+func unmountDetach(path string) error { return syscall.Unmount(path, syscall.MNT_DETACH) }
