@@ -145,6 +145,19 @@ func TestChaosDiskFull(t *testing.T) {
 		t.Fatal(err)
 	}
 	mid := ownedState(t, n.dataDir, n.cmd.Process.Pid)
+	// What a sandbox keeps in the data dir: its record and its state dir.
+	entries := func() (k int) {
+		for _, d := range []string{"sandboxes", "containers"} {
+			es, _ := os.ReadDir(filepath.Join(n.dataDir, d))
+			for _, e := range es {
+				if strings.HasPrefix(e.Name(), "sb-") {
+					k++
+				}
+			}
+		}
+		return k
+	}
+	before0 := entries()
 
 	filler := filepath.Join(mnt, "filler")
 	t.Logf("filled the data disk with %d MiB", fill(t, filler)>>20)
@@ -156,6 +169,33 @@ func TestChaosDiskFull(t *testing.T) {
 			t.Logf("create on the full disk: %v", err)
 		}
 		fill(t, filler) // whatever a failed create freed
+	}
+	// Almost full: a create may get part-way (its state dir, its record) before
+	// the disk runs out. Each one succeeds or fails clearly; the failed ones
+	// leave nothing (checked once the successful ones are deleted).
+	var made []string
+	for _, room := range []int64{1 << 10, 2 << 10, 3 << 10, 4 << 10, 6 << 10, 8 << 10} {
+		st, err := os.Stat(filler)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(filler, st.Size()-room); err != nil {
+			t.Fatal(err)
+		}
+		sb, err := client.New("http://"+n.addr, n.token, client.WithRetry(0)).Create(ctx, api.CreateSandboxRequest{})
+		if err == nil {
+			made = append(made, sb.ID)
+		} else {
+			wantInfraOrExhausted(t, fmt.Sprintf("create with %d KiB free", room>>10), err)
+			t.Logf("create with %d KiB free: %v", room>>10, err)
+		}
+		fill(t, filler)
+	}
+	t.Logf("creates with 1-8 KiB free: %d of 6 succeeded", len(made))
+	for _, id := range made {
+		if err := n.cl.Delete(ctx, id); err != nil {
+			t.Errorf("delete %s: %v", id, err)
+		}
 	}
 	// Trajectory steps: answered (and then logged) or refused; never half-logged.
 	// The disk is full but for 1 MiB over the log's reserve, so the log's own
@@ -184,6 +224,9 @@ func TestChaosDiskFull(t *testing.T) {
 	after, err := n.cl.List(ctx)
 	if err != nil || len(after) != len(before) {
 		t.Errorf("sandboxes on a full disk: %d before, %d after (%v)", len(before), len(after), err)
+	}
+	if k := entries(); k != before0 {
+		t.Errorf("failed creates left records or state dirs: %d sandbox entries in the data dir, %d before", k, before0)
 	}
 	if now := ownedState(t, n.dataDir, n.cmd.Process.Pid); !now.equal(mid) {
 		t.Errorf("failed creates left something on the host:\n before: %s\n after:  %s", mid, now)
