@@ -170,11 +170,17 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 }
 
 func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sandbox, error) {
+	// Admission first: a create over the limit costs no image lookup either.
+	adm, err := m.admit(1)
+	if err != nil {
+		return nil, err
+	}
+	defer adm[0].release()
 	img, err := m.cfg.Images.Resolve(req.Image)
 	if err != nil {
 		return nil, err
 	}
-	return m.createOn(ctx, req, img, nil, nil)
+	return m.createOn(ctx, req, img, nil, adm[0])
 }
 
 // createOn creates a sandbox on img with extra directory layers stacked on top
