@@ -10,6 +10,8 @@
 #   make test-unprivileged   the mock-driver suites as nobody (no root, no images)
 #   make demo    setup + build, then bin/dsec demo
 #   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
+#   make soak    the long chaos soak: SOAK_SANDBOXES (1000) sandboxes x an exec
+#                loop for SOAK_SECONDS (600) against a real server (test/e2e TestChaosSoak)
 #   make fuzz    every Fuzz* target for FUZZTIME (default 15s; Nx = N executions) each,
 #                then the C parsers' libFuzzer harnesses for CFUZZTIME seconds (default 10)
 #   make fuzz-ci the bounded form make test runs (300x per Go target, 5 s per C harness)
@@ -33,7 +35,7 @@ BENCH_N        ?= 500
 BENCH_PARALLEL ?= 4
 BENCH_COMPARE  ?= crun,runc
 
-.PHONY: all setup build init test demo bench fuzz fuzz-ci clean
+.PHONY: all setup build init test demo bench soak fuzz fuzz-ci clean
 
 all: build
 
@@ -106,6 +108,13 @@ bench: setup build
 	bin/dsec bench exec --n 1000 --json
 	bin/dsec bench density --n 3200 --json
 	sh test/e2b/run.sh bench
+
+# The soak's long form (its 100-sandbox, 60 s form runs in make test).
+SOAK_SANDBOXES ?= 1000
+SOAK_SECONDS   ?= 600
+soak: build
+	DSEC_SOAK_SANDBOXES=$(SOAK_SANDBOXES) DSEC_SOAK_SECONDS=$(SOAK_SECONDS) \
+		$(GO) test -count=1 -timeout 60m -run 'TestChaosSoak$$' -v ./test/e2e
 
 # Go targets (scripts/fuzz.sh), then the C init's and zygote's packet parsers
 # under clang -fsanitize=fuzzer,address,undefined (scripts/cfuzz.sh). make test

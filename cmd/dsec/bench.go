@@ -20,6 +20,8 @@ func benchCmd() *cobra.Command {
 		}}
 	var asJSON bool
 	var compare string
+	var batch int
+	var noCLI, inProcess bool
 	var netAllow []string
 	addFlags := func(cmd *cobra.Command, o *bench.Options, n, p int) {
 		cmd.Flags().IntVar(&o.N, "n", n, "number of operations / sandboxes")
@@ -46,6 +48,10 @@ func benchCmd() *cobra.Command {
 			if p := networkPolicy(netAllow, nil); p != nil {
 				return benchEgress(cmd, co, *p, print)
 			}
+			if !inProcess && co.UserNS == "" {
+				return benchCreateCompare(cmd, bench.CompareOptions{N: co.N, Parallel: co.Parallel, Batch: batch, Image: co.Image,
+					Peers: peers, NoCLI: noCLI}, print)
+			}
 			r, err := bench.Create(cmd.Context(), co, peers)
 			if err != nil {
 				return err
@@ -70,7 +76,10 @@ func benchCmd() *cobra.Command {
 		},
 	}
 	addFlags(create, &co, 200, 2)
-	create.Flags().StringVar(&compare, "compare", "", "peer runtimes to run in the same benchmark: crun, runc")
+	create.Flags().StringVar(&compare, "compare", "", "peers to run in the same benchmark, doing the same work: crun, runc, podman (podman is skipped, and said so, where it cannot run)")
+	create.Flags().IntVar(&batch, "batch", 10, "creates per side per turn (sides take turns: dsec-api, dsec-cli, peers, dsec-api, ...)")
+	create.Flags().BoolVar(&noCLI, "no-cli", false, "leave out the CLI side (a `dsec create` process per sandbox)")
+	create.Flags().BoolVar(&inProcess, "in-process", false, "the old form: dsec's agent called in-process (no HTTP), peers after it (also with --userns)")
 	create.Flags().StringVar(&co.UserNS, "userns", "", "user_namespace of the creates: on, off, or both (alternate in one run and compare); default the node's")
 	create.Flags().StringArrayVar(&netAllow, "network", nil, "compare with egress sandboxes allowed CIDR[:PORT[-PORT]] (passes default, egress, default, egress)")
 	exec := &cobra.Command{
@@ -152,7 +161,7 @@ func benchCmd() *cobra.Command {
 	addFlags(fn, &fo, 500, 4)
 	fn.Flags().StringVar(&fLang, "lang", "c", "language: c, c++, go, python3, bash")
 	c.AddCommand(create, exec, ptyc, density, fn)
-	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd())
+	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd(), benchBurstCmd())
 	c.AddCommand(benchQoSCmds()...)
 	return c
 }

@@ -48,12 +48,16 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (api
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	m.mu.RLock()
-	n := len(m.sandboxes)
-	m.mu.RUnlock()
-	if n+req.Count > m.cfg.MaxSandboxes {
-		return api.ForkResult{}, errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
+	// All or nothing: room for every child is reserved before the snapshot.
+	places, err := m.admit(req.Count)
+	if err != nil {
+		return api.ForkResult{}, err
 	}
+	defer func() {
+		for _, p := range places {
+			p.release()
+		}
+	}()
 
 	snap, rec, err := sb.lockSnapshotter("fork", sb.drv.Capabilities().Fork)
 	if err != nil {
@@ -98,7 +102,7 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (api
 
 	res := api.ForkResult{Parent: id, SnapshotBytes: st.Bytes, SnapshotMillis: float64(snapTime.Microseconds()) / 1000}
 	for i := 0; i < req.Count; i++ {
-		child, err := m.createOn(ctx, creq, base, top)
+		child, err := m.createOn(ctx, creq, base, top, places[i])
 		if err != nil {
 			m.log.Warn("fork failed part-way; deleting its children", "parent", id, "made", len(res.Children), "err", err)
 			for _, c := range res.Children {

@@ -85,6 +85,7 @@ type Manager struct {
 
 	mu        sync.RWMutex
 	sandboxes map[string]*sandbox
+	admitting int                 // places reserved by creates in flight (admission.go)
 	byRequest map[string]*pending // request ID → create in flight or done
 	forking   map[string]int      // fork snapshot dir → forks still creating children (fork.go)
 

@@ -170,26 +170,35 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 }
 
 func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sandbox, error) {
+	// Admission first: a create over the limit costs no image lookup either.
+	adm, err := m.admit(1)
+	if err != nil {
+		return nil, err
+	}
+	defer adm[0].release()
 	img, err := m.cfg.Images.Resolve(req.Image)
 	if err != nil {
 		return nil, err
 	}
-	return m.createOn(ctx, req, img, nil)
+	return m.createOn(ctx, req, img, nil, adm[0])
 }
 
 // createOn creates a sandbox on img with extra directory layers stacked on top
 // of img's (a fork's snapshot of its parent's writable layer).
-func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, img images.Image, top []images.Layer) (*sandbox, error) {
+// adm is the place admission reserved for it; nil: createOn admits it itself.
+func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, img images.Image, top []images.Layer, adm *admission) (*sandbox, error) {
+	if adm == nil {
+		a, err := m.admit(1)
+		if err != nil {
+			return nil, err
+		}
+		adm = a[0]
+	}
+	defer adm.release()
 	if err := m.slots.Acquire(ctx, 1); err != nil {
 		return nil, errdefs.Wrap(api.CodeDeadlineExceeded, err, "waiting for a create slot")
 	}
 	defer m.slots.Release(1)
-	m.mu.RLock()
-	n := len(m.sandboxes)
-	m.mu.RUnlock()
-	if n >= m.cfg.MaxSandboxes {
-		return nil, errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
-	}
 	id := m.newID()
 	if img.Layered() {
 		// A layered environment: layerd mounts its layers (once per node) and holds
@@ -199,7 +208,7 @@ func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, im
 		}
 		img.Layers = append(img.Layers, top...)
 		started := false
-		sb, err := m.startSandbox(ctx, req, img, id, &started)
+		sb, err := m.startSandbox(ctx, req, img, id, adm, &started)
 		if !started {
 			// Nothing holds the layers: release them (layerd unmounts after its grace).
 			_ = m.cfg.Images.Unmount(context.Background(), id)
@@ -207,12 +216,12 @@ func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, im
 		return sb, err
 	}
 	img.Layers = append(img.Layers, top...)
-	return m.startSandbox(ctx, req, img, id, nil)
+	return m.startSandbox(ctx, req, img, id, adm, nil)
 }
 
 // startSandbox starts the sandbox on resolved lower directories; *started is set
 // once it exists (so the caller keeps the layers it acquired).
-func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest, img images.Image, id string, started *bool) (*sandbox, error) {
+func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest, img images.Image, id string, adm *admission, started *bool) (*sandbox, error) {
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
@@ -247,6 +256,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	}
 	m.mu.Lock()
 	m.sandboxes[id] = sb
+	adm.takenLocked()
 	m.mu.Unlock()
 	if started != nil {
 		*started = true

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -16,6 +17,9 @@ type Error struct {
 	Code  api.Code
 	Msg   string
 	Cause error
+	// RetryAfter, when positive, is how long the caller should wait before
+	// repeating the request (the HTTP layer sends it as Retry-After).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string {
@@ -35,6 +39,32 @@ func New(code api.Code, format string, args ...any) error {
 // Wrap classifies cause under code with a message prefix.
 func Wrap(code api.Code, cause error, format string, args ...any) error {
 	return &Error{Code: code, Msg: fmt.Sprintf(format, args...), Cause: cause}
+}
+
+// Exhausted is a resource_exhausted error that tells the caller to retry after d.
+func Exhausted(d time.Duration, format string, args ...any) error {
+	return &Error{Code: api.CodeResourceExhausted, Msg: fmt.Sprintf(format, args...), RetryAfter: d}
+}
+
+// RetryAfter is the retry delay the first classified error in err's chain that
+// states one carries.
+func RetryAfter(err error) (time.Duration, bool) {
+	switch e := err.(type) {
+	case nil:
+		return 0, false
+	case *Error:
+		if e.RetryAfter > 0 {
+			return e.RetryAfter, true
+		}
+	case interface{ Unwrap() []error }:
+		for _, c := range e.Unwrap() {
+			if d, ok := RetryAfter(c); ok {
+				return d, true
+			}
+		}
+		return 0, false
+	}
+	return RetryAfter(errors.Unwrap(err))
 }
 
 // Convenience constructors for the common classes.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dsec-dev/dsec/internal/seccomp"
 )
 
 // busyboxRootfs builds a tiny rootfs from the host's static busybox.
@@ -239,5 +241,34 @@ func TestBenchReport(t *testing.T) {
 			t.Logf("%-5s %-7s N=%d par=%d  %.1f creates/s  p50 %.1fms  p99 %.1fms  teardown %.2fs",
 				name, img, res.N, par, res.PerSecond, res.P50ms, res.P99ms, res.TeardownSeconds)
 		}
+	}
+}
+
+// TestSeccompNames: every syscall of dsec's profile translates, and the
+// translation keeps each rule's action.
+func TestSeccompNames(t *testing.T) {
+	p := seccomp.Default()
+	out, notes, err := SeccompFrom(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range p.Rules {
+		n += len(r.Syscalls)
+	}
+	names := map[string]bool{}
+	for _, r := range out.Syscalls {
+		for _, s := range r.Names {
+			names[s] = true
+		}
+		if r.Action == "SCMP_ACT_ERRNO" && (r.ErrnoRet == nil || *r.ErrnoRet == 0) {
+			t.Errorf("rule %v: errno action without an errno", r.Names)
+		}
+	}
+	if len(names) != n-1 || names["personality"] {
+		t.Errorf("%d syscall names in the OCI profile, %d syscalls in dsec's (all but personality expected)", len(names), n)
+	}
+	if len(notes) != 1 {
+		t.Errorf("notes %v, want one (personality)", notes)
 	}
 }

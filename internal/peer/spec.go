@@ -58,6 +58,50 @@ type OCILinux struct {
 	Namespaces    []OCINamespace `json:"namespaces"`
 	MaskedPaths   []string       `json:"maskedPaths"`
 	ReadonlyPaths []string       `json:"readonlyPaths"`
+	CgroupsPath   string         `json:"cgroupsPath,omitempty"`
+	Resources     *OCIResources  `json:"resources,omitempty"`
+	Seccomp       *OCISeccomp    `json:"seccomp,omitempty"`
+}
+
+// OCIResources are the cgroup limits of a container.
+type OCIResources struct {
+	Memory *OCIMemory `json:"memory,omitempty"`
+	CPU    *OCICPU    `json:"cpu,omitempty"`
+	Pids   *OCIPids   `json:"pids,omitempty"`
+}
+
+type OCIMemory struct {
+	Limit int64 `json:"limit"`
+}
+
+type OCICPU struct {
+	Quota  int64  `json:"quota"`
+	Period uint64 `json:"period"`
+}
+
+type OCIPids struct {
+	Limit int64 `json:"limit"`
+}
+
+// OCISeccomp is a seccomp profile in the runtime spec's (libseccomp's) terms.
+type OCISeccomp struct {
+	DefaultAction string           `json:"defaultAction"`
+	Architectures []string         `json:"architectures"`
+	Syscalls      []OCISyscallRule `json:"syscalls"`
+}
+
+type OCISyscallRule struct {
+	Names    []string     `json:"names"`
+	Action   string       `json:"action"`
+	ErrnoRet *uint        `json:"errnoRet,omitempty"`
+	Args     []OCISeccArg `json:"args,omitempty"`
+}
+
+type OCISeccArg struct {
+	Index    uint   `json:"index"`
+	Value    uint64 `json:"value"`
+	ValueTwo uint64 `json:"valueTwo"`
+	Op       string `json:"op"`
 }
 
 type OCINamespace struct {

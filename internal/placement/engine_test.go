@@ -166,6 +166,9 @@ func TestReplacementOnRejection(t *testing.T) {
 	if ra, ok := RetryAfter(err); !ok || ra <= 0 || !errdefs.Is(err, api.CodeResourceExhausted) {
 		t.Fatalf("all reject: %v", err)
 	}
+	if d, ok := errdefs.RetryAfter(err); !ok || d <= 0 {
+		t.Errorf("the HTTP layer's errdefs.RetryAfter does not see the engine's Retry-After: %v", err)
+	}
 	if calls != 6 {
 		t.Fatalf("admission tried %d times, want 1 + MaxReplacements = 6", calls)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // ExhaustedError is the resource_exhausted error the engine returns when nothing
@@ -20,7 +19,7 @@ type ExhaustedError struct {
 }
 
 func exhausted(retryAfter time.Duration, format string, args ...any) error {
-	e := errdefs.New(api.CodeResourceExhausted, format, args...).(*errdefs.Error)
+	e := errdefs.Exhausted(retryAfter, format, args...).(*errdefs.Error) // the HTTP layer sends it as Retry-After
 	return &ExhaustedError{RetryAfter: retryAfter, err: e}
 }
 

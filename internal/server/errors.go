@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -38,6 +40,10 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			"code", e.Code, "err", err)
 	}
 	w.Header().Set(ErrorHeader, string(e.Code))
+	if d, ok := errdefs.RetryAfter(err); ok {
+		// Whole seconds, rounded up, at least 1 (RFC 9110 delay-seconds).
+		w.Header().Set("Retry-After", strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10))
+	}
 	if r.ContentLength < 0 {
 		// A streamed body (exec/stream, an upload) may never end: without this,
 		// net/http would read it to its end before sending the answer, and a

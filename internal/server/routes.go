@@ -17,6 +17,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/health", s.health},
 		{"GET /v1/info", s.info},
 		{"GET /v1/openapi.yaml", s.openAPI},
+		{"GET /v1/debug/runtime", s.debugRuntime},
 		{"GET /v1/images", s.listImages},
 		{"GET /v1/images/{name}", s.getImage},
 		{"POST /v1/images", s.composeImage},

@@ -73,6 +73,9 @@ func parseStepKey(prefix, key []byte) (n int, kind byte, ok bool) {
 type PebbleOptions struct {
 	MemTableSize uint64 // default 4 MiB
 	CacheSize    int64  // default 8 MiB
+	// DiskReserve is the free space on its file system below which the log
+	// refuses new steps (diskguard.go); default DefaultDiskReserve.
+	DiskReserve int64
 	// Logger gets Pebble's errors (default slog.Default()).
 	Logger *slog.Logger
 	fs     vfs.FS // tests: under the lazy WAL (default vfs.Default)
@@ -92,10 +95,11 @@ type PebbleOptions struct {
 // (lazyWALFS; a Pebble NoSync write would stay in the writer's memory until
 // the next sync or a full 32 KiB block, which a process crash loses).
 type Pebble struct {
-	db   *pebble.DB
-	fs   *lazyWALFS
-	dir  string
-	boot string
+	db      *pebble.DB
+	fs      *lazyWALFS
+	dir     string
+	boot    string
+	reserve int64 // PebbleOptions.DiskReserve
 
 	locks [1024]sync.Mutex
 	// mu guards closed; operations hold it shared.
@@ -118,6 +122,9 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.DiskReserve == 0 {
+		o.DiskReserve = DefaultDiskReserve
+	}
 	cache := pebble.NewCache(o.CacheSize)
 	defer cache.Unref()
 	if o.fs == nil {
@@ -135,7 +142,7 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open trajectory log %s: %w", dir, err)
 	}
-	return &Pebble{db: db, fs: fs, dir: dir, boot: NewBoot()}, nil
+	return &Pebble{db: db, fs: fs, dir: dir, boot: NewBoot(), reserve: o.DiskReserve}, nil
 }
 
 // pebbleLogger passes Pebble's errors to slog and drops its information lines.
@@ -206,6 +213,11 @@ func (p *Pebble) lockAll() func() {
 // fsyncs), waits for a group fsync when durable, then unlocks. The caller is
 // inside enter.
 func (p *Pebble) commit(b *pebble.Batch, unlock func(), durable bool) error {
+	if err := p.room(b.Len(), durable); err != nil {
+		unlock()
+		b.Close()
+		return err
+	}
 	if durable {
 		p.fs.durable.Add(1)
 		defer p.fs.durable.Add(-1)
@@ -316,7 +328,7 @@ func (p *Pebble) Begin(ctx context.Context, req BeginRequest) (Decision, error) 
 		err = p.commit(b, unlock, false)
 	}
 	if err != nil {
-		return Decision{}, errdefs.Internal(err, "trajectory log")
+		return Decision{}, logError(err)
 	}
 	return Decision{New: created}, nil
 }
@@ -359,7 +371,7 @@ func (p *Pebble) update(id string, fn func(b *pebble.Batch) (answer, err error))
 		b.Close()
 	}
 	if err != nil {
-		return errdefs.Internal(err, "trajectory log")
+		return logError(err)
 	}
 	return answer
 }
@@ -589,7 +601,7 @@ func (p *Pebble) Prune(ctx context.Context, olderThan time.Time, maxN int) (int,
 		}
 		p.leave()
 		if err != nil {
-			return 0, errdefs.Internal(err, "trajectory log")
+			return 0, logError(err)
 		}
 	}
 	return len(victims), nil
@@ -625,6 +637,9 @@ func (p *Pebble) Import(meta Meta, steps []Step) error {
 		if err == nil {
 			err = setJSON(b, pebbleStepKey(meta.ID, s.N, kindRecord), s)
 		}
+	}
+	if err == nil {
+		err = p.room(b.Len(), true)
 	}
 	if err != nil {
 		return err

@@ -122,6 +122,9 @@ func (n *Node) Create(_ context.Context, req api.CreateSandboxRequest) (api.Sand
 	if req.Image == "missing" {
 		return api.Sandbox{}, errdefs.NotFound("image %q", req.Image)
 	}
+	if req.Image == "full" { // a node at its limit
+		return api.Sandbox{}, errdefs.Exhausted(1500*time.Millisecond, "node is at its limit")
+	}
 	n.seq++
 	now := time.Now().UTC()
 	sb := &api.Sandbox{
