@@ -126,6 +126,15 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err := m.checkNetwork(req.Backend, req.Network); err != nil {
 		return api.Sandbox{}, err
 	}
+	ctx, end := m.span(ctx, "agent.create", req.Backend)
+	sb, err := m.createIdempotent(ctx, req)
+	end(err)
+	return sb, err
+}
+
+// createIdempotent creates, or with a request ID returns the sandbox the first
+// create with that ID made.
+func (m *Manager) createIdempotent(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	if req.RequestID == "" {
 		sb, err := m.create(ctx, req)
 		if err != nil {
@@ -180,21 +189,18 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 // createOn creates a sandbox on img with extra directory layers stacked on top
 // of img's (a fork's snapshot of its parent's writable layer).
 func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, img images.Image, top []images.Layer) (*sandbox, error) {
-	if err := m.slots.Acquire(ctx, 1); err != nil {
-		return nil, errdefs.Wrap(api.CodeDeadlineExceeded, err, "waiting for a create slot")
+	if err := m.admit(ctx, req.Backend); err != nil {
+		return nil, err
 	}
 	defer m.slots.Release(1)
-	m.mu.RLock()
-	n := len(m.sandboxes)
-	m.mu.RUnlock()
-	if n >= m.cfg.MaxSandboxes {
-		return nil, errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
-	}
 	id := m.newID()
 	if img.Layered() {
 		// A layered environment: layerd mounts its layers (once per node) and holds
 		// them for this sandbox until Delete.
-		if err := m.cfg.Images.Mount(ctx, &img, id); err != nil {
+		mctx, end := m.phase(ctx, req.Backend, PhaseImageMount, "agent.image_mount")
+		err := m.cfg.Images.Mount(mctx, &img, id)
+		end(err)
+		if err != nil {
 			return nil, err
 		}
 		img.Layers = append(img.Layers, top...)
@@ -208,6 +214,24 @@ func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, im
 	}
 	img.Layers = append(img.Layers, top...)
 	return m.startSandbox(ctx, req, img, id, nil)
+}
+
+// admit takes a create slot (the caller releases it) and checks the node's
+// sandbox limit: the admission phase.
+func (m *Manager) admit(ctx context.Context, backend string) (err error) {
+	ctx, end := m.phase(ctx, backend, PhaseAdmission, "agent.admission")
+	defer func() { end(err) }()
+	if err := m.slots.Acquire(ctx, 1); err != nil {
+		return errdefs.Wrap(api.CodeDeadlineExceeded, err, "waiting for a create slot")
+	}
+	m.mu.RLock()
+	n := len(m.sandboxes)
+	m.mu.RUnlock()
+	if n >= m.cfg.MaxSandboxes {
+		m.slots.Release(1)
+		return errdefs.New(api.CodeResourceExhausted, "node is at its limit of %d sandboxes", m.cfg.MaxSandboxes)
+	}
+	return nil
 }
 
 // startSandbox starts the sandbox on resolved lower directories; *started is set
@@ -227,7 +251,9 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	if err != nil {
 		return nil, err
 	}
-	inst, err := drv.Start(ctx, spec)
+	sctx, end := m.phase(ctx, req.Backend, PhaseStart, "driver.start")
+	inst, err := drv.Start(sctx, spec)
+	end(err)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +277,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	if started != nil {
 		*started = true
 	}
-	m.log.Debug("created sandbox", "id", id, "image", img.Name)
+	m.log.DebugContext(ctx, "created sandbox", "id", id, "image", img.Name)
 	return sb, nil
 }
 
@@ -287,7 +313,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		delete(m.byRequest, sb.rec.RequestID)
 	}
 	m.mu.Unlock()
-	m.log.Debug("deleted sandbox", "id", id)
+	m.log.DebugContext(ctx, "deleted sandbox", "id", id)
 	return nil
 }
 

@@ -11,26 +11,31 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Handler is everything the main listener serves: dsec's /v1 API and the other
-// front ends' routes (SandboxFusion's /run_code and /submit, with the same bearer
-// token as /v1).
+// Handler is everything the main listener serves: dsec's /v1 API, the other
+// front ends' routes (SandboxFusion's /run_code and /submit) and GET /metrics,
+// with the same bearer token as /v1.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	sf := d.sandboxFusion()
+	sf := d.guard(d.sandboxFusion())
+	for _, p := range sandboxfusion.Routes() {
+		mux.Handle(p, sf)
+	}
+	mux.Handle("GET "+MetricsPath, d.guard(d.obs.metrics.Handler()))
+	mux.Handle("/", d.Server.Handler())
+	return mux
+}
+
+// guard requires the API token before h.
+func (d *Daemon) guard(h http.Handler) http.Handler {
 	tok := auth.NewToken(d.Token)
-	guarded := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !tok.MatchBearer(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
 			writeUnauthorized(w)
 			return
 		}
-		sf.ServeHTTP(w, r)
+		h.ServeHTTP(w, r)
 	})
-	for _, p := range sandboxfusion.Routes() {
-		mux.Handle(p, guarded)
-	}
-	mux.Handle("/", d.Server.Handler())
-	return mux
 }
 
 func (d *Daemon) sandboxFusion() *sandboxfusion.Handler {
