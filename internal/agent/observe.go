@@ -82,9 +82,9 @@ type SandboxUsage struct {
 	MemoryUsage int64
 }
 
-// Usage returns every sandbox's usage; it reads one memory counter per
-// sandbox and takes no lock across sandboxes.
-func (m *Manager) Usage() []SandboxUsage {
+// Usage returns every sandbox's usage, with memory reads one counter per
+// sandbox (else MemoryUsage is -1); it takes no lock across sandboxes.
+func (m *Manager) Usage(memory bool) []SandboxUsage {
 	all := m.all()
 	out := make([]SandboxUsage, 0, len(all))
 	for _, sb := range all {
@@ -100,7 +100,7 @@ func (m *Manager) Usage() []SandboxUsage {
 		case paused:
 			u.State = api.StatePaused
 		}
-		if st, ok := inst.(driver.Stats); ok && u.State != api.StateExited {
+		if st, ok := inst.(driver.Stats); ok && memory && u.State != api.StateExited {
 			if n, err := st.MemoryUsage(); err == nil {
 				u.MemoryUsage = n
 			}

@@ -3,6 +3,7 @@ package tracing
 import (
 	"fmt"
 	"net/http"
+	"strings"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -13,7 +14,7 @@ import (
 // Middleware serves next with a request ID and a server span: the ID is the
 // client's X-Request-Id when it is a plausible one (at most 128 of
 // [A-Za-z0-9._:-]), else a new one; it is set on the response before next runs
-// and carried in the context (RequestID). The span, named "HTTP METHOD ROUTE",
+// and carried in the context (RequestID). The span, named "METHOD ROUTE",
 // continues a W3C traceparent the client sent. route maps a request to its
 // route pattern (bounded: never the raw path); nil names every span by method.
 func Middleware(p *Provider, route func(*http.Request) string, next http.Handler) http.Handler {
@@ -34,8 +35,11 @@ func Middleware(p *Provider, route func(*http.Request) string, next http.Handler
 		if route != nil {
 			rt = route(r)
 		}
-		name := "HTTP " + r.Method
-		if rt != "" {
+		name := r.Method // semantic conventions: "METHOD ROUTE"
+		switch {
+		case strings.HasPrefix(rt, r.Method+" "):
+			name = rt // a ServeMux pattern with its method
+		case rt != "":
 			name += " " + rt
 		}
 		ctx, span := tr.Start(ctx, name, trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(
