@@ -6,23 +6,18 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/driver/mock"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/metrics"
+	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/tracing"
+	"github.com/dsec-dev/dsec/internal/tracing/tracingtest"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -33,11 +28,12 @@ const token = "metrics-test-token"
 // metrics decorator -> trajectory log -> /v1 server, behind the request-ID,
 // tracing and HTTP-metrics middleware, with /metrics behind the token.
 type stack struct {
-	m     *metrics.Metrics
-	mgr   *agent.Manager
-	spans *tracetest.SpanRecorder
-	url   string
-	cl    *client.Client
+	m   *metrics.Metrics
+	mgr *agent.Manager
+	tp  *tracing.Provider
+	col *tracingtest.Collector // receives the spans over OTLP/HTTP
+	url string
+	cl  *client.Client
 }
 
 // tinyImages makes an image the mock driver can start (an /etc/passwd is all
@@ -60,8 +56,9 @@ func tinyImages(t testing.TB) *images.Store {
 // newStack starts the node; wrap (optional) wraps the mock driver.
 func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 	t.Helper()
-	rec := tracetest.NewSpanRecorder()
-	tp, err := tracing.New(context.Background(), tracing.Config{Options: []sdktrace.TracerProviderOption{sdktrace.WithSpanProcessor(rec)}})
+	col := tracingtest.NewCollector()
+	t.Cleanup(col.Close)
+	tp, err := tracing.New(context.Background(), tracing.Config{Endpoint: col.URL})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +102,7 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 		mgr.Close()
 		_ = tp.Shutdown(ctx)
 	})
-	return &stack{m: m, mgr: mgr, spans: rec, url: hs.URL, cl: client.New(hs.URL, token)}
+	return &stack{m: m, mgr: mgr, tp: tp, col: col, url: hs.URL, cl: client.New(hs.URL, token)}
 }
 
 func requireToken(h http.Handler) http.Handler {
@@ -118,61 +115,12 @@ func requireToken(h http.Handler) http.Handler {
 	})
 }
 
-// scrape reads /metrics with the token and parses it with Prometheus's text
-// parser.
-func scrape(t testing.TB, url string) map[string]*dto.MetricFamily {
+// scrape reads /metrics with the token.
+func scrape(t testing.TB, url string) metricstest.Families {
 	t.Helper()
-	req, _ := http.NewRequest(http.MethodGet, url+"/metrics", nil)
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	f, err := metricstest.Scrape(url+"/metrics", token)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: %s", resp.Status)
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("the exposition does not parse: %v", err)
-	}
-	return fams
-}
-
-// value is a sample's value: a counter's or gauge's, or for NAME_count a
-// histogram's sample count. labels are "k=v" pairs that must all match; a
-// series that does not exist is 0.
-func value(fams map[string]*dto.MetricFamily, name string, labels ...string) float64 {
-	histCount := false
-	f := fams[name]
-	if f == nil && strings.HasSuffix(name, "_count") {
-		f, histCount = fams[strings.TrimSuffix(name, "_count")], true
-	}
-	if f == nil {
-		return 0
-	}
-	sum := 0.0
-next:
-	for _, mt := range f.GetMetric() {
-		have := map[string]string{}
-		for _, lp := range mt.GetLabel() {
-			have[lp.GetName()] = lp.GetValue()
-		}
-		for _, kv := range labels {
-			k, v, _ := strings.Cut(kv, "=")
-			if have[k] != v {
-				continue next
-			}
-		}
-		switch {
-		case histCount:
-			sum += float64(mt.GetHistogram().GetSampleCount())
-		case mt.Counter != nil:
-			sum += mt.GetCounter().GetValue()
-		case mt.Gauge != nil:
-			sum += mt.GetGauge().GetValue()
-		}
-	}
-	return sum
+	return f
 }

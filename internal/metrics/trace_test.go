@@ -2,31 +2,13 @@ package metrics_test
 
 import (
 	"context"
+	"encoding/hex"
 	"net/http"
 	"strings"
 	"testing"
 
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"github.com/dsec-dev/dsec/internal/tracing/tracingtest"
 )
-
-// tree renders the spans of one trace as "parent > child" edges.
-func tree(spans []sdktrace.ReadOnlySpan, traceID string) map[string]bool {
-	byID := map[string]sdktrace.ReadOnlySpan{}
-	for _, s := range spans {
-		if s.SpanContext().TraceID().String() == traceID {
-			byID[s.SpanContext().SpanID().String()] = s
-		}
-	}
-	edges := map[string]bool{}
-	for _, s := range byID {
-		parent := "(root)"
-		if p, ok := byID[s.Parent().SpanID().String()]; ok {
-			parent = p.Name()
-		}
-		edges[parent+" > "+s.Name()] = true
-	}
-	return edges
-}
 
 // A create and an exec each make one trace server -> session -> agent ->
 // driver, continuing the trace of the client's traceparent.
@@ -57,7 +39,10 @@ func TestSpanTree(t *testing.T) {
 	if resp := do("POST", "/v1/sandboxes/"+sbs[0].ID+"/exec", `{"cmd":["true"]}`, execTrace); resp.StatusCode != http.StatusOK {
 		t.Fatalf("exec: %s", resp.Status)
 	}
-	spans := s.spans.Ended()
+	if err := s.tp.ForceFlush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spans := s.col.Spans()
 	for _, c := range []struct {
 		trace string
 		want  []string
@@ -76,7 +61,7 @@ func TestSpanTree(t *testing.T) {
 			"agent.exec > driver.exec",
 		}},
 	} {
-		got := tree(spans, c.trace)
+		got := tracingtest.Tree(spans, c.trace)
 		for _, e := range c.want {
 			if !got[e] {
 				t.Errorf("trace %s lacks %q; it has %v", c.trace, e, got)
@@ -87,8 +72,8 @@ func TestSpanTree(t *testing.T) {
 		}
 	}
 	for _, sp := range spans {
-		if sp.Name() == "POST /v1/sandboxes" && sp.Parent().SpanID().String() != "00f067aa0ba902b7" {
-			t.Errorf("the server span does not continue the client's span: parent %s", sp.Parent().SpanID())
+		if sp.GetName() == "POST /v1/sandboxes" && hex.EncodeToString(sp.GetParentSpanId()) != "00f067aa0ba902b7" {
+			t.Errorf("the server span does not continue the client's span: parent %x", sp.GetParentSpanId())
 		}
 	}
 }
