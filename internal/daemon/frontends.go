@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
+	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -16,22 +18,22 @@ import (
 // with the same bearer token as /v1.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	sf := d.guard(d.sandboxFusion())
+	sf := d.guard(d.sandboxFusion(), writeUnauthorized)
 	for _, p := range sandboxfusion.Routes() {
 		mux.Handle(p, sf)
 	}
-	mux.Handle("GET "+MetricsPath, d.guard(d.obs.metrics.Handler()))
+	mux.Handle("GET "+MetricsPath, d.guard(d.obs.metrics.Handler(), writeAPIUnauthorized))
 	mux.Handle("/", d.Server.Handler())
 	return mux
 }
 
-// guard requires the API token before h.
-func (d *Daemon) guard(h http.Handler) http.Handler {
+// guard requires the API token before h; deny answers a request without it.
+func (d *Daemon) guard(h http.Handler, deny func(http.ResponseWriter)) http.Handler {
 	tok := auth.NewToken(d.Token)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !tok.MatchBearer(r) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
-			writeUnauthorized(w)
+			deny(w)
 			return
 		}
 		h.ServeHTTP(w, r)
@@ -46,6 +48,16 @@ func writeUnauthorized(w http.ResponseWriter) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusUnauthorized)
 	_, _ = w.Write([]byte(`{"detail":"missing or invalid bearer token","code":"` + api.CodeUnauthorized + `"}`))
+}
+
+// writeAPIUnauthorized answers as /v1 does (api.ErrorBody).
+func writeAPIUnauthorized(w http.ResponseWriter) {
+	e := api.NewError(api.CodeUnauthorized, "missing or invalid bearer token")
+	b, _ := json.Marshal(api.ErrorBody{Error: e})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(metrics.ErrorHeader, string(e.Code))
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(b, '\n'))
 }
 
 // ServeSandboxFusion serves SandboxFusion's API on l WITHOUT a token, for

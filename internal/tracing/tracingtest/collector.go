@@ -24,6 +24,16 @@ type Span struct {
 // TraceID is the span's trace ID in hex.
 func (s Span) TraceID() string { return hex.EncodeToString(s.GetTraceId()) }
 
+// Attr is the span's string attribute key ("" if none).
+func (s Span) Attr(key string) string {
+	for _, a := range s.GetAttributes() {
+		if a.GetKey() == key {
+			return a.GetValue().GetStringValue()
+		}
+	}
+	return ""
+}
+
 // Collector receives OTLP/HTTP protobuf exports at /v1/traces.
 type Collector struct {
 	*httptest.Server
