@@ -31,6 +31,11 @@ func TestCountsMoveExactly(t *testing.T) {
 			t.Fatalf("step, try %d: %+v %v", i, res, err)
 		}
 	}
+	for _, v := range []string{api.VerdictAccepted, api.VerdictWrongAnswer, "made-up"} {
+		if res, err := s.cl.FnCall(ctx, api.FnCallRequest{Language: "python3", Files: map[string]string{"verdict": v}}); err != nil || res.Verdict != v {
+			t.Fatalf("fncall: %+v %v", res, err)
+		}
+	}
 	during := scrape(t, s.url)
 	_, err = s.cl.Create(ctx, api.CreateSandboxRequest{Image: "no-such-image"})
 	if !errdefs.Is(err, api.CodeNotFound) {
@@ -63,6 +68,10 @@ func TestCountsMoveExactly(t *testing.T) {
 		{"dsec_trajectory_steps_total", []string{"op=exec", "result=live"}, 1},
 		{"dsec_trajectory_steps_total", []string{"op=exec", "result=replayed"}, 1},
 		{"dsec_sandbox_deletes_total", []string{"result=ok"}, 1},
+		{"dsec_fncall_verdicts_total", []string{"verdict=accepted"}, 1},
+		{"dsec_fncall_verdicts_total", []string{"verdict=wrong_answer"}, 1},
+		{"dsec_fncall_verdicts_total", []string{"verdict=other"}, 1}, // bounded
+		{"dsec_fncall_duration_seconds_count", nil, 3},
 		{"dsec_session_errors_total", []string{"op=create", "code=not_found", "infrastructure=false"}, 1},
 		{"dsec_session_errors_total", nil, 1},
 		{"dsec_errors_total", []string{"code=not_found", "infrastructure=false"}, 1},

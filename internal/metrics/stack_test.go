@@ -19,6 +19,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/tracing/tracingtest"
 	"github.com/dsec-dev/dsec/internal/trajectory"
+	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
 
@@ -76,11 +77,11 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msvc := m.Wrap(mgr, tp, nil)
+	msvc := m.Wrap(mgr, tp, judge{})
 	if err := m.Register(m.NewNodeCollector(mgr, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
-	tsvc := trajectory.Wrap(msvc, m.WrapStore(trajectory.NewMem()), trajectory.Options{})
+	tsvc := trajectory.Wrap(msvc, m.WrapStore(trajectory.NewMem()), trajectory.Options{FnCall: msvc})
 	srv := server.New(tsvc, server.Options{Token: token, Trajectories: tsvc, QoS: msvc})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", requireToken(m.Handler()))
@@ -103,6 +104,13 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 		_ = tp.Shutdown(ctx)
 	})
 	return &stack{m: m, mgr: mgr, tp: tp, col: col, url: hs.URL, cl: client.New(hs.URL, token)}
+}
+
+// judge is a FnCall engine whose verdict is the file "verdict".
+type judge struct{}
+
+func (judge) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+	return api.FnCallResult{Verdict: req.Files["verdict"]}, nil
 }
 
 func requireToken(h http.Handler) http.Handler {

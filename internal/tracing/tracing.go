@@ -22,14 +22,19 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
-// EndpointEnv is the standard variable New falls back to (OTLP base URL).
-const EndpointEnv = "OTEL_EXPORTER_OTLP_ENDPOINT"
+// The standard variables New falls back to: the OTLP base URL, or the traces
+// endpoint's full URL.
+const (
+	EndpointEnv       = "OTEL_EXPORTER_OTLP_ENDPOINT"
+	TracesEndpointEnv = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+)
 
 // Config configures New.
 type Config struct {
 	// Endpoint is the OTLP/HTTP collector's base URL (http://host:4318; a URL
-	// without a path gets /v1/traces). Empty: $OTEL_EXPORTER_OTLP_ENDPOINT;
-	// both empty: tracing is off.
+	// without a path gets /v1/traces). Empty: $OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+	// (used as it is), else $OTEL_EXPORTER_OTLP_ENDPOINT; all empty: tracing is
+	// off.
 	Endpoint string
 	// ServiceName names this component in the spans' resource (default "dsec").
 	ServiceName string
@@ -53,9 +58,12 @@ func Off() *Provider {
 // New returns the provider cfg describes: exporting to an OTLP endpoint, with
 // cfg.Options (a test's recorder), or off.
 func New(ctx context.Context, cfg Config) (*Provider, error) {
-	ep := cfg.Endpoint
+	ep, full := cfg.Endpoint, false
 	if ep == "" {
-		ep = os.Getenv(EndpointEnv)
+		ep, full = os.Getenv(TracesEndpointEnv), true
+	}
+	if ep == "" {
+		ep, full = os.Getenv(EndpointEnv), false
 	}
 	if ep == "" && len(cfg.Options) == 0 {
 		return Off(), nil
@@ -69,7 +77,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 			return nil, fmt.Errorf("otlp endpoint %q: want an http:// or https:// URL", ep)
 		}
-		if u.Path == "" || u.Path == "/" {
+		if !full && (u.Path == "" || u.Path == "/") {
 			u.Path = "/v1/traces"
 		}
 		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u.String()))

@@ -90,6 +90,7 @@ func TestOTLPExport(t *testing.T) {
 // Off makes no exporter; a bad endpoint is refused.
 func TestConfig(t *testing.T) {
 	t.Setenv(tracing.EndpointEnv, "")
+	t.Setenv(tracing.TracesEndpointEnv, "")
 	p, err := tracing.New(context.Background(), tracing.Config{})
 	if err != nil || p.Enabled() {
 		t.Fatalf("no endpoint: enabled %v, err %v", p.Enabled(), err)
