@@ -79,7 +79,7 @@ func (m *Metrics) NewNodeCollector(sbs Sandboxes, layers LayerStats, pools FnCal
 	return &NodeCollector{m: m, sbs: sbs, layers: layers, pools: pools, procDir: "/proc", MemoryMaxAge: DefaultMemoryMaxAge,
 		sandboxes:  d("sandboxes", "Sandboxes on this node, by backend and state (running, paused, exited).", "backend", "state"),
 		memUsage:   d("sandbox_memory_usage_bytes", "Memory used by each sandbox (cgroup usage), as a histogram over this node's sandboxes whose backend reports it."),
-		memLimit:   d("sandbox_memory_limit_bytes_sum", "Sum of the memory limits of this node's sandboxes."),
+		memLimit:   d("node_memory_committed_bytes", "Sum of the memory limits of this node's sandboxes."),
 		capacity:   d("node_capacity_sandboxes", "Sandboxes this node admits at most."),
 		cpus:       d("node_cpus", "CPUs of this node."),
 		load:       d("node_load_average", "The node's load average, by period (1m, 5m, 15m).", "period"),
