@@ -85,7 +85,7 @@ func (m *Metrics) NewNodeCollector(sbs Sandboxes, layers LayerStats, pools FnCal
 		load:       d("node_load_average", "The node's load average, by period (1m, 5m, 15m).", "period"),
 		memTotal:   d("node_memory_total_bytes", "The node's memory (MemTotal)."),
 		memAvail:   d("node_memory_available_bytes", "The node's available memory (MemAvailable)."),
-		layerdUp:   d("layerd_up", "1 when layerd answered its stats request, 0 when it is not running or failed."),
+		layerdUp:   d("layerd_up", "1 when layerd answered its stats request, 0 when it is not running (it starts with the first layered sandbox) or failed."),
 		fetched:    d("layer_fetched_bytes_total", "Bytes layerd fetched from blob stores for the layers it knows."),
 		blobBytes:  d("layer_blob_bytes", "Total size of the layer blobs layerd knows (compare with fetched bytes)."),
 		hits:       d("layer_cache_hits_total", "Chunk reads layerd served from its local cache."),
@@ -123,7 +123,7 @@ func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		st, err := c.layers.Stats(ctx)
 		cancel()
-		if err != nil {
+		if err != nil || st.Pid == 0 { // Pid 0: layerd is not running (no layered sandbox yet)
 			gauge(c.layerdUp, 0)
 		} else {
 			gauge(c.layerdUp, 1)
