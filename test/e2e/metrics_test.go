@@ -71,6 +71,11 @@ func TestMetricsAndTraces(t *testing.T) {
 	if err := n.cl.Delete(ctx, id); err != nil {
 		t.Fatal(err)
 	}
+	fc, err := n.cl.FnCall(ctx, api.FnCallRequest{Language: api.LangPython3, Files: map[string]string{"main.py": "print(1)"},
+		Tests: []api.FnCallTest{{}}})
+	if err != nil || fc.Verdict != api.VerdictAccepted {
+		t.Fatalf("fncall: %+v %v", fc, err)
+	}
 	after, err := metricstest.Scrape(main, n.token)
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +94,8 @@ func TestMetricsAndTraces(t *testing.T) {
 		{"dsec_execs_total", []string{"mode=exec", "result=ok"}, 1},
 		{"dsec_exec_duration_seconds_count", []string{"mode=exec"}, 1},
 		{"dsec_sandbox_deletes_total", []string{"result=ok"}, 1},
+		{"dsec_fncall_verdicts_total", []string{"verdict=accepted"}, 1},
+		{"dsec_fncall_duration_seconds_count", nil, 1},
 		{"dsec_session_errors_total", []string{"op=create", "code=not_found", "infrastructure=false"}, 1},
 		{"dsec_errors_total", []string{"code=not_found", "infrastructure=false"}, 1},
 		{"dsec_http_requests_total", []string{"route=POST /v1/sandboxes", "status=201"}, 1},
@@ -109,6 +116,9 @@ func TestMetricsAndTraces(t *testing.T) {
 	}
 	if got := after.Value("dsec_sandboxes", "state=running"); got != 0 {
 		t.Errorf("running sandboxes after the delete: %v", got)
+	}
+	if after.Value("dsec_fncall_pool_slots", "image=judge") <= 0 {
+		t.Error("no FnCall pool slots after a FnCall")
 	}
 	if after.Value("dsec_node_memory_total_bytes") <= 0 || after.Value("dsec_node_cpus") <= 0 {
 		t.Error("no node capacity")
