@@ -235,6 +235,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	// Every front end calls the agent through the trajectory decorator, and it
 	// through the metrics decorator (a replayed step runs nothing: no exec).
 	msvc := obs.metrics.Wrap(mgr, obs.tracing, n)
+	obs.svc = msvc
 	if err := obs.metrics.Register(obs.metrics.NewNodeCollector(mgr, layers, fc)); err != nil {
 		_ = fc.Close()
 		traj.Close()

@@ -41,7 +41,8 @@ func (d *Daemon) guard(h http.Handler, deny func(http.ResponseWriter)) http.Hand
 }
 
 func (d *Daemon) sandboxFusion() *sandboxfusion.Handler {
-	return sandboxfusion.New(d.FnCall, sandboxfusion.Options{Logger: d.cfg.Logger})
+	// Through the metrics decorator, so its FnCalls are counted like /v1's.
+	return sandboxfusion.New(fnCalls{d.obs.svc}, sandboxfusion.Options{Logger: d.cfg.Logger})
 }
 
 func writeUnauthorized(w http.ResponseWriter) {

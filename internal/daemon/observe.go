@@ -17,10 +17,19 @@ import (
 // API token; ServeMetrics serves them open on a listener of their own).
 const MetricsPath = "/metrics"
 
-// observability is the node's metrics registry and tracer provider.
+// observability is the node's metrics registry and tracer provider, and the
+// metrics decorator over the agent (set once it exists).
 type observability struct {
 	metrics *metrics.Metrics
 	tracing *tracing.Provider
+	svc     *metrics.Service
+}
+
+// fnCalls is the metrics decorator's FnCall as SandboxFusion's FnCaller.
+type fnCalls struct{ *metrics.Service }
+
+func (f fnCalls) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+	return f.FnCall(ctx, req)
 }
 
 func newObservability(ctx context.Context, cfg Config) (observability, error) {

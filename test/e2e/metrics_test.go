@@ -76,6 +76,10 @@ func TestMetricsAndTraces(t *testing.T) {
 	if err != nil || fc.Verdict != api.VerdictAccepted {
 		t.Fatalf("fncall: %+v %v", fc, err)
 	}
+	// SandboxFusion's FnCalls are counted like /v1's.
+	if code, out := sfPost(t, "http://"+n.addr+"/run_code", n.token, verlPayload("print(1)", "", "python", 10)); code != http.StatusOK {
+		t.Fatalf("run_code: %d %s", code, out)
+	}
 	after, err := metricstest.Scrape(main, n.token)
 	if err != nil {
 		t.Fatal(err)
@@ -94,8 +98,9 @@ func TestMetricsAndTraces(t *testing.T) {
 		{"dsec_execs_total", []string{"mode=exec", "result=ok"}, 1},
 		{"dsec_exec_duration_seconds_count", []string{"mode=exec"}, 1},
 		{"dsec_sandbox_deletes_total", []string{"result=ok"}, 1},
-		{"dsec_fncall_verdicts_total", []string{"verdict=accepted"}, 1},
-		{"dsec_fncall_duration_seconds_count", nil, 1},
+		{"dsec_fncall_verdicts_total", []string{"verdict=accepted"}, 2},
+		{"dsec_fncall_duration_seconds_count", nil, 2},
+		{"dsec_http_requests_total", []string{"route=POST /run_code", "status=200"}, 1},
 		{"dsec_session_errors_total", []string{"op=create", "code=not_found", "infrastructure=false"}, 1},
 		{"dsec_errors_total", []string{"code=not_found", "infrastructure=false"}, 1},
 		{"dsec_http_requests_total", []string{"route=POST /v1/sandboxes", "status=201"}, 1},
