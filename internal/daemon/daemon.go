@@ -236,13 +236,17 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	// through the metrics decorator (a replayed step runs nothing: no exec).
 	msvc := obs.metrics.Wrap(mgr, obs.tracing, n)
 	obs.svc = msvc
-	if err := obs.metrics.Register(obs.metrics.NewNodeCollector(mgr, layers, fc)); err != nil {
+	nc := obs.metrics.NewNodeCollector(mgr, layers, fc)
+	if err := obs.metrics.Register(nc); err != nil {
 		_ = fc.Close()
 		traj.Close()
 		mgr.Close()
 		drv.Close()
 		return nil, err
 	}
+	ncCtx, stopNC := context.WithCancel(context.Background())
+	obs.stop = stopNC
+	go nc.Run(ncCtx)
 	svc := trajectory.Wrap(msvc, obs.metrics.WrapStore(traj), trajectory.Options{Logger: cfg.Logger, FnCall: msvc})
 	srv := server.New(svc, server.Options{Token: token, Logger: cfg.Logger, Trajectories: svc,
 		Images: mgr, ImageManager: n, FnCall: msvc, QoS: msvc})
@@ -317,6 +321,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	}
 	close(d.stopPrune)
 	<-d.pruneDone
+	d.obs.stop()
 	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close(), d.qos.close(),
 		d.obs.tracing.Shutdown(ctx))
 	return errors.Join(errs...)

@@ -23,6 +23,7 @@ type observability struct {
 	metrics *metrics.Metrics
 	tracing *tracing.Provider
 	svc     *metrics.Service
+	stop    context.CancelFunc // ends the node collector's memory reads
 }
 
 // fnCalls is the metrics decorator's FnCall as SandboxFusion's FnCaller.

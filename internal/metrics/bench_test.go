@@ -198,14 +198,14 @@ func (n *memNode) Usage(memory bool) []agent.SandboxUsage {
 
 func (*memNode) Capacity() int { return 1 }
 
-// The memory histogram is read on the first scrape, then served from that
-// sample and refreshed in the background once it is older than MemoryMaxAge.
+// Without Run, a scrape reads memory itself when the sample is too old; with
+// Run, the sample is refreshed in the background.
 func TestMemoryHistogramRefreshes(t *testing.T) {
 	m := metrics.New(metrics.Options{Backends: []string{"container"}, DefaultBackend: "container", NoProcess: true})
 	node := &memNode{}
 	node.mem.Store(100 << 20)
 	c := m.NewNodeCollector(node, nil, nil)
-	c.MemoryMaxAge = 0
+	c.MemoryMaxAge = 20 * time.Millisecond
 	if err := m.Register(c); err != nil {
 		t.Fatal(err)
 	}
@@ -222,15 +222,26 @@ func TestMemoryHistogramRefreshes(t *testing.T) {
 		t.Fatal("no memory histogram")
 		return 0
 	}
+	waitSum := func(want float64) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for sum() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("memory sum %v, want %v", sum(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	if got := sum(); got != 100<<20 {
 		t.Fatalf("first scrape: %v", got)
 	}
 	node.mem.Store(200 << 20)
-	deadline := time.Now().Add(10 * time.Second)
-	for sum() != 200<<20 {
-		if time.Now().After(deadline) {
-			t.Fatal("the memory sample was never refreshed")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitSum(200 << 20) // the scrape read it once the sample was too old
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { c.Run(ctx); close(done) }()
+	node.mem.Store(300 << 20)
+	waitSum(300 << 20)
+	cancel()
+	<-done
 }
