@@ -82,13 +82,24 @@ type SandboxUsage struct {
 	MemoryUsage int64
 }
 
-// Usage returns every sandbox's usage, with memory reads one counter per
-// sandbox (else MemoryUsage is -1); it takes no lock across sandboxes.
+// Usage returns every sandbox's usage, with memory reading one counter per
+// sandbox (else MemoryUsage is -1). Without memory it never waits: a sandbox
+// an operation holds (a delete, a pause, a reset) is reported as it was at the
+// last look.
 func (m *Manager) Usage(memory bool) []SandboxUsage {
 	all := m.all()
 	out := make([]SandboxUsage, 0, len(all))
 	for _, sb := range all {
-		sb.mu.Lock()
+		if memory {
+			sb.mu.Lock()
+		} else if !sb.mu.TryLock() {
+			if u := sb.lastUsage.Load(); u != nil {
+				out = append(out, *u)
+			} else { // never looked at: it was just created
+				out = append(out, SandboxUsage{Backend: sb.rec.Backend, State: api.StateRunning, MemoryLimit: sb.rec.Spec.Memory, MemoryUsage: -1})
+			}
+			continue
+		}
 		u := SandboxUsage{Backend: sb.rec.Backend, State: api.StateRunning, MemoryLimit: sb.rec.Spec.Memory, MemoryUsage: -1}
 		deleted, paused, inst := sb.deleted, sb.rec.Paused, sb.inst
 		sb.mu.Unlock()
@@ -105,6 +116,9 @@ func (m *Manager) Usage(memory bool) []SandboxUsage {
 				u.MemoryUsage = n
 			}
 		}
+		last := u
+		last.MemoryUsage = -1
+		sb.lastUsage.Store(&last)
 		out = append(out, u)
 	}
 	return out

@@ -20,8 +20,9 @@ import (
 // sandbox is the agent's view of one sandbox.
 type sandbox struct {
 	m          *Manager
-	drv        driver.Driver // the backend's driver (rec.Backend)
-	lastActive atomic.Int64  // unix nanos
+	drv        driver.Driver                // the backend's driver (rec.Backend)
+	lastActive atomic.Int64                 // unix nanos
+	lastUsage  atomic.Pointer[SandboxUsage] // Usage's last look (observe.go)
 
 	mu      sync.Mutex // guards rec, inst, procs; held across pause/resume/reset
 	rec     *record
