@@ -164,6 +164,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	opened := false
+	defer func() {
+		if !opened { // flush and stop the exporter of a node that did not open
+			_ = obs.tracing.Shutdown(context.Background())
+		}
+	}()
 	q, qcfg, err := setupQoS(cfg.QoS, cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -257,6 +263,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q, obs: obs,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
+	opened = true
 	return d, nil
 }
 
