@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 
@@ -23,6 +24,10 @@ func TestCountsMoveExactly(t *testing.T) {
 	}
 	if res, err := s.cl.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "hi"}}); err != nil || res.Stdout != "hi\n" {
 		t.Fatalf("exec: %+v %v", res, err)
+	}
+	var out strings.Builder
+	if res, err := s.cl.ExecStream(ctx, sb.ID, api.ExecRequest{Cmd: []string{"echo", "streamed"}}, nil, &out, io.Discard); err != nil || res.ExitCode != 0 || out.String() != "streamed\n" {
+		t.Fatalf("stream: %+v %q %v", res, out.String(), err)
 	}
 	step := client.WithTrajectory(ctx, "traj-1", 1)
 	for i := range 2 { // the second is answered from the log: it runs nothing
@@ -65,6 +70,9 @@ func TestCountsMoveExactly(t *testing.T) {
 		{"dsec_admission_rejections_total", nil, 0},
 		{"dsec_execs_total", []string{"mode=exec", "result=ok"}, 2},
 		{"dsec_exec_duration_seconds_count", []string{"mode=exec"}, 2},
+		{"dsec_execs_total", []string{"mode=stream", "result=ok"}, 1},
+		{"dsec_exec_duration_seconds_count", []string{"mode=stream"}, 1},
+		{"dsec_http_requests_total", []string{"route=POST /v1/sandboxes/{id}/exec/stream", "status=200"}, 1},
 		{"dsec_trajectory_steps_total", []string{"op=exec", "result=live"}, 1},
 		{"dsec_trajectory_steps_total", []string{"op=exec", "result=replayed"}, 1},
 		{"dsec_sandbox_deletes_total", []string{"result=ok"}, 1},
