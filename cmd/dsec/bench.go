@@ -139,6 +139,28 @@ func benchCmd() *cobra.Command {
 		},
 	}
 	addFlags(density, &do, 1000, 4)
+	var mo bench.Options
+	var scrapes int
+	mc := &cobra.Command{
+		Use:   "metrics",
+		Short: "Hold N idle sandboxes and time GET /metrics; report its size",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := bench.Metrics(cmd.Context(), mo, scrapes)
+			if err != nil {
+				return err
+			}
+			return print(r, func() {
+				fmt.Printf("/metrics with %d sandboxes: first scrape %.1f ms, then p50 %.1f ms, p99 %.1f ms, max %.1f ms over %d scrapes; %d bytes (create %.1f s)\n",
+					r.Sandboxes, r.FirstMs, r.P50ms, r.P99ms, r.Maxms, r.Scrapes, r.Bytes, r.CreateS)
+				if r.StoppedBy != "" {
+					fmt.Println("stopped by:", r.StoppedBy)
+				}
+			})
+		},
+	}
+	addFlags(mc, &mo, 3200, 4)
+	mc.Flags().IntVar(&scrapes, "scrapes", 50, "scrapes after the first")
+	mc.Flags().StringVar(&mo.DataDir, "data-dir", "", "the node's data dir, kept (default: a new one under /var/lib/dsec, removed afterwards)")
 	var fo bench.Options
 	var fLang string
 	fn := &cobra.Command{
@@ -160,7 +182,7 @@ func benchCmd() *cobra.Command {
 	}
 	addFlags(fn, &fo, 500, 4)
 	fn.Flags().StringVar(&fLang, "lang", "c", "language: c, c++, go, python3, bash")
-	c.AddCommand(create, exec, ptyc, density, fn)
+	c.AddCommand(create, exec, ptyc, density, mc, fn)
 	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd(), benchBurstCmd())
 	c.AddCommand(benchQoSCmds()...)
 	return c

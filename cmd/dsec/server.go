@@ -26,7 +26,7 @@ func newLogger(level string) (*slog.Logger, error) {
 
 func serverCmd() *cobra.Command {
 	var cfg daemon.Config
-	var listen, level, sfListen string
+	var listen, level, sfListen, metricsListen string
 	var cleanup bool
 	c := &cobra.Command{
 		Use:   "server",
@@ -54,7 +54,7 @@ DATA_DIR/token, which is created on first start.`,
 			}
 			log.Info("dsec server listening", "addr", "http://"+l.Addr().String(), "node", d.Manager.Node(), "data_dir", cfg.DataDir,
 				"token_file", paths.New(cfg.DataDir).Token(), "sandboxes", d.Manager.Count())
-			errc := make(chan error, 2)
+			errc := make(chan error, 3)
 			go func() { errc <- d.Serve(l) }()
 			if sfListen != "" {
 				sl, err := net.Listen("tcp", sfListen)
@@ -64,6 +64,15 @@ DATA_DIR/token, which is created on first start.`,
 				}
 				log.Warn("SandboxFusion API listening WITHOUT a token (trusted networks only)", "addr", "http://"+sl.Addr().String())
 				go func() { errc <- d.ServeSandboxFusion(sl) }()
+			}
+			if metricsListen != "" {
+				ml, err := net.Listen("tcp", metricsListen)
+				if err != nil {
+					_ = d.Shutdown(context.Background(), false)
+					return err
+				}
+				log.Warn("metrics listening WITHOUT a token", "addr", "http://"+ml.Addr().String()+daemon.MetricsPath)
+				go func() { errc <- d.ServeMetrics(ml) }()
 			}
 			select {
 			case err = <-errc:
@@ -81,6 +90,8 @@ DATA_DIR/token, which is created on first start.`,
 	f := c.Flags()
 	f.StringVar(&listen, "listen", daemon.DefaultListen, "address to serve the API on")
 	f.StringVar(&sfListen, "sandboxfusion-listen", "", "also serve SandboxFusion's /run_code and /submit on this address WITHOUT a token (off by default; trusted networks only)")
+	f.StringVar(&metricsListen, "metrics-listen", "", "also serve Prometheus metrics (GET /metrics) on this address WITHOUT a token (off by default; the API listener serves them with the token)")
+	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory for state and the token")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "image directory (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
 	f.StringVar(&cfg.DefaultImage, "default-image", daemon.DefaultImage, "image for requests that name none")

@@ -204,6 +204,9 @@ func encodeOutput(b []byte, enc string) string {
 func (sb *sandbox) run(ctx context.Context, inst driver.Instance, spec driver.ProcSpec, in io.Reader, out [2]io.Writer,
 	timeout time.Duration, started func(int), ctl <-chan session.Control) (driver.Exit, bool, time.Duration, error) {
 	t0 := time.Now()
+	ctx, end := sb.m.phase(ctx, sb.rec.Backend, PhaseDriverExec, "driver.exec")
+	var err error
+	defer func() { end(err) }()
 	pr, err := inst.Exec(ctx, spec, driver.Stdio{Stdin: in, Stdout: out[0], Stderr: out[1]})
 	if err != nil {
 		return driver.Exit{}, false, 0, err
@@ -254,7 +257,8 @@ loop:
 		}
 	}
 	if r.err != nil {
-		return driver.Exit{}, timedOut, time.Since(t0), errdefs.Internal(r.err, "wait for process")
+		err = errdefs.Internal(r.err, "wait for process")
+		return driver.Exit{}, timedOut, time.Since(t0), err
 	}
 	return r.ex, timedOut, time.Since(t0), nil
 }
@@ -287,6 +291,13 @@ func result(ex driver.Exit, timedOut bool, dur time.Duration) api.ExecResult {
 
 // Exec implements session.Service.
 func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	ctx, end := m.span(ctx, "agent.exec", "")
+	res, err := m.exec(ctx, id, req)
+	end(err)
+	return res, err
+}
+
+func (m *Manager) exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
 	if req.TTY || req.Cols != 0 || req.Rows != 0 {
 		return api.ExecResult{}, errdefs.Invalid("tty needs a streaming exec or a background process, not a blocking exec")
 	}
@@ -342,6 +353,13 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (api
 
 // ExecStream implements session.Service.
 func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest, sio session.Stream) (api.ExecResult, error) {
+	ctx, end := m.span(ctx, "agent.exec_stream", "")
+	res, err := m.execStream(ctx, id, req, sio)
+	end(err)
+	return res, err
+}
+
+func (m *Manager) execStream(ctx context.Context, id string, req api.ExecRequest, sio session.Stream) (api.ExecResult, error) {
 	if _, err := session.TermSizeOf(req); err != nil {
 		return api.ExecResult{}, err
 	}

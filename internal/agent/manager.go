@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
@@ -66,6 +67,10 @@ type Config struct {
 	Now func() time.Time
 	// QoS configures CPU classes and memory reclaim (see qos.go).
 	QoS QoSConfig
+	// Tracer makes the spans of creates and execs (nil: none); Observer
+	// learns phase timings and reclaimed bytes (nil: nobody). See observe.go.
+	Tracer   trace.TracerProvider
+	Observer Observer
 }
 
 // Sweeper is implemented by drivers that can release leftovers not in keep.
@@ -82,6 +87,7 @@ type Manager struct {
 	now     func() time.Time
 	slots   *semaphore.Weighted // bounds concurrent creates
 	newID   func() string
+	tracer  trace.Tracer
 
 	mu        sync.RWMutex
 	sandboxes map[string]*sandbox
@@ -135,7 +141,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	m := &Manager{
-		cfg: cfg, drivers: cfg.Drivers, log: cfg.Logger, now: cfg.Now,
+		cfg: cfg, drivers: cfg.Drivers, log: cfg.Logger, now: cfg.Now, tracer: tracerOf(cfg.Tracer),
 		recs:      paths.New(cfg.DataDir).Sandboxes(),
 		slots:     semaphore.NewWeighted(int64(cfg.MaxCreating)),
 		sandboxes: map[string]*sandbox{},

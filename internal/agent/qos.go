@@ -157,6 +157,7 @@ func (m *Manager) PauseWith(ctx context.Context, id string, req api.PauseRequest
 	if err != nil {
 		return api.PauseResponse{}, err
 	}
+	m.reclaimed("pause", res.SwappedBytes+res.PageCacheDroppedBytes)
 	m.log.Debug("paused with reclaim", "id", id, "swapped", res.SwappedBytes, "cache_dropped", res.PageCacheDroppedBytes, "note", res.Note)
 	return api.PauseResponse{Sandbox: sb.view(), Reclaim: &res}, nil
 }
@@ -268,6 +269,7 @@ func (m *Manager) idleReclaimOnce(ctx context.Context) {
 			m.log.Warn("idle reclaim", "id", sb.rec.ID, "err", err)
 			continue
 		}
+		m.reclaimed("idle", n)
 		m.idle.mu.Lock()
 		m.idle.pagedOut[sb.rec.ID] = last
 		m.idle.mu.Unlock()

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,10 +212,34 @@ func checkRestored(t *testing.T, m *agent.Manager, id, sum string, pid int) {
 	})
 }
 
+// reclaimLog is an agent.Observer that adds up the reclaimed bytes it is told.
+type reclaimLog struct {
+	mu    sync.Mutex
+	bytes map[string]int64
+}
+
+func (*reclaimLog) Phase(string, string, time.Duration, error) {}
+
+func (l *reclaimLog) Reclaimed(how string, n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.bytes == nil {
+		l.bytes = map[string]int64{}
+	}
+	l.bytes[how] += n
+}
+
+func (l *reclaimLog) get(how string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.bytes[how]
+}
+
 func TestPauseReclaimToSwap(t *testing.T) {
 	e := newEnv(t)
 	z := testZram(t)
-	m := e.open(t, nil)
+	obs := &reclaimLog{}
+	m := e.open(t, func(c *agent.Config) { c.Observer = obs })
 	ctx := ctxT(t)
 	sb := create(t, m, api.CreateSandboxRequest{MemoryBytes: 512 << 20})
 	sum, pid := holder(t, e, m, sb.ID, 64)
@@ -233,6 +258,9 @@ func TestPauseReclaimToSwap(t *testing.T) {
 	}
 	if res.Reclaim.SwappedBytes < 48<<20 {
 		t.Errorf("swapped %d bytes, want most of 64 MiB", res.Reclaim.SwappedBytes)
+	}
+	if got, want := obs.get("pause"), res.Reclaim.SwappedBytes+res.Reclaim.PageCacheDroppedBytes; got != want {
+		t.Errorf("the observer was told of %d reclaimed bytes, want %d", got, want)
 	}
 	if after > before/4 {
 		t.Errorf("resident memory %d -> %d: not pushed out", before, after)
@@ -337,10 +365,12 @@ func testZram(t *testing.T) *reclaim.Zram {
 func TestIdleReclaim(t *testing.T) {
 	e := newEnv(t)
 	testZram(t)
+	obs := &reclaimLog{}
 	m := e.open(t, func(c *agent.Config) {
 		c.QoS.IdleReclaimAfter = time.Minute
 		c.QoS.IdleReclaimEvery = 100 * time.Millisecond
 		c.QoS.IdleReclaimPause = time.Millisecond
+		c.Observer = obs
 	})
 	idle := create(t, m, api.CreateSandboxRequest{})
 	busy := create(t, m, api.CreateSandboxRequest{})
@@ -352,6 +382,7 @@ func TestIdleReclaim(t *testing.T) {
 	e.clock.Advance(2 * time.Minute)
 	shOK(t, m, busy.ID, "true")
 	waitFor(t, 20*time.Second, "idle sandbox paged out", func() bool { return rssBytes(t, idlePID) < idleRSS/4 })
+	waitFor(t, 20*time.Second, "idle reclaim reported", func() bool { return obs.get("idle") >= 16<<20 })
 	if r := rssBytes(t, busyPID); r < busyRSS*9/10 {
 		t.Errorf("busy sandbox paged out too: RSS %d -> %d", busyRSS, r)
 	}

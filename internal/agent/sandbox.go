@@ -20,8 +20,9 @@ import (
 // sandbox is the agent's view of one sandbox.
 type sandbox struct {
 	m          *Manager
-	drv        driver.Driver // the backend's driver (rec.Backend)
-	lastActive atomic.Int64  // unix nanos
+	drv        driver.Driver                // the backend's driver (rec.Backend)
+	lastActive atomic.Int64                 // unix nanos
+	lastUsage  atomic.Pointer[SandboxUsage] // Usage's last look (observe.go)
 
 	mu      sync.Mutex // guards rec, inst, procs; held across pause/resume/reset
 	rec     *record
@@ -126,6 +127,15 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err := m.checkNetwork(req.Backend, req.Network); err != nil {
 		return api.Sandbox{}, err
 	}
+	ctx, end := m.span(ctx, "agent.create", req.Backend)
+	sb, err := m.createIdempotent(ctx, req)
+	end(err)
+	return sb, err
+}
+
+// createIdempotent creates, or with a request ID returns the sandbox the first
+// create with that ID made.
+func (m *Manager) createIdempotent(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	if req.RequestID == "" {
 		sb, err := m.create(ctx, req)
 		if err != nil {
@@ -173,7 +183,7 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 	// Admission first: a create over the limit costs no image lookup either.
 	adm, err := m.admit(1)
 	if err != nil {
-		return nil, err
+		return nil, m.refusedAdmission(ctx, req.Backend, err)
 	}
 	defer adm[0].release()
 	img, err := m.cfg.Images.Resolve(req.Image)
@@ -187,23 +197,20 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 // of img's (a fork's snapshot of its parent's writable layer).
 // adm is the place admission reserved for it; nil: createOn admits it itself.
 func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, img images.Image, top []images.Layer, adm *admission) (*sandbox, error) {
-	if adm == nil {
-		a, err := m.admit(1)
-		if err != nil {
-			return nil, err
-		}
-		adm = a[0]
+	adm, err := m.admitPhase(ctx, req.Backend, adm)
+	if err != nil {
+		return nil, err
 	}
 	defer adm.release()
-	if err := m.slots.Acquire(ctx, 1); err != nil {
-		return nil, errdefs.Wrap(api.CodeDeadlineExceeded, err, "waiting for a create slot")
-	}
 	defer m.slots.Release(1)
 	id := m.newID()
 	if img.Layered() {
 		// A layered environment: layerd mounts its layers (once per node) and holds
 		// them for this sandbox until Delete.
-		if err := m.cfg.Images.Mount(ctx, &img, id); err != nil {
+		mctx, end := m.phase(ctx, req.Backend, PhaseImageMount, "agent.image_mount")
+		err := m.cfg.Images.Mount(mctx, &img, id)
+		end(err)
+		if err != nil {
 			return nil, err
 		}
 		img.Layers = append(img.Layers, top...)
@@ -217,6 +224,35 @@ func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, im
 	}
 	img.Layers = append(img.Layers, top...)
 	return m.startSandbox(ctx, req, img, id, adm, nil)
+}
+
+// admitPhase is the admission phase: the place under the node's sandbox limit
+// (reserved here unless the caller did, as create and fork do before any other
+// work) and then a create slot (the caller releases it). A refusal is observed
+// as the phase's error.
+func (m *Manager) admitPhase(ctx context.Context, backend string, adm *admission) (_ *admission, err error) {
+	ctx, end := m.phase(ctx, backend, PhaseAdmission, "agent.admission")
+	defer func() { end(err) }()
+	if adm == nil {
+		a, err := m.admit(1)
+		if err != nil {
+			return nil, err
+		}
+		adm = a[0]
+	}
+	if err := m.slots.Acquire(ctx, 1); err != nil {
+		adm.release()
+		return nil, errdefs.Wrap(api.CodeDeadlineExceeded, err, "waiting for a create slot")
+	}
+	return adm, nil
+}
+
+// refusedAdmission observes a create refused before createOn (by create's early
+// reservation) as a failed admission phase.
+func (m *Manager) refusedAdmission(ctx context.Context, backend string, err error) error {
+	_, end := m.phase(ctx, backend, PhaseAdmission, "agent.admission")
+	end(err)
+	return err
 }
 
 // startSandbox starts the sandbox on resolved lower directories; *started is set
@@ -236,7 +272,9 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	if err != nil {
 		return nil, err
 	}
-	inst, err := drv.Start(ctx, spec)
+	sctx, end := m.phase(ctx, req.Backend, PhaseStart, "driver.start")
+	inst, err := drv.Start(sctx, spec)
+	end(err)
 	if err != nil {
 		return nil, err
 	}
@@ -261,7 +299,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	if started != nil {
 		*started = true
 	}
-	m.log.Debug("created sandbox", "id", id, "image", img.Name)
+	m.log.DebugContext(ctx, "created sandbox", "id", id, "image", img.Name)
 	return sb, nil
 }
 
@@ -297,7 +335,7 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		delete(m.byRequest, sb.rec.RequestID)
 	}
 	m.mu.Unlock()
-	m.log.Debug("deleted sandbox", "id", id)
+	m.log.DebugContext(ctx, "deleted sandbox", "id", id)
 	return nil
 }
 

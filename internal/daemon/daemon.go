@@ -33,6 +33,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -96,6 +97,11 @@ type Config struct {
 	// netpolicy.DefaultPool).
 	NetworkRules []string
 	NetworkPool  string
+	// OTLPEndpoint exports traces over OTLP/HTTP to this URL (default
+	// $OTEL_EXPORTER_OTLP_ENDPOINT; both empty: tracing is off). Tracing, if
+	// set, is the tracer provider instead (tests).
+	OTLPEndpoint string
+	Tracing      *tracing.Provider
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -121,6 +127,7 @@ type Daemon struct {
 	stopPrune chan struct{}
 	pruneDone chan struct{}
 	qos       *qos
+	obs       observability
 }
 
 // New opens the node: it re-adopts the sandboxes recorded under DataDir.
@@ -140,6 +147,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = slog.New(tracing.LogHandler(cfg.Logger.Handler())) // request IDs in every line
 	if os.Geteuid() != 0 {
 		return nil, errors.New("dsec must run as root (it creates namespaces, cgroups and mounts)")
 	}
@@ -152,6 +160,16 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err != nil {
 		return nil, err
 	}
+	obs, err := newObservability(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	opened := false
+	defer func() {
+		if !opened { // flush and stop the exporter of a node that did not open
+			_ = obs.tracing.Shutdown(context.Background())
+		}
+	}()
 	q, qcfg, err := setupQoS(cfg.QoS, cfg.DataDir)
 	if err != nil {
 		return nil, err
@@ -192,7 +210,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	envs.Spec = blobSpec
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
-		MaxLogBytes: cfg.MaxLogBytes, QoS: qcfg,
+		MaxLogBytes: cfg.MaxLogBytes, QoS: qcfg, Tracer: obs.tracing, Observer: obs.metrics,
 		MaxFork: cfg.MaxFork, Packer: &commit.Packer{Blobs: blobs, Envs: envs, TempDir: dirs.Commits()},
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
 			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
@@ -220,17 +238,32 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
-	// Every front end calls the agent through the trajectory decorator.
-	svc := trajectory.Wrap(mgr, traj, trajectory.Options{Logger: cfg.Logger, FnCall: n})
+	// Every front end calls the agent through the trajectory decorator, and it
+	// through the metrics decorator (a replayed step runs nothing: no exec).
+	msvc := obs.metrics.Wrap(mgr, obs.tracing, n)
+	obs.svc = msvc
+	nc := obs.metrics.NewNodeCollector(mgr, layers, fc)
+	if err := obs.metrics.Register(nc); err != nil {
+		_ = fc.Close()
+		traj.Close()
+		mgr.Close()
+		drv.Close()
+		return nil, err
+	}
+	ncCtx, stopNC := context.WithCancel(context.Background())
+	obs.stop = stopNC
+	go nc.Run(ncCtx)
+	svc := trajectory.Wrap(msvc, obs.metrics.WrapStore(traj), trajectory.Options{Logger: cfg.Logger, FnCall: msvc})
 	srv := server.New(svc, server.Options{Token: token, Logger: cfg.Logger, Trajectories: svc,
-		Images: mgr, ImageManager: n, FnCall: n, QoS: mgr})
+		Images: mgr, ImageManager: n, FnCall: msvc, QoS: msvc})
 	e2bH := e2b.New(svc, e2b.Options{Authorize: auth.NewToken(token).Match, Secret: []byte(token), Logger: cfg.Logger})
 	if err := e2bH.Recover(ctx); err != nil {
 		cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
 	}
-	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q,
+	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q, obs: obs,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
+	opened = true
 	return d, nil
 }
 
@@ -266,7 +299,7 @@ func (d *Daemon) pruneLoop() {
 
 // Serve serves the API on l until Shutdown.
 func (d *Daemon) Serve(l net.Listener) error {
-	d.http = &http.Server{Handler: e2b.Mount(d.Handler(), d.E2B), ReadHeaderTimeout: 30 * time.Second}
+	d.http = &http.Server{Handler: d.observe(e2b.Mount(d.Handler(), d.E2B)), ReadHeaderTimeout: 30 * time.Second}
 	err := d.http.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -294,7 +327,9 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	errs = append(errs, d.stopLayersIfIdle(ctx))
 	close(d.stopPrune)
 	<-d.pruneDone
-	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close(), d.qos.close())
+	d.obs.stop()
+	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close(), d.qos.close(),
+		d.obs.tracing.Shutdown(ctx))
 	return errors.Join(errs...)
 }
 

@@ -1,7 +1,8 @@
 package fncall
 
 // PoolStats is one warm pool's occupancy: its image, its slots (concurrent runs
-// it can hold) and how many of them are running a call now.
+// it can hold) and how many of them are busy (running a call, or being reaped
+// and reset just after one).
 type PoolStats struct {
 	Image string
 	Slots int

@@ -57,7 +57,7 @@ func (s *Server) routes() []route {
 
 		// Every method; dispatch sends proxy paths here before the mux so that the
 		// path is forwarded verbatim (the mux would clean and redirect it).
-		{sb + "/http/{port}/{path...}", s.proxyHTTP},
+		{proxyRoute, s.proxyHTTP},
 
 		{"GET /v1/trajectories", s.listTrajectories},
 		{"GET /v1/trajectories/{traj}", s.getTrajectory},

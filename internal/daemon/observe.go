@@ -1,0 +1,88 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
+	"github.com/dsec-dev/dsec/internal/metrics"
+	"github.com/dsec-dev/dsec/internal/tracing"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// MetricsPath is where the API listener serves Prometheus metrics (behind the
+// API token; ServeMetrics serves them open on a listener of their own).
+const MetricsPath = "/metrics"
+
+// observability is the node's metrics registry and tracer provider, and the
+// metrics decorator over the agent (set once it exists).
+type observability struct {
+	metrics *metrics.Metrics
+	tracing *tracing.Provider
+	svc     *metrics.Service
+	stop    context.CancelFunc // ends the node collector's memory reads
+}
+
+// fnCalls is the metrics decorator's FnCall as SandboxFusion's FnCaller.
+type fnCalls struct{ *metrics.Service }
+
+func (f fnCalls) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+	return f.FnCall(ctx, req)
+}
+
+func newObservability(ctx context.Context, cfg Config) (observability, error) {
+	tp := cfg.Tracing
+	if tp == nil {
+		var err error
+		if tp, err = tracing.New(ctx, tracing.Config{Endpoint: cfg.OTLPEndpoint, ServiceName: "dsec-server"}); err != nil {
+			return observability{}, err
+		}
+	}
+	m := metrics.New(metrics.Options{DefaultBackend: api.BackendContainer,
+		Backends: []string{api.BackendContainer, api.BackendMicroVM, api.BackendFullVM, api.BackendFnCall}})
+	return observability{metrics: m, tracing: tp}, nil
+}
+
+// route names the route r goes to, for metrics labels and span names.
+func (d *Daemon) route(r *http.Request) string {
+	switch {
+	case d.E2B.Owns(r):
+		return "e2b"
+	case r.URL.Path == MetricsPath:
+		return MetricsPath
+	}
+	for _, p := range sandboxfusion.Routes() {
+		if p == r.Method+" "+r.URL.Path {
+			return p
+		}
+	}
+	return d.Server.Route(r)
+}
+
+// observe wraps the main listener's handler: request ID and server span first
+// (so every log line of the request carries its ID), then the HTTP metrics.
+func (d *Daemon) observe(h http.Handler) http.Handler {
+	return tracing.Middleware(d.obs.tracing, d.route, d.obs.metrics.HTTP(d.route, h))
+}
+
+// Metrics is the node's metrics registry.
+func (d *Daemon) Metrics() *metrics.Metrics { return d.obs.metrics }
+
+// ServeMetrics serves Prometheus metrics on l WITHOUT a token (dsec server
+// --metrics-listen), until Shutdown.
+func (d *Daemon) ServeMetrics(l net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET "+MetricsPath, d.obs.metrics.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
+	d.mu.Lock()
+	d.extra = append(d.extra, srv)
+	d.mu.Unlock()
+	err := srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,134 @@
+package metrics_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/driver/mock"
+	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/metrics"
+	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
+	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/tracing"
+	"github.com/dsec-dev/dsec/internal/tracing/tracingtest"
+	"github.com/dsec-dev/dsec/internal/trajectory"
+	"github.com/dsec-dev/dsec/pkg/api"
+	"github.com/dsec-dev/dsec/pkg/client"
+)
+
+const token = "metrics-test-token"
+
+// stack is a node as the daemon assembles it, on the mock driver: agent ->
+// metrics decorator -> trajectory log -> /v1 server, behind the request-ID,
+// tracing and HTTP-metrics middleware, with /metrics behind the token.
+type stack struct {
+	m   *metrics.Metrics
+	mgr *agent.Manager
+	tp  *tracing.Provider
+	col *tracingtest.Collector // receives the spans over OTLP/HTTP
+	url string
+	cl  *client.Client
+}
+
+// tinyImages makes an image the mock driver can start (an /etc/passwd is all
+// the agent reads).
+func tinyImages(t testing.TB) *images.Store {
+	imgs := t.TempDir()
+	rootfs := filepath.Join(imgs, "tiny", "rootfs")
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(imgs, "tiny", "image.json"), []byte(`{"name":"tiny","lower":["rootfs"]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return &images.Store{Dir: imgs, Default: "tiny"}
+}
+
+// newStack starts the node; wrap (optional) wraps the mock driver.
+func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
+	t.Helper()
+	col := tracingtest.NewCollector()
+	t.Cleanup(col.Close)
+	tp, err := tracing.New(context.Background(), tracing.Config{Endpoint: col.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := metrics.New(metrics.Options{Backends: []string{mock.Name}, DefaultBackend: mock.Name, NoProcess: true})
+	var drv driver.Driver
+	drv, err = mock.New(mock.Config{Host: mock.NewHost(), StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wrap != nil {
+		drv = wrap(drv)
+	}
+	mgr, err := agent.New(context.Background(), agent.Config{DataDir: t.TempDir(), Driver: drv, Images: tinyImages(t),
+		Node: "test", Tracer: tp, Observer: m, MaxCreating: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msvc := m.Wrap(mgr, tp, judge{})
+	if err := m.Register(m.NewNodeCollector(mgr, nil, nil)); err != nil {
+		t.Fatal(err)
+	}
+	tsvc := trajectory.Wrap(msvc, m.WrapStore(trajectory.NewMem()), trajectory.Options{FnCall: msvc})
+	srv := server.New(tsvc, server.Options{Token: token, Trajectories: tsvc, QoS: msvc})
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", requireToken(m.Handler()))
+	mux.Handle("/", srv.Handler())
+	route := func(r *http.Request) string {
+		if r.URL.Path == "/metrics" {
+			return "/metrics"
+		}
+		return srv.Route(r)
+	}
+	hs := httptest.NewServer(tracing.Middleware(tp, route, m.HTTP(route, mux)))
+	t.Cleanup(func() {
+		hs.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := mgr.DeleteAll(ctx); err != nil {
+			t.Errorf("DeleteAll: %v", err)
+		}
+		mgr.Close()
+		_ = tp.Shutdown(ctx)
+	})
+	return &stack{m: m, mgr: mgr, tp: tp, col: col, url: hs.URL, cl: client.New(hs.URL, token)}
+}
+
+// judge is a FnCall engine whose verdict is the file "verdict".
+type judge struct{}
+
+func (judge) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+	return api.FnCallResult{Verdict: req.Files["verdict"]}, nil
+}
+
+func requireToken(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer "+token {
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// scrape reads /metrics with the token.
+func scrape(t testing.TB, url string) metricstest.Families {
+	t.Helper()
+	f, err := metricstest.Scrape(url+"/metrics", token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
