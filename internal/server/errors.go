@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -38,6 +39,15 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			"code", e.Code, "err", err)
 	}
 	w.Header().Set(ErrorHeader, string(e.Code))
+	if e.Code == api.CodeResourceExhausted {
+		// Backpressure: say when to come back (the placement engine's estimate,
+		// else one second).
+		ra := placement.RetryAfterHeader(err)
+		if ra == "" {
+			ra = "1"
+		}
+		w.Header().Set("Retry-After", ra)
+	}
 	if r.ContentLength < 0 {
 		// A streamed body (exec/stream, an upload) may never end: without this,
 		// net/http would read it to its end before sending the answer, and a

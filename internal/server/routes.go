@@ -24,6 +24,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/images/{name}/record", s.recordImage},
 
 		{"POST /v1/sandboxes", s.createSandbox},
+		{"POST /v1/sandboxes:batch", s.createBatch},
 		{"GET /v1/sandboxes", s.listSandboxes},
 		{"GET " + sb, s.getSandbox},
 		{"DELETE " + sb, s.deleteSandbox},
