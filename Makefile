@@ -98,11 +98,12 @@ fuzz:
 clean:
 	rm -rf bin internal/initbin/dsec-init internal/fncall/dsec-fncall
 
-# Generated Go code for the E2B envd protos (committed). Needs protoc (apt
+# Generated Go code for the E2B envd and node RPC protos (committed). Needs protoc (apt
 # protobuf-compiler); the two generators are installed at pinned versions into .tools/.
 PROTOC_GEN_GO_VERSION      ?= v1.36.12
 PROTOC_GEN_CONNECT_VERSION ?= v1.21.1
 E2B_PROTO_DIR              := internal/frontend/e2b/envdpb
+NODERPC_PROTO_DIR          := internal/noderpc/noderpcpb
 
 .PHONY: proto
 proto:
@@ -112,3 +113,7 @@ proto:
 		--go_out=. --go_opt=paths=source_relative \
 		--connect-go_out=. --connect-go_opt=paths=source_relative \
 		process/process.proto filesystem/filesystem.proto
+	cd $(NODERPC_PROTO_DIR) && PATH=$(CURDIR)/.tools:$$PATH protoc -I . \
+		--go_out=. --go_opt=paths=source_relative \
+		--connect-go_out=. --connect-go_opt=paths=source_relative \
+		noderpc.proto

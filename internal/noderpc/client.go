@@ -1,0 +1,213 @@
+package noderpc
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb"
+	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb/noderpcpbconnect"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Client is a session.Service on a remote node: every call is forwarded to the
+// node's handler (NewHandler). It also implements session.Forker, Committer,
+// Networker, QoS and FnCaller; a node whose service lacks one answers
+// not_implemented. A Client is safe for concurrent use.
+type Client struct {
+	rpc noderpcpbconnect.NodeClient
+	tr  *http.Transport
+}
+
+var (
+	_ session.Service   = (*Client)(nil)
+	_ session.Forker    = (*Client)(nil)
+	_ session.Committer = (*Client)(nil)
+	_ session.Networker = (*Client)(nil)
+	_ session.QoS       = (*Client)(nil)
+	_ session.FnCaller  = (*Client)(nil)
+)
+
+// NewClient returns a client of the node at baseURL (http://host:port for h2c,
+// https:// with opts.TLS).
+func NewClient(baseURL string, opts ClientOptions) *Client {
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = 5 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	p := new(http.Protocols)
+	if opts.TLS != nil {
+		p.SetHTTP2(true)
+	} else {
+		p.SetUnencryptedHTTP2(true)
+	}
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: opts.DialTimeout, KeepAlive: 15 * time.Second}).DialContext,
+		TLSClientConfig:     opts.TLS,
+		TLSHandshakeTimeout: opts.DialTimeout,
+		Protocols:           p,
+		HTTP2:               http2Config(opts.PingInterval, opts.PingTimeout),
+		IdleConnTimeout:     90 * time.Second,
+	}
+	hc := &http.Client{Transport: &signer{next: tr, secret: opts.Secret, now: opts.Now}}
+	return &Client{
+		rpc: noderpcpbconnect.NewNodeClient(hc, baseURL, connect.WithReadMaxBytes(maxMessageBytes)),
+		tr:  tr,
+	}
+}
+
+// Close closes the client's idle connections; calls in flight go on.
+func (c *Client) Close() error {
+	c.tr.CloseIdleConnections()
+	return nil
+}
+
+// signer puts a fresh cluster token on every request.
+type signer struct {
+	next   http.RoundTripper
+	secret []byte
+	now    func() time.Time
+}
+
+func (s *signer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+signToken(s.secret, s.now()))
+	return s.next.RoundTrip(r)
+}
+
+// call runs a unary method; out (a pointer, or nil) receives its answer.
+func (c *Client) call(ctx context.Context, method string, a callArgs, out any) error {
+	args, err := json.Marshal(a)
+	if err != nil {
+		return errdefs.Internal(err, "node rpc %s: encoding arguments", method)
+	}
+	resp, err := c.rpc.Call(ctx, connect.NewRequest(&noderpcpb.CallRequest{Method: method, Args: args}))
+	if err != nil {
+		return fromWire(ctx, method, err)
+	}
+	if out == nil || len(resp.Msg.GetResult()) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(resp.Msg.GetResult(), out); err != nil {
+		return errdefs.Wrap(api.CodeInternal, err, "node rpc %s: decoding the answer", method)
+	}
+	return nil
+}
+
+// callFor runs a unary method and returns its answer as a T.
+func callFor[T any](ctx context.Context, c *Client, method string, a callArgs) (T, error) {
+	var out T
+	err := c.call(ctx, method, a, &out)
+	return out, err
+}
+
+func (c *Client) Info(ctx context.Context) (api.Info, error) {
+	return callFor[api.Info](ctx, c, "Info", callArgs{})
+}
+
+func (c *Client) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	return callFor[api.Sandbox](ctx, c, "Create", callArgs{Create: &req})
+}
+
+func (c *Client) Get(ctx context.Context, id string) (api.Sandbox, error) {
+	return callFor[api.Sandbox](ctx, c, "Get", callArgs{ID: id})
+}
+
+func (c *Client) List(ctx context.Context) ([]api.Sandbox, error) {
+	return callFor[[]api.Sandbox](ctx, c, "List", callArgs{})
+}
+
+func (c *Client) Delete(ctx context.Context, id string) error {
+	return c.call(ctx, "Delete", callArgs{ID: id}, nil)
+}
+
+func (c *Client) Pause(ctx context.Context, id string) (api.Sandbox, error) {
+	return callFor[api.Sandbox](ctx, c, "Pause", callArgs{ID: id})
+}
+
+func (c *Client) Resume(ctx context.Context, id string) (api.Sandbox, error) {
+	return callFor[api.Sandbox](ctx, c, "Resume", callArgs{ID: id})
+}
+
+func (c *Client) Reset(ctx context.Context, id string) (api.Sandbox, error) {
+	return callFor[api.Sandbox](ctx, c, "Reset", callArgs{ID: id})
+}
+
+func (c *Client) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	return callFor[api.ExecResult](ctx, c, "Exec", callArgs{ID: id, Exec: &req})
+}
+
+func (c *Client) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
+	return callFor[api.Process](ctx, c, "StartProcess", callArgs{ID: id, Exec: &req})
+}
+
+func (c *Client) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
+	return callFor[[]api.Process](ctx, c, "ListProcesses", callArgs{ID: id})
+}
+
+func (c *Client) GetProcess(ctx context.Context, id, procID string) (api.Process, error) {
+	return callFor[api.Process](ctx, c, "GetProcess", callArgs{ID: id, Proc: procID})
+}
+
+// waitGrace bounds the status lookup WaitProcess makes when its context ends.
+const waitGrace = 5 * time.Second
+
+// WaitProcess blocks until the process exits or ctx ends; then, like the
+// service contract says, it returns the still-running process (looked up once
+// more) and no error.
+func (c *Client) WaitProcess(ctx context.Context, id, procID string) (api.Process, error) {
+	p, err := callFor[api.Process](ctx, c, "WaitProcess", callArgs{ID: id, Proc: procID})
+	if err == nil || ctx.Err() == nil {
+		return p, err
+	}
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), waitGrace)
+	defer cancel()
+	return c.GetProcess(gctx, id, procID)
+}
+
+func (c *Client) KillProcess(ctx context.Context, id, procID string, sig int) error {
+	return c.call(ctx, "KillProcess", callArgs{ID: id, Proc: procID, Signal: sig}, nil)
+}
+
+// Fork implements session.Forker.
+func (c *Client) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
+	return callFor[api.ForkResult](ctx, c, "Fork", callArgs{ID: id, Fork: &req})
+}
+
+// Commit implements session.Committer.
+func (c *Client) Commit(ctx context.Context, id string, req api.CommitRequest) (api.CommitResult, error) {
+	return callFor[api.CommitResult](ctx, c, "Commit", callArgs{ID: id, Commit: &req})
+}
+
+// SetNetwork implements session.Networker.
+func (c *Client) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
+	return callFor[api.Sandbox](ctx, c, "SetNetwork", callArgs{ID: id, Network: &p})
+}
+
+// PauseWith implements session.QoS.
+func (c *Client) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
+	return callFor[api.PauseResponse](ctx, c, "PauseWith", callArgs{ID: id, Pause: &req})
+}
+
+// SetCPUClass implements session.QoS.
+func (c *Client) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
+	return callFor[api.Sandbox](ctx, c, "SetCPUClass", callArgs{ID: id, Class: class})
+}
+
+// FnCall implements session.FnCaller.
+func (c *Client) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+	return callFor[api.FnCallResult](ctx, c, "FnCall", callArgs{FnCall: &req})
+}
+
+// NodeStatus asks the node for its capacity, load and backends.
+func (c *Client) NodeStatus(ctx context.Context) (Status, error) {
+	return callFor[Status](ctx, c, "NodeStatus", callArgs{})
+}

@@ -1,0 +1,20 @@
+// Package noderpc carries dsec's session service (internal/session) across a
+// network, between API servers and node agents. NewHandler serves a
+// session.Service (and whichever optional interfaces it has: Forker,
+// Committer, Networker, QoS, FnCaller) as a connect-go service over HTTP/2
+// without TLS (h2c; TLS optional); NewClient is a session.Service that
+// forwards every call to such a handler. Streams (exec with live stdin, stdout,
+// stderr and control messages, process logs, file content, tar streams and
+// dialled connections) move in chunks, never buffered whole.
+//
+// Errors keep their class across the wire (errdefs code, message,
+// infrastructure and retryable flags, Retry-After); a transport failure
+// (refused, reset, a node that went away mid stream, a peer that stopped
+// answering keepalive pings) is an `unavailable` infrastructure error, never a
+// hang. Every request carries an HMAC-signed, time-stamped bearer token made
+// from a cluster secret (LoadSecret); a handler refuses a wrong or missing one
+// with unauthenticated before it runs anything.
+//
+// NodeStatus is the one node-level call beyond the session service: capacity,
+// load and backends, for the cluster's placement.
+package noderpc

@@ -1,0 +1,144 @@
+package noderpc
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb"
+	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb/noderpcpbconnect"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// maxMessageBytes bounds one message a handler or client reads (a unary call's
+// JSON; stream frames are at most chunkSize).
+const maxMessageBytes = 32 << 20
+
+// handler serves one session.Service as the Node RPC service.
+type handler struct {
+	noderpcpbconnect.UnimplementedNodeHandler
+	svc  session.Service
+	opts HandlerOptions
+	log  *slog.Logger
+}
+
+// NewHandler serves svc (and the optional interfaces it implements) to Clients:
+// mount h at path on an HTTP/2 server (NewServer). Every request must carry a
+// token signed with opts.Secret.
+func NewHandler(svc session.Service, opts HandlerOptions) (path string, h http.Handler) {
+	if opts.MaxSkew <= 0 {
+		opts.MaxSkew = DefaultMaxSkew
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	hd := &handler{svc: svc, opts: opts, log: opts.Logger}
+	if hd.log == nil {
+		hd.log = slog.Default()
+	}
+	return noderpcpbconnect.NewNodeHandler(hd,
+		connect.WithInterceptors(&authInterceptor{h: hd}),
+		connect.WithReadMaxBytes(maxMessageBytes))
+}
+
+// Call implements the unary operations (methods.go).
+func (h *handler) Call(ctx context.Context, req *connect.Request[noderpcpb.CallRequest]) (*connect.Response[noderpcpb.CallResponse], error) {
+	out, err := h.runMethod(ctx, req.Msg.GetMethod(), req.Msg.GetArgs())
+	if err != nil {
+		return nil, toWire(err)
+	}
+	return connect.NewResponse(&noderpcpb.CallResponse{Result: out}), nil
+}
+
+// withFS runs f on sandbox id's file system and closes it.
+func (h *handler) withFS(ctx context.Context, id string, f func(session.FS) error) error {
+	fs, err := h.svc.FS(ctx, id)
+	if err != nil {
+		return err
+	}
+	defer fs.Close()
+	return f(fs)
+}
+
+// imageLister is what the default status uses to report mounted layers (the
+// node agent has it).
+type imageLister interface {
+	Images(ctx context.Context) ([]api.Image, error)
+}
+
+// status answers NodeStatus.
+func (h *handler) status(ctx context.Context) (Status, error) {
+	if h.opts.Status != nil {
+		return h.opts.Status(ctx)
+	}
+	info, err := h.svc.Info(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	list, err := h.svc.List(ctx)
+	if err != nil {
+		return Status{}, err
+	}
+	st := Status{Node: info.Node, Version: info.Version, Backends: info.Backends, Sandboxes: len(list)}
+	for _, sb := range list {
+		if sb.State == api.StateRunning {
+			st.Running++
+		}
+		if sb.State != api.StateExited {
+			st.CPU += sb.CPU
+			st.MemoryBytes += sb.MemoryBytes
+		}
+	}
+	if il, ok := h.svc.(imageLister); ok {
+		if imgs, err := il.Images(ctx); err == nil {
+			for _, img := range imgs {
+				for _, l := range img.Layers {
+					if l.Mounted && !slices.Contains(st.Layers, l.Digest) {
+						st.Layers = append(st.Layers, l.Digest)
+					}
+				}
+			}
+		}
+	}
+	return st, nil
+}
+
+// authInterceptor refuses every request without a valid cluster token before
+// its handler runs.
+type authInterceptor struct{ h *handler }
+
+func (a *authInterceptor) check(hdr http.Header, procedure string) error {
+	if err := verifyToken(a.h.opts.Secret, hdr.Get("Authorization"), a.h.opts.Now(), a.h.opts.MaxSkew); err != nil {
+		a.h.log.Warn("node rpc: refused a request", "procedure", procedure, "err", err)
+		return toWire(errdefs.New(api.CodeUnauthorized, "node rpc: %v", err))
+	}
+	return nil
+}
+
+func (a *authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := a.check(req.Header(), req.Spec().Procedure); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (a *authInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (a *authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		if err := a.check(conn.RequestHeader(), conn.Spec().Procedure); err != nil {
+			return err
+		}
+		return next(ctx, conn)
+	}
+}
