@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 )
 
@@ -18,26 +17,14 @@ const MinSecretLen = 16
 // servers authenticate to agents with it.
 type Secret struct{ key []byte }
 
-// NewSecret returns a Secret of s (at least MinSecretLen bytes).
+// NewSecret returns a Secret of s (at least MinSecretLen bytes); the file form
+// is read by noderpc.LoadSecret, which also checks the file's mode.
 func NewSecret(s string) (Secret, error) {
 	s = strings.TrimSpace(s)
 	if len(s) < MinSecretLen {
 		return Secret{}, fmt.Errorf("cluster secret: %d bytes, want at least %d", len(s), MinSecretLen)
 	}
 	return Secret{key: []byte(s)}, nil
-}
-
-// ReadSecretFile reads the cluster secret from path (surrounding white space is
-// ignored). The file should be readable by root only.
-func ReadSecretFile(path string) (Secret, error) {
-	if path == "" {
-		return Secret{}, errors.New("--cluster-secret-file is required")
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return Secret{}, fmt.Errorf("cluster secret: %w", err)
-	}
-	return NewSecret(string(b))
 }
 
 // String is the secret itself, for the RPC layer's own authentication.

@@ -171,7 +171,6 @@ func (w *Watcher) statusLocked(name string) (NodeStatus, bool) {
 	switch {
 	case !live:
 		s.State = placement.StateLost
-		s.Load = placement.Resources{}
 	case s.Draining:
 		s.State = placement.StateDraining
 	default:

@@ -59,6 +59,10 @@ func (s *Server) routes() []route {
 		// path is forwarded verbatim (the mux would clean and redirect it).
 		{sb + "/http/{port}/{path...}", s.proxyHTTP},
 
+		{"GET /v1/nodes", s.listNodes},
+		{"POST /v1/nodes/{name}/drain", s.drainNode},
+		{"POST /v1/nodes/{name}/undrain", s.undrainNode},
+
 		{"GET /v1/trajectories", s.listTrajectories},
 		{"GET /v1/trajectories/{traj}", s.getTrajectory},
 		{"DELETE /v1/trajectories/{traj}", s.deleteTrajectory},
