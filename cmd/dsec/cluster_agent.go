@@ -66,6 +66,9 @@ renewing is lost after the TTL: its sandboxes answer node_lost until it is back.
 				return err
 			}
 			defer cli.Close()
+			if err := cluster.CheckSecret(ctx, cli, "", csec); err != nil {
+				return err
+			}
 			d, err := daemon.New(ctx, cfg)
 			if err != nil {
 				return err

@@ -71,6 +71,9 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := cluster.CheckSecret(ctx, cfg.Etcd, cfg.Prefix, secret); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}

@@ -29,6 +29,7 @@ func (k keys) drain(name string) string   { return k.prefix + "n/drain/" + name 
 func (k keys) tokens() string             { return k.prefix + "tokens/" }
 func (k keys) token(digest string) string { return k.prefix + "tokens/" + digest }
 func (k keys) tokensInit() string         { return k.prefix + "tokens-init" }
+func (k keys) secretCheck() string        { return k.prefix + "secret-check" }
 func (k keys) request(id string) string   { return k.prefix + "req/" + digest(id) }
 
 // nodeKey splits a key under nodes() into its kind (live, known, drain) and node.

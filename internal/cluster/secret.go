@@ -1,12 +1,16 @@
 package cluster
 
 import (
+	"context"
+	"time"
+
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"strings"
 )
 
@@ -70,6 +74,37 @@ func (s Secret) open(b []byte, v any) error {
 	}
 	if err := json.Unmarshal(env.Payload, v); err != nil {
 		return fmt.Errorf("malformed record payload: %w", err)
+	}
+	return nil
+}
+
+// ErrWrongSecret says this process's cluster secret is not the cluster's.
+var ErrWrongSecret = errors.New("wrong cluster secret: the cluster's agents and API servers use another one (--cluster-secret-file); nothing was registered")
+
+// CheckSecret proves that s is the cluster's secret before anything is
+// registered: the first agent or API server of a cluster stores a MAC of a
+// fixed text under s (secret-check), every later one compares its own. A
+// mismatch is ErrWrongSecret. (Watchers still verify every record: this check
+// is for a clear error, the signatures are the protection.)
+func CheckSecret(ctx context.Context, cli *clientv3.Client, prefix string, s Secret) error {
+	key := newKeys(prefix).secretCheck()
+	mine := s.mac([]byte("dsec cluster secret check"))
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Txn(cctx).
+		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+		Then(clientv3.OpPut(key, mine)).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("cluster: check the cluster secret: %w", err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 || !hmac.Equal(kvs[0].Value, []byte(mine)) {
+		return ErrWrongSecret
 	}
 	return nil
 }
