@@ -37,6 +37,12 @@ func forwarded(req api.CreateSandboxRequest) api.CreateSandboxRequest {
 // Create implements session.Service: place, then let the node admit it,
 // re-placing on rejection.
 func (r *Router) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	if holder, err := r.claimed(ctx, req.RequestID); err != nil || holder != "" {
+		if err != nil {
+			return api.Sandbox{}, err
+		}
+		return r.createOn(ctx, holder, forwarded(req))
+	}
 	d, err := r.cfg.Engine.Place(ctx, placementRequest(req))
 	if err != nil {
 		return api.Sandbox{}, err
@@ -85,6 +91,19 @@ func (r *Router) admit(ctx context.Context, d *placement.Decision, req api.Creat
 	}
 }
 
+// claimed returns the node already holding request id ("" for none): a retry
+// goes there without being placed again (it needs no new room).
+func (r *Router) claimed(ctx context.Context, id string) (string, error) {
+	if id == "" || r.cfg.Claims == nil {
+		return "", nil
+	}
+	node, ok, err := r.cfg.Claims.Lookup(ctx, id)
+	if err != nil || !ok {
+		return "", err
+	}
+	return node, nil
+}
+
 // claim claims request id for node, or moves the claim from the node that
 // rejected it; it returns the claim's holder.
 func (r *Router) claim(ctx context.Context, id, from, node string) (string, error) {
@@ -117,23 +136,41 @@ func (r *Router) createOn(ctx context.Context, node string, req api.CreateSandbo
 // node admits its share; if any sandbox fails for good, every sandbox the batch
 // created is deleted again and the first failure is returned.
 func (r *Router) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
-	ds, err := r.placeAll(ctx, reqs)
-	if err != nil {
-		return nil, err
-	}
 	out := make([]api.Sandbox, len(reqs))
 	errs := make([]error, len(reqs))
-	sem := make(chan struct{}, batchParallel)
-	var wg sync.WaitGroup
+	// Requests retried from an earlier batch go to their nodes unplaced.
+	holders := make([]string, len(reqs))
+	r.parallel(len(reqs), func(i int) { holders[i], errs[i] = r.claimed(ctx, reqs[i].RequestID) })
+	var fresh []int
 	for i := range reqs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			out[i], errs[i] = r.admit(ctx, ds[i], reqs[i])
-		}()
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if holders[i] == "" {
+			fresh = append(fresh, i)
+		}
 	}
-	wg.Wait()
+	toPlace := make([]api.CreateSandboxRequest, len(fresh))
+	for j, i := range fresh {
+		toPlace[j] = reqs[i]
+	}
+	ds := make([]*placement.Decision, len(reqs))
+	if len(fresh) > 0 {
+		placed, err := r.placeAll(ctx, toPlace)
+		if err != nil {
+			return nil, err
+		}
+		for j, i := range fresh {
+			ds[i] = placed[j]
+		}
+	}
+	r.parallel(len(reqs), func(i int) {
+		if ds[i] == nil {
+			out[i], errs[i] = r.createOn(ctx, holders[i], forwarded(reqs[i]))
+		} else {
+			out[i], errs[i] = r.admit(ctx, ds[i], reqs[i])
+		}
+	})
 	first := -1
 	for i, err := range errs {
 		if err != nil {
@@ -154,6 +191,21 @@ func (r *Router) CreateBatch(ctx context.Context, reqs []api.CreateSandboxReques
 		}
 	}
 	return nil, fmt.Errorf("batch of %d: sandboxes[%d] failed, none kept: %w", len(reqs), first, errs[first])
+}
+
+// parallel runs f(0..n-1), batchParallel at a time.
+func (r *Router) parallel(n int, f func(i int)) {
+	sem := make(chan struct{}, batchParallel)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f(i)
+		}()
+	}
+	wg.Wait()
 }
 
 // placeAll places every request of a batch or none: requests of one shape go

@@ -22,6 +22,7 @@ type NodeView interface {
 
 // Claims maps create request IDs to nodes across API servers (cluster.Requests).
 type Claims interface {
+	Lookup(ctx context.Context, id string) (node string, ok bool, err error)
 	Claim(ctx context.Context, id, node string) (string, error)
 	Move(ctx context.Context, id, from, to string) (string, error)
 	Drop(ctx context.Context, id, node string)

@@ -45,6 +45,20 @@ func (r *Requests) leaseFor(ctx context.Context) (clientv3.LeaseID, error) {
 	return g.ID, nil
 }
 
+// Lookup returns the node holding request id's claim, if any. It reads the
+// local etcd member (serializable), so it may miss a claim made a moment ago;
+// Claim is the authority.
+func (r *Requests) Lookup(ctx context.Context, id string) (string, bool, error) {
+	resp, err := r.cli.Get(ctx, r.k.request(id), clientv3.WithSerializable())
+	if err != nil {
+		return "", false, fmt.Errorf("cluster: look up request %q: %w", id, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return "", false, nil
+	}
+	return string(resp.Kvs[0].Value), true, nil
+}
+
 // Claim records node for request id unless id is claimed already; it returns
 // the node that holds the claim (node itself when this call made it).
 func (r *Requests) Claim(ctx context.Context, id, node string) (string, error) {
