@@ -37,14 +37,12 @@ func forwarded(req api.CreateSandboxRequest) api.CreateSandboxRequest {
 // Create implements session.Service: place, then let the node admit it,
 // re-placing on rejection.
 func (r *Router) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
-	if holder, err := r.claimed(ctx, req.RequestID); err != nil || holder != "" {
-		if err != nil {
-			return api.Sandbox{}, err
-		}
-		return r.createOn(ctx, holder, forwarded(req))
-	}
 	d, err := r.cfg.Engine.Place(ctx, placementRequest(req))
 	if err != nil {
+		// A retry of a create that already has its node needs no new room.
+		if holder, herr := r.claimed(ctx, req.RequestID); herr == nil && holder != "" {
+			return r.createOn(ctx, holder, forwarded(req))
+		}
 		return api.Sandbox{}, err
 	}
 	return r.admit(ctx, d, req)
@@ -138,30 +136,13 @@ func (r *Router) createOn(ctx context.Context, node string, req api.CreateSandbo
 func (r *Router) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
 	out := make([]api.Sandbox, len(reqs))
 	errs := make([]error, len(reqs))
-	// Requests retried from an earlier batch go to their nodes unplaced.
 	holders := make([]string, len(reqs))
-	r.parallel(len(reqs), func(i int) { holders[i], errs[i] = r.claimed(ctx, reqs[i].RequestID) })
-	var fresh []int
-	for i := range reqs {
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
-		if holders[i] == "" {
-			fresh = append(fresh, i)
-		}
-	}
-	toPlace := make([]api.CreateSandboxRequest, len(fresh))
-	for j, i := range fresh {
-		toPlace[j] = reqs[i]
-	}
-	ds := make([]*placement.Decision, len(reqs))
-	if len(fresh) > 0 {
-		placed, err := r.placeAll(ctx, toPlace)
-		if err != nil {
+	ds, err := r.placeAll(ctx, reqs)
+	if err != nil {
+		// Requests retried from an earlier batch need no new room: they go to
+		// their nodes unplaced, and only the others are placed.
+		if ds, err = r.placeUnclaimed(ctx, reqs, holders, err); err != nil {
 			return nil, err
-		}
-		for j, i := range fresh {
-			ds[i] = placed[j]
 		}
 	}
 	r.parallel(len(reqs), func(i int) {
@@ -191,6 +172,41 @@ func (r *Router) CreateBatch(ctx context.Context, reqs []api.CreateSandboxReques
 		}
 	}
 	return nil, fmt.Errorf("batch of %d: sandboxes[%d] failed, none kept: %w", len(reqs), first, errs[first])
+}
+
+// placeUnclaimed looks up every request ID's claim (filling holders) and
+// places the requests nobody holds; it returns placeErr when none is held.
+func (r *Router) placeUnclaimed(ctx context.Context, reqs []api.CreateSandboxRequest, holders []string, placeErr error) ([]*placement.Decision, error) {
+	errs := make([]error, len(reqs))
+	r.parallel(len(reqs), func(i int) { holders[i], errs[i] = r.claimed(ctx, reqs[i].RequestID) })
+	var fresh []int
+	for i := range reqs {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if holders[i] == "" {
+			fresh = append(fresh, i)
+		}
+	}
+	if len(fresh) == len(reqs) {
+		return nil, placeErr
+	}
+	ds := make([]*placement.Decision, len(reqs))
+	if len(fresh) == 0 {
+		return ds, nil
+	}
+	toPlace := make([]api.CreateSandboxRequest, len(fresh))
+	for j, i := range fresh {
+		toPlace[j] = reqs[i]
+	}
+	placed, err := r.placeAll(ctx, toPlace)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range fresh {
+		ds[i] = placed[j]
+	}
+	return ds, nil
 }
 
 // parallel runs f(0..n-1), batchParallel at a time.

@@ -342,12 +342,13 @@ func TestBatchAllOrNothing(t *testing.T) {
 		t.Fatalf("a refused batch left %d sandboxes", c-9)
 	}
 	// Fits, but one node fails for good: what was created is deleted again.
+	g = newRig(t, 3, 10, 10)
 	g.nodes["n2"].fail = true
-	g.nodes["n2"].max = 100
-	if _, err := g.r.CreateBatch(ctx, make([]api.CreateSandboxRequest, 3)); !errdefs.Is(err, api.CodeInternal) {
+	mixed := []api.CreateSandboxRequest{{Node: "n1"}, {Node: "n3"}, {Node: "n2"}, {Node: "n1"}, {Node: "n3"}}
+	if _, err := g.r.CreateBatch(ctx, mixed); !errdefs.Is(err, api.CodeInternal) {
 		t.Fatalf("batch with a failing node: %v", err)
 	}
-	if c := count(); c != 9 {
-		t.Fatalf("a failed batch left %d sandboxes", c-9)
+	if c := count(); c != 0 {
+		t.Fatalf("a failed batch left %d sandboxes", c)
 	}
 }

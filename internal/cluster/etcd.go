@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // EtcdConfig configures one embedded etcd member (`dsec etcd`); the fields are
@@ -35,6 +36,9 @@ type EtcdConfig struct {
 	PeerCertFile, PeerKeyFile, PeerTrustedCAFile string
 	PeerClientCertAuth                           bool
 	LogLevel                                     string // etcd's log level (default warn)
+	// UnsafeNoFsync is etcd's --unsafe-no-fsync (benchmarks on shared disks only:
+	// a crash loses data).
+	UnsafeNoFsync bool
 }
 
 func urls(flag, s string) ([]url.URL, error) {
@@ -92,6 +96,7 @@ func RunEtcd(ctx context.Context, c EtcdConfig, log *slog.Logger) error {
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "warn"
 	}
+	cfg.UnsafeNoFsync = c.UnsafeNoFsync
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
@@ -120,6 +125,8 @@ type ClientConfig struct {
 	// TLS (etcdctl's --cacert, --cert, --key) and auth (--user NAME:PASSWORD).
 	CAFile, CertFile, KeyFile string
 	User                      string
+	// Logger is the etcd client's own logger (nil: etcd's default, to stderr).
+	Logger *zap.Logger
 }
 
 // Connect opens an etcd client and checks that the cluster answers.
@@ -150,6 +157,7 @@ func Connect(ctx context.Context, c ClientConfig) (*clientv3.Client, error) {
 		cfg.Username, cfg.Password = u, p
 	}
 	cfg.Context = ctx
+	cfg.Logger = c.Logger
 	cli, err := clientv3.New(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
