@@ -40,7 +40,12 @@ func TestCluster(t *testing.T) {
 		return sb
 	}
 	execOut := func(api_ int, id string, cmd ...string) (string, error) {
-		r, err := e.client(api_).Exec(ctx, id, api.ExecRequest{Cmd: cmd})
+		// Each call has its own deadline, as a trainer's would: a call in flight
+		// to a node whose link was cut only ends with the RPC's keepalive
+		// timeout; the calls after the node is lost answer node_lost at once.
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		r, err := e.client(api_).Exec(cctx, id, api.ExecRequest{Cmd: cmd})
 		if err != nil {
 			return "", err
 		}
@@ -298,8 +303,11 @@ func TestCluster(t *testing.T) {
 				time.Sleep(time.Duration(i) * 40 * time.Millisecond)
 				sb, err := e.client(0).Create(ctx, api.CreateSandboxRequest{RequestID: rids[i]})
 				if err != nil {
-					// The way a client recovers: the same request through another API server.
-					sb, err = e.client(1).Create(ctx, api.CreateSandboxRequest{RequestID: rids[i]})
+					// The way a client recovers: the same request through another
+					// API server, retried while the error is retryable (a create
+					// cut off on its node answers the retry deadline_exceeded once:
+					// the node deduplicated it onto the cut-off one).
+					sb, err = client.New("http://"+e.apiAddr[1], e.token).Create(ctx, api.CreateSandboxRequest{RequestID: rids[i]})
 				}
 				if err != nil {
 					t.Errorf("create %s: %v", rids[i], err)
