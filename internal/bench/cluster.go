@@ -50,7 +50,9 @@ type ClusterPhase struct {
 	FirstFailure        string  `json:"first_failure,omitempty"`
 	Seconds             float64 `json:"seconds"`
 	CreatesPerS         float64 `json:"creates_per_s"`
-	Latencies
+	P50ms               float64 `json:"p50_ms"`
+	P99ms               float64 `json:"p99_ms"`
+	MaxMs               float64 `json:"max_ms"`
 	// SpreadMaxOverMean is the fullest node's sandboxes over the mean.
 	SpreadMaxOverMean float64 `json:"spread_max_over_mean"`
 }
@@ -279,7 +281,8 @@ func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix s
 	el := time.Since(start)
 	ph.Seconds = round(el.Seconds(), 3)
 	ph.CreatesPerS = round(float64(ph.Created)/el.Seconds(), 1)
-	ph.Latencies = summarize(lat)
+	l := summarize(lat)
+	ph.P50ms, ph.P99ms, ph.MaxMs = l.P50ms, l.P99ms, l.Maxms
 	var maxN, total int64
 	for _, n := range nodes {
 		c := n.n.Load()
