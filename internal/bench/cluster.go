@@ -281,8 +281,8 @@ func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix s
 	el := time.Since(start)
 	ph.Seconds = round(el.Seconds(), 3)
 	ph.CreatesPerS = round(float64(ph.Created)/el.Seconds(), 1)
-	l := summarize(lat)
-	ph.P50ms, ph.P99ms, ph.MaxMs = l.P50ms, l.P99ms, l.Maxms
+	lt := summarize(lat)
+	ph.P50ms, ph.P99ms, ph.MaxMs = lt.P50ms, lt.P99ms, lt.Maxms
 	var maxN, total int64
 	for _, n := range nodes {
 		c := n.n.Load()
