@@ -18,6 +18,8 @@ import (
 type NodeView interface {
 	Node(name string) (cluster.NodeStatus, bool)
 	Nodes() []cluster.NodeStatus
+	// Lost is closed when the node is lost (nil: never).
+	Lost(name string) <-chan struct{}
 }
 
 // Claims maps create request IDs to nodes across API servers (cluster.Requests).
@@ -134,7 +136,9 @@ func (r *Router) route(id string) (session.Service, error) {
 	return r.nodeFor(node, "sandbox "+id)
 }
 
-// on runs f on the service owning sandbox id.
+// on runs f on the service owning sandbox id. Use it for calls that return an
+// open stream (FS, logs, a connection); calls that block until they are done
+// use blocking.
 func on[T any](r *Router, id string, f func(session.Service) (T, error)) (T, error) {
 	svc, err := r.route(id)
 	if err != nil {
@@ -142,6 +146,36 @@ func on[T any](r *Router, id string, f func(session.Service) (T, error)) (T, err
 		return zero, err
 	}
 	return f(svc)
+}
+
+// blocking runs f on the service owning sandbox id and ends it with node_lost
+// when the node is lost meanwhile (a node cut off from the network would
+// otherwise hold the call until the RPC's keepalive gives up).
+func blocking[T any](ctx context.Context, r *Router, id string, f func(context.Context, session.Service) (T, error)) (T, error) {
+	svc, err := r.route(id)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	node, _ := session.NodeOf(id)
+	lost := r.cfg.Nodes.Lost(node)
+	if lost == nil {
+		return f(ctx, svc)
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-lost:
+			cancel(errdefs.New(api.CodeNodeLost, "sandbox %s: node %q was lost while the call ran (its lease expired); its sandboxes answer again when it is back", id, node))
+		case <-cctx.Done():
+		}
+	}()
+	v, err := f(cctx, svc)
+	if cause := context.Cause(cctx); err != nil && errdefs.Is(cause, api.CodeNodeLost) {
+		return v, cause
+	}
+	return v, err
 }
 
 // capability asserts the owning node's service has the optional interface I.
@@ -159,52 +193,56 @@ func capability[I any](r *Router, id, what string) (I, error) {
 }
 
 func (r *Router) Get(ctx context.Context, id string) (api.Sandbox, error) {
-	return on(r, id, func(s session.Service) (api.Sandbox, error) { return s.Get(ctx, id) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Sandbox, error) { return s.Get(ctx, id) })
 }
 
 func (r *Router) Delete(ctx context.Context, id string) error {
-	_, err := on(r, id, func(s session.Service) (struct{}, error) { return struct{}{}, s.Delete(ctx, id) })
+	_, err := blocking(ctx, r, id, func(ctx context.Context, s session.Service) (struct{}, error) { return struct{}{}, s.Delete(ctx, id) })
 	return err
 }
 
 func (r *Router) Pause(ctx context.Context, id string) (api.Sandbox, error) {
-	return on(r, id, func(s session.Service) (api.Sandbox, error) { return s.Pause(ctx, id) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Sandbox, error) { return s.Pause(ctx, id) })
 }
 
 func (r *Router) Resume(ctx context.Context, id string) (api.Sandbox, error) {
-	return on(r, id, func(s session.Service) (api.Sandbox, error) { return s.Resume(ctx, id) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Sandbox, error) { return s.Resume(ctx, id) })
 }
 
 func (r *Router) Reset(ctx context.Context, id string) (api.Sandbox, error) {
-	return on(r, id, func(s session.Service) (api.Sandbox, error) { return s.Reset(ctx, id) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Sandbox, error) { return s.Reset(ctx, id) })
 }
 
 func (r *Router) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
-	return on(r, id, func(s session.Service) (api.ExecResult, error) { return s.Exec(ctx, id, req) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.ExecResult, error) { return s.Exec(ctx, id, req) })
 }
 
 func (r *Router) ExecStream(ctx context.Context, id string, req api.ExecRequest, st session.Stream) (api.ExecResult, error) {
-	return on(r, id, func(s session.Service) (api.ExecResult, error) { return s.ExecStream(ctx, id, req, st) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.ExecResult, error) {
+		return s.ExecStream(ctx, id, req, st)
+	})
 }
 
 func (r *Router) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
-	return on(r, id, func(s session.Service) (api.Process, error) { return s.StartProcess(ctx, id, req) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Process, error) { return s.StartProcess(ctx, id, req) })
 }
 
 func (r *Router) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
-	return on(r, id, func(s session.Service) ([]api.Process, error) { return s.ListProcesses(ctx, id) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) ([]api.Process, error) { return s.ListProcesses(ctx, id) })
 }
 
 func (r *Router) GetProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	return on(r, id, func(s session.Service) (api.Process, error) { return s.GetProcess(ctx, id, procID) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Process, error) { return s.GetProcess(ctx, id, procID) })
 }
 
 func (r *Router) WaitProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	return on(r, id, func(s session.Service) (api.Process, error) { return s.WaitProcess(ctx, id, procID) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Process, error) { return s.WaitProcess(ctx, id, procID) })
 }
 
 func (r *Router) KillProcess(ctx context.Context, id, procID string, sig int) error {
-	_, err := on(r, id, func(s session.Service) (struct{}, error) { return struct{}{}, s.KillProcess(ctx, id, procID, sig) })
+	_, err := blocking(ctx, r, id, func(ctx context.Context, s session.Service) (struct{}, error) {
+		return struct{}{}, s.KillProcess(ctx, id, procID, sig)
+	})
 	return err
 }
 

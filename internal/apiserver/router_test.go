@@ -82,6 +82,12 @@ func (f *fakeNode) List(context.Context) ([]api.Sandbox, error) {
 	return out, nil
 }
 
+// Exec blocks until ctx ends (a node that went silent).
+func (f *fakeNode) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	<-ctx.Done()
+	return api.ExecResult{}, errdefs.Wrap(api.CodeUnavailable, ctx.Err(), "node went silent")
+}
+
 func (f *fakeNode) count() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -92,6 +98,19 @@ func (f *fakeNode) count() int {
 type fakeView struct {
 	mu    sync.Mutex
 	nodes map[string]cluster.NodeStatus
+	lost  map[string]chan struct{}
+}
+
+func (v *fakeView) Lost(name string) <-chan struct{} {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.lost == nil {
+		v.lost = map[string]chan struct{}{}
+	}
+	if v.lost[name] == nil {
+		v.lost[name] = make(chan struct{})
+	}
+	return v.lost[name]
 }
 
 func (v *fakeView) Node(name string) (cluster.NodeStatus, bool) {
@@ -117,6 +136,10 @@ func (v *fakeView) set(name string, st placement.State) {
 	n := v.nodes[name]
 	n.State = st
 	v.nodes[name] = n
+	if ch := v.lost[name]; ch != nil && st == placement.StateLost {
+		close(ch)
+		delete(v.lost, name)
+	}
 }
 
 // Snapshot makes the view the engine's source too.
@@ -350,5 +373,30 @@ func TestBatchAllOrNothing(t *testing.T) {
 	}
 	if c := count(); c != 0 {
 		t.Fatalf("a failed batch left %d sandboxes", c)
+	}
+}
+
+// A call in flight to a node that is lost meanwhile answers node_lost at once.
+func TestInFlightCallEndsWhenNodeIsLost(t *testing.T) {
+	g := newRig(t, 1, 10, 10)
+	ctx := context.Background()
+	sb, err := g.r.Create(ctx, api.CreateSandboxRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := g.r.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "inf"}})
+		done <- err
+	}()
+	time.Sleep(50 * time.Millisecond)
+	g.view.set("n1", placement.StateLost)
+	select {
+	case err := <-done:
+		if !errdefs.Is(err, api.CodeNodeLost) {
+			t.Fatalf("exec answered %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the exec still waits on a lost node")
 	}
 }

@@ -35,6 +35,8 @@ type Watcher struct {
 	// untrusted counts records ignored because they do not verify, by key.
 	untrusted map[string]string
 	rev       int64
+	// lost holds, per live node, a channel closed when the node is lost.
+	lost map[string]chan struct{}
 }
 
 // NewWatcher lists the registry and follows it until ctx ends.
@@ -45,7 +47,7 @@ func NewWatcher(ctx context.Context, cfg WatcherConfig) (*Watcher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Watcher{cfg: cfg, k: newKeys(cfg.Prefix)}
+	w := &Watcher{cfg: cfg, k: newKeys(cfg.Prefix), lost: map[string]chan struct{}{}}
 	if err := w.list(ctx); err != nil {
 		return nil, err
 	}
@@ -70,6 +72,12 @@ func (w *Watcher) list(ctx context.Context) error {
 		w.applyLocked(string(kv.Key), kv.Value, false, now)
 	}
 	w.rev = resp.Header.Revision
+	for name, ch := range w.lost {
+		if _, live := w.live[name]; !live {
+			close(ch)
+			delete(w.lost, name)
+		}
+	}
 	return nil
 }
 
@@ -129,6 +137,10 @@ func (w *Watcher) applyLocked(key string, val []byte, deleted bool, now time.Tim
 	if deleted {
 		delete(m, name)
 		delete(w.untrusted, key)
+		if ch, ok := w.lost[name]; ok && kind == "live" {
+			close(ch)
+			delete(w.lost, name)
+		}
 		return
 	}
 	var rec NodeRecord
@@ -177,6 +189,25 @@ func (w *Watcher) statusLocked(name string) (NodeStatus, bool) {
 		s.State = placement.StateReady
 	}
 	return s, true
+}
+
+// Lost returns a channel that is closed when the named node is lost (its lease
+// expired or it deregistered); for a node that is not live now it is closed
+// already. A call in flight to the node stops waiting on it.
+func (w *Watcher) Lost(name string) <-chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, live := w.live[name]; !live {
+		ch := make(chan struct{})
+		close(ch)
+		return ch
+	}
+	ch, ok := w.lost[name]
+	if !ok {
+		ch = make(chan struct{})
+		w.lost[name] = ch
+	}
+	return ch
 }
 
 // Nodes returns every known node, sorted by name.
