@@ -232,11 +232,15 @@ func (r *Router) ListProcesses(ctx context.Context, id string) ([]api.Process, e
 }
 
 func (r *Router) GetProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Process, error) { return s.GetProcess(ctx, id, procID) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Process, error) {
+		return s.GetProcess(ctx, id, procID)
+	})
 }
 
 func (r *Router) WaitProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Process, error) { return s.WaitProcess(ctx, id, procID) })
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Process, error) {
+		return s.WaitProcess(ctx, id, procID)
+	})
 }
 
 func (r *Router) KillProcess(ctx context.Context, id, procID string, sig int) error {

@@ -266,6 +266,12 @@ func TestCluster(t *testing.T) {
 	t.Run("cut link behaves like a kill and heals", func(t *testing.T) {
 		a := e.agents[1]
 		victim := byNode[a.node][0]
+		inflight := make(chan error, 1)
+		go func() {
+			_, err := e.client(0).Exec(ctx, victim, api.ExecRequest{Cmd: []string{"sleep", "60"}})
+			inflight <- err
+		}()
+		time.Sleep(300 * time.Millisecond)
 		run(t, "ip", "link", "set", a.hostIf, "down")
 		took := e.waitFor("node_lost", ttl+5*time.Second, func() error {
 			_, err := execOut(0, victim, "true")
@@ -275,6 +281,14 @@ func TestCluster(t *testing.T) {
 			return fmt.Errorf("exec answered %v", err)
 		})
 		t.Logf("node_lost %s after the link went down", took.Round(10*time.Millisecond))
+		select {
+		case err := <-inflight:
+			if errCode(err) != api.CodeNodeLost {
+				t.Errorf("the exec in flight over the cut link answered %v", err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Error("the exec in flight over the cut link still waits after the node was lost")
+		}
 		if _, err := execOut(0, byNode["n1"][0], "true"); err != nil {
 			t.Errorf("n1's sandbox: %v", err)
 		}
