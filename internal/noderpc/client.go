@@ -59,8 +59,9 @@ func NewClient(baseURL string, opts ClientOptions) *Client {
 	}
 	hc := &http.Client{Transport: &signer{next: tr, secret: opts.Secret, now: opts.Now}}
 	return &Client{
-		rpc: noderpcpbconnect.NewNodeClient(hc, baseURL, connect.WithReadMaxBytes(maxMessageBytes)),
-		tr:  tr,
+		rpc: noderpcpbconnect.NewNodeClient(hc, baseURL, connect.WithReadMaxBytes(maxMessageBytes),
+			connect.WithAcceptCompression("gzip", nil, nil)),
+		tr: tr,
 	}
 }
 

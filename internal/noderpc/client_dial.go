@@ -17,6 +17,8 @@ func (c *Client) Dial(ctx context.Context, id string, port int) (net.Conn, error
 	const op = "Dial"
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	st := c.rpc.Dial(sctx)
+	// As in ExecStream: closing the response ends a pending Receive.
+	context.AfterFunc(sctx, func() { _ = st.CloseResponse() })
 	fail := func(err error) (net.Conn, error) {
 		cancel()
 		_ = st.CloseResponse()

@@ -26,9 +26,11 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest,
 		return api.ExecResult{}, errdefs.Internal(err, "node rpc %s: encoding the request", op)
 	}
 	sctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	st := c.rpc.ExecStream(sctx)
-	defer st.CloseResponse()
+	// Closing the response is what ends a Receive when ctx ends: net/http does
+	// not abort a stream whose request body it is still waiting on.
+	defer context.AfterFunc(sctx, func() { _ = st.CloseResponse() })()
+	defer cancel()
 	var mu sync.Mutex
 	send := func(m *noderpcpb.ExecInput) error {
 		mu.Lock()

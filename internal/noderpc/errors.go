@@ -97,7 +97,23 @@ func fromWire(ctx context.Context, op string, err error) error {
 	if cerr := ctx.Err(); cerr != nil {
 		return fmt.Errorf("noderpc %s: %w", op, cerr)
 	}
+	if ce != nil {
+		// Refused by the RPC layer itself, before any service ran.
+		if code, ok := rpcLayerCodes[ce.Code()]; ok {
+			return &Error{API: api.NewError(code, "node rpc %s: %s", op, ce.Message())}
+		}
+	}
 	return unavailable(op, err)
+}
+
+// rpcLayerCodes classify errors that carry no ErrorInfo but are no transport
+// failure: the node's RPC layer refused the request (a message over its size
+// limit, a procedure an older node does not have).
+var rpcLayerCodes = map[connect.Code]api.Code{
+	connect.CodeResourceExhausted: api.CodePayloadTooLarge,
+	connect.CodeUnimplemented:     api.CodeNotImplemented,
+	connect.CodeInvalidArgument:   api.CodeInvalidArgument,
+	connect.CodeUnauthenticated:   api.CodeUnauthorized,
 }
 
 // unavailable classifies a transport failure.

@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 
 	"connectrpc.com/connect"
 
@@ -34,23 +33,19 @@ func (h *handler) ExecStream(ctx context.Context, st *connect.BidiStream[noderpc
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var mu sync.Mutex
-	send := func(m *noderpcpb.ExecOutput) error {
-		mu.Lock()
-		defer mu.Unlock()
-		return st.Send(m)
-	}
+	out := newOutQueue(st.Send)
+	defer out.close()
 	ctl := make(chan session.Control)
 	sio := session.Stream{
-		Stdout: frameWriter(func(b []byte) error {
-			return send(&noderpcpb.ExecOutput{Frame: &noderpcpb.ExecOutput_Stdout{Stdout: b}})
+		Stdout: out.writer(func(b []byte) *noderpcpb.ExecOutput {
+			return &noderpcpb.ExecOutput{Frame: &noderpcpb.ExecOutput_Stdout{Stdout: b}}
 		}),
-		Stderr: frameWriter(func(b []byte) error {
-			return send(&noderpcpb.ExecOutput{Frame: &noderpcpb.ExecOutput_Stderr{Stderr: b}})
+		Stderr: out.writer(func(b []byte) *noderpcpb.ExecOutput {
+			return &noderpcpb.ExecOutput{Frame: &noderpcpb.ExecOutput_Stderr{Stderr: b}}
 		}),
 		Control: ctl,
 		Started: func(pid int) {
-			_ = send(&noderpcpb.ExecOutput{Frame: &noderpcpb.ExecOutput_StartedPid{StartedPid: int64(pid)}})
+			_ = out.put(&noderpcpb.ExecOutput{Frame: &noderpcpb.ExecOutput_StartedPid{StartedPid: int64(pid)}})
 		},
 	}
 	var stdinW *io.PipeWriter
@@ -69,7 +64,10 @@ func (h *handler) ExecStream(ctx context.Context, st *connect.BidiStream[noderpc
 	if err != nil {
 		return toWire(errdefs.Internal(err, "node rpc ExecStream: encoding the result"))
 	}
-	return send(&noderpcpb.ExecOutput{Frame: &noderpcpb.ExecOutput_Exit{Exit: b}})
+	if err := out.put(&noderpcpb.ExecOutput{Frame: &noderpcpb.ExecOutput_Exit{Exit: b}}); err != nil {
+		return err
+	}
+	return out.close()
 }
 
 // execInput pumps a streaming exec's input frames into its stdin pipe and its

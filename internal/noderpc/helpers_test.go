@@ -57,7 +57,7 @@ func serve(t testing.TB, svc session.Service, opts noderpc.HandlerOptions) *node
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := noderpc.NewServer(mux, noderpc.ServerOptions{PingInterval: time.Second, PingTimeout: time.Second})
+	srv := noderpc.NewServer(mux, noderpc.ServerOptions{})
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return &node{url: "http://" + ln.Addr().String(), srv: srv, ln: ln}
@@ -65,7 +65,7 @@ func serve(t testing.TB, svc session.Service, opts noderpc.HandlerOptions) *node
 
 // client returns a client of n with the test secret; closed when the test ends.
 func (n *node) client(t testing.TB, mod func(*noderpc.ClientOptions)) *noderpc.Client {
-	opts := noderpc.ClientOptions{Secret: secret, PingInterval: time.Second, PingTimeout: time.Second}
+	opts := noderpc.ClientOptions{Secret: secret}
 	if mod != nil {
 		mod(&opts)
 	}
@@ -156,9 +156,21 @@ func containerAgent(t testing.TB) *agent.Manager {
 		}
 		m.Close()
 		drv.Close()
+		ctx, cancel = context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
 		if h, err := cgroups.Detect("/sys/fs/cgroup"); err == nil {
-			if names, _ := h.List(parent); len(names) > 0 {
+			names, _ := h.List(parent)
+			if len(names) > 0 {
 				t.Errorf("cgroups left behind: %v", names)
+			}
+			// Remove them anyway (a destroy that timed out leaves its
+			// sandbox's cgroups until its init has exited).
+			for _, n := range names {
+				if g, err := h.Open(n); err == nil {
+					if err := g.Delete(ctx); err != nil {
+						t.Errorf("remove %s: %v", n, err)
+					}
+				}
 			}
 			if g, err := h.Open(parent); err == nil {
 				if err := g.Delete(ctx); err != nil {

@@ -93,48 +93,24 @@ var methods = map[string]method{
 	"Rename": fsMethod(func(ctx context.Context, fs session.FS, a callArgs) (any, error) {
 		return nil, fs.Rename(ctx, a.Path, a.To)
 	}),
-	"Fork": func(ctx context.Context, h *handler, a callArgs) (any, error) {
-		f, ok := h.svc.(session.Forker)
-		if !ok {
-			return nil, lacks("fork")
-		}
+	"Fork": capMethod("fork", func(ctx context.Context, f session.Forker, a callArgs) (any, error) {
 		return f.Fork(ctx, a.ID, val(a.Fork))
-	},
-	"Commit": func(ctx context.Context, h *handler, a callArgs) (any, error) {
-		c, ok := h.svc.(session.Committer)
-		if !ok {
-			return nil, lacks("commit")
-		}
+	}),
+	"Commit": capMethod("commit", func(ctx context.Context, c session.Committer, a callArgs) (any, error) {
 		return c.Commit(ctx, a.ID, val(a.Commit))
-	},
-	"SetNetwork": func(ctx context.Context, h *handler, a callArgs) (any, error) {
-		n, ok := h.svc.(session.Networker)
-		if !ok {
-			return nil, lacks("network policies")
-		}
+	}),
+	"SetNetwork": capMethod("network policies", func(ctx context.Context, n session.Networker, a callArgs) (any, error) {
 		return n.SetNetwork(ctx, a.ID, val(a.Network))
-	},
-	"PauseWith": func(ctx context.Context, h *handler, a callArgs) (any, error) {
-		q, ok := h.svc.(session.QoS)
-		if !ok {
-			return nil, lacks("pause with reclaim")
-		}
+	}),
+	"PauseWith": capMethod("pause with reclaim", func(ctx context.Context, q session.QoS, a callArgs) (any, error) {
 		return q.PauseWith(ctx, a.ID, val(a.Pause))
-	},
-	"SetCPUClass": func(ctx context.Context, h *handler, a callArgs) (any, error) {
-		q, ok := h.svc.(session.QoS)
-		if !ok {
-			return nil, lacks("CPU classes")
-		}
+	}),
+	"SetCPUClass": capMethod("CPU classes", func(ctx context.Context, q session.QoS, a callArgs) (any, error) {
 		return q.SetCPUClass(ctx, a.ID, a.Class)
-	},
-	"FnCall": func(ctx context.Context, h *handler, a callArgs) (any, error) {
-		f, ok := h.svc.(session.FnCaller)
-		if !ok {
-			return nil, lacks("FnCall")
-		}
+	}),
+	"FnCall": capMethod("FnCall", func(ctx context.Context, f session.FnCaller, a callArgs) (any, error) {
 		return f.FnCall(ctx, val(a.FnCall))
-	},
+	}),
 	"NodeStatus": func(ctx context.Context, h *handler, a callArgs) (any, error) { return h.status(ctx) },
 }
 
@@ -148,6 +124,18 @@ func fsMethod(f func(ctx context.Context, fs session.FS, a callArgs) (any, error
 			return err
 		})
 		return out, err
+	}
+}
+
+// capMethod runs f on the service's optional interface T; a service without it
+// answers not_implemented (naming what).
+func capMethod[T any](what string, f func(ctx context.Context, c T, a callArgs) (any, error)) method {
+	return func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		c, ok := h.svc.(T)
+		if !ok {
+			return nil, lacks(what)
+		}
+		return f(ctx, c, a)
 	}
 }
 

@@ -26,11 +26,17 @@ func NewServer(h http.Handler, opts ServerOptions) *http.Server {
 		ReadHeaderTimeout: 10 * time.Second,
 		HTTP2:             http2Config(opts.PingInterval, opts.PingTimeout),
 	}
+	// Streams (exec, dial, waits) are long-lived: allow many per connection;
+	// a client opens another connection beyond it.
+	srv.HTTP2.MaxConcurrentStreams = maxStreams
 	if opts.Logger != nil {
 		srv.ErrorLog = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)
 	}
 	return srv
 }
+
+// maxStreams is how many streams a server allows on one connection.
+const maxStreams = 1000
 
 // http2Config sets the keepalive pings of a server or transport.
 func http2Config(interval, timeout time.Duration) *http.HTTP2Config {
