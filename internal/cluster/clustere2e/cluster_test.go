@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
@@ -133,6 +134,57 @@ func TestCluster(t *testing.T) {
 				}
 			}
 		}
+	})
+
+	t.Run("API tier latency against one dsec server", func(t *testing.T) {
+		// The same calls, in the same run, through an API server (HTTP, placement,
+		// node RPC over a veth) and straight to a one-machine `dsec server`.
+		dir := filepath.Join(e.dir, "single")
+		addr := freePort(t, "127.0.0.1")
+		p := &proc{name: "dsec server", args: []string{"server", "--data-dir", dir, "--node-name", "single",
+			"--listen", addr, "--cleanup-on-exit"}}
+		e.start(p)
+		defer p.stop(syscall.SIGTERM)
+		e.waitFor("dsec server listening", 30*time.Second, func() error {
+			if !strings.Contains(p.logs.String(), "dsec server listening") {
+				return fmt.Errorf("not yet")
+			}
+			return nil
+		})
+		tok, err := os.ReadFile(filepath.Join(dir, "token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		single := client.New("http://"+addr, strings.TrimSpace(string(tok)), client.WithRetry(0))
+		// Few creates: a deleted sandbox's place counts in this API server's
+		// placements until the node's next report (every 2 s).
+		measure := func(cl *client.Client, n int) (creates, execs []time.Duration) {
+			for i := 0; i < n; i++ {
+				t0 := time.Now()
+				sb, err := cl.Create(ctx, api.CreateSandboxRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				creates = append(creates, time.Since(t0))
+				for j := 0; j < 5; j++ {
+					t0 = time.Now()
+					if _, err := cl.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}}); err != nil {
+						t.Fatal(err)
+					}
+					execs = append(execs, time.Since(t0))
+				}
+				if err := cl.Delete(ctx, sb.ID); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return creates, execs
+		}
+		measure(single, 1) // warm both paths (connections, page cache) first
+		measure(e.client(0), 1)
+		sc, se := measure(single, 8)
+		ac, ae := measure(e.client(0), 8)
+		t.Logf("create p50/p99: dsec server %s/%s, API server %s/%s; exec true p50/p99: dsec server %s/%s, API server %s/%s",
+			pct(sc, 50), pct(sc, 99), pct(ac, 50), pct(ac, 99), pct(se, 50), pct(se, 99), pct(ae, 50), pct(ae, 99))
 	})
 
 	t.Run("bad input", func(t *testing.T) {
@@ -421,4 +473,12 @@ func (e *env) raw(t *testing.T, i int, method, path string, body any) (int, http
 	defer resp.Body.Close()
 	out, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, resp.Header, string(out)
+}
+
+// pct is the p-th percentile of ds, rounded for the log.
+func pct(ds []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	return s[max(0, min(len(s)-1, i-1))].Round(10 * time.Microsecond)
 }
