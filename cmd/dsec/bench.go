@@ -185,5 +185,6 @@ func benchCmd() *cobra.Command {
 	c.AddCommand(create, exec, ptyc, density, mc, fn)
 	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd(), benchBurstCmd())
 	c.AddCommand(benchQoSCmds()...)
+	c.AddCommand(benchClusterCmd())
 	return c
 }

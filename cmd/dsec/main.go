@@ -34,6 +34,7 @@ func main() {
 	root.AddCommand(topCmd())
 	root.AddCommand(imageCmd(), forkCmd(), commitCmd())
 	root.AddCommand(networkCmd())
+	root.AddCommand(etcdCmd(), agentCmd(), apiserverCmd(), nodesCmd())
 	err := root.ExecuteContext(ctx)
 	var ee exitError
 	switch {

@@ -15,9 +15,9 @@ import (
 )
 
 func createCmd() *cobra.Command {
-	var image, memory, disk, ttl, idle, requestID, cpuClass string
+	var image, memory, disk, ttl, idle, requestID, cpuClass, node string
 	var cpu float64
-	var env, allow, rules []string
+	var env, allow, rules, constraints []string
 	var userns bool
 	var ksm bool
 	var count, parallel int
@@ -28,8 +28,11 @@ func createCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID, Network: networkPolicy(allow, rules),
-				CPUClass: cpuClass, KSM: ksm}
+				CPUClass: cpuClass, KSM: ksm, Node: node}
 			var err error
+			if req.Constraints, err = parseConstraints(constraints); err != nil {
+				return err
+			}
 			if req.MemoryBytes, err = parseSize(memory); err != nil {
 				return err
 			}
@@ -75,6 +78,8 @@ func createCmd() *cobra.Command {
 	}
 	f := c.Flags()
 	f.StringVar(&image, "image", "", "image name (default: the server's default image)")
+	f.StringVar(&node, "node", "", "in a cluster: create the sandbox on this node")
+	f.StringArrayVar(&constraints, "constraint", nil, "in a cluster: KEY=VALUE a node's labels must match (repeatable)")
 	f.Float64Var(&cpu, "cpu", 0, "CPU limit in cores (default 1)")
 	f.BoolVar(&ksm, "ksm", false, "let KSM merge identical pages of the sandbox's processes (the host's ksmd must run)")
 	f.StringVar(&cpuClass, "cpu-class", "", "ls (latency-sensitive) or be (best-effort); default the server's --cpu-class-default")

@@ -118,6 +118,14 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	if err := m.validateQoS(&req); err != nil {
 		return api.Sandbox{}, err
 	}
+	// A cluster's API server places by node and labels and forwards neither; a
+	// request that still names them came straight to this node.
+	if req.Node != "" && req.Node != m.cfg.Node {
+		return api.Sandbox{}, errdefs.Invalid("node %q: this is node %q (a single-node server has no other)", req.Node, m.cfg.Node)
+	}
+	if len(req.Constraints) > 0 {
+		return api.Sandbox{}, errdefs.Invalid("label constraints need a cluster (dsec apiserver); this node has no labels")
+	}
 	if req.Backend == "" {
 		req.Backend = m.drivers.Default()
 	}

@@ -33,6 +33,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -128,6 +129,7 @@ type Daemon struct {
 	pruneDone chan struct{}
 	qos       *qos
 	obs       observability
+	node      node
 }
 
 // New opens the node: it re-adopts the sandboxes recorded under DataDir.
@@ -260,7 +262,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := e2bH.Recover(ctx); err != nil {
 		cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
 	}
-	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q, obs: obs,
+	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q, obs: obs, node: n,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
 	opened = true
@@ -332,6 +334,10 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 		d.obs.tracing.Shutdown(ctx))
 	return errors.Join(errs...)
 }
+
+// NodeService is the node's session service for a cluster's node RPC: the agent
+// with its optional parts (fork, commit, network, QoS, images) and FnCall.
+func (d *Daemon) NodeService() session.Service { return d.node }
 
 // node is the agent plus the FnCall engine and the environment store: the
 // session.FnCaller and the server's server.ImageManager.

@@ -43,6 +43,8 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if d, ok := errdefs.RetryAfter(err); ok {
 		// Whole seconds, rounded up, at least 1 (RFC 9110 delay-seconds).
 		w.Header().Set("Retry-After", strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10))
+	} else if e.Code == api.CodeResourceExhausted {
+		w.Header().Set("Retry-After", "1") // backpressure without an estimate
 	}
 	if r.ContentLength < 0 {
 		// A streamed body (exec/stream, an upload) may never end: without this,

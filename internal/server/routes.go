@@ -25,6 +25,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/images/{name}/record", s.recordImage},
 
 		{"POST /v1/sandboxes", s.createSandbox},
+		{"POST /v1/sandboxes:batch", s.createBatch},
 		{"GET /v1/sandboxes", s.listSandboxes},
 		{"GET " + sb, s.getSandbox},
 		{"DELETE " + sb, s.deleteSandbox},
@@ -58,6 +59,10 @@ func (s *Server) routes() []route {
 		// Every method; dispatch sends proxy paths here before the mux so that the
 		// path is forwarded verbatim (the mux would clean and redirect it).
 		{proxyRoute, s.proxyHTTP},
+
+		{"GET /v1/nodes", s.listNodes},
+		{"POST /v1/nodes/{name}/drain", s.drainNode},
+		{"POST /v1/nodes/{name}/undrain", s.undrainNode},
 
 		{"GET /v1/trajectories", s.listTrajectories},
 		{"GET /v1/trajectories/{traj}", s.getTrajectory},

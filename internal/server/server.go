@@ -19,6 +19,9 @@ type Options struct {
 	// Token is the bearer token every route but GET /v1/health requires. An empty
 	// token rejects every authenticated request (fail closed).
 	Token string
+	// Authorize, when set, decides instead of Token which bearer tokens are
+	// accepted (a cluster's API servers share their tokens through etcd).
+	Authorize func(token string) bool
 	// Logger receives request logs (debug level) and panics; nil discards them.
 	Logger *slog.Logger
 	// MaxBodyBytes limits JSON request bodies (and each line of exec/stream);

@@ -26,6 +26,10 @@ const (
 	// CodeBadGateway (502) says the HTTP proxy could not reach the port inside the
 	// sandbox (nothing listening, connection reset): the task's problem, not dsec's.
 	CodeBadGateway Code = "bad_gateway"
+	// CodeNodeLost (503) says the node that owns the sandbox lost its lease in the
+	// cluster (crashed, cut off): the sandbox may answer again when the node is
+	// back; infrastructure, retryable.
+	CodeNodeLost Code = "node_lost"
 
 	// Trajectory log (see TrajectoryHeader).
 	// CodeTrajectoryDiverged (409): a logged step was re-issued with a different
@@ -73,7 +77,7 @@ func NewError(code Code, format string, args ...any) *Error {
 	e := &Error{Code: code, Message: fmt.Sprintf(format, args...)}
 	e.Status = StatusOf(code)
 	switch code {
-	case CodeInternal, CodeUnavailable, CodeSandboxGone, CodeTrajectorySandboxLost:
+	case CodeInternal, CodeUnavailable, CodeNodeLost, CodeSandboxGone, CodeTrajectorySandboxLost:
 		e.Infrastructure = true
 		e.Retryable = code != CodeSandboxGone && code != CodeTrajectorySandboxLost
 	case CodeResourceExhausted, CodeDeadlineExceeded:
@@ -102,7 +106,7 @@ func StatusOf(code Code) int {
 		return http.StatusGatewayTimeout
 	case CodeSandboxGone, CodeTrajectorySandboxLost:
 		return http.StatusGone
-	case CodeUnavailable:
+	case CodeUnavailable, CodeNodeLost:
 		return http.StatusServiceUnavailable
 	case CodeNotImplemented:
 		return http.StatusNotImplemented

@@ -59,6 +59,25 @@ type CreateSandboxRequest struct {
 	// KSM lets the kernel merge identical pages of this sandbox's processes
 	// with other KSM sandboxes' (PR_SET_MEMORY_MERGE on its init, inherited).
 	KSM bool `json:"ksm,omitempty"`
+	// Node pins the sandbox to the named node of a cluster (create --node);
+	// unknown names are invalid_argument. A single-node server accepts only its
+	// own name.
+	Node string `json:"node,omitempty"`
+	// Constraints are node label constraints ("zone": "a"): the sandbox goes to a
+	// node whose labels match every one (invalid_argument when no node has them).
+	Constraints map[string]string `json:"constraints,omitempty"`
+}
+
+// BatchCreateRequest is the body of POST /v1/sandboxes:batch: every sandbox is
+// created or none is. Give each its own request_id so that a retried batch
+// creates nothing twice.
+type BatchCreateRequest struct {
+	Sandboxes []CreateSandboxRequest `json:"sandboxes"`
+}
+
+// BatchCreateResponse lists the created sandboxes in request order.
+type BatchCreateResponse struct {
+	Sandboxes []Sandbox `json:"sandboxes"`
 }
 
 // Sandbox describes one sandbox.

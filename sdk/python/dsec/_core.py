@@ -99,6 +99,22 @@ def sandbox_path(sid: str, rest: str = "") -> str:
     return "/v1/sandboxes/" + esc(sid) + rest
 
 
+BATCH_PATH = "/v1/sandboxes:batch"
+MAX_BATCH = 100_000  # the server's limit on one batch
+
+
+def batch_unsupported(e: Any) -> bool:
+    """The server has no batch route (an older one): 404 "no route", 405 or 501."""
+    status = getattr(e, "status", 0)
+    return status in (405, 501) or (status == 404 and "no route" in (getattr(e, "message", "") or ""))
+
+
+def batch_failure_index(e: Any) -> int:
+    """The index a batch error names ("sandboxes[3] ..."), else 0."""
+    m = re.search(r"sandboxes\[(\d+)\]", getattr(e, "message", "") or "")
+    return int(m.group(1)) if m else 0
+
+
 def new_request_id() -> str:
     return "py-" + uuid.uuid4().hex
 

@@ -226,6 +226,10 @@ class AsyncClient:
         ]
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        if n <= _core.MAX_BATCH and getattr(self, "_batch", None) is not False:
+            made = await self._create_batch(bodies, deadline)
+            if made is not None:
+                return made
         sem = asyncio.Semaphore(max(1, concurrency))
         results: List[Optional[AsyncSandbox]] = [None] * n
         failures: List[Tuple[int, BaseException]] = []
@@ -260,6 +264,26 @@ class AsyncClient:
             bad = await _adelete_all(made, concurrency)
             raise CreateManyError(failures, n, deleted=len(made) - len(bad), cleanup_failures=bad)
         return made  # type: ignore[return-value]
+
+    async def _create_batch(self, bodies: List[Dict[str, Any]], deadline: Optional[float]) -> Optional[List["AsyncSandbox"]]:
+        """See :meth:`dsec.Client._create_batch`."""
+        loop = asyncio.get_running_loop()
+        attempt = 0
+        while True:
+            try:
+                _, _, data = await self._send(Req("POST", _core.BATCH_PATH, json_body={"sandboxes": bodies}, retry=True), retries=0)
+            except DsecError as e:
+                if _core.batch_unsupported(e):
+                    self._batch = False
+                    return None
+                if not e.retryable or (deadline is not None and loop.time() >= deadline):
+                    raise CreateManyError([(_core.batch_failure_index(e), e)], len(bodies)) from e
+                await asyncio.sleep(backoff(attempt, 0.05, 2.0))
+                attempt += 1
+                continue
+            self._batch = True
+            doc = decode_json(data)
+            return [AsyncSandbox(self, SandboxInfo.from_json(d)) for d in doc.get("sandboxes") or []]
 
     async def get(self, sandbox_id: str) -> "AsyncSandbox":
         doc = await self._json(Req("GET", sandbox_path(sandbox_id), retry=True))

@@ -222,7 +222,9 @@ class Client:
         retried with backoff and the *same* request id until ``timeout`` seconds
         have passed, so no sandbox is created twice. All or nothing: if any sandbox
         fails for good, the ones created are deleted and :class:`CreateManyError`
-        lists the failures. ``kw`` are :meth:`create`'s arguments; a ``request_id``
+        lists the failures. A server with ``POST /v1/sandboxes:batch`` (a
+        cluster's API server places the whole batch at once) gets one batch
+        request, all or nothing on its side; its error names the first failure. ``kw`` are :meth:`create`'s arguments; a ``request_id``
         there is used as a prefix ("ID-0", "ID-1", ...) so a repeated create_many
         returns the same sandboxes.
         """
@@ -241,6 +243,10 @@ class Client:
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         deadline = None if timeout is None else time.monotonic() + timeout
+        if n <= _core.MAX_BATCH and getattr(self, "_batch", None) is not False:
+            made = self._create_batch(bodies, deadline)
+            if made is not None:
+                return made
         results: List[Optional[Sandbox]] = [None] * n
         failures: List[Tuple[int, BaseException]] = []
         lock = threading.Lock()
@@ -271,6 +277,27 @@ class Client:
             bad = _delete_all(made, concurrency)
             raise CreateManyError(failures, n, deleted=len(made) - len(bad), cleanup_failures=bad)
         return made  # type: ignore[return-value]
+
+    def _create_batch(self, bodies: List[Dict[str, Any]], deadline: Optional[float]) -> Optional[List["Sandbox"]]:
+        """One POST /v1/sandboxes:batch (all or nothing on the server), retried
+        with the same request ids on retryable errors until the deadline; None
+        when the server has no batch route (create_many then creates one by one)."""
+        attempt = 0
+        while True:
+            try:
+                data = self._send(Req("POST", _core.BATCH_PATH, json_body={"sandboxes": bodies}, retry=True), retries=0)[2]
+            except DsecError as e:
+                if _core.batch_unsupported(e):
+                    self._batch = False
+                    return None
+                if not e.retryable or (deadline is not None and time.monotonic() >= deadline):
+                    raise CreateManyError([(_core.batch_failure_index(e), e)], len(bodies)) from e
+                time.sleep(backoff(attempt, 0.05, 2.0))
+                attempt += 1
+                continue
+            self._batch = True
+            doc = decode_json(data)
+            return [Sandbox(self, SandboxInfo.from_json(d)) for d in doc.get("sandboxes") or []]
 
     def get(self, sandbox_id: str) -> "Sandbox":
         """The sandbox with this id (NotFoundError if none)."""

@@ -454,22 +454,25 @@ def test_create_many_failure_cleans_up(client: Any) -> None:
     with pytest.raises(dsec.CreateManyError) as ei:
         client.create_many(4, image="no-such-image")
     e = ei.value
-    assert len(e.failures) == 4 and isinstance(e.failures[0][1], dsec.NotFoundError)
+    # One batch request: its error names the first failure (one by one: all four).
+    assert len(e.failures) in (1, 4) and isinstance(e.failures[0][1], dsec.NotFoundError)
     assert {s.id for s in client.list()} == before
 
 
 def test_create_many_partial_failure_rolls_back(client: Any) -> None:
-    """Ten of twelve creates succeed, two fail for good (their request ids, the
-    prefix plus "-10" and "-11", are one byte over the server's 256): the ten are
-    deleted and the error says which failed and how many were rolled back."""
+    """Two of twelve sandboxes are bad (their request ids, the prefix plus "-10"
+    and "-11", are one byte over the server's 256): nothing is kept and the error
+    says which failed. The batch route refuses the whole batch before creating
+    any, or deletes what it created (it names one bad one); one by one, ten are
+    created and deleted."""
     before = {s.id for s in client.list()}
     prefix = "r" * 254
     with pytest.raises(dsec.CreateManyError) as ei:
         client.create_many(12, concurrency=4, request_id=prefix, ttl=600)
     e = ei.value
-    assert [i for i, _ in e.failures] == [10, 11], e.failures
+    assert e.failures and {i for i, _ in e.failures} <= {10, 11}, e.failures
     assert all(isinstance(err, dsec.InvalidArgumentError) for _, err in e.failures), e.failures
-    assert e.deleted == 10 and not e.cleanup_failures, (e.deleted, e.cleanup_failures)
+    assert e.deleted in (0, 10) and not e.cleanup_failures, (e.deleted, e.cleanup_failures)
     assert {s.id for s in client.list()} == before
 
 

@@ -264,8 +264,33 @@ def test_create_many_backpressure(kind: str, stub: Stub, monkeypatch: Any) -> No
     monkeypatch.setattr(dsec.client, "backoff", lambda *a, **k: 0.001)
     monkeypatch.setattr(dsec.aio, "backoff", lambda *a, **k: 0.001)
     stub.script["POST /v1/sandboxes"] = [EXHAUSTED] * 10 + [(201, SANDBOX)]
+    stub.script["POST /v1/sandboxes:batch"] = [NO_ROUTE]  # an older server: one by one
     sbs = _run(kind, stub, lambda c: c.create_many(3, concurrency=2))
-    assert len(sbs) == 3 and len(stub.seen) == 13
+    assert len(sbs) == 3 and len(stub.seen) == 14
+
+
+NO_ROUTE = (404, {"error": {"code": "not_found", "message": "no route for POST /v1/sandboxes:batch"}})
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_create_many_uses_batch(kind: str, stub: Stub, monkeypatch: Any) -> None:
+    """One batch request, retried whole with the same request ids under backpressure;
+    a batch that fails for good is one CreateManyError naming the first failure."""
+    monkeypatch.setattr(dsec.client, "backoff", lambda *a, **k: 0.001)
+    monkeypatch.setattr(dsec.aio, "backoff", lambda *a, **k: 0.001)
+    stub.script["POST /v1/sandboxes:batch"] = [EXHAUSTED, EXHAUSTED, (201, {"sandboxes": [SANDBOX] * 3})]
+    sbs = _run(kind, stub, lambda c: c.create_many(3, request_id="rid", labels={"a": "b"}))
+    assert len(sbs) == 3 and len(stub.seen) == 3
+    bodies = [json.loads(b) for _, _, b in stub.seen]
+    assert bodies[0] == bodies[2] and [s["request_id"] for s in bodies[0]["sandboxes"]] == ["rid-0", "rid-1", "rid-2"]
+    assert all(s["labels"] == {"a": "b"} for s in bodies[0]["sandboxes"])
+    stub.seen.clear()
+    stub.script["POST /v1/sandboxes:batch"] = [(400, {"error": {"code": "invalid_argument",
+                                                            "message": "sandboxes[2]: request_id too long"}})]
+    with pytest.raises(dsec.CreateManyError) as ei:
+        _run(kind, stub, lambda c: c.create_many(3))
+    assert [i for i, _ in ei.value.failures] == [2] and isinstance(ei.value.failures[0][1], dsec.InvalidArgumentError)
+    assert len(stub.seen) == 1
 
 
 def test_trajectory_sandbox_lost_mapping() -> None:

@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"net"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/internal/apiserver"
+	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/noderpc"
+)
+
+// apiserverCmd runs a stateless API server of a cluster.
+func apiserverCmd() *cobra.Command {
+	var ec cluster.ClientConfig
+	var cfg apiserver.Config
+	var listen, secretFile, level string
+	c := &cobra.Command{
+		Use:   "apiserver",
+		Short: "Run a stateless cluster API server: dsec's /v1 API, placement and routing to the nodes",
+		Long: `Run one of any number of API servers of a dsec cluster. It serves dsec's /v1
+API (same SDKs, same CLI), places new sandboxes on the nodes (power-of-k over the
+registry in etcd), routes every other call to the node the sandbox ID names, and
+keeps nothing of its own: API tokens live in etcd, so every API server accepts
+the same ones. The first API server of a cluster writes its first token to
+DATA_DIR/token.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := newLogger(level)
+			if err != nil {
+				return err
+			}
+			cfg.Logger = log
+			ctx := cmd.Context()
+			if cfg.Secret, err = noderpc.LoadSecret(secretFile); err != nil {
+				return err
+			}
+			if cfg.Etcd, err = cluster.Connect(ctx, ec); err != nil {
+				return err
+			}
+			defer cfg.Etcd.Close()
+			a, err := apiserver.New(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", listen)
+			if err != nil {
+				_ = a.Shutdown(context.Background())
+				return err
+			}
+			log.Info("dsec apiserver listening", "addr", "http://"+l.Addr().String(), "nodes", len(a.Watcher.Nodes()), "token_file", a.TokenFile)
+			errc := make(chan error, 1)
+			go func() { errc <- a.Serve(l) }()
+			select {
+			case err = <-errc:
+			case <-ctx.Done():
+			}
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if serr := a.Shutdown(sctx); serr != nil && err == nil {
+				err = serr
+			}
+			return err
+		},
+	}
+	f := c.Flags()
+	etcdFlags(f, &ec)
+	f.StringVar(&listen, "listen", "127.0.0.1:7070", "address to serve the API on")
+	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/dsec-apiserver", "directory for DATA_DIR/token")
+	f.StringVar(&secretFile, "cluster-secret-file", "", "file holding the cluster secret (mode 0600), the same on every agent and API server")
+	f.StringVar(&cfg.Name, "name", "", "this API server's name in logs (default apiserver@HOST)")
+	f.IntVar(&cfg.Placement.K, "placement-k", 2, "power-of-k choices: nodes sampled per placement")
+	f.IntVar(&cfg.Placement.MaxReplacements, "max-replacements", 3, "re-placements after nodes reject a sandbox")
+	f.DurationVar(&cfg.Placement.RefreshInterval, "placement-refresh", 500*time.Millisecond, "period of the placement snapshot")
+	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
+	return c
+}

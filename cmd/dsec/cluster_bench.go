@@ -1,0 +1,44 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/internal/bench"
+)
+
+// benchClusterCmd is `dsec bench cluster`.
+func benchClusterCmd() *cobra.Command {
+	o := bench.ClusterOptions{Nodes: 160, N: 20000, Parallel: 64}
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "cluster",
+		Short: "Creates through one real API server (HTTP, auth, placement, node RPC) to simulated agents that only admit",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			r, err := bench.RunCluster(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(r)
+			}
+			for _, p := range []bench.ClusterPhase{r.Full, r.Half} {
+				fmt.Printf("%-14s %d creates, %d slots: %d created, %.0f creates/s, p50 %.2f ms p99 %.2f ms; resource_exhausted %d (%d with Retry-After), failures %d; spread max/mean %.2f\n",
+					p.Name, p.Creates, p.Capacity, p.Created, p.CreatesPerS, p.P50ms, p.P99ms, p.Exhausted, p.ExhaustedRetryAfter, p.Failures, p.SpreadMaxOverMean)
+				if p.FirstFailure != "" {
+					fmt.Printf("               first failure: %s\n", p.FirstFailure)
+				}
+			}
+			return nil
+		},
+	}
+	f := c.Flags()
+	f.IntVar(&o.Nodes, "simulated-nodes", o.Nodes, "simulated agents")
+	f.IntVar(&o.N, "n", o.N, "creates per phase")
+	f.IntVar(&o.Parallel, "parallel", o.Parallel, "creates in flight")
+	f.BoolVar(&asJSON, "json", false, "print one JSON object")
+	return c
+}

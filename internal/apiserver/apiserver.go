@@ -1,0 +1,126 @@
+package apiserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/noderpc"
+	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/session"
+)
+
+// Config configures an API server.
+type Config struct {
+	// Etcd is the cluster state store (cluster.Connect).
+	Etcd   *clientv3.Client
+	Prefix string // default cluster.DefaultPrefix
+	// Secret is the cluster secret (noderpc.LoadSecret).
+	Secret []byte
+	// DataDir holds DATA_DIR/token when this API server creates the cluster's
+	// first token.
+	DataDir string
+	// Placement tunes the engine (K, MaxReplacements, RefreshInterval ...).
+	Placement placement.Config
+	// Name identifies this API server in logs and token records.
+	Name   string
+	Logger *slog.Logger
+}
+
+// APIServer is one running API server.
+type APIServer struct {
+	Router  *Router
+	Engine  *placement.Engine
+	Watcher *cluster.Watcher
+	Tokens  *cluster.Tokens
+	Server  *server.Server
+	// TokenFile is DATA_DIR/token (written only by the cluster's first API server).
+	TokenFile string
+	http      *http.Server
+	cancel    context.CancelFunc
+}
+
+// New starts an API server's background work (watches, placement refresh)
+// until Shutdown.
+func New(ctx context.Context, cfg Config) (*APIServer, error) {
+	if cfg.Etcd == nil || len(cfg.Secret) == 0 || cfg.DataDir == "" {
+		return nil, errors.New("apiserver: Etcd, Secret and DataDir are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Name == "" {
+		host, _ := os.Hostname()
+		cfg.Name = "apiserver@" + host
+	}
+	if cfg.Placement.RefreshInterval == 0 {
+		cfg.Placement.RefreshInterval = 500 * time.Millisecond
+	}
+	cfg.Placement.Logger = cfg.Logger
+	secret, err := cluster.NewSecret(string(cfg.Secret))
+	if err != nil {
+		return nil, err
+	}
+	if err := cluster.CheckSecret(ctx, cfg.Etcd, cfg.Prefix, secret); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	fail := func(err error) (*APIServer, error) { cancel(); return nil, err }
+	w, err := cluster.NewWatcher(bg, cluster.WatcherConfig{Client: cfg.Etcd, Prefix: cfg.Prefix, Secret: secret, Logger: cfg.Logger})
+	if err != nil {
+		return fail(err)
+	}
+	tokenFile := filepath.Join(cfg.DataDir, "token")
+	toks, err := cluster.OpenTokens(bg, cfg.Etcd, cfg.Prefix, tokenFile, cfg.Name, cfg.Logger)
+	if err != nil {
+		return fail(err)
+	}
+	eng := placement.New(w, cfg.Placement)
+	if err := eng.Refresh(bg); err != nil {
+		return fail(err)
+	}
+	go eng.Watch(bg)
+	rt := NewRouter(RouterConfig{
+		Nodes: w, Engine: eng, Logger: cfg.Logger,
+		Claims:  cluster.NewRequests(cfg.Etcd, cfg.Prefix),
+		Drainer: cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix},
+		Dial: func(n cluster.NodeStatus) session.Service {
+			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret})
+		},
+	})
+	srv := server.New(rt, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: rt})
+	return &APIServer{Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, TokenFile: tokenFile, cancel: cancel}, nil
+}
+
+// Serve serves the /v1 API on l until Shutdown.
+func (a *APIServer) Serve(l net.Listener) error {
+	a.http = &http.Server{Handler: a.Server.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	err := a.http.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops serving and the background work.
+func (a *APIServer) Shutdown(ctx context.Context) error {
+	var err error
+	if a.http != nil {
+		err = a.http.Shutdown(ctx)
+	}
+	a.cancel()
+	return errors.Join(err, a.Router.Close())
+}

@@ -1,0 +1,285 @@
+package apiserver
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// batchParallel bounds the node creates one batch runs at once.
+const batchParallel = 64
+
+// placementRequest is what the engine needs to know about req.
+func placementRequest(req api.CreateSandboxRequest) placement.Request {
+	p := placement.Request{Backend: req.Backend, Node: req.Node,
+		MilliCPU: int64(req.CPU * 1000), MemoryBytes: req.MemoryBytes}
+	if p.Backend == "" {
+		p.Backend = api.BackendContainer
+	}
+	for k, v := range req.Constraints {
+		p.Constraints = append(p.Constraints, placement.Constraint{Key: k, Value: v})
+	}
+	return p
+}
+
+// forwarded is req as the node gets it: placement already used its node and
+// label constraints.
+func forwarded(req api.CreateSandboxRequest) api.CreateSandboxRequest {
+	req.Node, req.Constraints = "", nil
+	return req
+}
+
+// Create implements session.Service: place, then let the node admit it,
+// re-placing on rejection.
+func (r *Router) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	d, err := r.cfg.Engine.Place(ctx, placementRequest(req))
+	if err != nil {
+		// A retry of a create that already has its node needs no new room.
+		if holder, herr := r.claimed(ctx, req.RequestID); herr == nil && holder != "" {
+			return r.createOn(ctx, holder, forwarded(req))
+		}
+		return api.Sandbox{}, err
+	}
+	return r.admit(ctx, d, req)
+}
+
+// admit runs decision d to its end: the node creates the sandbox (Confirm), or
+// rejects it (Reject: placed again elsewhere), or fails (Release).
+func (r *Router) admit(ctx context.Context, d *placement.Decision, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	fwd := forwarded(req)
+	claimed := ""
+	for {
+		node := d.Node
+		if req.RequestID != "" && r.cfg.Claims != nil {
+			holder, err := r.claim(ctx, req.RequestID, claimed, node)
+			if err != nil {
+				r.cfg.Engine.Release(d)
+				return api.Sandbox{}, err
+			}
+			claimed = holder
+			if holder != node {
+				// Another API server placed this request ID first: its node
+				// has (or is making) the sandbox and deduplicates the retry.
+				r.cfg.Engine.Release(d)
+				return r.createOn(ctx, holder, fwd)
+			}
+		}
+		sb, err := r.createOn(ctx, node, fwd)
+		if err == nil {
+			r.cfg.Engine.Confirm(d)
+			return sb, nil
+		}
+		// A node lost since the engine's last snapshot counts as a rejection.
+		if !placement.IsRejection(err) && !errdefs.Is(err, api.CodeNodeLost) {
+			r.cfg.Engine.Release(d)
+			r.dropClaim(req.RequestID, claimed)
+			return api.Sandbox{}, err
+		}
+		r.log.Debug("node rejected a sandbox; placing it again", "node", node, "err", err)
+		d, err = r.cfg.Engine.Reject(ctx, d, err)
+		if err != nil {
+			r.dropClaim(req.RequestID, claimed)
+			return api.Sandbox{}, err
+		}
+	}
+}
+
+// claimed returns the node already holding request id ("" for none): a retry
+// goes there without being placed again (it needs no new room).
+func (r *Router) claimed(ctx context.Context, id string) (string, error) {
+	if id == "" || r.cfg.Claims == nil {
+		return "", nil
+	}
+	node, ok, err := r.cfg.Claims.Lookup(ctx, id)
+	if err != nil || !ok {
+		return "", err
+	}
+	return node, nil
+}
+
+// claim claims request id for node, or moves the claim from the node that
+// rejected it; it returns the claim's holder.
+func (r *Router) claim(ctx context.Context, id, from, node string) (string, error) {
+	if from == "" {
+		return r.cfg.Claims.Claim(ctx, id, node)
+	}
+	return r.cfg.Claims.Move(ctx, id, from, node)
+}
+
+func (r *Router) dropClaim(id, node string) {
+	if id == "" || node == "" || r.cfg.Claims == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	r.cfg.Claims.Drop(ctx, id, node)
+}
+
+// createOn creates the sandbox on the named node.
+func (r *Router) createOn(ctx context.Context, node string, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	svc, err := r.nodeFor(node, "create")
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return svc.Create(ctx, req)
+}
+
+// CreateBatch implements server.BatchCreator: every sandbox or none. The whole
+// batch is placed first (nothing is created when it does not fit), then each
+// node admits its share; if any sandbox fails for good, every sandbox the batch
+// created is deleted again and the first failure is returned.
+func (r *Router) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
+	out := make([]api.Sandbox, len(reqs))
+	errs := make([]error, len(reqs))
+	holders := make([]string, len(reqs))
+	ds, err := r.placeAll(ctx, reqs)
+	if err != nil {
+		// Requests retried from an earlier batch need no new room: they go to
+		// their nodes unplaced, and only the others are placed.
+		if ds, err = r.placeUnclaimed(ctx, reqs, holders, err); err != nil {
+			return nil, err
+		}
+	}
+	r.parallel(len(reqs), func(i int) {
+		if ds[i] == nil {
+			out[i], errs[i] = r.createOn(ctx, holders[i], forwarded(reqs[i]))
+		} else {
+			out[i], errs[i] = r.admit(ctx, ds[i], reqs[i])
+		}
+	})
+	first := -1
+	for i, err := range errs {
+		if err != nil {
+			first = i
+			break
+		}
+	}
+	if first < 0 {
+		return out, nil
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
+	for i, sb := range out {
+		if errs[i] == nil {
+			if err := r.Delete(dctx, sb.ID); err != nil {
+				r.log.Warn("batch rollback: deleting a sandbox failed", "id", sb.ID, "err", err)
+			}
+		}
+	}
+	return nil, fmt.Errorf("batch of %d: sandboxes[%d] failed, none kept: %w", len(reqs), first, errs[first])
+}
+
+// placeUnclaimed looks up every request ID's claim (filling holders) and
+// places the requests nobody holds; it returns placeErr when none is held.
+func (r *Router) placeUnclaimed(ctx context.Context, reqs []api.CreateSandboxRequest, holders []string, placeErr error) ([]*placement.Decision, error) {
+	errs := make([]error, len(reqs))
+	r.parallel(len(reqs), func(i int) { holders[i], errs[i] = r.claimed(ctx, reqs[i].RequestID) })
+	var fresh []int
+	for i := range reqs {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if holders[i] == "" {
+			fresh = append(fresh, i)
+		}
+	}
+	if len(fresh) == len(reqs) {
+		return nil, placeErr
+	}
+	ds := make([]*placement.Decision, len(reqs))
+	if len(fresh) == 0 {
+		return ds, nil
+	}
+	toPlace := make([]api.CreateSandboxRequest, len(fresh))
+	for j, i := range fresh {
+		toPlace[j] = reqs[i]
+	}
+	placed, err := r.placeAll(ctx, toPlace)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range fresh {
+		ds[i] = placed[j]
+	}
+	return ds, nil
+}
+
+// parallel runs f(0..n-1), batchParallel at a time.
+func (r *Router) parallel(n int, f func(i int)) {
+	sem := make(chan struct{}, batchParallel)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f(i)
+		}()
+	}
+	wg.Wait()
+}
+
+// placeAll places every request of a batch or none: requests of one shape go
+// through PlaceBatch (one consistent view), mixed ones one by one.
+func (r *Router) placeAll(ctx context.Context, reqs []api.CreateSandboxRequest) ([]*placement.Decision, error) {
+	preqs := make([]placement.Request, len(reqs))
+	same := true
+	for i, req := range reqs {
+		preqs[i] = placementRequest(req)
+		same = same && sameShape(preqs[0], preqs[i])
+	}
+	if same {
+		return r.cfg.Engine.PlaceBatch(ctx, preqs[0], len(reqs))
+	}
+	ds := make([]*placement.Decision, 0, len(reqs))
+	for i, p := range preqs {
+		d, err := r.cfg.Engine.Place(ctx, p)
+		if err != nil {
+			for _, done := range ds {
+				r.cfg.Engine.Release(done)
+			}
+			return nil, fmt.Errorf("batch: sandboxes[%d] does not fit, none placed: %w", i, err)
+		}
+		ds = append(ds, d)
+	}
+	return ds, nil
+}
+
+func sameShape(a, b placement.Request) bool {
+	if a.Backend != b.Backend || a.Node != b.Node || a.MilliCPU != b.MilliCPU || a.MemoryBytes != b.MemoryBytes ||
+		len(a.Constraints) != len(b.Constraints) || len(a.Hardware) != 0 || len(b.Hardware) != 0 {
+		return false
+	}
+	am := make(map[placement.Constraint]bool, len(a.Constraints))
+	for _, c := range a.Constraints {
+		am[c] = true
+	}
+	for _, c := range b.Constraints {
+		if !am[c] {
+			return false
+		}
+	}
+	return true
+}
+
+// errNoNodes: nothing to send a node-less call to.
+var errNoNodes = errdefs.New(api.CodeUnavailable, "no ready node in the cluster")
+
+// anyReady returns the service of some ready node (for FnCall and Info).
+func (r *Router) anyReady() (string, error) {
+	var ready []string
+	for _, n := range r.cfg.Nodes.Nodes() {
+		if n.State == placement.StateReady {
+			ready = append(ready, n.Name)
+		}
+	}
+	if len(ready) == 0 {
+		return "", errNoNodes
+	}
+	return ready[int(time.Now().UnixNano()%int64(len(ready)))], nil
+}

@@ -1,0 +1,308 @@
+package apiserver
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+
+	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// NodeView is the router's view of the cluster's nodes (a cluster.Watcher).
+type NodeView interface {
+	Node(name string) (cluster.NodeStatus, bool)
+	Nodes() []cluster.NodeStatus
+	// Lost is closed when the node is lost (nil: never).
+	Lost(name string) <-chan struct{}
+}
+
+// Claims maps create request IDs to nodes across API servers (cluster.Requests).
+type Claims interface {
+	Lookup(ctx context.Context, id string) (node string, ok bool, err error)
+	Claim(ctx context.Context, id, node string) (string, error)
+	Move(ctx context.Context, id, from, to string) (string, error)
+	Drop(ctx context.Context, id, node string)
+}
+
+// Dialer returns the session service of a node (a noderpc client of its
+// address). The router caches it per node and address.
+type Dialer func(n cluster.NodeStatus) session.Service
+
+// RouterConfig configures a Router.
+type RouterConfig struct {
+	Nodes  NodeView
+	Engine *placement.Engine
+	Dial   Dialer
+	// Claims makes request IDs cluster-wide; nil: only the node deduplicates
+	// (a retry placed on another node would create a second sandbox).
+	Claims Claims
+	// Drainer serves drain and undrain (nil: refused).
+	Drainer Drainer
+	Logger  *slog.Logger
+}
+
+// Router is the cluster's session.Service (see the package doc). It also
+// implements session.Forker, Committer, Networker, QoS and FnCaller by
+// forwarding to the owning node, and server.BatchCreator.
+type Router struct {
+	cfg RouterConfig
+	log *slog.Logger
+
+	mu      sync.Mutex
+	clients map[string]nodeClient
+}
+
+type nodeClient struct {
+	addr string
+	svc  session.Service
+}
+
+var (
+	_ session.Service   = (*Router)(nil)
+	_ session.Forker    = (*Router)(nil)
+	_ session.Committer = (*Router)(nil)
+	_ session.Networker = (*Router)(nil)
+	_ session.QoS       = (*Router)(nil)
+	_ session.FnCaller  = (*Router)(nil)
+)
+
+// NewRouter returns a router.
+func NewRouter(cfg RouterConfig) *Router {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Router{cfg: cfg, log: cfg.Logger, clients: map[string]nodeClient{}}
+}
+
+// client returns node n's service, dialling (or re-dialling after an address
+// change) as needed.
+func (r *Router) client(n cluster.NodeStatus) session.Service {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.clients[n.Name]
+	if ok && c.addr == n.Addr {
+		return c.svc
+	}
+	if ok {
+		if cl, isCloser := c.svc.(io.Closer); isCloser {
+			_ = cl.Close()
+		}
+	}
+	c = nodeClient{addr: n.Addr, svc: r.cfg.Dial(n)}
+	r.clients[n.Name] = c
+	return c.svc
+}
+
+// Close closes the node clients.
+func (r *Router) Close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for name, c := range r.clients {
+		if cl, ok := c.svc.(io.Closer); ok {
+			_ = cl.Close()
+		}
+		delete(r.clients, name)
+	}
+	return nil
+}
+
+// nodeFor returns the service of the node named name, or why it cannot serve:
+// not_found for a node the cluster never had, node_lost for one whose lease
+// expired.
+func (r *Router) nodeFor(name, what string) (session.Service, error) {
+	n, ok := r.cfg.Nodes.Node(name)
+	if !ok {
+		return nil, errdefs.NotFound("%s: node %q is not in the cluster", what, name)
+	}
+	if n.State == placement.StateLost {
+		return nil, errdefs.New(api.CodeNodeLost, "%s: node %q is lost (its lease expired; last report %s); its sandboxes answer again when it is back",
+			what, name, n.ReportedAt.UTC().Format("15:04:05"))
+	}
+	return r.client(n), nil
+}
+
+// route returns the service of the node sandbox id names.
+func (r *Router) route(id string) (session.Service, error) {
+	node, ok := session.NodeOf(id)
+	if !ok {
+		return nil, errdefs.NotFound("sandbox %q: not a cluster sandbox ID (sb-HEX.NODE)", id)
+	}
+	return r.nodeFor(node, "sandbox "+id)
+}
+
+// on runs f on the service owning sandbox id. Use it for calls that return an
+// open stream (FS, logs, a connection); calls that block until they are done
+// use blocking.
+func on[T any](r *Router, id string, f func(session.Service) (T, error)) (T, error) {
+	svc, err := r.route(id)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return f(svc)
+}
+
+// blocking runs f on the service owning sandbox id and ends it with node_lost
+// when the node is lost meanwhile (a node cut off from the network would
+// otherwise hold the call until the RPC's keepalive gives up).
+func blocking[T any](ctx context.Context, r *Router, id string, f func(context.Context, session.Service) (T, error)) (T, error) {
+	svc, err := r.route(id)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	node, _ := session.NodeOf(id)
+	lost := r.cfg.Nodes.Lost(node)
+	if lost == nil {
+		return f(ctx, svc)
+	}
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		select {
+		case <-lost:
+			cancel(errdefs.New(api.CodeNodeLost, "sandbox %s: node %q was lost while the call ran (its lease expired); its sandboxes answer again when it is back", id, node))
+		case <-cctx.Done():
+		}
+	}()
+	v, err := f(cctx, svc)
+	if cause := context.Cause(cctx); err != nil && errdefs.Is(cause, api.CodeNodeLost) {
+		return v, cause
+	}
+	return v, err
+}
+
+// capability asserts the owning node's service has the optional interface I.
+func capability[I any](r *Router, id, what string) (I, error) {
+	var zero I
+	svc, err := r.route(id)
+	if err != nil {
+		return zero, err
+	}
+	c, ok := svc.(I)
+	if !ok {
+		return zero, errdefs.New(api.CodeNotImplemented, "%s is not available on the node of sandbox %s", what, id)
+	}
+	return c, nil
+}
+
+func (r *Router) Get(ctx context.Context, id string) (api.Sandbox, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Sandbox, error) { return s.Get(ctx, id) })
+}
+
+func (r *Router) Delete(ctx context.Context, id string) error {
+	_, err := blocking(ctx, r, id, func(ctx context.Context, s session.Service) (struct{}, error) { return struct{}{}, s.Delete(ctx, id) })
+	return err
+}
+
+func (r *Router) Pause(ctx context.Context, id string) (api.Sandbox, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Sandbox, error) { return s.Pause(ctx, id) })
+}
+
+func (r *Router) Resume(ctx context.Context, id string) (api.Sandbox, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Sandbox, error) { return s.Resume(ctx, id) })
+}
+
+func (r *Router) Reset(ctx context.Context, id string) (api.Sandbox, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Sandbox, error) { return s.Reset(ctx, id) })
+}
+
+func (r *Router) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.ExecResult, error) { return s.Exec(ctx, id, req) })
+}
+
+func (r *Router) ExecStream(ctx context.Context, id string, req api.ExecRequest, st session.Stream) (api.ExecResult, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.ExecResult, error) {
+		return s.ExecStream(ctx, id, req, st)
+	})
+}
+
+func (r *Router) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Process, error) { return s.StartProcess(ctx, id, req) })
+}
+
+func (r *Router) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) ([]api.Process, error) { return s.ListProcesses(ctx, id) })
+}
+
+func (r *Router) GetProcess(ctx context.Context, id, procID string) (api.Process, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Process, error) {
+		return s.GetProcess(ctx, id, procID)
+	})
+}
+
+func (r *Router) WaitProcess(ctx context.Context, id, procID string) (api.Process, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Process, error) {
+		return s.WaitProcess(ctx, id, procID)
+	})
+}
+
+func (r *Router) KillProcess(ctx context.Context, id, procID string, sig int) error {
+	_, err := blocking(ctx, r, id, func(ctx context.Context, s session.Service) (struct{}, error) {
+		return struct{}{}, s.KillProcess(ctx, id, procID, sig)
+	})
+	return err
+}
+
+func (r *Router) ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error) {
+	return on(r, id, func(s session.Service) (io.ReadCloser, error) { return s.ProcessLogs(ctx, id, procID, stream, offset) })
+}
+
+func (r *Router) FS(ctx context.Context, id string) (session.FS, error) {
+	return on(r, id, func(s session.Service) (session.FS, error) { return s.FS(ctx, id) })
+}
+
+func (r *Router) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
+	return on(r, id, func(s session.Service) (net.Conn, error) { return s.Dial(ctx, id, port) })
+}
+
+// Fork implements session.Forker: the children live on the parent's node.
+func (r *Router) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
+	f, err := capability[session.Forker](r, id, "fork")
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	return f.Fork(ctx, id, req)
+}
+
+// Commit implements session.Committer.
+func (r *Router) Commit(ctx context.Context, id string, req api.CommitRequest) (api.CommitResult, error) {
+	c, err := capability[session.Committer](r, id, "commit")
+	if err != nil {
+		return api.CommitResult{}, err
+	}
+	return c.Commit(ctx, id, req)
+}
+
+// SetNetwork implements session.Networker.
+func (r *Router) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
+	n, err := capability[session.Networker](r, id, "network policy")
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return n.SetNetwork(ctx, id, p)
+}
+
+// PauseWith implements session.QoS.
+func (r *Router) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
+	q, err := capability[session.QoS](r, id, "pause with reclaim")
+	if err != nil {
+		return api.PauseResponse{}, err
+	}
+	return q.PauseWith(ctx, id, req)
+}
+
+// SetCPUClass implements session.QoS.
+func (r *Router) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
+	q, err := capability[session.QoS](r, id, "CPU classes")
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return q.SetCPUClass(ctx, id, class)
+}

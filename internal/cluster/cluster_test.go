@@ -1,0 +1,185 @@
+package cluster
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// One etcd for every case (starting one costs about a second).
+func TestWithEtcd(t *testing.T) {
+	cli := testEtcd(t)
+	sec := mustSecret(t, "the-cluster-secret-0123")
+	other := mustSecret(t, "another-secret-987654321")
+
+	t.Run("registry: ready, lost after the TTL, back, drained", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		w, err := NewWatcher(ctx, WatcherConfig{Client: cli, Prefix: "/t1/", Secret: sec, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		actx, stop := context.WithCancel(ctx)
+		if err := Register(actx, RegisterConfig{Client: cli, Prefix: "/t1/", Secret: sec, TTL: 2 * time.Second,
+			ReportInterval: 200 * time.Millisecond, Report: record("a"), Logger: quiet()}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "ready", want(w, "a", "ready"))
+		stop() // revokes the lease: lost at once
+		eventually(t, 2*time.Second, "lost after a clean stop", want(w, "a", "lost"))
+
+		// A node that stops renewing without revoking (kill -9) is lost within the TTL.
+		g, _ := cli.Grant(ctx, 2)
+		r := &registrar{cfg: RegisterConfig{Client: cli, Secret: sec}, k: newKeys("/t1/")}
+		rec, _ := record("b")(ctx)
+		if err := r.put(ctx, g.ID, rec, true); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "b ready", want(w, "b", "ready"))
+		took := eventually(t, 5*time.Second, "b lost", want(w, "b", "lost"))
+		if took > 3500*time.Millisecond {
+			t.Errorf("lost after %s with a 2 s TTL", took)
+		}
+		// Back: a new registration makes it ready again.
+		bctx, bstop := context.WithCancel(ctx)
+		defer bstop()
+		if err := Register(bctx, RegisterConfig{Client: cli, Prefix: "/t1/", Secret: sec, TTL: 2 * time.Second, Report: record("b"), Logger: quiet()}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "b back", want(w, "b", "ready"))
+
+		adm := Admin{Client: cli, Prefix: "/t1/"}
+		if err := adm.SetDrain(ctx, "b", true); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "b draining", want(w, "b", "draining"))
+		snap, _ := w.Snapshot(ctx)
+		if len(snap) != 2 || snap[1].Name != "b" || snap[1].State != "draining" || snap[0].State != "lost" {
+			t.Errorf("snapshot %+v", snap)
+		}
+		if err := adm.SetDrain(ctx, "b", false); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "b undrained", want(w, "b", "ready"))
+		if err := adm.SetDrain(ctx, "zz", true); !errdefs.Is(err, api.CodeNotFound) {
+			t.Errorf("drain of an unknown node: %v", err)
+		}
+		if err := adm.Forget(ctx, "b"); !errdefs.Is(err, api.CodeConflict) {
+			t.Errorf("forget of a live node: %v", err)
+		}
+		if err := adm.Forget(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "a forgotten", want(w, "a", "unknown"))
+	})
+
+	t.Run("records signed with another secret are ignored", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		w, err := NewWatcher(ctx, WatcherConfig{Client: cli, Prefix: "/t2/", Secret: sec, Logger: quiet()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := Register(ctx, RegisterConfig{Client: cli, Prefix: "/t2/", Secret: other, Report: record("evil"), Logger: quiet()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := Register(ctx, RegisterConfig{Client: cli, Prefix: "/t2/", Secret: sec, Report: record("good"), Logger: quiet()}); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "good ready", want(w, "good", "ready"))
+		if st := state(w, "evil"); st != "unknown" {
+			t.Fatalf("a node signed with another secret is %s", st)
+		}
+		if u := w.Untrusted(); len(u) != 2 || !strings.Contains(u["/t2/n/live/evil"], "does not verify") {
+			t.Errorf("untrusted = %v", u)
+		}
+		// A record copied under another node's name does not verify either.
+		resp, _ := cli.Get(ctx, "/t2/n/known/good")
+		_, _ = cli.Put(ctx, "/t2/n/known/copy", string(resp.Kvs[0].Value))
+		time.Sleep(200 * time.Millisecond)
+		if st := state(w, "copy"); st != "unknown" {
+			t.Fatalf("a record renamed to another node is %s", st)
+		}
+	})
+
+	t.Run("CheckSecret", func(t *testing.T) {
+		ctx := context.Background()
+		if err := CheckSecret(ctx, cli, "/t3/", sec); err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckSecret(ctx, cli, "/t3/", sec); err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckSecret(ctx, cli, "/t3/", other); err != ErrWrongSecret {
+			t.Fatalf("another secret: %v", err)
+		}
+	})
+
+	t.Run("tokens: the first API server creates one, every one accepts it", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		d1, d2 := t.TempDir(), t.TempDir()
+		t1, err := OpenTokens(ctx, cli, "/t4/", filepath.Join(d1, "token"), "api1", quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t2, err := OpenTokens(ctx, cli, "/t4/", filepath.Join(d2, "token"), "api2", quiet())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(d1, "token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(d2, "token")); !os.IsNotExist(err) {
+			t.Errorf("the second API server wrote a token file: %v", err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if !t1.Match(tok) || !t2.Match(tok) || t1.Match("") || t2.Match(tok+"x") {
+			t.Fatal("token matching is wrong")
+		}
+		if err := t1.Add(ctx, "a-second-token-for-ci", "test"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 2*time.Second, "added token seen", func() error {
+			if !t2.Match("a-second-token-for-ci") {
+				return errdefs.NotFound("not yet")
+			}
+			return nil
+		})
+		if resp, _ := cli.Get(ctx, "/t4/", clientv3WithPrefix()); strings.Contains(resp.Kvs[0].String()+resp.Kvs[len(resp.Kvs)-1].String(), tok) {
+			t.Error("a token is stored in clear")
+		}
+	})
+
+	t.Run("request claims", func(t *testing.T) {
+		ctx := context.Background()
+		r := NewRequests(cli, "/t5/")
+		if h, err := r.Claim(ctx, "rid", "n1"); err != nil || h != "n1" {
+			t.Fatalf("claim: %q %v", h, err)
+		}
+		if h, _ := r.Claim(ctx, "rid", "n2"); h != "n1" {
+			t.Fatalf("second claim went to %q", h)
+		}
+		if h, _ := r.Move(ctx, "rid", "n1", "n3"); h != "n3" {
+			t.Fatalf("move: %q", h)
+		}
+		if h, _ := r.Move(ctx, "rid", "n1", "n2"); h != "n3" {
+			t.Fatalf("stale move: %q", h)
+		}
+		r.Drop(ctx, "rid", "n1") // not the holder: kept
+		if h, _ := r.Claim(ctx, "rid", "n2"); h != "n3" {
+			t.Fatalf("after a stale drop: %q", h)
+		}
+		r.Drop(ctx, "rid", "n3")
+		if h, _ := r.Claim(ctx, "rid", "n2"); h != "n2" {
+			t.Fatalf("after drop: %q", h)
+		}
+	})
+}

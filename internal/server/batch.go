@@ -1,0 +1,133 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Batch create limits.
+const (
+	// MaxBatch bounds the sandboxes of one POST /v1/sandboxes:batch.
+	MaxBatch = 100_000
+	// maxBatchBody bounds its body (about 600 bytes per sandbox).
+	maxBatchBody = 64 << 20
+	// createBatchParallel bounds the creates a service without BatchCreator runs at once.
+	createBatchParallel = 16
+	// deleteTimeout bounds the rollback of a failed batch.
+	deleteTimeout = 2 * time.Minute
+)
+
+// BatchCreator is implemented by services that create many sandboxes in one
+// call, all or nothing (the cluster's router places the whole batch at once).
+// Without it the server creates them one by one and deletes what it created when
+// one fails.
+type BatchCreator interface {
+	CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error)
+}
+
+// createBatch handles POST /v1/sandboxes:batch: every sandbox or none. Each
+// request should carry its own request_id; a retried batch then returns the same
+// sandboxes and creates nothing twice.
+func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
+	var req api.BatchCreateRequest
+	if r.ContentLength > maxBatchBody {
+		s.writeError(w, r, tooLarge(maxBatchBody))
+		return
+	}
+	if err := decodeJSON(r.Body, maxBatchBody, &req); err != nil {
+		s.writeError(w, r, fmt.Errorf("decoding %s body: %w", r.URL.Path, err))
+		return
+	}
+	if err := validateBatch(req.Sandboxes); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var out []api.Sandbox
+	var err error
+	if bc, ok := s.svc.(BatchCreator); ok {
+		out, err = bc.CreateBatch(r.Context(), req.Sandboxes)
+	} else {
+		out, err = createEach(r.Context(), s.svc, req.Sandboxes)
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, api.BatchCreateResponse{Sandboxes: out})
+}
+
+// validateBatch checks the size, each request, and that no request ID repeats.
+func validateBatch(reqs []api.CreateSandboxRequest) error {
+	if len(reqs) == 0 || len(reqs) > MaxBatch {
+		return errdefs.Invalid("a batch holds 1..%d sandboxes, not %d", MaxBatch, len(reqs))
+	}
+	seen := make(map[string]int, len(reqs))
+	for i := range reqs {
+		if err := validateCreate(&reqs[i]); err != nil {
+			return fmt.Errorf("sandboxes[%d]: %w", i, err)
+		}
+		if id := reqs[i].RequestID; id != "" {
+			if j, dup := seen[id]; dup {
+				return errdefs.Invalid("sandboxes[%d] and sandboxes[%d] share request_id %q", j, i, id)
+			}
+			seen[id] = i
+		}
+	}
+	return nil
+}
+
+// createEach creates reqs with bounded parallelism; when one fails it deletes
+// every sandbox it created and returns the first failure.
+func createEach(ctx context.Context, svc session.Service, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
+	out := make([]api.Sandbox, len(reqs))
+	errs := make([]error, len(reqs))
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sem := make(chan struct{}, createBatchParallel)
+	var wg sync.WaitGroup
+	for i := range reqs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if cctx.Err() != nil {
+				errs[i] = cctx.Err()
+				return
+			}
+			out[i], errs[i] = svc.Create(cctx, reqs[i])
+			if errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	first := -1
+	for i, err := range errs {
+		if err != nil && (first < 0 || !errors.Is(err, context.Canceled)) {
+			first = i
+			if !errors.Is(err, context.Canceled) {
+				break
+			}
+		}
+	}
+	if first < 0 {
+		return out, nil
+	}
+	// Roll back (a ctx of its own: the caller's may be what failed).
+	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
+	defer dcancel()
+	for i, sb := range out {
+		if errs[i] == nil && sb.ID != "" {
+			_ = svc.Delete(dctx, sb.ID)
+		}
+	}
+	return nil, fmt.Errorf("batch of %d: sandboxes[%d] failed, none kept: %w", len(reqs), first, errs[first])
+}

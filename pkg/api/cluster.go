@@ -1,0 +1,32 @@
+package api
+
+import "time"
+
+// Node states in a cluster.
+const (
+	NodeReady    = "ready"    // takes new sandboxes
+	NodeDraining = "draining" // keeps its sandboxes, takes no new ones
+	NodeLost     = "lost"     // its lease expired; its sandboxes answer node_lost
+)
+
+// Node is one node of a cluster (GET /v1/nodes).
+type Node struct {
+	Name     string            `json:"name"`
+	Addr     string            `json:"addr"`
+	State    string            `json:"state"`
+	Backends []string          `json:"backends"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	// MaxSandboxes is the node's admission limit, Sandboxes how many it holds.
+	MaxSandboxes int64 `json:"max_sandboxes"`
+	Sandboxes    int64 `json:"sandboxes"`
+	// Load is the node's score: its largest utilisation fraction (0..1).
+	Load       float64   `json:"load"`
+	Version    string    `json:"version,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	ReportedAt time.Time `json:"reported_at"`
+}
+
+// ListNodesResponse is the body of GET /v1/nodes.
+type ListNodesResponse struct {
+	Nodes []Node `json:"nodes"`
+}
