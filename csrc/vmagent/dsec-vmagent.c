@@ -67,6 +67,7 @@
 #define CHUNK (32 * 1024)
 #define MAX_PROCS 4096
 #define MAX_REC 4096
+#define SANDBOX_CG "/sys/fs/cgroup/sandbox"
 
 enum { T_HELLO = 1, T_REQ = 2, T_DATA = 3, T_EOF = 4, T_CLOSE = 5 };
 enum { K_NONE, K_PROC, K_DIAL, K_WRITE };
@@ -237,6 +238,10 @@ static void setup_root(void)
 	symlink("pts/ptmx", "/dev/ptmx");
 	xmount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mkdir("/tmp", 01777);
+	/* Every process the host starts goes into one cgroup: FREEZE/THAW
+	 * (pause) freeze it and leave the agent running. */
+	if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "") == 0)
+		mkdir(SANDBOX_CG, 0755);
 	loopback_up();
 	const char *h = param("dsec.hostname");
 	if (h)
@@ -286,6 +291,8 @@ struct proc {
 	int trunc[2];
 	uint32_t ch;     /* attached channel, 0: none */
 	int in_eof;      /* host closed stdin: close once buffered input is written */
+	int eof_sent;    /* the terminal got its EOF character(s) */
+	char last;       /* last byte written to the terminal */
 	struct buf inbuf;
 	long long seq;   /* record order, for trimming exit records */
 };
@@ -509,10 +516,24 @@ static void write_stdin(struct proc *p)
 			p->inbuf.len = 0;
 			break;
 		}
+		p->last = p->inbuf.p[n - 1];
 		buf_drop(&p->inbuf, (size_t)n);
 	}
 	if (p->in_eof && !p->inbuf.len && p->ptm < 0)
 		close_fd(&p->in);
+	/* The end of a terminal's input is what a typist makes: ^D in canonical
+	 * mode (twice after a partial line); a raw-mode program gets none. */
+	struct termios tio;
+	if (p->in_eof && !p->inbuf.len && p->ptm >= 0 && !p->eof_sent && tcgetattr(p->ptm, &tio) == 0) {
+		p->eof_sent = 1;
+		if (tio.c_lflag & ICANON) {
+			char eof = (char)tio.c_cc[VEOF];
+			if (p->last && p->last != '\n' && p->last != eof && write(p->ptm, &eof, 1) < 0)
+				return;
+			if (write(p->ptm, &eof, 1) < 0)
+				return;
+		}
+	}
 }
 
 static void finish(struct proc *p)
@@ -703,6 +724,13 @@ static void do_exec(struct chan *c, char **f, int nf)
 			dup2(pout[1], 1);
 			dup2(perr[1], 2);
 		}
+		step = "cgroup";
+		int cg = open(SANDBOX_CG "/cgroup.procs", O_WRONLY | O_CLOEXEC);
+		if (cg >= 0) {
+			if (write(cg, "0", 1) < 0)
+				goto fail;
+			close(cg);
+		}
 		step = "setgroups";
 		if (setgroups((size_t)ngroups, groups) < 0)
 			goto fail;
@@ -825,13 +853,15 @@ static void do_kill(struct chan *c, char **f, int nf)
 	struct proc *p = &procs[c->idx];
 	if (!p->running)
 		return;
-	pid_t pg = p->pid;
 	if (p->ptm >= 0) {
 		pid_t fg = tcgetpgrp(p->ptm);
-		if (fg > 0)
-			pg = fg;
+		if (fg > 0) {
+			kill(-fg, sig);
+			if (sig != SIGKILL)
+				return;
+		}
 	}
-	kill(-pg, sig);
+	kill(-p->pid, sig);
 }
 
 static void do_signal(struct chan *c, char **f, int nf)
@@ -882,6 +912,31 @@ static void do_ps(struct chan *c)
 		out_add(&o, "proc=%s:%d:%d", p->tag, (int)p->pid, p->running);
 	}
 	send_out(c->id, &o);
+}
+
+/* freeze sets the sandbox cgroup's freezer and waits (up to 5 s) until
+ * the kernel reports the state reached. */
+static void do_freeze(struct chan *c, int on)
+{
+	int fd = open(SANDBOX_CG "/cgroup.freeze", O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, on ? "1" : "0", 1) < 0) {
+		send_error(c->id, errno, NULL, "cgroup.freeze");
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	close(fd);
+	for (int i = 0; on && i < 500; i++) {
+		char b[256] = {0};
+		int ev = open(SANDBOX_CG "/cgroup.events", O_RDONLY | O_CLOEXEC);
+		ssize_t n = ev >= 0 ? read(ev, b, sizeof b - 1) : -1;
+		if (ev >= 0)
+			close(ev);
+		if (n > 0 && strstr(b, "frozen 1"))
+			break;
+		usleep(10000);
+	}
+	send_simple(c->id, "OK");
 }
 
 /* ======================= dial ======================= */
@@ -1165,6 +1220,8 @@ static void handle_req(uint32_t ch, char *d, size_t n)
 		do_ps(c);
 	else if (!strcmp(op, "PING"))
 		send_simple(ch, "PONG");
+	else if (!strcmp(op, "FREEZE") || !strcmp(op, "THAW"))
+		do_freeze(c, !strcmp(op, "FREEZE"));
 	else if (!strcmp(op, "DIAL"))
 		do_dial(c, fields, nf);
 	else if (!strcmp(op, "SYNC")) {
@@ -1344,6 +1401,8 @@ static void __attribute__((noreturn)) serve(void)
 				continue;
 			for (int s = 0; s < 2; s++) {
 				int fd = p->ptm >= 0 && s == 0 ? p->ptm : (p->ptm >= 0 ? -1 : p->out[s]);
+				if (fd == p->ptm && p->tag && !p->ch)
+					fd = -1; /* a detached terminal keeps its output for the next attach */
 				if (fd >= 0) {
 					pf[n] = (struct pollfd){fd, POLLIN, 0};
 					who[n] = p;

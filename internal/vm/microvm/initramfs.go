@@ -1,0 +1,84 @@
+package microvm
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/dsec-dev/dsec/internal/vm/agentbin"
+)
+
+// cpio writes a newc ("070701") archive, the initramfs format.
+type cpio struct {
+	b   bytes.Buffer
+	ino int
+}
+
+func (c *cpio) add(name string, mode uint32, data []byte) {
+	c.ino++
+	fmt.Fprintf(&c.b, "070701%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x%08x",
+		c.ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name)+1, 0)
+	c.b.WriteString(name)
+	c.b.WriteByte(0)
+	c.pad()
+	c.b.Write(data)
+	c.pad()
+}
+
+func (c *cpio) pad() {
+	for c.b.Len()%4 != 0 {
+		c.b.WriteByte(0)
+	}
+}
+
+// buildInitramfs returns the guest's initramfs: /init (the agent) and the
+// kernel modules of modDir in the order its "order" file lists.
+func buildInitramfs(modDir string) ([]byte, error) {
+	order, err := os.ReadFile(filepath.Join(modDir, "order"))
+	if err != nil {
+		return nil, fmt.Errorf("microvm: guest modules (run scripts/setup.sh): %w", err)
+	}
+	var c cpio
+	for _, d := range []string{"dev", "proc", "sys", "lib", "lib/modules", "rw", "newroot", "layers"} {
+		c.add(d, 0o40755, nil)
+	}
+	c.add("init", 0o100755, agentbin.Binary())
+	var names []string
+	for _, m := range strings.Fields(string(order)) {
+		b, err := os.ReadFile(filepath.Join(modDir, m+".ko"))
+		if err != nil {
+			return nil, fmt.Errorf("microvm: guest module: %w", err)
+		}
+		c.add("lib/modules/"+m+".ko", 0o100644, b)
+		names = append(names, m)
+	}
+	c.add("lib/modules/order", 0o100644, []byte(strings.Join(names, "\n")+"\n"))
+	c.add("TRAILER!!!", 0, nil)
+	return c.b.Bytes(), nil
+}
+
+// writeInitramfs writes the initramfs under stateDir, named by its content
+// hash so running VMs keep theirs while a new agent binary boots new ones.
+func writeInitramfs(stateDir, modDir string) (string, error) {
+	img, err := buildInitramfs(modDir)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(img)
+	p := filepath.Join(stateDir, "initramfs-"+hex.EncodeToString(sum[:8])+".cpio")
+	if _, err := os.Stat(p); err == nil {
+		return p, nil
+	}
+	tmp := fmt.Sprintf("%s.tmp%d", p, os.Getpid())
+	if err := os.WriteFile(tmp, img, 0o644); err != nil {
+		return "", fmt.Errorf("microvm: write initramfs: %w", err)
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		return "", fmt.Errorf("microvm: write initramfs: %w", err)
+	}
+	return p, nil
+}
