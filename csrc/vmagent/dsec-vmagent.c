@@ -724,13 +724,6 @@ static void do_exec(struct chan *c, char **f, int nf)
 			dup2(pout[1], 1);
 			dup2(perr[1], 2);
 		}
-		step = "cgroup";
-		int cg = open(SANDBOX_CG "/cgroup.procs", O_WRONLY | O_CLOEXEC);
-		if (cg >= 0) {
-			if (write(cg, "0", 1) < 0)
-				goto fail;
-			close(cg);
-		}
 		step = "setgroups";
 		if (setgroups((size_t)ngroups, groups) < 0)
 			goto fail;
@@ -763,6 +756,16 @@ static void do_exec(struct chan *c, char **f, int nf)
 		waitpid(pid, NULL, 0);
 		send_error(c->id, e, step ? step + 1 : "exec", strerror(e));
 		goto out;
+	}
+	/* Into the sandbox cgroup once it runs the program: a child joining a
+	 * frozen cgroup would freeze before it could exec and report. */
+	int cg = open(SANDBOX_CG "/cgroup.procs", O_WRONLY | O_CLOEXEC);
+	if (cg >= 0) {
+		char pb[24];
+		int pl = snprintf(pb, sizeof pb, "%d", (int)pid);
+		if (write(cg, pb, (size_t)pl) < 0)
+			logf_("cgroup.procs %d: %s", (int)pid, strerror(errno));
+		close(cg);
 	}
 	struct proc *p = &procs[slot];
 	memset(p, 0, sizeof *p);

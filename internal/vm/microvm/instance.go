@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -155,6 +156,12 @@ func (d *Driver) Recover(ctx context.Context, spec driver.Spec, raw json.RawMess
 		return nil, errdefs.Internal(err, "microvm: query status")
 	}
 	in.paused = status == "paused"
+	// The agent's chardev takes one client: a previous agent process may
+	// still hold it (hung, or in tests alive). Moving the chardev to a fresh
+	// socket drops that client, and the guest agent starts over on HELLO.
+	if err := in.takeOver(ctx, q); err != nil {
+		return nil, err
+	}
 	// A paused guest cannot answer: the agent connects on first use after Resume.
 	if !in.paused {
 		if _, err := in.client(ctx); err != nil {
@@ -458,4 +465,22 @@ func (in *instance) thawed(ctx context.Context, fn func() error) error {
 	}
 	defer func() { _, _ = q.Execute(context.WithoutCancel(ctx), "stop", nil) }()
 	return fn()
+}
+
+// takeOver points the agent's chardev at a new socket (QMP chardev-change).
+func (in *instance) takeOver(ctx context.Context, q *qmp.Conn) error {
+	old := in.st.Agent
+	p := filepath.Join(in.st.Dir, fmt.Sprintf("agent-%d.sock", time.Now().UnixNano()%1e9))
+	backend := map[string]any{"type": "socket", "data": map[string]any{
+		"addr":   map[string]any{"type": "unix", "data": map[string]any{"path": p}},
+		"server": true, "wait": false,
+	}}
+	if _, err := q.Execute(ctx, "chardev-change", map[string]any{"id": "agent", "backend": backend}); err != nil {
+		return errdefs.Internal(err, "microvm: take over the agent channel")
+	}
+	in.st.Agent = p
+	if old != p {
+		_ = os.Remove(old)
+	}
+	return nil
 }
