@@ -142,5 +142,6 @@ func benchCmd() *cobra.Command {
 	c.AddCommand(create, exec, ptyc, density, fn)
 	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd())
 	c.AddCommand(benchQoSCmds()...)
+	c.AddCommand(benchVMCmd())
 	return c
 }

@@ -63,11 +63,8 @@ func Connect(ctx context.Context, path string) (*Client, error) {
 	c := &Client{nc: nc, ch: map[uint32]*Chan{}, dn: make(chan struct{})}
 	nonce := make([]byte, 16)
 	_, _ = rand.Read(nonce)
-	dl, ok := ctx.Deadline()
-	if !ok {
-		dl = time.Now().Add(30 * time.Second)
-	}
-	_ = nc.SetDeadline(dl)
+	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
 	br := bufio.NewReaderSize(nc, 256<<10)
 	if err := c.write(tHello, 0, 0, nonce); err != nil {
 		nc.Close()
@@ -83,7 +80,10 @@ func Connect(ctx context.Context, path string) (*Client, error) {
 			break
 		}
 	}
-	_ = nc.SetDeadline(time.Time{})
+	if !stop() {
+		nc.Close()
+		return nil, fmt.Errorf("guest: waiting for the agent's hello: %w", ctx.Err())
+	}
 	go c.readLoop(br)
 	return c, nil
 }

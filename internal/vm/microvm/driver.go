@@ -37,6 +37,7 @@ import (
 	"runtime"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -56,6 +57,8 @@ const (
 	MinMemory = 128 << 20
 	// MaxMemory bounds one guest.
 	MaxMemory = 64 << 30
+	// BootTimeout bounds a boot (TCG on a loaded host takes tens of seconds).
+	BootTimeout = 3 * time.Minute
 	// MinDisk is the smallest writable disk (ext4 needs a few MiB).
 	MinDisk = 16 << 20
 )
@@ -202,3 +205,6 @@ func (d *Driver) Cleanup(ctx context.Context, spec driver.Spec, raw json.RawMess
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// FreePageReporting reports whether guests return freed pages to the host.
+func (d *Driver) FreePageReporting() bool { return !d.cfg.NoFreePageReporting }

@@ -35,23 +35,24 @@ func (c *cpio) pad() {
 	}
 }
 
+// guestModules are the modules the guest loads, dependencies first (all
+// are =m in Debian's kernel; scripts/setup.sh copies them into VMDir/modules).
+var guestModules = []string{"crc32c_generic", "libcrc32c", "crc16", "virtio_ring", "virtio", "virtio_mmio",
+	"virtio_blk", "virtio_console", "virtio_balloon", "jbd2", "mbcache", "ext4", "erofs", "overlay"}
+
 // buildInitramfs returns the guest's initramfs: /init (the agent) and the
-// kernel modules of modDir in the order its "order" file lists.
+// kernel modules from modDir in load order.
 func buildInitramfs(modDir string) ([]byte, error) {
-	order, err := os.ReadFile(filepath.Join(modDir, "order"))
-	if err != nil {
-		return nil, fmt.Errorf("microvm: guest modules (run scripts/setup.sh): %w", err)
-	}
 	var c cpio
 	for _, d := range []string{"dev", "proc", "sys", "lib", "lib/modules", "rw", "newroot", "layers"} {
 		c.add(d, 0o40755, nil)
 	}
 	c.add("init", 0o100755, agentbin.Binary())
 	var names []string
-	for _, m := range strings.Fields(string(order)) {
+	for _, m := range guestModules {
 		b, err := os.ReadFile(filepath.Join(modDir, m+".ko"))
 		if err != nil {
-			return nil, fmt.Errorf("microvm: guest module: %w", err)
+			return nil, fmt.Errorf("microvm: guest module (run scripts/setup.sh): %w", err)
 		}
 		c.add("lib/modules/"+m+".ko", 0o100644, b)
 		names = append(names, m)

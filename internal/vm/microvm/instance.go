@@ -95,6 +95,10 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 			<-in.done
 		}
 	}()
+	// The boot is bounded by BootTimeout, not the caller's deadline alone:
+	// a create's HTTP context may have none.
+	ctx, cancel := context.WithTimeout(ctx, BootTimeout)
+	defer cancel()
 	if err := waitFile(ctx, in.st.QMP, in.done); err != nil {
 		return nil, in.bootErr(err)
 	}
