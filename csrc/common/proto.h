@@ -9,6 +9,7 @@
 #define DSEC_PROTO_H
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +106,16 @@ static void exec_path(char **argv, char **envp)
 		p = end;
 	}
 	errno = eacces ? EACCES : ENOENT;
+}
+
+/* parse_sig returns the "sig" field as a signal number, or -1. */
+static int parse_sig(char **f, int nf)
+{
+	const char *v = field(f, nf, "sig");
+	unsigned long long sig;
+	if (!v || parse_uint(v, NSIG - 1, &sig))
+		return -1;
+	return (int)sig;
 }
 
 #endif /* DSEC_PROTO_H */

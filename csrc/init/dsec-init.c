@@ -1484,14 +1484,6 @@ static void do_wait(struct state *s, struct conn *c, char **f, int nf)
 	send_out(c, &o);
 }
 
-static int parse_sig(char **f, int nf)
-{
-	const char *v = field(f, nf, "sig");
-	unsigned long long sig;
-	if (!v || parse_uint(v, NSIG - 1, &sig))
-		return -1;
-	return (int)sig;
-}
 
 /* do_signal signals the tagged process group while its leader runs. Once the
  * leader is reaped its pid (and so the group id) may be reused. */

@@ -82,6 +82,14 @@ static void logf_(const char *fmt, ...)
 	va_end(ap);
 }
 
+/* since_boot is the guest's uptime in ms (phases are logged with it). */
+static long since_boot(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static void __attribute__((noreturn)) die(const char *what)
 {
 	logf_("fatal: %s: %s", what, strerror(errno));
@@ -153,18 +161,19 @@ static void load_modules(void)
 	fclose(f);
 }
 
-/* find_disk finds /dev/vdX whose serial is want, waiting up to 10 s. */
-static int find_disk(const char *want, char *dev, size_t n)
+/* find_dev finds the entry E of sysfs directory dir whose file (dir/E/file)
+ * reads want, waiting up to 10 s, and writes /dev/E into dev. */
+static int find_dev(const char *dir, const char *file, const char *want, char *dev, size_t n)
 {
 	for (int tries = 0; tries < 1000; tries++) {
-		DIR *d = opendir("/sys/block");
+		DIR *d = opendir(dir);
 		struct dirent *e;
 		while (d && (e = readdir(d))) {
-			char p[300], s[64] = {0};
-			if (strncmp(e->d_name, "vd", 2))
+			char p[600], s[64] = {0};
+			if (e->d_name[0] == '.')
 				continue;
-			snprintf(p, sizeof p, "/sys/block/%s/serial", e->d_name);
-			int fd = open(p, O_RDONLY);
+			snprintf(p, sizeof p, "%s/%s/%s", dir, e->d_name, file);
+			int fd = open(p, O_RDONLY | O_CLOEXEC);
 			if (fd < 0)
 				continue;
 			ssize_t r = read(fd, s, sizeof s - 1);
@@ -183,6 +192,8 @@ static int find_disk(const char *want, char *dev, size_t n)
 	}
 	return -1;
 }
+
+static int find_disk(const char *want, char *dev, size_t n) { return find_dev("/sys/block", "serial", want, dev, n); }
 
 static void loopback_up(void)
 {
@@ -205,7 +216,9 @@ static void setup_root(void)
 	const char *nl = param("dsec.layers");
 	int layers = nl ? atoi(nl) : 0;
 
+	long t0 = since_boot();
 	load_modules();
+	logf_("modules loaded at %ld ms (took %ld ms)", since_boot(), since_boot() - t0);
 	if (find_disk("dsec-rw", dev, sizeof dev) < 0)
 		die("writable disk dsec-rw not found");
 	xmount(dev, "/rw", "ext4", MS_NOATIME, "");
@@ -839,14 +852,6 @@ static void do_wait(struct chan *c, char **f, int nf)
 	send_out(c->id, &o);
 }
 
-static int parse_sig(char **f, int nf)
-{
-	const char *v = field(f, nf, "sig");
-	unsigned long long sig;
-	if (!v || parse_uint(v, NSIG - 1, &sig))
-		return -1;
-	return (int)sig;
-}
 
 static void do_kill(struct chan *c, char **f, int nf)
 {
@@ -1361,30 +1366,10 @@ static int port_read(void)
 
 static int open_port(void)
 {
-	for (int tries = 0; tries < 1000; tries++) {
-		DIR *d = opendir("/sys/class/virtio-ports");
-		struct dirent *e;
-		while (d && (e = readdir(d))) {
-			char p[300], name[64] = {0};
-			snprintf(p, sizeof p, "/sys/class/virtio-ports/%s/name", e->d_name);
-			int fd = open(p, O_RDONLY);
-			if (fd < 0)
-				continue;
-			ssize_t r = read(fd, name, sizeof name - 1);
-			close(fd);
-			if (r > 0 && name[r - 1] == '\n')
-				name[r - 1] = 0;
-			if (!strcmp(name, "dsec.agent")) {
-				snprintf(p, sizeof p, "/dev/%s", e->d_name);
-				closedir(d);
-				return open(p, O_RDWR | O_NONBLOCK | O_CLOEXEC);
-			}
-		}
-		if (d)
-			closedir(d);
-		usleep(10000);
-	}
-	return -1;
+	char dev[300];
+	if (find_dev("/sys/class/virtio-ports", "name", "dsec.agent", dev, sizeof dev) < 0)
+		return -1;
+	return open(dev, O_RDWR | O_NONBLOCK | O_CLOEXEC);
 }
 
 static void __attribute__((noreturn)) serve(void)
@@ -1522,7 +1507,7 @@ int main(void)
 	port = open_port();
 	if (port < 0)
 		die("virtio port dsec.agent not found");
-	printf("DSEC-AGENT-READY\n");
+	printf("DSEC-AGENT-READY at %ld ms\n", since_boot());
 	fflush(stdout);
 	serve();
 }
