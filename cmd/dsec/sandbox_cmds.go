@@ -15,7 +15,7 @@ import (
 )
 
 func createCmd() *cobra.Command {
-	var image, memory, disk, ttl, idle, requestID, cpuClass string
+	var image, memory, disk, ttl, idle, requestID, cpuClass, backend string
 	var cpu float64
 	var env, allow, rules []string
 	var userns bool
@@ -25,7 +25,7 @@ func createCmd() *cobra.Command {
 		Short: "Create a sandbox and print its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID, Network: networkPolicy(allow, rules),
+			req := api.CreateSandboxRequest{Backend: backend, Image: image, CPU: cpu, RequestID: requestID, Network: networkPolicy(allow, rules),
 				CPUClass: cpuClass, KSM: ksm}
 			var err error
 			if req.MemoryBytes, err = parseSize(memory); err != nil {
@@ -67,6 +67,7 @@ func createCmd() *cobra.Command {
 	}
 	f := c.Flags()
 	f.StringVar(&image, "image", "", "image name (default: the server's default image)")
+	f.StringVar(&backend, "backend", "", "isolation backend: container (default), microvm (see dsec info)")
 	f.Float64Var(&cpu, "cpu", 0, "CPU limit in cores (default 1)")
 	f.BoolVar(&ksm, "ksm", false, "let KSM merge identical pages of the sandbox's processes (the host's ksmd must run)")
 	f.StringVar(&cpuClass, "cpu-class", "", "ls (latency-sensitive) or be (best-effort); default the server's --cpu-class-default")

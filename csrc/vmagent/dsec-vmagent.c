@@ -48,6 +48,7 @@
 #include <sys/mount.h>
 #include <sys/reboot.h>
 #include <sys/resource.h>
+#include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -293,6 +294,7 @@ struct proc {
 	int used;
 	pid_t pid;
 	char *tag;
+	char *log[2];    /* the host's log files of a background process (opaque) */
 	int running;
 	int status;
 	struct rusage ru;
@@ -323,6 +325,7 @@ struct chan {
 };
 
 static struct proc procs[MAX_PROCS];
+static int sigfd = -1; /* SIGCHLD: reap as soon as a child exits */
 static struct chan *chans;
 static int port = -1;
 static int connected;
@@ -581,6 +584,10 @@ static void finish(struct proc *p)
 	}
 	if (!p->tag)
 		p->used = 0; /* untagged: no record kept */
+	for (int s = 0; s < 2; s++) {
+		free(p->log[s]);
+		p->log[s] = NULL;
+	}
 }
 
 static void trim_records(void)
@@ -593,6 +600,8 @@ static void trim_records(void)
 				oldest = i;
 		}
 	if (n > MAX_REC && oldest >= 0) {
+		free(procs[oldest].log[0]);
+		free(procs[oldest].log[1]);
 		free(procs[oldest].tag);
 		procs[oldest].used = 0;
 	}
@@ -786,6 +795,10 @@ static void do_exec(struct chan *c, char **f, int nf)
 	p->pid = pid;
 	p->running = 1;
 	p->tag = tag ? strdup(tag) : NULL;
+	if (tag && (v = field(f, nf, "log1")))
+		p->log[0] = strdup(v);
+	if (tag && (v = field(f, nf, "log2")))
+		p->log[1] = strdup(v);
 	p->cap = (long long)cap;
 	p->seq = ++seq;
 	p->ch = c->id;
@@ -849,6 +862,9 @@ static void do_wait(struct chan *c, char **f, int nf)
 	out_add(&o, "pid=%d", (int)p->pid);
 	if (p->ptm >= 0)
 		out_add(&o, "tty=1");
+	for (int s = 0; s < 2; s++)
+		if (p->log[s])
+			out_add(&o, "log%d=%s", s + 1, p->log[s]);
 	send_out(c->id, &o);
 }
 
@@ -1383,6 +1399,9 @@ static void __attribute__((noreturn)) serve(void)
 		pf[n] = (struct pollfd){port, POLLIN, 0};
 		who[n] = NULL;
 		what[n++] = 0;
+		pf[n] = (struct pollfd){sigfd, POLLIN, 0};
+		who[n] = NULL;
+		what[n++] = 5;
 		for (int i = 0; i < MAX_PROCS && n < MAX_PROCS * 3; i++) {
 			struct proc *p = &procs[i];
 			if (!p->used || !p->running)
@@ -1427,6 +1446,9 @@ static void __attribute__((noreturn)) serve(void)
 					connected = 0;
 			}
 		}
+		struct signalfd_siginfo si;
+		while (read(sigfd, &si, sizeof si) > 0)
+			;
 		reap();
 		if (r <= 0) {
 			flush();
@@ -1444,6 +1466,8 @@ static void __attribute__((noreturn)) serve(void)
 		for (int i = 1; i < n; i++) {
 			if (!pf[i].revents)
 				continue;
+			if (what[i] == 5)
+				continue; /* drained before reap() */
 			if (what[i] == 4) {
 				struct chan *c = who[i];
 				if (find_chan(c->id) != c)
@@ -1503,6 +1527,11 @@ int main(void)
 		floor_mode(mode);
 	setup_root();
 	signal(SIGPIPE, SIG_IGN);
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
+	sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
 	fields = xmalloc(sizeof(char *) * MAX_FIELDS);
 	port = open_port();
 	if (port < 0)

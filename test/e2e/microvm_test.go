@@ -80,6 +80,14 @@ func TestMicroVM(t *testing.T) {
 		t.Errorf("guest kernel: %+v, want Debian's 6.1 (the host runs its own)", r)
 	}
 
+	// The CLI, unchanged apart from the backend.
+	if out, errs, code := n.cli(t, "", "exec", id, "--", "sh", "-c", "echo via-cli; exit 3"); out != "via-cli\n" || code != 3 {
+		t.Errorf("dsec exec: %q %q exit %d, want via-cli and 3", out, errs, code)
+	}
+	if out, _, code := n.cli(t, "", "create", "--backend", "microvm", "--image", "busybox", "--memory", "64m"); code == 0 {
+		t.Errorf("dsec create --backend microvm --memory 64m succeeded: %q", out)
+	}
+
 	// Terminal.
 	s, scr := n.ptyExec(t, id, api.ExecRequest{Shell: "tty; stty size", Cols: 100, Rows: 30})
 	if res, err := s.Wait(); err != nil || res.ExitCode != 0 {

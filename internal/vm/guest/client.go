@@ -20,6 +20,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/initproto"
@@ -56,9 +57,22 @@ type Client struct {
 // Connect dials the agent's socket and synchronises the stream.
 func Connect(ctx context.Context, path string) (*Client, error) {
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("guest: dial agent: %w", err)
+	var nc net.Conn
+	for {
+		var err error
+		nc, err = d.DialContext(ctx, "unix", path)
+		if err == nil {
+			break
+		}
+		// QEMU binds the socket before it listens on it.
+		if !errors.Is(err, syscall.ECONNREFUSED) || ctx.Err() != nil {
+			return nil, fmt.Errorf("guest: dial agent: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("guest: dial agent: %w", ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 	c := &Client{nc: nc, ch: map[uint32]*Chan{}, dn: make(chan struct{})}
 	nonce := make([]byte, 16)

@@ -35,7 +35,7 @@ func (d *Driver) Accel(ctx context.Context) AccelInfo {
 	}
 	a := d.chooseAccel(ctx)
 	d.accel = &a
-	d.log.Info("microvm acceleration", "accel", a.Accel, "reason", a.Reason)
+	d.log.Debug("microvm acceleration", "accel", a.Accel, "reason", a.Reason)
 	return a
 }
 
@@ -67,6 +67,7 @@ func (d *Driver) chooseAccel(ctx context.Context) AccelInfo {
 		return cached.AccelInfo
 	}
 	a := d.probe(ctx)
+	d.log.Info("microvm: KVM boot probe", "accel", a.Accel, "reason", a.Reason)
 	cached.BootID, cached.AccelInfo = bootID(), a
 	if b, err := json.Marshal(cached); err == nil {
 		_ = os.MkdirAll(filepath.Dir(cache), 0o755)

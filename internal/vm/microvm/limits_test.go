@@ -51,3 +51,17 @@ func FuzzParseEnt(f *testing.F) {
 	f.Add("33188:5:1.5:0:0:0:file")
 	f.Fuzz(func(t *testing.T, e string) { parseEnt("/", e) })
 }
+
+// TestStripSignature: a signed module loses exactly its signature block.
+func TestStripSignature(t *testing.T) {
+	mod := []byte("\x7fELFmodule-body")
+	sig := []byte("SIGNATURE")
+	info := []byte{0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, byte(len(sig))}
+	signed := append(append(append(append([]byte{}, mod...), sig...), info...), sigMagic...)
+	if got := stripSignature(signed); string(got) != string(mod) {
+		t.Errorf("stripSignature = %q, want %q", got, mod)
+	}
+	if got := stripSignature(mod); string(got) != string(mod) {
+		t.Errorf("unsigned module changed: %q", got)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,6 +98,15 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 	if err != nil {
 		return nil, err
 	}
+	if p.Tag != "" && p.TTY == nil {
+		// A background process's log files: the agent keeps their names with
+		// the process, so a re-attach after a restart appends to them.
+		for i, w := range []any{stdio.Stdout, stdio.Stderr} {
+			if f, ok := w.(*os.File); ok && filepath.IsAbs(f.Name()) {
+				pk.Add("log"+strconv.Itoa(i+1), f.Name())
+			}
+		}
+	}
 	ch, err := in.channel(ctx)
 	if err != nil {
 		return nil, err
@@ -150,10 +161,34 @@ func (in *instance) Attach(ctx context.Context, tag string, stdio driver.Stdio) 
 	case "RUNNING":
 		pid, _ := r.Int("pid")
 		tty, _ := r.Get("tty")
+		var logs []*os.File
 		if tty != "1" {
-			stdio = driver.Stdio{} // its output went to the writers given at start
+			// Its output went to the files given at start: the agent pumps it
+			// on into them (what it wrote while no host was attached is lost).
+			stdio = driver.Stdio{}
+			for i, k := range []string{"log1", "log2"} {
+				if name, ok := r.Get(k); ok && filepath.IsAbs(name) {
+					if f, err := os.OpenFile(name, os.O_WRONLY|os.O_APPEND, 0); err == nil {
+						logs = append(logs, f)
+						if i == 0 {
+							stdio.Stdout = f
+						} else {
+							stdio.Stderr = f
+						}
+					}
+				}
+			}
 		}
-		return newProc(in, ch, int(pid), tty == "1", stdio), nil
+		pr := newProc(in, ch, int(pid), tty == "1", stdio)
+		if len(logs) > 0 {
+			go func() {
+				pr.outs.Wait()
+				for _, f := range logs {
+					f.Close()
+				}
+			}()
+		}
+		return pr, nil
 	}
 	ch.Close()
 	if r.Op == "ERROR" {
