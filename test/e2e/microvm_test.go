@@ -38,9 +38,16 @@ func TestMicroVM(t *testing.T) {
 	}
 	n := startNode(t)
 	ctx := context.Background()
-	info, err := n.cl.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
+	// The first server on a host boot runs the KVM probe (up to 20 s).
+	var info api.Info
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		var err error
+		if info, err = n.cl.Info(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if info.VM == nil || info.VM.Accel != "" || time.Now().After(deadline) {
+			break
+		}
 	}
 	if !strings.Contains(strings.Join(info.Backends, ","), "microvm") || info.VM == nil || info.VM.Accel == "" || info.VM.Reason == "" {
 		t.Fatalf("info: backends %v, vm %+v; want microvm with its acceleration and reason", info.Backends, info.VM)

@@ -39,8 +39,13 @@ func (d *Driver) Accel(ctx context.Context) AccelInfo {
 	return a
 }
 
-// VMInfo reports the acceleration for `dsec info` (probing if needed).
+// VMInfo reports the acceleration for `dsec info`; while the probe runs
+// (the first start on a host boot) accel is empty and the reason says so.
 func (d *Driver) VMInfo(ctx context.Context) *api.VMInfo {
+	if !d.accelMu.TryLock() {
+		return &api.VMInfo{Reason: "KVM boot probe running", Kernel: d.kernel, FreePageReporting: !d.cfg.NoFreePageReporting}
+	}
+	d.accelMu.Unlock()
 	a := d.Accel(ctx)
 	return &api.VMInfo{Accel: a.Accel, Reason: a.Reason, Kernel: d.kernel, FreePageReporting: !d.cfg.NoFreePageReporting}
 }
