@@ -87,7 +87,10 @@ func TestMicroVM(t *testing.T) {
 		t.Errorf("guest kernel: %+v, want Debian's 6.1 (the host runs its own)", r)
 	}
 
-	// The CLI, unchanged apart from the backend.
+	// The CLI, unchanged apart from the backend; dsec info shows the choice.
+	if out, _, code := n.cli(t, "", "info"); code != 0 || !strings.Contains(out, `"accel": "`+info.VM.Accel+`"`) {
+		t.Errorf("dsec info: exit %d, %s", code, out)
+	}
 	if out, errs, code := n.cli(t, "", "exec", id, "--", "sh", "-c", "echo via-cli; exit 3"); out != "via-cli\n" || code != 3 {
 		t.Errorf("dsec exec: %q %q exit %d, want via-cli and 3", out, errs, code)
 	}
