@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -118,6 +119,8 @@ func (d *Driver) bootFloor(ctx context.Context, accel, mode string) (bool, strin
 	args := d.baseArgs(accel, 1, 256)
 	args = append(args, "-append", d.cmdline(accel)+" dsec.mode="+mode, "-serial", "stdio")
 	cmd := exec.CommandContext(ctx, d.cfg.QEMU, args...)
+	// A probe stuck in a hanging KVM must not outlive this process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	pr, pw, err := os.Pipe()
 	if err != nil {
