@@ -167,9 +167,28 @@ func TestMicroVM(t *testing.T) {
 		t.Errorf("after resume: %+v", r)
 	}
 
-	// A server restart (SIGKILL) re-adopts the VM: files, processes, proxy.
+	// A server restart (SIGKILL) re-adopts the VM: files, processes, proxy,
+	// and a background process's output after the restart reaches its log.
+	late, err := n.cl.StartProcess(ctx, id, api.ExecRequest{Shell: "sleep 1; echo early; while [ ! -e /tmp/go ]; do sleep 0.1; done; echo late; exit 7"})
+	if err != nil {
+		t.Fatalf("start background process: %v", err)
+	}
+	time.Sleep(2 * time.Second) // "early" is written while the first server runs
 	n.stop(false)
 	n.start()
+	n.sh(t, id, "touch /tmp/go")
+	if p, err := n.cl.WaitProcess(ctx, id, late.ID, 30*time.Second); err != nil || p.Result == nil || p.Result.ExitCode != 7 {
+		t.Errorf("background process across the restart: %+v %v, want exit 7", p, err)
+	}
+	if rc, err := n.cl.ProcessLogs(ctx, id, late.ID, "stdout", 0); err != nil {
+		t.Errorf("logs: %v", err)
+	} else {
+		b, _ := io.ReadAll(rc)
+		rc.Close()
+		if string(b) != "early\nlate\n" {
+			t.Errorf("background stdout across the restart: %q, want early and late", b)
+		}
+	}
 	if r := n.sh(t, id, "cat /tmp/inside; pidof httpd >/dev/null && echo httpd-alive"); r.Stdout != "made-inside\nhttpd-alive\n" {
 		t.Errorf("after restart: %+v", r)
 	}

@@ -118,8 +118,50 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 		return nil, replyErr("exec", r)
 	}
 	pid, _ := r.Int("pid")
+	// The caller may close its files once Exec returns (a background
+	// process's logs "go to the process as they are"): pump into copies.
+	var owned []*os.File
+	for _, w := range []*io.Writer{&stdio.Stdout, &stdio.Stderr} {
+		if f, ok := (*w).(*os.File); ok {
+			if g, err := dupFile(f); err == nil {
+				*w = g
+				owned = append(owned, g)
+			}
+		}
+	}
 	pr := newProc(in, ch, int(pid), p.TTY != nil, stdio)
+	closeAfter(pr, owned)
 	return pr, nil
+}
+
+// dupFile returns an *os.File of its own on f's open file.
+func dupFile(f *os.File) (*os.File, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var nfd int
+	var derr error
+	if err := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return os.NewFile(uintptr(nfd), f.Name()), nil
+}
+
+// closeAfter closes files once pr's output copies are done.
+func closeAfter(pr *proc, files []*os.File) {
+	if len(files) == 0 {
+		return
+	}
+	go func() {
+		pr.outs.Wait()
+		for _, f := range files {
+			f.Close()
+		}
+	}()
 }
 
 // Attach implements driver.Instance.
@@ -163,14 +205,7 @@ func (in *instance) Attach(ctx context.Context, tag string, stdio driver.Stdio) 
 			}
 		}
 		pr := newProc(in, ch, int(pid), tty == "1", stdio)
-		if len(logs) > 0 {
-			go func() {
-				pr.outs.Wait()
-				for _, f := range logs {
-					f.Close()
-				}
-			}()
-		}
+		closeAfter(pr, logs)
 		return pr, nil
 	}
 	ch.Close()
