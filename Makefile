@@ -45,6 +45,7 @@ setup:
 init:
 	sh internal/initbin/build.sh
 	sh internal/fncall/build.sh
+	sh internal/vm/agentbin/build.sh
 
 build: init
 	$(GO) build -o bin/dsec ./cmd/dsec

@@ -17,7 +17,7 @@ SUITE=bookworm
 PRESEED_DIR=/var/lib/dsec/images/.debian-build
 PRESEED_LOG=/tmp/debootstrap.log
 
-PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-14-dev make iproute2 python3 python3-pytest python3-setuptools python3-pip erofs-utils ca-certificates git"
+PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-14-dev make iproute2 python3 python3-pytest python3-setuptools python3-pip erofs-utils ca-certificates git qemu-system-x86 e2fsprogs xz-utils"
 # The dashboard's browser tests (test/ui): Debian's chromium, and a font for its screenshots.
 PACKAGES="$PACKAGES chromium fonts-liberation"
 
@@ -213,6 +213,59 @@ build_judge() {
 	log "image judge: built in $(since "$t")"
 }
 
+# ---- microVM guest kernel ----------------------------------------------------
+# The microvm backend (internal/vm) boots Debian's kernel without installing it
+# on the host: the linux-image package is downloaded and unpacked, its vmlinuz
+# decompressed to an ELF vmlinux (QEMU boots it through PVH, skipping the
+# decompressor: ~4 s less under TCG) and the modules the guest agent loads
+# (virtio-mmio, blk, console, balloon; ext4, erofs, overlay; they are
+# all =m in Debian's config) copied flat into $DSEC_VM_DIR/modules.
+DSEC_VM_DIR=${DSEC_VM_DIR:-/var/lib/dsec/vm}
+VM_MODULES="crc32c_generic libcrc32c crc16 virtio_ring virtio virtio_mmio virtio_blk virtio_console virtio_balloon jbd2 mbcache ext4 erofs overlay"
+
+build_vm_kernel() {
+	if [ -f "$DSEC_VM_DIR/kernel.json" ]; then
+		log "vm kernel: cached"
+		return 0
+	fi
+	t=$(now)
+	pkg=$(apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/^ *Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1)
+	[ -n "$pkg" ] || { apt-get update -q >/dev/null; pkg=$(apt-cache depends linux-image-amd64 | sed -n 's/^ *Depends: \(linux-image-[0-9].*-amd64\)$/\1/p' | head -1); }
+	[ -n "$pkg" ] || die "vm kernel: no linux-image-*-amd64 package found"
+	work="$DSEC_VM_DIR/.build.$$"
+	rm -rf "$work"
+	mkdir -p "$work/x" "$work/out/modules"
+	(cd "$work" && apt-get download "$pkg" >/dev/null 2>&1) || die "vm kernel: apt-get download $pkg failed"
+	dpkg-deb -x "$work"/*.deb "$work/x"
+	kver=$(ls "$work/x/lib/modules")
+	python3 - "$work/x/boot/vmlinuz-$kver" "$work/out/vmlinux" <<'PY'
+import lzma, sys
+d = open(sys.argv[1], 'rb').read()
+i = d.find(b'\xfd7zXZ\x00')
+if i < 0:
+    sys.exit("no xz stream in " + sys.argv[1])
+out = lzma.LZMADecompressor().decompress(d[i:])
+if out[:4] != b'\x7fELF':
+    sys.exit("decompressed kernel is not an ELF")
+open(sys.argv[2], 'wb').write(out)
+PY
+	cp "$work/x/boot/config-$kver" "$work/out/config"
+	for m in $VM_MODULES; do
+		f=$(find "$work/x/lib/modules/$kver" -name "$m.ko" | head -1)
+		[ -n "$f" ] || die "vm kernel: module $m missing from $pkg"
+		cp "$f" "$work/out/modules/$m.ko"
+	done
+	printf '%s\n' $VM_MODULES >"$work/out/modules/order"
+	printf '{"package":"%s","release":"%s","kernel":"vmlinux"}\n' "$pkg" "$kver" >"$work/out/kernel.json"
+	mkdir -p "$DSEC_VM_DIR"
+	rm -rf "$DSEC_VM_DIR/modules" "$DSEC_VM_DIR/vmlinux"
+	mv "$work/out/modules" "$work/out/vmlinux" "$work/out/config" "$DSEC_VM_DIR/"
+	mv "$work/out/kernel.json" "$DSEC_VM_DIR/kernel.json"
+	rm -rf "$work"
+	log "vm kernel: $pkg ($kver) in $DSEC_VM_DIR in $(since "$t")"
+}
+
+build_vm_kernel
 build_busybox
 build_debian
 build_judge

@@ -186,5 +186,6 @@ func benchCmd() *cobra.Command {
 	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd(), benchBurstCmd())
 	c.AddCommand(benchQoSCmds()...)
 	c.AddCommand(benchClusterCmd())
+	c.AddCommand(benchVMCmd())
 	return c
 }

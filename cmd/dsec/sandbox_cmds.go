@@ -15,7 +15,7 @@ import (
 )
 
 func createCmd() *cobra.Command {
-	var image, memory, disk, ttl, idle, requestID, cpuClass, node string
+	var image, memory, disk, ttl, idle, requestID, cpuClass, node, backend string
 	var cpu float64
 	var env, allow, rules, constraints []string
 	var userns bool
@@ -27,7 +27,7 @@ func createCmd() *cobra.Command {
 		Short: "Create a sandbox and print its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := api.CreateSandboxRequest{Image: image, CPU: cpu, RequestID: requestID, Network: networkPolicy(allow, rules),
+			req := api.CreateSandboxRequest{Backend: backend, Image: image, CPU: cpu, RequestID: requestID, Network: networkPolicy(allow, rules),
 				CPUClass: cpuClass, KSM: ksm, Node: node}
 			var err error
 			if req.Constraints, err = parseConstraints(constraints); err != nil {
@@ -80,6 +80,7 @@ func createCmd() *cobra.Command {
 	f.StringVar(&image, "image", "", "image name (default: the server's default image)")
 	f.StringVar(&node, "node", "", "in a cluster: create the sandbox on this node")
 	f.StringArrayVar(&constraints, "constraint", nil, "in a cluster: KEY=VALUE a node's labels must match (repeatable)")
+	f.StringVar(&backend, "backend", "", "isolation backend: container (default), microvm (see dsec info)")
 	f.Float64Var(&cpu, "cpu", 0, "CPU limit in cores (default 1)")
 	f.BoolVar(&ksm, "ksm", false, "let KSM merge identical pages of the sandbox's processes (the host's ksmd must run)")
 	f.StringVar(&cpuClass, "cpu-class", "", "ls (latency-sensitive) or be (best-effort); default the server's --cpu-class-default")

@@ -67,6 +67,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/proto.h"
+
 /* ---- kernel ABI bits (musl ships no linux headers) ---- */
 
 #define CAP_VERSION_3 0x20080522
@@ -161,19 +163,6 @@ static void *xrealloc(void *p, size_t n)
 	return p;
 }
 
-/* parse_uint parses a decimal number no larger than max. */
-static int parse_uint(const char *s, unsigned long long max, unsigned long long *out)
-{
-	char *end;
-	if (*s < '0' || *s > '9')
-		return -1;
-	errno = 0;
-	unsigned long long v = strtoull(s, &end, 10);
-	if (errno || *end || v > max)
-		return -1;
-	*out = v;
-	return 0;
-}
 
 /* ======================= setup ======================= */
 
@@ -1176,53 +1165,6 @@ enum { STEP_SETSID, STEP_DUP2, STEP_CTTY, STEP_GROUPS, STEP_GID, STEP_UID, STEP_
 static const char *step_names[] = {"setsid", "dup2", "ioctl TIOCSCTTY", "setgroups", "setresgid",
 				   "setresuid", "chdir", "exec"};
 
-/* exec_path runs execve, searching PATH from envp when file has no '/'.
- * It returns only on failure, with errno set like execvp does. */
-static void exec_path(char **argv, char **envp)
-{
-	const char *file = argv[0], *path = DEFAULT_PATH;
-	char buf[4096];
-	int eacces = 0;
-
-	if (!*file) {
-		errno = ENOENT;
-		return;
-	}
-	if (strchr(file, '/')) {
-		execve(file, argv, envp);
-		return;
-	}
-	for (char **e = envp; *e; e++)
-		if (!strncmp(*e, "PATH=", 5)) {
-			path = *e + 5;
-			break;
-		}
-	for (const char *p = path;; p++) {
-		const char *end = strchrnul(p, ':');
-		int n = snprintf(buf, sizeof buf, "%.*s%s%s", (int)(end - p), p,
-				 end == p ? "" : "/", file);
-		if (n < (int)sizeof buf) {
-			execve(buf, argv, envp);
-			switch (errno) {
-			case EACCES:
-				eacces = 1;
-				/* fallthrough */
-			case ENOENT:
-			case ENOTDIR:
-			case ESTALE:
-			case ELOOP:
-			case ENAMETOOLONG:
-				break;
-			default:
-				return;
-			}
-		}
-		if (!*end)
-			break;
-		p = end;
-	}
-	errno = eacces ? EACCES : ENOENT;
-}
 
 /* child_exec runs in the forked child and never returns. Failures are
  * reported as {step, errno} on the close-on-exec pipe ep. */
@@ -1508,15 +1450,6 @@ out:
 	free(r.envp);
 }
 
-/* field returns the value of key in fields f[1..nf), or NULL. */
-static const char *field(char **f, int nf, const char *key)
-{
-	size_t kl = strlen(key);
-	for (int i = 1; i < nf; i++)
-		if (!strncmp(f[i], key, kl) && f[i][kl] == '=')
-			return f[i] + kl + 1;
-	return NULL;
-}
 
 static void do_wait(struct state *s, struct conn *c, char **f, int nf)
 {
@@ -1551,14 +1484,6 @@ static void do_wait(struct state *s, struct conn *c, char **f, int nf)
 	send_out(c, &o);
 }
 
-static int parse_sig(char **f, int nf)
-{
-	const char *v = field(f, nf, "sig");
-	unsigned long long sig;
-	if (!v || parse_uint(v, NSIG - 1, &sig))
-		return -1;
-	return (int)sig;
-}
 
 /* do_signal signals the tagged process group while its leader runs. Once the
  * leader is reaped its pid (and so the group id) may be reused. */
@@ -1640,18 +1565,6 @@ static void handle_packet(struct state *s, struct conn *c, char **f, int nf, int
 	}
 }
 
-/* split_fields splits a packet of n > 0 bytes ending in NUL into its strings
- * (f has MAX_FIELDS entries); -1 if there are more than MAX_FIELDS. */
-static int split_fields(char *buf, ssize_t n, char **f)
-{
-	int nf = 0;
-	for (char *p = buf; p < buf + n; p += strlen(p) + 1) {
-		if (nf == MAX_FIELDS)
-			return -1;
-		f[nf++] = p;
-	}
-	return nf;
-}
 
 /* conn_read receives and handles one packet. */
 static void conn_read(struct state *s, struct conn *c)

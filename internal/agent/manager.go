@@ -280,6 +280,13 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		}
 	}
 	info.QoS = m.qosInfo()
+	for _, drv := range m.drivers.All() {
+		if v, ok := drv.(interface {
+			VMInfo(context.Context) *api.VMInfo
+		}); ok {
+			info.VM = v.VMInfo(ctx)
+		}
+	}
 	return info, nil
 }
 

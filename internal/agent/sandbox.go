@@ -59,6 +59,9 @@ func (sb *sandbox) view() api.Sandbox {
 		v.ExpiresAt = &t
 	}
 	v.Network = networkStatus(sb.inst, sb.m.log)
+	if vm, ok := sb.inst.(interface{ VMAccel() *api.VMAccel }); ok {
+		v.VM = vm.VMAccel()
+	}
 	switch {
 	case driver.Exited(sb.inst):
 		v.State = api.StateExited

@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -25,6 +26,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/commit"
 	"github.com/dsec-dev/dsec/internal/container"
+	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
@@ -36,6 +38,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/trajectory"
+	"github.com/dsec-dev/dsec/internal/vm/microvm"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -103,6 +106,9 @@ type Config struct {
 	// set, is the tracer provider instead (tests).
 	OTLPEndpoint string
 	Tracing      *tracing.Provider
+	// NoMicroVM leaves the microvm backend out even when its guest kernel is
+	// installed.
+	NoMicroVM bool
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -210,8 +216,13 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	envs.Spec = blobSpec
+	drivers, err := registerDrivers(cfg, drv)
+	if err != nil {
+		drv.Close()
+		return nil, err
+	}
 	mgr, err := agent.New(ctx, agent.Config{
-		DataDir: cfg.DataDir, Driver: drv, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
+		DataDir: cfg.DataDir, Driver: drv, Drivers: drivers, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
 		MaxLogBytes: cfg.MaxLogBytes, QoS: qcfg, Tracer: obs.tracing, Observer: obs.metrics,
 		MaxFork: cfg.MaxFork, Packer: &commit.Packer{Blobs: blobs, Envs: envs, TempDir: dirs.Commits()},
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
@@ -267,6 +278,22 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	go d.pruneLoop()
 	opened = true
 	return d, nil
+}
+
+// registerDrivers is the node's backends: container (the default) and,
+// when the guest kernel is installed (scripts/setup.sh), microvm.
+func registerDrivers(cfg Config, drv *container.Driver) (*driver.Registry, error) {
+	all := []driver.Driver{drv}
+	if !cfg.NoMicroVM {
+		vm, err := microvm.New(microvm.Config{StateDir: filepath.Join(cfg.DataDir, "microvm"), Logger: cfg.Logger})
+		if err != nil {
+			cfg.Logger.Warn("microvm backend not available", "err", err)
+		} else {
+			all = append(all, vm)
+			go vm.Accel(context.Background()) // the KVM probe, once per host boot
+		}
+	}
+	return driver.NewRegistry(all...)
 }
 
 // pruneLoop applies the trajectory retention limits at start and every 10 minutes.

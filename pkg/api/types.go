@@ -103,6 +103,8 @@ type Sandbox struct {
 	// use) brings it back.
 	Reclaimed bool `json:"reclaimed,omitempty"`
 	KSM       bool `json:"ksm,omitempty"`
+	// VM is how a VM sandbox's guest runs (KVM or TCG, and why).
+	VM *VMAccel `json:"vm,omitempty"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.
@@ -252,6 +254,8 @@ type Info struct {
 	Images   []string `json:"images"`
 	Cgroup   string   `json:"cgroup"` // v1 or v2
 	QoS      *QoSInfo `json:"qos,omitempty"`
+	// VM describes the microvm backend (KVM or TCG, and why) when it is there.
+	VM *VMInfo `json:"vm,omitempty"`
 }
 
 // Image is the body of GET /v1/images/{name} (and an item of GET /v1/images): a

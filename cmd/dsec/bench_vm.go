@@ -1,0 +1,52 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/internal/vm/vmbench"
+)
+
+// benchVMCmd is `dsec bench vm --backend microvm`.
+func benchVMCmd() *cobra.Command {
+	var o vmbench.Options
+	var asJSON bool
+	var backend string
+	c := &cobra.Command{
+		Use:   "vm",
+		Short: "microVM create → first exec vs the floor boot (interleaved), exec true, pause/resume, idle memory with/without free page reporting",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if backend != "microvm" {
+				return fmt.Errorf("bench vm: backend %q is not benchmarked here (microvm)", backend)
+			}
+			r, err := vmbench.Run(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(os.Stdout).Encode(r)
+			}
+			fmt.Printf("acceleration: %s (%s)\n", r.Accel, r.AccelReason)
+			fmt.Printf("floor boot            p50 %8.1f ms  p99 %8.1f ms\n", r.Floor.P50ms, r.Floor.P99ms)
+			fmt.Printf("create → first exec   p50 %8.1f ms  p99 %8.1f ms  (%.2fx / %.2fx the floor; target <= 1.3x)\n",
+				r.CreateExec.P50ms, r.CreateExec.P99ms, r.RatioP50, r.RatioP99)
+			fmt.Printf("exec true             p50 %8.2f ms  p99 %8.2f ms\n", r.ExecTrue.P50ms, r.ExecTrue.P99ms)
+			fmt.Printf("pause / resume        p50 %8.2f ms / %.2f ms\n", r.Pause.P50ms, r.Resume.P50ms)
+			fmt.Printf("idle host memory/VM   PSS %.1f MiB (RSS %.1f) with free page reporting, PSS %.1f MiB (RSS %.1f) without (guest %d MiB)\n",
+				r.IdlePSSFPRMiB, r.IdleRSSFPRMiB, r.IdlePSSNoMiB, r.IdleRSSNoMiB, r.GuestMemMiB)
+			fmt.Printf("idle VMs in 24 GiB    %d (%d without free page reporting)\n", r.FitIn24GiB, r.FitIn24GiBNo)
+			return nil
+		},
+	}
+	c.Flags().StringVar(&backend, "backend", "microvm", "backend (microvm)")
+	c.Flags().IntVar(&o.N, "n", 10, "create rounds, each interleaved with one floor boot")
+	c.Flags().StringVar(&o.Image, "image", "busybox", "image")
+	c.Flags().Int64Var(&o.MemoryMiB, "memory-mib", 512, "guest memory")
+	c.Flags().IntVar(&o.IdleVMs, "idle-vms", 3, "VMs per idle-memory phase (at most 4)")
+	c.Flags().DurationVar(&o.IdleWait, "idle-wait", 0, "idle time before measuring memory (default 30s)")
+	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	return c
+}

@@ -1,0 +1,67 @@
+package microvm
+
+import (
+	"context"
+	"testing"
+
+	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// TestLimits: a guest below the minimum memory is invalid_argument before
+// anything is made; vCPUs round up from the CPU limit.
+func TestLimits(t *testing.T) {
+	for _, mem := range []int64{0, 64 << 20, MinMemory - 1, MaxMemory + 1} {
+		if _, _, _, err := limits(driver.Spec{Memory: mem, CPU: 1}); !errdefs.Is(err, api.CodeInvalidArgument) {
+			t.Errorf("memory %d: %v, want invalid_argument", mem, err)
+		}
+	}
+	v, m, disk, err := limits(driver.Spec{Memory: 256 << 20, CPU: 0.5, Disk: 1})
+	if err != nil || v != 1 || m != 256 || disk != MinDisk {
+		t.Errorf("limits = %d vCPU, %d MiB, disk %d, %v", v, m, disk, err)
+	}
+}
+
+// TestBadLayerKind: an unknown layer kind is invalid_argument.
+func TestBadLayerKind(t *testing.T) {
+	c := &layerCache{dir: t.TempDir()}
+	if _, err := c.image(context.Background(), driver.Layer{Kind: "squashfs", Path: "/x"}); !errdefs.Is(err, api.CodeInvalidArgument) {
+		t.Errorf("squashfs layer: %v, want invalid_argument", err)
+	}
+	if _, err := c.image(context.Background(), driver.Layer{Kind: driver.LayerDir, Path: "/nonexistent/dsec"}); !errdefs.Is(err, api.CodeNotFound) {
+		t.Errorf("missing layer dir: %v, want not_found", err)
+	}
+}
+
+// TestParseEnt reads the agent's LIST entries, names with ':' included.
+func TestParseEnt(t *testing.T) {
+	fi, ok := parseEnt("/d", "41471:7:1700000000.000000005:0:0:4:/tmpa:b")
+	if !ok || fi.Name != "a:b" || fi.Link != "/tmp" || fi.Type != "symlink" || fi.Path != "/d/a:b" {
+		t.Errorf("parseEnt = %+v, %v", fi, ok)
+	}
+	for _, bad := range []string{"", "1:2:3", "x:1:1.0:0:0:0:n", "1:1:1.0:0:0:99:n"} {
+		if _, ok := parseEnt("/", bad); ok {
+			t.Errorf("parseEnt(%q) accepted", bad)
+		}
+	}
+}
+
+func FuzzParseEnt(f *testing.F) {
+	f.Add("33188:5:1.5:0:0:0:file")
+	f.Fuzz(func(t *testing.T, e string) { parseEnt("/", e) })
+}
+
+// TestStripSignature: a signed module loses exactly its signature block.
+func TestStripSignature(t *testing.T) {
+	mod := []byte("\x7fELFmodule-body")
+	sig := []byte("SIGNATURE")
+	info := []byte{0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, byte(len(sig))}
+	signed := append(append(append(append([]byte{}, mod...), sig...), info...), sigMagic...)
+	if got := stripSignature(signed); string(got) != string(mod) {
+		t.Errorf("stripSignature = %q, want %q", got, mod)
+	}
+	if got := stripSignature(mod); string(got) != string(mod) {
+		t.Errorf("unsigned module changed: %q", got)
+	}
+}

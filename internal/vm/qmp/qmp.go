@@ -1,0 +1,126 @@
+// Package qmp is a small client of QEMU's machine protocol (QMP): JSON
+// objects over a unix socket. Dial negotiates capabilities; Execute sends one
+// command and returns its "return" value, skipping asynchronous events. One
+// command runs at a time per connection.
+package qmp
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+)
+
+// Conn is one QMP connection.
+type Conn struct {
+	mu sync.Mutex
+	c  net.Conn
+	r  *bufio.Reader
+}
+
+// Error is an error reply from QEMU.
+type Error struct {
+	Class, Desc string
+}
+
+func (e *Error) Error() string { return "qmp: " + e.Class + ": " + e.Desc }
+
+type reply struct {
+	Return json.RawMessage `json:"return"`
+	Error  *struct {
+		Class string `json:"class"`
+		Desc  string `json:"desc"`
+	} `json:"error"`
+	Event string          `json:"event"`
+	QMP   json.RawMessage `json:"QMP"`
+}
+
+// Dial connects to the QMP socket at path and leaves capabilities
+// negotiation mode.
+func Dial(ctx context.Context, path string) (*Conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("qmp: dial: %w", err)
+	}
+	c := &Conn{c: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	if dl, ok := ctx.Deadline(); ok {
+		_ = nc.SetDeadline(dl)
+	}
+	var greet reply
+	if err := c.read(&greet); err != nil || greet.QMP == nil {
+		nc.Close()
+		return nil, fmt.Errorf("qmp: no greeting: %v", err)
+	}
+	_ = nc.SetDeadline(time.Time{})
+	if _, err := c.Execute(ctx, "qmp_capabilities", nil); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Conn) read(v *reply) error {
+	line, err := c.r.ReadBytes('\n')
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(line, v)
+}
+
+// Execute runs cmd with args (nil: none) and returns QEMU's "return" value.
+func (c *Conn) Execute(ctx context.Context, cmd string, args any) (json.RawMessage, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	req := map[string]any{"execute": cmd}
+	if args != nil {
+		req["arguments"] = args
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return nil, err
+	}
+	dl, ok := ctx.Deadline()
+	if !ok {
+		dl = time.Now().Add(30 * time.Second)
+	}
+	_ = c.c.SetDeadline(dl)
+	defer c.c.SetDeadline(time.Time{})
+	if _, err := c.c.Write(append(b, '\n')); err != nil {
+		return nil, fmt.Errorf("qmp: %s: %w", cmd, err)
+	}
+	for {
+		var r reply
+		if err := c.read(&r); err != nil {
+			return nil, fmt.Errorf("qmp: %s: %w", cmd, err)
+		}
+		if r.Event != "" {
+			continue
+		}
+		if r.Error != nil {
+			return nil, &Error{Class: r.Error.Class, Desc: r.Error.Desc}
+		}
+		return r.Return, nil
+	}
+}
+
+// Status is the run state of the VM ("running", "paused", ...).
+func (c *Conn) Status(ctx context.Context) (string, error) {
+	raw, err := c.Execute(ctx, "query-status", nil)
+	if err != nil {
+		return "", err
+	}
+	var s struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return "", fmt.Errorf("qmp: query-status: %w", err)
+	}
+	return s.Status, nil
+}
+
+// Close closes the connection.
+func (c *Conn) Close() error { return c.c.Close() }

@@ -1,0 +1,64 @@
+package qmp
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// fakeQEMU answers like QEMU: greeting, capabilities, an event before a
+// reply, an error for an unknown command.
+func fakeQEMU(t *testing.T) string {
+	p := filepath.Join(t.TempDir(), "qmp.sock")
+	l, err := net.Listen("unix", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write([]byte(`{"QMP": {"version": {}, "capabilities": []}}` + "\n"))
+		r := bufio.NewScanner(c)
+		for r.Scan() {
+			var req struct{ Execute string }
+			json.Unmarshal(r.Bytes(), &req)
+			switch req.Execute {
+			case "qmp_capabilities":
+				c.Write([]byte(`{"return": {}}` + "\n"))
+			case "query-status":
+				c.Write([]byte(`{"event": "STOP", "timestamp": {}}` + "\n" + `{"return": {"status": "paused", "running": false}}` + "\n"))
+			default:
+				c.Write([]byte(`{"error": {"class": "CommandNotFound", "desc": "The command ` + req.Execute + ` has not been found"}}` + "\n"))
+			}
+		}
+	}()
+	return p
+}
+
+func TestExecute(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, fakeQEMU(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil || st != "paused" {
+		t.Fatalf("status %q, %v; want paused (the event before the reply is skipped)", st, err)
+	}
+	_, err = c.Execute(ctx, "nope", nil)
+	var qe *Error
+	if !errors.As(err, &qe) || qe.Class != "CommandNotFound" {
+		t.Fatalf("unknown command: %v, want a CommandNotFound *Error", err)
+	}
+}
