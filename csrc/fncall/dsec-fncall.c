@@ -505,7 +505,7 @@ static int run_helper(void *arg)
 	struct req *r = &ru->r;
 	uint64_t id = r->id;
 	long long tr[16];
-	int ntr = 0;
+	volatile int ntr = 0; /* vfork below: -Wclobbered */
 	TR();
 	sigset_t all;
 	sigemptyset(&all);

@@ -9,6 +9,6 @@ CC=${CC:-}
 if [ -z "$CC" ]; then
 	if command -v musl-gcc >/dev/null 2>&1; then CC=musl-gcc; else CC=gcc; fi
 fi
-$CC -static -Os -Wall -Wextra -o "$out.tmp" "$src"
+$CC -static -Os -Wall -Wextra -Werror -o "$out.tmp" "$src"
 strip "$out.tmp" 2>/dev/null || true
 mv "$out.tmp" "$out"
