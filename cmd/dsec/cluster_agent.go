@@ -145,6 +145,7 @@ open on a listener of their own.`,
 	f.StringVar(&advertise, "advertise", "", "HOST:PORT API servers reach the node RPC at (default --listen)")
 	f.StringVar(&secretFile, "cluster-secret-file", "", "file holding the cluster secret (mode 0600), the same on every agent and API server")
 	f.StringVar(&metricsListen, "metrics-listen", "", "also serve GET /metrics WITHOUT a token on this address (e.g. 127.0.0.1:9090 for a local Prometheus)")
+	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&labels, "labels", "", "node labels KEY=VALUE,... that creates may constrain on (--constraint)")
 	f.DurationVar(&ttl, "ttl", cluster.DefaultTTL, "lease TTL: the node counts as lost this long after it stops renewing")
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory for the node's state")

@@ -83,6 +83,7 @@ own.`,
 	etcdFlags(f, &ec)
 	f.StringVar(&listen, "listen", "127.0.0.1:7070", "address to serve the API on")
 	f.StringVar(&metricsListen, "metrics-listen", "", "also serve GET /metrics WITHOUT a token on this address (e.g. 127.0.0.1:9090 for a local Prometheus)")
+	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/dsec-apiserver", "directory for DATA_DIR/token")
 	f.StringVar(&secretFile, "cluster-secret-file", "", "file holding the cluster secret (mode 0600), the same on every agent and API server")
 	f.StringVar(&cfg.Name, "name", "", "this API server's name in logs (default apiserver@HOST)")

@@ -20,6 +20,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/tracing"
 )
 
 // Config configures an API server.
@@ -35,8 +36,12 @@ type Config struct {
 	// Placement tunes the engine (K, MaxReplacements, RefreshInterval ...).
 	Placement placement.Config
 	// Name identifies this API server in logs and token records.
-	Name   string
-	Logger *slog.Logger
+	Name string
+	// OTLPEndpoint exports traces (tracing.Config.Endpoint; empty: the OTEL_*
+	// environment, else off). Tracing, when set, is used instead (tests).
+	OTLPEndpoint string
+	Tracing      *tracing.Provider
+	Logger       *slog.Logger
 }
 
 // APIServer is one running API server.
@@ -51,6 +56,7 @@ type APIServer struct {
 	// TokenFile is DATA_DIR/token (written only by the cluster's first API server).
 	TokenFile string
 	svc       *metrics.Service
+	tracing   *tracing.Provider
 	log       *slog.Logger
 	http      *http.Server
 	cancel    context.CancelFunc
@@ -67,6 +73,7 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = slog.New(tracing.LogHandler(cfg.Logger.Handler())) // request IDs in every line
 	if cfg.Name == "" {
 		host, _ := os.Hostname()
 		cfg.Name = "apiserver@" + host
@@ -105,6 +112,12 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	if err != nil {
 		return fail(err)
 	}
+	tp := cfg.Tracing
+	if tp == nil {
+		if tp, err = tracing.New(bg, tracing.Config{Endpoint: cfg.OTLPEndpoint, ServiceName: "dsec-apiserver"}); err != nil {
+			return fail(err)
+		}
+	}
 	rt := NewRouter(RouterConfig{
 		Nodes: w, Engine: eng, Logger: cfg.Logger, Observer: cl,
 		Claims:  cluster.NewRequests(cfg.Etcd, cfg.Prefix),
@@ -113,10 +126,10 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret})
 		},
 	})
-	msvc := m.Wrap(rt, nil, rt)
+	msvc := m.Wrap(rt, tp, rt)
 	srv := server.New(observed{Service: msvc, rt: rt, cl: cl}, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: msvc})
 	return &APIServer{Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
-		svc: msvc, log: cfg.Logger, cancel: cancel}, nil
+		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
 }
 
 // Serve serves the /v1 API, GET /metrics and the dashboard (Handler) on l
@@ -142,5 +155,5 @@ func (a *APIServer) Shutdown(ctx context.Context) error {
 	}
 	a.mu.Unlock()
 	a.cancel()
-	return errors.Join(err, a.Router.Close())
+	return errors.Join(err, a.Router.Close(), a.tracing.Shutdown(ctx))
 }

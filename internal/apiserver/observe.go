@@ -13,6 +13,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/ui"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -109,7 +110,8 @@ func (s watcherNodes) Nodes(context.Context) ([]ui.Node, error) {
 
 // Handler is everything an API server's listener serves: /v1, GET /metrics
 // (same tokens as /v1) and the dashboard at /ui/, with request IDs, server
-// spans and HTTP metrics around them.
+// spans and HTTP metrics around them. (The node RPC does not carry the trace
+// context yet: an agent's spans start their own traces.)
 func (a *APIServer) Handler() http.Handler {
 	mux := http.NewServeMux()
 	rates := ui.NewRates(0, 0)
@@ -130,8 +132,10 @@ func (a *APIServer) route(r *http.Request) string {
 	return a.Server.Route(r)
 }
 
+// observe: request ID and server span first (so every log line of the request
+// carries its ID), then the HTTP metrics.
 func (a *APIServer) observe(h http.Handler) http.Handler {
-	return a.Metrics.HTTP(a.route, h)
+	return tracing.Middleware(a.tracing, a.route, a.Metrics.HTTP(a.route, h))
 }
 
 // guard requires one of the cluster's API tokens before h.

@@ -184,6 +184,9 @@ func TestCluster(t *testing.T) {
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Fatalf("overview: %s %v", resp.Status, err)
 		}
+		if resp.Header.Get("X-Request-Id") == "" {
+			t.Error("the API server's answer carries no X-Request-Id")
+		}
 		total := 0
 		for _, ids := range byNode {
 			total += len(ids)
