@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -10,10 +11,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // agentCmd runs a cluster node: the node agent served over the node RPC and
@@ -21,7 +24,7 @@ import (
 func agentCmd() *cobra.Command {
 	var cfg daemon.Config
 	var ec cluster.ClientConfig
-	var listen, advertise, secretFile, level, labels string
+	var listen, advertise, secretFile, level, labels, metricsListen string
 	var ttl time.Duration
 	c := &cobra.Command{
 		Use:   "agent",
@@ -31,7 +34,11 @@ outlive it: a restarted agent re-adopts them), admits or rejects what API server
 place here (--max-sandboxes), serves them over the node RPC on --listen
 (authenticated with the cluster secret), and keeps a record of itself in etcd
 under a lease of --ttl, renewed with its load every 2 s. A node that stops
-renewing is lost after the TTL: its sandboxes answer node_lost until it is back.`,
+renewing is lost after the TTL: its sandboxes answer node_lost until it is back.
+GET /metrics on --listen serves the node's own metrics behind the node's API
+token (DATA_DIR/token: a static bearer token a Prometheus scraper can hold,
+unlike the node RPC's short-lived signed ones); --metrics-listen serves them
+open on a listener of their own.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(level)
@@ -76,6 +83,16 @@ renewing is lost after the TTL: its sandboxes answer node_lost until it is back.
 			path, h := noderpc.NewHandler(d.NodeService(), noderpc.HandlerOptions{Secret: secret, Logger: log})
 			mux := http.NewServeMux()
 			mux.Handle(path, h)
+			mux.Handle("GET "+daemon.MetricsPath, bearerOnly(d.Token, d.Metrics().Handler()))
+			if metricsListen != "" {
+				ml, err := net.Listen("tcp", metricsListen)
+				if err != nil {
+					_ = d.Shutdown(context.Background(), false)
+					return err
+				}
+				log.Info("dsec agent metrics listening (no token)", "addr", "http://"+ml.Addr().String()+daemon.MetricsPath)
+				go func() { _ = d.ServeMetrics(ml) }()
+			}
 			srv := noderpc.NewServer(mux, noderpc.ServerOptions{Logger: log})
 			l, err := net.Listen("tcp", listen)
 			if err != nil {
@@ -127,6 +144,8 @@ renewing is lost after the TTL: its sandboxes answer node_lost until it is back.
 	f.StringVar(&listen, "listen", "127.0.0.1:7071", "address to serve the node RPC on")
 	f.StringVar(&advertise, "advertise", "", "HOST:PORT API servers reach the node RPC at (default --listen)")
 	f.StringVar(&secretFile, "cluster-secret-file", "", "file holding the cluster secret (mode 0600), the same on every agent and API server")
+	f.StringVar(&metricsListen, "metrics-listen", "", "also serve GET /metrics WITHOUT a token on this address (e.g. 127.0.0.1:9090 for a local Prometheus)")
+	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&labels, "labels", "", "node labels KEY=VALUE,... that creates may constrain on (--constraint)")
 	f.DurationVar(&ttl, "ttl", cluster.DefaultTTL, "lease TTL: the node counts as lost this long after it stops renewing")
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory for the node's state")
@@ -136,6 +155,23 @@ renewing is lost after the TTL: its sandboxes answer node_lost until it is back.
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none (default dir:DATA_DIR/blobs)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	return c
+}
+
+// bearerOnly serves h to requests bearing token, refusing others as /v1 does.
+func bearerOnly(token string, h http.Handler) http.Handler {
+	tok := auth.NewToken(token)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !tok.MatchBearer(r) {
+			e := api.NewError(api.CodeUnauthorized, "missing or invalid bearer token (the node's DATA_DIR/token)")
+			b, _ := json.Marshal(api.ErrorBody{Error: e})
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(e.Status)
+			_, _ = w.Write(append(b, '\n'))
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // parseLabels parses KEY=VALUE,... with the placement engine's label syntax.

@@ -16,7 +16,7 @@ import (
 func apiserverCmd() *cobra.Command {
 	var ec cluster.ClientConfig
 	var cfg apiserver.Config
-	var listen, secretFile, level string
+	var listen, secretFile, level, metricsListen string
 	c := &cobra.Command{
 		Use:   "apiserver",
 		Short: "Run a stateless cluster API server: dsec's /v1 API, placement and routing to the nodes",
@@ -25,7 +25,11 @@ API (same SDKs, same CLI), places new sandboxes on the nodes (power-of-k over th
 registry in etcd), routes every other call to the node the sandbox ID names, and
 keeps nothing of its own: API tokens live in etcd, so every API server accepts
 the same ones. The first API server of a cluster writes its first token to
-DATA_DIR/token.`,
+DATA_DIR/token. Besides /v1 it serves GET /metrics (the API tier's metrics:
+requests, creates and their placement phase, rejections, re-placements, nodes
+by state) and the dashboard at /ui/ (every node of the cluster), both with the
+same tokens as /v1; --metrics-listen serves /metrics open on a listener of its
+own.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(level)
@@ -51,8 +55,18 @@ DATA_DIR/token.`,
 				return err
 			}
 			log.Info("dsec apiserver listening", "addr", "http://"+l.Addr().String(), "nodes", len(a.Watcher.Nodes()), "token_file", a.TokenFile)
-			errc := make(chan error, 1)
+			errc := make(chan error, 2)
 			go func() { errc <- a.Serve(l) }()
+			if metricsListen != "" {
+				ml, err := net.Listen("tcp", metricsListen)
+				if err != nil {
+					_ = l.Close()
+					_ = a.Shutdown(context.Background())
+					return err
+				}
+				log.Info("dsec apiserver metrics listening (no token)", "addr", "http://"+ml.Addr().String()+apiserver.MetricsPath)
+				go func() { errc <- a.ServeMetrics(ml) }()
+			}
 			select {
 			case err = <-errc:
 			case <-ctx.Done():
@@ -68,6 +82,8 @@ DATA_DIR/token.`,
 	f := c.Flags()
 	etcdFlags(f, &ec)
 	f.StringVar(&listen, "listen", "127.0.0.1:7070", "address to serve the API on")
+	f.StringVar(&metricsListen, "metrics-listen", "", "also serve GET /metrics WITHOUT a token on this address (e.g. 127.0.0.1:9090 for a local Prometheus)")
+	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/dsec-apiserver", "directory for DATA_DIR/token")
 	f.StringVar(&secretFile, "cluster-secret-file", "", "file holding the cluster secret (mode 0600), the same on every agent and API server")
 	f.StringVar(&cfg.Name, "name", "", "this API server's name in logs (default apiserver@HOST)")

@@ -9,15 +9,18 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/tracing"
 )
 
 // Config configures an API server.
@@ -33,8 +36,12 @@ type Config struct {
 	// Placement tunes the engine (K, MaxReplacements, RefreshInterval ...).
 	Placement placement.Config
 	// Name identifies this API server in logs and token records.
-	Name   string
-	Logger *slog.Logger
+	Name string
+	// OTLPEndpoint exports traces (tracing.Config.Endpoint; empty: the OTEL_*
+	// environment, else off). Tracing, when set, is used instead (tests).
+	OTLPEndpoint string
+	Tracing      *tracing.Provider
+	Logger       *slog.Logger
 }
 
 // APIServer is one running API server.
@@ -44,10 +51,17 @@ type APIServer struct {
 	Watcher *cluster.Watcher
 	Tokens  *cluster.Tokens
 	Server  *server.Server
+	// Metrics is this API server's registry (GET /metrics).
+	Metrics *metrics.Metrics
 	// TokenFile is DATA_DIR/token (written only by the cluster's first API server).
 	TokenFile string
+	svc       *metrics.Service
+	tracing   *tracing.Provider
+	log       *slog.Logger
 	http      *http.Server
 	cancel    context.CancelFunc
+	mu        sync.Mutex
+	extra     []*http.Server // ServeMetrics
 }
 
 // New starts an API server's background work (watches, placement refresh)
@@ -59,6 +73,7 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	cfg.Logger = slog.New(tracing.LogHandler(cfg.Logger.Handler())) // request IDs in every line
 	if cfg.Name == "" {
 		host, _ := os.Hostname()
 		cfg.Name = "apiserver@" + host
@@ -93,21 +108,34 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		return fail(err)
 	}
 	go eng.Watch(bg)
+	m, cl, err := newMetrics(w)
+	if err != nil {
+		return fail(err)
+	}
+	tp := cfg.Tracing
+	if tp == nil {
+		if tp, err = tracing.New(bg, tracing.Config{Endpoint: cfg.OTLPEndpoint, ServiceName: "dsec-apiserver"}); err != nil {
+			return fail(err)
+		}
+	}
 	rt := NewRouter(RouterConfig{
-		Nodes: w, Engine: eng, Logger: cfg.Logger,
+		Nodes: w, Engine: eng, Logger: cfg.Logger, Observer: cl,
 		Claims:  cluster.NewRequests(cfg.Etcd, cfg.Prefix),
 		Drainer: cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix},
 		Dial: func(n cluster.NodeStatus) session.Service {
 			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret})
 		},
 	})
-	srv := server.New(rt, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: rt})
-	return &APIServer{Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, TokenFile: tokenFile, cancel: cancel}, nil
+	msvc := m.Wrap(rt, tp, rt)
+	srv := server.New(observed{Service: msvc, rt: rt, cl: cl}, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: msvc})
+	return &APIServer{Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
+		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
 }
 
-// Serve serves the /v1 API on l until Shutdown.
+// Serve serves the /v1 API, GET /metrics and the dashboard (Handler) on l
+// until Shutdown.
 func (a *APIServer) Serve(l net.Listener) error {
-	a.http = &http.Server{Handler: a.Server.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	a.http = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
 	err := a.http.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -121,6 +149,11 @@ func (a *APIServer) Shutdown(ctx context.Context) error {
 	if a.http != nil {
 		err = a.http.Shutdown(ctx)
 	}
+	a.mu.Lock()
+	for _, s := range a.extra {
+		err = errors.Join(err, s.Shutdown(ctx))
+	}
+	a.mu.Unlock()
 	a.cancel()
-	return errors.Join(err, a.Router.Close())
+	return errors.Join(err, a.Router.Close(), a.tracing.Shutdown(ctx))
 }

@@ -37,7 +37,10 @@ func forwarded(req api.CreateSandboxRequest) api.CreateSandboxRequest {
 // Create implements session.Service: place, then let the node admit it,
 // re-placing on rejection.
 func (r *Router) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
-	d, err := r.cfg.Engine.Place(ctx, placementRequest(req))
+	preq := placementRequest(req)
+	t0 := time.Now()
+	d, err := r.cfg.Engine.Place(ctx, preq)
+	r.cfg.Observer.Placed(preq.Backend, time.Since(t0), err)
 	if err != nil {
 		// A retry of a create that already has its node needs no new room.
 		if holder, herr := r.claimed(ctx, req.RequestID); herr == nil && holder != "" {
@@ -81,11 +84,14 @@ func (r *Router) admit(ctx context.Context, d *placement.Decision, req api.Creat
 			return api.Sandbox{}, err
 		}
 		r.log.Debug("node rejected a sandbox; placing it again", "node", node, "err", err)
+		backend := placementRequest(req).Backend
+		r.cfg.Observer.Rejected(backend, err)
 		d, err = r.cfg.Engine.Reject(ctx, d, err)
 		if err != nil {
 			r.dropClaim(req.RequestID, claimed)
 			return api.Sandbox{}, err
 		}
+		r.cfg.Observer.Replaced(backend)
 	}
 }
 
@@ -234,11 +240,18 @@ func (r *Router) placeAll(ctx context.Context, reqs []api.CreateSandboxRequest) 
 		same = same && sameShape(preqs[0], preqs[i])
 	}
 	if same {
-		return r.cfg.Engine.PlaceBatch(ctx, preqs[0], len(reqs))
+		t0 := time.Now()
+		ds, err := r.cfg.Engine.PlaceBatch(ctx, preqs[0], len(reqs))
+		for range reqs {
+			r.cfg.Observer.Placed(preqs[0].Backend, time.Since(t0), err)
+		}
+		return ds, err
 	}
 	ds := make([]*placement.Decision, 0, len(reqs))
 	for i, p := range preqs {
+		t0 := time.Now()
 		d, err := r.cfg.Engine.Place(ctx, p)
+		r.cfg.Observer.Placed(p.Backend, time.Since(t0), err)
 		if err != nil {
 			for _, done := range ds {
 				r.cfg.Engine.Release(done)

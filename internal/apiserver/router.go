@@ -44,7 +44,10 @@ type RouterConfig struct {
 	Claims Claims
 	// Drainer serves drain and undrain (nil: refused).
 	Drainer Drainer
-	Logger  *slog.Logger
+	// Observer is told about placements, rejections and re-placements
+	// (metrics.Cluster); nil: nobody.
+	Observer Observer
+	Logger   *slog.Logger
 }
 
 // Router is the cluster's session.Service (see the package doc). It also
@@ -76,6 +79,9 @@ var (
 func NewRouter(cfg RouterConfig) *Router {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	return &Router{cfg: cfg, log: cfg.Logger, clients: map[string]nodeClient{}}
 }

@@ -9,6 +9,8 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/metrics"
+	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -198,6 +200,7 @@ type rig struct {
 	engine *placement.Engine
 	r      *Router
 	claims *memClaims
+	m      *metrics.Metrics
 }
 
 // newRig makes nodes n1..nN; capacity is what the engine believes (0: none),
@@ -215,9 +218,28 @@ func newRig(t *testing.T, n, capacity, max int) *rig {
 	if err := g.engine.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	g.r = NewRouter(RouterConfig{Nodes: g.view, Engine: g.engine, Claims: g.claims,
+	g.m = metrics.New(metrics.Options{NoProcess: true, Backends: []string{"container"}, DefaultBackend: "container"})
+	cl, err := g.m.NewCluster(func() []metrics.ClusterNode { return clusterNodes(g.view.Nodes()) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.r = NewRouter(RouterConfig{Nodes: g.view, Engine: g.engine, Claims: g.claims, Observer: cl,
 		Dial: func(n cluster.NodeStatus) session.Service { return g.nodes[n.Name] }})
 	return g
+}
+
+// gather reads the rig's metrics.
+func (g *rig) gather(t *testing.T) metricstest.Families {
+	t.Helper()
+	mfs, err := g.m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fams := metricstest.Families{}
+	for _, f := range mfs {
+		fams[f.GetName()] = f
+	}
+	return fams
 }
 
 func TestCreateSpreadsAndRoutes(t *testing.T) {
@@ -302,8 +324,28 @@ func TestRejectionAndBackpressure(t *testing.T) {
 			t.Errorf("%s holds %d", n.name, n.count())
 		}
 	}
-	if st := g.engine.Stats(); st.Rejections == 0 {
-		t.Errorf("no rejection counted: %+v", st)
+	st := g.engine.Stats()
+	if st.Rejections == 0 || st.Replacements == 0 {
+		t.Errorf("no rejection or re-placement counted: %+v", st)
+	}
+	// The router's Observer counts what the engine saw: 7 placements, every
+	// rejection by its code, every re-placement; the nodes by state.
+	fams := g.gather(t)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"dsec_sandbox_create_phase_duration_seconds_count", []string{"phase=placement", "backend=container"}, 7},
+		{"dsec_admission_rejections_total", []string{"backend=container", "code=resource_exhausted"}, float64(st.Rejections)},
+		{"dsec_replacements_total", []string{"backend=container"}, float64(st.Replacements)},
+		{"dsec_cluster_nodes", []string{"state=ready"}, 3},
+		{"dsec_cluster_nodes", []string{"state=lost"}, 0},
+		{"dsec_cluster_node_capacity_sandboxes", []string{"node=n1"}, 100},
+	} {
+		if got := fams.Value(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
 	}
 }
 

@@ -27,6 +27,13 @@ type Node struct {
 	Version  string   `json:"version,omitempty"`
 	Backends []string `json:"backends,omitempty"`
 	Cgroup   string   `json:"cgroup,omitempty"`
+	// In a cluster (an API server's NodeSource): the node's RPC address, its
+	// state (ready, draining, lost), its admission limit and its placement
+	// load score (0 idle .. 1 full), as its last report in etcd says.
+	Addr         string  `json:"addr,omitempty"`
+	State        string  `json:"state,omitempty"`
+	MaxSandboxes int64   `json:"max_sandboxes,omitempty"`
+	Score        float64 `json:"load_score,omitempty"`
 	// Capacity: CPUs and memory of the machine.
 	CPUs        int   `json:"cpus"`
 	MemoryBytes int64 `json:"memory_bytes"`

@@ -83,7 +83,7 @@ func (h *Handler) terminal(w http.ResponseWriter, r *http.Request) {
 		closeWith(ctx, c, CloseBadRequest, errdefs.Invalid("%v", err))
 		return
 	}
-	if !h.tok.Match(hello.Token) {
+	if !h.tok(hello.Token) {
 		closeWith(ctx, c, CloseUnauthorized, api.NewError(api.CodeUnauthorized, "invalid token: the dashboard's token does not match the server's"))
 		return
 	}

@@ -34,6 +34,9 @@ const Prefix = "/ui/"
 type Options struct {
 	// Token is the API bearer token; empty refuses every API call (fail closed).
 	Token string
+	// Authorize, when set, decides instead of Token which bearer tokens are
+	// accepted (a cluster's API servers share their tokens through etcd).
+	Authorize func(token string) bool
 	// Service lists sandboxes for the overview and runs terminals.
 	Service session.Service
 	// Nodes gives the nodes' capacity and load; nil: one node, this one
@@ -56,7 +59,7 @@ type Options struct {
 // Handler serves the dashboard under Prefix.
 type Handler struct {
 	opts Options
-	tok  auth.Token
+	tok  func(token string) bool
 	log  *slog.Logger
 	mux  *http.ServeMux
 	cpu  cpuSampler
@@ -77,7 +80,11 @@ func New(opts Options) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{opts: opts, tok: auth.NewToken(opts.Token), log: log, mux: http.NewServeMux()}
+	tok := opts.Authorize
+	if tok == nil {
+		tok = auth.NewToken(opts.Token).Match
+	}
+	h := &Handler{opts: opts, tok: tok, log: log, mux: http.NewServeMux()}
 	static := http.StripPrefix(strings.TrimSuffix(Prefix, "/"), http.FileServerFS(opts.Assets))
 	h.mux.Handle("GET "+Prefix+"{$}", noCache(static))
 	h.mux.Handle("GET "+Prefix+"assets/", immutable(static))
@@ -97,7 +104,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.Serv
 // bearer refuses a request without the token, as /v1 does.
 func (h *Handler) bearer(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !h.tok.MatchBearer(r) {
+		if got, ok := auth.Bearer(r); !ok || !h.tok(got) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
 			writeError(w, api.NewError(api.CodeUnauthorized, "missing or invalid bearer token"))
 			return

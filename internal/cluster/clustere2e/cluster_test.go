@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
@@ -98,6 +99,104 @@ func TestCluster(t *testing.T) {
 		for _, a := range e.agents {
 			if len(byNode[a.node]) == 0 {
 				t.Errorf("no sandbox on %s: %v", a.node, byNode)
+			}
+		}
+	})
+
+	t.Run("metrics and dashboard of the API tier and the agents", func(t *testing.T) {
+		url := "http://" + e.apiAddr[0]
+		before, err := metricstest.Scrape(url+"/metrics", e.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		create(t, 0, api.CreateSandboxRequest{})
+		create(t, 0, api.CreateSandboxRequest{})
+		after, err := metricstest.Scrape(url+"/metrics", e.token)
+		if err != nil {
+			t.Fatal(err)
+		}
+		delta := func(name string, labels ...string) float64 {
+			return after.Value(name, labels...) - before.Value(name, labels...)
+		}
+		if d := delta("dsec_sandbox_creates_total", "backend=container", "result=ok"); d != 2 {
+			t.Errorf("creates_total moved by %v, want 2", d)
+		}
+		if d := delta("dsec_sandbox_create_phase_duration_seconds_count", "backend=container", "phase=placement"); d != 2 {
+			t.Errorf("placement phase count moved by %v, want 2", d)
+		}
+		if d := delta("dsec_http_requests_total", "method=POST", "status=201"); d != 2 {
+			t.Errorf("http_requests_total{POST,201} moved by %v, want 2", d)
+		}
+		if v := after.Value("dsec_cluster_nodes", "state=ready"); v != 3 {
+			t.Errorf("dsec_cluster_nodes{state=ready} = %v, want 3", v)
+		}
+		for _, tok := range []string{"", "wrong-" + randHex(4)} {
+			if _, err := metricstest.Scrape(url+"/metrics", tok); err == nil || !strings.Contains(err.Error(), "401") {
+				t.Errorf("/metrics with token %q: %v, want 401", tok, err)
+			}
+		}
+		// The agent's own registry, behind the node's DATA_DIR/token.
+		a := e.agents[0]
+		ntok, err := os.ReadFile(filepath.Join(a.dataDir, "token"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		nm, err := metricstest.Scrape("http://"+a.addr+"/metrics", strings.TrimSpace(string(ntok)))
+		if err != nil {
+			t.Fatalf("agent /metrics: %v", err)
+		}
+		// (The node RPC serves the agent itself, not the session decorator:
+		// an agent's creates show in its phases and its sandboxes gauge.)
+		if v := nm.Value("dsec_sandboxes", "state=running"); v != float64(len(byNode[a.node])) {
+			t.Errorf("agent %s: dsec_sandboxes{state=running} = %v, want the %d it holds", a.node, v, len(byNode[a.node]))
+		}
+		if v := nm.Value("dsec_sandbox_create_phase_duration_seconds_count", "phase=admission"); v != float64(len(byNode[a.node])) {
+			t.Errorf("agent %s: admission phase count = %v, want %d", a.node, v, len(byNode[a.node]))
+		}
+		if _, err := metricstest.Scrape("http://"+a.addr+"/metrics", e.token); err == nil {
+			t.Error("agent /metrics accepted the API tier's token")
+		}
+		// The dashboard's overview lists every node from the watcher.
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/ui/api/overview", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("overview without a token: %s, want 401", resp.Status)
+		}
+		req.Header.Set("Authorization", "Bearer "+e.token)
+		resp, err = http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ov struct {
+			Nodes []struct {
+				Name, State, Addr string
+				Sandboxes         int
+				MaxSandboxes      int64 `json:"max_sandboxes"`
+			} `json:"nodes"`
+			Sandboxes struct{ Total int } `json:"sandboxes"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&ov)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("overview: %s %v", resp.Status, err)
+		}
+		if resp.Header.Get("X-Request-Id") == "" {
+			t.Error("the API server's answer carries no X-Request-Id")
+		}
+		total := 0
+		for _, ids := range byNode {
+			total += len(ids)
+		}
+		if len(ov.Nodes) != 3 || ov.Sandboxes.Total != total {
+			t.Fatalf("overview: %+v, want 3 nodes and %d sandboxes", ov, total)
+		}
+		for _, n := range ov.Nodes {
+			if n.State != "ready" || n.Addr == "" || n.MaxSandboxes != 12 || n.Sandboxes != len(byNode[n.Name]) {
+				t.Errorf("overview node %+v, want ready, max 12, %d sandboxes", n, len(byNode[n.Name]))
 			}
 		}
 	})

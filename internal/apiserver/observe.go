@@ -1,0 +1,176 @@
+package apiserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/auth"
+	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/metrics"
+	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/tracing"
+	"github.com/dsec-dev/dsec/internal/ui"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// MetricsPath is where an API server serves Prometheus metrics (behind the
+// API token; ServeMetrics serves them open on a listener of their own).
+const MetricsPath = "/metrics"
+
+// Observer is told about the router's placement work (metrics.Cluster).
+type Observer interface {
+	// Placed: one sandbox's placement took d (err: nothing fitted).
+	Placed(backend string, d time.Duration, err error)
+	// Rejected: a node's admission refused a sandbox placed on it.
+	Rejected(backend string, err error)
+	// Replaced: a rejected sandbox was placed again.
+	Replaced(backend string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Placed(string, time.Duration, error) {}
+func (nopObserver) Rejected(string, error)              {}
+func (nopObserver) Replaced(string)                     {}
+
+// observed is the metrics decorator over the router, keeping the router's
+// batch creates (counted as creates) and node administration, which the
+// decorator does not pass on.
+type observed struct {
+	*metrics.Service
+	rt *Router
+	cl *metrics.Cluster
+}
+
+var (
+	_ server.BatchCreator = observed{}
+	_ server.NodeAdmin    = observed{}
+)
+
+// CreateBatch implements server.BatchCreator.
+func (o observed) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
+	t0 := time.Now()
+	out, err := o.rt.CreateBatch(ctx, reqs)
+	backend := ""
+	if len(reqs) > 0 {
+		backend = reqs[0].Backend
+	}
+	o.cl.Batch(backend, len(reqs), time.Since(t0), err)
+	return out, err
+}
+
+// ListNodes implements server.NodeAdmin.
+func (o observed) ListNodes(ctx context.Context) ([]api.Node, error) { return o.rt.ListNodes(ctx) }
+
+// SetDrain implements server.NodeAdmin.
+func (o observed) SetDrain(ctx context.Context, node string, drain bool) error {
+	return o.rt.SetDrain(ctx, node, drain)
+}
+
+// newMetrics returns the API tier's registry: the session decorator's and
+// HTTP metrics plus the cluster's (metrics.Cluster over the watcher).
+func newMetrics(w *cluster.Watcher) (*metrics.Metrics, *metrics.Cluster, error) {
+	m := metrics.New(metrics.Options{DefaultBackend: api.BackendContainer,
+		Backends: []string{api.BackendContainer, api.BackendMicroVM, api.BackendFullVM, api.BackendFnCall}})
+	cl, err := m.NewCluster(func() []metrics.ClusterNode { return clusterNodes(w.Nodes()) })
+	if err != nil {
+		return nil, nil, err
+	}
+	return m, cl, nil
+}
+
+func clusterNodes(ns []cluster.NodeStatus) []metrics.ClusterNode {
+	out := make([]metrics.ClusterNode, len(ns))
+	for i, n := range ns {
+		out[i] = metrics.ClusterNode{Name: n.Name, State: string(n.State),
+			CapacitySandboxes: n.Capacity.Sandboxes, Sandboxes: n.Load.Sandboxes}
+	}
+	return out
+}
+
+// watcherNodes is the dashboard's NodeSource: every node of the cluster from
+// the watcher (no calls to the nodes); the overview counts their sandboxes from
+// the router's list.
+type watcherNodes struct{ w *cluster.Watcher }
+
+func (s watcherNodes) Nodes(context.Context) ([]ui.Node, error) {
+	ns := s.w.Nodes()
+	out := make([]ui.Node, len(ns))
+	for i, n := range ns {
+		out[i] = ui.Node{Name: n.Name, Addr: n.Addr, State: string(n.State), Version: n.Version, Backends: n.Backends,
+			MaxSandboxes: n.Capacity.Sandboxes, Score: placement.Score(n.Capacity, n.Load)}
+	}
+	return out, nil
+}
+
+// Handler is everything an API server's listener serves: /v1, GET /metrics
+// (same tokens as /v1) and the dashboard at /ui/, with request IDs, server
+// spans and HTTP metrics around them. (The node RPC does not carry the trace
+// context yet: an agent's spans start their own traces.)
+func (a *APIServer) Handler() http.Handler {
+	mux := http.NewServeMux()
+	rates := ui.NewRates(0, 0)
+	mux.Handle(ui.Prefix, ui.New(ui.Options{Authorize: a.Tokens.Match, Service: a.svc, Nodes: watcherNodes{a.Watcher},
+		Rates: rates, Logger: a.log}))
+	mux.Handle("GET "+MetricsPath, a.guard(a.Metrics.Handler()))
+	mux.Handle("/", a.Server.Handler())
+	return a.observe(rates.Count(mux))
+}
+
+func (a *APIServer) route(r *http.Request) string {
+	switch {
+	case r.URL.Path == MetricsPath:
+		return MetricsPath
+	case len(r.URL.Path) >= len(ui.Prefix) && r.URL.Path[:len(ui.Prefix)] == ui.Prefix:
+		return ui.Prefix
+	}
+	return a.Server.Route(r)
+}
+
+// observe: request ID and server span first (so every log line of the request
+// carries its ID), then the HTTP metrics.
+func (a *APIServer) observe(h http.Handler) http.Handler {
+	return tracing.Middleware(a.tracing, a.route, a.Metrics.HTTP(a.route, h))
+}
+
+// guard requires one of the cluster's API tokens before h.
+func (a *APIServer) guard(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if tok, ok := auth.Bearer(r); !ok || !a.Tokens.Match(tok) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
+			writeUnauthorized(w)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+func writeUnauthorized(w http.ResponseWriter) {
+	e := api.NewError(api.CodeUnauthorized, "missing or invalid bearer token")
+	b, _ := json.Marshal(api.ErrorBody{Error: e})
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set(metrics.ErrorHeader, string(e.Code))
+	w.WriteHeader(e.Status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+// ServeMetrics serves GET /metrics on l WITHOUT a token (dsec apiserver
+// --metrics-listen), until Shutdown.
+func (a *APIServer) ServeMetrics(l net.Listener) error {
+	mux := http.NewServeMux()
+	mux.Handle("GET "+MetricsPath, a.Metrics.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
+	a.mu.Lock()
+	a.extra = append(a.extra, srv)
+	a.mu.Unlock()
+	err := srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
