@@ -71,7 +71,8 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// signer puts a fresh cluster token on every request.
+// signer puts a fresh cluster token and the caller's trace context on every
+// request.
 type signer struct {
 	next   http.RoundTripper
 	secret []byte
@@ -81,6 +82,7 @@ type signer struct {
 func (s *signer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+signToken(s.secret, s.now()))
+	injectTrace(r.Context(), r.Header)
 	return s.next.RoundTrip(r)
 }
 

@@ -121,7 +121,7 @@ func StatusOf(ctx context.Context, svc session.Service) (Status, error) {
 }
 
 // authInterceptor refuses every request without a valid cluster token before
-// its handler runs.
+// its handler runs, and continues the caller's trace in the handler's context.
 type authInterceptor struct{ h *handler }
 
 func (a *authInterceptor) check(hdr http.Header, procedure string) error {
@@ -137,7 +137,7 @@ func (a *authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if err := a.check(req.Header(), req.Spec().Procedure); err != nil {
 			return nil, err
 		}
-		return next(ctx, req)
+		return next(extractTrace(ctx, req.Header()), req)
 	}
 }
 
@@ -150,6 +150,6 @@ func (a *authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 		if err := a.check(conn.RequestHeader(), conn.Spec().Procedure); err != nil {
 			return err
 		}
-		return next(ctx, conn)
+		return next(extractTrace(ctx, conn.RequestHeader()), conn)
 	}
 }
