@@ -17,7 +17,7 @@ SUITE=bookworm
 PRESEED_DIR=/var/lib/dsec/images/.debian-build
 PRESEED_LOG=/tmp/debootstrap.log
 
-PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-14-dev make iproute2 python3 python3-pytest python3-setuptools python3-pip erofs-utils ca-certificates git qemu-system-x86 e2fsprogs xz-utils"
+PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-14-dev make iproute2 python3 python3-pytest python3-setuptools python3-pip erofs-utils ca-certificates git qemu-system-x86 qemu-utils e2fsprogs xz-utils"
 
 log() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -267,5 +267,7 @@ build_vm_kernel
 build_busybox
 build_debian
 build_judge
+# The fullvm base image "desktop" (a separate, idempotent step).
+DSEC_IMAGES_DIR="$DSEC_IMAGES_DIR" DEBIAN_MIRROR="$DEBIAN_MIRROR" sh "$(dirname "$0")/fullvm-image.sh"
 
 log "done in $(since "$T0") (images in $DSEC_IMAGES_DIR)"
