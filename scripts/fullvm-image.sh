@@ -5,7 +5,8 @@
 # (modesetting on q35's std VGA through bochs-drm), an xterm in an X session started at boot (dsec-desktop.service,
 # X as root on vt7, no display manager) and dsec-vmagent.service, which runs
 # the guest agent the host hands in through fw_cfg (opt/dsec/vmagent), so the
-# agent always matches the daemon. It lands in $DSEC_IMAGES_DIR/desktop:
+# agent always matches the daemon (installed at each start into
+# /usr/local/sbin: /run is noexec). It lands in $DSEC_IMAGES_DIR/desktop:
 #   image.json, rootfs/   a directory image like the others (containers can use it)
 #   fullvm/disk.qcow2     the same tree as an ext4 file system (no partition
 #                         table): the shared base of every fullvm overlay
@@ -16,7 +17,7 @@ DSEC_IMAGES_DIR=${DSEC_IMAGES_DIR:-/var/lib/dsec/images}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 NAME=desktop
 OUT="$DSEC_IMAGES_DIR/$NAME"
-PKGS="linux-image-amd64,systemd-sysv,udev,kmod,xserver-xorg-core,xserver-xorg-input-libinput,xinit,xterm,x11-xserver-utils,xfonts-base"
+PKGS="linux-image-amd64,systemd-sysv,udev,kmod,xserver-xorg-core,xserver-xorg-input-libinput,xinit,xterm,x11-xserver-utils,xfonts-base,busybox-static"
 
 log() { printf 'fullvm-image: %s\n' "$*" >&2; }
 die() { printf 'fullvm-image: ERROR: %s\n' "$*" >&2; exit 1; }
@@ -69,8 +70,10 @@ DefaultDependencies=no
 After=systemd-udevd.service local-fs.target
 [Service]
 ExecStartPre=/sbin/modprobe -a qemu_fw_cfg virtio_console
-ExecStartPre=/bin/sh -c 'until [ -r /sys/firmware/qemu_fw_cfg/by_name/opt/dsec/vmagent/raw ]; do sleep 0.05; done; install -m 0755 /sys/firmware/qemu_fw_cfg/by_name/opt/dsec/vmagent/raw /run/dsec-vmagent'
-ExecStart=/run/dsec-vmagent --service
+ExecStartPre=/bin/sh -c 'until [ -r /sys/firmware/qemu_fw_cfg/by_name/opt/dsec/vmagent/raw ]; do sleep 0.05; done; install -m 0755 /sys/firmware/qemu_fw_cfg/by_name/opt/dsec/vmagent/raw /usr/local/sbin/dsec-vmagent'
+ExecStart=/usr/local/sbin/dsec-vmagent --service
+StandardOutput=journal+console
+StandardError=journal+console
 Restart=always
 RestartSec=0.2
 [Install]
