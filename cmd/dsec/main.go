@@ -33,6 +33,7 @@ func main() {
 		pauseCmd(), cpuClassCmd(), stateCmd("resume"), stateCmd("reset"), trajCmd(), benchCmd(), demoCmd(), fnCallCmd(), layerdCmd())
 	root.AddCommand(imageCmd(), forkCmd(), commitCmd())
 	root.AddCommand(networkCmd())
+	root.AddCommand(screenshotCmd(), inputCmd())
 	err := root.ExecuteContext(ctx)
 	var ee exitError
 	switch {

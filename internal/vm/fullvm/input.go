@@ -2,6 +2,7 @@ package fullvm
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +38,7 @@ var qcodes = func() map[string]bool {
 		m[string(c)] = true
 	}
 	for i := 1; i <= 12; i++ {
-		m["f"+itoa(i)] = true
+		m["f"+strconv.Itoa(i)] = true
 	}
 	return m
 }()
@@ -79,13 +80,6 @@ var charKeys = func() map[rune]stroke {
 type stroke struct {
 	key   string
 	shift bool
-}
-
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
-	}
-	return string(rune('0'+i/10)) + string(rune('0'+i%10))
 }
 
 // chord parses a key name or chord ("ctrl-alt-delete", "Return", "a") into

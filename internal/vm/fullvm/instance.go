@@ -17,6 +17,7 @@ type core interface {
 	driver.Stats
 	VMAccel() *api.VMAccel
 	QMP(ctx context.Context, fn func(*qmp.Conn) error) error
+	Release()
 }
 
 // instance is one full VM: the microvm instance plus the display.

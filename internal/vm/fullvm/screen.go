@@ -17,8 +17,9 @@ import (
 	"github.com/dsec-dev/dsec/internal/vm/qmp"
 )
 
-// maxSide bounds a PPM's width and height (QEMU's displays are far smaller).
-const maxSide = 16384
+// maxSide bounds a PPM's width and height (16 MiB of VGA memory holds at
+// most 2560x1600 at 32 bits per pixel).
+const maxSide = 4096
 
 // Screenshot implements driver.Screenshotter: QMP screendump writes the
 // display as a PPM into the VM's directory, which becomes a PNG.

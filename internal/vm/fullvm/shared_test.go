@@ -129,7 +129,7 @@ type leaseRecord struct {
 	VM    json.RawMessage `json:"vm"`
 }
 
-func (l leaseDriver) Name() string                       { return l.real.Name() }
+func (l leaseDriver) Name() string                      { return l.real.Name() }
 func (l leaseDriver) Capabilities() driver.Capabilities { return l.real.Capabilities() }
 
 func (l leaseDriver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, error) {
@@ -169,6 +169,10 @@ func (l leaseDriver) Recover(ctx context.Context, spec driver.Spec, raw json.Raw
 	if err != nil {
 		return nil, err
 	}
+	// The previous agent process "dies": it lets go of QMP and the channel.
+	sharedMu.Lock()
+	sharedVM.(interface{ Release() }).Release()
+	sharedMu.Unlock()
 	inst, err := d2.Recover(ctx, sharedSp, r.VM)
 	if err != nil {
 		return nil, err

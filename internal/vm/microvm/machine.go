@@ -76,3 +76,19 @@ func (in *instance) QMP(ctx context.Context, fn func(*qmp.Conn) error) error {
 	}
 	return nil
 }
+
+// Release drops this process's QMP and agent connections and leaves the VM
+// running, as a restarting agent process does (QEMU's QMP socket takes one
+// client at a time): tests that re-adopt a VM from the same process use it.
+func (in *instance) Release() {
+	in.mu.Lock()
+	cl, q := in.cl, in.qm
+	in.cl, in.qm = nil, nil
+	in.mu.Unlock()
+	if cl != nil {
+		cl.Close()
+	}
+	if q != nil {
+		q.Close()
+	}
+}
