@@ -70,7 +70,7 @@ DefaultDependencies=no
 After=systemd-udevd.service local-fs.target
 [Service]
 ExecStartPre=/sbin/modprobe -a qemu_fw_cfg virtio_console
-ExecStartPre=/bin/sh -c 'until [ -r /sys/firmware/qemu_fw_cfg/by_name/opt/dsec/vmagent/raw ]; do sleep 0.05; done; install -m 0755 /sys/firmware/qemu_fw_cfg/by_name/opt/dsec/vmagent/raw /usr/local/sbin/dsec-vmagent'
+ExecStartPre=/bin/sh -c 'f=/sys/firmware/qemu_fw_cfg/by_name/opt/dsec/vmagent/raw; for i in $$(seq 200); do [ -r $$f ] && break; sleep 0.05; done; install -m 0755 $$f /usr/local/sbin/dsec-vmagent'
 ExecStart=/usr/local/sbin/dsec-vmagent --service
 StandardOutput=journal+console
 StandardError=journal+console
