@@ -38,8 +38,8 @@ func benchVMCmd() *cobra.Command {
 				r.CreateExec.P50ms, r.CreateExec.P99ms, r.RatioP50, r.RatioP99)
 			fmt.Printf("exec true             p50 %8.2f ms  p99 %8.2f ms\n", r.ExecTrue.P50ms, r.ExecTrue.P99ms)
 			fmt.Printf("pause / resume        p50 %8.2f ms / %.2f ms\n", r.Pause.P50ms, r.Resume.P50ms)
-			fmt.Printf("idle host RSS per VM  %.1f MiB with free page reporting, %.1f MiB without (guest %d MiB)\n",
-				r.IdleRSSFPRMiB, r.IdleRSSNoMiB, r.GuestMemMiB)
+			fmt.Printf("idle host memory/VM   PSS %.1f MiB (RSS %.1f) with free page reporting, PSS %.1f MiB (RSS %.1f) without (guest %d MiB)\n",
+				r.IdlePSSFPRMiB, r.IdleRSSFPRMiB, r.IdlePSSNoMiB, r.IdleRSSNoMiB, r.GuestMemMiB)
 			fmt.Printf("idle VMs in 24 GiB    %d (%d without free page reporting)\n", r.FitIn24GiB, r.FitIn24GiBNo)
 			return nil
 		},

@@ -32,7 +32,7 @@ func main() {
 	root.AddCommand(serverCmd(), createCmd(), execCmd(), shellCmd(), lsCmd(), rmCmd(), cpCmd(), inspectCmd(),
 		pauseCmd(), cpuClassCmd(), stateCmd("resume"), stateCmd("reset"), trajCmd(), benchCmd(), demoCmd(), fnCallCmd(), layerdCmd())
 	root.AddCommand(imageCmd(), forkCmd(), commitCmd())
-	root.AddCommand(networkCmd())
+	root.AddCommand(networkCmd(), infoCmd())
 	root.AddCommand(screenshotCmd(), inputCmd())
 	err := root.ExecuteContext(ctx)
 	var ee exitError

@@ -514,3 +514,7 @@ func cutLast(s string) (before, after string, ok bool) {
 	}
 	return s[:i], s[i+1:], true
 }
+
+// ExecPacket is the EXEC request for req without its fds: for agents that
+// carry stdio as streams instead (the microVM guest agent, internal/vm).
+func ExecPacket(req ExecRequest) (*Packet, error) { return execPacket(req) }

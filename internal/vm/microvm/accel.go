@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -39,8 +40,13 @@ func (d *Driver) Accel(ctx context.Context) AccelInfo {
 	return a
 }
 
-// VMInfo reports the acceleration for `dsec info` (probing if needed).
+// VMInfo reports the acceleration for `dsec info`; while the probe runs
+// (the first start on a host boot) accel is empty and the reason says so.
 func (d *Driver) VMInfo(ctx context.Context) *api.VMInfo {
+	if !d.accelMu.TryLock() {
+		return &api.VMInfo{Reason: "KVM boot probe running", Kernel: d.kernel, FreePageReporting: !d.cfg.NoFreePageReporting}
+	}
+	d.accelMu.Unlock()
 	a := d.Accel(ctx)
 	return &api.VMInfo{Accel: a.Accel, Reason: a.Reason, Kernel: d.kernel, FreePageReporting: !d.cfg.NoFreePageReporting}
 }
@@ -113,6 +119,8 @@ func (d *Driver) bootFloor(ctx context.Context, accel, mode string) (bool, strin
 	args := d.baseArgs(accel, 1, 256)
 	args = append(args, "-append", d.cmdline(accel)+" dsec.mode="+mode, "-serial", "stdio")
 	cmd := exec.CommandContext(ctx, d.cfg.QEMU, args...)
+	// A probe stuck in a hanging KVM must not outlive this process.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	var out bytes.Buffer
 	pr, pw, err := os.Pipe()
 	if err != nil {

@@ -1,6 +1,7 @@
 package microvm
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"testing"
@@ -19,6 +20,13 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	stateDir = d
+	// The KVM probe (once per host boot, up to ProbeTimeout) before any
+	// test's own deadline runs.
+	if os.Geteuid() == 0 {
+		if drv, err := New(Config{StateDir: stateDir}); err == nil {
+			drv.Accel(context.Background())
+		}
+	}
 	code := m.Run()
 	os.RemoveAll(d)
 	os.Exit(code)

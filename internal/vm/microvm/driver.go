@@ -8,9 +8,9 @@
 // layers converted once with mkfs.erofs into a cache shared by every VM, so
 // the host page cache holds one copy); the writable upper is an ext4 sparse
 // file of the sandbox's disk size; the agent overlays them inside the guest.
-// virtio-pmem with DAX would map the layers without a guest page-cache copy,
-// but QEMU's microvm machine has no memory-device slots for it (it is a
-// pc/q35 feature), so block devices it is.
+// virtio-pmem with DAX would map the layers without a guest page-cache copy;
+// QEMU 7.2 has it only as a PCI device, which on microvm needs pcie=on and
+// the guest's PCI and nvdimm modules: not done yet, block devices it is.
 //
 // The host reaches the agent over a virtio-serial port (a unix socket on the
 // host; there is no vhost-vsock here) with internal/vm/guest's framing of

@@ -351,21 +351,24 @@ func (in *instance) runState(ctx context.Context, cmd string, paused bool) error
 
 // MemoryUsage implements driver.Stats: the QEMU process's resident memory
 // on the host (what the VM costs), not the guest's own view.
-func (in *instance) MemoryUsage() (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(in.st.PID) + "/status")
+func (in *instance) MemoryUsage() (int64, error) { return in.procKB("status", "VmRSS:") }
+
+// procKB reads a "KEY: N kB" line of /proc/PID/file of the QEMU process.
+func (in *instance) procKB(file, key string) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(in.st.PID) + "/" + file)
 	if err != nil {
 		return 0, in.goneErr()
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+		if v, ok := strings.CutPrefix(line, key); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
-				return 0, fmt.Errorf("microvm: VmRSS %q: %w", v, err)
+				return 0, fmt.Errorf("microvm: %s %q: %w", key, v, err)
 			}
 			return kb << 10, nil
 		}
 	}
-	return 0, errors.New("microvm: no VmRSS")
+	return 0, fmt.Errorf("microvm: no %s in /proc/%d/%s", key, in.st.PID, file)
 }
 
 // Dial implements driver.Instance: the agent connects to 127.0.0.1:port in
@@ -502,3 +505,8 @@ func (in *instance) takeOver(ctx context.Context, q *qmp.Conn) error {
 	}
 	return nil
 }
+
+// ProportionalMemory is the QEMU process's PSS: its resident memory with
+// pages shared with other VMs (the kernel image, layer pages in the page
+// cache) divided among them.
+func (in *instance) ProportionalMemory() (int64, error) { return in.procKB("smaps_rollup", "Pss:") }

@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -22,43 +21,27 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// execPacket is the agent's EXEC request for p (the container init's fields
-// plus the terminal size).
+// execPacket is the agent's EXEC request for p: the container init's
+// (initproto.ExecPacket) plus the terminal size.
 func execPacket(p driver.ProcSpec) (*initproto.Packet, error) {
-	if len(p.Args) == 0 {
-		return nil, errdefs.Invalid("exec without args")
-	}
-	pk := initproto.NewPacket("EXEC")
-	for _, a := range p.Args {
-		pk.Add("arg", a)
-	}
-	for _, e := range p.Env {
-		pk.Add("env", e)
-	}
-	if p.Cwd != "" {
-		pk.Add("cwd", p.Cwd)
-	}
 	if p.UID < 0 || p.GID < 0 {
 		return nil, errdefs.Invalid("negative uid or gid")
 	}
-	pk.Add("uid", strconv.Itoa(p.UID)).Add("gid", strconv.Itoa(p.GID))
-	if len(p.Groups) > 0 {
-		gs := make([]string, len(p.Groups))
-		for i, g := range p.Groups {
-			gs[i] = strconv.Itoa(g)
-		}
-		pk.Add("groups", strings.Join(gs, ","))
-	}
-	if p.Tag != "" {
-		pk.Add("tag", p.Tag)
-	}
+	req := initproto.ExecRequest{Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.UID, GID: p.GID, Groups: p.Groups,
+		Tag: p.Tag, TTY: p.TTY != nil}
 	if p.TTY != nil {
 		if err := procio.CheckSize(p.TTY.Cols, p.TTY.Rows); err != nil {
 			return nil, err
 		}
-		pk.Add("tty", "1").Add("cols", strconv.Itoa(p.TTY.Cols)).Add("rows", strconv.Itoa(p.TTY.Rows))
-	} else if p.OutputCap > 0 {
-		pk.Add("outcap", strconv.FormatInt(p.OutputCap, 10))
+	} else {
+		req.OutputCap = p.OutputCap
+	}
+	pk, err := initproto.ExecPacket(req)
+	if err != nil {
+		return nil, err
+	}
+	if p.TTY != nil {
+		pk.Add("cols", strconv.Itoa(p.TTY.Cols)).Add("rows", strconv.Itoa(p.TTY.Rows))
 	}
 	return pk, nil
 }
@@ -135,8 +118,50 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 		return nil, replyErr("exec", r)
 	}
 	pid, _ := r.Int("pid")
+	// The caller may close its files once Exec returns (a background
+	// process's logs "go to the process as they are"): pump into copies.
+	var owned []*os.File
+	for _, w := range []*io.Writer{&stdio.Stdout, &stdio.Stderr} {
+		if f, ok := (*w).(*os.File); ok {
+			if g, err := dupFile(f); err == nil {
+				*w = g
+				owned = append(owned, g)
+			}
+		}
+	}
 	pr := newProc(in, ch, int(pid), p.TTY != nil, stdio)
+	closeAfter(pr, owned)
 	return pr, nil
+}
+
+// dupFile returns an *os.File of its own on f's open file.
+func dupFile(f *os.File) (*os.File, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var nfd int
+	var derr error
+	if err := rc.Control(func(fd uintptr) { nfd, derr = unix.FcntlInt(fd, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return nil, err
+	}
+	if derr != nil {
+		return nil, derr
+	}
+	return os.NewFile(uintptr(nfd), f.Name()), nil
+}
+
+// closeAfter closes files once pr's output copies are done.
+func closeAfter(pr *proc, files []*os.File) {
+	if len(files) == 0 {
+		return
+	}
+	go func() {
+		pr.outs.Wait()
+		for _, f := range files {
+			f.Close()
+		}
+	}()
 }
 
 // Attach implements driver.Instance.
@@ -180,14 +205,7 @@ func (in *instance) Attach(ctx context.Context, tag string, stdio driver.Stdio) 
 			}
 		}
 		pr := newProc(in, ch, int(pid), tty == "1", stdio)
-		if len(logs) > 0 {
-			go func() {
-				pr.outs.Wait()
-				for _, f := range logs {
-					f.Close()
-				}
-			}()
-		}
+		closeAfter(pr, logs)
 		return pr, nil
 	}
 	ch.Close()

@@ -51,6 +51,10 @@ type Result struct {
 	GuestMemMiB   int64   `json:"guest_memory_mib"`
 	IdleRSSFPRMiB float64 `json:"idle_rss_free_page_reporting_mib"`
 	IdleRSSNoMiB  float64 `json:"idle_rss_no_free_page_reporting_mib"`
+	// PSS shares the kernel image QEMU maps and the layer pages every VM
+	// reads between them: what one more VM costs.
+	IdlePSSFPRMiB float64 `json:"idle_pss_free_page_reporting_mib"`
+	IdlePSSNoMiB  float64 `json:"idle_pss_no_free_page_reporting_mib"`
 	FitIn24GiB    int     `json:"idle_vms_fit_24gib"`
 	FitIn24GiBNo  int     `json:"idle_vms_fit_24gib_without_fpr"`
 }
@@ -168,17 +172,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return res, err
 	}
-	if res.IdleRSSFPRMiB, err = idleRSS(ctx, d, o, spec); err != nil {
+	if res.IdleRSSFPRMiB, res.IdlePSSFPRMiB, err = idleMem(ctx, d, o, spec); err != nil {
 		return res, err
 	}
-	if res.IdleRSSNoMiB, err = idleRSS(ctx, noFPR, o, spec); err != nil {
+	if res.IdleRSSNoMiB, res.IdlePSSNoMiB, err = idleMem(ctx, noFPR, o, spec); err != nil {
 		return res, err
 	}
-	if res.IdleRSSFPRMiB > 0 {
-		res.FitIn24GiB = int(24 * 1024 / res.IdleRSSFPRMiB)
+	if res.IdlePSSFPRMiB > 0 {
+		res.FitIn24GiB = int(24 * 1024 / res.IdlePSSFPRMiB)
 	}
-	if res.IdleRSSNoMiB > 0 {
-		res.FitIn24GiBNo = int(24 * 1024 / res.IdleRSSNoMiB)
+	if res.IdlePSSNoMiB > 0 {
+		res.FitIn24GiBNo = int(24 * 1024 / res.IdlePSSNoMiB)
 	}
 	return res, nil
 }
@@ -199,9 +203,9 @@ func execTrue(ctx context.Context, inst driver.Instance) error {
 	return nil
 }
 
-// idleRSS boots o.IdleVMs VMs, runs a command that touches memory and frees
-// it (what a task does), lets them idle and returns the mean QEMU RSS.
-func idleRSS(ctx context.Context, d *microvm.Driver, o Options, spec func(int, string) driver.Spec) (float64, error) {
+// idleMem boots o.IdleVMs VMs, runs a command that touches memory and frees
+// it (what a task does), lets them idle and returns the mean QEMU RSS and PSS.
+func idleMem(ctx context.Context, d *microvm.Driver, o Options, spec func(int, string) driver.Spec) (rss, pss float64, err error) {
 	var insts []driver.Instance
 	defer func() {
 		for _, in := range insts {
@@ -211,14 +215,14 @@ func idleRSS(ctx context.Context, d *microvm.Driver, o Options, spec func(int, s
 	for i := 0; i < o.IdleVMs; i++ {
 		in, err := d.Start(ctx, spec(i, fmt.Sprintf("idle%v", d.FreePageReporting())))
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		insts = append(insts, in)
 		// 128 MiB through the page cache and a process's heap, then freed.
 		pr, err := in.Exec(ctx, driver.ProcSpec{Args: []string{"/bin/sh", "-c",
 			"dd if=/dev/zero of=/tmp/f bs=1M count=128 2>/dev/null; rm /tmp/f; sync; echo 3 > /proc/sys/vm/drop_caches"}, Cwd: "/"}, driver.Stdio{})
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		_, _ = pr.Wait(ctx)
 		pr.Close()
@@ -226,15 +230,19 @@ func idleRSS(ctx context.Context, d *microvm.Driver, o Options, spec func(int, s
 	select {
 	case <-time.After(o.IdleWait):
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, 0, ctx.Err()
 	}
-	var sum float64
 	for _, in := range insts {
 		n, err := in.(driver.Stats).MemoryUsage()
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		sum += float64(n) / (1 << 20)
+		rss += float64(n) / (1 << 20)
+		p, err := in.(interface{ ProportionalMemory() (int64, error) }).ProportionalMemory()
+		if err != nil {
+			return 0, 0, err
+		}
+		pss += float64(p) / (1 << 20)
 	}
-	return sum / float64(len(insts)), nil
+	return rss / float64(len(insts)), pss / float64(len(insts)), nil
 }
