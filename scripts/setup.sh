@@ -17,7 +17,7 @@ SUITE=bookworm
 PRESEED_DIR=/var/lib/dsec/images/.debian-build
 PRESEED_LOG=/tmp/debootstrap.log
 
-PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-14-dev make iproute2 python3 python3-pytest python3-setuptools python3-pip erofs-utils ca-certificates git qemu-system-x86 e2fsprogs xz-utils"
+PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-14-dev make iproute2 python3 python3-pytest python3-setuptools python3-pip erofs-utils ca-certificates git qemu-system-x86 qemu-utils e2fsprogs xz-utils"
 # The dashboard's browser tests (test/ui): Debian's chromium, and a font for its screenshots.
 PACKAGES="$PACKAGES chromium fonts-liberation"
 
@@ -269,5 +269,7 @@ build_vm_kernel
 build_busybox
 build_debian
 build_judge
+# The fullvm base image "desktop" (a separate, idempotent step).
+DSEC_IMAGES_DIR="$DSEC_IMAGES_DIR" DEBIAN_MIRROR="$DEBIAN_MIRROR" sh "$(dirname "$0")/fullvm-image.sh"
 
 log "done in $(since "$T0") (images in $DSEC_IMAGES_DIR)"

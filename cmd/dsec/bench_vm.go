@@ -19,8 +19,11 @@ func benchVMCmd() *cobra.Command {
 		Use:   "vm",
 		Short: "microVM create → first exec vs the floor boot (interleaved), exec true, pause/resume, idle memory with/without free page reporting",
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if backend == "fullvm" {
+				return benchFullVM(cmd, o, asJSON)
+			}
 			if backend != "microvm" {
-				return fmt.Errorf("bench vm: backend %q is not benchmarked here (microvm)", backend)
+				return fmt.Errorf("bench vm: backend %q is not benchmarked here (microvm, fullvm)", backend)
 			}
 			r, err := vmbench.Run(cmd.Context(), o)
 			if err != nil {
@@ -41,7 +44,7 @@ func benchVMCmd() *cobra.Command {
 			return nil
 		},
 	}
-	c.Flags().StringVar(&backend, "backend", "microvm", "backend (microvm)")
+	c.Flags().StringVar(&backend, "backend", "microvm", "backend (microvm, fullvm)")
 	c.Flags().IntVar(&o.N, "n", 10, "create rounds, each interleaved with one floor boot")
 	c.Flags().StringVar(&o.Image, "image", "busybox", "image")
 	c.Flags().Int64Var(&o.MemoryMiB, "memory-mib", 512, "guest memory")

@@ -35,6 +35,7 @@ func main() {
 	root.AddCommand(imageCmd(), forkCmd(), commitCmd())
 	root.AddCommand(networkCmd(), infoCmd())
 	root.AddCommand(etcdCmd(), agentCmd(), apiserverCmd(), nodesCmd())
+	root.AddCommand(screenshotCmd(), inputCmd())
 	err := root.ExecuteContext(ctx)
 	var ee exitError
 	switch {

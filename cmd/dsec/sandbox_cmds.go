@@ -80,7 +80,7 @@ func createCmd() *cobra.Command {
 	f.StringVar(&image, "image", "", "image name (default: the server's default image)")
 	f.StringVar(&node, "node", "", "in a cluster: create the sandbox on this node")
 	f.StringArrayVar(&constraints, "constraint", nil, "in a cluster: KEY=VALUE a node's labels must match (repeatable)")
-	f.StringVar(&backend, "backend", "", "isolation backend: container (default), microvm (see dsec info)")
+	f.StringVar(&backend, "backend", "", "isolation backend: container (default), microvm, fullvm (with --image desktop; see dsec info)")
 	f.Float64Var(&cpu, "cpu", 0, "CPU limit in cores (default 1)")
 	f.BoolVar(&ksm, "ksm", false, "let KSM merge identical pages of the sandbox's processes (the host's ksmd must run)")
 	f.StringVar(&cpuClass, "cpu-class", "", "ls (latency-sensitive) or be (best-effort); default the server's --cpu-class-default")

@@ -46,6 +46,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/reboot.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -91,9 +92,13 @@ static long since_boot(void)
 	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static int as_service; /* --service: not PID 1, exit instead of powering off */
+
 static void __attribute__((noreturn)) die(const char *what)
 {
 	logf_("fatal: %s: %s", what, strerror(errno));
+	if (as_service)
+		_exit(1);
 	sync();
 	reboot(RB_POWER_OFF);
 	_exit(1);
@@ -1503,8 +1508,33 @@ static void floor_mode(const char *mode)
 	_exit(0);
 }
 
-int main(void)
+/* --service: a service of the guest's own init (the fullvm backend's
+ * systemd unit), on a root file system that is already up: no mounts, no
+ * root switch, no floor mode; the agent adopts orphans as a subreaper. */
+static void __attribute__((noreturn)) serve_as_service(void)
 {
+	as_service = 1;
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	mkdir(SANDBOX_CG, 0755);
+	signal(SIGPIPE, SIG_IGN);
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
+	sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
+	fields = xmalloc(sizeof(char *) * MAX_FIELDS);
+	port = open_port();
+	if (port < 0)
+		die("virtio port dsec.agent not found");
+	printf("DSEC-AGENT-READY (service)\n");
+	fflush(stdout);
+	serve();
+}
+
+int main(int argc, char **argv)
+{
+	if (argc > 1 && !strcmp(argv[1], "--service"))
+		serve_as_service();
 	mkdir("/dev", 0755);
 	mount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
 	int cfd = open("/dev/console", O_RDWR);

@@ -109,6 +109,9 @@ type Config struct {
 	// NoMicroVM leaves the microvm backend out even when its guest kernel is
 	// installed.
 	NoMicroVM bool
+	// NoFullVM leaves the fullvm backend out even when its base image is
+	// built.
+	NoFullVM bool
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -292,6 +295,9 @@ func registerDrivers(cfg Config, drv *container.Driver) (*driver.Registry, error
 			all = append(all, vm)
 			go vm.Accel(context.Background()) // the KVM probe, once per host boot
 		}
+	}
+	if !cfg.NoFullVM {
+		all = append(all, fullVMDriver(cfg)...)
 	}
 	return driver.NewRegistry(all...)
 }

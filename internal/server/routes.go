@@ -36,6 +36,8 @@ func (s *Server) routes() []route {
 		{"POST " + sb + "/fork", s.forkSandbox},
 		{"POST " + sb + "/commit", s.commitSandbox},
 		{"PUT " + sb + "/network", s.setNetwork},
+		{"GET " + sb + "/screen", s.screenshot},
+		{"POST " + sb + "/input", s.sendInput},
 
 		{"POST " + sb + "/exec", s.step(s.exec)},
 		{"POST " + sb + "/exec/stream", s.step(s.execStream)},

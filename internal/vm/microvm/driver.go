@@ -80,7 +80,11 @@ type Config struct {
 	// NoFreePageReporting turns virtio-balloon's free page reporting off
 	// (for measuring what it saves).
 	NoFreePageReporting bool
-	Logger              *slog.Logger
+	// Machine, when set, replaces the microvm machine (the fullvm backend,
+	// internal/vm/fullvm); the agent channel, QMP, pause and re-adoption
+	// stay this driver's.
+	Machine Machine
+	Logger  *slog.Logger
 }
 
 // Driver is the microvm backend.
@@ -133,10 +137,18 @@ func New(cfg Config) (*Driver, error) {
 }
 
 // Name implements driver.Driver.
-func (d *Driver) Name() string { return Name }
+func (d *Driver) Name() string {
+	if d.cfg.Machine != nil {
+		return d.cfg.Machine.Name()
+	}
+	return Name
+}
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
+	if d.cfg.Machine != nil {
+		return d.cfg.Machine.Capabilities()
+	}
 	return driver.Capabilities{
 		Isolation:   driver.IsolationVM,
 		Pause:       true,
@@ -147,9 +159,13 @@ func (d *Driver) Capabilities() driver.Capabilities {
 }
 
 // limits turns the spec's limits into QEMU's, refusing what cannot boot.
-func limits(spec driver.Spec) (vcpus int, memMiB int64, disk int64, err error) {
-	if spec.Memory < MinMemory {
-		return 0, 0, 0, errdefs.Invalid("memory_bytes %d is below the microVM minimum of %d (%d MiB)", spec.Memory, MinMemory, MinMemory>>20)
+func (d *Driver) limits(spec driver.Spec) (vcpus int, memMiB int64, disk int64, err error) {
+	minMem, what := int64(MinMemory), "microVM"
+	if d.cfg.Machine != nil {
+		minMem, what = d.cfg.Machine.MinMemory(), d.cfg.Machine.Name()
+	}
+	if spec.Memory < minMem {
+		return 0, 0, 0, errdefs.Invalid("memory_bytes %d is below the %s minimum of %d (%d MiB)", spec.Memory, what, minMem, minMem>>20)
 	}
 	if spec.Memory > MaxMemory {
 		return 0, 0, 0, errdefs.Invalid("memory_bytes %d is above the microVM maximum of %d", spec.Memory, int64(MaxMemory))

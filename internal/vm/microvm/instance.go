@@ -43,15 +43,23 @@ type instance struct {
 // Start implements driver.Driver: the boot pipeline is disk, layers, QEMU,
 // QMP, agent; a failed step undoes the ones before it.
 func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance, err error) {
-	vcpus, memMiB, disk, err := limits(spec)
+	vcpus, memMiB, disk, err := d.limits(spec)
 	if err != nil {
 		return nil, err
 	}
-	if len(spec.Layers) == 0 {
+	m := d.cfg.Machine
+	if m != nil {
+		if err := m.Check(ctx, spec); err != nil {
+			return nil, err
+		}
+	} else if len(spec.Layers) == 0 {
 		return nil, errdefs.Invalid("microvm: no layers")
 	}
 	var imgs []string
 	for _, l := range spec.Layers {
+		if m != nil {
+			break
+		}
 		p, err := d.layers.image(ctx, l)
 		if err != nil {
 			return nil, err
@@ -71,12 +79,18 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	diskPath := filepath.Join(dir, "disk.raw")
-	if err := makeDisk(ctx, diskPath, disk); err != nil {
-		return nil, errdefs.Internal(err, "microvm: writable disk")
-	}
-	l := launch{accel: a.Accel, vcpus: vcpus, memMiB: memMiB, dir: dir, disk: diskPath, layers: imgs,
+	l := launch{accel: a.Accel, vcpus: vcpus, memMiB: memMiB, dir: dir, layers: imgs,
 		host: hostname(spec), noFPR: d.cfg.NoFreePageReporting, logPath: filepath.Join(dir, "qemu.log")}
+	if m != nil {
+		if l.args, err = m.Args(ctx, spec, l.Launch()); err != nil {
+			return nil, err
+		}
+	} else {
+		l.disk = filepath.Join(dir, "disk.raw")
+		if err := makeDisk(ctx, l.disk, disk); err != nil {
+			return nil, errdefs.Internal(err, "microvm: writable disk")
+		}
+	}
 	cmd, err := d.startQEMU(l)
 	if err != nil {
 		return nil, errdefs.Internal(err, "microvm")

@@ -13,11 +13,11 @@ import (
 // anything is made; vCPUs round up from the CPU limit.
 func TestLimits(t *testing.T) {
 	for _, mem := range []int64{0, 64 << 20, MinMemory - 1, MaxMemory + 1} {
-		if _, _, _, err := limits(driver.Spec{Memory: mem, CPU: 1}); !errdefs.Is(err, api.CodeInvalidArgument) {
+		if _, _, _, err := (&Driver{}).limits(driver.Spec{Memory: mem, CPU: 1}); !errdefs.Is(err, api.CodeInvalidArgument) {
 			t.Errorf("memory %d: %v, want invalid_argument", mem, err)
 		}
 	}
-	v, m, disk, err := limits(driver.Spec{Memory: 256 << 20, CPU: 0.5, Disk: 1})
+	v, m, disk, err := (&Driver{}).limits(driver.Spec{Memory: 256 << 20, CPU: 0.5, Disk: 1})
 	if err != nil || v != 1 || m != 256 || disk != MinDisk {
 		t.Errorf("limits = %d vCPU, %d MiB, disk %d, %v", v, m, disk, err)
 	}

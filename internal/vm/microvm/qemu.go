@@ -62,6 +62,7 @@ type launch struct {
 	host    string
 	noFPR   bool
 	logPath string
+	args    []string // a Machine's command line (Config.Machine)
 }
 
 func (d *Driver) sandboxArgs(l launch) []string {
@@ -123,7 +124,11 @@ func (d *Driver) startQEMU(l launch) (*exec.Cmd, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	cmd := exec.Command(d.cfg.QEMU, d.sandboxArgs(l)...)
+	args := l.args
+	if args == nil {
+		args = d.sandboxArgs(l)
+	}
+	cmd := exec.Command(d.cfg.QEMU, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {

@@ -173,6 +173,22 @@ def should_retry(req: Req, err: DsecError, attempt: int, retries: int) -> bool:
 # ---- request builders (shared by both clients) ----------------------------------
 
 
+def input_body(text: Optional[str] = None, key: Optional[str] = None,
+               click: Optional[Any] = None, button: str = "left") -> Dict[str, Any]:
+    """The body of POST .../input (fullvm): exactly one of ``text`` (typed;
+    "\\n" is Return), ``key`` (a QEMU key name or chord, "ctrl-c") or ``click``
+    (an (x, y) pair of display pixels)."""
+    given = [v for v in (text, key, click) if v]
+    if len(given) != 1:
+        raise ValueError("input: give exactly one of text=, key=, click=")
+    if text:
+        return {"text": text}
+    if key:
+        return {"key": key}
+    x, y = click  # type: ignore[misc]
+    return {"click": {"x": int(x), "y": int(y), "button": button}}
+
+
 def network_body(allow: Optional[Any] = None, rules: Optional[Any] = None) -> Dict[str, Any]:
     """A network policy: ``allow`` entries "CIDR[:PORT[-PORT]]" and ``rules``
     (names of the operator's rule sets); each a string or a list of strings.

@@ -499,6 +499,16 @@ class AsyncSandbox:
             body["no_default_exclude"] = True
         return await self._json(Req("POST", sandbox_path(self.id, "/commit"), json_body=body, timeout=None))
 
+    async def screenshot(self) -> bytes:
+        """See :meth:`dsec.Sandbox.screenshot`."""
+        return (await self._send(Req("GET", sandbox_path(self.id, "/screen"), retry=True)))[2]
+
+    async def send_input(self, text: Optional[str] = None, key: Optional[str] = None,
+                         click: Optional[Any] = None, button: str = "left") -> Dict[str, Any]:
+        """See :meth:`dsec.Sandbox.send_input`."""
+        body = _core.input_body(text, key, click, button)
+        return await self._json(Req("POST", sandbox_path(self.id, "/input"), json_body=body))
+
     async def delete(self) -> None:
         await self._send(Req("DELETE", sandbox_path(self.id), retry=True, gone_ok=True))
 

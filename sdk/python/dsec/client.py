@@ -529,6 +529,18 @@ class Sandbox:
             body["no_default_exclude"] = True
         return self._json(Req("POST", sandbox_path(self.id, "/commit"), json_body=body, timeout=None))
 
+    def screenshot(self) -> bytes:
+        """The display as PNG bytes (fullvm; NotImplementedError-class API error
+        ``not_implemented`` for backends without a display)."""
+        return self._send(Req("GET", sandbox_path(self.id, "/screen"), retry=True))[2]
+
+    def send_input(self, text: Optional[str] = None, key: Optional[str] = None,
+                   click: Optional[Any] = None, button: str = "left") -> Dict[str, Any]:
+        """Type ``text``, press ``key`` ("ret", "ctrl-c") or click at ``click``
+        = (x, y) on the display (fullvm). Returns {"events": N}."""
+        body = _core.input_body(text, key, click, button)
+        return self._json(Req("POST", sandbox_path(self.id, "/input"), json_body=body))
+
     def delete(self) -> None:
         """Delete the sandbox. Retried on retryable errors; a not_found answer to a
         *retry* counts as success (the first attempt did it). NotFoundError on the

@@ -349,3 +349,17 @@ def test_network_body() -> None:
     info = dsec.SandboxInfo.from_json({"id": "sb", "network": {"allow": ["10.0.0.1"], "address": "10.203.0.1", "denied": 3}})
     assert info.network is not None and info.network.denied == 3 and info.network.allow == ["10.0.0.1"]
     assert dsec.SandboxInfo.from_json({"id": "sb"}).network is None
+
+
+def test_input_body():
+    from dsec import _core
+
+    assert _core.input_body(text="echo hi\n") == {"text": "echo hi\n"}
+    assert _core.input_body(key="ctrl-c") == {"key": "ctrl-c"}
+    assert _core.input_body(click=(3, 4)) == {"click": {"x": 3, "y": 4, "button": "left"}}
+    for bad in ({}, {"text": "a", "key": "b"}):
+        try:
+            _core.input_body(**bad)
+        except ValueError:
+            continue
+        raise AssertionError(f"input_body({bad}) accepted")

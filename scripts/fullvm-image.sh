@@ -1,0 +1,111 @@
+#!/bin/sh
+# fullvm-image.sh: build the FullVM base image "desktop" once (setup.sh runs it).
+#
+# A bookworm debootstrap (minbase) with Debian's kernel, systemd, Xorg
+# (modesetting on q35's std VGA through bochs-drm), an xterm in an X session started at boot (dsec-desktop.service,
+# X as root on vt7, no display manager) and dsec-vmagent.service, which runs
+# the guest agent the host hands in through fw_cfg (opt/dsec/vmagent), so the
+# agent always matches the daemon (installed at each start into
+# /usr/local/sbin: /run is noexec). It lands in $DSEC_IMAGES_DIR/desktop:
+#   image.json, rootfs/   a directory image like the others (containers can use it)
+#   fullvm/disk.qcow2     the same tree as an ext4 file system (no partition
+#                         table): the shared base of every fullvm overlay
+#   fullvm/vmlinuz, fullvm/initrd.img, fullvm/boot.json
+# Idempotent: returns at once when the image exists.
+set -eu
+DSEC_IMAGES_DIR=${DSEC_IMAGES_DIR:-/var/lib/dsec/images}
+DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+NAME=desktop
+OUT="$DSEC_IMAGES_DIR/$NAME"
+PKGS="linux-image-amd64,systemd-sysv,udev,kmod,xserver-xorg-core,xserver-xorg-input-libinput,xinit,xterm,x11-xserver-utils,xfonts-base,busybox-static"
+
+log() { printf 'fullvm-image: %s\n' "$*" >&2; }
+die() { printf 'fullvm-image: ERROR: %s\n' "$*" >&2; exit 1; }
+
+if [ -f "$OUT/fullvm/boot.json" ] && [ -f "$OUT/image.json" ]; then
+	log "cached ($OUT)"
+	exit 0
+fi
+t0=$(date +%s)
+command -v qemu-img >/dev/null || die "qemu-img missing (apt-get install qemu-utils)"
+work=${DSEC_FULLVM_BUILD:-/var/lib/dsec/fullvm/.build}
+root="$work/root"
+if [ ! -f "$work/debootstrap.ok" ]; then
+	rm -rf "$work"
+	mkdir -p "$work"
+	debootstrap --variant=minbase --include="$PKGS" bookworm "$root" "$DEBIAN_MIRROR" >"$work/debootstrap.log" 2>&1 ||
+		{ tail -20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
+	touch "$work/debootstrap.ok"
+fi
+log "debootstrap done after $(( $(date +%s) - t0 ))s"
+
+echo dsec-fullvm >"$root/etc/hostname"
+printf '/dev/vda / ext4 rw,noatime 0 1\n' >"$root/etc/fstab"
+cat >"$root/etc/X11/dsec-session" <<'S'
+#!/bin/sh
+# dsec's desktop: a solid background and one xterm over the middle of the
+# screen. No window manager: X's default focus (PointerRoot) gives the keys to
+# the window under the pointer, which starts in the middle.
+xsetroot -solid '#2f4f6f'
+exec xterm -fn 9x15 -bg white -fg black -geometry 90x36+64+48 -title dsec-term
+S
+chmod 755 "$root/etc/X11/dsec-session"
+cat >"$root/etc/systemd/system/dsec-desktop.service" <<'S'
+[Unit]
+Description=dsec desktop session (X on vt7, xterm)
+After=systemd-udev-settle.service systemd-user-sessions.service
+[Service]
+Environment=HOME=/root
+WorkingDirectory=/root
+ExecStart=/usr/bin/xinit /etc/X11/dsec-session -- /usr/bin/Xorg :0 vt7 -nolisten tcp -s 0 -dpms
+Restart=always
+RestartSec=1
+[Install]
+WantedBy=multi-user.target
+S
+cat >"$root/etc/systemd/system/dsec-vmagent.service" <<'S'
+[Unit]
+Description=dsec guest agent (virtio-serial port dsec.agent)
+DefaultDependencies=no
+After=systemd-udevd.service local-fs.target
+[Service]
+ExecStartPre=/sbin/modprobe -a qemu_fw_cfg virtio_console
+ExecStartPre=/bin/sh -c 'f=/sys/firmware/qemu_fw_cfg/by_name/opt/dsec/vmagent/raw; for i in $$(seq 200); do [ -r $$f ] && break; sleep 0.05; done; install -m 0755 $$f /usr/local/sbin/dsec-vmagent'
+ExecStart=/usr/local/sbin/dsec-vmagent --service
+StandardOutput=journal+console
+StandardError=journal+console
+Restart=always
+RestartSec=0.2
+[Install]
+WantedBy=sysinit.target
+S
+chroot "$root" systemctl enable dsec-desktop.service dsec-vmagent.service >/dev/null 2>&1
+chroot "$root" systemctl set-default multi-user.target >/dev/null 2>&1
+# Nothing on the boot path waits for a network or a timer.
+for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer systemd-timesyncd.service; do
+	chroot "$root" systemctl mask "$u" >/dev/null 2>&1 || true
+done
+rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man"
+
+# busybox's nc for the tools that expect one (the driver conformance suite).
+ln -sf /bin/busybox "$root/usr/local/bin/nc"
+
+kver=$(ls "$root/lib/modules" | head -1)
+[ -f "$root/boot/vmlinuz-$kver" ] || die "no kernel in the image"
+out="$work/out"
+rm -rf "$out"
+mkdir -p "$out/fullvm"
+cp "$root/boot/vmlinuz-$kver" "$out/fullvm/vmlinuz"
+cp "$root/boot/initrd.img-$kver" "$out/fullvm/initrd.img"
+mkfs.ext4 -q -F -L dsec-root -d "$root" "$work/root.raw" 3G
+qemu-img convert -f raw -O qcow2 "$work/root.raw" "$out/fullvm/disk.qcow2"
+rm -f "$work/root.raw"
+secs=$(( $(date +%s) - t0 ))
+printf '{"kernel_release":"%s","kernel":"vmlinuz","initrd":"initrd.img","disk":"disk.qcow2","root":"/dev/vda","build_seconds":%d}\n' "$kver" "$secs" >"$out/fullvm/boot.json"
+printf '{"name":"%s","lower":["rootfs"],"created":"%s","description":"bookworm with Xorg and xterm; fullvm boots its fullvm/disk.qcow2"}\n' "$NAME" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$out/image.json"
+mv "$root" "$out/rootfs"
+rm -rf "$OUT"
+mkdir -p "$DSEC_IMAGES_DIR"
+mv "$out" "$OUT"
+rm -rf "$work"
+log "built $OUT in ${secs}s"
