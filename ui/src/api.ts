@@ -53,6 +53,25 @@ export async function api<T>(path: string, init: RequestInit = {}): Promise<T> {
   return body as T;
 }
 
+/** apiBlob GETs a binary answer (a FullVM screenshot) with the token. */
+export async function apiBlob(path: string): Promise<Blob> {
+  const headers = new Headers();
+  const tok = getToken();
+  if (tok) headers.set("Authorization", "Bearer " + tok);
+  const resp = await fetch(path, { headers });
+  if (!resp.ok) {
+    const text = await resp.text();
+    let e: any = null;
+    try {
+      e = JSON.parse(text)?.error;
+    } catch {
+      /* not JSON */
+    }
+    throw new ApiError(resp.status, e?.code ?? "http_" + resp.status, e?.message ?? (text || resp.statusText));
+  }
+  return resp.blob();
+}
+
 // Wire types (pkg/api and internal/ui).
 export interface Sandbox {
   id: string;
@@ -78,6 +97,12 @@ export interface Node {
   version?: string;
   backends?: string[];
   cgroup?: string;
+  // In a cluster (an API server's overview): RPC address, ready | draining |
+  // lost, admission limit and placement load score (0 idle .. 1 full).
+  addr?: string;
+  state?: string;
+  max_sandboxes?: number;
+  load_score?: number;
   cpus: number;
   memory_bytes: number;
   load1: number;

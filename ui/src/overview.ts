@@ -46,14 +46,15 @@ function render(ov: Overview): HTMLElement {
     ),
     h("h2", {}, `Nodes (${ov.nodes.length})`),
     table(
-      ["node", "backends", "CPUs", "load (1m)", "memory available", "sandboxes", "running", "CPU allocated", "memory allocated"],
+      ["node", "state", "backends", "CPUs", "load (1m)", "memory available", "sandboxes", "running", "CPU allocated", "memory allocated"],
       ov.nodes.map((n) => [
-        h("a", { href: "#/sandboxes?node=" + encodeURIComponent(n.name), "data-testid": "node-name" }, n.name),
+        h("a", { href: "#/sandboxes?node=" + encodeURIComponent(n.name), "data-testid": "node-name", title: n.addr ?? "" }, n.name),
+        h("span", { class: "state-" + (n.state ?? "ready"), "data-testid": "node-state" }, n.state ?? "ready"),
         (n.backends ?? []).join(", "),
         n.cpus,
         n.load1.toFixed(2),
         `${bytes(n.memory_available_bytes)} of ${bytes(n.memory_bytes)}`,
-        n.sandboxes,
+        n.max_sandboxes ? `${n.sandboxes} of ${n.max_sandboxes}` : n.sandboxes,
         n.running,
         `${n.cpu_allocated.toFixed(1)} (${pct(n.cpu_allocated, n.cpus)})`,
         `${bytes(n.memory_allocated_bytes)} (${pct(n.memory_allocated_bytes, n.memory_bytes)})`,

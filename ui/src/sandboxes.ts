@@ -1,4 +1,4 @@
-import { api, SandboxPage, Usage } from "./api";
+import { api, apiBlob, SandboxPage, Usage } from "./api";
 import { ago, bytes, h, table } from "./dom";
 import { errorBox, refused, View } from "./main";
 
@@ -14,7 +14,25 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
 
   const form = filterForm(params);
   const body = h("div", {}, h("p", { class: "muted" }, "Loading…"));
-  app.replaceChildren(h("div", { "data-testid": "sandboxes" }, h("h1", {}, "Sandboxes"), form, body));
+  // The latest screenshot of a FullVM sandbox, shown when its "screen" button is pressed.
+  const screen = h("figure", { class: "screen", "data-testid": "screen" });
+  app.replaceChildren(h("div", { "data-testid": "sandboxes" }, h("h1", {}, "Sandboxes"), form, screen, body));
+  let shown = "";
+  const showScreen = async (id: string) => {
+    try {
+      const png = await apiBlob("/v1/sandboxes/" + encodeURIComponent(id) + "/screen");
+      if (stopped) return;
+      if (shown) URL.revokeObjectURL(shown);
+      shown = URL.createObjectURL(png);
+      screen.replaceChildren(
+        h("img", { src: shown, alt: "screen of " + id, "data-testid": "screen-img" }),
+        h("figcaption", {}, `${id}, ${new Date().toLocaleTimeString()} `, h("button", { type: "button", onclick: () => showScreen(id) }, "refresh")),
+      );
+    } catch (err) {
+      if (stopped || refused(err)) return;
+      screen.replaceChildren(errorBox(err));
+    }
+  };
 
   const load = async () => {
     const q = new URLSearchParams();
@@ -50,7 +68,7 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
       {},
       pager,
       table(
-        ["id", "state", "backend", "image", "CPU used / limit", "memory used / limit", "created", "labels", ""],
+        ["id", "state", "backend", "image", "CPU used / limit", "memory used / limit", "created", "labels", "", ""],
         res.sandboxes.map((sb) => [
           h("code", { "data-testid": "sandbox-id" }, sb.id),
           h("span", { class: "state " + sb.state }, sb.state + (sb.reclaimed ? " (reclaimed)" : "")),
@@ -62,6 +80,9 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
           Object.entries(sb.labels ?? {}).map(([k, v]) => h("span", { class: "label" }, `${k}=${v}`)),
           sb.state === "running"
             ? h("a", { href: "#/terminal/" + encodeURIComponent(sb.id), class: "button", "data-testid": "open-terminal" }, "terminal")
+            : "",
+          sb.backend === "fullvm" && sb.state === "running"
+            ? h("button", { type: "button", "data-testid": "open-screen", onclick: () => showScreen(sb.id) }, "screen")
             : "",
         ]),
         { "data-testid": "sandbox-table" },
@@ -95,7 +116,12 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
   };
 
   load();
-  return { stop: () => (stopped = true) };
+  return {
+    stop: () => {
+      stopped = true;
+      if (shown) URL.revokeObjectURL(shown);
+    },
+  };
 }
 
 function filterForm(params: URLSearchParams): HTMLElement {
