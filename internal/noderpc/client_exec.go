@@ -41,37 +41,7 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest,
 	if err := send(&noderpcpb.ExecInput{Frame: &noderpcpb.ExecInput_Start{Start: start}}); err != nil && !errors.Is(err, io.EOF) {
 		return api.ExecResult{}, fromWire(ctx, op, err)
 	}
-	if s.Stdin != nil {
-		go func() {
-			err := sendAll(s.Stdin, func(b []byte) error {
-				return send(&noderpcpb.ExecInput{Frame: &noderpcpb.ExecInput_Stdin{Stdin: b}})
-			})
-			if err == nil && sctx.Err() == nil {
-				_ = send(&noderpcpb.ExecInput{Frame: &noderpcpb.ExecInput_StdinEof{StdinEof: true}})
-			}
-		}()
-	}
-	if s.Control != nil {
-		go func() {
-			for {
-				select {
-				case ctl, ok := <-s.Control:
-					if !ok {
-						return
-					}
-					m := &noderpcpb.ExecInput{Frame: &noderpcpb.ExecInput_Signal{Signal: int32(ctl.Signal)}}
-					if ctl.Resize != nil {
-						m.Frame = &noderpcpb.ExecInput_Resize{Resize: &noderpcpb.Resize{Cols: int32(ctl.Resize.Cols), Rows: int32(ctl.Resize.Rows)}}
-					}
-					if send(m) != nil {
-						return
-					}
-				case <-sctx.Done():
-					return
-				}
-			}
-		}()
-	}
+	go pumpInput(sctx, s, send)
 	for {
 		m, err := st.Receive()
 		if err != nil {
@@ -103,6 +73,77 @@ func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest,
 				return api.ExecResult{}, errdefs.Wrap(api.CodeInternal, err, "node rpc %s: decoding the result", op)
 			}
 			return res, nil
+		}
+	}
+}
+
+// pumpInput sends s.Stdin and s.Control to the node from one goroutine, in the
+// order the caller gave them: a control message (a resize, a signal) taken
+// before some input was written goes out before that input, so a program that
+// reads a line and then asks for its terminal size sees the new size. Pending
+// control messages always go before the next input chunk.
+func pumpInput(ctx context.Context, s session.Stream, send func(*noderpcpb.ExecInput) error) {
+	type chunk struct {
+		b   []byte
+		eof bool
+	}
+	var in chan chunk
+	if s.Stdin != nil {
+		in = make(chan chunk)
+		go func() {
+			put := func(c chunk) error {
+				select {
+				case in <- c:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}
+			err := sendAll(s.Stdin, func(b []byte) error { return put(chunk{b: append([]byte(nil), b...)}) })
+			if err == nil {
+				_ = put(chunk{eof: true})
+			}
+		}()
+	}
+	ctl := s.Control
+	control := func(c session.Control) error {
+		m := &noderpcpb.ExecInput{Frame: &noderpcpb.ExecInput_Signal{Signal: int32(c.Signal)}}
+		if c.Resize != nil {
+			m.Frame = &noderpcpb.ExecInput_Resize{Resize: &noderpcpb.Resize{Cols: int32(c.Resize.Cols), Rows: int32(c.Resize.Rows)}}
+		}
+		return send(m)
+	}
+	for ctl != nil || in != nil {
+		select { // control first
+		case c, ok := <-ctl:
+			if !ok {
+				ctl = nil
+			} else if control(c) != nil {
+				return
+			}
+			continue
+		default:
+		}
+		select {
+		case c, ok := <-ctl:
+			if !ok {
+				ctl = nil
+			} else if control(c) != nil {
+				return
+			}
+		case c := <-in:
+			var err error
+			if c.eof {
+				in = nil
+				err = send(&noderpcpb.ExecInput{Frame: &noderpcpb.ExecInput_StdinEof{StdinEof: true}})
+			} else {
+				err = send(&noderpcpb.ExecInput{Frame: &noderpcpb.ExecInput_Stdin{Stdin: c.b}})
+			}
+			if err != nil {
+				return
+			}
+		case <-ctx.Done():
+			return
 		}
 	}
 }
