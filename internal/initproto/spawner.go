@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,12 +43,16 @@ const spawnPathMax = 4096
 // StartSpawner starts n helpers (n < 1: one per CPU) from the init binary at
 // initPath.
 func StartSpawner(initPath string, n int) (*Spawner, error) {
+	return startSpawner(initPath, n, spawnAnswerTimeout)
+}
+
+func startSpawner(initPath string, n int, answerTimeout time.Duration) (*Spawner, error) {
 	if n < 1 {
 		n = runtime.NumCPU()
 	}
 	s := &Spawner{free: make(chan *helper, n)}
 	for range n {
-		h, err := startHelper(initPath)
+		h, err := startHelper(initPath, answerTimeout)
 		if err != nil {
 			s.Close()
 			return nil, err
@@ -58,10 +63,19 @@ func StartSpawner(initPath string, n int) (*Spawner, error) {
 	return s, nil
 }
 
-func startHelper(initPath string) (*helper, error) {
+func startHelper(initPath string, answerTimeout time.Duration) (*helper, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("initproto: spawner socketpair: %w", err)
+	}
+	// A helper answers within a clone (well under a millisecond); one that has
+	// not answered in answerTimeout is wedged (or is a dsec-init without the
+	// spawner mode) and is given up instead of hanging the create.
+	tv := unix.NsecToTimeval(answerTimeout.Nanoseconds())
+	if err := unix.SetsockoptTimeval(fds[0], unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, fmt.Errorf("initproto: spawner socket timeout: %w", err)
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "spawner"), os.NewFile(uintptr(fds[1]), "spawner-peer")
 	defer theirs.Close()
@@ -106,6 +120,9 @@ func (s *Spawner) Close() error {
 	s.all = nil
 	return nil
 }
+
+// spawnAnswerTimeout bounds the wait for a spawner helper's answer.
+const spawnAnswerTimeout = 10 * time.Second
 
 // errSpawnerGone says the helper is not usable: fall back to ForkExec.
 var errSpawnerGone = errors.New("initproto: spawner is gone")
@@ -152,6 +169,9 @@ func (s *Spawner) spawn(path string, flags uint32, files []uintptr) (int, error)
 			// the request may have started an init we cannot name: it
 			// fails its handshake (its config pipe closes) and exits
 			h.broken()
+			if errors.Is(err, unix.EAGAIN) {
+				return 0, errSpawnerGone // timed out: ForkExec this one
+			}
 			return 0, fmt.Errorf("initproto: spawner answer: %v (%d bytes)", err, n)
 		}
 		break
@@ -172,6 +192,9 @@ func (h *helper) broken() {
 		h.conn.Close()
 		h.conn = nil
 	}
+	// A helper that failed a request (wedged, or not a spawner at all) is no
+	// use: end it now rather than leave Close waiting for it (Close reaps it).
+	_ = syscall.Kill(h.pid, syscall.SIGKILL)
 }
 
 // spawnable reports whether sys can go through a Spawner.

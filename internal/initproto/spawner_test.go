@@ -8,6 +8,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // ppid reads pid's parent from /proc.
@@ -63,4 +64,30 @@ func TestSpawnerExecError(t *testing.T) {
 	if !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("want ENOENT, got %v", err)
 	}
+}
+
+// TestSpawnerWedgedFallsBack: a helper that never answers (here a program that
+// is not dsec-init's spawner at all, as a stale binary would be) is given up
+// after the answer timeout and the init is started by ForkExec instead: the
+// create works, late, rather than hanging.
+func TestSpawnerWedgedFallsBack(t *testing.T) {
+	requireRoot(t)
+	script := t.TempDir() + "/not-a-spawner"
+	if err := os.WriteFile(script, []byte("#!/bin/sh\nexec sleep 60\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sp, err := startSpawner(script, 1, 300*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	t0 := time.Now()
+	s := newSandbox(t, func(c *SpawnConfig) { c.Spawner = sp })
+	if r := s.sh(t, "hostname"); strings.TrimSpace(r.stdout) != "sbx-test" {
+		t.Fatalf("hostname in the sandbox: %+v", r)
+	}
+	if d := time.Since(t0); d > 20*time.Second {
+		t.Errorf("the create took %v with a wedged spawner", d)
+	}
+	s.kill()
 }
