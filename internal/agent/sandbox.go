@@ -62,6 +62,9 @@ func (sb *sandbox) view() api.Sandbox {
 	if vm, ok := sb.inst.(interface{ VMAccel() *api.VMAccel }); ok {
 		v.VM = vm.VMAccel()
 	}
+	if _, ok := sb.inst.(driver.Screenshotter); ok && sb.drv.Capabilities().Screenshot {
+		v.Screen = true
+	}
 	switch {
 	case driver.Exited(sb.inst):
 		v.State = api.StateExited

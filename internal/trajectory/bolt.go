@@ -449,6 +449,26 @@ func (b *Bolt) Delete(ctx context.Context, traj string) error {
 	return derr
 }
 
+// Tally implements Store: a lazy write, like a step's start.
+func (b *Bolt) Tally(ctx context.Context, traj string, t Tally) error {
+	err := b.writeLazy(ctx, func(tx *bolt.Tx) error {
+		tb := tx.Bucket(bucketT).Bucket([]byte(traj))
+		if tb == nil {
+			return nil
+		}
+		meta, err := getMeta(tb)
+		if err != nil {
+			return err
+		}
+		tally(meta, t)
+		return putJSON(tb, []byte("m"), meta)
+	})
+	if err != nil {
+		return errdefs.Internal(err, "trajectory log")
+	}
+	return nil
+}
+
 // Rebind implements Store.
 func (b *Bolt) Rebind(ctx context.Context, traj, sandboxID string, now time.Time) error {
 	var rerr error

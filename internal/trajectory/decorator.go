@@ -99,9 +99,13 @@ func (s *Service) begin(ctx context.Context, tag session.Step, out *session.Step
 	}
 	dec, err := s.store.Begin(ctx, breq)
 	if err != nil {
+		if errdefs.Is(err, api.CodeTrajectoryDiverged) {
+			s.tally(ctx, tag.Trajectory, Tally{Divergences: 1})
+		}
 		return nil, nil, err
 	}
 	if dec.Replay != nil {
+		s.tally(ctx, tag.Trajectory, Tally{Replays: 1})
 		o, err := dec.Replay.Result.Outcome(dec.Replay.Op)
 		if err != nil {
 			return nil, nil, errdefs.Internal(err, "step %d of trajectory %q", tag.N, tag.Trajectory)
@@ -120,6 +124,14 @@ func (s *Service) begin(ctx context.Context, tag session.Step, out *session.Step
 		return nil, nil, lostError(tag.Trajectory, spec.sandbox, cause)
 	}
 	return nil, l, nil
+}
+
+// tally counts a replay or a divergence; a failure to count is logged, the step's
+// answer stands.
+func (s *Service) tally(ctx context.Context, traj string, t Tally) {
+	if err := s.store.Tally(context.WithoutCancel(ctx), traj, t); err != nil {
+		s.log.WarnContext(ctx, "trajectory: counting a replay or divergence", "trajectory", traj, "err", err)
+	}
 }
 
 // claim marks l settled; false if it already was.

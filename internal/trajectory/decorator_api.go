@@ -21,7 +21,8 @@ const Label = "dsec.trajectory"
 
 func trajectoryView(m Meta) api.Trajectory {
 	return api.Trajectory{ID: m.ID, SandboxID: m.SandboxID, Sandboxes: m.Sandboxes, Create: m.Create,
-		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, LastStep: m.Last, StepCount: m.Count, Rebuilds: m.Rebuilds}
+		CreatedAt: m.CreatedAt, UpdatedAt: m.UpdatedAt, LastStep: m.Last, StepCount: m.Count, Rebuilds: m.Rebuilds,
+		Replays: m.Replays, Divergences: m.Divergences}
 }
 
 // ListTrajectories returns every trajectory (without steps), by ID.

@@ -178,6 +178,16 @@ func (m *Mem) Rebind(_ context.Context, traj, sandboxID string, now time.Time) e
 	return nil
 }
 
+// Tally implements Store.
+func (m *Mem) Tally(_ context.Context, traj string, t Tally) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if tr := m.t[traj]; tr != nil {
+		tally(&tr.meta, t)
+	}
+	return nil
+}
+
 // Prune implements Store.
 func (m *Mem) Prune(ctx context.Context, olderThan time.Time, maxN int) (int, error) {
 	metas, _ := m.List(ctx)

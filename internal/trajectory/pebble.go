@@ -573,6 +573,30 @@ func (p *Pebble) Rebind(ctx context.Context, traj, sandboxID string, now time.Ti
 	})
 }
 
+// Tally implements Store: a lazy write, like a step's start.
+func (p *Pebble) Tally(ctx context.Context, traj string, t Tally) error {
+	if err := p.enter(); err != nil {
+		return errdefs.Internal(err, "trajectory log")
+	}
+	defer p.leave()
+	unlock := p.lock(traj)
+	meta, err := readMeta(p.db, traj)
+	if err == nil && meta != nil {
+		tally(meta, t)
+		b := p.db.NewBatch()
+		if err = setJSON(b, metaKey(traj), meta); err != nil {
+			b.Close()
+		} else {
+			err = p.commit(b, func() {}, false)
+		}
+	}
+	unlock()
+	if err != nil {
+		return logError(err)
+	}
+	return nil
+}
+
 // Prune implements Store.
 func (p *Pebble) Prune(ctx context.Context, olderThan time.Time, maxN int) (int, error) {
 	metas, err := p.List(ctx)

@@ -98,6 +98,11 @@ func rebind(meta *Meta, sandboxID string, now time.Time) {
 	meta.UpdatedAt = now
 }
 
+func tally(meta *Meta, t Tally) {
+	meta.Replays += t.Replays
+	meta.Divergences += t.Divergences
+}
+
 // pruneVictims picks the IDs Prune deletes.
 func pruneVictims(metas []Meta, olderThan time.Time, maxN int) []string {
 	sort.Slice(metas, func(i, j int) bool { return metas[i].UpdatedAt.Before(metas[j].UpdatedAt) })

@@ -60,6 +60,10 @@ type Meta struct {
 	Last      int                      `json:"last"`  // highest step recorded
 	Count     int                      `json:"count"` // steps recorded
 	Rebuilds  int                      `json:"rebuilds,omitempty"`
+	// Replays counts re-issued steps answered from the log; Divergences the
+	// re-issued steps refused because they differed from the logged one.
+	Replays     int `json:"replays,omitempty"`
+	Divergences int `json:"divergences,omitempty"`
 }
 
 // Result is a step's logged answer. Format FormatTyped (written by the decorator):
@@ -119,6 +123,9 @@ type Decision struct {
 	New bool
 }
 
+// Tally is what Store.Tally adds to a trajectory's counts.
+type Tally struct{ Replays, Divergences int }
+
 // AbortMode says what Abort does with a started step.
 type AbortMode int
 
@@ -146,6 +153,9 @@ type Store interface {
 	List(ctx context.Context) ([]Meta, error)
 	// Delete removes a trajectory (not_found if none).
 	Delete(ctx context.Context, traj string) error
+	// Tally adds to the trajectory's replay and divergence counts (a trajectory
+	// that no longer exists: nothing). The counts need no fsync of their own.
+	Tally(ctx context.Context, traj string, t Tally) error
 	// Rebind binds the trajectory to a new sandbox (after a rebuild).
 	Rebind(ctx context.Context, traj, sandboxID string, now time.Time) error
 	// Prune deletes trajectories not updated since olderThan (zero: none), then the

@@ -38,6 +38,10 @@ type Trajectory struct {
 	LastStep  int `json:"last_step"`
 	StepCount int `json:"step_count"`
 	Rebuilds  int `json:"rebuilds,omitempty"`
+	// Replays counts re-issued steps answered from the log (nothing ran);
+	// Divergences the re-issued steps refused as trajectory_diverged.
+	Replays     int `json:"replays"`
+	Divergences int `json:"divergences"`
 	// Steps is filled by GET /v1/trajectories/{id}.
 	Steps []TrajectoryStep `json:"steps,omitempty"`
 }

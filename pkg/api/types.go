@@ -105,6 +105,9 @@ type Sandbox struct {
 	KSM       bool `json:"ksm,omitempty"`
 	// VM is how a VM sandbox's guest runs (KVM or TCG, and why).
 	VM *VMAccel `json:"vm,omitempty"`
+	// Screen: the sandbox has a display; GET /v1/sandboxes/{id}/screen returns
+	// its latest screenshot.
+	Screen bool `json:"screen,omitempty"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.

@@ -1,6 +1,6 @@
 // The dashboard in headless Chromium against a real dsec server (run.sh starts
 // it): token handling, the overview, filters, the terminal, and the first paint
-// with 10,000 sandboxes (mocknode).
+// with 10,000 sandboxes and the screen view (mocknode).
 import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";
@@ -135,13 +135,22 @@ test("a filter narrows the list", async () => {
 test("images and trajectories", async () => {
   const sb = await sandbox({ uitest: RUN, role: "traj" });
   const traj = "ui-" + RUN;
-  for (const step of [1, 2]) {
+  const step = async (n, shell) => {
     const resp = await fetch(`${URL}/v1/sandboxes/${sb.id}/exec`, {
       method: "POST",
-      headers: { Authorization: "Bearer " + TOKEN, "X-Dsec-Trajectory": traj, "X-Dsec-Step": String(step) },
-      body: JSON.stringify({ shell: "echo step" + step }),
+      headers: { Authorization: "Bearer " + TOKEN, "X-Dsec-Trajectory": traj, "X-Dsec-Step": String(n) },
+      body: JSON.stringify({ shell }),
     });
-    assert.equal(resp.status, 200, await resp.text());
+    return [resp.status, await resp.text()];
+  };
+  for (const n of [1, 2]) {
+    const [status, text] = await step(n, "echo step" + n);
+    assert.equal(status, 200, text);
+  }
+  // Re-issued: step 1 twice as logged (two replays), step 2 changed (one divergence).
+  for (const [n, shell, want] of [[1, "echo step1", 200], [1, "echo step1", 200], [2, "echo other", 409]]) {
+    const [status, text] = await step(n, shell);
+    assert.equal(status, want, text);
   }
   const p = await page("lists");
   await p.goto(URL + "/ui/#token=" + encodeURIComponent(TOKEN));
@@ -152,8 +161,13 @@ test("images and trajectories", async () => {
   await p.shot("images");
   await p.goto(URL + "/ui/#/trajectories");
   await p.getByTestId("trajectories").waitFor();
+  const row = p.locator(`tr:has(a[href="#/trajectories/${traj}"])`);
+  assert.equal(await row.getByTestId("replays").textContent(), "2");
+  assert.equal(await row.getByTestId("divergences").textContent(), "1");
+  await p.shot("trajectories");
   await p.click(`a[href="#/trajectories/${traj}"]`);
   await p.getByTestId("trajectory").waitFor();
+  assert.match(await p.getByTestId("trajectory").textContent(), /2 steps, 2 replays, 1 divergences/);
   const rows = await p.getByTestId("trajectory").locator("tbody tr").allTextContents();
   assert.equal(rows.length, 2, rows.join("|"));
   assert.match(rows[0], /^1exec/);
@@ -278,4 +292,33 @@ test(`first paint with ${MOCK_N} sandboxes is under 1 s`, { timeout: 180000 }, a
   for (const [view, r] of Object.entries(results)) {
     assert.ok(r.median_ready_ms <= 1000, `${view}: data on screen after ${r.median_ready_ms} ms (median of 3)`);
   }
+});
+
+// The screen view: mocknode's sandboxes have a display (a generated 320x200
+// PNG); the "screen" button of a listed one shows that PNG.
+test("the screen button shows the sandbox's screenshot", async () => {
+  const MOCK_URL = await mockURL();
+  const p = await page("screen");
+  await p.goto(MOCK_URL + "/ui/#token=" + encodeURIComponent(TOKEN));
+  await p.getByTestId("overview").waitFor();
+  await p.goto(MOCK_URL + "/ui/#/sandboxes");
+  await p.getByTestId("sandbox-table").waitFor();
+  const id = await p.getByTestId("sandbox-id").first().textContent();
+  const list = await (await fetch(MOCK_URL + "/v1/sandboxes?limit=1", { headers: { Authorization: "Bearer " + TOKEN } })).json();
+  assert.equal(list.sandboxes[0].screen, true, "a mock sandbox says it has a screen");
+  const resp = await fetch(`${MOCK_URL}/v1/sandboxes/${id}/screen`, { headers: { Authorization: "Bearer " + TOKEN } });
+  assert.equal(resp.status, 200);
+  const png = Buffer.from(await resp.arrayBuffer());
+  assert.equal(png.subarray(1, 4).toString(), "PNG");
+  const want = { w: png.readUInt32BE(16), h: png.readUInt32BE(20) }; // IHDR
+  assert.deepEqual(want, { w: 320, h: 200 });
+  await p.getByTestId("open-screen").first().click();
+  const img = p.getByTestId("screen-img");
+  await img.waitFor();
+  await p.waitForFunction(() => document.querySelector("[data-testid=screen-img]")?.complete);
+  const got = await img.evaluate((el) => ({ w: el.naturalWidth, h: el.naturalHeight, alt: el.alt }));
+  assert.deepEqual({ w: got.w, h: got.h }, want);
+  assert.equal(got.alt, "screen of " + id);
+  await p.shot("screen");
+  await p.context().close();
 });

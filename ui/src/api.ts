@@ -86,6 +86,8 @@ export interface Sandbox {
   labels?: Record<string, string>;
   cpu_class?: string;
   reclaimed?: boolean;
+  // The sandbox has a display: GET /v1/sandboxes/{id}/screen returns a PNG.
+  screen?: boolean;
 }
 export interface SandboxPage {
   sandboxes: Sandbox[];
@@ -144,6 +146,9 @@ export interface Trajectory {
   last_step: number;
   step_count: number;
   rebuilds?: number;
+  // Re-issued steps answered from the log, and re-issued steps refused as diverged.
+  replays: number;
+  divergences: number;
   steps?: {
     step: number;
     op: string;

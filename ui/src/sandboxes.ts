@@ -14,7 +14,7 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
 
   const form = filterForm(params);
   const body = h("div", {}, h("p", { class: "muted" }, "Loading…"));
-  // The latest screenshot of a FullVM sandbox, shown when its "screen" button is pressed.
+  // The latest screenshot of a sandbox with a display (FullVM), shown when its "screen" button is pressed.
   const screen = h("figure", { class: "screen", "data-testid": "screen" });
   app.replaceChildren(h("div", { "data-testid": "sandboxes" }, h("h1", {}, "Sandboxes"), form, screen, body));
   let shown = "";
@@ -81,7 +81,7 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
           sb.state === "running"
             ? h("a", { href: "#/terminal/" + encodeURIComponent(sb.id), class: "button", "data-testid": "open-terminal" }, "terminal")
             : "",
-          sb.backend === "fullvm" && sb.state === "running"
+          sb.screen && sb.state === "running"
             ? h("button", { type: "button", "data-testid": "open-screen", onclick: () => showScreen(sb.id) }, "screen")
             : "",
         ]),

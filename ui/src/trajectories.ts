@@ -28,12 +28,14 @@ export function trajectories(app: HTMLElement): View {
         h("h1", {}, "Trajectories"),
         res.trajectories.length
           ? table(
-              ["id", "sandbox", "steps", "last step", "rebuilds", "updated"],
+              ["id", "sandbox", "steps", "last step", "replays", "divergences", "rebuilds", "updated"],
               res.trajectories.map((t) => [
                 h("a", { href: "#/trajectories/" + encodeURIComponent(t.id) }, t.id),
                 h("code", {}, t.sandbox_id),
                 t.step_count,
                 t.last_step,
+                h("span", { "data-testid": "replays" }, String(t.replays ?? 0)),
+                h("span", { "data-testid": "divergences" }, String(t.divergences ?? 0)),
                 t.rebuilds ?? 0,
                 ago(t.updated_at),
               ]),
@@ -56,7 +58,7 @@ export function trajectory(app: HTMLElement, id: string): View {
         h(
           "p",
           {},
-          `${t.step_count} steps, ${t.rebuilds ?? 0} rebuilds; sandboxes: `,
+          `${t.step_count} steps, ${t.replays ?? 0} replays, ${t.divergences ?? 0} divergences, ${t.rebuilds ?? 0} rebuilds; sandboxes: `,
           t.sandboxes.map((s) => h("code", { class: "label" }, s)),
         ),
         table(

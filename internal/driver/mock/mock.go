@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"image"
 	"net"
 	"os"
 	"path/filepath"
@@ -56,6 +57,10 @@ type Config struct {
 	BackendName string
 	// NoTTY drops the TTY capability (to test how callers refuse terminals).
 	NoTTY bool
+	// Screen, if not zero, gives every sandbox a display of that size: the
+	// driver claims Capabilities.Screenshot and Screenshot returns a generated
+	// PNG (see screen.go).
+	Screen image.Point
 }
 
 // Driver implements driver.Driver with host processes.
@@ -80,7 +85,8 @@ func (d *Driver) Name() string { return d.cfg.BackendName }
 
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
-	return driver.Capabilities{Isolation: driver.IsolationNone, TTY: !d.cfg.NoTTY, LayerKinds: []string{driver.LayerDir}}
+	return driver.Capabilities{Isolation: driver.IsolationNone, TTY: !d.cfg.NoTTY, LayerKinds: []string{driver.LayerDir},
+		Screenshot: d.cfg.Screen != image.Point{}}
 }
 
 type state struct {

@@ -99,6 +99,30 @@ func Run(t *testing.T, f Factory) {
 			t.Fatalf("get: %+v %+v %v", meta, steps, err)
 		}
 	})
+	t.Run("Tally", func(t *testing.T) {
+		s := f.Open(t)
+		live(t, s, req("c", 1, "f1"))
+		finish(t, s, "c", 1, "one")
+		for _, d := range []trajectory.Tally{{Replays: 1}, {Divergences: 1}, {Replays: 1}} {
+			if err := s.Tally(ctx, "c", d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.Tally(ctx, "none", trajectory.Tally{Replays: 1}); err != nil {
+			t.Fatalf("tally of a trajectory that does not exist: %v", err)
+		}
+		s = f.Restart(t, s)
+		meta, _, err := s.Get(ctx, "c")
+		if err != nil || meta.Replays != 2 || meta.Divergences != 1 || meta.Count != 1 {
+			t.Fatalf("after a restart: %+v %v", meta, err)
+		}
+		if list, err := s.List(ctx); err != nil || len(list) != 1 || list[0].Replays != 2 || list[0].Divergences != 1 {
+			t.Fatalf("list: %+v %v", list, err)
+		}
+		if _, _, err := s.Get(ctx, "none"); code(err) != api.CodeNotFound {
+			t.Fatalf("a tally created a trajectory: %v", err)
+		}
+	})
 	t.Run("SandboxlessSteps", func(t *testing.T) {
 		s := f.Open(t)
 		fn := func(n int, fp string) trajectory.BeginRequest {

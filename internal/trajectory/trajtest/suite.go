@@ -184,6 +184,24 @@ func (e *env) get(traj string) api.Trajectory {
 	return tr
 }
 
+// wantCounts checks a trajectory's replay and divergence counts, as listed and
+// as read alone.
+func (e *env) wantCounts(traj string, replays, divergences int) {
+	e.t.Helper()
+	if tr := e.get(traj); tr.Replays != replays || tr.Divergences != divergences {
+		e.t.Fatalf("%s: %d replays, %d divergences; want %d, %d", traj, tr.Replays, tr.Divergences, replays, divergences)
+	}
+	list, err := e.svc.ListTrajectories(context.Background())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, tr := range list {
+		if tr.ID == traj && (tr.Replays != replays || tr.Divergences != divergences) {
+			e.t.Fatalf("listed %s: %d replays, %d divergences; want %d, %d", traj, tr.Replays, tr.Divergences, replays, divergences)
+		}
+	}
+}
+
 func (s *suite) testUntagged(t *testing.T) {
 	e := s.env(t)
 	id := e.create()
@@ -216,8 +234,10 @@ func (s *suite) testExecReplay(t *testing.T) {
 		t.Fatalf("replay: %+v %v %v", res, replayed, err)
 	}
 	e.noRun(before, "a replay")
+	e.wantCounts("t1", 1, 0)
 	_, _, err = e.exec("t1", 1, id, echo("two"))
 	wantCode(t, err, api.CodeTrajectoryDiverged)
+	e.wantCounts("t1", 1, 1)
 	if msg := err.Error(); !strings.Contains(msg, "step 1") || strings.Count(msg, "sha256:") != 2 {
 		t.Fatalf("diverged message: %s", msg)
 	}
@@ -228,6 +248,9 @@ func (s *suite) testExecReplay(t *testing.T) {
 	if res, replayed, err = e.exec("t1", 2, id, exit(3)); err != nil || res.ExitCode != 3 || !replayed {
 		t.Fatalf("exit 3 replay: %+v %v", res, err)
 	}
+	e.wantCounts("t1", 2, 1)
+	e.restart() // the counts are part of the trajectory's record
+	e.wantCounts("t1", 2, 1)
 	tr := e.get("t1")
 	if tr.SandboxID != id || len(tr.Steps) != 2 || tr.Steps[0].State != api.StepFinished ||
 		tr.Steps[0].Status != 200 || !strings.Contains(string(tr.Steps[0].Result), `"one\n"`) {

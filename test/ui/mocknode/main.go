@@ -2,7 +2,7 @@
 // with the mock driver (no root, no images) holding many sandboxes, for the
 // dashboard's first-paint measurement (test/ui: 10,000 sandboxes). The agent,
 // the /v1 server and the dashboard are the real ones; only the driver is the
-// mock. It prints "ready URL" once every sandbox exists and serves until killed.
+// mock, whose sandboxes have a 320x200 screen. It prints "ready URL" once every sandbox exists and serves until killed.
 //
 //	go run ./test/ui/mocknode -n 10000 -token T -listen 127.0.0.1:0
 package main
@@ -11,6 +11,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"image"
 	"log"
 	"net"
 	"net/http"
@@ -28,6 +29,9 @@ import (
 	"github.com/dsec-dev/dsec/internal/ui"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
+
+// The size of the mock sandboxes' screens (test/ui checks the image shown).
+const ScreenW, ScreenH = 320, 200
 
 func main() {
 	n := flag.Int("n", 10000, "sandboxes to create")
@@ -57,7 +61,8 @@ func run(n int, token, listen, dir string) error {
 	if err := os.WriteFile(filepath.Join(imgs, "tiny", "image.json"), []byte(`{"name":"tiny","lower":["rootfs"]}`), 0o644); err != nil {
 		return err
 	}
-	drv, err := mock.New(mock.Config{Host: mock.NewHost(), StateDir: filepath.Join(dir, "mock")})
+	// Every mock sandbox has a display (the dashboard's screen view is tested here).
+	drv, err := mock.New(mock.Config{Host: mock.NewHost(), StateDir: filepath.Join(dir, "mock"), Screen: image.Pt(ScreenW, ScreenH)})
 	if err != nil {
 		return err
 	}
