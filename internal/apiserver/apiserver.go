@@ -127,7 +127,8 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		},
 	})
 	msvc := m.Wrap(rt, tp, rt)
-	srv := server.New(observed{Service: msvc, rt: rt, cl: cl}, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: msvc})
+	srv := server.New(observed{Service: msvc, rt: rt, cl: cl}, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: msvc,
+		TrajectoryAPI: rt}) // tagged steps are logged on their sandbox's node
 	return &APIServer{Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
 		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
 }
