@@ -13,6 +13,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/ui"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -50,7 +51,21 @@ type observed struct {
 var (
 	_ server.BatchCreator = observed{}
 	_ server.NodeAdmin    = observed{}
+
+	_ session.Screenshotter = observed{}
+	_ session.InputSender   = observed{}
 )
+
+// Screenshot implements session.Screenshotter: a FullVM sandbox's display,
+// from its node.
+func (o observed) Screenshot(ctx context.Context, id string) ([]byte, error) {
+	return o.rt.Screenshot(ctx, id)
+}
+
+// SendInput implements session.InputSender.
+func (o observed) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
+	return o.rt.SendInput(ctx, id, req)
+}
 
 // CreateBatch implements server.BatchCreator.
 func (o observed) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
