@@ -10,6 +10,8 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b"
+	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/server"
@@ -133,8 +135,12 @@ func (a *APIServer) Handler() http.Handler {
 	mux.Handle(ui.Prefix, ui.New(ui.Options{Authorize: a.Tokens.Match, Service: a.svc, Nodes: watcherNodes{a.Watcher},
 		Rates: rates, Logger: a.log}))
 	mux.Handle("GET "+MetricsPath, a.guard(a.Metrics.Handler()))
+	sf := a.guard(a.sandboxFusion())
+	for _, p := range sandboxfusion.Routes() {
+		mux.Handle(p, sf)
+	}
 	mux.Handle("/", a.Server.Handler())
-	return a.observe(rates.Count(mux))
+	return a.observe(rates.Count(e2b.Mount(mux, a.E2B)))
 }
 
 func (a *APIServer) route(r *http.Request) string {

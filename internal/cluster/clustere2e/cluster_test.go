@@ -273,6 +273,34 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("E2B and SandboxFusion front ends on the API servers", func(t *testing.T) {
+		for i := 0; i < 2; i++ {
+			req, _ := http.NewRequest("GET", "http://"+e.apiAddr[i]+"/sandboxes", nil)
+			req.Header.Set("X-API-Key", "e2b_"+e.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var list []map[string]any
+			err = json.NewDecoder(resp.Body).Decode(&list)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || err != nil {
+				t.Errorf("E2B GET /sandboxes via %d: %d %v", i, resp.StatusCode, err)
+			}
+			req, _ = http.NewRequest("GET", "http://"+e.apiAddr[i]+"/sandboxes", nil)
+			req.Header.Set("X-API-Key", "e2b_wrong")
+			if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+				t.Errorf("E2B with a wrong key via %d: %v %v", i, resp.Status, err)
+			}
+			resp.Body.Close()
+			resp, err = http.Post("http://"+e.apiAddr[i]+"/run_code", "application/json", strings.NewReader(`{"code":"print(1)","language":"python"}`))
+			if err != nil || resp.StatusCode != 401 {
+				t.Errorf("SandboxFusion /run_code without a token via %d: %v %v (404: not mounted)", i, resp.Status, err)
+			}
+			resp.Body.Close()
+		}
+	})
+
 	t.Run("API tier latency against one dsec server", func(t *testing.T) {
 		// The same calls, in the same run, through an API server (HTTP, placement,
 		// node RPC over a veth) and straight to a one-machine `dsec server`.
