@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/placement"
@@ -51,6 +52,8 @@ type APIServer struct {
 	Watcher *cluster.Watcher
 	Tokens  *cluster.Tokens
 	Server  *server.Server
+	// E2B serves E2B's API over the router (Handler mounts it).
+	E2B *e2b.Handler
 	// Metrics is this API server's registry (GET /metrics).
 	Metrics *metrics.Metrics
 	// TokenFile is DATA_DIR/token (written only by the cluster's first API server).
@@ -127,8 +130,11 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		},
 	})
 	msvc := m.Wrap(rt, tp, rt)
-	srv := server.New(observed{Service: msvc, rt: rt, cl: cl}, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: msvc})
-	return &APIServer{Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
+	osvc := observed{Service: msvc, rt: rt, cl: cl}
+	srv := server.New(osvc, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: msvc,
+		TrajectoryAPI: rt}) // tagged steps are logged on their sandbox's node
+	e2bH := newE2B(bg, osvc, toks.Match, cfg.Secret, cfg.Logger)
+	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
 		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
 }
 
@@ -155,5 +161,5 @@ func (a *APIServer) Shutdown(ctx context.Context) error {
 	}
 	a.mu.Unlock()
 	a.cancel()
-	return errors.Join(err, a.Router.Close(), a.tracing.Shutdown(ctx))
+	return errors.Join(err, a.E2B.Close(), a.Router.Close(), a.tracing.Shutdown(ctx))
 }

@@ -10,9 +10,12 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b"
+	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/ui"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -50,7 +53,21 @@ type observed struct {
 var (
 	_ server.BatchCreator = observed{}
 	_ server.NodeAdmin    = observed{}
+
+	_ session.Screenshotter = observed{}
+	_ session.InputSender   = observed{}
 )
+
+// Screenshot implements session.Screenshotter: a FullVM sandbox's display,
+// from its node.
+func (o observed) Screenshot(ctx context.Context, id string) ([]byte, error) {
+	return o.rt.Screenshot(ctx, id)
+}
+
+// SendInput implements session.InputSender.
+func (o observed) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
+	return o.rt.SendInput(ctx, id, req)
+}
 
 // CreateBatch implements server.BatchCreator.
 func (o observed) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
@@ -118,8 +135,12 @@ func (a *APIServer) Handler() http.Handler {
 	mux.Handle(ui.Prefix, ui.New(ui.Options{Authorize: a.Tokens.Match, Service: a.svc, Nodes: watcherNodes{a.Watcher},
 		Rates: rates, Logger: a.log}))
 	mux.Handle("GET "+MetricsPath, a.guard(a.Metrics.Handler()))
+	sf := a.guard(a.sandboxFusion())
+	for _, p := range sandboxfusion.Routes() {
+		mux.Handle(p, sf)
+	}
 	mux.Handle("/", a.Server.Handler())
-	return a.observe(rates.Count(mux))
+	return a.observe(rates.Count(e2b.Mount(mux, a.E2B)))
 }
 
 func (a *APIServer) route(r *http.Request) string {

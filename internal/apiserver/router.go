@@ -73,6 +73,9 @@ var (
 	_ session.Networker = (*Router)(nil)
 	_ session.QoS       = (*Router)(nil)
 	_ session.FnCaller  = (*Router)(nil)
+
+	_ session.Screenshotter = (*Router)(nil)
+	_ session.InputSender   = (*Router)(nil)
 )
 
 // NewRouter returns a router.
@@ -311,4 +314,22 @@ func (r *Router) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox
 		return api.Sandbox{}, err
 	}
 	return q.SetCPUClass(ctx, id, class)
+}
+
+// Screenshot implements session.Screenshotter: the owning node's display.
+func (r *Router) Screenshot(ctx context.Context, id string) ([]byte, error) {
+	sc, err := capability[session.Screenshotter](r, id, "screenshots")
+	if err != nil {
+		return nil, err
+	}
+	return sc.Screenshot(ctx, id)
+}
+
+// SendInput implements session.InputSender.
+func (r *Router) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
+	in, err := capability[session.InputSender](r, id, "input")
+	if err != nil {
+		return api.InputResult{}, err
+	}
+	return in.SendInput(ctx, id, req)
 }

@@ -139,6 +139,7 @@ type Daemon struct {
 	qos       *qos
 	obs       observability
 	node      node
+	nodeSvc   nodeService
 }
 
 // New opens the node: it re-adopts the sandboxes recorded under DataDir.
@@ -276,7 +277,11 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	if err := e2bH.Recover(ctx); err != nil {
 		cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
 	}
-	d := &Daemon{Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q, obs: obs, node: n,
+	// A cluster node's service (NodeService) logs and replays the steps that
+	// reach it over the node RPC in the node's own trajectory store, next to
+	// the sandboxes.
+	nsvc := nodeService{Service: trajectory.Wrap(n, obs.metrics.WrapStore(traj), trajectory.Options{Logger: cfg.Logger, FnCall: n}), node: n}
+	d := &Daemon{nodeSvc: nsvc, Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q, obs: obs, node: n,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
 	opened = true
@@ -369,8 +374,28 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 }
 
 // NodeService is the node's session service for a cluster's node RPC: the agent
-// with its optional parts (fork, commit, network, QoS, images) and FnCall.
-func (d *Daemon) NodeService() session.Service { return d.node }
+// with its optional parts (fork, commit, network, QoS, screen, images) and
+// FnCall, behind the trajectory decorator over the node's own trajectory store
+// (so it also serves the trajectory API, trajectory.API).
+func (d *Daemon) NodeService() session.Service { return d.nodeSvc }
+
+// nodeService is the node's service as a cluster serves it: the trajectory
+// decorator over the node, plus what the decorator does not pass on (QoS, the
+// image list the node status reports).
+type nodeService struct {
+	*trajectory.Service
+	node node
+}
+
+func (s nodeService) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
+	return s.node.PauseWith(ctx, id, req)
+}
+
+func (s nodeService) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
+	return s.node.SetCPUClass(ctx, id, class)
+}
+
+func (s nodeService) Images(ctx context.Context) ([]api.Image, error) { return s.node.Images(ctx) }
 
 // node is the agent plus the FnCall engine and the environment store: the
 // session.FnCaller and the server's server.ImageManager.

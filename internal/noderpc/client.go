@@ -13,6 +13,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb"
 	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb/noderpcpbconnect"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -32,6 +33,10 @@ var (
 	_ session.Networker = (*Client)(nil)
 	_ session.QoS       = (*Client)(nil)
 	_ session.FnCaller  = (*Client)(nil)
+
+	_ session.Screenshotter = (*Client)(nil)
+	_ session.InputSender   = (*Client)(nil)
+	_ trajectory.API        = (*Client)(nil)
 )
 
 // NewClient returns a client of the node at baseURL (http://host:port for h2c,
@@ -71,8 +76,8 @@ func (c *Client) Close() error {
 	return nil
 }
 
-// signer puts a fresh cluster token and the caller's trace context on every
-// request.
+// signer puts a fresh cluster token, the caller's trace context and step tag
+// on every request, and reports a replayed step's answer to the caller.
 type signer struct {
 	next   http.RoundTripper
 	secret []byte
@@ -83,7 +88,12 @@ func (s *signer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+signToken(s.secret, s.now()))
 	injectTrace(r.Context(), r.Header)
-	return s.next.RoundTrip(r)
+	injectStep(r.Context(), r.Header)
+	resp, err := s.next.RoundTrip(r)
+	if err == nil {
+		reportReplayed(r.Context(), resp.Header)
+	}
+	return resp, err
 }
 
 // call runs a unary method; out (a pointer, or nil) receives its answer.
@@ -213,4 +223,34 @@ func (c *Client) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallR
 // NodeStatus asks the node for its capacity, load and backends.
 func (c *Client) NodeStatus(ctx context.Context) (Status, error) {
 	return callFor[Status](ctx, c, "NodeStatus", callArgs{})
+}
+
+// Screenshot implements session.Screenshotter.
+func (c *Client) Screenshot(ctx context.Context, id string) ([]byte, error) {
+	return callFor[[]byte](ctx, c, "Screenshot", callArgs{ID: id})
+}
+
+// SendInput implements session.InputSender.
+func (c *Client) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
+	return callFor[api.InputResult](ctx, c, "SendInput", callArgs{ID: id, Input: &req})
+}
+
+// ListTrajectories implements trajectory.API: the trajectories the node logs.
+func (c *Client) ListTrajectories(ctx context.Context) ([]api.Trajectory, error) {
+	return callFor[[]api.Trajectory](ctx, c, "ListTrajectories", callArgs{})
+}
+
+// GetTrajectory implements trajectory.API.
+func (c *Client) GetTrajectory(ctx context.Context, id string) (api.Trajectory, error) {
+	return callFor[api.Trajectory](ctx, c, "GetTrajectory", callArgs{ID: id})
+}
+
+// DeleteTrajectory implements trajectory.API.
+func (c *Client) DeleteTrajectory(ctx context.Context, id string) error {
+	return c.call(ctx, "DeleteTrajectory", callArgs{ID: id}, nil)
+}
+
+// RebuildTrajectory implements trajectory.API.
+func (c *Client) RebuildTrajectory(ctx context.Context, id string) (api.RebuildResponse, error) {
+	return callFor[api.RebuildResponse](ctx, c, "RebuildTrajectory", callArgs{ID: id})
 }

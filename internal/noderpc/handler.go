@@ -121,7 +121,8 @@ func StatusOf(ctx context.Context, svc session.Service) (Status, error) {
 }
 
 // authInterceptor refuses every request without a valid cluster token before
-// its handler runs, and continues the caller's trace in the handler's context.
+// its handler runs, and continues the caller's trace and trajectory step in the
+// handler's context.
 type authInterceptor struct{ h *handler }
 
 func (a *authInterceptor) check(hdr http.Header, procedure string) error {
@@ -137,7 +138,12 @@ func (a *authInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if err := a.check(req.Header(), req.Spec().Procedure); err != nil {
 			return nil, err
 		}
-		return next(extractTrace(ctx, req.Header()), req)
+		ctx, out := extractStep(extractTrace(ctx, req.Header()), req.Header())
+		resp, err := next(ctx, req)
+		if err == nil && out != nil && out.Replayed {
+			resp.Header().Set(api.ReplayedHeader, "true")
+		}
+		return resp, err
 	}
 }
 
@@ -150,6 +156,10 @@ func (a *authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 		if err := a.check(conn.RequestHeader(), conn.Spec().Procedure); err != nil {
 			return err
 		}
-		return next(extractTrace(ctx, conn.RequestHeader()), conn)
+		ctx, out := extractStep(extractTrace(ctx, conn.RequestHeader()), conn.RequestHeader())
+		if out != nil {
+			conn = &stepConn{StreamingHandlerConn: conn, out: out}
+		}
+		return next(ctx, conn)
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -29,6 +30,7 @@ type callArgs struct {
 	Network   *api.NetworkPolicy        `json:"network,omitempty"`
 	Pause     *api.PauseRequest         `json:"pause,omitempty"`
 	FnCall    *api.FnCallRequest        `json:"fncall,omitempty"`
+	Input     *api.InputRequest         `json:"input,omitempty"`
 }
 
 // val is *p, or T's zero value for nil.
@@ -110,6 +112,24 @@ var methods = map[string]method{
 	}),
 	"FnCall": capMethod("FnCall", func(ctx context.Context, f session.FnCaller, a callArgs) (any, error) {
 		return f.FnCall(ctx, val(a.FnCall))
+	}),
+	"Screenshot": capMethod("screenshots", func(ctx context.Context, sc session.Screenshotter, a callArgs) (any, error) {
+		return sc.Screenshot(ctx, a.ID)
+	}),
+	"SendInput": capMethod("input", func(ctx context.Context, in session.InputSender, a callArgs) (any, error) {
+		return in.SendInput(ctx, a.ID, val(a.Input))
+	}),
+	"ListTrajectories": capMethod("trajectories", func(ctx context.Context, t trajectory.API, a callArgs) (any, error) {
+		return t.ListTrajectories(ctx)
+	}),
+	"GetTrajectory": capMethod("trajectories", func(ctx context.Context, t trajectory.API, a callArgs) (any, error) {
+		return t.GetTrajectory(ctx, a.ID)
+	}),
+	"DeleteTrajectory": capMethod("trajectories", func(ctx context.Context, t trajectory.API, a callArgs) (any, error) {
+		return nil, t.DeleteTrajectory(ctx, a.ID)
+	}),
+	"RebuildTrajectory": capMethod("trajectories", func(ctx context.Context, t trajectory.API, a callArgs) (any, error) {
+		return t.RebuildTrajectory(ctx, a.ID)
 	}),
 	"NodeStatus": func(ctx context.Context, h *handler, a callArgs) (any, error) { return h.status(ctx) },
 }

@@ -105,6 +105,8 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, escapedID, p
 	switch {
 	case err != nil:
 		s.writeError(w, r, err)
+	case tagged && s.traj == nil:
+		s.writeError(w, r, api.NewError(api.CodeNotImplemented, "this server does not log sandbox HTTP requests as trajectory steps"))
 	case tagged:
 		s.proxyStep(sw, r, id, port, rest)
 	default:

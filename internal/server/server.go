@@ -33,6 +33,10 @@ type Options struct {
 	// wrapped in (trajectory.Wrap; New serves through it): the trajectory API and
 	// tagged steps. nil refuses trajectory-tagged requests (not_implemented).
 	Trajectories *trajectory.Service
+	// TrajectoryAPI serves the trajectory API and accepts tagged steps when
+	// there is no Trajectories: the service passed to New forwards the step
+	// tag (a cluster's router, whose nodes log the steps).
+	TrajectoryAPI trajectory.API
 	// Images describes images and environments (GET /v1/images...); nil answers
 	// not_implemented.
 	Images ImageLister
@@ -57,6 +61,7 @@ type Server struct {
 	mux     *http.ServeMux
 	proxy   *sandboxProxy
 	traj    *trajectory.Service
+	trajAPI trajectory.API // traj, else Options.TrajectoryAPI
 	handler http.Handler
 }
 
@@ -75,7 +80,10 @@ func New(svc session.Service, opts Options) *Server {
 	if opts.Trajectories != nil {
 		svc = opts.Trajectories
 	}
-	s := &Server{svc: svc, opts: opts, log: log, mux: http.NewServeMux(), traj: opts.Trajectories}
+	s := &Server{svc: svc, opts: opts, log: log, mux: http.NewServeMux(), traj: opts.Trajectories, trajAPI: opts.TrajectoryAPI}
+	if opts.Trajectories != nil {
+		s.trajAPI = opts.Trajectories
+	}
 	s.proxy = newSandboxProxy(svc, log, s.proxyError)
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.pattern, rt.handler)

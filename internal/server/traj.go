@@ -38,7 +38,7 @@ func (s *Server) tagStep(w http.ResponseWriter, r *http.Request) (*http.Request,
 	if err != nil || !ok {
 		return r, w, false, err
 	}
-	if s.traj == nil {
+	if s.trajAPI == nil {
 		return r, w, false, api.NewError(api.CodeNotImplemented, "this server keeps no trajectory log")
 	}
 	ctx, out := session.WithStep(r.Context(), session.Step{Trajectory: id, N: n})

@@ -10,7 +10,7 @@ import (
 // The trajectory API: thin handlers over the trajectory decorator.
 
 func (s *Server) trajEnabled(w http.ResponseWriter, r *http.Request) bool {
-	if s.traj == nil {
+	if s.trajAPI == nil {
 		s.writeError(w, r, api.NewError(api.CodeNotImplemented, "this server keeps no trajectory log"))
 		return false
 	}
@@ -21,7 +21,7 @@ func (s *Server) listTrajectories(w http.ResponseWriter, r *http.Request) {
 	if !s.trajEnabled(w, r) {
 		return
 	}
-	list, err := s.traj.ListTrajectories(r.Context())
+	list, err := s.trajAPI.ListTrajectories(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -33,7 +33,7 @@ func (s *Server) getTrajectory(w http.ResponseWriter, r *http.Request) {
 	if !s.trajEnabled(w, r) {
 		return
 	}
-	t, err := s.traj.GetTrajectory(r.Context(), r.PathValue("traj"))
+	t, err := s.trajAPI.GetTrajectory(r.Context(), r.PathValue("traj"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -46,7 +46,7 @@ func (s *Server) exportTrajectory(w http.ResponseWriter, r *http.Request) {
 	if !s.trajEnabled(w, r) {
 		return
 	}
-	t, err := s.traj.GetTrajectory(r.Context(), r.PathValue("traj"))
+	t, err := s.trajAPI.GetTrajectory(r.Context(), r.PathValue("traj"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -65,7 +65,7 @@ func (s *Server) deleteTrajectory(w http.ResponseWriter, r *http.Request) {
 	if !s.trajEnabled(w, r) {
 		return
 	}
-	if err := s.traj.DeleteTrajectory(r.Context(), r.PathValue("traj")); err != nil {
+	if err := s.trajAPI.DeleteTrajectory(r.Context(), r.PathValue("traj")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -78,7 +78,7 @@ func (s *Server) rebuildTrajectory(w http.ResponseWriter, r *http.Request) {
 	if !s.trajEnabled(w, r) {
 		return
 	}
-	out, err := s.traj.RebuildTrajectory(r.Context(), r.PathValue("traj"))
+	out, err := s.trajAPI.RebuildTrajectory(r.Context(), r.PathValue("traj"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -235,6 +236,71 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("trajectory steps through either API server", func(t *testing.T) {
+		// A step logged on the sandbox's node through API server 0 is answered
+		// from that node's log when re-issued through API server 1: the nonce
+		// it printed comes back, nothing runs again.
+		id := byNode[e.agents[0].node][0]
+		traj := "e2e-" + randHex(4)
+		body := api.ExecRequest{Cmd: []string{"sh", "-c", "head -c 8 /dev/urandom | od -An -tx1"}}
+		st0, h0, out0 := e.step(t, 0, traj, 1, "/v1/sandboxes/"+id+"/exec", body)
+		st1, h1, out1 := e.step(t, 1, traj, 1, "/v1/sandboxes/"+id+"/exec", body)
+		stdout := func(body string) string {
+			var r api.ExecResult
+			_ = json.Unmarshal([]byte(body), &r)
+			return r.Stdout
+		}
+		if st0 != 200 || st1 != 200 || h0.Get(api.ReplayedHeader) != "" || h1.Get(api.ReplayedHeader) != "true" || stdout(out0) == "" || stdout(out0) != stdout(out1) {
+			t.Fatalf("step via 0: %d replayed=%q %s\nre-issued via 1: %d replayed=%q %s", st0, h0.Get(api.ReplayedHeader), out0, st1, h1.Get(api.ReplayedHeader), out1)
+		}
+		if st, h, out := e.step(t, 1, traj, 2, "/v1/sandboxes/"+id+"/exec", body); st != 200 || h.Get(api.ReplayedHeader) != "" || stdout(out) == stdout(out0) {
+			t.Errorf("step 2 (new) via 1: %d %s", st, out)
+		}
+		got, err := e.client(1).GetTrajectory(ctx, traj)
+		if err != nil || got.SandboxID != id || len(got.Steps) != 2 {
+			t.Fatalf("trajectory via 1: %+v %v", got, err)
+		}
+		list, err := e.client(0).ListTrajectories(ctx)
+		found := false
+		for _, tr := range list {
+			found = found || tr.ID == traj
+		}
+		if err != nil || !found {
+			t.Errorf("list via 0 lacks %s: %v %v", traj, list, err)
+		}
+		if _, err := e.client(0).GetTrajectory(ctx, "no-such-"+traj); errCode(err) != api.CodeNotFound {
+			t.Errorf("unknown trajectory: %v", err)
+		}
+	})
+
+	t.Run("E2B and SandboxFusion front ends on the API servers", func(t *testing.T) {
+		for i := 0; i < 2; i++ {
+			req, _ := http.NewRequest("GET", "http://"+e.apiAddr[i]+"/sandboxes", nil)
+			req.Header.Set("X-API-Key", "e2b_"+e.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var list []map[string]any
+			err = json.NewDecoder(resp.Body).Decode(&list)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || err != nil {
+				t.Errorf("E2B GET /sandboxes via %d: %d %v", i, resp.StatusCode, err)
+			}
+			req, _ = http.NewRequest("GET", "http://"+e.apiAddr[i]+"/sandboxes", nil)
+			req.Header.Set("X-API-Key", "e2b_wrong")
+			if resp, err = http.DefaultClient.Do(req); err != nil || resp.StatusCode != 401 {
+				t.Errorf("E2B with a wrong key via %d: %v %v", i, resp.Status, err)
+			}
+			resp.Body.Close()
+			resp, err = http.Post("http://"+e.apiAddr[i]+"/run_code", "application/json", strings.NewReader(`{"code":"print(1)","language":"python"}`))
+			if err != nil || resp.StatusCode != 401 {
+				t.Errorf("SandboxFusion /run_code without a token via %d: %v %v (404: not mounted)", i, resp.Status, err)
+			}
+			resp.Body.Close()
+		}
+	})
+
 	t.Run("API tier latency against one dsec server", func(t *testing.T) {
 		// The same calls, in the same run, through an API server (HTTP, placement,
 		// node RPC over a veth) and straight to a one-machine `dsec server`.
@@ -421,6 +487,10 @@ func TestCluster(t *testing.T) {
 	t.Run("killed agent: node_lost, others untouched, creates elsewhere, back after restart", func(t *testing.T) {
 		a := e.agents[2]
 		victim := byNode[a.node][0]
+		traj := "lost-" + randHex(4)
+		if st, _, out := e.step(t, 0, traj, 1, "/v1/sandboxes/"+victim+"/exec", api.ExecRequest{Cmd: []string{"true"}}); st != 200 {
+			t.Fatalf("step on %s: %d %s", victim, st, out)
+		}
 		a.stop(syscall.SIGKILL)
 		took := e.waitFor("node_lost", ttl+5*time.Second, func() error {
 			_, err := execOut(0, victim, "true")
@@ -430,6 +500,9 @@ func TestCluster(t *testing.T) {
 			return fmt.Errorf("exec answered %v", err)
 		})
 		t.Logf("node_lost %s after kill -9 (ttl %s)", took.Round(10*time.Millisecond), ttl)
+		if _, err := e.client(1).GetTrajectory(ctx, traj); errCode(err) != api.CodeNodeLost {
+			t.Errorf("trajectory on the lost node: %v, want node_lost", err)
+		}
 		for _, other := range e.agents[:2] {
 			if _, err := execOut(1, byNode[other.node][0], "true"); err != nil {
 				t.Errorf("sandbox on %s: %v", other.node, err)
@@ -446,6 +519,9 @@ func TestCluster(t *testing.T) {
 			return err
 		})
 		t.Logf("answering again %s after restart", took.Round(10*time.Millisecond))
+		if tr, err := e.client(1).GetTrajectory(ctx, traj); err != nil || len(tr.Steps) != 1 {
+			t.Errorf("trajectory after the node's restart: %+v %v", tr, err)
+		}
 	})
 
 	t.Run("cut link behaves like a kill and heals", func(t *testing.T) {
@@ -565,6 +641,23 @@ func (e *env) raw(t *testing.T, i int, method, path string, body any) (int, http
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest(method, "http://"+e.apiAddr[i]+path, bytes.NewReader(b))
 	req.Header.Set("Authorization", "Bearer "+e.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(out)
+}
+
+// step sends one JSON request tagged as step n of trajectory traj.
+func (e *env) step(t *testing.T, i int, traj string, n int, path string, body any) (int, http.Header, string) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", "http://"+e.apiAddr[i]+path, bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+e.token)
+	req.Header.Set(api.TrajectoryHeader, traj)
+	req.Header.Set(api.StepHeader, strconv.Itoa(n))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,39 @@
+package apiserver
+
+import (
+	"context"
+	"log/slog"
+
+	"github.com/dsec-dev/dsec/internal/frontend/e2b"
+	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
+	"github.com/dsec-dev/dsec/internal/metrics"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// The other front ends over the router, as `dsec server` serves them over its
+// node: E2B's API (control plane and envd) and SandboxFusion's /run_code and
+// /submit, with the cluster's API tokens.
+
+// newE2B returns E2B's front end over svc. Its envd access tokens are keyed
+// with the cluster secret, so every API server accepts the ones any of them
+// handed out.
+func newE2B(ctx context.Context, svc session.Service, authorize func(string) bool, secret []byte, log *slog.Logger) *e2b.Handler {
+	h := e2b.New(svc, e2b.Options{Authorize: authorize, Secret: secret, Logger: log})
+	if err := h.Recover(ctx); err != nil {
+		log.Warn("e2b: re-arming sandbox timeouts", "err", err)
+	}
+	return h
+}
+
+// fnCalls runs SandboxFusion's FnCalls through the metrics decorator (counted
+// like /v1's), which places them on nodes with FnCall pools (the router).
+type fnCalls struct{ *metrics.Service }
+
+func (f fnCalls) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+	return f.FnCall(ctx, req)
+}
+
+func (a *APIServer) sandboxFusion() *sandboxfusion.Handler {
+	return sandboxfusion.New(fnCalls{a.svc}, sandboxfusion.Options{Logger: a.log})
+}

@@ -1,0 +1,104 @@
+package apiserver
+
+import (
+	"context"
+	"sync"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/trajectory"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// The trajectory log in a cluster: a step is logged on the node of its
+// sandbox (the router forwards the step tag with the call, the node's
+// trajectory decorator logs or replays it), so a trajectory lives on one node.
+// The trajectory API asks the nodes: a list fans out to every ready node, a
+// trajectory by ID is looked up on each until one has it. While a node is lost
+// its trajectories cannot be read: a trajectory no reachable node has answers
+// node_lost if some node is lost, not_found otherwise.
+
+var _ trajectory.API = (*Router)(nil)
+
+// trajNodes returns the trajectory API of every node that is not lost, and
+// the names of the lost ones.
+func (r *Router) trajNodes() (apis []trajectory.API, names []string, lost []string) {
+	for _, n := range r.cfg.Nodes.Nodes() {
+		if n.State == placement.StateLost {
+			lost = append(lost, n.Name)
+			continue
+		}
+		if t, ok := r.client(n).(trajectory.API); ok {
+			apis = append(apis, t)
+			names = append(names, n.Name)
+		}
+	}
+	return apis, names, lost
+}
+
+// ListTrajectories implements trajectory.API: every reachable node's
+// trajectories (a node that fails to answer fails the list).
+func (r *Router) ListTrajectories(ctx context.Context) ([]api.Trajectory, error) {
+	apis, names, _ := r.trajNodes()
+	lists := make([][]api.Trajectory, len(apis))
+	errs := make([]error, len(apis))
+	var wg sync.WaitGroup
+	for i, t := range apis {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			lists[i], errs[i] = t.ListTrajectories(ctx)
+		}()
+	}
+	wg.Wait()
+	out := []api.Trajectory{}
+	for i := range apis {
+		if errs[i] != nil {
+			return nil, errdefs.Wrap(errdefs.CodeOf(errs[i]), errs[i], "trajectories of node %s", names[i])
+		}
+		out = append(out, lists[i]...)
+	}
+	return out, nil
+}
+
+// findTrajectory runs f on the node that has trajectory id.
+func findTrajectory[T any](ctx context.Context, r *Router, id string, f func(context.Context, trajectory.API) (T, error)) (T, error) {
+	var zero T
+	apis, _, lost := r.trajNodes()
+	for _, t := range apis {
+		if _, err := t.GetTrajectory(ctx, id); err != nil {
+			if errdefs.Is(err, api.CodeNotFound) {
+				continue
+			}
+			return zero, err
+		}
+		return f(ctx, t)
+	}
+	if len(lost) > 0 {
+		return zero, errdefs.New(api.CodeNodeLost, "trajectory %q: no reachable node has it, and node(s) %v are lost (their lease expired); a lost node's trajectories answer again when it is back", id, lost)
+	}
+	return zero, errdefs.NotFound("trajectory %q not found", id)
+}
+
+// GetTrajectory implements trajectory.API.
+func (r *Router) GetTrajectory(ctx context.Context, id string) (api.Trajectory, error) {
+	return findTrajectory(ctx, r, id, func(ctx context.Context, t trajectory.API) (api.Trajectory, error) {
+		return t.GetTrajectory(ctx, id)
+	})
+}
+
+// DeleteTrajectory implements trajectory.API.
+func (r *Router) DeleteTrajectory(ctx context.Context, id string) error {
+	_, err := findTrajectory(ctx, r, id, func(ctx context.Context, t trajectory.API) (struct{}, error) {
+		return struct{}{}, t.DeleteTrajectory(ctx, id)
+	})
+	return err
+}
+
+// RebuildTrajectory implements trajectory.API: the node that keeps the
+// trajectory creates the replacement sandbox.
+func (r *Router) RebuildTrajectory(ctx context.Context, id string) (api.RebuildResponse, error) {
+	return findTrajectory(ctx, r, id, func(ctx context.Context, t trajectory.API) (api.RebuildResponse, error) {
+		return t.RebuildTrajectory(ctx, id)
+	})
+}
