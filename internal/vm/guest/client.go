@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -75,31 +76,61 @@ func Connect(ctx context.Context, path string) (*Client, error) {
 		}
 	}
 	c := &Client{nc: nc, ch: map[uint32]*Chan{}, dn: make(chan struct{})}
-	nonce := make([]byte, 16)
-	_, _ = rand.Read(nonce)
 	stop := context.AfterFunc(ctx, func() { _ = nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	br := bufio.NewReaderSize(nc, 256<<10)
-	if err := c.write(tHello, 0, 0, nonce); err != nil {
-		nc.Close()
-		return nil, err
-	}
+	// A hello can be lost when the channel has just been moved to a new socket
+	// (a re-adopting driver's chardev-change): the guest may still be parsing
+	// the old client's bytes. So it is sent again, with a fresh nonce, every
+	// helloRetry until the guest answers the latest one; the guest handles
+	// frames in order, so once that answer is in no earlier hello is pending
+	// (each hello resets the guest's channels).
+	nonce := make([]byte, 16)
 	for {
-		typ, _, _, body, err := readFrame(br)
-		if err != nil {
+		if ctx.Err() != nil {
+			nc.Close()
+			return nil, fmt.Errorf("guest: waiting for the agent's hello: %w", ctx.Err())
+		}
+		_, _ = rand.Read(nonce)
+		if err := c.write(tHello, 0, 0, nonce); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		_ = nc.SetReadDeadline(time.Now().Add(helloRetry))
+		answered, err := awaitHello(br, nonce)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
 			nc.Close()
 			return nil, fmt.Errorf("guest: waiting for the agent's hello: %w", err)
 		}
-		if typ == tHello && string(body) == string(nonce) {
+		if answered {
 			break
 		}
 	}
+	_ = nc.SetReadDeadline(time.Time{})
 	if !stop() {
 		nc.Close()
 		return nil, fmt.Errorf("guest: waiting for the agent's hello: %w", ctx.Err())
 	}
 	go c.readLoop(br)
 	return c, nil
+}
+
+// helloRetry is how long Connect waits for the answer to one hello before it
+// sends another.
+const helloRetry = 2 * time.Second
+
+// awaitHello reads frames until the hello answering nonce (true) or an error
+// (a read deadline: no answer yet).
+func awaitHello(br *bufio.Reader, nonce []byte) (bool, error) {
+	for {
+		typ, _, _, body, err := readFrame(br)
+		if err != nil {
+			return false, err
+		}
+		if typ == tHello && string(body) == string(nonce) {
+			return true, nil
+		}
+	}
 }
 
 // readFrame reads one frame, skipping bytes until a valid header.
