@@ -5,6 +5,7 @@
 package auth
 
 import (
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"net/http"
@@ -41,4 +42,19 @@ func Bearer(r *http.Request) (string, bool) {
 func (t Token) MatchBearer(r *http.Request) bool {
 	tok, ok := Bearer(r)
 	return ok && t.Match(tok)
+}
+
+type projectKey struct{}
+
+// WithProject returns ctx carrying the caller's project (the project its
+// token belongs to).
+func WithProject(ctx context.Context, project string) context.Context {
+	return context.WithValue(ctx, projectKey{}, project)
+}
+
+// ProjectOf returns the caller's project, "" when ctx carries none (callers
+// inside dsec).
+func ProjectOf(ctx context.Context) string {
+	p, _ := ctx.Value(projectKey{}).(string)
+	return p
 }

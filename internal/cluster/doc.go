@@ -10,7 +10,13 @@
 //	n/known/NAME   the same record without a lease: a node that is known but not
 //	               live is lost, so its sandboxes answer node_lost, not not_found
 //	n/drain/NAME   present: the node takes no new sandboxes
-//	tokens/SHA256  an API token's digest (the token itself is never stored)
+//	tokens/SHA256  an API token's digest (the token itself is never stored) and
+//	               its project (none: the default project)
+//	projects/NAME  a project's quota (internal/project); the default project
+//	               exists without a record
+//	quota/NAME/usage    the project's reserved usage: the sum of its reservations
+//	quota/NAME/r/RID    one reservation (a create, batch or fork); every change
+//	                    to one is a transaction that moves usage with it
 //	req/SHA256     a create request ID's claim: the node it was placed on
 //
 // Trust: agents sign their records with HMAC-SHA256 under the cluster secret

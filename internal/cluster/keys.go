@@ -29,8 +29,16 @@ func (k keys) drain(name string) string   { return k.prefix + "n/drain/" + name 
 func (k keys) tokens() string             { return k.prefix + "tokens/" }
 func (k keys) token(digest string) string { return k.prefix + "tokens/" + digest }
 func (k keys) tokensInit() string         { return k.prefix + "tokens-init" }
-func (k keys) secretCheck() string        { return k.prefix + "secret-check" }
-func (k keys) request(id string) string   { return k.prefix + "req/" + digest(id) }
+func (k keys) projects() string           { return k.prefix + "projects/" }
+func (k keys) project(name string) string { return k.prefix + "projects/" + name }
+func (k keys) quota(name string) string   { return k.prefix + "quota/" + name + "/" }
+func (k keys) usage(name string) string   { return k.prefix + "quota/" + name + "/usage" }
+func (k keys) reservations(name string) string {
+	return k.prefix + "quota/" + name + "/r/"
+}
+func (k keys) reservation(name, id string) string { return k.reservations(name) + id }
+func (k keys) secretCheck() string                { return k.prefix + "secret-check" }
+func (k keys) request(id string) string           { return k.prefix + "req/" + digest(id) }
 
 // nodeKey splits a key under nodes() into its kind (live, known, drain) and node.
 func (k keys) nodeKey(key string) (kind, name string, ok bool) {

@@ -9,46 +9,58 @@ import (
 	"log/slog"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Tokens is the set of API tokens every API server accepts, kept in etcd as
-// SHA-256 digests and followed by a watch.
+// SHA-256 digests (each naming its project) and followed by a watch.
 type Tokens struct {
 	cli *clientv3.Client
 	k   keys
 	log *slog.Logger
-
-	mu      sync.RWMutex
-	digests map[string]bool
+	m   *mirror[tokenRecord]
 }
 
 // tokenRecord is the value under tokens/DIGEST.
 type tokenRecord struct {
 	CreatedAt time.Time `json:"created_at"`
 	CreatedBy string    `json:"created_by,omitempty"`
+	// Project owns the token; empty (tokens made before projects) is the
+	// default project.
+	Project string `json:"project,omitempty"`
+}
+
+func decodeToken(b []byte) (tokenRecord, error) {
+	var r tokenRecord
+	err := json.Unmarshal(b, &r)
+	if r.Project == "" {
+		r.Project = api.DefaultProject
+	}
+	return r, err
 }
 
 // OpenTokens loads the token set and follows it until ctx ends. When the cluster
 // has no token yet, the first API server to get here creates one (the token in
 // tokenFile if that file exists, else a new random one), stores its digest and
 // writes the token to tokenFile; every other API server leaves tokenFile alone.
+// That first token belongs to the default (admin) project.
 func OpenTokens(ctx context.Context, cli *clientv3.Client, prefix, tokenFile, by string, log *slog.Logger) (*Tokens, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &Tokens{cli: cli, k: newKeys(prefix), log: log, digests: map[string]bool{}}
+	t := &Tokens{cli: cli, k: newKeys(prefix), log: log}
 	if err := t.bootstrap(ctx, tokenFile, by); err != nil {
 		return nil, err
 	}
-	rev, err := t.list(ctx)
+	m, err := openMirror(ctx, cli, t.k.tokens(), decodeToken, log)
 	if err != nil {
 		return nil, err
 	}
-	go t.follow(ctx, rev)
+	t.m = m
 	return t, nil
 }
 
@@ -87,54 +99,6 @@ func (t *Tokens) bootstrap(ctx context.Context, tokenFile, by string) error {
 	return nil
 }
 
-func (t *Tokens) list(ctx context.Context) (int64, error) {
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := t.cli.Get(cctx, t.k.tokens(), clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		return 0, fmt.Errorf("cluster: list API tokens: %w", err)
-	}
-	d := make(map[string]bool, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		d[strings.TrimPrefix(string(kv.Key), t.k.tokens())] = true
-	}
-	t.mu.Lock()
-	t.digests = d
-	t.mu.Unlock()
-	return resp.Header.Revision, nil
-}
-
-func (t *Tokens) follow(ctx context.Context, rev int64) {
-	for ctx.Err() == nil {
-		ch := t.cli.Watch(clientv3.WithRequireLeader(ctx), t.k.tokens(), clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithKeysOnly())
-		for resp := range ch {
-			if resp.Err() != nil {
-				break
-			}
-			t.mu.Lock()
-			for _, ev := range resp.Events {
-				d := strings.TrimPrefix(string(ev.Kv.Key), t.k.tokens())
-				if ev.Type == clientv3.EventTypeDelete {
-					delete(t.digests, d)
-				} else {
-					t.digests[d] = true
-				}
-			}
-			t.mu.Unlock()
-			rev = resp.Header.Revision
-		}
-		for ctx.Err() == nil {
-			r, err := t.list(ctx)
-			if err == nil {
-				rev = r
-				break
-			}
-			t.log.Warn("listing API tokens failed; retrying", "err", err)
-			sleep(ctx, time.Second)
-		}
-	}
-}
-
 // Match reports whether tok is one of the cluster's tokens (an empty token
 // matches nothing). Only digests are compared, so timing tells nothing about a
 // token.
@@ -142,10 +106,17 @@ func (t *Tokens) Match(tok string) bool {
 	if tok == "" {
 		return false
 	}
-	d := digest(tok)
-	t.mu.RLock()
-	defer t.mu.RUnlock()
-	return t.digests[d]
+	_, ok := t.Project(tok)
+	return ok
+}
+
+// Project returns the project tok belongs to (ok false: not a token).
+func (t *Tokens) Project(tok string) (string, bool) {
+	if tok == "" {
+		return "", false
+	}
+	r, _, ok := t.m.get(digest(tok))
+	return r.Project, ok
 }
 
 // Add stores a new token's digest (for operators: every API server accepts it

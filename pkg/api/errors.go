@@ -30,6 +30,14 @@ const (
 	// cluster (crashed, cut off): the sandbox may answer again when the node is
 	// back; infrastructure, retryable.
 	CodeNodeLost Code = "node_lost"
+	// CodeQuotaExceeded (429) says the caller's project is at one of its quotas
+	// (max_sandboxes, cpu, memory_bytes; the message names it): nothing was
+	// created. Not infrastructure and not retryable as is: delete sandboxes or
+	// ask an operator for a larger quota (dsec project set-quota).
+	CodeQuotaExceeded Code = "quota_exceeded"
+	// CodePermissionDenied (403): the token is valid but its project may not do
+	// this (project administration needs a token of the admin project "default").
+	CodePermissionDenied Code = "permission_denied"
 
 	// Trajectory log (see TrajectoryHeader).
 	// CodeTrajectoryDiverged (409): a logged step was re-issued with a different
@@ -100,8 +108,10 @@ func StatusOf(code Code) int {
 		return http.StatusConflict
 	case CodePayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
-	case CodeResourceExhausted:
+	case CodeResourceExhausted, CodeQuotaExceeded:
 		return http.StatusTooManyRequests
+	case CodePermissionDenied:
+		return http.StatusForbidden
 	case CodeDeadlineExceeded:
 		return http.StatusGatewayTimeout
 	case CodeSandboxGone, CodeTrajectorySandboxLost:

@@ -1,0 +1,389 @@
+package project
+
+import (
+	"context"
+	"log/slog"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/auth"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// maxOwners bounds the sandbox → project cache (half is dropped when full).
+const maxOwners = 1 << 18
+
+// Guard is the session.Service decorator that enforces projects: quotas on
+// Create, CreateBatch and Fork, releases on Delete, and project scoping (see
+// the package doc). It passes the optional session interfaces through.
+type Guard struct {
+	session.Service // the guarded service (Exec, files ... pass through)
+	store           Store
+	log             *slog.Logger
+	// Grace is how old a reservation must be before Reconcile shrinks it to
+	// what the nodes report (creates in flight are younger).
+	Grace time.Duration
+
+	mu     sync.Mutex
+	owners map[string]owner // sandbox ID → owner (IDs are never reused)
+}
+
+// owner is what the guard knows about a sandbox.
+type owner struct {
+	project, rid string
+	use          Usage
+}
+
+// NewGuard returns inner guarded by st.
+func NewGuard(inner session.Service, st Store, log *slog.Logger) *Guard {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Guard{Service: inner, store: st, log: log, Grace: 10 * time.Minute, owners: map[string]owner{}}
+}
+
+var (
+	_ session.Service       = (*Guard)(nil)
+	_ session.Forker        = (*Guard)(nil)
+	_ session.Committer     = (*Guard)(nil)
+	_ session.Networker     = (*Guard)(nil)
+	_ session.QoS           = (*Guard)(nil)
+	_ session.FnCaller      = (*Guard)(nil)
+	_ session.Screenshotter = (*Guard)(nil)
+	_ session.InputSender   = (*Guard)(nil)
+)
+
+// Store is the guard's store.
+func (g *Guard) Store() Store { return g.store }
+
+// caller is ctx's project (Default for calls from inside dsec).
+func caller(ctx context.Context) string {
+	if p := auth.ProjectOf(ctx); p != "" {
+		return p
+	}
+	return Default
+}
+
+// ownerOf reads a sandbox's owner from its labels.
+func ownerOf(sb api.Sandbox) owner {
+	o := owner{project: sb.Labels[api.LabelProject], rid: sb.Labels[api.LabelReservation], use: UsageOfSandbox(sb)}
+	if o.project == "" {
+		o.project = Default
+	}
+	if o.rid == "" {
+		o.rid = adoptedID(sb.ID)
+	}
+	return o
+}
+
+// adoptedID is the reservation an unlabelled sandbox is counted under.
+func adoptedID(id string) string { return "sb:" + id }
+
+func (g *Guard) remember(sb api.Sandbox) owner {
+	o := ownerOf(sb)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.owners) >= maxOwners {
+		n := 0
+		for id := range g.owners {
+			delete(g.owners, id)
+			if n++; n >= maxOwners/2 {
+				break
+			}
+		}
+	}
+	g.owners[sb.ID] = o
+	return o
+}
+
+func (g *Guard) forget(id string) {
+	g.mu.Lock()
+	delete(g.owners, id)
+	g.mu.Unlock()
+}
+
+// owner returns sandbox id's owner, from the cache or the sandbox itself.
+func (g *Guard) owner(ctx context.Context, id string) (owner, error) {
+	g.mu.Lock()
+	o, ok := g.owners[id]
+	g.mu.Unlock()
+	if ok {
+		return o, nil
+	}
+	sb, err := g.Service.Get(ctx, id)
+	if err != nil {
+		return owner{}, err
+	}
+	return g.remember(sb), nil
+}
+
+func notFound(id string) error { return errdefs.NotFound("sandbox %q not found", id) }
+
+// Authorize answers not_found unless sandbox id belongs to ctx's project (the
+// HTTP layer calls it for every /v1/sandboxes/{id} route).
+func (g *Guard) Authorize(ctx context.Context, id string) error {
+	o, err := g.owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	if o.project != caller(ctx) {
+		return notFound(id)
+	}
+	return nil
+}
+
+// reserve reserves u for project p; "" when p has no limits (nothing reserved).
+func (g *Guard) reserve(ctx context.Context, p string, u Usage) (string, error) {
+	q, ok := g.store.Limits(p)
+	if !ok {
+		return "", errdefs.New(api.CodePermissionDenied, "project %q no longer exists", p)
+	}
+	if !q.Limited() {
+		return "", nil
+	}
+	rid := NewReservationID()
+	if err := g.store.Reserve(ctx, p, Reservation{ID: rid, Usage: u, CreatedAt: time.Now().UTC()}); err != nil {
+		return "", err
+	}
+	return rid, nil
+}
+
+// release gives back u of reservation rid (it outlives ctx: a cancelled
+// create still releases).
+func (g *Guard) release(ctx context.Context, p, rid string, u Usage) {
+	if rid == "" || u.Sandboxes <= 0 {
+		return
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := g.store.Release(rctx, p, rid, u); err != nil {
+		g.log.Warn("releasing a quota reservation failed; the reconciler will", "project", p, "reservation", rid, "err", err)
+	}
+}
+
+// labelled returns labels with the project's and reservation's set (a caller's
+// own values are replaced).
+func labelled(labels map[string]string, p, rid string) map[string]string {
+	out := make(map[string]string, len(labels)+2)
+	maps.Copy(out, labels)
+	out[api.LabelProject] = p
+	out[api.LabelReservation] = rid
+	return out
+}
+
+func (g *Guard) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	p, u := caller(ctx), UsageOf(req)
+	rid, err := g.reserve(ctx, p, u)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	req.Labels = labelled(req.Labels, p, rid)
+	sb, err := g.Service.Create(ctx, req)
+	if err != nil {
+		g.release(ctx, p, rid, u)
+		return api.Sandbox{}, err
+	}
+	if sb.Labels[api.LabelReservation] != rid {
+		// A retried request ID: the sandbox made the first time holds its own.
+		g.release(ctx, p, rid, u)
+	}
+	g.remember(sb)
+	return sb, nil
+}
+
+// batchCreator is server.BatchCreator.
+type batchCreator interface {
+	CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error)
+}
+
+// CreateBatch implements server.BatchCreator: the whole batch is one
+// reservation, made before anything is placed.
+func (g *Guard) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
+	bc, ok := g.Service.(batchCreator)
+	if !ok {
+		return nil, errdefs.New(api.CodeNotImplemented, "batch create is not available here")
+	}
+	p := caller(ctx)
+	var total Usage
+	for _, r := range reqs {
+		total = total.Add(UsageOf(r))
+	}
+	rid, err := g.reserve(ctx, p, total)
+	if err != nil {
+		return nil, err
+	}
+	for i := range reqs {
+		reqs[i].Labels = labelled(reqs[i].Labels, p, rid)
+	}
+	out, err := bc.CreateBatch(ctx, reqs)
+	if err != nil {
+		g.release(ctx, p, rid, total)
+		return nil, err
+	}
+	for i, sb := range out {
+		if sb.Labels[api.LabelReservation] != rid {
+			g.release(ctx, p, rid, UsageOf(reqs[i]))
+		}
+		g.remember(sb)
+	}
+	return out, nil
+}
+
+func (g *Guard) Get(ctx context.Context, id string) (api.Sandbox, error) {
+	sb, err := g.Service.Get(ctx, id)
+	if err != nil {
+		return sb, err
+	}
+	if g.remember(sb).project != caller(ctx) {
+		return api.Sandbox{}, notFound(id)
+	}
+	return sb, nil
+}
+
+// List implements session.Service: the caller's project's sandboxes.
+func (g *Guard) List(ctx context.Context) ([]api.Sandbox, error) {
+	all, err := g.Service.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := caller(ctx)
+	out := all[:0:0]
+	for _, sb := range all {
+		if g.remember(sb).project == p {
+			out = append(out, sb)
+		}
+	}
+	return out, nil
+}
+
+func (g *Guard) Delete(ctx context.Context, id string) error {
+	o, err := g.owner(ctx, id)
+	if err != nil {
+		return err
+	}
+	if o.project != caller(ctx) {
+		return notFound(id)
+	}
+	err = g.Service.Delete(ctx, id)
+	if err == nil || errdefs.Is(err, api.CodeNotFound) {
+		g.release(ctx, o.project, o.rid, o.use)
+		g.forget(id)
+	}
+	return err
+}
+
+// Fork implements session.Forker: the children are reserved like a batch.
+func (g *Guard) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
+	f, ok := g.Service.(session.Forker)
+	if !ok {
+		return api.ForkResult{}, errdefs.New(api.CodeNotImplemented, "this node cannot fork sandboxes")
+	}
+	o, err := g.owner(ctx, id)
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	p := caller(ctx)
+	if o.project != p {
+		return api.ForkResult{}, notFound(id)
+	}
+	child := o.use
+	ov := api.CreateSandboxRequest{}
+	if req.Overrides != nil {
+		ov = *req.Overrides
+	}
+	if ov.CPU > 0 {
+		child.MilliCPU = int64(ov.CPU*1000 + 0.5)
+	}
+	if ov.MemoryBytes > 0 {
+		child.MemoryBytes = ov.MemoryBytes
+	}
+	n := int64(max(req.Count, 0))
+	total := Usage{Sandboxes: n * child.Sandboxes, MilliCPU: n * child.MilliCPU, MemoryBytes: n * child.MemoryBytes}
+	rid, err := g.reserve(ctx, p, total)
+	if err != nil {
+		return api.ForkResult{}, err
+	}
+	ov.Labels = labelled(ov.Labels, p, rid)
+	req.Overrides = &ov
+	res, err := f.Fork(ctx, id, req)
+	if err != nil {
+		g.release(ctx, p, rid, total)
+		return res, err
+	}
+	for _, c := range res.Children {
+		g.remember(c)
+	}
+	for i := int64(len(res.Children)); i < n; i++ {
+		g.release(ctx, p, rid, child)
+	}
+	return res, nil
+}
+
+// The rest passes through; the HTTP layer has authorized the ID already.
+
+func (g *Guard) Commit(ctx context.Context, id string, req api.CommitRequest) (api.CommitResult, error) {
+	c, ok := g.Service.(session.Committer)
+	if !ok {
+		return api.CommitResult{}, errdefs.New(api.CodeNotImplemented, "this node cannot commit sandboxes")
+	}
+	return c.Commit(ctx, id, req)
+}
+
+func (g *Guard) SetNetwork(ctx context.Context, id string, pol api.NetworkPolicy) (api.Sandbox, error) {
+	n, ok := g.Service.(session.Networker)
+	if !ok {
+		return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "this node offers no network policy")
+	}
+	return n.SetNetwork(ctx, id, pol)
+}
+
+func (g *Guard) qos() (session.QoS, error) {
+	q, ok := g.Service.(session.QoS)
+	if !ok {
+		return nil, errdefs.New(api.CodeNotImplemented, "this node has no CPU classes or memory reclaim")
+	}
+	return q, nil
+}
+
+func (g *Guard) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
+	q, err := g.qos()
+	if err != nil {
+		return api.PauseResponse{}, err
+	}
+	return q.PauseWith(ctx, id, req)
+}
+
+func (g *Guard) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
+	q, err := g.qos()
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	return q.SetCPUClass(ctx, id, class)
+}
+
+func (g *Guard) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+	fc, ok := g.Service.(session.FnCaller)
+	if !ok {
+		return api.FnCallResult{}, errdefs.New(api.CodeNotImplemented, "fncall is not available here")
+	}
+	return fc.FnCall(ctx, req)
+}
+
+func (g *Guard) Screenshot(ctx context.Context, id string) ([]byte, error) {
+	sc, ok := g.Service.(session.Screenshotter)
+	if !ok {
+		return nil, errdefs.New(api.CodeNotImplemented, "screenshots are not available here")
+	}
+	return sc.Screenshot(ctx, id)
+}
+
+func (g *Guard) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
+	in, ok := g.Service.(session.InputSender)
+	if !ok {
+		return api.InputResult{}, errdefs.New(api.CodeNotImplemented, "input is not available here")
+	}
+	return in.SendInput(ctx, id, req)
+}
