@@ -34,7 +34,7 @@ func main() {
 	root.AddCommand(topCmd())
 	root.AddCommand(imageCmd(), forkCmd(), commitCmd())
 	root.AddCommand(networkCmd(), infoCmd())
-	root.AddCommand(etcdCmd(), agentCmd(), apiserverCmd(), nodesCmd())
+	root.AddCommand(etcdCmd(), agentCmd(), apiserverCmd(), nodesCmd(), projectCmd())
 	root.AddCommand(screenshotCmd(), inputCmd())
 	err := root.ExecuteContext(ctx)
 	var ee exitError

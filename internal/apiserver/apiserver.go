@@ -19,9 +19,11 @@ import (
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Config configures an API server.
@@ -43,6 +45,10 @@ type Config struct {
 	OTLPEndpoint string
 	Tracing      *tracing.Provider
 	Logger       *slog.Logger
+	// QuotaReconcile is how often quota reservations are reconciled with the
+	// nodes' sandboxes (project.Guard.Reconcile; default 30 s). Rounds run
+	// only while some project has a quota.
+	QuotaReconcile time.Duration
 }
 
 // APIServer is one running API server.
@@ -51,7 +57,9 @@ type APIServer struct {
 	Engine  *placement.Engine
 	Watcher *cluster.Watcher
 	Tokens  *cluster.Tokens
-	Server  *server.Server
+	// Projects enforces projects and quotas over the router.
+	Projects *project.Guard
+	Server   *server.Server
 	// E2B serves E2B's API over the router (Handler mounts it).
 	E2B *e2b.Handler
 	// Metrics is this API server's registry (GET /metrics).
@@ -106,6 +114,10 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	if err != nil {
 		return fail(err)
 	}
+	projects, err := cluster.OpenProjects(bg, cfg.Etcd, cfg.Prefix, toks, cfg.Logger)
+	if err != nil {
+		return fail(err)
+	}
 	eng := placement.New(w, cfg.Placement)
 	if err := eng.Refresh(bg); err != nil {
 		return fail(err)
@@ -129,13 +141,27 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret})
 		},
 	})
-	msvc := m.Wrap(rt, tp, rt)
-	osvc := observed{Service: msvc, rt: rt, cl: cl}
-	srv := server.New(osvc, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: msvc,
+	guard := project.NewGuard(rt, projects, cfg.Logger)
+	if cfg.QuotaReconcile <= 0 {
+		cfg.QuotaReconcile = 30 * time.Second
+	}
+	go guard.Run(bg, cfg.QuotaReconcile)
+	msvc := m.Wrap(guard, tp, rt)
+	osvc := observed{Service: msvc, rt: rt, batch: guard, cl: cl}
+	srv := server.New(osvc, server.Options{Projects: guard, Logger: cfg.Logger, FnCall: msvc,
 		TrajectoryAPI: rt}) // tagged steps are logged on their sandbox's node
-	e2bH := newE2B(bg, osvc, toks.Match, cfg.Secret, cfg.Logger)
-	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
+	e2bH := newE2B(bg, osvc, adminToken(toks), cfg.Secret, cfg.Logger)
+	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Projects: guard, Server: srv, Metrics: m, TokenFile: tokenFile,
 		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
+}
+
+// adminToken accepts only the default project's tokens: the front ends that
+// do not scope sandboxes by project (E2B's API, the dashboard, /metrics).
+func adminToken(toks *cluster.Tokens) func(string) bool {
+	return func(tok string) bool {
+		p, ok := toks.Project(tok)
+		return ok && p == api.DefaultProject
+	}
 }
 
 // Serve serves the /v1 API, GET /metrics and the dashboard (Handler) on l

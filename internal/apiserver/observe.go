@@ -46,8 +46,9 @@ func (nopObserver) Replaced(string)                     {}
 // decorator does not pass on.
 type observed struct {
 	*metrics.Service
-	rt *Router
-	cl *metrics.Cluster
+	rt    *Router
+	batch server.BatchCreator // the router behind the project guard
+	cl    *metrics.Cluster
 }
 
 var (
@@ -72,7 +73,7 @@ func (o observed) SendInput(ctx context.Context, id string, req api.InputRequest
 // CreateBatch implements server.BatchCreator.
 func (o observed) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
 	t0 := time.Now()
-	out, err := o.rt.CreateBatch(ctx, reqs)
+	out, err := o.batch.CreateBatch(ctx, reqs)
 	backend := ""
 	if len(reqs) > 0 {
 		backend = reqs[0].Backend
@@ -132,10 +133,10 @@ func (s watcherNodes) Nodes(context.Context) ([]ui.Node, error) {
 func (a *APIServer) Handler() http.Handler {
 	mux := http.NewServeMux()
 	rates := ui.NewRates(0, 0)
-	mux.Handle(ui.Prefix, ui.New(ui.Options{Authorize: a.Tokens.Match, Service: a.svc, Nodes: watcherNodes{a.Watcher},
+	mux.Handle(ui.Prefix, ui.New(ui.Options{Authorize: adminToken(a.Tokens), Service: a.svc, Nodes: watcherNodes{a.Watcher},
 		Rates: rates, Logger: a.log}))
-	mux.Handle("GET "+MetricsPath, a.guard(a.Metrics.Handler()))
-	sf := a.guard(a.sandboxFusion())
+	mux.Handle("GET "+MetricsPath, a.guard(adminToken(a.Tokens), a.Metrics.Handler()))
+	sf := a.guard(a.Tokens.Match, a.sandboxFusion()) // FnCalls only: any project's token
 	for _, p := range sandboxfusion.Routes() {
 		mux.Handle(p, sf)
 	}
@@ -159,10 +160,10 @@ func (a *APIServer) observe(h http.Handler) http.Handler {
 	return tracing.Middleware(a.tracing, a.route, a.Metrics.HTTP(a.route, h))
 }
 
-// guard requires one of the cluster's API tokens before h.
-func (a *APIServer) guard(h http.Handler) http.Handler {
+// guard requires a token match accepts before h.
+func (a *APIServer) guard(match func(string) bool, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if tok, ok := auth.Bearer(r); !ok || !a.Tokens.Match(tok) {
+		if tok, ok := auth.Bearer(r); !ok || !match(tok) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
 			writeUnauthorized(w)
 			return

@@ -34,6 +34,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/paths"
+	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
@@ -140,6 +141,7 @@ type Daemon struct {
 	obs       observability
 	node      node
 	nodeSvc   nodeService
+	stopGuard context.CancelFunc // the quota reconciler
 }
 
 // New opens the node: it re-adopts the sandboxes recorded under DataDir.
@@ -255,9 +257,24 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
+	// Projects and quotas: the same Guard as an API server's, over a store in
+	// DATA_DIR/projects.json; reservations are rebuilt from the sandboxes now.
+	projects, err := project.OpenLocal(filepath.Join(cfg.DataDir, "projects.json"), token)
+	if err != nil {
+		_ = fc.Close()
+		traj.Close()
+		mgr.Close()
+		drv.Close()
+		return nil, err
+	}
+	guard := project.NewGuard(mgr, projects, cfg.Logger)
+	if err := guard.Reconcile(ctx); err != nil {
+		cfg.Logger.Warn("quota: counting the sandboxes of projects with quotas", "err", err)
+	}
 	// Every front end calls the agent through the trajectory decorator, and it
-	// through the metrics decorator (a replayed step runs nothing: no exec).
-	msvc := obs.metrics.Wrap(mgr, obs.tracing, n)
+	// through the metrics decorator (a replayed step runs nothing: no exec),
+	// and it through the project guard.
+	msvc := obs.metrics.Wrap(guard, obs.tracing, n)
 	obs.svc = msvc
 	nc := obs.metrics.NewNodeCollector(mgr, layers, fc)
 	if err := obs.metrics.Register(nc); err != nil {
@@ -271,7 +288,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	obs.stop = stopNC
 	go nc.Run(ncCtx)
 	svc := trajectory.Wrap(msvc, obs.metrics.WrapStore(traj), trajectory.Options{Logger: cfg.Logger, FnCall: msvc})
-	srv := server.New(svc, server.Options{Token: token, Logger: cfg.Logger, Trajectories: svc,
+	srv := server.New(svc, server.Options{Projects: guard, Logger: cfg.Logger, Trajectories: svc,
 		Images: mgr, ImageManager: n, FnCall: msvc, QoS: msvc})
 	e2bH := e2b.New(svc, e2b.Options{Authorize: auth.NewToken(token).Match, Secret: []byte(token), Logger: cfg.Logger})
 	if err := e2bH.Recover(ctx); err != nil {
@@ -284,6 +301,9 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	d := &Daemon{nodeSvc: nsvc, Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q, obs: obs, node: n,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
+	gctx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
+	d.stopGuard = stopGuard
+	go guard.Run(gctx, 30*time.Second)
 	opened = true
 	return d, nil
 }
@@ -367,6 +387,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	errs = append(errs, d.stopLayersIfIdle(ctx))
 	close(d.stopPrune)
 	<-d.pruneDone
+	d.stopGuard()
 	d.obs.stop()
 	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close(), d.qos.close(),
 		d.obs.tracing.Shutdown(ctx))

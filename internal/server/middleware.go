@@ -82,10 +82,22 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 // into JSON errors.
 func (s *Server) dispatch(w http.ResponseWriter, r *http.Request) {
 	if id, port, rest, ok := splitProxyPath(r.URL.EscapedPath()); ok {
+		if err := s.authorizeSandbox(r, id); err != nil {
+			s.proxyError(w, r, err)
+			return
+		}
 		s.serveProxy(w, r, id, port, rest)
 		return
 	}
 	if _, pattern := s.mux.Handler(r); pattern != "" {
+		// Every /v1/sandboxes/{id} route: the sandbox must be the caller's
+		// project's (another project's answers not_found).
+		if id, ok := sandboxOf(r.URL.Path); ok && strings.Contains(pattern, sb) {
+			if err := s.authorizeSandbox(r, id); err != nil {
+				s.writeError(w, r, err)
+				return
+			}
+		}
 		s.mux.ServeHTTP(w, r)
 		return
 	}

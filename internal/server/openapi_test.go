@@ -106,6 +106,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 	for name, v := range map[string]any{
 		"ExecRequest": api.ExecRequest{}, "ExecResult": api.ExecResult{}, "TermSize": api.TermSize{},
 		"StreamInput": api.StreamInput{}, "StreamEvent": api.StreamEvent{}, "Info": api.Info{},
+		"Quota": api.Quota{}, "Usage": api.Usage{}, "Project": api.Project{}, "ProjectToken": api.ProjectToken{},
+		"CreateProjectRequest": api.CreateProjectRequest{}, "ProjectTokenResponse": api.ProjectTokenResponse{},
 	} {
 		have, ok := props[name]
 		if !ok {

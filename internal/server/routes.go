@@ -66,6 +66,14 @@ func (s *Server) routes() []route {
 		{"POST /v1/nodes/{name}/drain", s.drainNode},
 		{"POST /v1/nodes/{name}/undrain", s.undrainNode},
 
+		{"GET /v1/projects", s.listProjects},
+		{"POST /v1/projects", s.createProject},
+		{"GET /v1/projects/{name}", s.getProject},
+		{"DELETE /v1/projects/{name}", s.deleteProject},
+		{"PUT /v1/projects/{name}/quota", s.setQuota},
+		{"POST /v1/projects/{name}/tokens", s.addToken},
+		{"DELETE /v1/projects/{name}/tokens/{tid}", s.removeToken},
+
 		{"GET /v1/trajectories", s.listTrajectories},
 		{"GET /v1/trajectories/{traj}", s.getTrajectory},
 		{"DELETE /v1/trajectories/{traj}", s.deleteTrajectory},

@@ -22,6 +22,10 @@ type Options struct {
 	// Authorize, when set, decides instead of Token which bearer tokens are
 	// accepted (a cluster's API servers share their tokens through etcd).
 	Authorize func(token string) bool
+	// Projects, when set, names each token's project instead of Token and
+	// Authorize, scopes every /v1/sandboxes/{id} route to the caller's project
+	// and serves /v1/projects (project.Guard).
+	Projects ProjectAdmin
 	// Logger receives request logs (debug level) and panics; nil discards them.
 	Logger *slog.Logger
 	// MaxBodyBytes limits JSON request bodies (and each line of exec/stream);

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/dsec-dev/dsec/pkg/api"
+	"github.com/dsec-dev/dsec/pkg/client"
+)
+
+// projectCmd administers projects and quotas through the API (DSEC_ADDR) with a
+// token of the default project (DATA_DIR/token).
+func projectCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "project",
+		Short: "Projects: API tokens with quotas (max sandboxes, CPU, memory); needs a token of the default project",
+	}
+	c.PersistentFlags().BoolVar(&asJSON, "json", false, "print JSON")
+	printJSON := func(v any) error {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+	withToken := func(resp api.ProjectTokenResponse) error {
+		if asJSON {
+			return printJSON(resp)
+		}
+		fmt.Fprintf(os.Stderr, "project %s: new token %s (id %s); it is shown only now\n", resp.Project.Name, resp.Token, resp.TokenID)
+		fmt.Println(resp.Token)
+		return nil
+	}
+	quotaFlags := func(cmd *cobra.Command, q *api.Quota, mem *string) {
+		cmd.Flags().Int64Var(&q.MaxSandboxes, "max-sandboxes", 0, "live sandboxes at most (0: unlimited)")
+		cmd.Flags().Float64Var(&q.CPU, "cpu", 0, "total CPU cores of the live sandboxes (a create without --cpu counts 1; 0: unlimited)")
+		cmd.Flags().StringVar(mem, "memory", "", "total memory of the live sandboxes, e.g. 64g (a create without --memory counts 512m; 0: unlimited)")
+	}
+
+	var cq api.Quota
+	var cmem string
+	create := &cobra.Command{
+		Use:   "create NAME",
+		Short: "Create a project and print its first token",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if cq.MemoryBytes, err = parseSize(cmem); err != nil {
+				return err
+			}
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.CreateProject(cmd.Context(), args[0], cq)
+			if err != nil {
+				return err
+			}
+			return withToken(resp)
+		},
+	}
+	quotaFlags(create, &cq, &cmem)
+
+	var sq api.Quota
+	var smem string
+	setQuota := &cobra.Command{
+		Use:   "set-quota NAME",
+		Short: "Replace a project's quota (flags left out are unlimited); its live sandboxes count at once",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var err error
+			if sq.MemoryBytes, err = parseSize(smem); err != nil {
+				return err
+			}
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			p, err := cl.SetQuota(cmd.Context(), args[0], sq)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(p)
+			}
+			return printProjects([]api.Project{p})
+		},
+	}
+	quotaFlags(setQuota, &sq, &smem)
+
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "List projects: quotas, usage, token IDs",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			ps, err := cl.Projects(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printJSON(ps)
+			}
+			return printProjects(ps)
+		},
+	}
+	rm := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Remove a project and its tokens (refused while it has sandboxes)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			return cl.DeleteProject(cmd.Context(), args[0])
+		},
+	}
+	token := &cobra.Command{Use: "token", Short: "Add or remove a project's tokens"}
+	token.AddCommand(&cobra.Command{
+		Use:   "add NAME",
+		Short: "Add a token to a project and print it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			resp, err := cl.AddProjectToken(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return withToken(resp)
+		},
+	}, &cobra.Command{
+		Use:   "rm NAME TOKEN_ID",
+		Short: "Remove a token by the ID `dsec project ls` shows",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			return cl.RemoveProjectToken(cmd.Context(), args[0], args[1])
+		},
+	})
+	c.AddCommand(create, ls, rm, setQuota, token)
+	return c
+}
+
+func printProjects(ps []api.Project) error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSANDBOXES\tCPU\tMEMORY\tTOKENS")
+	limit := func(used string, limited bool, max string) string {
+		if !limited {
+			return "-"
+		}
+		return used + "/" + max
+	}
+	for _, p := range ps {
+		var ids []string
+		for _, t := range p.Tokens {
+			ids = append(ids, t.ID)
+		}
+		q, u := p.Quota, p.Usage
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name,
+			limit(fmt.Sprint(u.Sandboxes), q.MaxSandboxes > 0, fmt.Sprint(q.MaxSandboxes)),
+			limit(fmt.Sprintf("%g", u.CPU), q.CPU > 0, fmt.Sprintf("%g", q.CPU)),
+			limit(humanBytes(u.MemoryBytes), q.MemoryBytes > 0, humanBytes(q.MemoryBytes)),
+			strings.Join(ids, ","))
+	}
+	return tw.Flush()
+}
