@@ -14,7 +14,7 @@ import (
 )
 
 // testEtcd starts a one-member etcd in this process and returns a client.
-func testEtcd(t *testing.T) *clientv3.Client {
+func testEtcd(t testing.TB) *clientv3.Client {
 	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Dir = t.TempDir()
@@ -54,7 +54,7 @@ func testEtcd(t *testing.T) *clientv3.Client {
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-func mustSecret(t *testing.T, s string) Secret {
+func mustSecret(t testing.TB, s string) Secret {
 	t.Helper()
 	sec, err := NewSecret(s)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/project/projecttest"
 )
 
@@ -44,5 +45,42 @@ func TestProjectsConformance(t *testing.T) {
 			return p
 		}
 		return projecttest.Stores{A: open("api1"), B: open("api2"), AdminToken: admin}
+	})
+}
+
+// BenchmarkQuota is the quota's cost per create on one etcd member in this
+// process: a Reserve (create) and a Release (delete) of one sandbox.
+func BenchmarkQuota(b *testing.B) {
+	cli := testEtcd(b)
+	ctx := context.Background()
+	dir := b.TempDir()
+	toks, err := OpenTokens(ctx, cli, "/bq/", filepath.Join(dir, "token"), "bench", quiet())
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := OpenProjects(ctx, cli, "/bq/", toks, quiet())
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := st.Create(ctx, "p", project.Quota{MaxSandboxes: 1 << 40}); err != nil {
+		b.Fatal(err)
+	}
+	one := project.Usage{Sandboxes: 1, MilliCPU: 1000, MemoryBytes: 512 << 20}
+	var ids []string
+	b.Run("reserve", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			id := project.NewReservationID()
+			if err := st.Reserve(ctx, "p", project.Reservation{ID: id, Usage: one}); err != nil {
+				b.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+	})
+	b.Run("release", func(b *testing.B) {
+		for i := 0; i < b.N; i++ {
+			if err := st.Release(ctx, "p", ids[i%len(ids)], one); err != nil {
+				b.Fatal(err)
+			}
+		}
 	})
 }
