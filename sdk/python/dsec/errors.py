@@ -34,6 +34,8 @@ __all__ = [
     "TrajectoryDivergedError",
     "OutcomeUnknownError",
     "TrajectorySandboxLostError",
+    "QuotaExceededError",
+    "PermissionDeniedError",
     "CommandError",
     "CreateManyError",
     "error_from_response",
@@ -172,6 +174,23 @@ class TrajectorySandboxLostError(InfrastructureError):
     default_retryable = False
 
 
+class QuotaExceededError(DsecError):
+    """The caller's project is at one of its quotas (code ``quota_exceeded``, 429):
+    ``max_sandboxes``, ``cpu`` or ``memory_bytes``, named in the message. Nothing was
+    created. Not infrastructure and not retryable as is: delete sandboxes first, or
+    ask an operator for a larger quota (``dsec project set-quota``)."""
+
+    default_code = "quota_exceeded"
+
+
+class PermissionDeniedError(AuthError):
+    """The token is valid but its project may not do this (code
+    ``permission_denied``, 403), e.g. project administration with a token of a
+    project other than ``default``."""
+
+    default_code = "permission_denied"
+
+
 class CommandError(Exception):
     """Raised by :meth:`dsec.ExecResult.check` when a command did not exit 0.
 
@@ -245,11 +264,13 @@ _BY_CODE: Dict[str, Type[DsecError]] = {
     "trajectory_diverged": TrajectoryDivergedError,
     "outcome_unknown": OutcomeUnknownError,
     "trajectory_sandbox_lost": TrajectorySandboxLostError,
+    "quota_exceeded": QuotaExceededError,
+    "permission_denied": PermissionDeniedError,
 }
 
 _CODE_FOR_STATUS = {
     401: "unauthorized",
-    403: "unauthorized",
+    403: "permission_denied",
     404: "not_found",
     409: "conflict",
     410: "trajectory_sandbox_lost",

@@ -303,6 +303,18 @@ def test_trajectory_sandbox_lost_mapping() -> None:
     assert isinstance(e, dsec.TrajectorySandboxLostError) and not e.retryable
 
 
+def test_quota_exceeded_mapping() -> None:
+    body = json.dumps({"error": {"code": "quota_exceeded", "infrastructure": False, "retryable": False,
+                                 "message": 'project "a" is at its max_sandboxes quota'}}).encode()
+    e = error_from_response(429, body)
+    assert isinstance(e, dsec.QuotaExceededError) and not isinstance(e, dsec.InfrastructureError)
+    assert e.status == 429 and e.code == "quota_exceeded" and not e.retryable and "max_sandboxes" in str(e)
+    # A plain 429 without a body stays resource_exhausted (the cluster is full: retry).
+    assert isinstance(error_from_response(429, b""), dsec.InfrastructureError)
+    e = error_from_response(403, json.dumps({"error": {"code": "permission_denied"}}).encode())
+    assert isinstance(e, dsec.PermissionDeniedError) and isinstance(e, dsec.AuthError)
+
+
 def test_step_counter() -> None:
     c = _core.StepCounter("t-1")
     n, h = c.begin()
