@@ -90,6 +90,7 @@ own.`,
 	f.IntVar(&cfg.Placement.K, "placement-k", 2, "power-of-k choices: nodes sampled per placement")
 	f.IntVar(&cfg.Placement.MaxReplacements, "max-replacements", 3, "re-placements after nodes reject a sandbox")
 	f.DurationVar(&cfg.Placement.RefreshInterval, "placement-refresh", 500*time.Millisecond, "period of the placement snapshot")
+	f.DurationVar(&cfg.QuotaReconcile, "quota-reconcile", 30*time.Second, "how often quota reservations are reconciled with the nodes' sandboxes (only while some project has a quota)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	return c
 }
