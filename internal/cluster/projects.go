@@ -3,7 +3,6 @@ package cluster
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sort"
@@ -32,9 +31,28 @@ type Projects struct {
 	toks *Tokens
 	proj *mirror[projectRecord]
 
-	mu    sync.Mutex
-	usage map[string]usageSeen // last usage seen per project: a create's first try skips the read
+	mu     sync.Mutex
+	usage  map[string]usageSeen // last usage seen per project: a create's first try skips the read
+	queues map[string]*quotaQueue
 }
+
+// queues holds one commit queue per project.
+type quotaQueue struct {
+	mu      sync.Mutex
+	pending []*quotaOp
+	running bool
+}
+
+// quotaOp is one queued reserve or release.
+type quotaOp struct {
+	reserve *project.Reservation
+	release string
+	member  project.Usage
+	done    chan error
+}
+
+// maxBatchOps bounds one commit's reservations (etcd's default --max-txn-ops is 128).
+const maxBatchOps = 100
 
 type usageSeen struct {
 	u   project.Usage
@@ -65,7 +83,7 @@ func OpenProjects(ctx context.Context, cli *clientv3.Client, prefix string, toks
 	if err != nil {
 		return nil, err
 	}
-	return &Projects{cli: cli, k: k, toks: toks, proj: m, usage: map[string]usageSeen{}}, nil
+	return &Projects{cli: cli, k: k, toks: toks, proj: m, usage: map[string]usageSeen{}, queues: map[string]*quotaQueue{}}, nil
 }
 
 func unavailable(err error, format string, args ...any) error {
@@ -300,9 +318,6 @@ type quotaState struct {
 	projExists bool
 }
 
-// errStop ends update without writing.
-var errStop = errors.New("stop")
-
 // update runs f on the current state of project name and reservation rid and
 // writes what it returns (the reservation, nil to delete it, and the usage)
 // if nothing changed meanwhile, else runs it again on the new state. guess,
@@ -327,9 +342,6 @@ func (s *Projects) update(ctx context.Context, name, rid string, guess *quotaSta
 			return errdefs.NotFound("project %q not found", name)
 		}
 		next, use, err := f(st)
-		if errors.Is(err, errStop) {
-			return nil
-		}
 		if err != nil {
 			if st.fresh {
 				return err
@@ -383,8 +395,10 @@ func (s *Projects) decode(name string, rs []*etcdserverpb.ResponseOp) quotaState
 		_ = json.Unmarshal(kvs[0].Value, &st.usage)
 		st.usageRev = kvs[0].ModRevision
 	}
-	if kvs := rs[2].GetResponseRange().Kvs; len(kvs) > 0 {
-		st.res = decodeReservation(kvs[0])
+	if len(rs) > 2 {
+		if kvs := rs[2].GetResponseRange().Kvs; len(kvs) > 0 {
+			st.res = decodeReservation(kvs[0])
+		}
 	}
 	s.mu.Lock()
 	s.usage[name] = usageSeen{st.usage, st.usageRev}
@@ -413,34 +427,19 @@ func (s *Projects) guess(name string) *quotaState {
 	return &quotaState{quota: rec.Quota, projRev: prev, projExists: true, usage: u.u, usageRev: u.rev}
 }
 
+// Reserve implements project.Store. Concurrent reserves and releases of one
+// project in this process are committed together (see commit), so creates in
+// flight do not fight over the usage key; across API servers the
+// compare-and-swap decides.
 func (s *Projects) Reserve(ctx context.Context, name string, r project.Reservation) error {
 	if r.CreatedAt.IsZero() {
 		r.CreatedAt = time.Now().UTC()
 	}
-	return s.update(ctx, name, r.ID, s.guess(name), func(st quotaState) (*project.Reservation, project.Usage, error) {
-		if err := st.quota.Check(name, st.usage, r.Usage); err != nil {
-			return nil, st.usage, err
-		}
-		if st.res != nil {
-			return nil, st.usage, errdefs.Conflict("reservation %s exists", r.ID)
-		}
-		return &r, st.usage.Add(r.Usage), nil
-	})
+	return s.enqueue(name, &quotaOp{reserve: &r})
 }
 
 func (s *Projects) Release(ctx context.Context, name, id string, member project.Usage) error {
-	err := s.update(ctx, name, id, nil, func(st quotaState) (*project.Reservation, project.Usage, error) {
-		if st.res == nil {
-			return nil, st.usage, errStop
-		}
-		next := *st.res
-		next.Usage = st.res.Usage.Sub(member)
-		use := st.usage.Sub(st.res.Usage)
-		if next.Usage.Sandboxes <= 0 {
-			return nil, use, nil
-		}
-		return &next, use.Add(next.Usage), nil
-	})
+	err := s.enqueue(name, &quotaOp{release: id, member: member})
 	if errdefs.Is(err, api.CodeNotFound) {
 		return nil // the project is gone, and its reservations with it
 	}
@@ -485,3 +484,178 @@ func (s *Projects) Adjust(ctx context.Context, name string, old, next project.Re
 
 // String names the store in logs.
 func (s *Projects) String() string { return fmt.Sprintf("etcd projects under %s", s.k.prefix) }
+
+// enqueue adds op to project name's queue, starts a committer if none runs,
+// and waits for op's outcome (commits have their own timeout, so an op that
+// is committed is always answered: a reservation never outlives a caller
+// that was told it failed).
+func (s *Projects) enqueue(name string, op *quotaOp) error {
+	op.done = make(chan error, 1)
+	s.mu.Lock()
+	q := s.queues[name]
+	if q == nil {
+		q = &quotaQueue{}
+		s.queues[name] = q
+	}
+	s.mu.Unlock()
+	q.mu.Lock()
+	q.pending = append(q.pending, op)
+	if !q.running {
+		q.running = true
+		go s.drain(name, q)
+	}
+	q.mu.Unlock()
+	return <-op.done
+}
+
+// drain commits q's ops, up to maxBatchOps at a time, until none is left.
+func (s *Projects) drain(name string, q *quotaQueue) {
+	for {
+		q.mu.Lock()
+		n := min(len(q.pending), maxBatchOps)
+		if n == 0 {
+			q.running = false
+			q.mu.Unlock()
+			return
+		}
+		batch := q.pending[:n:n]
+		q.pending = q.pending[n:]
+		q.mu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		errs := s.commit(ctx, name, batch)
+		cancel()
+		for i, op := range batch {
+			op.done <- errs[i]
+		}
+	}
+}
+
+// commit applies batch in order in one transaction: each reserve that fits the
+// quota after the ones before it is added, each release lowers its
+// reservation; the transaction compares the project record, the usage and
+// every reservation it changes, and on a conflict the batch is evaluated
+// again on the state the transaction's else branch returned. A refusal is
+// only ever decided on state read from etcd in this call.
+func (s *Projects) commit(ctx context.Context, name string, batch []*quotaOp) []error {
+	errs := make([]error, len(batch))
+	fill := func(err error) []error {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
+	pk, uk := s.k.project(name), s.k.usage(name)
+	gets := []clientv3.Op{clientv3.OpGet(pk), clientv3.OpGet(uk)}
+	var ids []string // reservations released, in gets order after pk and uk
+	seen := map[string]bool{}
+	for _, op := range batch {
+		if op.reserve == nil && !seen[op.release] {
+			seen[op.release] = true
+			ids = append(ids, op.release)
+			gets = append(gets, clientv3.OpGet(s.k.reservation(name, op.release)))
+		}
+	}
+	var st quotaState
+	var res map[string]*project.Reservation
+	read := func(rs []*etcdserverpb.ResponseOp) {
+		st = s.decode(name, rs[:2])
+		res = make(map[string]*project.Reservation, len(ids))
+		for i, id := range ids {
+			if kvs := rs[2+i].GetResponseRange().Kvs; len(kvs) > 0 {
+				res[id] = decodeReservation(kvs[0])
+			}
+		}
+	}
+	if g := s.guess(name); g != nil && len(ids) == 0 {
+		st, res = *g, map[string]*project.Reservation{}
+	} else {
+		resp, err := s.cli.Txn(ctx).Then(gets...).Commit()
+		if err != nil {
+			return fill(unavailable(err, "project %q: read usage", name))
+		}
+		read(resp.Responses)
+	}
+	for range maxCAS {
+		if !st.projExists {
+			return fill(errdefs.NotFound("project %q not found", name))
+		}
+		use := st.usage
+		cur := make(map[string]*project.Reservation, len(res))
+		for id, r := range res {
+			c := *r
+			cur[id] = &c
+		}
+		var puts []clientv3.Op
+		stale := false
+		for i, op := range batch {
+			errs[i] = nil
+			if r := op.reserve; r != nil {
+				if err := st.quota.Check(name, use, r.Usage); err != nil {
+					if !st.fresh {
+						stale = true
+						break
+					}
+					errs[i] = err
+					continue
+				}
+				use = use.Add(r.Usage)
+				b, _ := json.Marshal(r)
+				puts = append(puts, clientv3.OpPut(s.k.reservation(name, r.ID), string(b)))
+				continue
+			}
+			r := cur[op.release]
+			if r == nil {
+				continue // released already
+			}
+			next := r.Usage.Sub(op.member)
+			use = use.Sub(r.Usage.Sub(next))
+			r.Usage = next
+		}
+		if stale {
+			resp, err := s.cli.Txn(ctx).Then(gets...).Commit()
+			if err != nil {
+				return fill(unavailable(err, "project %q: read usage", name))
+			}
+			read(resp.Responses)
+			continue
+		}
+		cmps := []clientv3.Cmp{
+			clientv3.Compare(clientv3.ModRevision(pk), "=", st.projRev),
+			clientv3.Compare(clientv3.ModRevision(uk), "=", st.usageRev),
+		}
+		for _, id := range ids {
+			rk := s.k.reservation(name, id)
+			old, now := res[id], cur[id]
+			rev := int64(0)
+			if old != nil {
+				rev = old.Version
+			}
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(rk), "=", rev))
+			switch {
+			case old == nil:
+			case now.Usage.Sandboxes <= 0:
+				puts = append(puts, clientv3.OpDelete(rk))
+			case now.Usage != old.Usage:
+				b, _ := json.Marshal(now)
+				puts = append(puts, clientv3.OpPut(rk, string(b)))
+			}
+		}
+		if len(puts) == 0 {
+			return errs // every op refused or a no-op: nothing to write
+		}
+		ub, _ := json.Marshal(use)
+		puts = append(puts, clientv3.OpPut(uk, string(ub)))
+		tr, err := s.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+		if err != nil {
+			return fill(unavailable(err, "project %q: reserve", name))
+		}
+		if tr.Succeeded {
+			s.mu.Lock()
+			s.usage[name] = usageSeen{use, tr.Header.Revision}
+			s.mu.Unlock()
+			return errs
+		}
+		read(tr.Responses)
+	}
+	return fill(errdefs.New(api.CodeUnavailable, "project %q: %d conflicting quota updates in a row; try again", name, maxCAS))
+}

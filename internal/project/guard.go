@@ -164,13 +164,24 @@ func (g *Guard) release(ctx context.Context, p, rid string, u Usage) {
 	}
 }
 
-// labelled returns labels with the project's and reservation's set (a caller's
-// own values are replaced).
-func labelled(labels map[string]string, p, rid string) map[string]string {
+// labelled returns labels with the project's and reservation's set: a
+// caller's own values are dropped, and a default-project sandbox without a
+// reservation carries neither (as before projects existed). fork keeps an
+// empty reservation label so the children do not inherit the parent's.
+func labelled(labels map[string]string, p, rid string, fork bool) map[string]string {
 	out := make(map[string]string, len(labels)+2)
 	maps.Copy(out, labels)
-	out[api.LabelProject] = p
-	out[api.LabelReservation] = rid
+	delete(out, api.LabelProject)
+	delete(out, api.LabelReservation)
+	if p != Default {
+		out[api.LabelProject] = p
+	}
+	if rid != "" || fork {
+		out[api.LabelReservation] = rid
+	}
+	if len(out) == 0 {
+		return nil
+	}
 	return out
 }
 
@@ -180,7 +191,7 @@ func (g *Guard) Create(ctx context.Context, req api.CreateSandboxRequest) (api.S
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	req.Labels = labelled(req.Labels, p, rid)
+	req.Labels = labelled(req.Labels, p, rid, false)
 	sb, err := g.Service.Create(ctx, req)
 	if err != nil {
 		g.release(ctx, p, rid, u)
@@ -216,7 +227,7 @@ func (g *Guard) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest
 		return nil, err
 	}
 	for i := range reqs {
-		reqs[i].Labels = labelled(reqs[i].Labels, p, rid)
+		reqs[i].Labels = labelled(reqs[i].Labels, p, rid, false)
 	}
 	out, err := bc.CreateBatch(ctx, reqs)
 	if err != nil {
@@ -306,7 +317,7 @@ func (g *Guard) Fork(ctx context.Context, id string, req api.ForkRequest) (api.F
 	if err != nil {
 		return api.ForkResult{}, err
 	}
-	ov.Labels = labelled(ov.Labels, p, rid)
+	ov.Labels = labelled(ov.Labels, p, rid, true)
 	req.Overrides = &ov
 	res, err := f.Fork(ctx, id, req)
 	if err != nil {

@@ -110,6 +110,15 @@ func TestGuardQuotaAndScope(t *testing.T) {
 	if p.Usage.Sandboxes != 2 || p.Usage.CPU != 2 {
 		t.Fatalf("usage %+v", p.Usage)
 	}
+	// The default project's sandboxes look as before projects: no labels added,
+	// and a caller's own dsec.project is dropped.
+	d, err := adm.Create(ctx, api.CreateSandboxRequest{Labels: map[string]string{"k": "v", api.LabelProject: "a"}})
+	if err != nil || len(d.Labels) != 1 || d.Labels["k"] != "v" {
+		t.Fatalf("default project's labels: %v %v", d.Labels, err)
+	}
+	if _, err := ca.Get(ctx, d.ID); code(err) != api.CodeNotFound {
+		t.Fatalf("A gets a sandbox planted with its label: %v", err)
+	}
 	if _, err := cl("nope-nope-nope").List(ctx); code(err) != api.CodeUnauthorized {
 		t.Fatalf("unknown token: %v", err)
 	}

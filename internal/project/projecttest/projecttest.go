@@ -208,12 +208,19 @@ func Run(t *testing.T, newStores func(t *testing.T) Stores) {
 				t.Fatalf("round %d: %d won, %d refused; want %d and %d", round, won.Load(), refused.Load(), limit, racers-limit)
 			}
 			usage(t, s.A, "p", project.Usage{Sandboxes: limit})
+			// Concurrent releases, each reservation twice, from both sides.
 			rs, _ := s.B.Reservations(ctx, "p")
-			for _, r := range rs {
-				if err := s.B.Release(ctx, "p", r.ID, r.Usage); err != nil {
-					t.Fatal(err)
-				}
+			for i, r := range append(rs, rs...) {
+				st := []project.Store{s.A, s.B}[i%2]
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					if err := st.Release(ctx, "p", r.ID, r.Usage); err != nil {
+						t.Error(err)
+					}
+				}()
 			}
+			wg.Wait()
 			usage(t, s.A, "p", project.Usage{})
 		}
 	})
