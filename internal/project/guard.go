@@ -137,11 +137,9 @@ func (g *Guard) Authorize(ctx context.Context, id string) error {
 
 // reserve reserves u for project p; "" when p has no limits (nothing reserved).
 func (g *Guard) reserve(ctx context.Context, p string, u Usage) (string, error) {
-	q, ok := g.store.Limits(p)
-	if !ok {
-		return "", errdefs.New(api.CodePermissionDenied, "project %q no longer exists", p)
-	}
-	if !q.Limited() {
+	// A project this process has not seen yet (its record's watch event may
+	// trail its token's) is reserved for: the store knows.
+	if q, ok := g.store.Limits(p); ok && !q.Limited() {
 		return "", nil
 	}
 	rid := NewReservationID()
