@@ -23,7 +23,7 @@ type AccessSource interface {
 // store and names it in the manifest as the layer's prefetch list. Layers
 // nothing read are skipped; none read at all is a conflict.
 func (s *Store) RecordPrefetch(ctx context.Context, src AccessSource, env string) ([]api.RecordedLayer, error) {
-	e, err := s.Get(env)
+	e, err := s.Get(ctx, env)
 	if err != nil {
 		return nil, err
 	}
@@ -44,7 +44,7 @@ func (s *Store) RecordPrefetch(ctx context.Context, src AccessSource, env string
 		if err := s.Blobs.Put(ctx, dg, bytes.NewReader(b), int64(len(b))); err != nil {
 			return out, err
 		}
-		if _, err := s.SetPrefetchList(env, l.Digest, dg); err != nil {
+		if _, err := s.SetPrefetchList(ctx, env, l.Digest, dg); err != nil {
 			return out, err
 		}
 		out = append(out, api.RecordedLayer{Role: l.Role, Digest: l.Digest, Chunks: len(al.Chunks),
