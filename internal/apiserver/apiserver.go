@@ -14,7 +14,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/noderpc"
@@ -34,6 +36,11 @@ type Config struct {
 	// DataDir holds DATA_DIR/token when this API server creates the cluster's
 	// first token.
 	DataDir string
+	// BlobStore is the cluster's shared blob store (blob.ParseSpec: s3://... or
+	// dir:PATH on a mount every node shares): compose checks layers there and
+	// records it in the manifest. Empty: layers are not checked, and nodes
+	// read them from their own --blob-store.
+	BlobStore string
 	// Placement tunes the engine (K, MaxReplacements, RefreshInterval ...).
 	Placement placement.Config
 	// Name identifies this API server in logs and token records.
@@ -47,8 +54,12 @@ type Config struct {
 
 // APIServer is one running API server.
 type APIServer struct {
-	Router  *Router
-	Engine  *placement.Engine
+	Router *Router
+	Engine *placement.Engine
+	// FnCalls places FnCalls on the nodes serving them.
+	FnCalls *placement.Engine
+	// Images serves /v1/images from etcd (and the nodes' accounting).
+	Images  *Images
 	Watcher *cluster.Watcher
 	Tokens  *cluster.Tokens
 	Server  *server.Server
@@ -111,6 +122,19 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		return fail(err)
 	}
 	go eng.Watch(bg)
+	fnEng := placement.New(FnCallSource{Nodes: w}, cfg.Placement)
+	if err := fnEng.Refresh(bg); err != nil {
+		return fail(err)
+	}
+	go fnEng.Watch(bg)
+	var blobs blob.Store
+	if cfg.BlobStore != "" {
+		if blobs, err = blob.Open(cfg.BlobStore, false); err != nil {
+			return fail(fmt.Errorf("--blob-store: %w", err))
+		}
+	}
+	envs := envstore.New(envstore.NewEtcdState(cfg.Etcd, cfg.Prefix), blobs)
+	envs.Spec = cfg.BlobStore
 	m, cl, err := newMetrics(w)
 	if err != nil {
 		return fail(err)
@@ -122,7 +146,7 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		}
 	}
 	rt := NewRouter(RouterConfig{
-		Nodes: w, Engine: eng, Logger: cfg.Logger, Observer: cl,
+		Nodes: w, Engine: eng, FnCalls: fnEng, Logger: cfg.Logger, Observer: cl,
 		Claims:  cluster.NewRequests(cfg.Etcd, cfg.Prefix),
 		Drainer: cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix},
 		Dial: func(n cluster.NodeStatus) session.Service {
@@ -131,10 +155,12 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	})
 	msvc := m.Wrap(rt, tp, rt)
 	osvc := observed{Service: msvc, rt: rt, cl: cl}
+	imgs := &Images{Store: envs, Router: rt}
 	srv := server.New(osvc, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: msvc,
+		Images: imgs, ImageManager: imgs,
 		TrajectoryAPI: rt}) // tagged steps are logged on their sandbox's node
 	e2bH := newE2B(bg, osvc, toks.Match, cfg.Secret, cfg.Logger)
-	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
+	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, FnCalls: fnEng, Images: imgs, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
 		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
 }
 

@@ -38,7 +38,10 @@ type Dialer func(n cluster.NodeStatus) session.Service
 type RouterConfig struct {
 	Nodes  NodeView
 	Engine *placement.Engine
-	Dial   Dialer
+	// FnCalls places FnCalls on the nodes serving them (over FnCallSource);
+	// nil: any ready node.
+	FnCalls *placement.Engine
+	Dial    Dialer
 	// Claims makes request IDs cluster-wide; nil: only the node deduplicates
 	// (a retry placed on another node would create a second sandbox).
 	Claims Claims
