@@ -2,9 +2,12 @@ package daemon
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -22,8 +25,8 @@ const fnCallRetryAfter = time.Second
 // marked in use in etcd before the agent resolves it, so no `dsec image rm`
 // anywhere can remove it under the create.
 func (n node) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
-	if n.uses == nil {
-		return n.Manager.Create(ctx, req)
+	if n.uses == nil || req.Image == "" || n.dirImage(req.Image) {
+		return n.Manager.Create(ctx, req) // the default or a directory image: not in etcd
 	}
 	done, err := n.uses.Begin(ctx, req.Image)
 	if err != nil {
@@ -43,7 +46,17 @@ func (n node) Delete(ctx context.Context, id string) error {
 	return err
 }
 
-// usedEnvs returns the images this node's sandboxes run on.
+// dirImage reports whether name is a directory image (which hides an
+// environment of the same name).
+func (n node) dirImage(name string) bool {
+	if !images.ValidName.MatchString(name) {
+		return false
+	}
+	_, err := os.Stat(filepath.Join(n.imagesDir, name, images.ManifestFile))
+	return err == nil
+}
+
+// usedEnvs returns the environments this node's sandboxes run on.
 func (n node) usedEnvs() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -53,7 +66,7 @@ func (n node) usedEnvs() []string {
 	}
 	var out []string
 	for _, sb := range list {
-		if sb.Image != "" {
+		if sb.Image != "" && !n.dirImage(sb.Image) {
 			out = append(out, sb.Image)
 		}
 	}

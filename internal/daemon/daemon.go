@@ -277,7 +277,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
-	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers, uses: uses, noFnCall: cfg.NoFnCall}
+	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers, uses: uses, noFnCall: cfg.NoFnCall, imagesDir: cfg.ImagesDir}
 	if cfg.MaxFnCalls > 0 {
 		n.fnSlots = make(chan struct{}, cfg.MaxFnCalls)
 	}
@@ -442,8 +442,9 @@ type node struct {
 	uses *envstore.Uses
 	// fnSlots bounds the FnCalls in flight (nil: unbounded); noFnCall refuses
 	// them all.
-	fnSlots  chan struct{}
-	noFnCall bool
+	fnSlots   chan struct{}
+	noFnCall  bool
+	imagesDir string
 }
 
 // loadToken returns configured, else the token in file p (created if missing).
