@@ -262,6 +262,8 @@ func (e *env) startAgent(a *agent, secret string) {
 		"--labels", "zone=z" + a.node[1:], "--max-sandboxes", "12", "--log-level", "debug"}}
 	if a.node == noFnCallNode {
 		a.args = append(a.args, "--no-fncall")
+	} else {
+		a.args = append(a.args, "--max-fncalls", fmt.Sprint(fnCallsPerNode))
 	}
 	e.start(&a.proc)
 	e.waitFor(a.node+" serving", 30*time.Second, func() error {

@@ -19,6 +19,10 @@ import (
 // land there.
 const noFnCallNode = "n3"
 
+// fnCallsPerNode is the other agents' --max-fncalls (small, so a burst fills
+// the cluster).
+const fnCallsPerNode = 2
+
 // blobs is the cluster's shared blob store (a directory every process of
 // this machine reaches, as a shared mount would on many).
 func (e *env) blobs() string { return filepath.Join(e.dir, "blobs") }
@@ -216,6 +220,39 @@ func sharedState(ctx context.Context, t *testing.T, e *env) {
 			if status != 200 || !strings.Contains(body, "42") {
 				t.Errorf("SandboxFusion /run_code via API server %d: %d %s", i, status, body)
 			}
+		}
+		// A burst of slow calls beyond the cluster's room (2 nodes × 2): each is
+		// answered, accepted or 429 with Retry-After, never a hang or a 5xx.
+		slow := api.FnCallRequest{Language: api.LangPython3, Files: map[string]string{"main.py": "import time\ntime.sleep(3)\nprint(42)"},
+			Tests: []api.FnCallTest{{ExpectedOutput: &want}}, Limits: api.FnCallLimits{WallTimeMs: 20000}}
+		const burst = 16
+		type answer struct {
+			status int
+			retry  string
+			body   string
+		}
+		answers := make(chan answer, burst)
+		for i := range burst {
+			go func() {
+				status, hdr, body := e.raw(t, i%2, "POST", "/v1/fncall", slow)
+				answers <- answer{status, hdr.Get("Retry-After"), body}
+			}()
+		}
+		accepted, exhausted := 0, 0
+		for range burst {
+			a := <-answers
+			switch {
+			case a.status == 200 && strings.Contains(a.body, `"verdict":"accepted"`):
+				accepted++
+			case a.status == 429 && a.retry != "" && strings.Contains(a.body, "resource_exhausted"):
+				exhausted++
+			default:
+				t.Errorf("burst answer %d %q %s", a.status, a.retry, a.body)
+			}
+		}
+		t.Logf("burst of %d slow FnCalls, room for %d: %d accepted, %d resource_exhausted", burst, 2*fnCallsPerNode, accepted, exhausted)
+		if accepted < 2*fnCallsPerNode || exhausted == 0 {
+			t.Errorf("burst: %d accepted (want ≥ %d), %d exhausted (want some)", accepted, 2*fnCallsPerNode, exhausted)
 		}
 		// Only nodes serving FnCall started a warm pool.
 		served := 0
