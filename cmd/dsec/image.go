@@ -47,23 +47,32 @@ environment.`}
 	pf.Lookup("etcd").DefValue = ""
 	pf.Lookup("etcd").Usage = "keep environments and layers in this cluster's etcd (client URLs, comma-separated; default $DSEC_ETCD; empty: DATA_DIR/envs)"
 	open := func(cmd *cobra.Command) (*envstore.Store, blob.Store, error) {
-		if ec.Endpoints != "" && blobSpec == "" {
-			return nil, nil, errdefs.Invalid("--etcd needs --blob-store (or $DSEC_BLOB_STORE): the blob store every node of the cluster reads layers from")
-		}
-		bs, err := OpenBlobStore(blobSpec, dataDir)
-		if err != nil {
-			return nil, nil, err
-		}
 		dirs := paths.New(dataDir)
 		if ec.Endpoints != "" {
+			// Reading and removing names needs no blob store; writing layers
+			// and resolving them does, and it must be the cluster's.
+			var bs blob.Store
+			switch needsBlobs := cmd.Name() != "ls" && cmd.Name() != "inspect" && cmd.Name() != "rm"; {
+			case blobSpec != "":
+				var err error
+				if bs, err = OpenBlobStore(blobSpec, dataDir); err != nil {
+					return nil, nil, err
+				}
+			case needsBlobs:
+				return nil, nil, errdefs.Invalid("dsec image %s --etcd needs --blob-store (or $DSEC_BLOB_STORE): the blob store every node of the cluster reads layers from", cmd.Name())
+			}
 			cli, err := cluster.Connect(cmd.Context(), ec)
 			if err != nil {
 				return nil, nil, err
 			}
 			context.AfterFunc(cmd.Context(), func() { cli.Close() })
 			es := envstore.New(envstore.NewEtcdState(cli, ""), bs)
-			es.Spec = dirs.BlobSpec(blobSpec)
+			es.Spec = blobSpec
 			return es, bs, nil
+		}
+		bs, err := OpenBlobStore(blobSpec, dataDir)
+		if err != nil {
+			return nil, nil, err
 		}
 		es, err := envstore.Open(dirs.EnvStore(), bs)
 		if err != nil {

@@ -99,7 +99,17 @@ func sharedState(ctx context.Context, t *testing.T, e *env) {
 			if err != nil || r.Stdout != token {
 				t.Fatalf("%s: cat = %q %v, want %q", a.node, r.Stdout, err, token)
 			}
-			t.Logf("create from a new environment on %s (never saw it): %v", a.node, el.Round(time.Millisecond))
+			// The same node's create from its directory image, for comparison.
+			t0 = time.Now()
+			dsb, err := e.client(1).Create(ctx, api.CreateSandboxRequest{Node: a.node})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("create on %s: from an environment it never saw %v, from the directory image %v",
+				a.node, el.Round(time.Millisecond), time.Since(t0).Round(time.Millisecond))
+			if err := e.client(1).Delete(ctx, dsb.ID); err != nil {
+				t.Fatal(err)
+			}
 		}
 		// Each node's accounting, summed: three sandboxes hold the layers.
 		var img api.Image
