@@ -198,8 +198,8 @@ func sharedState(ctx context.Context, t *testing.T, e *env) {
 			for _, b := range n.Backends {
 				serves = serves || b == api.BackendFnCall
 			}
-			if serves == (n.Name == noFnCallNode) {
-				t.Errorf("node %s backends %v", n.Name, n.Backends)
+			if serves == (n.Name == noFnCallNode) || serves && n.MaxFnCalls != fnCallsPerNode {
+				t.Errorf("node %s backends %v, max FnCalls %d", n.Name, n.Backends, n.MaxFnCalls)
 			}
 		}
 		want := "42"
