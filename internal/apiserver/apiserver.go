@@ -54,12 +54,8 @@ type Config struct {
 
 // APIServer is one running API server.
 type APIServer struct {
-	Router *Router
-	Engine *placement.Engine
-	// FnCalls places FnCalls on the nodes serving them.
-	FnCalls *placement.Engine
-	// Images serves /v1/images from etcd (and the nodes' accounting).
-	Images  *Images
+	Router  *Router
+	Engine  *placement.Engine
 	Watcher *cluster.Watcher
 	Tokens  *cluster.Tokens
 	Server  *server.Server
@@ -160,7 +156,7 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		Images: imgs, ImageManager: imgs,
 		TrajectoryAPI: rt}) // tagged steps are logged on their sandbox's node
 	e2bH := newE2B(bg, osvc, toks.Match, cfg.Secret, cfg.Logger)
-	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, FnCalls: fnEng, Images: imgs, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
+	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
 		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
 }
 
