@@ -131,9 +131,11 @@ func (u *Uses) Sync(ctx context.Context, used []string) {
 	}
 }
 
-// Run calls Sync(used()) every interval until ctx ends (marks of sandboxes
-// that ended on their own: TTL, idle timeout).
+// Run calls Sync(used()) now and then every interval while the node holds
+// marks, until ctx ends (marks of sandboxes that ended on their own: TTL,
+// idle timeout).
 func (u *Uses) Run(ctx context.Context, interval time.Duration, used func() []string) {
+	u.Sync(ctx, used())
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -141,7 +143,12 @@ func (u *Uses) Run(ctx context.Context, interval time.Duration, used func() []st
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			u.Sync(ctx, used())
+			u.mu.Lock()
+			n := len(u.marked)
+			u.mu.Unlock()
+			if n > 0 { // nothing to drop otherwise (creates mark as they go)
+				u.Sync(ctx, used())
+			}
 		}
 	}
 }
