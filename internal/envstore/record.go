@@ -27,7 +27,15 @@ func (s *Store) RecordPrefetch(ctx context.Context, src AccessSource, env string
 	if err != nil {
 		return nil, err
 	}
-	if s.Blobs == nil {
+	// The lists go where the environment's layers are (a cluster's shared
+	// store), which nodes mounting it later read.
+	bs := s.Blobs
+	if e.BlobStore != "" && e.BlobStore != s.Spec {
+		if bs, err = blob.Open(e.BlobStore, false); err != nil {
+			return nil, err
+		}
+	}
+	if bs == nil {
 		return nil, errdefs.Internal(errNoBlobs, "record %q", env)
 	}
 	out := []api.RecordedLayer{}
@@ -41,7 +49,7 @@ func (s *Store) RecordPrefetch(ctx context.Context, src AccessSource, env string
 		}
 		b, _ := json.Marshal(al)
 		dg := blob.FromBytes(b)
-		if err := s.Blobs.Put(ctx, dg, bytes.NewReader(b), int64(len(b))); err != nil {
+		if err := bs.Put(ctx, dg, bytes.NewReader(b), int64(len(b))); err != nil {
 			return out, err
 		}
 		if _, err := s.SetPrefetchList(ctx, env, l.Digest, dg); err != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -119,6 +120,27 @@ func sharedState(ctx context.Context, t *testing.T, e *env) {
 		}
 		if l := img.Layers[1]; !l.Mounted || l.Sandboxes != len(e.agents) {
 			t.Errorf("toolkit layer accounting %+v, want mounted, %d sandboxes", l, len(e.agents))
+		}
+
+		// record through an API server: a node that read the layers stores
+		// their access lists, in the shared blob store, as prefetch lists.
+		status, _, body = e.raw(t, 1, "POST", "/v1/images/e2e-env/record", nil)
+		var rec []api.RecordedLayer
+		if status != 200 || json.Unmarshal([]byte(body), &rec) != nil || len(rec) == 0 {
+			t.Fatalf("record: %d %s", status, body)
+		}
+		shared, err := blob.Open("dir:"+e.blobs(), false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rec {
+			if _, err := shared.Stat(ctx, r.List); err != nil {
+				t.Errorf("prefetch list %s is not in the shared blob store: %v", r.List, err)
+			}
+		}
+		status, _, body = e.raw(t, 0, "GET", "/v1/images/e2e-env", nil)
+		if status != 200 || !strings.Contains(body, rec[0].List) {
+			t.Errorf("inspect after record: %d %s (want prefetch list %s)", status, body, rec[0].List)
 		}
 
 		// rm is refused while in use, through either API server and the CLI.
