@@ -116,7 +116,7 @@ open on a listener of their own.`,
 			if d.FnCallEnabled() {
 				backends = append(slices.Clip(backends), api.BackendFnCall)
 			}
-			report := func(context.Context) (cluster.NodeRecord, error) {
+			report := func(ctx context.Context) (cluster.NodeRecord, error) {
 				fnLoad, fnCap := d.FnCallLoad()
 				return cluster.NodeRecord{
 					Name: d.Manager.Node(), Addr: "http://" + advertise, Backends: backends, Labels: lbls,
@@ -124,6 +124,7 @@ open on a listener of their own.`,
 					Load:     placement.Resources{Sandboxes: int64(d.Manager.Count())},
 					Version:  info.Version, StartedAt: started,
 					FnCallCapacity: int64(fnCap), FnCallLoad: int64(fnLoad),
+					Layers: d.MountedLayers(ctx), // image locality
 				}, nil
 			}
 			regCtx, stopReg := context.WithCancel(ctx)

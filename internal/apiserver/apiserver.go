@@ -143,8 +143,9 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	}
 	rt := NewRouter(RouterConfig{
 		Nodes: w, Engine: eng, FnCalls: fnEng, Logger: cfg.Logger, Observer: cl,
-		Claims:  cluster.NewRequests(cfg.Etcd, cfg.Prefix),
-		Drainer: cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix},
+		EnvLayers: (&LayerCache{Store: envs}).Layers,
+		Claims:    cluster.NewRequests(cfg.Etcd, cfg.Prefix),
+		Drainer:   cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix},
 		Dial: func(n cluster.NodeStatus) session.Service {
 			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret})
 		},

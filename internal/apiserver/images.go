@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -211,4 +212,51 @@ func (im *Images) RecordImage(ctx context.Context, name string) ([]api.RecordedL
 		last = errdefs.Conflict("no node of the cluster has read %q yet: run its task in a sandbox first", name)
 	}
 	return nil, last
+}
+
+// layerCacheTTL is how long an API server keeps an environment's layer
+// digests for placement (a compose is seen by placement within it).
+const layerCacheTTL = 5 * time.Second
+
+// LayerCache resolves environments' layer digests for image locality
+// (RouterConfig.EnvLayers), each answer kept for layerCacheTTL so a create
+// costs no etcd read. Names that are no environment are cached as nil too.
+type LayerCache struct {
+	Store *envstore.Store
+	mu    sync.Mutex
+	m     map[string]cachedLayers
+}
+
+type cachedLayers struct {
+	digests []string
+	at      time.Time
+}
+
+// Layers implements RouterConfig.EnvLayers.
+func (c *LayerCache) Layers(ctx context.Context, name string) []string {
+	c.mu.Lock()
+	e, ok := c.m[name]
+	c.mu.Unlock()
+	if ok && time.Since(e.at) < layerCacheTTL {
+		return e.digests
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second) // locality is worth no wait
+	defer cancel()
+	m, err := c.Store.Get(ctx, name)
+	if err != nil && !errdefs.Is(err, api.CodeNotFound) && !errdefs.Is(err, api.CodeInvalidArgument) {
+		return nil // etcd did not answer: place without locality, ask again next time
+	}
+	var ds []string
+	for _, l := range m.Layers {
+		if l.Digest != "" {
+			ds = append(ds, l.Digest)
+		}
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) > 10000 {
+		c.m = map[string]cachedLayers{}
+	}
+	c.m[name] = cachedLayers{ds, time.Now()}
+	c.mu.Unlock()
+	return ds
 }

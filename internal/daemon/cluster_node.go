@@ -113,3 +113,21 @@ func (s nodeService) Image(ctx context.Context, name string) (api.Image, error) 
 func (s nodeService) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error) {
 	return s.node.RecordImage(ctx, name)
 }
+
+// MountedLayers returns the digests of the layers layerd has mounted on this
+// node (none while layerd is not running), for image locality in placement.
+func (d *Daemon) MountedLayers(ctx context.Context) []string {
+	ctx, cancel := context.WithTimeout(ctx, time.Second) // never hold up the node's report
+	defer cancel()
+	st, err := d.Layers.Stats(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range st.Layers {
+		if l.Mounted {
+			out = append(out, l.Digest)
+		}
+	}
+	return out
+}
