@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/daemon"
+	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -76,6 +78,9 @@ open on a listener of their own.`,
 			if err := cluster.CheckSecret(ctx, cli, "", csec); err != nil {
 				return err
 			}
+			// Environments and the layer index are the cluster's (etcd), so
+			// `create --image ENV` finds what any machine composed.
+			cfg.ClusterEnvs = envstore.NewEtcdState(cli, "")
 			d, err := daemon.New(ctx, cfg)
 			if err != nil {
 				return err
@@ -107,12 +112,19 @@ open on a listener of their own.`,
 				return err
 			}
 			started := time.Now().UTC()
-			report := func(context.Context) (cluster.NodeRecord, error) {
+			backends := info.Backends
+			if d.FnCallEnabled() {
+				backends = append(slices.Clip(backends), api.BackendFnCall)
+			}
+			report := func(ctx context.Context) (cluster.NodeRecord, error) {
+				fnLoad, fnCap := d.FnCallLoad()
 				return cluster.NodeRecord{
-					Name: d.Manager.Node(), Addr: "http://" + advertise, Backends: info.Backends, Labels: lbls,
+					Name: d.Manager.Node(), Addr: "http://" + advertise, Backends: backends, Labels: lbls,
 					Capacity: placement.Resources{Sandboxes: int64(cfg.MaxSandboxes)},
 					Load:     placement.Resources{Sandboxes: int64(d.Manager.Count())},
 					Version:  info.Version, StartedAt: started,
+					FnCallCapacity: int64(fnCap), FnCallLoad: int64(fnLoad),
+					Layers: d.MountedLayers(ctx), // image locality
 				}, nil
 			}
 			regCtx, stopReg := context.WithCancel(ctx)
@@ -152,7 +164,9 @@ open on a listener of their own.`,
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "image directory (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
 	f.StringVar(&cfg.DefaultImage, "default-image", daemon.DefaultImage, "image for requests that name none")
 	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 1000, "admission limit: creates beyond it are rejected and placed elsewhere")
-	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none (default dir:DATA_DIR/blobs)")
+	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none, and where commits put their layers: in a cluster, the blob store every node shares (s3://... or dir:PATH on a shared mount; default dir:DATA_DIR/blobs)")
+	f.IntVar(&cfg.MaxFnCalls, "max-fncalls", 64, "FnCalls this node runs or queues at once; more are refused and placed on another node")
+	f.BoolVar(&cfg.NoFnCall, "no-fncall", false, "serve no FnCalls (the node does not advertise the fncall backend)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	return c
 }

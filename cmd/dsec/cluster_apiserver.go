@@ -29,7 +29,10 @@ DATA_DIR/token. Besides /v1 it serves GET /metrics (the API tier's metrics:
 requests, creates and their placement phase, rejections, re-placements, nodes
 by state) and the dashboard at /ui/ (every node of the cluster), both with the
 same tokens as /v1; --metrics-listen serves /metrics open on a listener of its
-own.`,
+own. Environments (/v1/images) live in etcd: a compose through any API server
+serves every node. FnCalls (/v1/fncall, SandboxFusion's /run_code and /submit)
+go to the least loaded ready node that serves FnCall, elsewhere when it is
+full, and answer resource_exhausted with Retry-After when none has room.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := newLogger(level)
@@ -86,6 +89,7 @@ own.`,
 	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/dsec-apiserver", "directory for DATA_DIR/token")
 	f.StringVar(&secretFile, "cluster-secret-file", "", "file holding the cluster secret (mode 0600), the same on every agent and API server")
+	f.StringVar(&cfg.BlobStore, "blob-store", "", "the cluster's shared blob store (s3://BUCKET?endpoint=... or dir:PATH on a mount every node shares): POST /v1/images checks layers there and names it in the manifest")
 	f.StringVar(&cfg.Name, "name", "", "this API server's name in logs (default apiserver@HOST)")
 	f.IntVar(&cfg.Placement.K, "placement-k", 2, "power-of-k choices: nodes sampled per placement")
 	f.IntVar(&cfg.Placement.MaxReplacements, "max-replacements", 3, "re-placements after nodes reject a sandbox")

@@ -183,7 +183,7 @@ func demoLayered(ctx context.Context, cl *client.Client, d *daemon.Daemon, dataD
 		return err
 	}
 	fmt.Printf("dsec image build --from dir:%s --name debian-base → %.1f MB in %.1f s\n", root.Lower()[0], float64(l.Size)/1e6, l.BuildTime.Seconds())
-	if err := es.PutLayer(envstore.Named("debian-base", l.Source, l.Layer)); err != nil {
+	if err := es.PutLayer(ctx, envstore.Named("debian-base", l.Source, l.Layer)); err != nil {
 		return err
 	}
 	if _, err := es.Compose(ctx, "demo-env", "debian-base", nil, ""); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/daemon"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -24,18 +26,54 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// imageCmd is `dsec image`: layers and environments on this node's data dir.
+// imageCmd is `dsec image`: layers and environments on this node's data dir,
+// or with --etcd in a cluster's etcd (every node and API server sees them).
 func imageCmd() *cobra.Command {
 	var dataDir, blobSpec string
-	c := &cobra.Command{Use: "image", Short: "Build layers and compose environments (EROFS layers in a blob store)"}
-	c.PersistentFlags().StringVar(&dataDir, "data-dir", "/var/lib/dsec", "node data directory")
-	c.PersistentFlags().StringVar(&blobSpec, "blob-store", "", "dir:PATH | posix:PATH | s3://BUCKET?endpoint=HOST:PORT&prefix=P&region=R&insecure=1 (keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); default dir:DATA_DIR/blobs")
-	open := func() (*envstore.Store, blob.Store, error) {
+	var ec cluster.ClientConfig
+	c := &cobra.Command{Use: "image", Short: "Build layers and compose environments (EROFS layers in a blob store)",
+		Long: `Build layers and compose environments. Without --etcd they live in this
+machine's data dir (DATA_DIR/envs, what dsec server uses). With --etcd ENDPOINTS
+(or $DSEC_ETCD) they live in the cluster's etcd, so one compose serves every node
+and API server; the layers' blobs then go to the cluster's shared blob store,
+which --blob-store (or $DSEC_BLOB_STORE) must name: s3://... or dir:PATH on a
+mount every node shares. rm is refused while a sandbox on any node uses the
+environment.`}
+	pf := c.PersistentFlags()
+	pf.StringVar(&dataDir, "data-dir", "/var/lib/dsec", "node data directory")
+	pf.StringVar(&blobSpec, "blob-store", os.Getenv("DSEC_BLOB_STORE"), "dir:PATH | posix:PATH | s3://BUCKET?endpoint=HOST:PORT&prefix=P&region=R&insecure=1 (keys from AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY); default $DSEC_BLOB_STORE, else dir:DATA_DIR/blobs")
+	etcdFlags(pf, &ec)
+	ec.Endpoints = os.Getenv("DSEC_ETCD")
+	pf.Lookup("etcd").DefValue = ""
+	pf.Lookup("etcd").Usage = "keep environments and layers in this cluster's etcd (client URLs, comma-separated; default $DSEC_ETCD; empty: DATA_DIR/envs)"
+	open := func(cmd *cobra.Command) (*envstore.Store, blob.Store, error) {
+		dirs := paths.New(dataDir)
+		if ec.Endpoints != "" {
+			// Reading and removing names needs no blob store; writing layers
+			// and resolving them does, and it must be the cluster's.
+			var bs blob.Store
+			switch needsBlobs := cmd.Name() != "ls" && cmd.Name() != "inspect" && cmd.Name() != "rm"; {
+			case blobSpec != "":
+				var err error
+				if bs, err = OpenBlobStore(blobSpec, dataDir); err != nil {
+					return nil, nil, err
+				}
+			case needsBlobs:
+				return nil, nil, errdefs.Invalid("dsec image %s --etcd needs --blob-store (or $DSEC_BLOB_STORE): the blob store every node of the cluster reads layers from", cmd.Name())
+			}
+			cli, err := cluster.Connect(cmd.Context(), ec)
+			if err != nil {
+				return nil, nil, err
+			}
+			context.AfterFunc(cmd.Context(), func() { cli.Close() })
+			es := envstore.New(envstore.NewEtcdState(cli, ""), bs)
+			es.Spec = blobSpec
+			return es, bs, nil
+		}
 		bs, err := OpenBlobStore(blobSpec, dataDir)
 		if err != nil {
 			return nil, nil, err
 		}
-		dirs := paths.New(dataDir)
 		es, err := envstore.Open(dirs.EnvStore(), bs)
 		if err != nil {
 			return nil, nil, err
@@ -51,7 +89,7 @@ func imageCmd() *cobra.Command {
 	var from, name string
 	build := &cobra.Command{Use: "build --from SOURCE --name NAME", Short: "Build a layer from dir:PATH|tar:PATH|oci:REF|oci-layout:PATH|docker-archive:PATH (an OCI image's config, env/working dir/user/entrypoint/cmd, is kept with it)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			es, bs, err := open()
+			es, bs, err := open(cmd)
 			if err != nil {
 				return err
 			}
@@ -71,7 +109,7 @@ func imageCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := es.PutLayer(envstore.Named(name, l.Source, l.Layer)); err != nil {
+			if err := es.PutLayer(cmd.Context(), envstore.Named(name, l.Source, l.Layer)); err != nil {
 				return err
 			}
 			fmt.Printf("%s %s %d bytes (%d entries, %.1fs)\n", name, l.Digest, l.Size, l.Entries, l.BuildTime.Seconds())
@@ -89,7 +127,7 @@ func imageCmd() *cobra.Command {
 	var toolkits []string
 	compose := &cobra.Command{Use: "compose --name ENV --base LAYER [--toolkit LAYER]... [--workspace LAYER]", Short: "Compose an environment from layers", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			es, _, err := open()
+			es, _, err := open(cmd)
 			if err != nil {
 				return err
 			}
@@ -109,15 +147,15 @@ func imageCmd() *cobra.Command {
 
 	ls := &cobra.Command{Use: "ls", Short: "List environments and layers", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			es, _, err := open()
+			es, _, err := open(cmd)
 			if err != nil {
 				return err
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "KIND\tNAME\tLAYERS/DIGEST\tSIZE")
-			envs, _ := es.List()
+			envs, _ := es.List(cmd.Context())
 			for _, n := range envs {
-				e, err := es.Get(n)
+				e, err := es.Get(cmd.Context(), n)
 				if err != nil {
 					continue
 				}
@@ -127,9 +165,9 @@ func imageCmd() *cobra.Command {
 				}
 				fmt.Fprintf(tw, "env\t%s\t%d layers\t%d\n", n, len(e.Layers), sz)
 			}
-			layers, _ := es.ListLayers()
+			layers, _ := es.ListLayers(cmd.Context())
 			for _, n := range layers {
-				if l, err := es.Layer(n); err == nil {
+				if l, err := es.Layer(cmd.Context(), n); err == nil {
 					fmt.Fprintf(tw, "layer\t%s\t%s\t%d\n", n, l.Digest[:19], l.Size)
 				}
 			}
@@ -140,7 +178,7 @@ func imageCmd() *cobra.Command {
 	var imagesDir string
 	inspect := &cobra.Command{Use: "inspect NAME [--json]", Short: "Show an image's, an environment's or a layer's details (layers base first, image config)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			es, _, err := open()
+			es, _, err := open(cmd)
 			if err != nil {
 				return err
 			}
@@ -158,7 +196,7 @@ func imageCmd() *cobra.Command {
 					api.Image
 					Manifest images.Manifest `json:"manifest"`
 				}{img.View(nil, false), m}
-			} else if e, err := es.Get(args[0]); err == nil {
+			} else if e, err := es.Get(cmd.Context(), args[0]); err == nil {
 				// As GET /v1/images/{name} shows it (layers base first, with this
 				// node's accounting, and the image config), plus the manifest.
 				img, err := envstore.Images{Store: es, DefaultSpec: es.Spec}.ResolveEnv(args[0])
@@ -170,7 +208,7 @@ func imageCmd() *cobra.Command {
 					api.Image
 					Manifest images.Manifest `json:"manifest"`
 				}{img.View(usage, false), e}
-			} else if l, lerr := es.Layer(args[0]); lerr == nil {
+			} else if l, lerr := es.Layer(cmd.Context(), args[0]); lerr == nil {
 				v = l
 			} else if errdefs.CodeOf(err) == api.CodeNotFound && errdefs.CodeOf(lerr) == api.CodeNotFound {
 				return errdefs.NotFound("no image in %s, environment or layer named %q", imagesDir, args[0])
@@ -186,15 +224,15 @@ func imageCmd() *cobra.Command {
 
 	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an environment or a layer name (refused while in use)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			es, _, err := open()
+			es, _, err := open(cmd)
 			if err != nil {
 				return err
 			}
-			return es.Remove(args[0])
+			return es.Remove(cmd.Context(), args[0])
 		}}
 	record := &cobra.Command{Use: "record ENV", Short: "Store the chunks this node's sandboxes read from ENV's layers as their prefetch lists (nodes that mount the layers later fetch those chunks ahead)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			es, _, err := open()
+			es, _, err := open(cmd)
 			if err != nil {
 				return err
 			}
@@ -211,7 +249,7 @@ func imageCmd() *cobra.Command {
 	var rebaseFrom, rebaseTo string
 	rebase := &cobra.Command{Use: "rebase --from LAYER --to LAYER", Short: "Point every environment that uses one layer at another (a new base or toolkit: one build, then small manifest rewrites; running sandboxes keep their layers)", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			es, _, err := open()
+			es, _, err := open(cmd)
 			if err != nil {
 				return err
 			}

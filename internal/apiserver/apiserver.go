@@ -14,7 +14,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/noderpc"
@@ -36,6 +38,11 @@ type Config struct {
 	// DataDir holds DATA_DIR/token when this API server creates the cluster's
 	// first token.
 	DataDir string
+	// BlobStore is the cluster's shared blob store (blob.ParseSpec: s3://... or
+	// dir:PATH on a mount every node shares): compose checks layers there and
+	// records it in the manifest. Empty: layers are not checked, and nodes
+	// read them from their own --blob-store.
+	BlobStore string
 	// Placement tunes the engine (K, MaxReplacements, RefreshInterval ...).
 	Placement placement.Config
 	// Name identifies this API server in logs and token records.
@@ -123,6 +130,19 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		return fail(err)
 	}
 	go eng.Watch(bg)
+	fnEng := placement.New(FnCallSource{Nodes: w}, cfg.Placement)
+	if err := fnEng.Refresh(bg); err != nil {
+		return fail(err)
+	}
+	go fnEng.Watch(bg)
+	var blobs blob.Store
+	if cfg.BlobStore != "" {
+		if blobs, err = blob.Open(cfg.BlobStore, false); err != nil {
+			return fail(fmt.Errorf("--blob-store: %w", err))
+		}
+	}
+	envs := envstore.New(envstore.NewEtcdState(cfg.Etcd, cfg.Prefix), blobs)
+	envs.Spec = cfg.BlobStore
 	m, cl, err := newMetrics(w)
 	if err != nil {
 		return fail(err)
@@ -134,9 +154,10 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		}
 	}
 	rt := NewRouter(RouterConfig{
-		Nodes: w, Engine: eng, Logger: cfg.Logger, Observer: cl,
-		Claims:  cluster.NewRequests(cfg.Etcd, cfg.Prefix),
-		Drainer: cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix},
+		Nodes: w, Engine: eng, FnCalls: fnEng, Logger: cfg.Logger, Observer: cl,
+		EnvLayers: (&LayerCache{Store: envs}).Layers,
+		Claims:    cluster.NewRequests(cfg.Etcd, cfg.Prefix),
+		Drainer:   cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix},
 		Dial: func(n cluster.NodeStatus) session.Service {
 			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret})
 		},
@@ -148,7 +169,9 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	go guard.Run(bg, cfg.QuotaReconcile)
 	msvc := m.Wrap(guard, tp, rt)
 	osvc := observed{Service: msvc, rt: rt, batch: guard, cl: cl}
+	imgs := &Images{Store: envs, Router: rt}
 	srv := server.New(osvc, server.Options{Projects: guard, Logger: cfg.Logger, FnCall: msvc,
+		Images: imgs, ImageManager: imgs,
 		TrajectoryAPI: rt}) // tagged steps are logged on their sandbox's node
 	e2bH := newE2B(bg, osvc, adminToken(toks), cfg.Secret, cfg.Logger)
 	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Projects: guard, Server: srv, Metrics: m, TokenFile: tokenFile,

@@ -38,6 +38,7 @@ func forwarded(req api.CreateSandboxRequest) api.CreateSandboxRequest {
 // re-placing on rejection.
 func (r *Router) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	preq := placementRequest(req)
+	preq.Layers = r.envLayers(ctx, req.Image) // image locality: a tie-breaker
 	t0 := time.Now()
 	d, err := r.cfg.Engine.Place(ctx, preq)
 	r.cfg.Observer.Placed(preq.Backend, time.Since(t0), err)
@@ -237,6 +238,7 @@ func (r *Router) placeAll(ctx context.Context, reqs []api.CreateSandboxRequest) 
 	same := true
 	for i, req := range reqs {
 		preqs[i] = placementRequest(req)
+		preqs[i].Layers = r.envLayers(ctx, req.Image)
 		same = same && sameShape(preqs[0], preqs[i])
 	}
 	if same {

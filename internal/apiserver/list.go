@@ -6,9 +6,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/placement"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -60,22 +58,4 @@ func (r *Router) Info(ctx context.Context) (api.Info, error) {
 	}
 	info.Node = "apiserver (via " + name + ")"
 	return info, nil
-}
-
-// FnCall implements session.FnCaller on some ready node (a FnCall leaves
-// nothing behind, so any node will do).
-func (r *Router) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
-	name, err := r.anyReady()
-	if err != nil {
-		return api.FnCallResult{}, err
-	}
-	svc, err := r.nodeFor(name, "fncall")
-	if err != nil {
-		return api.FnCallResult{}, err
-	}
-	fc, ok := svc.(session.FnCaller)
-	if !ok {
-		return api.FnCallResult{}, errdefs.New(api.CodeNotImplemented, "fncall is not available on node %s", name)
-	}
-	return fc.FnCall(ctx, req)
 }

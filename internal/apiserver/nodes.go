@@ -35,6 +35,7 @@ func apiNode(n cluster.NodeStatus) api.Node {
 	return api.Node{
 		Name: n.Name, Addr: n.Addr, State: string(n.State), Backends: n.Backends, Labels: n.Labels,
 		MaxSandboxes: n.Capacity.Sandboxes, Sandboxes: n.Load.Sandboxes, Load: placement.Score(n.Capacity, n.Load),
+		MaxFnCalls: n.FnCallCapacity, FnCalls: n.FnCallLoad,
 		Version: n.Version, StartedAt: n.StartedAt, ReportedAt: n.ReportedAt,
 	}
 }

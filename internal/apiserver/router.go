@@ -38,7 +38,15 @@ type Dialer func(n cluster.NodeStatus) session.Service
 type RouterConfig struct {
 	Nodes  NodeView
 	Engine *placement.Engine
-	Dial   Dialer
+	// EnvLayers returns the layer digests of environment name (nil for none:
+	// a directory image, an unknown name), for image locality (placement
+	// prefers, among equally loaded nodes, those that mount them); nil: no
+	// locality.
+	EnvLayers func(ctx context.Context, name string) []string
+	// FnCalls places FnCalls on the nodes serving them (over FnCallSource);
+	// nil: any ready node.
+	FnCalls *placement.Engine
+	Dial    Dialer
 	// Claims makes request IDs cluster-wide; nil: only the node deduplicates
 	// (a retry placed on another node would create a second sandbox).
 	Claims Claims
@@ -119,6 +127,15 @@ func (r *Router) Close() error {
 		delete(r.clients, name)
 	}
 	return nil
+}
+
+// envLayers is RouterConfig.EnvLayers, nil without one or for the default
+// image.
+func (r *Router) envLayers(ctx context.Context, image string) []string {
+	if r.cfg.EnvLayers == nil || image == "" {
+		return nil
+	}
+	return r.cfg.EnvLayers(ctx, image)
 }
 
 // nodeFor returns the service of the node named name, or why it cannot serve:

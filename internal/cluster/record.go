@@ -20,6 +20,11 @@ type NodeRecord struct {
 	// Load is what its live sandboxes were given.
 	Load       placement.Resources `json:"load"`
 	Layers     []string            `json:"layers,omitempty"`
+	// FnCallCapacity is how many FnCalls the node takes at once (0: no bound)
+	// and FnCallLoad how many it runs; a node serving FnCall lists the
+	// "fncall" backend.
+	FnCallCapacity int64 `json:"fncall_capacity,omitempty"`
+	FnCallLoad     int64 `json:"fncall_load,omitempty"`
 	Version    string              `json:"version,omitempty"`
 	StartedAt  time.Time           `json:"started_at"`
 	ReportedAt time.Time           `json:"reported_at"`

@@ -88,7 +88,7 @@ func (p *Packer) dirLayer(ctx context.Context, dir string) (images.Layer, error)
 	sum := sha256.Sum256([]byte(dir))
 	name := "dirimg-" + hex.EncodeToString(sum[:6])
 	src := "dir:" + dir
-	if nl, err := p.Envs.Layer(name); err == nil && nl.Source == src {
+	if nl, err := p.Envs.Layer(ctx, name); err == nil && nl.Source == src {
 		if _, err := p.Blobs.Stat(ctx, nl.Digest); err == nil {
 			return nl.Layer, nil
 		}
@@ -97,7 +97,7 @@ func (p *Packer) dirLayer(ctx context.Context, dir string) (images.Layer, error)
 	if err != nil {
 		return images.Layer{}, err
 	}
-	if err := p.Envs.PutLayer(envstore.Named(name, src, r.Layer)); err != nil {
+	if err := p.Envs.PutLayer(ctx, envstore.Named(name, src, r.Layer)); err != nil {
 		return images.Layer{}, err
 	}
 	r.Layer.Name = name

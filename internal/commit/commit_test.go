@@ -53,7 +53,7 @@ func TestPack(t *testing.T) {
 	if len(r1.Image.Layers) != 2 || r1.Image.Layers[0].Role != images.RoleBase || r1.Layer != r1.Image.Layers[1] {
 		t.Fatalf("result %+v", r1)
 	}
-	m, err := es.Get("env-one")
+	m, err := es.Get(ctx, "env-one")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestPack(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	names, _ := es.ListLayers()
+	names, _ := es.ListLayers(ctx)
 	r2, err := p.Pack(ctx, "env-two", img, []string{rw2})
 	if err != nil {
 		t.Fatal(err)
@@ -76,7 +76,7 @@ func TestPack(t *testing.T) {
 	if r2.Image.Layers[0].Digest != r1.Image.Layers[0].Digest || r2.Layer.Digest == r1.Layer.Digest {
 		t.Fatalf("base not reused or layers mixed up: %+v / %+v", r1.Image.Layers, r2.Image.Layers)
 	}
-	if again, _ := es.ListLayers(); len(again) != len(names) || len(names) != 1 {
+	if again, _ := es.ListLayers(ctx); len(again) != len(names) || len(names) != 1 {
 		t.Fatalf("layer index %v then %v: want the one base layer", names, again)
 	}
 	// The name exists: already_exists, the manifest unchanged.
@@ -84,7 +84,7 @@ func TestPack(t *testing.T) {
 	if errdefs.CodeOf(err) != api.CodeAlreadyExists {
 		t.Fatalf("second commit to env-one: %v", err)
 	}
-	if m2, _ := es.Get("env-one"); m2.Layers[1].Digest != r1.Layer.Digest {
+	if m2, _ := es.Get(ctx, "env-one"); m2.Layers[1].Digest != r1.Layer.Digest {
 		t.Fatal("env-one was replaced")
 	}
 }

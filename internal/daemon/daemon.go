@@ -80,6 +80,17 @@ type Config struct {
 	// whole layers before mounting instead of loading them on demand.
 	Layers        lazy.Config
 	LayerPrefetch string
+	// ClusterEnvs, when set (dsec agent), keeps the environments and the layer
+	// index in the cluster's etcd instead of DATA_DIR/envs, and marks there the
+	// environments this node's sandboxes use (envstore.Uses).
+	ClusterEnvs *envstore.EtcdState
+	// MaxFnCalls bounds the FnCalls this node runs or queues at once; more are
+	// refused with resource_exhausted, so a cluster's API server places them
+	// elsewhere (0: no bound, as on one machine).
+	MaxFnCalls int
+	// NoFnCall leaves FnCall out (the node does not advertise the fncall
+	// backend and refuses FnCalls).
+	NoFnCall bool
 	// BlobStore is the blob store spec of environments whose manifest names none
 	// (default dir:DATA_DIR/blobs, where `dsec image build` puts layers by
 	// default; paths.Paths.BlobSpec).
@@ -137,6 +148,7 @@ type Daemon struct {
 	http      *http.Server
 	stopPrune chan struct{}
 	pruneDone chan struct{}
+	stopUses  context.CancelFunc
 	qos       *qos
 	obs       observability
 	node      node
@@ -216,8 +228,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
-	envs, err := envstore.Open(dirs.EnvStore(), blobs)
-	if err != nil {
+	var envs *envstore.Store
+	if cfg.ClusterEnvs != nil {
+		envs = envstore.New(cfg.ClusterEnvs, blobs)
+	} else if envs, err = envstore.Open(dirs.EnvStore(), blobs); err != nil {
 		drv.Close()
 		return nil, err
 	}
@@ -240,6 +254,15 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		return nil, err
 	}
 	envs.InUse = mgr.ImageInUse
+	var uses *envstore.Uses
+	if cfg.ClusterEnvs != nil {
+		uses = &envstore.Uses{State: cfg.ClusterEnvs, Node: mgr.Node(), InUse: mgr.ImageInUse, Logger: cfg.Logger}
+		if err := uses.Load(ctx); err != nil {
+			mgr.Close()
+			drv.Close()
+			return nil, err
+		}
+	}
 	traj, err := trajectory.OpenNode(ctx, cfg.DataDir, cfg.TrajStore, cfg.Logger)
 	if err != nil {
 		mgr.Close()
@@ -256,7 +279,10 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
-	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers}
+	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers, uses: uses, noFnCall: cfg.NoFnCall, imagesDir: cfg.ImagesDir}
+	if cfg.MaxFnCalls > 0 {
+		n.fnSlots = make(chan struct{}, cfg.MaxFnCalls)
+	}
 	// Projects and quotas: the same Guard as an API server's, over a store in
 	// DATA_DIR/projects.json; reservations are rebuilt from the sandboxes now.
 	projects, err := project.OpenLocal(filepath.Join(cfg.DataDir, "projects.json"), token)
@@ -304,6 +330,12 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	gctx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
 	d.stopGuard = stopGuard
 	go guard.Run(gctx, 30*time.Second)
+	d.stopUses = func() {}
+	if uses != nil {
+		uctx, cancel := context.WithCancel(context.Background())
+		d.stopUses = cancel
+		go uses.Run(uctx, usesSyncInterval, n.usedEnvs)
+	}
 	opened = true
 	return d, nil
 }
@@ -388,6 +420,7 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	close(d.stopPrune)
 	<-d.pruneDone
 	d.stopGuard()
+	d.stopUses()
 	d.obs.stop()
 	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close(), d.qos.close(),
 		d.obs.tracing.Shutdown(ctx))
@@ -425,10 +458,14 @@ type node struct {
 	fc     *fncall.Engine
 	envs   *envstore.Store
 	layers *lazy.Client
-}
-
-func (n node) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
-	return n.fc.Call(ctx, req)
+	// uses marks the environments in use in the cluster's etcd (nil: one
+	// machine, where envs.InUse asks the agent).
+	uses *envstore.Uses
+	// fnSlots bounds the FnCalls in flight (nil: unbounded); noFnCall refuses
+	// them all.
+	fnSlots   chan struct{}
+	noFnCall  bool
+	imagesDir string
 }
 
 // loadToken returns configured, else the token in file p (created if missing).

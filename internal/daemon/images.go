@@ -19,7 +19,7 @@ func (n node) Compose(ctx context.Context, req api.ComposeImageRequest) (api.Ima
 }
 
 // RemoveImage implements server.ImageManager (refused while a sandbox uses it).
-func (n node) RemoveImage(ctx context.Context, name string) error { return n.envs.Remove(name) }
+func (n node) RemoveImage(ctx context.Context, name string) error { return n.envs.Remove(ctx, name) }
 
 // RecordImage implements server.ImageManager (envstore.Store.RecordPrefetch).
 func (n node) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error) {

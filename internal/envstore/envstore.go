@@ -1,8 +1,10 @@
 // Package envstore keeps environments and named layers. An environment is an
-// image manifest (images.Manifest, DIR/envs/NAME.json): one base layer, ordered
-// toolkit layers, an optional workspace layer, base first, each layer with the
-// image config it was built from. The layer index (DIR/layers/NAME.json) names
-// built layers. Changing a base used by N environments is one layer build plus N
+// image manifest (images.Manifest): one base layer, ordered toolkit layers, an
+// optional workspace layer, base first, each layer with the image config it
+// was built from. The layer index names built layers. Both live in a State:
+// a directory on one machine (DirState: DIR/envs/NAME.json,
+// DIR/layers/NAME.json) or etcd for a cluster (EtcdState); the layers' blobs
+// live in the blob store (internal/blob). Changing a base used by N environments is one layer build plus N
 // manifest rewrites (Rebase), never N rebuilds. Manifests written by earlier
 // versions (base/toolkits/workspace) are read as they are and rewritten in the
 // current format by the next change.
@@ -10,11 +12,6 @@ package envstore
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"os"
-	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -24,6 +21,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // NamedLayer is an entry of the layer index: a built layer (its name, digest,
@@ -40,27 +38,33 @@ func Named(name, source string, l images.Layer) NamedLayer {
 	return NamedLayer{Layer: l, Source: source}
 }
 
-// Store is the manifest store rooted at Dir.
+// Store is the environment store: the logic (names, layer resolution,
+// compose, rebase, removal rules) over a State.
 type Store struct {
+	State State
+	// Dir is the directory of a DirState store ("" for another State).
 	Dir   string
 	Blobs blob.Store // checked for layer existence on Compose (nil: not checked)
 	// Spec names Blobs (blob.ParseSpec); Compose records it in the manifest so a
 	// node knows where to read the layers.
 	Spec string
 	// InUse reports whether an environment or layer name is used by a sandbox; Remove
-	// refuses those (the agent passes its own).
+	// refuses those (the agent passes its own). An EtcdState also refuses to
+	// remove an environment any node of the cluster marks in use.
 	InUse func(name string) bool
 }
 
-// Open returns a store at dir (created if missing).
+// Open returns a store in directory dir (created if missing).
 func Open(dir string, blobs blob.Store) (*Store, error) {
-	for _, d := range []string{"envs", "layers"} {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
-			return nil, errdefs.Internal(err, "envstore %s", dir)
-		}
+	st, err := OpenDir(dir)
+	if err != nil {
+		return nil, err
 	}
-	return &Store{Dir: dir, Blobs: blobs}, nil
+	return &Store{State: st, Dir: dir, Blobs: blobs}, nil
 }
+
+// New returns a store over st.
+func New(st State, blobs blob.Store) *Store { return &Store{State: st, Blobs: blobs} }
 
 func checkName(kind, n string) error {
 	if !images.ValidName.MatchString(n) {
@@ -69,19 +73,8 @@ func checkName(kind, n string) error {
 	return nil
 }
 
-func readJSON(p string, v any) error {
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return err
-	}
-	return json.Unmarshal(b, v)
-}
-
-func (s *Store) layerPath(name string) string { return filepath.Join(s.Dir, "layers", name+".json") }
-func (s *Store) envPath(name string) string   { return filepath.Join(s.Dir, "envs", name+".json") }
-
 // PutLayer records name → layer in the index (replacing an older entry).
-func (s *Store) PutLayer(l NamedLayer) error {
+func (s *Store) PutLayer(ctx context.Context, l NamedLayer) error {
 	if err := checkName("layer", l.Name); err != nil {
 		return err
 	}
@@ -100,70 +93,66 @@ func (s *Store) PutLayer(l NamedLayer) error {
 	if l.Created.IsZero() {
 		l.Created = time.Now().UTC()
 	}
-	b, err := json.MarshalIndent(l, "", "  ")
-	if err == nil {
-		err = images.WriteFileAtomic(s.layerPath(l.Name), append(b, '\n'))
-	}
-	if err != nil {
-		return errdefs.Internal(err, "write layer %q", l.Name)
-	}
-	return nil
+	return s.State.PutLayer(ctx, l)
 }
 
 // Layer returns a named layer.
-func (s *Store) Layer(name string) (NamedLayer, error) {
+func (s *Store) Layer(ctx context.Context, name string) (NamedLayer, error) {
 	if err := checkName("layer", name); err != nil {
 		return NamedLayer{}, err
 	}
-	var l NamedLayer
-	err := readJSON(s.layerPath(name), &l)
-	if errors.Is(err, os.ErrNotExist) {
-		return l, errdefs.NotFound("layer %q not found (build it with `dsec image build --name %s`)", name, name)
-	}
-	if err != nil {
-		return l, errdefs.Internal(err, "read layer %q", name)
-	}
-	return l, nil
+	l, _, err := s.State.Layer(ctx, name)
+	return l, err
 }
 
 // ResolveLayer accepts a layer name or a digest and returns the layer as an
 // environment refers to it (name, digest, size, index, config).
 func (s *Store) ResolveLayer(ctx context.Context, ref string) (images.Layer, error) {
+	l, _, err := s.resolveLayer(ctx, ref)
+	return l, err
+}
+
+// resolveLayer is ResolveLayer, also returning the version of the index entry
+// a name resolved through (0 for a digest).
+func (s *Store) resolveLayer(ctx context.Context, ref string) (images.Layer, Version, error) {
 	if strings.HasPrefix(ref, "sha256:") {
 		if _, err := blob.ParseDigest(ref); err != nil {
-			return images.Layer{}, err
+			return images.Layer{}, 0, err
 		}
 		l := images.Layer{Digest: ref}
 		if s.Blobs != nil {
 			n, err := s.Blobs.Stat(ctx, ref)
 			if err != nil {
-				return images.Layer{}, err
+				return images.Layer{}, 0, err
 			}
 			l.Size = n
 		}
-		if nl, ok := s.layerByDigest(ref); ok {
+		if nl, ok := s.layerByDigest(ctx, ref); ok {
 			// Built under a name: the same chunk index and image config.
 			l.Index, l.Config = nl.Index, nl.Config
 		}
-		return l, nil
+		return l, 0, nil
 	}
-	l, err := s.Layer(ref)
+	if err := checkName("layer", ref); err != nil {
+		return images.Layer{}, 0, err
+	}
+	l, v, err := s.State.Layer(ctx, ref)
 	if err != nil {
-		return images.Layer{}, err
+		return images.Layer{}, 0, err
 	}
 	if s.Blobs != nil {
 		if _, err := s.Blobs.Stat(ctx, l.Digest); err != nil {
-			return images.Layer{}, err
+			return images.Layer{}, 0, err
 		}
 	}
-	return l.Layer, nil
+	return l.Layer, v, nil
 }
 
 // layerByDigest returns a named layer with digest d, if the index has one.
-func (s *Store) layerByDigest(d string) (NamedLayer, bool) {
-	names, _ := s.ListLayers()
-	for _, n := range names {
-		if l, err := s.Layer(n); err == nil && l.Digest == d {
+func (s *Store) layerByDigest(ctx context.Context, d string) (NamedLayer, bool) {
+	ls, _ := s.State.Layers(ctx)
+	for _, l := range ls {
+		if l.Digest == d {
 			return l, true
 		}
 	}
@@ -171,6 +160,8 @@ func (s *Store) layerByDigest(d string) (NamedLayer, bool) {
 }
 
 // Compose creates or replaces environment name from layer names or digests.
+// The manifest is written only if every named layer is still what it
+// resolved to (a layer renamed or removed meanwhile: resolved again).
 func (s *Store) Compose(ctx context.Context, name, base string, toolkits []string, workspace string) (images.Manifest, error) {
 	if err := checkName("environment", name); err != nil {
 		return images.Manifest{}, err
@@ -182,124 +173,118 @@ func (s *Store) Compose(ctx context.Context, name, base string, toolkits []strin
 	if workspace != "" {
 		refs = append(refs, workspace)
 	}
-	m := images.Manifest{Name: name, BlobStore: s.Spec, Created: time.Now().UTC()}
-	for _, r := range refs {
-		l, err := s.ResolveLayer(ctx, r)
-		if err != nil {
-			return images.Manifest{}, err
+	for range retries {
+		m := images.Manifest{Name: name, BlobStore: s.Spec, Created: time.Now().UTC()}
+		cond := Cond{Any: true, Layers: map[string]Version{}}
+		for _, r := range refs {
+			l, v, err := s.resolveLayer(ctx, r)
+			if err != nil {
+				return images.Manifest{}, err
+			}
+			if v != 0 {
+				cond.Layers[r] = v
+			}
+			m.Layers = append(m.Layers, l)
 		}
-		m.Layers = append(m.Layers, l)
+		images.Roles(m.Layers, workspace != "")
+		_, err := s.State.PutEnv(ctx, m, cond)
+		if !isChanged(err) {
+			return m, err
+		}
 	}
-	images.Roles(m.Layers, workspace != "")
-	if _, err := images.WriteManifest(s.envPath(name), m); err != nil {
-		return images.Manifest{}, errdefs.Internal(err, "write environment %q", name)
-	}
-	return m, nil
+	return images.Manifest{}, errdefs.Conflict("compose %q: its layers kept changing; try again", name)
 }
 
 // Get returns an environment (a manifest of any version, in the current form).
-func (s *Store) Get(name string) (images.Manifest, error) {
+func (s *Store) Get(ctx context.Context, name string) (images.Manifest, error) {
 	if err := checkName("environment", name); err != nil {
 		return images.Manifest{}, err
 	}
-	m, err := images.ReadManifest(s.envPath(name))
-	if errors.Is(err, os.ErrNotExist) {
-		return m, errdefs.NotFound("environment %q not found", name)
-	}
-	if err != nil {
-		return m, errdefs.Internal(err, "read environment %q", name)
-	}
-	m.Name = name
-	return m, nil
+	m, _, err := s.State.Env(ctx, name)
+	return m, err
 }
 
 // List returns environment names, sorted.
-func (s *Store) List() ([]string, error) { return listNames(filepath.Join(s.Dir, "envs")) }
+func (s *Store) List(ctx context.Context) ([]string, error) { return s.State.EnvNames(ctx) }
 
 // ListLayers returns layer names, sorted.
-func (s *Store) ListLayers() ([]string, error) { return listNames(filepath.Join(s.Dir, "layers")) }
-
-func listNames(dir string) ([]string, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, errdefs.Internal(err, "list %s", dir)
+func (s *Store) ListLayers(ctx context.Context) ([]string, error) {
+	ls, err := s.State.Layers(ctx)
+	out := make([]string, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, l.Name)
 	}
-	out := []string{}
-	for _, e := range ents {
-		if n, ok := strings.CutSuffix(e.Name(), ".json"); ok && !strings.HasPrefix(n, ".") {
-			out = append(out, n)
-		}
-	}
-	sort.Strings(out)
-	return out, nil
+	return out, err
 }
 
 // Remove deletes an environment or, if no environment has that name, a layer name
-// (the blob stays: other names or environments may share it). Refused while InUse,
-// and a layer name is refused while an environment references it.
-func (s *Store) Remove(name string) error {
+// (the blob stays: other names or environments may share it). Refused while InUse
+// (or, in etcd, while a node marks the environment in use), and a layer name is
+// refused while an environment references it.
+func (s *Store) Remove(ctx context.Context, name string) error {
 	if err := checkName("image", name); err != nil {
 		return err
 	}
 	if s.InUse != nil && s.InUse(name) {
 		return errdefs.Conflict("%q is in use by a sandbox", name)
 	}
-	err := os.Remove(s.envPath(name))
-	if err == nil || !errors.Is(err, os.ErrNotExist) {
-		if err != nil {
-			return errdefs.Internal(err, "remove environment %q", name)
-		}
-		return nil
+	err := s.State.RemoveEnv(ctx, name)
+	if !errdefs.Is(err, api.CodeNotFound) {
+		return err
 	}
-	l, err := s.Layer(name)
-	if err != nil {
+	err = s.State.RemoveLayer(ctx, name)
+	if errdefs.Is(err, api.CodeNotFound) {
 		return errdefs.NotFound("no environment or layer named %q", name)
 	}
-	envs, _ := s.List()
-	for _, en := range envs {
-		e, err := s.Get(en)
+	return err
+}
+
+// update applies f to environment name and writes it back if f changed it,
+// again from a fresh read whenever another writer got there first.
+func (s *Store) update(ctx context.Context, name string, f func(m *images.Manifest) (bool, error)) (images.Manifest, int, error) {
+	for range retries {
+		m, v, err := s.State.Env(ctx, name)
 		if err != nil {
-			continue
+			return m, 0, err
 		}
-		for _, r := range e.Layers {
-			if r.Digest == l.Digest && (r.Name == "" || r.Name == name) {
-				return errdefs.Conflict("layer %q is used by environment %q", name, en)
-			}
+		changed, err := f(&m)
+		if err != nil || !changed {
+			return m, 0, err
+		}
+		n, err := s.State.PutEnv(ctx, m, Cond{Version: v})
+		if !isChanged(err) {
+			return m, n, err
 		}
 	}
-	if err := os.Remove(s.layerPath(name)); err != nil {
-		return errdefs.Internal(err, "remove layer %q", name)
-	}
-	return nil
+	return images.Manifest{}, 0, errdefs.Conflict("environment %q kept changing; try again", name)
 }
 
 // SetPrefetchList records list (an access list blob's digest, "" to clear) as the
 // prefetch list of layer digest in environment name.
-func (s *Store) SetPrefetchList(name, digest, list string) (images.Manifest, error) {
+func (s *Store) SetPrefetchList(ctx context.Context, name, digest, list string) (images.Manifest, error) {
 	if list != "" {
 		if _, err := blob.ParseDigest(list); err != nil {
 			return images.Manifest{}, err
 		}
 	}
-	e, err := s.Get(name)
-	if err != nil {
-		return e, err
+	if err := checkName("environment", name); err != nil {
+		return images.Manifest{}, err
 	}
-	found := false
-	for i := range e.Layers {
-		if e.Layers[i].Digest == digest {
-			e.Layers[i].PrefetchList, found = list, true
+	e, _, err := s.update(ctx, name, func(e *images.Manifest) (bool, error) {
+		found := false
+		for i := range e.Layers {
+			if e.Layers[i].Digest == digest {
+				e.Layers[i].PrefetchList, found = list, true
+			}
 		}
-	}
-	if !found {
-		return e, errdefs.NotFound("environment %q has no layer %s", name, digest)
-	}
-	now := time.Now().UTC()
-	e.Updated = &now
-	if _, err := images.WriteManifest(s.envPath(name), e); err != nil {
-		return e, errdefs.Internal(err, "write environment %q", name)
-	}
-	return e, nil
+		if !found {
+			return false, errdefs.NotFound("environment %q has no layer %s", name, digest)
+		}
+		now := time.Now().UTC()
+		e.Updated = &now
+		return true, nil
+	})
+	return e, err
 }
 
 // RebaseStats reports what a Rebase did.
@@ -311,8 +296,10 @@ type RebaseStats struct {
 
 // Rebase points every environment whose base (or toolkit/workspace) layer is
 // oldDigest at newLayer instead (with newLayer's config): N small manifest
-// rewrites, no layer rebuilds. Sandboxes already running keep the layers and the
-// config they were created with.
+// rewrites, no layer rebuilds. Each rewrite is conditional on the manifest
+// being unchanged since it was read (a concurrent change is read again, never
+// lost). Sandboxes already running keep the layers and the config they were
+// created with.
 func (s *Store) Rebase(ctx context.Context, oldDigest string, newLayer images.Layer) (RebaseStats, error) {
 	var st RebaseStats
 	if _, err := blob.ParseDigest(oldDigest); err != nil {
@@ -321,13 +308,13 @@ func (s *Store) Rebase(ctx context.Context, oldDigest string, newLayer images.La
 	if _, err := blob.ParseDigest(newLayer.Digest); err != nil {
 		return st, err
 	}
-	names, err := s.List()
+	names, err := s.List(ctx)
 	if err != nil {
 		return st, err
 	}
 	now := time.Now().UTC()
 	// Manifests are rewritten by rebaseWorkers at once: each rewrite waits for
-	// its fsync, and concurrent fsyncs share the file system's journal commits.
+	// its fsync (or etcd commit), and concurrent ones share them.
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(rebaseWorkers)
@@ -336,7 +323,10 @@ func (s *Store) Rebase(ctx context.Context, oldDigest string, newLayer images.La
 			break
 		}
 		g.Go(func() error {
-			rewritten, nb, err := s.rebaseOne(n, oldDigest, newLayer, now)
+			rewritten, nb, err := s.rebaseOne(gctx, n, oldDigest, newLayer, now)
+			if errdefs.Is(err, api.CodeNotFound) {
+				err = nil // removed meanwhile
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			st.Scanned++
@@ -358,30 +348,24 @@ func (s *Store) Rebase(ctx context.Context, oldDigest string, newLayer images.La
 const rebaseWorkers = 16
 
 // rebaseOne points environment n's layers that are oldDigest at newLayer.
-func (s *Store) rebaseOne(n, oldDigest string, newLayer images.Layer, now time.Time) (rewritten bool, written int, err error) {
-	e, err := s.Get(n)
-	if err != nil {
-		return false, 0, err
-	}
-	changed := false
-	for i, r := range e.Layers {
-		if r.Digest == oldDigest {
-			l := newLayer
-			l.Role = r.Role
-			if l.Name == "" {
-				l.Name = r.Name
+func (s *Store) rebaseOne(ctx context.Context, n, oldDigest string, newLayer images.Layer, now time.Time) (rewritten bool, written int, err error) {
+	_, nb, err := s.update(ctx, n, func(e *images.Manifest) (bool, error) {
+		changed := false
+		for i, r := range e.Layers {
+			if r.Digest == oldDigest {
+				l := newLayer
+				l.Role = r.Role
+				if l.Name == "" {
+					l.Name = r.Name
+				}
+				e.Layers[i] = l
+				changed = true
 			}
-			e.Layers[i] = l
-			changed = true
 		}
-	}
-	if !changed {
-		return false, 0, nil
-	}
-	e.Updated = &now
-	nb, err := images.WriteManifest(s.envPath(n), e)
-	if err != nil {
-		return false, 0, errdefs.Internal(err, "rewrite environment %q", n)
-	}
-	return true, nb, nil
+		if changed {
+			e.Updated = &now
+		}
+		return changed, nil
+	})
+	return nb > 0, nb, err
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,16 +19,40 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-func setup(t testing.TB) (*envstore.Store, blob.Store) {
+// states are the State implementations every test runs on: one suite, both
+// stores.
+var states = []string{"dir", "etcd"}
+
+var prefixN atomic.Int64
+
+// setupState returns a store of the named kind over a fresh blob directory:
+// a temp dir, or a fresh key prefix of the package's embedded etcd.
+func setupState(t testing.TB, kind string) (*envstore.Store, blob.Store) {
 	bs, err := blob.NewDir(filepath.Join(t.TempDir(), "blobs"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if kind == "etcd" {
+		prefix := fmt.Sprintf("/envstore-test-%d-%d/", os.Getpid(), prefixN.Add(1))
+		return envstore.New(envstore.NewEtcdState(testEtcd(t), prefix), bs), bs
 	}
 	s, err := envstore.Open(t.TempDir(), bs)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s, bs
+}
+
+func setup(t testing.TB) (*envstore.Store, blob.Store) { return setupState(t, "dir") }
+
+// forEachState runs f on each State kind, as a subtest.
+func forEachState(t *testing.T, f func(t *testing.T, s *envstore.Store, bs blob.Store)) {
+	for _, k := range states {
+		t.Run(k, func(t *testing.T) {
+			s, bs := setupState(t, k)
+			f(t, s, bs)
+		})
+	}
 }
 
 func buildLayer(t testing.TB, bs blob.Store, s *envstore.Store, name, content string) (layer.Result, time.Duration) {
@@ -40,14 +65,15 @@ func buildLayer(t testing.TB, bs blob.Store, s *envstore.Store, name, content st
 		t.Fatal(err)
 	}
 	el := time.Since(start)
-	if err := s.PutLayer(envstore.Named(name, l.Source, l.Layer)); err != nil {
+	if err := s.PutLayer(context.Background(), envstore.Named(name, l.Source, l.Layer)); err != nil {
 		t.Fatal(err)
 	}
 	return l, el
 }
 
-func TestComposeGetRemove(t *testing.T) {
-	s, bs := setup(t)
+func TestComposeGetRemove(t *testing.T) { forEachState(t, testComposeGetRemove) }
+
+func testComposeGetRemove(t *testing.T, s *envstore.Store, bs blob.Store) {
 	ctx := context.Background()
 	base, _ := buildLayer(t, bs, s, "base", "v1")
 	tk, _ := buildLayer(t, bs, s, "py-tools", "tk")
@@ -55,7 +81,7 @@ func TestComposeGetRemove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := s.Get("task-1")
+	got, err := s.Get(ctx, "task-1")
 	if err != nil || len(got.Layers) != 3 || got.Layers[0].Digest != base.Digest || got.Layers[0].Name != "base" || !got.HasWorkspace() {
 		t.Fatalf("get = %+v, %v", got, err)
 	}
@@ -77,24 +103,24 @@ func TestComposeGetRemove(t *testing.T) {
 	if _, err := s.Compose(ctx, "Bad/Name", "base", nil, ""); !errdefs.Is(err, api.CodeInvalidArgument) {
 		t.Fatalf("bad name: %v", err)
 	}
-	if err := s.Remove("base"); !errdefs.Is(err, api.CodeConflict) {
+	if err := s.Remove(ctx, "base"); !errdefs.Is(err, api.CodeConflict) {
 		t.Fatalf("remove used layer: %v", err)
 	}
 	s.InUse = func(n string) bool { return n == "task-1" }
-	if err := s.Remove("task-1"); !errdefs.Is(err, api.CodeConflict) {
+	if err := s.Remove(ctx, "task-1"); !errdefs.Is(err, api.CodeConflict) {
 		t.Fatalf("remove in-use env: %v", err)
 	}
 	s.InUse = nil
-	if err := s.Remove("task-1"); err != nil {
+	if err := s.Remove(ctx, "task-1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Remove("base"); err != nil {
+	if err := s.Remove(ctx, "base"); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Remove("base"); !errdefs.Is(err, api.CodeNotFound) {
+	if err := s.Remove(ctx, "base"); !errdefs.Is(err, api.CodeNotFound) {
 		t.Fatalf("remove twice: %v", err)
 	}
-	if l, _ := s.List(); len(l) != 0 {
+	if l, _ := s.List(ctx); len(l) != 0 {
 		t.Fatalf("list = %v", l)
 	}
 }
@@ -102,8 +128,13 @@ func TestComposeGetRemove(t *testing.T) {
 // TestRebaseScaling: updating the base of N environments = one layer build (cost
 // independent of N) + N small manifest rewrites.
 func TestRebaseScaling(t *testing.T) {
+	forEachState(t, func(t *testing.T, _ *envstore.Store, _ blob.Store) { testRebaseScaling(t) })
+}
+
+func testRebaseScaling(t *testing.T) {
+	kind := t.Name()[strings.LastIndex(t.Name(), "/")+1:]
 	for _, n := range []int{10, 100, 1000} {
-		s, bs := setup(t)
+		s, bs := setupState(t, kind)
 		ctx := context.Background()
 		old, _ := buildLayer(t, bs, s, "base", "v1")
 		tk, _ := buildLayer(t, bs, s, "tools", "t")
@@ -124,17 +155,18 @@ func TestRebaseScaling(t *testing.T) {
 		if st.Rewritten != n || len(blobsAfter) != len(blobsBefore)+2 { // the layer and its chunk index
 			t.Fatalf("N=%d: %+v, blobs %d→%d", n, st, len(blobsBefore), len(blobsAfter))
 		}
-		e, _ := s.Get(fmt.Sprintf("env-%d", n-1))
+		e, _ := s.Get(ctx, fmt.Sprintf("env-%d", n-1))
 		if e.Layers[0].Digest != nl.Digest || e.Layers[0].Index != nl.Index || e.Layers[0].Role != "base" || e.Layers[1].Digest != tk.Digest {
 			t.Fatalf("rebased env %+v", e)
 		}
-		t.Logf("N=%4d: layer build %v (%d bytes, once) + %d manifest rewrites in %v, %d bytes (%d B/env)",
-			n, buildTime.Round(time.Millisecond), nl.Size, st.Rewritten, rebase.Round(time.Millisecond), st.BytesWritten, st.BytesWritten/int64(n))
+		t.Logf("%s N=%4d: layer build %v (%d bytes, once) + %d manifest rewrites in %v, %d bytes (%d B/env)",
+			kind, n, buildTime.Round(time.Millisecond), nl.Size, st.Rewritten, rebase.Round(time.Millisecond), st.BytesWritten, st.BytesWritten/int64(n))
 	}
 }
 
-func TestImagesResolver(t *testing.T) {
-	s, bs := setup(t)
+func TestImagesResolver(t *testing.T) { forEachState(t, testImagesResolver) }
+
+func testImagesResolver(t *testing.T, s *envstore.Store, bs blob.Store) {
 	ctx := context.Background()
 	base, _ := buildLayer(t, bs, s, "base", "v1")
 	tk, _ := buildLayer(t, bs, s, "tools", "tk")
@@ -179,13 +211,14 @@ func TestOldManifestsStillLoad(t *testing.T) {
 	tk, _ := buildLayer(t, bs, s, "tools", "tk")
 	old := fmt.Sprintf(`{"name":"legacy","base":{"digest":%q,"size":%d,"name":"base","index":%q},
 		"toolkits":[{"digest":%q,"size":-1}],"blob_store":"dir:/srv/blobs","created":"2026-01-01T00:00:00Z"}`, base.Digest, base.Size, base.Index, tk.Digest)
+	ctx := context.Background()
 	p := filepath.Join(s.Dir, "envs", "legacy.json")
 	if err := os.WriteFile(p, []byte(old), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	oldLayer := fmt.Sprintf(`{"name":"oldname","digest":%q,"size":%d,"source":"dir:/x","created":"2026-01-01T00:00:00Z"}`, tk.Digest, tk.Size)
 	os.WriteFile(filepath.Join(s.Dir, "layers", "oldname.json"), []byte(oldLayer), 0o644)
-	if l, err := s.Layer("oldname"); err != nil || l.Digest != tk.Digest || l.Size != tk.Size || l.Source != "dir:/x" {
+	if l, err := s.Layer(ctx, "oldname"); err != nil || l.Digest != tk.Digest || l.Size != tk.Size || l.Source != "dir:/x" {
 		t.Fatalf("old layer index entry: %+v %v", l, err)
 	}
 	img, err := envstore.Images{Store: s, DefaultSpec: "dir:/default"}.ResolveEnv("legacy")
@@ -196,17 +229,17 @@ func TestOldManifestsStillLoad(t *testing.T) {
 		img.Layers[1].Role != "toolkit" || img.Layers[1].Size != 0 || img.Layers[0].Store != "dir:/srv/blobs" {
 		t.Fatalf("old manifest resolved as %+v", img.Layers)
 	}
-	if err := s.Remove("base"); !errdefs.Is(err, api.CodeConflict) {
+	if err := s.Remove(ctx, "base"); !errdefs.Is(err, api.CodeConflict) {
 		t.Fatalf("remove a layer an old manifest uses: %v", err)
 	}
-	if _, err := s.SetPrefetchList("legacy", base.Digest, tk.Digest); err != nil {
+	if _, err := s.SetPrefetchList(ctx, "legacy", base.Digest, tk.Digest); err != nil {
 		t.Fatal(err)
 	}
 	b, _ := os.ReadFile(p)
 	if !strings.Contains(string(b), `"version": 2`) || strings.Contains(string(b), `"toolkits"`) {
 		t.Fatalf("not rewritten in the current format: %s", b)
 	}
-	e, err := s.Get("legacy")
+	e, err := s.Get(ctx, "legacy")
 	if err != nil || len(e.Layers) != 2 || e.Layers[0].PrefetchList != tk.Digest || e.Layers[1].Digest != tk.Digest || e.BlobStore != "dir:/srv/blobs" {
 		t.Fatalf("after rewrite: %+v %v", e, err)
 	}
@@ -215,13 +248,14 @@ func TestOldManifestsStillLoad(t *testing.T) {
 // TestComposeKeepsConfig: the image config built layers carry reaches the
 // environment (base first, upper layers over lower), and a rebase onto a layer
 // with another config changes the environment's config.
-func TestComposeKeepsConfig(t *testing.T) {
-	s, bs := setup(t)
+func TestComposeKeepsConfig(t *testing.T) { forEachState(t, testComposeKeepsConfig) }
+
+func testComposeKeepsConfig(t *testing.T, s *envstore.Store, bs blob.Store) {
 	ctx := context.Background()
 	put := func(name, content string, c *images.Config) {
 		l, _ := buildLayer(t, bs, s, name, content)
 		l.Config = c
-		if err := s.PutLayer(envstore.Named(name, l.Source, l.Layer)); err != nil {
+		if err := s.PutLayer(context.Background(), envstore.Named(name, l.Source, l.Layer)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -232,7 +266,7 @@ func TestComposeKeepsConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := envstore.Images{Store: s, DefaultSpec: "dir:/d"}
-	jdk, _ := s.Layer("jdk")
+	jdk, _ := s.Layer(ctx, "jdk")
 	// By digest, a layer built under a name brings its config too.
 	if e, err := s.Compose(ctx, "by-digest", jdk.Digest, nil, ""); err != nil || e.Layers[0].Config == nil || e.Layers[0].Config.User != "1000" || e.Layers[0].Index != jdk.Index {
 		t.Fatalf("compose by digest: %+v %v", e, err)
@@ -254,7 +288,7 @@ func TestComposeKeepsConfig(t *testing.T) {
 	if c := img.Config; c == nil || !slices.Equal(c.Env, []string{"JAVA_HOME=/opt/jdk21", "PATH=/work/bin:/opt/jdk/bin:/bin"}) || c.User != "" || img.Layers[0].Name != "jdk2" {
 		t.Fatalf("config after rebase %+v, layers %+v", img.Config, img.Layers)
 	}
-	if err := s.PutLayer(envstore.NamedLayer{Layer: images.Layer{Name: "bad", Digest: jdk.Digest, Config: &images.Config{WorkingDir: "rel"}}}); !errdefs.Is(err, api.CodeInvalidArgument) {
+	if err := s.PutLayer(ctx, envstore.NamedLayer{Layer: images.Layer{Name: "bad", Digest: jdk.Digest, Config: &images.Config{WorkingDir: "rel"}}}); !errdefs.Is(err, api.CodeInvalidArgument) {
 		t.Fatalf("bad config accepted: %v", err)
 	}
 }

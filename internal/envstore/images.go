@@ -1,6 +1,9 @@
 package envstore
 
 import (
+	"context"
+	"time"
+
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
 )
@@ -15,9 +18,14 @@ type Images struct {
 
 var _ images.EnvResolver = Images{}
 
+// resolveTimeout bounds a lookup in the State (etcd may not answer).
+const resolveTimeout = 10 * time.Second
+
 // ResolveEnv implements images.EnvResolver.
 func (a Images) ResolveEnv(name string) (images.Image, error) {
-	m, err := a.Get(name)
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	m, err := a.Get(ctx, name)
 	if err != nil {
 		return images.Image{}, err
 	}
@@ -31,6 +39,8 @@ func (a Images) ResolveEnv(name string) (images.Image, error) {
 
 // ListEnvs implements images.EnvResolver.
 func (a Images) ListEnvs() []string {
-	names, _ := a.List()
+	ctx, cancel := context.WithTimeout(context.Background(), resolveTimeout)
+	defer cancel()
+	names, _ := a.List(ctx)
 	return names
 }

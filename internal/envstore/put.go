@@ -2,7 +2,6 @@ package envstore
 
 import (
 	"context"
-	"os"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -37,28 +36,10 @@ func (s *Store) Create(ctx context.Context, m images.Manifest) (images.Manifest,
 	if m.Created.IsZero() {
 		m.Created = time.Now().UTC()
 	}
-	b, err := m.Marshal()
-	if err != nil {
-		return m, errdefs.Internal(err, "environment %q", m.Name)
-	}
-	// O_EXCL: two commits to one name cannot both win.
-	f, err := os.OpenFile(s.envPath(m.Name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if os.IsExist(err) {
+	// A conditional write on "absent": two commits to one name cannot both win.
+	_, err := s.State.PutEnv(ctx, m, Cond{Version: 0})
+	if isChanged(err) {
 		return m, errdefs.New(api.CodeAlreadyExists, "environment %q already exists", m.Name)
 	}
-	if err != nil {
-		return m, errdefs.Internal(err, "write environment %q", m.Name)
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(s.envPath(m.Name))
-		return m, errdefs.Internal(err, "write environment %q", m.Name)
-	}
-	return m, nil
+	return m, err
 }

@@ -23,11 +23,19 @@ type AccessSource interface {
 // store and names it in the manifest as the layer's prefetch list. Layers
 // nothing read are skipped; none read at all is a conflict.
 func (s *Store) RecordPrefetch(ctx context.Context, src AccessSource, env string) ([]api.RecordedLayer, error) {
-	e, err := s.Get(env)
+	e, err := s.Get(ctx, env)
 	if err != nil {
 		return nil, err
 	}
-	if s.Blobs == nil {
+	// The lists go where the environment's layers are (a cluster's shared
+	// store), which nodes mounting it later read.
+	bs := s.Blobs
+	if e.BlobStore != "" && e.BlobStore != s.Spec {
+		if bs, err = blob.Open(e.BlobStore, false); err != nil {
+			return nil, err
+		}
+	}
+	if bs == nil {
 		return nil, errdefs.Internal(errNoBlobs, "record %q", env)
 	}
 	out := []api.RecordedLayer{}
@@ -41,10 +49,10 @@ func (s *Store) RecordPrefetch(ctx context.Context, src AccessSource, env string
 		}
 		b, _ := json.Marshal(al)
 		dg := blob.FromBytes(b)
-		if err := s.Blobs.Put(ctx, dg, bytes.NewReader(b), int64(len(b))); err != nil {
+		if err := bs.Put(ctx, dg, bytes.NewReader(b), int64(len(b))); err != nil {
 			return out, err
 		}
-		if _, err := s.SetPrefetchList(env, l.Digest, dg); err != nil {
+		if _, err := s.SetPrefetchList(ctx, env, l.Digest, dg); err != nil {
 			return out, err
 		}
 		out = append(out, api.RecordedLayer{Role: l.Role, Digest: l.Digest, Chunks: len(al.Chunks),

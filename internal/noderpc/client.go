@@ -33,6 +33,8 @@ var (
 	_ session.Networker = (*Client)(nil)
 	_ session.QoS       = (*Client)(nil)
 	_ session.FnCaller  = (*Client)(nil)
+	_ ImageDescriber    = (*Client)(nil)
+	_ ImageRecorder     = (*Client)(nil)
 
 	_ session.Screenshotter = (*Client)(nil)
 	_ session.InputSender   = (*Client)(nil)
@@ -218,6 +220,21 @@ func (c *Client) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox
 // FnCall implements session.FnCaller.
 func (c *Client) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	return callFor[api.FnCallResult](ctx, c, "FnCall", callArgs{FnCall: &req})
+}
+
+// Images implements ImageDescriber.
+func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
+	return callFor[[]api.Image](ctx, c, "Images", callArgs{})
+}
+
+// Image implements ImageDescriber.
+func (c *Client) Image(ctx context.Context, name string) (api.Image, error) {
+	return callFor[api.Image](ctx, c, "Image", callArgs{ID: name})
+}
+
+// RecordImage implements ImageRecorder.
+func (c *Client) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error) {
+	return callFor[[]api.RecordedLayer](ctx, c, "RecordImage", callArgs{ID: name})
 }
 
 // NodeStatus asks the node for its capacity, load and backends.

@@ -33,6 +33,19 @@ type callArgs struct {
 	Input     *api.InputRequest         `json:"input,omitempty"`
 }
 
+// ImageDescriber describes a node's images and environments with the node's
+// own layer accounting (what was mounted and fetched there).
+type ImageDescriber interface {
+	Images(ctx context.Context) ([]api.Image, error)
+	Image(ctx context.Context, name string) (api.Image, error)
+}
+
+// ImageRecorder stores the chunks a node's sandboxes read from an
+// environment's layers as their prefetch lists.
+type ImageRecorder interface {
+	RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error)
+}
+
 // val is *p, or T's zero value for nil.
 func val[T any](p *T) T {
 	if p == nil {
@@ -112,6 +125,15 @@ var methods = map[string]method{
 	}),
 	"FnCall": capMethod("FnCall", func(ctx context.Context, f session.FnCaller, a callArgs) (any, error) {
 		return f.FnCall(ctx, val(a.FnCall))
+	}),
+	"Images": capMethod("images", func(ctx context.Context, il ImageDescriber, a callArgs) (any, error) {
+		return il.Images(ctx)
+	}),
+	"Image": capMethod("images", func(ctx context.Context, il ImageDescriber, a callArgs) (any, error) {
+		return il.Image(ctx, a.ID)
+	}),
+	"RecordImage": capMethod("prefetch recording", func(ctx context.Context, r ImageRecorder, a callArgs) (any, error) {
+		return r.RecordImage(ctx, a.ID)
 	}),
 	"Screenshot": capMethod("screenshots", func(ctx context.Context, sc session.Screenshotter, a callArgs) (any, error) {
 		return sc.Screenshot(ctx, a.ID)

@@ -20,7 +20,11 @@ type Node struct {
 	MaxSandboxes int64 `json:"max_sandboxes"`
 	Sandboxes    int64 `json:"sandboxes"`
 	// Load is the node's score: its largest utilisation fraction (0..1).
-	Load       float64   `json:"load"`
+	Load float64 `json:"load"`
+	// MaxFnCalls is how many FnCalls the node takes at once (0: no bound) and
+	// FnCalls how many it runs, as last reported (nodes with the fncall backend).
+	MaxFnCalls int64     `json:"max_fncalls,omitempty"`
+	FnCalls    int64     `json:"fncalls,omitempty"`
 	Version    string    `json:"version,omitempty"`
 	StartedAt  time.Time `json:"started_at"`
 	ReportedAt time.Time `json:"reported_at"`

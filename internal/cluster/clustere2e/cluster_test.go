@@ -301,6 +301,9 @@ func TestCluster(t *testing.T) {
 		}
 	})
 
+	// Environments in etcd and FnCall placement (shared_test.go).
+	t.Run("shared state", func(t *testing.T) { sharedState(ctx, t, e) })
+
 	t.Run("API tier latency against one dsec server", func(t *testing.T) {
 		// The same calls, in the same run, through an API server (HTTP, placement,
 		// node RPC over a veth) and straight to a one-machine `dsec server`.

@@ -260,6 +260,11 @@ func (e *env) startAgent(a *agent, secret string) {
 	a.proc = proc{name: "agent " + a.node, ns: a.ns, args: []string{"agent", "--etcd", e.etcdEPs, "--node-name", a.node,
 		"--listen", a.addr, "--data-dir", a.dataDir, "--cluster-secret-file", secret, "--ttl", ttl.String(),
 		"--labels", "zone=z" + a.node[1:], "--max-sandboxes", "12", "--log-level", "debug"}}
+	if a.node == noFnCallNode {
+		a.args = append(a.args, "--no-fncall")
+	} else {
+		a.args = append(a.args, "--max-fncalls", fmt.Sprint(fnCallsPerNode))
+	}
 	e.start(&a.proc)
 	e.waitFor(a.node+" serving", 30*time.Second, func() error {
 		if !strings.Contains(a.logs.String(), "dsec agent serving") {
@@ -274,8 +279,12 @@ func (e *env) startAPI(i int) {
 		e.apiAddr = append(e.apiAddr, freePort(e.t, "127.0.0.1"))
 		e.apis = append(e.apis, nil)
 	}
+	if err := os.MkdirAll(e.blobs(), 0o755); err != nil {
+		e.t.Fatal(err)
+	}
 	p := &proc{name: fmt.Sprintf("apiserver %d", i), args: []string{"apiserver", "--etcd", e.etcdEPs, "--listen", e.apiAddr[i],
-		"--data-dir", filepath.Join(e.dir, fmt.Sprintf("api%d", i)), "--cluster-secret-file", e.secret, "--log-level", "debug"}}
+		"--data-dir", filepath.Join(e.dir, fmt.Sprintf("api%d", i)), "--cluster-secret-file", e.secret, "--log-level", "debug",
+		"--blob-store", "dir:" + e.blobs()}}
 	e.start(p)
 	e.apis[i] = p
 	e.waitFor(p.name+" listening", 30*time.Second, func() error {
