@@ -18,16 +18,16 @@ type NodeRecord struct {
 	// Capacity is what the agent admits at most (its final say stays local).
 	Capacity placement.Resources `json:"capacity"`
 	// Load is what its live sandboxes were given.
-	Load       placement.Resources `json:"load"`
-	Layers     []string            `json:"layers,omitempty"`
+	Load   placement.Resources `json:"load"`
+	Layers []string            `json:"layers,omitempty"`
 	// FnCallCapacity is how many FnCalls the node takes at once (0: no bound)
 	// and FnCallLoad how many it runs; a node serving FnCall lists the
 	// "fncall" backend.
-	FnCallCapacity int64 `json:"fncall_capacity,omitempty"`
-	FnCallLoad     int64 `json:"fncall_load,omitempty"`
-	Version    string              `json:"version,omitempty"`
-	StartedAt  time.Time           `json:"started_at"`
-	ReportedAt time.Time           `json:"reported_at"`
+	FnCallCapacity int64     `json:"fncall_capacity,omitempty"`
+	FnCallLoad     int64     `json:"fncall_load,omitempty"`
+	Version        string    `json:"version,omitempty"`
+	StartedAt      time.Time `json:"started_at"`
+	ReportedAt     time.Time `json:"reported_at"`
 }
 
 // NodeStatus is a node as a Watcher sees it.

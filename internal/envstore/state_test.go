@@ -202,4 +202,3 @@ func TestEtcdInUse(t *testing.T) {
 		t.Fatalf("remove of an environment a restarted node uses: %v", err)
 	}
 }
-
