@@ -42,12 +42,17 @@ func val[T any](p *T) T {
 	return *p
 }
 
+// pingMethod is the liveness probe's method.
+const pingMethod = "Ping"
+
 // method runs one unary operation on the handler's service.
 type method func(ctx context.Context, h *handler, a callArgs) (any, error)
 
 // methods are the unary operations Call serves, by name.
 var methods = map[string]method{
-	"Info": func(ctx context.Context, h *handler, a callArgs) (any, error) { return h.svc.Info(ctx) },
+	// Ping answers at once: a client's liveness probe (Client.watch).
+	pingMethod: func(context.Context, *handler, callArgs) (any, error) { return nil, nil },
+	"Info":     func(ctx context.Context, h *handler, a callArgs) (any, error) { return h.svc.Info(ctx) },
 	"Create": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.Create(ctx, val(a.Create))
 	},
