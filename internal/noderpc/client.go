@@ -45,6 +45,7 @@ var (
 	_ session.Screenshotter = (*Client)(nil)
 	_ session.InputSender   = (*Client)(nil)
 	_ trajectory.API        = (*Client)(nil)
+	_ session.HTTPDoer      = (*Client)(nil)
 )
 
 // NewClient returns a client of the node at baseURL (http://host:port for h2c,

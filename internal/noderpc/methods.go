@@ -31,6 +31,7 @@ type callArgs struct {
 	Pause     *api.PauseRequest         `json:"pause,omitempty"`
 	FnCall    *api.FnCallRequest        `json:"fncall,omitempty"`
 	Input     *api.InputRequest         `json:"input,omitempty"`
+	HTTP      *httpCall                 `json:"http,omitempty"`
 }
 
 // val is *p, or T's zero value for nil.
@@ -120,6 +121,9 @@ var methods = map[string]method{
 	}),
 	"Screenshot": capMethod("screenshots", func(ctx context.Context, sc session.Screenshotter, a callArgs) (any, error) {
 		return sc.Screenshot(ctx, a.ID)
+	}),
+	"HTTP": capMethod("HTTP steps", func(ctx context.Context, d session.HTTPDoer, a callArgs) (any, error) {
+		return serveHTTPStep(ctx, d, a)
 	}),
 	"SendInput": capMethod("input", func(ctx context.Context, in session.InputSender, a callArgs) (any, error) {
 		return in.SendInput(ctx, a.ID, val(a.Input))
