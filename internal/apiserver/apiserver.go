@@ -172,7 +172,7 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	imgs := &Images{Store: envs, Router: rt}
 	srv := server.New(osvc, server.Options{Projects: guard, Logger: cfg.Logger, FnCall: msvc,
 		Images: imgs, ImageManager: imgs,
-		TrajectoryAPI: rt}) // tagged steps are logged on their sandbox's node
+		TrajectoryAPI: rt, StepHTTP: rt}) // tagged steps are logged on their sandbox's node
 	e2bH := newE2B(bg, osvc, adminToken(toks), cfg.Secret, cfg.Logger)
 	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Projects: guard, Server: srv, Metrics: m, TokenFile: tokenFile,
 		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil

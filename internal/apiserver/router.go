@@ -84,6 +84,7 @@ var (
 
 	_ session.Screenshotter = (*Router)(nil)
 	_ session.InputSender   = (*Router)(nil)
+	_ session.HTTPDoer      = (*Router)(nil)
 )
 
 // NewRouter returns a router.
@@ -349,4 +350,16 @@ func (r *Router) SendInput(ctx context.Context, id string, req api.InputRequest)
 		return api.InputResult{}, err
 	}
 	return in.SendInput(ctx, id, req)
+}
+
+// HTTP implements session.HTTPDoer: a trajectory-tagged proxy request goes to
+// the sandbox's node, whose trajectory decorator logs or replays it.
+func (r *Router) HTTP(ctx context.Context, id string, port int, req session.HTTPRequest) (session.HTTPResponse, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (session.HTTPResponse, error) {
+		d, ok := s.(session.HTTPDoer)
+		if !ok {
+			return session.HTTPResponse{}, errdefs.New(api.CodeNotImplemented, "HTTP steps are not available on the node of sandbox %s", id)
+		}
+		return d.HTTP(ctx, id, port, req)
+	})
 }

@@ -12,9 +12,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,6 +36,15 @@ type ClusterOptions struct {
 	Nodes    int // simulated agents
 	N        int // creates per phase
 	Parallel int // creates in flight
+	// Batch, when positive, adds a phase that makes the same N sandboxes
+	// through POST /v1/sandboxes:batch, Batch per request, BatchParallel
+	// requests in flight.
+	Batch         int
+	BatchParallel int
+	// CPUProfile, when set, writes a CPU profile of the whole run there; its
+	// samples carry the label role=apiserver, node, client or etcd
+	// (go tool pprof -tagfocus role=apiserver).
+	CPUProfile string
 }
 
 // ClusterPhase is one run of N creates.
@@ -53,6 +64,13 @@ type ClusterPhase struct {
 	P50ms               float64 `json:"p50_ms"`
 	P99ms               float64 `json:"p99_ms"`
 	MaxMs               float64 `json:"max_ms"`
+	// Batch is the sandboxes per request (0: one create per request); then
+	// the latencies are per batch request.
+	Batch int `json:"batch,omitempty"`
+	// CPUmsPerCreate is the CPU time (user+system) the whole process spent per
+	// create of the phase: client, API server, simulated nodes and etcd
+	// together. It varies far less with the machine's load than the rate.
+	CPUmsPerCreate float64 `json:"cpu_ms_per_create"`
 	// SpreadMaxOverMean is the fullest node's sandboxes over the mean.
 	SpreadMaxOverMean float64 `json:"spread_max_over_mean"`
 }
@@ -60,16 +78,21 @@ type ClusterPhase struct {
 // ClusterResult is the benchmark's answer: the headline figures are the full
 // phase's (room for every create).
 type ClusterResult struct {
-	Nodes       int          `json:"simulated_nodes"`
-	N           int          `json:"n"`
-	Parallel    int          `json:"parallel"`
-	CreatesPerS float64      `json:"creates_per_s"`
-	P50ms       float64      `json:"p50_ms"`
-	P99ms       float64      `json:"p99_ms"`
-	Failures    int          `json:"failures"`
-	Full        ClusterPhase `json:"room_for_all"`
-	Half        ClusterPhase `json:"room_for_half"`
-	Note        string       `json:"note"`
+	Nodes       int     `json:"simulated_nodes"`
+	N           int     `json:"n"`
+	Parallel    int     `json:"parallel"`
+	CreatesPerS float64 `json:"creates_per_s"`
+	P50ms       float64 `json:"p50_ms"`
+	P99ms       float64 `json:"p99_ms"`
+	Failures    int     `json:"failures"`
+	// CPUmsPerCreate is the full phase's (ClusterPhase.CPUmsPerCreate).
+	CPUmsPerCreate float64       `json:"cpu_ms_per_create"`
+	Full           ClusterPhase  `json:"room_for_all"`
+	Half           ClusterPhase  `json:"room_for_half"`
+	BatchPhase     *ClusterPhase `json:"batch,omitempty"`
+	// LoadAvg is /proc/loadavg's 1-minute figure at the start and the end.
+	LoadAvg [2]float64 `json:"load_avg"`
+	Note    string     `json:"note"`
 }
 
 // simNode is a simulated agent: it only admits (up to max) and forgets.
@@ -114,22 +137,44 @@ func RunCluster(ctx context.Context, o ClusterOptions) (ClusterResult, error) {
 		return ClusterResult{}, err
 	}
 	defer os.RemoveAll(dir)
+	if o.CPUProfile != "" {
+		f, err := os.Create(o.CPUProfile)
+		if err != nil {
+			return ClusterResult{}, err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return ClusterResult{}, err
+		}
+		defer pprof.StopCPUProfile()
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cli, stopEtcd, err := benchEtcd(ctx, dir, log)
 	if err != nil {
 		return ClusterResult{}, err
 	}
 	defer stopEtcd()
-	res := ClusterResult{Nodes: o.Nodes, N: o.N, Parallel: o.Parallel,
-		Note: "one in-process etcd; request IDs claimed in etcd per create; simulated agents admit only"}
+	res := ClusterResult{Nodes: o.Nodes, N: o.N, Parallel: o.Parallel, Note: clusterNote}
+	res.LoadAvg[0] = loadAvg()
 	perNode := (o.N + o.Nodes - 1) / o.Nodes
-	if res.Full, err = clusterPhase(ctx, cli, dir, "room_for_all", "/bench-full/", o, perNode*2, log); err != nil {
+	if res.Full, err = clusterPhase(ctx, cli, dir, "room_for_all", "/bench-full/", o, perNode*2, 0, log); err != nil {
 		return res, err
 	}
-	if res.Half, err = clusterPhase(ctx, cli, dir, "room_for_half", "/bench-half/", o, o.N/2/o.Nodes, log); err != nil {
+	if res.Half, err = clusterPhase(ctx, cli, dir, "room_for_half", "/bench-half/", o, o.N/2/o.Nodes, 0, log); err != nil {
 		return res, err
 	}
+	if o.Batch > 0 {
+		bo := o
+		bo.Parallel = max(1, o.BatchParallel)
+		ph, err := clusterPhase(ctx, cli, dir, "batch", "/bench-batch/", bo, perNode*2, o.Batch, log)
+		if err != nil {
+			return res, err
+		}
+		res.BatchPhase = &ph
+	}
+	res.LoadAvg[1] = loadAvg()
 	res.CreatesPerS, res.P50ms, res.P99ms, res.Failures = res.Full.CreatesPerS, res.Full.P50ms, res.Full.P99ms, res.Full.Failures
+	res.CPUmsPerCreate = res.Full.CPUmsPerCreate
 	return res, nil
 }
 
@@ -152,10 +197,10 @@ func benchEtcd(ctx context.Context, dir string, log *slog.Logger) (*clientv3.Cli
 	}
 	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
-	go func() {
+	go labeled("etcd", func() {
 		done <- cluster.RunEtcd(ectx, cluster.EtcdConfig{Name: "bench", DataDir: filepath.Join(dir, "etcd"),
 			ListenClient: cu, ListenPeer: pu, LogLevel: "panic", UnsafeNoFsync: os.Getenv("DSEC_BENCH_ETCD_NOFSYNC") == "1"}, log)
-	}()
+	})
 	stop := func() { cancel(); <-done }
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -179,10 +224,43 @@ func benchEtcd(ctx context.Context, dir string, log *slog.Logger) (*clientv3.Cli
 	}
 }
 
+// clusterNote says what each side of the benchmark does.
+const clusterNote = "All in one process, on loopback. Client: `parallel` goroutines (batch phase: --batch-parallel), each " +
+	"POSTing one JSON create (request_id set, as the SDK does) per request over keep-alive HTTP/1.1 with the bearer token, " +
+	"reading the whole answer; the batch phase POSTs /v1/sandboxes:batch with `batch` creates per request. " +
+	"API server: the real one (apiserver.New, the same handler chain as `dsec apiserver`: request ID, metrics, auth, " +
+	"JSON decode and validation, power-of-k placement over the etcd watcher's snapshot, request-ID claim committed in " +
+	"etcd before the node is called (claims made at the same time share a transaction), a node RPC to the chosen node, " +
+	"JSON answer). Nodes: N simulated agents, each a real node RPC server (cluster-secret check, connect unary calls over keep-alive HTTP/1.1) on its " +
+	"own port, registered under an etcd lease; Create only counts against its limit (admission) and remembers the " +
+	"request ID; nothing is started. etcd: one embedded member with fsync (DSEC_BENCH_ETCD_NOFSYNC=1 turns it off). " +
+	"cpu_ms_per_create is the process's user+system CPU for the phase over its creates (all four parts together)."
+
+// loadAvg is the 1-minute load average (0 when unknown).
+func loadAvg() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	var l float64
+	_, _ = fmt.Sscan(string(b), &l)
+	return l
+}
+
+// cpuTime is the process's user+system CPU time so far.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
 // clusterPhase starts o.Nodes simulated agents of perNode slots under prefix
-// and one API server, and runs o.N creates through it.
-func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix string, o ClusterOptions, perNode int, log *slog.Logger) (ClusterPhase, error) {
-	ph := ClusterPhase{Name: name, Capacity: perNode * o.Nodes, Creates: o.N}
+// and one API server, and runs o.N creates through it: one per request, or
+// batch per POST /v1/sandboxes:batch when batch > 0.
+func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix string, o ClusterOptions, perNode, batch int, log *slog.Logger) (ClusterPhase, error) {
+	ph := ClusterPhase{Name: name, Capacity: perNode * o.Nodes, Creates: o.N, Batch: batch}
 	secretRaw := []byte("bench-cluster-secret-" + name)
 	secret, err := cluster.NewSecret(string(secretRaw))
 	if err != nil {
@@ -202,7 +280,7 @@ func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix s
 		mux := http.NewServeMux()
 		mux.Handle(path, h)
 		srv := noderpc.NewServer(mux, noderpc.ServerOptions{Logger: log})
-		go func() { _ = srv.Serve(l) }()
+		go labeled("node", func() { _ = srv.Serve(l) })
 		defer srv.Close()
 		addr := "http://" + l.Addr().String()
 		report := func(context.Context) (cluster.NodeRecord, error) {
@@ -222,7 +300,7 @@ func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix s
 	if err != nil {
 		return ph, err
 	}
-	go func() { _ = a.Serve(l) }()
+	go labeled("apiserver", func() { _ = a.Serve(l) })
 	defer func() { _ = a.Shutdown(context.Background()) }()
 	tok, err := os.ReadFile(a.TokenFile)
 	if err != nil {
@@ -243,42 +321,52 @@ func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix s
 	lat := make([]time.Duration, 0, o.N)
 	var mu sync.Mutex
 	var next atomic.Int64
+	step := int64(max(1, batch))
+	cpu0 := cpuTime()
 	start := time.Now()
 	var wg sync.WaitGroup
 	for w := 0; w < o.Parallel; w++ {
 		wg.Add(1)
-		go func() {
+		go labeled("client", func() {
 			defer wg.Done()
 			for {
-				i := next.Add(1) - 1
+				i := next.Add(step) - step
 				if i >= int64(o.N) || ctx.Err() != nil {
 					return
 				}
+				n := int(min(step, int64(o.N)-i))
 				t0 := time.Now()
-				status, retryAfter, msg := run.create(ctx, fmt.Sprintf("bench-%s-%d", name, i))
+				var status int
+				var retryAfter, msg string
+				if batch > 0 {
+					status, retryAfter, msg = run.createBatch(ctx, fmt.Sprintf("bench-%s-%d", name, i), n)
+				} else {
+					status, retryAfter, msg = run.create(ctx, fmt.Sprintf("bench-%s-%d", name, i))
+				}
 				d := time.Since(t0)
 				mu.Lock()
 				switch {
 				case status == http.StatusCreated:
-					ph.Created++
+					ph.Created += n
 					lat = append(lat, d)
 				case status == http.StatusTooManyRequests:
-					ph.Exhausted++
+					ph.Exhausted += n
 					if retryAfter != "" {
-						ph.ExhaustedRetryAfter++
+						ph.ExhaustedRetryAfter += n
 					}
 				default:
-					ph.Failures++
+					ph.Failures += n
 					if ph.FirstFailure == "" {
 						ph.FirstFailure = fmt.Sprintf("%d %s", status, msg)
 					}
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 	wg.Wait()
 	el := time.Since(start)
+	ph.CPUmsPerCreate = round(float64(cpuTime()-cpu0)/float64(time.Millisecond)/float64(o.N), 4)
 	ph.Seconds = round(el.Seconds(), 3)
 	ph.CreatesPerS = round(float64(ph.Created)/el.Seconds(), 1)
 	lt := summarize(lat)
@@ -295,6 +383,12 @@ func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix s
 	return ph, nil
 }
 
+// labeled runs f with the profiler label role (goroutines f starts inherit it),
+// so a CPU profile of the run tells the API server from the client and nodes.
+func labeled(role string, f func()) {
+	pprof.Do(context.Background(), pprof.Labels("role", role), func(context.Context) { f() })
+}
+
 // creator posts creates with a bearer token and reads status and Retry-After.
 type creator struct {
 	url, token string
@@ -303,7 +397,21 @@ type creator struct {
 
 func (c creator) create(ctx context.Context, rid string) (int, string, string) {
 	body, _ := json.Marshal(api.CreateSandboxRequest{RequestID: rid})
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	return c.post(ctx, c.url, body)
+}
+
+// createBatch posts n creates (request IDs rid-0 ... rid-(n-1)) as one batch.
+func (c creator) createBatch(ctx context.Context, rid string, n int) (int, string, string) {
+	req := api.BatchCreateRequest{Sandboxes: make([]api.CreateSandboxRequest, n)}
+	for i := range req.Sandboxes {
+		req.Sandboxes[i].RequestID = fmt.Sprintf("%s-%d", rid, i)
+	}
+	body, _ := json.Marshal(req)
+	return c.post(ctx, c.url+":batch", body)
+}
+
+func (c creator) post(ctx context.Context, url string, body []byte) (int, string, string) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.hc.Do(req)
@@ -311,7 +419,7 @@ func (c creator) create(ctx context.Context, rid string) (int, string, string) {
 		return 0, "", err.Error()
 	}
 	defer resp.Body.Close()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	msg := ""
 	if resp.StatusCode != http.StatusCreated {
 		msg = string(b)

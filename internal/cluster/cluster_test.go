@@ -2,9 +2,11 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -180,6 +182,51 @@ func TestWithEtcd(t *testing.T) {
 		r.Drop(ctx, "rid", "n3")
 		if h, _ := r.Claim(ctx, "rid", "n2"); h != "n2" {
 			t.Fatalf("after drop: %q", h)
+		}
+	})
+
+	// Concurrent claims go to etcd in shared transactions: every request ID
+	// still has exactly one holder, which every caller of it is told, also
+	// when another API server (a second Requests) claimed some IDs first and
+	// when one batch holds the same ID twice.
+	t.Run("batched claims", func(t *testing.T) {
+		ctx := context.Background()
+		a, b := NewRequests(cli, "/t6/"), NewRequests(cli, "/t6/")
+		const ids = 150
+		for i := 0; i < ids; i += 3 {
+			if h, err := b.Claim(ctx, fmt.Sprintf("r%d", i), "other"); err != nil || h != "other" {
+				t.Fatalf("pre-claim: %q %v", h, err)
+			}
+		}
+		holders := make([][3]string, ids)
+		var wg sync.WaitGroup
+		for i := 0; i < ids; i++ {
+			for k := 0; k < 3; k++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					h, err := a.Claim(ctx, fmt.Sprintf("r%d", i), fmt.Sprintf("n%d", k))
+					if err != nil {
+						t.Errorf("claim r%d: %v", i, err)
+					}
+					holders[i][k] = h
+				}()
+			}
+		}
+		wg.Wait()
+		for i, hs := range holders {
+			stored, ok, err := a.Lookup(ctx, fmt.Sprintf("r%d", i))
+			if err != nil || !ok {
+				t.Fatalf("r%d: no claim stored (%v)", i, err)
+			}
+			if i%3 == 0 && stored != "other" {
+				t.Errorf("r%d: claimed first elsewhere, now held by %q", i, stored)
+			}
+			for k, h := range hs {
+				if h != stored {
+					t.Errorf("r%d: caller %d told %q, etcd holds %q", i, k, h, stored)
+				}
+			}
 		}
 	})
 }

@@ -15,6 +15,11 @@ const RequestTTL = 24 * time.Hour
 
 // Requests maps create request IDs to the node placed for them, so a create
 // retried through any API server reaches the same node, which deduplicates it.
+//
+// Claims made at the same time go to etcd together (group commit): while up to
+// claimPipeline transactions are in flight, new claims wait and the next
+// transaction carries all of them (at most maxClaimBatch). Each claim is
+// committed before Claim returns, exactly as when made alone.
 type Requests struct {
 	cli *clientv3.Client
 	k   keys
@@ -22,6 +27,30 @@ type Requests struct {
 	mu      sync.Mutex
 	lease   clientv3.LeaseID
 	granted time.Time
+
+	qmu      sync.Mutex
+	queue    []*pendingClaim
+	flushers int
+}
+
+const (
+	// maxClaimBatch bounds the claims of one transaction: etcd refuses a
+	// transaction of more than --max-txn-ops (default 128) operations per branch.
+	maxClaimBatch = 100
+	// claimPipeline is how many claim transactions run at once.
+	claimPipeline = 2
+)
+
+// pendingClaim is one Claim call waiting for its transaction.
+type pendingClaim struct {
+	ctx      context.Context
+	id, node string
+	done     chan claimResult // buffered (1)
+}
+
+type claimResult struct {
+	holder string
+	err    error
 }
 
 // NewRequests returns the request-ID claims under prefix.
@@ -62,6 +91,135 @@ func (r *Requests) Lookup(ctx context.Context, id string) (string, bool, error) 
 // Claim records node for request id unless id is claimed already; it returns
 // the node that holds the claim (node itself when this call made it).
 func (r *Requests) Claim(ctx context.Context, id, node string) (string, error) {
+	c := &pendingClaim{ctx: ctx, id: id, node: node, done: make(chan claimResult, 1)}
+	r.qmu.Lock()
+	r.queue = append(r.queue, c)
+	if r.flushers < claimPipeline {
+		r.flushers++
+		go r.flush()
+	}
+	r.qmu.Unlock()
+	select {
+	case res := <-c.done:
+		return res.holder, res.err
+	case <-ctx.Done():
+		// The claim may still be committed; like a cancelled transaction, its
+		// holder then is node, which never heard of the create.
+		return "", fmt.Errorf("cluster: claim request %q: %w", id, ctx.Err())
+	}
+}
+
+// flush commits queued claims, a batch at a time, until the queue is empty.
+func (r *Requests) flush() {
+	for {
+		r.qmu.Lock()
+		n := min(len(r.queue), maxClaimBatch)
+		if n == 0 {
+			r.flushers--
+			r.qmu.Unlock()
+			return
+		}
+		batch := r.queue[:n:n]
+		r.queue = r.queue[n:]
+		if len(r.queue) == 0 {
+			r.queue = nil // let the backing array go
+		}
+		r.qmu.Unlock()
+		r.commit(batch)
+	}
+}
+
+// commit claims a batch: one transaction puts every key when none exists yet;
+// otherwise the existing keys answer their claims and the rest try again.
+func (r *Requests) commit(batch []*pendingClaim) {
+	// Claims of one request ID in one batch share a key: the first claims it,
+	// the others get its holder.
+	first := make(map[string]int, len(batch))
+	var keys []string
+	var owners []*pendingClaim
+	var dups [][]*pendingClaim
+	for _, c := range batch {
+		if c.ctx.Err() != nil {
+			c.done <- claimResult{err: c.ctx.Err()}
+			continue
+		}
+		key := r.k.request(c.id)
+		if i, ok := first[key]; ok {
+			dups[i] = append(dups[i], c)
+			continue
+		}
+		first[key] = len(keys)
+		keys = append(keys, key)
+		owners = append(owners, c)
+		dups = append(dups, nil)
+	}
+	answer := func(i int, res claimResult) {
+		owners[i].done <- res
+		for _, d := range dups[i] {
+			d.done <- res
+		}
+	}
+	// The transaction is not tied to one caller's context: it serves them all.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lease, err := r.leaseFor(ctx)
+	if err != nil {
+		for i := range owners {
+			answer(i, claimResult{err: fmt.Errorf("cluster: request claim lease: %w", err)})
+		}
+		return
+	}
+	open := make([]int, len(keys))
+	for i := range open {
+		open[i] = i
+	}
+	for round := 0; len(open) > 0; round++ {
+		cmps := make([]clientv3.Cmp, len(open))
+		puts := make([]clientv3.Op, len(open))
+		gets := make([]clientv3.Op, len(open))
+		for j, i := range open {
+			cmps[j] = clientv3.Compare(clientv3.CreateRevision(keys[i]), "=", 0)
+			puts[j] = clientv3.OpPut(keys[i], owners[i].node, clientv3.WithLease(lease))
+			gets[j] = clientv3.OpGet(keys[i])
+		}
+		resp, err := r.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+		if err != nil {
+			for _, i := range open {
+				answer(i, claimResult{err: fmt.Errorf("cluster: claim request %q: %w", owners[i].id, err)})
+			}
+			return
+		}
+		if resp.Succeeded {
+			for _, i := range open {
+				answer(i, claimResult{holder: owners[i].node})
+			}
+			return
+		}
+		// Some keys exist: they answer their claims; the others (expired or
+		// absent) go again. Another API server may claim one of those in
+		// between, so this may take a few rounds; after that one at a time.
+		var again []int
+		for j, i := range open {
+			kvs := resp.Responses[j].GetResponseRange().Kvs
+			if len(kvs) > 0 {
+				answer(i, claimResult{holder: string(kvs[0].Value)})
+			} else {
+				again = append(again, i)
+			}
+		}
+		open = again
+		if round >= 3 {
+			for _, i := range open {
+				h, err := r.claimOne(ctx, owners[i].id, owners[i].node)
+				answer(i, claimResult{holder: h, err: err})
+			}
+			return
+		}
+	}
+}
+
+// claimOne claims one request ID in a transaction of its own.
+func (r *Requests) claimOne(ctx context.Context, id, node string) (string, error) {
 	lease, err := r.leaseFor(ctx)
 	if err != nil {
 		return "", fmt.Errorf("cluster: request claim lease: %w", err)
@@ -80,7 +238,7 @@ func (r *Requests) Claim(ctx context.Context, id, node string) (string, error) {
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return r.Claim(ctx, id, node) // expired in between
+		return r.claimOne(ctx, id, node) // expired in between
 	}
 	return string(kvs[0].Value), nil
 }
@@ -106,7 +264,7 @@ func (r *Requests) Move(ctx context.Context, id, from, to string) (string, error
 	}
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {
-		return r.Claim(ctx, id, to)
+		return r.claimOne(ctx, id, to)
 	}
 	return string(kvs[0].Value), nil
 }

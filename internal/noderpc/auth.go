@@ -11,6 +11,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -75,11 +77,69 @@ func tokenMAC(secret []byte, ts string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// tokenSigner caches the token of the current second: tokens carry whole
+// seconds, so one HMAC a second serves every request.
+type tokenSigner struct {
+	secret []byte
+	last   atomic.Pointer[signedToken]
+}
+
+type signedToken struct {
+	sec    int64
+	header string // "Bearer dsec1...."
+}
+
+// header returns the Authorization header value for time now.
+func (s *tokenSigner) header(now time.Time) string {
+	sec := now.Unix()
+	if t := s.last.Load(); t != nil && t.sec == sec {
+		return t.header
+	}
+	t := &signedToken{sec: sec, header: "Bearer " + signToken(s.secret, now)}
+	s.last.Store(t)
+	return t.header
+}
+
+// macCache remembers the expected MAC of recent time stamps, so a handler
+// computes one HMAC per second and signer instead of one per request. Only time
+// stamps within the allowed skew are kept, and at most maxCachedMACs.
+type macCache struct {
+	mu   sync.Mutex
+	macs map[string]string // time stamp → hex MAC
+}
+
+const maxCachedMACs = 64
+
+func (c *macCache) mac(secret []byte, ts string, fresh bool) string {
+	if c == nil || !fresh {
+		return tokenMAC(secret, ts)
+	}
+	c.mu.Lock()
+	m, ok := c.macs[ts]
+	c.mu.Unlock()
+	if ok {
+		return m
+	}
+	m = tokenMAC(secret, ts)
+	c.mu.Lock()
+	if c.macs == nil || len(c.macs) >= maxCachedMACs {
+		c.macs = make(map[string]string, maxCachedMACs)
+	}
+	c.macs[ts] = m
+	c.mu.Unlock()
+	return m
+}
+
 // errBadToken is every refusal's cause; the reason is in its message.
 var errBadToken = errors.New("bad cluster token")
 
 // verifyToken checks an Authorization header's value.
 func verifyToken(secret []byte, header string, now time.Time, maxSkew time.Duration) error {
+	return verifyTokenCached(nil, secret, header, now, maxSkew)
+}
+
+// verifyTokenCached is verifyToken taking the expected MAC from c (nil: none).
+func verifyTokenCached(c *macCache, secret []byte, header string, now time.Time, maxSkew time.Duration) error {
 	if len(secret) == 0 {
 		return fmt.Errorf("%w: this node has no cluster secret", errBadToken)
 	}
@@ -105,10 +165,12 @@ func verifyToken(secret []byte, header string, now time.Time, maxSkew time.Durat
 	if err != nil || ts != strconv.FormatInt(sec, 10) {
 		return fmt.Errorf("%w: malformed time stamp", errBadToken)
 	}
-	if !hmac.Equal([]byte(mac), []byte(tokenMAC(secret, ts))) {
+	skew := now.Sub(time.Unix(sec, 0)).Abs()
+	fresh := sec >= -1<<40 && sec <= 1<<40 && skew <= maxSkew
+	if !hmac.Equal([]byte(mac), []byte(c.mac(secret, ts, fresh))) {
 		return fmt.Errorf("%w: wrong signature (the cluster secrets differ)", errBadToken)
 	}
-	if skew := now.Sub(time.Unix(sec, 0)).Abs(); sec < -1<<40 || sec > 1<<40 || skew > maxSkew {
+	if !fresh {
 		return fmt.Errorf("%w: time stamp %ds off this node's clock (max %s)", errBadToken, int64(skew/time.Second), maxSkew)
 	}
 	return nil

@@ -47,8 +47,17 @@ func FuzzVerifyToken(f *testing.F) {
 	f.Add("Bearer dsec1.1800000000.00")
 	f.Add("Bearer dsec1.-99999999999999999999.x")
 	f.Add("")
+	var cache macCache // shared across inputs, as a handler's is
 	f.Fuzz(func(t *testing.T, h string) {
-		if verifyToken(secret, h, now, DefaultMaxSkew) != nil {
+		err := verifyToken(secret, h, now, DefaultMaxSkew)
+		// The MAC cache changes nothing a header gets: asked twice (the second
+		// time from the cache), it answers as without one.
+		for range 2 {
+			if cerr := verifyTokenCached(&cache, secret, h, now, DefaultMaxSkew); (cerr == nil) != (err == nil) {
+				t.Fatalf("%q: %v without the MAC cache, %v with it", h, err, cerr)
+			}
+		}
+		if err != nil {
 			return
 		}
 		rest := strings.TrimPrefix(h, "Bearer "+tokenPrefix)
@@ -58,4 +67,41 @@ func FuzzVerifyToken(f *testing.F) {
 			t.Fatalf("accepted %q, which signToken does not make", h)
 		}
 	})
+}
+
+// TestTokenSigner: the cached token is the one signToken makes for the same
+// second, and a new second gets a new token.
+func TestTokenSigner(t *testing.T) {
+	secret := []byte("0123456789abcdef")
+	s := &tokenSigner{secret: secret}
+	t0 := time.Unix(1_800_000_000, 100)
+	for _, now := range []time.Time{t0, t0.Add(500 * time.Millisecond), t0.Add(time.Second), t0.Add(-time.Hour)} {
+		if got, want := s.header(now), "Bearer "+signToken(secret, now); got != want {
+			t.Errorf("at %v: %q, want %q", now, got, want)
+		}
+	}
+}
+
+// TestMACCache: a MAC cached for one second's token does not make another
+// second's header with that MAC pass, and a token is refused for the same
+// reasons with the cache as without it.
+func TestMACCache(t *testing.T) {
+	secret := []byte("0123456789abcdef")
+	now := time.Unix(1_800_000_000, 0)
+	var c macCache
+	good := "Bearer " + signToken(secret, now)
+	for range 2 {
+		if err := verifyTokenCached(&c, secret, good, now, DefaultMaxSkew); err != nil {
+			t.Fatalf("a good token: %v", err)
+		}
+	}
+	mac := tokenMAC(secret, strconv.FormatInt(now.Unix(), 10))
+	forged := "Bearer " + tokenPrefix + strconv.FormatInt(now.Unix()+1, 10) + "." + mac
+	if err := verifyTokenCached(&c, secret, forged, now, DefaultMaxSkew); err == nil {
+		t.Error("another second's header with a cached MAC was accepted")
+	}
+	old := "Bearer " + signToken(secret, now.Add(-DefaultMaxSkew-time.Second))
+	if err := verifyTokenCached(&c, secret, old, now, DefaultMaxSkew); err == nil {
+		t.Error("a stale token was accepted with the cache")
+	}
 }

@@ -26,6 +26,7 @@ type handler struct {
 	svc  session.Service
 	opts HandlerOptions
 	log  *slog.Logger
+	macs macCache
 }
 
 // NewHandler serves svc (and the optional interfaces it implements) to Clients:
@@ -126,7 +127,7 @@ func StatusOf(ctx context.Context, svc session.Service) (Status, error) {
 type authInterceptor struct{ h *handler }
 
 func (a *authInterceptor) check(hdr http.Header, procedure string) error {
-	if err := verifyToken(a.h.opts.Secret, hdr.Get("Authorization"), a.h.opts.Now(), a.h.opts.MaxSkew); err != nil {
+	if err := verifyTokenCached(&a.h.macs, a.h.opts.Secret, hdr.Get("Authorization"), a.h.opts.Now(), a.h.opts.MaxSkew); err != nil {
 		a.h.log.Warn("node rpc: refused a request", "procedure", procedure, "err", err)
 		return toWire(errdefs.New(api.CodeUnauthorized, "node rpc: %v", err))
 	}

@@ -31,6 +31,7 @@ type callArgs struct {
 	Pause     *api.PauseRequest         `json:"pause,omitempty"`
 	FnCall    *api.FnCallRequest        `json:"fncall,omitempty"`
 	Input     *api.InputRequest         `json:"input,omitempty"`
+	HTTP      *httpCall                 `json:"http,omitempty"`
 }
 
 // ImageDescriber describes a node's images and environments with the node's
@@ -55,12 +56,17 @@ func val[T any](p *T) T {
 	return *p
 }
 
+// pingMethod is the liveness probe's method.
+const pingMethod = "Ping"
+
 // method runs one unary operation on the handler's service.
 type method func(ctx context.Context, h *handler, a callArgs) (any, error)
 
 // methods are the unary operations Call serves, by name.
 var methods = map[string]method{
-	"Info": func(ctx context.Context, h *handler, a callArgs) (any, error) { return h.svc.Info(ctx) },
+	// Ping answers at once: a client's liveness probe (Client.watch).
+	pingMethod: func(context.Context, *handler, callArgs) (any, error) { return nil, nil },
+	"Info":     func(ctx context.Context, h *handler, a callArgs) (any, error) { return h.svc.Info(ctx) },
 	"Create": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.Create(ctx, val(a.Create))
 	},
@@ -137,6 +143,9 @@ var methods = map[string]method{
 	}),
 	"Screenshot": capMethod("screenshots", func(ctx context.Context, sc session.Screenshotter, a callArgs) (any, error) {
 		return sc.Screenshot(ctx, a.ID)
+	}),
+	"HTTP": capMethod("HTTP steps", func(ctx context.Context, d session.HTTPDoer, a callArgs) (any, error) {
+		return serveHTTPStep(ctx, d, a)
 	}),
 	"SendInput": capMethod("input", func(ctx context.Context, in session.InputSender, a callArgs) (any, error) {
 		return in.SendInput(ctx, a.ID, val(a.Input))

@@ -41,6 +41,10 @@ type Options struct {
 	// there is no Trajectories: the service passed to New forwards the step
 	// tag (a cluster's router, whose nodes log the steps).
 	TrajectoryAPI trajectory.API
+	// StepHTTP runs trajectory-tagged sandbox HTTP proxy requests when there is
+	// no Trajectories (a cluster's router: the sandbox's node logs the step);
+	// nil answers them not_implemented.
+	StepHTTP session.HTTPDoer
 	// Images describes images and environments (GET /v1/images...); nil answers
 	// not_implemented.
 	Images ImageLister
@@ -66,7 +70,9 @@ type Server struct {
 	proxy   *sandboxProxy
 	traj    *trajectory.Service
 	trajAPI trajectory.API // traj, else Options.TrajectoryAPI
-	handler http.Handler
+	// stepHTTP runs tagged proxy steps: traj, else Options.StepHTTP (nil: none).
+	stepHTTP session.HTTPDoer
+	handler  http.Handler
 }
 
 // New returns a Server serving svc.
@@ -87,6 +93,9 @@ func New(svc session.Service, opts Options) *Server {
 	s := &Server{svc: svc, opts: opts, log: log, mux: http.NewServeMux(), traj: opts.Trajectories, trajAPI: opts.TrajectoryAPI}
 	if opts.Trajectories != nil {
 		s.trajAPI = opts.Trajectories
+		s.stepHTTP = opts.Trajectories
+	} else if opts.StepHTTP != nil && opts.TrajectoryAPI != nil {
+		s.stepHTTP = opts.StepHTTP
 	}
 	s.proxy = newSandboxProxy(svc, log, s.proxyError)
 	for _, rt := range s.routes() {

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/dsec-dev/dsec/internal/session"
@@ -43,6 +44,17 @@ func (s *Server) tagStep(w http.ResponseWriter, r *http.Request) (*http.Request,
 	}
 	ctx, out := session.WithStep(r.Context(), session.Step{Trajectory: id, N: n})
 	return r.WithContext(ctx), &outcomeWriter{ResponseWriter: w, out: out}, true, nil
+}
+
+// stepsDownstream reports whether ctx is a tagged step that the service passed
+// to New logs itself (Options.TrajectoryAPI without Trajectories: a cluster's
+// router forwards the tag to the sandbox's node, whose decorator logs it).
+func (s *Server) stepsDownstream(ctx context.Context) bool {
+	if s.traj != nil || s.trajAPI == nil {
+		return false
+	}
+	_, _, ok := session.StepFrom(ctx)
+	return ok
 }
 
 // replayed says whether the decorator answered r's step from the log.

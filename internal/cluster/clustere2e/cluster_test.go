@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -271,6 +270,10 @@ func TestCluster(t *testing.T) {
 		if _, err := e.client(0).GetTrajectory(ctx, "no-such-"+traj); errCode(err) != api.CodeNotFound {
 			t.Errorf("unknown trajectory: %v", err)
 		}
+	})
+
+	t.Run("proxy and stream steps through either API server", func(t *testing.T) {
+		e.proxyAndStreamSteps(t, ctx, byNode[e.agents[1].node][0])
 	})
 
 	t.Run("E2B and SandboxFusion front ends on the API servers", func(t *testing.T) {
@@ -643,6 +646,12 @@ func (e *env) raw(t *testing.T, i int, method, path string, body any) (int, http
 	t.Helper()
 	b, _ := json.Marshal(body)
 	req, _ := http.NewRequest(method, "http://"+e.apiAddr[i]+path, bytes.NewReader(b))
+	return e.do(t, req)
+}
+
+// do sends req with the cluster's token and returns status, headers and body.
+func (e *env) do(t *testing.T, req *http.Request) (int, http.Header, string) {
+	t.Helper()
 	req.Header.Set("Authorization", "Bearer "+e.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -657,17 +666,7 @@ func (e *env) raw(t *testing.T, i int, method, path string, body any) (int, http
 func (e *env) step(t *testing.T, i int, traj string, n int, path string, body any) (int, http.Header, string) {
 	t.Helper()
 	b, _ := json.Marshal(body)
-	req, _ := http.NewRequest("POST", "http://"+e.apiAddr[i]+path, bytes.NewReader(b))
-	req.Header.Set("Authorization", "Bearer "+e.token)
-	req.Header.Set(api.TrajectoryHeader, traj)
-	req.Header.Set(api.StepHeader, strconv.Itoa(n))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, resp.Header, string(out)
+	return e.stepReq(t, i, "POST", path, traj, n, string(b))
 }
 
 // pct is the p-th percentile of ds, rounded for the log.
