@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/server/servertest"
@@ -28,11 +27,11 @@ const targetSandboxes = 3200
 // depend on where the samples come from).
 type fakeNode struct{ n int }
 
-func (f fakeNode) Usage(bool) []agent.SandboxUsage {
-	out := make([]agent.SandboxUsage, f.n)
+func (f fakeNode) Usage([]string, bool) []api.SandboxUsage {
+	out := make([]api.SandboxUsage, f.n)
 	for i := range out {
-		out[i] = agent.SandboxUsage{Backend: []string{"container", "microvm"}[i%2], State: api.StateRunning,
-			MemoryLimit: 512 << 20, MemoryUsage: int64(i) << 16}
+		out[i] = api.SandboxUsage{Backend: []string{"container", "microvm"}[i%2], State: api.StateRunning,
+			MemoryLimitBytes: 512 << 20, MemoryBytes: int64(i) << 16}
 	}
 	return out
 }
@@ -188,12 +187,12 @@ func BenchmarkExecDecorator(b *testing.B) {
 // memNode is a node of one sandbox whose memory use a test sets.
 type memNode struct{ mem atomic.Int64 }
 
-func (n *memNode) Usage(memory bool) []agent.SandboxUsage {
-	u := agent.SandboxUsage{Backend: "container", State: api.StateRunning, MemoryUsage: -1}
-	if memory {
-		u.MemoryUsage = n.mem.Load()
+func (n *memNode) Usage(_ []string, counters bool) []api.SandboxUsage {
+	u := api.SandboxUsage{Backend: "container", State: api.StateRunning, MemoryBytes: -1}
+	if counters {
+		u.MemoryBytes = n.mem.Load()
 	}
-	return []agent.SandboxUsage{u}
+	return []api.SandboxUsage{u}
 }
 
 func (*memNode) Capacity() int { return 1 }
