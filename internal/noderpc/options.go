@@ -29,7 +29,9 @@ type HandlerOptions struct {
 	MaxSkew time.Duration
 	// Status answers NodeStatus; nil: a status made from Info and List.
 	Status func(ctx context.Context) (Status, error)
-	Logger *slog.Logger
+	// Observer is told about every request (RPC metrics); nil: nobody.
+	Observer Observer
+	Logger   *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
