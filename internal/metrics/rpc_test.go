@@ -64,14 +64,7 @@ func TestRPCCountsMoveExactly(t *testing.T) {
 	}
 	after := scrape(t, s.url)
 
-	delta := func(name string, labels ...string) float64 {
-		return after.Value(name, labels...) - before.Value(name, labels...)
-	}
-	for _, c := range []struct {
-		name   string
-		labels []string
-		want   float64
-	}{
+	wantMoved(t, before, after, []moved{
 		{"dsec_rpc_requests_total", []string{"procedure=Create", "code=ok"}, 1},
 		{"dsec_rpc_requests_total", []string{"procedure=Create", "code=not_found"}, 1},
 		{"dsec_rpc_requests_total", []string{"procedure=Exec", "code=ok"}, 1},
@@ -84,11 +77,7 @@ func TestRPCCountsMoveExactly(t *testing.T) {
 		{"dsec_rpc_request_duration_seconds_count", nil, 6},
 		// The node's own work is counted as before: its create phases.
 		{"dsec_sandbox_create_phase_duration_seconds_count", []string{"backend=mock", "phase=start"}, 1},
-	} {
-		if got := delta(c.name, c.labels...); got != c.want {
-			t.Errorf("%s%v moved by %v, want %v", c.name, c.labels, got, c.want)
-		}
-	}
+	})
 	after.Labels(func(metric, label, v string) {
 		if strings.Contains(v, sb.ID) {
 			t.Errorf("%s has label %s=%q", metric, label, v)

@@ -132,3 +132,21 @@ func scrape(t testing.TB, url string) metricstest.Families {
 	}
 	return f
 }
+
+// moved is one expected change of a series between two scrapes (nil labels:
+// every series of the metric added up).
+type moved struct {
+	name   string
+	labels []string
+	want   float64
+}
+
+// wantMoved checks that each series moved by exactly its amount.
+func wantMoved(t testing.TB, before, after metricstest.Families, ms []moved) {
+	t.Helper()
+	for _, c := range ms {
+		if got := after.Value(c.name, c.labels...) - before.Value(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v moved by %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
