@@ -132,7 +132,8 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	msvc := m.Wrap(rt, tp, rt)
 	osvc := observed{Service: msvc, rt: rt, cl: cl}
 	srv := server.New(osvc, server.Options{Authorize: toks.Match, Logger: cfg.Logger, FnCall: msvc,
-		TrajectoryAPI: rt}) // tagged steps are logged on their sandbox's node
+		TrajectoryAPI: rt,  // tagged steps are logged on their sandbox's node
+		Images:        rt}) // every node's images, merged
 	e2bH := newE2B(bg, osvc, toks.Match, cfg.Secret, cfg.Logger)
 	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Server: srv, Metrics: m, TokenFile: tokenFile,
 		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil

@@ -36,6 +36,7 @@ var (
 
 	_ session.Screenshotter = (*Client)(nil)
 	_ session.InputSender   = (*Client)(nil)
+	_ session.UsageReader   = (*Client)(nil)
 	_ trajectory.API        = (*Client)(nil)
 )
 
@@ -233,6 +234,18 @@ func (c *Client) Screenshot(ctx context.Context, id string) ([]byte, error) {
 // SendInput implements session.InputSender.
 func (c *Client) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
 	return callFor[api.InputResult](ctx, c, "SendInput", callArgs{ID: id, Input: &req})
+}
+
+// Images lists the node's images and environments with their layer
+// accounting on that node (server.ImageLister's list).
+func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
+	return callFor[[]api.Image](ctx, c, "Images", callArgs{})
+}
+
+// SandboxUsage implements session.UsageReader: the node's reading of its
+// sandboxes' CPU and memory (at most MaxUsageIDs ids; none: every sandbox).
+func (c *Client) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error) {
+	return callFor[[]api.SandboxUsage](ctx, c, "SandboxUsage", callArgs{IDs: ids})
 }
 
 // ListTrajectories implements trajectory.API: the trajectories the node logs.

@@ -110,8 +110,7 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		create(t, 0, api.CreateSandboxRequest{})
-		create(t, 0, api.CreateSandboxRequest{})
+		mine := []string{create(t, 0, api.CreateSandboxRequest{}).ID, create(t, 0, api.CreateSandboxRequest{}).ID}
 		after, err := metricstest.Scrape(url+"/metrics", e.token)
 		if err != nil {
 			t.Fatal(err)
@@ -154,8 +153,52 @@ func TestCluster(t *testing.T) {
 		if v := nm.Value("dsec_sandbox_create_phase_duration_seconds_count", "phase=admission"); v != float64(len(byNode[a.node])) {
 			t.Errorf("agent %s: admission phase count = %v, want %d", a.node, v, len(byNode[a.node]))
 		}
+		// Its node RPC listener counts the creates the API servers sent it.
+		if v := nm.Value("dsec_rpc_requests_total", "procedure=Create", "code=ok"); v != float64(len(byNode[a.node])) {
+			t.Errorf("agent %s: dsec_rpc_requests_total{Create,ok} = %v, want %d", a.node, v, len(byNode[a.node]))
+		}
 		if _, err := metricstest.Scrape("http://"+a.addr+"/metrics", e.token); err == nil {
 			t.Error("agent /metrics accepted the API tier's token")
+		}
+		getJSON := func(path string, v any) {
+			t.Helper()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+path, nil)
+			req.Header.Set("Authorization", "Bearer "+e.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("GET %s: %s %s", path, resp.Status, b)
+			}
+			if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+				t.Fatalf("GET %s: %v", path, err)
+			}
+		}
+		// The dashboard's images view: every node's images, each node named.
+		var imgs []api.Image
+		getJSON("/v1/images", &imgs)
+		def := -1
+		for i, img := range imgs {
+			if img.Default {
+				def = i
+			}
+		}
+		if def < 0 || len(imgs[def].Nodes) != 3 {
+			t.Errorf("images through the API server: %+v, want the default image on n1, n2 and n3", imgs)
+		}
+		// Per-sandbox CPU and memory, from the sandboxes' own nodes.
+		var use struct{ Sandboxes []api.SandboxUsage }
+		getJSON("/ui/api/usage?id="+mine[0]+"&id="+mine[1], &use)
+		if len(use.Sandboxes) != 2 {
+			t.Fatalf("usage of %v: %+v", mine, use)
+		}
+		for _, u := range use.Sandboxes {
+			if (u.ID != mine[0] && u.ID != mine[1]) || u.MemoryBytes <= 0 || u.CPUSeconds < 0 || u.State != api.StateRunning {
+				t.Errorf("usage %+v, want a running container's memory and CPU time", u)
+			}
 		}
 		// The dashboard's overview lists every node from the watcher.
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/ui/api/overview", nil)
