@@ -2,14 +2,13 @@ package metrics_test
 
 import (
 	"io"
-	"net"
-	"net/http"
 	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/noderpc"
+	"github.com/dsec-dev/dsec/internal/noderpc/noderpctest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -24,17 +23,7 @@ var _ noderpc.Observer = (*metrics.Metrics)(nil)
 func TestRPCCountsMoveExactly(t *testing.T) {
 	s := newStack(t, nil)
 	secret := []byte("0123456789abcdef0123456789abcdef")
-	path, h := noderpc.NewHandler(s.mgr, noderpc.HandlerOptions{Secret: secret, Observer: s.m})
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := noderpc.NewServer(mux, noderpc.ServerOptions{})
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	url := "http://" + ln.Addr().String()
+	url, _ := noderpctest.Serve(t, s.mgr, noderpc.HandlerOptions{Secret: secret, Observer: s.m})
 	c := noderpc.NewClient(url, noderpc.ClientOptions{Secret: secret})
 	t.Cleanup(func() { c.Close() })
 	ctx := t.Context()

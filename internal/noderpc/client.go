@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb"
@@ -22,8 +23,10 @@ import (
 // Networker, QoS and FnCaller; a node whose service lacks one answers
 // not_implemented. A Client is safe for concurrent use.
 type Client struct {
-	rpc noderpcpbconnect.NodeClient
-	tr  *http.Transport
+	rpc    noderpcpbconnect.NodeClient
+	tr     *http.Transport
+	tracer trace.Tracer
+	addr   string // baseURL, for spans
 }
 
 var (
@@ -67,7 +70,9 @@ func NewClient(baseURL string, opts ClientOptions) *Client {
 	return &Client{
 		rpc: noderpcpbconnect.NewNodeClient(hc, baseURL, connect.WithReadMaxBytes(maxMessageBytes),
 			connect.WithAcceptCompression("gzip", nil, nil)),
-		tr: tr,
+		tr:     tr,
+		tracer: clientTracer(opts.Tracer),
+		addr:   baseURL,
 	}
 }
 
@@ -98,7 +103,9 @@ func (s *signer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // call runs a unary method; out (a pointer, or nil) receives its answer.
-func (c *Client) call(ctx context.Context, method string, a callArgs, out any) error {
+func (c *Client) call(ctx context.Context, method string, a callArgs, out any) (err error) {
+	ctx, end := c.span(ctx, method)
+	defer func() { end(err) }()
 	args, err := json.Marshal(a)
 	if err != nil {
 		return errdefs.Internal(err, "node rpc %s: encoding arguments", method)
