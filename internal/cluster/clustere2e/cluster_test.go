@@ -31,10 +31,12 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	byNode := map[string][]string{} // node → sandboxes created on it
+	createsVia := map[int]int{}     // API server → creates it answered
 
 	create := func(t *testing.T, api_ int, req api.CreateSandboxRequest) api.Sandbox {
 		t.Helper()
 		sb, err := e.client(api_).Create(ctx, req)
+		createsVia[api_]++
 		if err != nil {
 			t.Fatalf("create through API server %d: %v", api_, err)
 		}
@@ -221,7 +223,8 @@ func TestCluster(t *testing.T) {
 				Sandboxes         int
 				MaxSandboxes      int64 `json:"max_sandboxes"`
 			} `json:"nodes"`
-			Sandboxes struct{ Total int } `json:"sandboxes"`
+			Sandboxes struct{ Total int }     `json:"sandboxes"`
+			Rates     struct{ Creates []int } `json:"rates"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&ov)
 		resp.Body.Close()
@@ -237,6 +240,13 @@ func TestCluster(t *testing.T) {
 		}
 		if len(ov.Nodes) != 3 || ov.Sandboxes.Total != total {
 			t.Fatalf("overview: %+v, want 3 nodes and %d sandboxes", ov, total)
+		}
+		rated := 0
+		for _, n := range ov.Rates.Creates {
+			rated += n
+		}
+		if rated != createsVia[0] {
+			t.Errorf("the overview's create rate counts %d creates, want the %d made through this API server", rated, createsVia[0])
 		}
 		for _, n := range ov.Nodes {
 			if n.State != "ready" || n.Addr == "" || n.MaxSandboxes != 12 || n.Sandboxes != len(byNode[n.Name]) {
