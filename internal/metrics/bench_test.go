@@ -39,33 +39,51 @@ func (f fakeNode) Usage([]string, bool) []api.SandboxUsage {
 func (fakeNode) Capacity() int { return 100000 }
 
 // With 3,200 sandboxes and every route, method and status series a busy node
+// has (dsec server), or every node RPC procedure and code series a busy agent
 // has, the exposition stays under 200 KB.
 func TestExpositionSize(t *testing.T) {
-	m := metrics.New(metrics.Options{Backends: []string{"container", "microvm", "fullvm", "fncall"}, DefaultBackend: "container"})
-	if err := m.Register(m.NewNodeCollector(fakeNode{targetSandboxes}, nil, nil)); err != nil {
-		t.Fatal(err)
-	}
-	// 60 routes x 5 statuses: more than /v1, E2B and SandboxFusion have.
-	h := m.HTTP(func(r *http.Request) string { return r.URL.Path }, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st, _ := strconv.Atoi(r.URL.Query().Get("status"))
-		w.Header().Set(metrics.ErrorHeader, r.URL.Query().Get("code"))
-		w.WriteHeader(st)
-	}))
-	for i := range 60 {
-		for _, st := range []string{"200", "201", "400", "404", "500"} {
-			code := map[string]string{"400": "invalid_argument", "404": "not_found", "500": "internal"}[st]
-			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", fmt.Sprintf("/route/%d?status=%s&code=%s", i, st, code), nil))
-		}
-	}
-	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	size := rec.Body.Len()
-	t.Logf("exposition with %d sandboxes: %d bytes", targetSandboxes, size)
-	if size > 200_000 {
-		t.Errorf("exposition is %d bytes, over 200 KB", size)
-	}
-	if !strings.Contains(rec.Body.String(), `dsec_sandbox_memory_usage_bytes_count 3200`) {
-		t.Errorf("memory histogram does not count the sandboxes")
+	for _, c := range []struct {
+		name        string
+		routes, rpc int // HTTP routes (x 5 statuses); RPC procedures (x 4 codes)
+	}{
+		// 60 routes: more than /v1, E2B and SandboxFusion have.
+		{"server", 60, 0},
+		// An agent serves /metrics and the node RPC's path over HTTP; 60
+		// procedures: more than the node RPC's 48 methods and 7 streams.
+		{"agent", 2, 60},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := metrics.New(metrics.Options{Backends: []string{"container", "microvm", "fullvm", "fncall"}, DefaultBackend: "container"})
+			if err := m.Register(m.NewNodeCollector(fakeNode{targetSandboxes}, nil, nil)); err != nil {
+				t.Fatal(err)
+			}
+			h := m.HTTP(func(r *http.Request) string { return r.URL.Path }, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				st, _ := strconv.Atoi(r.URL.Query().Get("status"))
+				w.Header().Set(metrics.ErrorHeader, r.URL.Query().Get("code"))
+				w.WriteHeader(st)
+			}))
+			for i := range c.routes {
+				for _, st := range []string{"200", "201", "400", "404", "500"} {
+					code := map[string]string{"400": "invalid_argument", "404": "not_found", "500": "internal"}[st]
+					h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", fmt.Sprintf("/route/%d?status=%s&code=%s", i, st, code), nil))
+				}
+			}
+			for i := range c.rpc {
+				for _, code := range []string{"ok", "not_found", "resource_exhausted", "unauthorized"} {
+					m.RPC(fmt.Sprintf("ProcedureNo%02d", i), code, time.Millisecond)
+				}
+			}
+			rec := httptest.NewRecorder()
+			m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			size := rec.Body.Len()
+			t.Logf("exposition with %d sandboxes: %d bytes", targetSandboxes, size)
+			if size > 200_000 {
+				t.Errorf("exposition is %d bytes, over 200 KB", size)
+			}
+			if !strings.Contains(rec.Body.String(), `dsec_sandbox_memory_usage_bytes_count 3200`) {
+				t.Errorf("memory histogram does not count the sandboxes")
+			}
+		})
 	}
 }
 
