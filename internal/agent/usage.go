@@ -15,17 +15,30 @@ var _ session.UsageReader = (*Manager)(nil)
 // driver's): its CPU time is read there.
 type cgrouped interface{ Cgroup() *cgroups.Group }
 
+// Counters says which counters Usage reads; the others are reported as last
+// read (-1 before any read).
+type Counters uint8
+
+const (
+	// MemoryCounter: the memory charged (driver.Stats; one cgroup file for a
+	// container, ~8 µs).
+	MemoryCounter Counters = 1 << iota
+	// CPUCounter: the CPU time used (a container's cgroup cpu.stat).
+	CPUCounter
+	// AllCounters reads both.
+	AllCounters = MemoryCounter | CPUCounter
+)
+
 // Usage is the agent's one reader of its sandboxes' use (the metrics
 // collector, the dashboard, dsec top and the node RPC all call it). It returns
 // the sandboxes ids (unknown IDs are left out), or every sandbox when ids is
 // empty.
 //
 // It never waits: a sandbox an operation holds (a delete, a pause, a reset) is
-// reported as it was at the last look, counters included. With counters it
-// reads each running or paused sandbox's memory (driver.Stats) and CPU time (its
-// cgroup): one or two files, ~8 µs each. Without, it reads no file and reports
-// the counters of the last read (-1 before any).
-func (m *Manager) Usage(ids []string, counters bool) []api.SandboxUsage {
+// reported as it was at the last look, counters included. It reads the
+// counters c of each running or paused sandbox; with c 0 it reads no file
+// (what a metrics scrape does).
+func (m *Manager) Usage(ids []string, c Counters) []api.SandboxUsage {
 	var sbs []*sandbox
 	if len(ids) == 0 {
 		sbs = m.all()
@@ -38,20 +51,20 @@ func (m *Manager) Usage(ids []string, counters bool) []api.SandboxUsage {
 	}
 	out := make([]api.SandboxUsage, 0, len(sbs))
 	for _, sb := range sbs {
-		if u, ok := sb.usage(counters); ok {
+		if u, ok := sb.usage(c); ok {
 			out = append(out, u)
 		}
 	}
 	return out
 }
 
-// SandboxUsage implements session.UsageReader: Usage with counters.
+// SandboxUsage implements session.UsageReader: Usage with AllCounters.
 func (m *Manager) SandboxUsage(_ context.Context, ids []string) ([]api.SandboxUsage, error) {
-	return m.Usage(ids, true), nil
+	return m.Usage(ids, AllCounters), nil
 }
 
 // usage is one sandbox's use (see Usage); false: it was deleted.
-func (sb *sandbox) usage(counters bool) (api.SandboxUsage, bool) {
+func (sb *sandbox) usage(c Counters) (api.SandboxUsage, bool) {
 	if !sb.mu.TryLock() {
 		return *sb.lastUsage.Load(), true
 	}
@@ -69,26 +82,23 @@ func (sb *sandbox) usage(counters bool) (api.SandboxUsage, bool) {
 		u.State = api.StatePaused
 	}
 	if u.State != api.StateExited {
-		if counters {
-			readCounters(inst, &u)
-		} else {
-			last := sb.lastUsage.Load()
-			u.MemoryBytes, u.CPUSeconds = last.MemoryBytes, last.CPUSeconds
-		}
+		last := sb.lastUsage.Load()
+		u.MemoryBytes, u.CPUSeconds = last.MemoryBytes, last.CPUSeconds
+		readCounters(inst, c, &u)
 	}
 	sb.lastUsage.Store(&u)
 	return u, true
 }
 
-// readCounters reads inst's memory and CPU time into u (left -1 when the
+// readCounters reads inst's counters c into u (left as they are when the
 // backend does not say).
-func readCounters(inst driver.Instance, u *api.SandboxUsage) {
-	if st, ok := inst.(driver.Stats); ok {
+func readCounters(inst driver.Instance, c Counters, u *api.SandboxUsage) {
+	if st, ok := inst.(driver.Stats); ok && c&MemoryCounter != 0 {
 		if n, err := st.MemoryUsage(); err == nil {
 			u.MemoryBytes = n
 		}
 	}
-	if cg, ok := inst.(cgrouped); ok && cg.Cgroup() != nil {
+	if cg, ok := inst.(cgrouped); ok && c&CPUCounter != 0 && cg.Cgroup() != nil {
 		if d, err := cg.Cgroup().CPUUsage(); err == nil {
 			u.CPUSeconds = d.Seconds()
 		}

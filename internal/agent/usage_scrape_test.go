@@ -16,7 +16,7 @@ func TestMockUsageNeverWaits(t *testing.T) {
 	m := e.open(t)
 	a := create(t, m, api.CreateSandboxRequest{})
 	b := create(t, m, api.CreateSandboxRequest{})
-	counters := false
+	var counters agent.Counters
 	states := func() map[string]int {
 		n := map[string]int{}
 		for _, u := range m.Usage(nil, counters) {
@@ -31,7 +31,7 @@ func TestMockUsageNeverWaits(t *testing.T) {
 		t.Fatalf("states %v", got)
 	}
 	release := agent.HoldSandbox(m, a.ID)
-	for _, counters = range []bool{false, true} { // the metrics' read and the dashboard's
+	for _, counters = range []agent.Counters{0, agent.MemoryCounter, agent.AllCounters} { // the metrics' reads and the dashboard's
 		done := make(chan map[string]int, 1)
 		go func() { done <- states() }()
 		select {

@@ -90,6 +90,7 @@ func (r *Router) admit(ctx context.Context, sp trace.Span, d *placement.Decision
 				// Another API server placed this request ID first: its node
 				// has (or is making) the sandbox and deduplicates the retry.
 				r.cfg.Engine.Release(d)
+				sp.SetAttributes(attribute.String("dsec.placement.node", holder))
 				return r.createOn(ctx, holder, fwd)
 			}
 		}

@@ -2,6 +2,8 @@ package apiserver
 
 import (
 	"context"
+	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -20,6 +22,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/tracing/tracingtest"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // tracedNode is a node agent on the mock driver behind a real node RPC
@@ -58,7 +61,7 @@ func tracedNode(t *testing.T, name string, col *tracingtest.Collector, secret []
 
 // A create through the API tier is one trace, read back from a real OTLP/HTTP
 // collector: API server (HTTP > session.create) > placement > node RPC
-// client > agent > driver. The placement span says how many nodes could take
+// client > agent > driver; an exec is API server > node RPC > agent > driver. The placement span says how many nodes could take
 // the sandbox, which one did and how many re-placements it took: here the
 // first node tried rejects it (full), the second admits it.
 func TestCreateSpanTree(t *testing.T) {
@@ -87,26 +90,34 @@ func TestCreateSpanTree(t *testing.T) {
 	hs := httptest.NewServer(tracing.Middleware(tp, srv.Route, srv.Handler()))
 	t.Cleanup(hs.Close)
 
-	const traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
-	req, _ := http.NewRequest("POST", hs.URL+"/v1/sandboxes", strings.NewReader(`{"backend":"mock"}`))
-	req.Header.Set("Authorization", "Bearer t")
-	req.Header.Set("Traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
+	do := func(path, body, traceID string, want int) []byte {
+		req, _ := http.NewRequest("POST", hs.URL+path, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer t")
+		req.Header.Set("Traceparent", "00-"+traceID+"-00f067aa0ba902b7-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != want {
+			t.Fatalf("POST %s: %s %s", path, resp.Status, b)
+		}
+		return b
+	}
+	const traceID, execTrace = "4bf92f3577b34da6a3ce929d0e0e4736", "5bf92f3577b34da6a3ce929d0e0e4737"
+	var sb api.Sandbox
+	if err := json.Unmarshal(do("/v1/sandboxes", `{"backend":"mock"}`, traceID, http.StatusCreated), &sb); err != nil {
 		t.Fatal(err)
 	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusCreated {
-		t.Fatalf("create: %s", resp.Status)
-	}
+	do("/v1/sandboxes/"+sb.ID+"/exec", `{"cmd":["true"]}`, execTrace, http.StatusOK)
 	for _, p := range []*tracing.Provider{tp, agentTP} {
 		if err := p.ForceFlush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	spans := col.Spans()
-	got := tracingtest.Tree(spans, traceID)
-	want := []string{
+	wantTree(t, spans, traceID, []string{
 		"(root) > POST /v1/sandboxes",
 		"POST /v1/sandboxes > session.create",
 		"session.create > placement",
@@ -114,15 +125,15 @@ func TestCreateSpanTree(t *testing.T) {
 		"noderpc.Create > agent.create",
 		"agent.create > agent.admission",
 		"agent.create > driver.start",
-	}
-	for _, e := range want {
-		if !got[e] {
-			t.Errorf("trace lacks %q; it has %v", e, got)
-		}
-	}
-	if len(got) != len(want) {
-		t.Errorf("trace has %d edges, want %d: %v", len(got), len(want), got)
-	}
+	})
+	// An exec: API server > node RPC > agent > driver.
+	wantTree(t, spans, execTrace, []string{
+		"(root) > POST /v1/sandboxes/{id}/exec",
+		"POST /v1/sandboxes/{id}/exec > session.exec",
+		"session.exec > noderpc.Exec",
+		"noderpc.Exec > agent.exec",
+		"agent.exec > driver.exec",
+	})
 	services := map[string]string{}
 	var rpcs int
 	for _, sp := range spans {
@@ -153,6 +164,20 @@ func TestCreateSpanTree(t *testing.T) {
 	}
 	if services["placement"] != "dsec-apiserver" || services["noderpc.Create"] != "dsec-apiserver" || services["agent.create"] != "dsec-agent" {
 		t.Errorf("spans by service: %v", services)
+	}
+}
+
+// wantTree checks that trace traceID has exactly the "parent > child" edges want.
+func wantTree(t *testing.T, spans []tracingtest.Span, traceID string, want []string) {
+	t.Helper()
+	got := tracingtest.Tree(spans, traceID)
+	for _, e := range want {
+		if !got[e] {
+			t.Errorf("trace %s lacks %q; it has %v", traceID, e, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("trace %s has %d edges, want %d: %v", traceID, len(got), len(want), got)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/server/servertest"
@@ -27,7 +28,7 @@ const targetSandboxes = 3200
 // depend on where the samples come from).
 type fakeNode struct{ n int }
 
-func (f fakeNode) Usage([]string, bool) []api.SandboxUsage {
+func (f fakeNode) Usage([]string, agent.Counters) []api.SandboxUsage {
 	out := make([]api.SandboxUsage, f.n)
 	for i := range out {
 		out[i] = api.SandboxUsage{Backend: []string{"container", "microvm"}[i%2], State: api.StateRunning,
@@ -205,9 +206,9 @@ func BenchmarkExecDecorator(b *testing.B) {
 // memNode is a node of one sandbox whose memory use a test sets.
 type memNode struct{ mem atomic.Int64 }
 
-func (n *memNode) Usage(_ []string, counters bool) []api.SandboxUsage {
+func (n *memNode) Usage(_ []string, c agent.Counters) []api.SandboxUsage {
 	u := api.SandboxUsage{Backend: "container", State: api.StateRunning, MemoryBytes: -1}
-	if counters {
+	if c&agent.MemoryCounter != 0 {
 		u.MemoryBytes = n.mem.Load()
 	}
 	return []api.SandboxUsage{u}

@@ -13,16 +13,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Sandboxes is what NodeCollector reads of the node agent (*agent.Manager):
-// Usage(nil, false) is cheap (no file reads, no waiting), Usage(nil, true)
-// reads every sandbox's counters.
+// Usage(nil, 0) is cheap (no file reads, no waiting), Usage(nil,
+// agent.MemoryCounter) reads every sandbox's memory counter.
 type Sandboxes interface {
-	Usage(ids []string, counters bool) []api.SandboxUsage
+	Usage(ids []string, c agent.Counters) []api.SandboxUsage
 	Capacity() int
 }
 
@@ -166,7 +167,7 @@ func (c *NodeCollector) collectSandboxes(ch chan<- prometheus.Metric, gauge func
 		}
 	}
 	var limits float64
-	for _, u := range c.sbs.Usage(nil, false) {
+	for _, u := range c.sbs.Usage(nil, 0) {
 		counts[key{c.m.backend(u.Backend), bounded(u.State, states)}]++
 		limits += float64(u.MemoryLimitBytes)
 	}
@@ -192,7 +193,7 @@ type memSample struct {
 
 func (c *NodeCollector) readMemory() memSample {
 	s := memSample{buckets: make([]uint64, len(memBuckets))}
-	for _, u := range c.sbs.Usage(nil, true) {
+	for _, u := range c.sbs.Usage(nil, agent.MemoryCounter) {
 		if u.MemoryBytes < 0 {
 			continue
 		}
