@@ -85,7 +85,7 @@ open on a listener of their own.`,
 			if err != nil {
 				return err
 			}
-			path, h := noderpc.NewHandler(d.NodeService(), noderpc.HandlerOptions{Secret: secret, Logger: log})
+			path, h := noderpc.NewHandler(d.NodeService(), noderpc.HandlerOptions{Secret: secret, Logger: log, Observer: d.Metrics()})
 			mux := http.NewServeMux()
 			mux.Handle(path, h)
 			mux.Handle("GET "+daemon.MetricsPath, bearerOnly(d.Token, d.Metrics().Handler()))

@@ -37,18 +37,18 @@ func topServer(t *testing.T) (*client.Client, [3]string) {
 	}
 	var mu sync.Mutex
 	start := time.Now()
-	usage := func(_ context.Context, _ []string) ([]ui.Usage, error) {
+	usage := func(_ context.Context, _ []string) ([]api.SandboxUsage, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		el := time.Since(start).Seconds()
-		return []ui.Usage{
+		return []api.SandboxUsage{
 			{ID: ids[0], State: "running", Backend: "container", CPUSeconds: 1, MemoryBytes: 10 << 20, MemoryLimitBytes: 512 << 20},
 			{ID: ids[1], State: "running", Backend: "container", CPUSeconds: 1 + el, MemoryBytes: 20 << 20, MemoryLimitBytes: 512 << 20},
 			{ID: ids[2], State: "running", Backend: "container", CPUSeconds: 2, MemoryBytes: 300 << 20, MemoryLimitBytes: 512 << 20},
 		}, nil
 	}
 	mux := http.NewServeMux()
-	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: "t", Service: node, Usage: usage}))
+	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: "t", Service: node, Usage: ui.UsageFunc(usage)}))
 	mux.Handle("/", server.New(node, server.Options{Token: "t"}).Handler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)

@@ -8,9 +8,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-
-	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Observer learns how long the agent's phases take and how much memory it
@@ -69,59 +66,6 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 		tp = noop.NewTracerProvider()
 	}
 	return tp.Tracer("github.com/dsec-dev/dsec/internal/agent")
-}
-
-// SandboxUsage is one sandbox's backend, state and memory use, read when asked
-// (metrics collectors read it at scrape time).
-type SandboxUsage struct {
-	Backend string
-	State   string // api.StateRunning, StatePaused or StateExited
-	// MemoryLimit is the sandbox's memory limit; MemoryUsage what it uses now,
-	// -1 when its backend does not say (no driver.Stats).
-	MemoryLimit int64
-	MemoryUsage int64
-}
-
-// Usage returns every sandbox's usage, with memory reading one counter per
-// sandbox (else MemoryUsage is -1). Without memory it never waits: a sandbox
-// an operation holds (a delete, a pause, a reset) is reported as it was at the
-// last look.
-func (m *Manager) Usage(memory bool) []SandboxUsage {
-	all := m.all()
-	out := make([]SandboxUsage, 0, len(all))
-	for _, sb := range all {
-		if memory {
-			sb.mu.Lock()
-		} else if !sb.mu.TryLock() {
-			if u := sb.lastUsage.Load(); u != nil {
-				out = append(out, *u)
-			} else { // never looked at: it was just created
-				out = append(out, SandboxUsage{Backend: sb.rec.Backend, State: api.StateRunning, MemoryLimit: sb.rec.Spec.Memory, MemoryUsage: -1})
-			}
-			continue
-		}
-		u := SandboxUsage{Backend: sb.rec.Backend, State: api.StateRunning, MemoryLimit: sb.rec.Spec.Memory, MemoryUsage: -1}
-		deleted, paused, inst := sb.deleted, sb.rec.Paused, sb.inst
-		sb.mu.Unlock()
-		switch {
-		case deleted:
-			continue
-		case driver.Exited(inst):
-			u.State = api.StateExited
-		case paused:
-			u.State = api.StatePaused
-		}
-		if st, ok := inst.(driver.Stats); ok && memory && u.State != api.StateExited {
-			if n, err := st.MemoryUsage(); err == nil {
-				u.MemoryUsage = n
-			}
-		}
-		last := u
-		last.MemoryUsage = -1
-		sb.lastUsage.Store(&last)
-		out = append(out, u)
-	}
-	return out
 }
 
 // Capacity is how many sandboxes this node admits (Config.MaxSandboxes).

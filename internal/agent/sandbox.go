@@ -20,9 +20,9 @@ import (
 // sandbox is the agent's view of one sandbox.
 type sandbox struct {
 	m          *Manager
-	drv        driver.Driver                // the backend's driver (rec.Backend)
-	lastActive atomic.Int64                 // unix nanos
-	lastUsage  atomic.Pointer[SandboxUsage] // Usage's last look (observe.go)
+	drv        driver.Driver                    // the backend's driver (rec.Backend)
+	lastActive atomic.Int64                     // unix nanos
+	lastUsage  atomic.Pointer[api.SandboxUsage] // Usage's last look (usage.go); never nil
 
 	mu      sync.Mutex // guards rec, inst, procs; held across pause/resume/reset
 	rec     *record
@@ -37,6 +37,7 @@ type sandbox struct {
 func newSandbox(m *Manager, drv driver.Driver, r *record, inst driver.Instance) *sandbox {
 	sb := &sandbox{m: m, drv: drv, rec: r, inst: inst, procs: map[string]*bgProc{}}
 	sb.lastActive.Store(m.now().UnixNano())
+	sb.lastUsage.Store(firstUsage(r))
 	return sb
 }
 

@@ -1,37 +1,44 @@
 package agent
 
 import (
-	"time"
+	"context"
 
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// SandboxUse is one sandbox's resource use now (the dashboard's and dsec top's
-// per-sandbox CPU and memory).
-type SandboxUse struct {
-	ID      string
-	Backend string
-	State   string
-	// MemoryBytes is the memory charged now, -1 when the backend does not say;
-	// MemoryLimit the sandbox's limit.
-	MemoryBytes int64
-	MemoryLimit int64
-	// CPUTime is the CPU time its processes consumed so far, -1 when unknown;
-	// CPULimit its limit in cores.
-	CPUTime  time.Duration
-	CPULimit float64
-}
+var _ session.UsageReader = (*Manager)(nil)
 
 // cgrouped is an instance whose processes live in one cgroup (the container
-// driver's).
+// driver's): its CPU time is read there.
 type cgrouped interface{ Cgroup() *cgroups.Group }
 
-// UsageOf reads the use of the sandboxes ids (unknown IDs are left out), or of
-// every sandbox when ids is empty: one or two cgroup counters per running
-// sandbox, no lock held across sandboxes.
-func (m *Manager) UsageOf(ids []string) []SandboxUse {
+// Counters says which counters Usage reads; the others are reported as last
+// read (-1 before any read).
+type Counters uint8
+
+const (
+	// MemoryCounter: the memory charged (driver.Stats; one cgroup file for a
+	// container, ~8 µs).
+	MemoryCounter Counters = 1 << iota
+	// CPUCounter: the CPU time used (a container's cgroup cpu.stat).
+	CPUCounter
+	// AllCounters reads both.
+	AllCounters = MemoryCounter | CPUCounter
+)
+
+// Usage is the agent's one reader of its sandboxes' use (the metrics
+// collector, the dashboard, dsec top and the node RPC all call it). It returns
+// the sandboxes ids (unknown IDs are left out), or every sandbox when ids is
+// empty.
+//
+// It never waits: a sandbox an operation holds (a delete, a pause, a reset) is
+// reported as it was at the last look, counters included. It reads the
+// counters c of each running or paused sandbox; with c 0 it reads no file
+// (what a metrics scrape does).
+func (m *Manager) Usage(ids []string, c Counters) []api.SandboxUsage {
 	var sbs []*sandbox
 	if len(ids) == 0 {
 		sbs = m.all()
@@ -42,38 +49,69 @@ func (m *Manager) UsageOf(ids []string) []SandboxUse {
 			}
 		}
 	}
-	out := make([]SandboxUse, 0, len(sbs))
+	out := make([]api.SandboxUsage, 0, len(sbs))
 	for _, sb := range sbs {
-		sb.mu.Lock()
-		r, inst, deleted := sb.rec, sb.inst, sb.deleted
-		u := SandboxUse{ID: r.ID, Backend: r.Backend, State: api.StateRunning, MemoryBytes: -1, MemoryLimit: r.Spec.Memory,
-			CPUTime: -1, CPULimit: r.Spec.CPU}
-		paused := r.Paused
-		sb.mu.Unlock()
-		if deleted {
-			continue
-		}
-		switch {
-		case driver.Exited(inst):
-			u.State = api.StateExited
+		if u, ok := sb.usage(c); ok {
 			out = append(out, u)
-			continue
-		case paused:
-			u.State = api.StatePaused
 		}
-		if cg, ok := inst.(cgrouped); ok && cg.Cgroup() != nil {
-			if n, err := cg.Cgroup().MemoryUsage(); err == nil {
-				u.MemoryBytes = n
-			}
-			if d, err := cg.Cgroup().CPUUsage(); err == nil {
-				u.CPUTime = d
-			}
-		} else if st, ok := inst.(driver.Stats); ok {
-			if n, err := st.MemoryUsage(); err == nil {
-				u.MemoryBytes = n
-			}
-		}
-		out = append(out, u)
 	}
 	return out
+}
+
+// SandboxUsage implements session.UsageReader: Usage with AllCounters.
+func (m *Manager) SandboxUsage(_ context.Context, ids []string) ([]api.SandboxUsage, error) {
+	return m.Usage(ids, AllCounters), nil
+}
+
+// usage is one sandbox's use (see Usage); false: it was deleted.
+func (sb *sandbox) usage(c Counters) (api.SandboxUsage, bool) {
+	if !sb.mu.TryLock() {
+		return *sb.lastUsage.Load(), true
+	}
+	r, inst, deleted := sb.rec, sb.inst, sb.deleted
+	u := api.SandboxUsage{ID: r.ID, Backend: r.Backend, State: api.StateRunning,
+		MemoryLimitBytes: r.Spec.Memory, CPULimit: r.Spec.CPU, MemoryBytes: -1, CPUSeconds: -1}
+	paused := r.Paused
+	sb.mu.Unlock()
+	switch {
+	case deleted:
+		return u, false
+	case driver.Exited(inst):
+		u.State = api.StateExited
+	case paused:
+		u.State = api.StatePaused
+	}
+	if u.State != api.StateExited {
+		last := sb.lastUsage.Load()
+		u.MemoryBytes, u.CPUSeconds = last.MemoryBytes, last.CPUSeconds
+		readCounters(inst, c, &u)
+	}
+	sb.lastUsage.Store(&u)
+	return u, true
+}
+
+// readCounters reads inst's counters c into u (left as they are when the
+// backend does not say).
+func readCounters(inst driver.Instance, c Counters, u *api.SandboxUsage) {
+	if st, ok := inst.(driver.Stats); ok && c&MemoryCounter != 0 {
+		if n, err := st.MemoryUsage(); err == nil {
+			u.MemoryBytes = n
+		}
+	}
+	if cg, ok := inst.(cgrouped); ok && c&CPUCounter != 0 && cg.Cgroup() != nil {
+		if d, err := cg.Cgroup().CPUUsage(); err == nil {
+			u.CPUSeconds = d.Seconds()
+		}
+	}
+}
+
+// firstUsage is a new sandbox's usage before any look: what Usage reports if
+// an operation holds it at the first look.
+func firstUsage(r *record) *api.SandboxUsage {
+	u := &api.SandboxUsage{ID: r.ID, Backend: r.Backend, State: api.StateRunning,
+		MemoryLimitBytes: r.Spec.Memory, CPULimit: r.Spec.CPU, MemoryBytes: -1, CPUSeconds: -1}
+	if r.Paused {
+		u.State = api.StatePaused
+	}
+	return u
 }

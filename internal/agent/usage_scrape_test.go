@@ -8,7 +8,7 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Usage without memory (what a metrics scrape reads) reports a sandbox that a
+// Usage, with or without counters (the dashboard's and a metrics scrape's read), reports a sandbox that a
 // long operation holds as it was last seen, without waiting for it; paused and
 // deleted sandboxes are what they are.
 func TestMockUsageNeverWaits(t *testing.T) {
@@ -16,11 +16,12 @@ func TestMockUsageNeverWaits(t *testing.T) {
 	m := e.open(t)
 	a := create(t, m, api.CreateSandboxRequest{})
 	b := create(t, m, api.CreateSandboxRequest{})
+	var counters agent.Counters
 	states := func() map[string]int {
 		n := map[string]int{}
-		for _, u := range m.Usage(false) {
+		for _, u := range m.Usage(nil, counters) {
 			n[u.State]++
-			if u.MemoryLimit != agent.DefaultMemory || u.Backend != "mock" || u.MemoryUsage != -1 {
+			if u.MemoryLimitBytes != agent.DefaultMemory || u.Backend != "mock" || u.MemoryBytes != -1 || u.CPUSeconds != -1 {
 				t.Errorf("usage %+v", u)
 			}
 		}
@@ -30,17 +31,19 @@ func TestMockUsageNeverWaits(t *testing.T) {
 		t.Fatalf("states %v", got)
 	}
 	release := agent.HoldSandbox(m, a.ID)
-	done := make(chan map[string]int, 1)
-	go func() { done <- states() }()
-	select {
-	case got := <-done:
-		if got[api.StateRunning] != 2 {
-			t.Errorf("states with one sandbox held: %v", got)
+	for _, counters = range []agent.Counters{0, agent.MemoryCounter, agent.AllCounters} { // the metrics' reads and the dashboard's
+		done := make(chan map[string]int, 1)
+		go func() { done <- states() }()
+		select {
+		case got := <-done:
+			if got[api.StateRunning] != 2 {
+				t.Errorf("states with one sandbox held (counters %v): %v", counters, got)
+			}
+		case <-time.After(5 * time.Second):
+			release() // let it and the cleanup finish
+			<-done
+			t.Fatalf("Usage(counters %v) waited for a held sandbox", counters)
 		}
-	case <-time.After(5 * time.Second):
-		release() // let it and the cleanup finish
-		<-done
-		t.Fatal("Usage waited for a held sandbox")
 	}
 	release()
 	if err := m.Delete(ctxT(t), b.ID); err != nil {

@@ -154,12 +154,12 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		}
 	}
 	rt := NewRouter(RouterConfig{
-		Nodes: w, Engine: eng, FnCalls: fnEng, Logger: cfg.Logger, Observer: cl,
+		Nodes: w, Engine: eng, FnCalls: fnEng, Logger: cfg.Logger, Observer: cl, Tracer: tp,
 		EnvLayers: (&LayerCache{Store: envs}).Layers,
 		Claims:    cluster.NewRequests(cfg.Etcd, cfg.Prefix),
 		Drainer:   cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix},
 		Dial: func(n cluster.NodeStatus) session.Service {
-			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret})
+			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret, Tracer: tp})
 		},
 	})
 	guard := project.NewGuard(rt, projects, cfg.Logger)

@@ -6,6 +6,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -35,30 +39,47 @@ func forwarded(req api.CreateSandboxRequest) api.CreateSandboxRequest {
 }
 
 // Create implements session.Service: place, then let the node admit it,
-// re-placing on rejection.
-func (r *Router) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+// re-placing on rejection, all in one "placement" span (the node RPCs are its
+// children).
+func (r *Router) Create(ctx context.Context, req api.CreateSandboxRequest) (_ api.Sandbox, err error) {
 	preq := placementRequest(req)
 	preq.Layers = r.envLayers(ctx, req.Image) // image locality: a tie-breaker
+	ctx, sp := r.tracer.Start(ctx, "placement", trace.WithAttributes(attribute.String("dsec.backend", preq.Backend)))
+	defer func() { endPlacement(sp, err) }()
 	t0 := time.Now()
 	d, err := r.cfg.Engine.Place(ctx, preq)
 	r.cfg.Observer.Placed(preq.Backend, time.Since(t0), err)
 	if err != nil {
 		// A retry of a create that already has its node needs no new room.
 		if holder, herr := r.claimed(ctx, req.RequestID); herr == nil && holder != "" {
+			sp.SetAttributes(attribute.String("dsec.placement.node", holder), attribute.Bool("dsec.placement.retry", true))
 			return r.createOn(ctx, holder, forwarded(req))
 		}
 		return api.Sandbox{}, err
 	}
-	return r.admit(ctx, d, req)
+	return r.admit(ctx, sp, d, req)
+}
+
+// endPlacement ends a placement span with the create's outcome.
+func endPlacement(sp trace.Span, err error) {
+	if err != nil {
+		sp.SetAttributes(attribute.String("dsec.error_code", string(errdefs.ToAPI(err).Code)))
+		sp.SetStatus(codes.Error, err.Error())
+	}
+	sp.End()
 }
 
 // admit runs decision d to its end: the node creates the sandbox (Confirm), or
-// rejects it (Reject: placed again elsewhere), or fails (Release).
-func (r *Router) admit(ctx context.Context, d *placement.Decision, req api.CreateSandboxRequest) (api.Sandbox, error) {
+// rejects it (Reject: placed again elsewhere), or fails (Release). sp is the
+// placement span (ctx's): it gets the candidates, the node chosen, the
+// re-placements and an event per rejection.
+func (r *Router) admit(ctx context.Context, sp trace.Span, d *placement.Decision, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	fwd := forwarded(req)
 	claimed := ""
+	sp.SetAttributes(attribute.Int("dsec.placement.candidates", d.Candidates), attribute.Int("dsec.placement.replacements", 0))
 	for {
 		node := d.Node
+		sp.SetAttributes(attribute.String("dsec.placement.node", node))
 		if req.RequestID != "" && r.cfg.Claims != nil {
 			holder, err := r.claim(ctx, req.RequestID, claimed, node)
 			if err != nil {
@@ -70,6 +91,7 @@ func (r *Router) admit(ctx context.Context, d *placement.Decision, req api.Creat
 				// Another API server placed this request ID first: its node
 				// has (or is making) the sandbox and deduplicates the retry.
 				r.cfg.Engine.Release(d)
+				sp.SetAttributes(attribute.String("dsec.placement.node", holder))
 				return r.createOn(ctx, holder, fwd)
 			}
 		}
@@ -87,12 +109,15 @@ func (r *Router) admit(ctx context.Context, d *placement.Decision, req api.Creat
 		r.log.Debug("node rejected a sandbox; placing it again", "node", node, "err", err)
 		backend := placementRequest(req).Backend
 		r.cfg.Observer.Rejected(backend, err)
+		sp.AddEvent("rejected", trace.WithAttributes(attribute.String("dsec.node", node),
+			attribute.String("dsec.error_code", string(errdefs.ToAPI(err).Code))))
 		d, err = r.cfg.Engine.Reject(ctx, d, err)
 		if err != nil {
 			r.dropClaim(req.RequestID, claimed)
 			return api.Sandbox{}, err
 		}
 		r.cfg.Observer.Replaced(backend)
+		sp.SetAttributes(attribute.Int("dsec.placement.replacements", d.Attempt-1))
 	}
 }
 
@@ -155,9 +180,13 @@ func (r *Router) CreateBatch(ctx context.Context, reqs []api.CreateSandboxReques
 	r.parallel(len(reqs), func(i int) {
 		if ds[i] == nil {
 			out[i], errs[i] = r.createOn(ctx, holders[i], forwarded(reqs[i]))
-		} else {
-			out[i], errs[i] = r.admit(ctx, ds[i], reqs[i])
+			return
 		}
+		// Each sandbox's admission has a placement span of its own.
+		ctx, sp := r.tracer.Start(ctx, "placement", trace.WithAttributes(attribute.String("dsec.backend", ds[i].Request().Backend),
+			attribute.Int("dsec.placement.batch", len(reqs))))
+		out[i], errs[i] = r.admit(ctx, sp, ds[i], reqs[i])
+		endPlacement(sp, errs[i])
 	})
 	first := -1
 	for i, err := range errs {

@@ -30,76 +30,6 @@ var (
 	_ server.ImageManager = (*Images)(nil)
 )
 
-// readyImageNodes returns the image service of every ready node.
-func (im *Images) readyImageNodes() []nodeImages {
-	var out []nodeImages
-	for _, n := range im.Router.cfg.Nodes.Nodes() {
-		if n.State == placement.StateLost {
-			continue
-		}
-		if d, ok := im.Router.client(n).(noderpc.ImageDescriber); ok {
-			out = append(out, nodeImages{n.Name, d})
-		}
-	}
-	return out
-}
-
-type nodeImages struct {
-	name string
-	svc  noderpc.ImageDescriber
-}
-
-// fanOut runs f on every live node at once and returns the answers of those
-// that answered.
-func fanOut[T any](ctx context.Context, im *Images, f func(context.Context, noderpc.ImageDescriber) (T, error)) ([]T, []error) {
-	nodes := im.readyImageNodes()
-	vals := make([]T, len(nodes))
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			vals[i], errs[i] = f(ctx, n.svc)
-			if errs[i] != nil {
-				errs[i] = fmt.Errorf("node %s: %w", n.name, errs[i])
-			}
-		}()
-	}
-	wg.Wait()
-	var ok []T
-	var bad []error
-	for i := range nodes {
-		if errs[i] == nil {
-			ok = append(ok, vals[i])
-		} else {
-			bad = append(bad, errs[i])
-		}
-	}
-	return ok, bad
-}
-
-// merge adds node view b's accounting to a (the same image on another node).
-func merge(a *api.Image, b api.Image) {
-	if len(a.Layers) != len(b.Layers) {
-		return // the environment changed between the two answers: keep a
-	}
-	a.BytesFetched += b.BytesFetched
-	for i := range a.Layers {
-		x, y := &a.Layers[i], b.Layers[i]
-		if x.Digest != y.Digest {
-			continue
-		}
-		x.BytesFetched += y.BytesFetched
-		x.CacheHits += y.CacheHits
-		x.CacheMisses += y.CacheMisses
-		x.Sandboxes += y.Sandboxes
-		x.Prefetched += y.Prefetched
-		x.Mounted = x.Mounted || y.Mounted
-		x.ChunkSize = max(x.ChunkSize, y.ChunkSize)
-	}
-}
-
 // envView is environment name as etcd has it, without node accounting.
 func (im *Images) envView(ctx context.Context, name string) (api.Image, error) {
 	img, err := envstore.Images{Store: im.Store, DefaultSpec: im.Store.Spec}.ResolveEnv(name)
@@ -109,60 +39,44 @@ func (im *Images) envView(ctx context.Context, name string) (api.Image, error) {
 	return img.View(nil, false), nil
 }
 
-// Images implements server.ImageLister: every node's images (directory images
-// and environments), accounting summed, and every environment in etcd.
+// Images implements server.ImageLister: every live node's images (directory
+// images and environments) merged by name with each node's accounting
+// (Router.Images), and every environment in etcd that no node has used yet.
 func (im *Images) Images(ctx context.Context) ([]api.Image, error) {
-	lists, _ := fanOut(ctx, im, func(ctx context.Context, d noderpc.ImageDescriber) ([]api.Image, error) { return d.Images(ctx) })
-	byName := map[string]*api.Image{}
-	for _, l := range lists {
-		for _, img := range l {
-			if cur, ok := byName[img.Name]; ok {
-				merge(cur, img)
-			} else {
-				img := img
-				byName[img.Name] = &img
-			}
-		}
+	out, err := im.Router.Images(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := make(map[string]bool, len(out))
+	for _, img := range out {
+		seen[img.Name] = true
 	}
 	names, err := im.Store.List(ctx)
 	if err != nil {
 		return nil, err
 	}
 	for _, n := range names {
-		if _, ok := byName[n]; ok {
+		if seen[n] {
 			continue
 		}
 		if v, err := im.envView(ctx, n); err == nil {
-			byName[n] = &v
+			out = append(out, v)
 		}
-	}
-	out := make([]api.Image, 0, len(byName))
-	for _, v := range byName {
-		out = append(out, *v)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
 // Image implements server.ImageLister: the image as the nodes describe it,
-// accounting summed; an environment no node answers for comes from etcd.
+// accounting merged; an environment no node has used comes from etcd.
 func (im *Images) Image(ctx context.Context, name string) (api.Image, error) {
-	views, errs := fanOut(ctx, im, func(ctx context.Context, d noderpc.ImageDescriber) (api.Image, error) { return d.Image(ctx, name) })
-	if len(views) > 0 {
-		v := views[0]
-		for _, o := range views[1:] {
-			merge(&v, o)
-		}
-		return v, nil
-	}
-	v, err := im.envView(ctx, name)
+	v, err := im.Router.Image(ctx, name)
 	if err == nil || !errdefs.Is(err, api.CodeNotFound) {
 		return v, err
 	}
-	for _, e := range errs {
-		if !errdefs.Is(e, api.CodeNotFound) {
-			return api.Image{}, e // a node failed: say so rather than not_found
-		}
+	v, err = im.envView(ctx, name)
+	if err == nil || !errdefs.Is(err, api.CodeNotFound) {
+		return v, err
 	}
 	return api.Image{}, errdefs.NotFound("no image or environment named %q in the cluster", name)
 }

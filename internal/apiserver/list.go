@@ -2,11 +2,9 @@ package apiserver
 
 import (
 	"context"
-	"fmt"
 	"sort"
-	"sync"
 
-	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -15,26 +13,14 @@ import (
 // node that is registered but does not answer fails the call, so a list is
 // never silently short.
 func (r *Router) List(ctx context.Context) ([]api.Sandbox, error) {
-	nodes := r.cfg.Nodes.Nodes()
-	lists := make([][]api.Sandbox, len(nodes))
-	errs := make([]error, len(nodes))
-	var wg sync.WaitGroup
-	for i, n := range nodes {
-		if n.State == placement.StateLost {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			lists[i], errs[i] = r.client(n).List(ctx)
-		}()
+	lists, _, err := fanOut(ctx, r, r.cfg.Nodes.Nodes(), "list", func(ctx context.Context, _ string, svc session.Service) ([]api.Sandbox, error) {
+		return svc.List(ctx)
+	})
+	if err != nil {
+		return nil, err
 	}
-	wg.Wait()
 	var out []api.Sandbox
-	for i, l := range lists {
-		if errs[i] != nil {
-			return nil, fmt.Errorf("list: node %s: %w", nodes[i].Name, errs[i])
-		}
+	for _, l := range lists {
 		out = append(out, l...)
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })

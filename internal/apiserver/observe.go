@@ -128,13 +128,12 @@ func (s watcherNodes) Nodes(context.Context) ([]ui.Node, error) {
 
 // Handler is everything an API server's listener serves: /v1, GET /metrics
 // (same tokens as /v1) and the dashboard at /ui/, with request IDs, server
-// spans and HTTP metrics around them. (The node RPC does not carry the trace
-// context yet: an agent's spans start their own traces.)
+// spans and HTTP metrics around them.
 func (a *APIServer) Handler() http.Handler {
 	mux := http.NewServeMux()
 	rates := ui.NewRates(0, 0)
 	mux.Handle(ui.Prefix, ui.New(ui.Options{Authorize: adminToken(a.Tokens), Service: a.svc, Nodes: watcherNodes{a.Watcher},
-		Rates: rates, Logger: a.log}))
+		Rates: rates, Usage: a.Router, Logger: a.log}))
 	mux.Handle("GET "+MetricsPath, a.guard(adminToken(a.Tokens), a.Metrics.Handler()))
 	sf := a.guard(a.Tokens.Match, a.sandboxFusion()) // FnCalls only: any project's token
 	for _, p := range sandboxfusion.Routes() {

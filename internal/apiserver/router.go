@@ -7,6 +7,9 @@ import (
 	"net"
 	"sync"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/placement"
@@ -55,15 +58,18 @@ type RouterConfig struct {
 	// Observer is told about placements, rejections and re-placements
 	// (metrics.Cluster); nil: nobody.
 	Observer Observer
-	Logger   *slog.Logger
+	// Tracer makes the "placement" span of each create; nil: none.
+	Tracer trace.TracerProvider
+	Logger *slog.Logger
 }
 
 // Router is the cluster's session.Service (see the package doc). It also
 // implements session.Forker, Committer, Networker, QoS and FnCaller by
 // forwarding to the owning node, and server.BatchCreator.
 type Router struct {
-	cfg RouterConfig
-	log *slog.Logger
+	cfg    RouterConfig
+	log    *slog.Logger
+	tracer trace.Tracer
 
 	mu      sync.Mutex
 	clients map[string]nodeClient
@@ -95,7 +101,12 @@ func NewRouter(cfg RouterConfig) *Router {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
-	return &Router{cfg: cfg, log: cfg.Logger, clients: map[string]nodeClient{}}
+	tp := cfg.Tracer
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return &Router{cfg: cfg, log: cfg.Logger, tracer: tp.Tracer("github.com/dsec-dev/dsec/internal/apiserver"),
+		clients: map[string]nodeClient{}}
 }
 
 // client returns node n's service, dialling (or re-dialling after an address

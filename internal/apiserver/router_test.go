@@ -24,9 +24,11 @@ type fakeNode struct {
 	max             int
 	fail            bool // every create fails with internal
 
-	mu    sync.Mutex
-	sbs   map[string]api.Sandbox
-	byReq map[string]string
+	mu        sync.Mutex
+	sbs       map[string]api.Sandbox
+	byReq     map[string]string
+	images    []api.Image // nodeviews_test.go
+	usageAsks [][]string
 }
 
 func (f *fakeNode) Create(_ context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {

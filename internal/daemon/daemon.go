@@ -451,6 +451,12 @@ func (s nodeService) SetCPUClass(ctx context.Context, id, class string) (api.San
 
 func (s nodeService) Images(ctx context.Context) ([]api.Image, error) { return s.node.Images(ctx) }
 
+// SandboxUsage implements session.UsageReader (the dashboard's per-sandbox CPU
+// and memory, asked by an API server).
+func (s nodeService) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error) {
+	return s.node.SandboxUsage(ctx, ids)
+}
+
 // node is the agent plus the FnCall engine and the environment store: the
 // session.FnCaller and the server's server.ImageManager.
 type node struct {

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"net"
@@ -22,7 +21,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	rates := ui.NewRates(0, 0)
 	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: d.Token, Service: d.obs.svc, Rates: rates,
-		Usage: d.usage, Pools: d.fnCallPools, Logger: d.cfg.Logger}))
+		Usage: d.Manager, Pools: d.fnCallPools, Logger: d.cfg.Logger}))
 	sf := d.guard(d.sandboxFusion(), writeUnauthorized)
 	for _, p := range sandboxfusion.Routes() {
 		mux.Handle(p, sf)
@@ -90,19 +89,4 @@ func (d *Daemon) fnCallPools() []ui.Pool {
 		out = append(out, ui.Pool{Image: p.Image, Slots: p.Slots, Busy: p.Busy})
 	}
 	return out
-}
-
-// usage reports sandboxes' CPU and memory use for the dashboard and dsec top.
-func (d *Daemon) usage(_ context.Context, ids []string) ([]ui.Usage, error) {
-	use := d.Manager.UsageOf(ids)
-	out := make([]ui.Usage, len(use))
-	for i, u := range use {
-		cpu := -1.0
-		if u.CPUTime >= 0 {
-			cpu = u.CPUTime.Seconds()
-		}
-		out[i] = ui.Usage{ID: u.ID, Backend: u.Backend, State: u.State, MemoryBytes: u.MemoryBytes,
-			MemoryLimitBytes: u.MemoryLimit, CPUSeconds: cpu, CPULimit: u.CPULimit}
-	}
-	return out, nil
 }

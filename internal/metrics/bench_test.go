@@ -28,11 +28,11 @@ const targetSandboxes = 3200
 // depend on where the samples come from).
 type fakeNode struct{ n int }
 
-func (f fakeNode) Usage(bool) []agent.SandboxUsage {
-	out := make([]agent.SandboxUsage, f.n)
+func (f fakeNode) Usage([]string, agent.Counters) []api.SandboxUsage {
+	out := make([]api.SandboxUsage, f.n)
 	for i := range out {
-		out[i] = agent.SandboxUsage{Backend: []string{"container", "microvm"}[i%2], State: api.StateRunning,
-			MemoryLimit: 512 << 20, MemoryUsage: int64(i) << 16}
+		out[i] = api.SandboxUsage{Backend: []string{"container", "microvm"}[i%2], State: api.StateRunning,
+			MemoryLimitBytes: 512 << 20, MemoryBytes: int64(i) << 16}
 	}
 	return out
 }
@@ -40,33 +40,51 @@ func (f fakeNode) Usage(bool) []agent.SandboxUsage {
 func (fakeNode) Capacity() int { return 100000 }
 
 // With 3,200 sandboxes and every route, method and status series a busy node
+// has (dsec server), or every node RPC procedure and code series a busy agent
 // has, the exposition stays under 200 KB.
 func TestExpositionSize(t *testing.T) {
-	m := metrics.New(metrics.Options{Backends: []string{"container", "microvm", "fullvm", "fncall"}, DefaultBackend: "container"})
-	if err := m.Register(m.NewNodeCollector(fakeNode{targetSandboxes}, nil, nil)); err != nil {
-		t.Fatal(err)
-	}
-	// 60 routes x 5 statuses: more than /v1, E2B and SandboxFusion have.
-	h := m.HTTP(func(r *http.Request) string { return r.URL.Path }, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st, _ := strconv.Atoi(r.URL.Query().Get("status"))
-		w.Header().Set(metrics.ErrorHeader, r.URL.Query().Get("code"))
-		w.WriteHeader(st)
-	}))
-	for i := range 60 {
-		for _, st := range []string{"200", "201", "400", "404", "500"} {
-			code := map[string]string{"400": "invalid_argument", "404": "not_found", "500": "internal"}[st]
-			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", fmt.Sprintf("/route/%d?status=%s&code=%s", i, st, code), nil))
-		}
-	}
-	rec := httptest.NewRecorder()
-	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
-	size := rec.Body.Len()
-	t.Logf("exposition with %d sandboxes: %d bytes", targetSandboxes, size)
-	if size > 200_000 {
-		t.Errorf("exposition is %d bytes, over 200 KB", size)
-	}
-	if !strings.Contains(rec.Body.String(), `dsec_sandbox_memory_usage_bytes_count 3200`) {
-		t.Errorf("memory histogram does not count the sandboxes")
+	for _, c := range []struct {
+		name        string
+		routes, rpc int // HTTP routes (x 5 statuses); RPC procedures (x 4 codes)
+	}{
+		// 60 routes: more than /v1, E2B and SandboxFusion have.
+		{"server", 60, 0},
+		// An agent serves /metrics and the node RPC's path over HTTP; 60
+		// procedures: more than the node RPC's 48 methods and 7 streams.
+		{"agent", 2, 60},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			m := metrics.New(metrics.Options{Backends: []string{"container", "microvm", "fullvm", "fncall"}, DefaultBackend: "container"})
+			if err := m.Register(m.NewNodeCollector(fakeNode{targetSandboxes}, nil, nil)); err != nil {
+				t.Fatal(err)
+			}
+			h := m.HTTP(func(r *http.Request) string { return r.URL.Path }, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				st, _ := strconv.Atoi(r.URL.Query().Get("status"))
+				w.Header().Set(metrics.ErrorHeader, r.URL.Query().Get("code"))
+				w.WriteHeader(st)
+			}))
+			for i := range c.routes {
+				for _, st := range []string{"200", "201", "400", "404", "500"} {
+					code := map[string]string{"400": "invalid_argument", "404": "not_found", "500": "internal"}[st]
+					h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", fmt.Sprintf("/route/%d?status=%s&code=%s", i, st, code), nil))
+				}
+			}
+			for i := range c.rpc {
+				for _, code := range []string{"ok", "not_found", "resource_exhausted", "unauthorized"} {
+					m.RPC(fmt.Sprintf("ProcedureNo%02d", i), code, time.Millisecond)
+				}
+			}
+			rec := httptest.NewRecorder()
+			m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+			size := rec.Body.Len()
+			t.Logf("exposition with %d sandboxes: %d bytes", targetSandboxes, size)
+			if size > 200_000 {
+				t.Errorf("exposition is %d bytes, over 200 KB", size)
+			}
+			if !strings.Contains(rec.Body.String(), `dsec_sandbox_memory_usage_bytes_count 3200`) {
+				t.Errorf("memory histogram does not count the sandboxes")
+			}
+		})
 	}
 }
 
@@ -188,12 +206,12 @@ func BenchmarkExecDecorator(b *testing.B) {
 // memNode is a node of one sandbox whose memory use a test sets.
 type memNode struct{ mem atomic.Int64 }
 
-func (n *memNode) Usage(memory bool) []agent.SandboxUsage {
-	u := agent.SandboxUsage{Backend: "container", State: api.StateRunning, MemoryUsage: -1}
-	if memory {
-		u.MemoryUsage = n.mem.Load()
+func (n *memNode) Usage(_ []string, c agent.Counters) []api.SandboxUsage {
+	u := api.SandboxUsage{Backend: "container", State: api.StateRunning, MemoryBytes: -1}
+	if c&agent.MemoryCounter != 0 {
+		u.MemoryBytes = n.mem.Load()
 	}
-	return []agent.SandboxUsage{u}
+	return []api.SandboxUsage{u}
 }
 
 func (*memNode) Capacity() int { return 1 }

@@ -40,3 +40,13 @@ func (m *Metrics) HTTP(route func(*http.Request) string, next http.Handler) http
 		}
 	})
 }
+
+// RPC implements noderpc.Observer: one node RPC request. procedure arrives
+// bounded (the handler's own names or "other"); code is bounded here.
+func (m *Metrics) RPC(procedure, code string, d time.Duration) {
+	if code != ResultOK {
+		code = codeLabel(api.Code(code))
+	}
+	m.rpcRequests.WithLabelValues(procedure, code).Inc()
+	m.rpcSeconds.WithLabelValues(procedure).Observe(d.Seconds())
+}

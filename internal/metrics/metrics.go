@@ -61,6 +61,8 @@ type Metrics struct {
 	httpRequests  *prometheus.CounterVec
 	httpSeconds   *prometheus.HistogramVec
 	errors        *prometheus.CounterVec
+	rpcRequests   *prometheus.CounterVec
+	rpcSeconds    *prometheus.HistogramVec
 }
 
 // Latency buckets: 0.5 ms to 60 s (creates of VMs take seconds under TCG).
@@ -90,8 +92,11 @@ func New(opts Options) *Metrics {
 	m.httpRequests = counter("http_requests_total", "HTTP requests answered, by route pattern, method and status.", "route", "method", "status")
 	m.httpSeconds = hist("http_request_duration_seconds", "Latency of HTTP requests (until the handler returned), by route pattern and method.", "route", "method")
 	m.errors = counter("errors_total", "Error answers dsec's API sent, by error code and infrastructure flag.", "code", "infrastructure")
+	m.rpcRequests = counter("rpc_requests_total", "Node RPC requests this node answered, by procedure (the unary method, e.g. Create, or the stream, e.g. ExecStream) and code (ok or the error code).", "procedure", "code")
+	m.rpcSeconds = hist("rpc_request_duration_seconds", "Latency of node RPC requests (a stream: until it ended), by procedure.", "procedure")
 	m.reg.MustRegister(m.creates, m.createSeconds, m.phaseSeconds, m.rejections, m.deletes, m.execs, m.execSeconds,
-		m.sessionErrors, m.fnVerdicts, m.fnSeconds, m.trajSteps, m.reclaimed, m.httpRequests, m.httpSeconds, m.errors)
+		m.sessionErrors, m.fnVerdicts, m.fnSeconds, m.trajSteps, m.reclaimed, m.httpRequests, m.httpSeconds, m.errors,
+		m.rpcRequests, m.rpcSeconds)
 	if !opts.NoProcess {
 		m.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{Namespace: namespace}))
 	}
@@ -138,7 +143,8 @@ var errorCodes = []string{string(api.CodeUnauthorized), string(api.CodeInvalidAr
 	string(api.CodeAlreadyExists), string(api.CodeConflict), string(api.CodePayloadTooLarge),
 	string(api.CodeResourceExhausted), string(api.CodeDeadlineExceeded), string(api.CodeSandboxGone),
 	string(api.CodeUnavailable), string(api.CodeInternal), string(api.CodeNotImplemented), string(api.CodeBadGateway),
-	string(api.CodeTrajectoryDiverged), string(api.CodeOutcomeUnknown), string(api.CodeTrajectorySandboxLost)}
+	string(api.CodeTrajectoryDiverged), string(api.CodeOutcomeUnknown), string(api.CodeTrajectorySandboxLost),
+	string(api.CodeNodeLost)}
 
 func codeLabel(c api.Code) string { return bounded(string(c), errorCodes) }
 

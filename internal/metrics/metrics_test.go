@@ -51,14 +51,7 @@ func TestCountsMoveExactly(t *testing.T) {
 	}
 	after := scrape(t, s.url)
 
-	delta := func(name string, labels ...string) float64 {
-		return after.Value(name, labels...) - before.Value(name, labels...)
-	}
-	for _, c := range []struct {
-		name   string
-		labels []string
-		want   float64
-	}{
+	wantMoved(t, before, after, []moved{
 		{"dsec_sandbox_creates_total", []string{"backend=mock", "result=ok"}, 1},
 		{"dsec_sandbox_creates_total", []string{"backend=mock", "result=error"}, 1},
 		{"dsec_sandbox_create_duration_seconds_count", []string{"backend=mock", "result=ok"}, 1},
@@ -92,11 +85,7 @@ func TestCountsMoveExactly(t *testing.T) {
 		// Two scrapes happened between before and after (during, and the one
 		// that is counted once it has been answered).
 		{"dsec_http_requests_total", []string{"route=/metrics", "status=200"}, 2},
-	} {
-		if got := delta(c.name, c.labels...); got != c.want {
-			t.Errorf("%s%v moved by %v, want %v", c.name, c.labels, got, c.want)
-		}
-	}
+	})
 	// Sandboxes by state are read at scrape time.
 	if got := during.Value("dsec_sandboxes", "backend=mock", "state=running"); got != 1 {
 		t.Errorf("running sandboxes while one ran: %v", got)

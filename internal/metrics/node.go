@@ -20,10 +20,10 @@ import (
 )
 
 // Sandboxes is what NodeCollector reads of the node agent (*agent.Manager):
-// Usage(false) is cheap (no file reads), Usage(true) reads every sandbox's
-// memory counter.
+// Usage(nil, 0) is cheap (no file reads, no waiting), Usage(nil,
+// agent.MemoryCounter) reads every sandbox's memory counter.
 type Sandboxes interface {
-	Usage(memory bool) []agent.SandboxUsage
+	Usage(ids []string, c agent.Counters) []api.SandboxUsage
 	Capacity() int
 }
 
@@ -167,9 +167,9 @@ func (c *NodeCollector) collectSandboxes(ch chan<- prometheus.Metric, gauge func
 		}
 	}
 	var limits float64
-	for _, u := range c.sbs.Usage(false) {
+	for _, u := range c.sbs.Usage(nil, 0) {
 		counts[key{c.m.backend(u.Backend), bounded(u.State, states)}]++
-		limits += float64(u.MemoryLimit)
+		limits += float64(u.MemoryLimitBytes)
 	}
 	for k, v := range counts {
 		gauge(c.sandboxes, float64(v), k.backend, k.state)
@@ -193,14 +193,14 @@ type memSample struct {
 
 func (c *NodeCollector) readMemory() memSample {
 	s := memSample{buckets: make([]uint64, len(memBuckets))}
-	for _, u := range c.sbs.Usage(true) {
-		if u.MemoryUsage < 0 {
+	for _, u := range c.sbs.Usage(nil, agent.MemoryCounter) {
+		if u.MemoryBytes < 0 {
 			continue
 		}
 		s.n++
-		s.sum += float64(u.MemoryUsage)
+		s.sum += float64(u.MemoryBytes)
 		for i, b := range memBuckets {
-			if float64(u.MemoryUsage) <= b {
+			if float64(u.MemoryBytes) <= b {
 				s.buckets[i]++
 			}
 		}

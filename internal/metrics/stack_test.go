@@ -4,15 +4,13 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/driver/mock"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/images/imagestest"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/internal/server"
@@ -37,23 +35,6 @@ type stack struct {
 	cl  *client.Client
 }
 
-// tinyImages makes an image the mock driver can start (an /etc/passwd is all
-// the agent reads).
-func tinyImages(t testing.TB) *images.Store {
-	imgs := t.TempDir()
-	rootfs := filepath.Join(imgs, "tiny", "rootfs")
-	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(imgs, "tiny", "image.json"), []byte(`{"name":"tiny","lower":["rootfs"]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return &images.Store{Dir: imgs, Default: "tiny"}
-}
-
 // newStack starts the node; wrap (optional) wraps the mock driver.
 func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 	t.Helper()
@@ -72,7 +53,7 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 	if wrap != nil {
 		drv = wrap(drv)
 	}
-	mgr, err := agent.New(context.Background(), agent.Config{DataDir: t.TempDir(), Driver: drv, Images: tinyImages(t),
+	mgr, err := agent.New(context.Background(), agent.Config{DataDir: t.TempDir(), Driver: drv, Images: imagestest.Tiny(t),
 		Node: "test", Tracer: tp, Observer: m, MaxCreating: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -131,4 +112,22 @@ func scrape(t testing.TB, url string) metricstest.Families {
 		t.Fatal(err)
 	}
 	return f
+}
+
+// moved is one expected change of a series between two scrapes (nil labels:
+// every series of the metric added up).
+type moved struct {
+	name   string
+	labels []string
+	want   float64
+}
+
+// wantMoved checks that each series moved by exactly its amount.
+func wantMoved(t testing.TB, before, after metricstest.Families, ms []moved) {
+	t.Helper()
+	for _, c := range ms {
+		if got := after.Value(c.name, c.labels...) - before.Value(c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v moved by %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -32,6 +33,8 @@ type Client struct {
 	// probeAfter and probeTimeout pace the liveness probes of a unary call
 	// waiting for its answer (watch).
 	probeAfter, probeTimeout time.Duration
+	tracer                   trace.Tracer
+	addr                     string // baseURL, for spans
 }
 
 var (
@@ -46,6 +49,7 @@ var (
 
 	_ session.Screenshotter = (*Client)(nil)
 	_ session.InputSender   = (*Client)(nil)
+	_ session.UsageReader   = (*Client)(nil)
 	_ trajectory.API        = (*Client)(nil)
 	_ session.HTTPDoer      = (*Client)(nil)
 )
@@ -84,6 +88,8 @@ func NewClient(baseURL string, opts ClientOptions) *Client {
 			connect.WithAcceptCompression("gzip", nil, nil)),
 		tr: tr, tr1: tr1,
 		probeAfter: orDefault(opts.PingInterval, DefaultPingInterval), probeTimeout: orDefault(opts.PingTimeout, DefaultPingTimeout),
+		tracer: clientTracer(opts.Tracer),
+		addr:   baseURL,
 	}
 }
 
@@ -161,7 +167,9 @@ func (s *signer) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 // call runs a unary method; out (a pointer, or nil) receives its answer.
-func (c *Client) call(ctx context.Context, method string, a callArgs, out any) error {
+func (c *Client) call(ctx context.Context, method string, a callArgs, out any) (err error) {
+	ctx, end := c.span(ctx, method)
+	defer func() { end(err) }()
 	args, err := json.Marshal(a)
 	if err != nil {
 		return errdefs.Internal(err, "node rpc %s: encoding arguments", method)
@@ -369,6 +377,12 @@ func (c *Client) Screenshot(ctx context.Context, id string) ([]byte, error) {
 // SendInput implements session.InputSender.
 func (c *Client) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
 	return callFor[api.InputResult](ctx, c, "SendInput", callArgs{ID: id, Input: &req})
+}
+
+// SandboxUsage implements session.UsageReader: the node's reading of its
+// sandboxes' CPU and memory (at most MaxUsageIDs ids; none: every sandbox).
+func (c *Client) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error) {
+	return callFor[[]api.SandboxUsage](ctx, c, "SandboxUsage", callArgs{IDs: ids})
 }
 
 // ListTrajectories implements trajectory.API: the trajectories the node logs.

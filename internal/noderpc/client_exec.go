@@ -19,8 +19,10 @@ import (
 // are pumped to the node while its output frames are written to s.Stdout and
 // s.Stderr. It returns when the node sends the exit, when ctx ends, or (as
 // unavailable) when the connection drops.
-func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest, s session.Stream) (api.ExecResult, error) {
+func (c *Client) ExecStream(ctx context.Context, id string, req api.ExecRequest, s session.Stream) (_ api.ExecResult, err error) {
 	const op = "ExecStream"
+	ctx, end := c.span(ctx, op)
+	defer func() { end(err) }()
 	b, err := json.Marshal(req)
 	if err != nil {
 		return api.ExecResult{}, errdefs.Internal(err, "node rpc %s: encoding the request", op)

@@ -43,8 +43,12 @@ func NewHandler(svc session.Service, opts HandlerOptions) (path string, h http.H
 	if hd.log == nil {
 		hd.log = slog.Default()
 	}
+	icpts := []connect.Interceptor{&authInterceptor{h: hd}}
+	if opts.Observer != nil { // outermost: refused requests count too
+		icpts = append([]connect.Interceptor{observeInterceptor{obs: opts.Observer}}, icpts...)
+	}
 	return noderpcpbconnect.NewNodeHandler(hd,
-		connect.WithInterceptors(&authInterceptor{h: hd}),
+		connect.WithInterceptors(icpts...),
 		connect.WithReadMaxBytes(maxMessageBytes),
 		// No gzip: between nodes it costs more CPU than the bytes it saves
 		// (it was a fifth of a unary call's CPU).

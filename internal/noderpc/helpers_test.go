@@ -2,7 +2,6 @@ package noderpc_test
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -17,7 +16,9 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver/mock"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/images/imagestest"
 	"github.com/dsec-dev/dsec/internal/noderpc"
+	"github.com/dsec-dev/dsec/internal/noderpc/noderpctest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -41,7 +42,6 @@ func wantCode(t testing.TB, what string, err error, code api.Code) {
 type node struct {
 	url string
 	srv *http.Server
-	ln  net.Listener
 }
 
 // serve starts a Node RPC server for svc; it stops when the test ends.
@@ -50,17 +50,8 @@ func serve(t testing.TB, svc session.Service, opts noderpc.HandlerOptions) *node
 	if opts.Secret == nil {
 		opts.Secret = secret
 	}
-	path, h := noderpc.NewHandler(svc, opts)
-	mux := http.NewServeMux()
-	mux.Handle(path, h)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := noderpc.NewServer(mux, noderpc.ServerOptions{})
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
-	return &node{url: "http://" + ln.Addr().String(), srv: srv, ln: ln}
+	url, srv := noderpctest.Serve(t, svc, opts)
+	return &node{url: url, srv: srv}
 }
 
 // client returns a client of n with the test secret; closed when the test ends.
@@ -77,17 +68,6 @@ func (n *node) client(t testing.TB, mod func(*noderpc.ClientOptions)) *noderpc.C
 // mockAgent is a node agent on the mock driver (no root, no images).
 func mockAgent(t testing.TB) *agent.Manager {
 	t.Helper()
-	imgs := t.TempDir()
-	rootfs := filepath.Join(imgs, "tiny", "rootfs")
-	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(imgs, "tiny", "image.json"), []byte(`{"name":"tiny","lower":["rootfs"]}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	d, err := mock.New(mock.Config{Host: mock.NewHost(), StateDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
@@ -97,7 +77,7 @@ func mockAgent(t testing.TB) *agent.Manager {
 		t.Fatal(err)
 	}
 	m, err := agent.New(ctxT(t), agent.Config{DataDir: t.TempDir(), Drivers: reg,
-		Images: &images.Store{Dir: imgs, Default: "tiny"}, Node: "mock-node"})
+		Images: imagestest.Tiny(t), Node: "mock-node"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -32,6 +32,7 @@ type callArgs struct {
 	FnCall    *api.FnCallRequest        `json:"fncall,omitempty"`
 	Input     *api.InputRequest         `json:"input,omitempty"`
 	HTTP      *httpCall                 `json:"http,omitempty"`
+	IDs       []string                  `json:"ids,omitempty"`
 }
 
 // ImageDescriber describes a node's images and environments with the node's
@@ -163,7 +164,16 @@ var methods = map[string]method{
 		return t.RebuildTrajectory(ctx, a.ID)
 	}),
 	"NodeStatus": func(ctx context.Context, h *handler, a callArgs) (any, error) { return h.status(ctx) },
+	"SandboxUsage": capMethod("sandbox usage", func(ctx context.Context, u session.UsageReader, a callArgs) (any, error) {
+		if len(a.IDs) > MaxUsageIDs {
+			return nil, errdefs.Invalid("node rpc SandboxUsage: at most %d IDs, got %d", MaxUsageIDs, len(a.IDs))
+		}
+		return u.SandboxUsage(ctx, a.IDs)
+	}),
 }
+
+// MaxUsageIDs bounds the IDs of one SandboxUsage call (none: every sandbox).
+const MaxUsageIDs = 1000
 
 // fsMethod runs f on the sandbox's file system, opened for this call.
 func fsMethod(f func(ctx context.Context, fs session.FS, a callArgs) (any, error)) method {

@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults for the keepalive machinery: a connection that has been silent for
@@ -29,7 +31,9 @@ type HandlerOptions struct {
 	MaxSkew time.Duration
 	// Status answers NodeStatus; nil: a status made from Info and List.
 	Status func(ctx context.Context) (Status, error)
-	Logger *slog.Logger
+	// Observer is told about every request (RPC metrics); nil: nobody.
+	Observer Observer
+	Logger   *slog.Logger
 	// Now is the clock (tests); default time.Now.
 	Now func() time.Time
 }
@@ -48,6 +52,9 @@ type ClientOptions struct {
 	PingTimeout  time.Duration
 	// Now is the clock tokens are stamped with (tests); default time.Now.
 	Now func() time.Time
+	// Tracer makes a client span per call ("noderpc.Create", ...; the node's
+	// spans are its children); nil: none (the trace context still crosses).
+	Tracer trace.TracerProvider
 }
 
 // ServerOptions configure NewServer.

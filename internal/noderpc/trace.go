@@ -4,7 +4,13 @@ import (
 	"context"
 	"net/http"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
 )
 
 // traceContext carries the caller's span across the wire as a W3C traceparent
@@ -21,4 +27,27 @@ func injectTrace(ctx context.Context, h http.Header) {
 // extractTrace returns ctx with the span context an incoming request carried.
 func extractTrace(ctx context.Context, h http.Header) context.Context {
 	return traceContext.Extract(ctx, propagation.HeaderCarrier(h))
+}
+
+// clientTracer is the tracer of a Client's spans (none without a provider).
+func clientTracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return tp.Tracer("github.com/dsec-dev/dsec/internal/noderpc")
+}
+
+// span starts the client span of one call, "noderpc.METHOD" (the node's spans
+// are its children); the returned func ends it with the call's outcome.
+func (c *Client) span(ctx context.Context, method string) (context.Context, func(error)) {
+	ctx, sp := c.tracer.Start(ctx, "noderpc."+method, trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("rpc.system", "connect_rpc"), attribute.String("rpc.service", "dsec.noderpc.v1.Node"),
+			attribute.String("rpc.method", method), attribute.String("server.address", c.addr)))
+	return ctx, func(err error) {
+		if err != nil {
+			sp.SetAttributes(attribute.String("dsec.error_code", string(errdefs.ToAPI(err).Code)))
+			sp.SetStatus(codes.Error, err.Error())
+		}
+		sp.End()
+	}
 }

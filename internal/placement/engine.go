@@ -119,7 +119,10 @@ type Decision struct {
 	Attempt int
 	// Rejected lists the nodes that already rejected this sandbox.
 	Rejected []string
-	req      Request
+	// Candidates is how many nodes could take it when it was placed (1 for a
+	// pinned request); the engine compared at most K of them.
+	Candidates int
+	req        Request
 }
 
 // Request returns the request the decision places (what the agent is asked to
@@ -380,6 +383,7 @@ func IsRejection(err error) bool {
 func (e *Engine) placeLocked(req Request, attempt int, rejected []string) (*Decision, error) {
 	res := req.resources()
 	var idx int
+	candidates := 1
 	if req.Node != "" {
 		i, err := e.pinnedLocked(req, res, rejected)
 		if err != nil {
@@ -394,6 +398,7 @@ func (e *Engine) placeLocked(req Request, attempt int, rejected []string) (*Deci
 		if len(feasible) == 0 {
 			return nil, e.noFitLocked(req, res, rejected)
 		}
+		candidates = len(feasible)
 		idx = e.choose(feasible, &req)
 	}
 	n := &e.nodes[idx]
@@ -402,5 +407,5 @@ func (e *Engine) placeLocked(req Request, attempt int, rejected []string) (*Deci
 	id := e.nextID
 	e.inflight[id] = &inflight{node: n.Name, res: res, placedAt: time.Now()}
 	e.placements.Add(1)
-	return &Decision{ID: id, Node: n.Name, Attempt: attempt, Rejected: rejected, req: req}, nil
+	return &Decision{ID: id, Node: n.Name, Attempt: attempt, Rejected: rejected, Candidates: candidates, req: req}, nil
 }

@@ -16,3 +16,13 @@ type QoS interface {
 	// SetCPUClass changes a sandbox's CPU class (api.CPUClassLS, api.CPUClassBE).
 	SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error)
 }
+
+// UsageReader is implemented by services that read their sandboxes' CPU and
+// memory use (the node agent; in a cluster the router, which asks the owning
+// nodes). Front ends find it by type assertion.
+type UsageReader interface {
+	// SandboxUsage returns the use of the sandboxes ids (unknown IDs are left
+	// out), or of every sandbox when ids is empty. It must not wait for a
+	// sandbox a long operation holds (it reports what it last read).
+	SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error)
+}

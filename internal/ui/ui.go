@@ -45,8 +45,9 @@ type Options struct {
 	// Rates is the create/error history; nil: the overview has none.
 	Rates *Rates
 	// Usage reads sandboxes' CPU and memory use (/ui/api/usage, /ui/api/top);
-	// nil answers not_implemented.
-	Usage UsageFunc
+	// nil: Service's, when it is a session.UsageReader, else those calls answer
+	// not_implemented.
+	Usage session.UsageReader
 	// Pools reports FnCall pools; nil: none.
 	Pools func() []Pool
 	// Shell is what a terminal runs (/bin/sh -c); default TerminalShell.
@@ -69,6 +70,9 @@ type Handler struct {
 func New(opts Options) *Handler {
 	if opts.Nodes == nil {
 		opts.Nodes = LocalNodes{Service: opts.Service}
+	}
+	if ur, ok := opts.Service.(session.UsageReader); ok && opts.Usage == nil {
+		opts.Usage = ur
 	}
 	if opts.Shell == "" {
 		opts.Shell = TerminalShell

@@ -19,25 +19,21 @@ const (
 	MaxTopSize     = 1000
 )
 
-// Usage is one sandbox's resource use (GET /ui/api/usage and /ui/api/top).
+// Usage is one sandbox's resource use (GET /ui/api/usage and /ui/api/top):
+// what its node read, plus CPUPercent, the share of one core since this
+// handler's previous read of the sandbox (absent on the first).
 type Usage struct {
-	ID      string `json:"id"`
-	Backend string `json:"backend"`
-	State   string `json:"state"`
-	// MemoryBytes is the memory charged now (-1: the backend does not say).
-	MemoryBytes      int64 `json:"memory_bytes"`
-	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
-	// CPUSeconds is the CPU time used so far (-1: unknown); CPUPercent the
-	// share of one core since this server's previous sample of the sandbox
-	// (absent on the first).
-	CPUSeconds float64  `json:"cpu_seconds"`
+	api.SandboxUsage
 	CPUPercent *float64 `json:"cpu_percent,omitempty"`
-	CPULimit   float64  `json:"cpu_limit"`
 }
 
-// UsageFunc reads the use of the sandboxes ids, or of every sandbox when ids
-// is empty; CPUPercent is left to the Handler.
-type UsageFunc func(ctx context.Context, ids []string) ([]Usage, error)
+// UsageFunc is a function as a session.UsageReader.
+type UsageFunc func(ctx context.Context, ids []string) ([]api.SandboxUsage, error)
+
+// SandboxUsage implements session.UsageReader.
+func (f UsageFunc) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error) {
+	return f(ctx, ids)
+}
 
 // Top is the body of GET /ui/api/top: the nodes and the busiest sandboxes.
 type Top struct {
@@ -96,9 +92,13 @@ func (h *Handler) readUsage(ctx context.Context, ids []string) ([]Usage, error) 
 	if h.opts.Usage == nil {
 		return nil, errdefs.New(api.CodeNotImplemented, "this server does not report sandbox usage")
 	}
-	us, err := h.opts.Usage(ctx, ids)
+	read, err := h.opts.Usage.SandboxUsage(ctx, ids)
 	if err != nil {
 		return nil, err
+	}
+	us := make([]Usage, len(read))
+	for i, u := range read {
+		us[i].SandboxUsage = u
 	}
 	h.cpu.fill(us, time.Now(), len(ids) == 0)
 	return us, nil

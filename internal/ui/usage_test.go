@@ -10,18 +10,19 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/server/servertest"
 	"github.com/dsec-dev/dsec/internal/ui"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // fakeUsage hands out whatever use the test sets.
 type fakeUsage struct {
 	mu  sync.Mutex
-	use map[string]ui.Usage
+	use map[string]api.SandboxUsage
 }
 
-func (f *fakeUsage) read(_ context.Context, ids []string) ([]ui.Usage, error) {
+func (f *fakeUsage) read(_ context.Context, ids []string) ([]api.SandboxUsage, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []ui.Usage
+	var out []api.SandboxUsage
 	if len(ids) == 0 {
 		for _, u := range f.use {
 			out = append(out, u)
@@ -39,14 +40,14 @@ func (f *fakeUsage) read(_ context.Context, ids []string) ([]ui.Usage, error) {
 func (f *fakeUsage) set(id string, cpu float64, mem int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.use[id] = ui.Usage{ID: id, State: "running", CPUSeconds: cpu, MemoryBytes: mem}
+	f.use[id] = api.SandboxUsage{ID: id, State: "running", CPUSeconds: cpu, MemoryBytes: mem}
 }
 
 func usageEnv(t *testing.T) (*env, *fakeUsage) {
 	node := servertest.NewNode(t.TempDir())
-	fu := &fakeUsage{use: map[string]ui.Usage{}}
+	fu := &fakeUsage{use: map[string]api.SandboxUsage{}}
 	mux := http.NewServeMux()
-	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: token, Service: node, Usage: fu.read}))
+	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: token, Service: node, Usage: ui.UsageFunc(fu.read)}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return &env{t: t, node: node, srv: srv}, fu

@@ -59,3 +59,19 @@ type QoSInfo struct {
 	DAMON     bool   `json:"damon"`
 	DAMONNote string `json:"damon_note,omitempty"`
 }
+
+// SandboxUsage is one sandbox's resource use as its node last read it (the
+// dashboard's per-sandbox CPU and memory, dsec top, the node's metrics).
+type SandboxUsage struct {
+	ID      string `json:"id"`
+	Backend string `json:"backend"`
+	State   string `json:"state"` // StateRunning, StatePaused or StateExited
+	// MemoryBytes is the memory charged (-1: unknown: the backend does not say,
+	// or it was not read); MemoryLimitBytes the sandbox's limit.
+	MemoryBytes      int64 `json:"memory_bytes"`
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	// CPUSeconds is the CPU time its processes used so far (-1: unknown);
+	// CPULimit its limit in cores.
+	CPUSeconds float64 `json:"cpu_seconds"`
+	CPULimit   float64 `json:"cpu_limit"`
+}

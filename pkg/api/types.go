@@ -277,6 +277,19 @@ type Image struct {
 	// Config is the image's process defaults (from the OCI image config it was
 	// built from, or image.json); nil: none, execs get dsec's defaults.
 	Config *ImageConfig `json:"config,omitempty"`
+	// Nodes is set by a cluster's API server: each node that has the image,
+	// with the bytes it fetched. BytesFetched is then left out, and the
+	// layers' counters (bytes fetched, cache hits and misses, sandboxes) add
+	// up the nodes'.
+	Nodes []ImageNode `json:"nodes,omitempty"`
+}
+
+// ImageNode is one node's copy of an image (Image.Nodes).
+type ImageNode struct {
+	Node         string `json:"node"`
+	BytesFetched int64  `json:"bytes_fetched"`
+	// MountedLayers counts the image's layers this node has mounted.
+	MountedLayers int `json:"mounted_layers"`
 }
 
 // ImageConfig is the part of an OCI image config dsec keeps and honours. Env

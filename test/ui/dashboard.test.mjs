@@ -79,7 +79,11 @@ test("a wrong token is refused with a clear message", async () => {
 
 test("the overview lists the node and a sandbox created by the test", async () => {
   const info = await apiCall("GET", "/v1/info");
+  const sum = (a) => a.reduce((x, y) => x + y, 0);
+  const { rates } = await apiCall("GET", "/ui/api/overview");
   const sb = await sandbox({ uitest: RUN, role: "overview" });
+  await sandbox({ uitest: RUN, role: "overview" });
+  await assert.rejects(apiCall("POST", "/v1/sandboxes", { image: "no-such-image-" + RUN }), /404/);
   const p = await page("overview");
   await p.goto(URL + "/ui/#token=" + encodeURIComponent(TOKEN));
   await p.getByTestId("overview").waitFor();
@@ -89,7 +93,13 @@ test("the overview lists the node and a sandbox created by the test", async () =
   assert.deepEqual(nodes, [info.node]);
   const nodeRow = await p.getByTestId("nodes").locator("tbody tr").first().textContent();
   assert.match(nodeRow, /container/);
-  assert.match(await p.getByTestId("rates").textContent(), /[1-9]\d* creates/, "the create is counted");
+  // The create and error rates over time count the test's two creates and its failed one.
+  const want = `${sum(rates.creates) + 3} creates`;
+  const failed = `${sum(rates.create_errors) + 1} failed`;
+  const text = await p.getByTestId("rates").textContent();
+  assert.ok(text.startsWith(want) && text.includes(failed), `rates "${text}", want "${want}" and "${failed}"`);
+  assert.ok((await p.locator("svg.chart rect.ok").count()) >= 1, "a bar of creates");
+  assert.ok((await p.locator("svg.chart rect.err").count()) >= 1, "a bar of failed creates");
   await p.shot("overview");
   // Reload: the stored token is used, no fragment needed.
   await p.goto(URL + "/ui/#/sandboxes");

@@ -136,6 +136,8 @@ export interface Image {
   layers?: ImageLayer[];
   size?: number;
   bytes_fetched?: number;
+  // Set by a cluster's API server: each node that has the image.
+  nodes?: { node: string; bytes_fetched: number; mounted_layers: number }[];
 }
 export interface Trajectory {
   id: string;

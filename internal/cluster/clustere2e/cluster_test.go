@@ -30,10 +30,12 @@ func TestCluster(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	byNode := map[string][]string{} // node → sandboxes created on it
+	createsVia := map[int]int{}     // API server → creates it answered
 
 	create := func(t *testing.T, api_ int, req api.CreateSandboxRequest) api.Sandbox {
 		t.Helper()
 		sb, err := e.client(api_).Create(ctx, req)
+		createsVia[api_]++
 		if err != nil {
 			t.Fatalf("create through API server %d: %v", api_, err)
 		}
@@ -109,8 +111,7 @@ func TestCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		create(t, 0, api.CreateSandboxRequest{})
-		create(t, 0, api.CreateSandboxRequest{})
+		mine := []string{create(t, 0, api.CreateSandboxRequest{}).ID, create(t, 0, api.CreateSandboxRequest{}).ID}
 		after, err := metricstest.Scrape(url+"/metrics", e.token)
 		if err != nil {
 			t.Fatal(err)
@@ -153,8 +154,52 @@ func TestCluster(t *testing.T) {
 		if v := nm.Value("dsec_sandbox_create_phase_duration_seconds_count", "phase=admission"); v != float64(len(byNode[a.node])) {
 			t.Errorf("agent %s: admission phase count = %v, want %d", a.node, v, len(byNode[a.node]))
 		}
+		// Its node RPC listener counts the creates the API servers sent it.
+		if v := nm.Value("dsec_rpc_requests_total", "procedure=Create", "code=ok"); v != float64(len(byNode[a.node])) {
+			t.Errorf("agent %s: dsec_rpc_requests_total{Create,ok} = %v, want %d", a.node, v, len(byNode[a.node]))
+		}
 		if _, err := metricstest.Scrape("http://"+a.addr+"/metrics", e.token); err == nil {
 			t.Error("agent /metrics accepted the API tier's token")
+		}
+		getJSON := func(path string, v any) {
+			t.Helper()
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+path, nil)
+			req.Header.Set("Authorization", "Bearer "+e.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				b, _ := io.ReadAll(resp.Body)
+				t.Fatalf("GET %s: %s %s", path, resp.Status, b)
+			}
+			if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
+				t.Fatalf("GET %s: %v", path, err)
+			}
+		}
+		// The dashboard's images view: every node's images, each node named.
+		var imgs []api.Image
+		getJSON("/v1/images", &imgs)
+		def := -1
+		for i, img := range imgs {
+			if img.Default {
+				def = i
+			}
+		}
+		if def < 0 || len(imgs[def].Nodes) != 3 {
+			t.Errorf("images through the API server: %+v, want the default image on n1, n2 and n3", imgs)
+		}
+		// Per-sandbox CPU and memory, from the sandboxes' own nodes.
+		var use struct{ Sandboxes []api.SandboxUsage }
+		getJSON("/ui/api/usage?id="+mine[0]+"&id="+mine[1], &use)
+		if len(use.Sandboxes) != 2 {
+			t.Fatalf("usage of %v: %+v", mine, use)
+		}
+		for _, u := range use.Sandboxes {
+			if (u.ID != mine[0] && u.ID != mine[1]) || u.MemoryBytes <= 0 || u.CPUSeconds < 0 || u.State != api.StateRunning {
+				t.Errorf("usage %+v, want a running container's memory and CPU time", u)
+			}
 		}
 		// The dashboard's overview lists every node from the watcher.
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/ui/api/overview", nil)
@@ -177,7 +222,8 @@ func TestCluster(t *testing.T) {
 				Sandboxes         int
 				MaxSandboxes      int64 `json:"max_sandboxes"`
 			} `json:"nodes"`
-			Sandboxes struct{ Total int } `json:"sandboxes"`
+			Sandboxes struct{ Total int }     `json:"sandboxes"`
+			Rates     struct{ Creates []int } `json:"rates"`
 		}
 		err = json.NewDecoder(resp.Body).Decode(&ov)
 		resp.Body.Close()
@@ -193,6 +239,13 @@ func TestCluster(t *testing.T) {
 		}
 		if len(ov.Nodes) != 3 || ov.Sandboxes.Total != total {
 			t.Fatalf("overview: %+v, want 3 nodes and %d sandboxes", ov, total)
+		}
+		rated := 0
+		for _, n := range ov.Rates.Creates {
+			rated += n
+		}
+		if rated != createsVia[0] {
+			t.Errorf("the overview's create rate counts %d creates, want the %d made through this API server", rated, createsVia[0])
 		}
 		for _, n := range ov.Nodes {
 			if n.State != "ready" || n.Addr == "" || n.MaxSandboxes != 12 || n.Sandboxes != len(byNode[n.Name]) {
