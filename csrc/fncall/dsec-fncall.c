@@ -16,17 +16,27 @@
  * concurrent runs never share one (abstract unix sockets), then pivots into
  * the skeleton.
  *
- * Per run request (struct req + strings, fds: stdin, stdout, stderr, files):
+ * Per run (struct req + strings, fds: stdin, stdout, stderr, files):
  *   zygote: clone(CLONE_NEWPID) -> helper H, PID 1 of a new pid namespace:
  *     unshare(mount, ipc), setns(slot netns), join the slot's cgroups, mount
  *     a fresh size-limited tmpfs on /w (owned by the run's uid) and, if asked,
- *     a fresh /proc; copy the files into /w; fork the program P:
+ *     a fresh /proc; no_new_privs and the seccomp filter; then it waits for
+ *     the request on a socket of its own (the descriptors come with it);
+ *     copies the files into /w; forks the program P:
  *       P: stdio, rlimits, setsid, drop to uid/gid with no groups, chdir,
- *          no_new_privs, seccomp, execve.
+ *          execve (seccomp and no_new_privs are inherited from H).
  *     H waits for P, reports P's wait status and exits, which makes the
  *     kernel kill and reap everything else in the pid namespace (a child
  *     outliving its parent dies with it).
  *   zygote: reaps H (rusage covers P and every descendant) and reports.
+ *
+ * Prepared helpers: after a slot's run was reaped the zygote at once clones
+ * the slot's next H with that run's namespace parameters (uid, tmpfs size,
+ * /proc), which sets itself up while nobody waits, so the next request on the
+ * slot only hands over the program. Each H serves exactly one request and
+ * then dies with its namespaces: nothing is shared between runs. A request
+ * whose parameters differ from the prepared H's kills it and clones a fresh
+ * one (the path every run took before). A slot's first run has no prepared H.
  *
  * Events (struct ev) go back over the control socket: STARTED (pid of H, as
  * the zygote sees it), SETUP_ERR, EXEC_ERR, EXIT (P's status, sent by H),
@@ -392,20 +402,27 @@ static void set_rl(int res, uint64_t soft, uint64_t hard)
  * after H was reaped. H must not call malloc, stdio or anything else holding
  * libc state; it uses the stack and system calls. */
 struct run {
-	uint64_t id;
+	uint64_t id; /* 0 while H is prepared and has no request */
 	pid_t pid;
-	struct req r;
-	char *buf; /* the strings of the request */
+	struct req r; /* at preparation: only slot, uid, gid, tmpfs_size, flags */
+	char *buf;    /* the strings of the request */
 	char **vec;
 	char **argv, **envp, **fnames;
 	char *cwd;
-	int fds[MAX_FILES + 3];
+	int fds[MAX_FILES + 3]; /* H's descriptors, received with the request */
 	int nfds;
+	int sock;  /* the zygote's end of the request socket */
+	int hsock; /* H's end */
+	/* a setup step of H that failed before H had its request (reported
+	 * by the zygote when H is reaped, if a request was handed over) */
+	int prep_err;
+	const char *prep_what;
 	char *stack;
 };
 #define MAX_RUNS (MAX_SLOTS * 2)
 #define STACK_SIZE (256 * 1024)
 static struct run runs[MAX_RUNS];
+static struct run *ready[MAX_SLOTS]; /* the slot's prepared H, if any */
 
 /* exec_path is execvp with the PATH of envp (never the zygote's environ,
  * which P must not touch: it shares the zygote's memory until execve). */
@@ -479,10 +496,7 @@ static void run_program(struct run *ru)
 		setup_fail(id, "drop privileges");
 	if (chdir(ru->cwd))
 		setup_fail(id, "chdir");
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-		setup_fail(id, "no_new_privs");
-	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
-		setup_fail(id, "seccomp");
+	/* no_new_privs and the seccomp filter: inherited from H */
 	int err = exec_path(ru->argv, ru->envp);
 	errno = err;
 	evmsg(EV_EXEC_ERR, id, err, ru->argv[0]);
@@ -498,12 +512,48 @@ static long long tnow(void)
 
 #define TR() (tr[ntr++] = tracing ? tnow() : 0)
 
+/* prep_fail: a setup step of H failed before its request arrived (the
+ * zygote reports it if a request was handed over). */
+static void prep_fail(struct run *ru, const char *what)
+{
+	ru->prep_err = errno;
+	ru->prep_what = what;
+	syscall(SYS_exit, 125);
+	for (;;)
+		;
+}
+
+/* recv_request waits for H's request: one byte and the run's descriptors
+ * (the zygote has filled ru->r and the strings before sending). */
+static int recv_request(struct run *ru)
+{
+	char b;
+	char cbuf[CMSG_SPACE(sizeof(int) * (MAX_FILES + 3))];
+	struct iovec iov = {.iov_base = &b, .iov_len = 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+	ssize_t n;
+	while ((n = recvmsg(ru->hsock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (n <= 0)
+		return -1;
+	ru->nfds = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (int i = 0; i < k && ru->nfds < MAX_FILES + 3; i++)
+			memcpy(&ru->fds[ru->nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+	}
+	if (mh.msg_flags & MSG_CTRUNC)
+		return -1;
+	return 0;
+}
+
 /* H: PID 1 of the run's pid namespace. */
 static int run_helper(void *arg)
 {
 	struct run *ru = arg;
 	struct req *r = &ru->r;
-	uint64_t id = r->id;
 	long long tr[16];
 	volatile int ntr = 0; /* vfork below: -Wclobbered */
 	TR();
@@ -512,31 +562,43 @@ static int run_helper(void *arg)
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (unshare(CLONE_NEWNS | CLONE_NEWIPC))
-		setup_fail(id, "unshare mount, ipc");
+		prep_fail(ru, "unshare mount, ipc");
 	TR();
 	if (setns(netfd[r->slot], CLONE_NEWNET))
-		setup_fail(id, "join network namespace");
+		prep_fail(ru, "join network namespace");
 	TR();
 	for (int i = 0; i < ncg; i++) {
 		int fd = FD_CG0 + (int)r->slot * ncg + i;
 		if (write(fd, "0", 1) != 1)
-			setup_fail(id, "join cgroup");
+			prep_fail(ru, "join cgroup");
 	}
 	TR();
 	char opts[128];
 	snprintf(opts, sizeof opts, "size=%llu,nr_inodes=16384,mode=0755,uid=%u,gid=%u",
 		(unsigned long long)r->tmpfs_size, r->uid, r->gid);
 	if (mount("tmpfs", "/w", "tmpfs", MS_NOSUID | MS_NODEV, opts))
-		setup_fail(id, "mount /w");
-	TR();
+		prep_fail(ru, "mount /w");
 	if (mkdir("/w/tmp", 01777) || chmod("/w/tmp", 01777) || chown("/w/tmp", r->uid, r->gid))
-		setup_fail(id, "mkdir /w/tmp");
-	TR();
+		prep_fail(ru, "mkdir /w/tmp");
 	if (r->flags & F_PROC) {
 		if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
-			setup_fail(id, "mount /proc");
+			prep_fail(ru, "mount /proc");
 	}
 	TR();
+	/* From here on H and the program it forks run under the sandbox's
+	 * seccomp filter (no mounts, no namespaces) and no_new_privs. */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		prep_fail(ru, "no_new_privs");
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
+		prep_fail(ru, "seccomp");
+	TR();
+	if (recv_request(ru))
+		syscall(SYS_exit, 0); /* no request: the slot was given up */
+	close(ru->hsock);
+	TR();
+	uint64_t id = r->id;
+	if (ru->nfds != 3 + (int)r->nfiles)
+		setup_fail(id, "descriptors");
 	for (uint32_t i = 0; i < r->nfiles; i++) {
 		char *colon = strchr(ru->fnames[i], ':');
 		if (!colon)
@@ -583,6 +645,8 @@ static int run_helper(void *arg)
 				int o = 0;
 				for (int i = 1; i < ntr && o < 70; i++)
 					o += snprintf(b + o, sizeof b - o, "%lld ", tr[i] - tr[i - 1]);
+				evmsg(7, id, 0, b);
+				snprintf(b, sizeof b, "ABS %lld %lld %lld %lld", tr[5], tr[6], tr[7], tr[ntr - 1]);
 				evmsg(7, id, 0, b);
 			}
 			syscall(SYS_exit, 0);
@@ -634,61 +698,151 @@ static void free_run(struct run *ru)
 {
 	free(ru->buf);
 	free(ru->vec);
+	if (ru->sock >= 0)
+		close(ru->sock);
+	ru->sock = -1;
 	ru->buf = NULL;
 	ru->vec = NULL;
 	ru->pid = 0;
 	ru->id = 0;
 }
 
-static void handle_run(struct req *r, char *s, size_t n, int *fds, int nfds)
+static struct run *free_slot_run(void)
 {
-	struct run *ru = NULL;
 	for (int i = 0; i < MAX_RUNS; i++)
-		if (runs[i].pid == 0 && runs[i].buf == NULL) {
-			ru = &runs[i];
-			break;
-		}
+		if (runs[i].pid == 0 && runs[i].buf == NULL && runs[i].sock < 0)
+			return &runs[i];
+	return NULL;
+}
+
+/* prepare clones H for slot with p's namespace parameters; H sets up its
+ * sandbox and waits for its request on ru->hsock. NULL (errno set) on
+ * failure. */
+static struct run *prepare(const struct req *p)
+{
+	struct run *ru = free_slot_run();
 	if (!ru) {
-		evmsg(EV_SETUP_ERR, r->id, EAGAIN, "too many runs");
-		return;
-	}
-	if (r->slot >= (uint32_t)nslots || nfds != 3 + (int)r->nfiles) {
-		evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
-		return;
-	}
-	ru->r = *r;
-	ru->buf = malloc(n ? n : 1);
-	if (!ru->buf) {
-		evmsg(EV_SETUP_ERR, r->id, ENOMEM, "malloc");
-		return;
-	}
-	memcpy(ru->buf, s, n);
-	if (parse_strings(ru, n)) {
-		free_run(ru);
-		evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
-		return;
+		errno = EAGAIN;
+		return NULL;
 	}
 	if (!ru->stack) {
 		void *m = mmap(NULL, STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-		if (m == MAP_FAILED) {
-			free_run(ru);
-			evmsg(EV_SETUP_ERR, r->id, errno, "stack");
-			return;
-		}
+		if (m == MAP_FAILED)
+			return NULL;
 		ru->stack = m;
 	}
-	memcpy(ru->fds, fds, sizeof(int) * nfds);
-	ru->nfds = nfds;
-	ru->id = r->id;
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
+		return NULL;
+	memset(&ru->r, 0, sizeof ru->r);
+	ru->r.slot = p->slot;
+	ru->r.uid = p->uid;
+	ru->r.gid = p->gid;
+	ru->r.tmpfs_size = p->tmpfs_size;
+	ru->r.flags = p->flags;
+	ru->id = 0;
+	ru->prep_err = 0;
+	ru->prep_what = NULL;
+	ru->hsock = sv[1];
 	pid_t pid = clone(run_helper, ru->stack + STACK_SIZE, CLONE_VM | CLONE_NEWPID | SIGCHLD, ru);
+	int err = errno;
+	close(sv[1]);
 	if (pid < 0) {
-		int err = errno;
-		free_run(ru);
-		evmsg(EV_SETUP_ERR, r->id, err, "clone");
+		close(sv[0]);
+		errno = err;
+		return NULL;
+	}
+	ru->sock = sv[0];
+	ru->pid = pid;
+	return ru;
+}
+
+static int same_sandbox(const struct req *a, const struct req *b)
+{
+	return a->uid == b->uid && a->gid == b->gid && a->tmpfs_size == b->tmpfs_size && a->flags == b->flags;
+}
+
+/* discard kills a prepared H and waits for it: its pid must not count in
+ * the slot's pids cgroup while the next run's H starts. */
+static void discard(struct run *ru)
+{
+	if (ready[ru->r.slot] == ru)
+		ready[ru->r.slot] = NULL;
+	kill(ru->pid, SIGKILL);
+	int st;
+	while (wait4(ru->pid, &st, __WALL, NULL) < 0 && errno == EINTR)
+		;
+	free_run(ru);
+}
+
+/* hand_over gives a prepared H its request; -1 if H is gone. */
+static int hand_over(struct run *ru, int *fds, int nfds)
+{
+	char b = 1;
+	char cbuf[CMSG_SPACE(sizeof(int) * (MAX_FILES + 3))];
+	memset(cbuf, 0, sizeof cbuf);
+	struct iovec iov = {.iov_base = &b, .iov_len = 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+		.msg_controllen = CMSG_SPACE(sizeof(int) * nfds)};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+	memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	ssize_t n;
+	while ((n = sendmsg(ru->sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+		;
+	return n == 1 ? 0 : -1;
+}
+
+static void handle_run(struct req *r, char *s, size_t n, int *fds, int nfds)
+{
+	if (r->slot >= (uint32_t)nslots || nfds != 3 + (int)r->nfiles || nfds < 3) {
+		evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
 		return;
 	}
-	ru->pid = pid;
-	struct ev e = {.kind = EV_STARTED, .id = r->id, .pid = pid};
+	/* the slot's prepared H if it has this run's parameters, else a fresh one */
+	struct run *ru = ready[r->slot];
+	if (ru && !same_sandbox(&ru->r, r))
+		discard(ru);
+	for (int attempt = 0;; attempt++) {
+		ru = ready[r->slot];
+		ready[r->slot] = NULL;
+		if (!ru && !(ru = prepare(r))) {
+			evmsg(EV_SETUP_ERR, r->id, errno, "clone");
+			return;
+		}
+		ru->r = *r;
+		ru->buf = malloc(n ? n : 1);
+		if (!ru->buf) {
+			discard(ru);
+			evmsg(EV_SETUP_ERR, r->id, ENOMEM, "malloc");
+			return;
+		}
+		memcpy(ru->buf, s, n);
+		if (parse_strings(ru, n)) {
+			discard(ru);
+			evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
+			return;
+		}
+		ru->id = r->id;
+		if (hand_over(ru, fds, nfds) == 0)
+			break;
+		/* H died before its request: report its failed setup step, or
+		 * try once more with a fresh H */
+		int err = errno;
+		ru->id = 0;
+		discard(ru);
+		if (ru->prep_what) {
+			evmsg(EV_SETUP_ERR, r->id, ru->prep_err, ru->prep_what);
+			return;
+		}
+		if (attempt > 0) {
+			evmsg(EV_SETUP_ERR, r->id, err, "hand over request");
+			return;
+		}
+	}
+	struct ev e = {.kind = EV_STARTED, .id = r->id, .pid = ru->pid};
 	send_ev(&e);
 }
 
@@ -703,19 +857,35 @@ static void reap(void)
 {
 	for (;;) {
 		int st;
-		struct rusage ru;
-		pid_t w = wait4(-1, &st, WNOHANG | __WALL, &ru);
+		struct rusage u;
+		pid_t w = wait4(-1, &st, WNOHANG | __WALL, &u);
 		if (w <= 0)
 			return;
 		for (int i = 0; i < MAX_RUNS; i++) {
-			if (runs[i].pid != w)
+			struct run *ru = &runs[i];
+			if (ru->pid != w)
 				continue;
-			struct ev e = {.kind = EV_REAPED, .id = runs[i].id, .pid = w, .status = st,
-				.utime_us = ru.ru_utime.tv_sec * 1000000LL + ru.ru_utime.tv_usec,
-				.stime_us = ru.ru_stime.tv_sec * 1000000LL + ru.ru_stime.tv_usec,
-				.maxrss_kb = ru.ru_maxrss};
-			free_run(&runs[i]);
+			if (ready[ru->r.slot] == ru)
+				ready[ru->r.slot] = NULL;
+			if (ru->id == 0) { /* a prepared H that had no request */
+				free_run(ru);
+				break;
+			}
+			if (ru->prep_what) {
+				errno = ru->prep_err;
+				evmsg(EV_SETUP_ERR, ru->id, ru->prep_err, ru->prep_what);
+			}
+			struct ev e = {.kind = EV_REAPED, .id = ru->id, .pid = w, .status = st,
+				.utime_us = u.ru_utime.tv_sec * 1000000LL + u.ru_utime.tv_usec,
+				.stime_us = u.ru_stime.tv_sec * 1000000LL + u.ru_stime.tv_usec,
+				.maxrss_kb = u.ru_maxrss};
+			struct req next = ru->r;
+			int failed = ru->prep_what != NULL;
+			free_run(ru);
 			send_ev(&e);
+			/* prepare the slot's next run while nobody waits for it */
+			if (!failed && !ready[next.slot])
+				ready[next.slot] = prepare(&next);
 			break;
 		}
 	}
@@ -734,6 +904,8 @@ int main(int argc, char **argv)
 	if (nslots < 1 || nslots > MAX_SLOTS || ncg < 0 || ncg > 8)
 		die("bad slot count");
 	tracing = getenv("DSEC_FNCALL_TRACE") != NULL;
+	for (int i = 0; i < MAX_RUNS; i++)
+		runs[i].sock = -1;
 	load_seccomp();
 	make_netns();
 	build_root(argv[1], argv[2]);

@@ -168,6 +168,7 @@ func (e *Engine) Close() error {
 		errs = append(errs, g.Delete(ctx))
 		cancel()
 	}
+	e.cache.close()
 	errs = append(errs, e.seccomp.Close(), e.devnull.Close())
 	return errors.Join(errs...)
 }
@@ -513,15 +514,15 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	if stdin == nil {
 		stdin = e.devnull
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := outputPipe()
 	if err != nil {
 		p.release(s)
 		return Result{}, errdefs.Internal(err, "pipe")
 	}
 	defer outR.Close()
-	errR, errW, err := os.Pipe()
+	errR, errW, err := outputPipe()
 	if err != nil {
-		outW.Close()
+		unix.Close(outW)
 		p.release(s)
 		return Result{}, errdefs.Internal(err, "pipe")
 	}
@@ -541,15 +542,15 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	if !spec.NoProc {
 		r.flags |= flagProc
 	}
-	fds := []int{int(stdin.Fd()), int(outW.Fd()), int(errW.Fd())}
+	fds := []int{int(stdin.Fd()), outW, errW}
 	for _, f := range spec.Files {
 		r.files = append(r.files, fmt.Sprintf("%o:%s", f.Mode&0o7777, f.Name))
 		fds = append(fds, int(f.F.Fd()))
 	}
 	t0 := time.Now()
 	ch, err := z.start(r, fds)
-	outW.Close()
-	errW.Close()
+	unix.Close(outW)
+	unix.Close(errW)
 	for _, f := range spec.Files {
 		runtime.KeepAlive(f.F)
 	}
@@ -743,6 +744,23 @@ func (e *Engine) readCapped(r io.Reader, limit int64, over func()) ([]byte, bool
 			return buf, exceeded
 		}
 	}
+}
+
+// outputPipe returns a pipe for a run's stdout or stderr: the read end for
+// the poller, the write end (blocking, as the program expects) as a bare
+// descriptor for the zygote. Fewer system calls than os.Pipe, which makes both
+// ends non-blocking and registers both with the poller.
+func outputPipe() (*os.File, int, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, -1, fmt.Errorf("pipe: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETFL, 0); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, fmt.Errorf("pipe: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
 }
 
 // memFile returns a sealed-size memfd holding b, for stdin and files.
