@@ -124,6 +124,7 @@ struct ev {
 };
 
 static int nslots, ncg;
+static mode_t run_umask; /* the zygote's, which programs get (H uses 0) */
 static int tracing;
 static int netfd[MAX_SLOTS];
 static struct sock_fprog seccomp_prog;
@@ -345,28 +346,28 @@ static void load_seccomp(void)
 
 /* ---- per run ------------------------------------------------------------- */
 
-static int mkdirs_for(const char *path, uid_t uid, gid_t gid)
+/* mkdirs_for creates the missing parent directories of path, a path under
+ * /w (H creates them with the run's file system uid and umask 0). */
+static int mkdirs_for(const char *path)
 {
 	char p[4096];
 	snprintf(p, sizeof p, "%s", path);
-	for (char *s = p + 1; *s; s++) {
+	for (char *s = p + 3; *s; s++) { /* "/w/" exists */
 		if (*s != '/')
 			continue;
 		*s = 0;
-		if (mkdir(p, 0755) == 0) {
-			if (chown(p, uid, gid))
-				return -1;
-		} else if (errno != EEXIST) {
+		if (mkdir(p, 0755) && errno != EEXIST)
 			return -1;
-		}
 		*s = '/';
 	}
 	return 0;
 }
 
-static int copy_file(int src, const char *dst, mode_t mode, uid_t uid, gid_t gid)
+/* copy_file copies src to dst, created with mode (umask 0) and owned by the
+ * run's uid and gid (H's file system ids). */
+static int copy_file(int src, const char *dst, mode_t mode)
 {
-	if (mkdirs_for(dst, uid, gid))
+	if (mkdirs_for(dst))
 		return -1;
 	int fd = open(dst, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode & 07777);
 	if (fd < 0)
@@ -382,10 +383,6 @@ static int copy_file(int src, const char *dst, mode_t mode, uid_t uid, gid_t gid
 		}
 		if (n == 0)
 			break;
-	}
-	if (fchown(fd, uid, gid) || fchmod(fd, mode & 07777)) {
-		close(fd);
-		return -1;
 	}
 	return close(fd);
 }
@@ -476,6 +473,7 @@ static void run_program(struct run *ru)
 	/* everything else is closed by execve */
 	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
 	syscall(SYS_setsid);
+	umask(run_umask);
 	if (r->rl_cpu)
 		set_rl(RLIMIT_CPU, r->rl_cpu, r->rl_cpu + 1);
 	if (r->rl_fsize)
@@ -584,6 +582,13 @@ static int run_helper(void *arg)
 		if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
 			prep_fail(ru, "mount /proc");
 	}
+	/* files H creates from here on: exactly the requested mode, owned by
+	 * the run's uid and gid (no chown or chmod per file) */
+	umask(0);
+	syscall(SYS_setfsgid, r->gid);
+	syscall(SYS_setfsuid, r->uid);
+	if ((uid_t)syscall(SYS_setfsuid, -1) != r->uid || (gid_t)syscall(SYS_setfsgid, -1) != r->gid)
+		prep_fail(ru, "file system ids");
 	TR();
 	/* From here on H and the program it forks run under the sandbox's
 	 * seccomp filter (no mounts, no namespaces) and no_new_privs. */
@@ -606,7 +611,7 @@ static int run_helper(void *arg)
 		mode_t mode = strtoul(ru->fnames[i], NULL, 8);
 		char dst[4096];
 		snprintf(dst, sizeof dst, "/w/%s", colon + 1);
-		if (copy_file(ru->fds[3 + i], dst, mode, r->uid, r->gid))
+		if (copy_file(ru->fds[3 + i], dst, mode))
 			setup_fail(id, "write file");
 		close(ru->fds[3 + i]);
 	}
@@ -904,6 +909,8 @@ int main(int argc, char **argv)
 	if (nslots < 1 || nslots > MAX_SLOTS || ncg < 0 || ncg > 8)
 		die("bad slot count");
 	tracing = getenv("DSEC_FNCALL_TRACE") != NULL;
+	run_umask = umask(022);
+	umask(run_umask);
 	for (int i = 0; i < MAX_RUNS; i++)
 		runs[i].sock = -1;
 	load_seccomp();
