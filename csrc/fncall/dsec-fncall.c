@@ -10,36 +10,39 @@
  *   3          control socket (SOCK_SEQPACKET) to the Go engine
  *   4          seccomp program (raw struct sock_filter array, read with pread)
  *   5 ...      cgroup.procs files, NCG per slot, slot-major
+ *   then       one request socket (SOCK_SEQPACKET) per slot, the engine
+ *              holding the other end
  *
  * The Go side starts it in fresh mount, network, uts and ipc namespaces. At
  * start it makes one empty network namespace per slot (loopback up) so
  * concurrent runs never share one (abstract unix sockets), then pivots into
  * the skeleton.
  *
- * Per run (struct req + strings, fds: stdin, stdout, stderr, files):
- *   zygote: clone(CLONE_NEWPID) -> helper H, PID 1 of a new pid namespace:
- *     unshare(mount, ipc), setns(slot netns), join the slot's cgroups, mount
- *     a fresh size-limited tmpfs on /w (owned by the run's uid) and, if asked,
- *     a fresh /proc; no_new_privs and the seccomp filter; then it waits for
- *     the request on a socket of its own (the descriptors come with it);
- *     copies the files into /w; forks the program P:
- *       P: stdio, rlimits, setsid, drop to uid/gid with no groups, chdir,
- *          execve (seccomp and no_new_privs are inherited from H).
- *     H waits for P, reports P's wait status and exits, which makes the
- *     kernel kill and reap everything else in the pid namespace (a child
- *     outliving its parent dies with it).
- *   zygote: reaps H (rusage covers P and every descendant) and reports.
+ * Per slot there is always one helper H, PID 1 of a new pid namespace,
+ * cloned (clone(CLONE_NEWPID)) as soon as the slot's previous run was
+ * reaped: it unshares mount and ipc namespaces, joins the slot's network
+ * namespace and cgroups, mounts a fresh size-limited tmpfs on /w (owned by
+ * the run's uid) and, if asked, a fresh /proc; takes no_new_privs and the
+ * seccomp filter; then waits for its request on the slot's socket. So the
+ * sandbox is ready before the request comes, and the request goes from the
+ * engine straight to H (struct req + strings, fds: stdin, stdout, stderr,
+ * files). H copies the files into /w and forks the program P:
+ *   P: stdio, rlimits, setsid, drop to uid/gid with no groups, chdir,
+ *      execve (seccomp and no_new_privs are inherited from H).
+ * H waits for P, reports P's wait status and exits, which makes the kernel
+ * kill and reap everything else in the pid namespace (a child outliving its
+ * parent dies with it). The zygote reaps H (rusage covers P and every
+ * descendant), reports, and clones the slot's next H. Each H serves one
+ * request and dies with its namespaces: nothing is shared between runs.
  *
- * Prepared helpers: after a slot's run was reaped the zygote at once clones
- * the slot's next H with that run's namespace parameters (uid, tmpfs size,
- * /proc), which sets itself up while nobody waits, so the next request on the
- * slot only hands over the program. Each H serves exactly one request and
- * then dies with its namespaces: nothing is shared between runs. A request
- * whose parameters differ from the prepared H's kills it and clones a fresh
- * one (the path every run took before). A slot's first run has no prepared H.
+ * Control requests (struct req on the control socket): PREPARE replaces the
+ * slot's H by one with other namespace parameters (uid, tmpfs size, /proc;
+ * the engine sends it before a request that needs them, and waits for
+ * PREPARED); KILL kills a run. A request on a slot with no H (its setup
+ * failed) gets a fresh one, or fails with SETUP_ERR and REAPED.
  *
- * Events (struct ev) go back over the control socket: STARTED (pid of H, as
- * the zygote sees it), SETUP_ERR, EXEC_ERR, EXIT (P's status, sent by H),
+ * Events (struct ev) go back over the control socket: STARTED (the zygote is
+ * ready), PREPARED, SETUP_ERR, EXEC_ERR, EXIT (P's status, sent by H),
  * REAPED (H's status and rusage; always the last event of a run).
  */
 #define _GNU_SOURCE
@@ -91,8 +94,9 @@ struct sock_fprog {
 #define MAX_FILES 64
 #define MAX_MSG (256 * 1024)
 
-enum { OP_RUN = 1, OP_KILL = 2 };
-enum { EV_STARTED = 1, EV_SETUP_ERR = 2, EV_EXEC_ERR = 3, EV_EXIT = 4, EV_REAPED = 5, EV_FATAL = 6 };
+enum { OP_RUN = 1, OP_KILL = 2, OP_PREPARE = 3 };
+enum { EV_STARTED = 1, EV_SETUP_ERR = 2, EV_EXEC_ERR = 3, EV_EXIT = 4, EV_REAPED = 5, EV_FATAL = 6, EV_PREPARED = 8 };
+#define MAX_VEC (4096 + 4096 + 1 + MAX_FILES + 3)
 enum { F_PROC = 1 };
 
 struct req {
@@ -399,27 +403,32 @@ static void set_rl(int res, uint64_t soft, uint64_t hard)
  * after H was reaped. H must not call malloc, stdio or anything else holding
  * libc state; it uses the stack and system calls. */
 struct run {
-	uint64_t id; /* 0 while H is prepared and has no request */
+	/* the request's ID: 0 until H has its request (H stores it; the
+	 * zygote reads it to kill and to report) */
+	uint64_t id;
 	pid_t pid;
 	struct req r; /* at preparation: only slot, uid, gid, tmpfs_size, flags */
-	char *buf;    /* the strings of the request */
-	char **vec;
+	char *msg;    /* MAX_MSG: the request as H received it */
+	char **vec;   /* MAX_VEC */
 	char **argv, **envp, **fnames;
 	char *cwd;
 	int fds[MAX_FILES + 3]; /* H's descriptors, received with the request */
 	int nfds;
-	int sock;  /* the zygote's end of the request socket */
-	int hsock; /* H's end */
-	/* a setup step of H that failed before H had its request (reported
-	 * by the zygote when H is reaped, if a request was handed over) */
+	/* a setup step of H that failed before H had its request */
 	int prep_err;
 	const char *prep_what;
+	/* a kill for a request that H may have taken without storing its ID
+	 * yet: reported as that request's end when H is reaped */
+	uint64_t kill_id;
 	char *stack;
 };
 #define MAX_RUNS (MAX_SLOTS * 2)
 #define STACK_SIZE (256 * 1024)
 static struct run runs[MAX_RUNS];
-static struct run *ready[MAX_SLOTS]; /* the slot's prepared H, if any */
+static struct run *ready[MAX_SLOTS]; /* the slot's H (prepared, or running a request it took) */
+static struct req slot_params[MAX_SLOTS]; /* the namespace parameters of the slot's H */
+static int slot_known[MAX_SLOTS];
+static int fd_req0; /* the slots' request sockets: fd_req0 + slot */
 
 /* exec_path is execvp with the PATH of envp (never the zygote's environ,
  * which P must not touch: it shares the zygote's memory until execve). */
@@ -521,30 +530,67 @@ static void prep_fail(struct run *ru, const char *what)
 		;
 }
 
-/* recv_request waits for H's request: one byte and the run's descriptors
- * (the zygote has filled ru->r and the strings before sending). */
-static int recv_request(struct run *ru)
+/* recv_fds collects the descriptors of a received message (at most max). */
+static int recv_fds(struct msghdr *mh, int *fds, int max)
 {
-	char b;
-	char cbuf[CMSG_SPACE(sizeof(int) * (MAX_FILES + 3))];
-	struct iovec iov = {.iov_base = &b, .iov_len = 1};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
-	ssize_t n;
-	while ((n = recvmsg(ru->hsock, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
-		;
-	if (n <= 0)
-		return -1;
-	ru->nfds = 0;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+	int n = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
 		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
 			continue;
 		int k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (int i = 0; i < k && ru->nfds < MAX_FILES + 3; i++)
-			memcpy(&ru->fds[ru->nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+			if (n < max)
+				fds[n++] = fd;
+			else
+				close(fd);
+		}
 	}
-	if (mh.msg_flags & MSG_CTRUNC)
-		return -1;
-	return 0;
+	return n;
+}
+
+static int same_sandbox(const struct req *a, const struct req *b)
+{
+	return a->slot == b->slot && a->uid == b->uid && a->gid == b->gid && a->tmpfs_size == b->tmpfs_size &&
+		a->flags == b->flags;
+}
+
+static int parse_strings(struct run *ru, char *s, size_t n);
+
+/* recv_request waits for H's request on the slot's socket: struct req, its
+ * strings and the run's descriptors, sent by the engine. It returns the
+ * request's ID (0: the socket is gone). A malformed request, or one for
+ * another sandbox than H prepared, is a setup error of that request. */
+static uint64_t recv_request(struct run *ru)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * (MAX_FILES + 3))];
+	struct iovec iov = {.iov_base = ru->msg, .iov_len = MAX_MSG};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+	ssize_t n;
+	while ((n = recvmsg(fd_req0 + (int)ru->r.slot, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (n <= 0)
+		return 0;
+	ru->nfds = recv_fds(&mh, ru->fds, MAX_FILES + 3);
+	if ((size_t)n < sizeof(struct req))
+		return 0;
+	struct req h;
+	memcpy(&h, ru->msg, sizeof h);
+	if (h.id == 0)
+		return 0;
+	__atomic_store_n(&ru->id, h.id, __ATOMIC_SEQ_CST);
+	errno = EINVAL;
+	if (h.op != OP_RUN || h.strbytes != (size_t)n - sizeof h || (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)))
+		setup_fail(h.id, "malformed request");
+	if (!same_sandbox(&h, &ru->r))
+		setup_fail(h.id, "request for another sandbox");
+	if (ru->nfds != 3 + (int)h.nfiles)
+		setup_fail(h.id, "descriptors");
+	ru->r = h;
+	if (parse_strings(ru, ru->msg + sizeof h, h.strbytes))
+		setup_fail(h.id, "malformed request");
+	return h.id;
 }
 
 /* H: PID 1 of the run's pid namespace. */
@@ -597,13 +643,10 @@ static int run_helper(void *arg)
 	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
 		prep_fail(ru, "seccomp");
 	TR();
-	if (recv_request(ru))
+	uint64_t id = recv_request(ru);
+	if (!id)
 		syscall(SYS_exit, 0); /* no request: the slot was given up */
-	close(ru->hsock);
 	TR();
-	uint64_t id = r->id;
-	if (ru->nfds != 3 + (int)r->nfiles)
-		setup_fail(id, "descriptors");
 	for (uint32_t i = 0; i < r->nfiles; i++) {
 		char *colon = strchr(ru->fnames[i], ':');
 		if (!colon)
@@ -651,8 +694,6 @@ static int run_helper(void *arg)
 				for (int i = 1; i < ntr && o < 70; i++)
 					o += snprintf(b + o, sizeof b - o, "%lld ", tr[i] - tr[i - 1]);
 				evmsg(7, id, 0, b);
-				snprintf(b, sizeof b, "ABS %lld %lld %lld %lld", tr[5], tr[6], tr[7], tr[ntr - 1]);
-				evmsg(7, id, 0, b);
 			}
 			syscall(SYS_exit, 0);
 		}
@@ -660,17 +701,14 @@ static int run_helper(void *arg)
 	return 0;
 }
 
-static int parse_strings(struct run *ru, size_t n)
+/* parse_strings splits the request's strings (in H, into ru->vec: no
+ * malloc, H shares the zygote's memory). */
+static int parse_strings(struct run *ru, char *s, size_t n)
 {
 	struct req *r = &ru->r;
-	char *s = ru->buf;
-	size_t total = (size_t)r->argc + r->envc + 1 + r->nfiles;
 	if (r->argc < 1 || r->argc > 4096 || r->envc > 4096 || r->nfiles > MAX_FILES || n == 0 || s[n - 1] != 0)
 		return -1;
-	char **out = calloc(total + 3, sizeof(char *));
-	if (!out)
-		return -1;
-	ru->vec = out;
+	char **out = ru->vec;
 	char *p = s;
 	size_t o = 0;
 #define NEXT()                                  \
@@ -699,31 +737,18 @@ static int parse_strings(struct run *ru, size_t n)
 	return 0;
 }
 
-static void free_run(struct run *ru)
-{
-	free(ru->buf);
-	free(ru->vec);
-	if (ru->sock >= 0)
-		close(ru->sock);
-	ru->sock = -1;
-	ru->buf = NULL;
-	ru->vec = NULL;
-	ru->pid = 0;
-	ru->id = 0;
-}
-
 static struct run *free_slot_run(void)
 {
 	for (int i = 0; i < MAX_RUNS; i++)
-		if (runs[i].pid == 0 && runs[i].buf == NULL && runs[i].sock < 0)
+		if (runs[i].pid == 0)
 			return &runs[i];
 	return NULL;
 }
 
-/* prepare clones H for slot with p's namespace parameters; H sets up its
- * sandbox and waits for its request on ru->hsock. NULL (errno set) on
+/* prepare clones the slot's H with its namespace parameters; H sets up its
+ * sandbox and waits for a request on the slot's socket. NULL (errno set) on
  * failure. */
-static struct run *prepare(const struct req *p)
+static struct run *prepare(int slot)
 {
 	struct run *ru = free_slot_run();
 	if (!ru) {
@@ -736,9 +761,11 @@ static struct run *prepare(const struct req *p)
 			return NULL;
 		ru->stack = m;
 	}
-	int sv[2];
-	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv))
+	if (!ru->msg && !(ru->msg = malloc(MAX_MSG)))
 		return NULL;
+	if (!ru->vec && !(ru->vec = calloc(MAX_VEC, sizeof(char *))))
+		return NULL;
+	const struct req *p = &slot_params[slot];
 	memset(&ru->r, 0, sizeof ru->r);
 	ru->r.slot = p->slot;
 	ru->r.uid = p->uid;
@@ -746,116 +773,119 @@ static struct run *prepare(const struct req *p)
 	ru->r.tmpfs_size = p->tmpfs_size;
 	ru->r.flags = p->flags;
 	ru->id = 0;
+	ru->kill_id = 0;
 	ru->prep_err = 0;
 	ru->prep_what = NULL;
-	ru->hsock = sv[1];
 	pid_t pid = clone(run_helper, ru->stack + STACK_SIZE, CLONE_VM | CLONE_NEWPID | SIGCHLD, ru);
-	int err = errno;
-	close(sv[1]);
-	if (pid < 0) {
-		close(sv[0]);
-		errno = err;
+	if (pid < 0)
 		return NULL;
-	}
-	ru->sock = sv[0];
 	ru->pid = pid;
 	return ru;
 }
 
-static int same_sandbox(const struct req *a, const struct req *b)
+static void send_end(uint64_t id, pid_t pid, int status, const struct rusage *u)
 {
-	return a->uid == b->uid && a->gid == b->gid && a->tmpfs_size == b->tmpfs_size && a->flags == b->flags;
+	struct ev e = {.kind = EV_REAPED, .id = id, .pid = pid, .status = status};
+	if (u) {
+		e.utime_us = u->ru_utime.tv_sec * 1000000LL + u->ru_utime.tv_usec;
+		e.stime_us = u->ru_stime.tv_sec * 1000000LL + u->ru_stime.tv_usec;
+		e.maxrss_kb = u->ru_maxrss;
+	}
+	send_ev(&e);
 }
 
-/* discard kills a prepared H and waits for it: its pid must not count in
- * the slot's pids cgroup while the next run's H starts. */
-static void discard(struct run *ru)
+/* take_queued takes a request no H will run off the slot's socket, closes
+ * its descriptors and returns its ID (0: none was queued). */
+static uint64_t take_queued(int slot)
 {
-	if (ready[ru->r.slot] == ru)
-		ready[ru->r.slot] = NULL;
+	char buf[sizeof(struct req)];
+	char cbuf[CMSG_SPACE(sizeof(int) * (MAX_FILES + 3))];
+	struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+	ssize_t n = recvmsg(fd_req0 + slot, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return 0;
+	int fds[MAX_FILES + 3];
+	for (int i = recv_fds(&mh, fds, MAX_FILES + 3); i > 0; i--)
+		close(fds[i - 1]);
+	struct req r;
+	if ((size_t)n < sizeof r)
+		return 0;
+	memcpy(&r, buf, sizeof r);
+	return r.id;
+}
+
+/* fail_queued answers a queued request that no H could take. */
+static void fail_queued(int slot, int err, const char *what)
+{
+	uint64_t id = take_queued(slot);
+	if (!id)
+		return;
+	evmsg(EV_SETUP_ERR, id, err, what);
+	send_end(id, 0, 125 << 8, NULL);
+}
+
+static int queued(int slot)
+{
+	struct pollfd p = {.fd = fd_req0 + slot, .events = POLLIN};
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+/* discard kills the slot's prepared H and waits for it: its pid must not
+ * count in the slot's pids cgroup while the next H starts. */
+static void discard(int slot)
+{
+	struct run *ru = ready[slot];
+	if (!ru)
+		return;
+	ready[slot] = NULL;
 	kill(ru->pid, SIGKILL);
 	int st;
 	while (wait4(ru->pid, &st, __WALL, NULL) < 0 && errno == EINTR)
 		;
-	free_run(ru);
+	ru->pid = 0;
 }
 
-/* hand_over gives a prepared H its request; -1 if H is gone. */
-static int hand_over(struct run *ru, int *fds, int nfds)
+/* handle_prepare: the engine's next request on a slot needs other namespace
+ * parameters (or the slot's first): replace its H. */
+static void handle_prepare(struct req *r)
 {
-	char b = 1;
-	char cbuf[CMSG_SPACE(sizeof(int) * (MAX_FILES + 3))];
-	memset(cbuf, 0, sizeof cbuf);
-	struct iovec iov = {.iov_base = &b, .iov_len = 1};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-		.msg_controllen = CMSG_SPACE(sizeof(int) * nfds)};
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-	memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-	ssize_t n;
-	while ((n = sendmsg(ru->sock, &mh, MSG_NOSIGNAL)) < 0 && errno == EINTR)
-		;
-	return n == 1 ? 0 : -1;
-}
-
-static void handle_run(struct req *r, char *s, size_t n, int *fds, int nfds)
-{
-	if (r->slot >= (uint32_t)nslots || nfds != 3 + (int)r->nfiles || nfds < 3) {
+	if (r->slot >= (uint32_t)nslots) {
 		evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
 		return;
 	}
-	/* the slot's prepared H if it has this run's parameters, else a fresh one */
-	struct run *ru = ready[r->slot];
-	if (ru && !same_sandbox(&ru->r, r))
-		discard(ru);
-	for (int attempt = 0;; attempt++) {
-		ru = ready[r->slot];
-		ready[r->slot] = NULL;
-		if (!ru && !(ru = prepare(r))) {
-			evmsg(EV_SETUP_ERR, r->id, errno, "clone");
-			return;
-		}
-		ru->r = *r;
-		ru->buf = malloc(n ? n : 1);
-		if (!ru->buf) {
-			discard(ru);
-			evmsg(EV_SETUP_ERR, r->id, ENOMEM, "malloc");
-			return;
-		}
-		memcpy(ru->buf, s, n);
-		if (parse_strings(ru, n)) {
-			discard(ru);
-			evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
-			return;
-		}
-		ru->id = r->id;
-		if (hand_over(ru, fds, nfds) == 0)
-			break;
-		/* H died before its request: report its failed setup step, or
-		 * try once more with a fresh H */
-		int err = errno;
-		ru->id = 0;
-		discard(ru);
-		if (ru->prep_what) {
-			evmsg(EV_SETUP_ERR, r->id, ru->prep_err, ru->prep_what);
-			return;
-		}
-		if (attempt > 0) {
-			evmsg(EV_SETUP_ERR, r->id, err, "hand over request");
-			return;
-		}
-	}
-	struct ev e = {.kind = EV_STARTED, .id = r->id, .pid = ru->pid};
+	int slot = (int)r->slot;
+	discard(slot);
+	slot_params[slot] = *r;
+	slot_known[slot] = 1;
+	ready[slot] = prepare(slot); /* on failure the request finds no H: see main */
+	struct ev e = {.kind = EV_PREPARED, .id = r->id};
 	send_ev(&e);
 }
 
 static void handle_kill(struct req *r)
 {
 	for (int i = 0; i < MAX_RUNS; i++)
-		if (runs[i].pid && runs[i].id == r->id)
+		if (runs[i].pid && __atomic_load_n(&runs[i].id, __ATOMIC_SEQ_CST) == r->id) {
 			kill(runs[i].pid, SIGKILL);
+			return;
+		}
+	if (r->slot >= (uint32_t)nslots)
+		return;
+	/* still queued: nobody runs it */
+	int slot = (int)r->slot;
+	uint64_t q;
+	while ((q = take_queued(slot)) != 0)
+		if (q == r->id) {
+			send_end(r->id, 0, SIGKILL, NULL);
+			return;
+		}
+	/* the slot's H took it and has not stored its ID yet */
+	struct run *ru = ready[slot];
+	if (ru) {
+		ru->kill_id = r->id;
+		kill(ru->pid, SIGKILL);
+	}
 }
 
 static void reap(void)
@@ -870,33 +900,28 @@ static void reap(void)
 			struct run *ru = &runs[i];
 			if (ru->pid != w)
 				continue;
-			if (ready[ru->r.slot] == ru)
-				ready[ru->r.slot] = NULL;
-			if (ru->id == 0) { /* a prepared H that had no request */
-				free_run(ru);
-				break;
+			int slot = (int)ru->r.slot;
+			if (ready[slot] == ru)
+				ready[slot] = NULL;
+			uint64_t id = __atomic_load_n(&ru->id, __ATOMIC_SEQ_CST);
+			ru->pid = 0;
+			if (id) {
+				send_end(id, w, st, &u);
+			} else if (ru->kill_id) {
+				send_end(ru->kill_id, w, st, &u);
+			} else if (ru->prep_what && queued(slot)) {
+				/* H could not set up: the request waiting for it fails */
+				fail_queued(slot, ru->prep_err, ru->prep_what);
 			}
-			if (ru->prep_what) {
-				errno = ru->prep_err;
-				evmsg(EV_SETUP_ERR, ru->id, ru->prep_err, ru->prep_what);
-			}
-			struct ev e = {.kind = EV_REAPED, .id = ru->id, .pid = w, .status = st,
-				.utime_us = u.ru_utime.tv_sec * 1000000LL + u.ru_utime.tv_usec,
-				.stime_us = u.ru_stime.tv_sec * 1000000LL + u.ru_stime.tv_usec,
-				.maxrss_kb = u.ru_maxrss};
-			struct req next = ru->r;
-			int failed = ru->prep_what != NULL;
-			free_run(ru);
-			send_ev(&e);
 			/* prepare the slot's next run while nobody waits for it */
-			if (!failed && !ready[next.slot])
-				ready[next.slot] = prepare(&next);
+			if (!ru->prep_what && slot_known[slot] && !ready[slot])
+				ready[slot] = prepare(slot);
 			break;
 		}
 	}
 }
 
-static char msgbuf[MAX_MSG];
+static char msgbuf[4096]; /* control requests: no strings */
 
 int main(int argc, char **argv)
 {
@@ -911,8 +936,9 @@ int main(int argc, char **argv)
 	tracing = getenv("DSEC_FNCALL_TRACE") != NULL;
 	run_umask = umask(022);
 	umask(run_umask);
-	for (int i = 0; i < MAX_RUNS; i++)
-		runs[i].sock = -1;
+	fd_req0 = FD_CG0 + nslots * ncg;
+	for (int i = 0; i < nslots; i++)
+		fcntl(fd_req0 + i, F_SETFD, FD_CLOEXEC);
 	load_seccomp();
 	make_netns();
 	build_root(argv[1], argv[2]);
@@ -926,12 +952,20 @@ int main(int argc, char **argv)
 	if (sfd < 0)
 		die("signalfd");
 	fcntl(FD_CTL, F_SETFD, FD_CLOEXEC);
-	struct ev ready = {.kind = EV_STARTED, .id = 0, .pid = getpid()};
-	send_ev(&ready);
+	struct ev hello = {.kind = EV_STARTED, .id = 0, .pid = getpid()};
+	send_ev(&hello);
 
 	for (;;) {
-		struct pollfd pfd[2] = {{.fd = FD_CTL, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
-		if (poll(pfd, 2, -1) < 0) {
+		/* the sockets of slots without H: a request there needs a fresh one */
+		struct pollfd pfd[2 + MAX_SLOTS] = {{.fd = FD_CTL, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+		int slotof[2 + MAX_SLOTS];
+		int np = 2;
+		for (int sl = 0; sl < nslots; sl++)
+			if (!ready[sl]) {
+				slotof[np] = sl;
+				pfd[np++] = (struct pollfd){.fd = fd_req0 + sl, .events = POLLIN};
+			}
+		if (poll(pfd, np, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			die("poll");
@@ -941,6 +975,14 @@ int main(int argc, char **argv)
 			while (read(sfd, &si, sizeof si) > 0)
 				;
 			reap();
+		}
+		for (int k = 2; k < np; k++) {
+			int sl = slotof[k];
+			if (!pfd[k].revents || ready[sl])
+				continue;
+			if (slot_known[sl] && (ready[sl] = prepare(sl)))
+				continue;
+			fail_queued(sl, errno ? errno : EINVAL, slot_known[sl] ? "clone" : "slot not prepared");
 		}
 		if (!pfd[0].revents)
 			continue;
@@ -957,26 +999,18 @@ int main(int argc, char **argv)
 					kill(runs[i].pid, SIGKILL);
 			return 0;
 		}
-		int fds[MAX_FILES + 3];
-		int nfds = 0;
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-				int k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-				for (int i = 0; i < k && nfds < MAX_FILES + 3; i++)
-					memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			}
-		}
+		int fds[MAX_FILES + 3]; /* the control socket carries none */
+		for (int i = recv_fds(&mh, fds, MAX_FILES + 3); i > 0; i--)
+			close(fds[i - 1]);
 		if ((size_t)n >= sizeof(struct req)) {
 			struct req r;
 			memcpy(&r, msgbuf, sizeof r);
-			if (r.op == OP_RUN && r.strbytes == (size_t)n - sizeof r && !(mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)))
-				handle_run(&r, msgbuf + sizeof r, r.strbytes, fds, nfds);
+			if (r.op == OP_PREPARE)
+				handle_prepare(&r);
 			else if (r.op == OP_KILL)
 				handle_kill(&r);
 			else
 				evmsg(EV_SETUP_ERR, r.id, EINVAL, "malformed request");
 		}
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
 	}
 }

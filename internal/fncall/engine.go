@@ -4,13 +4,19 @@
 // A pool per image holds a few zygotes (csrc/fncall/dsec-fncall.c, one per core):
 // long-lived static C processes that already sit in a prepared mount namespace
 // (the image's directories bind-mounted read-only, a minimal /dev), hold one
-// empty network namespace per slot, and fork a sandbox per request:
-// clone(CLONE_NEWPID) → a helper as PID 1 that unshares mount and IPC
+// empty network namespace per slot, and keep one fresh sandbox per slot
+// ready: clone(CLONE_NEWPID) → a helper as PID 1 that unshares mount and IPC
 // namespaces, joins the slot's network namespace and pre-created cgroup,
-// mounts a fresh tmpfs work directory /w (and /proc), copies the files in, and
-// forks the program with rlimits, an unprivileged per-slot uid, no_new_privs
-// and the default seccomp profile. When the program exits the helper exits,
-// and the kernel kills whatever else is left in the pid namespace.
+// mounts a fresh tmpfs work directory /w (and /proc), takes no_new_privs and
+// the default seccomp profile, and waits. A run's request goes from the
+// engine straight to its slot's helper (a socket per slot), which copies the
+// files in and forks the program with rlimits and an unprivileged per-slot
+// uid. When the program exits the helper exits, the kernel kills whatever else
+// is left in the pid namespace, and the zygote clones the slot's next helper
+// (with the namespace parameters of the run before; a run that needs others
+// has the zygote replace the helper first). Each helper serves one run:
+// nothing is shared between runs; the setup moved off the request path, not
+// out of the sandbox.
 //
 // Everything that can be done once is: the skeleton root, the network
 // namespaces (one per slot: concurrent runs never share one), the cgroups (one
@@ -207,6 +213,16 @@ type slot struct {
 
 	memLimit, pidsMax int64 // as currently written
 	oomKills          uint64
+	// prep: the namespace parameters of the slot's helper in zygote
+	// prepZ (the last run's: the zygote prepares the next helper with them)
+	prep  sandboxParams
+	prepZ *zygote
+}
+
+// sandboxParams are what a slot's prepared helper was set up with.
+type sandboxParams struct {
+	uid, gid, flags uint32
+	tmpfs           uint64
 }
 
 type cgMemFiles struct{ limit, memsw string }
@@ -547,6 +563,15 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 		r.files = append(r.files, fmt.Sprintf("%o:%s", f.Mode&0o7777, f.Name))
 		fds = append(fds, int(f.F.Fd()))
 	}
+	if sp := (sandboxParams{r.uid, r.gid, r.flags, r.tmpfsSize}); s.prepZ != z || s.prep != sp {
+		if err := z.prepare(r); err != nil {
+			unix.Close(outW)
+			unix.Close(errW)
+			p.release(s)
+			return Result{}, errdefs.Internal(err, "prepare sandbox")
+		}
+		s.prep, s.prepZ = sp, z
+	}
 	t0 := time.Now()
 	ch, err := z.start(r, fds)
 	unix.Close(outW)
@@ -566,7 +591,7 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	kill := func(why string) {
 		killOnce.Do(func() {
 			killed <- why
-			z.kill(r.id)
+			z.kill(r.id, r.slot)
 		})
 	}
 	var wg sync.WaitGroup
@@ -671,6 +696,9 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 			res.OOM = n > s.oomKills
 			s.oomKills = n
 		}
+	}
+	if setupErr != nil {
+		s.prepZ = nil // prepare the slot's next helper explicitly
 	}
 	e.releaseAfterReap(p, s, z, r.id, ch, reaped != nil)
 	switch {
