@@ -50,22 +50,10 @@ type lazyWALFS struct {
 	started  uint64 // group syncs started
 	finished uint64 // the last group sync that finished
 	serr     error  // a failed fsync: the log is no longer durable
-	// Gathering (see syncDurable): callers waiting for the next sync, when
-	// the first of them came, and the last sync's end, length and group.
-	pending      int
-	pendingSince time.Time
-	lastEnd      time.Time
-	lastDur      time.Duration
-	lastGroup    int
-	gathering    chan struct{} // closed to start the gathered sync early
-	maxGather    time.Duration // default maxGather (tests)
 }
 
-// maxGather bounds how long a group fsync waits for more callers.
-const maxGather = 4 * time.Millisecond
-
 func newLazyWALFS(fs vfs.FS) *lazyWALFS {
-	l := &lazyWALFS{files: map[*lazyWALFile]bool{}, maxGather: maxGather}
+	l := &lazyWALFS{files: map[*lazyWALFile]bool{}}
 	l.scond = sync.NewCond(&l.smu)
 	l.FS = walFS{FS: fs, wrap: func(f vfs.File) vfs.File {
 		l.mu.Lock()
@@ -168,79 +156,28 @@ func (f *lazyWALFile) syncData() error {
 
 // syncDurable returns once an fsync of every WAL file that started after the
 // call has finished (or the first fsync error, which sticks).
-//
-// One fsync serves every caller waiting when it starts. With many
-// trajectories writing one step after another, the callers an fsync
-// releases come back with their next step a little later; started at once,
-// the next fsync would take only those who waited during the last one, and
-// the callers would settle into two groups taking turns, each step waiting
-// for two fsyncs. So when the last fsync served more than one caller, the
-// next one waits for the callers of the last group to come back: until as
-// many fresh callers as that group are waiting, or half the last fsync's
-// length after it ended (at most maxGather). A lone writer never waits.
 func (l *lazyWALFS) syncDurable() error {
 	l.smu.Lock()
 	defer l.smu.Unlock()
 	need := l.started + 1
-	if l.pending == 0 {
-		l.pendingSince = time.Now()
-	}
-	l.pending++
-	if l.gathering != nil && l.gatherDone() {
-		close(l.gathering)
-		l.gathering = nil
-	}
 	for l.finished < need && l.serr == nil {
-		if l.syncing || l.gathering != nil {
+		if l.syncing {
 			l.scond.Wait()
 			continue
 		}
-		if wait := l.gatherWait(); wait > 0 {
-			ch := make(chan struct{})
-			l.gathering = ch
-			l.smu.Unlock()
-			t := time.NewTimer(wait)
-			select {
-			case <-t.C:
-			case <-ch:
-			}
-			t.Stop()
-			l.smu.Lock()
-			if l.gathering == ch {
-				l.gathering = nil
-			}
-		}
 		l.syncing = true
 		l.started++
-		seq, group := l.started, l.pending
-		l.pending = 0
+		seq := l.started
 		l.smu.Unlock()
-		t0 := time.Now()
 		err := l.syncFiles()
-		end := time.Now()
 		l.smu.Lock()
 		l.syncing, l.finished = false, seq
-		l.lastEnd, l.lastDur, l.lastGroup = end, end.Sub(t0), group
 		if err != nil {
 			l.serr = err
 		}
 		l.scond.Broadcast()
 	}
 	return l.serr
-}
-
-// gatherWait is how long the next group fsync should still wait for callers
-// (l.smu held).
-func (l *lazyWALFS) gatherWait() time.Duration {
-	if l.lastGroup < 2 || l.gatherDone() {
-		return 0
-	}
-	return time.Until(l.lastEnd.Add(min(l.lastDur/2, l.maxGather)))
-}
-
-// gatherDone: as many callers as the last group came back after it ended.
-func (l *lazyWALFS) gatherDone() bool {
-	return l.pending >= l.lastGroup && !l.pendingSince.Before(l.lastEnd)
 }
 
 // Close fsyncs the file if it has unsynced writes.

@@ -5,7 +5,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -146,92 +145,5 @@ func TestPebbleBeginSkipsFsync(t *testing.T) {
 	}
 	if took := <-done; took < fsync {
 		t.Errorf("Finish returned after %v, before its fsync (%v) could have finished", took, fsync)
-	}
-}
-
-// gateFile is a WAL file whose fsyncs wait until gate lets them through.
-type gateFile struct {
-	vfs.File
-	gate chan struct{}
-}
-
-func (f *gateFile) SyncData() error { <-f.gate; return f.File.SyncData() }
-func (f *gateFile) Sync() error     { <-f.gate; return f.File.Sync() }
-
-// TestLazyWALGathers: after an fsync that served several writers, the next
-// one waits for as many writers to come back instead of starting with the
-// first (with many trajectories that split them into two groups taking
-// turns, two fsyncs per step); after an fsync of one writer nobody waits.
-func TestLazyWALGathers(t *testing.T) {
-	var syncs atomic.Int64
-	gate := make(chan struct{})
-	fs := newLazyWALFS(walFS{FS: syncCountFS(vfs.NewMem(), &syncs),
-		wrap: func(f vfs.File) vfs.File { return &gateFile{f, gate} }})
-	fs.maxGather = time.Minute // the gathering window is half the last fsync's length
-	f, err := fs.Create("1.log", walCategory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	write := func() { _ = f.Sync() } // the WAL writer's skipped sync: the file is dirty
-	durable := func(n int) {
-		var wg sync.WaitGroup
-		for range n {
-			wg.Go(func() {
-				write()
-				if err := fs.syncDurable(); err != nil {
-					t.Error(err)
-				}
-			})
-		}
-		wg.Wait()
-	}
-	// A lone writer: its fsync starts at once.
-	go func() { gate <- struct{}{} }()
-	durable(1)
-	if w := fs.gatherWait(); w != 0 {
-		t.Fatalf("after an fsync of one writer the next waits %v", w)
-	}
-	// Four writers and two slow fsyncs (300 ms each): the first one's,
-	// then one for the three that came while it ran.
-	go func() {
-		for range 2 {
-			time.Sleep(300 * time.Millisecond)
-			gate <- struct{}{}
-		}
-	}()
-	write()
-	done := make(chan struct{})
-	go func() { _ = fs.syncDurable(); close(done) }()
-	time.Sleep(50 * time.Millisecond)
-	durable(3)
-	<-done
-	if fs.lastGroup != 3 {
-		t.Fatalf("the second fsync served %d writers, want 3", fs.lastGroup)
-	}
-	// They come back one after another, 10 ms apart: one fsync for the three.
-	base := syncs.Load()
-	go func() {
-		for {
-			select {
-			case gate <- struct{}{}:
-			case <-time.After(time.Second):
-				return
-			}
-		}
-	}()
-	var wg sync.WaitGroup
-	for i := range 3 {
-		wg.Go(func() {
-			time.Sleep(time.Duration(i) * 10 * time.Millisecond)
-			write()
-			if err := fs.syncDurable(); err != nil {
-				t.Error(err)
-			}
-		})
-	}
-	wg.Wait()
-	if n := syncs.Load() - base; n != 1 {
-		t.Errorf("three writers coming back 10 ms apart after a shared fsync took %d fsyncs, want 1", n)
 	}
 }
