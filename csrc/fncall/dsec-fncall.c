@@ -10,26 +10,39 @@
  *   3          control socket (SOCK_SEQPACKET) to the Go engine
  *   4          seccomp program (raw struct sock_filter array, read with pread)
  *   5 ...      cgroup.procs files, NCG per slot, slot-major
+ *   then       one request socket (SOCK_SEQPACKET) per slot, the engine
+ *              holding the other end
  *
  * The Go side starts it in fresh mount, network, uts and ipc namespaces. At
  * start it makes one empty network namespace per slot (loopback up) so
  * concurrent runs never share one (abstract unix sockets), then pivots into
  * the skeleton.
  *
- * Per run request (struct req + strings, fds: stdin, stdout, stderr, files):
- *   zygote: clone(CLONE_NEWPID) -> helper H, PID 1 of a new pid namespace:
- *     unshare(mount, ipc), setns(slot netns), join the slot's cgroups, mount
- *     a fresh size-limited tmpfs on /w (owned by the run's uid) and, if asked,
- *     a fresh /proc; copy the files into /w; fork the program P:
- *       P: stdio, rlimits, setsid, drop to uid/gid with no groups, chdir,
- *          no_new_privs, seccomp, execve.
- *     H waits for P, reports P's wait status and exits, which makes the
- *     kernel kill and reap everything else in the pid namespace (a child
- *     outliving its parent dies with it).
- *   zygote: reaps H (rusage covers P and every descendant) and reports.
+ * Per slot there is always one helper H, PID 1 of a new pid namespace,
+ * cloned (clone(CLONE_NEWPID)) as soon as the slot's previous run was
+ * reaped: it unshares mount and ipc namespaces, joins the slot's network
+ * namespace and cgroups, mounts a fresh size-limited tmpfs on /w (owned by
+ * the run's uid) and, if asked, a fresh /proc; takes no_new_privs and the
+ * seccomp filter; then waits for its request on the slot's socket. So the
+ * sandbox is ready before the request comes, and the request goes from the
+ * engine straight to H (struct req + strings, fds: stdin, stdout, stderr,
+ * files). H copies the files into /w and forks the program P:
+ *   P: stdio, rlimits, setsid, drop to uid/gid with no groups, chdir,
+ *      execve (seccomp and no_new_privs are inherited from H).
+ * H waits for P, reports P's wait status and exits, which makes the kernel
+ * kill and reap everything else in the pid namespace (a child outliving its
+ * parent dies with it). The zygote reaps H (rusage covers P and every
+ * descendant), reports, and clones the slot's next H. Each H serves one
+ * request and dies with its namespaces: nothing is shared between runs.
  *
- * Events (struct ev) go back over the control socket: STARTED (pid of H, as
- * the zygote sees it), SETUP_ERR, EXEC_ERR, EXIT (P's status, sent by H),
+ * Control requests (struct req on the control socket): PREPARE replaces the
+ * slot's H by one with other namespace parameters (uid, tmpfs size, /proc;
+ * the engine sends it before a request that needs them, and waits for
+ * PREPARED); KILL kills a run. A request on a slot with no H (its setup
+ * failed) gets a fresh one, or fails with SETUP_ERR and REAPED.
+ *
+ * Events (struct ev) go back over the control socket: STARTED (the zygote is
+ * ready), PREPARED, SETUP_ERR, EXEC_ERR, EXIT (P's status, sent by H),
  * REAPED (H's status and rusage; always the last event of a run).
  */
 #define _GNU_SOURCE
@@ -81,8 +94,9 @@ struct sock_fprog {
 #define MAX_FILES 64
 #define MAX_MSG (256 * 1024)
 
-enum { OP_RUN = 1, OP_KILL = 2 };
-enum { EV_STARTED = 1, EV_SETUP_ERR = 2, EV_EXEC_ERR = 3, EV_EXIT = 4, EV_REAPED = 5, EV_FATAL = 6 };
+enum { OP_RUN = 1, OP_KILL = 2, OP_PREPARE = 3 };
+enum { EV_STARTED = 1, EV_SETUP_ERR = 2, EV_EXEC_ERR = 3, EV_EXIT = 4, EV_REAPED = 5, EV_FATAL = 6, EV_PREPARED = 8 };
+#define MAX_VEC (4096 + 4096 + 1 + MAX_FILES + 3)
 enum { F_PROC = 1 };
 
 struct req {
@@ -114,6 +128,7 @@ struct ev {
 };
 
 static int nslots, ncg;
+static mode_t run_umask; /* the zygote's, which programs get (H uses 0) */
 static int tracing;
 static int netfd[MAX_SLOTS];
 static struct sock_fprog seccomp_prog;
@@ -335,28 +350,28 @@ static void load_seccomp(void)
 
 /* ---- per run ------------------------------------------------------------- */
 
-static int mkdirs_for(const char *path, uid_t uid, gid_t gid)
+/* mkdirs_for creates the missing parent directories of path, a path under
+ * /w (H creates them with the run's file system uid and umask 0). */
+static int mkdirs_for(const char *path)
 {
 	char p[4096];
 	snprintf(p, sizeof p, "%s", path);
-	for (char *s = p + 1; *s; s++) {
+	for (char *s = p + 3; *s; s++) { /* "/w/" exists */
 		if (*s != '/')
 			continue;
 		*s = 0;
-		if (mkdir(p, 0755) == 0) {
-			if (chown(p, uid, gid))
-				return -1;
-		} else if (errno != EEXIST) {
+		if (mkdir(p, 0755) && errno != EEXIST)
 			return -1;
-		}
 		*s = '/';
 	}
 	return 0;
 }
 
-static int copy_file(int src, const char *dst, mode_t mode, uid_t uid, gid_t gid)
+/* copy_file copies src to dst, created with mode (umask 0) and owned by the
+ * run's uid and gid (H's file system ids). */
+static int copy_file(int src, const char *dst, mode_t mode)
 {
-	if (mkdirs_for(dst, uid, gid))
+	if (mkdirs_for(dst))
 		return -1;
 	int fd = open(dst, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, mode & 07777);
 	if (fd < 0)
@@ -373,10 +388,6 @@ static int copy_file(int src, const char *dst, mode_t mode, uid_t uid, gid_t gid
 		if (n == 0)
 			break;
 	}
-	if (fchown(fd, uid, gid) || fchmod(fd, mode & 07777)) {
-		close(fd);
-		return -1;
-	}
 	return close(fd);
 }
 
@@ -392,20 +403,32 @@ static void set_rl(int res, uint64_t soft, uint64_t hard)
  * after H was reaped. H must not call malloc, stdio or anything else holding
  * libc state; it uses the stack and system calls. */
 struct run {
+	/* the request's ID: 0 until H has its request (H stores it; the
+	 * zygote reads it to kill and to report) */
 	uint64_t id;
 	pid_t pid;
-	struct req r;
-	char *buf; /* the strings of the request */
-	char **vec;
+	struct req r; /* at preparation: only slot, uid, gid, tmpfs_size, flags */
+	char *msg;    /* MAX_MSG: the request as H received it */
+	char **vec;   /* MAX_VEC */
 	char **argv, **envp, **fnames;
 	char *cwd;
-	int fds[MAX_FILES + 3];
+	int fds[MAX_FILES + 3]; /* H's descriptors, received with the request */
 	int nfds;
+	/* a setup step of H that failed before H had its request */
+	int prep_err;
+	const char *prep_what;
+	/* a kill for a request that H may have taken without storing its ID
+	 * yet: reported as that request's end when H is reaped */
+	uint64_t kill_id;
 	char *stack;
 };
 #define MAX_RUNS (MAX_SLOTS * 2)
 #define STACK_SIZE (256 * 1024)
 static struct run runs[MAX_RUNS];
+static struct run *ready[MAX_SLOTS]; /* the slot's H (prepared, or running a request it took) */
+static struct req slot_params[MAX_SLOTS]; /* the namespace parameters of the slot's H */
+static int slot_known[MAX_SLOTS];
+static int fd_req0; /* the slots' request sockets: fd_req0 + slot */
 
 /* exec_path is execvp with the PATH of envp (never the zygote's environ,
  * which P must not touch: it shares the zygote's memory until execve). */
@@ -459,6 +482,7 @@ static void run_program(struct run *ru)
 	/* everything else is closed by execve */
 	syscall(SYS_close_range, 3, ~0U, 4 /* CLOSE_RANGE_CLOEXEC */);
 	syscall(SYS_setsid);
+	umask(run_umask);
 	if (r->rl_cpu)
 		set_rl(RLIMIT_CPU, r->rl_cpu, r->rl_cpu + 1);
 	if (r->rl_fsize)
@@ -479,10 +503,7 @@ static void run_program(struct run *ru)
 		setup_fail(id, "drop privileges");
 	if (chdir(ru->cwd))
 		setup_fail(id, "chdir");
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-		setup_fail(id, "no_new_privs");
-	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
-		setup_fail(id, "seccomp");
+	/* no_new_privs and the seccomp filter: inherited from H */
 	int err = exec_path(ru->argv, ru->envp);
 	errno = err;
 	evmsg(EV_EXEC_ERR, id, err, ru->argv[0]);
@@ -498,12 +519,85 @@ static long long tnow(void)
 
 #define TR() (tr[ntr++] = tracing ? tnow() : 0)
 
+/* prep_fail: a setup step of H failed before its request arrived (the
+ * zygote reports it if a request was handed over). */
+static void prep_fail(struct run *ru, const char *what)
+{
+	ru->prep_err = errno;
+	ru->prep_what = what;
+	syscall(SYS_exit, 125);
+	for (;;)
+		;
+}
+
+/* recv_fds collects the descriptors of a received message (at most max). */
+static int recv_fds(struct msghdr *mh, int *fds, int max)
+{
+	int n = 0;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		int k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (int i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+			if (n < max)
+				fds[n++] = fd;
+			else
+				close(fd);
+		}
+	}
+	return n;
+}
+
+static int same_sandbox(const struct req *a, const struct req *b)
+{
+	return a->slot == b->slot && a->uid == b->uid && a->gid == b->gid && a->tmpfs_size == b->tmpfs_size &&
+		a->flags == b->flags;
+}
+
+static int parse_strings(struct run *ru, char *s, size_t n);
+
+/* recv_request waits for H's request on the slot's socket: struct req, its
+ * strings and the run's descriptors, sent by the engine. It returns the
+ * request's ID (0: the socket is gone). A malformed request, or one for
+ * another sandbox than H prepared, is a setup error of that request. */
+static uint64_t recv_request(struct run *ru)
+{
+	char cbuf[CMSG_SPACE(sizeof(int) * (MAX_FILES + 3))];
+	struct iovec iov = {.iov_base = ru->msg, .iov_len = MAX_MSG};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+	ssize_t n;
+	while ((n = recvmsg(fd_req0 + (int)ru->r.slot, &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	if (n <= 0)
+		return 0;
+	ru->nfds = recv_fds(&mh, ru->fds, MAX_FILES + 3);
+	if ((size_t)n < sizeof(struct req))
+		return 0;
+	struct req h;
+	memcpy(&h, ru->msg, sizeof h);
+	if (h.id == 0)
+		return 0;
+	__atomic_store_n(&ru->id, h.id, __ATOMIC_SEQ_CST);
+	errno = EINVAL;
+	if (h.op != OP_RUN || h.strbytes != (size_t)n - sizeof h || (mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)))
+		setup_fail(h.id, "malformed request");
+	if (!same_sandbox(&h, &ru->r))
+		setup_fail(h.id, "request for another sandbox");
+	if (ru->nfds != 3 + (int)h.nfiles)
+		setup_fail(h.id, "descriptors");
+	ru->r = h;
+	if (parse_strings(ru, ru->msg + sizeof h, h.strbytes))
+		setup_fail(h.id, "malformed request");
+	return h.id;
+}
+
 /* H: PID 1 of the run's pid namespace. */
 static int run_helper(void *arg)
 {
 	struct run *ru = arg;
 	struct req *r = &ru->r;
-	uint64_t id = r->id;
 	long long tr[16];
 	volatile int ntr = 0; /* vfork below: -Wclobbered */
 	TR();
@@ -512,30 +606,46 @@ static int run_helper(void *arg)
 	sigprocmask(SIG_SETMASK, &all, NULL);
 	prctl(PR_SET_PDEATHSIG, SIGKILL);
 	if (unshare(CLONE_NEWNS | CLONE_NEWIPC))
-		setup_fail(id, "unshare mount, ipc");
+		prep_fail(ru, "unshare mount, ipc");
 	TR();
 	if (setns(netfd[r->slot], CLONE_NEWNET))
-		setup_fail(id, "join network namespace");
+		prep_fail(ru, "join network namespace");
 	TR();
 	for (int i = 0; i < ncg; i++) {
 		int fd = FD_CG0 + (int)r->slot * ncg + i;
 		if (write(fd, "0", 1) != 1)
-			setup_fail(id, "join cgroup");
+			prep_fail(ru, "join cgroup");
 	}
 	TR();
 	char opts[128];
 	snprintf(opts, sizeof opts, "size=%llu,nr_inodes=16384,mode=0755,uid=%u,gid=%u",
 		(unsigned long long)r->tmpfs_size, r->uid, r->gid);
 	if (mount("tmpfs", "/w", "tmpfs", MS_NOSUID | MS_NODEV, opts))
-		setup_fail(id, "mount /w");
-	TR();
+		prep_fail(ru, "mount /w");
 	if (mkdir("/w/tmp", 01777) || chmod("/w/tmp", 01777) || chown("/w/tmp", r->uid, r->gid))
-		setup_fail(id, "mkdir /w/tmp");
-	TR();
+		prep_fail(ru, "mkdir /w/tmp");
 	if (r->flags & F_PROC) {
 		if (mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL))
-			setup_fail(id, "mount /proc");
+			prep_fail(ru, "mount /proc");
 	}
+	/* files H creates from here on: exactly the requested mode, owned by
+	 * the run's uid and gid (no chown or chmod per file) */
+	umask(0);
+	syscall(SYS_setfsgid, r->gid);
+	syscall(SYS_setfsuid, r->uid);
+	if ((uid_t)syscall(SYS_setfsuid, -1) != r->uid || (gid_t)syscall(SYS_setfsgid, -1) != r->gid)
+		prep_fail(ru, "file system ids");
+	TR();
+	/* From here on H and the program it forks run under the sandbox's
+	 * seccomp filter (no mounts, no namespaces) and no_new_privs. */
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+		prep_fail(ru, "no_new_privs");
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
+		prep_fail(ru, "seccomp");
+	TR();
+	uint64_t id = recv_request(ru);
+	if (!id)
+		syscall(SYS_exit, 0); /* no request: the slot was given up */
 	TR();
 	for (uint32_t i = 0; i < r->nfiles; i++) {
 		char *colon = strchr(ru->fnames[i], ':');
@@ -544,7 +654,7 @@ static int run_helper(void *arg)
 		mode_t mode = strtoul(ru->fnames[i], NULL, 8);
 		char dst[4096];
 		snprintf(dst, sizeof dst, "/w/%s", colon + 1);
-		if (copy_file(ru->fds[3 + i], dst, mode, r->uid, r->gid))
+		if (copy_file(ru->fds[3 + i], dst, mode))
 			setup_fail(id, "write file");
 		close(ru->fds[3 + i]);
 	}
@@ -591,17 +701,14 @@ static int run_helper(void *arg)
 	return 0;
 }
 
-static int parse_strings(struct run *ru, size_t n)
+/* parse_strings splits the request's strings (in H, into ru->vec: no
+ * malloc, H shares the zygote's memory). */
+static int parse_strings(struct run *ru, char *s, size_t n)
 {
 	struct req *r = &ru->r;
-	char *s = ru->buf;
-	size_t total = (size_t)r->argc + r->envc + 1 + r->nfiles;
 	if (r->argc < 1 || r->argc > 4096 || r->envc > 4096 || r->nfiles > MAX_FILES || n == 0 || s[n - 1] != 0)
 		return -1;
-	char **out = calloc(total + 3, sizeof(char *));
-	if (!out)
-		return -1;
-	ru->vec = out;
+	char **out = ru->vec;
 	char *p = s;
 	size_t o = 0;
 #define NEXT()                                  \
@@ -630,98 +737,191 @@ static int parse_strings(struct run *ru, size_t n)
 	return 0;
 }
 
-static void free_run(struct run *ru)
+static struct run *free_slot_run(void)
 {
-	free(ru->buf);
-	free(ru->vec);
-	ru->buf = NULL;
-	ru->vec = NULL;
-	ru->pid = 0;
-	ru->id = 0;
+	for (int i = 0; i < MAX_RUNS; i++)
+		if (runs[i].pid == 0)
+			return &runs[i];
+	return NULL;
 }
 
-static void handle_run(struct req *r, char *s, size_t n, int *fds, int nfds)
+/* prepare clones the slot's H with its namespace parameters; H sets up its
+ * sandbox and waits for a request on the slot's socket. NULL (errno set) on
+ * failure. */
+static struct run *prepare(int slot)
 {
-	struct run *ru = NULL;
-	for (int i = 0; i < MAX_RUNS; i++)
-		if (runs[i].pid == 0 && runs[i].buf == NULL) {
-			ru = &runs[i];
-			break;
-		}
+	struct run *ru = free_slot_run();
 	if (!ru) {
-		evmsg(EV_SETUP_ERR, r->id, EAGAIN, "too many runs");
-		return;
-	}
-	if (r->slot >= (uint32_t)nslots || nfds != 3 + (int)r->nfiles) {
-		evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
-		return;
-	}
-	ru->r = *r;
-	ru->buf = malloc(n ? n : 1);
-	if (!ru->buf) {
-		evmsg(EV_SETUP_ERR, r->id, ENOMEM, "malloc");
-		return;
-	}
-	memcpy(ru->buf, s, n);
-	if (parse_strings(ru, n)) {
-		free_run(ru);
-		evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
-		return;
+		errno = EAGAIN;
+		return NULL;
 	}
 	if (!ru->stack) {
 		void *m = mmap(NULL, STACK_SIZE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
-		if (m == MAP_FAILED) {
-			free_run(ru);
-			evmsg(EV_SETUP_ERR, r->id, errno, "stack");
-			return;
-		}
+		if (m == MAP_FAILED)
+			return NULL;
 		ru->stack = m;
 	}
-	memcpy(ru->fds, fds, sizeof(int) * nfds);
-	ru->nfds = nfds;
-	ru->id = r->id;
+	if (!ru->msg && !(ru->msg = malloc(MAX_MSG)))
+		return NULL;
+	if (!ru->vec && !(ru->vec = calloc(MAX_VEC, sizeof(char *))))
+		return NULL;
+	const struct req *p = &slot_params[slot];
+	memset(&ru->r, 0, sizeof ru->r);
+	ru->r.slot = p->slot;
+	ru->r.uid = p->uid;
+	ru->r.gid = p->gid;
+	ru->r.tmpfs_size = p->tmpfs_size;
+	ru->r.flags = p->flags;
+	ru->id = 0;
+	ru->kill_id = 0;
+	ru->prep_err = 0;
+	ru->prep_what = NULL;
 	pid_t pid = clone(run_helper, ru->stack + STACK_SIZE, CLONE_VM | CLONE_NEWPID | SIGCHLD, ru);
-	if (pid < 0) {
-		int err = errno;
-		free_run(ru);
-		evmsg(EV_SETUP_ERR, r->id, err, "clone");
+	if (pid < 0)
+		return NULL;
+	ru->pid = pid;
+	return ru;
+}
+
+static void send_end(uint64_t id, pid_t pid, int status, const struct rusage *u)
+{
+	struct ev e = {.kind = EV_REAPED, .id = id, .pid = pid, .status = status};
+	if (u) {
+		e.utime_us = u->ru_utime.tv_sec * 1000000LL + u->ru_utime.tv_usec;
+		e.stime_us = u->ru_stime.tv_sec * 1000000LL + u->ru_stime.tv_usec;
+		e.maxrss_kb = u->ru_maxrss;
+	}
+	send_ev(&e);
+}
+
+/* take_queued takes a request no H will run off the slot's socket, closes
+ * its descriptors and returns its ID (0: none was queued). */
+static uint64_t take_queued(int slot)
+{
+	char buf[sizeof(struct req)];
+	char cbuf[CMSG_SPACE(sizeof(int) * (MAX_FILES + 3))];
+	struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+	ssize_t n = recvmsg(fd_req0 + slot, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return 0;
+	int fds[MAX_FILES + 3];
+	for (int i = recv_fds(&mh, fds, MAX_FILES + 3); i > 0; i--)
+		close(fds[i - 1]);
+	struct req r;
+	if ((size_t)n < sizeof r)
+		return 0;
+	memcpy(&r, buf, sizeof r);
+	return r.id;
+}
+
+/* fail_queued answers a queued request that no H could take. */
+static void fail_queued(int slot, int err, const char *what)
+{
+	uint64_t id = take_queued(slot);
+	if (!id)
+		return;
+	evmsg(EV_SETUP_ERR, id, err, what);
+	send_end(id, 0, 125 << 8, NULL);
+}
+
+static int queued(int slot)
+{
+	struct pollfd p = {.fd = fd_req0 + slot, .events = POLLIN};
+	return poll(&p, 1, 0) == 1 && (p.revents & POLLIN);
+}
+
+/* discard kills the slot's prepared H and waits for it: its pid must not
+ * count in the slot's pids cgroup while the next H starts. */
+static void discard(int slot)
+{
+	struct run *ru = ready[slot];
+	if (!ru)
+		return;
+	ready[slot] = NULL;
+	kill(ru->pid, SIGKILL);
+	int st;
+	while (wait4(ru->pid, &st, __WALL, NULL) < 0 && errno == EINTR)
+		;
+	ru->pid = 0;
+}
+
+/* handle_prepare: the engine's next request on a slot needs other namespace
+ * parameters (or the slot's first): replace its H. */
+static void handle_prepare(struct req *r)
+{
+	if (r->slot >= (uint32_t)nslots) {
+		evmsg(EV_SETUP_ERR, r->id, EINVAL, "malformed request");
 		return;
 	}
-	ru->pid = pid;
-	struct ev e = {.kind = EV_STARTED, .id = r->id, .pid = pid};
+	int slot = (int)r->slot;
+	discard(slot);
+	slot_params[slot] = *r;
+	slot_known[slot] = 1;
+	ready[slot] = prepare(slot); /* on failure the request finds no H: see main */
+	struct ev e = {.kind = EV_PREPARED, .id = r->id};
 	send_ev(&e);
 }
 
 static void handle_kill(struct req *r)
 {
 	for (int i = 0; i < MAX_RUNS; i++)
-		if (runs[i].pid && runs[i].id == r->id)
+		if (runs[i].pid && __atomic_load_n(&runs[i].id, __ATOMIC_SEQ_CST) == r->id) {
 			kill(runs[i].pid, SIGKILL);
+			return;
+		}
+	if (r->slot >= (uint32_t)nslots)
+		return;
+	/* still queued: nobody runs it */
+	int slot = (int)r->slot;
+	uint64_t q;
+	while ((q = take_queued(slot)) != 0)
+		if (q == r->id) {
+			send_end(r->id, 0, SIGKILL, NULL);
+			return;
+		}
+	/* the slot's H took it and has not stored its ID yet */
+	struct run *ru = ready[slot];
+	if (ru) {
+		ru->kill_id = r->id;
+		kill(ru->pid, SIGKILL);
+	}
 }
 
 static void reap(void)
 {
 	for (;;) {
 		int st;
-		struct rusage ru;
-		pid_t w = wait4(-1, &st, WNOHANG | __WALL, &ru);
+		struct rusage u;
+		pid_t w = wait4(-1, &st, WNOHANG | __WALL, &u);
 		if (w <= 0)
 			return;
 		for (int i = 0; i < MAX_RUNS; i++) {
-			if (runs[i].pid != w)
+			struct run *ru = &runs[i];
+			if (ru->pid != w)
 				continue;
-			struct ev e = {.kind = EV_REAPED, .id = runs[i].id, .pid = w, .status = st,
-				.utime_us = ru.ru_utime.tv_sec * 1000000LL + ru.ru_utime.tv_usec,
-				.stime_us = ru.ru_stime.tv_sec * 1000000LL + ru.ru_stime.tv_usec,
-				.maxrss_kb = ru.ru_maxrss};
-			free_run(&runs[i]);
-			send_ev(&e);
+			int slot = (int)ru->r.slot;
+			if (ready[slot] == ru)
+				ready[slot] = NULL;
+			uint64_t id = __atomic_load_n(&ru->id, __ATOMIC_SEQ_CST);
+			ru->pid = 0;
+			if (id) {
+				send_end(id, w, st, &u);
+			} else if (ru->kill_id) {
+				send_end(ru->kill_id, w, st, &u);
+			} else if (ru->prep_what && queued(slot)) {
+				/* H could not set up: the request waiting for it fails */
+				fail_queued(slot, ru->prep_err, ru->prep_what);
+			}
+			/* prepare the slot's next run while nobody waits for it */
+			if (!ru->prep_what && slot_known[slot] && !ready[slot])
+				ready[slot] = prepare(slot);
 			break;
 		}
 	}
 }
 
-static char msgbuf[MAX_MSG];
+static char msgbuf[4096]; /* control requests: no strings */
 
 int main(int argc, char **argv)
 {
@@ -734,6 +934,11 @@ int main(int argc, char **argv)
 	if (nslots < 1 || nslots > MAX_SLOTS || ncg < 0 || ncg > 8)
 		die("bad slot count");
 	tracing = getenv("DSEC_FNCALL_TRACE") != NULL;
+	run_umask = umask(022);
+	umask(run_umask);
+	fd_req0 = FD_CG0 + nslots * ncg;
+	for (int i = 0; i < nslots; i++)
+		fcntl(fd_req0 + i, F_SETFD, FD_CLOEXEC);
 	load_seccomp();
 	make_netns();
 	build_root(argv[1], argv[2]);
@@ -747,12 +952,20 @@ int main(int argc, char **argv)
 	if (sfd < 0)
 		die("signalfd");
 	fcntl(FD_CTL, F_SETFD, FD_CLOEXEC);
-	struct ev ready = {.kind = EV_STARTED, .id = 0, .pid = getpid()};
-	send_ev(&ready);
+	struct ev hello = {.kind = EV_STARTED, .id = 0, .pid = getpid()};
+	send_ev(&hello);
 
 	for (;;) {
-		struct pollfd pfd[2] = {{.fd = FD_CTL, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
-		if (poll(pfd, 2, -1) < 0) {
+		/* the sockets of slots without H: a request there needs a fresh one */
+		struct pollfd pfd[2 + MAX_SLOTS] = {{.fd = FD_CTL, .events = POLLIN}, {.fd = sfd, .events = POLLIN}};
+		int slotof[2 + MAX_SLOTS];
+		int np = 2;
+		for (int sl = 0; sl < nslots; sl++)
+			if (!ready[sl]) {
+				slotof[np] = sl;
+				pfd[np++] = (struct pollfd){.fd = fd_req0 + sl, .events = POLLIN};
+			}
+		if (poll(pfd, np, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			die("poll");
@@ -762,6 +975,14 @@ int main(int argc, char **argv)
 			while (read(sfd, &si, sizeof si) > 0)
 				;
 			reap();
+		}
+		for (int k = 2; k < np; k++) {
+			int sl = slotof[k];
+			if (!pfd[k].revents || ready[sl])
+				continue;
+			if (slot_known[sl] && (ready[sl] = prepare(sl)))
+				continue;
+			fail_queued(sl, errno ? errno : EINVAL, slot_known[sl] ? "clone" : "slot not prepared");
 		}
 		if (!pfd[0].revents)
 			continue;
@@ -778,26 +999,18 @@ int main(int argc, char **argv)
 					kill(runs[i].pid, SIGKILL);
 			return 0;
 		}
-		int fds[MAX_FILES + 3];
-		int nfds = 0;
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-				int k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-				for (int i = 0; i < k && nfds < MAX_FILES + 3; i++)
-					memcpy(&fds[nfds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-			}
-		}
+		int fds[MAX_FILES + 3]; /* the control socket carries none */
+		for (int i = recv_fds(&mh, fds, MAX_FILES + 3); i > 0; i--)
+			close(fds[i - 1]);
 		if ((size_t)n >= sizeof(struct req)) {
 			struct req r;
 			memcpy(&r, msgbuf, sizeof r);
-			if (r.op == OP_RUN && r.strbytes == (size_t)n - sizeof r && !(mh.msg_flags & (MSG_CTRUNC | MSG_TRUNC)))
-				handle_run(&r, msgbuf + sizeof r, r.strbytes, fds, nfds);
+			if (r.op == OP_PREPARE)
+				handle_prepare(&r);
 			else if (r.op == OP_KILL)
 				handle_kill(&r);
 			else
 				evmsg(EV_SETUP_ERR, r.id, EINVAL, "malformed request");
 		}
-		for (int i = 0; i < nfds; i++)
-			close(fds[i]);
 	}
 }

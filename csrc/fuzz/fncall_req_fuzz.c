@@ -1,7 +1,8 @@
 /* libFuzzer harness for the FnCall zygote's RUN requests
  * (csrc/fncall/dsec-fncall.c): the input is a struct req followed by its
  * strings, which parse_strings splits into argv, env, cwd and file names as
- * handle_run does; every string it hands out must lie inside the request.
+ * the helper's recv_request does (into a preallocated vector: no malloc);
+ * every string it hands out must lie inside the request.
  * Built with clang -fsanitize=fuzzer,address,undefined by scripts/cfuzz.sh. */
 #define main dsec_fncall_main
 #include "../fncall/dsec-fncall.c"
@@ -23,20 +24,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	size_t n = size - sizeof ru.r;
 	if (ru.r.strbytes != n) /* the main loop drops these */
 		return 0;
-	ru.buf = malloc(n ? n : 1);
-	memcpy(ru.buf, data + sizeof ru.r, n);
-	if (parse_strings(&ru, n) == 0) {
+	char *buf = malloc(n ? n : 1);
+	memcpy(buf, data + sizeof ru.r, n);
+	ru.vec = calloc(MAX_VEC, sizeof(char *));
+	if (parse_strings(&ru, buf, n) == 0) {
 		for (uint32_t j = 0; j < ru.r.argc; j++)
-			inside(ru.argv[j], ru.buf, n);
+			inside(ru.argv[j], buf, n);
 		if (ru.argv[ru.r.argc] != NULL)
 			__builtin_trap();
 		for (uint32_t j = 0; j < ru.r.envc; j++)
-			inside(ru.envp[j], ru.buf, n);
-		inside(ru.cwd, ru.buf, n);
+			inside(ru.envp[j], buf, n);
+		inside(ru.cwd, buf, n);
 		for (uint32_t j = 0; j < ru.r.nfiles; j++)
-			inside(ru.fnames[j], ru.buf, n);
+			inside(ru.fnames[j], buf, n);
 	}
-	free(ru.buf);
+	free(buf);
 	free(ru.vec);
 	return 0;
 }

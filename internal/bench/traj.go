@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -47,14 +48,33 @@ type TrajResult struct {
 	// LogOnlyBoltP50ms on bbolt.
 	LogOnlyP50ms     float64 `json:"log_only_p50_ms"`
 	LogOnlyBoltP50ms float64 `json:"log_only_bolt_p50_ms"`
-	Failures         int     `json:"failures"`
-	FirstError       string  `json:"first_error,omitempty"`
+	// LogOnlySlowDiskStepsPerS is LogOnlyStepsPerS with every WAL fsync
+	// made SlowDiskFsyncMs longer (a simulated slow disk; 0: not measured).
+	LogOnlySlowDiskStepsPerS float64 `json:"log_only_slow_disk_steps_per_s,omitempty"`
+	SlowDiskFsyncMs          float64 `json:"slow_disk_fsync_ms,omitempty"`
+	Failures                 int     `json:"failures"`
+	FirstError               string  `json:"first_error,omitempty"`
+}
+
+// TrajOptions select parts of `dsec bench traj`.
+type TrajOptions struct {
+	// LogOnly measures the store alone (no node, no sandboxes), in a
+	// temporary directory under Dir (default: the system's).
+	LogOnly bool
+	Dir     string
+	// SlowFsync, when positive, adds a log-only measurement with every WAL
+	// fsync made that much longer (PebbleOptions.SyncDelay).
+	SlowFsync time.Duration
 }
 
 // Traj measures the trajectory log: its overhead on exec, replay latency, and
 // logged steps per second end to end and on the store alone.
-func Traj(ctx context.Context, o Options) (TrajResult, error) {
+func Traj(ctx context.Context, o Options, to TrajOptions) (TrajResult, error) {
 	o.defaults()
+	if to.LogOnly {
+		res := TrajResult{Store: trajectory.KindPebble, Trajectories: 100}
+		return res, logOnlyStores(ctx, to.Dir, to.SlowFsync, &res)
+	}
 	d, cleanup, err := openNode(ctx, o)
 	if err != nil {
 		return TrajResult{}, err
@@ -140,12 +160,22 @@ func Traj(ctx context.Context, o Options) (TrajResult, error) {
 	res.StepsPerS = round(float64(ran)/time.Since(t0).Seconds(), 1)
 
 	// The log alone, on the same file system as the node's data dir.
-	dir, err := os.MkdirTemp(filepath.Dir(trajPath(d)), "trajbench-")
-	if err != nil {
+	if err := logOnlyStores(ctx, filepath.Dir(trajPath(d)), to.SlowFsync, &res); err != nil {
 		return res, err
 	}
+	return res, ctx.Err()
+}
+
+// logOnlyStores measures the stores alone in a temporary directory under
+// parent: Pebble, bbolt, and Pebble on a simulated slow disk when slow > 0.
+func logOnlyStores(ctx context.Context, parent string, slow time.Duration, res *TrajResult) error {
+	dir, err := os.MkdirTemp(parent, "trajbench-")
+	if err != nil {
+		return err
+	}
 	defer os.RemoveAll(dir)
-	for _, m := range []struct {
+	var slowP50 float64
+	stores := []struct {
 		name      string
 		open      func(path string) (trajectory.Store, error)
 		rate, p50 *float64
@@ -154,21 +184,32 @@ func Traj(ctx context.Context, o Options) (TrajResult, error) {
 			&res.LogOnlyStepsPerS, &res.LogOnlyP50ms},
 		{"bolt", func(p string) (trajectory.Store, error) { return trajectory.OpenBolt(p) },
 			&res.LogOnlyBoltStepsPerS, &res.LogOnlyBoltP50ms},
-	} {
+	}
+	if slow > 0 {
+		res.SlowDiskFsyncMs = ms(slow)
+		stores = append(stores, struct {
+			name      string
+			open      func(path string) (trajectory.Store, error)
+			rate, p50 *float64
+		}{"pebble-slow-disk", func(p string) (trajectory.Store, error) {
+			return trajectory.OpenPebble(p, trajectory.PebbleOptions{SyncDelay: slow})
+		}, &res.LogOnlySlowDiskStepsPerS, &slowP50})
+	}
+	for _, m := range stores {
 		st, err := m.open(filepath.Join(dir, m.name))
 		if err != nil {
-			return res, err
+			return err
 		}
 		rate, p50, err := logOnly(ctx, st)
 		if cerr := st.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return res, fmt.Errorf("%s: %w", m.name, err)
+			return fmt.Errorf("%s: %w", m.name, err)
 		}
 		*m.rate, *m.p50 = rate, p50
 	}
-	return res, ctx.Err()
+	return nil
 }
 
 // trajPath is where the node keeps its trajectory log.
@@ -225,7 +266,7 @@ func logOnly(ctx context.Context, st trajectory.Store) (float64, float64, error)
 		}
 		return st.Finish(ctx, traj, n, res, time.Now())
 	}
-	var total int64
+	var total atomic.Int64 // steps that finished: never one that failed or did not run
 	var mu sync.Mutex
 	var first error
 	var wg sync.WaitGroup
@@ -233,23 +274,19 @@ func logOnly(ctx context.Context, st trajectory.Store) (float64, float64, error)
 	t0 := time.Now()
 	for g := range 100 {
 		wg.Go(func() {
-			n := 0
-			for time.Now().Before(deadline) && ctx.Err() == nil {
-				n++
+			for n := 1; time.Now().Before(deadline) && ctx.Err() == nil; n++ {
 				if err := step(fmt.Sprintf("log-%d", g), n); err != nil {
 					mu.Lock()
 					first = err
 					mu.Unlock()
 					return
 				}
+				total.Add(1)
 			}
-			mu.Lock()
-			total += int64(n)
-			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	rate := round(float64(total)/time.Since(t0).Seconds(), 1)
+	rate := round(float64(total.Load())/time.Since(t0).Seconds(), 1)
 	if first != nil {
 		return 0, 0, first
 	}

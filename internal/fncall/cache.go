@@ -19,6 +19,90 @@ type compileCache struct {
 	mu       sync.Mutex
 	inflight map[string]*flight
 	mem      sync.Map // key -> cacheEntry already read from disk (entries never change)
+
+	// bins keeps the most recently run binaries open (a run reads its
+	// binary with an explicit offset, so runs share a descriptor).
+	bmu   sync.Mutex
+	bins  map[string]*openBin
+	btick uint64
+}
+
+// openBin is an open cached binary; refs counts runs using it.
+type openBin struct {
+	f       *os.File
+	refs    int
+	used    uint64
+	evicted bool
+}
+
+// maxOpenBins bounds the binaries compileCache keeps open.
+const maxOpenBins = 64
+
+// openBin returns binary path opened for reading, shared with other runs, and
+// the function to call when the run no longer needs it.
+func (c *compileCache) openBin(path string) (*os.File, func(), error) {
+	c.bmu.Lock()
+	b, ok := c.bins[path]
+	if !ok {
+		c.bmu.Unlock()
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, nil, err
+		}
+		c.bmu.Lock()
+		if b, ok = c.bins[path]; ok { // opened meanwhile
+			f.Close()
+		} else {
+			b = &openBin{f: f}
+			c.evictBinsLocked()
+			if c.bins == nil {
+				c.bins = map[string]*openBin{}
+			}
+			c.bins[path] = b
+		}
+	}
+	c.btick++
+	b.refs++
+	b.used = c.btick
+	c.bmu.Unlock()
+	return b.f, func() {
+		c.bmu.Lock()
+		b.refs--
+		if b.evicted && b.refs == 0 {
+			b.f.Close()
+		}
+		c.bmu.Unlock()
+	}, nil
+}
+
+// evictBinsLocked makes room for one more open binary: it drops the least
+// recently used one (closed once no run uses it).
+func (c *compileCache) evictBinsLocked() {
+	if len(c.bins) < maxOpenBins {
+		return
+	}
+	var lru string
+	for p, b := range c.bins {
+		if lru == "" || b.used < c.bins[lru].used {
+			lru = p
+		}
+	}
+	b := c.bins[lru]
+	delete(c.bins, lru)
+	b.evicted = true
+	if b.refs == 0 {
+		b.f.Close()
+	}
+}
+
+// close closes the open binaries (the engine is closing: no runs are left).
+func (c *compileCache) close() {
+	c.bmu.Lock()
+	defer c.bmu.Unlock()
+	for p, b := range c.bins {
+		b.f.Close()
+		delete(c.bins, p)
+	}
 }
 
 type flight struct {

@@ -4,13 +4,19 @@
 // A pool per image holds a few zygotes (csrc/fncall/dsec-fncall.c, one per core):
 // long-lived static C processes that already sit in a prepared mount namespace
 // (the image's directories bind-mounted read-only, a minimal /dev), hold one
-// empty network namespace per slot, and fork a sandbox per request:
-// clone(CLONE_NEWPID) → a helper as PID 1 that unshares mount and IPC
+// empty network namespace per slot, and keep one fresh sandbox per slot
+// ready: clone(CLONE_NEWPID) → a helper as PID 1 that unshares mount and IPC
 // namespaces, joins the slot's network namespace and pre-created cgroup,
-// mounts a fresh tmpfs work directory /w (and /proc), copies the files in, and
-// forks the program with rlimits, an unprivileged per-slot uid, no_new_privs
-// and the default seccomp profile. When the program exits the helper exits,
-// and the kernel kills whatever else is left in the pid namespace.
+// mounts a fresh tmpfs work directory /w (and /proc), takes no_new_privs and
+// the default seccomp profile, and waits. A run's request goes from the
+// engine straight to its slot's helper (a socket per slot), which copies the
+// files in and forks the program with rlimits and an unprivileged per-slot
+// uid. When the program exits the helper exits, the kernel kills whatever else
+// is left in the pid namespace, and the zygote clones the slot's next helper
+// (with the namespace parameters of the run before; a run that needs others
+// has the zygote replace the helper first). Each helper serves one run:
+// nothing is shared between runs; the setup moved off the request path, not
+// out of the sandbox.
 //
 // Everything that can be done once is: the skeleton root, the network
 // namespaces (one per slot: concurrent runs never share one), the cgroups (one
@@ -168,6 +174,7 @@ func (e *Engine) Close() error {
 		errs = append(errs, g.Delete(ctx))
 		cancel()
 	}
+	e.cache.close()
 	errs = append(errs, e.seccomp.Close(), e.devnull.Close())
 	return errors.Join(errs...)
 }
@@ -206,6 +213,16 @@ type slot struct {
 
 	memLimit, pidsMax int64 // as currently written
 	oomKills          uint64
+	// prep: the namespace parameters of the slot's helper in zygote
+	// prepZ (the last run's: the zygote prepares the next helper with them)
+	prep  sandboxParams
+	prepZ *zygote
+}
+
+// sandboxParams are what a slot's prepared helper was set up with.
+type sandboxParams struct {
+	uid, gid, flags uint32
+	tmpfs           uint64
 }
 
 type cgMemFiles struct{ limit, memsw string }
@@ -513,15 +530,15 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	if stdin == nil {
 		stdin = e.devnull
 	}
-	outR, outW, err := os.Pipe()
+	outR, outW, err := outputPipe()
 	if err != nil {
 		p.release(s)
 		return Result{}, errdefs.Internal(err, "pipe")
 	}
 	defer outR.Close()
-	errR, errW, err := os.Pipe()
+	errR, errW, err := outputPipe()
 	if err != nil {
-		outW.Close()
+		unix.Close(outW)
 		p.release(s)
 		return Result{}, errdefs.Internal(err, "pipe")
 	}
@@ -541,15 +558,24 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	if !spec.NoProc {
 		r.flags |= flagProc
 	}
-	fds := []int{int(stdin.Fd()), int(outW.Fd()), int(errW.Fd())}
+	fds := []int{int(stdin.Fd()), outW, errW}
 	for _, f := range spec.Files {
 		r.files = append(r.files, fmt.Sprintf("%o:%s", f.Mode&0o7777, f.Name))
 		fds = append(fds, int(f.F.Fd()))
 	}
+	if sp := (sandboxParams{r.uid, r.gid, r.flags, r.tmpfsSize}); s.prepZ != z || s.prep != sp {
+		if err := z.prepare(r); err != nil {
+			unix.Close(outW)
+			unix.Close(errW)
+			p.release(s)
+			return Result{}, errdefs.Internal(err, "prepare sandbox")
+		}
+		s.prep, s.prepZ = sp, z
+	}
 	t0 := time.Now()
 	ch, err := z.start(r, fds)
-	outW.Close()
-	errW.Close()
+	unix.Close(outW)
+	unix.Close(errW)
 	for _, f := range spec.Files {
 		runtime.KeepAlive(f.F)
 	}
@@ -565,7 +591,7 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	kill := func(why string) {
 		killOnce.Do(func() {
 			killed <- why
-			z.kill(r.id)
+			z.kill(r.id, r.slot)
 		})
 	}
 	var wg sync.WaitGroup
@@ -671,6 +697,9 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 			s.oomKills = n
 		}
 	}
+	if setupErr != nil {
+		s.prepZ = nil // prepare the slot's next helper explicitly
+	}
 	e.releaseAfterReap(p, s, z, r.id, ch, reaped != nil)
 	switch {
 	case setupErr != nil:
@@ -743,6 +772,23 @@ func (e *Engine) readCapped(r io.Reader, limit int64, over func()) ([]byte, bool
 			return buf, exceeded
 		}
 	}
+}
+
+// outputPipe returns a pipe for a run's stdout or stderr: the read end for
+// the poller, the write end (blocking, as the program expects) as a bare
+// descriptor for the zygote. Fewer system calls than os.Pipe, which makes both
+// ends non-blocking and registers both with the poller.
+func outputPipe() (*os.File, int, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, -1, fmt.Errorf("pipe: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETFL, 0); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, fmt.Errorf("pipe: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
 }
 
 // memFile returns a sealed-size memfd holding b, for stdin and files.

@@ -55,8 +55,9 @@ func installZygote(dir string) (string, error) {
 
 // Wire protocol with csrc/fncall/dsec-fncall.c (struct req, struct ev).
 const (
-	opRun  = 1
-	opKill = 2
+	opRun     = 1
+	opKill    = 2
+	opPrepare = 3
 
 	evStarted  = 1
 	evSetupErr = 2
@@ -65,6 +66,7 @@ const (
 	evReaped   = 5
 	evFatal    = 6
 	evTrace    = 7 // DSEC_FNCALL_TRACE=1: the helper's setup steps in µs
+	evPrepared = 8
 
 	flagProc = 1
 
@@ -168,6 +170,9 @@ type zygote struct {
 	cmd  *exec.Cmd
 	conn *net.UnixConn
 	dead chan struct{}
+	// reqs are the engine's ends of the slots' request sockets: a run's
+	// request goes straight to the slot's prepared helper.
+	reqs []int
 
 	mu      sync.Mutex
 	pending map[uint64]chan event
@@ -191,6 +196,24 @@ func startZygote(path, rootfs, stage string, nslots int, cgFiles [][]*os.File, s
 	for _, s := range cgFiles {
 		extra = append(extra, s...)
 	}
+	reqs := make([]int, 0, nslots)
+	closeReqs := func() {
+		for _, fd := range reqs {
+			unix.Close(fd)
+		}
+	}
+	for range nslots {
+		p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			parent.Close()
+			closeReqs()
+			return nil, fmt.Errorf("fncall: socketpair: %w", err)
+		}
+		reqs = append(reqs, p[0])
+		c := os.NewFile(uintptr(p[1]), "fncall-slot")
+		defer c.Close()
+		extra = append(extra, c)
+	}
 	cmd := exec.Command(path, rootfs, stage, strconv.Itoa(nslots), strconv.Itoa(ncg))
 	cmd.ExtraFiles = extra
 	cmd.Stderr = os.Stderr
@@ -200,6 +223,7 @@ func startZygote(path, rootfs, stage string, nslots int, cgFiles [][]*os.File, s
 	}
 	if err := cmd.Start(); err != nil {
 		parent.Close()
+		closeReqs()
 		return nil, fmt.Errorf("fncall: start zygote: %w", err)
 	}
 	fc, err := net.FileConn(parent)
@@ -207,9 +231,10 @@ func startZygote(path, rootfs, stage string, nslots int, cgFiles [][]*os.File, s
 	if err != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
+		closeReqs()
 		return nil, fmt.Errorf("fncall: zygote connection: %w", err)
 	}
-	z := &zygote{cmd: cmd, conn: fc.(*net.UnixConn), dead: make(chan struct{}), pending: map[uint64]chan event{}}
+	z := &zygote{cmd: cmd, conn: fc.(*net.UnixConn), dead: make(chan struct{}), pending: map[uint64]chan event{}, reqs: reqs}
 	ready := make(chan event, 1)
 	z.pending[0] = ready
 	go z.readLoop()
@@ -296,11 +321,15 @@ func (z *zygote) readLoop() {
 	}
 }
 
-// start sends a run request; events for it arrive on the returned channel.
+// start sends a run request to its slot's helper; events for it arrive on
+// the returned channel.
 func (z *zygote) start(r *runReq, fds []int) (chan event, error) {
 	b, err := r.encode()
 	if err != nil {
 		return nil, err
+	}
+	if int(r.slot) >= len(z.reqs) {
+		return nil, fmt.Errorf("fncall: no slot %d", r.slot)
 	}
 	ch := make(chan event, 8)
 	z.mu.Lock()
@@ -310,11 +339,42 @@ func (z *zygote) start(r *runReq, fds []int) (chan event, error) {
 	}
 	z.pending[r.id] = ch
 	z.mu.Unlock()
-	if _, _, err := z.conn.WriteMsgUnix(b, unix.UnixRights(fds...), nil); err != nil {
+	if err := unix.Sendmsg(z.reqs[r.slot], b, unix.UnixRights(fds...), nil, 0); err != nil {
 		z.forget(r.id)
-		return nil, fmt.Errorf("fncall: send to zygote: %w", err)
+		return nil, fmt.Errorf("fncall: send to sandbox helper: %w", err)
 	}
 	return ch, nil
+}
+
+// prepare has the zygote replace slot's helper by one for r's namespace
+// parameters (uid, gid, tmpfs size, /proc), before r is sent.
+func (z *zygote) prepare(r *runReq) error {
+	p := runReq{op: opPrepare, slot: r.slot, id: r.id, uid: r.uid, gid: r.gid, flags: r.flags, tmpfsSize: r.tmpfsSize}
+	b, err := p.encode()
+	if err != nil {
+		return err
+	}
+	ch := make(chan event, 2)
+	z.mu.Lock()
+	if z.err != nil {
+		z.mu.Unlock()
+		return z.err
+	}
+	z.pending[r.id] = ch
+	z.mu.Unlock()
+	defer z.forget(r.id)
+	if _, _, err := z.conn.WriteMsgUnix(b, nil, nil); err != nil {
+		return fmt.Errorf("fncall: send to zygote: %w", err)
+	}
+	select {
+	case e := <-ch:
+		if e.kind != evPrepared {
+			return fmt.Errorf("fncall: prepare sandbox: %s: %s", e.msg, syscall.Errno(e.err))
+		}
+		return nil
+	case <-z.dead:
+		return z.deadErr()
+	}
 }
 
 func (z *zygote) forget(id uint64) {
@@ -324,9 +384,10 @@ func (z *zygote) forget(id uint64) {
 }
 
 // kill asks the zygote to SIGKILL a run's pid-namespace init (and with it every
-// process of the run). Killing a run that already ended does nothing.
-func (z *zygote) kill(id uint64) {
-	r := runReq{op: opKill, id: id, argv: nil}
+// process of the run), or to drop its request if no helper took it yet.
+// Killing a run that already ended does nothing.
+func (z *zygote) kill(id uint64, slot uint32) {
+	r := runReq{op: opKill, id: id, slot: slot}
 	b, _ := r.encode()
 	_, _, _ = z.conn.WriteMsgUnix(b, nil, nil)
 }
@@ -339,4 +400,8 @@ func (z *zygote) close() {
 		_ = z.cmd.Process.Kill()
 		<-z.dead
 	}
+	for _, fd := range z.reqs {
+		unix.Close(fd)
+	}
+	z.reqs = nil
 }

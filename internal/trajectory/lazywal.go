@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
@@ -193,3 +194,12 @@ func (f *lazyWALFile) Close() error {
 	}
 	return err
 }
+
+// slowSyncFile is a WAL file whose fsyncs take d longer (PebbleOptions.SyncDelay).
+type slowSyncFile struct {
+	vfs.File
+	d time.Duration
+}
+
+func (f *slowSyncFile) Sync() error     { time.Sleep(f.d); return f.File.Sync() }
+func (f *slowSyncFile) SyncData() error { time.Sleep(f.d); return f.File.SyncData() }

@@ -108,15 +108,6 @@ func TestLazyWALDirty(t *testing.T) {
 	other.Close()
 }
 
-// slowSyncFile is a WAL file whose fsyncs take d (a slow disk).
-type slowSyncFile struct {
-	vfs.File
-	d time.Duration
-}
-
-func (f *slowSyncFile) Sync() error     { time.Sleep(f.d); return f.File.Sync() }
-func (f *slowSyncFile) SyncData() error { time.Sleep(f.d); return f.File.SyncData() }
-
 // TestPebbleBeginSkipsFsync: a started mark does not wait for the fsync of
 // another trajectory's result (on a slow disk a Begin used to wait for the
 // fsync in progress and then for the one its group shared with durable

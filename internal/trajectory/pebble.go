@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -78,14 +79,17 @@ type PebbleOptions struct {
 	DiskReserve int64
 	// Logger gets Pebble's errors (default slog.Default()).
 	Logger *slog.Logger
-	fs     vfs.FS // tests: under the lazy WAL (default vfs.Default)
+	// SyncDelay makes every fsync of a WAL file take this much longer: a
+	// simulated slow disk, for benchmarks (`dsec bench traj`). Zero in use.
+	SyncDelay time.Duration
+	fs        vfs.FS // tests: under the lazy WAL (default vfs.Default)
 }
 
 // Pebble is the embedded default Store on github.com/cockroachdb/pebble: a WAL
 // fsync'd once per commit group (WAL files are recycled, so the fsync is of
 // preallocated space), memtables flushed to sstables in the background.
 //
-// Every write takes the lock of its trajectory (1024 stripes), reads, decides,
+// Every write takes the lock of its trajectory (16384 stripes), reads, decides,
 // commits its batch and, when durable, waits for a group fsync before it
 // unlocks, so that no replay answers from a record before it is on disk (Get
 // and List, which take no lock, wait for a sync while a durable write is in
@@ -95,13 +99,14 @@ type PebbleOptions struct {
 // (lazyWALFS; a Pebble NoSync write would stay in the writer's memory until
 // the next sync or a full 32 KiB block, which a process crash loses).
 type Pebble struct {
-	db      *pebble.DB
-	fs      *lazyWALFS
-	dir     string
-	boot    string
-	reserve int64 // PebbleOptions.DiskReserve
+	db       *pebble.DB
+	fs       *lazyWALFS
+	dir      string
+	boot     string
+	reserve  int64                    // PebbleOptions.DiskReserve
+	roomSeen atomic.Pointer[roomSeen] // diskguard.go
 
-	locks [1024]sync.Mutex
+	locks [16384]sync.Mutex
 	// mu guards closed; operations hold it shared.
 	mu     sync.RWMutex
 	closed bool
@@ -129,6 +134,9 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	defer cache.Unref()
 	if o.fs == nil {
 		o.fs = vfs.Default
+	}
+	if o.SyncDelay > 0 {
+		o.fs = walFS{FS: o.fs, wrap: func(f vfs.File) vfs.File { return &slowSyncFile{f, o.SyncDelay} }}
 	}
 	fs := newLazyWALFS(o.fs)
 	db, err := pebble.Open(dir, &pebble.Options{
