@@ -1,7 +1,12 @@
 package microvm
 
 import (
+	"bytes"
 	"context"
+	"debug/elf"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/driver"
@@ -64,4 +69,51 @@ func TestStripSignature(t *testing.T) {
 	if got := stripSignature(mod); string(got) != string(mod) {
 		t.Errorf("unsigned module changed: %q", got)
 	}
+}
+
+// TestHideBTF: a guest module keeps every section but .BTF, which the
+// kernel's loader then no longer finds (it looks sections up by name).
+func TestHideBTF(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(DefaultVMDir, "modules", "overlay.ko"))
+	if err != nil {
+		t.Fatalf("no guest module (run scripts/setup.sh): %v", err)
+	}
+	names := func(b []byte) []string {
+		f, err := elf.NewFile(bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n []string
+		for _, s := range f.Sections {
+			n = append(n, s.Name)
+		}
+		return n
+	}
+	before, after := names(b), names(hideBTF(b))
+	if !slices.Contains(before, ".BTF") {
+		t.Fatalf("overlay.ko has no .BTF section: %v", before)
+	}
+	if slices.Contains(after, ".BTF") || len(after) != len(before) {
+		t.Errorf("after hideBTF: %v (before %v)", after, before)
+	}
+	for i := range before {
+		if before[i] != after[i] && before[i] != ".BTF" {
+			t.Errorf("section %d renamed %q -> %q", i, before[i], after[i])
+		}
+	}
+	if got := hideBTF([]byte("\x7fELFnot-really")); string(got) != "\x7fELFnot-really" {
+		t.Errorf("a non-ELF changed: %q", got)
+	}
+}
+
+func FuzzHideBTF(f *testing.F) {
+	if b, err := os.ReadFile(filepath.Join(DefaultVMDir, "modules", "crc16.ko")); err == nil {
+		f.Add(b)
+	}
+	f.Add([]byte("\x7fELF\x02\x01\x01"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if out := hideBTF(b); len(out) != len(b) {
+			t.Fatalf("length changed %d -> %d", len(b), len(out))
+		}
+	})
 }
