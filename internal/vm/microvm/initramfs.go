@@ -39,8 +39,8 @@ func (c *cpio) pad() {
 
 // guestModules are the modules the guest loads, dependencies first (all
 // are =m in Debian's kernel; scripts/setup.sh copies them into VMDir/modules).
-var guestModules = []string{"crc32c_generic", "libcrc32c", "crc16", "virtio_ring", "virtio", "virtio_mmio",
-	"virtio_blk", "virtio_console", "virtio_balloon", "jbd2", "mbcache", "ext4", "erofs", "overlay"}
+var guestModules = []string{"crc32c_generic", "libcrc32c", "virtio_ring", "virtio", "virtio_mmio",
+	"virtio_blk", "virtio_console", "virtio_balloon", "erofs", "overlay"}
 
 // buildInitramfs returns the guest's initramfs: /init (the agent) and the
 // kernel modules from modDir in load order.

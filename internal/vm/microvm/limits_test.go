@@ -5,6 +5,7 @@ import (
 	"context"
 	"debug/elf"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -21,6 +22,9 @@ func TestLimits(t *testing.T) {
 		if _, _, _, err := (&Driver{}).limits(driver.Spec{Memory: mem, CPU: 1}); !errdefs.Is(err, api.CodeInvalidArgument) {
 			t.Errorf("memory %d: %v, want invalid_argument", mem, err)
 		}
+	}
+	if _, _, _, err := (&Driver{}).limits(driver.Spec{Memory: 256 << 20, CPU: 1, Disk: MaxDisk + 1}); !errdefs.Is(err, api.CodeInvalidArgument) {
+		t.Errorf("disk above MaxDisk: %v, want invalid_argument", err)
 	}
 	v, m, disk, err := (&Driver{}).limits(driver.Spec{Memory: 256 << 20, CPU: 0.5, Disk: 1})
 	if err != nil || v != 1 || m != 256 || disk != MinDisk {
@@ -116,4 +120,32 @@ func FuzzHideBTF(f *testing.F) {
 			t.Fatalf("length changed %d -> %d", len(b), len(out))
 		}
 	})
+}
+
+// TestSwapHeader: the writable disk's header is the one mkswap writes
+// (without a UUID), so the guest's swapon takes it.
+func TestSwapHeader(t *testing.T) {
+	mk, err := exec.LookPath("mkswap")
+	if err != nil {
+		t.Fatalf("mkswap (util-linux) missing: %v", err)
+	}
+	ours := filepath.Join(t.TempDir(), "ours")
+	if err := makeDisk(context.Background(), ours, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	theirs := filepath.Join(t.TempDir(), "theirs")
+	if err := os.WriteFile(theirs, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(theirs, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(mk, "-U", "clear", theirs).CombinedOutput(); err != nil {
+		t.Fatalf("mkswap: %v: %s", err, out)
+	}
+	a, _ := os.ReadFile(ours)
+	b, _ := os.ReadFile(theirs)
+	if len(a) != 64<<20 || !bytes.Equal(a[:8192], b[:8192]) {
+		t.Errorf("swap header differs from mkswap's (size %d):\nours   %x\nmkswap %x", len(a), a[1024:1040], b[1024:1040])
+	}
 }

@@ -2,11 +2,11 @@ package microvm
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"time"
 
@@ -68,7 +68,7 @@ type launch struct {
 
 func (d *Driver) sandboxArgs(l launch) []string {
 	args := d.baseArgs(l.accel, l.vcpus, l.memMiB)
-	app := d.cmdline(l.accel) + fmt.Sprintf(" dsec.layers=%d", len(l.layers))
+	app := d.cmdline(l.accel) + fmt.Sprintf(" dsec.layers=%d dsec.disk=%d", len(l.layers), l.diskBytes)
 	if l.host != "" {
 		app += " dsec.hostname=" + l.host
 	}
@@ -98,25 +98,35 @@ func (d *Driver) sandboxArgs(l launch) []string {
 	return args
 }
 
-// makeDisk creates the writable disk: a sparse file of size bytes with an
-// ext4 file system (no journal: a sandbox's disk does not outlive a crash of
-// its VM).
+// makeDisk creates the writable disk: a sparse file of size bytes holding a
+// swap area (the guest's writable layer is a tmpfs of that size whose pages
+// go out to it; a swap area needs no file-system module in the guest, where
+// ext4's took 0.2-1 s of every TCG boot). The disk does not outlive its VM.
 func makeDisk(ctx context.Context, path string, size int64) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
-	err = f.Truncate(size)
-	f.Close()
-	if err != nil {
+	defer f.Close()
+	if err := f.Truncate(size); err != nil {
 		return err
 	}
-	out, err := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-O", "^has_journal",
-		"-E", "nodiscard,lazy_itable_init=1", path).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("mkfs.ext4: %v: %s", err, strings.TrimSpace(string(out)))
+	if _, err := f.WriteAt(swapHeader(size), 0); err != nil {
+		return err
 	}
-	return nil
+	return f.Close()
+}
+
+// swapHeader is the first page of a Linux swap area (version 1, mkswap's
+// layout) covering size bytes: version, last page and no bad pages at 1024,
+// the magic at the page's end.
+func swapHeader(size int64) []byte {
+	const page = 4096
+	h := make([]byte, page)
+	binary.LittleEndian.PutUint32(h[1024:], 1)
+	binary.LittleEndian.PutUint32(h[1028:], uint32(size/page-1))
+	copy(h[page-10:], "SWAPSPACE2")
+	return h
 }
 
 // startQEMU starts QEMU in a session of its own (it outlives this process)
