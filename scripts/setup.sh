@@ -218,10 +218,10 @@ build_judge() {
 # on the host: the linux-image package is downloaded and unpacked, its vmlinuz
 # decompressed to an ELF vmlinux (QEMU boots it through PVH, skipping the
 # decompressor: ~4 s less under TCG) and the modules the guest agent loads
-# (virtio-mmio, blk, console, balloon; ext4, erofs, overlay; they are
-# all =m in Debian's config) copied flat into $DSEC_VM_DIR/modules.
+# (virtio-mmio, blk, console, balloon; erofs, overlay; they are all =m in
+# Debian's config) copied flat into $DSEC_VM_DIR/modules.
 DSEC_VM_DIR=${DSEC_VM_DIR:-/var/lib/dsec/vm}
-VM_MODULES="crc32c_generic libcrc32c crc16 virtio_ring virtio virtio_mmio virtio_blk virtio_console virtio_balloon jbd2 mbcache ext4 erofs overlay"
+VM_MODULES="crc32c_generic libcrc32c virtio_ring virtio virtio_mmio virtio_blk virtio_console virtio_balloon erofs overlay"
 
 build_vm_kernel() {
 	if [ -f "$DSEC_VM_DIR/kernel.json" ]; then

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"image/png"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -89,6 +90,14 @@ func TestTypedTextReachesTerminal(t *testing.T) {
 	if got != "Hi-42\n" {
 		t.Fatalf("/tmp/typed = %q, want %q (the typed command ran in the terminal)", got, "Hi-42\n")
 	}
+	// The desktop is the unprivileged user's: what was typed ran as uid
+	// 1000, while the agent's exec is root by default.
+	if owner := execOut(t, inst, "stat", "-c", "%u", "/tmp/typed"); owner != "1000" {
+		t.Errorf("/tmp/typed is owned by uid %q, want 1000 (the desktop runs as the user dsec)", owner)
+	}
+	if id := execOut(t, inst, "id", "-u"); id != "0" {
+		t.Errorf("exec runs as uid %q, want 0", id)
+	}
 	// A key chord: ctrl-u clears a half-typed line, so this never runs.
 	if _, err := in.SendInput(ctx, api.InputRequest{Text: "echo no > /tmp/typed"}); err != nil {
 		t.Fatal(err)
@@ -128,5 +137,52 @@ func TestBadInputRefused(t *testing.T) {
 		if _, err := in.SendInput(ctx, req); !errdefs.Is(err, api.CodeInvalidArgument) {
 			t.Errorf("SendInput(%+v) = %v, want invalid_argument", req, err)
 		}
+	}
+}
+
+// execOut runs args in inst and returns its trimmed stdout.
+func execOut(t *testing.T, inst driver.Instance, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	p, err := inst.Exec(ctx, driver.ProcSpec{Args: args, Cwd: "/"}, driver.Stdio{Stdout: &out})
+	if err != nil {
+		t.Fatalf("exec %v: %v", args, err)
+	}
+	defer p.Close()
+	if ex, err := p.Wait(ctx); err != nil || ex.Code != 0 {
+		t.Fatalf("exec %v: %+v %v", args, ex, err)
+	}
+	return strings.TrimSpace(out.String())
+}
+
+// TestDiskBytes: the guest's root file system spans the base disk plus the
+// sandbox's disk_bytes (the overlay's size; the agent grew it at start).
+func TestDiskBytes(t *testing.T) {
+	inst := shared(t)
+	b, err := imageBoot(sharedSp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := qcow2Size(b.path(b.Disk))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(execOut(t, inst, "stat", "-f", "-c", "%b %a %S", "/"))
+	if len(f) != 3 {
+		t.Fatalf("stat -f: %q", f)
+	}
+	blocks, _ := strconv.ParseInt(f[0], 10, 64)
+	avail, _ := strconv.ParseInt(f[1], 10, 64)
+	bs, _ := strconv.ParseInt(f[2], 10, 64)
+	size, want := blocks*bs, base+sharedSp.Disk
+	t.Logf("root: %d MiB (%d MiB free) on a %d MiB base + disk_bytes %d MiB", size>>20, avail*bs>>20, base>>20, sharedSp.Disk>>20)
+	// ext4's own metadata takes a few percent of the device.
+	if size < want*95/100 || size > want {
+		t.Errorf("root file system is %d bytes, want about %d (base %d + disk_bytes %d)", size, want, base, sharedSp.Disk)
+	}
+	if avail*bs < sharedSp.Disk*9/10 {
+		t.Errorf("%d bytes free on /, want at least 90%% of disk_bytes %d", avail*bs, sharedSp.Disk)
 	}
 }

@@ -34,6 +34,7 @@ func TestRefusedStartLeavesNothing(t *testing.T) {
 		"memory below the minimum": {ID: "fvbadmem", Image: DefaultImage, Layers: desktopLayers(t), CPU: 1, Memory: 128 << 20},
 		"image without a kernel":   {ID: "fvbadimg", Image: "busybox", Layers: busybox, CPU: 1, Memory: 512 << 20},
 		"no layers":                {ID: "fvnolayer", CPU: 1, Memory: 512 << 20},
+		"disk above the maximum":   {ID: "fvbigdisk", Image: DefaultImage, Layers: desktopLayers(t), CPU: 1, Memory: 512 << 20, Disk: MaxDisk + 1},
 	} {
 		inst, err := d.Start(context.Background(), sp)
 		if err == nil {

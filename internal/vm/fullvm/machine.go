@@ -2,8 +2,10 @@ package fullvm
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,10 +91,39 @@ func imageBoot(spec driver.Spec) (boot, error) {
 	return b, nil
 }
 
+// MaxDisk is the largest disk_bytes a full VM takes: the guest grows its
+// root file system online, which ext4 does up to 1024 times the size mkfs
+// reserved room for.
+const MaxDisk = 1 << 40
+
 // Check implements microvm.Machine.
 func (m *machine) Check(ctx context.Context, spec driver.Spec) error {
+	if spec.Disk > MaxDisk {
+		return errdefs.Invalid("fullvm: disk_bytes %d is above the fullvm maximum of %d (1 TiB)", spec.Disk, int64(MaxDisk))
+	}
 	_, err := imageBoot(spec)
 	return err
+}
+
+// qcow2Size is the virtual size of the qcow2 image at p (its header).
+func qcow2Size(p string) (int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var h [32]byte
+	if _, err := io.ReadFull(f, h[:]); err != nil {
+		return 0, fmt.Errorf("%s: qcow2 header: %w", p, err)
+	}
+	if string(h[:4]) != "QFI\xfb" {
+		return 0, fmt.Errorf("%s: not a qcow2 image", p)
+	}
+	n := int64(binary.BigEndian.Uint64(h[24:]))
+	if n <= 0 {
+		return 0, fmt.Errorf("%s: qcow2 virtual size %d", p, n)
+	}
+	return n, nil
 }
 
 // Args implements microvm.Machine: a qcow2 overlay over the image's base
@@ -103,9 +134,17 @@ func (m *machine) Args(ctx context.Context, spec driver.Spec, l microvm.Launch) 
 	if err != nil {
 		return nil, err
 	}
+	// The overlay is the base disk plus disk_bytes; the guest agent grows
+	// the root file system over it at start (the base image's file system
+	// is about as big as its files, so what is free is about disk_bytes).
+	base, err := qcow2Size(b.path(b.Disk))
+	if err != nil {
+		return nil, errdefs.Internal(err, "fullvm: base disk")
+	}
+	size := (base + l.DiskBytes + 1<<20 - 1) &^ (1<<20 - 1)
 	overlay := filepath.Join(l.Dir, "overlay.qcow2")
 	out, err := exec.CommandContext(ctx, "qemu-img", "create", "-q", "-f", "qcow2",
-		"-F", "qcow2", "-b", b.path(b.Disk), overlay).CombinedOutput()
+		"-F", "qcow2", "-b", b.path(b.Disk), overlay, fmt.Sprint(size)).CombinedOutput()
 	if err != nil {
 		return nil, errdefs.Internal(fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out))), "fullvm: overlay (qemu-img create)")
 	}

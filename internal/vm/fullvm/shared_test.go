@@ -80,7 +80,7 @@ func shared(t testing.TB) driver.Instance {
 	needVM(t)
 	bootOnce.Do(func() {
 		sharedDrv = newTestDriver(t)
-		sharedSp = driver.Spec{ID: "fvshared", Image: DefaultImage, Layers: desktopLayers(t), CPU: 1, Memory: 512 << 20}
+		sharedSp = driver.Spec{ID: "fvshared", Image: DefaultImage, Layers: desktopLayers(t), CPU: 1, Memory: 512 << 20, Disk: 1536 << 20}
 		t0 := time.Now()
 		inst, err := sharedDrv.Start(context.Background(), sharedSp)
 		bootTook = time.Since(t0)

@@ -94,7 +94,7 @@ func (d *Driver) probe(ctx context.Context) AccelInfo {
 	ctx, cancel := context.WithTimeout(ctx, ProbeTimeout)
 	defer cancel()
 	t0 := time.Now()
-	ok, out, err := d.bootFloor(ctx, "kvm", "probe")
+	ok, out, err := d.bootFloor(ctx, "kvm", "probe", 256)
 	if ok {
 		return AccelInfo{Accel: "kvm", Reason: fmt.Sprintf("KVM boot probe reached the guest's init in %v", time.Since(t0).Round(time.Millisecond))}
 	}
@@ -115,8 +115,8 @@ func (d *Driver) probe(ctx context.Context) AccelInfo {
 // bootFloor boots a VM whose init prints "DSEC-<mode>-OK" and powers off,
 // with the same machine, kernel and initramfs as a sandbox (the benchmark
 // floor and the probe). It reports whether the marker was printed.
-func (d *Driver) bootFloor(ctx context.Context, accel, mode string) (bool, string, error) {
-	args := d.baseArgs(accel, 1, 256)
+func (d *Driver) bootFloor(ctx context.Context, accel, mode string, memMiB int64) (bool, string, error) {
+	args := d.baseArgs(accel, 1, memMiB)
 	args = append(args, "-append", d.cmdline(accel)+" dsec.mode="+mode, "-serial", "stdio")
 	cmd := exec.CommandContext(ctx, d.cfg.QEMU, args...)
 	// A probe stuck in a hanging KVM must not outlive this process.
@@ -154,12 +154,14 @@ func (d *Driver) bootFloor(ctx context.Context, accel, mode string) (bool, strin
 	return ok, out.String(), err
 }
 
-// BootFloor is the benchmark floor: the same QEMU command line and kernel
-// booting to an init that prints and powers off; it returns the wall time.
-func (d *Driver) BootFloor(ctx context.Context) (time.Duration, error) {
+// BootFloor is the benchmark floor: the same QEMU command line (machine,
+// CPU model, one vCPU, memMiB of memory, kernel, initramfs and kernel
+// command line) booting to an init that prints and powers off; it returns
+// the wall time.
+func (d *Driver) BootFloor(ctx context.Context, memMiB int64) (time.Duration, error) {
 	a := d.Accel(ctx)
 	t0 := time.Now()
-	ok, out, err := d.bootFloor(ctx, a.Accel, "floor")
+	ok, out, err := d.bootFloor(ctx, a.Accel, "floor", memMiB)
 	if !ok {
 		return 0, fmt.Errorf("microvm: floor boot did not print its marker: %v: %s", err, out)
 	}

@@ -59,8 +59,11 @@ const (
 	MaxMemory = 64 << 30
 	// BootTimeout bounds a boot (TCG on a loaded host takes tens of seconds).
 	BootTimeout = 3 * time.Minute
-	// MinDisk is the smallest writable disk (ext4 needs a few MiB).
+	// MinDisk is the smallest writable disk.
 	MinDisk = 16 << 20
+	// MaxDisk is the largest (a swap area's page count is 32 bits; the
+	// guest's tmpfs and swap map grow with it).
+	MaxDisk = 1 << 40
 )
 
 // Config configures the driver.
@@ -176,6 +179,9 @@ func (d *Driver) limits(spec driver.Spec) (vcpus int, memMiB int64, disk int64, 
 	}
 	if vcpus > runtime.NumCPU() {
 		vcpus = runtime.NumCPU()
+	}
+	if spec.Disk > MaxDisk {
+		return 0, 0, 0, errdefs.Invalid("disk_bytes %d is above the %s maximum of %d (1 TiB)", spec.Disk, what, int64(MaxDisk))
 	}
 	disk = spec.Disk
 	if disk < MinDisk {

@@ -79,7 +79,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	l := launch{accel: a.Accel, vcpus: vcpus, memMiB: memMiB, dir: dir, layers: imgs,
+	l := launch{accel: a.Accel, vcpus: vcpus, memMiB: memMiB, dir: dir, layers: imgs, diskBytes: disk,
 		host: hostname(spec), noFPR: d.cfg.NoFreePageReporting, logPath: filepath.Join(dir, "qemu.log")}
 	if m != nil {
 		if l.args, err = m.Args(ctx, spec, l.Launch()); err != nil {

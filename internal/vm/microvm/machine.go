@@ -35,11 +35,13 @@ type Launch struct {
 	MemMiB   int64
 	Dir      string // the sandbox's state directory (created, empty)
 	Hostname string
+	// DiskBytes is the sandbox's writable space (Spec.Disk, at least MinDisk).
+	DiskBytes int64
 }
 
 // Launch describes l for a Machine.
 func (l launch) Launch() Launch {
-	return Launch{Accel: l.accel, VCPUs: l.vcpus, MemMiB: l.memMiB, Dir: l.dir, Hostname: l.host}
+	return Launch{Accel: l.accel, VCPUs: l.vcpus, MemMiB: l.memMiB, Dir: l.dir, Hostname: l.host, DiskBytes: l.diskBytes}
 }
 
 // HostArgs are the arguments the driver relies on, whatever the machine:

@@ -94,7 +94,17 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 	if err != nil {
 		return nil, err
 	}
-	r, err := ch.Call(ctx, pk)
+	// Without stdin the EOF goes right behind the request: the agent reads
+	// both in one wakeup instead of a second round trip after STARTED.
+	noStdin := stdio.Stdin == nil && p.TTY == nil
+	err = ch.Send(pk)
+	if err == nil && noStdin {
+		err = ch.CloseWrite()
+	}
+	var r *initproto.Packet
+	if err == nil {
+		r, err = ch.Reply(ctx)
+	}
 	if err != nil {
 		ch.Close()
 		return nil, in.connErr(err)
@@ -129,7 +139,7 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 			}
 		}
 	}
-	pr := newProc(in, ch, int(pid), p.TTY != nil, stdio)
+	pr := newProc(in, ch, int(pid), p.TTY != nil, stdio, noStdin)
 	closeAfter(pr, owned)
 	return pr, nil
 }
@@ -204,7 +214,7 @@ func (in *instance) Attach(ctx context.Context, tag string, stdio driver.Stdio) 
 				}
 			}
 		}
-		pr := newProc(in, ch, int(pid), tty == "1", stdio)
+		pr := newProc(in, ch, int(pid), tty == "1", stdio, false)
 		closeAfter(pr, logs)
 		return pr, nil
 	}
@@ -249,7 +259,9 @@ type proc struct {
 	exit *driver.Exit
 }
 
-func newProc(in *instance, ch *guest.Chan, pid int, tty bool, stdio driver.Stdio) *proc {
+// newProc follows a started process on ch; stdinClosed says its stdin's
+// EOF was already sent.
+func newProc(in *instance, ch *guest.Chan, pid int, tty bool, stdio driver.Stdio, stdinClosed bool) *proc {
 	p := &proc{in: in, ch: ch, pid: pid, tty: tty}
 	outs := []io.Writer{stdio.Stdout, stdio.Stderr}
 	n := 2
@@ -272,7 +284,7 @@ func newProc(in *instance, ch *guest.Chan, pid int, tty bool, stdio driver.Stdio
 			_, _ = io.Copy(ch, stdio.Stdin)
 			_ = ch.CloseWrite()
 		}()
-	} else if !tty {
+	} else if !tty && !stdinClosed {
 		_ = ch.CloseWrite()
 	}
 	return p

@@ -120,7 +120,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	var floor, create, execT, pause, resume []time.Duration
 	for i := 0; i < o.N; i++ {
-		f, err := d.BootFloor(ctx)
+		f, err := d.BootFloor(ctx, o.MemoryMiB)
 		if err != nil {
 			return res, err
 		}
