@@ -26,6 +26,9 @@ OUT="$DSEC_IMAGES_DIR/$NAME"
 FORMAT=2
 PKGS="linux-image-amd64,systemd-sysv,udev,kmod,dbus,libpam-systemd,xserver-xorg-core,xserver-xorg-input-libinput,xinit,xterm,x11-xserver-utils,xfonts-base,busybox-static"
 
+# shellcheck source=scripts/progress.sh
+. "$(dirname "$0")/progress.sh"
+
 log() { printf 'fullvm-image: %s\n' "$*" >&2; }
 die() { printf 'fullvm-image: ERROR: %s\n' "$*" >&2; exit 1; }
 
@@ -40,7 +43,7 @@ root="$work/root"
 if [ ! -f "$work/debootstrap.ok" ]; then
 	rm -rf "$work"
 	mkdir -p "$work"
-	debootstrap --variant=minbase --include="$PKGS" bookworm "$root" "$DEBIAN_MIRROR" >"$work/debootstrap.log" 2>&1 ||
+	with_progress "fullvm image: debootstrap" "$work/debootstrap.log" debootstrap --variant=minbase --include="$PKGS" bookworm "$root" "$DEBIAN_MIRROR" ||
 		{ tail -20 "$work/debootstrap.log" >&2; die "debootstrap failed"; }
 	touch "$work/debootstrap.ok"
 fi

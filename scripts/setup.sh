@@ -21,6 +21,9 @@ PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-
 # The dashboard's browser tests (test/ui): Debian's chromium, and a font for its screenshots.
 PACKAGES="$PACKAGES chromium fonts-liberation"
 
+# shellcheck source=scripts/progress.sh
+. "$(dirname "$0")/progress.sh"
+
 log() { printf 'setup: %s\n' "$*" >&2; }
 die() { printf 'setup: ERROR: %s\n' "$*" >&2; exit 1; }
 now() { date +%s.%N; }
@@ -98,7 +101,7 @@ debootstrap_tree() {
 	while :; do
 		rm -rf "$3"
 		log "image $1: debootstrap $SUITE with $2 (attempt $attempt, log $3.log)"
-		if debootstrap --variant=minbase --include="$2" "$SUITE" "$3" "$DEBIAN_MIRROR" >"$3.log" 2>&1; then
+		if with_progress "image $1: debootstrap" "$3.log" debootstrap --variant=minbase --include="$2" "$SUITE" "$3" "$DEBIAN_MIRROR"; then
 			break
 		fi
 		if [ "$attempt" -ge 2 ]; then
