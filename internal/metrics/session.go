@@ -207,55 +207,47 @@ func (s *Service) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCall
 	return res, s.failed("fncall", err)
 }
 
-func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
-	f, ok := s.inner.(session.Forker)
+// passThrough calls f on the inner service's optional interface T, counting
+// its error under op like the other operations; a service without T answers
+// not_implemented ("this node " + lacks).
+func passThrough[T, R any](s *Service, op, lacks string, f func(T) (R, error)) (R, error) {
+	c, ok := s.inner.(T)
 	if !ok {
-		return api.ForkResult{}, s.failed("fork", errdefs.New(api.CodeNotImplemented, "this node cannot fork sandboxes"))
+		var zero R
+		return zero, s.failed(op, errdefs.New(api.CodeNotImplemented, "this node %s", lacks))
 	}
-	v, err := f.Fork(ctx, id, req)
-	return v, s.failed("fork", err)
+	v, err := f(c)
+	return v, s.failed(op, err)
+}
+
+func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
+	return passThrough(s, "fork", "cannot fork sandboxes", func(f session.Forker) (api.ForkResult, error) {
+		return f.Fork(ctx, id, req)
+	})
 }
 
 func (s *Service) Commit(ctx context.Context, id string, req api.CommitRequest) (api.CommitResult, error) {
-	c, ok := s.inner.(session.Committer)
-	if !ok {
-		return api.CommitResult{}, s.failed("commit", errdefs.New(api.CodeNotImplemented, "this node cannot commit sandboxes"))
-	}
-	v, err := c.Commit(ctx, id, req)
-	return v, s.failed("commit", err)
+	return passThrough(s, "commit", "cannot commit sandboxes", func(c session.Committer) (api.CommitResult, error) {
+		return c.Commit(ctx, id, req)
+	})
 }
 
 func (s *Service) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
-	n, ok := s.inner.(session.Networker)
-	if !ok {
-		return api.Sandbox{}, s.failed("set_network", errdefs.New(api.CodeNotImplemented, "this node offers no network policy"))
-	}
-	v, err := n.SetNetwork(ctx, id, p)
-	return v, s.failed("set_network", err)
+	return passThrough(s, "set_network", "offers no network policy", func(n session.Networker) (api.Sandbox, error) {
+		return n.SetNetwork(ctx, id, p)
+	})
 }
 
-func (s *Service) qos() (session.QoS, error) {
-	q, ok := s.inner.(session.QoS)
-	if !ok {
-		return nil, errdefs.New(api.CodeNotImplemented, "this node has no CPU classes or memory reclaim")
-	}
-	return q, nil
-}
+const noQoS = "has no CPU classes or memory reclaim"
 
 func (s *Service) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
-	q, err := s.qos()
-	if err != nil {
-		return api.PauseResponse{}, s.failed("pause", err)
-	}
-	v, err := q.PauseWith(ctx, id, req)
-	return v, s.failed("pause", err)
+	return passThrough(s, "pause", noQoS, func(q session.QoS) (api.PauseResponse, error) {
+		return q.PauseWith(ctx, id, req)
+	})
 }
 
 func (s *Service) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
-	q, err := s.qos()
-	if err != nil {
-		return api.Sandbox{}, s.failed("set_cpu_class", err)
-	}
-	v, err := q.SetCPUClass(ctx, id, class)
-	return v, s.failed("set_cpu_class", err)
+	return passThrough(s, "set_cpu_class", noQoS, func(q session.QoS) (api.Sandbox, error) {
+		return q.SetCPUClass(ctx, id, class)
+	})
 }
