@@ -74,6 +74,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../common/fds.h"
+
 /* Kernel ABI (musl ships no linux/ headers). */
 struct sock_filter {
 	uint16_t code;
@@ -528,26 +530,6 @@ static void prep_fail(struct run *ru, const char *what)
 	syscall(SYS_exit, 125);
 	for (;;)
 		;
-}
-
-/* recv_fds collects the descriptors of a received message (at most max). */
-static int recv_fds(struct msghdr *mh, int *fds, int max)
-{
-	int n = 0;
-	for (struct cmsghdr *c = CMSG_FIRSTHDR(mh); c; c = CMSG_NXTHDR(mh, c)) {
-		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-			continue;
-		int k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (int i = 0; i < k; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-			if (n < max)
-				fds[n++] = fd;
-			else
-				close(fd);
-		}
-	}
-	return n;
 }
 
 static int same_sandbox(const struct req *a, const struct req *b)

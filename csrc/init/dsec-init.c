@@ -67,6 +67,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/fds.h"
 #include "../common/proto.h"
 
 /* ---- kernel ABI bits (musl ships no linux headers) ---- */

@@ -82,20 +82,8 @@ static int spawner_main(void)
 			continue;
 		if (n <= 0)
 			_exit(0);
-		int got[SPAWN_MAXFD], ngot = 0;
-		for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-			if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
-				continue;
-			int k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-			for (int i = 0; i < k; i++) {
-				int fd;
-				memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
-				if (ngot < SPAWN_MAXFD)
-					got[ngot++] = fd;
-				else
-					close(fd);
-			}
-		}
+		int got[SPAWN_MAXFD];
+		int ngot = recv_fds(&mh, got, SPAWN_MAXFD);
 		struct spawn_ans ans = {0, 0};
 		int fds[SPAWN_MAXFD], want = 0;
 		for (int i = 0; i < SPAWN_MAXFD; i++) {

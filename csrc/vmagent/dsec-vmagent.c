@@ -1592,15 +1592,11 @@ static void grow_root(void)
 	close(fd);
 }
 
-/* --service: a service of the guest's own init (the fullvm backend's
- * systemd unit), on a root file system that is already up: no mounts, no
- * root switch, no floor mode; the agent adopts orphans as a subreaper. */
-static void __attribute__((noreturn)) serve_as_service(void)
+/* open_channel: SIGCHLD through a signalfd, the request field table and the
+ * host's virtio port; what both ways of starting (init, service) need before
+ * serve(). */
+static void open_channel(void)
 {
-	as_service = 1;
-	prctl(PR_SET_CHILD_SUBREAPER, 1);
-	grow_root();
-	mkdir(SANDBOX_CG, 0755);
 	signal(SIGPIPE, SIG_IGN);
 	sigset_t chld;
 	sigemptyset(&chld);
@@ -1611,6 +1607,18 @@ static void __attribute__((noreturn)) serve_as_service(void)
 	port = open_port();
 	if (port < 0)
 		die("virtio port dsec.agent not found");
+}
+
+/* --service: a service of the guest's own init (the fullvm backend's
+ * systemd unit), on a root file system that is already up: no mounts, no
+ * root switch, no floor mode; the agent adopts orphans as a subreaper. */
+static void __attribute__((noreturn)) serve_as_service(void)
+{
+	as_service = 1;
+	prctl(PR_SET_CHILD_SUBREAPER, 1);
+	grow_root();
+	mkdir(SANDBOX_CG, 0755);
+	open_channel();
 	printf("DSEC-AGENT-READY (service)\n");
 	fflush(stdout);
 	serve();
@@ -1641,16 +1649,7 @@ int main(int argc, char **argv)
 	if (mode && (!strcmp(mode, "floor") || !strcmp(mode, "probe")))
 		floor_mode(mode);
 	setup_root();
-	signal(SIGPIPE, SIG_IGN);
-	sigset_t chld;
-	sigemptyset(&chld);
-	sigaddset(&chld, SIGCHLD);
-	sigprocmask(SIG_BLOCK, &chld, NULL);
-	sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
-	fields = xmalloc(sizeof(char *) * MAX_FIELDS);
-	port = open_port();
-	if (port < 0)
-		die("virtio port dsec.agent not found");
+	open_channel();
 	printf("DSEC-AGENT-READY at %ld ms\n", since_boot());
 	fflush(stdout);
 	serve();
