@@ -1587,19 +1587,7 @@ static void conn_read(struct state *s, struct conn *c)
 			c->dead = 1;
 		return;
 	}
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
-			continue;
-		int cnt = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-		for (int i = 0; i < cnt; i++) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
-			if (nfds < MAX_FDS)
-				fds[nfds++] = fd;
-			else
-				close(fd);
-		}
-	}
+	nfds = recv_fds(&msg, fds, MAX_FDS);
 	if (n == 0) {
 		c->dead = 1; /* peer closed (or sent an empty packet) */
 	} else if (msg.msg_flags & MSG_TRUNC) {
