@@ -56,6 +56,9 @@ type Config struct {
 	// nodes' sandboxes (project.Guard.Reconcile; default 30 s). Rounds run
 	// only while some project has a quota.
 	QuotaReconcile time.Duration
+	// ElectionTTL bounds how long the quota reconciler has no leader after
+	// the API server running it dies (default cluster.DefaultElectionTTL).
+	ElectionTTL time.Duration
 }
 
 // APIServer is one running API server.
@@ -166,7 +169,11 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	if cfg.QuotaReconcile <= 0 {
 		cfg.QuotaReconcile = 30 * time.Second
 	}
-	go guard.Run(bg, cfg.QuotaReconcile)
+	// One API server at a time reconciles quotas (etcd's election recipe);
+	// another takes over within the election TTL when it dies.
+	go cluster.RunElected(bg, cluster.ElectionConfig{Client: cfg.Etcd, Prefix: cfg.Prefix, Task: QuotaReconcilerTask,
+		ID: fmt.Sprintf("%s pid %d", cfg.Name, os.Getpid()), TTL: cfg.ElectionTTL, Logger: cfg.Logger},
+		func(ctx context.Context) { guard.Run(ctx, cfg.QuotaReconcile) })
 	msvc := m.Wrap(guard, tp, rt)
 	osvc := observed{Service: msvc, rt: rt, batch: guard, cl: cl}
 	imgs := &Images{Store: envs, Router: rt}
@@ -177,6 +184,10 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Projects: guard, Server: srv, Metrics: m, TokenFile: tokenFile,
 		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
 }
+
+// QuotaReconcilerTask is the election (cluster.RunElected) whose leader runs
+// the quota reconciler.
+const QuotaReconcilerTask = "quota-reconciler"
 
 // adminToken accepts only the default project's tokens: the front ends that
 // do not scope sandboxes by project (E2B's API, the dashboard, /metrics).
