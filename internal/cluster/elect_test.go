@@ -18,8 +18,8 @@ func TestRunElectedTakeover(t *testing.T) {
 	defer cancel()
 	var leading atomic.Int32 // candidates leading now
 	var mu sync.Mutex
-	led := map[string]int{}  // rounds each candidate led
-	var overlap atomic.Bool  // two led at once
+	led := map[string]int{} // rounds each candidate led
+	var overlap atomic.Bool // two led at once
 	lead := func(id string) func(context.Context) {
 		return func(ctx context.Context) {
 			if leading.Add(1) > 1 {
