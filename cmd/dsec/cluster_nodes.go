@@ -68,5 +68,43 @@ func nodesCmd() *cobra.Command {
 			},
 		})
 	}
+	c.AddCommand(nodesRmCmd())
+	return c
+}
+
+// nodesRmCmd removes a lost node from the cluster.
+func nodesRmCmd() *cobra.Command {
+	var asJSON bool
+	c := &cobra.Command{
+		Use:   "rm NAME",
+		Short: "Remove a lost node (retired for good): its registration, its environments' in-use marks and request claims; its sandboxes are gone",
+		Long: `Remove a lost node from the cluster for good. Refused (409) while the node's
+agent holds its lease: stop the agent first and wait until "dsec nodes" shows
+it lost. Removes its registration, its in-use marks on environments (so
+"dsec image rm" no longer names it) and the create request-ID claims it held.
+Its sandboxes are gone: every call on them answers not_found, and the quota
+reconciler releases their reservations. An agent started again under the
+same name joins as a new node.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			out, err := cl.RemoveNode(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(os.Stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(out)
+			}
+			fmt.Printf("removed node %s: %d sandboxes gone, %d environment marks (%s), %d request claims\n",
+				out.Node, out.Sandboxes, len(out.EnvMarks), strings.Join(out.EnvMarks, ","), out.RequestClaims)
+			return nil
+		},
+	}
+	c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return c
 }

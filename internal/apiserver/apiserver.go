@@ -160,7 +160,7 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		Nodes: w, Engine: eng, FnCalls: fnEng, Logger: cfg.Logger, Observer: cl, Tracer: tp,
 		EnvLayers: (&LayerCache{Store: envs}).Layers,
 		Claims:    cluster.NewRequests(cfg.Etcd, cfg.Prefix),
-		Drainer:   cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix},
+		Drainer:   nodeAdmin{Admin: cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix}, marks: envstore.NewEtcdState(cfg.Etcd, cfg.Prefix)},
 		Dial: func(n cluster.NodeStatus) session.Service {
 			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret, Tracer: tp})
 		},

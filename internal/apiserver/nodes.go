@@ -2,8 +2,10 @@ package apiserver
 
 import (
 	"context"
+	"io"
 
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -29,6 +31,75 @@ func (r *Router) SetDrain(ctx context.Context, node string, drain bool) error {
 		return errNoNodes
 	}
 	return r.cfg.Drainer.SetDrain(ctx, node, drain)
+}
+
+// nodeRemover removes a lost node's records (nodeAdmin).
+type nodeRemover interface {
+	RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error)
+}
+
+// envMarks are the environment store's per-node in-use marks
+// (envstore.EtcdState).
+type envMarks interface {
+	MarkedBy(ctx context.Context, node string) ([]string, error)
+	UnmarkUse(ctx context.Context, env, node string) error
+}
+
+// nodeAdmin is the Router's Drainer: drain flags, and removing a lost node
+// (registry records, env in-use marks, request-ID claims).
+type nodeAdmin struct {
+	cluster.Admin
+	marks envMarks
+}
+
+// RemoveNode removes lost node's env in-use marks and request claims, then its
+// registry records. A live node is refused before anything is removed (and
+// again by the registry's transaction, which compares its lease key): conflict;
+// an unknown one is not_found. It can be re-run after a partial failure.
+func (a nodeAdmin) RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error) {
+	out := api.RemoveNodeResponse{Node: node, EnvMarks: []string{}}
+	if err := a.CheckForgettable(ctx, node); err != nil {
+		return out, err
+	}
+	envs, err := a.marks.MarkedBy(ctx, node)
+	if err != nil {
+		return out, err
+	}
+	for _, env := range envs {
+		if err := a.marks.UnmarkUse(ctx, env, node); err != nil {
+			return out, err
+		}
+		out.EnvMarks = append(out.EnvMarks, env)
+	}
+	if out.RequestClaims, err = a.ForgetClaims(ctx, node); err != nil {
+		return out, err
+	}
+	return out, a.Forget(ctx, node)
+}
+
+// RemoveNode implements server.NodeAdmin: a lost node leaves the cluster (see
+// nodeAdmin.RemoveNode); its sandboxes are reported gone.
+func (r *Router) RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error) {
+	rm, ok := r.cfg.Drainer.(nodeRemover)
+	if !ok {
+		return api.RemoveNodeResponse{}, errdefs.New(api.CodeNotImplemented, "this API server cannot remove nodes")
+	}
+	last, _ := r.cfg.Nodes.Node(node)
+	out, err := rm.RemoveNode(ctx, node)
+	if err != nil {
+		return out, err
+	}
+	out.Sandboxes = last.Load.Sandboxes
+	r.mu.Lock()
+	if c, ok := r.clients[node]; ok {
+		if cl, isCloser := c.svc.(io.Closer); isCloser {
+			_ = cl.Close()
+		}
+		delete(r.clients, node)
+	}
+	r.mu.Unlock()
+	r.log.Info("node removed", "node", node, "sandboxes", out.Sandboxes, "env_marks", out.EnvMarks, "request_claims", out.RequestClaims)
+	return out, nil
 }
 
 func apiNode(n cluster.NodeStatus) api.Node {

@@ -90,6 +90,11 @@ func (o observed) SetDrain(ctx context.Context, node string, drain bool) error {
 	return o.rt.SetDrain(ctx, node, drain)
 }
 
+// RemoveNode implements server.NodeAdmin.
+func (o observed) RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error) {
+	return o.rt.RemoveNode(ctx, node)
+}
+
 // newMetrics returns the API tier's registry: the session decorator's and
 // HTTP metrics plus the cluster's (metrics.Cluster over the watcher).
 func newMetrics(w *cluster.Watcher) (*metrics.Metrics, *metrics.Cluster, error) {

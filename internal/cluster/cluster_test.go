@@ -79,6 +79,36 @@ func TestWithEtcd(t *testing.T) {
 			t.Fatal(err)
 		}
 		eventually(t, 2*time.Second, "a forgotten", want(w, "a", "unknown"))
+		if err := adm.Forget(ctx, "a"); !errdefs.Is(err, api.CodeNotFound) {
+			t.Errorf("forget of an unknown node: %v", err)
+		}
+		if st := state(w, "b"); st != "ready" {
+			t.Errorf("b is %s after the refused forget", st)
+		}
+	})
+
+	t.Run("a removed node's request claims go, others stay", func(t *testing.T) {
+		ctx := context.Background()
+		reqs := NewRequests(cli, "/t1c/")
+		for i := range 1500 { // more than one page of the scan
+			node := "gone"
+			if i%3 == 0 {
+				node = "kept"
+			}
+			if _, err := reqs.Claim(ctx, fmt.Sprintf("r%d", i), node); err != nil {
+				t.Fatal(err)
+			}
+		}
+		n, err := Admin{Client: cli, Prefix: "/t1c/"}.ForgetClaims(ctx, "gone")
+		if err != nil || n != 1000 {
+			t.Fatalf("ForgetClaims: %d, %v; want 1000", n, err)
+		}
+		for i := range 1500 {
+			h, ok, err := reqs.Lookup(ctx, fmt.Sprintf("r%d", i))
+			if err != nil || ok != (i%3 == 0) || (ok && h != "kept") {
+				t.Fatalf("claim r%d after ForgetClaims: %q %v %v", i, h, ok, err)
+			}
+		}
 	})
 
 	t.Run("records signed with another secret are ignored", func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -15,6 +16,19 @@ type NodeAdmin interface {
 	// SetDrain sets (drain) or clears a node's drain flag; an unknown node is
 	// not_found.
 	SetDrain(ctx context.Context, node string, drain bool) error
+	// RemoveNode removes a lost node from the cluster (its registration, env
+	// in-use marks and request claims); a live node is conflict, an unknown
+	// one not_found.
+	RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error)
+}
+
+// nodeOperator checks that ctx may change nodes (drain, remove): a token of
+// the default project (another project's is permission_denied).
+func nodeOperator(ctx context.Context) error {
+	if p := auth.ProjectOf(ctx); p != "" && p != api.DefaultProject {
+		return errdefs.New(api.CodePermissionDenied, "changing nodes needs a token of the %q project; this token is project %q's", api.DefaultProject, p)
+	}
+	return nil
 }
 
 func (s *Server) nodeAdmin() (NodeAdmin, error) {
@@ -46,8 +60,26 @@ func (s *Server) undrainNode(w http.ResponseWriter, r *http.Request) { s.setDrai
 func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, drain bool) {
 	na, err := s.nodeAdmin()
 	if err == nil {
+		err = nodeOperator(r.Context())
+	}
+	if err == nil {
 		if err = na.SetDrain(r.Context(), r.PathValue("name"), drain); err == nil {
 			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	s.writeError(w, r, err)
+}
+
+func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) {
+	na, err := s.nodeAdmin()
+	if err == nil {
+		err = nodeOperator(r.Context())
+	}
+	if err == nil {
+		var out api.RemoveNodeResponse
+		if out, err = na.RemoveNode(r.Context(), r.PathValue("name")); err == nil {
+			writeJSON(w, http.StatusOK, out)
 			return
 		}
 	}

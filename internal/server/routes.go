@@ -63,6 +63,7 @@ func (s *Server) routes() []route {
 		{proxyRoute, s.proxyHTTP},
 
 		{"GET /v1/nodes", s.listNodes},
+		{"DELETE /v1/nodes/{name}", s.removeNode},
 		{"POST /v1/nodes/{name}/drain", s.drainNode},
 		{"POST /v1/nodes/{name}/undrain", s.undrainNode},
 

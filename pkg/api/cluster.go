@@ -34,3 +34,19 @@ type Node struct {
 type ListNodesResponse struct {
 	Nodes []Node `json:"nodes"`
 }
+
+// RemoveNodeResponse is the body of DELETE /v1/nodes/{name}: what removing a
+// lost node took away.
+type RemoveNodeResponse struct {
+	Node string `json:"node"`
+	// Sandboxes is how many sandboxes the node last reported: they are gone
+	// (every call on them answers not_found from now on), and the quota
+	// reconciler releases their reservations.
+	Sandboxes int64 `json:"sandboxes"`
+	// EnvMarks are the environments whose in-use mark by this node was
+	// removed (they no longer block `dsec image rm`).
+	EnvMarks []string `json:"env_marks"`
+	// RequestClaims is how many create request-ID claims held by the node
+	// were dropped (a retry of such a create is placed afresh).
+	RequestClaims int `json:"request_claims"`
+}

@@ -42,3 +42,12 @@ func (c *Client) SetDrain(ctx context.Context, node string, drain bool) error {
 	}
 	return c.do(ctx, call{method: http.MethodPost, path: "/v1/nodes/" + esc(node) + op, retry: true}, nil)
 }
+
+// RemoveNode removes a lost node from the cluster: its registration, its
+// environments' in-use marks and its request claims; its sandboxes are gone.
+// A live node is refused (conflict), an unknown one is not_found.
+func (c *Client) RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error) {
+	var out api.RemoveNodeResponse
+	err := c.do(ctx, call{method: http.MethodDelete, path: "/v1/nodes/" + esc(node), retry: true}, &out)
+	return out, err
+}
