@@ -194,6 +194,10 @@ func (g *Guard) Create(ctx context.Context, req api.CreateSandboxRequest) (api.S
 	p, u := caller(ctx), UsageOf(req)
 	rid, err := g.reserve(ctx, p, u)
 	if err != nil {
+		// A retry of a create that was answered needs no new room.
+		if sbs, ok := g.answered(ctx, p, []api.CreateSandboxRequest{req}, err); ok {
+			return sbs[0], nil
+		}
 		return api.Sandbox{}, err
 	}
 	req.Labels = labelled(req.Labels, p, rid, false)
@@ -206,8 +210,70 @@ func (g *Guard) Create(ctx context.Context, req api.CreateSandboxRequest) (api.S
 		// A retried request ID: the sandbox made the first time holds its own.
 		g.release(ctx, p, rid, u)
 	}
-	g.remember(sb)
+	if o := g.remember(sb); o.project != p {
+		return api.Sandbox{}, otherProjectsRequest(req.RequestID)
+	}
 	return sb, nil
+}
+
+func otherProjectsRequest(id string) error {
+	return errdefs.Conflict("request_id %q was used by another project's create; choose another request ID", id)
+}
+
+// RequestFinder finds the live sandboxes that answered create request IDs (the
+// cluster's router asks the node holding each ID's claim). A service without
+// it is asked for its whole list.
+type RequestFinder interface {
+	// FindRequests returns the live sandbox of each request ID that has one.
+	FindRequests(ctx context.Context, ids []string) (map[string]api.Sandbox, error)
+}
+
+// answered returns the sandboxes that already answered every one of reqs,
+// when a create was refused with refusal quota_exceeded: a request ID retried
+// (a create, or a batch re-sent whole) gets its sandboxes back even when the
+// project is at its quota now. ok is false unless every request has an ID
+// answered by a live sandbox of project p.
+func (g *Guard) answered(ctx context.Context, p string, reqs []api.CreateSandboxRequest, refusal error) ([]api.Sandbox, bool) {
+	if !errdefs.Is(refusal, api.CodeQuotaExceeded) || len(reqs) == 0 {
+		return nil, false
+	}
+	ids := make([]string, len(reqs))
+	for i, r := range reqs {
+		if r.RequestID == "" {
+			return nil, false
+		}
+		ids[i] = r.RequestID
+	}
+	var found map[string]api.Sandbox
+	if f, ok := g.Service.(RequestFinder); ok {
+		m, err := f.FindRequests(ctx, ids)
+		if err != nil {
+			g.log.Warn("quota: looking up a retried create's request IDs", "project", p, "err", err)
+			return nil, false
+		}
+		found = m
+	} else {
+		all, err := g.Service.List(ctx)
+		if err != nil {
+			g.log.Warn("quota: looking up a retried create's request IDs", "project", p, "err", err)
+			return nil, false
+		}
+		found = make(map[string]api.Sandbox, len(ids))
+		for _, sb := range all {
+			if sb.RequestID != "" {
+				found[sb.RequestID] = sb
+			}
+		}
+	}
+	out := make([]api.Sandbox, len(ids))
+	for i, id := range ids {
+		sb, ok := found[id]
+		if !ok || g.remember(sb).project != p {
+			return nil, false
+		}
+		out[i] = sb
+	}
+	return out, true
 }
 
 // batchCreator is server.BatchCreator.
@@ -229,6 +295,9 @@ func (g *Guard) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest
 	}
 	rid, err := g.reserve(ctx, p, total)
 	if err != nil {
+		if sbs, ok := g.answered(ctx, p, reqs, err); ok { // the batch re-sent whole
+			return sbs, nil
+		}
 		return nil, err
 	}
 	for i := range reqs {
@@ -239,11 +308,22 @@ func (g *Guard) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest
 		g.release(ctx, p, rid, total)
 		return nil, err
 	}
+	var foreign string
 	for i, sb := range out {
 		if sb.Labels[api.LabelReservation] != rid {
 			g.release(ctx, p, rid, UsageOf(reqs[i]))
 		}
-		g.remember(sb)
+		if g.remember(sb).project != p && foreign == "" {
+			foreign = reqs[i].RequestID
+		}
+	}
+	if foreign != "" { // all or nothing: the members made now go again
+		for _, sb := range out {
+			if sb.Labels[api.LabelReservation] == rid && g.Delete(ctx, sb.ID) != nil {
+				g.log.Warn("batch with another project's request ID: removing a member failed; the reconciler will count it", "id", sb.ID)
+			}
+		}
+		return nil, otherProjectsRequest(foreign)
 	}
 	return out, nil
 }
