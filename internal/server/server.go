@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 )
@@ -96,6 +97,9 @@ func New(svc session.Service, opts Options) *Server {
 		s.stepHTTP = opts.Trajectories
 	} else if opts.StepHTTP != nil && opts.TrajectoryAPI != nil {
 		s.stepHTTP = opts.StepHTTP
+	}
+	if opts.Projects != nil && s.trajAPI != nil {
+		s.trajAPI = project.Trajectories{API: s.trajAPI} // each project its own trajectory IDs
 	}
 	s.proxy = newSandboxProxy(svc, log, s.proxyError)
 	for _, rt := range s.routes() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 
+	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -41,6 +42,9 @@ func (s *Server) tagStep(w http.ResponseWriter, r *http.Request) (*http.Request,
 	}
 	if s.trajAPI == nil {
 		return r, w, false, api.NewError(api.CodeNotImplemented, "this server keeps no trajectory log")
+	}
+	if s.opts.Projects != nil {
+		id = project.TrajectoryKeyOf(r.Context(), id) // the caller's project's trajectory
 	}
 	ctx, out := session.WithStep(r.Context(), session.Step{Trajectory: id, N: n})
 	return r.WithContext(ctx), &outcomeWriter{ResponseWriter: w, out: out}, true, nil
