@@ -27,9 +27,12 @@ type Watcher struct {
 	cfg WatcherConfig
 	k   keys
 
-	mu       sync.RWMutex
-	live     map[string]NodeRecord
-	known    map[string]NodeRecord
+	mu    sync.RWMutex
+	live  map[string]NodeRecord
+	known map[string]NodeRecord
+	// last holds a lost node's last live record (its last load report, as
+	// this watcher saw it), shown instead of its known record.
+	last     map[string]NodeRecord
 	drain    map[string]bool
 	observed map[string]time.Time
 	// untrusted counts records ignored because they do not verify, by key.
@@ -47,7 +50,7 @@ func NewWatcher(ctx context.Context, cfg WatcherConfig) (*Watcher, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	w := &Watcher{cfg: cfg, k: newKeys(cfg.Prefix), lost: map[string]chan struct{}{}}
+	w := &Watcher{cfg: cfg, k: newKeys(cfg.Prefix), lost: map[string]chan struct{}{}, last: map[string]NodeRecord{}}
 	if err := w.list(ctx); err != nil {
 		return nil, err
 	}
@@ -135,6 +138,11 @@ func (w *Watcher) applyLocked(key string, val []byte, deleted bool, now time.Tim
 		return
 	}
 	if deleted {
+		if rec, ok := m[name]; ok && kind == "live" {
+			w.last[name] = rec
+		} else if kind == "known" {
+			delete(w.last, name)
+		}
 		delete(m, name)
 		delete(w.untrusted, key)
 		if ch, ok := w.lost[name]; ok && kind == "live" {
@@ -178,6 +186,9 @@ func (w *Watcher) statusLocked(name string) (NodeStatus, bool) {
 			return NodeStatus{}, false
 		}
 		rec = k
+		if l, ok := w.last[name]; ok {
+			rec = l
+		}
 	}
 	s := NodeStatus{NodeRecord: rec, Draining: w.drain[name], ObservedAt: w.observed[name]}
 	switch {

@@ -284,7 +284,7 @@ func (e *env) startAPI(i int) {
 	}
 	p := &proc{name: fmt.Sprintf("apiserver %d", i), args: []string{"apiserver", "--etcd", e.etcdEPs, "--listen", e.apiAddr[i],
 		"--data-dir", filepath.Join(e.dir, fmt.Sprintf("api%d", i)), "--cluster-secret-file", e.secret, "--log-level", "debug",
-		"--blob-store", "dir:" + e.blobs()}}
+		"--blob-store", "dir:" + e.blobs(), "--quota-reconcile", "2s"}}
 	e.start(p)
 	e.apis[i] = p
 	e.waitFor(p.name+" listening", 30*time.Second, func() error {

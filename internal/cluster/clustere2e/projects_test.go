@@ -200,6 +200,7 @@ func TestProjects(t *testing.T) {
 	if err := adm.DeleteProject(ctx, "qa"); err != nil {
 		t.Error(err)
 	}
+	e.projectGaps(ctx, t)
 
 	t.Run("dsec server honours the same quotas", func(t *testing.T) {
 		dir := filepath.Join(e.dir, "one")
