@@ -95,6 +95,7 @@ full, and answer resource_exhausted with Retry-After when none has room.`,
 	f.IntVar(&cfg.Placement.MaxReplacements, "max-replacements", 3, "re-placements after nodes reject a sandbox")
 	f.DurationVar(&cfg.Placement.RefreshInterval, "placement-refresh", 500*time.Millisecond, "period of the placement snapshot")
 	f.DurationVar(&cfg.QuotaReconcile, "quota-reconcile", 30*time.Second, "how often quota reservations are reconciled with the nodes' sandboxes (only while some project has a quota)")
+	f.DurationVar(&cfg.ElectionTTL, "election-ttl", cluster.DefaultElectionTTL, "lease TTL of the election of the API server that reconciles quotas: another takes over within it when that one dies")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	return c
 }
