@@ -18,6 +18,9 @@
 //	quota/NAME/r/RID    one reservation (a create, batch or fork); every change
 //	                    to one is a transaction that moves usage with it
 //	req/SHA256     a create request ID's claim: the node it was placed on
+//	elect/TASK/ID  a candidate of an election (RunElected, etcd's concurrency
+//	               recipe under the candidate's session lease); the oldest leads
+//	               (the quota reconciler runs on one API server at a time)
 //
 // Trust: agents sign their records with HMAC-SHA256 under the cluster secret
 // (--cluster-secret-file); a Watcher ignores any record that does not verify, so

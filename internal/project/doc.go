@@ -32,4 +32,9 @@
 //     Authorize (called by the HTTP layer for every /v1/sandboxes/{id} route)
 //     answers not_found for another project's sandbox. A sandbox without the
 //     label (made before projects existed) belongs to DefaultProject.
+//   - A create (or a batch re-sent whole) whose request IDs were already
+//     answered gets those sandboxes back even at the quota (RequestFinder);
+//     another project's request ID is a conflict.
+//   - Trajectories are scoped too: each project has its own trajectory IDs
+//     (TrajectoryKey; Trajectories scopes the trajectory API).
 package project
