@@ -232,8 +232,9 @@ func donePending(id string) *pending {
 	return p
 }
 
-// Close stops background work. Sandboxes keep running: a restarted agent re-adopts
-// them. Use DeleteAll to tear them down.
+// Close stops background work and detaches from the background processes.
+// Sandboxes keep running: a restarted agent re-adopts them. Use DeleteAll to
+// tear them down.
 func (m *Manager) Close() error {
 	select {
 	case <-m.stop:
@@ -241,6 +242,15 @@ func (m *Manager) Close() error {
 		close(m.stop)
 	}
 	m.wg.Wait()
+	m.mu.RLock()
+	sbs := make([]*sandbox, 0, len(m.sandboxes))
+	for _, sb := range m.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	m.mu.RUnlock()
+	for _, sb := range sbs {
+		sb.detachProcs()
+	}
 	return nil
 }
 
