@@ -242,13 +242,7 @@ func (m *Manager) Close() error {
 		close(m.stop)
 	}
 	m.wg.Wait()
-	m.mu.RLock()
-	sbs := make([]*sandbox, 0, len(m.sandboxes))
-	for _, sb := range m.sandboxes {
-		sbs = append(sbs, sb)
-	}
-	m.mu.RUnlock()
-	for _, sb := range sbs {
+	for _, sb := range m.all() {
 		sb.detachProcs()
 	}
 	return nil
