@@ -253,3 +253,67 @@ func TestHelperSetupFailure(t *testing.T) {
 		}
 	}
 }
+
+// TestZygoteStatusCountsSetup: a helper still setting up its sandbox is busy
+// for STATUS until it waits for its request. The slot's "cgroup" here is a
+// full pipe, so the helper blocks in its cgroup join until the test drains it.
+func TestZygoteStatusCountsSetup(t *testing.T) {
+	e, p := smallEngine(t, 1)
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		t.Fatal(err)
+	}
+	r, w := os.NewFile(uintptr(fds[0]), "r"), os.NewFile(uintptr(fds[1]), "w")
+	defer r.Close()
+	defer w.Close()
+	for _, chunk := range []int{4096, 1} { // fill it: pages, then the last bytes
+		for {
+			if _, err := unix.Write(fds[1], make([]byte, chunk)); err != nil {
+				break
+			}
+		}
+	}
+	if err := unix.SetNonblock(fds[1], false); err != nil {
+		t.Fatal(err)
+	}
+	z, err := startZygote(e.zpath, p.rootfs, t.TempDir(), 1, [][]*os.File{{w}}, e.seccomp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.close()
+	id := uint64(1)
+	next := func() uint64 { id++; return id }
+	if n, err := z.busy(next()); err != nil || n != 0 {
+		t.Fatalf("a zygote with no helper: busy %d, %v", n, err)
+	}
+	if err := z.prepare(&runReq{slot: 0, id: next(), uid: 2100100, gid: 2100100, tmpfsSize: 1 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	// The helper is cloned; it blocks in its cgroup join however long we wait.
+	for range 20 {
+		if n, err := z.busy(next()); err != nil || n != 1 {
+			t.Fatalf("helper blocked in its setup: busy %d, %v; want 1", n, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	buf := make([]byte, 64<<10) // drain it (the read end is non-blocking)
+	for {
+		if _, err := unix.Read(fds[0], buf); err != nil {
+			break
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		n, err := z.busy(next())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the helper never finished its setup")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
