@@ -39,8 +39,8 @@
  * slot's H by one with other namespace parameters (uid, tmpfs size, /proc;
  * the engine sends it before a request that needs them, and waits for
  * PREPARED); KILL kills a run; STATUS counts the helpers that are not idle
- * (STATUS: the benchmark waits for a quiet machine). A request on a slot with no H (its setup
- * failed) gets a fresh one, or fails with SETUP_ERR and REAPED.
+ * (benchmarks wait for 0). A request on a slot with no H (its setup failed)
+ * gets a fresh one, or fails with SETUP_ERR and REAPED.
  *
  * Events (struct ev) go back over the control socket: STARTED (the zygote is
  * ready), PREPARED, STATUS, SETUP_ERR, EXEC_ERR, EXIT (P's status, sent by H),
