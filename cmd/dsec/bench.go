@@ -175,8 +175,8 @@ func benchCmd() *cobra.Command {
 				return err
 			}
 			return print(r, func() {
-				fmt.Printf("fncall %s: %d calls, %.1f calls/s (%d workers), p50 %.3f ms (bare %.3f ms, ratio %.2f), p99 %.3f ms, failures %d\n",
-					r.Language, r.N, r.CallsPerS, r.Parallel, r.P50ms, r.BareP50ms, r.OverheadRatio, r.P99ms, r.Failures)
+				fmt.Printf("fncall %s: %d calls, %.1f calls/s (%d workers; bare %.1f/s, ratio %.2f), p50 %.3f ms (bare %.3f ms, ratio %.2f), p99 %.3f ms, failures %d\n",
+					r.Language, r.N, r.CallsPerS, r.Parallel, r.BareCallsPerS, r.ThroughputRatio, r.P50ms, r.BareP50ms, r.OverheadRatio, r.P99ms, r.Failures)
 				fmt.Printf("  note: %s\n", r.Prepared)
 			})
 		},

@@ -38,11 +38,12 @@
  * Control requests (struct req on the control socket): PREPARE replaces the
  * slot's H by one with other namespace parameters (uid, tmpfs size, /proc;
  * the engine sends it before a request that needs them, and waits for
- * PREPARED); KILL kills a run. A request on a slot with no H (its setup
- * failed) gets a fresh one, or fails with SETUP_ERR and REAPED.
+ * PREPARED); KILL kills a run; STATUS counts the helpers that are not idle
+ * (benchmarks wait for 0). A request on a slot with no H (its setup failed)
+ * gets a fresh one, or fails with SETUP_ERR and REAPED.
  *
  * Events (struct ev) go back over the control socket: STARTED (the zygote is
- * ready), PREPARED, SETUP_ERR, EXEC_ERR, EXIT (P's status, sent by H),
+ * ready), PREPARED, STATUS, SETUP_ERR, EXEC_ERR, EXIT (P's status, sent by H),
  * REAPED (H's status and rusage; always the last event of a run).
  */
 #define _GNU_SOURCE
@@ -96,8 +97,9 @@ struct sock_fprog {
 #define MAX_FILES 64
 #define MAX_MSG (256 * 1024)
 
-enum { OP_RUN = 1, OP_KILL = 2, OP_PREPARE = 3 };
-enum { EV_STARTED = 1, EV_SETUP_ERR = 2, EV_EXEC_ERR = 3, EV_EXIT = 4, EV_REAPED = 5, EV_FATAL = 6, EV_PREPARED = 8 };
+enum { OP_RUN = 1, OP_KILL = 2, OP_PREPARE = 3, OP_STATUS = 4 };
+enum { EV_STARTED = 1, EV_SETUP_ERR = 2, EV_EXEC_ERR = 3, EV_EXIT = 4, EV_REAPED = 5, EV_FATAL = 6, EV_PREPARED = 8,
+	EV_STATUS = 9 };
 #define MAX_VEC (4096 + 4096 + 1 + MAX_FILES + 3)
 enum { F_PROC = 1 };
 
@@ -422,6 +424,9 @@ struct run {
 	/* a kill for a request that H may have taken without storing its ID
 	 * yet: reported as that request's end when H is reaped */
 	uint64_t kill_id;
+	/* H finished its setup and waits for its request (H stores it, the
+	 * zygote reads it for STATUS) */
+	int waiting;
 	char *stack;
 };
 #define MAX_RUNS (MAX_SLOTS * 2)
@@ -625,6 +630,7 @@ static int run_helper(void *arg)
 	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
 		prep_fail(ru, "seccomp");
 	TR();
+	__atomic_store_n(&ru->waiting, 1, __ATOMIC_SEQ_CST);
 	uint64_t id = recv_request(ru);
 	if (!id)
 		syscall(SYS_exit, 0); /* no request: the slot was given up */
@@ -756,6 +762,7 @@ static struct run *prepare(int slot)
 	ru->r.flags = p->flags;
 	ru->id = 0;
 	ru->kill_id = 0;
+	ru->waiting = 0;
 	ru->prep_err = 0;
 	ru->prep_what = NULL;
 	pid_t pid = clone(run_helper, ru->stack + STACK_SIZE, CLONE_VM | CLONE_NEWPID | SIGCHLD, ru);
@@ -842,6 +849,25 @@ static void handle_prepare(struct req *r)
 	slot_known[slot] = 1;
 	ready[slot] = prepare(slot); /* on failure the request finds no H: see main */
 	struct ev e = {.kind = EV_PREPARED, .id = r->id};
+	send_ev(&e);
+}
+
+/* handle_status answers STATUS with the number of helpers that are not
+ * idle: running a request, being set up, or ended and not yet reaped (the
+ * engine waits for 0 to measure something else on a quiet machine). A slot
+ * whose helper could not be set up has none and counts as idle. */
+static void handle_status(struct req *r)
+{
+	int busy = 0;
+	for (int i = 0; i < MAX_RUNS; i++) {
+		struct run *ru = &runs[i];
+		if (!ru->pid)
+			continue;
+		int idle = ready[ru->r.slot] == ru && __atomic_load_n(&ru->waiting, __ATOMIC_SEQ_CST) &&
+			!__atomic_load_n(&ru->id, __ATOMIC_SEQ_CST);
+		busy += !idle;
+	}
+	struct ev e = {.kind = EV_STATUS, .id = r->id, .pid = busy};
 	send_ev(&e);
 }
 
@@ -991,6 +1017,8 @@ int main(int argc, char **argv)
 				handle_prepare(&r);
 			else if (r.op == OP_KILL)
 				handle_kill(&r);
+			else if (r.op == OP_STATUS)
+				handle_status(&r);
 			else
 				evmsg(EV_SETUP_ERR, r.id, EINVAL, "malformed request");
 		}

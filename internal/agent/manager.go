@@ -232,8 +232,9 @@ func donePending(id string) *pending {
 	return p
 }
 
-// Close stops background work. Sandboxes keep running: a restarted agent re-adopts
-// them. Use DeleteAll to tear them down.
+// Close stops background work and detaches from the background processes.
+// Sandboxes keep running: a restarted agent re-adopts them. Use DeleteAll to
+// tear them down.
 func (m *Manager) Close() error {
 	select {
 	case <-m.stop:
@@ -241,6 +242,9 @@ func (m *Manager) Close() error {
 		close(m.stop)
 	}
 	m.wg.Wait()
+	for _, sb := range m.all() {
+		sb.detachProcs()
+	}
 	return nil
 }
 

@@ -4,6 +4,7 @@ package agent_test
 // user and without images (go test ./internal/agent -run Mock). See the README.
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -293,17 +294,35 @@ func TestMockBackends(t *testing.T) {
 
 // TestMockTTYProcessSurvivesRestart: a background process on a terminal keeps
 // running and logging through an agent restart; its terminal output lands in
-// its stdout log.
+// its stdout log, all of it by the time its exit is reported. A terminal has one
+// output: the stopped agent must no longer copy it (two copies race for the
+// terminal's reads, and the exit the new agent reports can come before what the
+// old one read reached the log). To see which agent wrote what, the test moves
+// the log aside between the two: the old agent's copy, if it still ran, would
+// go on writing into the moved file.
 func TestMockTTYProcessSurvivesRestart(t *testing.T) {
 	e := newMockEnv(t)
 	m := e.open(t)
 	sb := create(t, m, api.CreateSandboxRequest{})
 	p, err := m.StartProcess(ctxT(t), sb.ID, api.ExecRequest{
-		Shell: "tty; stty size; sleep 1; echo after-restart; echo err >&2; exit 5", TTY: true, Cols: 70, Rows: 21})
+		Shell: "tty; stty size; sleep 1; i=0; while [ $i -lt 300 ]; do i=$((i+1)); echo line-$i; done; echo after-restart; echo err >&2; exit 5",
+		TTY:   true, Cols: 70, Rows: 21})
 	if err != nil {
 		t.Fatal(err)
 	}
+	logPath := filepath.Join(e.dataDir, "logs", sb.ID, p.ID+".stdout")
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "21 70") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no terminal output before the restart")
+		}
+	}
 	m.Close()
+	if err := os.Rename(logPath, logPath+".before"); err != nil {
+		t.Fatal(err)
+	}
 	m2 := e.open(t)
 	got, err := m2.WaitProcess(ctxT(t), sb.ID, p.ID)
 	if err != nil || got.Running || got.Result == nil || got.Result.ExitCode != 5 {
@@ -315,9 +334,19 @@ func TestMockTTYProcessSurvivesRestart(t *testing.T) {
 	}
 	b, _ := io.ReadAll(r)
 	r.Close()
-	log := strings.ReplaceAll(string(b), "\r\n", "\n")
-	if !strings.HasPrefix(log, "/dev/pts/") || !strings.Contains(log, "\n21 70\n") || !strings.Contains(log, "after-restart\nerr\n") {
-		t.Errorf("terminal log %q", log)
+	// What came after the restart (300 lines: more than one read of the
+	// terminal) is all in the log, in order, when the exit is reported.
+	var want strings.Builder
+	for i := 1; i <= 300; i++ {
+		fmt.Fprintf(&want, "line-%d\n", i)
+	}
+	want.WriteString("after-restart\nerr\n")
+	if log := strings.ReplaceAll(string(b), "\r\n", "\n"); log != want.String() {
+		t.Errorf("terminal log after the restart: %d bytes %.80q..., want %d bytes", len(log), log, want.Len())
+	}
+	before, _ := os.ReadFile(logPath + ".before")
+	if log := strings.ReplaceAll(string(before), "\r\n", "\n"); !strings.HasPrefix(log, "/dev/pts/") || !strings.HasSuffix(log, "\n21 70\n") {
+		t.Errorf("terminal log before the restart %q (the stopped agent went on copying?)", log)
 	}
 }
 

@@ -26,10 +26,32 @@ import (
 type bgProc struct {
 	rec  procRecord
 	done chan struct{}
+	// ttyLog is the copy of a terminal's output into the stdout log (nil
+	// without a terminal): detach waits for a write in progress.
+	ttyLog *lockedWriter
 
 	mu     sync.Mutex
 	proc   driver.Proc
 	result *api.ExecResult
+}
+
+// lockedWriter serialises the writes of a terminal's pump into its log, so
+// that detach can wait for the one in progress.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// wait returns once no write is in progress.
+func (l *lockedWriter) wait() {
+	l.mu.Lock()
+	defer l.mu.Unlock() // nothing inside: waiting for the lock is the point
 }
 
 func (p *bgProc) view() api.Process {
@@ -44,6 +66,31 @@ func (p *bgProc) closeConn() {
 	defer p.mu.Unlock()
 	if p.proc != nil {
 		p.proc.Close()
+	}
+}
+
+// detach releases the connection to a process that keeps running (the agent
+// is stopping; a successor re-attaches) and waits until this agent's copy of
+// its terminal stopped writing to the log: a terminal has one output, and the
+// successor's copy must be the only one, or the exit it reports could come
+// before output this agent took from the terminal reached the log.
+func (p *bgProc) detach() {
+	p.closeConn()
+	if p.ttyLog != nil {
+		p.ttyLog.wait()
+	}
+}
+
+// detachProcs detaches from every background process (Manager.Close).
+func (sb *sandbox) detachProcs() {
+	sb.mu.Lock()
+	procs := make([]*bgProc, 0, len(sb.procs))
+	for _, p := range sb.procs {
+		procs = append(procs, p)
+	}
+	sb.mu.Unlock()
+	for _, p := range procs {
+		p.detach()
 	}
 }
 
@@ -99,9 +146,11 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 		logs[i] = f
 	}
 	stdio := driver.Stdio{Stdout: logs[0], Stderr: logs[1]}
+	var ttyCopy *lockedWriter
 	if spec.TTY != nil {
 		// One stream, pumped by the driver: capped here as the init caps pipes.
-		stdio.Stdout = procio.CapWriter(logs[0], spec.OutputCap, 0)
+		ttyCopy = &lockedWriter{w: procio.CapWriter(logs[0], spec.OutputCap, 0)}
+		stdio.Stdout = ttyCopy
 	}
 	if len(stdin) > 0 {
 		stdio.Stdin = bytes.NewReader(stdin)
@@ -111,7 +160,7 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 		return api.Process{}, err
 	}
 	bp := &bgProc{rec: procRecord{ID: procID, PID: pr.PID(), Cmd: spec.Args, StartedAt: m.now().UTC(), TTY: spec.TTY != nil},
-		done: make(chan struct{}), proc: pr}
+		done: make(chan struct{}), proc: pr, ttyLog: ttyCopy}
 	sb.mu.Lock()
 	sb.procs[procID] = bp
 	sb.rec.Procs = append(sb.rec.Procs, bp.rec)
@@ -180,7 +229,8 @@ func (sb *sandbox) reattachProcs() {
 				if fi, err := f.Stat(); err == nil {
 					size = fi.Size()
 				}
-				stdio.Stdout = procio.CapWriter(f, sb.m.bgLogCap(), size)
+				bp.ttyLog = &lockedWriter{w: procio.CapWriter(f, sb.m.bgLogCap(), size)}
+				stdio.Stdout = bp.ttyLog
 			}
 		}
 		pr, err := sb.inst.Attach(context.Background(), r.ID, stdio)

@@ -58,6 +58,7 @@ const (
 	opRun     = 1
 	opKill    = 2
 	opPrepare = 3
+	opStatus  = 4
 
 	evStarted  = 1
 	evSetupErr = 2
@@ -67,6 +68,7 @@ const (
 	evFatal    = 6
 	evTrace    = 7 // DSEC_FNCALL_TRACE=1: the helper's setup steps in µs
 	evPrepared = 8
+	evStatus   = 9 // pid: the helpers that are not idle
 
 	flagProc = 1
 
@@ -374,6 +376,37 @@ func (z *zygote) prepare(r *runReq) error {
 		return nil
 	case <-z.dead:
 		return z.deadErr()
+	}
+}
+
+// busy asks the zygote how many of its helpers are not idle: running a
+// request, still setting up their sandbox, or ended and not yet reaped.
+// id must be unique among the zygote's requests.
+func (z *zygote) busy(id uint64) (int, error) {
+	b, err := (&runReq{op: opStatus, id: id}).encode()
+	if err != nil {
+		return 0, err
+	}
+	ch := make(chan event, 1)
+	z.mu.Lock()
+	if z.err != nil {
+		z.mu.Unlock()
+		return 0, z.err
+	}
+	z.pending[id] = ch
+	z.mu.Unlock()
+	defer z.forget(id)
+	if _, _, err := z.conn.WriteMsgUnix(b, nil, nil); err != nil {
+		return 0, fmt.Errorf("fncall: send to zygote: %w", err)
+	}
+	select {
+	case e := <-ch:
+		if e.kind != evStatus {
+			return 0, fmt.Errorf("fncall: zygote status: %s: %s", e.msg, syscall.Errno(e.err))
+		}
+		return int(e.pid), nil
+	case <-z.dead:
+		return 0, z.deadErr()
 	}
 }
 
