@@ -87,7 +87,13 @@ type Config struct {
 	// internal/vm/fullvm); the agent channel, QMP, pause and re-adoption
 	// stay this driver's.
 	Machine Machine
-	Logger  *slog.Logger
+	// Trace makes the guest agent keep a timeline of its boot and of its
+	// first Trace execs and print it on the console (Instance.Trace), and
+	// the driver log each boot's host-side steps at debug level: for
+	// finding where a boot's time goes. It adds dsec.trace=N to the kernel
+	// command line (the floor's too).
+	Trace  int
+	Logger *slog.Logger
 }
 
 // Driver is the microvm backend.
