@@ -39,6 +39,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -365,6 +366,13 @@ static void setup_root(void)
 			die("layer disk not found");
 		snprintf(mp, sizeof mp, "/layers/%d", i);
 		mkdir("/layers", 0755);
+		/* 1 MiB of readahead on the read-only layers (128 KiB by
+		 * default): their data comes from the host's page cache, and
+		 * fewer, larger requests are cheaper under emulation (a first
+		 * exec of busybox took 15-30 ms less). */
+		char ra[400];
+		snprintf(ra, sizeof ra, "/sys/block/%s/queue/read_ahead_kb", dev + 5);
+		write_file(ra, "1024");
 		xmount(dev, mp, "erofs", MS_RDONLY, "");
 		if (*lower)
 			strcat(lower, ":");
@@ -859,9 +867,66 @@ fail:
 
 /* spawn vforks a child that runs sp (a function of its own: nothing of
  * do_exec's frame lives across the vfork). */
-static pid_t __attribute__((noinline)) spawn(struct spawn *sp)
+/* clone3's arguments up to version 2 (linux/sched.h; cgroup is the last). */
+struct clone_args2 {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
+		cgroup;
+};
+#define X_CLONE_INTO_CGROUP 0x200000000ULL
+
+#if defined(__x86_64__)
+/* dsec_vfork3 is clone3 for a vfork (CLONE_VM | CLONE_VFORK and no stack of
+ * the child's own): as in vfork, the return address is kept in a register
+ * across the system call, since the child runs on the same stack and
+ * overwrites it before the parent returns. Returns the pid (0 in the child)
+ * or -errno. */
+long dsec_vfork3(struct clone_args2 *a, size_t size) __attribute__((returns_twice));
+__asm__(".text\n"
+	".globl dsec_vfork3\n"
+	".type dsec_vfork3,@function\n"
+	"dsec_vfork3:\n"
+	"	pop %rdx\n"
+	"	mov $435, %eax\n" /* SYS_clone3 */
+	"	syscall\n"
+	"	push %rdx\n"
+	"	ret\n"
+	".size dsec_vfork3, .-dsec_vfork3\n");
+#endif
+
+static int cg_fd = -2;  /* the sandbox cgroup's directory (-2: not opened yet) */
+static int cg_frozen;   /* FREEZE is in force */
+static int clone3_ok = 1;
+
+/* spawn vforks a child that runs sp (a function of its own: nothing of
+ * do_exec's frame lives across the vfork). The child starts in the sandbox
+ * cgroup (clone3 CLONE_INTO_CGROUP) unless that is frozen (the child would
+ * freeze before it could exec, and the vforked agent with it) or clone3 is
+ * missing; *in_cg says whether it did. */
+static pid_t __attribute__((noinline)) spawn(struct spawn *sp, int *in_cg)
 {
-	pid_t pid = vfork();
+	pid_t pid;
+	*in_cg = 0;
+#if defined(__x86_64__)
+	if (cg_fd == -2)
+		cg_fd = open(SANDBOX_CG, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (clone3_ok && cg_fd >= 0 && !cg_frozen) {
+		struct clone_args2 a = {.flags = CLONE_VM | CLONE_VFORK | X_CLONE_INTO_CGROUP,
+					.exit_signal = SIGCHLD, .cgroup = (uint64_t)cg_fd};
+		long r = dsec_vfork3(&a, sizeof a);
+		if (r == 0)
+			spawn_child(sp);
+		if (r > 0) {
+			*in_cg = 1;
+			return (pid_t)r;
+		}
+		if (r != -ENOSYS && r != -EINVAL && r != -E2BIG && r != -EOPNOTSUPP) {
+			errno = (int)-r;
+			return -1;
+		}
+		clone3_ok = 0; /* an older kernel: vfork and move */
+	}
+#endif
+	pid = vfork();
 	if (pid == 0)
 		spawn_child(sp);
 	return pid;
@@ -951,7 +1016,8 @@ static void do_exec(struct chan *c, char **f, int nf)
 	/* vfork: the agent is suspended until the child has exec'd (or failed),
 	 * and nothing of its address space is copied (a fork's page-table copy
 	 * and copy-on-write faults were most of an exec's cost under TCG). */
-	pid_t pid = spawn(&sp);
+	int in_cg;
+	pid_t pid = spawn(&sp, &in_cg);
 	mark("spawned");
 	if (pid < 0) {
 		send_error(c->id, errno, NULL, "fork");
@@ -963,9 +1029,10 @@ static void do_exec(struct chan *c, char **f, int nf)
 		send_error(c->id, e, sp.step, strerror(e));
 		goto out;
 	}
-	/* Into the sandbox cgroup once it runs the program: a child joining a
-	 * frozen cgroup would freeze before it could exec and report. */
-	int cg = open(SANDBOX_CG "/cgroup.procs", O_WRONLY | O_CLOEXEC);
+	/* Into the sandbox cgroup once it runs the program, if it did not
+	 * start there: a child joining a frozen cgroup would freeze before it
+	 * could exec and report. */
+	int cg = in_cg ? -1 : open(SANDBOX_CG "/cgroup.procs", O_WRONLY | O_CLOEXEC);
 	if (cg >= 0) {
 		char pb[24];
 		int pl = snprintf(pb, sizeof pb, "%d", (int)pid);
@@ -1137,6 +1204,7 @@ static void do_freeze(struct chan *c, int on)
 		return;
 	}
 	close(fd);
+	cg_frozen = on;
 	for (int i = 0; on && i < 500; i++) {
 		char b[256] = {0};
 		int ev = open(SANDBOX_CG "/cgroup.events", O_RDONLY | O_CLOEXEC);
