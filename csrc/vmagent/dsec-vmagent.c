@@ -267,11 +267,11 @@ static int read_attr(const char *p, char *s, size_t n)
 }
 
 /* find_dev finds the entry E of sysfs directory dir whose file (dir/E/file)
- * reads want, waiting up to 10 s (looking again every 2 ms), and writes
+ * reads want, waiting (if wait) up to 10 s, looking again every 2 ms, and writes
  * /dev/E into dev. Each entry's file is read once and remembered (a block
  * device's serial is a request to the device, a round trip through QEMU):
  * the cache is for one dir and file at a time. */
-static int find_dev(const char *dir, const char *file, const char *want, char *dev, size_t n)
+static int find_dev(const char *dir, const char *file, const char *want, char *dev, size_t n, int wait)
 {
 	enum { MAXE = 64 };
 	static char cdir[64], cname[MAXE][64], cval[MAXE][64];
@@ -280,7 +280,7 @@ static int find_dev(const char *dir, const char *file, const char *want, char *d
 		snprintf(cdir, sizeof cdir, "%s", dir);
 		nc = 0;
 	}
-	for (int tries = 0; tries < 5000; tries++) {
+	for (int tries = 0; tries < (wait ? 5000 : 1); tries++) {
 		for (int i = 0; i < nc; i++)
 			if (!strcmp(cval[i], want)) {
 				snprintf(dev, n, "/dev/%s", cname[i]);
@@ -305,13 +305,13 @@ static int find_dev(const char *dir, const char *file, const char *want, char *d
 		}
 		if (d)
 			closedir(d);
-		if (!added)
+		if (!added && wait)
 			usleep(2000);
 	}
 	return -1;
 }
 
-static int find_disk(const char *want, char *dev, size_t n) { return find_dev("/sys/block", "serial", want, dev, n); }
+static int find_disk(const char *want, char *dev, size_t n) { return find_dev("/sys/block", "serial", want, dev, n, 1); }
 
 static void loopback_up(void)
 {
@@ -328,6 +328,9 @@ static void loopback_up(void)
 	close(s);
 }
 
+static int port = -1; /* the host's virtio port */
+static int open_port(int wait);
+
 static void setup_root(void)
 {
 	char dev[300], lower[8192] = "", mp[64];
@@ -340,6 +343,13 @@ static void setup_root(void)
 	 * (load_later). */
 	write_file("/sys/kernel/rcu_expedited", "1");
 	load_modules();
+	/* The port opens now if it is there already (its handshake with QEMU
+	 * runs in the background after virtio_console's load), before the root
+	 * is set up: QEMU hands the host's waiting HELLO over meanwhile, and
+	 * serve() finds it there. Else open_channel waits for it. (The fd
+	 * outlives the switch to the new root.) */
+	port = open_port(0);
+	mark("port");
 	mark("modules");
 	/* The writable layer: a tmpfs of dsec.disk bytes, paged out to the
 	 * sandbox's own disk (a swap area the host wrote; swap is built into the
@@ -406,6 +416,7 @@ static void setup_root(void)
 		mkdir(SANDBOX_CG, 0755);
 	mark("cgroup");
 	loopback_up();
+	mark("lo");
 	const char *h = param("dsec.hostname");
 	if (h)
 		sethostname(h, strlen(h));
@@ -480,7 +491,6 @@ static struct proc procs[MAX_PROCS];
 static int nprocs;
 static int sigfd = -1; /* SIGCHLD: reap as soon as a child exits */
 static struct chan *chans;
-static int port = -1;
 static int connected;
 static struct buf rbuf, wbuf;
 static char **fields;
@@ -1636,12 +1646,18 @@ static int port_read(void)
 	return 1;
 }
 
-static int open_port(void)
+static int open_port(int wait)
 {
 	char dev[300];
-	if (find_dev("/sys/class/virtio-ports", "name", "dsec.agent", dev, sizeof dev) < 0)
+	if (find_dev("/sys/class/virtio-ports", "name", "dsec.agent", dev, sizeof dev, wait) < 0)
 		return -1;
 	return open(dev, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+}
+
+static int port_has_data(void)
+{
+	struct pollfd q = {port, POLLIN, 0};
+	return poll(&q, 1, 0) == 1 && (q.revents & POLLIN);
 }
 
 static void __attribute__((noreturn)) serve(void)
@@ -1651,6 +1667,15 @@ static void __attribute__((noreturn)) serve(void)
 	int *what = xmalloc(sizeof *what * (MAX_PROCS * 3 + 1024));
 
 	for (;;) {
+		if (!connected && port_has_data()) {
+			/* A host is waiting (its HELLO is there): serve it now. */
+			rbuf.len = 0;
+			ever_connected = 1;
+			if (!port_read())
+				connected = 0;
+			flush();
+			continue;
+		}
 		int n = 0, up = connected;
 		pf[n] = (struct pollfd){port, POLLIN, 0};
 		who[n] = NULL;
@@ -1700,8 +1725,7 @@ static void __attribute__((noreturn)) serve(void)
 		if (later_due && ((r == 0 && up && first_exit) || since_boot() - ready_at > 2000))
 			load_later();
 		if (!up) {
-			struct pollfd q = {port, POLLIN, 0};
-			if (poll(&q, 1, 0) == 1 && (q.revents & POLLIN)) {
+			if (port_has_data()) {
 				rbuf.len = 0;
 				up = 1;
 				ever_connected = 1;
@@ -1816,7 +1840,8 @@ static void open_channel(void)
 	sigprocmask(SIG_BLOCK, &chld, NULL);
 	sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
 	fields = xmalloc(sizeof(char *) * MAX_FIELDS);
-	port = open_port();
+	if (port < 0)
+		port = open_port(1);
 	if (port < 0)
 		die("virtio port dsec.agent not found");
 }

@@ -40,8 +40,10 @@ func (c *cpio) pad() {
 // guestModules are the modules the guest loads at boot, dependencies first
 // (all are =m in Debian's kernel; scripts/setup.sh copies them into
 // VMDir/modules).
+// virtio_console comes first of the devices: its port's handshake with
+// QEMU then runs while the rest load.
 var guestModules = []string{"crc32c_generic", "libcrc32c", "virtio_ring", "virtio", "virtio_mmio",
-	"virtio_blk", "virtio_console", "erofs", "overlay"}
+	"virtio_console", "virtio_blk", "erofs", "overlay"}
 
 // laterModules are loaded once the agent serves (after the first exec or
 // the first idle moment, at most 2 s later): virtio_balloon's free page
