@@ -51,6 +51,9 @@ func TestGuestBoot(t *testing.T) {
 	}
 	cgroup("after resume")
 
+	if h := inst.(*instance).HostTrace(); !strings.Contains(h, "qemu_started=") || !strings.Contains(h, "hello=") {
+		t.Errorf("HostTrace() = %q", h)
+	}
 	tr := inst.(*instance).Trace()
 	if len(tr) != 2 {
 		t.Fatalf("Trace() = %d lines, want 2 (Config.Trace = 2): %q", len(tr), tr)

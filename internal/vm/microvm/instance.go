@@ -38,6 +38,8 @@ type instance struct {
 	qm      *qmp.Conn
 	paused  bool
 	gone    bool
+	// hostTrace is the boot's host-side steps (Config.Trace).
+	hostTrace string
 }
 
 // Start implements driver.Driver: the boot pipeline is disk, layers, QEMU,
@@ -130,7 +132,8 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 	}
 	tl.mark("hello")
 	if d.cfg.Trace > 0 {
-		d.log.Debug("microvm boot", "id", spec.ID, "host_ms", tl.String())
+		in.hostTrace = tl.String()
+		d.log.Debug("microvm boot", "id", spec.ID, "host_ms", in.hostTrace)
 	}
 	return in, nil
 }
@@ -520,6 +523,10 @@ func (in *instance) takeOver(ctx context.Context, q *qmp.Conn) error {
 // pages shared with other VMs (the kernel image, layer pages in the page
 // cache) divided among them.
 func (in *instance) ProportionalMemory() (int64, error) { return in.procKB("smaps_rollup", "Pss:") }
+
+// HostTrace returns the boot's host-side steps (Config.Trace): "step=ms"
+// pairs, ms since Start was called.
+func (in *instance) HostTrace() string { return in.hostTrace }
 
 // Trace returns the guest agent's timelines (Config.Trace) printed so far:
 // "step=ms" pairs in guest uptime, one line per traced exec, the first
