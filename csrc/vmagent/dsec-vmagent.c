@@ -1785,7 +1785,8 @@ static void floor_mode(const char *mode)
 	if (fd < 0)
 		fd = open("/dev/ttyS0", O_WRONLY);
 	char msg[64];
-	int l = snprintf(msg, sizeof msg, "DSEC-%s-OK\n", mode);
+	int l = tracing ? snprintf(msg, sizeof msg, "DSEC-%s-OK init=%ld\n", mode, since_boot())
+			: snprintf(msg, sizeof msg, "DSEC-%s-OK\n", mode);
 	if (fd >= 0 && write(fd, msg, (size_t)l) < 0)
 		_exit(1);
 	/* The marker must leave the UART before the power goes off (without

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/driver"
@@ -131,9 +132,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	var floor, create, execT, pause, resume []time.Duration
 	for i := 0; i < o.N; i++ {
-		f, err := d.BootFloor(ctx, o.MemoryMiB)
+		f, out, err := d.BootFloorOutput(ctx, o.MemoryMiB)
 		if err != nil {
 			return res, err
+		}
+		if o.Trace {
+			res.Traces = append(res.Traces, fmt.Sprintf("round %d floor: %.1f ms, %s", i,
+				float64(f.Microseconds())/1000, strings.TrimSpace(out)))
 		}
 		floor = append(floor, f)
 		t0 := time.Now()
@@ -146,12 +151,6 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return res, err
 		}
 		create = append(create, time.Since(t0))
-		if tr, ok := inst.(tracer); ok && o.Trace {
-			res.Traces = append(res.Traces, fmt.Sprintf("round %d host: %s", i, tr.HostTrace()))
-			for _, g := range tr.Trace() {
-				res.Traces = append(res.Traces, fmt.Sprintf("round %d guest: %s", i, g))
-			}
-		}
 		for j := 0; j < 20; j++ {
 			t := time.Now()
 			if err := execTrue(ctx, inst); err != nil {
@@ -174,6 +173,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 				return res, err
 			}
 			resume = append(resume, time.Since(t))
+		}
+		if tr, ok := inst.(tracer); ok && o.Trace {
+			// The guest prints its timeline after the first exec's reply.
+			res.Traces = append(res.Traces, fmt.Sprintf("round %d host: %s", i, tr.HostTrace()))
+			for _, g := range tr.Trace() {
+				res.Traces = append(res.Traces, fmt.Sprintf("round %d guest: %s", i, g))
+			}
 		}
 		if err := inst.Destroy(ctx); err != nil {
 			return res, err
