@@ -929,11 +929,10 @@ static pid_t __attribute__((noinline)) spawn(struct spawn *sp, int *in_cg)
 			*in_cg = 1;
 			return (pid_t)r;
 		}
-		if (r != -ENOSYS && r != -EINVAL && r != -E2BIG && r != -EOPNOTSUPP) {
-			errno = (int)-r;
-			return -1;
-		}
-		clone3_ok = 0; /* an older kernel: vfork and move */
+		if (r == -ENOSYS || r == -E2BIG)
+			clone3_ok = 0; /* an older kernel */
+		/* Any failure: vfork and move, as without clone3 (a failed move
+		 * is logged, and the process runs, as before). */
 	}
 #endif
 	pid = vfork();
