@@ -41,6 +41,9 @@ func benchVMCmd() *cobra.Command {
 			fmt.Printf("idle host memory/VM   PSS %.1f MiB (RSS %.1f) with free page reporting, PSS %.1f MiB (RSS %.1f) without (guest %d MiB)\n",
 				r.IdlePSSFPRMiB, r.IdleRSSFPRMiB, r.IdlePSSNoMiB, r.IdleRSSNoMiB, r.GuestMemMiB)
 			fmt.Printf("idle VMs in 24 GiB    %d (%d without free page reporting)\n", r.FitIn24GiB, r.FitIn24GiBNo)
+			for _, t := range r.Traces {
+				fmt.Println(t)
+			}
 			return nil
 		},
 	}
@@ -51,5 +54,6 @@ func benchVMCmd() *cobra.Command {
 	c.Flags().IntVar(&o.IdleVMs, "idle-vms", 3, "VMs per idle-memory phase (at most 4)")
 	c.Flags().DurationVar(&o.IdleWait, "idle-wait", 0, "idle time before measuring memory (default 30s)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
+	c.Flags().BoolVar(&o.Trace, "trace", false, "record each round's boot timeline: host steps and the guest agent's (ms)")
 	return c
 }

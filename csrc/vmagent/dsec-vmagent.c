@@ -39,6 +39,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <pty.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -96,6 +97,34 @@ static long since_boot(void)
 	return (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* dsec.trace=N (the driver's Config.Trace): a timeline of the boot and of
+ * the first N execs (guest uptime in ms, 0.1 ms resolution, at each step),
+ * kept in memory and printed on the console after each of those execs has
+ * exited (the console is slow under TCG: nothing is printed otherwise). */
+static int tracing, procs_done;
+static char tracebuf[1536];
+static size_t tracelen;
+
+static void mark(const char *what)
+{
+	struct timespec ts;
+	if (!tracing || tracelen > sizeof tracebuf - 48)
+		return;
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	tracelen += (size_t)snprintf(tracebuf + tracelen, sizeof tracebuf - tracelen, " %s=%ld.%ld", what,
+				     (long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000, (ts.tv_nsec / 100000) % 10);
+}
+
+static void trace_dump(void)
+{
+	if (!tracing || !tracelen)
+		return;
+	logf_("trace:%s", tracebuf);
+	tracelen = 0;
+	tracing--;
+	procs_done = 0;
+}
+
 static int ever_connected; /* a host has connected since boot */
 static int as_service; /* --service: not PID 1, exit instead of powering off */
 
@@ -144,6 +173,16 @@ static const char *param(const char *key)
 	return NULL;
 }
 
+static void write_file(const char *path, const char *v)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		if (write(fd, v, strlen(v)) < 0)
+			logf_("write %s: %s", path, strerror(errno));
+		close(fd);
+	}
+}
+
 static void xmount(const char *src, const char *dst, const char *type, unsigned long fl, const char *data)
 {
 	mkdir(dst, 0755);
@@ -153,9 +192,20 @@ static void xmount(const char *src, const char *dst, const char *type, unsigned 
 	}
 }
 
-static void load_modules(void)
+/* later: the modules of /lib/modules/later (virtio_balloon), opened before
+ * the root switch hides the initramfs and loaded by load_later once the
+ * agent serves: nothing before the first exec needs them. */
+#define MAX_LATER 8
+static int later_fd[MAX_LATER], nlater;
+static int later_due;   /* load_later has not run yet */
+static int first_exit;  /* a process the host started has exited */
+static long ready_at;   /* since_boot() when serve() started */
+
+/* load_list loads (now = 1) or opens for later the modules named in list,
+ * in order. */
+static void load_list(const char *list, int now)
 {
-	FILE *f = fopen("/lib/modules/order", "r");
+	FILE *f = fopen(list, "r");
 	char name[128], path[256];
 	if (!f)
 		return;
@@ -164,50 +214,104 @@ static void load_modules(void)
 		int fd = open(path, O_RDONLY | O_CLOEXEC);
 		if (fd < 0)
 			continue;
-		long t = since_boot();
+		if (!now && nlater < MAX_LATER) {
+			later_fd[nlater++] = fd;
+			unlink(path);
+			continue;
+		}
 		if (syscall(SYS_finit_module, fd, "", 0) < 0 && errno != EEXIST)
 			logf_("module %s: %s", name, strerror(errno));
-		if (param("dsec.modtime")) /* profiling: each module's load time */
-			logf_("module %s: %ld ms", name, since_boot() - t);
+		mark(name);
 		close(fd);
 		unlink(path); /* frees the initramfs copy */
 	}
 	fclose(f);
 }
 
-/* find_dev finds the entry E of sysfs directory dir whose file (dir/E/file)
- * reads want, waiting up to 10 s, and writes /dev/E into dev. */
-static int find_dev(const char *dir, const char *file, const char *want, char *dev, size_t n)
+static void load_modules(void)
 {
-	for (int tries = 0; tries < 1000; tries++) {
-		DIR *d = opendir(dir);
-		struct dirent *e;
-		while (d && (e = readdir(d))) {
-			char p[600], s[64] = {0};
-			if (e->d_name[0] == '.')
-				continue;
-			snprintf(p, sizeof p, "%s/%s/%s", dir, e->d_name, file);
-			int fd = open(p, O_RDONLY | O_CLOEXEC);
-			if (fd < 0)
-				continue;
-			ssize_t r = read(fd, s, sizeof s - 1);
-			close(fd);
-			if (r > 0 && s[r - 1] == '\n')
-				s[r - 1] = 0;
-			if (!strcmp(s, want)) {
-				snprintf(dev, n, "/dev/%s", e->d_name);
-				closedir(d);
+	load_list("/lib/modules/order", 1);
+	load_list("/lib/modules/later", 0);
+}
+
+/* load_later loads the deferred modules and ends expedited RCU: serve()
+ * calls it once the first exec has exited, on the first idle moment or
+ * 2 s after the agent started serving, whichever comes first. */
+static void load_later(void)
+{
+	for (int i = 0; i < nlater; i++) {
+		if (syscall(SYS_finit_module, later_fd[i], "", 0) < 0 && errno != EEXIST)
+			logf_("module: %s", strerror(errno));
+		close(later_fd[i]);
+	}
+	nlater = 0;
+	later_due = 0;
+	write_file("/sys/kernel/rcu_expedited", "0");
+	mark("later");
+}
+
+/* read_attr reads sysfs file p (one line) into s. */
+static int read_attr(const char *p, char *s, size_t n)
+{
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t r = read(fd, s, n - 1);
+	close(fd);
+	if (r <= 0)
+		return -1;
+	s[r] = 0;
+	if (s[r - 1] == '\n')
+		s[r - 1] = 0;
+	return 0;
+}
+
+/* find_dev finds the entry E of sysfs directory dir whose file (dir/E/file)
+ * reads want, waiting (if wait) up to 10 s, looking again every 2 ms, and writes
+ * /dev/E into dev. Each entry's file is read once and remembered (a block
+ * device's serial is a request to the device, a round trip through QEMU):
+ * the cache is for one dir and file at a time. */
+static int find_dev(const char *dir, const char *file, const char *want, char *dev, size_t n, int wait)
+{
+	enum { MAXE = 64 };
+	static char cdir[64], cname[MAXE][64], cval[MAXE][64];
+	static int nc;
+	if (strcmp(cdir, dir)) {
+		snprintf(cdir, sizeof cdir, "%s", dir);
+		nc = 0;
+	}
+	for (int tries = 0; tries < (wait ? 5000 : 1); tries++) {
+		for (int i = 0; i < nc; i++)
+			if (!strcmp(cval[i], want)) {
+				snprintf(dev, n, "/dev/%s", cname[i]);
 				return 0;
 			}
+		DIR *d = opendir(dir);
+		struct dirent *e;
+		int added = 0;
+		while (d && (e = readdir(d)) && nc < MAXE) {
+			char p[400];
+			int seen = 0;
+			if (e->d_name[0] == '.' || strlen(e->d_name) >= sizeof cname[0])
+				continue;
+			for (int i = 0; i < nc && !seen; i++)
+				seen = !strcmp(cname[i], e->d_name);
+			snprintf(p, sizeof p, "%s/%s/%s", dir, e->d_name, file);
+			if (seen || read_attr(p, cval[nc], sizeof cval[nc]) < 0 || !cval[nc][0])
+				continue; /* not there yet: read again next time */
+			memcpy(cname[nc], e->d_name, strlen(e->d_name) + 1);
+			nc++;
+			added = 1;
 		}
 		if (d)
 			closedir(d);
-		usleep(10000);
+		if (!added && wait)
+			usleep(2000);
 	}
 	return -1;
 }
 
-static int find_disk(const char *want, char *dev, size_t n) { return find_dev("/sys/block", "serial", want, dev, n); }
+static int find_disk(const char *want, char *dev, size_t n) { return find_dev("/sys/block", "serial", want, dev, n, 1); }
 
 static void loopback_up(void)
 {
@@ -224,25 +328,41 @@ static void loopback_up(void)
 	close(s);
 }
 
+static int port = -1; /* the host's virtio port */
+static int open_port(int wait);
+
 static void setup_root(void)
 {
 	char dev[300], lower[8192] = "", mp[64];
 	const char *nl = param("dsec.layers");
 	int layers = nl ? atoi(nl) : 0;
 
-	long t0 = since_boot();
+	/* Expedited RCU grace periods until the agent serves: the module loads
+	 * and the cgroup2 mount (favordynmods) wait for grace periods, ~10 ms
+	 * each on one TCG vCPU; restored after the first exec or idle moment
+	 * (load_later). */
+	write_file("/sys/kernel/rcu_expedited", "1");
 	load_modules();
-	logf_("modules loaded at %ld ms (took %ld ms)", since_boot(), since_boot() - t0);
+	/* The port opens now if it is there already (its handshake with QEMU
+	 * runs in the background after virtio_console's load), before the root
+	 * is set up: QEMU hands the host's waiting HELLO over meanwhile, and
+	 * serve() finds it there. Else open_channel waits for it. (The fd
+	 * outlives the switch to the new root.) */
+	port = open_port(0);
+	mark("port");
+	mark("modules");
 	/* The writable layer: a tmpfs of dsec.disk bytes, paged out to the
 	 * sandbox's own disk (a swap area the host wrote; swap is built into the
 	 * kernel). Mounting ext4 instead took loading ext4, jbd2, mbcache and
 	 * crc16, 0.2-1 s of guest time under TCG, on every boot. */
 	if (find_disk("dsec-rw", dev, sizeof dev) < 0)
 		die("writable disk dsec-rw not found");
+	mark("rwdisk");
 	if (swapon(dev, 0) < 0) {
 		logf_("swapon %s: %s", dev, strerror(errno));
 		die("swapon");
 	}
+	mark("swapon");
 	const char *disk = param("dsec.disk");
 	char opts0[96];
 	snprintf(opts0, sizeof opts0, "size=%s,nr_inodes=0,mode=0755", disk && *disk ? disk : "64m");
@@ -256,6 +376,13 @@ static void setup_root(void)
 			die("layer disk not found");
 		snprintf(mp, sizeof mp, "/layers/%d", i);
 		mkdir("/layers", 0755);
+		/* 1 MiB of readahead on the read-only layers (128 KiB by
+		 * default): their data comes from the host's page cache, and
+		 * fewer, larger requests are cheaper under emulation (a first
+		 * exec of busybox took 15-30 ms less). */
+		char ra[400];
+		snprintf(ra, sizeof ra, "/sys/block/%s/queue/read_ahead_kb", dev + 5);
+		write_file(ra, "1024");
 		xmount(dev, mp, "erofs", MS_RDONLY, "");
 		if (*lower)
 			strcat(lower, ":");
@@ -265,9 +392,12 @@ static void setup_root(void)
 		die("no layers");
 	char opts[8400];
 	snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=/rw/upper,workdir=/rw/work", lower);
+	mark("layers");
 	xmount("overlay", "/newroot", "overlay", 0, opts);
+	mark("root");
 	if (chdir("/newroot") < 0 || mount(".", "/", NULL, MS_MOVE, NULL) < 0 || chroot(".") < 0 || chdir("/") < 0)
 		die("switch root");
+	mark("switched");
 	xmount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
 	xmount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "");
 	xmount("devtmpfs", "/dev", "devtmpfs", MS_NOSUID, "mode=0755");
@@ -276,6 +406,7 @@ static void setup_root(void)
 	symlink("pts/ptmx", "/dev/ptmx");
 	xmount("shm", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
 	mkdir("/tmp", 01777);
+	mark("mounts");
 	/* Every process the host starts goes into one cgroup: FREEZE/THAW
 	 * (pause) freeze it and leave the agent running. */
 	/* favordynmods: moving a process into a cgroup (each exec) no longer
@@ -283,7 +414,9 @@ static void setup_root(void)
 	if (mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "favordynmods") == 0 ||
 	    mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "") == 0)
 		mkdir(SANDBOX_CG, 0755);
+	mark("cgroup");
 	loopback_up();
+	mark("lo");
 	const char *h = param("dsec.hostname");
 	if (h)
 		sethostname(h, strlen(h));
@@ -352,9 +485,12 @@ struct chan {
 };
 
 static struct proc procs[MAX_PROCS];
+/* nprocs is one past the highest slot in use: the loops over procs (the
+ * serve loop's poll set, reaping, tags) stop there instead of walking all
+ * MAX_PROCS slots on every wakeup. */
+static int nprocs;
 static int sigfd = -1; /* SIGCHLD: reap as soon as a child exits */
 static struct chan *chans;
-static int port = -1;
 static int connected;
 static struct buf rbuf, wbuf;
 static char **fields;
@@ -579,6 +715,14 @@ static void write_stdin(struct proc *p)
 	}
 }
 
+/* free_slot marks p unused and lowers nprocs past unused top slots. */
+static void free_slot(struct proc *p)
+{
+	p->used = 0;
+	while (nprocs > 0 && !procs[nprocs - 1].used)
+		nprocs--;
+}
+
 static void finish(struct proc *p)
 {
 	struct out o;
@@ -601,6 +745,8 @@ static void finish(struct proc *p)
 	close_fd(&p->in);
 	free(p->inbuf.p);
 	p->inbuf = (struct buf){0};
+	mark("exited");
+	procs_done = first_exit = 1;
 	if (p->ch) {
 		exited_packet(&o, p);
 		send_out(p->ch, &o);
@@ -610,7 +756,7 @@ static void finish(struct proc *p)
 		p->ch = 0;
 	}
 	if (!p->tag)
-		p->used = 0; /* untagged: no record kept */
+		free_slot(p); /* untagged: no record kept */
 	for (int s = 0; s < 2; s++) {
 		free(p->log[s]);
 		p->log[s] = NULL;
@@ -620,7 +766,7 @@ static void finish(struct proc *p)
 static void trim_records(void)
 {
 	int n = 0, oldest = -1;
-	for (int i = 0; i < MAX_PROCS; i++)
+	for (int i = 0; i < nprocs; i++)
 		if (procs[i].used && procs[i].tag && !procs[i].running) {
 			n++;
 			if (oldest < 0 || procs[i].seq < procs[oldest].seq)
@@ -630,7 +776,7 @@ static void trim_records(void)
 		free(procs[oldest].log[0]);
 		free(procs[oldest].log[1]);
 		free(procs[oldest].tag);
-		procs[oldest].used = 0;
+		free_slot(&procs[oldest]);
 	}
 }
 
@@ -640,23 +786,24 @@ static void reap(void)
 	struct rusage ru;
 	pid_t pid;
 	while ((pid = wait4(-1, &st, WNOHANG, &ru)) > 0) {
-		for (int i = 0; i < MAX_PROCS; i++) {
+		for (int i = 0; i < nprocs; i++) {
 			struct proc *p = &procs[i];
 			if (p->used && p->running && p->pid == pid) {
 				p->running = 0;
 				p->status = st;
 				p->ru = ru;
 				finish(p);
+				if (p->tag)
+					trim_records(); /* a new exit record */
 				break;
 			}
 		}
 	}
-	trim_records();
 }
 
 static int find_tag(const char *tag)
 {
-	for (int i = 0; i < MAX_PROCS; i++)
+	for (int i = 0; i < nprocs; i++)
 		if (procs[i].used && procs[i].tag && !strcmp(procs[i].tag, tag))
 			return i;
 	return -1;
@@ -692,9 +839,11 @@ static void __attribute__((noreturn, noinline)) spawn_child(struct spawn *sp)
 	} dfl = {0};
 	unsigned long none = 0;
 	syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, NULL, sizeof none);
-	for (int s = 1; s < 65; s++)
-		if (s != SIGKILL && s != SIGSTOP)
-			syscall(SYS_rt_sigaction, s, &dfl, NULL, sizeof dfl.mask);
+	/* The agent installs no signal handlers (SIGCHLD comes through a
+	 * signalfd) and ignores SIGPIPE only: exec resets nothing that is
+	 * ignored, so that one goes back to the default here. (Resetting all
+	 * 64 was 64 system calls per exec.) */
+	syscall(SYS_rt_sigaction, SIGPIPE, &dfl, NULL, sizeof dfl.mask);
 	if (syscall(SYS_setsid) < 0)
 		goto fail;
 	if (sp->tty) {
@@ -728,9 +877,65 @@ fail:
 
 /* spawn vforks a child that runs sp (a function of its own: nothing of
  * do_exec's frame lives across the vfork). */
-static pid_t __attribute__((noinline)) spawn(struct spawn *sp)
+/* clone3's arguments up to version 2 (linux/sched.h; cgroup is the last). */
+struct clone_args2 {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size,
+		cgroup;
+};
+#define X_CLONE_INTO_CGROUP 0x200000000ULL
+
+#if defined(__x86_64__)
+/* dsec_vfork3 is clone3 for a vfork (CLONE_VM | CLONE_VFORK and no stack of
+ * the child's own): as in vfork, the return address is kept in a register
+ * across the system call, since the child runs on the same stack and
+ * overwrites it before the parent returns. Returns the pid (0 in the child)
+ * or -errno. */
+long dsec_vfork3(struct clone_args2 *a, size_t size) __attribute__((returns_twice));
+__asm__(".text\n"
+	".globl dsec_vfork3\n"
+	".type dsec_vfork3,@function\n"
+	"dsec_vfork3:\n"
+	"	pop %rdx\n"
+	"	mov $435, %eax\n" /* SYS_clone3 */
+	"	syscall\n"
+	"	push %rdx\n"
+	"	ret\n"
+	".size dsec_vfork3, .-dsec_vfork3\n");
+#endif
+
+static int cg_fd = -2;  /* the sandbox cgroup's directory (-2: not opened yet) */
+static int cg_frozen;   /* FREEZE is in force */
+static int clone3_ok = 1;
+
+/* spawn vforks a child that runs sp (a function of its own: nothing of
+ * do_exec's frame lives across the vfork). The child starts in the sandbox
+ * cgroup (clone3 CLONE_INTO_CGROUP) unless that is frozen (the child would
+ * freeze before it could exec, and the vforked agent with it) or clone3 is
+ * missing; *in_cg says whether it did. */
+static pid_t __attribute__((noinline)) spawn(struct spawn *sp, int *in_cg)
 {
-	pid_t pid = vfork();
+	pid_t pid;
+	*in_cg = 0;
+#if defined(__x86_64__)
+	if (cg_fd == -2)
+		cg_fd = open(SANDBOX_CG, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (clone3_ok && cg_fd >= 0 && !cg_frozen) {
+		struct clone_args2 a = {.flags = CLONE_VM | CLONE_VFORK | X_CLONE_INTO_CGROUP,
+					.exit_signal = SIGCHLD, .cgroup = (uint64_t)cg_fd};
+		long r = dsec_vfork3(&a, sizeof a);
+		if (r == 0)
+			spawn_child(sp);
+		if (r > 0) {
+			*in_cg = 1;
+			return (pid_t)r;
+		}
+		if (r == -ENOSYS || r == -E2BIG)
+			clone3_ok = 0; /* an older kernel */
+		/* Any failure: vfork and move, as without clone3 (a failed move
+		 * is logged, and the process runs, as before). */
+	}
+#endif
+	pid = vfork();
 	if (pid == 0)
 		spawn_child(sp);
 	return pid;
@@ -745,6 +950,7 @@ static void do_exec(struct chan *c, char **f, int nf)
 	int ngroups = 0;
 	const char *tag = field(f, nf, "tag");
 
+	mark("exec");
 	for (int i = 1; i < nf; i++) {
 		if (!strncmp(f[i], "arg=", 4))
 			argc++;
@@ -819,7 +1025,9 @@ static void do_exec(struct chan *c, char **f, int nf)
 	/* vfork: the agent is suspended until the child has exec'd (or failed),
 	 * and nothing of its address space is copied (a fork's page-table copy
 	 * and copy-on-write faults were most of an exec's cost under TCG). */
-	pid_t pid = spawn(&sp);
+	int in_cg;
+	pid_t pid = spawn(&sp, &in_cg);
+	mark("spawned");
 	if (pid < 0) {
 		send_error(c->id, errno, NULL, "fork");
 		goto out;
@@ -830,9 +1038,10 @@ static void do_exec(struct chan *c, char **f, int nf)
 		send_error(c->id, e, sp.step, strerror(e));
 		goto out;
 	}
-	/* Into the sandbox cgroup once it runs the program: a child joining a
-	 * frozen cgroup would freeze before it could exec and report. */
-	int cg = open(SANDBOX_CG "/cgroup.procs", O_WRONLY | O_CLOEXEC);
+	/* Into the sandbox cgroup once it runs the program, if it did not
+	 * start there: a child joining a frozen cgroup would freeze before it
+	 * could exec and report. */
+	int cg = in_cg ? -1 : open(SANDBOX_CG "/cgroup.procs", O_WRONLY | O_CLOEXEC);
 	if (cg >= 0) {
 		char pb[24];
 		int pl = snprintf(pb, sizeof pb, "%d", (int)pid);
@@ -840,9 +1049,12 @@ static void do_exec(struct chan *c, char **f, int nf)
 			logf_("cgroup.procs %d: %s", (int)pid, strerror(errno));
 		close(cg);
 	}
+	mark("cgmoved");
 	struct proc *p = &procs[slot];
 	memset(p, 0, sizeof *p);
 	p->used = 1;
+	if (slot >= nprocs)
+		nprocs = slot + 1;
 	p->pid = pid;
 	p->running = 1;
 	p->tag = tag ? strdup(tag) : NULL;
@@ -974,7 +1186,7 @@ static void do_ps(struct chan *c)
 {
 	struct out o = {.len = 0};
 	out_add(&o, "PS");
-	for (int i = 0; i < MAX_PROCS; i++) {
+	for (int i = 0; i < nprocs; i++) {
 		struct proc *p = &procs[i];
 		if (!p->used || !p->tag)
 			continue;
@@ -1001,6 +1213,7 @@ static void do_freeze(struct chan *c, int on)
 		return;
 	}
 	close(fd);
+	cg_frozen = on;
 	for (int i = 0; on && i < 500; i++) {
 		char b[256] = {0};
 		int ev = open(SANDBOX_CG "/cgroup.events", O_RDONLY | O_CLOEXEC);
@@ -1356,6 +1569,7 @@ static void handle_frame(int type, uint32_t ch, char *d, size_t n)
 	struct chan *c = find_chan(ch);
 	switch (type) {
 	case T_HELLO:
+		mark("hello");
 		while (chans)
 			free_chan(chans);
 		frame(T_HELLO, 0, 0, d, n);
@@ -1431,12 +1645,18 @@ static int port_read(void)
 	return 1;
 }
 
-static int open_port(void)
+static int open_port(int wait)
 {
 	char dev[300];
-	if (find_dev("/sys/class/virtio-ports", "name", "dsec.agent", dev, sizeof dev) < 0)
+	if (find_dev("/sys/class/virtio-ports", "name", "dsec.agent", dev, sizeof dev, wait) < 0)
 		return -1;
 	return open(dev, O_RDWR | O_NONBLOCK | O_CLOEXEC);
+}
+
+static int port_has_data(void)
+{
+	struct pollfd q = {port, POLLIN, 0};
+	return poll(&q, 1, 0) == 1 && (q.revents & POLLIN);
 }
 
 static void __attribute__((noreturn)) serve(void)
@@ -1446,6 +1666,15 @@ static void __attribute__((noreturn)) serve(void)
 	int *what = xmalloc(sizeof *what * (MAX_PROCS * 3 + 1024));
 
 	for (;;) {
+		if (!connected && port_has_data()) {
+			/* A host is waiting (its HELLO is there): serve it now. */
+			rbuf.len = 0;
+			ever_connected = 1;
+			if (!port_read())
+				connected = 0;
+			flush();
+			continue;
+		}
 		int n = 0, up = connected;
 		pf[n] = (struct pollfd){port, POLLIN, 0};
 		who[n] = NULL;
@@ -1453,7 +1682,7 @@ static void __attribute__((noreturn)) serve(void)
 		pf[n] = (struct pollfd){sigfd, POLLIN, 0};
 		who[n] = NULL;
 		what[n++] = 5;
-		for (int i = 0; i < MAX_PROCS && n < MAX_PROCS * 3; i++) {
+		for (int i = 0; i < nprocs && n < MAX_PROCS * 3; i++) {
 			struct proc *p = &procs[i];
 			if (!p->used || !p->running)
 				continue;
@@ -1488,10 +1717,14 @@ static void __attribute__((noreturn)) serve(void)
 		 * host has connected: at boot it is already waiting). */
 		if (!up)
 			pf[0].fd = -1;
-		int r = poll(pf, (nfds_t)n, up ? 1000 : ever_connected ? 50 : 2);
+		int timeout = up ? 1000 : ever_connected ? 50 : 2;
+		if (later_due)
+			timeout = up && first_exit ? 20 : timeout < 100 ? timeout : 100;
+		int r = poll(pf, (nfds_t)n, timeout);
+		if (later_due && ((r == 0 && up && first_exit) || since_boot() - ready_at > 2000))
+			load_later();
 		if (!up) {
-			struct pollfd q = {port, POLLIN, 0};
-			if (poll(&q, 1, 0) == 1 && (q.revents & POLLIN)) {
+			if (port_has_data()) {
 				rbuf.len = 0;
 				up = 1;
 				ever_connected = 1;
@@ -1540,6 +1773,8 @@ static void __attribute__((noreturn)) serve(void)
 				pump(p, what[i] - 1);
 		}
 		flush();
+		if (tracing && procs_done)
+			trace_dump();
 	}
 }
 
@@ -1549,7 +1784,8 @@ static void floor_mode(const char *mode)
 	if (fd < 0)
 		fd = open("/dev/ttyS0", O_WRONLY);
 	char msg[64];
-	int l = snprintf(msg, sizeof msg, "DSEC-%s-OK\n", mode);
+	int l = tracing ? snprintf(msg, sizeof msg, "DSEC-%s-OK init=%ld\n", mode, since_boot())
+			: snprintf(msg, sizeof msg, "DSEC-%s-OK\n", mode);
 	if (fd >= 0 && write(fd, msg, (size_t)l) < 0)
 		_exit(1);
 	/* The marker must leave the UART before the power goes off (without
@@ -1604,7 +1840,8 @@ static void open_channel(void)
 	sigprocmask(SIG_BLOCK, &chld, NULL);
 	sigfd = signalfd(-1, &chld, SFD_NONBLOCK | SFD_CLOEXEC);
 	fields = xmalloc(sizeof(char *) * MAX_FIELDS);
-	port = open_port();
+	if (port < 0)
+		port = open_port(1);
 	if (port < 0)
 		die("virtio port dsec.agent not found");
 }
@@ -1645,12 +1882,17 @@ int main(int argc, char **argv)
 		cmdline[n > 0 ? n : 0] = 0;
 		close(fd);
 	}
+	tracing = param("dsec.trace") ? atoi(param("dsec.trace")) : 0;
+	mark("init");
+
 	const char *mode = param("dsec.mode");
 	if (mode && (!strcmp(mode, "floor") || !strcmp(mode, "probe")))
 		floor_mode(mode);
 	setup_root();
 	open_channel();
-	printf("DSEC-AGENT-READY at %ld ms\n", since_boot());
-	fflush(stdout);
+	mark("ready");
+	ready_at = since_boot();
+	later_due = 1;
+
 	serve();
 }

@@ -155,15 +155,25 @@ func readFrame(r *bufio.Reader) (typ, stream int, ch uint32, body []byte, err er
 	}
 }
 
-func (c *Client) write(typ, stream int, ch uint32, body []byte) error {
+// appendFrame appends one frame to b.
+func appendFrame(b []byte, typ, stream int, ch uint32, body []byte) []byte {
 	var h [hdrLen]byte
 	binary.LittleEndian.PutUint16(h[:], magic)
 	h[2], h[3] = byte(typ), byte(stream)
 	binary.LittleEndian.PutUint32(h[4:], ch)
 	binary.LittleEndian.PutUint32(h[8:], uint32(len(body)))
+	return append(append(b, h[:]...), body...)
+}
+
+func (c *Client) write(typ, stream int, ch uint32, body []byte) error {
+	return c.writeRaw(appendFrame(make([]byte, 0, hdrLen+len(body)), typ, stream, ch, body))
+}
+
+// writeRaw writes whole frames in one write (one wakeup of the guest).
+func (c *Client) writeRaw(b []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	if _, err := c.nc.Write(append(h[:], body...)); err != nil {
+	if _, err := c.nc.Write(b); err != nil {
 		return fmt.Errorf("guest: write: %w", err)
 	}
 	return nil
@@ -256,6 +266,18 @@ func (ch *Chan) Send(p *initproto.Packet) error {
 		return err
 	}
 	return ch.c.write(tReq, 0, ch.id, b)
+}
+
+// SendClosed sends a request and the end of the data sent to the guest
+// (CloseWrite) in one write: a process without stdin gets its EOF in the
+// same wakeup of the guest as its EXEC.
+func (ch *Chan) SendClosed(p *initproto.Packet) error {
+	b, err := p.Encode()
+	if err != nil {
+		return err
+	}
+	buf := appendFrame(make([]byte, 0, 2*hdrLen+len(b)), tReq, 0, ch.id, b)
+	return ch.c.writeRaw(appendFrame(buf, tEOF, 0, ch.id, nil))
 }
 
 // Reply waits for the next reply packet.

@@ -159,13 +159,20 @@ func (d *Driver) bootFloor(ctx context.Context, accel, mode string, memMiB int64
 // command line) booting to an init that prints and powers off; it returns
 // the wall time.
 func (d *Driver) BootFloor(ctx context.Context, memMiB int64) (time.Duration, error) {
+	t, _, err := d.BootFloorOutput(ctx, memMiB)
+	return t, err
+}
+
+// BootFloorOutput is BootFloor that also returns the guest's console
+// output (with Config.Trace, the marker line has the guest's uptime at init).
+func (d *Driver) BootFloorOutput(ctx context.Context, memMiB int64) (time.Duration, string, error) {
 	a := d.Accel(ctx)
 	t0 := time.Now()
 	ok, out, err := d.bootFloor(ctx, a.Accel, "floor", memMiB)
 	if !ok {
-		return 0, fmt.Errorf("microvm: floor boot did not print its marker: %v: %s", err, out)
+		return 0, out, fmt.Errorf("microvm: floor boot did not print its marker: %v: %s", err, out)
 	}
-	return time.Since(t0), nil
+	return time.Since(t0), out, nil
 }
 
 // hostTSCKHz is the host's TSC frequency: under TCG the guest's TSC runs at

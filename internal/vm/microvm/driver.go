@@ -6,8 +6,9 @@
 // Root file system: each read-only layer is attached as a read-only virtio
 // block device holding an EROFS image (EROFS layers as they are, directory
 // layers converted once with mkfs.erofs into a cache shared by every VM, so
-// the host page cache holds one copy); the writable upper is an ext4 sparse
-// file of the sandbox's disk size; the agent overlays them inside the guest.
+// the host page cache holds one copy); the writable upper is a tmpfs of the
+// sandbox's disk size paged out to a sparse swap file of that size; the agent
+// overlays them inside the guest.
 // virtio-pmem with DAX would map the layers without a guest page-cache copy;
 // QEMU 7.2 has it only as a PCI device, which on microvm needs pcie=on and
 // the guest's PCI and nvdimm modules: not done yet, block devices it is.
@@ -87,7 +88,13 @@ type Config struct {
 	// internal/vm/fullvm); the agent channel, QMP, pause and re-adoption
 	// stay this driver's.
 	Machine Machine
-	Logger  *slog.Logger
+	// Trace makes the guest agent keep a timeline of its boot and of its
+	// first Trace execs and print it on the console (Instance.Trace), and
+	// the driver log each boot's host-side steps at debug level: for
+	// finding where a boot's time goes. It adds dsec.trace=N to the kernel
+	// command line (the floor's too).
+	Trace  int
+	Logger *slog.Logger
 }
 
 // Driver is the microvm backend.

@@ -38,11 +38,14 @@ type instance struct {
 	qm      *qmp.Conn
 	paused  bool
 	gone    bool
+	// hostTrace is the boot's host-side steps (Config.Trace).
+	hostTrace string
 }
 
 // Start implements driver.Driver: the boot pipeline is disk, layers, QEMU,
 // QMP, agent; a failed step undoes the ones before it.
 func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance, err error) {
+	tl := newTimeline()
 	vcpus, memMiB, disk, err := d.limits(spec)
 	if err != nil {
 		return nil, err
@@ -67,6 +70,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 		imgs = append(imgs, p)
 	}
 	a := d.Accel(ctx)
+	tl.mark("layers")
 	dir := d.vmDir(spec.ID)
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		if errors.Is(err, os.ErrExist) {
@@ -91,10 +95,12 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 			return nil, errdefs.Internal(err, "microvm: writable disk")
 		}
 	}
+	tl.mark("disk")
 	cmd, err := d.startQEMU(l)
 	if err != nil {
 		return nil, errdefs.Internal(err, "microvm")
 	}
+	tl.mark("qemu_started")
 	pid := cmd.Process.Pid
 	startTime, _ := initproto.ReadStartTime(pid)
 	in := &instance{d: d, id: spec.ID, accel: a, done: make(chan struct{}), st: state{PID: pid, StartTime: startTime, Dir: dir,
@@ -116,11 +122,18 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 	if err := waitFile(ctx, in.st.QMP, in.done); err != nil {
 		return nil, in.bootErr(err)
 	}
+	tl.mark("qmp_sock")
 	if err := waitFile(ctx, in.st.Agent, in.done); err != nil {
 		return nil, in.bootErr(err)
 	}
+	tl.mark("agent_sock")
 	if _, err := in.client(ctx); err != nil {
 		return nil, in.bootErr(err)
+	}
+	tl.mark("hello")
+	if d.cfg.Trace > 0 {
+		in.hostTrace = tl.String()
+		d.log.Debug("microvm boot", "id", spec.ID, "host_ms", in.hostTrace)
 	}
 	return in, nil
 }
@@ -510,3 +523,35 @@ func (in *instance) takeOver(ctx context.Context, q *qmp.Conn) error {
 // pages shared with other VMs (the kernel image, layer pages in the page
 // cache) divided among them.
 func (in *instance) ProportionalMemory() (int64, error) { return in.procKB("smaps_rollup", "Pss:") }
+
+// HostTrace returns the boot's host-side steps (Config.Trace): "step=ms"
+// pairs, ms since Start was called.
+func (in *instance) HostTrace() string { return in.hostTrace }
+
+// Trace returns the guest agent's timelines (Config.Trace) printed so far:
+// "step=ms" pairs in guest uptime, one line per traced exec, the first
+// with the boot.
+func (in *instance) Trace() []string {
+	b, _ := os.ReadFile(filepath.Join(in.st.Dir, "console.log"))
+	var out []string
+	for _, line := range strings.Split(string(b), "\n") {
+		if _, t, ok := strings.Cut(line, "dsec-vmagent: trace: "); ok {
+			out = append(out, strings.TrimSpace(t))
+		}
+	}
+	return out
+}
+
+// timeline records when each step of a boot ended (Config.Trace).
+type timeline struct {
+	t0    time.Time
+	marks []string
+}
+
+func newTimeline() *timeline { return &timeline{t0: time.Now()} }
+
+func (t *timeline) mark(what string) {
+	t.marks = append(t.marks, fmt.Sprintf("%s=%.1f", what, float64(time.Since(t.t0).Microseconds())/1000))
+}
+
+func (t *timeline) String() string { return strings.Join(t.marks, " ") }

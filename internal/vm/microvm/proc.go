@@ -94,12 +94,13 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 	if err != nil {
 		return nil, err
 	}
-	// Without stdin the EOF goes right behind the request: the agent reads
-	// both in one wakeup instead of a second round trip after STARTED.
+	// Without stdin the EOF goes right behind the request, in the same
+	// write: the agent reads both in one wakeup.
 	noStdin := stdio.Stdin == nil && p.TTY == nil
-	err = ch.Send(pk)
-	if err == nil && noStdin {
-		err = ch.CloseWrite()
+	if noStdin {
+		err = ch.SendClosed(pk)
+	} else {
+		err = ch.Send(pk)
 	}
 	var r *initproto.Packet
 	if err == nil {

@@ -44,6 +44,9 @@ func (d *Driver) cmdline(accel string) string {
 	// took ~1 s of a 3.7 s TCG boot to init.
 	c := "console=ttyS0 quiet panic=-1 8250.nr_uarts=1 mitigations=off audit=0 cryptomgr.notests" +
 		" initcall_blacklist=init_kprobe_trace,load_system_certificate_list,mcheck_init_device"
+	if d.cfg.Trace > 0 {
+		c += fmt.Sprintf(" dsec.trace=%d", d.cfg.Trace)
+	}
 	if accel == "tcg" && d.tscKHz > 0 {
 		// No PIT or HPET to calibrate the TSC against: tell the guest its rate.
 		c += fmt.Sprintf(" tsc_early_khz=%d tsc=reliable", d.tscKHz)

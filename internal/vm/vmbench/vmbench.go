@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/driver"
@@ -27,7 +28,11 @@ type Options struct {
 	MemoryMiB int64  // guest memory (default 512)
 	IdleVMs   int    // VMs per idle-memory phase (default 3, at most 4)
 	IdleWait  time.Duration
-	Logger    *slog.Logger
+	// Trace records each round's boot timeline (host steps and the guest
+	// agent's, microvm.Config.Trace) in Result.Traces. It adds dsec.trace=1
+	// to the kernel command line of the sandboxes and of the floor alike.
+	Trace  bool
+	Logger *slog.Logger
 }
 
 // Stat is a latency distribution in milliseconds.
@@ -57,6 +62,9 @@ type Result struct {
 	IdlePSSNoMiB  float64 `json:"idle_pss_no_free_page_reporting_mib"`
 	FitIn24GiB    int     `json:"idle_vms_fit_24gib"`
 	FitIn24GiBNo  int     `json:"idle_vms_fit_24gib_without_fpr"`
+	// Traces (Options.Trace): per round, the host's boot steps and the
+	// guest's timeline of its boot and first exec, in ms.
+	Traces []string `json:"traces,omitempty"`
 }
 
 func stat(d []time.Duration) Stat {
@@ -102,7 +110,11 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		return Result{}, err
 	}
 	defer os.RemoveAll(dir)
-	d, err := microvm.New(microvm.Config{StateDir: dir, Logger: o.Logger})
+	trace := 0
+	if o.Trace {
+		trace = 1
+	}
+	d, err := microvm.New(microvm.Config{StateDir: dir, Logger: o.Logger, Trace: trace})
 	if err != nil {
 		return Result{}, err
 	}
@@ -120,9 +132,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	}
 	var floor, create, execT, pause, resume []time.Duration
 	for i := 0; i < o.N; i++ {
-		f, err := d.BootFloor(ctx, o.MemoryMiB)
+		f, out, err := d.BootFloorOutput(ctx, o.MemoryMiB)
 		if err != nil {
 			return res, err
+		}
+		if o.Trace {
+			res.Traces = append(res.Traces, fmt.Sprintf("round %d floor: %.1f ms, %s", i,
+				float64(f.Microseconds())/1000, strings.TrimSpace(out)))
 		}
 		floor = append(floor, f)
 		t0 := time.Now()
@@ -158,6 +174,13 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			}
 			resume = append(resume, time.Since(t))
 		}
+		if tr, ok := inst.(tracer); ok && o.Trace {
+			// The guest prints its timeline after the first exec's reply.
+			res.Traces = append(res.Traces, fmt.Sprintf("round %d host: %s", i, tr.HostTrace()))
+			for _, g := range tr.Trace() {
+				res.Traces = append(res.Traces, fmt.Sprintf("round %d guest: %s", i, g))
+			}
+		}
 		if err := inst.Destroy(ctx); err != nil {
 			return res, err
 		}
@@ -185,6 +208,12 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.FitIn24GiBNo = int(24 * 1024 / res.IdlePSSNoMiB)
 	}
 	return res, nil
+}
+
+// tracer is a microvm instance's boot timeline (microvm.Config.Trace).
+type tracer interface {
+	HostTrace() string
+	Trace() []string
 }
 
 func execTrue(ctx context.Context, inst driver.Instance) error {
