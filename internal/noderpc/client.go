@@ -6,6 +6,8 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,10 +28,15 @@ import (
 // Networker, QoS and FnCaller; a node whose service lacks one answers
 // not_implemented. A Client is safe for concurrent use.
 type Client struct {
-	rpc   noderpcpbconnect.NodeClient // streams, over HTTP/2
-	unary noderpcpbconnect.NodeClient // Call, over HTTP/1.1 (unaryTransport)
+	rpc noderpcpbconnect.NodeClient // streams, over HTTP/2
+	// unary is Call over Connect, for nodes of earlier versions (older);
+	// others get unary calls on the plain path (unary.go).
+	unary noderpcpbconnect.NodeClient
+	older atomic.Bool
 	tr    *http.Transport
-	tr1   *http.Transport
+	tr1   *http.Transport // unary calls, over HTTP/1.1 (unaryTransport)
+	tok   *tokenSigner
+	now   func() time.Time
 	// probeAfter and probeTimeout pace the liveness probes of a unary call
 	// waiting for its answer (watch).
 	probeAfter, probeTimeout time.Duration
@@ -86,10 +93,10 @@ func NewClient(baseURL string, opts ClientOptions) *Client {
 			connect.WithAcceptCompression("gzip", nil, nil)),
 		unary: noderpcpbconnect.NewNodeClient(hc1, baseURL, connect.WithReadMaxBytes(maxMessageBytes),
 			connect.WithAcceptCompression("gzip", nil, nil)),
-		tr: tr, tr1: tr1,
+		tr: tr, tr1: tr1, tok: tok, now: opts.Now,
 		probeAfter: orDefault(opts.PingInterval, DefaultPingInterval), probeTimeout: orDefault(opts.PingTimeout, DefaultPingTimeout),
 		tracer: clientTracer(opts.Tracer),
-		addr:   baseURL,
+		addr:   strings.TrimSuffix(baseURL, "/"),
 	}
 }
 
@@ -177,18 +184,34 @@ func (c *Client) call(ctx context.Context, method string, a callArgs, out any) (
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := c.watch(cctx, cancel)
-	resp, err := c.unary.Call(cctx, connect.NewRequest(&noderpcpb.CallRequest{Method: method, Args: args}))
+	var res []byte
+	if !c.older.Load() {
+		res, err = c.post(cctx, method, args)
+		if errors.Is(err, errOlderNode) {
+			c.older.Store(true)
+		}
+	}
+	if c.older.Load() {
+		var resp *connect.Response[noderpcpb.CallResponse]
+		if resp, err = c.unary.Call(cctx, connect.NewRequest(&noderpcpb.CallRequest{Method: method, Args: args})); err == nil {
+			res = resp.Msg.GetResult()
+		}
+	}
 	stop()
 	if err != nil {
+		var answer *Error
+		if errors.As(err, &answer) {
+			return err // the node's answer
+		}
 		if cause := context.Cause(cctx); ctx.Err() == nil && errors.Is(cause, errSilentNode) {
 			return unavailable(method, cause)
 		}
 		return fromWire(ctx, method, err)
 	}
-	if out == nil || len(resp.Msg.GetResult()) == 0 {
+	if out == nil || len(res) == 0 {
 		return nil
 	}
-	if err := json.Unmarshal(resp.Msg.GetResult(), out); err != nil {
+	if err := json.Unmarshal(res, out); err != nil {
 		return errdefs.Wrap(api.CodeInternal, err, "node rpc %s: decoding the answer", method)
 	}
 	return nil
