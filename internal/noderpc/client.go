@@ -140,6 +140,8 @@ func unaryTransport(opts ClientOptions) *http.Transport {
 		// flight to one node, so bursts reuse them instead of dialling.
 		MaxIdleConnsPerHost: unaryIdlePerNode,
 		IdleConnTimeout:     90 * time.Second,
+		// Nodes answer unary calls uncompressed: no Accept-Encoding header.
+		DisableCompression: true,
 	}
 }
 

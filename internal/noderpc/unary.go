@@ -103,7 +103,10 @@ func (h *handler) unary(w http.ResponseWriter, r *http.Request, name string) err
 	return nil
 }
 
-var jsonType = []string{"application/json"}
+var (
+	jsonType    = []string{"application/json"}
+	noUserAgent = []string{""} // net/http then sends none
+)
 
 // readBody reads a whole request or answer body of at most maxMessageBytes
 // (payload_too_large beyond); n is its declared length (-1: unknown).
@@ -154,6 +157,7 @@ func (c *Client) post(ctx context.Context, method string, args []byte) ([]byte, 
 		return nil, err
 	}
 	req.Header["Content-Type"] = jsonType
+	req.Header["User-Agent"] = noUserAgent // one header less to write and parse
 	req.Header["Authorization"] = []string{c.tok.header(c.now())}
 	injectTrace(ctx, req.Header)
 	injectStep(ctx, req.Header)
