@@ -114,17 +114,21 @@ func readBody(r io.Reader, n int64) ([]byte, error) {
 	if n > maxMessageBytes {
 		return nil, errdefs.New(api.CodePayloadTooLarge, "%d bytes, more than %d", n, maxMessageBytes)
 	}
-	var buf bytes.Buffer
-	if n > 0 {
-		buf.Grow(int(n) + 1) // +1: ReadFrom sees EOF without growing
+	if n >= 0 { // the usual case: one allocation of the right size
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, err
+		}
+		return b, nil
 	}
-	if _, err := buf.ReadFrom(io.LimitReader(r, maxMessageBytes+1)); err != nil {
+	b, err := io.ReadAll(io.LimitReader(r, maxMessageBytes+1))
+	if err != nil {
 		return nil, err
 	}
-	if buf.Len() > maxMessageBytes {
+	if len(b) > maxMessageBytes {
 		return nil, errdefs.New(api.CodePayloadTooLarge, "more than %d bytes", maxMessageBytes)
 	}
-	return buf.Bytes(), nil
+	return b, nil
 }
 
 // writeWireError answers err as a wireError.
