@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
@@ -34,7 +35,8 @@ type Client struct {
 	unary noderpcpbconnect.NodeClient
 	older atomic.Bool
 	tr    *http.Transport
-	tr1   *http.Transport // unary calls, over HTTP/1.1 (unaryTransport)
+	tr1   *http.Transport // unary calls over HTTP/1.1 to a node over TLS (unaryTransport)
+	conns *conns          // unary calls over HTTP/1.1 to an http:// node (unaryconn.go)
 	tok   *tokenSigner
 	now   func() time.Time
 	// probeAfter and probeTimeout pace the liveness probes of a unary call
@@ -86,14 +88,19 @@ func NewClient(baseURL string, opts ClientOptions) *Client {
 	}
 	tok := &tokenSigner{secret: opts.Secret}
 	hc := &http.Client{Transport: &signer{next: tr, tok: tok, now: opts.Now}}
-	tr1 := unaryTransport(opts)
+	d := unaryDialer(opts)
+	tr1 := unaryTransport(opts, d)
+	var cs *conns
+	if opts.TLS == nil {
+		cs = newConns(baseURL, d)
+	}
 	hc1 := &http.Client{Transport: &signer{next: tr1, tok: tok, now: opts.Now}}
 	return &Client{
 		rpc: noderpcpbconnect.NewNodeClient(hc, baseURL, connect.WithReadMaxBytes(maxMessageBytes),
 			connect.WithAcceptCompression("gzip", nil, nil)),
 		unary: noderpcpbconnect.NewNodeClient(hc1, baseURL, connect.WithReadMaxBytes(maxMessageBytes),
 			connect.WithAcceptCompression("gzip", nil, nil)),
-		tr: tr, tr1: tr1, tok: tok, now: opts.Now,
+		tr: tr, tr1: tr1, conns: cs, tok: tok, now: opts.Now,
 		probeAfter: orDefault(opts.PingInterval, DefaultPingInterval), probeTimeout: orDefault(opts.PingTimeout, DefaultPingTimeout),
 		tracer: clientTracer(opts.Tracer),
 		addr:   strings.TrimSuffix(baseURL, "/"),
@@ -116,19 +123,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // node that vanished ends within about PingInterval+PingTimeout as before; a
 // node whose kernel still answers but whose process does not (hung, stopped) is
 // caught by watch.
-func unaryTransport(opts ClientOptions) *http.Transport {
-	interval, timeout := orDefault(opts.PingInterval, DefaultPingInterval), orDefault(opts.PingTimeout, DefaultPingTimeout)
-	d := &net.Dialer{
-		Timeout:         opts.DialTimeout,
-		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: interval, Interval: timeout, Count: 1},
-		Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int((interval + timeout).Milliseconds()))
-			})
-			return errors.Join(err, serr)
-		},
-	}
+func unaryTransport(opts ClientOptions, d *net.Dialer) *http.Transport {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	return &http.Transport{
@@ -145,6 +140,23 @@ func unaryTransport(opts ClientOptions) *http.Transport {
 	}
 }
 
+// unaryDialer dials the connections of unary calls (unaryTransport, conns):
+// TCP keepalive probes and TCP_USER_TIMEOUT in place of HTTP/2's pings.
+func unaryDialer(opts ClientOptions) *net.Dialer {
+	interval, timeout := orDefault(opts.PingInterval, DefaultPingInterval), orDefault(opts.PingTimeout, DefaultPingTimeout)
+	return &net.Dialer{
+		Timeout:         opts.DialTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: interval, Interval: timeout, Count: 1},
+		Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int((interval + timeout).Milliseconds()))
+			})
+			return errors.Join(err, serr)
+		},
+	}
+}
+
 // unaryIdlePerNode is how many idle unary connections a client keeps per node.
 const unaryIdlePerNode = 64
 
@@ -152,6 +164,9 @@ const unaryIdlePerNode = 64
 func (c *Client) Close() error {
 	c.tr.CloseIdleConnections()
 	c.tr1.CloseIdleConnections()
+	if c.conns != nil {
+		c.conns.close()
+	}
 	return nil
 }
 
@@ -166,7 +181,7 @@ type signer struct {
 func (s *signer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", s.tok.header(s.now()))
-	injectTrace(r.Context(), r.Header)
+	injectTrace(r.Context(), propagation.HeaderCarrier(r.Header))
 	injectStep(r.Context(), r.Header)
 	resp, err := s.next.RoundTrip(r)
 	if err == nil {

@@ -19,9 +19,10 @@ import (
 // global one: nothing here depends on what a program registered.
 var traceContext = propagation.TraceContext{}
 
-// injectTrace puts ctx's span context on an outgoing request's headers.
-func injectTrace(ctx context.Context, h http.Header) {
-	traceContext.Inject(ctx, propagation.HeaderCarrier(h))
+// injectTrace puts ctx's span context on an outgoing request's headers
+// (propagation.HeaderCarrier(r.Header), or a headerWriter).
+func injectTrace(ctx context.Context, h propagation.TextMapCarrier) {
+	traceContext.Inject(ctx, h)
 }
 
 // extractTrace returns ctx with the span context an incoming request carried.

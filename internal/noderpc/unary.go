@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -156,26 +158,22 @@ var errOlderNode = errors.New("the node does not serve plain unary calls")
 // post runs a unary method on the plain path: it returns the result's JSON, a
 // node's answer as *Error, errOlderNode, or the transport's error.
 func (c *Client) post(ctx context.Context, method string, args []byte) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.addr+unaryPrefix+method, bytes.NewReader(args))
-	if err != nil {
-		return nil, err
+	if len(args) > maxMessageBytes { // what the node would refuse: spare it the bytes
+		return nil, &Error{API: api.NewError(api.CodePayloadTooLarge, "node rpc %s: %d bytes of arguments, more than %d", method, len(args), maxMessageBytes)}
 	}
-	req.Header["Content-Type"] = jsonType
-	req.Header["User-Agent"] = noUserAgent // one header less to write and parse
-	req.Header["Authorization"] = []string{c.tok.header(c.now())}
-	injectTrace(ctx, req.Header)
-	injectStep(ctx, req.Header)
-	resp, err := c.tr1.RoundTrip(req)
-	if err != nil {
-		return nil, err
+	var resp *http.Response
+	var body []byte
+	var err error
+	if c.conns != nil {
+		resp, body, err = c.conns.roundTrip(ctx, unaryPrefix+method, c.tok.header(c.now()), args)
+	} else {
+		resp, body, err = c.postTransport(ctx, method, args)
 	}
-	defer resp.Body.Close()
-	body, err := readBody(resp.Body, resp.ContentLength)
 	if err != nil {
 		if errdefs.Is(err, api.CodePayloadTooLarge) {
 			return nil, &Error{API: api.NewError(api.CodePayloadTooLarge, "node rpc %s: the answer is %v", method, err)}
 		}
-		return nil, err // the connection broke mid-answer
+		return nil, err // the transport's (or the connection broke mid-answer)
 	}
 	reportReplayed(ctx, resp.Header)
 	if resp.StatusCode == http.StatusOK {
@@ -193,4 +191,25 @@ func (c *Client) post(ctx context.Context, method string, args []byte) ([]byte, 
 		return nil, errOlderNode
 	}
 	return nil, unavailable(method, fmt.Errorf("HTTP %d from something that is not a dsec node: %.200q", resp.StatusCode, body))
+}
+
+// postTransport runs a unary call through net/http's Transport (a node over
+// TLS): the answer with its body read whole.
+func (c *Client) postTransport(ctx context.Context, method string, args []byte) (*http.Response, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.addr+unaryPrefix+method, bytes.NewReader(args))
+	if err != nil {
+		return nil, nil, err
+	}
+	req.Header["Content-Type"] = jsonType
+	req.Header["User-Agent"] = noUserAgent // one header less to write and parse
+	req.Header["Authorization"] = []string{c.tok.header(c.now())}
+	injectTrace(ctx, propagation.HeaderCarrier(req.Header))
+	injectStep(ctx, req.Header)
+	resp, err := c.tr1.RoundTrip(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := readBody(resp.Body, resp.ContentLength)
+	return resp, body, err
 }

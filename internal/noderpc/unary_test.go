@@ -161,3 +161,73 @@ func FuzzUnaryPath(f *testing.F) {
 		}
 	})
 }
+
+// A pooled connection the node closed while it was idle (the node restarted)
+// is not used: the next call goes on a fresh one and succeeds.
+func TestIdleConnectionClosedByNode(t *testing.T) {
+	svc := &infoService{}
+	path, h := NewHandler(svc, HandlerOptions{Secret: unarySecret})
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	c := NewClient(srv.URL, ClientOptions{Secret: unarySecret})
+	defer c.Close()
+	for i := range 3 {
+		if _, err := c.Info(t.Context()); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		srv.CloseClientConnections() // the node drops every connection
+		time.Sleep(20 * time.Millisecond)
+	}
+	if svc.calls.Load() != 3 {
+		t.Errorf("%d calls ran, want 3", svc.calls.Load())
+	}
+}
+
+// A call's context ends it at once, also while it waits for the answer; its
+// connection is not used again.
+func TestUnaryCallEndsWithItsContext(t *testing.T) {
+	release := make(chan struct{})
+	var n atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n.Add(1) == 1 {
+			<-release
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"node":"n1"}`))
+	}))
+	defer srv.Close()
+	defer close(release)
+	c := NewClient(srv.URL, ClientOptions{Secret: unarySecret})
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	_, err := c.Info(ctx)
+	if d := time.Since(t0); err == nil || d > 5*time.Second {
+		t.Fatalf("Info with a 200ms context: %v after %v", err, d)
+	}
+	if info, err := c.Info(t.Context()); err != nil || info.Node != "n1" {
+		t.Fatalf("the next call: %+v, %v", info, err)
+	}
+}
+
+func TestValidHeader(t *testing.T) {
+	for _, c := range []struct {
+		k, v string
+		ok   bool
+	}{
+		{"traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", true},
+		{"X-Dsec-Trajectory", "traj-1 with\ttab", true},
+		{"X-Dsec-Trajectory", "a\r\nX-Evil: 1", false},
+		{"X-Dsec-Trajectory", "a\nb", false},
+		{"Bad Name", "v", false},
+		{"Bad:Name", "v", false},
+		{"", "v", false},
+	} {
+		if got := validHeader(c.k, c.v); got != c.ok {
+			t.Errorf("validHeader(%q, %q) = %v", c.k, c.v, got)
+		}
+	}
+}
