@@ -29,6 +29,16 @@ func (s *infoService) Info(context.Context) (api.Info, error) {
 	return api.Info{Node: "n1", Backends: []string{"mock"}}, nil
 }
 
+// testNode serves h on a test server and returns it
+// with a client of it; both close when the test ends.
+func testNode(t *testing.T, h http.Handler) (*httptest.Server, *Client) {
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	c := NewClient(srv.URL, ClientOptions{Secret: unarySecret})
+	t.Cleanup(func() { c.Close() })
+	return srv, c
+}
+
 // postUnary sends one request to the plain unary path of h.
 func postUnary(t *testing.T, h http.Handler, method, name, token, body string) *httptest.ResponseRecorder {
 	t.Helper()
@@ -109,10 +119,7 @@ func TestOlderNodeGetsConnectCalls(t *testing.T) {
 		}
 		h.ServeHTTP(w, r)
 	}))
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	c := NewClient(srv.URL, ClientOptions{Secret: unarySecret})
-	defer c.Close()
+	_, c := testNode(t, mux)
 	for i := range 3 {
 		if info, err := c.Info(t.Context()); err != nil || info.Node != "n1" {
 			t.Fatalf("call %d: %+v, %v", i, info, err)
@@ -126,12 +133,9 @@ func TestOlderNodeGetsConnectCalls(t *testing.T) {
 // Something that is not a dsec node answering (a proxy's error page) is
 // unavailable with infrastructure set, not the proxy's status as a class.
 func TestNotANodeIsUnavailable(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, c := testNode(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "upstream connect error", http.StatusBadGateway)
 	}))
-	defer srv.Close()
-	c := NewClient(srv.URL, ClientOptions{Secret: unarySecret})
-	defer c.Close()
 	_, err := c.Info(t.Context())
 	if !errdefs.Is(err, api.CodeUnavailable) || !errdefs.ToAPI(err).Infrastructure {
 		t.Errorf("Info through a proxy's 502: %v (%s)", err, errdefs.CodeOf(err))
@@ -169,10 +173,7 @@ func TestIdleConnectionClosedByNode(t *testing.T) {
 	path, h := NewHandler(svc, HandlerOptions{Secret: unarySecret})
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-	c := NewClient(srv.URL, ClientOptions{Secret: unarySecret})
-	defer c.Close()
+	srv, c := testNode(t, mux)
 	for i := range 3 {
 		if _, err := c.Info(t.Context()); err != nil {
 			t.Fatalf("call %d: %v", i, err)
@@ -190,17 +191,14 @@ func TestIdleConnectionClosedByNode(t *testing.T) {
 func TestUnaryCallEndsWithItsContext(t *testing.T) {
 	release := make(chan struct{})
 	var n atomic.Int64
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, c := testNode(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if n.Add(1) == 1 {
 			<-release
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write([]byte(`{"node":"n1"}`))
 	}))
-	defer srv.Close()
-	defer close(release)
-	c := NewClient(srv.URL, ClientOptions{Secret: unarySecret})
-	defer c.Close()
+	defer close(release) // before the server closes (cleanups run after)
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
