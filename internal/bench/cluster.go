@@ -243,7 +243,7 @@ const clusterNote = "All in one process, on loopback. Client: `parallel` gorouti
 	"API server: the real one (apiserver.New, the same handler chain as `dsec apiserver`: request ID, metrics, auth, " +
 	"JSON decode and validation, power-of-k placement over the etcd watcher's snapshot, request-ID claim committed in " +
 	"etcd before the node is called (claims made at the same time share a transaction), a node RPC to the chosen node, " +
-	"JSON answer). Nodes: N simulated agents, each a real node RPC server (cluster-secret check, connect unary calls over keep-alive HTTP/1.1) on its " +
+	"JSON answer). Nodes: N simulated agents, each a real node RPC server (cluster-secret check; unary calls as plain JSON POSTs over keep-alive HTTP/1.1, as between `dsec apiserver` and `dsec agent`) on its " +
 	"own port, registered under an etcd lease; Create only counts against its limit (admission) and remembers the " +
 	"request ID; nothing is started. etcd: one embedded member with fsync (DSEC_BENCH_ETCD_NOFSYNC=1 turns it off). " +
 	"cpu_ms_per_create is the process's user+system CPU for the phase over its creates (all four parts together)."
