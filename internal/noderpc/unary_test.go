@@ -229,3 +229,24 @@ func TestValidHeader(t *testing.T) {
 		}
 	}
 }
+
+// A node behind a path prefix (a base URL with a path) gets its unary calls
+// under that prefix, as its streams.
+func TestBaseURLWithPath(t *testing.T) {
+	svc := &infoService{}
+	path, h := NewHandler(svc, HandlerOptions{Secret: unarySecret})
+	var plain atomic.Int64
+	mux := http.NewServeMux()
+	mux.Handle("/node1"+path, http.StripPrefix("/node1", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, unaryPrefix) {
+			plain.Add(1)
+		}
+		h.ServeHTTP(w, r)
+	})))
+	srv, _ := testNode(t, mux)
+	c := NewClient(srv.URL+"/node1/", ClientOptions{Secret: unarySecret})
+	defer c.Close()
+	if info, err := c.Info(t.Context()); err != nil || info.Node != "n1" || plain.Load() != 1 {
+		t.Fatalf("Info: %+v, %v; %d calls on the plain path, want 1", info, err, plain.Load())
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -27,6 +28,7 @@ import (
 // is closed), and idle connections go after IdleConnTimeout.
 type conns struct {
 	addr, host string // dial address (host:port), Host header
+	base       string // the base URL's path ("" or "/prefix")
 	dial       func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	mu     sync.Mutex
@@ -60,7 +62,8 @@ func newConns(baseURL string, d *net.Dialer) *conns {
 	if port == "" {
 		port = "80"
 	}
-	return &conns{addr: net.JoinHostPort(u.Hostname(), port), host: u.Host, dial: d.DialContext}
+	return &conns{addr: net.JoinHostPort(u.Hostname(), port), host: u.Host, base: strings.TrimSuffix(u.EscapedPath(), "/"),
+		dial: d.DialContext}
 }
 
 // get returns a live idle connection, or a new one.
@@ -155,7 +158,7 @@ func (p *conns) roundTrip(ctx context.Context, path, auth string, body []byte) (
 	// The context ends the call at once: a deadline in the past ends the
 	// write or read it is blocked in (the connection is then closed).
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(aLongTimeAgo) })
-	resp, res, err := c.exchange(ctx, p.host, path, auth, body)
+	resp, res, err := c.exchange(ctx, p.host, p.base+path, auth, body)
 	if !stop() {
 		err = context.Cause(ctx)
 	}
