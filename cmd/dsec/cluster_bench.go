@@ -46,6 +46,7 @@ func benchClusterCmd() *cobra.Command {
 	f.IntVar(&o.Batch, "batch", o.Batch, "also make the N sandboxes through POST /v1/sandboxes:batch, this many per request (0: skip)")
 	f.IntVar(&o.BatchParallel, "batch-parallel", o.BatchParallel, "batch requests in flight")
 	f.StringVar(&o.CPUProfile, "cpuprofile", "", "write a CPU profile of the run to this file (samples labeled role=apiserver|node|client|etcd)")
+	f.StringVar(&o.MemProfile, "memprofile", "", "write an allocation profile of the run to this file")
 	f.BoolVar(&asJSON, "json", false, "print one JSON object")
 	return c
 }

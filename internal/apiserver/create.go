@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -44,7 +45,7 @@ func forwarded(req api.CreateSandboxRequest) api.CreateSandboxRequest {
 func (r *Router) Create(ctx context.Context, req api.CreateSandboxRequest) (_ api.Sandbox, err error) {
 	preq := placementRequest(req)
 	preq.Layers = r.envLayers(ctx, req.Image) // image locality: a tie-breaker
-	ctx, sp := r.tracer.Start(ctx, "placement", trace.WithAttributes(attribute.String("dsec.backend", preq.Backend)))
+	ctx, sp := r.placementSpan(ctx, preq.Backend)
 	defer func() { endPlacement(sp, err) }()
 	t0 := time.Now()
 	d, err := r.cfg.Engine.Place(ctx, preq)
@@ -60,9 +61,18 @@ func (r *Router) Create(ctx context.Context, req api.CreateSandboxRequest) (_ ap
 	return r.admit(ctx, sp, d, req)
 }
 
+// placementSpan starts the "placement" span of a create (none without a
+// recording tracer: its attributes would cost an allocation each for nothing).
+func (r *Router) placementSpan(ctx context.Context, backend string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if !r.traced {
+		return ctx, tracing.NoSpan
+	}
+	return r.tracer.Start(ctx, "placement", trace.WithAttributes(append(attrs, attribute.String("dsec.backend", backend))...))
+}
+
 // endPlacement ends a placement span with the create's outcome.
 func endPlacement(sp trace.Span, err error) {
-	if err != nil {
+	if err != nil && sp.IsRecording() {
 		sp.SetAttributes(attribute.String("dsec.error_code", string(errdefs.ToAPI(err).Code)))
 		sp.SetStatus(codes.Error, err.Error())
 	}
@@ -76,10 +86,15 @@ func endPlacement(sp trace.Span, err error) {
 func (r *Router) admit(ctx context.Context, sp trace.Span, d *placement.Decision, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	fwd := forwarded(req)
 	claimed := ""
-	sp.SetAttributes(attribute.Int("dsec.placement.candidates", d.Candidates), attribute.Int("dsec.placement.replacements", 0))
+	traced := sp.IsRecording()
+	if traced {
+		sp.SetAttributes(attribute.Int("dsec.placement.candidates", d.Candidates), attribute.Int("dsec.placement.replacements", 0))
+	}
 	for {
 		node := d.Node
-		sp.SetAttributes(attribute.String("dsec.placement.node", node))
+		if traced {
+			sp.SetAttributes(attribute.String("dsec.placement.node", node))
+		}
 		if req.RequestID != "" && r.cfg.Claims != nil {
 			holder, err := r.claim(ctx, req.RequestID, claimed, node)
 			if err != nil {
@@ -183,8 +198,7 @@ func (r *Router) CreateBatch(ctx context.Context, reqs []api.CreateSandboxReques
 			return
 		}
 		// Each sandbox's admission has a placement span of its own.
-		ctx, sp := r.tracer.Start(ctx, "placement", trace.WithAttributes(attribute.String("dsec.backend", ds[i].Request().Backend),
-			attribute.Int("dsec.placement.batch", len(reqs))))
+		ctx, sp := r.placementSpan(ctx, ds[i].Request().Backend, attribute.Int("dsec.placement.batch", len(reqs)))
 		out[i], errs[i] = r.admit(ctx, sp, ds[i], reqs[i])
 		endPlacement(sp, errs[i])
 	})

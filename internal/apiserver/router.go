@@ -14,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -70,6 +71,7 @@ type Router struct {
 	cfg    RouterConfig
 	log    *slog.Logger
 	tracer trace.Tracer
+	traced bool // tracer may record: placement spans are made (tracing.Recording)
 
 	mu      sync.Mutex
 	clients map[string]nodeClient
@@ -106,7 +108,7 @@ func NewRouter(cfg RouterConfig) *Router {
 		tp = noop.NewTracerProvider()
 	}
 	return &Router{cfg: cfg, log: cfg.Logger, tracer: tp.Tracer("github.com/dsec-dev/dsec/internal/apiserver"),
-		clients: map[string]nodeClient{}}
+		traced: tracing.Recording(tp), clients: map[string]nodeClient{}}
 }
 
 // client returns node n's service, dialling (or re-dialling after an address

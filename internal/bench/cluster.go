@@ -43,8 +43,12 @@ type ClusterOptions struct {
 	BatchParallel int
 	// CPUProfile, when set, writes a CPU profile of the whole run there; its
 	// samples carry the label role=apiserver, node, client or etcd
-	// (go tool pprof -tagfocus role=apiserver).
+	// (go tool pprof -tagfocus role=apiserver) and, but for etcd's, the
+	// phase's name (phase=room_for_all).
 	CPUProfile string
+	// MemProfile, when set, writes the run's allocation profile there at the
+	// end (go tool pprof -sample_index=alloc_space).
+	MemProfile string
 }
 
 // ClusterPhase is one run of N creates.
@@ -148,6 +152,14 @@ func RunCluster(ctx context.Context, o ClusterOptions) (ClusterResult, error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if o.MemProfile != "" {
+		defer func() {
+			if f, err := os.Create(o.MemProfile); err == nil {
+				_ = pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}()
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	cli, stopEtcd, err := benchEtcd(ctx, dir, log)
 	if err != nil {
@@ -197,7 +209,7 @@ func benchEtcd(ctx context.Context, dir string, log *slog.Logger) (*clientv3.Cli
 	}
 	ectx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan error, 1)
-	go labeled("etcd", func() {
+	go labeled("etcd", "", func() {
 		done <- cluster.RunEtcd(ectx, cluster.EtcdConfig{Name: "bench", DataDir: filepath.Join(dir, "etcd"),
 			ListenClient: cu, ListenPeer: pu, LogLevel: "panic", UnsafeNoFsync: os.Getenv("DSEC_BENCH_ETCD_NOFSYNC") == "1"}, log)
 	})
@@ -231,7 +243,7 @@ const clusterNote = "All in one process, on loopback. Client: `parallel` gorouti
 	"API server: the real one (apiserver.New, the same handler chain as `dsec apiserver`: request ID, metrics, auth, " +
 	"JSON decode and validation, power-of-k placement over the etcd watcher's snapshot, request-ID claim committed in " +
 	"etcd before the node is called (claims made at the same time share a transaction), a node RPC to the chosen node, " +
-	"JSON answer). Nodes: N simulated agents, each a real node RPC server (cluster-secret check, connect unary calls over keep-alive HTTP/1.1) on its " +
+	"JSON answer). Nodes: N simulated agents, each a real node RPC server (cluster-secret check; unary calls as plain JSON POSTs over keep-alive HTTP/1.1, as between `dsec apiserver` and `dsec agent`) on its " +
 	"own port, registered under an etcd lease; Create only counts against its limit (admission) and remembers the " +
 	"request ID; nothing is started. etcd: one embedded member with fsync (DSEC_BENCH_ETCD_NOFSYNC=1 turns it off). " +
 	"cpu_ms_per_create is the process's user+system CPU for the phase over its creates (all four parts together)."
@@ -280,7 +292,7 @@ func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix s
 		mux := http.NewServeMux()
 		mux.Handle(path, h)
 		srv := noderpc.NewServer(mux, noderpc.ServerOptions{Logger: log})
-		go labeled("node", func() { _ = srv.Serve(l) })
+		go labeled("node", name, func() { _ = srv.Serve(l) })
 		defer srv.Close()
 		addr := "http://" + l.Addr().String()
 		report := func(context.Context) (cluster.NodeRecord, error) {
@@ -300,7 +312,7 @@ func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix s
 	if err != nil {
 		return ph, err
 	}
-	go labeled("apiserver", func() { _ = a.Serve(l) })
+	go labeled("apiserver", name, func() { _ = a.Serve(l) })
 	defer func() { _ = a.Shutdown(context.Background()) }()
 	tok, err := os.ReadFile(a.TokenFile)
 	if err != nil {
@@ -327,7 +339,7 @@ func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix s
 	var wg sync.WaitGroup
 	for w := 0; w < o.Parallel; w++ {
 		wg.Add(1)
-		go labeled("client", func() {
+		go labeled("client", name, func() {
 			defer wg.Done()
 			for {
 				i := next.Add(step) - step
@@ -383,10 +395,16 @@ func clusterPhase(ctx context.Context, cli *clientv3.Client, dir, name, prefix s
 	return ph, nil
 }
 
-// labeled runs f with the profiler label role (goroutines f starts inherit it),
-// so a CPU profile of the run tells the API server from the client and nodes.
-func labeled(role string, f func()) {
-	pprof.Do(context.Background(), pprof.Labels("role", role), func(context.Context) { f() })
+// labeled runs f with the profiler labels role and phase (goroutines f starts
+// inherit them; phase "" for etcd, which serves every phase), so a CPU profile
+// of the run tells the API server from the client and nodes, and one phase
+// from another (go tool pprof -tagfocus phase=room_for_all).
+func labeled(role, phase string, f func()) {
+	l := pprof.Labels("role", role)
+	if phase != "" {
+		l = pprof.Labels("role", role, "phase", phase)
+	}
+	pprof.Do(context.Background(), l, func(context.Context) { f() })
 }
 
 // creator posts creates with a bearer token and reads status and Retry-After.

@@ -173,20 +173,24 @@ func (r *Requests) commit(batch []*pendingClaim) {
 	for i := range open {
 		open[i] = i
 	}
+	fail := func(open []int, err error) {
+		for _, i := range open {
+			answer(i, claimResult{err: fmt.Errorf("cluster: claim request %q: %w", owners[i].id, err)})
+		}
+	}
 	for round := 0; len(open) > 0; round++ {
 		cmps := make([]clientv3.Cmp, len(open))
 		puts := make([]clientv3.Op, len(open))
-		gets := make([]clientv3.Op, len(open))
 		for j, i := range open {
 			cmps[j] = clientv3.Compare(clientv3.CreateRevision(keys[i]), "=", 0)
 			puts[j] = clientv3.OpPut(keys[i], owners[i].node, clientv3.WithLease(lease))
-			gets[j] = clientv3.OpGet(keys[i])
 		}
-		resp, err := r.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+		// No Else branch reading the keys back: nearly every batch succeeds,
+		// and the reads would make each transaction (its request, its raft
+		// entry in the WAL) half as large again. A failed one reads them next.
+		resp, err := r.cli.Txn(ctx).If(cmps...).Then(puts...).Commit()
 		if err != nil {
-			for _, i := range open {
-				answer(i, claimResult{err: fmt.Errorf("cluster: claim request %q: %w", owners[i].id, err)})
-			}
+			fail(open, err)
 			return
 		}
 		if resp.Succeeded {
@@ -196,8 +200,16 @@ func (r *Requests) commit(batch []*pendingClaim) {
 			return
 		}
 		// Some keys exist: they answer their claims; the others (expired or
-		// absent) go again. Another API server may claim one of those in
-		// between, so this may take a few rounds; after that one at a time.
+		// absent by now) go again. Another API server may claim one of those
+		// in between, so this may take a few rounds; after that one at a time.
+		gets := make([]clientv3.Op, len(open))
+		for j, i := range open {
+			gets[j] = clientv3.OpGet(keys[i])
+		}
+		if resp, err = r.cli.Txn(ctx).Then(gets...).Commit(); err != nil {
+			fail(open, err)
+			return
+		}
 		var again []int
 		for j, i := range open {
 			kvs := resp.Responses[j].GetResponseRange().Kvs

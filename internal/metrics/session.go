@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -28,6 +29,7 @@ type Service struct {
 	inner  session.Service
 	m      *Metrics
 	tracer trace.Tracer
+	traced bool // tracer may record (tracing.Recording)
 	// FnCall runs FnCalls (nil: the inner service, if it is a session.FnCaller).
 	fnCall session.FnCaller
 }
@@ -50,7 +52,8 @@ func (m *Metrics) Wrap(inner session.Service, tp trace.TracerProvider, fc sessio
 	if fc == nil {
 		fc, _ = inner.(session.FnCaller)
 	}
-	return &Service{inner: inner, m: m, tracer: tp.Tracer("github.com/dsec-dev/dsec/internal/session"), fnCall: fc}
+	return &Service{inner: inner, m: m, tracer: tp.Tracer("github.com/dsec-dev/dsec/internal/session"), fnCall: fc,
+		traced: tracing.Recording(tp)}
 }
 
 // failed counts err (if any) against op and returns it.
@@ -63,12 +66,16 @@ func (s *Service) failed(op string, err error) error {
 }
 
 // span starts the session span of op.
+// Without a recording tracer it makes none (and ctx stays as it is).
 func (s *Service) span(ctx context.Context, op string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	if !s.traced {
+		return ctx, tracing.NoSpan
+	}
 	return s.tracer.Start(ctx, "session."+op, trace.WithAttributes(attrs...))
 }
 
 func endSpan(span trace.Span, err error) {
-	if err != nil {
+	if err != nil && span.IsRecording() {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 	}
@@ -85,7 +92,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	backend := s.m.backend(req.Backend)
 	ctx, span := s.span(ctx, "create", attribute.String("dsec.backend", backend))
 	sb, err := s.inner.Create(ctx, req)
-	if err == nil {
+	if err == nil && span.IsRecording() {
 		span.SetAttributes(attribute.String("dsec.sandbox_id", sb.ID))
 	}
 	endSpan(span, err)

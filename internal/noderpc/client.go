@@ -6,10 +6,13 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
@@ -26,10 +29,16 @@ import (
 // Networker, QoS and FnCaller; a node whose service lacks one answers
 // not_implemented. A Client is safe for concurrent use.
 type Client struct {
-	rpc   noderpcpbconnect.NodeClient // streams, over HTTP/2
-	unary noderpcpbconnect.NodeClient // Call, over HTTP/1.1 (unaryTransport)
+	rpc noderpcpbconnect.NodeClient // streams, over HTTP/2
+	// unary is Call over Connect, for nodes of earlier versions (older);
+	// others get unary calls on the plain path (unary.go).
+	unary noderpcpbconnect.NodeClient
+	older atomic.Bool
 	tr    *http.Transport
-	tr1   *http.Transport
+	tr1   *http.Transport // unary calls over HTTP/1.1 to a node over TLS (unaryTransport)
+	conns *conns          // unary calls over HTTP/1.1 to an http:// node (unaryconn.go)
+	tok   *tokenSigner
+	now   func() time.Time
 	// probeAfter and probeTimeout pace the liveness probes of a unary call
 	// waiting for its answer (watch).
 	probeAfter, probeTimeout time.Duration
@@ -79,17 +88,22 @@ func NewClient(baseURL string, opts ClientOptions) *Client {
 	}
 	tok := &tokenSigner{secret: opts.Secret}
 	hc := &http.Client{Transport: &signer{next: tr, tok: tok, now: opts.Now}}
-	tr1 := unaryTransport(opts)
+	d := unaryDialer(opts)
+	tr1 := unaryTransport(opts, d)
+	var cs *conns
+	if opts.TLS == nil {
+		cs = newConns(baseURL, d)
+	}
 	hc1 := &http.Client{Transport: &signer{next: tr1, tok: tok, now: opts.Now}}
 	return &Client{
 		rpc: noderpcpbconnect.NewNodeClient(hc, baseURL, connect.WithReadMaxBytes(maxMessageBytes),
 			connect.WithAcceptCompression("gzip", nil, nil)),
 		unary: noderpcpbconnect.NewNodeClient(hc1, baseURL, connect.WithReadMaxBytes(maxMessageBytes),
 			connect.WithAcceptCompression("gzip", nil, nil)),
-		tr: tr, tr1: tr1,
+		tr: tr, tr1: tr1, conns: cs, tok: tok, now: opts.Now,
 		probeAfter: orDefault(opts.PingInterval, DefaultPingInterval), probeTimeout: orDefault(opts.PingTimeout, DefaultPingTimeout),
 		tracer: clientTracer(opts.Tracer),
-		addr:   baseURL,
+		addr:   strings.TrimSuffix(baseURL, "/"),
 	}
 }
 
@@ -109,19 +123,7 @@ func orDefault(d, def time.Duration) time.Duration {
 // node that vanished ends within about PingInterval+PingTimeout as before; a
 // node whose kernel still answers but whose process does not (hung, stopped) is
 // caught by watch.
-func unaryTransport(opts ClientOptions) *http.Transport {
-	interval, timeout := orDefault(opts.PingInterval, DefaultPingInterval), orDefault(opts.PingTimeout, DefaultPingTimeout)
-	d := &net.Dialer{
-		Timeout:         opts.DialTimeout,
-		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: interval, Interval: timeout, Count: 1},
-		Control: func(_, _ string, c syscall.RawConn) error {
-			var serr error
-			err := c.Control(func(fd uintptr) {
-				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int((interval + timeout).Milliseconds()))
-			})
-			return errors.Join(err, serr)
-		},
-	}
+func unaryTransport(opts ClientOptions, d *net.Dialer) *http.Transport {
 	p := new(http.Protocols)
 	p.SetHTTP1(true)
 	return &http.Transport{
@@ -133,6 +135,25 @@ func unaryTransport(opts ClientOptions) *http.Transport {
 		// flight to one node, so bursts reuse them instead of dialling.
 		MaxIdleConnsPerHost: unaryIdlePerNode,
 		IdleConnTimeout:     90 * time.Second,
+		// Nodes answer unary calls uncompressed: no Accept-Encoding header.
+		DisableCompression: true,
+	}
+}
+
+// unaryDialer dials the connections of unary calls (unaryTransport, conns):
+// TCP keepalive probes and TCP_USER_TIMEOUT in place of HTTP/2's pings.
+func unaryDialer(opts ClientOptions) *net.Dialer {
+	interval, timeout := orDefault(opts.PingInterval, DefaultPingInterval), orDefault(opts.PingTimeout, DefaultPingTimeout)
+	return &net.Dialer{
+		Timeout:         opts.DialTimeout,
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: interval, Interval: timeout, Count: 1},
+		Control: func(_, _ string, c syscall.RawConn) error {
+			var serr error
+			err := c.Control(func(fd uintptr) {
+				serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, int((interval + timeout).Milliseconds()))
+			})
+			return errors.Join(err, serr)
+		},
 	}
 }
 
@@ -143,6 +164,9 @@ const unaryIdlePerNode = 64
 func (c *Client) Close() error {
 	c.tr.CloseIdleConnections()
 	c.tr1.CloseIdleConnections()
+	if c.conns != nil {
+		c.conns.close()
+	}
 	return nil
 }
 
@@ -157,7 +181,7 @@ type signer struct {
 func (s *signer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", s.tok.header(s.now()))
-	injectTrace(r.Context(), r.Header)
+	injectTrace(r.Context(), propagation.HeaderCarrier(r.Header))
 	injectStep(r.Context(), r.Header)
 	resp, err := s.next.RoundTrip(r)
 	if err == nil {
@@ -177,18 +201,34 @@ func (c *Client) call(ctx context.Context, method string, a callArgs, out any) (
 	cctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	stop := c.watch(cctx, cancel)
-	resp, err := c.unary.Call(cctx, connect.NewRequest(&noderpcpb.CallRequest{Method: method, Args: args}))
+	var res []byte
+	if !c.older.Load() {
+		res, err = c.post(cctx, method, args)
+		if errors.Is(err, errOlderNode) {
+			c.older.Store(true)
+		}
+	}
+	if c.older.Load() {
+		var resp *connect.Response[noderpcpb.CallResponse]
+		if resp, err = c.unary.Call(cctx, connect.NewRequest(&noderpcpb.CallRequest{Method: method, Args: args})); err == nil {
+			res = resp.Msg.GetResult()
+		}
+	}
 	stop()
 	if err != nil {
+		var answer *Error
+		if errors.As(err, &answer) {
+			return err // the node's answer
+		}
 		if cause := context.Cause(cctx); ctx.Err() == nil && errors.Is(cause, errSilentNode) {
 			return unavailable(method, cause)
 		}
 		return fromWire(ctx, method, err)
 	}
-	if out == nil || len(resp.Msg.GetResult()) == 0 {
+	if out == nil || len(res) == 0 {
 		return nil
 	}
-	if err := json.Unmarshal(resp.Msg.GetResult(), out); err != nil {
+	if err := json.Unmarshal(res, out); err != nil {
 		return errdefs.Wrap(api.CodeInternal, err, "node rpc %s: decoding the answer", method)
 	}
 	return nil

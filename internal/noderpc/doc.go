@@ -2,8 +2,9 @@
 // network, between API servers and node agents. NewHandler serves a
 // session.Service (and whichever optional interfaces it has: Forker,
 // Committer, Networker, QoS, FnCaller) as a connect-go service over HTTP/2
-// without TLS (h2c; TLS optional); NewClient is a session.Service that
-// forwards every call to such a handler. Streams (exec with live stdin, stdout,
+// without TLS (h2c; TLS optional), its unary calls as plain JSON POSTs over
+// HTTP/1.1 keep-alive connections (unary.go); NewClient is a session.Service
+// that forwards every call to such a handler. Streams (exec with live stdin, stdout,
 // stderr and control messages, process logs, file content, tar streams and
 // dialled connections) move in chunks, never buffered whole.
 //

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -47,15 +48,23 @@ func NewHandler(svc session.Service, opts HandlerOptions) (path string, h http.H
 	if opts.Observer != nil { // outermost: refused requests count too
 		icpts = append([]connect.Interceptor{observeInterceptor{obs: opts.Observer}}, icpts...)
 	}
-	return noderpcpbconnect.NewNodeHandler(hd,
+	path, rpc := noderpcpbconnect.NewNodeHandler(hd,
 		connect.WithInterceptors(icpts...),
 		connect.WithReadMaxBytes(maxMessageBytes),
 		// No gzip: between nodes it costs more CPU than the bytes it saves
 		// (it was a fifth of a unary call's CPU).
 		connect.WithCompression("gzip", nil, nil))
+	return path, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, unaryPrefix) {
+			hd.serveUnary(w, r) // unary.go
+			return
+		}
+		rpc.ServeHTTP(w, r)
+	})
 }
 
-// Call implements the unary operations (methods.go).
+// Call implements the unary operations (methods.go) for Connect clients (of
+// earlier versions: Client uses the plain path, unary.go).
 func (h *handler) Call(ctx context.Context, req *connect.Request[noderpcpb.CallRequest]) (*connect.Response[noderpcpb.CallResponse], error) {
 	out, err := h.runMethod(ctx, req.Msg.GetMethod(), req.Msg.GetArgs())
 	if err != nil {

@@ -18,8 +18,9 @@ import (
 // sandbox. The answer carries X-Dsec-Replayed: true when the node answered
 // from its log, and the client reports that in the caller's StepOutcome.
 
-// injectStep puts ctx's step tag on an outgoing request's headers.
-func injectStep(ctx context.Context, h http.Header) {
+// injectStep puts ctx's step tag on an outgoing request's headers (an
+// http.Header, or a headerWriter).
+func injectStep(ctx context.Context, h interface{ Set(k, v string) }) {
 	st, _, ok := session.StepFrom(ctx)
 	if !ok {
 		return

@@ -8,9 +8,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/tracing"
 )
 
 // traceContext carries the caller's span across the wire as a W3C traceparent
@@ -19,9 +19,10 @@ import (
 // global one: nothing here depends on what a program registered.
 var traceContext = propagation.TraceContext{}
 
-// injectTrace puts ctx's span context on an outgoing request's headers.
-func injectTrace(ctx context.Context, h http.Header) {
-	traceContext.Inject(ctx, propagation.HeaderCarrier(h))
+// injectTrace puts ctx's span context on an outgoing request's headers
+// (propagation.HeaderCarrier(r.Header), or a headerWriter).
+func injectTrace(ctx context.Context, h propagation.TextMapCarrier) {
+	traceContext.Inject(ctx, h)
 }
 
 // extractTrace returns ctx with the span context an incoming request carried.
@@ -29,17 +30,24 @@ func extractTrace(ctx context.Context, h http.Header) context.Context {
 	return traceContext.Extract(ctx, propagation.HeaderCarrier(h))
 }
 
-// clientTracer is the tracer of a Client's spans (none without a provider).
+// clientTracer is the tracer of a Client's spans (nil without a provider, or
+// one that records nothing: then a call makes no span at all).
 func clientTracer(tp trace.TracerProvider) trace.Tracer {
-	if tp == nil {
-		tp = noop.NewTracerProvider()
+	if !tracing.Recording(tp) {
+		return nil
 	}
 	return tp.Tracer("github.com/dsec-dev/dsec/internal/noderpc")
 }
 
+// endNothing ends a span that was not made.
+func endNothing(error) {}
+
 // span starts the client span of one call, "noderpc.METHOD" (the node's spans
 // are its children); the returned func ends it with the call's outcome.
 func (c *Client) span(ctx context.Context, method string) (context.Context, func(error)) {
+	if c.tracer == nil {
+		return ctx, endNothing
+	}
 	ctx, sp := c.tracer.Start(ctx, "noderpc."+method, trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithAttributes(attribute.String("rpc.system", "connect_rpc"), attribute.String("rpc.service", "dsec.noderpc.v1.Node"),
 			attribute.String("rpc.method", method), attribute.String("server.address", c.addr)))

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"log/slog"
 	"net/http"
 	"runtime/debug"
 	"strings"
@@ -36,11 +37,16 @@ func (w *statusWriter) Write(p []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// logRequests logs every request at debug level once it is answered.
+// logRequests logs every request at debug level once it is answered (when
+// debug is on: else it costs nothing).
 func (s *Server) logRequests(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sw := &statusWriter{ResponseWriter: w} // recoverPanics reads its status
+		if !s.log.Enabled(r.Context(), slog.LevelDebug) {
+			next.ServeHTTP(sw, r)
+			return
+		}
 		start := time.Now()
-		sw := &statusWriter{ResponseWriter: w}
 		defer func() {
 			status := sw.status
 			if status == 0 {

@@ -108,3 +108,22 @@ func (p *Provider) ForceFlush(ctx context.Context) error {
 	}
 	return p.sdk.ForceFlush(ctx)
 }
+
+// Recording reports whether tp may make spans that record (false for nil, a
+// no-op provider and a Provider that is off), so that a hot path can skip
+// building a span's name and attributes that nobody would see.
+func Recording(tp trace.TracerProvider) bool {
+	switch p := tp.(type) {
+	case nil:
+		return false
+	case noop.TracerProvider:
+		return false
+	case *Provider:
+		return p.Enabled()
+	}
+	return true
+}
+
+// NoSpan is a span that records nothing (for a hot path that skips tracing,
+// see Recording).
+var NoSpan = trace.SpanFromContext(context.Background())
