@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -36,7 +37,14 @@ func apiError(err error) *api.Error {
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	e := apiError(err)
 	if e.Infrastructure {
-		s.log.ErrorContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path,
+		// Backpressure (a full node or cluster) is the expected answer to a burst,
+		// counted by the metrics: one error line per refused create would flood
+		// the log exactly when the operator needs it.
+		level := slog.LevelError
+		if e.Code == api.CodeResourceExhausted {
+			level = slog.LevelDebug
+		}
+		s.log.Log(r.Context(), level, "request failed", "method", r.Method, "path", r.URL.Path,
 			"code", e.Code, "err", err)
 	}
 	w.Header().Set(ErrorHeader, string(e.Code))
