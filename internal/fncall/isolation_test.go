@@ -208,3 +208,23 @@ func TestManyTestsOneCall(t *testing.T) {
 		t.Fatalf("%s, %d tests: %+v", res.Verdict, len(res.Tests), res.Tests[0])
 	}
 }
+
+// sessionProbe prints the program's session and process group as its pid
+// namespace sees them: 0 means the leader is outside the namespace (the
+// zygote's or the engine's session).
+const sessionProbe = `#include <stdio.h>
+#include <unistd.h>
+int main(void) { printf("%d %d\n", (int)getsid(0), (int)getpgid(0)); return 0; }
+`
+
+// TestProgramSessionApart: a program runs in a session of its sandbox's own
+// (its helper's, made while the slot was prepared), never in the zygote's.
+func TestProgramSessionApart(t *testing.T) {
+	e := testEngine(t)
+	for range 3 {
+		res := mustCall(t, e, cCall(sessionProbe, "", api.FnCallLimits{}))
+		if res.Verdict != api.VerdictAccepted || res.Tests[0].Stdout != "1 1\n" {
+			t.Fatalf("session, process group = %q, want the sandbox's own (1 1): %+v", res.Tests[0].Stdout, res.Tests[0])
+		}
+	}
+}
