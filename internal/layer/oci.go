@@ -1,7 +1,9 @@
 package layer
 
 import (
+	"errors"
 	"fmt"
+	"net/http"
 	"runtime"
 	"strings"
 
@@ -11,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/dsec-dev/dsec/internal/blob"
@@ -146,13 +149,26 @@ func pickFromIndex(idx v1.ImageIndex, sel string) (v1.Image, error) {
 	return img, nil
 }
 
+// classifyRemote sorts a registry error by the registry's answer (its HTTP
+// status and error codes), never by the message's text alone: a message
+// quotes the registry's URL, whose port may well contain "404".
 func classifyRemote(err error, ref string) error {
-	s := err.Error()
-	switch {
-	case strings.Contains(s, "MANIFEST_UNKNOWN") || strings.Contains(s, "NAME_UNKNOWN") || strings.Contains(s, "404"):
-		return errdefs.NotFound("image %s not found in its registry: %v", ref, err)
-	case strings.Contains(s, "UNAUTHORIZED") || strings.Contains(s, "DENIED"):
-		return errdefs.Wrap(api.CodeUnauthorized, err, "registry refused %s", ref)
+	var te *transport.Error
+	if errors.As(err, &te) {
+		switch te.StatusCode {
+		case http.StatusNotFound:
+			return errdefs.NotFound("image %s not found in its registry: %v", ref, err)
+		case http.StatusUnauthorized, http.StatusForbidden:
+			return errdefs.Wrap(api.CodeUnauthorized, err, "registry refused %s", ref)
+		}
+		for _, d := range te.Errors {
+			switch d.Code {
+			case transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode:
+				return errdefs.NotFound("image %s not found in its registry: %v", ref, err)
+			case transport.UnauthorizedErrorCode, transport.DeniedErrorCode:
+				return errdefs.Wrap(api.CodeUnauthorized, err, "registry refused %s", ref)
+			}
+		}
 	}
 	return blob.Unavailable(fmt.Errorf("%w", err), "registry for %s unreachable", ref)
 }
