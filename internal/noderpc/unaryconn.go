@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
 	"golang.org/x/sys/unix"
 )
 
@@ -222,21 +223,5 @@ func (headerWriter) Keys() []string    { return nil }
 // validHeader accepts a header name of token characters and a value of
 // visible characters, spaces and tabs (RFC 9110 field-name, field-value).
 func validHeader(k, v string) bool {
-	if k == "" {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if c <= ' ' || c >= 0x7f || c == ':' || c == '(' || c == ')' || c == ',' || c == '/' || c == ';' ||
-			c == '<' || c == '=' || c == '>' || c == '?' || c == '@' || c == '[' || c == '\\' || c == ']' ||
-			c == '{' || c == '}' || c == '"' {
-			return false
-		}
-	}
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
+	return httpguts.ValidHeaderFieldName(k) && httpguts.ValidHeaderFieldValue(v)
 }
