@@ -1473,6 +1473,84 @@ static void write_done(struct chan *c)
 
 /* ======================= requests ======================= */
 
+static int hexval(char c);
+
+/* <linux/random.h>'s ioctls (musl's headers have no linux/): add entropy
+ * to the input pool and credit it; reseed the generator from the pool. */
+#define RNDADDENTROPY _IOW('R', 0x03, int[2])
+#define RNDRESEEDCRNG _IO('R', 0x07)
+
+/* do_ident gives a guest restored from a snapshot (internal/vm/microvm's
+ * templates) its own identity: every clone of one snapshot wakes with the
+ * template's host name, its clock stopped when the snapshot was taken and
+ * the same random number generator state. host sets the host name, time
+ * (ns since the epoch) the clock, and seed (hex, up to 64 bytes from the
+ * host's generator) is mixed in and credited, and the kernel's generator
+ * reseeded from it at once (every per-CPU state too). */
+static void do_ident(uint32_t ch, char **f, int nf)
+{
+	const char *h = field(f, nf, "host"), *t = field(f, nf, "time"), *s = field(f, nf, "seed");
+	unsigned long long ns;
+	if (h && (strlen(h) > 64 || sethostname(h, strlen(h)) < 0)) {
+		send_error(ch, strlen(h) > 64 ? EINVAL : errno, "hostname", NULL);
+		return;
+	}
+	if (t) {
+		if (parse_uint(t, ~0ULL, &ns)) {
+			send_error(ch, EINVAL, "time", "bad time");
+			return;
+		}
+		struct timespec ts = {(time_t)(ns / 1000000000ULL), (long)(ns % 1000000000ULL)};
+		if (clock_settime(CLOCK_REALTIME, &ts) < 0) {
+			send_error(ch, errno, "time", NULL);
+			return;
+		}
+	}
+	if (s) {
+		struct {
+			int entropy_count, buf_size; /* struct rand_pool_info */
+			uint32_t b[16];
+		} rp;
+		size_t n = strlen(s);
+		if (n % 2 || n > 2 * sizeof rp.b) {
+			send_error(ch, EINVAL, "seed", "bad seed");
+			return;
+		}
+		memset(&rp, 0, sizeof rp);
+		unsigned char *out = (unsigned char *)rp.b;
+		for (size_t i = 0; i < n; i += 2) {
+			int hi = hexval(s[i]), lo = hexval(s[i + 1]);
+			if (hi < 0 || lo < 0) {
+				send_error(ch, EINVAL, "seed", "bad seed");
+				return;
+			}
+			out[i / 2] = (unsigned char)(hi << 4 | lo);
+		}
+		rp.buf_size = (int)(n / 2);
+		rp.entropy_count = (int)(n / 2 * 8);
+		int fd = open("/dev/urandom", O_RDWR | O_CLOEXEC);
+		if (fd < 0 || ioctl(fd, RNDADDENTROPY, &rp) < 0 || ioctl(fd, RNDRESEEDCRNG) < 0) {
+			int e = errno;
+			if (fd >= 0)
+				close(fd);
+			send_error(ch, e, "seed", NULL);
+			return;
+		}
+		close(fd);
+	}
+	mark("ident");
+	send_simple(ch, "OK");
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
 static void handle_req(uint32_t ch, char *d, size_t n)
 {
 	struct chan *c = find_chan(ch);
@@ -1515,7 +1593,16 @@ static void handle_req(uint32_t ch, char *d, size_t n)
 	else if (!strcmp(op, "SYNC")) {
 		sync();
 		send_simple(ch, "OK");
-	} else if (!path)
+	} else if (!strcmp(op, "SETTLE")) {
+		/* Before a snapshot (internal/vm/microvm's templates): what the
+		 * agent would do on its first idle moment is done now, so no
+		 * clone does it again. */
+		if (later_due)
+			load_later();
+		sync();
+		send_simple(ch, "OK");
+	} else if (!strcmp(op, "IDENT"))
+		do_ident(ch, fields, nf); else if (!path)
 		send_error(ch, EINVAL, NULL, "unknown op or missing path");
 	else if (!strcmp(op, "STAT"))
 		reply_stat(ch, path);

@@ -93,8 +93,14 @@ type Config struct {
 	// the driver log each boot's host-side steps at debug level: for
 	// finding where a boot's time goes. It adds dsec.trace=N to the kernel
 	// command line (the floor's too).
-	Trace  int
-	Logger *slog.Logger
+	Trace int
+	// NoSnapshots boots every VM: no snapshots are taken or restored
+	// (snapshot.go).
+	NoSnapshots bool
+	// MaxSnapshots is how many launches keep a snapshot (default
+	// DefaultMaxSnapshots); the least recently used go first.
+	MaxSnapshots int
+	Logger       *slog.Logger
 }
 
 // Driver is the microvm backend.
@@ -107,6 +113,7 @@ type Driver struct {
 	tscKHz  int
 	accelMu sync.Mutex
 	accel   *AccelInfo
+	snaps   *snapStore
 }
 
 // New checks that the kernel is installed and writes the initramfs.
@@ -142,7 +149,8 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	d := &Driver{cfg: cfg, log: cfg.Logger, kernel: kernel, initrd: initrd,
-		layers: &layerCache{dir: filepath.Join(cfg.StateDir, "layers")}, tscKHz: hostTSCKHz()}
+		layers: &layerCache{dir: filepath.Join(cfg.StateDir, "layers")}, tscKHz: hostTSCKHz(),
+		snaps: newSnapStore(filepath.Join(cfg.StateDir, "snapshots"), cfg.MaxSnapshots, cfg.Logger)}
 	return d, nil
 }
 

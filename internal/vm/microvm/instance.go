@@ -2,6 +2,8 @@ package microvm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,10 +42,15 @@ type instance struct {
 	gone    bool
 	// hostTrace is the boot's host-side steps (Config.Trace).
 	hostTrace string
+	// restored: started from a snapshot, not booted.
+	restored bool
 }
 
 // Start implements driver.Driver: the boot pipeline is disk, layers, QEMU,
-// QMP, agent; a failed step undoes the ones before it.
+// QMP, agent; a failed step undoes the ones before it. A microVM whose
+// launch has a snapshot (snapshot.go) is restored from it instead of booted;
+// one that has none is booted and a snapshot of its launch is taken in the
+// background for the next one.
 func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance, err error) {
 	tl := newTimeline()
 	vcpus, memMiB, disk, err := d.limits(spec)
@@ -90,27 +97,64 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 			return nil, err
 		}
 	} else {
+		// The host name is the agent's to set (IDENT after the hello): a
+		// snapshot's clones share one kernel command line.
+		l.identHost, l.host = l.host, ""
 		l.disk = filepath.Join(dir, "disk.raw")
 		if err := makeDisk(ctx, l.disk, disk); err != nil {
 			return nil, errdefs.Internal(err, "microvm: writable disk")
 		}
 	}
 	tl.mark("disk")
-	cmd, err := d.startQEMU(l)
+	key := ""
+	if m == nil && !d.cfg.NoSnapshots {
+		key = d.snaps.key(d, l)
+	}
+	if snap := d.snaps.open(key); snap != nil {
+		in, err := d.launchVM(ctx, spec.ID, a, l, snap, tl)
+		snap.Close()
+		if err == nil || ctx.Err() != nil {
+			return in, err
+		}
+		// A snapshot this QEMU cannot load (or a clone that did not
+		// answer) is dropped; the sandbox boots instead.
+		d.log.Warn("microvm: restore from snapshot failed; booting", "id", spec.ID, "err", err)
+		d.snaps.drop(key)
+		for _, f := range []string{"qmp.sock", "agent.sock", "console.log", "qemu.pid"} {
+			_ = os.Remove(filepath.Join(dir, f))
+		}
+		tl = newTimeline()
+	}
+	in, err := d.launchVM(ctx, spec.ID, a, l, nil, tl)
+	if err == nil && key != "" {
+		d.snaps.buildLater(d, key, l)
+	}
+	return in, err
+}
+
+// launchVM starts QEMU for l (restoring snap when it is not nil) and waits
+// for the guest agent's hello; a failure kills QEMU.
+func (d *Driver) launchVM(ctx context.Context, id string, a AccelInfo, l launch, snap *os.File, tl *timeline) (_ *instance, err error) {
+	cmd, err := d.startQEMU(l, snap)
 	if err != nil {
 		return nil, errdefs.Internal(err, "microvm")
 	}
 	tl.mark("qemu_started")
 	pid := cmd.Process.Pid
 	startTime, _ := initproto.ReadStartTime(pid)
-	in := &instance{d: d, id: spec.ID, accel: a, done: make(chan struct{}), st: state{PID: pid, StartTime: startTime, Dir: dir,
-		QMP: filepath.Join(dir, "qmp.sock"), Agent: filepath.Join(dir, "agent.sock"), Accel: a.Accel}}
+	in := &instance{d: d, id: id, accel: a, done: make(chan struct{}), st: state{PID: pid, StartTime: startTime, Dir: l.dir,
+		QMP: filepath.Join(l.dir, "qmp.sock"), Agent: filepath.Join(l.dir, "agent.sock"), Accel: a.Accel}}
+	if snap != nil {
+		in.restored = true
+		in.accel.Reason += "; restored from a snapshot"
+	}
 	go func() {
 		_ = cmd.Wait()
 		close(in.done)
 	}()
 	defer func() {
 		if err != nil {
+			in.closeConns()
 			killWait(context.Background(), pid, startTime)
 			<-in.done
 		}
@@ -123,6 +167,12 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 		return nil, in.bootErr(err)
 	}
 	tl.mark("qmp_sock")
+	if snap != nil {
+		if err := in.awaitRestore(ctx); err != nil {
+			return nil, in.bootErr(err)
+		}
+		tl.mark("restored")
+	}
 	if err := waitFile(ctx, in.st.Agent, in.done); err != nil {
 		return nil, in.bootErr(err)
 	}
@@ -131,9 +181,15 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 		return nil, in.bootErr(err)
 	}
 	tl.mark("hello")
+	if l.identHost != "" || snap != nil {
+		if err := in.ident(ctx, l.identHost, snap != nil); err != nil {
+			return nil, in.bootErr(err)
+		}
+		tl.mark("ident")
+	}
 	if d.cfg.Trace > 0 {
 		in.hostTrace = tl.String()
-		d.log.Debug("microvm boot", "id", spec.ID, "host_ms", in.hostTrace)
+		d.log.Debug("microvm boot", "id", id, "host_ms", in.hostTrace)
 	}
 	return in, nil
 }
@@ -449,15 +505,8 @@ func chanConn(ch *guest.Chan) net.Conn {
 func (in *instance) Destroy(ctx context.Context) error {
 	in.mu.Lock()
 	in.gone = true
-	cl, q := in.cl, in.qm
-	in.cl, in.qm = nil, nil
 	in.mu.Unlock()
-	if cl != nil {
-		cl.Close()
-	}
-	if q != nil {
-		q.Close()
-	}
+	in.closeConns()
 	killWait(ctx, in.st.PID, in.st.StartTime)
 	select {
 	case <-in.done:
@@ -555,3 +604,76 @@ func (t *timeline) mark(what string) {
 }
 
 func (t *timeline) String() string { return strings.Join(t.marks, " ") }
+
+// closeConns closes the agent and QMP connections.
+func (in *instance) closeConns() {
+	in.mu.Lock()
+	cl, q := in.cl, in.qm
+	in.cl, in.qm = nil, nil
+	in.mu.Unlock()
+	if cl != nil {
+		cl.Close()
+	}
+	if q != nil {
+		q.Close()
+	}
+}
+
+// awaitRestore waits until QEMU has loaded the snapshot and lets the guest
+// run: a snapshot is taken of a stopped guest, which wakes stopped.
+func (in *instance) awaitRestore(ctx context.Context) error {
+	q, err := in.qmpConn(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		st, err := q.Status(ctx)
+		if err != nil {
+			return errdefs.Internal(err, "microvm: query status while restoring")
+		}
+		switch st {
+		case "inmigrate":
+		case "paused", "prelaunch", "postmigrate":
+			if _, err := q.Execute(ctx, "cont", nil); err != nil {
+				return errdefs.Internal(err, "microvm: cont after restore")
+			}
+			return nil
+		case "running":
+			return nil
+		default:
+			return errdefs.Internal(nil, "microvm: restored guest is %q", st)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-in.done:
+			return errdefs.New(api.CodeSandboxGone, "qemu exited while loading the snapshot")
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// ident gives the guest its host name and, for a clone of a snapshot, the
+// time and fresh randomness (the agent's IDENT): every clone wakes with the
+// snapshot's clock and random number generator state.
+func (in *instance) ident(ctx context.Context, host string, restored bool) error {
+	p := initproto.NewPacket("IDENT")
+	if host != "" {
+		p.Add("host", host)
+	}
+	if restored {
+		seed := make([]byte, 64)
+		if _, err := rand.Read(seed); err != nil {
+			return errdefs.Internal(err, "microvm: seed")
+		}
+		p.Add("time", strconv.FormatInt(time.Now().UnixNano(), 10)).Add("seed", hex.EncodeToString(seed))
+	}
+	r, err := in.call(ctx, p)
+	if err != nil {
+		return err
+	}
+	if r.Op != "OK" {
+		return replyErr("ident", r)
+	}
+	return nil
+}

@@ -63,7 +63,8 @@ type launch struct {
 	disk      string
 	diskBytes int64
 	layers    []string // EROFS images, base first
-	host      string
+	host      string   // on the kernel command line (Machine launches)
+	identHost string   // set by the agent after the hello (IDENT)
 	noFPR     bool
 	logPath   string
 	args      []string // a Machine's command line (Config.Machine)
@@ -134,7 +135,7 @@ func swapHeader(size int64) []byte {
 
 // startQEMU starts QEMU in a session of its own (it outlives this process)
 // and returns the command, already started.
-func (d *Driver) startQEMU(l launch) (*exec.Cmd, error) {
+func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
 	logf, err := os.OpenFile(l.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -144,8 +145,15 @@ func (d *Driver) startQEMU(l launch) (*exec.Cmd, error) {
 	if args == nil {
 		args = d.sandboxArgs(l)
 	}
+	if snap != nil {
+		// The migration stream is read from the snapshot file (fd 3).
+		args = append(args[:len(args):len(args)], "-incoming", "fd:3")
+	}
 	cmd := exec.Command(d.cfg.QEMU, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	if snap != nil {
+		cmd.ExtraFiles = []*os.File{snap}
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start qemu: %w", err)
