@@ -1,6 +1,7 @@
 // Package vmbench is `dsec bench vm`: the microvm backend's create → first
 // exec answered against the floor (the same QEMU command line and kernel
-// booting to an init that prints and powers off), interleaved in one run;
+// booting to an init that prints and powers off), interleaved in one run,
+// for sandboxes restored from their launch's snapshot and for booted ones;
 // exec `true` and pause/resume latency in a running VM; idle host memory
 // per VM with and without free page reporting, and how many idle VMs fit.
 package vmbench
@@ -44,12 +45,25 @@ type Stat struct {
 
 // Result is the benchmark's report.
 type Result struct {
-	Accel         string  `json:"accel"`
-	AccelReason   string  `json:"accel_reason"`
-	Floor         Stat    `json:"floor_boot"`
-	CreateExec    Stat    `json:"create_to_first_exec"`
-	RatioP50      float64 `json:"create_vs_floor_p50"`
-	RatioP99      float64 `json:"create_vs_floor_p99"`
+	Accel       string `json:"accel"`
+	AccelReason string `json:"accel_reason"`
+	Floor       Stat   `json:"floor_boot"`
+	// CreateExec: sandboxes of a launch that has a snapshot (every one
+	// after the first), restored from it.
+	CreateExec Stat    `json:"create_to_first_exec"`
+	RatioP50   float64 `json:"create_vs_floor_p50"`
+	RatioP99   float64 `json:"create_vs_floor_p99"`
+	Restored   int     `json:"restored"` // rounds whose create was a restore
+	// BootExec: the same creates with snapshots off (every sandbox boots;
+	// what the first sandbox of a launch costs).
+	BootExec     Stat    `json:"boot_create_to_first_exec"`
+	BootRatioP50 float64 `json:"boot_vs_floor_p50"`
+	BootRatioP99 float64 `json:"boot_vs_floor_p99"`
+	// SnapshotMs is how long taking the launch's snapshot took (a VM boot,
+	// settling, saving; in the background of the first create), SnapshotMiB
+	// its size.
+	SnapshotMs    float64 `json:"snapshot_ms"`
+	SnapshotMiB   float64 `json:"snapshot_mib"`
 	ExecTrue      Stat    `json:"exec_true"`
 	Pause         Stat    `json:"pause"`
 	Resume        Stat    `json:"resume"`
@@ -60,8 +74,12 @@ type Result struct {
 	// reads between them: what one more VM costs.
 	IdlePSSFPRMiB float64 `json:"idle_pss_free_page_reporting_mib"`
 	IdlePSSNoMiB  float64 `json:"idle_pss_no_free_page_reporting_mib"`
-	FitIn24GiB    int     `json:"idle_vms_fit_24gib"`
-	FitIn24GiBNo  int     `json:"idle_vms_fit_24gib_without_fpr"`
+	// Restored VMs idle (free page reporting on): the other idle figures
+	// are of booted ones.
+	IdleRSSRestoredMiB float64 `json:"idle_rss_restored_mib"`
+	IdlePSSRestoredMiB float64 `json:"idle_pss_restored_mib"`
+	FitIn24GiB         int     `json:"idle_vms_fit_24gib"`
+	FitIn24GiBNo       int     `json:"idle_vms_fit_24gib_without_fpr"`
 	// Traces (Options.Trace): per round, the host's boot steps and the
 	// guest's timeline of its boot and first exec, in ms.
 	Traces []string `json:"traces,omitempty"`
@@ -124,14 +142,34 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	spec := func(i int, tag string) driver.Spec {
 		return driver.Spec{ID: fmt.Sprintf("bench-%s-%d", tag, i), Layers: layers, CPU: 1, Memory: o.MemoryMiB << 20, Disk: 256 << 20}
 	}
-	// Warm the layer cache (mkfs.erofs) outside the timed runs.
+	boot, err := microvm.New(microvm.Config{StateDir: dir, Logger: o.Logger, Trace: trace, NoSnapshots: true})
+	if err != nil {
+		return Result{}, err
+	}
+	// Warm the layer cache (mkfs.erofs) outside the timed runs, and take
+	// the launch's snapshot (the first create's background work).
+	t0 := time.Now()
 	if inst, err := d.Start(ctx, spec(0, "warm")); err != nil {
 		return res, err
 	} else {
 		_ = inst.Destroy(ctx)
 	}
-	var floor, create, execT, pause, resume []time.Duration
+	d.WaitSnapshots()
+	res.SnapshotMs = float64(time.Since(t0).Microseconds()) / 1000
+	if m, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*.snap")); len(m) == 1 {
+		if fi, err := os.Stat(m[0]); err == nil {
+			res.SnapshotMiB = float64(fi.Size()) / (1 << 20)
+		}
+	}
+	var floor, create, bootCreate, execT, pause, resume []time.Duration
 	for i := 0; i < o.N; i++ {
+		// A booted create (snapshots off), then the floor, then a restored
+		// create: each round interleaves the three.
+		bt, err := createExec(ctx, boot, spec(i, "b"), o, &res, i, "boot")
+		if err != nil {
+			return res, err
+		}
+		bootCreate = append(bootCreate, bt)
 		f, out, err := d.BootFloorOutput(ctx, o.MemoryMiB)
 		if err != nil {
 			return res, err
@@ -151,6 +189,9 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			return res, err
 		}
 		create = append(create, time.Since(t0))
+		if r, ok := inst.(interface{ Restored() bool }); ok && r.Restored() {
+			res.Restored++
+		}
 		for j := 0; j < 20; j++ {
 			t := time.Now()
 			if err := execTrue(ctx, inst); err != nil {
@@ -174,28 +215,28 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			}
 			resume = append(resume, time.Since(t))
 		}
-		if tr, ok := inst.(tracer); ok && o.Trace {
-			// The guest prints its timeline after the first exec's reply.
-			res.Traces = append(res.Traces, fmt.Sprintf("round %d host: %s", i, tr.HostTrace()))
-			for _, g := range tr.Trace() {
-				res.Traces = append(res.Traces, fmt.Sprintf("round %d guest: %s", i, g))
-			}
-		}
+		addTrace(&res, o, inst, i, "restored")
 		if err := inst.Destroy(ctx); err != nil {
 			return res, err
 		}
-		o.Logger.Info("bench vm round", "i", i, "floor", f, "create_exec", create[len(create)-1])
+		o.Logger.Info("bench vm round", "i", i, "floor", f, "create_exec", create[len(create)-1], "boot_create_exec", bt)
 	}
 	res.Floor, res.CreateExec, res.ExecTrue, res.Pause, res.Resume = stat(floor), stat(create), stat(execT), stat(pause), stat(resume)
+	res.BootExec = stat(bootCreate)
 	if res.Floor.P50ms > 0 {
 		res.RatioP50 = res.CreateExec.P50ms / res.Floor.P50ms
 		res.RatioP99 = res.CreateExec.P99ms / res.Floor.P99ms
+		res.BootRatioP50 = res.BootExec.P50ms / res.Floor.P50ms
+		res.BootRatioP99 = res.BootExec.P99ms / res.Floor.P99ms
 	}
-	noFPR, err := microvm.New(microvm.Config{StateDir: dir, Logger: o.Logger, NoFreePageReporting: true})
+	noFPR, err := microvm.New(microvm.Config{StateDir: dir, Logger: o.Logger, NoFreePageReporting: true, NoSnapshots: true})
 	if err != nil {
 		return res, err
 	}
-	if res.IdleRSSFPRMiB, res.IdlePSSFPRMiB, err = idleMem(ctx, d, o, spec); err != nil {
+	if res.IdleRSSRestoredMiB, res.IdlePSSRestoredMiB, err = idleMem(ctx, d, o, spec); err != nil {
+		return res, err
+	}
+	if res.IdleRSSFPRMiB, res.IdlePSSFPRMiB, err = idleMem(ctx, boot, o, spec); err != nil {
 		return res, err
 	}
 	if res.IdleRSSNoMiB, res.IdlePSSNoMiB, err = idleMem(ctx, noFPR, o, spec); err != nil {
@@ -208,6 +249,36 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		res.FitIn24GiBNo = int(24 * 1024 / res.IdlePSSNoMiB)
 	}
 	return res, nil
+}
+
+// createExec creates a sandbox with d, runs `true` in it, destroys it and
+// returns the time to the exec's answer.
+func createExec(ctx context.Context, d *microvm.Driver, sp driver.Spec, o Options, res *Result, i int, what string) (time.Duration, error) {
+	t0 := time.Now()
+	inst, err := d.Start(ctx, sp)
+	if err != nil {
+		return 0, err
+	}
+	err = execTrue(ctx, inst)
+	took := time.Since(t0)
+	addTrace(res, o, inst, i, what)
+	if derr := inst.Destroy(ctx); err == nil {
+		err = derr
+	}
+	return took, err
+}
+
+// addTrace adds inst's timelines to res.Traces (Options.Trace).
+func addTrace(res *Result, o Options, inst driver.Instance, i int, what string) {
+	tr, ok := inst.(tracer)
+	if !ok || !o.Trace {
+		return
+	}
+	// The guest prints its timeline after the first exec's reply.
+	res.Traces = append(res.Traces, fmt.Sprintf("round %d %s host: %s", i, what, tr.HostTrace()))
+	for _, g := range tr.Trace() {
+		res.Traces = append(res.Traces, fmt.Sprintf("round %d %s guest: %s", i, what, g))
+	}
 }
 
 // tracer is a microvm instance's boot timeline (microvm.Config.Trace).
