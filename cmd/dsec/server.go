@@ -108,6 +108,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.StringArrayVar(&cfg.Devices, "device", nil, "add a device node and device-cgroup rule to every sandbox: NAME:TYPE:MAJOR:MINOR[:ACCESS], e.g. fuse:c:10:229 (repeatable)")
 	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", 0, "cap of each background process log on disk, stdout and stderr each (default 64 MiB)")
 	f.Var(onOff{&cfg.UserNS}, "userns", "on: container sandboxes that do not say otherwise (create's user_namespace) run in a user namespace of their own, sandbox root an unprivileged host uid; off (default)")
+	f.BoolVar(&cfg.NoVMSnapshots, "no-vm-snapshots", false, "boot every microVM: no snapshot of a launch is taken or restored from")
 	f.BoolVar(&cleanup, "cleanup-on-exit", false, "delete every sandbox when the server stops")
 	f.DurationVar(&cfg.TrajMaxAge, "traj-max-age", daemon.DefaultTrajMaxAge, "delete trajectories not updated for this long (negative: never)")
 	f.IntVar(&cfg.TrajMax, "traj-max", daemon.DefaultTrajMax, "keep at most this many trajectories, the most recently updated (negative: no limit)")

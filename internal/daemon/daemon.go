@@ -121,6 +121,9 @@ type Config struct {
 	// NoMicroVM leaves the microvm backend out even when its guest kernel is
 	// installed.
 	NoMicroVM bool
+	// NoVMSnapshots boots every microVM (no launch snapshots to restore
+	// from, internal/vm/microvm/snapshot.go).
+	NoVMSnapshots bool
 	// NoFullVM leaves the fullvm backend out even when its base image is
 	// built.
 	NoFullVM bool
@@ -345,7 +348,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 func registerDrivers(cfg Config, drv *container.Driver) (*driver.Registry, error) {
 	all := []driver.Driver{drv}
 	if !cfg.NoMicroVM {
-		vm, err := microvm.New(microvm.Config{StateDir: filepath.Join(cfg.DataDir, "microvm"), Logger: cfg.Logger})
+		vm, err := microvm.New(microvm.Config{StateDir: filepath.Join(cfg.DataDir, "microvm"), Logger: cfg.Logger,
+			NoSnapshots: cfg.NoVMSnapshots})
 		if err != nil {
 			cfg.Logger.Warn("microvm backend not available", "err", err)
 		} else {

@@ -171,6 +171,15 @@ func (d *Driver) launchVM(ctx context.Context, id string, a AccelInfo, l launch,
 		if err := in.awaitRestore(ctx); err != nil {
 			return nil, in.bootErr(err)
 		}
+		// QMP takes one client at a time: as after a boot, the
+		// instance holds none until it needs one (a re-adopting agent
+		// must be able to connect).
+		in.mu.Lock()
+		if in.qm != nil {
+			in.qm.Close()
+			in.qm = nil
+		}
+		in.mu.Unlock()
 		tl.mark("restored")
 	}
 	if err := waitFile(ctx, in.st.Agent, in.done); err != nil {

@@ -68,6 +68,9 @@ type launch struct {
 	noFPR     bool
 	logPath   string
 	args      []string // a Machine's command line (Config.Machine)
+	// transient: QEMU dies with this process (a snapshot's VM), where a
+	// sandbox's outlives it for the next agent to re-adopt.
+	transient bool
 }
 
 func (d *Driver) sandboxArgs(l launch) []string {
@@ -155,6 +158,9 @@ func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
 		cmd.ExtraFiles = []*os.File{snap}
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if l.transient {
+		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	}
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}

@@ -200,6 +200,7 @@ func (d *Driver) takeSnapshot(ctx context.Context, key string, l launch) error {
 	}
 	defer os.RemoveAll(dir)
 	l.dir, l.disk, l.logPath, l.identHost = dir, filepath.Join(dir, "disk.raw"), filepath.Join(dir, "qemu.log"), ""
+	l.transient = true
 	if err := makeDisk(ctx, l.disk, l.diskBytes); err != nil {
 		return err
 	}
