@@ -156,6 +156,28 @@ func TestMicroVM(t *testing.T) {
 		t.Errorf("proxy: %q, %v", body, err)
 	}
 
+	// The launch's snapshot, taken in the background after the first
+	// create: a second sandbox of the same launch is restored from it (its
+	// own host name and files), and is re-adopted by the restart below too.
+	snaps := filepath.Join(n.dataDir, "microvm", "snapshots")
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		if m, _ := filepath.Glob(filepath.Join(snaps, "*.snap")); len(m) > 0 || time.Now().After(deadline) {
+			break
+		}
+	}
+	t1 := time.Now()
+	sb2, err := n.cl.Create(ctx, api.CreateSandboxRequest{Backend: "microvm", Image: "busybox", MemoryBytes: 256 << 20, DiskBytes: 128 << 20})
+	if err != nil {
+		t.Fatalf("create a second microvm: %v", err)
+	}
+	t.Logf("create from the snapshot: %v", time.Since(t1))
+	if sb2.VM == nil || !strings.Contains(sb2.VM.Reason, "restored from a snapshot") {
+		t.Errorf("second sandbox of the launch: vm %+v, want restored from a snapshot", sb2.VM)
+	}
+	if r := n.sh(t, sb2.ID, "hostname; cat /tmp/inside 2>/dev/null || echo no-file"); r.Stdout != sb2.ID+"\nno-file\n" {
+		t.Errorf("restored sandbox: %+v, want its own host name and not the first one's files", r)
+	}
+
 	// Pause and resume.
 	if p, err := n.cl.Pause(ctx, id); err != nil || p.State != api.StatePaused {
 		t.Fatalf("pause: %+v %v", p, err)
@@ -196,9 +218,15 @@ func TestMicroVM(t *testing.T) {
 		t.Errorf("proxy after restart: %q, %v", body, err)
 	}
 
+	if r := n.sh(t, sb2.ID, "hostname"); r.Stdout != sb2.ID+"\n" {
+		t.Errorf("restored sandbox after the restart: %+v", r)
+	}
+
 	// Delete leaves nothing behind.
-	if err := n.cl.Delete(ctx, id); err != nil {
-		t.Fatalf("delete: %v", err)
+	for _, d := range []string{id, sb2.ID} {
+		if err := n.cl.Delete(ctx, d); err != nil {
+			t.Fatalf("delete: %v", err)
+		}
 	}
 	if p := qemuOf(t, n.dataDir); len(p) != 0 {
 		t.Errorf("QEMU processes left after delete: %v", p)
