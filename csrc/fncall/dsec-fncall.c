@@ -27,10 +27,10 @@
  * sandbox is ready before the request comes, and the request goes from the
  * engine straight to H (struct req + strings, fds: stdin, stdout, stderr,
  * files). H copies the files into /w and forks the program P on its own
- * CPU (bound there from vfork to execve: H sleeps at once and P, in H's
- * scheduler group, takes the CPU over instead of waiting for another one):
- *   P: H's CPUs back, stdio, rlimits, drop to uid/gid with no groups, chdir,
- *      execve (seccomp, no_new_privs and H's session are inherited from H).
+ * CPU (bound there from vfork until P has exec'd: H sleeps at once and P, in
+ * H's scheduler group, takes the CPU over instead of waiting for another):
+ *   P: stdio, rlimits, drop to uid/gid with no groups, chdir, execve
+ *      (seccomp, no_new_privs and H's session are inherited from H).
  * H makes its own session (setsid) while it is prepared, not P per run: with
  * scheduler autogroups on (the default on most distributions) every new
  * session is a new scheduler group, and a program that made one per run was
@@ -673,23 +673,26 @@ static int run_helper(void *arg)
 	}
 	TR();
 	/* vfork: H sleeps until P execs (or fails); no page tables are copied.
-	 * P is created on H's CPU: H sleeps there right away, and P, in H's
-	 * scheduler group, takes the CPU over. Left to fork balancing, P went
-	 * to the other CPU, and with both cores busy waited there for the
-	 * busy task's tick (1.7-2.3 ms per run). P gets H's CPUs back before
-	 * execve; H gets them back once P has exec'd. */
+	 * P is created bound to H's CPU: H sleeps there right away, and P, in
+	 * H's scheduler group, takes the CPU over. Left to fork balancing, P
+	 * went to the other CPU, and with both cores busy waited there for the
+	 * busy task's tick (1.7-2.3 ms per run). Once P has exec'd, H gives
+	 * P and itself their CPUs back (a P that cannot have them is killed:
+	 * it would run on one CPU only). */
 	cpu_set_t allowed;
 	int pinned = pin_here(&allowed);
 	pid_t p = vfork();
 	if (p < 0)
 		setup_fail(id, "fork program");
-	if (p == 0) {
-		if (pinned && syscall(SYS_sched_setaffinity, 0, sizeof allowed, &allowed))
-			setup_fail(id, "affinity");
+	if (p == 0)
 		run_program(ru);
-	}
-	if (pinned)
+	if (pinned) {
+		if (syscall(SYS_sched_setaffinity, p, sizeof allowed, &allowed) && errno != ESRCH) {
+			evmsg(EV_SETUP_ERR, id, errno, "affinity");
+			kill(p, SIGKILL);
+		}
 		syscall(SYS_sched_setaffinity, 0, sizeof allowed, &allowed);
+	}
 	close(ru->fds[0]);
 	close(ru->fds[1]);
 	close(ru->fds[2]);

@@ -842,7 +842,7 @@ func (e *Engine) readCapped(r io.Reader, limit int64, over func()) ([]byte, bool
 
 // readDelay is how long a run may write into its output pipes before the
 // engine starts reading them (at once when the program ends first).
-const readDelay = 10 * time.Millisecond
+const readDelay = 50 * time.Millisecond
 
 // pipeSize is the capacity asked for the output pipes: what a program can
 // write before the engine reads (the default, 64 KiB, if refused).
