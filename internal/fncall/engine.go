@@ -586,14 +586,14 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 		p.release(s)
 		return Result{}, errdefs.Internal(err, "pipe")
 	}
-	defer outR.close()
+	defer outR.Close()
 	errR, errW, err := outputPipe()
 	if err != nil {
 		unix.Close(outW)
 		p.release(s)
 		return Result{}, errdefs.Internal(err, "pipe")
 	}
-	defer errR.close()
+	defer errR.Close()
 	cwd := spec.Cwd
 	if cwd == "" {
 		cwd = "/w"
@@ -645,27 +645,16 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 			z.kill(r.id, r.slot)
 		})
 	}
-	// The output is read once the program ended, or once the run took
-	// longer than readDelay: a reader parked on a pipe wakes the engine at
-	// every write, and on a busy machine that wakeup takes the program's
-	// CPU and hands it to whoever else waits there.
-	readNow := make(chan struct{})
-	var readOnce sync.Once
-	startReading := func() { readOnce.Do(func() { close(readNow) }) }
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		<-readNow
-		res.Stdout, res.StdoutOver = e.readCapped(outR.file(), l.Output, func() { kill("output") })
+		res.Stdout, res.StdoutOver = e.readCapped(outR, l.Output, func() { kill("output") })
 	}()
 	go func() {
 		defer wg.Done()
-		<-readNow
-		res.Stderr, res.StderrTruncated = e.readCapped(errR.file(), l.Stderr, nil)
+		res.Stderr, res.StderrTruncated = e.readCapped(errR, l.Stderr, nil)
 	}()
-	readTimer := time.NewTimer(readDelay)
-	defer readTimer.Stop()
 	var timer <-chan time.Time
 	if l.Wall > 0 {
 		t := time.NewTimer(l.Wall)
@@ -680,8 +669,6 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	// reaping; the slot goes back to the pool only after the reaping.
 	for exit == nil && reaped == nil {
 		select {
-		case <-readTimer.C:
-			startReading()
 		case ev := <-ch:
 			switch ev.kind {
 			case evExit:
@@ -704,7 +691,6 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 			ctx = context.Background()
 		case <-z.dead:
 			kill("canceled")
-			startReading()
 			wg.Wait()
 			z.forget(r.id)
 			p.release(s)
@@ -714,7 +700,6 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	if res.Wall == 0 {
 		res.Wall = time.Since(t0)
 	}
-	startReading()
 	// Output ends when the last writer is gone: at the program's exit, or when
 	// the helper's exit took the rest of the pid namespace with it.
 	readersDone := make(chan struct{})
@@ -840,43 +825,11 @@ func (e *Engine) readCapped(r io.Reader, limit int64, over func()) ([]byte, bool
 	}
 }
 
-// readDelay is how long a run may write into its output pipes before the
-// engine starts reading them (at once when the program ends first).
-const readDelay = 50 * time.Millisecond
-
-// pipeSize is the capacity asked for the output pipes: what a program can
-// write before the engine reads (the default, 64 KiB, if refused).
-const pipeSize = 1 << 20
-
-// readEnd is the read end of an output pipe. It joins the runtime's poller
-// only when reading starts: a registered descriptor wakes the poller's
-// thread at every write, reader or not.
-type readEnd struct {
-	fd int
-	f  *os.File
-}
-
-func (r *readEnd) file() *os.File {
-	if r.f == nil {
-		r.f = os.NewFile(uintptr(r.fd), "|0")
-	}
-	return r.f
-}
-
-func (r *readEnd) close() {
-	if r.f != nil {
-		r.f.Close()
-		return
-	}
-	unix.Close(r.fd)
-}
-
-// outputPipe returns a pipe for a run's stdout or stderr: the read end
-// (non-blocking, for the poller), the write end (blocking, as the program
-// expects) as a bare descriptor for the zygote. Fewer system calls than
-// os.Pipe, which makes both ends non-blocking and registers both with the
-// poller.
-func outputPipe() (*readEnd, int, error) {
+// outputPipe returns a pipe for a run's stdout or stderr: the read end for
+// the poller, the write end (blocking, as the program expects) as a bare
+// descriptor for the zygote. Fewer system calls than os.Pipe, which makes both
+// ends non-blocking and registers both with the poller.
+func outputPipe() (*os.File, int, error) {
 	var p [2]int
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return nil, -1, fmt.Errorf("pipe: %w", err)
@@ -886,8 +839,7 @@ func outputPipe() (*readEnd, int, error) {
 		unix.Close(p[1])
 		return nil, -1, fmt.Errorf("pipe: %w", err)
 	}
-	_, _ = unix.FcntlInt(uintptr(p[0]), unix.F_SETPIPE_SZ, pipeSize)
-	return &readEnd{fd: p[0]}, p[1], nil
+	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
 }
 
 // memFile returns a sealed-size memfd holding b, for stdin and files.

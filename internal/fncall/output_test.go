@@ -8,10 +8,9 @@ import (
 	"testing"
 )
 
-// TestOutputLargerThanThePipe: the engine reads a run's output only once the
-// program ended or readDelay passed; a program writing more than the pipe
-// holds still gets all of it delivered, and one writing past its limit is
-// still killed for it.
+// TestOutputLargerThanThePipe: a program writing more than its output pipe
+// holds gets all of it delivered, and one writing past its limit is killed
+// for it.
 func TestOutputLargerThanThePipe(t *testing.T) {
 	e, _ := smallEngine(t, 1)
 	spec := quickSpec("/bin/sh", "-c", "head -c 3000000 /dev/zero; echo done >&2")
@@ -30,8 +29,8 @@ func TestOutputLargerThanThePipe(t *testing.T) {
 
 var cpusAllowed = regexp.MustCompile(`(?m)^Cpus_allowed_list:\s*(\S+)$`)
 
-// TestProgramHasAllCPUs: the helper forks the program bound to its own CPU;
-// the program runs with every CPU the engine has.
+// TestProgramHasAllCPUs: the helper forks the program bound to its own CPU
+// until it has exec'd; the program runs with every CPU the engine has.
 func TestProgramHasAllCPUs(t *testing.T) {
 	e, _ := smallEngine(t, 1)
 	own, err := os.ReadFile("/proc/self/status")
