@@ -96,7 +96,7 @@ func FnCall(ctx context.Context, o Options, lang string) (FnCallResult, error) {
 		Prepared: "each slot's sandbox (pid/mount/ipc namespaces, tmpfs /w, /proc, seccomp) is set up after the slot's previous run, " +
 			"off the request path: the p50/p99 latencies leave it out (each bare run waits until it is done), " +
 			"calls_per_s includes it (throughput_ratio compares it with bare runs at the same parallelism)",
-		Scheduling: "fncall: no nice, policy or slice; the program is forked bound to its helper's CPU and gets the helper's CPUs back before execve. " +
+		Scheduling: "fncall: no nice, policy or slice; the program is forked bound to its helper's CPU and gets all the helper's CPUs back once it has exec'd. " +
 			"bare_*: plain os/exec; bare_pinned_*: os/exec from a thread bound to its CPU, the child's CPUs restored after exec"}
 	t0 := time.Now()
 	first, err := d.FnCall.Call(ctx, req)
