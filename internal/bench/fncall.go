@@ -3,11 +3,16 @@ package bench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -37,10 +42,18 @@ type FnCallResult struct {
 	BareP50ms     float64 `json:"bare_p50_ms"`
 	BareP99ms     float64 `json:"bare_p99_ms"`
 	OverheadRatio float64 `json:"overhead_ratio"`
-	CompileMs     float64 `json:"compile_ms"`
-	Failures      int     `json:"failures"`
-	FirstError    string  `json:"first_error,omitempty"`
-	Path          string  `json:"path"`
+	// BarePinned* are bare runs given FnCall's one scheduling setting: the
+	// forking thread bound to the CPU it runs on from fork to exec (the
+	// child gets the thread's CPUs back once it has exec'd), interleaved
+	// with the others. Scheduling says what that setting is.
+	BarePinnedP50ms     float64 `json:"bare_pinned_p50_ms"`
+	BarePinnedP99ms     float64 `json:"bare_pinned_p99_ms"`
+	OverheadRatioPinned float64 `json:"overhead_ratio_pinned"`
+	Scheduling          string  `json:"scheduling"`
+	CompileMs           float64 `json:"compile_ms"`
+	Failures            int     `json:"failures"`
+	FirstError          string  `json:"first_error,omitempty"`
+	Path                string  `json:"path"`
 	// Prepared says what the latency leaves out: each slot's sandbox (pid,
 	// mount and ipc namespaces, tmpfs, /proc, seccomp) is set up right after
 	// the slot's previous run, off the request path; CallsPerS includes
@@ -82,7 +95,9 @@ func FnCall(ctx context.Context, o Options, lang string) (FnCallResult, error) {
 		Path: "fncall engine in-process (validate, compile cache, the slot's prepared sandbox, verdict)",
 		Prepared: "each slot's sandbox (pid/mount/ipc namespaces, tmpfs /w, /proc, seccomp) is set up after the slot's previous run, " +
 			"off the request path: the p50/p99 latencies leave it out (each bare run waits until it is done), " +
-			"calls_per_s includes it (throughput_ratio compares it with bare runs at the same parallelism)"}
+			"calls_per_s includes it (throughput_ratio compares it with bare runs at the same parallelism)",
+		Scheduling: "fncall: no nice, policy or slice; the program is forked bound to its helper's CPU and gets all the helper's CPUs back once it has exec'd. " +
+			"bare_*: plain os/exec; bare_pinned_*: os/exec from a thread bound to its CPU, the child's CPUs restored after exec"}
 	t0 := time.Now()
 	first, err := d.FnCall.Call(ctx, req)
 	if err != nil {
@@ -92,11 +107,12 @@ func FnCall(ctx context.Context, o Options, lang string) (FnCallResult, error) {
 	if first.Verdict != api.VerdictAccepted {
 		return res, fmt.Errorf("bench fncall: hello world: %s (%+v %+v)", first.Verdict, first.Compile, first.Tests)
 	}
-	bare, cleanBare, err := bareCommand(d.FnCall, lang, src, o.Image)
+	bareRun, cleanBare, err := bareCommand(d.FnCall, lang, src, o.Image)
 	if err != nil {
 		return res, err
 	}
 	defer cleanBare()
+	bare := func() error { return bareRun(false) }
 	call := func() error {
 		r, err := d.FnCall.Call(ctx, req)
 		if err != nil {
@@ -111,8 +127,9 @@ func FnCall(ctx context.Context, o Options, lang string) (FnCallResult, error) {
 	for range 20 {
 		_ = call()
 		_ = bare()
+		_ = bareRun(true)
 	}
-	var lat, bareLat []time.Duration
+	var lat, bareLat, pinnedLat []time.Duration
 	for range o.N {
 		s := time.Now()
 		err := call()
@@ -133,11 +150,20 @@ func FnCall(ctx context.Context, o Options, lang string) (FnCallResult, error) {
 			return res, fmt.Errorf("bare run: %w", err)
 		}
 		bareLat = append(bareLat, time.Since(s))
+		s = time.Now()
+		if err := bareRun(true); err != nil {
+			return res, fmt.Errorf("bare pinned run: %w", err)
+		}
+		pinnedLat = append(pinnedLat, time.Since(s))
 	}
-	l, b := summarize(lat), summarize(bareLat)
+	l, b, bp := summarize(lat), summarize(bareLat), summarize(pinnedLat)
 	res.P50ms, res.P99ms, res.BareP50ms, res.BareP99ms = l.P50ms, l.P99ms, b.P50ms, b.P99ms
+	res.BarePinnedP50ms, res.BarePinnedP99ms = bp.P50ms, bp.P99ms
 	if b.P50ms > 0 {
 		res.OverheadRatio = round(l.P50ms/b.P50ms, 3)
+	}
+	if bp.P50ms > 0 {
+		res.OverheadRatioPinned = round(l.P50ms/bp.P50ms, 3)
 	}
 	// Throughput: batches of calls and bare runs, alternating.
 	const batches = 4
@@ -176,8 +202,9 @@ func FnCall(ctx context.Context, o Options, lang string) (FnCallResult, error) {
 // bareCommand returns a function running the compiled program (or interpreter)
 // directly on the host: the binary from the engine's compile cache, or the
 // image's interpreter through its dynamic loader is not needed since the host
-// runs the same Debian release.
-func bareCommand(e *fncall.Engine, lang string, src map[string]string, image string) (func() error, func(), error) {
+// runs the same Debian release. With pinned, the program is forked the way
+// FnCall forks it (see pinnedStart).
+func bareCommand(e *fncall.Engine, lang string, src map[string]string, image string) (func(pinned bool) error, func(), error) {
 	var args []string
 	cleanup := func() {}
 	switch lang {
@@ -204,12 +231,19 @@ func bareCommand(e *fncall.Engine, lang string, src map[string]string, image str
 			args = []string{"bash", filepath.Join(dir, "main.sh")}
 		}
 	}
-	return func() error {
+	return func(pinned bool) error {
 		cmd := exec.Command(args[0], args[1:]...)
 		cmd.Stdin = bytes.NewReader(nil)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
-		if err := cmd.Run(); err != nil {
+		start := cmd.Start
+		if pinned {
+			start = func() error { return pinnedStart(cmd) }
+		}
+		if err := start(); err != nil {
+			return err
+		}
+		if err := cmd.Wait(); err != nil {
 			return err
 		}
 		if out.String() != "hello, world\n" {
@@ -217,4 +251,36 @@ func bareCommand(e *fncall.Engine, lang string, src map[string]string, image str
 		}
 		return nil
 	}, cleanup, nil
+}
+
+// pinnedStart starts cmd as FnCall's helper forks a program: from a thread
+// bound to the CPU it runs on (os/exec forks from the calling thread), the
+// child getting the thread's CPUs back once it has exec'd (Start returns
+// after the exec).
+func pinnedStart(cmd *exec.Cmd) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	var allowed, one unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &allowed); err != nil {
+		return fmt.Errorf("affinity: %w", err)
+	}
+	var cpu uint32
+	if _, _, e := unix.RawSyscall(unix.SYS_GETCPU, uintptr(unsafe.Pointer(&cpu)), 0, 0); e != 0 {
+		return fmt.Errorf("getcpu: %w", e)
+	}
+	one.Set(int(cpu))
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		return fmt.Errorf("affinity: %w", err)
+	}
+	err := cmd.Start()
+	rerr := unix.SchedSetaffinity(0, &allowed)
+	if err != nil {
+		return err
+	}
+	if cerr := unix.SchedSetaffinity(cmd.Process.Pid, &allowed); cerr != nil || rerr != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return fmt.Errorf("affinity: %w", errors.Join(cerr, rerr))
+	}
+	return nil
 }
