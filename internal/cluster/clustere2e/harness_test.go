@@ -93,13 +93,27 @@ func run(t *testing.T, args ...string) {
 
 // freePort returns a port free on ip.
 func freePort(t *testing.T, ip string) string {
-	l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	if err != nil {
-		t.Fatal(err)
+	t.Helper()
+	// The kernel may hand a port it just gave (and we closed) out again: an
+	// etcd cluster was once configured with one URL twice. Each address is
+	// handed out once per test process.
+	for range 100 {
+		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	t.Fatal("no free port not handed out before")
+	return ""
 }
+
+// handedOut is every address freePort returned in this test process.
+var handedOut sync.Map
 
 func (e *env) defer_(f func()) {
 	e.mu.Lock()
