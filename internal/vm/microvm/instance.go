@@ -154,7 +154,7 @@ func (d *Driver) launchVM(ctx context.Context, id string, a AccelInfo, l launch,
 	}()
 	defer func() {
 		if err != nil {
-			in.closeConns()
+			in.Release()
 			killWait(context.Background(), pid, startTime)
 			<-in.done
 		}
@@ -174,12 +174,7 @@ func (d *Driver) launchVM(ctx context.Context, id string, a AccelInfo, l launch,
 		// QMP takes one client at a time: as after a boot, the
 		// instance holds none until it needs one (a re-adopting agent
 		// must be able to connect).
-		in.mu.Lock()
-		if in.qm != nil {
-			in.qm.Close()
-			in.qm = nil
-		}
-		in.mu.Unlock()
+		in.Release()
 		tl.mark("restored")
 	}
 	if err := waitFile(ctx, in.st.Agent, in.done); err != nil {
@@ -515,7 +510,7 @@ func (in *instance) Destroy(ctx context.Context) error {
 	in.mu.Lock()
 	in.gone = true
 	in.mu.Unlock()
-	in.closeConns()
+	in.Release()
 	killWait(ctx, in.st.PID, in.st.StartTime)
 	select {
 	case <-in.done:
@@ -613,20 +608,6 @@ func (t *timeline) mark(what string) {
 }
 
 func (t *timeline) String() string { return strings.Join(t.marks, " ") }
-
-// closeConns closes the agent and QMP connections.
-func (in *instance) closeConns() {
-	in.mu.Lock()
-	cl, q := in.cl, in.qm
-	in.cl, in.qm = nil, nil
-	in.mu.Unlock()
-	if cl != nil {
-		cl.Close()
-	}
-	if q != nil {
-		q.Close()
-	}
-}
 
 // awaitRestore waits until QEMU has loaded the snapshot and lets the guest
 // run: a snapshot is taken of a stopped guest, which wakes stopped.

@@ -81,7 +81,8 @@ func (in *instance) QMP(ctx context.Context, fn func(*qmp.Conn) error) error {
 
 // Release drops this process's QMP and agent connections and leaves the VM
 // running, as a restarting agent process does (QEMU's QMP socket takes one
-// client at a time): tests that re-adopt a VM from the same process use it.
+// client at a time): a restore lets go of QMP with it, a failed launch and
+// Destroy close both, and tests that re-adopt a VM from the same process use it.
 func (in *instance) Release() {
 	in.mu.Lock()
 	cl, q := in.cl, in.qm
