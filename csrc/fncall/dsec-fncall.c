@@ -84,6 +84,10 @@
 
 #include "../common/fds.h"
 
+#ifndef SCHED_RESET_ON_FORK
+#define SCHED_RESET_ON_FORK 0x40000000
+#endif
+
 /* Kernel ABI (musl ships no linux/ headers). */
 struct sock_filter {
 	uint16_t code;
@@ -435,6 +439,10 @@ struct run {
 	 * zygote reads it for STATUS) */
 	int waiting;
 	char *stack;
+	/* P gives itself these CPUs back right before execve (H could not
+	 * take the real-time window below); H and P share memory until then */
+	int p_restores;
+	cpu_set_t cpus;
 };
 #define MAX_RUNS (MAX_SLOTS * 2)
 #define STACK_SIZE (256 * 1024)
@@ -517,6 +525,8 @@ static void run_program(struct run *ru)
 	if (chdir(ru->cwd))
 		setup_fail(id, "chdir");
 	/* no_new_privs and the seccomp filter: inherited from H */
+	if (ru->p_restores)
+		syscall(SYS_sched_setaffinity, 0, sizeof ru->cpus, &ru->cpus);
 	int err = exec_path(ru->argv, ru->envp);
 	errno = err;
 	evmsg(EV_EXEC_ERR, id, err, ru->argv[0]);
@@ -676,22 +686,41 @@ static int run_helper(void *arg)
 	 * P is created bound to H's CPU: H sleeps there right away, and P, in
 	 * H's scheduler group, takes the CPU over. Left to fork balancing, P
 	 * went to the other CPU, and with both cores busy waited there for the
-	 * busy task's tick (1.7-2.3 ms per run). Once P has exec'd, H gives
-	 * P and itself their CPUs back (a P that cannot have them is killed:
-	 * it would run on one CPU only). */
-	cpu_set_t allowed;
-	int pinned = pin_here(&allowed);
+	 * busy task's tick (1.7-2.3 ms per run); given its CPUs back before its
+	 * execve, it was moved by exec balancing the same way. So P stays bound
+	 * through execve and H gives P (and itself) every CPU back once P has
+	 * exec'd, before P runs a single instruction of the program: for that
+	 * window (H asleep in vfork, then a few system calls) H is real-time
+	 * (SCHED_FIFO 1, reset on fork: P is created SCHED_OTHER), so the
+	 * wakeup at P's exec preempts P before P returns to user space. Where
+	 * H cannot be real-time, P gives itself its CPUs back right before
+	 * execve (correct, but exec balancing may move it). A P that cannot
+	 * have its CPUs back is killed: it would run on one CPU only. */
+	int pinned = pin_here(&ru->cpus);
+	int rt = 0;
+	if (pinned) {
+		struct sched_param fifo = {.sched_priority = 1};
+		rt = syscall(SYS_sched_setscheduler, 0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo) == 0;
+		ru->p_restores = !rt;
+	}
 	pid_t p = vfork();
 	if (p < 0)
 		setup_fail(id, "fork program");
 	if (p == 0)
 		run_program(ru);
 	if (pinned) {
-		if (syscall(SYS_sched_setaffinity, p, sizeof allowed, &allowed) && errno != ESRCH) {
+		if (syscall(SYS_sched_setaffinity, p, sizeof ru->cpus, &ru->cpus) && errno != ESRCH) {
 			evmsg(EV_SETUP_ERR, id, errno, "affinity");
 			kill(p, SIGKILL);
 		}
-		syscall(SYS_sched_setaffinity, 0, sizeof allowed, &allowed);
+		syscall(SYS_sched_setaffinity, 0, sizeof ru->cpus, &ru->cpus);
+		if (rt) {
+			struct sched_param other = {.sched_priority = 0};
+			if (syscall(SYS_sched_setscheduler, 0, SCHED_OTHER, &other)) {
+				evmsg(EV_SETUP_ERR, id, errno, "scheduling policy");
+				kill(p, SIGKILL);
+			}
+		}
 	}
 	close(ru->fds[0]);
 	close(ru->fds[1]);

@@ -96,8 +96,9 @@ func FnCall(ctx context.Context, o Options, lang string) (FnCallResult, error) {
 		Prepared: "each slot's sandbox (pid/mount/ipc namespaces, tmpfs /w, /proc, seccomp) is set up after the slot's previous run, " +
 			"off the request path: the p50/p99 latencies leave it out (each bare run waits until it is done), " +
 			"calls_per_s includes it (throughput_ratio compares it with bare runs at the same parallelism)",
-		Scheduling: "fncall: no nice, policy or slice; the program is forked bound to its helper's CPU and gets all the helper's CPUs back once it has exec'd. " +
-			"bare_*: plain os/exec; bare_pinned_*: os/exec from a thread bound to its CPU, the child's CPUs restored after exec"}
+		Scheduling: "fncall: no nice or slice; the program is forked bound to its helper's CPU and gets all the helper's CPUs back once it has exec'd, " +
+			"before its first instruction (the helper is SCHED_FIFO 1 from the fork until then; the program SCHED_OTHER). " +
+			"bare_*: plain os/exec; bare_pinned_*: the same: os/exec from a thread bound to its CPU and SCHED_FIFO 1 (reset on fork) until it has given the child its CPUs back after the exec"}
 	t0 := time.Now()
 	first, err := d.FnCall.Call(ctx, req)
 	if err != nil {
@@ -256,7 +257,10 @@ func bareCommand(e *fncall.Engine, lang string, src map[string]string, image str
 // pinnedStart starts cmd as FnCall's helper forks a program: from a thread
 // bound to the CPU it runs on (os/exec forks from the calling thread), the
 // child getting the thread's CPUs back once it has exec'd (Start returns
-// after the exec).
+// after the exec) and before it runs the program's first instruction: from
+// the fork until then the thread is real-time (SCHED_FIFO 1, reset on fork:
+// the child is SCHED_OTHER), so the exec's wakeup preempts the child. Without
+// that window (no CAP_SYS_NICE) the child may start the program on one CPU.
 func pinnedStart(cmd *exec.Cmd) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -272,12 +276,20 @@ func pinnedStart(cmd *exec.Cmd) error {
 	if err := unix.SchedSetaffinity(0, &one); err != nil {
 		return fmt.Errorf("affinity: %w", err)
 	}
+	rt := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Flags: unix.SCHED_FLAG_RESET_ON_FORK, Priority: 1}, 0) == nil
 	err := cmd.Start()
+	var cerr error
+	if err == nil {
+		cerr = unix.SchedSetaffinity(cmd.Process.Pid, &allowed)
+	}
 	rerr := unix.SchedSetaffinity(0, &allowed)
+	if rt {
+		rerr = errors.Join(rerr, unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_NORMAL}, 0))
+	}
 	if err != nil {
 		return err
 	}
-	if cerr := unix.SchedSetaffinity(cmd.Process.Pid, &allowed); cerr != nil || rerr != nil {
+	if cerr != nil || rerr != nil {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		return fmt.Errorf("affinity: %w", errors.Join(cerr, rerr))
