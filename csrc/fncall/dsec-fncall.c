@@ -28,7 +28,8 @@
  * engine straight to H (struct req + strings, fds: stdin, stdout, stderr,
  * files). H copies the files into /w and forks the program P on its own
  * CPU (bound there from vfork until P has exec'd: H sleeps at once and P, in
- * H's scheduler group, takes the CPU over instead of waiting for another):
+ * H's scheduler group, takes the CPU over instead of waiting for another; H is
+ * real-time from the vfork until it reported P's exit, see run_helper):
  *   P: stdio, rlimits, drop to uid/gid with no groups, chdir, execve
  *      (seccomp, no_new_privs and H's session are inherited from H).
  * H makes its own session (setsid) while it is prepared, not P per run: with
@@ -611,6 +612,15 @@ static int pin_here(cpu_set_t *allowed)
 	return syscall(SYS_sched_setaffinity, 0, sizeof one, &one) == 0;
 }
 
+/* leave_rt puts H back to SCHED_OTHER (if it was real-time) before it exits:
+ * the pid namespace's teardown is not real-time work. */
+static void leave_rt(int rt)
+{
+	struct sched_param other = {.sched_priority = 0};
+	if (rt)
+		syscall(SYS_sched_setscheduler, 0, SCHED_OTHER, &other);
+}
+
 /* H: PID 1 of the run's pid namespace. */
 static int run_helper(void *arg)
 {
@@ -689,13 +699,17 @@ static int run_helper(void *arg)
 	 * busy task's tick (1.7-2.3 ms per run); given its CPUs back before its
 	 * execve, it was moved by exec balancing the same way. So P stays bound
 	 * through execve and H gives P (and itself) every CPU back once P has
-	 * exec'd, before P runs a single instruction of the program: for that
-	 * window (H asleep in vfork, then a few system calls) H is real-time
-	 * (SCHED_FIFO 1, reset on fork: P is created SCHED_OTHER), so the
-	 * wakeup at P's exec preempts P before P returns to user space. Where
-	 * H cannot be real-time, P gives itself its CPUs back right before
-	 * execve (correct, but exec balancing may move it). A P that cannot
-	 * have its CPUs back is killed: it would run on one CPU only. */
+	 * exec'd, before P runs a single instruction of the program: from the
+	 * vfork until it has reported P's exit H is real-time (SCHED_FIFO 1,
+	 * reset on fork: P is created SCHED_OTHER and cannot become real-time
+	 * without CAP_SYS_NICE), so the wakeup at P's exec preempts P before P
+	 * returns to user space, and the one at P's exit runs H at once instead
+	 * of after the busy task's tick. In that window H only sleeps, restores
+	 * the CPUs, reaps (P, and orphans P made at its own cost) and sends the
+	 * EXIT event; the pid namespace's teardown runs after it went back to
+	 * SCHED_OTHER. Where H cannot be real-time, P gives itself its CPUs back
+	 * right before execve (correct, but exec balancing may move it). A P
+	 * that cannot have its CPUs back is killed: it would run on one CPU. */
 	int pinned = pin_here(&ru->cpus);
 	int rt = 0;
 	if (pinned) {
@@ -704,8 +718,10 @@ static int run_helper(void *arg)
 		ru->p_restores = !rt;
 	}
 	pid_t p = vfork();
-	if (p < 0)
+	if (p < 0) {
+		leave_rt(rt);
 		setup_fail(id, "fork program");
+	}
 	if (p == 0)
 		run_program(ru);
 	if (pinned) {
@@ -714,13 +730,6 @@ static int run_helper(void *arg)
 			kill(p, SIGKILL);
 		}
 		syscall(SYS_sched_setaffinity, 0, sizeof ru->cpus, &ru->cpus);
-		if (rt) {
-			struct sched_param other = {.sched_priority = 0};
-			if (syscall(SYS_sched_setscheduler, 0, SCHED_OTHER, &other)) {
-				evmsg(EV_SETUP_ERR, id, errno, "scheduling policy");
-				kill(p, SIGKILL);
-			}
-		}
 	}
 	close(ru->fds[0]);
 	close(ru->fds[1]);
@@ -732,8 +741,10 @@ static int run_helper(void *arg)
 		pid_t w = (pid_t)syscall(SYS_wait4, -1, &st, __WALL, NULL);
 		if (w < 0 && errno == EINTR)
 			continue;
-		if (w < 0)
+		if (w < 0) {
+			leave_rt(rt);
 			syscall(SYS_exit, 126);
+		}
 		if (w == p) {
 			/* rusage of everything reaped so far: the program and the
 			 * descendants it (or this helper) reaped */
@@ -744,6 +755,7 @@ static int run_helper(void *arg)
 				.stime_us = u.ru_stime.tv_sec * 1000000LL + u.ru_stime.tv_usec,
 				.maxrss_kb = u.ru_maxrss};
 			send_ev(&e);
+			leave_rt(rt);
 			TR();
 			if (tracing) {
 				char b[80];

@@ -97,8 +97,8 @@ func FnCall(ctx context.Context, o Options, lang string) (FnCallResult, error) {
 			"off the request path: the p50/p99 latencies leave it out (each bare run waits until it is done), " +
 			"calls_per_s includes it (throughput_ratio compares it with bare runs at the same parallelism)",
 		Scheduling: "fncall: no nice or slice; the program is forked bound to its helper's CPU and gets all the helper's CPUs back once it has exec'd, " +
-			"before its first instruction (the helper is SCHED_FIFO 1 from the fork until then; the program SCHED_OTHER). " +
-			"bare_*: plain os/exec; bare_pinned_*: the same: os/exec from a thread bound to its CPU and SCHED_FIFO 1 (reset on fork) until it has given the child its CPUs back after the exec"}
+			"before its first instruction; the helper is SCHED_FIFO 1 from the fork until it has reported the program's exit (the program SCHED_OTHER). " +
+			"bare_*: plain os/exec; bare_pinned_*: the same: os/exec from a thread bound to its CPU until the child has exec'd, and SCHED_FIFO 1 (reset on fork) until it has collected the child's exit"}
 	t0 := time.Now()
 	first, err := d.FnCall.Call(ctx, req)
 	if err != nil {
@@ -237,14 +237,11 @@ func bareCommand(e *fncall.Engine, lang string, src map[string]string, image str
 		cmd.Stdin = bytes.NewReader(nil)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
-		start := cmd.Start
+		run := cmd.Run
 		if pinned {
-			start = func() error { return pinnedStart(cmd) }
+			run = func() error { return pinnedRun(cmd) }
 		}
-		if err := start(); err != nil {
-			return err
-		}
-		if err := cmd.Wait(); err != nil {
+		if err := run(); err != nil {
 			return err
 		}
 		if out.String() != "hello, world\n" {
@@ -254,14 +251,15 @@ func bareCommand(e *fncall.Engine, lang string, src map[string]string, image str
 	}, cleanup, nil
 }
 
-// pinnedStart starts cmd as FnCall's helper forks a program: from a thread
+// pinnedRun runs cmd as FnCall's helper runs a program: forked from a thread
 // bound to the CPU it runs on (os/exec forks from the calling thread), the
 // child getting the thread's CPUs back once it has exec'd (Start returns
-// after the exec) and before it runs the program's first instruction: from
-// the fork until then the thread is real-time (SCHED_FIFO 1, reset on fork:
-// the child is SCHED_OTHER), so the exec's wakeup preempts the child. Without
-// that window (no CAP_SYS_NICE) the child may start the program on one CPU.
-func pinnedStart(cmd *exec.Cmd) error {
+// after the exec) and before it runs the program's first instruction; from
+// the fork until the child's exit is collected the thread is real-time
+// (SCHED_FIFO 1, reset on fork: the child is SCHED_OTHER), so the exec's
+// wakeup preempts the child and the exit's wakes the thread at once. Without
+// that (no CAP_SYS_NICE) the child may start the program on one CPU.
+func pinnedRun(cmd *exec.Cmd) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var allowed, one unix.CPUSet
@@ -277,22 +275,23 @@ func pinnedStart(cmd *exec.Cmd) error {
 		return fmt.Errorf("affinity: %w", err)
 	}
 	rt := unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_FIFO, Flags: unix.SCHED_FLAG_RESET_ON_FORK, Priority: 1}, 0) == nil
+	if rt {
+		defer func() { _ = unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_NORMAL}, 0) }()
+	}
 	err := cmd.Start()
 	var cerr error
 	if err == nil {
 		cerr = unix.SchedSetaffinity(cmd.Process.Pid, &allowed)
 	}
-	rerr := unix.SchedSetaffinity(0, &allowed)
-	if rt {
-		rerr = errors.Join(rerr, unix.SchedSetAttr(0, &unix.SchedAttr{Policy: unix.SCHED_NORMAL}, 0))
+	if rerr := unix.SchedSetaffinity(0, &allowed); rerr != nil || cerr != nil {
+		if err == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+		return fmt.Errorf("affinity: %w", errors.Join(err, cerr, rerr))
 	}
 	if err != nil {
 		return err
 	}
-	if cerr != nil || rerr != nil {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return fmt.Errorf("affinity: %w", errors.Join(cerr, rerr))
-	}
-	return nil
+	return cmd.Wait()
 }

@@ -13,11 +13,11 @@ import (
 
 var cpusAllowed = regexp.MustCompile(`Cpus_allowed_list:\s*(\S+)`)
 
-// TestPinnedStartChildHasAllCPUs: the pinned bare spawn, like FnCall's
+// TestPinnedRunChildHasAllCPUs: the pinned bare spawn, like FnCall's
 // helper, gives the child every CPU of the spawning thread before the
 // program's first instruction, and leaves the thread as it found it
 // (SCHED_OTHER, all CPUs).
-func TestPinnedStartChildHasAllCPUs(t *testing.T) {
+func TestPinnedRunChildHasAllCPUs(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (the real-time window needs CAP_SYS_NICE)")
 	}
@@ -26,16 +26,13 @@ func TestPinnedStartChildHasAllCPUs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := cpusAllowed.FindSubmatch(own)[1]
-	runtime.LockOSThread() // pinnedStart runs on this thread: check it afterwards
+	runtime.LockOSThread() // pinnedRun runs on this thread: check it afterwards
 	defer runtime.UnlockOSThread()
 	for range 20 {
 		cmd := exec.Command("cat", "/proc/self/status")
 		var out bytes.Buffer
 		cmd.Stdout = &out
-		if err := pinnedStart(cmd); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Wait(); err != nil {
+		if err := pinnedRun(cmd); err != nil {
 			t.Fatal(err)
 		}
 		got := cpusAllowed.FindSubmatch(out.Bytes())
@@ -43,11 +40,11 @@ func TestPinnedStartChildHasAllCPUs(t *testing.T) {
 			t.Fatalf("child's CPUs %q, want the parent's %q", got, want)
 		}
 		if p, err := unix.SchedGetAttr(0, 0); err != nil || p.Policy != unix.SCHED_NORMAL {
-			t.Fatalf("thread's policy after pinnedStart: %+v, %v", p, err)
+			t.Fatalf("thread's policy after pinnedRun: %+v, %v", p, err)
 		}
 		var cpus unix.CPUSet
 		if err := unix.SchedGetaffinity(0, &cpus); err != nil || cpus.Count() != runtime.NumCPU() {
-			t.Fatalf("thread's CPUs after pinnedStart: %d of %d, %v", cpus.Count(), runtime.NumCPU(), err)
+			t.Fatalf("thread's CPUs after pinnedRun: %d of %d, %v", cpus.Count(), runtime.NumCPU(), err)
 		}
 	}
 }

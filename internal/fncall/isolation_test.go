@@ -228,3 +228,28 @@ func TestProgramSessionApart(t *testing.T) {
 		}
 	}
 }
+
+// rtProbe prints the program's scheduling policy, then whether it can make
+// itself real-time.
+const rtProbe = `#include <errno.h>
+#include <sched.h>
+#include <stdio.h>
+int main(void) {
+	struct sched_param p = {.sched_priority = 1};
+	int policy = sched_getscheduler(0);
+	int r = sched_setscheduler(0, SCHED_FIFO, &p);
+	printf("%d %d %d\n", policy, r, r ? errno : 0);
+	return 0;
+}
+`
+
+// TestProgramIsNotRealTime: the helper is real-time while it waits for the
+// program (see csrc/fncall), the program never is (SCHED_OTHER, reset on
+// fork) and cannot make itself real-time.
+func TestProgramIsNotRealTime(t *testing.T) {
+	e := testEngine(t)
+	res := mustCall(t, e, cCall(rtProbe, "", api.FnCallLimits{}))
+	if res.Verdict != api.VerdictAccepted || res.Tests[0].Stdout != "0 -1 1\n" {
+		t.Fatalf("policy, sched_setscheduler(SCHED_FIFO), errno = %q, want SCHED_OTHER and EPERM (0 -1 1): %+v", res.Tests[0].Stdout, res.Tests[0])
+	}
+}
