@@ -612,6 +612,16 @@ static int pin_here(cpu_set_t *allowed)
 	return syscall(SYS_sched_setaffinity, 0, sizeof one, &one) == 0;
 }
 
+/* kill_run kills a run's H (and with it its pid namespace), first putting it
+ * back to SCHED_OTHER: H is real-time while it waits for its program, and the
+ * namespace's teardown, in H's exit, is not real-time work. */
+static void kill_run(pid_t h)
+{
+	struct sched_param other = {.sched_priority = 0};
+	syscall(SYS_sched_setscheduler, h, SCHED_OTHER, &other);
+	kill(h, SIGKILL);
+}
+
 /* leave_rt puts H back to SCHED_OTHER (if it was real-time) before it exits:
  * the pid namespace's teardown is not real-time work. */
 static void leave_rt(int rt)
@@ -909,7 +919,7 @@ static void discard(int slot)
 	if (!ru)
 		return;
 	ready[slot] = NULL;
-	kill(ru->pid, SIGKILL);
+	kill_run(ru->pid);
 	int st;
 	while (wait4(ru->pid, &st, __WALL, NULL) < 0 && errno == EINTR)
 		;
@@ -956,7 +966,7 @@ static void handle_kill(struct req *r)
 {
 	for (int i = 0; i < MAX_RUNS; i++)
 		if (runs[i].pid && __atomic_load_n(&runs[i].id, __ATOMIC_SEQ_CST) == r->id) {
-			kill(runs[i].pid, SIGKILL);
+			kill_run(runs[i].pid);
 			return;
 		}
 	if (r->slot >= (uint32_t)nslots)
@@ -973,7 +983,7 @@ static void handle_kill(struct req *r)
 	struct run *ru = ready[slot];
 	if (ru) {
 		ru->kill_id = r->id;
-		kill(ru->pid, SIGKILL);
+		kill_run(ru->pid);
 	}
 }
 
@@ -1085,7 +1095,7 @@ int main(int argc, char **argv)
 			/* The engine is gone: kill every run and leave. */
 			for (int i = 0; i < MAX_RUNS; i++)
 				if (runs[i].pid)
-					kill(runs[i].pid, SIGKILL);
+					kill_run(runs[i].pid);
 			return 0;
 		}
 		int fds[MAX_FILES + 3]; /* the control socket carries none */
