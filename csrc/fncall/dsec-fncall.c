@@ -722,6 +722,7 @@ static int run_helper(void *arg)
 	 * that cannot have its CPUs back is killed: it would run on one CPU. */
 	int pinned = pin_here(&ru->cpus);
 	int rt = 0;
+	ru->p_restores = 0; /* this run struct may have served another H */
 	if (pinned) {
 		struct sched_param fifo = {.sched_priority = 1};
 		rt = syscall(SYS_sched_setscheduler, 0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo) == 0;
