@@ -612,23 +612,20 @@ static int pin_here(cpu_set_t *allowed)
 	return syscall(SYS_sched_setaffinity, 0, sizeof one, &one) == 0;
 }
 
-/* kill_run kills a run's H (and with it its pid namespace), first putting it
- * back to SCHED_OTHER: H is real-time while it waits for its program, and the
- * namespace's teardown, in H's exit, is not real-time work. */
-static void kill_run(pid_t h)
+/* to_fair puts a (real-time) H back to SCHED_OTHER: H is real-time only
+ * while it waits for its program, and its exit, which tears down the pid
+ * namespace, is not real-time work. 0: the caller. */
+static void to_fair(pid_t h)
 {
 	struct sched_param other = {.sched_priority = 0};
 	syscall(SYS_sched_setscheduler, h, SCHED_OTHER, &other);
-	kill(h, SIGKILL);
 }
 
-/* leave_rt puts H back to SCHED_OTHER (if it was real-time) before it exits:
- * the pid namespace's teardown is not real-time work. */
-static void leave_rt(int rt)
+/* kill_run kills a run's H (and with it its pid namespace). */
+static void kill_run(pid_t h)
 {
-	struct sched_param other = {.sched_priority = 0};
-	if (rt)
-		syscall(SYS_sched_setscheduler, 0, SCHED_OTHER, &other);
+	to_fair(h);
+	kill(h, SIGKILL);
 }
 
 /* H: PID 1 of the run's pid namespace. */
@@ -721,16 +718,13 @@ static int run_helper(void *arg)
 	 * right before execve (correct, but exec balancing may move it). A P
 	 * that cannot have its CPUs back is killed: it would run on one CPU. */
 	int pinned = pin_here(&ru->cpus);
-	int rt = 0;
-	ru->p_restores = 0; /* this run struct may have served another H */
-	if (pinned) {
-		struct sched_param fifo = {.sched_priority = 1};
-		rt = syscall(SYS_sched_setscheduler, 0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo) == 0;
-		ru->p_restores = !rt;
-	}
+	struct sched_param fifo = {.sched_priority = 1};
+	int rt = pinned && syscall(SYS_sched_setscheduler, 0, SCHED_FIFO | SCHED_RESET_ON_FORK, &fifo) == 0;
+	ru->p_restores = pinned && !rt;
 	pid_t p = vfork();
 	if (p < 0) {
-		leave_rt(rt);
+		if (rt)
+			to_fair(0);
 		setup_fail(id, "fork program");
 	}
 	if (p == 0)
@@ -753,7 +747,8 @@ static int run_helper(void *arg)
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w < 0) {
-			leave_rt(rt);
+			if (rt)
+				to_fair(0);
 			syscall(SYS_exit, 126);
 		}
 		if (w == p) {
@@ -766,7 +761,8 @@ static int run_helper(void *arg)
 				.stime_us = u.ru_stime.tv_sec * 1000000LL + u.ru_stime.tv_usec,
 				.maxrss_kb = u.ru_maxrss};
 			send_ev(&e);
-			leave_rt(rt);
+			if (rt)
+				to_fair(0);
 			TR();
 			if (tracing) {
 				char b[80];
