@@ -14,7 +14,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/cluster"
-	"github.com/dsec-dev/dsec/internal/daemon"
+	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/placement"

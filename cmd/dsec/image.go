@@ -15,7 +15,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/cluster"
-	"github.com/dsec-dev/dsec/internal/daemon"
+	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"

@@ -10,7 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dsec-dev/dsec/internal/daemon"
+	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/reclaim"

@@ -16,7 +16,7 @@ type ImageLister interface {
 }
 
 // ImageManager composes, removes and records environments on the node
-// (internal/daemon's node), for POST /v1/images, DELETE /v1/images/{name} and
+// (internal/app/node's node), for POST /v1/images, DELETE /v1/images/{name} and
 // POST /v1/images/{name}/record.
 type ImageManager interface {
 	Compose(ctx context.Context, req api.ComposeImageRequest) (api.Image, error)
