@@ -1,5 +1,5 @@
 // Package node is the assembly of one node (dsec server, and the node under
-// dsec agent): it wires: the container driver, the node agent, the
+// dsec agent): it wires the container driver, the node agent, the
 // image store and the HTTP API, with the token and directory conventions of
 // `dsec server`. The CLI, the benchmarks and the integration tests all start dsec
 // through it, so they exercise the same assembly.
