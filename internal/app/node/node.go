@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/app/lifecycle"
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/commit"
@@ -128,6 +129,9 @@ type Config struct {
 	// NoFullVM leaves the fullvm backend out even when its base image is
 	// built.
 	NoFullVM bool
+	// FailAfter, for tests, fails the start-up right after the step of this
+	// name (StepNames), to check that a partial start releases everything.
+	FailAfter string
 }
 
 // Daemon is one running node: agent plus HTTP handler.
@@ -145,23 +149,45 @@ type Daemon struct {
 	FnCall *fncall.Engine
 	// Layers talks to layerd (started on the first layered environment; it
 	// outlives this process so running sandboxes keep their file systems).
-	Layers    *lazy.Client
-	cfg       Config
-	mu        sync.Mutex
-	extra     []*http.Server // other listeners (SandboxFusion's token-less one)
-	http      *http.Server
-	stopPrune chan struct{}
-	pruneDone chan struct{}
-	stopUses  context.CancelFunc
-	qos       *qos
-	obs       observability
-	node      node
-	nodeSvc   nodeService
-	stopGuard context.CancelFunc // the quota reconciler
+	Layers  *lazy.Client
+	cfg     Config
+	mu      sync.Mutex
+	extra   []*http.Server // other listeners (SandboxFusion's token-less one)
+	http    *http.Server
+	stack   *lifecycle.Stack
+	obs     observability
+	node    node
+	nodeSvc nodeService
+	// deleteAll, set by Shutdown, deletes every sandbox before the agent
+	// closes (dsec server --cleanup-on-exit).
+	deleteAll bool
+	// Set by the steps for the steps after them.
+	dirs     paths.Paths
+	qosCfg   agent.QoSConfig
+	drivers  *driver.Registry
+	blobSpec string
+	blobs    blob.Store
+	envs     *envstore.Store
+	uses     *envstore.Uses
+	guard    *project.Guard
 }
 
-// New opens the node: it re-adopts the sandboxes recorded under DataDir.
+// New opens the node: it re-adopts the sandboxes recorded under DataDir. A
+// failure at any step releases what the steps before it started.
 func New(ctx context.Context, cfg Config) (*Daemon, error) {
+	d, steps, err := Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Start(ctx, steps, cfg.FailAfter); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// Open checks cfg and returns the node and the steps that start it (Start
+// runs them), for a role that starts its own steps around the node's.
+func Open(cfg Config) (*Daemon, []lifecycle.Step, error) {
 	if cfg.DataDir == "" {
 		cfg.DataDir = DefaultDataDir
 	}
@@ -179,175 +205,279 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	}
 	cfg.Logger = slog.New(tracing.LogHandler(cfg.Logger.Handler())) // request IDs in every line
 	if os.Geteuid() != 0 {
-		return nil, errors.New("dsec must run as root (it creates namespaces, cgroups and mounts)")
+		return nil, nil, errors.New("dsec must run as root (it creates namespaces, cgroups and mounts)")
 	}
+	d := &Daemon{cfg: cfg, dirs: paths.New(cfg.DataDir)}
+	return d, d.steps(), nil
+}
+
+// Start runs steps (Open's, with a role's around them); failAfter injects a
+// failure after the step of that name (tests). Shutdown releases them.
+func (d *Daemon) Start(ctx context.Context, steps []lifecycle.Step, failAfter string) error {
+	st, err := lifecycle.Start(ctx, steps, lifecycle.Options{FailAfter: failAfter, Logger: d.cfg.Logger})
+	if err != nil {
+		return err
+	}
+	d.stack = st
+	return nil
+}
+
+// StepNames names the node's start-up steps, in order.
+func StepNames() []string { return lifecycle.Names((&Daemon{}).steps()) }
+
+// steps is the node's start-up, in order; each step's Close releases what it
+// started.
+func (d *Daemon) steps() []lifecycle.Step {
+	return []lifecycle.Step{
+		{Name: "data-dir", Start: d.startDataDir},
+		{Name: "tracing", Start: d.startTracing},
+		{Name: "qos", Start: d.startQoS},
+		{Name: "network", Start: d.startNetwork},
+		{Name: "container", Start: d.startContainer},
+		{Name: "environments", Start: d.startEnvironments},
+		{Name: "backends", Start: d.startBackends},
+		{Name: "agent", Start: d.startAgent},
+		{Name: "layers", Start: d.startLayers},
+		{Name: "env-uses", Start: d.startUses},
+		{Name: "trajectories", Start: d.startTrajectories},
+		{Name: "fncall", Start: d.startFnCall},
+		{Name: "projects", Start: d.startProjects},
+		{Name: "front-ends", Start: d.startFrontEnds},
+		{Name: "node-metrics", Start: d.startNodeMetrics},
+		{Name: "background", Start: d.startBackground},
+	}
+}
+
+func (d *Daemon) startDataDir(context.Context) (lifecycle.Close, error) {
 	raiseNoFile()
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+	if err := os.MkdirAll(d.cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
-	dirs := paths.New(cfg.DataDir)
-	token, err := loadToken(dirs.Token(), cfg.Token)
+	tok, err := loadToken(d.dirs.Token(), d.cfg.Token)
+	d.Token = tok
+	return nil, err
+}
+
+func (d *Daemon) startTracing(ctx context.Context) (lifecycle.Close, error) {
+	obs, err := newObservability(ctx, d.cfg)
 	if err != nil {
 		return nil, err
 	}
-	obs, err := newObservability(ctx, cfg)
+	d.obs = obs
+	return obs.tracing.Shutdown, nil // flushes the exporter
+}
+
+func (d *Daemon) startQoS(context.Context) (lifecycle.Close, error) {
+	q, qcfg, err := setupQoS(d.cfg.QoS, d.cfg.DataDir)
 	if err != nil {
 		return nil, err
 	}
-	opened := false
-	defer func() {
-		if !opened { // flush and stop the exporter of a node that did not open
-			_ = obs.tracing.Shutdown(context.Background())
-		}
-	}()
-	q, qcfg, err := setupQoS(cfg.QoS, cfg.DataDir)
+	d.qosCfg = qcfg
+	return func(context.Context) error { return q.close() }, nil
+}
+
+func (d *Daemon) startNetwork(context.Context) (lifecycle.Close, error) {
+	netm, err := openNetwork(d.cfg)
 	if err != nil {
 		return nil, err
 	}
+	d.Network = netm
+	return func(context.Context) error { return netm.Close() }, nil
+}
+
+func (d *Daemon) startContainer(context.Context) (lifecycle.Close, error) {
 	var devs []container.Device
-	for _, s := range cfg.Devices {
-		d, err := container.ParseDevice(s)
+	for _, s := range d.cfg.Devices {
+		dev, err := container.ParseDevice(s)
 		if err != nil {
 			return nil, fmt.Errorf("--device: %w", err)
 		}
-		devs = append(devs, d)
+		devs = append(devs, dev)
 	}
-	netm, err := openNetwork(cfg)
+	drv, err := container.New(container.Config{StateDir: d.dirs.Containers(), Devices: devs,
+		UserNS: d.cfg.UserNS, Logger: d.cfg.Logger, Network: d.Network})
 	if err != nil {
 		return nil, err
 	}
-	drv, err := container.New(container.Config{StateDir: dirs.Containers(), Devices: devs,
-		UserNS: cfg.UserNS, Logger: cfg.Logger, Network: netm})
-	if err != nil {
-		_ = q.close()
-		return nil, err
+	d.Driver = drv
+	return func(context.Context) error { return drv.Close() }, nil
+}
+
+func (d *Daemon) startEnvironments(context.Context) (lifecycle.Close, error) {
+	if d.cfg.Layers.Root == "" {
+		d.cfg.Layers.Root = d.dirs.Layers()
 	}
-	if cfg.Layers.Root == "" {
-		cfg.Layers.Root = dirs.Layers()
-	}
-	layers := lazy.NewClient(cfg.Layers)
-	blobSpec := dirs.BlobSpec(cfg.BlobStore)
-	blobs, err := blob.Open(blobSpec, true)
+	d.Layers = lazy.NewClient(d.cfg.Layers)
+	d.blobSpec = d.dirs.BlobSpec(d.cfg.BlobStore)
+	blobs, err := blob.Open(d.blobSpec, true)
 	if err != nil {
-		drv.Close()
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
-	var envs *envstore.Store
-	if cfg.ClusterEnvs != nil {
-		envs = envstore.New(cfg.ClusterEnvs, blobs)
-	} else if envs, err = envstore.Open(dirs.EnvStore(), blobs); err != nil {
-		drv.Close()
+	d.blobs = blobs
+	if d.cfg.ClusterEnvs != nil {
+		d.envs = envstore.New(d.cfg.ClusterEnvs, blobs)
+	} else if d.envs, err = envstore.Open(d.dirs.EnvStore(), blobs); err != nil {
 		return nil, err
 	}
-	envs.Spec = blobSpec
-	drivers, err := registerDrivers(cfg, drv)
-	if err != nil {
-		drv.Close()
-		return nil, err
-	}
+	d.envs.Spec = d.blobSpec
+	return nil, nil
+}
+
+func (d *Daemon) startBackends(context.Context) (lifecycle.Close, error) {
+	drivers, stop, err := registerDrivers(d.cfg, d.Driver)
+	d.drivers = drivers
+	return stop, err
+}
+
+func (d *Daemon) startAgent(ctx context.Context) (lifecycle.Close, error) {
+	cfg := d.cfg
 	mgr, err := agent.New(ctx, agent.Config{
-		DataDir: cfg.DataDir, Driver: drv, Drivers: drivers, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
-		MaxLogBytes: cfg.MaxLogBytes, QoS: qcfg, Tracer: obs.tracing, Observer: obs.metrics,
-		MaxFork: cfg.MaxFork, Packer: &commit.Packer{Blobs: blobs, Envs: envs, TempDir: dirs.Commits()},
-		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: blobSpec,
-			Layers: lazy.Mounter{Client: layers, Prefetch: cfg.LayerPrefetch},
-			Envs:   envstore.Images{Store: envs, DefaultSpec: blobSpec}},
+		DataDir: cfg.DataDir, Driver: d.Driver, Drivers: d.drivers, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
+		MaxLogBytes: cfg.MaxLogBytes, QoS: d.qosCfg, Tracer: d.obs.tracing, Observer: d.obs.metrics,
+		MaxFork: cfg.MaxFork, Packer: &commit.Packer{Blobs: d.blobs, Envs: d.envs, TempDir: d.dirs.Commits()},
+		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: d.blobSpec,
+			Layers: lazy.Mounter{Client: d.Layers, Prefetch: cfg.LayerPrefetch},
+			Envs:   envstore.Images{Store: d.envs, DefaultSpec: d.blobSpec}},
 	})
 	if err != nil {
-		drv.Close()
 		return nil, err
 	}
-	envs.InUse = mgr.ImageInUse
-	var uses *envstore.Uses
-	if cfg.ClusterEnvs != nil {
-		uses = &envstore.Uses{State: cfg.ClusterEnvs, Node: mgr.Node(), InUse: mgr.ImageInUse, Logger: cfg.Logger}
-		if err := uses.Load(ctx); err != nil {
-			mgr.Close()
-			drv.Close()
-			return nil, err
+	d.Manager = mgr
+	d.envs.InUse = mgr.ImageInUse
+	return func(context.Context) error { return mgr.Close() }, nil
+}
+
+// startLayers registers what runs before the agent closes: the sandboxes'
+// deletion when Shutdown asks for it, then layerd's stop when no sandbox is
+// left.
+func (d *Daemon) startLayers(context.Context) (lifecycle.Close, error) {
+	return func(ctx context.Context) error {
+		var errs []error
+		if d.deleteAll {
+			errs = append(errs, d.Manager.DeleteAll(ctx))
 		}
+		return errors.Join(append(errs, d.stopLayersIfIdle(ctx))...)
+	}, nil
+}
+
+func (d *Daemon) startUses(ctx context.Context) (lifecycle.Close, error) {
+	if d.cfg.ClusterEnvs == nil {
+		return nil, nil
 	}
-	traj, err := trajectory.OpenNode(ctx, cfg.DataDir, cfg.TrajStore, cfg.Logger)
+	d.uses = &envstore.Uses{State: d.cfg.ClusterEnvs, Node: d.Manager.Node(), InUse: d.Manager.ImageInUse, Logger: d.cfg.Logger}
+	return nil, d.uses.Load(ctx)
+}
+
+func (d *Daemon) startTrajectories(ctx context.Context) (lifecycle.Close, error) {
+	traj, err := trajectory.OpenNode(ctx, d.cfg.DataDir, d.cfg.TrajStore, d.cfg.Logger)
 	if err != nil {
-		mgr.Close()
-		drv.Close()
 		return nil, err
 	}
+	d.Trajectories = traj
+	return func(context.Context) error { return traj.Close() }, nil
+}
+
+func (d *Daemon) startFnCall(context.Context) (lifecycle.Close, error) {
 	fc, err := fncall.New(fncall.Config{
-		StateDir: dirs.FnCall(), Logger: cfg.Logger,
-		Images: &images.Store{Dir: cfg.ImagesDir, Default: fncall.DefaultImage},
+		StateDir: d.dirs.FnCall(), Logger: d.cfg.Logger,
+		Images: &images.Store{Dir: d.cfg.ImagesDir, Default: fncall.DefaultImage},
 	})
 	if err != nil {
-		traj.Close()
-		mgr.Close()
-		drv.Close()
 		return nil, err
 	}
-	n := node{Manager: mgr, fc: fc, envs: envs, layers: layers, uses: uses, noFnCall: cfg.NoFnCall, imagesDir: cfg.ImagesDir}
-	if cfg.MaxFnCalls > 0 {
-		n.fnSlots = make(chan struct{}, cfg.MaxFnCalls)
+	d.FnCall = fc
+	d.node = node{Manager: d.Manager, fc: fc, envs: d.envs, layers: d.Layers, uses: d.uses, noFnCall: d.cfg.NoFnCall, imagesDir: d.cfg.ImagesDir}
+	if d.cfg.MaxFnCalls > 0 {
+		d.node.fnSlots = make(chan struct{}, d.cfg.MaxFnCalls)
 	}
-	// Projects and quotas: the same Guard as an API server's, over a store in
-	// DATA_DIR/projects.json; reservations are rebuilt from the sandboxes now.
-	projects, err := project.OpenLocal(filepath.Join(cfg.DataDir, "projects.json"), token)
+	return func(context.Context) error { return fc.Close() }, nil
+}
+
+// startProjects opens projects and quotas: the same Guard as an API
+// server's, over a store in DATA_DIR/projects.json; reservations are rebuilt
+// from the sandboxes now.
+func (d *Daemon) startProjects(ctx context.Context) (lifecycle.Close, error) {
+	projects, err := project.OpenLocal(filepath.Join(d.cfg.DataDir, "projects.json"), d.Token)
 	if err != nil {
-		_ = fc.Close()
-		traj.Close()
-		mgr.Close()
-		drv.Close()
 		return nil, err
 	}
-	guard := project.NewGuard(mgr, projects, cfg.Logger)
-	if err := guard.Reconcile(ctx); err != nil {
-		cfg.Logger.Warn("quota: counting the sandboxes of projects with quotas", "err", err)
+	d.guard = project.NewGuard(d.Manager, projects, d.cfg.Logger)
+	if err := d.guard.Reconcile(ctx); err != nil {
+		d.cfg.Logger.Warn("quota: counting the sandboxes of projects with quotas", "err", err)
 	}
-	// Every front end calls the agent through the trajectory decorator, and it
-	// through the metrics decorator (a replayed step runs nothing: no exec),
-	// and it through the project guard.
-	msvc := obs.metrics.Wrap(guard, obs.tracing, n)
-	obs.svc = msvc
-	nc := obs.metrics.NewNodeCollector(mgr, layers, fc)
-	if err := obs.metrics.Register(nc); err != nil {
-		_ = fc.Close()
-		traj.Close()
-		mgr.Close()
-		drv.Close()
+	return nil, nil
+}
+
+func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
+	svc, nsvc := d.services()
+	d.nodeSvc = nsvc
+	d.Server = server.New(svc, server.Options{Projects: d.guard, Logger: d.cfg.Logger, Trajectories: svc,
+		Images: d.Manager, ImageManager: d.node, FnCall: d.obs.svc, QoS: d.obs.svc})
+	d.E2B = e2b.New(svc, e2b.Options{Authorize: auth.NewToken(d.Token).Match, Secret: []byte(d.Token), Logger: d.cfg.Logger})
+	if err := d.E2B.Recover(ctx); err != nil {
+		d.cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
+	}
+	return func(context.Context) error { return d.E2B.Close() }, nil
+}
+
+// services composes the node's session decorators: every front end calls the
+// agent through the trajectory decorator, and it through the metrics
+// decorator (a replayed step runs nothing: no exec), and it through the
+// project guard. A cluster node's service (NodeService) logs and replays the
+// steps that reach it over the node RPC in the node's own trajectory store,
+// next to the sandboxes.
+func (d *Daemon) services() (*trajectory.Service, nodeService) {
+	msvc := d.obs.metrics.Wrap(d.guard, d.obs.tracing, d.node)
+	d.obs.svc = msvc
+	store := d.obs.metrics.WrapStore(d.Trajectories)
+	svc := trajectory.Wrap(msvc, store, trajectory.Options{Logger: d.cfg.Logger, FnCall: msvc})
+	nsvc := nodeService{Service: trajectory.Wrap(d.node, store, trajectory.Options{Logger: d.cfg.Logger, FnCall: d.node}), node: d.node}
+	return svc, nsvc
+}
+
+func (d *Daemon) startNodeMetrics(context.Context) (lifecycle.Close, error) {
+	nc := d.obs.metrics.NewNodeCollector(d.Manager, d.Layers, d.FnCall)
+	if err := d.obs.metrics.Register(nc); err != nil {
 		return nil, err
 	}
-	ncCtx, stopNC := context.WithCancel(context.Background())
-	obs.stop = stopNC
-	go nc.Run(ncCtx)
-	svc := trajectory.Wrap(msvc, obs.metrics.WrapStore(traj), trajectory.Options{Logger: cfg.Logger, FnCall: msvc})
-	srv := server.New(svc, server.Options{Projects: guard, Logger: cfg.Logger, Trajectories: svc,
-		Images: mgr, ImageManager: n, FnCall: msvc, QoS: msvc})
-	e2bH := e2b.New(svc, e2b.Options{Authorize: auth.NewToken(token).Match, Secret: []byte(token), Logger: cfg.Logger})
-	if err := e2bH.Recover(ctx); err != nil {
-		cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
+	return goUntilClosed(nc.Run), nil
+}
+
+// startBackground starts the trajectory retention, the quota reconciler and,
+// on a cluster node, the environments' in-use marks.
+func (d *Daemon) startBackground(context.Context) (lifecycle.Close, error) {
+	stops := []lifecycle.Close{
+		goUntilClosed(d.pruneLoop),
+		goUntilClosed(func(ctx context.Context) { d.guard.Run(ctx, 30*time.Second) }),
 	}
-	// A cluster node's service (NodeService) logs and replays the steps that
-	// reach it over the node RPC in the node's own trajectory store, next to
-	// the sandboxes.
-	nsvc := nodeService{Service: trajectory.Wrap(n, obs.metrics.WrapStore(traj), trajectory.Options{Logger: cfg.Logger, FnCall: n}), node: n}
-	d := &Daemon{nodeSvc: nsvc, Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q, obs: obs, node: n,
-		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
-	go d.pruneLoop()
-	gctx, stopGuard := context.WithCancel(context.WithoutCancel(ctx))
-	d.stopGuard = stopGuard
-	go guard.Run(gctx, 30*time.Second)
-	d.stopUses = func() {}
-	if uses != nil {
-		uctx, cancel := context.WithCancel(context.Background())
-		d.stopUses = cancel
-		go uses.Run(uctx, usesSyncInterval, n.usedEnvs)
+	if d.uses != nil {
+		stops = append(stops, goUntilClosed(func(ctx context.Context) { d.uses.Run(ctx, usesSyncInterval, d.node.usedEnvs) }))
 	}
-	opened = true
-	return d, nil
+	return func(ctx context.Context) error {
+		for _, stop := range stops {
+			_ = stop(ctx)
+		}
+		return nil
+	}, nil
+}
+
+// goUntilClosed runs f in a goroutine until the returned Close, which waits
+// for f to return.
+func goUntilClosed(f func(context.Context)) lifecycle.Close {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f(ctx) }()
+	return func(context.Context) error { cancel(); <-done; return nil }
 }
 
 // registerDrivers is the node's backends: container (the default) and,
-// when the guest kernel is installed (scripts/setup.sh), microvm.
-func registerDrivers(cfg Config, drv *container.Driver) (*driver.Registry, error) {
+// when the guest kernel is installed (scripts/setup.sh), microvm, whose KVM
+// probe (once per host boot, cached in /run) runs in the background; the
+// returned Close waits for it (not canceling it: a canceled probe would be
+// cached as a failed one), so no probe VM outlives the node.
+func registerDrivers(cfg Config, drv *container.Driver) (*driver.Registry, lifecycle.Close, error) {
 	all := []driver.Driver{drv}
+	var stop lifecycle.Close
 	if !cfg.NoMicroVM {
 		vm, err := microvm.New(microvm.Config{StateDir: filepath.Join(cfg.DataDir, "microvm"), Logger: cfg.Logger,
 			NoSnapshots: cfg.NoVMSnapshots})
@@ -355,18 +485,21 @@ func registerDrivers(cfg Config, drv *container.Driver) (*driver.Registry, error
 			cfg.Logger.Warn("microvm backend not available", "err", err)
 		} else {
 			all = append(all, vm)
-			go vm.Accel(context.Background()) // the KVM probe, once per host boot
+			done := make(chan struct{})
+			go func() { defer close(done); vm.Accel(context.Background()) }()
+			stop = func(context.Context) error { <-done; return nil }
 		}
 	}
 	if !cfg.NoFullVM {
 		all = append(all, fullVMDriver(cfg)...)
 	}
-	return driver.NewRegistry(all...)
+	reg, err := driver.NewRegistry(all...)
+	return reg, stop, err
 }
 
-// pruneLoop applies the trajectory retention limits at start and every 10 minutes.
-func (d *Daemon) pruneLoop() {
-	defer close(d.pruneDone)
+// pruneLoop applies the trajectory retention limits at start and every 10
+// minutes, until ctx ends.
+func (d *Daemon) pruneLoop(ctx context.Context) {
 	age, maxN := d.cfg.TrajMaxAge, d.cfg.TrajMax
 	if age == 0 {
 		age = DefaultTrajMaxAge
@@ -381,13 +514,13 @@ func (d *Daemon) pruneLoop() {
 		if age > 0 {
 			cutoff = time.Now().Add(-age)
 		}
-		if n, err := d.Trajectories.Prune(context.Background(), cutoff, max(0, maxN)); err != nil {
+		if n, err := d.Trajectories.Prune(context.WithoutCancel(ctx), cutoff, max(0, maxN)); err != nil {
 			d.cfg.Logger.Error("pruning trajectories", "err", err)
 		} else if n > 0 {
 			d.cfg.Logger.Info("pruned trajectories", "deleted", n)
 		}
 		select {
-		case <-d.stopPrune:
+		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
@@ -396,7 +529,7 @@ func (d *Daemon) pruneLoop() {
 
 // Serve serves the API on l until Shutdown.
 func (d *Daemon) Serve(l net.Listener) error {
-	d.http = &http.Server{Handler: d.observe(e2b.Mount(d.Handler(), d.E2B)), ReadHeaderTimeout: 30 * time.Second}
+	d.http = &http.Server{Handler: d.observe(d.mainHandler()), ReadHeaderTimeout: 30 * time.Second}
 	err := d.http.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
@@ -404,8 +537,11 @@ func (d *Daemon) Serve(l net.Listener) error {
 	return err
 }
 
-// Shutdown stops serving and background work; sandboxes keep running unless
-// deleteAll is set.
+// mainHandler is the API listener's: Handler with E2B's routes.
+func (d *Daemon) mainHandler() http.Handler { return e2b.Mount(d.Handler(), d.E2B) }
+
+// Shutdown stops serving and releases what the start-up steps started, in
+// reverse order; sandboxes keep running unless deleteAll is set.
 func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	var errs []error
 	if d.http != nil {
@@ -417,18 +553,8 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	for _, srv := range extra {
 		errs = append(errs, srv.Shutdown(ctx))
 	}
-	errs = append(errs, d.E2B.Close())
-	if deleteAll {
-		errs = append(errs, d.Manager.DeleteAll(ctx))
-	}
-	errs = append(errs, d.stopLayersIfIdle(ctx))
-	close(d.stopPrune)
-	<-d.pruneDone
-	d.stopGuard()
-	d.stopUses()
-	d.obs.stop()
-	errs = append(errs, d.FnCall.Close(), d.Manager.Close(), d.Driver.Close(), d.Network.Close(), d.Trajectories.Close(), d.qos.close(),
-		d.obs.tracing.Shutdown(ctx))
+	d.deleteAll = deleteAll
+	errs = append(errs, d.stack.Close(ctx))
 	return errors.Join(errs...)
 }
 

@@ -23,7 +23,6 @@ type observability struct {
 	metrics *metrics.Metrics
 	tracing *tracing.Provider
 	svc     *metrics.Service
-	stop    context.CancelFunc // ends the node collector's memory reads
 }
 
 // fnCalls is the metrics decorator's FnCall as SandboxFusion's FnCaller.
@@ -71,12 +70,17 @@ func (d *Daemon) observe(h http.Handler) http.Handler {
 // Metrics is the node's metrics registry.
 func (d *Daemon) Metrics() *metrics.Metrics { return d.obs.metrics }
 
+// metricsHandler serves GET /metrics without a token.
+func (d *Daemon) metricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET "+MetricsPath, d.obs.metrics.Handler())
+	return mux
+}
+
 // ServeMetrics serves Prometheus metrics on l WITHOUT a token (dsec server
 // --metrics-listen), until Shutdown.
 func (d *Daemon) ServeMetrics(l net.Listener) error {
-	mux := http.NewServeMux()
-	mux.Handle("GET "+MetricsPath, d.obs.metrics.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
+	srv := &http.Server{Handler: d.metricsHandler(), ReadHeaderTimeout: 30 * time.Second}
 	d.mu.Lock()
 	d.extra = append(d.extra, srv)
 	d.mu.Unlock()
