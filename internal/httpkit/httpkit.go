@@ -149,6 +149,29 @@ func (s *Server) Serve(l net.Listener) error {
 	return err
 }
 
+// Of returns srv (built elsewhere, e.g. by noderpc) as a Server.
+func Of(srv *http.Server) *Server { return &Server{srv: srv} }
+
 // Shutdown stops accepting, closes the listeners and waits for the requests
 // in flight until ctx ends.
 func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// Stop shuts the server down and closes l (which it never served when a
+// start-up failed before its run began).
+func (s *Server) Stop(ctx context.Context, l net.Listener) error {
+	err := s.srv.Shutdown(ctx)
+	if cerr := l.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+		err = errors.Join(err, cerr)
+	}
+	return err
+}
+
+// Actor is the server on l as a run group's actor (lifecycle.Group.Add):
+// execute serves l, interrupt shuts the server down within timeout.
+func (s *Server) Actor(l net.Listener, timeout time.Duration) (execute func() error, interrupt func(error)) {
+	return func() error { return s.Serve(l) }, func(error) {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		_ = s.srv.Shutdown(ctx)
+	}
+}

@@ -70,8 +70,8 @@ func (d *Daemon) observe(h http.Handler) http.Handler {
 // Metrics is the node's metrics registry.
 func (d *Daemon) Metrics() *metrics.Metrics { return d.obs.metrics }
 
-// metricsHandler serves GET /metrics without a token.
-func (d *Daemon) metricsHandler() http.Handler {
+// MetricsHandler serves GET /metrics without a token.
+func (d *Daemon) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+MetricsPath, d.obs.metrics.Handler())
 	return mux
@@ -80,7 +80,7 @@ func (d *Daemon) metricsHandler() http.Handler {
 // ServeMetrics serves Prometheus metrics on l WITHOUT a token (dsec server
 // --metrics-listen), until Shutdown.
 func (d *Daemon) ServeMetrics(l net.Listener) error {
-	srv := &http.Server{Handler: d.metricsHandler(), ReadHeaderTimeout: 30 * time.Second}
+	srv := &http.Server{Handler: d.MetricsHandler(), ReadHeaderTimeout: 30 * time.Second}
 	d.mu.Lock()
 	d.extra = append(d.extra, srv)
 	d.mu.Unlock()

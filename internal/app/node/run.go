@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
 	"time"
@@ -94,26 +93,15 @@ func (d *Daemon) listenerSteps(cfg *ServerConfig, g *lifecycle.Group) []lifecycl
 				return nil, err
 			}
 			d.cfg.Logger.Warn("metrics listening WITHOUT a token", "addr", "http://"+l.Addr().String()+MetricsPath)
-			return serve(g, l, d.metricsHandler(), cfg.ShutdownTimeout), nil
+			return serve(g, l, d.MetricsHandler(), cfg.ShutdownTimeout), nil
 		}},
 	}
 }
 
 // serve adds an actor serving h on l to g, and returns the Close that stops
-// it (and closes l if it was never served).
+// it.
 func serve(g *lifecycle.Group, l net.Listener, h http.Handler, timeout time.Duration) lifecycle.Close {
 	srv := httpkit.NewServer(h)
-	stop := func(ctx context.Context) error {
-		err := srv.Shutdown(ctx)
-		if cerr := l.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
-			err = errors.Join(err, cerr)
-		}
-		return err
-	}
-	g.Add(func() error { return srv.Serve(l) }, func(error) {
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		_ = srv.Shutdown(ctx)
-	})
-	return stop
+	g.Add(srv.Actor(l, timeout))
+	return func(ctx context.Context) error { return srv.Stop(ctx, l) }
 }
