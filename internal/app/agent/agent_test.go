@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -12,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dsec-dev/dsec/internal/app/agent"
 	"github.com/dsec-dev/dsec/internal/app/apptest"
@@ -29,50 +26,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// etcd runs an etcd member for the test and returns its client URL and a
-// client.
-func etcd(t *testing.T) (string, *clientv3.Client) {
-	ports := apptest.FreePorts(t, 2)
-	cu, pu := "http://"+ports[0], "http://"+ports[1]
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- cluster.RunEtcd(ctx, cluster.EtcdConfig{Name: "t", DataDir: t.TempDir(), ListenClient: cu, ListenPeer: pu},
-			slog.New(slog.NewTextHandler(io.Discard, nil)))
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-		cli, err := cluster.Connect(cctx, cluster.ClientConfig{Endpoints: cu})
-		ccancel()
-		if err == nil {
-			t.Cleanup(func() { cli.Close() })
-			return cu, cli
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// leased returns the keys in etcd held by a lease (a registered node's).
-func leased(t *testing.T, cli *clientv3.Client) []string {
-	t.Helper()
-	resp, err := cli.Get(context.Background(), "", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	for _, kv := range resp.Kvs {
-		if kv.Lease != 0 {
-			out = append(out, string(kv.Key))
-		}
-	}
-	return out
-}
-
 // TestPartialStartReleasesEverything fails `dsec agent`'s start-up right
 // after each of its steps in turn and checks that the failed start left
 // nothing: the node's swap, kdamond, table, mounts and processes (as the node
@@ -82,7 +35,7 @@ func TestPartialStartReleasesEverything(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
-	eps, cli := etcd(t)
+	eps, cli := apptest.Etcd(t)
 	secretFile := filepath.Join(t.TempDir(), "secret")
 	if err := os.WriteFile(secretFile, []byte(strings.Repeat("s", 40)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -103,10 +56,10 @@ func TestPartialStartReleasesEverything(t *testing.T) {
 		t.Helper()
 		apptest.Clean(t, when, before, dataDir, damon, addrs)
 		deadline := time.Now().Add(5 * time.Second)
-		for len(leased(t, cli)) > 0 && time.Now().Before(deadline) {
+		for len(apptest.Leased(t, cli)) > 0 && time.Now().Before(deadline) {
 			time.Sleep(20 * time.Millisecond)
 		}
-		if keys := leased(t, cli); len(keys) > 0 {
+		if keys := apptest.Leased(t, cli); len(keys) > 0 {
 			t.Errorf("%s: node record left in etcd: %q", when, keys)
 		}
 	}
@@ -130,7 +83,7 @@ func TestPartialStartReleasesEverything(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx, cfg) }()
 	deadline := time.Now().Add(60 * time.Second)
-	for len(leased(t, cli)) == 0 {
+	for len(apptest.Leased(t, cli)) == 0 {
 		select {
 		case err := <-done:
 			t.Fatalf("agent stopped: %v\n%s", err, logs.String())

@@ -6,7 +6,10 @@ package apptest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -15,7 +18,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/reclaim/damontest"
 )
@@ -134,4 +141,48 @@ func Clean(t *testing.T, when string, before Host, dataDir string, damon *damont
 		}
 		l.Close()
 	}
+}
+
+// Etcd runs an etcd member for the test and returns its client URL and a
+// client.
+func Etcd(t *testing.T) (string, *clientv3.Client) {
+	ports := FreePorts(t, 2)
+	cu, pu := "http://"+ports[0], "http://"+ports[1]
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- cluster.RunEtcd(ctx, cluster.EtcdConfig{Name: "t", DataDir: t.TempDir(), ListenClient: cu, ListenPeer: pu},
+			slog.New(slog.NewTextHandler(io.Discard, nil)))
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		cli, err := cluster.Connect(cctx, cluster.ClientConfig{Endpoints: cu})
+		ccancel()
+		if err == nil {
+			t.Cleanup(func() { cli.Close() })
+			return cu, cli
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("etcd: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Leased returns the keys in etcd held by a lease (a registered node's).
+func Leased(t *testing.T, cli *clientv3.Client) []string {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), "", clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, kv := range resp.Kvs {
+		if kv.Lease != 0 {
+			out = append(out, string(kv.Key))
+		}
+	}
+	return out
 }

@@ -99,6 +99,15 @@ func Start(ctx context.Context, steps []Step, opts Options) (*Stack, error) {
 	return s, nil
 }
 
+// Go runs f in a goroutine until the returned Close, which cancels f's
+// context and waits for f to return.
+func Go(f func(ctx context.Context)) Close {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); f(ctx) }()
+	return func(context.Context) error { cancel(); <-done; return nil }
+}
+
 // Names returns the names of steps, in order.
 func Names(steps []Step) []string {
 	out := make([]string, len(steps))

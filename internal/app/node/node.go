@@ -440,18 +440,18 @@ func (d *Daemon) startNodeMetrics(context.Context) (lifecycle.Close, error) {
 	if err := d.obs.metrics.Register(nc); err != nil {
 		return nil, err
 	}
-	return goUntilClosed(nc.Run), nil
+	return lifecycle.Go(nc.Run), nil
 }
 
 // startBackground starts the trajectory retention, the quota reconciler and,
 // on a cluster node, the environments' in-use marks.
 func (d *Daemon) startBackground(context.Context) (lifecycle.Close, error) {
 	stops := []lifecycle.Close{
-		goUntilClosed(d.pruneLoop),
-		goUntilClosed(func(ctx context.Context) { d.guard.Run(ctx, 30*time.Second) }),
+		lifecycle.Go(d.pruneLoop),
+		lifecycle.Go(func(ctx context.Context) { d.guard.Run(ctx, 30*time.Second) }),
 	}
 	if d.uses != nil {
-		stops = append(stops, goUntilClosed(func(ctx context.Context) { d.uses.Run(ctx, usesSyncInterval, d.node.usedEnvs) }))
+		stops = append(stops, lifecycle.Go(func(ctx context.Context) { d.uses.Run(ctx, usesSyncInterval, d.node.usedEnvs) }))
 	}
 	return func(ctx context.Context) error {
 		for _, stop := range stops {
@@ -459,15 +459,6 @@ func (d *Daemon) startBackground(context.Context) (lifecycle.Close, error) {
 		}
 		return nil
 	}, nil
-}
-
-// goUntilClosed runs f in a goroutine until the returned Close, which waits
-// for f to return.
-func goUntilClosed(f func(context.Context)) lifecycle.Close {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); f(ctx) }()
-	return func(context.Context) error { cancel(); <-done; return nil }
 }
 
 // registerDrivers is the node's backends: container (the default) and,
