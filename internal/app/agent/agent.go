@@ -100,18 +100,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	a := &agent{cfg: cfg, log: cfg.Node.Logger}
 	steps := slices.Concat(a.before(), []lifecycle.Step{{Name: "node", Start: a.startNode}}, a.after())
-	stack, err := lifecycle.Start(ctx, steps, lifecycle.Options{FailAfter: cfg.FailAfter, Logger: a.log})
-	if err != nil {
-		return err
-	}
-	a.group.Context(ctx)
-	err = a.group.Run()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer cancel()
-	if serr := stack.Close(sctx); serr != nil && err == nil {
-		err = serr
-	}
-	return err
+	return lifecycle.Run(ctx, steps, lifecycle.Options{FailAfter: cfg.FailAfter, Logger: a.log}, &a.group, cfg.ShutdownTimeout)
 }
 
 // before are the steps before the node's: the cluster secret, etcd.

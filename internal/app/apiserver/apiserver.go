@@ -78,18 +78,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	r := &role{cfg: cfg, log: cfg.API.Logger}
 	steps := slices.Concat(r.before(), []lifecycle.Step{{Name: "apiserver", Start: r.startAPIServer}}, r.after())
-	stack, err := lifecycle.Start(ctx, steps, lifecycle.Options{FailAfter: cfg.FailAfter, Logger: r.log})
-	if err != nil {
-		return err
-	}
-	r.group.Context(ctx)
-	err = r.group.Run()
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
-	defer cancel()
-	if serr := stack.Close(sctx); serr != nil && err == nil {
-		err = serr
-	}
-	return err
+	return lifecycle.Run(ctx, steps, lifecycle.Options{FailAfter: cfg.FailAfter, Logger: r.log}, &r.group, cfg.ShutdownTimeout)
 }
 
 func (r *role) before() []lifecycle.Step {

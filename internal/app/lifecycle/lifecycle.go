@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 )
 
 // Close releases what a step started.
@@ -97,6 +98,24 @@ func Start(ctx context.Context, steps []Step, opts Options) (*Stack, error) {
 		}
 	}
 	return s, nil
+}
+
+// Run is a process's life: it starts steps, runs g until its first actor
+// returns or ctx ends, and closes the steps started within timeout. It
+// returns the start-up's error, else the first actor's, else the Close's.
+func Run(ctx context.Context, steps []Step, opts Options, g *Group, timeout time.Duration) error {
+	stack, err := Start(ctx, steps, opts)
+	if err != nil {
+		return err
+	}
+	g.Context(ctx)
+	err = g.Run()
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	if cerr := stack.Close(sctx); cerr != nil && err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // Go runs f in a goroutine until the returned Close, which cancels f's

@@ -1,10 +1,8 @@
 package node
 
 import (
-	"errors"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
 	"github.com/dsec-dev/dsec/internal/httpkit"
@@ -44,17 +42,7 @@ func writeUnauthorized(w http.ResponseWriter, _ *http.Request) {
 
 // ServeSandboxFusion serves SandboxFusion's API on l WITHOUT a token, for
 // SandboxFusion clients (which send none) on a trusted network, until Shutdown.
-func (d *Daemon) ServeSandboxFusion(l net.Listener) error {
-	srv := &http.Server{Handler: d.sandboxFusion(), ReadHeaderTimeout: 30 * time.Second}
-	d.mu.Lock()
-	d.extra = append(d.extra, srv)
-	d.mu.Unlock()
-	err := srv.Serve(l)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
+func (d *Daemon) ServeSandboxFusion(l net.Listener) error { return d.serveOn(l, d.sandboxFusion()) }
 
 // fnCallPools reports the FnCall engine's pools for the dashboard.
 func (d *Daemon) fnCallPools() []ui.Pool {

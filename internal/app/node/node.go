@@ -32,6 +32,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
+	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
@@ -152,8 +153,7 @@ type Daemon struct {
 	Layers  *lazy.Client
 	cfg     Config
 	mu      sync.Mutex
-	extra   []*http.Server // other listeners (SandboxFusion's token-less one)
-	http    *http.Server
+	servers []*httpkit.Server // Serve's, ServeSandboxFusion's and ServeMetrics's
 	stack   *lifecycle.Stack
 	obs     observability
 	node    node
@@ -519,13 +519,15 @@ func (d *Daemon) pruneLoop(ctx context.Context) {
 }
 
 // Serve serves the API on l until Shutdown.
-func (d *Daemon) Serve(l net.Listener) error {
-	d.http = &http.Server{Handler: d.observe(d.mainHandler()), ReadHeaderTimeout: 30 * time.Second}
-	err := d.http.Serve(l)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+func (d *Daemon) Serve(l net.Listener) error { return d.serveOn(l, d.observe(d.mainHandler())) }
+
+// serveOn serves h on l until Shutdown.
+func (d *Daemon) serveOn(l net.Listener, h http.Handler) error {
+	srv := httpkit.NewServer(h)
+	d.mu.Lock()
+	d.servers = append(d.servers, srv)
+	d.mu.Unlock()
+	return srv.Serve(l)
 }
 
 // mainHandler is the API listener's: Handler with E2B's routes.
@@ -535,13 +537,10 @@ func (d *Daemon) mainHandler() http.Handler { return e2b.Mount(d.Handler(), d.E2
 // reverse order; sandboxes keep running unless deleteAll is set.
 func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	var errs []error
-	if d.http != nil {
-		errs = append(errs, d.http.Shutdown(ctx))
-	}
 	d.mu.Lock()
-	extra := d.extra
+	servers := d.servers
 	d.mu.Unlock()
-	for _, srv := range extra {
+	for _, srv := range servers {
 		errs = append(errs, srv.Shutdown(ctx))
 	}
 	d.deleteAll = deleteAll

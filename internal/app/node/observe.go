@@ -2,10 +2,8 @@ package node
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
 	"github.com/dsec-dev/dsec/internal/metrics"
@@ -79,14 +77,4 @@ func (d *Daemon) MetricsHandler() http.Handler {
 
 // ServeMetrics serves Prometheus metrics on l WITHOUT a token (dsec server
 // --metrics-listen), until Shutdown.
-func (d *Daemon) ServeMetrics(l net.Listener) error {
-	srv := &http.Server{Handler: d.MetricsHandler(), ReadHeaderTimeout: 30 * time.Second}
-	d.mu.Lock()
-	d.extra = append(d.extra, srv)
-	d.mu.Unlock()
-	err := srv.Serve(l)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
+func (d *Daemon) ServeMetrics(l net.Listener) error { return d.serveOn(l, d.MetricsHandler()) }
