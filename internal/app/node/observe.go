@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
+	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -62,7 +63,7 @@ func (d *Daemon) route(r *http.Request) string {
 // observe wraps the main listener's handler: request ID and server span first
 // (so every log line of the request carries its ID), then the HTTP metrics.
 func (d *Daemon) observe(h http.Handler) http.Handler {
-	return tracing.Middleware(d.obs.tracing, d.route, d.obs.metrics.HTTP(d.route, h))
+	return httpkit.RequestID(d.obs.tracing, d.route, d.obs.metrics.HTTP(d.route, h))
 }
 
 // Metrics is the node's metrics registry.
