@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/app/lifecycle"
 )
@@ -91,5 +92,32 @@ func TestGroupInterruptsAll(t *testing.T) {
 	}
 	if interrupted != 2 {
 		t.Errorf("%d actors interrupted", interrupted)
+	}
+}
+
+func TestRunClosesAfterTheFirstActor(t *testing.T) {
+	var log []string
+	var g lifecycle.Group
+	g.Add(func() error { return errors.New("listener failed") }, func(error) {})
+	err := lifecycle.Run(context.Background(), steps(2, &log, -1), lifecycle.Options{}, &g, time.Second)
+	if err == nil || err.Error() != "listener failed" {
+		t.Fatalf("Run: %v", err)
+	}
+	if want := []string{"start s0", "start s1", "close s1", "close s0"}; !slices.Equal(log, want) {
+		t.Fatalf("log %q, want %q", log, want)
+	}
+	// A failed start runs no actor.
+	log = nil
+	ran := false
+	var g2 lifecycle.Group
+	g2.Add(func() error { ran = true; return nil }, func(error) {})
+	if err := lifecycle.Run(context.Background(), steps(2, &log, 1), lifecycle.Options{}, &g2, time.Second); err == nil || ran {
+		t.Fatalf("Run after a failed start: %v, actor ran %v", err, ran)
+	}
+	// The end of ctx stops the run.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := lifecycle.Run(ctx, steps(1, &log, -1), lifecycle.Options{}, &lifecycle.Group{}, time.Second); err != nil {
+		t.Fatalf("Run until ctx ends: %v", err)
 	}
 }
