@@ -420,3 +420,15 @@ def test_sync_and_async_api_match(sync: type, asy: type) -> None:
         # Plain on both sides: handles and views that do no I/O.
         assert n in {"sandbox", "trajectory", "exec_stream", "__aiter__", "__iter__"}, n
 
+
+def test_server_failure() -> None:
+    """The session's server check (conftest) fails on a race report, an exit on its
+    own, or a non-zero exit after SIGTERM, and only then."""
+    from conftest import RACE_REPORT, server_failure
+
+    assert server_failure("level=WARN msg=ok\n", None, 0) == ""
+    why = server_failure("x\n==================\n" + RACE_REPORT + "\nRead at 0x00c0001 by goroutine 7:\n", None, 0)
+    assert "data race" in why and "goroutine 7" in why
+    assert "status 66" in server_failure("boom", 66, 66)
+    assert "status 2 after SIGTERM" in server_failure("boom", None, 2)
+    assert "did not exit" in server_failure("", None, None)
