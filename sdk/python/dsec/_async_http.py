@@ -332,12 +332,6 @@ class Transport:
                 else:
                     conn.close()
 
-    def exec_stream(self, path: str, first: bytes, stdin: Stdin, stdin_open: bool,
-                    timeout: Optional[float]) -> "StreamConn":
-        """The connection of an exec stream (sent by its start()); timeout bounds
-        the draining of the answer after the exit event."""
-        return StreamConn(self, path, first, stdin, stdin_open, timeout)
-
 
 class StreamConn:
     """The connection of one full-duplex exec stream: a chunked NDJSON request body
@@ -373,7 +367,7 @@ class StreamConn:
                 hdrs["Content-Type"] = "application/x-ndjson"
                 hdrs.update(extra)
                 head = build_head("POST", t.prefix + self._path, t.host_hdr, hdrs, None)
-                conn.writer.write(head + _chunk(self._first))
+                conn.writer.write(head + _core.chunk(self._first))
                 await conn.writer.drain()
                 self._feeder = asyncio.ensure_future(self._feed())
                 status, h = await conn.read_head()
@@ -416,7 +410,7 @@ class StreamConn:
         if conn is None or self._wlock is None:
             raise BrokenPipeError("exec stream closed")
         async with self._wlock:
-            conn.writer.write(_chunk(data))
+            conn.writer.write(_core.chunk(data))
             await conn.writer.drain()
 
     async def readline(self) -> bytes:
@@ -472,10 +466,6 @@ class StreamConn:
         conn, self._conn = self._conn, None
         if conn is not None:
             conn.close()
-
-
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 __all__ = ["POOL_SIZE", "Stdin", "Transport", "StreamConn", "map_limited", "run_blocking", "sleep", "started"]

@@ -244,12 +244,6 @@ class Transport:
             else:
                 conn.close()
 
-    def exec_stream(self, path: str, first: bytes, stdin: Stdin, stdin_open: bool,
-                    timeout: Optional[float]) -> "StreamConn":
-        """The connection of an exec stream (sent by its start()); timeout bounds
-        the draining of the answer after the exit event."""
-        return StreamConn(self, path, first, stdin, stdin_open, timeout)
-
 
 class StreamConn:
     """The connection of one full-duplex exec stream: a chunked NDJSON request body
@@ -291,14 +285,14 @@ class StreamConn:
             conn.putheader("Content-Type", "application/x-ndjson")
             conn.putheader("Transfer-Encoding", "chunked")
             if self._stdin_open:
-                conn.endheaders(_chunk(self._first))
+                conn.endheaders(_core.chunk(self._first))
                 self._writer_done.set()
             elif small:
                 payload = self._first + b"".join(_core.stream_input_lines(stdin))
-                conn.endheaders(_chunk(payload))
+                conn.endheaders(_core.chunk(payload))
                 self._writer_done.set()
             else:
-                conn.endheaders(_chunk(self._first))
+                conn.endheaders(_core.chunk(self._first))
                 self._sock = conn.sock  # before the feeder thread writes through it
                 threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
             # http.client drops conn.sock when the response says "Connection: close"
@@ -334,7 +328,7 @@ class StreamConn:
             sock = self._sock if self._conn is not None else None
             if sock is None:
                 raise BrokenPipeError("exec stream closed")
-            sock.sendall(_chunk(data))
+            sock.sendall(_core.chunk(data))
 
     def readline(self) -> bytes:
         """The next line of the answer; b"" at its end."""
@@ -383,10 +377,6 @@ class StreamConn:
                 sock.close()
             except OSError:
                 pass
-
-
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
 
 
 __all__ = ["POOL_SIZE", "Stdin", "Transport", "StreamConn", "map_limited", "run_blocking", "sleep", "started"]

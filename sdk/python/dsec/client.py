@@ -762,8 +762,10 @@ class ExecStream:
         self._started = False
         self._finished = False
         first = json.dumps(body, separators=(",", ":")).encode() + b"\n"
-        self._conn = client._http.exec_stream(sandbox_path(sid, "/exec/stream"), first, stdin,
-                                              not self._stdin_closed, client.timeout)
+        # The connection (sent by _start); the client's timeout bounds the draining
+        # of the answer after the exit event.
+        self._conn = _io.StreamConn(client._http, sandbox_path(sid, "/exec/stream"), first, stdin,
+                                    not self._stdin_closed, client.timeout)
 
     def _start(self) -> None:
         """Send the request (once) and read the answer's head. A trajectory step
