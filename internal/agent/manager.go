@@ -80,6 +80,9 @@ type Sweeper interface {
 
 // Manager is the node agent; it implements session.Service.
 type Manager struct {
+	// Unimplemented answers the groups a node agent does not serve (FnCall,
+	// trajectories, nodes, projects, composing images: other parts of a node).
+	session.Unimplemented
 	cfg     Config
 	drivers *driver.Registry
 	log     *slog.Logger

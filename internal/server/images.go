@@ -1,35 +1,15 @@
 package server
 
 import (
-	"context"
 	"net/http"
 
-	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// ImageLister describes images and layered environments with their layer
-// accounting (internal/agent.Manager), for GET /v1/images and /v1/images/{name}.
-type ImageLister interface {
-	Images(ctx context.Context) ([]api.Image, error)
-	Image(ctx context.Context, name string) (api.Image, error)
-}
-
-// ImageManager composes, removes and records environments on the node
-// (internal/daemon's node), for POST /v1/images, DELETE /v1/images/{name} and
-// POST /v1/images/{name}/record.
-type ImageManager interface {
-	Compose(ctx context.Context, req api.ComposeImageRequest) (api.Image, error)
-	RemoveImage(ctx context.Context, name string) error
-	RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error)
-}
-
-func (s *Server) imageManager() (ImageManager, error) {
-	if s.opts.ImageManager != nil {
-		return s.opts.ImageManager, nil
-	}
-	return nil, errdefs.New(api.CodeNotImplemented, "this node does not manage environments")
-}
+// imageManager and imageLister are the service's image group (not_implemented
+// where the service has no images).
+func (s *Server) imageManager() (session.Images, error) { return s.svc, nil }
 
 // composeImage handles POST /v1/images.
 func (s *Server) composeImage(w http.ResponseWriter, r *http.Request) {
@@ -73,12 +53,7 @@ func (s *Server) recordImage(w http.ResponseWriter, r *http.Request) {
 	s.writeError(w, r, err)
 }
 
-func (s *Server) imageLister() (ImageLister, error) {
-	if s.opts.Images != nil {
-		return s.opts.Images, nil
-	}
-	return nil, errdefs.New(api.CodeNotImplemented, "this node does not describe images")
-}
+func (s *Server) imageLister() (session.Images, error) { return s.svc, nil }
 
 // listImages handles GET /v1/images.
 func (s *Server) listImages(w http.ResponseWriter, r *http.Request) {

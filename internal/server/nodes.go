@@ -6,21 +6,9 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
-
-// NodeAdmin is implemented by services that span nodes (the cluster's router):
-// GET /v1/nodes and draining. Without it those routes answer not_implemented.
-type NodeAdmin interface {
-	ListNodes(ctx context.Context) ([]api.Node, error)
-	// SetDrain sets (drain) or clears a node's drain flag; an unknown node is
-	// not_found.
-	SetDrain(ctx context.Context, node string, drain bool) error
-	// RemoveNode removes a lost node from the cluster (its registration, env
-	// in-use marks and request claims); a live node is conflict, an unknown
-	// one not_found.
-	RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error)
-}
 
 // nodeOperator checks that ctx may change nodes (drain, remove): a token of
 // the default project (another project's is permission_denied).
@@ -31,13 +19,9 @@ func nodeOperator(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) nodeAdmin() (NodeAdmin, error) {
-	na, ok := s.svc.(NodeAdmin)
-	if !ok {
-		return nil, errdefs.New(api.CodeNotImplemented, "this server is one node; nodes are listed by a cluster's API server (dsec apiserver)")
-	}
-	return na, nil
-}
+// nodeAdmin is the service's node group (a cluster's router serves it; one
+// node answers not_implemented).
+func (s *Server) nodeAdmin() (session.Nodes, error) { return s.svc, nil }
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
 	na, err := s.nodeAdmin()
