@@ -1,14 +1,57 @@
 // Package session defines dsec's session service: the one interface between the
-// front ends (/v1, E2B, SandboxFusion) and whatever serves sandboxes (the local node
-// agent, or in a cluster the API tier's router that calls nodes over RPC). Nothing in
-// it is a host object: files go through the FS interface, a streaming exec is
-// readers and writers plus a control channel, and every type is a pkg/api value, so
-// an implementation can sit on the other side of a network. Decorators (the
-// trajectory log, quotas, metrics) wrap a Service and are Services themselves.
+// front ends (/v1, E2B, SandboxFusion, the dashboard) and whatever serves
+// sandboxes (the local node, or in a cluster the API tier's router that calls
+// nodes over RPC). Nothing in it is a host object: files go through the FS
+// interface, a streaming exec is readers and writers plus a control channel, and
+// every type is a pkg/api value, so an implementation can sit on the other side
+// of a network.
+//
+// # One contract
+//
+// Service is made of typed method groups (Sandboxes, Processes, Files,
+// Resources, Display, HTTPProxy, FnCalls, Images, Trajectories, Nodes,
+// Projects). An implementation that serves only some of them embeds
+// Unimplemented, whose every method answers not_implemented (gRPC's
+// Unimplemented*Server pattern): the node agent has no nodes or projects, a
+// cluster's router composes no images. A front end calls the contract and maps
+// not_implemented to its wire error (501 on /v1 and SandboxFusion, E2B's own
+// form); it never type-asserts the service (internal/deptest checks that).
+//
+// # Interceptors
+//
+// Cross-cutting concerns (the trajectory log, metrics and tracing, project
+// quotas) are Interceptors: each returns a Service that embeds the next one, so
+// it forwards every method it does not change and overrides the ones it
+// observes. Chain composes them over a base service, and every role uses it:
+//
+//	dsec server:   Chain(node, trajectory.Interceptor, metrics.Interceptor, guard.Interceptor)
+//	cluster node:  Chain(node, trajectory.Interceptor, metrics.Interceptor)
+//	API tier:      Chain(router, metrics.Interceptor, batch counter, guard.Interceptor)
+//
+// so a replayed step (answered by the trajectory log) never reaches metrics as
+// an exec, and a new method reaches every concern without a forwarding site.
+//
+// # Adding a session method
+//
+// Say sandboxes gain "Snapshot(ctx, id) (api.Snapshot, error)". Touch:
+//
+//  1. The contract: add the method to its group here (Sandboxes) and an
+//     answer to Unimplemented (not_implemented).
+//  2. Its implementations: the node agent (internal/agent), the node RPC
+//     (a client method and a handler entry in internal/noderpc) and the
+//     cluster's router (internal/apiserver) when it routes by sandbox. An
+//     implementation that does not serve it changes nothing: Unimplemented
+//     answers for it.
+//  3. The front ends that expose it: a /v1 route in internal/server, and E2B
+//     or SandboxFusion if their wire has the operation.
+//
+// Nothing else: every interceptor forwards it as it is (override it in one only
+// to change what that concern does, e.g. count it in metrics or log it as a
+// trajectory step), and no front end needs a type assertion or an option.
 //
 // Errors are classified with internal/errdefs (not_found, invalid_argument,
-// resource_exhausted, infrastructure, ...); each front end maps the code to its own
-// wire form.
+// resource_exhausted, not_implemented, infrastructure, ...); each front end maps
+// the code to its own wire form.
 package session
 
 import (
