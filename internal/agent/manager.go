@@ -287,6 +287,11 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		}
 	}
 	info.QoS = m.qosInfo()
+	info.Capabilities = make(map[string][]string)
+	for _, drv := range m.drivers.All() {
+		info.Capabilities[drv.Name()] = capabilities(drv.Capabilities())
+	}
+	info = session.WithServices(info, api.ServiceImages)
 	for _, drv := range m.drivers.All() {
 		if v, ok := drv.(interface {
 			VMInfo(context.Context) *api.VMInfo
@@ -295,6 +300,21 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		}
 	}
 	return info, nil
+}
+
+// capabilities is c as Info reports it (api.Cap*).
+func capabilities(c driver.Capabilities) []string {
+	out := []string{}
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{c.Pause, api.CapPause}, {c.Fork, api.CapFork}, {c.Commit, api.CapCommit},
+		{c.Screenshot, api.CapScreenshot}, {c.Input, api.CapInput}, {c.TTY, api.CapTTY}} {
+		if f.on {
+			out = append(out, f.name)
+		}
+	}
+	return out
 }
 
 // Node returns this node's name (the one its sandbox IDs carry).

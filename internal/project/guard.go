@@ -47,6 +47,15 @@ func NewGuard(inner session.Service, st Store, log *slog.Logger) *Guard {
 
 var _ session.Service = (*Guard)(nil)
 
+// Info adds the project group to the guarded service's.
+func (g *Guard) Info(ctx context.Context) (api.Info, error) {
+	info, err := g.Service.Info(ctx)
+	if err != nil {
+		return info, err
+	}
+	return session.WithServices(info, api.ServiceProjects), nil
+}
+
 // Interceptor returns g as a session.Interceptor (for session.Chain). g keeps
 // guarding the service it was made with (NewGuard: its reconciler may already
 // run), so it goes last in the chain, right above that same base service.

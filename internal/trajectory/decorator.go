@@ -54,6 +54,15 @@ func Wrap(inner session.Service, store Store, opts Options) *Service {
 	return &Service{Service: inner, inner: inner, store: store, opts: opts, log: opts.Logger}
 }
 
+// Info adds the trajectory group to the inner service's.
+func (s *Service) Info(ctx context.Context) (api.Info, error) {
+	info, err := s.inner.Info(ctx)
+	if err != nil {
+		return info, err
+	}
+	return session.WithServices(info, api.ServiceTrajectories), nil
+}
+
 // Interceptor returns Wrap over store as a session.Interceptor (for
 // session.Chain).
 func Interceptor(store Store, opts Options) session.Interceptor {
