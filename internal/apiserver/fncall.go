@@ -41,7 +41,7 @@ func (s FnCallSource) Snapshot(ctx context.Context) ([]placement.Node, error) {
 	return out, nil
 }
 
-// FnCall implements session.FnCaller (see above).
+// FnCall implements session.FnCalls (see above).
 func (r *Router) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	eng := r.cfg.FnCalls
 	if eng == nil {

@@ -117,7 +117,7 @@ func (r *Router) Image(ctx context.Context, name string) (api.Image, error) {
 	return api.Image{}, errdefs.NotFound("image %q is on no node of the cluster", name)
 }
 
-// SandboxUsage implements session.UsageReader: each sandbox's use as its node
+// SandboxUsage: each sandbox's use as its node
 // reads it. With ids, each node is asked for its own (IDs of no node of the
 // cluster, or of a lost one, are left out); without, every live node for all
 // of its sandboxes.

@@ -64,9 +64,9 @@ type RouterConfig struct {
 	Logger *slog.Logger
 }
 
-// Router is the cluster's session.Service (see the package doc). It also
-// implements session.Forker, Committer, Networker, QoS and FnCaller by
-// forwarding to the owning node, and server.BatchCreator.
+// Router is the cluster's session.Service (see the package doc): it forwards
+// each sandbox's calls to its owning node, places creates (one or a batch) and
+// FnCalls, and serves the nodes and trajectory groups across the nodes.
 type Router struct {
 	// Unimplemented answers the groups a router does not serve (projects: the
 	// guard above it; composing images: Cluster).

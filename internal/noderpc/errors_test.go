@@ -192,7 +192,7 @@ func TestOversizedCall(t *testing.T) {
 	}
 }
 
-// fakeForker has the optional Forker and QoS interfaces.
+// fakeForker also forks and has QoS.
 type fakeForker struct{ fakeService }
 
 func (f *fakeForker) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {

@@ -30,7 +30,7 @@ type handler struct {
 	macs macCache
 }
 
-// NewHandler serves svc (and the optional interfaces it implements) to Clients:
+// NewHandler serves svc to Clients:
 // mount h at path on an HTTP/2 server (NewServer). Every request must carry a
 // token signed with opts.Secret.
 func NewHandler(svc session.Service, opts HandlerOptions) (path string, h http.Handler) {

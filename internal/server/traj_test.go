@@ -218,7 +218,7 @@ func TestTrajectoryPebbleStore(t *testing.T) {
 	}
 }
 
-// fnCalls is a FnCaller that counts its runs.
+// fnCalls runs FnCalls, counting them.
 type fnCalls struct{ n int }
 
 // fnNode is the fake node with fnCalls' FnCall.
