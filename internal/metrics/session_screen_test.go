@@ -11,7 +11,7 @@ import (
 )
 
 // screenService is a node with a display: a fixed PNG, input echoed back.
-type screenService struct{ session.Service }
+type screenService struct{ session.Unimplemented }
 
 func (screenService) Screenshot(ctx context.Context, id string) ([]byte, error) {
 	return []byte("\x89PNG"), nil
