@@ -76,7 +76,7 @@ type APIServer struct {
 	Metrics *metrics.Metrics
 	// TokenFile is DATA_DIR/token (written only by the cluster's first API server).
 	TokenFile string
-	svc       *metrics.Service
+	svc       session.Service
 	tracing   *tracing.Provider
 	log       *slog.Logger
 	http      *http.Server
@@ -165,7 +165,8 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret, Tracer: tp})
 		},
 	})
-	guard := project.NewGuard(rt, projects, cfg.Logger)
+	base := Cluster{Router: rt, Envs: &Images{Store: envs, Router: rt}}
+	guard := project.NewGuard(base, projects, cfg.Logger)
 	if cfg.QuotaReconcile <= 0 {
 		cfg.QuotaReconcile = 30 * time.Second
 	}
@@ -174,15 +175,13 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 	go cluster.RunElected(bg, cluster.ElectionConfig{Client: cfg.Etcd, Prefix: cfg.Prefix, Task: QuotaReconcilerTask,
 		ID: fmt.Sprintf("%s pid %d", cfg.Name, os.Getpid()), TTL: cfg.ElectionTTL, Logger: cfg.Logger},
 		func(ctx context.Context) { guard.Run(ctx, cfg.QuotaReconcile) })
-	msvc := m.Wrap(guard, tp, rt)
-	osvc := observed{Service: msvc, rt: rt, batch: guard, cl: cl}
-	imgs := &Images{Store: envs, Router: rt}
-	srv := server.New(osvc, server.Options{Projects: guard, Logger: cfg.Logger, FnCall: msvc,
-		Images: imgs, ImageManager: imgs,
-		TrajectoryAPI: rt, StepHTTP: rt}) // tagged steps are logged on their sandbox's node
-	e2bH := newE2B(bg, osvc, adminToken(toks), cfg.Secret, cfg.Logger)
+	// Every front end calls the router through metrics, the batch counter and
+	// the project guard; tagged steps are logged on their sandbox's node.
+	svc := session.Chain(base, m.Interceptor(tp), countBatches(cl), guard.Interceptor())
+	srv := server.New(svc, server.Options{Projects: guard, Logger: cfg.Logger, StepsDownstream: true})
+	e2bH := newE2B(bg, svc, adminToken(toks), cfg.Secret, cfg.Logger)
 	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Projects: guard, Server: srv, Metrics: m, TokenFile: tokenFile,
-		svc: msvc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
+		svc: svc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
 }
 
 // QuotaReconcilerTask is the election (cluster.RunElected) whose leader runs

@@ -40,7 +40,6 @@ import (
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/internal/vm/microvm"
-	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Defaults.
@@ -296,15 +295,15 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 		drv.Close()
 		return nil, err
 	}
-	guard := project.NewGuard(mgr, projects, cfg.Logger)
+	guard := project.NewGuard(n, projects, cfg.Logger)
 	if err := guard.Reconcile(ctx); err != nil {
 		cfg.Logger.Warn("quota: counting the sandboxes of projects with quotas", "err", err)
 	}
-	// Every front end calls the agent through the trajectory decorator, and it
-	// through the metrics decorator (a replayed step runs nothing: no exec),
-	// and it through the project guard.
-	msvc := obs.metrics.Wrap(guard, obs.tracing, n)
-	obs.svc = msvc
+	// Every front end calls the node through the trajectory log, metrics (a
+	// replayed step runs nothing: no exec) and the project guard.
+	tlog := trajectory.Interceptor(obs.metrics.WrapStore(traj), trajectory.Options{Logger: cfg.Logger})
+	svc := session.Chain(n, tlog, obs.metrics.Interceptor(obs.tracing), guard.Interceptor())
+	obs.svc = svc
 	nc := obs.metrics.NewNodeCollector(mgr, layers, fc)
 	if err := obs.metrics.Register(nc); err != nil {
 		_ = fc.Close()
@@ -316,9 +315,7 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	ncCtx, stopNC := context.WithCancel(context.Background())
 	obs.stop = stopNC
 	go nc.Run(ncCtx)
-	svc := trajectory.Wrap(msvc, obs.metrics.WrapStore(traj), trajectory.Options{Logger: cfg.Logger, FnCall: msvc})
-	srv := server.New(svc, server.Options{Projects: guard, Logger: cfg.Logger, Trajectories: svc,
-		Images: mgr, ImageManager: n, FnCall: msvc, QoS: msvc})
+	srv := server.New(svc, server.Options{Projects: guard, Logger: cfg.Logger, Steps: true})
 	e2bH := e2b.New(svc, e2b.Options{Authorize: auth.NewToken(token).Match, Secret: []byte(token), Logger: cfg.Logger})
 	if err := e2bH.Recover(ctx); err != nil {
 		cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
@@ -326,7 +323,8 @@ func New(ctx context.Context, cfg Config) (*Daemon, error) {
 	// A cluster node's service (NodeService) logs and replays the steps that
 	// reach it over the node RPC in the node's own trajectory store, next to
 	// the sandboxes.
-	nsvc := nodeService{Service: trajectory.Wrap(n, obs.metrics.WrapStore(traj), trajectory.Options{Logger: cfg.Logger, FnCall: n}), node: n}
+	// (the same chain without the guard: quotas are the API tier's).
+	nsvc := nodeService{Service: session.Chain(n, tlog, obs.metrics.Interceptor(obs.tracing)), node: n}
 	d := &Daemon{nodeSvc: nsvc, Manager: mgr, Driver: drv, Network: netm, Server: srv, E2B: e2bH, Token: token, Trajectories: traj, FnCall: fc, Layers: layers, cfg: cfg, qos: q, obs: obs, node: n,
 		stopPrune: make(chan struct{}), pruneDone: make(chan struct{})}
 	go d.pruneLoop()
@@ -432,37 +430,19 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 }
 
 // NodeService is the node's session service for a cluster's node RPC: the agent
-// with its optional parts (fork, commit, network, QoS, screen, images) and
-// FnCall, behind the trajectory decorator over the node's own trajectory store
-// (so it also serves the trajectory API, trajectory.API).
+// with FnCall and images, behind the trajectory log over the node's own
+// trajectory store (so it also serves session.Trajectories) and metrics.
 func (d *Daemon) NodeService() session.Service { return d.nodeSvc }
 
-// nodeService is the node's service as a cluster serves it: the trajectory
-// decorator over the node, plus what the decorator does not pass on (QoS, the
-// image list the node status reports).
+// nodeService is the node's service as a cluster serves it: the node behind
+// the trajectory log and metrics.
 type nodeService struct {
-	*trajectory.Service
+	session.Service
 	node node
 }
 
-func (s nodeService) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
-	return s.node.PauseWith(ctx, id, req)
-}
-
-func (s nodeService) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
-	return s.node.SetCPUClass(ctx, id, class)
-}
-
-func (s nodeService) Images(ctx context.Context) ([]api.Image, error) { return s.node.Images(ctx) }
-
-// SandboxUsage implements session.UsageReader (the dashboard's per-sandbox CPU
-// and memory, asked by an API server).
-func (s nodeService) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error) {
-	return s.node.SandboxUsage(ctx, ids)
-}
-
-// node is the agent plus the FnCall engine and the environment store: the
-// session.FnCaller and the server's server.ImageManager.
+// node is the agent plus the FnCall engine and the environment store (the
+// session.FnCalls and session.Images groups): every role's base service.
 type node struct {
 	*agent.Manager
 	fc     *fncall.Engine

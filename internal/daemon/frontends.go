@@ -21,7 +21,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	rates := ui.NewRates(0, 0)
 	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: d.Token, Service: d.obs.svc, Rates: rates,
-		Usage: d.Manager, Pools: d.fnCallPools, Logger: d.cfg.Logger}))
+		Usage: d.Manager.SandboxUsage, Pools: d.fnCallPools, Logger: d.cfg.Logger}))
 	sf := d.guard(d.sandboxFusion(), writeUnauthorized)
 	for _, p := range sandboxfusion.Routes() {
 		mux.Handle(p, sf)
@@ -46,7 +46,7 @@ func (d *Daemon) guard(h http.Handler, deny func(http.ResponseWriter)) http.Hand
 
 func (d *Daemon) sandboxFusion() *sandboxfusion.Handler {
 	// Through the metrics decorator, so its FnCalls are counted like /v1's.
-	return sandboxfusion.New(fnCalls{d.obs.svc}, sandboxfusion.Options{Logger: d.cfg.Logger})
+	return sandboxfusion.New(d.obs.svc, sandboxfusion.Options{Logger: d.cfg.Logger})
 }
 
 func writeUnauthorized(w http.ResponseWriter) {
