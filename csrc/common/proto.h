@@ -19,9 +19,6 @@
 #ifndef MAX_FIELDS
 #define MAX_FIELDS 65536 /* strings per request */
 #endif
-#ifndef DEFAULT_PATH
-#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-#endif
 
 /* parse_uint parses a decimal number no larger than max. */
 static int parse_uint(const char *s, unsigned long long max, unsigned long long *out)
@@ -58,54 +55,6 @@ static int split_fields(char *buf, ssize_t n, char **f)
 		f[nf++] = p;
 	}
 	return nf;
-}
-
-/* exec_path runs execve, searching PATH from envp when file has no '/'.
- * It returns only on failure, with errno set like execvp does. */
-static void exec_path(char **argv, char **envp)
-{
-	const char *file = argv[0], *path = DEFAULT_PATH;
-	char buf[4096];
-	int eacces = 0;
-
-	if (!*file) {
-		errno = ENOENT;
-		return;
-	}
-	if (strchr(file, '/')) {
-		execve(file, argv, envp);
-		return;
-	}
-	for (char **e = envp; *e; e++)
-		if (!strncmp(*e, "PATH=", 5)) {
-			path = *e + 5;
-			break;
-		}
-	for (const char *p = path;; p++) {
-		const char *end = strchrnul(p, ':');
-		int n = snprintf(buf, sizeof buf, "%.*s%s%s", (int)(end - p), p,
-				 end == p ? "" : "/", file);
-		if (n < (int)sizeof buf) {
-			execve(buf, argv, envp);
-			switch (errno) {
-			case EACCES:
-				eacces = 1;
-				/* fallthrough */
-			case ENOENT:
-			case ENOTDIR:
-			case ESTALE:
-			case ELOOP:
-			case ENAMETOOLONG:
-				break;
-			default:
-				return;
-			}
-		}
-		if (!*end)
-			break;
-		p = end;
-	}
-	errno = eacces ? EACCES : ENOENT;
 }
 
 /* parse_sig returns the "sig" field as a signal number, or -1. */

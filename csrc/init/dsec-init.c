@@ -69,6 +69,7 @@
 
 #include "../common/fds.h"
 #include "../common/proto.h"
+#include "../common/sys.h"
 
 /* ---- kernel ABI bits (musl ships no linux headers) ---- */
 
@@ -76,8 +77,6 @@
 #define MODE_FILTER 2 /* SECCOMP_MODE_FILTER */
 struct cap_header { uint32_t version; int pid; };
 struct cap_data { uint32_t effective, permitted, inheritable; };
-struct bpf_insn { uint16_t code; uint8_t jt, jf; uint32_t k; };
-struct bpf_prog { unsigned short len; struct bpf_insn *filter; };
 
 /* new mount API (Linux 5.2); same numbers on every architecture */
 #ifndef SYS_open_tree
@@ -116,7 +115,6 @@ enum { FD_CONFIG = 3, FD_SYNC = 4, FD_STATUS = 5, FD_LISTEN = 6, FD_SECCOMP = 7,
 #define MAX_TAG 4096            /* longest tag */
 #define MAX_FIELDS 65536        /* strings per request */
 #define MAX_FDS 8               /* SCM_RIGHTS fds accepted per packet */
-#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 static void logf_(const char *fmt, ...)
 {
@@ -689,22 +687,6 @@ static void write_hosts(const char *hostname)
 	close(fd);
 }
 
-static void loopback_up(void)
-{
-	struct ifreq ifr;
-	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		fail("socket for lo", errno);
-	memset(&ifr, 0, sizeof ifr);
-	strcpy(ifr.ifr_name, "lo");
-	if (ioctl(s, SIOCGIFFLAGS, &ifr))
-		fail("get lo flags", errno);
-	ifr.ifr_flags |= IFF_UP;
-	if (ioctl(s, SIOCSIFFLAGS, &ifr))
-		fail("bring lo up", errno);
-	close(s);
-}
-
 /* drop_caps limits the bounding set and the process sets to keep.
  * The inheritable set is left empty (runc does the same since
  * CVE-2022-29162) so that file inheritable capabilities cannot hand a
@@ -739,26 +721,15 @@ static void drop_caps(unsigned long long keep)
 /* load_seccomp installs the filter from fd 7, if there is one. */
 static void load_seccomp(void)
 {
-	struct stat st;
-	if (fstat(FD_SECCOMP, &st))
-		fail("stat seccomp fd", errno);
-	if (st.st_size == 0)
+	static struct sock_filter insns[BPF_MAXINSNS_];
+	int n = read_bpf(FD_SECCOMP, insns);
+	if (n < 0)
+		fail("read seccomp program", -n);
+	if (n == 0)
 		return;
-	if (st.st_size % sizeof(struct bpf_insn) || st.st_size > 4096 * (off_t)sizeof(struct bpf_insn))
-		fail("seccomp program size", EINVAL);
-	struct bpf_insn *insns = xmalloc(st.st_size);
-	for (off_t off = 0; off < st.st_size;) {
-		ssize_t n = pread(FD_SECCOMP, (char *)insns + off, st.st_size - off, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			fail("read seccomp program", n < 0 ? errno : EIO);
-		off += n;
-	}
-	struct bpf_prog prog = {st.st_size / sizeof(struct bpf_insn), insns};
+	struct sock_fprog prog = {(unsigned short)n, insns};
 	if (prctl(PR_SET_SECCOMP, MODE_FILTER, &prog, 0, 0))
 		fail("install seccomp filter", errno);
-	free(insns);
 }
 
 /* write_ping_range lets the groups in range open ICMP datagram sockets
@@ -789,7 +760,9 @@ static void setup(struct config *c, int has_seccomp)
 	write_hosts(c->hostname);
 	if (sethostname(c->hostname, strlen(c->hostname)))
 		fail("sethostname", errno);
-	loopback_up();
+	const char *step = loopback_up();
+	if (step)
+		fail(step, errno);
 	/* KSM opt-in: the flag is inherited across fork and exec by every process
 	 * the init starts. */
 	if (c->ksm && prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0))
@@ -1236,7 +1209,7 @@ child_exec(struct state *s, struct exec_req *r, int fds[3], int ep)
 		step = STEP_CHDIR;
 		goto fail;
 	}
-	exec_path(r->argv, r->envp);
+	errno = exec_path(r->argv, r->envp);
 	step = STEP_EXEC;
 fail:
 	err = errno;

@@ -65,13 +65,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_FIELDS 65536
 #include "../common/proto.h"
+#include "../common/sys.h"
 
-#define MAGIC 0xD5EC
-#define HDR 12
-#define MAX_FRAME (256 * 1024)
-#define CHUNK (32 * 1024)
+#define MAGIC FRAME_MAGIC
+#define HDR ((int)sizeof(struct frame_hdr))
+#define MAX_FRAME FRAME_MAX
+#define CHUNK FRAME_CHUNK
 #define MAX_PROCS 4096
 #define MAX_REC 4096
 #define SANDBOX_CG "/sys/fs/cgroup/sandbox"
@@ -313,21 +313,6 @@ static int find_dev(const char *dir, const char *file, const char *want, char *d
 
 static int find_disk(const char *want, char *dev, size_t n) { return find_dev("/sys/block", "serial", want, dev, n, 1); }
 
-static void loopback_up(void)
-{
-	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	struct ifreq ifr;
-	if (s < 0)
-		return;
-	memset(&ifr, 0, sizeof ifr);
-	strcpy(ifr.ifr_name, "lo");
-	if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
-		ifr.ifr_flags |= IFF_UP;
-		ioctl(s, SIOCSIFFLAGS, &ifr);
-	}
-	close(s);
-}
-
 static int port = -1; /* the host's virtio port */
 static int open_port(int wait);
 
@@ -415,7 +400,8 @@ static void setup_root(void)
 	    mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "") == 0)
 		mkdir(SANDBOX_CG, 0755);
 	mark("cgroup");
-	loopback_up();
+	if (loopback_up())
+		die("loopback");
 	mark("lo");
 	const char *h = param("dsec.hostname");
 	if (h)
@@ -868,7 +854,7 @@ static void __attribute__((noreturn, noinline)) spawn_child(struct spawn *sp)
 	if (syscall(SYS_chdir, sp->cwd) < 0)
 		goto fail;
 	step = "exec";
-	exec_path(sp->argv, sp->envp);
+	errno = exec_path(sp->argv, sp->envp);
 fail:
 	sp->step = step;
 	sp->err = errno ? errno : EINVAL;
