@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -92,6 +93,112 @@ func goConsts(t *testing.T, file string) map[string]int64 {
 	return out
 }
 
+// goOffsets reads, in function fn of a Go source file, where fixed-layout
+// bytes are written and read: for binary.LittleEndian.PutUintN(b[OFF:], X)
+// and b[OFF] = X it records ExprString(X) -> OFF, for copy(b[OFF:], X) too,
+// for a loop's PutUintN(b[OFF+N*i:], v) "loop v" -> OFF, for name := (an
+// expression reading b[OFF:] or b[OFF]) "name =" -> OFF, and for a keyed
+// composite literal field key: (an expression reading b[OFF:]) "key:" -> OFF.
+func goOffsets(t *testing.T, file, fn string) map[string]int64 {
+	t.Helper()
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, filepath.Join("..", "..", file), nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lit := func(e ast.Expr) (int64, bool) {
+		b, ok := e.(*ast.BasicLit)
+		if !ok || b.Kind != token.INT {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(b.Value, 0, 64)
+		return v, err == nil
+	}
+	// at finds the constant offset that e reads or writes: b[OFF:] or b[OFF].
+	at := func(e ast.Expr) (int64, bool) {
+		switch x := e.(type) {
+		case *ast.SliceExpr:
+			if x.Low != nil && x.High == nil {
+				if v, ok := lit(x.Low); ok {
+					return v, true
+				}
+				if b, ok := x.Low.(*ast.BinaryExpr); ok && b.Op == token.ADD {
+					return lit(b.X) // OFF+N*i
+				}
+			}
+		case *ast.IndexExpr:
+			return lit(x.Index)
+		}
+		return 0, false
+	}
+	// reads finds the offset read anywhere inside e.
+	reads := func(e ast.Expr) (int64, bool) {
+		var off int64
+		found := false
+		ast.Inspect(e, func(n ast.Node) bool {
+			if x, ok := n.(ast.Expr); ok && !found {
+				off, found = at(x)
+			}
+			return !found
+		})
+		return off, found
+	}
+	out := map[string]int64{}
+	var body *ast.BlockStmt
+	for _, d := range f.Decls {
+		if fd, ok := d.(*ast.FuncDecl); ok && fd.Name.Name == fn {
+			body = fd.Body
+		}
+	}
+	if body == nil {
+		t.Fatalf("%s: no func %s", file, fn)
+	}
+	ast.Inspect(body, func(n ast.Node) bool {
+		switch x := n.(type) {
+		case *ast.CallExpr:
+			name := ""
+			switch fun := x.Fun.(type) {
+			case *ast.SelectorExpr:
+				name = fun.Sel.Name
+			case *ast.Ident:
+				name = fun.Name
+			}
+			if (strings.HasPrefix(name, "PutUint") || name == "copy") && len(x.Args) == 2 {
+				if off, ok := at(x.Args[0]); ok {
+					key := types.ExprString(x.Args[1])
+					if s, ok := x.Args[0].(*ast.SliceExpr); ok {
+						if _, isSum := s.Low.(*ast.BinaryExpr); isSum {
+							key = "loop " + key
+						}
+					}
+					out[key] = off
+				}
+			}
+		case *ast.AssignStmt:
+			for i, l := range x.Lhs {
+				if i >= len(x.Rhs) {
+					break
+				}
+				if off, ok := at(l); ok { // b[OFF] = X
+					out[types.ExprString(x.Rhs[i])] = off
+				} else if id, ok := l.(*ast.Ident); ok {
+					if off, ok := reads(x.Rhs[i]); ok {
+						out[id.Name+" ="] = off
+					}
+				}
+			}
+		case *ast.KeyValueExpr:
+			if id, ok := x.Key.(*ast.Ident); ok {
+				if off, ok := reads(x.Value); ok {
+					out[id.Name+":"] = off
+				}
+			}
+		}
+		return true
+	})
+	return out
+}
+
 // TestWireLayout checks that the C side's fixed-layout messages
 // (csrc/common/wire.h, asserted there by _Static_assert) and the Go
 // encoders agree on every size and constant both sides spell out.
@@ -131,29 +238,51 @@ func TestWireLayout(t *testing.T) {
 		}
 	}
 
-	// The Go encoders write the fields at these offsets
-	// (internal/fncall/zygote.go's runReq.encode and parseEvent,
-	// internal/vm/guest's frame header).
-	goOffsets := map[string]int64{
-		"req.op": 0, "req.slot": 4, "req.id": 8, "req.uid": 16, "req.gid": 20, "req.flags": 24,
-		"req.nfiles": 28, "req.rl_cpu": 32, "req.tmpfs_size": 72, "req.argc": 80, "req.envc": 84,
-		"req.strbytes": 88,
-
-		"ev.kind": 0, "ev.err": 4, "ev.id": 8, "ev.pid": 16, "ev.status": 20, "ev.utime_us": 24,
-		"ev.stime_us": 32, "ev.maxrss_kb": 40, "ev.msg": 48,
-
-		"spawn_req.flags": 0, "spawn_req.mask": 4, "spawn_ans.pid": 0, "spawn_ans.err": 4,
-
-		"frame_hdr.type": 2, "frame_hdr.stream": 3, "frame_hdr.channel": 4, "frame_hdr.len": 8,
+	// Where the Go encoders and decoders put each field, read from their
+	// code: C field -> the Go expression written (or the name assigned)
+	// at that offset.
+	sides := []struct {
+		file, fn string
+		fields   map[string]string
+	}{
+		{"internal/fncall/zygote.go", "encode", map[string]string{
+			"req.op": "r.op", "req.slot": "r.slot", "req.id": "r.id", "req.uid": "r.uid", "req.gid": "r.gid",
+			"req.flags": "r.flags", "req.nfiles": "uint32(len(r.files))", "req.rl_cpu": "loop v",
+			"req.argc": "uint32(len(r.argv))", "req.envc": "uint32(len(r.env))", "req.strbytes": "uint32(len(s))",
+		}},
+		{"internal/fncall/zygote.go", "parseEvent", map[string]string{
+			"ev.kind": "kind:", "ev.err": "err:", "ev.id": "id:", "ev.pid": "pid:", "ev.status": "status:",
+			"ev.utime_us": "utimeUs:", "ev.stime_us": "stimeUs:", "ev.maxrss_kb": "maxRSSKB:", "ev.msg": "m =",
+		}},
+		{"internal/initproto/spawner.go", "spawn", map[string]string{
+			"spawn_req.flags": "flags", "spawn_req.mask": "mask", "spawn_req.path": "path",
+			"spawn_ans.pid": "pid =", "spawn_ans.err": "e =",
+		}},
+		{"internal/vm/guest/client.go", "appendFrame", map[string]string{
+			"frame_hdr.type": "byte(typ)", "frame_hdr.stream": "byte(stream)", "frame_hdr.channel": "ch",
+			"frame_hdr.len": "uint32(len(body))",
+		}},
+		{"internal/vm/guest/client.go", "readFrame", map[string]string{
+			"frame_hdr.type": "typ =", "frame_hdr.stream": "stream =", "frame_hdr.channel": "ch =",
+			"frame_hdr.len": "n =",
+		}},
 	}
-	for k, want := range goOffsets {
-		got, ok := w.offset[k]
-		if !ok {
-			t.Errorf("wire.h asserts no offset of %s", k)
-			continue
-		}
-		if got != want {
-			t.Errorf("offset of %s: C %d, Go %d", k, got, want)
+	for _, sd := range sides {
+		at := goOffsets(t, sd.file, sd.fn)
+		for cf, g := range sd.fields {
+			c, ok := w.offset[cf]
+			if !ok {
+				t.Errorf("wire.h asserts no offset of %s", cf)
+				continue
+			}
+			o, ok := at[g]
+			if !ok {
+				t.Errorf("%s %s: no %q at a constant offset (found %v)", sd.file, sd.fn, g, at)
+				continue
+			}
+			if o != c {
+				t.Errorf("offset of %s: C %d, %s %s %d", cf, c, sd.file, sd.fn, o)
+			}
 		}
 	}
 	if w.size["sock_filter"] != 8 {
