@@ -38,7 +38,9 @@
  * client and the protocol description.
  *
  * The build needs no kernel headers (musl-gcc ships none), so the few kernel
- * ABI structures used are declared below.
+ * ABI structures used are declared below. The protocol and child supervision
+ * are shared with the microVM agent (csrc/common/proto.h, super.h), the
+ * system-call helpers with the FnCall zygote too (csrc/common/sys.h).
  */
 #define _GNU_SOURCE
 #include <errno.h>

@@ -29,6 +29,11 @@
  * (sent after it connects) resets every channel: a new host process (after
  * a restart) starts clean and re-attaches tagged processes with WAIT.
  * Processes never die because the host went away.
+ *
+ * The supervisor core is the container init's (csrc/common): the EXEC
+ * parser and its field checks and the reply builder (proto.h), the child's
+ * steps from fork to execve, reaping and EXITED (super.h), exec_path and
+ * loopback_up (sys.h), the frame header's layout (wire.h).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
