@@ -117,7 +117,7 @@ soak: build
 	DSEC_SOAK_SANDBOXES=$(SOAK_SANDBOXES) DSEC_SOAK_SECONDS=$(SOAK_SECONDS) \
 		$(GO) test -count=1 -timeout 60m -run 'TestChaosSoak$$' -v ./test/e2e
 
-# Go targets (scripts/fuzz.sh), then the C init's and zygote's packet parsers
+# Go targets (scripts/fuzz.sh), then the C parsers (the init's and zygote's packets, the shared EXEC parser)
 # under clang -fsanitize=fuzzer,address,undefined (scripts/cfuzz.sh). make test
 # runs it bounded (fuzz-ci): 300 executions per Go target and 5 s per C harness.
 # The Go budget is a count, not a duration: with a duration, go1.26's fuzz
