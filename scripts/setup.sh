@@ -3,10 +3,13 @@
 # default root file system images. Idempotent; run as root. A second run with
 # everything in place does no network access and finishes in well under a second.
 #
-#   sh scripts/setup.sh        everything (make setup, make test)
-#   sh scripts/setup.sh demo   only what `dsec demo` uses (make demo): the
-#                              build's packages and the debian image; no VM
-#                              kernel, judge or desktop image, no browser
+#   sh scripts/setup.sh                 everything (make setup, make test)
+#   sh scripts/setup.sh demo            only what `dsec demo` uses (make demo):
+#                                       the build's packages and the debian
+#                                       image; no VM kernel, judge or desktop
+#                                       image, no browser
+#   sh scripts/setup.sh demo-packages   the demo's packages only (make demo
+#                                       builds dsec while the image builds)
 #
 #   DSEC_IMAGES_DIR   where images live (default /var/lib/dsec/images)
 #   DEBIAN_MIRROR     debootstrap mirror (default http://deb.debian.org/debian)
@@ -24,9 +27,9 @@ PRESEED_LOG=/tmp/debootstrap.log
 
 MODE=${1:-all}
 case "$MODE" in
-all | demo) ;;
+all | demo | demo-packages) ;;
 *)
-	printf 'usage: %s [all|demo]\n' "$0" >&2
+	printf 'usage: %s [all|demo|demo-packages]\n' "$0" >&2
 	exit 2
 	;;
 esac
@@ -38,7 +41,7 @@ DEMO_PACKAGES="debootstrap musl-tools gcc make ca-certificates"
 PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-14-dev make iproute2 python3 python3-pytest python3-setuptools python3-pip erofs-utils ca-certificates git qemu-system-x86 qemu-utils e2fsprogs xz-utils"
 # The dashboard's browser tests (test/ui): Debian's chromium, and a font for its screenshots.
 PACKAGES="$PACKAGES chromium fonts-liberation"
-[ "$MODE" = demo ] && PACKAGES=$DEMO_PACKAGES
+[ "$MODE" = all ] || PACKAGES=$DEMO_PACKAGES
 
 # shellcheck source=scripts/progress.sh
 . "$(dirname "$0")/progress.sh"
@@ -68,6 +71,8 @@ if [ -n "$missing" ]; then
 else
 	log "packages: all present ($(since "$t"))"
 fi
+
+[ "$MODE" = demo-packages ] && exit 0
 
 # ---- images -----------------------------------------------------------------
 mkdir -p "$DSEC_IMAGES_DIR"
