@@ -20,15 +20,7 @@ import (
 // returns the process's state as a re-adopted instance records it.
 func slowParent(t *testing.T) state {
 	t.Helper()
-	cmd := exec.Command("sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Skipf("no sleep: %v", err)
-	}
-	pid := cmd.Process.Pid
-	start, err := initproto.ReadStartTime(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, pid, start := standIn(t)
 	reapedc := make(chan struct{})
 	go func() {
 		defer close(reapedc)
@@ -43,6 +35,23 @@ func slowParent(t *testing.T) state {
 		<-reapedc
 	})
 	return state{PID: pid, StartTime: start, Dir: t.TempDir()}
+}
+
+// standIn starts a stand-in for QEMU (a long sleep, our child) and returns
+// it with its pid and start time.
+func standIn(t *testing.T) (*exec.Cmd, int, uint64) {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start sleep: %v", err)
+	}
+	start, err := initproto.ReadStartTime(cmd.Process.Pid)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatal(err)
+	}
+	return cmd, cmd.Process.Pid, start
 }
 
 // gone fails the test if pid still is in the process table.
@@ -84,15 +93,7 @@ func TestDestroyWaitsForReap(t *testing.T) {
 // TestDestroyDeadline: a QEMU that nobody reaps makes Destroy fail when its
 // context ends, instead of claiming the VM is gone.
 func TestDestroyDeadline(t *testing.T) {
-	cmd := exec.Command("sleep", "600")
-	if err := cmd.Start(); err != nil {
-		t.Skipf("no sleep: %v", err)
-	}
-	pid := cmd.Process.Pid
-	start, err := initproto.ReadStartTime(pid)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cmd, pid, start := standIn(t)
 	defer func() { _ = cmd.Wait() }() // reaped only after Destroy gave up
 	in := &instance{id: "noreap", st: state{PID: pid, StartTime: start, Dir: t.TempDir()}, done: make(chan struct{})}
 	watchPid(pid, start, in.done)
