@@ -8,7 +8,7 @@
 #   make ui      rebuild the dashboard's front end (ui/ -> ui/dist, committed; npm ci on first run)
 #   make test-ui the dashboard in headless chromium against a real server (screenshots: bin/ui-artifacts/)
 #   make test-unprivileged   the mock-driver suites as nobody (no root, no images)
-#   make demo    setup + build, then bin/dsec demo
+#   make demo    setup-demo (packages + the debian image only) and build, then bin/dsec demo
 #   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
 #   make soak    the long chaos soak: SOAK_SANDBOXES (1000) sandboxes x an exec
 #                loop for SOAK_SECONDS (600) against a real server (test/e2e TestChaosSoak)
@@ -101,7 +101,17 @@ test-python: build
 	cd sdk/python && DSEC_BIN=$(CURDIR)/bin/dsec-race $(PYTHON) -m pytest -q -rs --junitxml=$(CURDIR)/bin/pytest.xml tests
 	$(PYTHON) scripts/pyskipcheck.py bin/pytest.xml .ci/pyskips.allow
 
-demo: setup build
+# The demo needs only the debian image and the container backend: setup-demo
+# skips the VM kernel, the judge and desktop images and the browser packages.
+# make demo builds dsec while the image builds (debootstrap waits mostly on
+# the mirror and the disk, the Go build on the CPU).
+.PHONY: setup-demo
+setup-demo:
+	sh scripts/setup.sh demo
+
+demo:
+	sh scripts/setup.sh demo-packages
+	sh scripts/setup.sh demo & setup=$$!; $(MAKE) build; built=$$?; wait $$setup && [ $$built -eq 0 ]
 	bin/dsec demo
 
 bench: setup build
