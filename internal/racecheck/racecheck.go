@@ -36,7 +36,7 @@ func Env(environ []string) []string {
 	return append(out, "GORACE="+strings.Join(append(opts, "halt_on_error=1"), " "))
 }
 
-// Report returns the first race report in log, up to 4 KiB of it, or "" when log
+// Report returns the first race report in log, up to 16 KiB of it, or "" when log
 // has none.
 func Report(log string) string {
 	i := strings.Index(log, Marker)
@@ -44,8 +44,8 @@ func Report(log string) string {
 		return ""
 	}
 	r := log[i:]
-	if len(r) > 4096 {
-		r = r[:4096] + "\n..."
+	if len(r) > 16<<10 {
+		r = r[:16<<10] + "\n..."
 	}
 	return r
 }
