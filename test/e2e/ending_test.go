@@ -71,10 +71,15 @@ func TestCLISIGTERMEnds(t *testing.T) {
 			t.Fatalf("dsec %v ignoring SIGTERM: exit %d after %v, err %q (want 143 after the 2 s grace)", args, code, took, errs)
 		}
 	}
-	// Nothing of those commands is left running in the sandbox.
-	time.Sleep(500 * time.Millisecond)
-	if r := n.sh(t, id, "ps -eo comm= | grep -c '^sleep$' || true"); strings.TrimSpace(r.Stdout) != "0" {
-		t.Fatalf("sleeps left in the sandbox: %q", r.Stdout)
+	// Nothing of those commands is left running in the sandbox (within 10 s).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r := n.sh(t, id, "ps -eo comm= | grep -c '^sleep$' || true")
+		if strings.TrimSpace(r.Stdout) == "0" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleeps left in the sandbox after 10 s: %q", r.Stdout)
+		}
 	}
 }
 
