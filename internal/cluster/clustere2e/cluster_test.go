@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -592,7 +593,14 @@ func TestCluster(t *testing.T) {
 			_, err := e.client(0).Exec(ctx, victim, api.ExecRequest{Cmd: []string{"sleep", "60"}})
 			inflight <- err
 		}()
-		time.Sleep(300 * time.Millisecond)
+		e.waitFor("the in-flight exec runs on its node", 10*time.Second, func() error {
+			// (the image has no ps)
+			out, err := execOut(1, victim, "sh", "-c", `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$f"; echo; done | grep -c '^sleep 60 $' || true`)
+			if err == nil && strings.TrimSpace(out) == "0" {
+				err = fmt.Errorf("no sleep 60 yet")
+			}
+			return err
+		})
 		run(t, "ip", "link", "set", a.hostIf, "down")
 		took := e.waitFor("node_lost", ttl+5*time.Second, func() error {
 			_, err := execOut(0, victim, "true")
@@ -630,14 +638,18 @@ func TestCluster(t *testing.T) {
 		}
 		var mu sync.Mutex
 		answered := map[string]string{}
+		var first, retried atomic.Int32 // answered by API server 0; retried on 1
 		var wg sync.WaitGroup
 		for i := 0; i < n; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				time.Sleep(time.Duration(i) * 40 * time.Millisecond)
+				time.Sleep(time.Duration(i) * 40 * time.Millisecond) // staggered: a burst, not one instant
 				sb, err := e.client(0).Create(ctx, api.CreateSandboxRequest{RequestID: rids[i]})
-				if err != nil {
+				if err == nil {
+					first.Add(1)
+				} else {
+					retried.Add(1)
 					// The way a client recovers: the same request through another
 					// API server, retried while the error is retryable (a create
 					// cut off on its node answers the retry deadline_exceeded once:
@@ -653,9 +665,20 @@ func TestCluster(t *testing.T) {
 				mu.Unlock()
 			}()
 		}
-		time.Sleep(150 * time.Millisecond)
+		// Mid-burst: once API server 0 has answered one create, the later ones
+		// still come.
+		e.waitFor("a create answered before the kill", 30*time.Second, func() error {
+			if first.Load() == 0 {
+				return fmt.Errorf("none yet")
+			}
+			return nil
+		})
 		e.apis[0].stop(syscall.SIGKILL)
 		wg.Wait()
+		t.Logf("%d creates answered before the kill, %d recovered through API server 1", first.Load(), retried.Load())
+		if retried.Load() == 0 {
+			t.Errorf("the kill cut no create: the recovery path was not exercised")
+		}
 		after := e.ids(t, 1)
 		for id := range after {
 			if !before[id] && answered[id] == "" {
