@@ -506,7 +506,19 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("full cluster answers resource_exhausted with Retry-After", func(t *testing.T) {
-		time.Sleep(2500 * time.Millisecond) // every node has reported its load since
+		since := time.Now()
+		e.waitFor("every node has reported its load since the last deletes", 30*time.Second, func() error {
+			nodes, err := e.client(0).Nodes(ctx)
+			if err != nil {
+				return err
+			}
+			for _, n := range nodes {
+				if !n.ReportedAt.After(since) {
+					return fmt.Errorf("%s last reported at %s", n.Name, n.ReportedAt.Format(time.StampMilli))
+				}
+			}
+			return nil
+		})
 		nodes, _ := e.client(0).Nodes(ctx)
 		free := 0
 		for _, n := range nodes {
