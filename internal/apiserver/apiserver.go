@@ -200,8 +200,11 @@ func adminToken(toks *cluster.Tokens) func(string) bool {
 // Serve serves the /v1 API, GET /metrics and the dashboard (Handler) on l
 // until Shutdown.
 func (a *APIServer) Serve(l net.Listener) error {
-	a.http = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
-	err := a.http.Serve(l)
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	a.mu.Lock() // Shutdown reads it from another goroutine
+	a.http = srv
+	a.mu.Unlock()
+	err := srv.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -211,8 +214,11 @@ func (a *APIServer) Serve(l net.Listener) error {
 // Shutdown stops serving and the background work.
 func (a *APIServer) Shutdown(ctx context.Context) error {
 	var err error
-	if a.http != nil {
-		err = a.http.Shutdown(ctx)
+	a.mu.Lock()
+	hs := a.http
+	a.mu.Unlock()
+	if hs != nil {
+		err = hs.Shutdown(ctx)
 	}
 	a.mu.Lock()
 	for _, s := range a.extra {

@@ -393,8 +393,11 @@ func (d *Daemon) pruneLoop() {
 
 // Serve serves the API on l until Shutdown.
 func (d *Daemon) Serve(l net.Listener) error {
-	d.http = &http.Server{Handler: d.observe(e2b.Mount(d.Handler(), d.E2B)), ReadHeaderTimeout: 30 * time.Second}
-	err := d.http.Serve(l)
+	srv := &http.Server{Handler: d.observe(e2b.Mount(d.Handler(), d.E2B)), ReadHeaderTimeout: 30 * time.Second}
+	d.mu.Lock() // Shutdown reads it from another goroutine
+	d.http = srv
+	d.mu.Unlock()
+	err := srv.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -405,12 +408,12 @@ func (d *Daemon) Serve(l net.Listener) error {
 // deleteAll is set.
 func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 	var errs []error
-	if d.http != nil {
-		errs = append(errs, d.http.Shutdown(ctx))
-	}
 	d.mu.Lock()
-	extra := d.extra
+	hs, extra := d.http, d.extra
 	d.mu.Unlock()
+	if hs != nil {
+		errs = append(errs, hs.Shutdown(ctx))
+	}
 	for _, srv := range extra {
 		errs = append(errs, srv.Shutdown(ctx))
 	}
