@@ -62,11 +62,18 @@ test: setup build
 	$(MAKE) test-ui
 	$(MAKE) test-python
 
+# The race-enabled server the E2B and Python suites drive (their scripts fail on a
+# race report or a server exit they did not cause).
+.PHONY: race
+race: build
+	$(GO) build -race -o bin/dsec-race ./cmd/dsec
+
 # The E2B acceptance suite: the pinned, unmodified e2b npm package against a real
-# `dsec server` (bin/dsec), as root; needs node >= 20.18 and npm (npm ci on first run).
+# race-enabled `dsec server` (bin/dsec-race), as root; needs node >= 20.18 and npm
+# (npm ci on first run).
 .PHONY: test-e2b
-test-e2b: build
-	sh test/e2b/run.sh
+test-e2b: race
+	DSEC=$(CURDIR)/bin/dsec-race sh test/e2b/run.sh
 
 # The dashboard's front end: vite + TypeScript in ui/, built into ui/dist, which
 # is committed and embedded in bin/dsec (a machine without Node serves it).
@@ -96,8 +103,7 @@ test-unprivileged: init
 
 # The Python SDK's tests against a real `dsec server` (a -race build), as root.
 .PHONY: test-python
-test-python: build
-	$(GO) build -race -o bin/dsec-race ./cmd/dsec
+test-python: race
 	cd sdk/python && DSEC_BIN=$(CURDIR)/bin/dsec-race $(PYTHON) -m pytest -q -rs --junitxml=$(CURDIR)/bin/pytest.xml tests
 	$(PYTHON) scripts/pyskipcheck.py bin/pytest.xml .ci/pyskips.allow
 
