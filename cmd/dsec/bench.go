@@ -192,5 +192,6 @@ func benchCmd() *cobra.Command {
 	c.AddCommand(benchQoSCmds()...)
 	c.AddCommand(benchClusterCmd())
 	c.AddCommand(benchVMCmd())
+	addBaseline(c)
 	return c
 }
