@@ -32,6 +32,7 @@ var benchResults = map[string][]any{
 	"fork":      {bench.ForkResult{}},
 	"commit":    {bench.CommitResult{}},
 	"burst":     {bench.BurstResult{}},
+	"cycle":     {bench.CycleResult{}},
 	"qos":       {bench.QoSResult{}},
 	"reclaim":   {bench.ReclaimResult{}},
 	"cluster":   {bench.ClusterResult{}},
