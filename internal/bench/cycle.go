@@ -352,7 +352,9 @@ func peerCycleSide(name, rootfs string) (*cycleSide, error) {
 		if err != nil {
 			return nil, fmt.Errorf("runsc not installed (gVisor; Debian package runsc): %w", err)
 		}
-		rt = peer.Runtime{Name: name, Path: p}
+		// Its own network stack needs a network namespace set up for it;
+		// the cycle runs without one (loopback only), as dsec's default.
+		rt = peer.Runtime{Name: name, Path: p, ExtraArgs: []string{"--network=none"}}
 	default:
 		var err error
 		if rt, err = peer.Find(name); err != nil {
