@@ -47,8 +47,11 @@ init:
 	sh internal/fncall/build.sh
 	sh internal/vm/agentbin/build.sh
 
+# The commit every `dsec bench --json` reports, also where VCS stamping is off
+# (GOFLAGS=-buildvcs=false); "-dirty" when the tree has changes.
+DSEC_COMMIT ?= $(shell r=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo $$r || echo $$r-dirty; })
 build: init
-	$(GO) build -o bin/dsec ./cmd/dsec
+	$(GO) build -ldflags "-X github.com/dsec-dev/dsec/internal/bench.ldCommit=$(DSEC_COMMIT)" -o bin/dsec ./cmd/dsec
 
 # Every test run is strict: scripts/testreport fails on a skip that is not on
 # .ci/skips.allow (pytest: .ci/pyskips.allow), and the e2e and Python tests drive
