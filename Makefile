@@ -8,7 +8,7 @@
 #   make ui      rebuild the dashboard's front end (ui/ -> ui/dist, committed; npm ci on first run)
 #   make test-ui the dashboard in headless chromium against a real server (screenshots: bin/ui-artifacts/)
 #   make test-unprivileged   the mock-driver suites as nobody (no root, no images)
-#   make demo    setup + build, then bin/dsec demo
+#   make demo    setup-demo (packages + the debian image only) and build, then bin/dsec demo
 #   make bench   build, then the create benchmark (BENCH_COMPARE=crun,runc peers)
 #   make soak    the long chaos soak: SOAK_SANDBOXES (1000) sandboxes x an exec
 #                loop for SOAK_SECONDS (600) against a real server (test/e2e TestChaosSoak)
@@ -47,8 +47,11 @@ init:
 	sh internal/fncall/build.sh
 	sh internal/vm/agentbin/build.sh
 
+# The commit every `dsec bench --json` reports, also where VCS stamping is off
+# (GOFLAGS=-buildvcs=false); "-dirty" when the tree has changes.
+DSEC_COMMIT ?= $(shell r=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo $$r || echo $$r-dirty; })
 build: init
-	$(GO) build -o bin/dsec ./cmd/dsec
+	$(GO) build -ldflags "-X github.com/dsec-dev/dsec/internal/bench.ldCommit=$(DSEC_COMMIT)" -o bin/dsec ./cmd/dsec
 
 # Every test run is strict: scripts/testreport fails on a skip that is not on
 # .ci/skips.allow (pytest: .ci/pyskips.allow), and the e2e and Python tests drive
@@ -62,11 +65,18 @@ test: setup build
 	$(MAKE) test-ui
 	$(MAKE) test-python
 
+# The race-enabled server the E2B and Python suites drive (their scripts fail on a
+# race report or a server exit they did not cause).
+.PHONY: race
+race: build
+	$(GO) build -race -o bin/dsec-race ./cmd/dsec
+
 # The E2B acceptance suite: the pinned, unmodified e2b npm package against a real
-# `dsec server` (bin/dsec), as root; needs node >= 20.18 and npm (npm ci on first run).
+# race-enabled `dsec server` (bin/dsec-race), as root; needs node >= 20.18 and npm
+# (npm ci on first run).
 .PHONY: test-e2b
-test-e2b: build
-	sh test/e2b/run.sh
+test-e2b: race
+	DSEC=$(CURDIR)/bin/dsec-race sh test/e2b/run.sh
 
 # The dashboard's front end: vite + TypeScript in ui/, built into ui/dist, which
 # is committed and embedded in bin/dsec (a machine without Node serves it).
@@ -96,12 +106,21 @@ test-unprivileged: init
 
 # The Python SDK's tests against a real `dsec server` (a -race build), as root.
 .PHONY: test-python
-test-python: build
-	$(GO) build -race -o bin/dsec-race ./cmd/dsec
+test-python: race
 	cd sdk/python && DSEC_BIN=$(CURDIR)/bin/dsec-race $(PYTHON) -m pytest -q -rs --junitxml=$(CURDIR)/bin/pytest.xml tests
 	$(PYTHON) scripts/pyskipcheck.py bin/pytest.xml .ci/pyskips.allow
 
-demo: setup build
+# The demo needs only the debian image and the container backend: setup-demo
+# skips the VM kernel, the judge and desktop images and the browser packages.
+# make demo builds dsec while the image builds (debootstrap waits mostly on
+# the mirror and the disk, the Go build on the CPU).
+.PHONY: setup-demo
+setup-demo:
+	sh scripts/setup.sh demo
+
+demo:
+	sh scripts/setup.sh demo-packages
+	sh scripts/setup.sh demo & setup=$$!; $(MAKE) build; built=$$?; wait $$setup && [ $$built -eq 0 ]
 	bin/dsec demo
 
 bench: setup build
@@ -117,7 +136,7 @@ soak: build
 	DSEC_SOAK_SANDBOXES=$(SOAK_SANDBOXES) DSEC_SOAK_SECONDS=$(SOAK_SECONDS) \
 		$(GO) test -count=1 -timeout 60m -run 'TestChaosSoak$$' -v ./test/e2e
 
-# Go targets (scripts/fuzz.sh), then the C init's and zygote's packet parsers
+# Go targets (scripts/fuzz.sh), then the C parsers (the init's and zygote's packets, the shared EXEC parser)
 # under clang -fsanitize=fuzzer,address,undefined (scripts/cfuzz.sh). make test
 # runs it bounded (fuzz-ci): 300 executions per Go target and 5 s per C harness.
 # The Go budget is a count, not a duration: with a duration, go1.26's fuzz

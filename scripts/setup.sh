@@ -3,6 +3,14 @@
 # default root file system images. Idempotent; run as root. A second run with
 # everything in place does no network access and finishes in well under a second.
 #
+#   sh scripts/setup.sh                 everything (make setup, make test)
+#   sh scripts/setup.sh demo            only what `dsec demo` uses (make demo):
+#                                       the build's packages and the debian
+#                                       image; no VM kernel, judge or desktop
+#                                       image, no browser
+#   sh scripts/setup.sh demo-packages   the demo's packages only (make demo
+#                                       builds dsec while the image builds)
+#
 #   DSEC_IMAGES_DIR   where images live (default /var/lib/dsec/images)
 #   DEBIAN_MIRROR     debootstrap mirror (default http://deb.debian.org/debian)
 set -eu
@@ -17,9 +25,23 @@ SUITE=bookworm
 PRESEED_DIR=/var/lib/dsec/images/.debian-build
 PRESEED_LOG=/tmp/debootstrap.log
 
+MODE=${1:-all}
+case "$MODE" in
+all | demo | demo-packages) ;;
+*)
+	printf 'usage: %s [all|demo|demo-packages]\n' "$0" >&2
+	exit 2
+	;;
+esac
+
+# What `dsec demo` needs: debootstrap for the debian image, a C compiler for
+# the static helpers (make init) and make. The demo's node runs container
+# sandboxes only.
+DEMO_PACKAGES="debootstrap musl-tools gcc make ca-certificates"
 PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-14-dev make iproute2 python3 python3-pytest python3-setuptools python3-pip erofs-utils ca-certificates git qemu-system-x86 qemu-utils e2fsprogs xz-utils"
 # The dashboard's browser tests (test/ui): Debian's chromium, and a font for its screenshots.
 PACKAGES="$PACKAGES chromium fonts-liberation"
+[ "$MODE" = all ] || PACKAGES=$DEMO_PACKAGES
 
 # shellcheck source=scripts/progress.sh
 . "$(dirname "$0")/progress.sh"
@@ -49,6 +71,8 @@ if [ -n "$missing" ]; then
 else
 	log "packages: all present ($(since "$t"))"
 fi
+
+[ "$MODE" = demo-packages ] && exit 0
 
 # ---- images -----------------------------------------------------------------
 mkdir -p "$DSEC_IMAGES_DIR"
@@ -268,6 +292,11 @@ PY
 	log "vm kernel: $pkg ($kver) in $DSEC_VM_DIR in $(since "$t")"
 }
 
+if [ "$MODE" = demo ]; then
+	build_debian
+	log "demo setup done in $(since "$T0") (images in $DSEC_IMAGES_DIR; \`make setup\` builds the rest)"
+	exit 0
+fi
 build_vm_kernel
 build_busybox
 build_debian

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
 	"os"
 	"strings"
@@ -13,10 +13,14 @@ import (
 )
 
 func benchCmd() *cobra.Command {
+	var runCtx context.Context // the running subcommand's, for print's JSON envelope
 	c := &cobra.Command{Use: "bench", Short: "Benchmarks (each starts a private node in a scratch dir)",
-		// Runs draw a progress bar on stderr when it is a terminal.
+		// Runs draw a progress bar on stderr when it is a terminal; the
+		// envelope of the JSON (start time, load average before) opens here.
 		PersistentPreRun: func(cmd *cobra.Command, _ []string) {
-			cmd.SetContext(progress.WithOutput(cmd.Context(), os.Stderr))
+			ctx := progress.WithOutput(cmd.Context(), os.Stderr)
+			runCtx = bench.Start(ctx, cmd.Name(), os.Args[1:])
+			cmd.SetContext(runCtx)
 		}}
 	var asJSON bool
 	var compare string
@@ -32,7 +36,7 @@ func benchCmd() *cobra.Command {
 	var co, eo, do bench.Options
 	print := func(v any, human func()) error {
 		if asJSON {
-			return json.NewEncoder(os.Stdout).Encode(v)
+			return bench.EncodeJSON(runCtx, os.Stdout, v)
 		}
 		human()
 		return nil
@@ -184,9 +188,10 @@ func benchCmd() *cobra.Command {
 	addFlags(fn, &fo, 500, 4)
 	fn.Flags().StringVar(&fLang, "lang", "c", "language: c, c++, go, python3, bash")
 	c.AddCommand(create, exec, ptyc, density, mc, fn)
-	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd(), benchBurstCmd())
+	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd(), benchBurstCmd(), benchCycleCmd())
 	c.AddCommand(benchQoSCmds()...)
 	c.AddCommand(benchClusterCmd())
 	c.AddCommand(benchVMCmd())
+	addBaseline(c)
 	return c
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os"
@@ -26,7 +25,7 @@ func benchBurstCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+				if err := bench.EncodeJSON(cmd.Context(), os.Stdout, r); err != nil {
 					return err
 				}
 			} else {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 
@@ -23,7 +22,7 @@ func benchForkCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(r)
+				return bench.EncodeJSON(cmd.Context(), os.Stdout, r)
 			}
 			fmt.Printf("fork %d children of a parent with %d MB written (load %s → %s)\n", r.Count, r.ParentMB, r.LoadStart, r.LoadEnd)
 			fmt.Printf("  copy of the writable layer %.1f ms (%d MB), fork call %.1f ms, all answered %.1f ms\n",
@@ -57,7 +56,7 @@ func benchCommitCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(r)
+				return bench.EncodeJSON(cmd.Context(), os.Stdout, r)
 			}
 			fmt.Printf("commit of %d MB installed (load %s → %s)\n", r.InstalledMB, r.LoadStart, r.LoadEnd)
 			fmt.Printf("  first commit on the node (builds the base layer once) %.0f ms\n", r.BaseMs)

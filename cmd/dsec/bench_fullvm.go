@@ -1,12 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/bench"
 	"github.com/dsec-dev/dsec/internal/vm/vmbench"
 )
 
@@ -18,7 +18,7 @@ func benchFullVM(cmd *cobra.Command, o vmbench.Options, asJSON bool) error {
 		return err
 	}
 	if asJSON {
-		return json.NewEncoder(os.Stdout).Encode(r)
+		return bench.EncodeJSON(cmd.Context(), os.Stdout, r)
 	}
 	fmt.Printf("acceleration: %s (%s), guest %d MiB\n", r.Accel, r.AccelReason, r.GuestMemMiB)
 	fmt.Printf("create → agent answers         p50 %9.1f ms  p99 %9.1f ms\n", r.CreateAgent.P50ms, r.CreateAgent.P99ms)

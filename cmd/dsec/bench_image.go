@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 
@@ -34,7 +33,7 @@ func benchImageCmd() *cobra.Command {
 			}
 			r, err := bench.Image(cmd.Context(), o)
 			if asJSON {
-				if jerr := json.NewEncoder(os.Stdout).Encode(r); jerr != nil {
+				if jerr := bench.EncodeJSON(cmd.Context(), os.Stdout, r); jerr != nil {
 					return jerr
 				}
 				return err

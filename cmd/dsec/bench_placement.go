@@ -1,12 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/bench"
 	"github.com/dsec-dev/dsec/internal/placement/placebench"
 )
 
@@ -23,7 +23,7 @@ func benchPlacementCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(r)
+				return bench.EncodeJSON(cmd.Context(), os.Stdout, r)
 			}
 			for _, p := range []placebench.Phase{r.Main, r.Rejecting, r.HalfCapacity} {
 				rej := ""

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 
@@ -25,7 +24,7 @@ func benchQoSCmds() []*cobra.Command {
 				return err
 			}
 			if qJSON {
-				return json.NewEncoder(os.Stdout).Encode(r)
+				return bench.EncodeJSON(cmd.Context(), os.Stdout, r)
 			}
 			for _, p := range []struct {
 				name string
@@ -57,7 +56,7 @@ func benchQoSCmds() []*cobra.Command {
 				return err
 			}
 			if rJSON {
-				return json.NewEncoder(os.Stdout).Encode(res)
+				return bench.EncodeJSON(cmd.Context(), os.Stdout, res)
 			}
 			printReclaim(res)
 			return nil

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -25,7 +24,7 @@ func benchTrajCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(r)
+				return bench.EncodeJSON(cmd.Context(), os.Stdout, r)
 			}
 			if to.LogOnly {
 				printTrajLogOnly(r)

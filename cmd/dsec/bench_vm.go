@@ -1,12 +1,12 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/bench"
 	"github.com/dsec-dev/dsec/internal/vm/vmbench"
 )
 
@@ -30,7 +30,7 @@ func benchVMCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(r)
+				return bench.EncodeJSON(cmd.Context(), os.Stdout, r)
 			}
 			fmt.Printf("acceleration: %s (%s)\n", r.Accel, r.AccelReason)
 			fmt.Printf("floor boot            p50 %8.1f ms  p99 %8.1f ms\n", r.Floor.P50ms, r.Floor.P99ms)

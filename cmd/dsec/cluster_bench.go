@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 
@@ -23,7 +22,7 @@ func benchClusterCmd() *cobra.Command {
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(os.Stdout).Encode(r)
+				return bench.EncodeJSON(cmd.Context(), os.Stdout, r)
 			}
 			phases := []bench.ClusterPhase{r.Full, r.Half}
 			if r.BatchPhase != nil {

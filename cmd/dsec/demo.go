@@ -25,7 +25,7 @@ func demoCmd() *cobra.Command {
 	var n int
 	c := &cobra.Command{
 		Use:   "demo",
-		Short: "Start a private node and walk through what dsec does (needs root and `make setup`)",
+		Short: "Start a private node and walk through what dsec does (needs root and the debian image: `make demo`)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runDemo(cmd.Context(), n)
 		},
@@ -44,7 +44,9 @@ func runDemo(ctx context.Context, burst int) error {
 	}
 	defer os.RemoveAll(dir)
 	log, _ := newLogger("warn")
-	d, err := daemon.New(ctx, daemon.Config{DataDir: dir, Logger: log})
+	// The walkthrough uses container sandboxes only: the VM backends stay
+	// out (`make demo` installs no guest kernel or desktop image for them).
+	d, err := daemon.New(ctx, daemon.Config{DataDir: dir, Logger: log, NoMicroVM: true, NoFullVM: true})
 	if err != nil {
 		return err
 	}

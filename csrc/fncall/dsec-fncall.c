@@ -84,21 +84,12 @@
 #include <unistd.h>
 
 #include "../common/fds.h"
+#include "../common/sys.h"
 
 #ifndef SCHED_RESET_ON_FORK
 #define SCHED_RESET_ON_FORK 0x40000000
 #endif
 
-/* Kernel ABI (musl ships no linux/ headers). */
-struct sock_filter {
-	uint16_t code;
-	uint8_t jt, jf;
-	uint32_t k;
-};
-struct sock_fprog {
-	unsigned short len;
-	struct sock_filter *filter;
-};
 #define SECCOMP_SET_MODE_FILTER 1
 
 #define FD_CTL 3
@@ -106,42 +97,14 @@ struct sock_fprog {
 #define FD_CG0 5
 
 #define MAX_SLOTS 256
-#define MAX_FILES 64
-#define MAX_MSG (256 * 1024)
+#define MAX_FILES FNCALL_MAX_FILES
+#define MAX_MSG FNCALL_MAX_MSG
 
 enum { OP_RUN = 1, OP_KILL = 2, OP_PREPARE = 3, OP_STATUS = 4 };
 enum { EV_STARTED = 1, EV_SETUP_ERR = 2, EV_EXEC_ERR = 3, EV_EXIT = 4, EV_REAPED = 5, EV_FATAL = 6, EV_PREPARED = 8,
 	EV_STATUS = 9 };
 #define MAX_VEC (4096 + 4096 + 1 + MAX_FILES + 3)
 enum { F_PROC = 1 };
-
-struct req {
-	uint32_t op;
-	uint32_t slot;
-	uint64_t id;
-	uint32_t uid, gid;
-	uint32_t flags;
-	uint32_t nfiles;
-	uint64_t rl_cpu;   /* seconds; 0: none */
-	uint64_t rl_fsize; /* bytes; 0: none */
-	uint64_t rl_nproc; /* 0: none */
-	uint64_t rl_nofile;
-	uint64_t rl_stack; /* 0: leave */
-	uint64_t tmpfs_size;
-	uint32_t argc, envc;
-	uint32_t strbytes; /* argv, env, cwd, then per file "MODE:NAME", each NUL-terminated */
-	uint32_t pad;
-};
-
-struct ev {
-	uint32_t kind;
-	int32_t err;
-	uint64_t id;
-	int32_t pid;
-	int32_t status;
-	int64_t utime_us, stime_us, maxrss_kb;
-	char msg[80];
-};
 
 static int nslots, ncg;
 static mode_t run_umask; /* the zygote's, which programs get (H uses 0) */
@@ -305,28 +268,14 @@ static void build_root(const char *rootfs, const char *stage)
 		die("remount skeleton read-only");
 }
 
-static void lo_up(void)
-{
-	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		die("socket for lo");
-	struct ifreq ifr;
-	memset(&ifr, 0, sizeof ifr);
-	strcpy(ifr.ifr_name, "lo");
-	if (ioctl(s, SIOCGIFFLAGS, &ifr))
-		die("get lo flags");
-	ifr.ifr_flags |= IFF_UP;
-	if (ioctl(s, SIOCSIFFLAGS, &ifr))
-		die("bring lo up");
-	close(s);
-}
-
 static void make_netns(void)
 {
 	for (int i = 0; i < nslots; i++) {
 		if (unshare(CLONE_NEWNET))
 			die("unshare network namespace");
-		lo_up();
+		const char *step = loopback_up();
+		if (step)
+			die(step);
 		netfd[i] = open("/proc/thread-self/ns/net", O_RDONLY | O_CLOEXEC);
 		if (netfd[i] < 0)
 			die("open network namespace");
@@ -347,20 +296,14 @@ static void pivot(const char *stage)
 
 static void load_seccomp(void)
 {
-	struct stat st;
-	if (fstat(FD_SECCOMP, &st) || st.st_size <= 0 || st.st_size % 8)
+	static struct sock_filter prog[BPF_MAXINSNS_];
+	int n = read_bpf(FD_SECCOMP, prog);
+	if (n <= 0) {
+		errno = n < 0 ? -n : EINVAL;
 		die("seccomp program");
-	struct sock_filter *f = malloc(st.st_size);
-	if (!f)
-		die("malloc");
-	for (off_t off = 0; off < st.st_size;) {
-		ssize_t n = pread(FD_SECCOMP, (char *)f + off, st.st_size - off, off);
-		if (n <= 0)
-			die("read seccomp program");
-		off += n;
 	}
-	seccomp_prog.len = st.st_size / 8;
-	seccomp_prog.filter = f;
+	seccomp_prog.len = (unsigned short)n;
+	seccomp_prog.filter = prog;
 	close(FD_SECCOMP);
 }
 
@@ -452,40 +395,6 @@ static struct run *ready[MAX_SLOTS]; /* the slot's H (prepared, or running a req
 static struct req slot_params[MAX_SLOTS]; /* the namespace parameters of the slot's H */
 static int slot_known[MAX_SLOTS];
 static int fd_req0; /* the slots' request sockets: fd_req0 + slot */
-
-/* exec_path is execvp with the PATH of envp (never the zygote's environ,
- * which P must not touch: it shares the zygote's memory until execve). */
-static int exec_path(char **argv, char **envp)
-{
-	const char *f = argv[0];
-	if (strchr(f, '/')) {
-		syscall(SYS_execve, f, argv, envp);
-		return errno;
-	}
-	const char *path = "/usr/local/bin:/usr/bin:/bin";
-	for (char **e = envp; *e; e++)
-		if (!strncmp(*e, "PATH=", 5))
-			path = *e + 5;
-	int err = ENOENT;
-	char buf[4096];
-	size_t fl = strlen(f);
-	for (const char *p = path;; p++) {
-		const char *z = strchr(p, ':');
-		size_t l = z ? (size_t)(z - p) : strlen(p);
-		if (l + 1 + fl + 1 <= sizeof buf) {
-			memcpy(buf, p, l);
-			buf[l] = '/';
-			memcpy(buf + l + 1, f, fl + 1);
-			syscall(SYS_execve, l ? buf : f, argv, envp);
-			if (errno != ENOENT && errno != ENOTDIR)
-				err = errno;
-		}
-		if (!z)
-			break;
-		p = z;
-	}
-	return err;
-}
 
 static void setup_fail(uint64_t id, const char *what)
 {

@@ -38,7 +38,9 @@
  * client and the protocol description.
  *
  * The build needs no kernel headers (musl-gcc ships none), so the few kernel
- * ABI structures used are declared below.
+ * ABI structures used are declared below. The protocol and child supervision
+ * are shared with the microVM agent (csrc/common/proto.h, super.h), the
+ * system-call helpers with the FnCall zygote too (csrc/common/sys.h).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -68,7 +70,7 @@
 #include <unistd.h>
 
 #include "../common/fds.h"
-#include "../common/proto.h"
+#include "../common/super.h"
 
 /* ---- kernel ABI bits (musl ships no linux headers) ---- */
 
@@ -76,8 +78,8 @@
 #define MODE_FILTER 2 /* SECCOMP_MODE_FILTER */
 struct cap_header { uint32_t version; int pid; };
 struct cap_data { uint32_t effective, permitted, inheritable; };
-struct bpf_insn { uint16_t code; uint8_t jt, jf; uint32_t k; };
-struct bpf_prog { unsigned short len; struct bpf_insn *filter; };
+WIRE_SIZE(struct cap_header, 8); /* capset(2)'s _LINUX_CAPABILITY_VERSION_3 */
+WIRE_SIZE(struct cap_data, 12);
 
 /* new mount API (Linux 5.2); same numbers on every architecture */
 #ifndef SYS_open_tree
@@ -112,11 +114,7 @@ enum { FD_CONFIG = 3, FD_SYNC = 4, FD_STATUS = 5, FD_LISTEN = 6, FD_SECCOMP = 7,
 #define MAX_PACKET (128 * 1024) /* largest request accepted */
 #define MAX_RECORDS 4096        /* exit records kept for tagged processes */
 #define MAX_QUEUE 256           /* queued replies before a client is dropped */
-#define OUT_SIZE (64 * 1024)    /* largest reply packet (PS is chunked) */
-#define MAX_TAG 4096            /* longest tag */
-#define MAX_FIELDS 65536        /* strings per request */
 #define MAX_FDS 8               /* SCM_RIGHTS fds accepted per packet */
-#define DEFAULT_PATH "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 static void logf_(const char *fmt, ...)
 {
@@ -689,22 +687,6 @@ static void write_hosts(const char *hostname)
 	close(fd);
 }
 
-static void loopback_up(void)
-{
-	struct ifreq ifr;
-	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		fail("socket for lo", errno);
-	memset(&ifr, 0, sizeof ifr);
-	strcpy(ifr.ifr_name, "lo");
-	if (ioctl(s, SIOCGIFFLAGS, &ifr))
-		fail("get lo flags", errno);
-	ifr.ifr_flags |= IFF_UP;
-	if (ioctl(s, SIOCSIFFLAGS, &ifr))
-		fail("bring lo up", errno);
-	close(s);
-}
-
 /* drop_caps limits the bounding set and the process sets to keep.
  * The inheritable set is left empty (runc does the same since
  * CVE-2022-29162) so that file inheritable capabilities cannot hand a
@@ -739,26 +721,15 @@ static void drop_caps(unsigned long long keep)
 /* load_seccomp installs the filter from fd 7, if there is one. */
 static void load_seccomp(void)
 {
-	struct stat st;
-	if (fstat(FD_SECCOMP, &st))
-		fail("stat seccomp fd", errno);
-	if (st.st_size == 0)
+	static struct sock_filter insns[BPF_MAXINSNS_];
+	int n = read_bpf(FD_SECCOMP, insns);
+	if (n < 0)
+		fail("read seccomp program", -n);
+	if (n == 0)
 		return;
-	if (st.st_size % sizeof(struct bpf_insn) || st.st_size > 4096 * (off_t)sizeof(struct bpf_insn))
-		fail("seccomp program size", EINVAL);
-	struct bpf_insn *insns = xmalloc(st.st_size);
-	for (off_t off = 0; off < st.st_size;) {
-		ssize_t n = pread(FD_SECCOMP, (char *)insns + off, st.st_size - off, off);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			fail("read seccomp program", n < 0 ? errno : EIO);
-		off += n;
-	}
-	struct bpf_prog prog = {st.st_size / sizeof(struct bpf_insn), insns};
+	struct sock_fprog prog = {(unsigned short)n, insns};
 	if (prctl(PR_SET_SECCOMP, MODE_FILTER, &prog, 0, 0))
 		fail("install seccomp filter", errno);
-	free(insns);
 }
 
 /* write_ping_range lets the groups in range open ICMP datagram sockets
@@ -789,7 +760,9 @@ static void setup(struct config *c, int has_seccomp)
 	write_hosts(c->hostname);
 	if (sethostname(c->hostname, strlen(c->hostname)))
 		fail("sethostname", errno);
-	loopback_up();
+	const char *step = loopback_up();
+	if (step)
+		fail(step, errno);
 	/* KSM opt-in: the flag is inherited across fork and exec by every process
 	 * the init starts. */
 	if (c->ksm && prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0))
@@ -816,8 +789,7 @@ struct proc {
 	char *tag; /* NULL if untagged */
 	int ptm;   /* a tagged process's terminal master, kept for WAIT; -1 if none */
 	int running;
-	int status;
-	long long utime_us, stime_us, maxrss_kb;
+	struct exit_rec exit; /* once it is not running */
 	unsigned long long seq; /* exit order, for evicting old records */
 };
 
@@ -863,28 +835,8 @@ struct state {
 	struct rlimit nofile; /* the limit to restore in children */
 	char *rbuf;           /* receive buffer, MAX_PACKET + 1 bytes */
 	char **fields;        /* split packet, MAX_FIELDS entries */
+	char **vec;           /* an EXEC's argv and envp, MAX_FIELDS + 2 entries */
 };
-
-/* out builds one reply packet. */
-struct out {
-	size_t len;
-	int overflow;
-	char buf[OUT_SIZE];
-};
-
-static void out_add(struct out *o, const char *fmt, ...)
-{
-	va_list ap;
-	size_t room = sizeof o->buf - o->len;
-	va_start(ap, fmt);
-	int n = vsnprintf(o->buf + o->len, room, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n + 1 > room) {
-		o->overflow = 1;
-		return;
-	}
-	o->len += n + 1; /* keep the NUL */
-}
 
 static void conn_send(struct conn *c, const char *data, size_t len)
 {
@@ -942,25 +894,13 @@ static void conn_flush(struct conn *c)
 
 static void send_out(struct conn *c, struct out *o)
 {
-	if (o->overflow) {
-		o->len = 0;
-		o->overflow = 0;
-		out_add(o, "ERROR");
-		out_add(o, "errno=%d", EMSGSIZE);
-		out_add(o, "msg=reply too large");
-	}
+	out_end(o);
 	conn_send(c, o->buf, o->len);
 }
 
 static void send_error(struct conn *c, int err, const char *msg)
 {
-	struct out o;
-	o.len = 0;
-	o.overflow = 0;
-	out_add(&o, "ERROR");
-	out_add(&o, "errno=%d", err);
-	out_add(&o, "msg=%s", msg);
-	send_out(c, &o);
+	send_out(c, out_error(err, NULL, msg));
 }
 
 /* send_fd sends a reply with one fd attached. A new connection's queue is
@@ -983,7 +923,11 @@ static void send_fd(struct conn *c, struct out *o, int fd)
 	cm->cmsg_type = SCM_RIGHTS;
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
-	if (c->dead || o->overflow)
+	if (o->overflow) {
+		send_out(c, o); /* an error now, and no fd to go with it */
+		return;
+	}
+	if (c->dead)
 		return;
 	if (!c->qhead) {
 		ssize_t n;
@@ -999,18 +943,6 @@ static void send_fd(struct conn *c, struct out *o, int fd)
 static void send_simple(struct conn *c, const char *op)
 {
 	conn_send(c, op, strlen(op) + 1);
-}
-
-static void exited_packet(struct out *o, const struct proc *p)
-{
-	o->len = 0;
-	o->overflow = 0;
-	out_add(o, "EXITED");
-	out_add(o, "pid=%d", (int)p->pid);
-	out_add(o, "status=%d", p->status);
-	out_add(o, "utime_us=%lld", p->utime_us);
-	out_add(o, "stime_us=%lld", p->stime_us);
-	out_add(o, "maxrss_kb=%lld", p->maxrss_kb);
 }
 
 static struct proc *find_running(struct state *s, pid_t pid)
@@ -1058,7 +990,7 @@ static void trim_records(struct state *s)
  * the pipe may keep writing). */
 static void pump_read(struct pump *p, int drain)
 {
-	char buf[65536];
+	static char buf[65536]; /* one process, one pump at a time */
 	for (int rounds = 0; rounds < 16; rounds++) {
 		ssize_t n = read(p->in, buf, sizeof buf);
 		if (n < 0 && errno == EINTR)
@@ -1111,35 +1043,27 @@ static void drop_pumps(struct state *s)
 static void reap(struct state *s)
 {
 	struct signalfd_siginfo si;
-	struct out o;
+	struct exit_rec e;
+	pid_t pid;
 
 	while (read(s->sfd, &si, sizeof si) > 0)
 		;
-	for (;;) {
-		int status;
-		struct rusage ru;
-		pid_t pid = wait4(-1, &status, WNOHANG, &ru);
-		if (pid <= 0)
-			break;
+	while ((pid = reap_next(&e))) {
 		struct proc *p = find_running(s, pid);
 		if (!p)
 			continue;
 		p->running = 0;
-		p->status = status;
-		p->utime_us = (long long)ru.ru_utime.tv_sec * 1000000 + ru.ru_utime.tv_usec;
-		p->stime_us = (long long)ru.ru_stime.tv_sec * 1000000 + ru.ru_stime.tv_usec;
-		p->maxrss_kb = ru.ru_maxrss;
+		p->exit = e;
 		/* what it wrote is in its pipes now: log it before the exit */
 		for (int i = 0; i < s->npumps; i++)
 			if (s->pumps[i].pid == pid)
 				pump_read(&s->pumps[i], 1);
-		exited_packet(&o, p);
 		for (int i = 0; i < s->nconns; i++) {
 			struct conn *c = &s->conns[i];
 			if (c->pid != pid)
 				continue;
 			if (c->watching)
-				send_out(c, &o);
+				send_out(c, out_exited(pid, &p->exit));
 			/* the pid may be reused now: never signal it again */
 			c->watching = 0;
 			c->pid = -1;
@@ -1154,25 +1078,11 @@ static void reap(struct state *s)
 	}
 }
 
-/* exec_req is a parsed EXEC request; strings point into the packet. */
-struct exec_req {
-	char **argv, **envp;
-	const char *cwd, *tag, *groups;
-	unsigned long long uid, gid, tty;
-	unsigned long long outcap; /* >0: pump fds 1 and 2 with this cap */
-};
-
-enum { STEP_SETSID, STEP_DUP2, STEP_CTTY, STEP_GROUPS, STEP_GID, STEP_UID, STEP_CHDIR, STEP_EXEC };
-static const char *step_names[] = {"setsid", "dup2", "ioctl TIOCSCTTY", "setgroups", "setresgid",
-				   "setresuid", "chdir", "exec"};
-
-
 /* child_exec runs in the forked child and never returns. Failures are
  * reported as {step, errno} on the close-on-exec pipe ep. */
 static void __attribute__((noreturn))
 child_exec(struct state *s, struct exec_req *r, int fds[3], int ep)
 {
-	int step, err;
 	sigset_t none;
 
 	/* init only ever changes these dispositions */
@@ -1183,64 +1093,13 @@ child_exec(struct state *s, struct exec_req *r, int fds[3], int ep)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setrlimit(RLIMIT_NOFILE, &s->nofile);
-
-	if (setsid() < 0) {
-		step = STEP_SETSID;
-		goto fail;
-	}
-	for (int i = 0; i < 3; i++)
-		if (dup2(fds[i], i) < 0) {
-			step = STEP_DUP2;
-			goto fail;
-		}
-	/* with tty=1 the fds are a terminal's slave: make it the controlling
-	 * terminal of the new session, so ^C and job control work */
-	if (r->tty && ioctl(0, TIOCSCTTY, 0)) {
-		step = STEP_CTTY;
-		goto fail;
-	}
 	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
 	if (fd >= 0) {
 		(void)!write(fd, "0", 1);
 		close(fd);
 	}
-
-	gid_t groups[256];
-	int ngroups = 0;
-	for (const char *g = r->groups; g && *g;) {
-		char *end;
-		unsigned long v = strtoul(g, &end, 10);
-		if (end == g || ngroups == 256 || (*end && *end != ',')) {
-			errno = EINVAL;
-			step = STEP_GROUPS;
-			goto fail;
-		}
-		groups[ngroups++] = v;
-		g = *end ? end + 1 : end;
-	}
-	/* raw syscalls: the process is single-threaded, so musl's all-thread
-	 * synchronization of the set*id wrappers is not needed */
-	if (syscall(SYS_setgroups, ngroups, groups)) {
-		step = STEP_GROUPS;
-		goto fail;
-	}
-	if (syscall(SYS_setresgid, (gid_t)r->gid, (gid_t)r->gid, (gid_t)r->gid)) {
-		step = STEP_GID;
-		goto fail;
-	}
-	if (syscall(SYS_setresuid, (uid_t)r->uid, (uid_t)r->uid, (uid_t)r->uid)) {
-		step = STEP_UID;
-		goto fail;
-	}
-	if (chdir(r->cwd && *r->cwd ? r->cwd : "/")) {
-		step = STEP_CHDIR;
-		goto fail;
-	}
-	exec_path(r->argv, r->envp);
-	step = STEP_EXEC;
-fail:
-	err = errno;
-	int msg[2] = {step, err};
+	int step = exec_steps(r, fds);
+	int msg[2] = {step, errno};
 	(void)!write(ep, msg, sizeof msg);
 	_exit(127);
 }
@@ -1248,7 +1107,6 @@ fail:
 static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds, int nfds)
 {
 	struct exec_req r;
-	int nargs = 0, nenv = 0;
 	char msg[256];
 
 	if (c->pid) {
@@ -1259,71 +1117,20 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 		send_error(c, EINVAL, "EXEC needs 3 fds (4 with a terminal master to keep)");
 		return;
 	}
-	memset(&r, 0, sizeof r);
-	r.argv = xmalloc(sizeof(char *) * (nf + 1));
-	r.envp = xmalloc(sizeof(char *) * (nf + 1));
-	for (int i = 1; i < nf; i++) {
-		char *k = f[i], *v = strchr(k, '=');
-		if (!v) {
-			send_error(c, EINVAL, "field without '='");
-			goto out;
-		}
-		*v++ = 0;
-		if (!strcmp(k, "arg"))
-			r.argv[nargs++] = v;
-		else if (!strcmp(k, "env"))
-			r.envp[nenv++] = v;
-		else if (!strcmp(k, "cwd"))
-			r.cwd = v;
-		else if (!strcmp(k, "tag")) {
-			if (strlen(v) > MAX_TAG) {
-				send_error(c, EINVAL, "tag too long");
-				goto out;
-			}
-			r.tag = *v ? v : NULL;
-		}
-		else if (!strcmp(k, "groups"))
-			r.groups = v;
-		else if (!strcmp(k, "outcap")) {
-			if (parse_uint(v, 1ULL << 50, &r.outcap)) {
-				send_error(c, EINVAL, "bad outcap");
-				goto out;
-			}
-		}
-		else if (!strcmp(k, "uid") || !strcmp(k, "gid")) {
-			if (parse_uint(v, 0xfffffffeULL, k[0] == 'u' ? &r.uid : &r.gid)) {
-				send_error(c, EINVAL, "bad uid or gid");
-				goto out;
-			}
-		} else if (!strcmp(k, "tty")) {
-			if (parse_uint(v, 1, &r.tty)) {
-				send_error(c, EINVAL, "bad tty");
-				goto out;
-			}
-		} else {
-			send_error(c, EINVAL, "unknown EXEC field");
-			goto out;
-		}
-	}
-	r.argv[nargs] = NULL;
-	r.envp[nenv] = NULL;
-	if (!nargs) {
-		send_error(c, EINVAL, "EXEC needs at least one arg");
-		goto out;
+	int err = parse_exec(f, nf, s->vec, 0, &r);
+	if (err) {
+		send_error(c, err, r.err);
+		return;
 	}
 	if (nfds == 4 && (!r.tag || !r.tty)) {
 		send_error(c, EINVAL, "a 4th fd (terminal master) needs tag and tty=1");
-		goto out;
-	}
-	if (r.outcap && r.tty) {
-		send_error(c, EINVAL, "outcap with tty=1: a terminal's output is not pumped by the init");
-		goto out;
+		return;
 	}
 	if (r.tag) {
 		struct proc *old = find_tag(s, r.tag);
 		if (old && old->running) {
 			send_error(c, EEXIST, "tag in use by a running process");
-			goto out;
+			return;
 		}
 		if (old)
 			remove_proc(s, old);
@@ -1342,7 +1149,7 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 					close(pout[i]);
 			}
 			send_error(c, e, strerror(e));
-			goto out;
+			return;
 		}
 		/* the child's ends block, like any stdout */
 		fcntl(pin[1], F_SETFL, 0);
@@ -1385,14 +1192,7 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 		snprintf(msg, sizeof msg, "%s %s: %s", step_names[step],
 			 step == STEP_EXEC ? r.argv[0] : step == STEP_CHDIR && r.cwd ? r.cwd : "",
 			 strerror(err));
-		struct out o;
-		o.len = 0;
-		o.overflow = 0;
-		out_add(&o, "ERROR");
-		out_add(&o, "errno=%d", err);
-		out_add(&o, "msg=%s", msg);
-		out_add(&o, "step=%s", step_names[step]); /* marks a start failure */
-		send_out(c, &o);
+		send_out(c, out_error(err, step_names[step], msg)); /* step= marks a start failure */
 		goto out_pipes;
 	}
 	if (r.outcap) {
@@ -1432,13 +1232,10 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 	}
 	c->pid = pid;
 	c->watching = 1;
-	struct out o;
-	o.len = 0;
-	o.overflow = 0;
-	out_add(&o, "STARTED");
-	out_add(&o, "pid=%d", (int)pid);
-	send_out(c, &o);
-	goto out;
+	struct out *o = out_begin("STARTED");
+	out_add(o, "pid=%d", (int)pid);
+	send_out(c, o);
+	return;
 out_pipes:
 	for (int i = 0; i < 2; i++) {
 		if (pin[i] >= 0)
@@ -1446,9 +1243,6 @@ out_pipes:
 		if (pout[i] >= 0)
 			close(pout[i]);
 	}
-out:
-	free(r.argv);
-	free(r.envp);
 }
 
 
@@ -1456,7 +1250,7 @@ static void do_wait(struct state *s, struct conn *c, char **f, int nf)
 {
 	const char *tag = field(f, nf, "tag");
 	struct proc *p = tag ? find_tag(s, tag) : NULL;
-	struct out o;
+	struct out *o;
 
 	if (!p) {
 		send_error(c, ESRCH, "no such process");
@@ -1468,21 +1262,19 @@ static void do_wait(struct state *s, struct conn *c, char **f, int nf)
 	}
 	if (!p->running) {
 		c->pid = -1;
-		exited_packet(&o, p);
+		o = out_exited(p->pid, &p->exit);
 	} else {
 		c->pid = p->pid;
 		c->watching = 1;
-		o.len = 0;
-		o.overflow = 0;
-		out_add(&o, "RUNNING");
-		out_add(&o, "pid=%d", (int)p->pid);
+		o = out_begin("RUNNING");
+		out_add(o, "pid=%d", (int)p->pid);
 	}
 	if (p->ptm >= 0) {
-		out_add(&o, "tty=1");
-		send_fd(c, &o, p->ptm);
+		out_add(o, "tty=1");
+		send_fd(c, o, p->ptm);
 		return;
 	}
-	send_out(c, &o);
+	send_out(c, o);
 }
 
 
@@ -1509,29 +1301,22 @@ static void do_signal(struct state *s, struct conn *c, char **f, int nf)
 	send_simple(c, "OK");
 }
 
+static void ps_send(void *c, struct out *o)
+{
+	send_out(c, o);
+}
+
 /* do_ps lists tagged processes; replies larger than one packet are split,
  * every packet but the last carrying more=1. */
 static void do_ps(struct state *s, struct conn *c)
 {
-	struct out *o = xmalloc(sizeof *o);
-	o->len = 0;
-	o->overflow = 0;
-	out_add(o, "PS");
+	struct out *o = out_begin("PS");
 	for (int i = 0; i < s->nprocs; i++) {
 		struct proc *p = &s->procs[i];
-		if (!p->tag)
-			continue;
-		/* an entry is at most MAX_TAG + 32 bytes */
-		if (o->len > OUT_SIZE - MAX_TAG - 64) {
-			out_add(o, "more=1");
-			conn_send(c, o->buf, o->len);
-			o->len = 0;
-			out_add(o, "PS");
-		}
-		out_add(o, "proc=%s:%d:%d", p->tag, (int)p->pid, p->running);
+		if (p->tag)
+			out_ps_entry(o, p->tag, p->pid, p->running, ps_send, c);
 	}
 	send_out(c, o);
-	free(o);
 }
 
 /* handle_packet dispatches one request. f[0] is the op. */
@@ -1748,5 +1533,6 @@ int main(int argc, char **argv)
 	}
 	s.rbuf = xmalloc(MAX_PACKET + 1);
 	s.fields = xmalloc(sizeof(char *) * MAX_FIELDS);
+	s.vec = xmalloc(sizeof(char *) * (MAX_FIELDS + 2));
 	serve(&s);
 }

@@ -15,18 +15,7 @@
  * reported through a close-on-exec pipe). EOF on fd 3: the server is gone,
  * exit.
  */
-#define SPAWN_MAXFD 8
-
-struct spawn_req {
-	uint32_t flags; /* clone namespace flags */
-	uint32_t mask;  /* bit i: fd i of the init is attached */
-	char path[4096]; /* NUL-terminated */
-};
-
-struct spawn_ans {
-	int32_t pid;
-	int32_t err;
-};
+/* struct spawn_req and struct spawn_ans: csrc/common/wire.h */
 
 static void spawn_child(const struct spawn_req *rq, const int *fds, int errw)
 {

@@ -29,6 +29,11 @@
  * (sent after it connects) resets every channel: a new host process (after
  * a restart) starts clean and re-attaches tagged processes with WAIT.
  * Processes never die because the host went away.
+ *
+ * The supervisor core is the container init's (csrc/common): the EXEC
+ * parser and its field checks and the reply builder (proto.h), the child's
+ * steps from fork to execve, reaping and EXITED (super.h), exec_path and
+ * loopback_up (sys.h), the frame header's layout (wire.h).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -65,13 +70,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_FIELDS 65536
-#include "../common/proto.h"
+#include "../common/super.h"
 
-#define MAGIC 0xD5EC
-#define HDR 12
-#define MAX_FRAME (256 * 1024)
-#define CHUNK (32 * 1024)
+#define MAGIC FRAME_MAGIC
+#define HDR ((int)sizeof(struct frame_hdr))
+#define MAX_FRAME FRAME_MAX
+#define CHUNK FRAME_CHUNK
 #define MAX_PROCS 4096
 #define MAX_REC 4096
 #define SANDBOX_CG "/sys/fs/cgroup/sandbox"
@@ -313,21 +317,6 @@ static int find_dev(const char *dir, const char *file, const char *want, char *d
 
 static int find_disk(const char *want, char *dev, size_t n) { return find_dev("/sys/block", "serial", want, dev, n, 1); }
 
-static void loopback_up(void)
-{
-	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	struct ifreq ifr;
-	if (s < 0)
-		return;
-	memset(&ifr, 0, sizeof ifr);
-	strcpy(ifr.ifr_name, "lo");
-	if (ioctl(s, SIOCGIFFLAGS, &ifr) == 0) {
-		ifr.ifr_flags |= IFF_UP;
-		ioctl(s, SIOCSIFFLAGS, &ifr);
-	}
-	close(s);
-}
-
 static int port = -1; /* the host's virtio port */
 static int open_port(int wait);
 
@@ -415,7 +404,8 @@ static void setup_root(void)
 	    mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC, "") == 0)
 		mkdir(SANDBOX_CG, 0755);
 	mark("cgroup");
-	loopback_up();
+	if (loopback_up())
+		die("loopback");
 	mark("lo");
 	const char *h = param("dsec.hostname");
 	if (h)
@@ -456,8 +446,7 @@ struct proc {
 	char *tag;
 	char *log[2];    /* the host's log files of a background process (opaque) */
 	int running;
-	int status;
-	struct rusage ru;
+	struct exit_rec exit; /* once it is not running */
 	int out[2];      /* stdout/stderr pipes (read ends), -1 when closed */
 	int in;          /* stdin pipe write end, -1 when closed */
 	int ptm;         /* terminal master, -1 without one */
@@ -539,42 +528,19 @@ static void frame(int type, int stream, uint32_t ch, const void *d, size_t n)
 		flush();
 }
 
-/* packets: an op then key=value strings */
-struct out {
-	char b[64 * 1024];
-	size_t len;
-};
-
-static void out_add(struct out *o, const char *fmt, ...)
+/* replies: csrc/common/proto.h builds them in its one buffer */
+static void send_out(uint32_t ch, struct out *o)
 {
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(o->b + o->len, sizeof o->b - o->len, fmt, ap);
-	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof o->b - o->len)
-		return; /* dropped; callers keep packets small */
-	o->len += (size_t)n + 1;
+	out_end(o);
+	frame(T_REQ, 0, ch, o->buf, o->len);
 }
-
-static void send_out(uint32_t ch, struct out *o) { frame(T_REQ, 0, ch, o->b, o->len); }
 
 static void send_error(uint32_t ch, int err, const char *step, const char *msg)
 {
-	struct out o = {.len = 0};
-	out_add(&o, "ERROR");
-	out_add(&o, "errno=%d", err);
-	if (step)
-		out_add(&o, "step=%s", step);
-	out_add(&o, "msg=%s", msg ? msg : strerror(err));
-	send_out(ch, &o);
+	send_out(ch, out_error(err, step, msg));
 }
 
-static void send_simple(uint32_t ch, const char *op)
-{
-	struct out o = {.len = 0};
-	out_add(&o, "%s", op);
-	send_out(ch, &o);
-}
+static void send_simple(uint32_t ch, const char *op) { send_out(ch, out_begin(op)); }
 
 /* ======================= channels ======================= */
 
@@ -628,23 +594,12 @@ static void close_fd(int *fd)
 	*fd = -1;
 }
 
-static void exited_packet(struct out *o, struct proc *p)
-{
-	o->len = 0;
-	out_add(o, "EXITED");
-	out_add(o, "pid=%d", (int)p->pid);
-	out_add(o, "status=%d", p->status);
-	out_add(o, "utime_us=%lld", (long long)p->ru.ru_utime.tv_sec * 1000000 + p->ru.ru_utime.tv_usec);
-	out_add(o, "stime_us=%lld", (long long)p->ru.ru_stime.tv_sec * 1000000 + p->ru.ru_stime.tv_usec);
-	out_add(o, "maxrss_kb=%ld", p->ru.ru_maxrss);
-}
-
 /* pump reads one chunk of stream s (0 stdout/terminal, 1 stderr) of p and
  * forwards it, applying the output cap. Returns bytes read, 0 at EOF, -1
  * when nothing is ready. */
 static ssize_t pump(struct proc *p, int s)
 {
-	char b[CHUNK];
+	static char b[CHUNK];
 	int *fd = p->ptm >= 0 && s == 0 ? &p->ptm : &p->out[s];
 	if (*fd < 0)
 		return 0;
@@ -725,7 +680,6 @@ static void free_slot(struct proc *p)
 
 static void finish(struct proc *p)
 {
-	struct out o;
 	for (int s = 0; s < 2; s++)
 		while (pump(p, s) > 0)
 			;
@@ -748,8 +702,7 @@ static void finish(struct proc *p)
 	mark("exited");
 	procs_done = first_exit = 1;
 	if (p->ch) {
-		exited_packet(&o, p);
-		send_out(p->ch, &o);
+		send_out(p->ch, out_exited(p->pid, &p->exit));
 		struct chan *c = find_chan(p->ch);
 		if (c)
 			c->idx = -1;
@@ -782,16 +735,14 @@ static void trim_records(void)
 
 static void reap(void)
 {
-	int st;
-	struct rusage ru;
+	struct exit_rec e;
 	pid_t pid;
-	while ((pid = wait4(-1, &st, WNOHANG, &ru)) > 0) {
+	while ((pid = reap_next(&e))) {
 		for (int i = 0; i < nprocs; i++) {
 			struct proc *p = &procs[i];
 			if (p->used && p->running && p->pid == pid) {
 				p->running = 0;
-				p->status = st;
-				p->ru = ru;
+				p->exit = e;
 				finish(p);
 				if (p->tag)
 					trim_records(); /* a new exit record */
@@ -815,22 +766,16 @@ static void nonblock(int fd) { fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOC
  * child's report of a failed step (it shares the agent's memory, and the
  * agent runs again only once the child has exec'd or exited). */
 struct spawn {
-	char **argv, **envp;
-	const char *cwd;
-	int tty, pts, fd[3];
-	uid_t uid;
-	gid_t gid;
-	const gid_t *groups;
-	int ngroups;
+	const struct exec_req *r;
+	int fd[3]; /* with a terminal: its slave three times */
 	volatile int err;
-	const char *volatile step;
+	volatile int step;
 };
 
 /* spawn_child runs in the vfork child: raw system calls only (no libc
  * state is touched: the memory is the agent's), then exec. */
 static void __attribute__((noreturn, noinline)) spawn_child(struct spawn *sp)
 {
-	const char *step = "setsid";
 	struct {
 		void *handler;
 		unsigned long flags;
@@ -844,32 +789,7 @@ static void __attribute__((noreturn, noinline)) spawn_child(struct spawn *sp)
 	 * ignored, so that one goes back to the default here. (Resetting all
 	 * 64 was 64 system calls per exec.) */
 	syscall(SYS_rt_sigaction, SIGPIPE, &dfl, NULL, sizeof dfl.mask);
-	if (syscall(SYS_setsid) < 0)
-		goto fail;
-	if (sp->tty) {
-		step = "tty";
-		if (syscall(SYS_ioctl, sp->pts, TIOCSCTTY, 0) < 0)
-			goto fail;
-		for (int i = 0; i < 3; i++)
-			syscall(SYS_dup2, sp->pts, i);
-	} else
-		for (int i = 0; i < 3; i++)
-			syscall(SYS_dup2, sp->fd[i], i);
-	step = "setgroups";
-	if (syscall(SYS_setgroups, sp->ngroups, sp->groups) < 0)
-		goto fail;
-	step = "setresgid";
-	if (syscall(SYS_setresgid, sp->gid, sp->gid, sp->gid) < 0)
-		goto fail;
-	step = "setresuid";
-	if (syscall(SYS_setresuid, sp->uid, sp->uid, sp->uid) < 0)
-		goto fail;
-	step = "chdir";
-	if (syscall(SYS_chdir, sp->cwd) < 0)
-		goto fail;
-	step = "exec";
-	exec_path(sp->argv, sp->envp);
-fail:
+	int step = exec_steps(sp->r, sp->fd);
 	sp->step = step;
 	sp->err = errno ? errno : EINVAL;
 	_exit(127);
@@ -943,47 +863,19 @@ static pid_t __attribute__((noinline)) spawn(struct spawn *sp, int *in_cg)
 
 static void do_exec(struct chan *c, char **f, int nf)
 {
-	int argc = 0, envc = 0, tty = 0, slot = -1;
-	const char *cwd = "/", *v;
-	unsigned long long uid = 0, gid = 0, u, cols = 80, rows = 24, cap = 0;
-	gid_t groups[256];
-	int ngroups = 0;
-	const char *tag = field(f, nf, "tag");
+	static char **vec; /* argv and envp, MAX_FIELDS + 2 entries */
+	struct exec_req r;
+	int slot = -1;
 
 	mark("exec");
-	for (int i = 1; i < nf; i++) {
-		if (!strncmp(f[i], "arg=", 4))
-			argc++;
-		else if (!strncmp(f[i], "env=", 4))
-			envc++;
-	}
-	if (!argc) {
-		send_error(c->id, EINVAL, NULL, "exec without args");
+	if (!vec)
+		vec = xmalloc(sizeof(char *) * (MAX_FIELDS + 2));
+	int err = parse_exec(f, nf, vec, EXEC_TTYSIZE | EXEC_LOGS, &r);
+	if (err) {
+		send_error(c->id, err, NULL, r.err);
 		return;
 	}
-	if ((v = field(f, nf, "cwd")))
-		cwd = v;
-	if (((v = field(f, nf, "uid")) && parse_uint(v, 0xfffffffeULL, &uid)) ||
-	    ((v = field(f, nf, "gid")) && parse_uint(v, 0xfffffffeULL, &gid)) ||
-	    ((v = field(f, nf, "cols")) && parse_uint(v, 65535, &cols)) ||
-	    ((v = field(f, nf, "rows")) && parse_uint(v, 65535, &rows)) ||
-	    ((v = field(f, nf, "outcap")) && parse_uint(v, 1ULL << 50, &cap))) {
-		send_error(c->id, EINVAL, NULL, "bad number");
-		return;
-	}
-	if ((v = field(f, nf, "groups")) && *v) {
-		char tmp[4096];
-		snprintf(tmp, sizeof tmp, "%s", v);
-		for (char *s = strtok(tmp, ","); s && ngroups < 256; s = strtok(NULL, ",")) {
-			if (parse_uint(s, 0xfffffffeULL, &u)) {
-				send_error(c->id, EINVAL, NULL, "bad groups");
-				return;
-			}
-			groups[ngroups++] = (gid_t)u;
-		}
-	}
-	tty = (v = field(f, nf, "tty")) && !strcmp(v, "1");
-	if (tag && find_tag(tag) >= 0) {
+	if (r.tag && find_tag(r.tag) >= 0) {
 		send_error(c->id, EEXIST, NULL, "tag in use");
 		return;
 	}
@@ -996,20 +888,11 @@ static void do_exec(struct chan *c, char **f, int nf)
 		send_error(c->id, EAGAIN, NULL, "too many processes");
 		return;
 	}
-	char **argv = xmalloc(sizeof(char *) * (size_t)(argc + 1));
-	char **envp = xmalloc(sizeof(char *) * (size_t)(envc + 1));
-	argc = envc = 0;
-	for (int i = 1; i < nf; i++) {
-		if (!strncmp(f[i], "arg=", 4))
-			argv[argc++] = f[i] + 4;
-		else if (!strncmp(f[i], "env=", 4))
-			envp[envc++] = f[i] + 4;
-	}
-	argv[argc] = envp[envc] = NULL;
+	int tty = (int)r.tty;
 
 	int pin[2] = {-1, -1}, pout[2] = {-1, -1}, perr[2] = {-1, -1}, ptm = -1, pts = -1;
 	if (tty) {
-		struct winsize ws = {.ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols};
+		struct winsize ws = {.ws_row = (unsigned short)r.rows, .ws_col = (unsigned short)r.cols};
 		if (openpty(&ptm, &pts, NULL, NULL, &ws) < 0) {
 			send_error(c->id, errno, NULL, "openpty");
 			goto out;
@@ -1019,9 +902,9 @@ static void do_exec(struct chan *c, char **f, int nf)
 		send_error(c->id, errno, NULL, "pipe");
 		goto out;
 	}
-	struct spawn sp = {.argv = argv, .envp = envp, .cwd = cwd, .tty = tty, .pts = pts,
-			   .fd = {pin[0], pout[1], perr[1]}, .uid = (uid_t)uid, .gid = (gid_t)gid,
-			   .groups = groups, .ngroups = ngroups};
+	struct spawn sp = {.r = &r, .fd = {pin[0], pout[1], perr[1]}};
+	if (tty)
+		sp.fd[0] = sp.fd[1] = sp.fd[2] = pts;
 	/* vfork: the agent is suspended until the child has exec'd (or failed),
 	 * and nothing of its address space is copied (a fork's page-table copy
 	 * and copy-on-write faults were most of an exec's cost under TCG). */
@@ -1035,7 +918,7 @@ static void do_exec(struct chan *c, char **f, int nf)
 	if (sp.err) {
 		int e = sp.err;
 		waitpid(pid, NULL, 0);
-		send_error(c->id, e, sp.step, strerror(e));
+		send_error(c->id, e, step_names[sp.step], strerror(e));
 		goto out;
 	}
 	/* Into the sandbox cgroup once it runs the program, if it did not
@@ -1057,12 +940,11 @@ static void do_exec(struct chan *c, char **f, int nf)
 		nprocs = slot + 1;
 	p->pid = pid;
 	p->running = 1;
-	p->tag = tag ? strdup(tag) : NULL;
-	if (tag && (v = field(f, nf, "log1")))
-		p->log[0] = strdup(v);
-	if (tag && (v = field(f, nf, "log2")))
-		p->log[1] = strdup(v);
-	p->cap = (long long)cap;
+	p->tag = r.tag ? strdup(r.tag) : NULL;
+	for (int s = 0; s < 2; s++)
+		if (r.tag && r.log[s])
+			p->log[s] = strdup(r.log[s]);
+	p->cap = (long long)r.outcap;
 	p->seq = ++seq;
 	p->ch = c->id;
 	p->ptm = ptm;
@@ -1081,10 +963,9 @@ static void do_exec(struct chan *c, char **f, int nf)
 	}
 	c->kind = K_PROC;
 	c->idx = slot;
-	struct out o = {.len = 0};
-	out_add(&o, "STARTED");
-	out_add(&o, "pid=%d", (int)pid);
-	send_out(c->id, &o);
+	struct out *o = out_begin("STARTED");
+	out_add(o, "pid=%d", (int)pid);
+	send_out(c->id, o);
 out:
 	close_fd(&pts);
 	close_fd(&ptm);
@@ -1094,23 +975,19 @@ out:
 	close_fd(&pout[1]);
 	close_fd(&perr[0]);
 	close_fd(&perr[1]);
-	free(argv);
-	free(envp);
 }
 
 static void do_wait(struct chan *c, char **f, int nf)
 {
 	const char *tag = field(f, nf, "tag");
 	int i = tag ? find_tag(tag) : -1;
-	struct out o = {.len = 0};
 	if (i < 0) {
 		send_error(c->id, ESRCH, NULL, "no such process");
 		return;
 	}
 	struct proc *p = &procs[i];
 	if (!p->running) {
-		exited_packet(&o, p);
-		send_out(c->id, &o);
+		send_out(c->id, out_exited(p->pid, &p->exit));
 		return;
 	}
 	if (p->ch) {
@@ -1121,14 +998,14 @@ static void do_wait(struct chan *c, char **f, int nf)
 	p->ch = c->id;
 	c->kind = K_PROC;
 	c->idx = i;
-	out_add(&o, "RUNNING");
-	out_add(&o, "pid=%d", (int)p->pid);
+	struct out *o = out_begin("RUNNING");
+	out_add(o, "pid=%d", (int)p->pid);
 	if (p->ptm >= 0)
-		out_add(&o, "tty=1");
+		out_add(o, "tty=1");
 	for (int s = 0; s < 2; s++)
 		if (p->log[s])
-			out_add(&o, "log%d=%s", s + 1, p->log[s]);
-	send_out(c->id, &o);
+			out_add(o, "log%d=%s", s + 1, p->log[s]);
+	send_out(c->id, o);
 }
 
 
@@ -1182,23 +1059,17 @@ static void do_resize(struct chan *c, char **f, int nf)
 	ioctl(procs[c->idx].ptm, TIOCSWINSZ, &ws);
 }
 
+static void ps_send(void *c, struct out *o) { send_out(((struct chan *)c)->id, o); }
+
 static void do_ps(struct chan *c)
 {
-	struct out o = {.len = 0};
-	out_add(&o, "PS");
+	struct out *o = out_begin("PS");
 	for (int i = 0; i < nprocs; i++) {
 		struct proc *p = &procs[i];
-		if (!p->used || !p->tag)
-			continue;
-		if (o.len + strlen(p->tag) + 64 > sizeof o.b - 16) {
-			out_add(&o, "more=1");
-			send_out(c->id, &o);
-			o.len = 0;
-			out_add(&o, "PS");
-		}
-		out_add(&o, "proc=%s:%d:%d", p->tag, (int)p->pid, p->running);
+		if (p->used && p->tag)
+			out_ps_entry(o, p->tag, p->pid, p->running, ps_send, c);
 	}
-	send_out(c->id, &o);
+	send_out(c->id, o);
 }
 
 /* freeze sets the sandbox cgroup's freezer and waits (up to 5 s) until
@@ -1255,7 +1126,7 @@ static void do_dial(struct chan *c, char **f, int nf)
 
 static void dial_read(struct chan *c)
 {
-	char b[CHUNK];
+	static char b[CHUNK];
 	ssize_t n = read(c->fd, b, sizeof b);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
 		return;
@@ -1306,26 +1177,24 @@ static void stat_fields(struct out *o, const char *path, struct stat *st)
 static void reply_stat(uint32_t ch, const char *path)
 {
 	struct stat st;
-	struct out o = {.len = 0};
 	if (lstat(path, &st) < 0) {
 		send_error(ch, errno, NULL, NULL);
 		return;
 	}
-	out_add(&o, "STAT");
-	stat_fields(&o, path, &st);
-	send_out(ch, &o);
+	struct out *o = out_begin("STAT");
+	stat_fields(o, path, &st);
+	send_out(ch, o);
 }
 
 static void do_list(struct chan *c, const char *path)
 {
 	DIR *d = opendir(path);
 	struct dirent *e;
-	struct out o = {.len = 0};
 	if (!d) {
 		send_error(c->id, errno, NULL, NULL);
 		return;
 	}
-	out_add(&o, "LIST");
+	struct out *o = out_begin("LIST");
 	while ((e = readdir(d))) {
 		struct stat st;
 		char l[4096] = "";
@@ -1337,19 +1206,18 @@ static void do_list(struct chan *c, const char *path)
 			ssize_t n = readlinkat(dirfd(d), e->d_name, l, sizeof l - 1);
 			l[n > 0 ? n : 0] = 0;
 		}
-		if (o.len + strlen(e->d_name) + strlen(l) + 128 > sizeof o.b) {
-			out_add(&o, "more=1");
-			send_out(c->id, &o);
-			o.len = 0;
-			out_add(&o, "LIST");
+		if (!out_room(o, strlen(e->d_name) + strlen(l) + 128)) {
+			out_add(o, "more=1");
+			send_out(c->id, o);
+			out_begin("LIST");
 		}
 		/* MODE:SIZE:MTIME:UID:GID:LINKLEN:LINK NAME (the name is last) */
-		out_add(&o, "ent=%u:%lld:%lld.%09ld:%u:%u:%zu:%s%s", (unsigned)st.st_mode, (long long)st.st_size,
+		out_add(o, "ent=%u:%lld:%lld.%09ld:%u:%u:%zu:%s%s", (unsigned)st.st_mode, (long long)st.st_size,
 			(long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, (unsigned)st.st_uid, (unsigned)st.st_gid,
 			strlen(l), l, e->d_name);
 	}
 	closedir(d);
-	send_out(c->id, &o);
+	send_out(c->id, o);
 }
 
 static int mkdir_parents(char *p, mode_t mode)
@@ -1379,7 +1247,6 @@ static void do_read(struct chan *c, const char *path)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
 	struct stat st;
-	struct out o = {.len = 0};
 	if (fd < 0 || fstat(fd, &st) < 0) {
 		send_error(c->id, errno, NULL, NULL);
 		if (fd >= 0)
@@ -1391,10 +1258,10 @@ static void do_read(struct chan *c, const char *path)
 		send_error(c->id, S_ISDIR(st.st_mode) ? EISDIR : EINVAL, NULL, "not a regular file");
 		return;
 	}
-	out_add(&o, "STAT");
-	stat_fields(&o, path, &st);
-	send_out(c->id, &o);
-	char b[CHUNK];
+	struct out *o = out_begin("STAT");
+	stat_fields(o, path, &st);
+	send_out(c->id, o);
+	static char b[CHUNK];
 	ssize_t n;
 	while ((n = read(fd, b, sizeof b)) > 0)
 		frame(T_DATA, 1, c->id, b, (size_t)n);
@@ -1700,7 +1567,7 @@ static void handle_frame(int type, uint32_t ch, char *d, size_t n)
  * died mid-frame). Returns 0 when the host is gone. */
 static int port_read(void)
 {
-	char b[65536];
+	static char b[65536];
 	ssize_t n = read(port, b, sizeof b);
 	if (n == 0)
 		return 0;

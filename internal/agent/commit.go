@@ -9,7 +9,6 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/paths"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -23,9 +22,7 @@ type EnvPacker interface {
 	Pack(ctx context.Context, name string, base images.Image, dirs []string) (api.CommitResult, error)
 }
 
-var _ session.Committer = (*Manager)(nil)
-
-// Commit implements session.Committer (DSec's pack_diff): the sandbox is
+// Commit implements session.Sandboxes (DSec's pack_diff): the sandbox is
 // frozen while its writable layer is copied (without the excluded paths) to
 // DATA_DIR/commits, then the copy is packed into a layer of a new environment
 // and removed. The sandbox runs on unchanged.

@@ -12,7 +12,6 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/paths"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -22,8 +21,6 @@ const DefaultMaxFork = 64
 // forkRole marks a fork snapshot among a sandbox's layers (driver.Layer.Role).
 const forkRole = "fork"
 
-var _ session.Forker = (*Manager)(nil)
-
 func (m *Manager) maxFork() int {
 	if m.cfg.MaxFork > 0 {
 		return m.cfg.MaxFork
@@ -31,7 +28,7 @@ func (m *Manager) maxFork() int {
 	return DefaultMaxFork
 }
 
-// Fork implements session.Forker. The parent is frozen while its writable
+// Fork implements session.Sandboxes. The parent is frozen while its writable
 // layer is copied to DATA_DIR/forks/ID (driver.Snapshotter); then Count children
 // start on the parent's layers plus that copy, each with an empty writable
 // layer. All or nothing: if a child fails, the children made so far are deleted

@@ -80,6 +80,9 @@ type Sweeper interface {
 
 // Manager is the node agent; it implements session.Service.
 type Manager struct {
+	// Unimplemented answers the groups a node agent does not serve (FnCall,
+	// trajectories, nodes, projects, composing images: other parts of a node).
+	session.Unimplemented
 	cfg     Config
 	drivers *driver.Registry
 	log     *slog.Logger
@@ -284,6 +287,11 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		}
 	}
 	info.QoS = m.qosInfo()
+	info.Capabilities = make(map[string][]string)
+	for _, drv := range m.drivers.All() {
+		info.Capabilities[drv.Name()] = capabilities(drv.Capabilities())
+	}
+	info = session.WithServices(info, api.ServiceImages)
 	for _, drv := range m.drivers.All() {
 		if v, ok := drv.(interface {
 			VMInfo(context.Context) *api.VMInfo
@@ -292,6 +300,21 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		}
 	}
 	return info, nil
+}
+
+// capabilities is c as Info reports it (api.Cap*).
+func capabilities(c driver.Capabilities) []string {
+	out := []string{}
+	for _, f := range []struct {
+		on   bool
+		name string
+	}{{c.Pause, api.CapPause}, {c.Fork, api.CapFork}, {c.Commit, api.CapCommit},
+		{c.Screenshot, api.CapScreenshot}, {c.Input, api.CapInput}, {c.TTY, api.CapTTY}} {
+		if f.on {
+			out = append(out, f.name)
+		}
+	}
+	return out
 }
 
 // Node returns this node's name (the one its sandbox IDs carry).

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -239,6 +240,11 @@ func TestMockTTYBadInput(t *testing.T) {
 		wantCode(t, "exec stream with a bad terminal", err, api.CodeInvalidArgument)
 		_, err = m.StartProcess(ctxT(t), sb.ID, req)
 		wantCode(t, "process with a bad terminal", err, api.CodeInvalidArgument)
+	}
+	// Info reports it as data: the mock backend has a terminal, notty none.
+	info, _ := m.Info(ctxT(t))
+	if !slices.Contains(info.Capabilities["mock"], api.CapTTY) || slices.Contains(info.Capabilities["notty"], api.CapTTY) {
+		t.Errorf("Info capabilities %v: want tty for mock only", info.Capabilities)
 	}
 	// A backend without the TTY capability refuses terminals with a 4xx code.
 	plain := create(t, m, api.CreateSandboxRequest{Backend: "notty"})

@@ -5,13 +5,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
-)
-
-var (
-	_ session.Screenshotter = (*Manager)(nil)
-	_ session.InputSender   = (*Manager)(nil)
 )
 
 // displayInst returns sandbox id's running instance when its backend claims
@@ -37,7 +31,7 @@ func (m *Manager) displayInst(id, op string, capable func(driver.Capabilities) b
 	return sb.inst, nil
 }
 
-// Screenshot implements session.Screenshotter (driver.Screenshotter).
+// Screenshot implements session.Display (driver.Screenshotter).
 func (m *Manager) Screenshot(ctx context.Context, id string) ([]byte, error) {
 	inst, err := m.displayInst(id, "take a screenshot", func(c driver.Capabilities) bool { return c.Screenshot })
 	if err != nil {
@@ -50,7 +44,7 @@ func (m *Manager) Screenshot(ctx context.Context, id string) ([]byte, error) {
 	return s.Screenshot(ctx)
 }
 
-// SendInput implements session.InputSender (driver.Input).
+// SendInput implements session.Display (driver.Input).
 func (m *Manager) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
 	inst, err := m.displayInst(id, "take input", func(c driver.Capabilities) bool { return c.Input })
 	if err != nil {

@@ -5,11 +5,8 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
-
-var _ session.UsageReader = (*Manager)(nil)
 
 // cgrouped is an instance whose processes live in one cgroup (the container
 // driver's): its CPU time is read there.
@@ -58,7 +55,7 @@ func (m *Manager) Usage(ids []string, c Counters) []api.SandboxUsage {
 	return out
 }
 
-// SandboxUsage implements session.UsageReader: Usage with AllCounters.
+// SandboxUsage implements session.Resources: Usage with AllCounters.
 func (m *Manager) SandboxUsage(_ context.Context, ids []string) ([]api.SandboxUsage, error) {
 	return m.Usage(ids, AllCounters), nil
 }

@@ -77,7 +77,7 @@ type APIServer struct {
 	Metrics *metrics.Metrics
 	// TokenFile is DATA_DIR/token (written only by the cluster's first API server).
 	TokenFile string
-	svc       *metrics.Service
+	svc       session.Service
 	tracing   *tracing.Provider
 	log       *slog.Logger
 	http      *http.Server
@@ -92,6 +92,7 @@ type APIServer struct {
 	fnEng    *placement.Engine
 	envs     *envstore.Store
 	cl       *metrics.Cluster
+	base     Cluster // the router with the cluster's environments: every front end's base service
 }
 
 // New starts an API server's background work (watches, placement refresh)
@@ -258,7 +259,8 @@ func (a *APIServer) startRouter(context.Context) (lifecycle.Close, error) {
 			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret, Tracer: a.tracing})
 		},
 	})
-	a.Projects = project.NewGuard(a.Router, a.projects, a.log)
+	a.base = Cluster{Router: a.Router, Envs: &Images{Store: a.envs, Router: a.Router}}
+	a.Projects = project.NewGuard(a.base, a.projects, a.log)
 	return func(context.Context) error { return a.Router.Close() }, nil
 }
 
@@ -276,21 +278,18 @@ func (a *APIServer) startQuotaReconciler(context.Context) (lifecycle.Close, erro
 }
 
 func (a *APIServer) startFrontEnds(context.Context) (lifecycle.Close, error) {
-	osvc := a.services()
-	imgs := &Images{Store: a.envs, Router: a.Router}
-	a.Server = server.New(osvc, server.Options{Projects: a.Projects, Logger: a.log, FnCall: a.svc,
-		Images: imgs, ImageManager: imgs,
-		TrajectoryAPI: a.Router, StepHTTP: a.Router}) // tagged steps are logged on their sandbox's node
-	a.E2B = newE2B(a.bg, osvc, adminToken(a.Tokens), a.cfg.Secret, a.log)
+	svc := a.services()
+	// Tagged steps are logged on their sandbox's node.
+	a.Server = server.New(svc, server.Options{Projects: a.Projects, Logger: a.log, StepsDownstream: true})
+	a.E2B = newE2B(a.bg, svc, adminToken(a.Tokens), a.cfg.Secret, a.log)
 	return func(context.Context) error { return a.E2B.Close() }, nil
 }
 
-// services composes the API tier's session decorators: the front ends call
-// the router through the project guard, the metrics decorator and the
-// cluster observer.
-func (a *APIServer) services() observed {
-	a.svc = a.Metrics.Wrap(a.Projects, a.tracing, a.Router)
-	return observed{Service: a.svc, rt: a.Router, batch: a.Projects, cl: a.cl}
+// services composes the API tier's session interceptors: every front end
+// calls the router through metrics, the batch counter and the project guard.
+func (a *APIServer) services() session.Service {
+	a.svc = session.Chain(a.base, a.Metrics.Interceptor(a.tracing), countBatches(a.cl), a.Projects.Interceptor())
+	return a.svc
 }
 
 // QuotaReconcilerTask is the election (cluster.RunElected) whose leader runs
@@ -309,8 +308,11 @@ func adminToken(toks *cluster.Tokens) func(string) bool {
 // Serve serves the /v1 API, GET /metrics and the dashboard (Handler) on l
 // until Shutdown.
 func (a *APIServer) Serve(l net.Listener) error {
-	a.http = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
-	err := a.http.Serve(l)
+	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 30 * time.Second}
+	a.mu.Lock() // Shutdown reads it from another goroutine
+	a.http = srv
+	a.mu.Unlock()
+	err := srv.Serve(l)
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -321,8 +323,11 @@ func (a *APIServer) Serve(l net.Listener) error {
 // reverse order.
 func (a *APIServer) Shutdown(ctx context.Context) error {
 	var err error
-	if a.http != nil {
-		err = a.http.Shutdown(ctx)
+	a.mu.Lock()
+	hs := a.http
+	a.mu.Unlock()
+	if hs != nil {
+		err = hs.Shutdown(ctx)
 	}
 	a.mu.Lock()
 	for _, s := range a.extra {

@@ -176,7 +176,7 @@ func (r *Router) createOn(ctx context.Context, node string, req api.CreateSandbo
 	return svc.Create(ctx, req)
 }
 
-// CreateBatch implements server.BatchCreator: every sandbox or none. The whole
+// CreateBatch implements session.Service: every sandbox or none. The whole
 // batch is placed first (nothing is created when it does not fit), then each
 // node admits its share; if any sandbox fails for good, every sandbox the batch
 // created is deleted again and the first failure is returned.

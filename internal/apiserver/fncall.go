@@ -6,7 +6,6 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/placement"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -42,7 +41,7 @@ func (s FnCallSource) Snapshot(ctx context.Context) ([]placement.Node, error) {
 	return out, nil
 }
 
-// FnCall implements session.FnCaller (see above).
+// FnCall implements session.FnCalls (see above).
 func (r *Router) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	eng := r.cfg.FnCalls
 	if eng == nil {
@@ -78,11 +77,7 @@ func (r *Router) fnCallOn(ctx context.Context, node string, req api.FnCallReques
 	if err != nil {
 		return api.FnCallResult{}, err
 	}
-	fc, ok := svc.(session.FnCaller)
-	if !ok {
-		return api.FnCallResult{}, errdefs.New(api.CodeNotImplemented, "fncall is not available on node %s", node)
-	}
-	return fc.FnCall(ctx, req)
+	return svc.FnCall(ctx, req)
 }
 
 // fnCallAnyReady runs req on some ready node (a router without a FnCall

@@ -14,7 +14,7 @@ import (
 
 // fnNode is a node serving FnCalls: it refuses beyond max at once.
 type fnNode struct {
-	session.Service
+	session.Unimplemented
 	name  string
 	max   int
 	mu    sync.Mutex

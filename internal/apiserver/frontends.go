@@ -6,9 +6,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
-	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/session"
-	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // The other front ends over the router, as `dsec server` serves them over its
@@ -26,14 +24,7 @@ func newE2B(ctx context.Context, svc session.Service, authorize func(string) boo
 	return h
 }
 
-// fnCalls runs SandboxFusion's FnCalls through the metrics decorator (counted
-// like /v1's), which places them on nodes with FnCall pools (the router).
-type fnCalls struct{ *metrics.Service }
-
-func (f fnCalls) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
-	return f.FnCall(ctx, req)
-}
-
 func (a *APIServer) sandboxFusion() *sandboxfusion.Handler {
-	return sandboxfusion.New(fnCalls{a.svc}, sandboxfusion.Options{Logger: a.log})
+	return sandboxfusion.New(a.svc, // counted like /v1's; the router places them on nodes with FnCall pools
+		sandboxfusion.Options{Logger: a.log})
 }

@@ -9,14 +9,12 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/placement"
-	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Images serves /v1/images in a cluster (server.ImageLister and
-// server.ImageManager): environments and the layer index live in etcd
+// Images serves /v1/images in a cluster (session.Images): environments and the layer index live in etcd
 // (envstore.EtcdState), so a compose through any API server serves every
 // node; the layer accounting (mounted, fetched, cache hits, sandboxes) is each
 // node's own, asked of every ready node and summed.
@@ -25,10 +23,31 @@ type Images struct {
 	Router *Router
 }
 
-var (
-	_ server.ImageLister  = (*Images)(nil)
-	_ server.ImageManager = (*Images)(nil)
-)
+var _ session.Images = (*Images)(nil)
+
+// Cluster is the API tier's base session service: the router, with the
+// image group served by Images (environments in etcd, accounting from the
+// nodes).
+type Cluster struct {
+	*Router
+	Envs *Images
+}
+
+var _ session.Service = Cluster{}
+
+func (c Cluster) Images(ctx context.Context) ([]api.Image, error) { return c.Envs.Images(ctx) }
+func (c Cluster) Image(ctx context.Context, name string) (api.Image, error) {
+	return c.Envs.Image(ctx, name)
+}
+func (c Cluster) Compose(ctx context.Context, req api.ComposeImageRequest) (api.Image, error) {
+	return c.Envs.Compose(ctx, req)
+}
+func (c Cluster) RemoveImage(ctx context.Context, name string) error {
+	return c.Envs.RemoveImage(ctx, name)
+}
+func (c Cluster) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error) {
+	return c.Envs.RecordImage(ctx, name)
+}
 
 // envView is environment name as etcd has it, without node accounting.
 func (im *Images) envView(ctx context.Context, name string) (api.Image, error) {
@@ -39,7 +58,7 @@ func (im *Images) envView(ctx context.Context, name string) (api.Image, error) {
 	return img.View(nil, false), nil
 }
 
-// Images implements server.ImageLister: every live node's images (directory
+// Images implements session.Service: every live node's images (directory
 // images and environments) merged by name with each node's accounting
 // (Router.Images), and every environment in etcd that no node has used yet.
 func (im *Images) Images(ctx context.Context) ([]api.Image, error) {
@@ -67,7 +86,7 @@ func (im *Images) Images(ctx context.Context) ([]api.Image, error) {
 	return out, nil
 }
 
-// Image implements server.ImageLister: the image as the nodes describe it,
+// Image implements session.Service: the image as the nodes describe it,
 // accounting merged; an environment no node has used comes from etcd.
 func (im *Images) Image(ctx context.Context, name string) (api.Image, error) {
 	v, err := im.Router.Image(ctx, name)
@@ -81,7 +100,7 @@ func (im *Images) Image(ctx context.Context, name string) (api.Image, error) {
 	return api.Image{}, errdefs.NotFound("no image or environment named %q in the cluster", name)
 }
 
-// Compose implements server.ImageManager: the environment is written to etcd
+// Compose implements session.Service: the environment is written to etcd
 // (its layers checked in the cluster's blob store), for every node at once.
 func (im *Images) Compose(ctx context.Context, req api.ComposeImageRequest) (api.Image, error) {
 	if _, err := im.Store.Compose(ctx, req.Name, req.Base, req.Toolkits, req.Workspace); err != nil {
@@ -90,14 +109,14 @@ func (im *Images) Compose(ctx context.Context, req api.ComposeImageRequest) (api
 	return im.envView(ctx, req.Name)
 }
 
-// RemoveImage implements server.ImageManager: refused while a sandbox on any
+// RemoveImage implements session.Service: refused while a sandbox on any
 // node uses the environment (the nodes' marks in etcd, checked in the same
 // transaction as the delete).
 func (im *Images) RemoveImage(ctx context.Context, name string) error {
 	return im.Store.Remove(ctx, name)
 }
 
-// RecordImage implements server.ImageManager: the chunks read on a node whose
+// RecordImage implements session.Service: the chunks read on a node whose
 // sandboxes used the environment become its prefetch lists; nodes are asked
 // in turn until one has read it.
 func (im *Images) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error) {
@@ -109,13 +128,12 @@ func (im *Images) RecordImage(ctx context.Context, name string) ([]api.RecordedL
 		if n.State == placement.StateLost {
 			continue
 		}
-		rec, ok := im.Router.client(n).(noderpc.ImageRecorder)
-		if !ok {
-			continue
-		}
-		out, err := rec.RecordImage(ctx, name)
+		out, err := im.Router.client(n).RecordImage(ctx, name)
 		if err == nil {
 			return out, nil
+		}
+		if errdefs.Is(err, api.CodeNotImplemented) { // a node that does not record
+			continue
 		}
 		last = fmt.Errorf("node %s: %w", n.Name, err)
 		if !errdefs.Is(err, api.CodeConflict) {

@@ -43,5 +43,8 @@ func (r *Router) Info(ctx context.Context) (api.Info, error) {
 		return api.Info{}, err
 	}
 	info.Node = "apiserver (via " + name + ")"
-	return info, nil
+	// The router's own groups: the node's trajectories and images are asked
+	// of every node, FnCalls placed on one.
+	info.Services = nil
+	return session.WithServices(info, api.ServiceFnCall, api.ServiceImages, api.ServiceNodes, api.ServiceTrajectories), nil
 }

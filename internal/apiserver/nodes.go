@@ -15,7 +15,7 @@ type Drainer interface {
 	SetDrain(ctx context.Context, node string, drain bool) error
 }
 
-// ListNodes implements server.NodeAdmin.
+// ListNodes implements session.Service.
 func (r *Router) ListNodes(ctx context.Context) ([]api.Node, error) {
 	ns := r.cfg.Nodes.Nodes()
 	out := make([]api.Node, len(ns))
@@ -25,7 +25,7 @@ func (r *Router) ListNodes(ctx context.Context) ([]api.Node, error) {
 	return out, nil
 }
 
-// SetDrain implements server.NodeAdmin.
+// SetDrain implements session.Service.
 func (r *Router) SetDrain(ctx context.Context, node string, drain bool) error {
 	if r.cfg.Drainer == nil {
 		return errNoNodes
@@ -77,7 +77,7 @@ func (a nodeAdmin) RemoveNode(ctx context.Context, node string) (api.RemoveNodeR
 	return out, a.Forget(ctx, node)
 }
 
-// RemoveNode implements server.NodeAdmin: a lost node leaves the cluster (see
+// RemoveNode implements session.Service: a lost node leaves the cluster (see
 // nodeAdmin.RemoveNode); its sandboxes are reported gone.
 func (r *Router) RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error) {
 	rm, ok := r.cfg.Drainer.(nodeRemover)

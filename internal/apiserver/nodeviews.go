@@ -13,13 +13,6 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// imageLister is a node service that lists its images (a noderpc.Client).
-type imageLister interface {
-	Images(ctx context.Context) ([]api.Image, error)
-}
-
-var _ session.UsageReader = (*Router)(nil)
-
 // fanOut runs f on every node that is not lost, in parallel, and returns the
 // answers by node in nodes' order; the first node that fails fails the call,
 // so an answer is never silently short (lost nodes are left out: their
@@ -53,17 +46,13 @@ func fanOut[T any](ctx context.Context, r *Router, nodes []cluster.NodeStatus, w
 	return out, names, nil
 }
 
-// Images implements server.ImageLister: every live node's images merged by
+// Images: every live node's images merged by
 // name, with each node's copy in Nodes (nodes in name order).
 func (r *Router) Images(ctx context.Context) ([]api.Image, error) {
 	nodes := r.cfg.Nodes.Nodes()
 	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
 	lists, names, err := fanOut(ctx, r, nodes, "images", func(ctx context.Context, _ string, svc session.Service) ([]api.Image, error) {
-		il, ok := svc.(imageLister)
-		if !ok {
-			return nil, errdefs.New(api.CodeNotImplemented, "the node does not list images")
-		}
-		return il.Images(ctx)
+		return svc.Images(ctx)
 	})
 	if err != nil {
 		return nil, err
@@ -114,7 +103,7 @@ func mergeImages(lists [][]api.Image, names []string) []api.Image {
 	return out
 }
 
-// Image implements server.ImageLister: one image as Images merges it.
+// Image implements session.Service: one image as Images merges it.
 func (r *Router) Image(ctx context.Context, name string) (api.Image, error) {
 	imgs, err := r.Images(ctx)
 	if err != nil {
@@ -128,7 +117,7 @@ func (r *Router) Image(ctx context.Context, name string) (api.Image, error) {
 	return api.Image{}, errdefs.NotFound("image %q is on no node of the cluster", name)
 }
 
-// SandboxUsage implements session.UsageReader: each sandbox's use as its node
+// SandboxUsage: each sandbox's use as its node
 // reads it. With ids, each node is asked for its own (IDs of no node of the
 // cluster, or of a lost one, are left out); without, every live node for all
 // of its sandboxes.
@@ -157,11 +146,7 @@ func (r *Router) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxU
 		}
 	}
 	lists, _, err := fanOut(ctx, r, nodes, "usage", func(ctx context.Context, node string, svc session.Service) ([]api.SandboxUsage, error) {
-		ur, ok := svc.(session.UsageReader)
-		if !ok {
-			return nil, errdefs.New(api.CodeNotImplemented, "the node does not report sandbox usage")
-		}
-		return ur.SandboxUsage(ctx, byNode[node])
+		return svc.SandboxUsage(ctx, byNode[node])
 	})
 	if err != nil {
 		return nil, err

@@ -14,7 +14,6 @@ import (
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/placement"
-	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/ui"
@@ -41,58 +40,28 @@ func (nopObserver) Placed(string, time.Duration, error) {}
 func (nopObserver) Rejected(string, error)              {}
 func (nopObserver) Replaced(string)                     {}
 
-// observed is the metrics decorator over the router, keeping the router's
-// batch creates (counted as creates) and node administration, which the
-// decorator does not pass on.
-type observed struct {
-	*metrics.Service
-	rt    *Router
-	batch server.BatchCreator // the router behind the project guard
-	cl    *metrics.Cluster
+// batches is the interceptor that counts the cluster's batch creates
+// (metrics.Cluster.Batch); the API tier's chain puts it above the project
+// guard.
+type batches struct {
+	session.Service
+	cl *metrics.Cluster
 }
 
-var (
-	_ server.BatchCreator = observed{}
-	_ server.NodeAdmin    = observed{}
-
-	_ session.Screenshotter = observed{}
-	_ session.InputSender   = observed{}
-)
-
-// Screenshot implements session.Screenshotter: a FullVM sandbox's display,
-// from its node.
-func (o observed) Screenshot(ctx context.Context, id string) ([]byte, error) {
-	return o.rt.Screenshot(ctx, id)
+// countBatches returns the batches interceptor over cl.
+func countBatches(cl *metrics.Cluster) session.Interceptor {
+	return func(next session.Service) session.Service { return batches{Service: next, cl: cl} }
 }
 
-// SendInput implements session.InputSender.
-func (o observed) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
-	return o.rt.SendInput(ctx, id, req)
-}
-
-// CreateBatch implements server.BatchCreator.
-func (o observed) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
+func (b batches) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
 	t0 := time.Now()
-	out, err := o.batch.CreateBatch(ctx, reqs)
+	out, err := b.Service.CreateBatch(ctx, reqs)
 	backend := ""
 	if len(reqs) > 0 {
 		backend = reqs[0].Backend
 	}
-	o.cl.Batch(backend, len(reqs), time.Since(t0), err)
+	b.cl.Batch(backend, len(reqs), time.Since(t0), err)
 	return out, err
-}
-
-// ListNodes implements server.NodeAdmin.
-func (o observed) ListNodes(ctx context.Context) ([]api.Node, error) { return o.rt.ListNodes(ctx) }
-
-// SetDrain implements server.NodeAdmin.
-func (o observed) SetDrain(ctx context.Context, node string, drain bool) error {
-	return o.rt.SetDrain(ctx, node, drain)
-}
-
-// RemoveNode implements server.NodeAdmin.
-func (o observed) RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error) {
-	return o.rt.RemoveNode(ctx, node)
 }
 
 // newMetrics returns the API tier's registry: the session decorator's and
@@ -138,7 +107,7 @@ func (a *APIServer) Handler() http.Handler {
 	mux := http.NewServeMux()
 	rates := ui.NewRates(0, 0)
 	mux.Handle(ui.Prefix, ui.New(ui.Options{Authorize: adminToken(a.Tokens), Service: a.svc, Nodes: watcherNodes{a.Watcher},
-		Rates: rates, Usage: a.Router, Logger: a.log}))
+		Rates: rates, Usage: a.Router.SandboxUsage, Logger: a.log}))
 	mux.Handle("GET "+MetricsPath, a.guard(adminToken(a.Tokens), a.Metrics.Handler()))
 	sf := a.guard(a.Tokens.Match, a.sandboxFusion()) // FnCalls only: any project's token
 	for _, p := range sandboxfusion.Routes() {

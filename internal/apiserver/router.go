@@ -64,10 +64,13 @@ type RouterConfig struct {
 	Logger *slog.Logger
 }
 
-// Router is the cluster's session.Service (see the package doc). It also
-// implements session.Forker, Committer, Networker, QoS and FnCaller by
-// forwarding to the owning node, and server.BatchCreator.
+// Router is the cluster's session.Service (see the package doc): it forwards
+// each sandbox's calls to its owning node, places creates (one or a batch) and
+// FnCalls, and serves the nodes and trajectory groups across the nodes.
 type Router struct {
+	// Unimplemented answers the groups a router does not serve (projects: the
+	// guard above it; composing images: Cluster).
+	session.Unimplemented
 	cfg    RouterConfig
 	log    *slog.Logger
 	tracer trace.Tracer
@@ -82,18 +85,7 @@ type nodeClient struct {
 	svc  session.Service
 }
 
-var (
-	_ session.Service   = (*Router)(nil)
-	_ session.Forker    = (*Router)(nil)
-	_ session.Committer = (*Router)(nil)
-	_ session.Networker = (*Router)(nil)
-	_ session.QoS       = (*Router)(nil)
-	_ session.FnCaller  = (*Router)(nil)
-
-	_ session.Screenshotter = (*Router)(nil)
-	_ session.InputSender   = (*Router)(nil)
-	_ session.HTTPDoer      = (*Router)(nil)
-)
+var _ session.Service = (*Router)(nil)
 
 // NewRouter returns a router.
 func NewRouter(cfg RouterConfig) *Router {
@@ -218,20 +210,6 @@ func blocking[T any](ctx context.Context, r *Router, id string, f func(context.C
 	return v, err
 }
 
-// capability asserts the owning node's service has the optional interface I.
-func capability[I any](r *Router, id, what string) (I, error) {
-	var zero I
-	svc, err := r.route(id)
-	if err != nil {
-		return zero, err
-	}
-	c, ok := svc.(I)
-	if !ok {
-		return zero, errdefs.New(api.CodeNotImplemented, "%s is not available on the node of sandbox %s", what, id)
-	}
-	return c, nil
-}
-
 func (r *Router) Get(ctx context.Context, id string) (api.Sandbox, error) {
 	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.Sandbox, error) { return s.Get(ctx, id) })
 }
@@ -302,77 +280,40 @@ func (r *Router) Dial(ctx context.Context, id string, port int) (net.Conn, error
 	return on(r, id, func(s session.Service) (net.Conn, error) { return s.Dial(ctx, id, port) })
 }
 
-// Fork implements session.Forker: the children live on the parent's node.
+// Fork: the children live on the parent's node.
 func (r *Router) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
-	f, err := capability[session.Forker](r, id, "fork")
-	if err != nil {
-		return api.ForkResult{}, err
-	}
-	return f.Fork(ctx, id, req)
+	return on(r, id, func(s session.Service) (api.ForkResult, error) { return s.Fork(ctx, id, req) })
 }
 
-// Commit implements session.Committer.
 func (r *Router) Commit(ctx context.Context, id string, req api.CommitRequest) (api.CommitResult, error) {
-	c, err := capability[session.Committer](r, id, "commit")
-	if err != nil {
-		return api.CommitResult{}, err
-	}
-	return c.Commit(ctx, id, req)
+	return on(r, id, func(s session.Service) (api.CommitResult, error) { return s.Commit(ctx, id, req) })
 }
 
-// SetNetwork implements session.Networker.
 func (r *Router) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
-	n, err := capability[session.Networker](r, id, "network policy")
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	return n.SetNetwork(ctx, id, p)
+	return on(r, id, func(s session.Service) (api.Sandbox, error) { return s.SetNetwork(ctx, id, p) })
 }
 
-// PauseWith implements session.QoS.
 func (r *Router) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
-	q, err := capability[session.QoS](r, id, "pause with reclaim")
-	if err != nil {
-		return api.PauseResponse{}, err
-	}
-	return q.PauseWith(ctx, id, req)
+	return on(r, id, func(s session.Service) (api.PauseResponse, error) { return s.PauseWith(ctx, id, req) })
 }
 
-// SetCPUClass implements session.QoS.
 func (r *Router) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
-	q, err := capability[session.QoS](r, id, "CPU classes")
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	return q.SetCPUClass(ctx, id, class)
+	return on(r, id, func(s session.Service) (api.Sandbox, error) { return s.SetCPUClass(ctx, id, class) })
 }
 
-// Screenshot implements session.Screenshotter: the owning node's display.
+// Screenshot: the owning node's display.
 func (r *Router) Screenshot(ctx context.Context, id string) ([]byte, error) {
-	sc, err := capability[session.Screenshotter](r, id, "screenshots")
-	if err != nil {
-		return nil, err
-	}
-	return sc.Screenshot(ctx, id)
+	return on(r, id, func(s session.Service) ([]byte, error) { return s.Screenshot(ctx, id) })
 }
 
-// SendInput implements session.InputSender.
 func (r *Router) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
-	in, err := capability[session.InputSender](r, id, "input")
-	if err != nil {
-		return api.InputResult{}, err
-	}
-	return in.SendInput(ctx, id, req)
+	return on(r, id, func(s session.Service) (api.InputResult, error) { return s.SendInput(ctx, id, req) })
 }
 
-// HTTP implements session.HTTPDoer: a trajectory-tagged proxy request goes to
+// HTTP: a trajectory-tagged proxy request goes to
 // the sandbox's node, whose trajectory decorator logs or replays it.
 func (r *Router) HTTP(ctx context.Context, id string, port int, req session.HTTPRequest) (session.HTTPResponse, error) {
 	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (session.HTTPResponse, error) {
-		d, ok := s.(session.HTTPDoer)
-		if !ok {
-			return session.HTTPResponse{}, errdefs.New(api.CodeNotImplemented, "HTTP steps are not available on the node of sandbox %s", id)
-		}
-		return d.HTTP(ctx, id, port, req)
+		return s.HTTP(ctx, id, port, req)
 	})
 }

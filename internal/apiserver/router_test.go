@@ -19,10 +19,10 @@ import (
 // fakeNode is a node's session service that only creates, gets, deletes and
 // lists, admitting at most max sandboxes.
 type fakeNode struct {
-	session.Service // nil: other calls panic
-	name            string
-	max             int
-	fail            bool // every create fails with internal
+	session.Unimplemented // other calls: not_implemented
+	name                  string
+	max                   int
+	fail                  bool // every create fails with internal
 
 	mu        sync.Mutex
 	sbs       map[string]api.Sandbox

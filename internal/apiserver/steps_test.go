@@ -57,7 +57,7 @@ func TestTaggedStepsThroughTheAPIServer(t *testing.T) {
 	}
 	r := NewRouter(RouterConfig{Nodes: g.view, Engine: g.engine,
 		Dial: func(n cluster.NodeStatus) session.Service { return sn[n.Name] }})
-	srv := httptest.NewServer(server.New(r, server.Options{Token: "tok", TrajectoryAPI: r, StepHTTP: r}).Handler())
+	srv := httptest.NewServer(server.New(r, server.Options{Token: "tok", StepsDownstream: true}).Handler())
 	defer srv.Close()
 	do := func(method, path, body string, n int) (*http.Response, string) {
 		t.Helper()

@@ -86,7 +86,7 @@ func TestCreateSpanTree(t *testing.T) {
 	}})
 	t.Cleanup(func() { rt.Close() })
 	m := metrics.New(metrics.Options{NoProcess: true, Backends: []string{mock.Name}, DefaultBackend: mock.Name})
-	srv := server.New(m.Wrap(rt, tp, rt), server.Options{Token: "t"})
+	srv := server.New(m.Wrap(rt, tp), server.Options{Token: "t"})
 	hs := httptest.NewServer(tracing.Middleware(tp, srv.Route, srv.Handler()))
 	t.Cleanup(hs.Close)
 

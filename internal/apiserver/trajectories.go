@@ -6,7 +6,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/placement"
-	"github.com/dsec-dev/dsec/internal/trajectory"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -18,25 +18,23 @@ import (
 // its trajectories cannot be read: a trajectory no reachable node has answers
 // node_lost if some node is lost, not_found otherwise.
 
-var _ trajectory.API = (*Router)(nil)
+var _ session.Trajectories = (*Router)(nil)
 
 // trajNodes returns the trajectory API of every node that is not lost, and
 // the names of the lost ones.
-func (r *Router) trajNodes() (apis []trajectory.API, names []string, lost []string) {
+func (r *Router) trajNodes() (apis []session.Trajectories, names []string, lost []string) {
 	for _, n := range r.cfg.Nodes.Nodes() {
 		if n.State == placement.StateLost {
 			lost = append(lost, n.Name)
 			continue
 		}
-		if t, ok := r.client(n).(trajectory.API); ok {
-			apis = append(apis, t)
-			names = append(names, n.Name)
-		}
+		apis = append(apis, r.client(n))
+		names = append(names, n.Name)
 	}
 	return apis, names, lost
 }
 
-// ListTrajectories implements trajectory.API: every reachable node's
+// ListTrajectories implements session.Trajectories: every reachable node's
 // trajectories (a node that fails to answer fails the list).
 func (r *Router) ListTrajectories(ctx context.Context) ([]api.Trajectory, error) {
 	apis, names, _ := r.trajNodes()
@@ -53,6 +51,9 @@ func (r *Router) ListTrajectories(ctx context.Context) ([]api.Trajectory, error)
 	wg.Wait()
 	out := []api.Trajectory{}
 	for i := range apis {
+		if errdefs.Is(errs[i], api.CodeNotImplemented) { // a node without a trajectory log
+			continue
+		}
 		if errs[i] != nil {
 			return nil, errdefs.Wrap(errdefs.CodeOf(errs[i]), errs[i], "trajectories of node %s", names[i])
 		}
@@ -62,12 +63,12 @@ func (r *Router) ListTrajectories(ctx context.Context) ([]api.Trajectory, error)
 }
 
 // findTrajectory runs f on the node that has trajectory id.
-func findTrajectory[T any](ctx context.Context, r *Router, id string, f func(context.Context, trajectory.API) (T, error)) (T, error) {
+func findTrajectory[T any](ctx context.Context, r *Router, id string, f func(context.Context, session.Trajectories) (T, error)) (T, error) {
 	var zero T
 	apis, _, lost := r.trajNodes()
 	for _, t := range apis {
 		if _, err := t.GetTrajectory(ctx, id); err != nil {
-			if errdefs.Is(err, api.CodeNotFound) {
+			if errdefs.Is(err, api.CodeNotFound) || errdefs.Is(err, api.CodeNotImplemented) {
 				continue
 			}
 			return zero, err
@@ -80,25 +81,25 @@ func findTrajectory[T any](ctx context.Context, r *Router, id string, f func(con
 	return zero, errdefs.NotFound("trajectory %q not found", id)
 }
 
-// GetTrajectory implements trajectory.API.
+// GetTrajectory implements session.Trajectories.
 func (r *Router) GetTrajectory(ctx context.Context, id string) (api.Trajectory, error) {
-	return findTrajectory(ctx, r, id, func(ctx context.Context, t trajectory.API) (api.Trajectory, error) {
+	return findTrajectory(ctx, r, id, func(ctx context.Context, t session.Trajectories) (api.Trajectory, error) {
 		return t.GetTrajectory(ctx, id)
 	})
 }
 
-// DeleteTrajectory implements trajectory.API.
+// DeleteTrajectory implements session.Trajectories.
 func (r *Router) DeleteTrajectory(ctx context.Context, id string) error {
-	_, err := findTrajectory(ctx, r, id, func(ctx context.Context, t trajectory.API) (struct{}, error) {
+	_, err := findTrajectory(ctx, r, id, func(ctx context.Context, t session.Trajectories) (struct{}, error) {
 		return struct{}{}, t.DeleteTrajectory(ctx, id)
 	})
 	return err
 }
 
-// RebuildTrajectory implements trajectory.API: the node that keeps the
+// RebuildTrajectory implements session.Trajectories: the node that keeps the
 // trajectory creates the replacement sandbox.
 func (r *Router) RebuildTrajectory(ctx context.Context, id string) (api.RebuildResponse, error) {
-	return findTrajectory(ctx, r, id, func(ctx context.Context, t trajectory.API) (api.RebuildResponse, error) {
+	return findTrajectory(ctx, r, id, func(ctx context.Context, t session.Trajectories) (api.RebuildResponse, error) {
 		return t.RebuildTrajectory(ctx, id)
 	})
 }

@@ -249,15 +249,7 @@ const clusterNote = "All in one process, on loopback. Client: `parallel` gorouti
 	"cpu_ms_per_create is the process's user+system CPU for the phase over its creates (all four parts together)."
 
 // loadAvg is the 1-minute load average (0 when unknown).
-func loadAvg() float64 {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return 0
-	}
-	var l float64
-	_, _ = fmt.Sscan(string(b), &l)
-	return l
-}
+func loadAvg() float64 { return loadAvg3()[0] }
 
 // cpuTime is the process's user+system CPU time so far.
 func cpuTime() time.Duration {

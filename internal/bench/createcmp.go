@@ -12,7 +12,6 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
-	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/peer"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -94,11 +93,7 @@ func CreateCompare(ctx context.Context, o CompareOptions) (CompareResult, error)
 	if o.Logger == nil {
 		o.Logger = func(string, ...any) {}
 	}
-	imagesDir := os.Getenv("DSEC_IMAGES_DIR")
-	if imagesDir == "" {
-		imagesDir = daemon.DefaultImagesDir
-	}
-	img, err := (&images.Store{Dir: imagesDir}).Resolve(o.Image)
+	img, err := resolveImage(o.Image)
 	if err != nil {
 		return CompareResult{}, err
 	}

@@ -139,9 +139,9 @@ type ImageResult struct {
 
 // ImageTargets are issue 3's targets, checked on the result.
 type ImageTargets struct {
-	FetchedUnder10pct bool `json:"fetched_fraction_le_0.10"`
+	FetchedUnder10pct bool `json:"fetched_fraction_le_0_10"`
 	Speedup5x         bool `json:"speedup_ge_5"`
-	CreateWithin10pct bool `json:"create_ratio_ge_0.90"`
+	CreateWithin10pct bool `json:"create_ratio_ge_0_90"`
 }
 
 // finish derives the summary fields from the two cold runs and the create rates.

@@ -10,9 +10,13 @@ import (
 	"time"
 )
 
-// Latencies summarises a set of durations.
+// Latencies summarises a set of durations: the shared latency figures of
+// every bench's JSON.
 type Latencies struct {
-	P50ms, P99ms, Maxms float64
+	Minms float64 `json:"min_ms"`
+	P50ms float64 `json:"p50_ms"`
+	P99ms float64 `json:"p99_ms"`
+	Maxms float64 `json:"max_ms"`
 }
 
 func summarize(ds []time.Duration) Latencies {
@@ -28,7 +32,7 @@ func summarize(ds []time.Duration) Latencies {
 		}
 		return ms(s[i])
 	}
-	return Latencies{P50ms: pct(0.50), P99ms: pct(0.99), Maxms: ms(s[len(s)-1])}
+	return Latencies{Minms: ms(s[0]), P50ms: pct(0.50), P99ms: pct(0.99), Maxms: ms(s[len(s)-1])}
 }
 
 func ms(d time.Duration) float64 { return math.Round(float64(d.Microseconds())) / 1000 }

@@ -11,7 +11,7 @@ func TestSummarize(t *testing.T) {
 		ds = append(ds, time.Duration(i)*time.Millisecond)
 	}
 	l := summarize(ds)
-	if l.P50ms != 50 || l.P99ms != 99 || l.Maxms != 100 {
+	if l.Minms != 1 || l.P50ms != 50 || l.P99ms != 99 || l.Maxms != 100 {
 		t.Fatalf("got %+v", l)
 	}
 	if summarize(nil) != (Latencies{}) {

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -262,6 +263,13 @@ func TestHostPidsLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The shell's complaint about a failed fork is the sign the limit was hit.
+	out, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +282,17 @@ func TestHostPidsLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdin.Write([]byte("go\n"))
-	time.Sleep(300 * time.Millisecond)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, _ := os.ReadFile(out.Name())
+		if strings.Contains(strings.ToLower(string(b)), "fork") {
+			t.Logf("the shell hit the limit: %s", strings.TrimSpace(string(b)))
+			break
+		}
+		if time.Now().After(deadline) {
+			pids, _ := g.Procs()
+			t.Fatalf("no fork refused within 10 s (processes %v, output %q)", pids, b)
+		}
+	}
 	pids, err := g.Procs()
 	if err != nil || len(pids) > 3 {
 		t.Fatalf("Procs = %v, %v; want at most 3", pids, err)

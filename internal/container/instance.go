@@ -66,14 +66,12 @@ func (in *instance) watch() {
 	if err != nil {
 		return
 	}
-	first := true
-	_ = rc.Read(func(uintptr) bool {
-		if first {
-			first = false
-			return false // wait for readability
-		}
-		return true
-	})
+	// Each call looks at the pidfd itself. RawRead resets the poller's
+	// readiness before the first call, so an exit the poller saw before
+	// then (an init killed right after Start returned, or already dead when
+	// the pidfd was registered) leaves no edge to wait for: a wait without
+	// this look never ends, and the init stays a zombie nobody reaps.
+	_ = rc.Read(func(fd uintptr) bool { return pidfdExited(int(fd)) })
 	if in.child {
 		var ws unix.WaitStatus
 		for {
@@ -82,6 +80,19 @@ func (in *instance) watch() {
 				break
 			}
 		}
+	}
+}
+
+// pidfdExited reports whether the process of pidfd fd has exited (the pidfd
+// is readable), without waiting.
+func pidfdExited(fd int) bool {
+	for {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && n > 0 && pfd[0].Revents != 0
 	}
 }
 

@@ -1,6 +1,8 @@
 package deptest
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -85,5 +87,53 @@ func TestPath(t *testing.T) {
 	}
 	if g.Path("x/y", Under("x")) != nil {
 		t.Fatal("a package matched itself")
+	}
+}
+
+// TestFrontEndsCallTheContract: no front end probes the session service with a
+// type assertion; the contract has every method and answers not_implemented
+// for what an implementation lacks.
+func TestFrontEndsCallTheContract(t *testing.T) {
+	found, err := SessionAssertions("../server", "../frontend", "../ui")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range found {
+		t.Errorf("%s: %s probes the session service; call the contract and map not_implemented", a.Pos, a.Expr)
+	}
+}
+
+// TestSessionAssertionsFinds: the check finds each form of probe.
+func TestSessionAssertionsFinds(t *testing.T) {
+	dir := t.TempDir()
+	src := `package p
+
+import "example.com/session"
+
+type admin interface{ Nodes() }
+
+func f(svc any, s struct{ svc any }, w any) {
+	_, _ = svc.(session.Forker)
+	_, _ = s.svc.(admin)
+	_, _ = w.(interface{ Flush() })
+	switch svc.(type) {
+	}
+	_, _ = w.(error)
+}
+`
+	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	found, err := SessionAssertions(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, a := range found {
+		got = append(got, a.Expr)
+	}
+	want := "svc.(session.Forker) s.svc.(admin) w.(interface{...}) svc.(type)"
+	if strings.Join(got, " ") != want {
+		t.Errorf("found %q, want %q", strings.Join(got, " "), want)
 	}
 }

@@ -623,6 +623,16 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 		}
 		s.prep, s.prepZ = sp, z
 	}
+	// A run whose context ended before its request goes out never starts.
+	// Once sent, the request is the slot's helper's to take, and a prepared
+	// helper (real-time while it waits) takes it and starts the program
+	// before the zygote gets to the kill sent after it.
+	if ctx.Err() != nil {
+		unix.Close(outW)
+		unix.Close(errW)
+		p.release(s)
+		return canceledUnstarted(), nil
+	}
 	t0 := time.Now()
 	ch, err := z.start(r, fds)
 	unix.Close(outW)
@@ -759,6 +769,13 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 		return res, errdefs.Internal(fmt.Errorf("sandbox helper ended with %v before the program", status), "fncall run")
 	}
 	return res, nil
+}
+
+// canceledUnstarted is the result of a run canceled before its program
+// started: what the zygote reports for a request it dropped from the queue
+// (killed "canceled", SIGKILL), nothing run.
+func canceledUnstarted() Result {
+	return Result{Killed: "canceled", ExitCode: -1, Signal: syscall.SIGKILL}
 }
 
 // trace logs a line the zygote's helper sent about run id (only with

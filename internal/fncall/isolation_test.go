@@ -2,8 +2,11 @@ package fncall
 
 import (
 	"context"
+	"os"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,26 +98,74 @@ func TestNothingVisibleToTheNextRun(t *testing.T) {
 	wg.Wait()
 }
 
+// procsNamed returns the host pids of the processes whose name (comm) is name.
+func procsNamed(name string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/comm"); err == nil && strings.TrimSpace(string(b)) == name {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// waitProcsNamed waits up to d for at least n processes named name and returns
+// their pids; it fails the test if there are fewer by then.
+func waitProcsNamed(t *testing.T, name string, n int, d time.Duration) []int {
+	t.Helper()
+	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if pids := procsNamed(name); len(pids) >= n {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("fewer than %d processes named %s within %s", n, name, d)
+		}
+	}
+}
+
+// uniqueName is a process name (at most 15 bytes) no other test run uses.
+func uniqueName(prefix string) string {
+	return prefix + strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+}
+
 // TestConcurrentRunsIsolated: while one run holds files, processes and an
-// abstract unix socket, another sees none of them.
+// abstract unix socket, another sees none of them. The holder names itself once
+// it holds everything (the test sees the name in the host's /proc) and holds
+// until the test, done probing, sends it SIGUSR1.
 func TestConcurrentRunsIsolated(t *testing.T) {
 	e := testEngine(t)
-	holder := `#include <stdio.h>
+	name := uniqueName("dsechold")
+	holder := `#include <signal.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+static volatile sig_atomic_t done;
+static void on_usr1(int sig) { (void)sig; done = 1; }
 int main(void) {
+	sigset_t usr1, old;
+	sigemptyset(&usr1); sigaddset(&usr1, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &usr1, &old);
+	struct sigaction sa = {.sa_handler = on_usr1}; sigaction(SIGUSR1, &sa, NULL);
 	FILE *f = fopen("/w/secret", "w"); fputs("s", f); fclose(f);
 	int s = socket(AF_UNIX, SOCK_STREAM, 0);
 	struct sockaddr_un a = {.sun_family = AF_UNIX}; memcpy(a.sun_path, "\0dsec-probe", 11);
 	if (bind(s, (struct sockaddr *)&a, sizeof(sa_family_t) + 11) || listen(s, 1)) { puts("bind failed"); return 1; }
 	if (fork() == 0) { sleep(30); return 0; }
-	sleep(3);
+	prctl(PR_SET_NAME, "HOLDERNAME");
+	while (!done) sigsuspend(&old);
 	puts("held");
 	return 0;
 }
 `
+	holder = strings.Replace(holder, "HOLDERNAME", name, 1)
 	probe := `#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -134,27 +185,36 @@ int main(void) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		res := mustCall(t, e, cCall(holder, "", api.FnCallLimits{WallTimeMs: 10000}))
+		res := mustCall(t, e, cCall(holder, "", api.FnCallLimits{WallTimeMs: 60000}))
 		if res.Verdict != api.VerdictAccepted || res.Tests[0].Stdout != "held\n" {
 			t.Errorf("holder: %+v", res.Tests[0])
 		}
 	}()
 	mustCall(t, e, cCall(probe, "", api.FnCallLimits{})) // compile while the holder starts
-	time.Sleep(500 * time.Millisecond)
+	pids := waitProcsNamed(t, name, 1, 30*time.Second)
 	for range 8 {
 		res := mustCall(t, e, cCall(probe, "", api.FnCallLimits{}))
 		if res.Verdict != api.VerdictAccepted || res.Tests[0].Stdout != "clean\n" {
 			t.Errorf("probe: %+v", res.Tests[0])
 		}
 	}
+	if now := procsNamed(name); len(now) == 0 {
+		t.Errorf("the holder ended before the probes were done")
+	}
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, syscall.SIGUSR1)
+	}
 	wg.Wait()
 }
 
-// TestForkBombContained: a fork bomb hits its own limits; runs beside it are
-// accepted.
+// TestForkBombContained: a fork bomb hits its own limits; runs beside it, while
+// it forks (its processes seen in the host's /proc), are accepted.
 func TestForkBombContained(t *testing.T) {
 	e := testEngine(t)
-	bomb := cCall("#include <unistd.h>\nint main(void){for(;;)fork();}\n", "", api.FnCallLimits{CPUTimeMs: 1000, WallTimeMs: 3000, Processes: 32})
+	name := uniqueName("dsecbomb")
+	const limit = 32
+	bomb := cCall("#include <sys/prctl.h>\n#include <unistd.h>\nint main(void){prctl(PR_SET_NAME, \""+name+"\");for(;;)fork();}\n",
+		"", api.FnCallLimits{CPUTimeMs: 1000, WallTimeMs: 3000, Processes: limit})
 	hello := cCall("#include <stdio.h>\nint main(void){puts(\"ok\");return 0;}\n", "", api.FnCallLimits{})
 	want := "ok\n"
 	hello.Tests[0].ExpectedOutput = &want
@@ -168,11 +228,21 @@ func TestForkBombContained(t *testing.T) {
 			t.Errorf("bomb: %s %+v", res.Verdict, res.Tests[0])
 		}
 	}()
-	time.Sleep(300 * time.Millisecond)
+	// The bomb has forked past a few processes; never past its limit.
+	waitProcsNamed(t, name, 8, 30*time.Second)
+	beside := 0
 	for range 10 {
+		if n := len(procsNamed(name)); n > limit {
+			t.Errorf("%d bomb processes, limit %d", n, limit)
+		} else if n > 0 {
+			beside++
+		}
 		if res := mustCall(t, e, hello); res.Verdict != api.VerdictAccepted {
 			t.Errorf("neighbour of the bomb: %+v", res.Tests[0])
 		}
+	}
+	if beside == 0 {
+		t.Errorf("no neighbour started while the bomb ran")
 	}
 	wg.Wait()
 }

@@ -222,6 +222,32 @@ func TestRunCanceledWhileQueued(t *testing.T) {
 	}
 }
 
+// TestRunCanceledBeforeSend: a run whose context ended before its request
+// went out never starts, also when its slot's helper is prepared and waits
+// for the request (real-time: it takes a request the moment it arrives,
+// ahead of the zygote handling a kill sent after it). The slot serves the
+// next run.
+func TestRunCanceledBeforeSend(t *testing.T) {
+	e, p := smallEngine(t, 1)
+	if r, err := e.Run(context.Background(), quickSpec("/bin/true")); err != nil || r.ExitCode != 0 {
+		t.Fatalf("first run: %+v, %v", r, err)
+	}
+	spec := quickSpec("/bin/sh", "-c", "echo ran") // the first run's sandbox parameters
+	for i := range 20 {
+		assertIdle(t, e, p, 1) // the slot's helper waits in recvmsg
+		s := <-p.free
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		r, err := bounded(t, "canceled run", func() (Result, error) { return e.runOn(ctx, p, s, spec) })
+		if r.Killed != "canceled" || r.Exited || len(r.Stdout) != 0 || err != nil {
+			t.Fatalf("try %d: run canceled before it was sent: %+v (stdout %q), %v; want killed \"canceled\", never started", i, r, r.Stdout, err)
+		}
+	}
+	if r, err := e.Run(context.Background(), quickSpec("/bin/echo", "after")); err != nil || string(r.Stdout) != "after\n" {
+		t.Errorf("run after the cancellations: %+v, %v", r, err)
+	}
+}
+
 // TestHelperSetupFailure: when a slot's helper cannot set up its sandbox (here:
 // the slot's uid is one no tmpfs or fs uid accepts), the run waiting for it
 // gets an infrastructure error naming the failed step; the slot recovers for

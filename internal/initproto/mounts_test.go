@@ -280,8 +280,14 @@ func TestSysfsOutlivesUnmount(t *testing.T) {
 	if !held {
 		t.Fatalf("init holds no fd of the sysfs network namespace %d", pinned.Ino)
 	}
-	time.Sleep(200 * time.Millisecond) // namespace teardown is asynchronous
-	if r := s.sh(t, "ls /sys/class/net"); r.stdout != "lo\n" {
-		t.Fatalf("class/net after unmount: %q %q", r.stdout, r.stderr)
+	// namespace teardown is asynchronous
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		r := s.sh(t, "ls /sys/class/net")
+		if r.stdout == "lo\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("class/net 10 s after unmount: %q %q", r.stdout, r.stderr)
+		}
 	}
 }

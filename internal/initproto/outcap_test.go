@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -40,22 +41,64 @@ func TestOutputCapBoundsAFlood(t *testing.T) {
 	s := newSandbox(t, nil)
 	const limit = 1 << 20
 	c, out, errp := runCapped(t, s, "yes >&2 & exec yes", limit)
-	time.Sleep(2 * time.Second)
 	marker := fmt.Sprintf("\n[dsec: output truncated after %d bytes]\n", limit)
-	for _, p := range []string{out, errp} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(b) != limit+len(marker) || !strings.HasSuffix(string(b), marker) || !strings.HasPrefix(string(b), "y\ny\n") {
-			t.Fatalf("%s: %d bytes, ends %q", filepath.Base(p), len(b), b[max(0, len(b)-80):])
+	check := func() {
+		t.Helper()
+		for _, p := range []string{out, errp} {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(b) != limit+len(marker) || !strings.HasSuffix(string(b), marker) || !strings.HasPrefix(string(b), "y\ny\n") {
+				t.Fatalf("%s: %d bytes, ends %q", filepath.Base(p), len(b), b[max(0, len(b)-80):])
+			}
 		}
 	}
-	// still running, i.e. not blocked on a full pipe: it has used CPU
-	r := s.sh(t, "cat /proc/[0-9]*/stat | grep '(yes)' | wc -l")
-	if strings.TrimSpace(r.stdout) != "2" {
-		t.Fatalf("yes processes: %q", r.stdout)
+	// both logs reach the cap and end with the marker
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		o, _ := os.ReadFile(out)
+		e, _ := os.ReadFile(errp)
+		if strings.HasSuffix(string(o), marker) && strings.HasSuffix(string(e), marker) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no marker in both logs within 30 s: %d and %d bytes", len(o), len(e))
+		}
 	}
+	check()
+	// both yes still run, i.e. are not blocked on a full pipe: they use CPU
+	// (a further 0.2 s between them), and the logs stay at the cap meanwhile
+	cpu := func() (n int, ticks int) {
+		t.Helper()
+		r := s.sh(t, "cat /proc/[0-9]*/stat | grep '(yes)'")
+		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			f := strings.Fields(l)
+			if len(f) < 15 {
+				continue
+			}
+			u, _ := strconv.Atoi(f[13])
+			k, _ := strconv.Atoi(f[14])
+			n, ticks = n+1, ticks+u+k
+		}
+		return n, ticks
+	}
+	n0, t0 := cpu()
+	if n0 != 2 {
+		t.Fatalf("%d yes processes, want 2", n0)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		n, ticks := cpu()
+		if n != 2 {
+			t.Fatalf("%d yes processes, want 2", n)
+		}
+		if ticks >= t0+20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the yes processes used %d CPU ticks in 30 s: blocked on a full pipe?", ticks-t0)
+		}
+	}
+	check()
 	if err := c.Kill(int(syscall.SIGKILL)); err != nil {
 		t.Fatal(err)
 	}

@@ -95,10 +95,10 @@ func TestNoPrivileges(t *testing.T) {
 	if r := s.sh(t, "cat /proc/kcore | wc -c"); strings.TrimSpace(r.stdout) != "0" {
 		t.Fatalf("/proc/kcore not masked: %q", r.stdout)
 	}
-	// root's capability sets are exactly DefaultCaps; NoNewPrivs set
+	// root's capability sets are exactly the pinned set; NoNewPrivs set
 	r := s.sh(t, "grep -E '^(Cap|NoNewPrivs)' /proc/self/status")
 	want := fmt.Sprintf("CapInh:\t%016x\nCapPrm:\t%016x\nCapEff:\t%016x\nCapBnd:\t%016x\nCapAmb:\t%016x\nNoNewPrivs:\t1\n",
-		0, DefaultCaps(), DefaultCaps(), DefaultCaps(), 0)
+		0, uint64(pinnedCapsHex), uint64(pinnedCapsHex), uint64(pinnedCapsHex), 0)
 	if r.stdout != want {
 		t.Fatalf("status:\n%s\nwant:\n%s", r.stdout, want)
 	}

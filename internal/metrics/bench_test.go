@@ -192,7 +192,7 @@ func BenchmarkExecDecorator(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		exec func(context.Context, string, api.ExecRequest) (api.ExecResult, error)
-	}{{"bare", node.Exec}, {"metrics", m.Wrap(node, nil, nil).Exec}} {
+	}{{"bare", node.Exec}, {"metrics", m.Wrap(node, nil).Exec}} {
 		b.Run(c.name, func(b *testing.B) {
 			for b.Loop() {
 				if _, err := c.exec(ctx, sb.ID, req); err != nil {

@@ -18,42 +18,34 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Service is the metrics decorator: a session.Service (and FnCaller, Forker,
-// Committer, Networker and QoS, passed on to the inner service, which answers
-// not_implemented where it lacks them) that counts every operation's errors by
-// code, creates and execs with their latency, and FnCall verdicts, and opens
-// the session span of creates and execs. The daemon puts it right above the
-// node (below the trajectory log), so every front end is counted the same way
-// and a replayed step, which runs nothing, is not counted as an exec.
+// Service is the metrics decorator, a session.Service interceptor: it counts
+// every operation's errors by code, creates and execs with their latency, and
+// FnCall verdicts, and opens the session span of creates and execs. Every
+// role puts it right above its base service (below the trajectory log, see
+// session.Chain), so every front end is counted the same way and a replayed
+// step, which runs nothing, is not counted as an exec. The methods it does
+// not count pass through to the embedded inner Service.
 type Service struct {
-	inner  session.Service
-	m      *Metrics
-	tracer trace.Tracer
-	traced bool // tracer may record (tracing.Recording)
-	// FnCall runs FnCalls (nil: the inner service, if it is a session.FnCaller).
-	fnCall session.FnCaller
+	session.Service // the inner service
+	m               *Metrics
+	tracer          trace.Tracer
+	traced          bool // tracer may record (tracing.Recording)
 }
 
-var (
-	_ session.Service   = (*Service)(nil)
-	_ session.FnCaller  = (*Service)(nil)
-	_ session.Forker    = (*Service)(nil)
-	_ session.Committer = (*Service)(nil)
-	_ session.Networker = (*Service)(nil)
-	_ session.QoS       = (*Service)(nil)
-)
+var _ session.Service = (*Service)(nil)
 
-// Wrap returns inner counted into m, with session spans from tp (nil: none)
-// and FnCalls run by fc (nil: inner's own, if it has them).
-func (m *Metrics) Wrap(inner session.Service, tp trace.TracerProvider, fc session.FnCaller) *Service {
+// Wrap returns inner counted into m, with session spans from tp (nil: none).
+func (m *Metrics) Wrap(inner session.Service, tp trace.TracerProvider) *Service {
 	if tp == nil {
 		tp = noop.NewTracerProvider()
 	}
-	if fc == nil {
-		fc, _ = inner.(session.FnCaller)
-	}
-	return &Service{inner: inner, m: m, tracer: tp.Tracer("github.com/dsec-dev/dsec/internal/session"), fnCall: fc,
+	return &Service{Service: inner, m: m, tracer: tp.Tracer("github.com/dsec-dev/dsec/internal/session"),
 		traced: tracing.Recording(tp)}
+}
+
+// Interceptor is Wrap as a session.Interceptor (for session.Chain).
+func (m *Metrics) Interceptor(tp trace.TracerProvider) session.Interceptor {
+	return func(next session.Service) session.Service { return m.Wrap(next, tp) }
 }
 
 // failed counts err (if any) against op and returns it.
@@ -83,7 +75,7 @@ func endSpan(span trace.Span, err error) {
 }
 
 func (s *Service) Info(ctx context.Context) (api.Info, error) {
-	v, err := s.inner.Info(ctx)
+	v, err := s.Service.Info(ctx)
 	return v, s.failed("info", err)
 }
 
@@ -91,7 +83,7 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 	t0 := time.Now()
 	backend := s.m.backend(req.Backend)
 	ctx, span := s.span(ctx, "create", attribute.String("dsec.backend", backend))
-	sb, err := s.inner.Create(ctx, req)
+	sb, err := s.Service.Create(ctx, req)
 	if err == nil && span.IsRecording() {
 		span.SetAttributes(attribute.String("dsec.sandbox_id", sb.ID))
 	}
@@ -103,35 +95,35 @@ func (s *Service) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 }
 
 func (s *Service) Get(ctx context.Context, id string) (api.Sandbox, error) {
-	v, err := s.inner.Get(ctx, id)
+	v, err := s.Service.Get(ctx, id)
 	return v, s.failed("get", err)
 }
 
 func (s *Service) List(ctx context.Context) ([]api.Sandbox, error) {
-	v, err := s.inner.List(ctx)
+	v, err := s.Service.List(ctx)
 	return v, s.failed("list", err)
 }
 
 func (s *Service) Delete(ctx context.Context, id string) error {
 	ctx, span := s.span(ctx, "delete", attribute.String("dsec.sandbox_id", id))
-	err := s.inner.Delete(ctx, id)
+	err := s.Service.Delete(ctx, id)
 	endSpan(span, err)
 	s.m.deletes.WithLabelValues(result(err)).Inc()
 	return s.failed("delete", err)
 }
 
 func (s *Service) Pause(ctx context.Context, id string) (api.Sandbox, error) {
-	v, err := s.inner.Pause(ctx, id)
+	v, err := s.Service.Pause(ctx, id)
 	return v, s.failed("pause", err)
 }
 
 func (s *Service) Resume(ctx context.Context, id string) (api.Sandbox, error) {
-	v, err := s.inner.Resume(ctx, id)
+	v, err := s.Service.Resume(ctx, id)
 	return v, s.failed("resume", err)
 }
 
 func (s *Service) Reset(ctx context.Context, id string) (api.Sandbox, error) {
-	v, err := s.inner.Reset(ctx, id)
+	v, err := s.Service.Reset(ctx, id)
 	return v, s.failed("reset", err)
 }
 
@@ -150,62 +142,59 @@ func (s *Service) exec(ctx context.Context, mode, id string, run func(context.Co
 }
 
 func (s *Service) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
-	return s.exec(ctx, "exec", id, func(ctx context.Context) (api.ExecResult, error) { return s.inner.Exec(ctx, id, req) })
+	return s.exec(ctx, "exec", id, func(ctx context.Context) (api.ExecResult, error) { return s.Service.Exec(ctx, id, req) })
 }
 
 func (s *Service) ExecStream(ctx context.Context, id string, req api.ExecRequest, st session.Stream) (api.ExecResult, error) {
-	return s.exec(ctx, "stream", id, func(ctx context.Context) (api.ExecResult, error) { return s.inner.ExecStream(ctx, id, req, st) })
+	return s.exec(ctx, "stream", id, func(ctx context.Context) (api.ExecResult, error) { return s.Service.ExecStream(ctx, id, req, st) })
 }
 
 func (s *Service) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
-	v, err := s.inner.StartProcess(ctx, id, req)
+	v, err := s.Service.StartProcess(ctx, id, req)
 	return v, s.failed("start_process", err)
 }
 
 func (s *Service) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
-	v, err := s.inner.ListProcesses(ctx, id)
+	v, err := s.Service.ListProcesses(ctx, id)
 	return v, s.failed("list_processes", err)
 }
 
 func (s *Service) GetProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	v, err := s.inner.GetProcess(ctx, id, procID)
+	v, err := s.Service.GetProcess(ctx, id, procID)
 	return v, s.failed("get_process", err)
 }
 
 func (s *Service) WaitProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	v, err := s.inner.WaitProcess(ctx, id, procID)
+	v, err := s.Service.WaitProcess(ctx, id, procID)
 	return v, s.failed("wait_process", err)
 }
 
 func (s *Service) KillProcess(ctx context.Context, id, procID string, sig int) error {
-	return s.failed("kill_process", s.inner.KillProcess(ctx, id, procID, sig))
+	return s.failed("kill_process", s.Service.KillProcess(ctx, id, procID, sig))
 }
 
 func (s *Service) ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error) {
-	v, err := s.inner.ProcessLogs(ctx, id, procID, stream, offset)
+	v, err := s.Service.ProcessLogs(ctx, id, procID, stream, offset)
 	return v, s.failed("process_logs", err)
 }
 
 // FS opens the file system; errors of the file operations themselves are the
 // front end's to count (they are not session calls).
 func (s *Service) FS(ctx context.Context, id string) (session.FS, error) {
-	v, err := s.inner.FS(ctx, id)
+	v, err := s.Service.FS(ctx, id)
 	return v, s.failed("fs", err)
 }
 
 func (s *Service) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
-	v, err := s.inner.Dial(ctx, id, port)
+	v, err := s.Service.Dial(ctx, id, port)
 	return v, s.failed("dial", err)
 }
 
-// FnCall implements session.FnCaller: verdicts and latency.
+// FnCall: verdicts and latency.
 func (s *Service) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
-	if s.fnCall == nil {
-		return api.FnCallResult{}, s.failed("fncall", errdefs.New(api.CodeNotImplemented, "this node does not serve FnCall"))
-	}
 	t0 := time.Now()
 	ctx, span := s.span(ctx, "fncall")
-	res, err := s.fnCall.FnCall(ctx, req)
+	res, err := s.Service.FnCall(ctx, req)
 	endSpan(span, err)
 	s.m.fnSeconds.Observe(seconds(t0))
 	if err == nil {
@@ -214,47 +203,38 @@ func (s *Service) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCall
 	return res, s.failed("fncall", err)
 }
 
-// passThrough calls f on the inner service's optional interface T, counting
-// its error under op like the other operations; a service without T answers
-// not_implemented ("this node " + lacks).
-func passThrough[T, R any](s *Service, op, lacks string, f func(T) (R, error)) (R, error) {
-	c, ok := s.inner.(T)
-	if !ok {
-		var zero R
-		return zero, s.failed(op, errdefs.New(api.CodeNotImplemented, "this node %s", lacks))
-	}
-	v, err := f(c)
-	return v, s.failed(op, err)
-}
-
 func (s *Service) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
-	return passThrough(s, "fork", "cannot fork sandboxes", func(f session.Forker) (api.ForkResult, error) {
-		return f.Fork(ctx, id, req)
-	})
+	v, err := s.Service.Fork(ctx, id, req)
+	return v, s.failed("fork", err)
 }
 
 func (s *Service) Commit(ctx context.Context, id string, req api.CommitRequest) (api.CommitResult, error) {
-	return passThrough(s, "commit", "cannot commit sandboxes", func(c session.Committer) (api.CommitResult, error) {
-		return c.Commit(ctx, id, req)
-	})
+	v, err := s.Service.Commit(ctx, id, req)
+	return v, s.failed("commit", err)
 }
 
 func (s *Service) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
-	return passThrough(s, "set_network", "offers no network policy", func(n session.Networker) (api.Sandbox, error) {
-		return n.SetNetwork(ctx, id, p)
-	})
+	v, err := s.Service.SetNetwork(ctx, id, p)
+	return v, s.failed("set_network", err)
 }
 
-const noQoS = "has no CPU classes or memory reclaim"
-
 func (s *Service) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
-	return passThrough(s, "pause", noQoS, func(q session.QoS) (api.PauseResponse, error) {
-		return q.PauseWith(ctx, id, req)
-	})
+	v, err := s.Service.PauseWith(ctx, id, req)
+	return v, s.failed("pause", err)
 }
 
 func (s *Service) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
-	return passThrough(s, "set_cpu_class", noQoS, func(q session.QoS) (api.Sandbox, error) {
-		return q.SetCPUClass(ctx, id, class)
-	})
+	v, err := s.Service.SetCPUClass(ctx, id, class)
+	return v, s.failed("set_cpu_class", err)
+}
+
+// Screenshot counts its errors like the other operations.
+func (s *Service) Screenshot(ctx context.Context, id string) ([]byte, error) {
+	v, err := s.Service.Screenshot(ctx, id)
+	return v, s.failed("screenshot", err)
+}
+
+func (s *Service) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
+	v, err := s.Service.SendInput(ctx, id, req)
+	return v, s.failed("input", err)
 }

@@ -11,7 +11,7 @@ import (
 )
 
 // screenService is a node with a display: a fixed PNG, input echoed back.
-type screenService struct{ session.Service }
+type screenService struct{ session.Unimplemented }
 
 func (screenService) Screenshot(ctx context.Context, id string) ([]byte, error) {
 	return []byte("\x89PNG"), nil
@@ -26,16 +26,14 @@ func (screenService) SendInput(ctx context.Context, id string, req api.InputRequ
 // not_implemented), and answers not_implemented for one that has none.
 func TestScreenPassesThrough(t *testing.T) {
 	m := metrics.New(metrics.Options{Backends: []string{"fullvm"}, DefaultBackend: "fullvm", NoProcess: true})
-	svc := m.Wrap(screenService{}, nil, nil)
-	var sc session.Screenshotter = svc
-	if b, err := sc.Screenshot(context.Background(), "sb-1"); err != nil || string(b) != "\x89PNG" {
+	svc := m.Wrap(screenService{}, nil)
+	if b, err := svc.Screenshot(context.Background(), "sb-1"); err != nil || string(b) != "\x89PNG" {
 		t.Fatalf("screenshot through the decorator: %q, %v", b, err)
 	}
-	var in session.InputSender = svc
-	if _, err := in.SendInput(context.Background(), "sb-1", api.InputRequest{Text: "hi"}); err != nil {
+	if _, err := svc.SendInput(context.Background(), "sb-1", api.InputRequest{Text: "hi"}); err != nil {
 		t.Fatalf("input through the decorator: %v", err)
 	}
-	bare := m.Wrap(struct{ session.Service }{}, nil, nil)
+	bare := m.Wrap(session.Unimplemented{}, nil)
 	if _, err := bare.Screenshot(context.Background(), "sb-1"); !errdefs.Is(err, api.CodeNotImplemented) {
 		t.Errorf("screenshot of a node without a display: %v, want not_implemented", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/tracing/tracingtest"
 	"github.com/dsec-dev/dsec/internal/trajectory"
@@ -58,12 +59,13 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msvc := m.Wrap(mgr, tp, judge{})
 	if err := m.Register(m.NewNodeCollector(mgr, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
-	tsvc := trajectory.Wrap(msvc, m.WrapStore(trajectory.NewMem()), trajectory.Options{FnCall: msvc})
-	srv := server.New(tsvc, server.Options{Token: token, Trajectories: tsvc, QoS: msvc})
+	// The stack every role composes: trajectory log, then metrics, then the node.
+	tsvc := session.Chain(judge{mgr}, trajectory.Interceptor(m.WrapStore(trajectory.NewMem()), trajectory.Options{}),
+		m.Interceptor(tp))
+	srv := server.New(tsvc, server.Options{Token: token, Steps: true})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", requireToken(m.Handler()))
 	mux.Handle("/", srv.Handler())
@@ -88,7 +90,8 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 }
 
 // judge is a FnCall engine whose verdict is the file "verdict".
-type judge struct{}
+// judge is the agent with a FnCall that answers the verdict the request names.
+type judge struct{ *agent.Manager }
 
 func (judge) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	return api.FnCallResult{Verdict: req.Files["verdict"]}, nil

@@ -20,15 +20,16 @@ import (
 	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb"
 	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb/noderpcpbconnect"
 	"github.com/dsec-dev/dsec/internal/session"
-	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Client is a session.Service on a remote node: every call is forwarded to the
-// node's handler (NewHandler). It also implements session.Forker, Committer,
-// Networker, QoS and FnCaller; a node whose service lacks one answers
-// not_implemented. A Client is safe for concurrent use.
+// node's handler (NewHandler); a node whose service lacks a method answers
+// not_implemented, as do the groups the node RPC does not carry (nodes,
+// projects, composing images: the API tier serves them). A Client is safe for
+// concurrent use.
 type Client struct {
+	session.Unimplemented
 	rpc noderpcpbconnect.NodeClient // streams, over HTTP/2
 	// unary is Call over Connect, for nodes of earlier versions (older);
 	// others get unary calls on the plain path (unary.go).
@@ -46,22 +47,7 @@ type Client struct {
 	addr                     string // baseURL, for spans
 }
 
-var (
-	_ session.Service   = (*Client)(nil)
-	_ session.Forker    = (*Client)(nil)
-	_ session.Committer = (*Client)(nil)
-	_ session.Networker = (*Client)(nil)
-	_ session.QoS       = (*Client)(nil)
-	_ session.FnCaller  = (*Client)(nil)
-	_ ImageDescriber    = (*Client)(nil)
-	_ ImageRecorder     = (*Client)(nil)
-
-	_ session.Screenshotter = (*Client)(nil)
-	_ session.InputSender   = (*Client)(nil)
-	_ session.UsageReader   = (*Client)(nil)
-	_ trajectory.API        = (*Client)(nil)
-	_ session.HTTPDoer      = (*Client)(nil)
-)
+var _ session.Service = (*Client)(nil)
 
 // NewClient returns a client of the node at baseURL (http://host:port for h2c,
 // https:// with opts.TLS).
@@ -359,47 +345,38 @@ func (c *Client) KillProcess(ctx context.Context, id, procID string, sig int) er
 	return c.call(ctx, "KillProcess", callArgs{ID: id, Proc: procID, Signal: sig}, nil)
 }
 
-// Fork implements session.Forker.
 func (c *Client) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
 	return callFor[api.ForkResult](ctx, c, "Fork", callArgs{ID: id, Fork: &req})
 }
 
-// Commit implements session.Committer.
 func (c *Client) Commit(ctx context.Context, id string, req api.CommitRequest) (api.CommitResult, error) {
 	return callFor[api.CommitResult](ctx, c, "Commit", callArgs{ID: id, Commit: &req})
 }
 
-// SetNetwork implements session.Networker.
 func (c *Client) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
 	return callFor[api.Sandbox](ctx, c, "SetNetwork", callArgs{ID: id, Network: &p})
 }
 
-// PauseWith implements session.QoS.
 func (c *Client) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
 	return callFor[api.PauseResponse](ctx, c, "PauseWith", callArgs{ID: id, Pause: &req})
 }
 
-// SetCPUClass implements session.QoS.
 func (c *Client) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
 	return callFor[api.Sandbox](ctx, c, "SetCPUClass", callArgs{ID: id, Class: class})
 }
 
-// FnCall implements session.FnCaller.
 func (c *Client) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	return callFor[api.FnCallResult](ctx, c, "FnCall", callArgs{FnCall: &req})
 }
 
-// Images implements ImageDescriber.
 func (c *Client) Images(ctx context.Context) ([]api.Image, error) {
 	return callFor[[]api.Image](ctx, c, "Images", callArgs{})
 }
 
-// Image implements ImageDescriber.
 func (c *Client) Image(ctx context.Context, name string) (api.Image, error) {
 	return callFor[api.Image](ctx, c, "Image", callArgs{ID: name})
 }
 
-// RecordImage implements ImageRecorder.
 func (c *Client) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error) {
 	return callFor[[]api.RecordedLayer](ctx, c, "RecordImage", callArgs{ID: name})
 }
@@ -409,38 +386,33 @@ func (c *Client) NodeStatus(ctx context.Context) (Status, error) {
 	return callFor[Status](ctx, c, "NodeStatus", callArgs{})
 }
 
-// Screenshot implements session.Screenshotter.
 func (c *Client) Screenshot(ctx context.Context, id string) ([]byte, error) {
 	return callFor[[]byte](ctx, c, "Screenshot", callArgs{ID: id})
 }
 
-// SendInput implements session.InputSender.
 func (c *Client) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
 	return callFor[api.InputResult](ctx, c, "SendInput", callArgs{ID: id, Input: &req})
 }
 
-// SandboxUsage implements session.UsageReader: the node's reading of its
+// SandboxUsage is the node's reading of its
 // sandboxes' CPU and memory (at most MaxUsageIDs ids; none: every sandbox).
 func (c *Client) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error) {
 	return callFor[[]api.SandboxUsage](ctx, c, "SandboxUsage", callArgs{IDs: ids})
 }
 
-// ListTrajectories implements trajectory.API: the trajectories the node logs.
+// ListTrajectories lists the trajectories the node logs.
 func (c *Client) ListTrajectories(ctx context.Context) ([]api.Trajectory, error) {
 	return callFor[[]api.Trajectory](ctx, c, "ListTrajectories", callArgs{})
 }
 
-// GetTrajectory implements trajectory.API.
 func (c *Client) GetTrajectory(ctx context.Context, id string) (api.Trajectory, error) {
 	return callFor[api.Trajectory](ctx, c, "GetTrajectory", callArgs{ID: id})
 }
 
-// DeleteTrajectory implements trajectory.API.
 func (c *Client) DeleteTrajectory(ctx context.Context, id string) error {
 	return c.call(ctx, "DeleteTrajectory", callArgs{ID: id}, nil)
 }
 
-// RebuildTrajectory implements trajectory.API.
 func (c *Client) RebuildTrajectory(ctx context.Context, id string) (api.RebuildResponse, error) {
 	return callFor[api.RebuildResponse](ctx, c, "RebuildTrajectory", callArgs{ID: id})
 }

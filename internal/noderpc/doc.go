@@ -1,7 +1,7 @@
 // Package noderpc carries dsec's session service (internal/session) across a
 // network, between API servers and node agents. NewHandler serves a
-// session.Service (and whichever optional interfaces it has: Forker,
-// Committer, Networker, QoS, FnCaller) as a connect-go service over HTTP/2
+// session.Service (what it does not implement answers not_implemented, which
+// crosses the wire like any error) as a connect-go service over HTTP/2
 // without TLS (h2c; TLS optional), its unary calls as plain JSON POSTs over
 // HTTP/1.1 keep-alive connections (unary.go); NewClient is a session.Service
 // that forwards every call to such a handler. Streams (exec with live stdin, stdout,

@@ -18,9 +18,9 @@ import (
 )
 
 // fakeService answers Get with err and counts every call that reached it; the
-// other methods are the embedded (nil) Service's and must not be called.
+// other methods answer not_implemented (session.Unimplemented).
 type fakeService struct {
-	session.Service
+	session.Unimplemented
 	err   error
 	calls atomic.Int64
 }
@@ -192,7 +192,7 @@ func TestOversizedCall(t *testing.T) {
 	}
 }
 
-// fakeForker has the optional Forker and QoS interfaces.
+// fakeForker also forks and has QoS.
 type fakeForker struct{ fakeService }
 
 func (f *fakeForker) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {

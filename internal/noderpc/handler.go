@@ -30,7 +30,7 @@ type handler struct {
 	macs macCache
 }
 
-// NewHandler serves svc (and the optional interfaces it implements) to Clients:
+// NewHandler serves svc to Clients:
 // mount h at path on an HTTP/2 server (NewServer). Every request must carry a
 // token signed with opts.Secret.
 func NewHandler(svc session.Service, opts HandlerOptions) (path string, h http.Handler) {
@@ -83,12 +83,6 @@ func (h *handler) withFS(ctx context.Context, id string, f func(session.FS) erro
 	return f(fs)
 }
 
-// imageLister is what the default status uses to report mounted layers (the
-// node agent has it).
-type imageLister interface {
-	Images(ctx context.Context) ([]api.Image, error)
-}
-
 // status answers NodeStatus.
 func (h *handler) status(ctx context.Context) (Status, error) {
 	if h.opts.Status != nil {
@@ -120,13 +114,12 @@ func StatusOf(ctx context.Context, svc session.Service) (Status, error) {
 			st.MemoryBytes += sb.MemoryBytes
 		}
 	}
-	if il, ok := svc.(imageLister); ok {
-		if imgs, err := il.Images(ctx); err == nil {
-			for _, img := range imgs {
-				for _, l := range img.Layers {
-					if l.Mounted && !slices.Contains(st.Layers, l.Digest) {
-						st.Layers = append(st.Layers, l.Digest)
-					}
+	// A service without images answers not_implemented: no layers then.
+	if imgs, err := svc.Images(ctx); err == nil {
+		for _, img := range imgs {
+			for _, l := range img.Layers {
+				if l.Mounted && !slices.Contains(st.Layers, l.Digest) {
+					st.Layers = append(st.Layers, l.Digest)
 				}
 			}
 		}

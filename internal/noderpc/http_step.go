@@ -13,7 +13,7 @@ import (
 
 // An HTTP request to a port inside a sandbox as one unary call (Client.HTTP):
 // the API server's proxy sends trajectory-tagged proxy requests this way, so
-// the node's trajectory decorator (a session.HTTPDoer) logs or replays them
+// the node's trajectory decorator (its session.HTTPProxy) logs or replays them
 // next to the sandbox. Request and answer are buffered whole: a step's body
 // must fit maxHTTPStepBody each way (the decorator buffers a step's request
 // body anyway).
@@ -40,7 +40,7 @@ type httpAnswer struct {
 	Body   []byte      `json:"body,omitempty"`
 }
 
-// HTTP implements session.HTTPDoer over the node RPC: a step tag on ctx goes
+// HTTP implements session.HTTPProxy over the node RPC: a step tag on ctx goes
 // with the call, and a replayed answer is reported in the caller's outcome.
 func (c *Client) HTTP(ctx context.Context, id string, port int, req session.HTTPRequest) (session.HTTPResponse, error) {
 	hc := &httpCall{Port: port, Method: req.Method, Path: req.Path, Header: req.Header}
@@ -65,9 +65,9 @@ func stepTooLarge(what string, limit int) error {
 	return api.NewError(api.CodePayloadTooLarge, "an HTTP step through an API server carries at most %d MiB of %s body", limit>>20, what)
 }
 
-// serveHTTPStep is the HTTP method on the node: the service's HTTPDoer (the
-// trajectory decorator) sends the request; the answer is read whole.
-func serveHTTPStep(ctx context.Context, d session.HTTPDoer, a callArgs) (any, error) {
+// serveHTTPStep is the HTTP method on the node: the service (its trajectory
+// decorator) sends the request; the answer is read whole.
+func serveHTTPStep(ctx context.Context, d session.HTTPProxy, a callArgs) (any, error) {
 	hc := val(a.HTTP)
 	req := session.HTTPRequest{Method: hc.Method, Path: hc.Path, Header: hc.Header}
 	if hc.HasBody {

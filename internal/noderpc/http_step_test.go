@@ -49,7 +49,7 @@ func (n *httpNode) HTTP(ctx context.Context, id string, port int, req session.HT
 }
 
 // TestHTTPStepCrossesTheWire: a tagged HTTP request to a sandbox port reaches
-// the node's HTTPDoer with method, path, headers, body and step tag intact; the
+// the node's HTTP (session.HTTPProxy) with method, path, headers, body and step tag intact; the
 // answer (status, headers, binary body) comes back, a step the node answered
 // from its log is reported replayed, the node's errors keep their code, and a
 // node without HTTP steps answers not_implemented.

@@ -7,7 +7,6 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
-	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -33,19 +32,6 @@ type callArgs struct {
 	Input     *api.InputRequest         `json:"input,omitempty"`
 	HTTP      *httpCall                 `json:"http,omitempty"`
 	IDs       []string                  `json:"ids,omitempty"`
-}
-
-// ImageDescriber describes a node's images and environments with the node's
-// own layer accounting (what was mounted and fetched there).
-type ImageDescriber interface {
-	Images(ctx context.Context) ([]api.Image, error)
-	Image(ctx context.Context, name string) (api.Image, error)
-}
-
-// ImageRecorder stores the chunks a node's sandboxes read from an
-// environment's layers as their prefetch lists.
-type ImageRecorder interface {
-	RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error)
 }
 
 // val is *p, or T's zero value for nil.
@@ -115,61 +101,61 @@ var methods = map[string]method{
 	"Rename": fsMethod(func(ctx context.Context, fs session.FS, a callArgs) (any, error) {
 		return nil, fs.Rename(ctx, a.Path, a.To)
 	}),
-	"Fork": capMethod("fork", func(ctx context.Context, f session.Forker, a callArgs) (any, error) {
-		return f.Fork(ctx, a.ID, val(a.Fork))
-	}),
-	"Commit": capMethod("commit", func(ctx context.Context, c session.Committer, a callArgs) (any, error) {
-		return c.Commit(ctx, a.ID, val(a.Commit))
-	}),
-	"SetNetwork": capMethod("network policies", func(ctx context.Context, n session.Networker, a callArgs) (any, error) {
-		return n.SetNetwork(ctx, a.ID, val(a.Network))
-	}),
-	"PauseWith": capMethod("pause with reclaim", func(ctx context.Context, q session.QoS, a callArgs) (any, error) {
-		return q.PauseWith(ctx, a.ID, val(a.Pause))
-	}),
-	"SetCPUClass": capMethod("CPU classes", func(ctx context.Context, q session.QoS, a callArgs) (any, error) {
-		return q.SetCPUClass(ctx, a.ID, a.Class)
-	}),
-	"FnCall": capMethod("FnCall", func(ctx context.Context, f session.FnCaller, a callArgs) (any, error) {
-		return f.FnCall(ctx, val(a.FnCall))
-	}),
-	"Images": capMethod("images", func(ctx context.Context, il ImageDescriber, a callArgs) (any, error) {
-		return il.Images(ctx)
-	}),
-	"Image": capMethod("images", func(ctx context.Context, il ImageDescriber, a callArgs) (any, error) {
-		return il.Image(ctx, a.ID)
-	}),
-	"RecordImage": capMethod("prefetch recording", func(ctx context.Context, r ImageRecorder, a callArgs) (any, error) {
-		return r.RecordImage(ctx, a.ID)
-	}),
-	"Screenshot": capMethod("screenshots", func(ctx context.Context, sc session.Screenshotter, a callArgs) (any, error) {
-		return sc.Screenshot(ctx, a.ID)
-	}),
-	"HTTP": capMethod("HTTP steps", func(ctx context.Context, d session.HTTPDoer, a callArgs) (any, error) {
-		return serveHTTPStep(ctx, d, a)
-	}),
-	"SendInput": capMethod("input", func(ctx context.Context, in session.InputSender, a callArgs) (any, error) {
-		return in.SendInput(ctx, a.ID, val(a.Input))
-	}),
-	"ListTrajectories": capMethod("trajectories", func(ctx context.Context, t trajectory.API, a callArgs) (any, error) {
-		return t.ListTrajectories(ctx)
-	}),
-	"GetTrajectory": capMethod("trajectories", func(ctx context.Context, t trajectory.API, a callArgs) (any, error) {
-		return t.GetTrajectory(ctx, a.ID)
-	}),
-	"DeleteTrajectory": capMethod("trajectories", func(ctx context.Context, t trajectory.API, a callArgs) (any, error) {
-		return nil, t.DeleteTrajectory(ctx, a.ID)
-	}),
-	"RebuildTrajectory": capMethod("trajectories", func(ctx context.Context, t trajectory.API, a callArgs) (any, error) {
-		return t.RebuildTrajectory(ctx, a.ID)
-	}),
+	"Fork": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.Fork(ctx, a.ID, val(a.Fork))
+	},
+	"Commit": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.Commit(ctx, a.ID, val(a.Commit))
+	},
+	"SetNetwork": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.SetNetwork(ctx, a.ID, val(a.Network))
+	},
+	"PauseWith": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.PauseWith(ctx, a.ID, val(a.Pause))
+	},
+	"SetCPUClass": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.SetCPUClass(ctx, a.ID, a.Class)
+	},
+	"FnCall": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.FnCall(ctx, val(a.FnCall))
+	},
+	"Images": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.Images(ctx)
+	},
+	"Image": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.Image(ctx, a.ID)
+	},
+	"RecordImage": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.RecordImage(ctx, a.ID)
+	},
+	"Screenshot": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.Screenshot(ctx, a.ID)
+	},
+	"HTTP": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return serveHTTPStep(ctx, h.svc, a)
+	},
+	"SendInput": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.SendInput(ctx, a.ID, val(a.Input))
+	},
+	"ListTrajectories": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.ListTrajectories(ctx)
+	},
+	"GetTrajectory": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.GetTrajectory(ctx, a.ID)
+	},
+	"DeleteTrajectory": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return nil, h.svc.DeleteTrajectory(ctx, a.ID)
+	},
+	"RebuildTrajectory": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.RebuildTrajectory(ctx, a.ID)
+	},
 	"NodeStatus": func(ctx context.Context, h *handler, a callArgs) (any, error) { return h.status(ctx) },
-	"SandboxUsage": capMethod("sandbox usage", func(ctx context.Context, u session.UsageReader, a callArgs) (any, error) {
+	"SandboxUsage": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		if len(a.IDs) > MaxUsageIDs {
 			return nil, errdefs.Invalid("node rpc SandboxUsage: at most %d IDs, got %d", MaxUsageIDs, len(a.IDs))
 		}
-		return u.SandboxUsage(ctx, a.IDs)
-	}),
+		return h.svc.SandboxUsage(ctx, a.IDs)
+	},
 }
 
 // MaxUsageIDs bounds the IDs of one SandboxUsage call (none: every sandbox).
@@ -186,23 +172,6 @@ func fsMethod(f func(ctx context.Context, fs session.FS, a callArgs) (any, error
 		})
 		return out, err
 	}
-}
-
-// capMethod runs f on the service's optional interface T; a service without it
-// answers not_implemented (naming what).
-func capMethod[T any](what string, f func(ctx context.Context, c T, a callArgs) (any, error)) method {
-	return func(ctx context.Context, h *handler, a callArgs) (any, error) {
-		c, ok := h.svc.(T)
-		if !ok {
-			return nil, lacks(what)
-		}
-		return f(ctx, c, a)
-	}
-}
-
-// lacks is the answer for an optional capability the node's service does not have.
-func lacks(what string) error {
-	return errdefs.New(api.CodeNotImplemented, "this node does not serve %s", what)
 }
 
 // runMethod decodes a Call's arguments, runs it and encodes its answer.

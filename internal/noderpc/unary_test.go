@@ -20,7 +20,7 @@ var unarySecret = []byte("0123456789abcdef")
 
 // infoService answers Info and counts the calls that reached it.
 type infoService struct {
-	session.Service
+	session.Unimplemented
 	calls atomic.Int64
 }
 

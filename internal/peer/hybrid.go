@@ -63,3 +63,34 @@ func hideUnifiedCgroup() error {
 	}
 	return nil
 }
+
+// Worker runs functions one at a time on one goroutine; for r that needs the
+// hybrid workaround (see above) that goroutine's thread is in a private mount
+// namespace without the cgroup2 hierarchy, so the runtime processes started
+// from it see none. stop ends the worker.
+func Worker(r Runtime) (do func(func()), stop func(), err error) {
+	ch := make(chan func())
+	ready := make(chan error, 1)
+	go func() {
+		if needsHybridWorkaround(r) {
+			// Never unlocked: the thread is discarded with its mount
+			// namespace when this goroutine exits.
+			if err := hideUnifiedCgroup(); err != nil {
+				ready <- err
+				return
+			}
+		}
+		ready <- nil
+		for f := range ch {
+			f()
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, nil, err
+	}
+	return func(f func()) {
+		done := make(chan struct{})
+		ch <- func() { f(); close(done) }
+		<-done
+	}, func() { close(ch) }, nil
+}

@@ -93,12 +93,13 @@ func (r Runtime) Note() string {
 
 // Result summarises one Bench run.
 type Result struct {
-	N               int     // containers created (and started)
-	Seconds         float64 // wall time to create all N
-	PerSecond       float64 // N / Seconds
-	P50ms, P99ms    float64 // per-container create+start latency
-	TeardownSeconds float64 // wall time to delete all N
-	Note            string  // how the runtime was run (Runtime.Note)
+	N               int     `json:"n"`             // containers created (and started)
+	Seconds         float64 `json:"create_s"`      // wall time to create all N
+	PerSecond       float64 `json:"creates_per_s"` // N / Seconds
+	P50ms           float64 `json:"p50_ms"`        // per-container create+start latency
+	P99ms           float64 `json:"p99_ms"`
+	TeardownSeconds float64 `json:"teardown_s"` // wall time to delete all N
+	Note            string  `json:"note"`       // how the runtime was run (Runtime.Note)
 }
 
 // Bench creates and starts n containers of "sleep infinity" on rootfs with

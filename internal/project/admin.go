@@ -7,7 +7,7 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// The project administration behind /v1/projects (server.ProjectAdmin): only
+// The project administration behind /v1/projects (session.Projects): only
 // tokens of the default project may use it.
 
 func admin(ctx context.Context) error {
@@ -17,7 +17,7 @@ func admin(ctx context.Context) error {
 	return nil
 }
 
-// Identify implements server.ProjectAdmin.
+// Identify implements server.ProjectAuth.
 func (g *Guard) Identify(tok string) (string, bool) { return g.store.Identify(tok) }
 
 func (g *Guard) tokenResponse(ctx context.Context, name, tok string) (api.ProjectTokenResponse, error) {

@@ -45,16 +45,23 @@ func NewGuard(inner session.Service, st Store, log *slog.Logger) *Guard {
 	return &Guard{Service: inner, store: st, log: log, Grace: 10 * time.Minute, owners: map[string]owner{}}
 }
 
-var (
-	_ session.Service       = (*Guard)(nil)
-	_ session.Forker        = (*Guard)(nil)
-	_ session.Committer     = (*Guard)(nil)
-	_ session.Networker     = (*Guard)(nil)
-	_ session.QoS           = (*Guard)(nil)
-	_ session.FnCaller      = (*Guard)(nil)
-	_ session.Screenshotter = (*Guard)(nil)
-	_ session.InputSender   = (*Guard)(nil)
-)
+var _ session.Service = (*Guard)(nil)
+
+// Info adds the project group to the guarded service's.
+func (g *Guard) Info(ctx context.Context) (api.Info, error) {
+	info, err := g.Service.Info(ctx)
+	if err != nil {
+		return info, err
+	}
+	return session.WithServices(info, api.ServiceProjects), nil
+}
+
+// Interceptor returns g as a session.Interceptor (for session.Chain). g keeps
+// guarding the service it was made with (NewGuard: its reconciler may already
+// run), so it goes last in the chain, right above that same base service.
+func (g *Guard) Interceptor() session.Interceptor {
+	return func(session.Service) session.Service { return g }
+}
 
 // Store is the guard's store.
 func (g *Guard) Store() Store { return g.store }
@@ -276,18 +283,9 @@ func (g *Guard) answered(ctx context.Context, p string, reqs []api.CreateSandbox
 	return out, true
 }
 
-// batchCreator is server.BatchCreator.
-type batchCreator interface {
-	CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error)
-}
-
-// CreateBatch implements server.BatchCreator: the whole batch is one
-// reservation, made before anything is placed.
+// CreateBatch: the whole batch is one reservation, made before anything is
+// placed.
 func (g *Guard) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
-	bc, ok := g.Service.(batchCreator)
-	if !ok {
-		return nil, errdefs.New(api.CodeNotImplemented, "batch create is not available here")
-	}
 	p := caller(ctx)
 	var total Usage
 	for _, r := range reqs {
@@ -303,7 +301,7 @@ func (g *Guard) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest
 	for i := range reqs {
 		reqs[i].Labels = labelled(reqs[i].Labels, p, rid, false)
 	}
-	out, err := bc.CreateBatch(ctx, reqs)
+	out, err := g.Service.CreateBatch(ctx, reqs)
 	if err != nil {
 		g.release(ctx, p, rid, total)
 		return nil, err
@@ -371,12 +369,8 @@ func (g *Guard) Delete(ctx context.Context, id string) error {
 	return err
 }
 
-// Fork implements session.Forker: the children are reserved like a batch.
+// Fork: the children are reserved like a batch.
 func (g *Guard) Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error) {
-	f, ok := g.Service.(session.Forker)
-	if !ok {
-		return api.ForkResult{}, errdefs.New(api.CodeNotImplemented, "this node cannot fork sandboxes")
-	}
 	o, err := g.owner(ctx, id)
 	if err != nil {
 		return api.ForkResult{}, err
@@ -404,7 +398,7 @@ func (g *Guard) Fork(ctx context.Context, id string, req api.ForkRequest) (api.F
 	}
 	ov.Labels = labelled(ov.Labels, p, rid, true)
 	req.Overrides = &ov
-	res, err := f.Fork(ctx, id, req)
+	res, err := g.Service.Fork(ctx, id, req)
 	if err != nil {
 		g.release(ctx, p, rid, total)
 		return res, err
@@ -418,68 +412,5 @@ func (g *Guard) Fork(ctx context.Context, id string, req api.ForkRequest) (api.F
 	return res, nil
 }
 
-// The rest passes through; the HTTP layer has authorized the ID already.
-
-func (g *Guard) Commit(ctx context.Context, id string, req api.CommitRequest) (api.CommitResult, error) {
-	c, ok := g.Service.(session.Committer)
-	if !ok {
-		return api.CommitResult{}, errdefs.New(api.CodeNotImplemented, "this node cannot commit sandboxes")
-	}
-	return c.Commit(ctx, id, req)
-}
-
-func (g *Guard) SetNetwork(ctx context.Context, id string, pol api.NetworkPolicy) (api.Sandbox, error) {
-	n, ok := g.Service.(session.Networker)
-	if !ok {
-		return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "this node offers no network policy")
-	}
-	return n.SetNetwork(ctx, id, pol)
-}
-
-func (g *Guard) qos() (session.QoS, error) {
-	q, ok := g.Service.(session.QoS)
-	if !ok {
-		return nil, errdefs.New(api.CodeNotImplemented, "this node has no CPU classes or memory reclaim")
-	}
-	return q, nil
-}
-
-func (g *Guard) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
-	q, err := g.qos()
-	if err != nil {
-		return api.PauseResponse{}, err
-	}
-	return q.PauseWith(ctx, id, req)
-}
-
-func (g *Guard) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
-	q, err := g.qos()
-	if err != nil {
-		return api.Sandbox{}, err
-	}
-	return q.SetCPUClass(ctx, id, class)
-}
-
-func (g *Guard) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
-	fc, ok := g.Service.(session.FnCaller)
-	if !ok {
-		return api.FnCallResult{}, errdefs.New(api.CodeNotImplemented, "fncall is not available here")
-	}
-	return fc.FnCall(ctx, req)
-}
-
-func (g *Guard) Screenshot(ctx context.Context, id string) ([]byte, error) {
-	sc, ok := g.Service.(session.Screenshotter)
-	if !ok {
-		return nil, errdefs.New(api.CodeNotImplemented, "screenshots are not available here")
-	}
-	return sc.Screenshot(ctx, id)
-}
-
-func (g *Guard) SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error) {
-	in, ok := g.Service.(session.InputSender)
-	if !ok {
-		return api.InputResult{}, errdefs.New(api.CodeNotImplemented, "input is not available here")
-	}
-	return in.SendInput(ctx, id, req)
-}
+// The other methods pass through (the embedded Service); the HTTP layer has
+// authorized the ID already.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -43,11 +44,11 @@ func trajectoryID(p, key string) (string, bool) {
 // Trajectories is the trajectory API scoped to the caller's project (see
 // TrajectoryKey): lists hold only its trajectories, shown by their IDs, and an
 // ID is looked up under the caller's key only.
-type Trajectories struct{ trajectory.API }
+type Trajectories struct{ API session.Trajectories }
 
-var _ trajectory.API = Trajectories{}
+var _ session.Trajectories = Trajectories{}
 
-// ListTrajectories implements trajectory.API.
+// ListTrajectories implements session.Trajectories.
 func (t Trajectories) ListTrajectories(ctx context.Context) ([]api.Trajectory, error) {
 	all, err := t.API.ListTrajectories(ctx)
 	if err != nil {
@@ -72,7 +73,7 @@ func (t Trajectories) key(ctx context.Context, id string) (string, error) {
 	return TrajectoryKeyOf(ctx, id), nil
 }
 
-// GetTrajectory implements trajectory.API.
+// GetTrajectory implements session.Trajectories.
 func (t Trajectories) GetTrajectory(ctx context.Context, id string) (api.Trajectory, error) {
 	k, err := t.key(ctx, id)
 	if err != nil {
@@ -89,7 +90,7 @@ func (t Trajectories) GetTrajectory(ctx context.Context, id string) (api.Traject
 	return tr, nil
 }
 
-// DeleteTrajectory implements trajectory.API.
+// DeleteTrajectory implements session.Trajectories.
 func (t Trajectories) DeleteTrajectory(ctx context.Context, id string) error {
 	k, err := t.key(ctx, id)
 	if err != nil {
@@ -98,7 +99,7 @@ func (t Trajectories) DeleteTrajectory(ctx context.Context, id string) error {
 	return t.API.DeleteTrajectory(ctx, k)
 }
 
-// RebuildTrajectory implements trajectory.API.
+// RebuildTrajectory implements session.Trajectories.
 func (t Trajectories) RebuildTrajectory(ctx context.Context, id string) (api.RebuildResponse, error) {
 	k, err := t.key(ctx, id)
 	if err != nil {

@@ -27,7 +27,7 @@ func TestTrajectoriesScopedByProject(t *testing.T) {
 	}
 	g := project.NewGuard(node, st, nil)
 	traj := trajectory.Wrap(g, trajectory.NewMem(), trajectory.Options{})
-	ts := httptest.NewServer(server.New(traj, server.Options{Projects: g, Trajectories: traj}).Handler())
+	ts := httptest.NewServer(server.New(traj, server.Options{Projects: g, Steps: true}).Handler())
 	defer ts.Close()
 	cl := func(tok string) *client.Client { return client.New(ts.URL, tok, client.WithRetry(0)) }
 	adm := cl(admin)

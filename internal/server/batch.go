@@ -19,19 +19,11 @@ const (
 	MaxBatch = 100_000
 	// maxBatchBody bounds its body (about 600 bytes per sandbox).
 	maxBatchBody = 64 << 20
-	// createBatchParallel bounds the creates a service without BatchCreator runs at once.
+	// createBatchParallel bounds the creates a service without CreateBatch runs at once.
 	createBatchParallel = 16
 	// deleteTimeout bounds the rollback of a failed batch.
 	deleteTimeout = 2 * time.Minute
 )
-
-// BatchCreator is implemented by services that create many sandboxes in one
-// call, all or nothing (the cluster's router places the whole batch at once).
-// Without it the server creates them one by one and deletes what it created when
-// one fails.
-type BatchCreator interface {
-	CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error)
-}
 
 // createBatch handles POST /v1/sandboxes:batch: every sandbox or none. Each
 // request should carry its own request_id; a retried batch then returns the same
@@ -52,9 +44,8 @@ func (s *Server) createBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	var out []api.Sandbox
 	var err error
-	if bc, ok := s.svc.(BatchCreator); ok {
-		out, err = bc.CreateBatch(r.Context(), req.Sandboxes)
-	} else {
+	out, err = s.svc.CreateBatch(r.Context(), req.Sandboxes)
+	if errdefs.Is(err, api.CodeNotImplemented) { // a service that creates one at a time
 		out, err = createEach(r.Context(), s.svc, req.Sandboxes)
 	}
 	if err != nil {

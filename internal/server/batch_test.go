@@ -20,7 +20,7 @@ func (e *env) count() int {
 	return len(l.Sandboxes)
 }
 
-// A service without BatchCreator gets the server's one-by-one batch: all or
+// A service without CreateBatch (not_implemented) gets the server's one-by-one batch: all or
 // nothing, and idempotent by request ID.
 func TestBatchCreate(t *testing.T) {
 	e := newEnv(t, server.Options{})

@@ -8,7 +8,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -23,27 +22,11 @@ const (
 	batchParallel = 64
 )
 
-// fnCaller is what runs FnCalls: the trajectory decorator when there is one
-// (FnCall steps; it runs them on its own FnCaller), else Options.FnCall.
-func (s *Server) fnCaller() (session.FnCaller, error) {
-	if s.traj != nil {
-		return s.traj, nil
-	}
-	if s.opts.FnCall != nil {
-		return s.opts.FnCall, nil
-	}
-	return nil, errdefs.New(api.CodeNotImplemented, "this node does not serve FnCall")
-}
-
 // fnCall handles POST /v1/fncall: bad input is a 400; a program's failure is a
 // verdict in the 200 result; an infrastructure failure is a system_error verdict,
 // or a 5xx when nothing ran.
 func (s *Server) fnCall(w http.ResponseWriter, r *http.Request) {
-	fc, err := s.fnCaller()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+	fc := s.svc
 	var req api.FnCallRequest
 	if r.ContentLength > maxFnCallBody {
 		s.writeError(w, r, tooLarge(maxFnCallBody))
@@ -66,11 +49,7 @@ func (s *Server) fnCall(w http.ResponseWriter, r *http.Request) {
 // with its index. A call that fails on its own (bad input, nothing could run)
 // gets a line with its error, and the others go on.
 func (s *Server) fnCallBatch(w http.ResponseWriter, r *http.Request) {
-	fc, err := s.fnCaller()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
+	fc := s.svc
 	var req api.FnCallBatchRequest
 	if r.ContentLength > maxFnCallBatchBody {
 		s.writeError(w, r, tooLarge(maxFnCallBatchBody))

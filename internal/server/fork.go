@@ -3,24 +3,17 @@ package server
 import (
 	"net/http"
 
-	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// forkSandbox handles POST /v1/sandboxes/{id}/fork (session.Forker).
+// forkSandbox handles POST /v1/sandboxes/{id}/fork .
 func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
-	f, ok := s.svc.(session.Forker)
-	if !ok {
-		s.writeError(w, r, errdefs.New(api.CodeNotImplemented, "this server cannot fork sandboxes"))
-		return
-	}
 	var req api.ForkRequest
 	if err := s.decodeBody(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := f.Fork(r.Context(), r.PathValue("id"), req)
+	res, err := s.svc.Fork(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -28,19 +21,14 @@ func (s *Server) forkSandbox(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, res)
 }
 
-// commitSandbox handles POST /v1/sandboxes/{id}/commit (session.Committer).
+// commitSandbox handles POST /v1/sandboxes/{id}/commit .
 func (s *Server) commitSandbox(w http.ResponseWriter, r *http.Request) {
-	c, ok := s.svc.(session.Committer)
-	if !ok {
-		s.writeError(w, r, errdefs.New(api.CodeNotImplemented, "this server cannot commit sandboxes"))
-		return
-	}
 	var req api.CommitRequest
 	if err := s.decodeBody(r, &req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := c.Commit(r.Context(), r.PathValue("id"), req)
+	res, err := s.svc.Commit(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

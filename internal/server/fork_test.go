@@ -10,12 +10,13 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// TestForkCommitNotImplemented: a session service without session.Forker and
-// session.Committer (the fake node) answers 501 not_implemented on both routes.
+// TestForkCommitNotImplemented: a session service without fork and commit (the
+// fake node, whose session.Unimplemented answers them) answers 501
+// not_implemented on both routes.
 func TestForkCommitNotImplemented(t *testing.T) {
 	e := newEnv(t, server.Options{})
-	for _, path := range []string{"/v1/sandboxes/sb-x/fork", "/v1/sandboxes/sb-x/commit"} {
-		resp, body := e.do(http.MethodPost, path, strings.NewReader(`{"count": 2, "name": "env"}`))
+	for path, req := range map[string]string{"/v1/sandboxes/sb-x/fork": `{"count": 2}`, "/v1/sandboxes/sb-x/commit": `{"name": "env"}`} {
+		resp, body := e.do(http.MethodPost, path, strings.NewReader(req))
 		var ae struct{ Error api.Error }
 		_ = json.Unmarshal(body, &ae)
 		if resp.StatusCode != http.StatusNotImplemented || ae.Error.Code != api.CodeNotImplemented {

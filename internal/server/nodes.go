@@ -9,19 +9,6 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// NodeAdmin is implemented by services that span nodes (the cluster's router):
-// GET /v1/nodes and draining. Without it those routes answer not_implemented.
-type NodeAdmin interface {
-	ListNodes(ctx context.Context) ([]api.Node, error)
-	// SetDrain sets (drain) or clears a node's drain flag; an unknown node is
-	// not_found.
-	SetDrain(ctx context.Context, node string, drain bool) error
-	// RemoveNode removes a lost node from the cluster (its registration, env
-	// in-use marks and request claims); a live node is conflict, an unknown
-	// one not_found.
-	RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error)
-}
-
 // nodeOperator checks that ctx may change nodes (drain, remove): a token of
 // the default project (another project's is permission_denied).
 func nodeOperator(ctx context.Context) error {
@@ -31,57 +18,45 @@ func nodeOperator(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) nodeAdmin() (NodeAdmin, error) {
-	na, ok := s.svc.(NodeAdmin)
-	if !ok {
-		return nil, errdefs.New(api.CodeNotImplemented, "this server is one node; nodes are listed by a cluster's API server (dsec apiserver)")
-	}
-	return na, nil
-}
+// The node routes call the service's node group (a cluster's router serves
+// it; one node answers not_implemented).
 
 func (s *Server) listNodes(w http.ResponseWriter, r *http.Request) {
-	na, err := s.nodeAdmin()
-	if err == nil {
-		var nodes []api.Node
-		if nodes, err = na.ListNodes(r.Context()); err == nil {
-			if nodes == nil {
-				nodes = []api.Node{}
-			}
-			writeJSON(w, http.StatusOK, api.ListNodesResponse{Nodes: nodes})
-			return
-		}
+	nodes, err := s.svc.ListNodes(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	s.writeError(w, r, err)
+	if nodes == nil {
+		nodes = []api.Node{}
+	}
+	writeJSON(w, http.StatusOK, api.ListNodesResponse{Nodes: nodes})
 }
 
 func (s *Server) drainNode(w http.ResponseWriter, r *http.Request)   { s.setDrain(w, r, true) }
 func (s *Server) undrainNode(w http.ResponseWriter, r *http.Request) { s.setDrain(w, r, false) }
 
 func (s *Server) setDrain(w http.ResponseWriter, r *http.Request, drain bool) {
-	na, err := s.nodeAdmin()
+	err := nodeOperator(r.Context())
 	if err == nil {
-		err = nodeOperator(r.Context())
+		err = s.svc.SetDrain(r.Context(), r.PathValue("name"), drain)
 	}
-	if err == nil {
-		if err = na.SetDrain(r.Context(), r.PathValue("name"), drain); err == nil {
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	s.writeError(w, r, err)
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (s *Server) removeNode(w http.ResponseWriter, r *http.Request) {
-	na, err := s.nodeAdmin()
+	err := nodeOperator(r.Context())
+	var out api.RemoveNodeResponse
 	if err == nil {
-		err = nodeOperator(r.Context())
+		out, err = s.svc.RemoveNode(r.Context(), r.PathValue("name"))
 	}
-	if err == nil {
-		var out api.RemoveNodeResponse
-		if out, err = na.RemoveNode(r.Context(), r.PathValue("name")); err == nil {
-			writeJSON(w, http.StatusOK, out)
-			return
-		}
+	if err != nil {
+		s.writeError(w, r, err)
+		return
 	}
-	s.writeError(w, r, err)
+	writeJSON(w, http.StatusOK, out)
 }

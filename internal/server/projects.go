@@ -6,26 +6,18 @@ import (
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// ProjectAdmin is projects and quotas (project.Guard): it names each token's
-// project, scopes sandbox IDs to it and serves /v1/projects (admin checks are
-// its own). Without it every accepted token is the default project's and the
-// project routes answer not_implemented.
-type ProjectAdmin interface {
+// ProjectAuth is the project side of authentication (project.Guard): it names
+// each token's project and scopes sandbox IDs to it. Without it every accepted
+// token is the default project's.
+type ProjectAuth interface {
 	// Identify returns the project token belongs to (ok false: refused).
 	Identify(token string) (project string, ok bool)
 	// Authorize answers not_found unless sandbox id is ctx's project's.
 	Authorize(ctx context.Context, id string) error
-
-	CreateProject(ctx context.Context, req api.CreateProjectRequest) (api.ProjectTokenResponse, error)
-	ListProjects(ctx context.Context) ([]api.Project, error)
-	GetProject(ctx context.Context, name string) (api.Project, error)
-	DeleteProject(ctx context.Context, name string) error
-	SetQuota(ctx context.Context, name string, q api.Quota) (api.Project, error)
-	AddToken(ctx context.Context, name string) (api.ProjectTokenResponse, error)
-	RemoveToken(ctx context.Context, name, id string) error
 }
 
 // sandboxOf returns the sandbox ID a /v1/sandboxes/{id}... path names.
@@ -46,11 +38,13 @@ func (s *Server) authorizeSandbox(r *http.Request, id string) error {
 	return s.opts.Projects.Authorize(r.Context(), id)
 }
 
-func (s *Server) projects() (ProjectAdmin, error) {
+// projects is the service's project group; without project scoping
+// (Options.Projects) the routes answer not_implemented.
+func (s *Server) projects() (session.Projects, error) {
 	if s.opts.Projects == nil {
 		return nil, errdefs.New(api.CodeNotImplemented, "projects are not enabled on this server")
 	}
-	return s.opts.Projects, nil
+	return s.svc, nil
 }
 
 func (s *Server) listProjects(w http.ResponseWriter, r *http.Request) {

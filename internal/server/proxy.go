@@ -105,7 +105,7 @@ func (s *Server) serveProxy(w http.ResponseWriter, r *http.Request, escapedID, p
 	switch {
 	case err != nil:
 		s.writeError(w, r, err)
-	case tagged && s.stepHTTP == nil:
+	case tagged && s.trajAPI == nil:
 		s.writeError(w, r, api.NewError(api.CodeNotImplemented, "this server does not log sandbox HTTP requests as trajectory steps"))
 	case tagged:
 		s.proxyStep(sw, r, id, port, rest)
@@ -120,7 +120,7 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade"}
 
 // proxyStep forwards a trajectory-tagged proxy request as one buffered HTTP step
-// of the trajectory decorator (session.HTTPDoer), with the headers the reverse
+// of the trajectory decorator (session.HTTPProxy), with the headers the reverse
 // proxy would send.
 func (s *Server) proxyStep(w http.ResponseWriter, r *http.Request, id string, port int, rest string) {
 	if err := s.checkUpload(r); err != nil {
@@ -144,7 +144,7 @@ func (s *Server) proxyStep(w http.ResponseWriter, r *http.Request, id string, po
 	if r.URL.RawQuery != "" {
 		p += "?" + r.URL.RawQuery
 	}
-	resp, err := s.stepHTTP.HTTP(r.Context(), id, port, session.HTTPRequest{Method: r.Method, Path: p, Header: hdr,
+	resp, err := s.svc.HTTP(r.Context(), id, port, session.HTTPRequest{Method: r.Method, Path: p, Header: hdr,
 		Body: http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBytes), ContentLength: r.ContentLength})
 	if err != nil {
 		s.writeError(w, r, err)

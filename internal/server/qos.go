@@ -4,21 +4,8 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
-
-func (s *Server) qos() (session.QoS, error) {
-	if s.opts.QoS != nil {
-		return s.opts.QoS, nil
-	}
-	q, ok := s.svc.(session.QoS)
-	if !ok {
-		return nil, errdefs.New(api.CodeNotImplemented, "this node has no CPU classes or memory reclaim")
-	}
-	return q, nil
-}
 
 // pauseSandbox serves POST .../pause with an optional body {"reclaim": true}.
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
@@ -33,12 +20,7 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
 		s.sandboxOp(w, r, s.svc.Pause)
 		return
 	}
-	q, err := s.qos()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	res, err := q.PauseWith(r.Context(), r.PathValue("id"), req)
+	res, err := s.svc.PauseWith(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -53,12 +35,7 @@ func (s *Server) setCPUClass(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	q, err := s.qos()
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	sbx, err := q.SetCPUClass(r.Context(), r.PathValue("id"), req.CPUClass)
+	sbx, err := s.svc.SetCPUClass(r.Context(), r.PathValue("id"), req.CPUClass)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

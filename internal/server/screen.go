@@ -5,18 +5,12 @@ import (
 	"strconv"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// screenshot handles GET /v1/sandboxes/{id}/screen (session.Screenshotter): a PNG.
+// screenshot handles GET /v1/sandboxes/{id}/screen : a PNG.
 func (s *Server) screenshot(w http.ResponseWriter, r *http.Request) {
-	sc, ok := s.svc.(session.Screenshotter)
-	if !ok {
-		s.writeError(w, r, errdefs.New(api.CodeNotImplemented, "this server cannot take screenshots"))
-		return
-	}
-	png, err := sc.Screenshot(r.Context(), r.PathValue("id"))
+	png, err := s.svc.Screenshot(r.Context(), r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -27,13 +21,8 @@ func (s *Server) screenshot(w http.ResponseWriter, r *http.Request) {
 	_, _ = w.Write(png)
 }
 
-// sendInput handles POST /v1/sandboxes/{id}/input (session.InputSender).
+// sendInput handles POST /v1/sandboxes/{id}/input .
 func (s *Server) sendInput(w http.ResponseWriter, r *http.Request) {
-	in, ok := s.svc.(session.InputSender)
-	if !ok {
-		s.writeError(w, r, errdefs.New(api.CodeNotImplemented, "this server cannot send input"))
-		return
-	}
 	var req api.InputRequest
 	if err := s.decodeBody(r, &req); err != nil {
 		s.writeError(w, r, err)
@@ -53,7 +42,7 @@ func (s *Server) sendInput(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Invalid(`input needs exactly one of "text", "key" or "click"`))
 		return
 	}
-	res, err := in.SendInput(r.Context(), r.PathValue("id"), req)
+	res, err := s.svc.SendInput(r.Context(), r.PathValue("id"), req)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

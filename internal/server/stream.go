@@ -68,7 +68,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 
 	ev := &eventWriter{w: w, rc: rc}
 	stdin := newChunkReader(ctx)
-	if s.traj == nil && !s.stepsDownstream(ctx) {
+	if !s.steps && !s.stepsDownstream(ctx) {
 		// The trajectory decorator sends the request's own stdin first itself (it is
 		// part of a step's fingerprint); without one the server does. A tagged
 		// step that a cluster's node logs keeps it in the request for that node's

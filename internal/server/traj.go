@@ -51,10 +51,10 @@ func (s *Server) tagStep(w http.ResponseWriter, r *http.Request) (*http.Request,
 }
 
 // stepsDownstream reports whether ctx is a tagged step that the service passed
-// to New logs itself (Options.TrajectoryAPI without Trajectories: a cluster's
+// to New logs itself (Options.StepsDownstream without Steps: a cluster's
 // router forwards the tag to the sandbox's node, whose decorator logs it).
 func (s *Server) stepsDownstream(ctx context.Context) bool {
-	if s.traj != nil || s.trajAPI == nil {
+	if s.steps || s.trajAPI == nil {
 		return false
 	}
 	_, _, ok := session.StepFrom(ctx)

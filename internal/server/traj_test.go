@@ -27,7 +27,7 @@ func newTrajEnv(t *testing.T, store trajectory.Store) *env {
 	t.Helper()
 	node := servertest.NewNode(t.TempDir())
 	svc := trajectory.Wrap(node, store, trajectory.Options{TempDir: t.TempDir()})
-	srv := httptest.NewServer(server.New(svc, server.Options{Token: token, Trajectories: svc}).Handler())
+	srv := httptest.NewServer(server.New(svc, server.Options{Token: token, Steps: true}).Handler())
 	t.Cleanup(srv.Close)
 	return &env{t: t, node: node, srv: srv}
 }
@@ -218,8 +218,18 @@ func TestTrajectoryPebbleStore(t *testing.T) {
 	}
 }
 
-// fnCalls is a FnCaller that counts its runs.
+// fnCalls runs FnCalls, counting them.
 type fnCalls struct{ n int }
+
+// fnNode is the fake node with fnCalls' FnCall.
+type fnNode struct {
+	*servertest.Node
+	fc *fnCalls
+}
+
+func (n fnNode) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+	return n.fc.FnCall(ctx, req)
+}
 
 func (f *fnCalls) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	f.n++
@@ -231,8 +241,8 @@ func (f *fnCalls) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCallRe
 func TestTrajectoryProxyAndFnCall(t *testing.T) {
 	node := servertest.NewNode(t.TempDir())
 	fc := &fnCalls{}
-	svc := trajectory.Wrap(node, trajectory.NewMem(), trajectory.Options{TempDir: t.TempDir(), FnCall: fc})
-	srv := httptest.NewServer(server.New(svc, server.Options{Token: token, Trajectories: svc}).Handler())
+	svc := trajectory.Wrap(fnNode{node, fc}, trajectory.NewMem(), trajectory.Options{TempDir: t.TempDir()})
+	srv := httptest.NewServer(server.New(svc, server.Options{Token: token, Steps: true}).Handler())
 	t.Cleanup(srv.Close)
 	e := &env{t: t, node: node, srv: srv}
 	hits := 0

@@ -1,7 +1,6 @@
 package session
 
 import (
-	"context"
 	"io"
 	"net/http"
 )
@@ -23,11 +22,4 @@ type HTTPResponse struct {
 	Status int
 	Header http.Header
 	Body   io.ReadCloser
-}
-
-// HTTPDoer sends one HTTP request to a port inside a sandbox and returns the
-// application's answer. The trajectory decorator implements it (over
-// Service.Dial) so that proxied HTTP requests can be trajectory steps.
-type HTTPDoer interface {
-	HTTP(ctx context.Context, id string, port int, req HTTPRequest) (HTTPResponse, error)
 }

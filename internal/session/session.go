@@ -1,14 +1,57 @@
 // Package session defines dsec's session service: the one interface between the
-// front ends (/v1, E2B, SandboxFusion) and whatever serves sandboxes (the local node
-// agent, or in a cluster the API tier's router that calls nodes over RPC). Nothing in
-// it is a host object: files go through the FS interface, a streaming exec is
-// readers and writers plus a control channel, and every type is a pkg/api value, so
-// an implementation can sit on the other side of a network. Decorators (the
-// trajectory log, quotas, metrics) wrap a Service and are Services themselves.
+// front ends (/v1, E2B, SandboxFusion, the dashboard) and whatever serves
+// sandboxes (the local node, or in a cluster the API tier's router that calls
+// nodes over RPC). Nothing in it is a host object: files go through the FS
+// interface, a streaming exec is readers and writers plus a control channel, and
+// every type is a pkg/api value, so an implementation can sit on the other side
+// of a network.
+//
+// # One contract
+//
+// Service is made of typed method groups (Sandboxes, Processes, Files,
+// Resources, Display, HTTPProxy, FnCalls, Images, Trajectories, Nodes,
+// Projects). An implementation that serves only some of them embeds
+// Unimplemented, whose every method answers not_implemented (gRPC's
+// Unimplemented*Server pattern): the node agent has no nodes or projects, a
+// cluster's router composes no images. A front end calls the contract and maps
+// not_implemented to its wire error (501 on /v1 and SandboxFusion, E2B's own
+// form); it never type-asserts the service (internal/deptest checks that).
+//
+// # Interceptors
+//
+// Cross-cutting concerns (the trajectory log, metrics and tracing, project
+// quotas) are Interceptors: each returns a Service that embeds the next one, so
+// it forwards every method it does not change and overrides the ones it
+// observes. Chain composes them over a base service, and every role uses it:
+//
+//	dsec server:   Chain(node, trajectory.Interceptor, metrics.Interceptor, guard.Interceptor)
+//	cluster node:  Chain(node, trajectory.Interceptor, metrics.Interceptor)
+//	API tier:      Chain(router, metrics.Interceptor, batch counter, guard.Interceptor)
+//
+// so a replayed step (answered by the trajectory log) never reaches metrics as
+// an exec, and a new method reaches every concern without a forwarding site.
+//
+// # Adding a session method
+//
+// Say sandboxes gain "Snapshot(ctx, id) (api.Snapshot, error)". Touch:
+//
+//  1. The contract: add the method to its group here (Sandboxes) and an
+//     answer to Unimplemented (not_implemented).
+//  2. Its implementations: the node agent (internal/agent), the node RPC
+//     (a client method and a handler entry in internal/noderpc) and the
+//     cluster's router (internal/apiserver) when it routes by sandbox. An
+//     implementation that does not serve it changes nothing: Unimplemented
+//     answers for it.
+//  3. The front ends that expose it: a /v1 route in internal/server, and E2B
+//     or SandboxFusion if their wire has the operation.
+//
+// Nothing else: every interceptor forwards it as it is (override it in one only
+// to change what that concern does, e.g. count it in metrics or log it as a
+// trajectory step), and no front end needs a type assertion or an option.
 //
 // Errors are classified with internal/errdefs (not_found, invalid_argument,
-// resource_exhausted, infrastructure, ...); each front end maps the code to its own
-// wire form.
+// resource_exhausted, not_implemented, infrastructure, ...); each front end maps
+// the code to its own wire form.
 package session
 
 import (
@@ -20,18 +63,53 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Service is the session service every front end calls and every node implements.
+// Service is the session service every front end calls and every node
+// implements: one interface made of typed method groups. An implementation that
+// serves only some groups embeds Unimplemented, which answers the rest with
+// not_implemented; a decorator embeds the Service it wraps (see Chain), so it
+// forwards every method it does not change.
 type Service interface {
+	Sandboxes
+	Processes
+	Files
+	Resources
+	Display
+	HTTPProxy
+	FnCalls
+	Images
+	Trajectories
+	Nodes
+	Projects
+}
+
+// Sandboxes is the sandbox life cycle.
+type Sandboxes interface {
+	// Info describes the service: its node, backends and what each serves
+	// (api.Info.Capabilities).
 	Info(ctx context.Context) (api.Info, error)
 
 	Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error)
+	// CreateBatch creates every sandbox of reqs or none (the cluster's router
+	// places the whole batch at once). A service without it answers
+	// not_implemented and the front end creates them one by one.
+	CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error)
 	Get(ctx context.Context, id string) (api.Sandbox, error)
 	List(ctx context.Context) ([]api.Sandbox, error)
 	Delete(ctx context.Context, id string) error
 	Pause(ctx context.Context, id string) (api.Sandbox, error)
 	Resume(ctx context.Context, id string) (api.Sandbox, error)
 	Reset(ctx context.Context, id string) (api.Sandbox, error)
+	// Fork forks a sandbox into children that start from its current file
+	// system (api.ForkRequest says what is and is not copied). A backend
+	// without fork (driver.Capabilities.Fork) answers not_implemented.
+	Fork(ctx context.Context, id string, req api.ForkRequest) (api.ForkResult, error)
+	// Commit packs a sandbox's writable layer into a new environment
+	// (api.CommitRequest); rules as Fork.
+	Commit(ctx context.Context, id string, req api.CommitRequest) (api.CommitResult, error)
+}
 
+// Processes is running commands in a sandbox.
+type Processes interface {
 	// Exec runs a command to completion and returns its captured output.
 	Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error)
 	// ExecStream runs a command with live I/O (see Stream). It returns when the
@@ -50,11 +128,99 @@ type Service interface {
 	KillProcess(ctx context.Context, id, procID string, sig int) error
 	// ProcessLogs reads a background process's "stdout" or "stderr" from offset.
 	ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error)
+}
 
+// Files is a sandbox's file system and its TCP ports.
+type Files interface {
 	// FS opens the sandbox's file system; the caller closes it.
 	FS(ctx context.Context, id string) (FS, error)
 	// Dial connects to a TCP port listening inside the sandbox.
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)
+}
+
+// Resources is a sandbox's network policy, CPU class, memory reclaim and use.
+type Resources interface {
+	// SetNetwork replaces sandbox id's egress policy (internal/netpolicy) and
+	// returns the sandbox; a bad policy is invalid_argument and changes nothing.
+	SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error)
+	// PauseWith pauses; with req.Reclaim it pushes the frozen sandbox's memory
+	// out and says what moved.
+	PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error)
+	// SetCPUClass changes a sandbox's CPU class (api.CPUClassLS, api.CPUClassBE).
+	SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error)
+	// SandboxUsage returns the use of the sandboxes ids (unknown IDs are left
+	// out), or of every sandbox when ids is empty. It must not wait for a
+	// sandbox a long operation holds (it reports what it last read).
+	SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error)
+}
+
+// Display is the screen of a sandbox whose backend has one
+// (driver.Capabilities.Screenshot and Input); other backends answer
+// not_implemented.
+type Display interface {
+	// Screenshot returns the display as a PNG.
+	Screenshot(ctx context.Context, id string) ([]byte, error)
+	// SendInput sends keyboard and mouse input to the display.
+	SendInput(ctx context.Context, id string, req api.InputRequest) (api.InputResult, error)
+}
+
+// HTTPProxy sends one HTTP request to a port inside a sandbox and returns the
+// application's answer (the trajectory decorator implements it over Dial, so
+// that proxied HTTP requests can be trajectory steps).
+type HTTPProxy interface {
+	HTTP(ctx context.Context, id string, port int, req HTTPRequest) (HTTPResponse, error)
+}
+
+// FnCalls runs FnCalls: one-shot sandboxes for short programs (online judge).
+type FnCalls interface {
+	FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error)
+}
+
+// Images describes, composes, removes and records images and layered
+// environments.
+type Images interface {
+	// Images and Image describe images and environments with their layer
+	// accounting (what was mounted and fetched).
+	Images(ctx context.Context) ([]api.Image, error)
+	Image(ctx context.Context, name string) (api.Image, error)
+	Compose(ctx context.Context, req api.ComposeImageRequest) (api.Image, error)
+	RemoveImage(ctx context.Context, name string) error
+	// RecordImage stores the chunks the sandboxes read from an environment's
+	// layers as their prefetch lists.
+	RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error)
+}
+
+// Trajectories is the trajectory log's API (/v1/trajectories): the trajectory
+// decorator, a node's decorator over the node RPC, or a cluster's router.
+type Trajectories interface {
+	ListTrajectories(ctx context.Context) ([]api.Trajectory, error)
+	GetTrajectory(ctx context.Context, id string) (api.Trajectory, error)
+	DeleteTrajectory(ctx context.Context, id string) error
+	RebuildTrajectory(ctx context.Context, id string) (api.RebuildResponse, error)
+}
+
+// Nodes is a cluster's node administration (the cluster's router).
+type Nodes interface {
+	ListNodes(ctx context.Context) ([]api.Node, error)
+	// SetDrain sets (drain) or clears a node's drain flag; an unknown node is
+	// not_found.
+	SetDrain(ctx context.Context, node string, drain bool) error
+	// RemoveNode removes a lost node from the cluster (its registration, env
+	// in-use marks and request claims); a live node is conflict, an unknown
+	// one not_found.
+	RemoveNode(ctx context.Context, node string) (api.RemoveNodeResponse, error)
+}
+
+// Projects is projects and their quotas and tokens (project.Guard; its admin
+// checks are its own).
+type Projects interface {
+	CreateProject(ctx context.Context, req api.CreateProjectRequest) (api.ProjectTokenResponse, error)
+	ListProjects(ctx context.Context) ([]api.Project, error)
+	GetProject(ctx context.Context, name string) (api.Project, error)
+	DeleteProject(ctx context.Context, name string) error
+	SetQuota(ctx context.Context, name string, q api.Quota) (api.Project, error)
+	AddToken(ctx context.Context, name string) (api.ProjectTokenResponse, error)
+	RemoveToken(ctx context.Context, name, id string) error
 }
 
 // Stream carries a streaming exec's live I/O. Writers are called from one

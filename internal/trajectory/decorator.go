@@ -26,14 +26,13 @@ type Options struct {
 	Logger *slog.Logger
 	// TempDir holds spooled request bodies over MaxBodyLog (default os.TempDir()).
 	TempDir string
-	// FnCall runs FnCalls; nil: the inner service, if it is a session.FnCaller.
-	FnCall session.FnCaller
 }
 
-// Service is the trajectory decorator. Besides session.Service it implements
-// session.FnCaller and session.HTTPDoer (both as steps when tagged), and the
-// trajectory API (ListTrajectories, GetTrajectory, DeleteTrajectory,
-// RebuildTrajectory, PruneTrajectories).
+// Service is the trajectory decorator, a session.Service interceptor: it logs
+// and replays tagged steps (FnCall and HTTP too) and serves the trajectory
+// group (ListTrajectories, GetTrajectory, DeleteTrajectory, RebuildTrajectory;
+// and PruneTrajectories). Every other method passes through to the inner
+// service.
 type Service struct {
 	session.Service
 	inner session.Service
@@ -45,11 +44,7 @@ type Service struct {
 	client   *http.Client
 }
 
-var (
-	_ session.Service  = (*Service)(nil)
-	_ session.FnCaller = (*Service)(nil)
-	_ session.HTTPDoer = (*Service)(nil)
-)
+var _ session.Service = (*Service)(nil)
 
 // Wrap returns inner with the trajectory log store in front of it.
 func Wrap(inner session.Service, store Store, opts Options) *Service {
@@ -57,6 +52,21 @@ func Wrap(inner session.Service, store Store, opts Options) *Service {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	return &Service{Service: inner, inner: inner, store: store, opts: opts, log: opts.Logger}
+}
+
+// Info adds the trajectory group to the inner service's.
+func (s *Service) Info(ctx context.Context) (api.Info, error) {
+	info, err := s.inner.Info(ctx)
+	if err != nil {
+		return info, err
+	}
+	return session.WithServices(info, api.ServiceTrajectories), nil
+}
+
+// Interceptor returns Wrap over store as a session.Interceptor (for
+// session.Chain).
+func Interceptor(store Store, opts Options) session.Interceptor {
+	return func(next session.Service) session.Service { return Wrap(next, store, opts) }
 }
 
 // stepSpec is a tagged operation, normalised.

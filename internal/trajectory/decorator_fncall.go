@@ -8,18 +8,10 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// FnCall runs a FnCall on Options.FnCall or the inner service (not_implemented
-// if neither serves FnCall);
-// it is a step (fncall, with no sandbox) when ctx is tagged. Its input is the
+// FnCall runs a FnCall on the inner service; it is a step (fncall, with no sandbox) when ctx is tagged. Its input is the
 // request as JSON; a rebuild skips it.
 func (s *Service) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
-	fc := s.opts.FnCall
-	if fc == nil {
-		fc, _ = s.inner.(session.FnCaller)
-	}
-	if fc == nil {
-		return api.FnCallResult{}, errdefs.New(api.CodeNotImplemented, "this node does not serve FnCall")
-	}
+	fc := s.inner
 	tag, out, ok := session.StepFrom(ctx)
 	if !ok {
 		return fc.FnCall(ctx, req)

@@ -3,20 +3,13 @@ package trajectory
 import (
 	"context"
 
-	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
-
-var _ session.Networker = (*Service)(nil)
 
 // SetNetwork passes a sandbox's egress policy change to the inner service
 // (it is not a step: it changes what later steps may reach, like a create
 // parameter).
 func (s *Service) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
-	n, ok := s.inner.(session.Networker)
-	if !ok {
-		return api.Sandbox{}, errdefs.New(api.CodeNotImplemented, "this node offers no network policy")
-	}
-	return n.SetNetwork(session.WithoutStep(ctx), id, p)
+	return s.inner.SetNetwork(session.WithoutStep(ctx), id, p)
 }

@@ -5,9 +5,9 @@
 //
 // # The decorator
 //
-// Wrap(inner session.Service, store, opts) returns a session.Service (plus
-// session.FnCaller, session.HTTPDoer and the trajectory API) that every front end
-// calls. A front end tags an operation as step N of a trajectory with
+// Wrap(inner session.Service, store, opts) returns a session.Service (serving
+// the session.Trajectories group itself; Interceptor is the same for
+// session.Chain) that every front end calls. A front end tags an operation as step N of a trajectory with
 // session.WithStep (the /v1 front end parses the headers
 //
 //	X-Dsec-Trajectory: ID     (1-128 of A-Z a-z 0-9 . _ : -)

@@ -45,9 +45,8 @@ type Options struct {
 	// Rates is the create/error history; nil: the overview has none.
 	Rates *Rates
 	// Usage reads sandboxes' CPU and memory use (/ui/api/usage, /ui/api/top);
-	// nil: Service's, when it is a session.UsageReader, else those calls answer
-	// not_implemented.
-	Usage session.UsageReader
+	// nil: Service's (which may answer not_implemented).
+	Usage UsageFunc
 	// Pools reports FnCall pools; nil: none.
 	Pools func() []Pool
 	// Shell is what a terminal runs (/bin/sh -c); default TerminalShell.
@@ -71,8 +70,8 @@ func New(opts Options) *Handler {
 	if opts.Nodes == nil {
 		opts.Nodes = LocalNodes{Service: opts.Service}
 	}
-	if ur, ok := opts.Service.(session.UsageReader); ok && opts.Usage == nil {
-		opts.Usage = ur
+	if opts.Usage == nil && opts.Service != nil {
+		opts.Usage = opts.Service.SandboxUsage
 	}
 	if opts.Shell == "" {
 		opts.Shell = TerminalShell

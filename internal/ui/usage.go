@@ -27,13 +27,8 @@ type Usage struct {
 	CPUPercent *float64 `json:"cpu_percent,omitempty"`
 }
 
-// UsageFunc is a function as a session.UsageReader.
+// UsageFunc reads sandboxes' use as session.Resources.SandboxUsage does.
 type UsageFunc func(ctx context.Context, ids []string) ([]api.SandboxUsage, error)
-
-// SandboxUsage implements session.UsageReader.
-func (f UsageFunc) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error) {
-	return f(ctx, ids)
-}
 
 // Top is the body of GET /ui/api/top: the nodes and the busiest sandboxes.
 type Top struct {
@@ -92,7 +87,7 @@ func (h *Handler) readUsage(ctx context.Context, ids []string) ([]Usage, error) 
 	if h.opts.Usage == nil {
 		return nil, errdefs.New(api.CodeNotImplemented, "this server does not report sandbox usage")
 	}
-	read, err := h.opts.Usage.SandboxUsage(ctx, ids)
+	read, err := h.opts.Usage(ctx, ids)
 	if err != nil {
 		return nil, err
 	}

@@ -259,7 +259,34 @@ type Info struct {
 	QoS      *QoSInfo `json:"qos,omitempty"`
 	// VM describes the microvm backend (KVM or TCG, and why) when it is there.
 	VM *VMInfo `json:"vm,omitempty"`
+	// Capabilities are the optional operations each backend serves, by backend
+	// (Cap* values), so a client can tell what is supported without trying it;
+	// the others answer not_implemented.
+	Capabilities map[string][]string `json:"capabilities,omitempty"`
+	// Services are the groups of operations this server offers beyond
+	// sandboxes, processes and files (Service* values); the others answer
+	// not_implemented.
+	Services []string `json:"services,omitempty"`
 }
+
+// Backend capabilities (Info.Capabilities).
+const (
+	CapPause      = "pause"
+	CapFork       = "fork"
+	CapCommit     = "commit"
+	CapScreenshot = "screenshot"
+	CapInput      = "input"
+	CapTTY        = "tty"
+)
+
+// Service groups (Info.Services).
+const (
+	ServiceFnCall       = "fncall"
+	ServiceImages       = "images"
+	ServiceTrajectories = "trajectories"
+	ServiceNodes        = "nodes"
+	ServiceProjects     = "projects"
+)
 
 // Image is the body of GET /v1/images/{name} (and an item of GET /v1/images): a
 // directory image, or a layered environment with its layers' accounting on this

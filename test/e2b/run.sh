@@ -3,17 +3,26 @@
 # own data dir, points the unmodified e2b SDK at it and runs `node --test`.
 #   sh test/e2b/run.sh [test files...]     (from the repository root, after make build)
 #   sh test/e2b/run.sh bench [--n 200 --rounds 5 --creates 100]
+# DSEC_E2E_RACE=1 (without DSEC) builds and runs a -race server. The server runs
+# with GORACE=halt_on_error=1 (other GORACE options kept); the suite fails when
+# its log holds a race report or it exits non-zero when stopped with SIGTERM.
 set -eu
 cd "$(dirname "$0")"
 ROOT=$(cd ../.. && pwd)
 DSEC=${DSEC:-$ROOT/bin/dsec}
 [ -d node_modules/e2b ] || npm ci --no-audit --no-fund
 DATA=$(mktemp -d /tmp/dsec-e2b.XXXXXX)
+if [ "${DSEC_E2E_RACE:-}" = 1 ] && [ "$DSEC" = "$ROOT/bin/dsec" ]; then
+  DSEC=$DATA/dsec-race
+  (cd "$ROOT" && go build -race -o "$DSEC" ./cmd/dsec) || { rm -rf "$DATA"; exit 1; }
+fi
+GORACE="$(printf '%s\n' ${GORACE:-} | grep -v '^halt_on_error=' | tr '\n' ' ')halt_on_error=1"
+export GORACE
 PORT=${PORT:-$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
 TOKEN=e2b-acceptance-$$
 "$DSEC" server --data-dir "$DATA" --listen "127.0.0.1:$PORT" --token "$TOKEN" --cleanup-on-exit >"$DATA/server.log" 2>&1 &
 PID=$!
-cleanup() { kill "$PID" 2>/dev/null; wait "$PID" 2>/dev/null || true; rm -rf "$DATA"; }
+cleanup() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm -rf "$DATA"; }
 trap cleanup EXIT INT TERM
 for _ in $(seq 100); do
   curl -sf "http://127.0.0.1:$PORT/v1/health" >/dev/null 2>&1 && break
@@ -27,6 +36,18 @@ if [ "${1:-}" = bench ]; then
 else
   if [ $# -eq 0 ]; then set -- lifecycle.test.mjs commands.test.mjs files.test.mjs pty.test.mjs; fi
   node --test --test-concurrency=1 --test-timeout=120000 "$@" || status=$?
+fi
+# Stop the server here (cleanup only reaps it) and read how it ended.
+server=0
+kill -TERM "$PID" 2>/dev/null || true
+wait "$PID" || server=$?
+if grep -q 'WARNING: DATA RACE' "$DATA/server.log"; then
+  echo "run.sh: the race detector reported a data race in dsec server:" >&2
+  sed -n '/WARNING: DATA RACE/,$p' "$DATA/server.log" | head -200 >&2
+  status=1
+elif [ $server -ne 0 ]; then
+  echo "run.sh: dsec server exited with status $server" >&2
+  status=1
 fi
 [ $status -eq 0 ] || tail -20 "$DATA/server.log"
 exit $status

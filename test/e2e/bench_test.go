@@ -47,6 +47,11 @@ func TestBenchCommands(t *testing.T) {
 			if _, ok := m["bytes_per_sandbox"]; c.args[1] == "density" && (!ok || m["sandboxes"] != float64(10)) {
 				t.Errorf("density: %s", out)
 			}
+			for _, k := range []string{"bench", "commit", "kernel", "started_at", "machine", "loadavg_before", "loadavg_after"} {
+				if _, ok := m[k]; !ok {
+					t.Errorf("envelope key %s missing in %s", k, out)
+				}
+			}
 			if f, _ := m["failures"].(float64); f != 0 {
 				t.Errorf("failures in %s", out)
 			}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
+	"github.com/dsec-dev/dsec/internal/paths"
+	"github.com/dsec-dev/dsec/internal/racecheck"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -79,6 +81,8 @@ type node struct {
 	args    []string // extra `dsec server` flags
 	logs    *bytes.Buffer
 	cl      *client.Client
+	// layerdRace is set once a race report in layerd's log failed the test.
+	layerdRace bool
 }
 
 func freePort(t *testing.T) string {
@@ -119,6 +123,9 @@ func (n *node) start() {
 	args := append(strings.Fields(os.Getenv("DSEC_E2E_SERVER_ARGS")), n.args...)
 	n.cmd = exec.Command(binPath, append([]string{"server", "--listen", n.addr, "--data-dir", n.dataDir, "--log-level", "debug"}, args...)...)
 	n.cmd.Stdout, n.cmd.Stderr = n.logs, n.logs
+	// Under -race the first data race ends the server (and layerd, which
+	// inherits the environment); stop fails the test on it.
+	n.cmd.Env = racecheck.Env(os.Environ())
 	n.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -141,12 +148,16 @@ func (n *node) start() {
 }
 
 // stop ends the server: gracefully with --cleanup semantics when deleteAll (every
-// sandbox removed through the API first), else with SIGKILL.
+// sandbox removed through the API first), else with SIGKILL. The test fails if
+// the server's output or layerd's log holds a race report, or the server exited
+// non-zero or from a signal other than the one stop sent.
 func (n *node) stop(deleteAll bool) {
 	if n.cmd == nil {
 		return
 	}
+	sent := syscall.SIGKILL
 	if deleteAll {
+		sent = syscall.SIGTERM
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		if sbs, err := n.cl.List(ctx); err == nil {
 			for _, s := range sbs {
@@ -159,7 +170,23 @@ func (n *node) stop(deleteAll bool) {
 		_ = n.cmd.Process.Kill()
 	}
 	_ = n.cmd.Wait()
+	if err := racecheck.Check("dsec server", n.logs.String(), n.cmd.ProcessState, sent); err != nil {
+		n.t.Errorf("%v\n--- server log (tail):\n%s", err, tail(n.logs.String(), 3000))
+	}
 	n.cmd = nil
+	if b, err := os.ReadFile(filepath.Join(paths.New(n.dataDir).Layers(), "layerd.log")); err == nil && !n.layerdRace {
+		if r := racecheck.Report(string(b)); r != "" {
+			n.layerdRace = true
+			n.t.Errorf("dsec layerd: the race detector reported a data race:\n%s", r)
+		}
+	}
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
 }
 
 func (n *node) create(t *testing.T, req api.CreateSandboxRequest) string {

@@ -195,7 +195,21 @@ func TestMicroVM(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start background process: %v", err)
 	}
-	time.Sleep(2 * time.Second) // "early" is written while the first server runs
+	// "early" is written, and has reached the log, while the first server runs.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		var b []byte
+		rc, err := n.cl.ProcessLogs(ctx, id, late.ID, "stdout", 0)
+		if err == nil {
+			b, err = io.ReadAll(rc)
+			rc.Close()
+		}
+		if string(b) == "early\n" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("background stdout before the restart: %q, %v; want early within 30 s", b, err)
+		}
+	}
 	n.stop(false)
 	n.start()
 	n.sh(t, id, "touch /tmp/go")

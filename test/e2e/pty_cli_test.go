@@ -177,9 +177,10 @@ func TestPTYCLI(t *testing.T) {
 		// Ctrl-C is a byte for the sandbox's foreground job, not a signal to dsec.
 		c.typeKeys(t, "sleep 100\r")
 		c.scr.expect(t, `sleep 100\r\n`)
-		time.Sleep(200 * time.Millisecond)
+		waitSandboxProc(t, id, true, "sleep", "100")
 		c.typeKeys(t, "\x03")
 		c.scr.expect(t, `\$ $`)
+		waitSandboxProc(t, id, false, "sleep", "100")
 		c.typeKeys(t, "echo alive\r")
 		c.scr.expect(t, `alive\r\n\$ $`)
 		c.typeKeys(t, "exit 5\r")

@@ -87,13 +87,14 @@ func TestPTYInteractive(t *testing.T) {
 		scr.expect(t, `\$ $`)
 		typeKeys(t, s, "sleep 100\r")
 		scr.expect(t, `sleep 100\r\n`) // echoed: the shell runs it
-		time.Sleep(200 * time.Millisecond)
+		waitSandboxProc(t, id, true, "sleep", "100")
 		start := time.Now()
 		typeKeys(t, s, "\x03")
 		scr.expect(t, `\$ $`)
 		if d := time.Since(start); d > 10*time.Second {
 			t.Fatalf("sleep ended only after %v", d)
 		}
+		waitSandboxProc(t, id, false, "sleep", "100")
 		typeKeys(t, s, "echo alive $((6*7))\r")
 		scr.expect(t, `alive 42\r\n\$ $`)
 		typeKeys(t, s, "exit 3\r")

@@ -66,8 +66,8 @@ func TestTrajectoryKillResume(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	time.Sleep(300 * time.Millisecond)
-	n.stop(false) // kill -9 while `sleep 5` runs
+	waitSandboxProc(t, id, true, "sleep", "5") // step 30's command runs in the sandbox
+	n.stop(false)                              // kill -9 while `sleep 5` runs
 	if err := <-done; err == nil {
 		t.Fatal("step 30 answered although the server was killed")
 	}
@@ -99,7 +99,7 @@ func TestTrajectoryKillResume(t *testing.T) {
 			t.Fatalf("second re-issue of step %d: %+v %v", k, r, err)
 		}
 	}
-	time.Sleep(5 * time.Second) // let the orphaned step 30 finish if it still runs
+	waitSandboxProc(t, id, false, "sleep", "5") // the orphaned step 30 has finished if it still ran
 	lines := strings.Fields(n.sh(t, id, "cat /root/f").Stdout)
 	seen := map[string]int{}
 	for _, l := range lines {

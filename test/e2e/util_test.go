@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 func fmtSscan(s string, v any) (int, error) { return fmt.Sscan(s, v) }
@@ -35,4 +36,37 @@ func (n *node) cgroupInt(t *testing.T, id, controller, file string) int64 {
 		t.Fatalf("%s: %v", file, err)
 	}
 	return v
+}
+
+// waitSandboxProc waits up to 30 s until a process running argv exists in
+// sandbox id (running) or none does. It looks from the host (/proc, the
+// process's cgroup naming the sandbox): an exec in the sandbox may queue behind
+// the command it looks for.
+func waitSandboxProc(t *testing.T, id string, running bool, argv ...string) {
+	t.Helper()
+	want := strings.Join(argv, "\x00") + "\x00"
+	count := func() int {
+		c := 0
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if e.Name()[0] < '0' || e.Name()[0] > '9' {
+				continue
+			}
+			cmd, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+			cg, _ := os.ReadFile("/proc/" + e.Name() + "/cgroup")
+			if string(cmd) == want && strings.Contains(string(cg), id) {
+				c++
+			}
+		}
+		return c
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		c := count()
+		if (c > 0) == running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%q in %s: %d processes after 30 s (want running: %v)", argv, id, c, running)
+		}
+	}
 }

@@ -17,7 +17,7 @@ func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
 	rates := ui.NewRates(0, 0)
 	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: d.Token, Service: d.obs.svc, Rates: rates,
-		Usage: d.Manager, Pools: d.fnCallPools, Logger: d.cfg.Logger}))
+		Usage: d.Manager.SandboxUsage, Pools: d.fnCallPools, Logger: d.cfg.Logger}))
 	tok := httpkit.Token(d.Token)
 	sf := tok.With(writeUnauthorized).Wrap(d.sandboxFusion())
 	for _, p := range sandboxfusion.Routes() {
@@ -30,7 +30,7 @@ func (d *Daemon) Handler() http.Handler {
 
 func (d *Daemon) sandboxFusion() *sandboxfusion.Handler {
 	// Through the metrics decorator, so its FnCalls are counted like /v1's.
-	return sandboxfusion.New(fnCalls{d.obs.svc}, sandboxfusion.Options{Logger: d.cfg.Logger})
+	return sandboxfusion.New(d.obs.svc, sandboxfusion.Options{Logger: d.cfg.Logger})
 }
 
 // writeUnauthorized answers as SandboxFusion does.

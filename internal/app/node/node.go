@@ -43,7 +43,6 @@ import (
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/internal/vm/microvm"
-	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Defaults.
@@ -401,7 +400,7 @@ func (d *Daemon) startProjects(ctx context.Context) (lifecycle.Close, error) {
 	if err != nil {
 		return nil, err
 	}
-	d.guard = project.NewGuard(d.Manager, projects, d.cfg.Logger)
+	d.guard = project.NewGuard(d.node, projects, d.cfg.Logger)
 	if err := d.guard.Reconcile(ctx); err != nil {
 		d.cfg.Logger.Warn("quota: counting the sandboxes of projects with quotas", "err", err)
 	}
@@ -411,8 +410,7 @@ func (d *Daemon) startProjects(ctx context.Context) (lifecycle.Close, error) {
 func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 	svc, nsvc := d.services()
 	d.nodeSvc = nsvc
-	d.Server = server.New(svc, server.Options{Projects: d.guard, Logger: d.cfg.Logger, Trajectories: svc,
-		Images: d.Manager, ImageManager: d.node, FnCall: d.obs.svc, QoS: d.obs.svc})
+	d.Server = server.New(svc, server.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true})
 	d.E2B = e2b.New(svc, e2b.Options{Authorize: auth.NewToken(d.Token).Match, Secret: []byte(d.Token), Logger: d.cfg.Logger})
 	if err := d.E2B.Recover(ctx); err != nil {
 		d.cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
@@ -420,18 +418,17 @@ func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 	return func(context.Context) error { return d.E2B.Close() }, nil
 }
 
-// services composes the node's session decorators: every front end calls the
-// agent through the trajectory decorator, and it through the metrics
-// decorator (a replayed step runs nothing: no exec), and it through the
-// project guard. A cluster node's service (NodeService) logs and replays the
-// steps that reach it over the node RPC in the node's own trajectory store,
-// next to the sandboxes.
-func (d *Daemon) services() (*trajectory.Service, nodeService) {
-	msvc := d.obs.metrics.Wrap(d.guard, d.obs.tracing, d.node)
-	d.obs.svc = msvc
-	store := d.obs.metrics.WrapStore(d.Trajectories)
-	svc := trajectory.Wrap(msvc, store, trajectory.Options{Logger: d.cfg.Logger, FnCall: msvc})
-	nsvc := nodeService{Service: trajectory.Wrap(d.node, store, trajectory.Options{Logger: d.cfg.Logger, FnCall: d.node}), node: d.node}
+// services composes the node's session interceptors: every front end calls
+// the node through the trajectory log, metrics (a replayed step runs
+// nothing: no exec) and the project guard. A cluster node's service
+// (NodeService) logs and replays the steps that reach it over the node RPC
+// in the node's own trajectory store, next to the sandboxes: the same chain
+// without the guard (quotas are the API tier's).
+func (d *Daemon) services() (session.Service, nodeService) {
+	tlog := trajectory.Interceptor(d.obs.metrics.WrapStore(d.Trajectories), trajectory.Options{Logger: d.cfg.Logger})
+	svc := session.Chain(d.node, tlog, d.obs.metrics.Interceptor(d.obs.tracing), d.guard.Interceptor())
+	d.obs.svc = svc
+	nsvc := nodeService{Service: session.Chain(d.node, tlog, d.obs.metrics.Interceptor(d.obs.tracing)), node: d.node}
 	return svc, nsvc
 }
 
@@ -549,37 +546,19 @@ func (d *Daemon) Shutdown(ctx context.Context, deleteAll bool) error {
 }
 
 // NodeService is the node's session service for a cluster's node RPC: the agent
-// with its optional parts (fork, commit, network, QoS, screen, images) and
-// FnCall, behind the trajectory decorator over the node's own trajectory store
-// (so it also serves the trajectory API, trajectory.API).
+// with FnCall and images, behind the trajectory log over the node's own
+// trajectory store (so it also serves session.Trajectories) and metrics.
 func (d *Daemon) NodeService() session.Service { return d.nodeSvc }
 
-// nodeService is the node's service as a cluster serves it: the trajectory
-// decorator over the node, plus what the decorator does not pass on (QoS, the
-// image list the node status reports).
+// nodeService is the node's service as a cluster serves it: the node behind
+// the trajectory log and metrics.
 type nodeService struct {
-	*trajectory.Service
+	session.Service
 	node node
 }
 
-func (s nodeService) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
-	return s.node.PauseWith(ctx, id, req)
-}
-
-func (s nodeService) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
-	return s.node.SetCPUClass(ctx, id, class)
-}
-
-func (s nodeService) Images(ctx context.Context) ([]api.Image, error) { return s.node.Images(ctx) }
-
-// SandboxUsage implements session.UsageReader (the dashboard's per-sandbox CPU
-// and memory, asked by an API server).
-func (s nodeService) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error) {
-	return s.node.SandboxUsage(ctx, ids)
-}
-
-// node is the agent plus the FnCall engine and the environment store: the
-// session.FnCaller and the server's server.ImageManager.
+// node is the agent plus the FnCall engine and the environment store (the
+// session.FnCalls and session.Images groups): every role's base service.
 type node struct {
 	*agent.Manager
 	fc     *fncall.Engine

@@ -8,6 +8,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
 	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/internal/metrics"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -21,14 +22,7 @@ const MetricsPath = "/metrics"
 type observability struct {
 	metrics *metrics.Metrics
 	tracing *tracing.Provider
-	svc     *metrics.Service
-}
-
-// fnCalls is the metrics decorator's FnCall as SandboxFusion's FnCaller.
-type fnCalls struct{ *metrics.Service }
-
-func (f fnCalls) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
-	return f.FnCall(ctx, req)
+	svc     session.Service
 }
 
 func newObservability(ctx context.Context, cfg Config) (observability, error) {

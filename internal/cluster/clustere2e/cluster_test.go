@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -505,7 +506,19 @@ func TestCluster(t *testing.T) {
 	})
 
 	t.Run("full cluster answers resource_exhausted with Retry-After", func(t *testing.T) {
-		time.Sleep(2500 * time.Millisecond) // every node has reported its load since
+		since := time.Now()
+		e.waitFor("every node has reported its load since the last deletes", 30*time.Second, func() error {
+			nodes, err := e.client(0).Nodes(ctx)
+			if err != nil {
+				return err
+			}
+			for _, n := range nodes {
+				if !n.ReportedAt.After(since) {
+					return fmt.Errorf("%s last reported at %s", n.Name, n.ReportedAt.Format(time.StampMilli))
+				}
+			}
+			return nil
+		})
 		nodes, _ := e.client(0).Nodes(ctx)
 		free := 0
 		for _, n := range nodes {
@@ -592,7 +605,14 @@ func TestCluster(t *testing.T) {
 			_, err := e.client(0).Exec(ctx, victim, api.ExecRequest{Cmd: []string{"sleep", "60"}})
 			inflight <- err
 		}()
-		time.Sleep(300 * time.Millisecond)
+		e.waitFor("the in-flight exec runs on its node", 10*time.Second, func() error {
+			// (the image has no ps)
+			out, err := execOut(1, victim, "sh", "-c", `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' <"$f"; echo; done | grep -c '^sleep 60 $' || true`)
+			if err == nil && strings.TrimSpace(out) == "0" {
+				err = fmt.Errorf("no sleep 60 yet")
+			}
+			return err
+		})
 		run(t, "ip", "link", "set", a.hostIf, "down")
 		took := e.waitFor("node_lost", ttl+5*time.Second, func() error {
 			_, err := execOut(0, victim, "true")
@@ -630,14 +650,18 @@ func TestCluster(t *testing.T) {
 		}
 		var mu sync.Mutex
 		answered := map[string]string{}
+		var first, retried atomic.Int32 // answered by API server 0; retried on 1
 		var wg sync.WaitGroup
 		for i := 0; i < n; i++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				time.Sleep(time.Duration(i) * 40 * time.Millisecond)
+				time.Sleep(time.Duration(i) * 40 * time.Millisecond) // staggered: a burst, not one instant
 				sb, err := e.client(0).Create(ctx, api.CreateSandboxRequest{RequestID: rids[i]})
-				if err != nil {
+				if err == nil {
+					first.Add(1)
+				} else {
+					retried.Add(1)
 					// The way a client recovers: the same request through another
 					// API server, retried while the error is retryable (a create
 					// cut off on its node answers the retry deadline_exceeded once:
@@ -653,9 +677,20 @@ func TestCluster(t *testing.T) {
 				mu.Unlock()
 			}()
 		}
-		time.Sleep(150 * time.Millisecond)
+		// Mid-burst: once API server 0 has answered one create, the later ones
+		// still come.
+		e.waitFor("a create answered before the kill", 30*time.Second, func() error {
+			if first.Load() == 0 {
+				return fmt.Errorf("none yet")
+			}
+			return nil
+		})
 		e.apis[0].stop(syscall.SIGKILL)
 		wg.Wait()
+		t.Logf("%d creates answered before the kill, %d recovered through API server 1", first.Load(), retried.Load())
+		if retried.Load() == 0 {
+			t.Errorf("the kill cut no create: the recovery path was not exercised")
+		}
 		after := e.ids(t, 1)
 		for id := range after {
 			if !before[id] && answered[id] == "" {

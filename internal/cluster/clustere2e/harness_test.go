@@ -18,6 +18,8 @@ import (
 	"time"
 
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
+	"github.com/dsec-dev/dsec/internal/paths"
+	"github.com/dsec-dev/dsec/internal/racecheck"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
 
@@ -32,6 +34,17 @@ type proc struct {
 	ns   string // network namespace to run in ("" = the host's)
 	cmd  *exec.Cmd
 	logs *syncBuffer
+	run  *started
+}
+
+// started is one start of a dsec process: teardown fails the test if its output
+// holds a race report, or it ended other than cleanly or by the signal the test
+// sent it.
+type started struct {
+	name string
+	cmd  *exec.Cmd
+	logs *syncBuffer
+	sent syscall.Signal // the signal that ended it on purpose (0: none sent)
 }
 
 type syncBuffer struct {
@@ -76,6 +89,7 @@ type env struct {
 	token   string
 	mu      sync.Mutex
 	cleanup []func()
+	runs    []*started
 }
 
 func randHex(n int) string {
@@ -131,17 +145,56 @@ func (e *env) start(p *proc) {
 	p.logs = &syncBuffer{}
 	p.cmd = exec.Command(args[0], args[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	// Under -race the first data race ends the process (and its layerd);
+	// teardown fails the test on it.
+	p.cmd.Env = racecheck.Env(os.Environ())
 	if err := p.cmd.Start(); err != nil {
 		e.t.Fatalf("start %s: %v", p.name, err)
 	}
-	cmd := p.cmd
-	e.defer_(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	r := &started{name: p.name, cmd: p.cmd, logs: p.logs}
+	p.run = r
+	e.mu.Lock()
+	e.runs = append(e.runs, r)
+	e.mu.Unlock()
+	e.defer_(func() {
+		if r.cmd.ProcessState == nil {
+			r.sent = syscall.SIGKILL
+			_ = r.cmd.Process.Kill()
+			_ = r.cmd.Wait()
+		}
+	})
+}
+
+// checkRuns fails the test for each process whose output holds a race report or
+// that ended other than cleanly or by the test's own signal, and for a race
+// report in an agent's layerd log.
+func (e *env) checkRuns() {
+	e.mu.Lock()
+	runs := e.runs
+	e.mu.Unlock()
+	for _, r := range runs {
+		if err := racecheck.Check(r.name, r.logs.String(), r.cmd.ProcessState, r.sent); err != nil {
+			e.t.Errorf("%v\n--- %s log (tail):\n%s", err, r.name, tail(r.logs.String(), 3000))
+		}
+	}
+	for _, a := range e.agents {
+		b, err := os.ReadFile(filepath.Join(paths.New(a.dataDir).Layers(), "layerd.log"))
+		if err != nil {
+			continue
+		}
+		if rep := racecheck.Report(string(b)); rep != "" {
+			e.t.Errorf("layerd of %s: the race detector reported a data race:\n%s", a.node, rep)
+		}
+	}
 }
 
 // stop ends p with sig and waits for it.
 func (p *proc) stop(sig syscall.Signal) {
 	if p.cmd == nil || p.cmd.ProcessState != nil {
 		return
+	}
+	if p.run != nil {
+		p.run.sent = sig
 	}
 	_ = p.cmd.Process.Signal(sig)
 	done := make(chan struct{})
@@ -370,6 +423,7 @@ func (e *env) teardown() {
 	for i := len(fs) - 1; i >= 0; i-- {
 		fs[i]()
 	}
+	e.checkRuns()
 	if e.t.Failed() {
 		for _, p := range append(append([]*proc{}, e.etcds...), e.apis...) {
 			if p != nil && p.logs != nil {

@@ -154,8 +154,15 @@ func TestProjects(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(200 * time.Millisecond)
 		cs := map[string]*client.Client{"quota": as(0, lim.Token), "none": as(0, unl.Token)}
+		e.waitFor("API server 0 knows both projects' tokens", 10*time.Second, func() error {
+			for _, c := range cs {
+				if _, err := c.List(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 		took := map[string][]time.Duration{}
 		// Rounds of 8 of each kind, interleaved (the order swaps every round).
 		// The sandboxes of a round stay until its end and the round then waits

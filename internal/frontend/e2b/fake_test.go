@@ -23,6 +23,7 @@ import (
 // fakeService is a session.Service in memory. Its exec understands the scripts
 // the tests run through "/bin/bash -l -c SCRIPT" (see run).
 type fakeService struct {
+	session.Unimplemented
 	mu        sync.Mutex
 	sandboxes map[string]*fakeSandbox
 	n         int

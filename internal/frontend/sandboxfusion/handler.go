@@ -10,14 +10,9 @@ import (
 	"net/http"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
-
-// FnCaller runs FnCalls: internal/fncall.Engine, or the trajectory decorator
-// around it.
-type FnCaller interface {
-	Call(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error)
-}
 
 // Defaults of Options.
 const (
@@ -43,14 +38,14 @@ type Options struct {
 
 // Handler serves SandboxFusion's routes.
 type Handler struct {
-	fc   FnCaller
+	fc   session.FnCalls
 	opts Options
 	log  *slog.Logger
 	mux  *http.ServeMux
 }
 
 // New returns a Handler running programs through fc.
-func New(fc FnCaller, opts Options) *Handler {
+func New(fc session.FnCalls, opts Options) *Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -103,7 +98,7 @@ func (h *Handler) run(ctx context.Context, req RunCodeRequest) (RunCodeResponse,
 	if err != nil {
 		return RunCodeResponse{}, err
 	}
-	res, err := h.fc.Call(ctx, fr)
+	res, err := h.fc.FnCall(ctx, fr)
 	if err != nil {
 		return RunCodeResponse{}, err
 	}

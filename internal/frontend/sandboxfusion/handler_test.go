@@ -21,7 +21,7 @@ type fakeFnCall struct {
 	res  func(req api.FnCallRequest) (api.FnCallResult, error)
 }
 
-func (f *fakeFnCall) Call(_ context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
+func (f *fakeFnCall) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	f.mu.Lock()
 	f.reqs = append(f.reqs, req)
 	f.mu.Unlock()

@@ -52,7 +52,7 @@ func (h *Handler) evaluate(ctx context.Context, req SubmitRequest) (EvalResult, 
 	for i, c := range cases {
 		fr.Tests[i] = api.FnCallTest{Stdin: c.Input["stdin"]}
 	}
-	res, err := h.fc.Call(ctx, fr)
+	res, err := h.fc.FnCall(ctx, fr)
 	if err != nil {
 		return EvalResult{}, err
 	}

@@ -41,6 +41,7 @@ import (
 
 // Node is the fake. The zero value is not usable; call NewNode.
 type Node struct {
+	session.Unimplemented
 	// Root is the host directory every sandbox's FS opens (shared by all).
 	Root string
 

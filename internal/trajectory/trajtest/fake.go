@@ -22,13 +22,15 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Fake is an in-memory session.Service (and session.FnCaller) for the suite: no
+// Fake is an in-memory session.Service (sandboxes, processes, files, FnCall)
+// for the suite: no
 // processes, no isolation. Exec understands `echo ARGS...` (to stderr when the
 // last argument is ">&2"), `cat` (stdin to stdout) and `exit N`, also as
 // `sh -c "..."`; anything else exits 127.
 // Each sandbox has an in-memory file tree. It counts the operations that ran, so
 // a test can tell a replay (nothing ran) from a live run.
 type Fake struct {
+	session.Unimplemented
 	mu        sync.Mutex
 	seq       int
 	sandboxes map[string]*fakeSandbox
@@ -48,10 +50,7 @@ func NewFake() *Fake {
 	return &Fake{sandboxes: map[string]*fakeSandbox{}, ports: map[int]string{}, fail: map[string]error{}}
 }
 
-var (
-	_ session.Service  = (*Fake)(nil)
-	_ session.FnCaller = (*Fake)(nil)
-)
+var _ session.Service = (*Fake)(nil)
 
 // Runs is how many operations ran (exec, stream, process, file changes, dial, fncall).
 func (f *Fake) Runs() int {

@@ -48,6 +48,8 @@ type Harness struct {
 	// Serve, if set, makes an HTTP server answer on a port of sandbox id (the
 	// suite's handler) and returns the port.
 	Serve func(t *testing.T, svc session.Service, id string, h http.Handler) int
+	// FnCall says the service runs FnCalls (the FnCall tests run only then).
+	FnCall bool
 }
 
 // Run runs every test of the suite the harness supports (the tests that need an
@@ -55,12 +57,10 @@ type Harness struct {
 // in the log, not skipped).
 func Run(t *testing.T, h Harness) {
 	s := &suite{h: h}
-	probe := h.Service(t)
-	_, fnCall := probe.(session.FnCaller)
 	needs := map[string]bool{
 		"RetryableNotLogged": h.Fail != nil,
 		"InitExited":         h.Kill != nil,
-		"FnCall":             fnCall,
+		"FnCall":             h.FnCall,
 		"HTTP":               h.Serve != nil,
 	}
 	for _, tc := range []struct {
@@ -796,6 +796,7 @@ func (s *suite) testHTTP(t *testing.T) {
 func FakeHarness(store func(t *testing.T) trajectory.Store, restart func(t *testing.T, s trajectory.Store) trajectory.Store) Harness {
 	return Harness{
 		Service: func(*testing.T) session.Service { return NewFake() },
+		FnCall:  true,
 		Store:   store,
 		Restart: restart,
 		Runs:    func(svc session.Service) int { return svc.(*Fake).Runs() },

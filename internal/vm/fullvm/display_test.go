@@ -108,7 +108,23 @@ func TestTypedTextReachesTerminal(t *testing.T) {
 	if _, err := in.SendInput(ctx, api.InputRequest{Key: "Return"}); err != nil {
 		t.Fatalf("key Return: %v", err)
 	}
-	time.Sleep(2 * time.Second)
+	// A marker command typed next: once it has run, the shell has read (and
+	// would have run) the cleared line before it.
+	if _, err := in.SendInput(ctx, api.InputRequest{Text: "echo done > /tmp/after\n"}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		if rc, _, err := fs.Open(ctx, "/tmp/after"); err == nil {
+			line, _ := bufio.NewReader(rc).ReadString('\n')
+			rc.Close()
+			if line == "done\n" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the marker command typed after ctrl-u and Return never ran")
+		}
+	}
 	rc, _, err := fs.Open(ctx, "/tmp/typed")
 	if err != nil {
 		t.Fatal(err)

@@ -223,13 +223,15 @@ func (s state) raw() json.RawMessage {
 // vmDir is where sandbox id's files live.
 func (d *Driver) vmDir(id string) string { return filepath.Join(d.cfg.StateDir, "vms", id) }
 
-// Cleanup implements driver.Driver: it kills a QEMU that still runs and
-// removes the VM's directory.
+// Cleanup implements driver.Driver: it kills a QEMU that still runs, waits
+// until it has been reaped and removes the VM's directory.
 func (d *Driver) Cleanup(ctx context.Context, spec driver.Spec, raw json.RawMessage) error {
 	var st state
 	_ = json.Unmarshal(raw, &st)
-	if st.PID > 0 && alive(st.PID, st.StartTime) {
-		killWait(ctx, st.PID, st.StartTime)
+	if st.PID > 0 {
+		if err := killWait(ctx, st.PID, st.StartTime); err != nil {
+			return err
+		}
 	}
 	dir := st.Dir
 	if dir == "" {

@@ -155,7 +155,7 @@ func (d *Driver) launchVM(ctx context.Context, id string, a AccelInfo, l launch,
 	defer func() {
 		if err != nil {
 			in.Release()
-			killWait(context.Background(), pid, startTime)
+			_ = killWait(context.Background(), pid, startTime)
 			<-in.done
 		}
 	}()
@@ -505,13 +505,17 @@ func chanConn(ch *guest.Chan) net.Conn {
 }
 
 // Destroy implements driver.Instance: QEMU is killed (the guest and every
-// process in it with it) and the VM's directory (disk, sockets, logs) removed.
+// process in it with it) and reaped, and the VM's directory (disk, sockets,
+// logs) removed. It returns when no QEMU process is left, or with
+// deadline_exceeded when ctx ends first.
 func (in *instance) Destroy(ctx context.Context) error {
 	in.mu.Lock()
 	in.gone = true
 	in.mu.Unlock()
 	in.Release()
-	killWait(ctx, in.st.PID, in.st.StartTime)
+	if err := killWait(ctx, in.st.PID, in.st.StartTime); err != nil {
+		return err
+	}
 	select {
 	case <-in.done:
 	case <-ctx.Done():

@@ -213,17 +213,27 @@ func watchPid(pid int, start uint64, done chan struct{}) {
 }
 
 // killWait SIGKILLs pid (if it still is the process that started at start)
-// and waits until it is gone.
-func killWait(ctx context.Context, pid int, start uint64) {
-	if !alive(pid, start) {
-		return
+// and waits until it has been reaped, bounded by ctx. Dead is not enough: a
+// killed QEMU stays a zombie, with its pid, until its parent waits for it
+// (our cmd.Wait goroutine, or init for a QEMU that an earlier agent process
+// started), and a caller told "destroyed" must find no such process.
+func killWait(ctx context.Context, pid int, start uint64) error {
+	if alive(pid, start) {
+		_ = unix.Kill(pid, unix.SIGKILL)
 	}
-	_ = unix.Kill(pid, unix.SIGKILL)
-	for alive(pid, start) {
+	for !reaped(pid, start) {
 		select {
 		case <-ctx.Done():
-			return
+			return errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "microvm: waiting for qemu (pid %d) to be reaped", pid)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+	return nil
+}
+
+// reaped reports whether the process pid that started at start is gone
+// from the process table (not even a zombie is left of it).
+func reaped(pid int, start uint64) bool {
+	st, err := initproto.ReadStartTime(pid)
+	return err != nil || st != start
 }

@@ -337,6 +337,11 @@ def as_bytes(data: Union[str, bytes, bytearray, memoryview]) -> bytes:
 EOF_LINE = b'{"eof":true}\n'
 
 
+def chunk(data: bytes) -> bytes:
+    """data as one chunk of a chunked HTTP/1.1 body."""
+    return b"%x\r\n%s\r\n" % (len(data), data)
+
+
 def exec_http_timeout(client_timeout: Optional[float], cmd_timeout: Optional[Seconds]) -> Optional[float]:
     """Socket timeout for a blocking exec: long enough for the command."""
     t = seconds(cmd_timeout)

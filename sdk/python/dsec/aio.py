@@ -1,17 +1,21 @@
 """The asyncio client: :class:`AsyncClient`, :class:`AsyncSandbox`,
-:class:`AsyncFiles`, :class:`AsyncProcess`, :class:`AsyncExecStream`. It mirrors the
-sync client call for call (``await sb.exec(...)``, ``async for`` on exec_stream)
-and needs nothing but the standard library: HTTP/1.1 is spoken over
-``asyncio.open_connection`` with a keep-alive pool."""
+:class:`AsyncFiles`, :class:`AsyncProcess`, :class:`AsyncExecStream`,
+:class:`AsyncTrajectory`. It needs nothing but the standard library: HTTP/1.1 is
+spoken over ``asyncio.open_connection`` with a keep-alive pool.
+
+This file is the one source of both clients: client.py (the sync client) is
+generated from it by ``gen_sync.py`` (async/await dropped, the Async names and
+_async_http swapped for their sync twins), and a test checks it is up to date.
+Edit this file, then run ``python3 gen_sync.py`` in sdk/python. The I/O lives in
+_async_http / _sync_http; requests, answers and errors are built here and in _core."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
+import time
 from typing import (
     Any,
-    AsyncIterable,
     AsyncIterator,
     Dict,
     Iterable,
@@ -22,31 +26,32 @@ from typing import (
     Union,
 )
 
+from . import _async_http as _io
 from . import _core
-from ._async_http import AConn, APool, build_head, default_headers, roundtrip
+from ._async_http import Stdin
 from ._core import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT,
+    REPLAYED_HEADER,
     Cmd,
     Req,
     Seconds,
     Size,
+    StepCounter,
     backoff,
     create_body,
     decode_json,
     exec_body,
     exec_http_timeout,
-    with_tty,
     files_req,
+    fncall_body,
+    fncall_http_timeout,
     http_proxy_path,
     process_path,
     sandbox_path,
     should_retry,
-    StepCounter,
-    REPLAYED_HEADER,
-    fncall_body,
-    fncall_http_timeout,
     with_headers,
+    with_tty,
 )
 from ._tar import PathLike, make_tar, safe_extract
 from .errors import (
@@ -74,13 +79,24 @@ from .types import (
 
 __all__ = ["AsyncClient", "AsyncSandbox", "AsyncFiles", "AsyncProcess", "AsyncExecStream", "AsyncTrajectory"]
 
-AStdin = Union[None, str, bytes, Iterable[bytes], AsyncIterable[bytes]]
+_CREATE_ARGS = {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max",
+                "user_namespace", "request_id", "network", "cpu_class", "ksm"}
 
 
 class AsyncClient:
-    """The asyncio twin of :class:`dsec.Client` (same arguments, same semantics).
-    Use it from one event loop at a time; ``await client.aclose()`` (or ``async
-    with``) closes its idle connections."""
+    """A client of one dsec server. Create one and share it (the sync client across
+    threads; the asyncio client across tasks, with one keep-alive pool per event
+    loop). ``close()`` / ``await aclose()`` (or leaving its ``with`` / ``async
+    with`` block) closes its idle connections; the client stays usable.
+
+    ``addr`` defaults to $DSEC_ADDR or http://127.0.0.1:7070; ``token`` to $DSEC_TOKEN
+    or the file $DSEC_DATA_DIR/token (DSEC_DATA_DIR defaults to /var/lib/dsec).
+    ``timeout`` is the socket timeout of one request in seconds (None: none; blocking
+    exec and process waits extend it by the command's own timeout). ``retries`` is how
+    many times a *safe* request (GETs, create -- which always carries a request id --
+    and delete) is repeated on a retryable error, with exponential backoff and jitter.
+    Exec, file writes, signals, pause/resume/reset are never repeated.
+    """
 
     def __init__(
         self,
@@ -88,31 +104,20 @@ class AsyncClient:
         token: Optional[str] = None,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         retries: int = DEFAULT_RETRIES,
-        pool_size: int = 256,
+        pool_size: int = _io.POOL_SIZE,
     ) -> None:
-        self.addr, self._host, self._port, self._prefix = _core.resolve_addr(addr)
+        self.addr, host, port, prefix = _core.resolve_addr(addr)
         self.token = _core.resolve_token(token)
         self.timeout = timeout
         self.retries = max(0, int(retries))
-        self._pool_size = pool_size
-        self._pools: Dict[int, Tuple[asyncio.AbstractEventLoop, APool]] = {}
-        self._headers = default_headers(self.token)
-        self._host_hdr = self._host if self._port == 80 else f"{self._host}:{self._port}"
+        self._http = _io.Transport(host, port, prefix, self.token, pool_size)
+        self._batch: Optional[bool] = None  # whether the server has POST /v1/sandboxes:batch
 
-    @property
-    def _pool(self) -> APool:
-        loop = asyncio.get_running_loop()
-        ent = self._pools.get(id(loop))
-        if ent is None or ent[0] is not loop:
-            for k, (lp, p) in list(self._pools.items()):
-                if lp.is_closed():
-                    del self._pools[k]
-            ent = (loop, APool(self._host, self._port, self._pool_size))
-            self._pools[id(loop)] = ent
-        return ent[1]
+    # ---- plumbing ----------------------------------------------------------------
 
     async def aclose(self) -> None:
-        self._pool.close()
+        """Close idle connections (the client stays usable)."""
+        self._http.close_idle()
 
     async def __aenter__(self) -> "AsyncClient":
         return self
@@ -124,12 +129,13 @@ class AsyncClient:
         return f"AsyncClient({self.addr!r})"
 
     async def _send(self, req: Req, raw: bool = False, retries: Optional[int] = None) -> Tuple[int, Dict[str, str], bytes]:
+        """Perform req, retrying when it is safe; non-2xx become exceptions (unless
+        raw, used by the HTTP proxy)."""
         n = self.retries if retries is None else retries
         attempt = 0
         while True:
             try:
-                status, headers, body = await roundtrip(self._pool, req, self._headers, self._prefix,
-                                                        self._host_hdr, self.timeout)
+                status, headers, body = await self._http.roundtrip(req, self.timeout)
                 if status >= 300 and not raw:
                     raise error_from_response(status, body)
                 return status, headers, body
@@ -138,7 +144,7 @@ class AsyncClient:
                     return 204, {}, b""
                 if not should_retry(req, e, attempt, n):
                     raise
-            await asyncio.sleep(backoff(attempt))
+            await _io.sleep(backoff(attempt))
             attempt += 1
 
     async def _json(self, req: Req) -> Any:
@@ -147,31 +153,40 @@ class AsyncClient:
     # ---- node --------------------------------------------------------------------
 
     async def health(self) -> bool:
+        """True when the server answers GET /v1/health."""
         doc = await self._json(Req("GET", "/v1/health", retry=True))
         return bool(doc and doc.get("ok"))
 
     async def info(self) -> Dict[str, Any]:
+        """Node information: version, node, backends, images, cgroup."""
         return dict(await self._json(Req("GET", "/v1/info", retry=True)) or {})
 
     async def images(self) -> List[Dict[str, Any]]:
+        """Images and layered environments, with per-layer accounting."""
         return list(await self._json(Req("GET", "/v1/images", retry=True)) or [])
 
     async def image(self, name: str) -> Dict[str, Any]:
+        """One image or environment: kind, layers (base first), size, bytes_fetched,
+        config (env, working_dir, user, entrypoint, cmd kept from its OCI image)."""
         return dict(await self._json(Req("GET", "/v1/images/" + _core.esc(name), retry=True)) or {})
 
     async def compose_image(self, name: str, base: str, toolkits: Optional[List[str]] = None,
                             workspace: Optional[str] = None) -> Dict[str, Any]:
-        """See :meth:`dsec.Client.compose_image`."""
+        """Compose an environment from layers already in the node's blob store (by
+        name or digest; ``dsec image build`` makes them). Returns it as image()."""
         body = {"name": name, "base": base, "toolkits": list(toolkits or []), "workspace": workspace or ""}
         return dict(await self._json(Req("POST", "/v1/images", json_body=body)) or {})
 
     async def delete_image(self, name: str) -> None:
+        """Remove an environment (ConflictError while a sandbox uses it)."""
         await self._send(Req("DELETE", "/v1/images/" + _core.esc(name)))
 
     async def record_image(self, name: str) -> List[Dict[str, Any]]:
+        """Store what this node's sandboxes read from the environment's layers as
+        their prefetch lists (ConflictError if nothing was read yet)."""
         return list(await self._json(Req("POST", "/v1/images/" + _core.esc(name) + "/record")) or [])
 
-    # ---- sandboxes ---------------------------------------------------------------
+    # ---- sandboxes ----------------------------------------------------------------
 
     async def create(
         self,
@@ -191,7 +206,11 @@ class AsyncClient:
         cpu_class: Optional[str] = None,
         ksm: bool = False,
     ) -> "AsyncSandbox":
-        """See :meth:`dsec.Client.create`."""
+        """Create a sandbox and return it once it runs. memory/disk take bytes or
+        strings like "512m"; ttl/idle_timeout take seconds or a timedelta. A request
+        id (random unless given) makes the call idempotent, so it is retried.
+        user_namespace True/False asks for a user namespace (sandbox root an
+        unprivileged host uid) or against one; None takes the server's default."""
         body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
                            user_namespace, network, cpu_class, ksm)
         return await self._create(body, None)
@@ -207,12 +226,22 @@ class AsyncClient:
         timeout: Optional[float] = 600.0,
         **kw: Any,
     ) -> List["AsyncSandbox"]:
-        """See :meth:`dsec.Client.create_many` (same backpressure handling and the
-        same all-or-nothing choice)."""
+        """Create n sandboxes with at most ``concurrency`` requests in flight and
+        return them (in order) once all run.
+
+        Backpressure: a retryable error (429 resource_exhausted, 503, network) is
+        retried with backoff and the *same* request id until ``timeout`` seconds
+        have passed, so no sandbox is created twice. All or nothing: if any sandbox
+        fails for good, the ones created are deleted and :class:`CreateManyError`
+        lists the failures. A server with ``POST /v1/sandboxes:batch`` (a
+        cluster's API server places the whole batch at once) gets one batch
+        request, all or nothing on its side; its error names the first failure. ``kw`` are :meth:`create`'s arguments; a ``request_id``
+        there is used as a prefix ("ID-0", "ID-1", ...) so a repeated create_many
+        returns the same sandboxes.
+        """
         if n <= 0:
             return []
-        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env",
-                             "labels", "pids_max", "user_namespace", "request_id", "network", "cpu_class", "ksm"}
+        unknown = set(kw) - _CREATE_ARGS
         if unknown:
             raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         prefix = kw.pop("request_id", None) or _core.new_request_id()
@@ -224,61 +253,58 @@ class AsyncClient:
             )
             for i in range(n)
         ]
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        if n <= _core.MAX_BATCH and getattr(self, "_batch", None) is not False:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if n <= _core.MAX_BATCH and self._batch is not False:
             made = await self._create_batch(bodies, deadline)
             if made is not None:
                 return made
-        sem = asyncio.Semaphore(max(1, concurrency))
         results: List[Optional[AsyncSandbox]] = [None] * n
         failures: List[Tuple[int, BaseException]] = []
 
         async def one(i: int) -> None:
             attempt = 0
-            async with sem:
-                while True:
-                    try:
-                        results[i] = await self._create(bodies[i], 0)
-                        return
-                    except DsecError as e:
-                        if not e.retryable or (deadline is not None and loop.time() >= deadline):
-                            failures.append((i, e))
-                            return
-                    except asyncio.CancelledError:
-                        raise
-                    except Exception as e:  # noqa: BLE001
+            while True:
+                try:
+                    results[i] = await self._create(bodies[i], 0)
+                    return
+                except DsecError as e:
+                    if not e.retryable or (deadline is not None and time.monotonic() >= deadline):
                         failures.append((i, e))
                         return
-                    await asyncio.sleep(backoff(attempt, 0.05, 2.0))
-                    attempt += 1
+                except Exception as e:  # noqa: BLE001 - reported with the others
+                    failures.append((i, e))
+                    return
+                await _io.sleep(backoff(attempt, 0.05, 2.0))
+                attempt += 1
 
         try:
-            await asyncio.gather(*(one(i) for i in range(n)))
+            await _io.map_limited(one, range(n), concurrency)
         except BaseException:
-            await _adelete_all([s for s in results if s is not None], concurrency)
+            await _delete_all([s for s in results if s is not None], concurrency)
             raise
         made = [s for s in results if s is not None]
         if failures:
             failures.sort(key=lambda f: f[0])
-            bad = await _adelete_all(made, concurrency)
+            bad = await _delete_all(made, concurrency)
             raise CreateManyError(failures, n, deleted=len(made) - len(bad), cleanup_failures=bad)
         return made  # type: ignore[return-value]
 
     async def _create_batch(self, bodies: List[Dict[str, Any]], deadline: Optional[float]) -> Optional[List["AsyncSandbox"]]:
-        """See :meth:`dsec.Client._create_batch`."""
-        loop = asyncio.get_running_loop()
+        """One POST /v1/sandboxes:batch (all or nothing on the server), retried
+        with the same request ids on retryable errors until the deadline; None
+        when the server has no batch route (create_many then creates one by one)."""
         attempt = 0
         while True:
             try:
-                _, _, data = await self._send(Req("POST", _core.BATCH_PATH, json_body={"sandboxes": bodies}, retry=True), retries=0)
+                req = Req("POST", _core.BATCH_PATH, json_body={"sandboxes": bodies}, retry=True)
+                _, _, data = await self._send(req, retries=0)
             except DsecError as e:
                 if _core.batch_unsupported(e):
                     self._batch = False
                     return None
-                if not e.retryable or (deadline is not None and loop.time() >= deadline):
+                if not e.retryable or (deadline is not None and time.monotonic() >= deadline):
                     raise CreateManyError([(_core.batch_failure_index(e), e)], len(bodies)) from e
-                await asyncio.sleep(backoff(attempt, 0.05, 2.0))
+                await _io.sleep(backoff(attempt, 0.05, 2.0))
                 attempt += 1
                 continue
             self._batch = True
@@ -286,22 +312,26 @@ class AsyncClient:
             return [AsyncSandbox(self, SandboxInfo.from_json(d)) for d in doc.get("sandboxes") or []]
 
     async def get(self, sandbox_id: str) -> "AsyncSandbox":
+        """The sandbox with this id (NotFoundError if none)."""
         doc = await self._json(Req("GET", sandbox_path(sandbox_id), retry=True))
         return AsyncSandbox(self, SandboxInfo.from_json(doc))
 
     def sandbox(self, sandbox_id: str) -> "AsyncSandbox":
+        """A handle on an existing sandbox without asking the server."""
         return AsyncSandbox(self, SandboxInfo(id=sandbox_id))
 
     async def list(self) -> List["AsyncSandbox"]:
+        """Every sandbox of the node."""
         doc = await self._json(Req("GET", "/v1/sandboxes", retry=True))
         return [AsyncSandbox(self, SandboxInfo.from_json(d)) for d in _core.sandboxes_from_list(doc)]
 
     async def delete_all(self, concurrency: int = 32) -> int:
+        """Delete every sandbox of the node; returns how many were deleted."""
         sbs = await self.list()
-        bad = await _adelete_all(sbs, concurrency)
+        bad = await _delete_all(sbs, concurrency)
         return len(sbs) - len(bad)
 
-    # ---- FnCall ------------------------------------------------------------------
+    # ---- FnCall ----------------------------------------------------------------------
 
     async def fncall(
         self,
@@ -315,109 +345,61 @@ class AsyncClient:
         env: Optional[Mapping[str, str]] = None,
         device: Optional[str] = None,
     ) -> FnCallResult:
-        """See :meth:`dsec.Client.fncall`."""
+        """Run a program against tests, each in a fresh limited sandbox (POST
+        /v1/fncall). ``language``: python3, c, c++, go, bash (or ``cmd``, a raw
+        command run in /w). ``source`` is the program; ``files`` more files by path.
+        ``tests``: [{"stdin", "expected_output", "compare": {"mode", "epsilon"}}].
+        ``limits``: cpu_time_ms, wall_time_ms, memory_bytes, processes,
+        output_bytes, file_size_bytes. The program's failure is a verdict in the
+        result, not an exception. Retried on retryable errors (no side effects)."""
         body = fncall_body(language, source, files, tests, limits, cmd, image, env, device)
         req = Req("POST", "/v1/fncall", json_body=body, retry=True, timeout=fncall_http_timeout(self.timeout))
         return FnCallResult.from_json(await self._json(req) or {})
 
     async def fncall_batch(self, calls: Iterable[Mapping[str, Any]], **defaults: Any) -> AsyncIterator[FnCallResult]:
-        """See :meth:`dsec.Client.fncall_batch`: ``async for r in
-        client.fncall_batch(calls)`` yields results as they finish."""
+        """Run many fncalls in one request (POST /v1/fncall/batch) and yield each
+        result as it finishes (completion order; ``result.index`` is its position
+        in ``calls``): ``async for r in client.fncall_batch(calls)``. Each call is a
+        dict of :meth:`fncall` arguments; ``defaults`` (e.g. ``limits=``,
+        ``language=``) apply to every call that lacks them. A call that could not
+        run yields a result with ``.error`` set. Not retried."""
         bodies = [fncall_body(**{**defaults, **dict(c)}) for c in calls]
         if not bodies:
             return
         data = json.dumps({"calls": bodies}, separators=(",", ":")).encode()
-        async for line in _astream_lines(self, "POST", "/v1/fncall/batch", data, "application/json"):
+        async for line in self._http.stream_lines("POST", "/v1/fncall/batch", data, "application/json", self.timeout):
             yield FnCallResult.from_json(json.loads(line))
 
-    # ---- trajectories --------------------------------------------------------------
+    # ---- trajectories ------------------------------------------------------------
 
     def trajectory(self, traj_id: str, sandbox: Optional["AsyncSandbox"] = None, start: int = 1) -> "AsyncTrajectory":
-        """See :meth:`dsec.Client.trajectory`."""
+        """A :class:`AsyncTrajectory` that numbers its steps itself, from ``start``."""
         return AsyncTrajectory(self, traj_id, sandbox, start)
 
     async def trajectories(self) -> List[TrajectoryInfo]:
+        """Every logged trajectory (without steps)."""
         doc = await self._json(Req("GET", "/v1/trajectories", retry=True)) or {}
         return [TrajectoryInfo.from_json(d) for d in doc.get("trajectories") or []]
 
 
-_NET_ERRORS = (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError)
-
-
-async def _astream_lines(client: AsyncClient, method: str, path: str, body: bytes, ctype: str) -> AsyncIterator[bytes]:
-    """Send one request and yield the non-empty lines of its answer as they arrive."""
-    pool = client._pool
-    conn: Optional[AConn] = None
-    done = False
-    try:
-        try:
-            conn = await pool.get()
-            hdrs = dict(client._headers)
-            hdrs["Content-Type"] = ctype
-            conn.writer.write(build_head(method, client._prefix + path, client._host_hdr, hdrs, len(body)) + body)
-            await conn.writer.drain()
-            status, h = await conn.read_head()
-            if status >= 300:
-                raise error_from_response(status, await conn.read_body(method, status, h))
-        except DsecError:
-            raise
-        except _NET_ERRORS as e:
-            raise network_error(e) from e
-        chunked = "chunked" in h.get("transfer-encoding", "").lower()
-        cl = h.get("content-length")
-        left = int(cl) if cl is not None and not chunked else -1
-        buf = b""
-        while True:
-            nl = buf.find(b"\n")
-            if nl >= 0:
-                line, buf = buf[:nl].strip(), buf[nl + 1 :]
-                if line:
-                    yield line
-                continue
-            try:
-                if chunked:
-                    more = await conn.read_chunk()
-                elif left == 0:
-                    more = b""
-                else:
-                    more = await conn.reader.read(65536 if left < 0 else min(left, 65536))
-                    if left > 0:
-                        left -= len(more)
-            except _NET_ERRORS as e:
-                raise InfrastructureError(f"stream broke: {type(e).__name__}: {e}", retryable=False) from e
-            if not more:
-                if buf.strip():
-                    yield buf.strip()
-                done = chunked or left == 0
-                return
-            buf += more
-    finally:
-        if conn is not None:
-            if done:
-                pool.put(conn)
-            else:
-                conn.close()
-
-
-async def _adelete_all(sbs: List["AsyncSandbox"], concurrency: int) -> List[str]:
-    sem = asyncio.Semaphore(max(1, concurrency))
+async def _delete_all(sbs: List["AsyncSandbox"], concurrency: int) -> List[str]:
+    """Delete sandboxes in parallel; returns the ids that could not be deleted."""
     bad: List[str] = []
 
     async def rm(sb: "AsyncSandbox") -> None:
-        async with sem:
-            try:
-                await sb.delete()
-            except NotFoundError:
-                pass
-            except Exception:  # noqa: BLE001
-                bad.append(sb.id)
+        try:
+            await sb.delete()
+        except NotFoundError:
+            pass
+        except Exception:  # noqa: BLE001
+            bad.append(sb.id)
 
-    await asyncio.gather(*(rm(s) for s in sbs))
+    await _io.map_limited(rm, sbs, concurrency)
     return bad
 
 
 class AsyncSandbox:
-    """See :class:`dsec.Sandbox`; ``async with`` deletes it on exit."""
+    """One sandbox. A context manager: leaving the block deletes it."""
 
     def __init__(self, client: AsyncClient, info: SandboxInfo) -> None:
         self.client = client
@@ -425,7 +407,9 @@ class AsyncSandbox:
         self.id = info.id
         self.files = AsyncFiles(self)
         self.trajectory: Optional[AsyncTrajectory] = None
+        """Set on the view ``traj.sandbox(sb)`` returns: its session calls are steps."""
         self.last_reclaim: Optional[ReclaimResult] = None
+        """What the last ``pause(reclaim=True)`` pushed out of RAM."""
 
     def __repr__(self) -> str:
         t = f", trajectory={self.trajectory.id!r}" if self.trajectory is not None else ""
@@ -457,11 +441,17 @@ class AsyncSandbox:
             self.info = SandboxInfo.from_json(doc)
         return self
 
+    # ---- lifecycle -------------------------------------------------------------------
+
     async def refresh(self) -> "AsyncSandbox":
+        """Re-read the sandbox's description (``.info``)."""
         return self._update(await self._json(Req("GET", sandbox_path(self.id), retry=True)))
 
     async def pause(self, reclaim: bool = False) -> "AsyncSandbox":
-        """See :meth:`dsec.Sandbox.pause`."""
+        """Freeze every process. With ``reclaim=True`` the frozen sandbox's memory
+        is then pushed out of RAM (into the node's swap; without swap only page
+        cache, which ``last_reclaim.note`` says); resume prefetches it back.
+        ``last_reclaim`` holds what moved."""
         if not reclaim:
             return self._update(await self._json(Req("POST", sandbox_path(self.id, "/pause"))))
         doc = await self._json(Req("POST", sandbox_path(self.id, "/pause"), json_body={"reclaim": True}, retry=True))
@@ -469,7 +459,8 @@ class AsyncSandbox:
         return self._update(doc)
 
     async def set_cpu_class(self, cpu_class: str) -> "AsyncSandbox":
-        """See :meth:`dsec.Sandbox.set_cpu_class`."""
+        """Change the CPU class while it runs: "ls" (latency-sensitive) or "be"
+        (best-effort: an idle cgroup, threads SCHED_IDLE)."""
         return self._update(await self._json(Req("PUT", sandbox_path(self.id, "/cpu-class"),
                                                  json_body={"cpu_class": cpu_class}, retry=True)))
 
@@ -477,15 +468,23 @@ class AsyncSandbox:
         return self._update(await self._json(Req("POST", sandbox_path(self.id, "/resume"))))
 
     async def set_network(self, allow: Optional[Any] = None, rules: Optional[Any] = None) -> "AsyncSandbox":
-        """See :meth:`dsec.Sandbox.set_network`."""
+        """Replace the sandbox's egress policy (per task stage): ``allow`` entries
+        "CIDR[:PORT[-PORT]]", ``rules`` names of the operator's rule sets; with
+        neither, nothing is allowed. New connections see it at once. ``.info.network``
+        then shows the policy and the count of denied connection attempts."""
         body = _core.network_body(allow, rules)
         return self._update(await self._json(Req("PUT", sandbox_path(self.id, "/network"), json_body=body, retry=True)))
 
     async def reset(self) -> "AsyncSandbox":
+        """A fresh writable layer; every process is killed."""
         return self._update(await self._json(Req("POST", sandbox_path(self.id, "/reset"))))
 
     async def fork(self, n: int = 1, **overrides: Any) -> List["AsyncSandbox"]:
-        """See :meth:`dsec.Sandbox.fork`."""
+        """Make ``n`` sandboxes on this node that start from this sandbox's current
+        file system (a GRPO group). Only files are copied, not processes or memory:
+        each child boots its own init. The children inherit limits, env, labels and
+        timeouts; keyword ``overrides`` (cpu=, memory_bytes=, env=, labels=, ...)
+        change them. All or nothing. Works on a paused sandbox."""
         body: Dict[str, Any] = {"count": n}
         if overrides:
             body["overrides"] = overrides
@@ -493,24 +492,35 @@ class AsyncSandbox:
         return [AsyncSandbox(self.client, SandboxInfo.from_json(c)) for c in doc.get("children", [])]
 
     async def commit(self, name: str, exclude: Optional[List[str]] = None, default_exclude: bool = True) -> Dict[str, Any]:
-        """See :meth:`dsec.Sandbox.commit`."""
+        """Pack this sandbox's writable layer into the new environment ``name``
+        (its environment + one EROFS layer; /tmp, caches and build residue left
+        out, plus ``exclude``). Returns the commit result (``image``, ``layer``).
+        Fork and commit wait without a socket timeout: packing takes seconds per
+        few hundred MB."""
         body: Dict[str, Any] = {"name": name, "exclude": list(exclude or [])}
         if not default_exclude:
             body["no_default_exclude"] = True
         return await self._json(Req("POST", sandbox_path(self.id, "/commit"), json_body=body, timeout=None))
 
     async def screenshot(self) -> bytes:
-        """See :meth:`dsec.Sandbox.screenshot`."""
+        """The display as PNG bytes (fullvm; NotImplementedError-class API error
+        ``not_implemented`` for backends without a display)."""
         return (await self._send(Req("GET", sandbox_path(self.id, "/screen"), retry=True)))[2]
 
     async def send_input(self, text: Optional[str] = None, key: Optional[str] = None,
                          click: Optional[Any] = None, button: str = "left") -> Dict[str, Any]:
-        """See :meth:`dsec.Sandbox.send_input`."""
+        """Type ``text``, press ``key`` ("ret", "ctrl-c") or click at ``click``
+        = (x, y) on the display (fullvm). Returns {"events": N}."""
         body = _core.input_body(text, key, click, button)
         return await self._json(Req("POST", sandbox_path(self.id, "/input"), json_body=body))
 
     async def delete(self) -> None:
+        """Delete the sandbox. Retried on retryable errors; a not_found answer to a
+        *retry* counts as success (the first attempt did it). NotFoundError on the
+        first attempt is raised."""
         await self._send(Req("DELETE", sandbox_path(self.id), retry=True, gone_ok=True))
+
+    # ---- exec ------------------------------------------------------------------------
 
     async def exec(
         self,
@@ -522,6 +532,9 @@ class AsyncSandbox:
         stdin: Union[None, str, bytes] = None,
         max_output: Optional[Size] = None,
     ) -> ExecResult:
+        """Run a command to completion. A str runs with /bin/sh -c; a list is the
+        argv. A non-zero exit, a timeout (``timed_out``) or an OOM kill are in the
+        result, not exceptions. Never retried."""
         body = exec_body(cmd, timeout, env, cwd, user, stdin, max_output)
         req = Req("POST", sandbox_path(self.id, "/exec"), json_body=body,
                   timeout=exec_http_timeout(self.client.timeout, timeout), step=True)
@@ -534,18 +547,31 @@ class AsyncSandbox:
         env: Optional[Mapping[str, str]] = None,
         cwd: Optional[str] = None,
         user: Optional[str] = None,
-        stdin: AStdin = None,
+        stdin: Stdin = None,
         tty: bool = False,
         cols: Optional[int] = None,
         rows: Optional[int] = None,
     ) -> "AsyncExecStream":
-        """``async for item in sb.exec_stream(...)``: StreamChunk items, then the
-        ExecResult. Truly full-duplex: stdin (bytes, str, or a sync or async
-        iterable of bytes) is written by a task while the output is read.
-        ``tty=True``: as :meth:`dsec.Sandbox.exec_stream` (``await write()``,
-        ``await resize()``, ``await close_stdin()``)."""
+        """Run a command with live output. Iterate the returned :class:`AsyncExecStream`
+        (``async for`` on the asyncio client): it yields :class:`StreamChunk`
+        ``(stream, data)`` items as output arrives and finally the
+        :class:`ExecResult` (whose stdout/stderr are empty: they were streamed).
+        ``stdin`` (bytes, str or an iterable of bytes; for the asyncio client also
+        an async iterable) is sent while the output is read;
+        ``signal("SIGTERM")`` signals the process. The sync client sends the
+        request here (a refusal raises here); the asyncio client when the stream
+        is first iterated or written to.
+
+        ``tty=True`` runs the command on a terminal of ``cols`` x ``rows`` (default
+        80x24) in the sandbox: all output arrives as "stdout" chunks, stdin stays
+        open when ``stdin`` is None so :meth:`AsyncExecStream.write` types into it
+        (b"\\x03" is Ctrl-C), and :meth:`AsyncExecStream.resize` changes the size.
+        An input line the server refuses (a size out of 1..1000, an unknown signal)
+        does not end the stream: its error is appended to ``input_errors``."""
         body = with_tty(exec_body(cmd, timeout, env, cwd, user, None), tty, cols, rows)
-        return AsyncExecStream(self.client, self.id, body, stdin, self.trajectory)
+        return _io.started(AsyncExecStream(self.client, self.id, body, stdin, self.trajectory))
+
+    # ---- background processes ----------------------------------------------------
 
     async def spawn(
         self,
@@ -559,7 +585,9 @@ class AsyncSandbox:
         cols: Optional[int] = None,
         rows: Optional[int] = None,
     ) -> "AsyncProcess":
-        """Start a background process; ``tty=True`` as :meth:`dsec.Sandbox.spawn`."""
+        """Start a background process (it survives a server restart). With
+        ``tty=True`` it runs on a terminal of ``cols`` x ``rows`` and all its
+        output is in ``logs("stdout")``."""
         body = with_tty(exec_body(cmd, timeout, env, cwd, user, stdin), tty, cols, rows)
         doc = await self._json(Req("POST", sandbox_path(self.id, "/processes"), json_body=body, step=True))
         return AsyncProcess(self, ProcessInfo.from_json(doc))
@@ -572,6 +600,8 @@ class AsyncSandbox:
         doc = await self._json(Req("GET", process_path(self.id, process_id), retry=True))
         return AsyncProcess(self, ProcessInfo.from_json(doc))
 
+    # ---- HTTP into the sandbox -------------------------------------------------------
+
     async def http(
         self,
         port: int,
@@ -581,6 +611,10 @@ class AsyncSandbox:
         headers: Optional[Mapping[str, str]] = None,
         timeout: Optional[float] = None,
     ) -> HTTPResponse:
+        """Send an HTTP request to ``port`` inside the sandbox through the server's
+        proxy; ``path`` may carry a query. The application's answer is returned
+        whatever its status; dsec's own errors (no such sandbox, nothing listening:
+        BadGatewayError) are raised. Never retried."""
         if isinstance(body, str):
             body = body.encode()
         req = Req(method.upper(), http_proxy_path(self.id, port, path), body=body, headers=headers,
@@ -592,7 +626,7 @@ class AsyncSandbox:
 
 
 class AsyncFiles:
-    """See :class:`dsec.Files`."""
+    """``sandbox.files``: every path is resolved inside the sandbox's root."""
 
     def __init__(self, sb: AsyncSandbox) -> None:
         self._sb = sb
@@ -604,6 +638,7 @@ class AsyncFiles:
         return (await self.read(path)).decode(encoding)
 
     async def write(self, path: str, data: Union[bytes, str], mode: int = 0o644) -> FileInfo:
+        """Create or replace a file (parents must exist; see :meth:`mkdir`)."""
         if isinstance(data, str):
             data = data.encode()
         req = files_req("PUT", self._sb.id, "", path, query={"mode": f"{mode:04o}"},
@@ -615,6 +650,7 @@ class AsyncFiles:
         return [FileInfo.from_json(d) for d in (doc or {}).get("files") or []]
 
     async def stat(self, path: str) -> FileInfo:
+        """Describe path (a final symlink is not followed)."""
         return FileInfo.from_json(decode_json((await self._sb._send(files_req("GET", self._sb.id, "/stat", path)))[2]))
 
     async def exists(self, path: str) -> bool:
@@ -635,23 +671,31 @@ class AsyncFiles:
         await self._sb._send(files_req("DELETE", self._sb.id, "", path, query=q, step=True))
 
     async def upload(self, local: PathLike, remote_dir: str) -> None:
-        data = await asyncio.get_running_loop().run_in_executor(None, make_tar, local)
+        """Upload a local directory's *contents* into remote_dir (created if
+        missing), or a single file as remote_dir/<its name>, as one tar."""
+        data = await _io.run_blocking(make_tar, local)
         await self.upload_tar(data, remote_dir)
 
     async def upload_tar(self, data: bytes, remote_dir: str) -> None:
+        """Extract a tar (plain or gzip) into remote_dir."""
         req = files_req("PUT", self._sb.id, "/archive", remote_dir, body=data, ctype="application/x-tar", step=True)
         await self._sb._send(req)
 
     async def download_tar(self, remote_path: str) -> bytes:
+        """remote_path (file or tree) as an uncompressed tar; entry names start with
+        its base name."""
         return (await self._sb._send(files_req("GET", self._sb.id, "/archive", remote_path)))[2]
 
     async def download(self, remote_path: str, local_dir: PathLike) -> None:
+        """Download remote_path (a file or a tree) into local_dir: "/work" becomes
+        local_dir/work. Extraction is safe: absolute names, ".." escapes, links
+        pointing outside local_dir and device files are refused."""
         data = await self.download_tar(remote_path)
-        await asyncio.get_running_loop().run_in_executor(None, safe_extract, data, local_dir)
+        await _io.run_blocking(safe_extract, data, local_dir)
 
 
 class AsyncProcess:
-    """See :class:`dsec.Process`."""
+    """A background process started with :meth:`AsyncSandbox.spawn`."""
 
     def __init__(self, sb: AsyncSandbox, info: ProcessInfo) -> None:
         self.sandbox = sb
@@ -676,6 +720,8 @@ class AsyncProcess:
         return self
 
     async def wait(self, timeout: Optional[Seconds] = None) -> ExecResult:
+        """Wait for the process to exit and return how it ended; raises the builtin
+        TimeoutError if it still runs after ``timeout`` seconds."""
         t = _core.seconds(timeout)
         q = {"timeout_ms": str(max(1, int(t * 1000)))} if t is not None else None
         http_t = None if t is None or self.sandbox.client.timeout is None else self.sandbox.client.timeout + t
@@ -686,32 +732,30 @@ class AsyncProcess:
         return self.info.result
 
     async def kill(self, signal: Union[str, int] = "SIGKILL") -> None:
+        """Signal the process's group ("SIGTERM", "TERM", 15, ...)."""
         await self.sandbox._send(Req("POST", process_path(self.sandbox.id, self.id, "/kill"),
                                      json_body={"signal": str(signal)}))
 
     async def logs(self, stream: str = "stdout", offset: int = 0) -> bytes:
+        """The process's output so far ("stdout" or "stderr"), from byte offset."""
         req = Req("GET", process_path(self.sandbox.id, self.id, "/logs"),
                   query={"stream": stream, "offset": str(offset)}, retry=True)
         return (await self.sandbox._send(req))[2]
 
 
 class AsyncExecStream:
-    """A streaming exec; ``async for`` yields StreamChunk items then the ExecResult
-    (also in ``.result``). Leaving the loop early closes the connection, which kills
-    the process. ``await stream.signal("SIGTERM")`` signals it."""
+    """A running streaming exec (POST .../exec/stream, full-duplex NDJSON).
 
-    def __init__(self, client: AsyncClient, sid: str, body: Dict[str, Any], stdin: AStdin,
+    Iterating yields :class:`StreamChunk` items in the order the server sent them,
+    then the final :class:`ExecResult` (also kept in ``.result``). The request body
+    is sent with chunked encoding: the request line first, stdin while the output
+    is read (from a helper thread or task), so a process that writes before it
+    reads cannot deadlock. Leaving the iteration early closes the connection, which
+    kills the process.
+    """
+
+    def __init__(self, client: AsyncClient, sid: str, body: Dict[str, Any], stdin: Stdin,
                  traj: Optional["AsyncTrajectory"] = None) -> None:
-        self._client = client
-        self._traj = traj
-        self._step = 0
-        self._sid = sid
-        self._body = body
-        self._stdin = stdin
-        self._conn: Optional[AConn] = None
-        self._feeder: Optional["asyncio.Task[None]"] = None
-        self._wlock: Optional[asyncio.Lock] = None
-        self._feed_failed = False
         self.result: Optional[ExecResult] = None
         self.pid: Optional[int] = None
         self.tty = bool(body.get("tty"))
@@ -719,64 +763,43 @@ class AsyncExecStream:
         self.input_errors: List[DsecError] = []
         # With a terminal and no stdin given, stdin stays open for write().
         self._stdin_closed = not (self.tty and stdin is None)
-        self._started: Optional[AConn] = None
+        self._traj = traj
+        self._started = False
+        self._finished = False
+        first = json.dumps(body, separators=(",", ":")).encode() + b"\n"
+        # The connection (sent by _start); the client's timeout bounds the draining
+        # of the answer after the exit event.
+        self._conn = _io.StreamConn(client._http, sandbox_path(sid, "/exec/stream"), first, stdin,
+                                    not self._stdin_closed, client.timeout)
 
-    async def _start(self) -> AConn:
-        """Send the request head and line (once) and start the stdin feeder."""
-        if self._started is not None:
-            return self._started
-        c = self._client
-        conn = await c._pool.get()
-        self._conn = conn
-        self._started = conn
-        self._wlock = asyncio.Lock()
-        hdrs = dict(c._headers)
-        hdrs["Content-Type"] = "application/x-ndjson"
-        if self._traj is not None:
-            self._step, th = self._traj._counter.begin()
-            hdrs.update(th)
-        head = build_head("POST", c._prefix + sandbox_path(self._sid, "/exec/stream"), c._host_hdr, hdrs, None)
-        first = json.dumps(self._body, separators=(",", ":")).encode() + b"\n"
-        conn.writer.write(head + _chunk(first))
-        await conn.writer.drain()
-        self._feeder = asyncio.ensure_future(self._feed())
-        return conn
-
-    async def _feed(self) -> None:
+    async def _start(self) -> None:
+        """Send the request (once) and read the answer's head. A trajectory step
+        takes its number here."""
+        if self._started:
+            return
+        self._started = True
+        traj = self._traj
+        step, hdrs = traj._counter.begin() if traj is not None else (0, {})
         try:
-            await self._feed_lines()
-        except (Exception, asyncio.CancelledError):  # noqa: BLE001 - the reader sees a broken stream
-            self._feed_failed = True
-
-    async def _feed_lines(self) -> None:
-        stdin = self._stdin
-        if not self._stdin_closed:
-            return  # a terminal's stdin, typed into with write()
-        if stdin is not None and hasattr(stdin, "__aiter__"):
-            async for chunk in stdin:  # type: ignore[union-attr]
-                if isinstance(chunk, str):
-                    chunk = chunk.encode()
-                for i in range(0, len(chunk), 48 << 10):
-                    await self._write(_core.stdin_line(chunk[i : i + (48 << 10)]))
-            await self._write(b'{"eof":true}\n')
-        else:
-            for line in _core.stream_input_lines(stdin):  # type: ignore[arg-type]
-                await self._write(line)
-
-    async def _write(self, data: bytes) -> None:
-        conn = self._conn
-        if conn is None or self._wlock is None:
-            raise BrokenPipeError("exec stream closed")
-        async with self._wlock:
-            conn.writer.write(_chunk(data))
-            await conn.writer.drain()
+            h = await self._conn.start(hdrs)
+        except DsecError as e:
+            if traj is not None:
+                traj._counter.end(step, e)
+            raise
+        if traj is not None:
+            # The step started on the server: it is logged (or left unknown if this
+            # stream is abandoned), so the next call takes the next number.
+            traj._counter.end(step, None, h.get(REPLAYED_HEADER) == "true")
 
     async def signal(self, sig: Union[str, int] = "SIGTERM") -> None:
+        """Send a signal to the process group (with a terminal: its foreground
+        process group) while it runs."""
         await self._send_line(_core.signal_line(sig), "sending a signal")
 
     async def write(self, data: Union[str, bytes]) -> None:
-        """Type data into the terminal (see :meth:`dsec.ExecStream.write`). Starts
-        the request if the iteration has not yet."""
+        """Type data into the process's stdin (its terminal with ``tty=True``)
+        while it runs. Only while stdin is open: a tty stream started without
+        ``stdin``, until :meth:`close_stdin`."""
         if self._stdin_closed:
             raise InvalidArgumentError("exec stream: stdin is closed (write needs tty=True and no stdin argument)")
         b = _core.as_bytes(data)
@@ -784,6 +807,8 @@ class AsyncExecStream:
             await self._send_line(_core.stdin_line(b[i : i + (48 << 10)]), "writing stdin")
 
     async def close_stdin(self) -> None:
+        """End the process's stdin (on a terminal: its end of input, ^D, is typed;
+        closing twice is a no-op)."""
         if not self._stdin_closed:
             self._stdin_closed = True
             await self._send_line(_core.EOF_LINE, "closing stdin")
@@ -795,52 +820,29 @@ class AsyncExecStream:
         await self._send_line(_core.resize_line(cols, rows), "resizing the terminal")
 
     async def _send_line(self, line: bytes, what: str) -> None:
+        await self._start()
         try:
-            if self._started is None:
-                await self._start()
-            await self._write(line)
+            await self._conn.write(line)
         except OSError as e:
             raise network_error(e, f"exec stream: {what} failed") from e
+
+    async def __aenter__(self) -> "AsyncExecStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
 
     def __aiter__(self) -> AsyncIterator[Union[StreamChunk, ExecResult]]:
         return self._events()
 
     async def _events(self) -> AsyncIterator[Union[StreamChunk, ExecResult]]:
-        finished = False
         try:
-            try:
-                try:
-                    conn = await self._start()
-                    status, h = await conn.read_head()
-                    if status != 200:
-                        data = await conn.read_body("POST", status, h)
-                        raise error_from_response(status, data)
-                    chunked = "chunked" in h.get("transfer-encoding", "").lower()
-                except DsecError:
-                    raise
-                except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as e:
-                    raise network_error(e) from e
-            except DsecError as e:
-                if self._traj is not None:
-                    self._traj._counter.end(self._step, e)
-                raise
-            if self._traj is not None:
-                # Started on the server: logged, or left unknown if abandoned.
-                self._traj._counter.end(self._step, None, h.get(REPLAYED_HEADER) == "true")
-            buf = b""
+            await self._start()
             while True:
-                nl = buf.find(b"\n")
-                if nl < 0:
-                    try:
-                        more = await conn.read_chunk() if chunked else await conn.reader.read(65536)
-                    except (OSError, EOFError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as e:
-                        raise InfrastructureError(f"exec stream broke: {type(e).__name__}: {e}",
-                                                  retryable=False) from e
-                    if not more:
-                        raise InfrastructureError("exec stream ended before the exit event", retryable=False)
-                    buf += more
-                    continue
-                line, buf = buf[:nl].strip(), buf[nl + 1 :]
+                line = await self._conn.readline()
+                if not line:
+                    raise InfrastructureError("exec stream ended before the exit event", retryable=False)
+                line = line.strip()
                 if not line:
                     continue
                 ev = json.loads(line)
@@ -852,7 +854,8 @@ class AsyncExecStream:
                     self.pid = ev.get("pid")
                 elif typ == "exit":
                     self.result = ExecResult.from_json(ev.get("result") or {})
-                    finished = await self._finish(conn, chunked, buf)
+                    self._finished = True
+                    await self._conn.finish()
                     yield self.result
                     return
                 elif typ == "error":
@@ -861,64 +864,38 @@ class AsyncExecStream:
                     # A refused input line (bad size, unknown signal): the exec goes on.
                     self.input_errors.append(error_from_response(400, json.dumps({"error": ev.get("error") or {}}).encode()))
         finally:
-            if not finished:
-                self._abort()
-
-    async def _finish(self, conn: AConn, chunked: bool, buf: bytes) -> bool:
-        """End the request body and drain the response; pool the connection if both
-        ended cleanly."""
-        feeder = self._feeder
-        if feeder is None:
-            return False
-        if not feeder.done():
-            await asyncio.wait({feeder}, timeout=0.5)
-        if not feeder.done() or self._feed_failed:
-            return False
-        try:
-            async with self._wlock:  # type: ignore[union-attr]
-                conn.writer.write(b"0\r\n\r\n")
-                await conn.writer.drain()
-            if not chunked or buf.strip():
-                return False
-            while await asyncio.wait_for(conn.read_chunk(), 30):
-                pass
-        except Exception:  # noqa: BLE001
-            return False
-        # Not pooled, like the sync client: the server may have left part of the
-        # request body unread when the process exited early.
-        self._conn = None
-        conn.close()
-        return True
-
-    def _abort(self) -> None:
-        if self._feeder is not None and not self._feeder.done():
-            self._feeder.cancel()
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.close()
+            await self.aclose()
 
     async def wait(self) -> ExecResult:
+        """Consume the stream, discarding output, and return the result."""
         async for _ in self:
             pass
         assert self.result is not None
         return self.result
 
     async def aclose(self) -> None:
-        self._abort()
-
-    async def __aenter__(self) -> "AsyncExecStream":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        self._abort()
-
-
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
+        """Stop: if the process still runs, the closed connection kills it."""
+        if not self._finished:
+            self._conn.abort()
 
 
 class AsyncTrajectory:
-    """See :class:`dsec.Trajectory` (same calls, awaited)."""
+    """A trajectory of steps that numbers them itself (``client.trajectory(id)``).
+
+    Session calls made through it -- ``traj.exec(sb, cmd)``, ``traj.files.write``
+    (with a bound sandbox), or any call on the view ``traj.sandbox(sb)`` -- carry
+    the headers X-Dsec-Trajectory: id and X-Dsec-Step: n with n = 1, 2, ... The
+    server logs each step; a new AsyncTrajectory object for the same id starts at step 1
+    again, so a resumed trainer that re-issues the same calls in the same order is
+    answered from the log (``result.replayed``) and continues live at the first new
+    step. A changed call raises :class:`TrajectoryDivergedError`; a step the server
+    started but never finished raises :class:`OutcomeUnknownError` and the counter
+    moves past it, so the next call continues. Steps are sequential: one at a time.
+
+    Tagged calls: exec, exec_stream, spawn, files.read/read_text/write/mkdir/
+    remove/upload/upload_tar, http, and ``traj.fncall`` (no sandbox). Others (stat, list, processes, pause, ...) are
+    sent untagged.
+    """
 
     def __init__(self, client: AsyncClient, traj_id: str, sandbox: Optional[AsyncSandbox] = None,
                  start: int = 1) -> None:
@@ -932,6 +909,7 @@ class AsyncTrajectory:
 
     @property
     def next_step(self) -> int:
+        """The number the next step will carry."""
         return self._counter.next
 
     @next_step.setter
@@ -942,17 +920,22 @@ class AsyncTrajectory:
 
     @property
     def replayed_steps(self) -> int:
+        """Steps of this object answered from the log."""
         return self._counter.replayed_steps
 
     @property
     def live_steps(self) -> int:
+        """Steps of this object that ran live."""
         return self._counter.live_steps
 
     @property
     def last_replayed(self) -> bool:
+        """Whether the last successful step was answered from the log."""
         return self._counter.last_replayed
 
     def sandbox(self, sb: Union[None, AsyncSandbox, str] = None) -> AsyncSandbox:
+        """A view of ``sb`` (a sandbox or an id; default the bound one) whose
+        session calls are steps of this trajectory."""
         if sb is None:
             if self._sb is None:
                 raise ValueError("this trajectory has no bound sandbox: pass one")
@@ -979,7 +962,10 @@ class AsyncTrajectory:
         self._counter.end(n, err, headers.get(REPLAYED_HEADER) == "true")
         return status, headers, body
 
+    # ---- steps (sandbox first, or the bound sandbox) ---------------------------------
+
     async def exec(self, *a: Any, **kw: Any) -> ExecResult:
+        """``traj.exec(sb, cmd, ...)`` or ``traj.exec(cmd, ...)`` on the bound sandbox."""
         sb, rest = self._split(a)
         return await sb.exec(*rest, **kw)
 
@@ -987,7 +973,7 @@ class AsyncTrajectory:
         sb, rest = self._split(a)
         return sb.exec_stream(*rest, **kw)
 
-    async def spawn(self, *a: Any, **kw: Any) -> "AsyncProcess":
+    async def spawn(self, *a: Any, **kw: Any) -> AsyncProcess:
         sb, rest = self._split(a)
         return await sb.spawn(*rest, **kw)
 
@@ -996,28 +982,39 @@ class AsyncTrajectory:
         return await sb.http(*rest, **kw)
 
     @property
-    def files(self) -> "AsyncFiles":
+    def files(self) -> AsyncFiles:
+        """The bound sandbox's files, as steps."""
         return self.sandbox().files
 
     async def fncall(self, *a: Any, **kw: Any) -> FnCallResult:
-        """See :meth:`dsec.Trajectory.fncall`."""
+        """A FnCall (same arguments as :meth:`AsyncClient.fncall`) as a step: it needs no
+        sandbox, and a re-issued step is answered from the log, not run again."""
         req = Req("POST", "/v1/fncall", json_body=fncall_body(*a, **kw), retry=True,
                   timeout=fncall_http_timeout(self.client.timeout))
         return FnCallResult.from_json(decode_json((await self._step(req, False))[2]) or {})
 
+    # ---- the log ---------------------------------------------------------------------
+
     async def get(self) -> TrajectoryInfo:
+        """GET /v1/trajectories/{id}: the trajectory with its steps."""
         return TrajectoryInfo.from_json(await self.client._json(Req("GET", _traj_path(self.id), retry=True)) or {})
 
     async def steps(self) -> List[TrajectoryStep]:
+        """The logged steps, in order."""
         return (await self.get()).steps
 
     async def export(self) -> str:
+        """The log as JSON lines, one step per line."""
         return (await self.client._send(Req("GET", _traj_path(self.id, "/export"), retry=True)))[2].decode()
 
     async def delete(self) -> None:
+        """Delete the log (NotFoundError if there is none)."""
         await self.client._send(Req("DELETE", _traj_path(self.id), retry=True, gone_ok=True))
 
     async def rebuild(self) -> RebuildResult:
+        """Replace the trajectory's lost sandbox: the server creates a fresh one with
+        the recorded parameters and re-executes the logged mutating steps. The
+        bound sandbox (if any) becomes the new one; live steps must use it."""
         doc = await self.client._json(Req("POST", _traj_path(self.id, "/rebuild"), timeout=None))
         res = RebuildResult.from_json(doc or {})
         if res.sandbox_id:

@@ -1,17 +1,19 @@
 """The synchronous client: :class:`Client`, :class:`Sandbox`, :class:`Files`,
-:class:`Process`, :class:`ExecStream`."""
+:class:`Process`, :class:`ExecStream`, :class:`Trajectory`.
+
+GENERATED from aio.py by gen_sync.py: do not edit; edit aio.py and run
+``python3 gen_sync.py`` in sdk/python (a test checks this file is up to date)."""
 
 from __future__ import annotations
 
+import base64
 import json
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import (
     Any,
+    Iterator,
     Dict,
     Iterable,
-    Iterator,
     List,
     Mapping,
     Optional,
@@ -19,32 +21,33 @@ from typing import (
     Union,
 )
 
+from . import _sync_http as _io
 from . import _core
+from ._sync_http import Stdin
 from ._core import (
     DEFAULT_RETRIES,
     DEFAULT_TIMEOUT,
+    REPLAYED_HEADER,
     Cmd,
     Req,
     Seconds,
     Size,
+    StepCounter,
     backoff,
     create_body,
     decode_json,
     exec_body,
-    with_tty,
     exec_http_timeout,
     files_req,
+    fncall_body,
+    fncall_http_timeout,
     http_proxy_path,
     process_path,
     sandbox_path,
     should_retry,
-    StepCounter,
-    REPLAYED_HEADER,
-    fncall_body,
-    fncall_http_timeout,
     with_headers,
+    with_tty,
 )
-from ._sync_http import Conn, Pool, base_headers, roundtrip, set_timeout
 from ._tar import PathLike, make_tar, safe_extract
 from .errors import (
     CreateManyError,
@@ -57,25 +60,29 @@ from .errors import (
 )
 from .types import (
     ExecResult,
-    FnCallResult,
-    RebuildResult,
-    TrajectoryInfo,
-    TrajectoryStep,
     FileInfo,
+    FnCallResult,
     HTTPResponse,
     ProcessInfo,
+    RebuildResult,
     ReclaimResult,
     SandboxInfo,
     StreamChunk,
+    TrajectoryInfo,
+    TrajectoryStep,
 )
 
 __all__ = ["Client", "Sandbox", "Files", "Process", "ExecStream", "Trajectory"]
 
-Stdin = Union[None, str, bytes, Iterable[bytes]]
+_CREATE_ARGS = {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max",
+                "user_namespace", "request_id", "network", "cpu_class", "ksm"}
 
 
 class Client:
-    """A client of one dsec server. Thread-safe; create one and share it.
+    """A client of one dsec server. Create one and share it (the sync client across
+    threads; the asyncio client across tasks, with one keep-alive pool per event
+    loop). ``close()`` / ``await aclose()`` (or leaving its ``with`` / ``async
+    with`` block) closes its idle connections; the client stays usable.
 
     ``addr`` defaults to $DSEC_ADDR or http://127.0.0.1:7070; ``token`` to $DSEC_TOKEN
     or the file $DSEC_DATA_DIR/token (DSEC_DATA_DIR defaults to /var/lib/dsec).
@@ -92,21 +99,20 @@ class Client:
         token: Optional[str] = None,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         retries: int = DEFAULT_RETRIES,
-        pool_size: int = 64,
+        pool_size: int = _io.POOL_SIZE,
     ) -> None:
-        self.addr, host, port, self._prefix = _core.resolve_addr(addr)
+        self.addr, host, port, prefix = _core.resolve_addr(addr)
         self.token = _core.resolve_token(token)
         self.timeout = timeout
         self.retries = max(0, int(retries))
-        self._pool = Pool(host, port, timeout, maxsize=pool_size)
-        self._headers = base_headers(self.token)
+        self._http = _io.Transport(host, port, prefix, self.token, pool_size)
+        self._batch: Optional[bool] = None  # whether the server has POST /v1/sandboxes:batch
 
     # ---- plumbing ----------------------------------------------------------------
 
     def close(self) -> None:
         """Close idle connections (the client stays usable)."""
-        self._pool.close()
-        self._pool.reopen()
+        self._http.close_idle()
 
     def __enter__(self) -> "Client":
         return self
@@ -124,7 +130,7 @@ class Client:
         attempt = 0
         while True:
             try:
-                status, headers, body = roundtrip(self._pool, req, self._headers, self._prefix)
+                status, headers, body = self._http.roundtrip(req, self.timeout)
                 if status >= 300 and not raw:
                     raise error_from_response(status, body)
                 return status, headers, body
@@ -133,11 +139,11 @@ class Client:
                     return 204, {}, b""
                 if not should_retry(req, e, attempt, n):
                     raise
-            time.sleep(backoff(attempt))
+            _io.sleep(backoff(attempt))
             attempt += 1
 
     def _json(self, req: Req) -> Any:
-        return decode_json(self._send(req)[2])
+        return decode_json((self._send(req))[2])
 
     # ---- node --------------------------------------------------------------------
 
@@ -160,7 +166,7 @@ class Client:
         return dict(self._json(Req("GET", "/v1/images/" + _core.esc(name), retry=True)) or {})
 
     def compose_image(self, name: str, base: str, toolkits: Optional[List[str]] = None,
-                      workspace: Optional[str] = None) -> Dict[str, Any]:
+                            workspace: Optional[str] = None) -> Dict[str, Any]:
         """Compose an environment from layers already in the node's blob store (by
         name or digest; ``dsec image build`` makes them). Returns it as image()."""
         body = {"name": name, "base": base, "toolkits": list(toolkits or []), "workspace": workspace or ""}
@@ -205,8 +211,8 @@ class Client:
         return self._create(body, None)
 
     def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "Sandbox":
-        doc = decode_json(self._send(Req("POST", "/v1/sandboxes", json_body=body, retry=True), retries=retries)[2])
-        return Sandbox(self, SandboxInfo.from_json(doc))
+        _, _, data = self._send(Req("POST", "/v1/sandboxes", json_body=body, retry=True), retries=retries)
+        return Sandbox(self, SandboxInfo.from_json(decode_json(data)))
 
     def create_many(
         self,
@@ -230,6 +236,9 @@ class Client:
         """
         if n <= 0:
             return []
+        unknown = set(kw) - _CREATE_ARGS
+        if unknown:
+            raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         prefix = kw.pop("request_id", None) or _core.new_request_id()
         bodies = [
             create_body(
@@ -239,17 +248,13 @@ class Client:
             )
             for i in range(n)
         ]
-        unknown = set(kw) - {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max", "user_namespace", "network", "cpu_class", "ksm"}
-        if unknown:
-            raise TypeError(f"create_many: unexpected arguments {sorted(unknown)}")
         deadline = None if timeout is None else time.monotonic() + timeout
-        if n <= _core.MAX_BATCH and getattr(self, "_batch", None) is not False:
+        if n <= _core.MAX_BATCH and self._batch is not False:
             made = self._create_batch(bodies, deadline)
             if made is not None:
                 return made
         results: List[Optional[Sandbox]] = [None] * n
         failures: List[Tuple[int, BaseException]] = []
-        lock = threading.Lock()
 
         def one(i: int) -> None:
             attempt = 0
@@ -259,18 +264,19 @@ class Client:
                     return
                 except DsecError as e:
                     if not e.retryable or (deadline is not None and time.monotonic() >= deadline):
-                        with lock:
-                            failures.append((i, e))
-                        return
-                except BaseException as e:  # noqa: BLE001 - reported with the others
-                    with lock:
                         failures.append((i, e))
+                        return
+                except Exception as e:  # noqa: BLE001 - reported with the others
+                    failures.append((i, e))
                     return
-                time.sleep(backoff(attempt, 0.05, 2.0))
+                _io.sleep(backoff(attempt, 0.05, 2.0))
                 attempt += 1
 
-        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, n))) as ex:
-            list(ex.map(one, range(n)))
+        try:
+            _io.map_limited(one, range(n), concurrency)
+        except BaseException:
+            _delete_all([s for s in results if s is not None], concurrency)
+            raise
         made = [s for s in results if s is not None]
         if failures:
             failures.sort(key=lambda f: f[0])
@@ -285,14 +291,15 @@ class Client:
         attempt = 0
         while True:
             try:
-                data = self._send(Req("POST", _core.BATCH_PATH, json_body={"sandboxes": bodies}, retry=True), retries=0)[2]
+                req = Req("POST", _core.BATCH_PATH, json_body={"sandboxes": bodies}, retry=True)
+                _, _, data = self._send(req, retries=0)
             except DsecError as e:
                 if _core.batch_unsupported(e):
                     self._batch = False
                     return None
                 if not e.retryable or (deadline is not None and time.monotonic() >= deadline):
                     raise CreateManyError([(_core.batch_failure_index(e), e)], len(bodies)) from e
-                time.sleep(backoff(attempt, 0.05, 2.0))
+                _io.sleep(backoff(attempt, 0.05, 2.0))
                 attempt += 1
                 continue
             self._batch = True
@@ -347,14 +354,15 @@ class Client:
     def fncall_batch(self, calls: Iterable[Mapping[str, Any]], **defaults: Any) -> Iterator[FnCallResult]:
         """Run many fncalls in one request (POST /v1/fncall/batch) and yield each
         result as it finishes (completion order; ``result.index`` is its position
-        in ``calls``). Each call is a dict of :meth:`fncall` arguments; ``defaults``
-        (e.g. ``limits=``, ``language=``) apply to every call that lacks them. A
-        call that could not run yields a result with ``.error`` set. Not retried."""
+        in ``calls``): ``async for r in client.fncall_batch(calls)``. Each call is a
+        dict of :meth:`fncall` arguments; ``defaults`` (e.g. ``limits=``,
+        ``language=``) apply to every call that lacks them. A call that could not
+        run yields a result with ``.error`` set. Not retried."""
         bodies = [fncall_body(**{**defaults, **dict(c)}) for c in calls]
         if not bodies:
             return
         data = json.dumps({"calls": bodies}, separators=(",", ":")).encode()
-        for line in _stream_lines(self, "POST", "/v1/fncall/batch", data, "application/json"):
+        for line in self._http.stream_lines("POST", "/v1/fncall/batch", data, "application/json", self.timeout):
             yield FnCallResult.from_json(json.loads(line))
 
     # ---- trajectories ------------------------------------------------------------
@@ -369,44 +377,6 @@ class Client:
         return [TrajectoryInfo.from_json(d) for d in doc.get("trajectories") or []]
 
 
-def _stream_lines(client: Client, method: str, path: str, body: bytes, ctype: str) -> Iterator[bytes]:
-    """Send one request and yield the non-empty lines of its (NDJSON) answer as
-    they arrive. The connection is pooled again only when read to the end."""
-    conn, _ = client._pool.get()
-    done = False
-    try:
-        try:
-            set_timeout(conn, None, None)
-            h = dict(client._headers)
-            h["Content-Type"] = ctype
-            conn.request(method, client._prefix + path, body=body, headers=h)
-            resp = conn.getresponse()
-        except (OSError, Exception) as e:
-            if isinstance(e, DsecError):
-                raise
-            raise network_error(e) from e
-        if resp.status >= 300:
-            data = resp.read()
-            raise error_from_response(resp.status, data)
-        while True:
-            try:
-                line = resp.readline()
-            except (OSError, Exception) as e:
-                raise InfrastructureError(f"stream broke: {type(e).__name__}: {e}", retryable=False) from e
-            if not line:
-                break
-            line = line.strip()
-            if line:
-                yield line
-        done = not resp.will_close
-    finally:
-        if done:
-            set_timeout(conn, _core._UNSET, client.timeout)
-            client._pool.put(conn)
-        else:
-            conn.close()
-
-
 def _delete_all(sbs: List["Sandbox"], concurrency: int) -> List[str]:
     """Delete sandboxes in parallel; returns the ids that could not be deleted."""
     bad: List[str] = []
@@ -419,9 +389,7 @@ def _delete_all(sbs: List["Sandbox"], concurrency: int) -> List[str]:
         except Exception:  # noqa: BLE001
             bad.append(sb.id)
 
-    if sbs:
-        with ThreadPoolExecutor(max_workers=max(1, min(concurrency, len(sbs)))) as ex:
-            list(ex.map(rm, sbs))
+    _io.map_limited(rm, sbs, concurrency)
     return bad
 
 
@@ -434,9 +402,9 @@ class Sandbox:
         self.id = info.id
         self.files = Files(self)
         self.trajectory: Optional[Trajectory] = None
+        """Set on the view ``traj.sandbox(sb)`` returns: its session calls are steps."""
         self.last_reclaim: Optional[ReclaimResult] = None
         """What the last ``pause(reclaim=True)`` pushed out of RAM."""
-        """Set on the view ``traj.sandbox(sb)`` returns: its session calls are steps."""
 
     def __repr__(self) -> str:
         t = f", trajectory={self.trajectory.id!r}" if self.trajectory is not None else ""
@@ -461,7 +429,7 @@ class Sandbox:
         return self.client._send(req, raw)
 
     def _json(self, req: Req) -> Any:
-        return decode_json(self._send(req)[2])
+        return decode_json((self._send(req))[2])
 
     def _update(self, doc: Any) -> "Sandbox":
         if doc:
@@ -489,7 +457,7 @@ class Sandbox:
         """Change the CPU class while it runs: "ls" (latency-sensitive) or "be"
         (best-effort: an idle cgroup, threads SCHED_IDLE)."""
         return self._update(self._json(Req("PUT", sandbox_path(self.id, "/cpu-class"),
-                                           json_body={"cpu_class": cpu_class}, retry=True)))
+                                                 json_body={"cpu_class": cpu_class}, retry=True)))
 
     def resume(self) -> "Sandbox":
         return self._update(self._json(Req("POST", sandbox_path(self.id, "/resume"))))
@@ -532,10 +500,10 @@ class Sandbox:
     def screenshot(self) -> bytes:
         """The display as PNG bytes (fullvm; NotImplementedError-class API error
         ``not_implemented`` for backends without a display)."""
-        return self._send(Req("GET", sandbox_path(self.id, "/screen"), retry=True))[2]
+        return (self._send(Req("GET", sandbox_path(self.id, "/screen"), retry=True)))[2]
 
     def send_input(self, text: Optional[str] = None, key: Optional[str] = None,
-                   click: Optional[Any] = None, button: str = "left") -> Dict[str, Any]:
+                         click: Optional[Any] = None, button: str = "left") -> Dict[str, Any]:
         """Type ``text``, press ``key`` ("ret", "ctrl-c") or click at ``click``
         = (x, y) on the display (fullvm). Returns {"events": N}."""
         body = _core.input_body(text, key, click, button)
@@ -579,11 +547,15 @@ class Sandbox:
         cols: Optional[int] = None,
         rows: Optional[int] = None,
     ) -> "ExecStream":
-        """Run a command with live output. Iterate the returned :class:`ExecStream`:
-        it yields :class:`StreamChunk` ``(stream, data)`` items as output arrives
-        and finally the :class:`ExecResult` (whose stdout/stderr are empty: they
-        were streamed). ``stdin`` (bytes, str or an iterable of bytes) is sent while
-        the output is read; ``ExecStream.signal("SIGTERM")`` signals the process.
+        """Run a command with live output. Iterate the returned :class:`ExecStream`
+        (``async for`` on the asyncio client): it yields :class:`StreamChunk`
+        ``(stream, data)`` items as output arrives and finally the
+        :class:`ExecResult` (whose stdout/stderr are empty: they were streamed).
+        ``stdin`` (bytes, str or an iterable of bytes; for the asyncio client also
+        an async iterable) is sent while the output is read;
+        ``signal("SIGTERM")`` signals the process. The sync client sends the
+        request here (a refusal raises here); the asyncio client when the stream
+        is first iterated or written to.
 
         ``tty=True`` runs the command on a terminal of ``cols`` x ``rows`` (default
         80x24) in the sandbox: all output arrives as "stdout" chunks, stdin stays
@@ -592,7 +564,7 @@ class Sandbox:
         An input line the server refuses (a size out of 1..1000, an unknown signal)
         does not end the stream: its error is appended to ``input_errors``."""
         body = with_tty(exec_body(cmd, timeout, env, cwd, user, None), tty, cols, rows)
-        return ExecStream(self.client, self.id, body, stdin, self.trajectory)
+        return _io.started(ExecStream(self.client, self.id, body, stdin, self.trajectory))
 
     # ---- background processes ----------------------------------------------------
 
@@ -655,10 +627,10 @@ class Files:
         self._sb = sb
 
     def read(self, path: str) -> bytes:
-        return self._sb._send(files_req("GET", self._sb.id, "", path, step=True))[2]
+        return (self._sb._send(files_req("GET", self._sb.id, "", path, step=True)))[2]
 
     def read_text(self, path: str, encoding: str = "utf-8") -> str:
-        return self.read(path).decode(encoding)
+        return (self.read(path)).decode(encoding)
 
     def write(self, path: str, data: Union[bytes, str], mode: int = 0o644) -> FileInfo:
         """Create or replace a file (parents must exist; see :meth:`mkdir`)."""
@@ -666,15 +638,15 @@ class Files:
             data = data.encode()
         req = files_req("PUT", self._sb.id, "", path, query={"mode": f"{mode:04o}"},
                         body=bytes(data), ctype="application/octet-stream", step=True)
-        return FileInfo.from_json(decode_json(self._sb._send(req)[2]))
+        return FileInfo.from_json(decode_json((self._sb._send(req))[2]))
 
     def list(self, path: str) -> List[FileInfo]:
-        doc = decode_json(self._sb._send(files_req("GET", self._sb.id, "/list", path))[2])
+        doc = decode_json((self._sb._send(files_req("GET", self._sb.id, "/list", path)))[2])
         return [FileInfo.from_json(d) for d in (doc or {}).get("files") or []]
 
     def stat(self, path: str) -> FileInfo:
         """Describe path (a final symlink is not followed)."""
-        return FileInfo.from_json(decode_json(self._sb._send(files_req("GET", self._sb.id, "/stat", path))[2]))
+        return FileInfo.from_json(decode_json((self._sb._send(files_req("GET", self._sb.id, "/stat", path)))[2]))
 
     def exists(self, path: str) -> bool:
         try:
@@ -696,7 +668,7 @@ class Files:
     def upload(self, local: PathLike, remote_dir: str) -> None:
         """Upload a local directory's *contents* into remote_dir (created if
         missing), or a single file as remote_dir/<its name>, as one tar."""
-        data = make_tar(local)
+        data = _io.run_blocking(make_tar, local)
         self.upload_tar(data, remote_dir)
 
     def upload_tar(self, data: bytes, remote_dir: str) -> None:
@@ -707,13 +679,14 @@ class Files:
     def download_tar(self, remote_path: str) -> bytes:
         """remote_path (file or tree) as an uncompressed tar; entry names start with
         its base name."""
-        return self._sb._send(files_req("GET", self._sb.id, "/archive", remote_path))[2]
+        return (self._sb._send(files_req("GET", self._sb.id, "/archive", remote_path)))[2]
 
     def download(self, remote_path: str, local_dir: PathLike) -> None:
         """Download remote_path (a file or a tree) into local_dir: "/work" becomes
         local_dir/work. Extraction is safe: absolute names, ".." escapes, links
         pointing outside local_dir and device files are refused."""
-        safe_extract(self.download_tar(remote_path), local_dir)
+        data = self.download_tar(remote_path)
+        _io.run_blocking(safe_extract, data, local_dir)
 
 
 class Process:
@@ -756,13 +729,13 @@ class Process:
     def kill(self, signal: Union[str, int] = "SIGKILL") -> None:
         """Signal the process's group ("SIGTERM", "TERM", 15, ...)."""
         self.sandbox._send(Req("POST", process_path(self.sandbox.id, self.id, "/kill"),
-                               json_body={"signal": str(signal)}))
+                                     json_body={"signal": str(signal)}))
 
     def logs(self, stream: str = "stdout", offset: int = 0) -> bytes:
         """The process's output so far ("stdout" or "stderr"), from byte offset."""
         req = Req("GET", process_path(self.sandbox.id, self.id, "/logs"),
                   query={"stream": stream, "offset": str(offset)}, retry=True)
-        return self.sandbox._send(req)[2]
+        return (self.sandbox._send(req))[2]
 
 
 class ExecStream:
@@ -770,10 +743,10 @@ class ExecStream:
 
     Iterating yields :class:`StreamChunk` items in the order the server sent them,
     then the final :class:`ExecResult` (also kept in ``.result``). The request body
-    is sent with chunked encoding: the request line and small stdin go out before the
-    first read; large or iterable stdin is written by a helper thread while the
-    output is read, so a process that writes before it reads cannot deadlock. Leaving
-    the iteration early closes the connection, which kills the process.
+    is sent with chunked encoding: the request line first, stdin while the output
+    is read (from a helper thread or task), so a process that writes before it
+    reads cannot deadlock. Leaving the iteration early closes the connection, which
+    kills the process.
     """
 
     def __init__(self, client: Client, sid: str, body: Dict[str, Any], stdin: Stdin,
@@ -783,82 +756,35 @@ class ExecStream:
         self.tty = bool(body.get("tty"))
         # Input lines the server refused (each an InvalidArgumentError), in order.
         self.input_errors: List[DsecError] = []
-        self._client = client
-        self._wlock = threading.Lock()
         # With a terminal and no stdin given, stdin stays open for write().
         self._stdin_closed = not (self.tty and stdin is None)
-        self._writer_done = threading.Event()
-        self._stop = threading.Event()
+        self._traj = traj
+        self._started = False
         self._finished = False
-        conn, _ = client._pool.get()
-        self._conn: Optional[Conn] = conn
-        self._sock: Optional[Any] = None
         first = json.dumps(body, separators=(",", ":")).encode() + b"\n"
-        small = stdin is None or (isinstance(stdin, (bytes, str)) and len(stdin) <= (64 << 10))
-        step, hdrs = (traj._counter.begin() if traj is not None else (0, {}))
+        # The connection (sent by _start); the client's timeout bounds the draining
+        # of the answer after the exit event.
+        self._conn = _io.StreamConn(client._http, sandbox_path(sid, "/exec/stream"), first, stdin,
+                                    not self._stdin_closed, client.timeout)
+
+    def _start(self) -> None:
+        """Send the request (once) and read the answer's head. A trajectory step
+        takes its number here."""
+        if self._started:
+            return
+        self._started = True
+        traj = self._traj
+        step, hdrs = traj._counter.begin() if traj is not None else (0, {})
         try:
-            set_timeout(conn, None, None)
-            conn.putrequest("POST", client._prefix + sandbox_path(sid, "/exec/stream"), skip_accept_encoding=True)
-            for k, v in client._headers.items():
-                conn.putheader(k, v)
-            for k, v in hdrs.items():
-                conn.putheader(k, v)
-            conn.putheader("Content-Type", "application/x-ndjson")
-            conn.putheader("Transfer-Encoding", "chunked")
-            if self.tty and stdin is None:
-                conn.endheaders(_chunk(first))
-                self._writer_done.set()
-            elif small:
-                payload = first + b"".join(_core.stream_input_lines(stdin))
-                conn.endheaders(_chunk(payload))
-                self._writer_done.set()
-            else:
-                conn.endheaders(_chunk(first))
-                self._sock = conn.sock  # before the feeder thread writes through it
-                threading.Thread(target=self._feed, args=(stdin,), daemon=True).start()
-            if client.timeout is not None and conn.sock is not None:
-                conn.sock.settimeout(None)  # output may pause for as long as the command likes
-            # http.client drops conn.sock when the response says "Connection: close"
-            # (the server's answer for every stream): keep our own handle to write
-            # signals and stdin after the response has begun.
-            self._sock = conn.sock
-            self._resp = conn.getresponse()
-        except (OSError, Exception) as e:
-            self._abort()
-            err = e if isinstance(e, DsecError) else network_error(e)
+            h = self._conn.start(hdrs)
+        except DsecError as e:
             if traj is not None:
-                traj._counter.end(step, err)
-            if err is e:
-                raise
-            raise err from e
-        if self._resp.status != 200:
-            data = self._resp.read()
-            self._abort()
-            err = error_from_response(self._resp.status, data)
-            if traj is not None:
-                traj._counter.end(step, err)
-            raise err
+                traj._counter.end(step, e)
+            raise
         if traj is not None:
             # The step started on the server: it is logged (or left unknown if this
             # stream is abandoned), so the next call takes the next number.
-            traj._counter.end(step, None, self._resp.getheader(REPLAYED_HEADER) == "true")
-
-    def _feed(self, stdin: Stdin) -> None:
-        try:
-            for line in _core.stream_input_lines(stdin):
-                if self._stop.is_set():
-                    return
-                self._write(line)
-            self._writer_done.set()
-        except Exception:  # noqa: BLE001 - the reader sees the broken connection
-            pass
-
-    def _write(self, data: bytes) -> None:
-        with self._wlock:
-            sock = self._sock if self._conn is not None else None
-            if sock is None:
-                raise BrokenPipeError("exec stream closed")
-            sock.sendall(_chunk(data))
+            traj._counter.end(step, None, h.get(REPLAYED_HEADER) == "true")
 
     def signal(self, sig: Union[str, int] = "SIGTERM") -> None:
         """Send a signal to the process group (with a terminal: its foreground
@@ -889,8 +815,9 @@ class ExecStream:
         self._send_line(_core.resize_line(cols, rows), "resizing the terminal")
 
     def _send_line(self, line: bytes, what: str) -> None:
+        self._start()
         try:
-            self._write(line)
+            self._conn.write(line)
         except OSError as e:
             raise network_error(e, f"exec stream: {what} failed") from e
 
@@ -901,13 +828,13 @@ class ExecStream:
         self.close()
 
     def __iter__(self) -> Iterator[Union[StreamChunk, ExecResult]]:
+        return self._events()
+
+    def _events(self) -> Iterator[Union[StreamChunk, ExecResult]]:
         try:
+            self._start()
             while True:
-                try:
-                    line = self._resp.readline()
-                except (OSError, Exception) as e:
-                    raise InfrastructureError(
-                        f"exec stream broke: {type(e).__name__}: {e}", retryable=False) from e
+                line = self._conn.readline()
                 if not line:
                     raise InfrastructureError("exec stream ended before the exit event", retryable=False)
                 line = line.strip()
@@ -916,17 +843,18 @@ class ExecStream:
                 ev = json.loads(line)
                 typ = ev.get("type")
                 if typ in ("stdout", "stderr"):
-                    yield StreamChunk(typ, _b64(ev.get("data")))
+                    d = ev.get("data")
+                    yield StreamChunk(typ, base64.b64decode(d) if d else b"")
                 elif typ == "started":
                     self.pid = ev.get("pid")
                 elif typ == "exit":
                     self.result = ExecResult.from_json(ev.get("result") or {})
-                    self._finish()
+                    self._finished = True
+                    self._conn.finish()
                     yield self.result
                     return
                 elif typ == "error":
-                    err = ev.get("error") or {}
-                    raise error_from_response(200, json.dumps({"error": err}).encode())
+                    raise error_from_response(200, json.dumps({"error": ev.get("error") or {}}).encode())
                 elif typ == "input_error":
                     # A refused input line (bad size, unknown signal): the exec goes on.
                     self.input_errors.append(error_from_response(400, json.dumps({"error": ev.get("error") or {}}).encode()))
@@ -940,61 +868,10 @@ class ExecStream:
         assert self.result is not None
         return self.result
 
-    def _finish(self) -> None:
-        """After the exit event: end the request body, drain the response and give
-        the connection back if both sides ended cleanly."""
-        if self._finished:
-            return
-        self._finished = True
-        conn = self._conn
-        if conn is None:
-            return
-        if not self._writer_done.is_set():
-            self._abort()
-            return
-        try:
-            with self._wlock:
-                assert conn.sock is not None
-                conn.sock.sendall(b"0\r\n\r\n")
-            if self._client.timeout is not None:
-                conn.sock.settimeout(self._client.timeout)
-            self._resp.read()
-        except (OSError, Exception):  # noqa: BLE001
-            self._abort()
-            return
-        # Not pooled: when the process exits before reading all of stdin the server
-        # leaves part of the request body unread, and reusing such a connection
-        # breaks the next request (seen as a 500 "invalid concurrent Body.Read").
-        self._conn = None
-        conn.close()
-
-    def _abort(self) -> None:
-        self._stop.set()
-        with self._wlock:
-            conn, self._conn = self._conn, None
-            sock, self._sock = self._sock, None
-        if conn is not None:
-            conn.close()
-        if sock is not None:
-            try:
-                sock.close()
-            except OSError:
-                pass
-
     def close(self) -> None:
         """Stop: if the process still runs, the closed connection kills it."""
-        if self._conn is not None and not self._finished:
-            self._abort()
-
-
-def _chunk(data: bytes) -> bytes:
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-def _b64(s: Optional[str]) -> bytes:
-    import base64
-
-    return base64.b64decode(s) if s else b""
+        if not self._finished:
+            self._conn.abort()
 
 
 class Trajectory:
@@ -1015,7 +892,8 @@ class Trajectory:
     sent untagged.
     """
 
-    def __init__(self, client: Client, traj_id: str, sandbox: Optional[Sandbox] = None, start: int = 1) -> None:
+    def __init__(self, client: Client, traj_id: str, sandbox: Optional[Sandbox] = None,
+                 start: int = 1) -> None:
         self.client = client
         self.id = traj_id
         self._counter = StepCounter(traj_id, start)
@@ -1051,7 +929,7 @@ class Trajectory:
         return self._counter.last_replayed
 
     def sandbox(self, sb: Union[None, Sandbox, str] = None) -> Sandbox:
-        """A view of ``sb`` (a Sandbox or an id; default the bound one) whose
+        """A view of ``sb`` (a sandbox or an id; default the bound one) whose
         session calls are steps of this trajectory."""
         if sb is None:
             if self._sb is None:
@@ -1108,7 +986,7 @@ class Trajectory:
         sandbox, and a re-issued step is answered from the log, not run again."""
         req = Req("POST", "/v1/fncall", json_body=fncall_body(*a, **kw), retry=True,
                   timeout=fncall_http_timeout(self.client.timeout))
-        return FnCallResult.from_json(decode_json(self._step(req, False)[2]) or {})
+        return FnCallResult.from_json(decode_json((self._step(req, False))[2]) or {})
 
     # ---- the log ---------------------------------------------------------------------
 
@@ -1118,11 +996,11 @@ class Trajectory:
 
     def steps(self) -> List[TrajectoryStep]:
         """The logged steps, in order."""
-        return self.get().steps
+        return (self.get()).steps
 
     def export(self) -> str:
         """The log as JSON lines, one step per line."""
-        return self.client._send(Req("GET", _traj_path(self.id, "/export"), retry=True))[2].decode()
+        return (self.client._send(Req("GET", _traj_path(self.id, "/export"), retry=True)))[2].decode()
 
     def delete(self) -> None:
         """Delete the log (NotFoundError if there is none)."""

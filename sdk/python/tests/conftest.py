@@ -50,10 +50,14 @@ class Server:
         self.port = _free_port()
         self.addr = f"http://127.0.0.1:{self.port}"
         self.log = open(os.path.join(self.data_dir, "server.log"), "wb")
+        # A -race build stops at its first race report (exit status 66), so a race
+        # fails the session at teardown (see stop) instead of scrolling by.
+        env = dict(os.environ)
+        env["GORACE"] = (env.get("GORACE", "") + " halt_on_error=1").strip()
         self.proc = subprocess.Popen(
             [DSEC_BIN, "server", "--listen", f"127.0.0.1:{self.port}", "--data-dir", self.data_dir,
              "--log-level", "warn"],
-            stdout=self.log, stderr=subprocess.STDOUT,
+            stdout=self.log, stderr=subprocess.STDOUT, env=env,
         )
         deadline = time.monotonic() + 30
         tok = os.path.join(self.data_dir, "token")
@@ -77,20 +81,47 @@ class Server:
         with open(os.path.join(self.data_dir, "server.log"), "rb") as f:
             return f.read()[-3000:].decode("utf-8", "replace")
 
-    def stop(self) -> None:
+    def stop(self) -> str:
+        """Stop the server; returns why the session must fail ("" when it ended
+        cleanly): a race report in its output, or a non-zero exit status."""
         try:
             c = dsec.Client(self.addr, self.token)
             c.delete_all()
         except Exception as e:  # noqa: BLE001
             print(f"cleanup: {e}", file=sys.stderr)
+        early = self.proc.poll()  # exited before we asked it to (a race halts it)
         self.proc.send_signal(signal.SIGTERM)
         try:
-            self.proc.wait(60)
+            rc = self.proc.wait(60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+            rc = None
         self.log.close()
+        with open(os.path.join(self.data_dir, "server.log"), "rb") as f:
+            out = f.read().decode("utf-8", "replace")
         shutil.rmtree(self.data_dir, ignore_errors=True)
+        return server_failure(out, early, rc)
+
+
+def server_failure(out: str, early: Any, rc: Any) -> str:
+    """Why a session's server output and exit make the suite fail, or ""."""
+    why = []
+    if RACE_REPORT in out:
+        why.append("the -race server reported a data race")
+    if early is not None:
+        why.append(f"the server exited on its own with status {early}")
+    elif rc is None:
+        why.append("the server did not exit within 60s of SIGTERM")
+    elif rc != 0:
+        why.append(f"the server exited with status {rc} after SIGTERM")
+    if not why:
+        return ""
+    i = out.find(RACE_REPORT)
+    return "; ".join(why) + ":\n" + (out[i:i + 6000] if i >= 0 else out[-3000:])
+
+
+RACE_REPORT = "WARNING: DATA RACE"
 
 
 @pytest.fixture(scope="session")
@@ -102,7 +133,9 @@ def server() -> Iterator[Server]:
     try:
         yield s
     finally:
-        s.stop()
+        why = s.stop()
+    if why:
+        pytest.fail(why, pytrace=False)
 
 
 # ---- sync facade over the async client -------------------------------------------

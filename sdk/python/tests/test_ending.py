@@ -8,7 +8,7 @@ import asyncio
 import socket
 import threading
 import time
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import pytest
 
@@ -96,58 +96,57 @@ def endless() -> Iterator[bytes]:
         yield b"x" * 65536
 
 
-def stream_calls(addr: str) -> dict:
-    sb = dsec.Client(addr, token="t", retries=0).sandbox("sb")
-    return {
-        "no stdin": lambda: list(sb.exec_stream(["cat"])),
-        "tty, stdin open": lambda: list(sb.exec_stream(["cat"], tty=True)),
-        "endless stdin": lambda: list(sb.exec_stream(["cat"], stdin=endless())),
-        "write 8 MiB": lambda: sb.files.write("/f", b"y" * (8 << 20)),
-    }
+# Each call runs through the sync and the async client (a stream is consumed with
+# for / async for).
+CALLS: Dict[str, Callable[[Any], Any]] = {
+    "no stdin": lambda sb: sb.exec_stream(["cat"]),
+    "tty, stdin open": lambda sb: sb.exec_stream(["cat"], tty=True),
+    "endless stdin": lambda sb: sb.exec_stream(["cat"], stdin=endless()),
+    "write 8 MiB": lambda sb: sb.files.write("/f", b"y" * (8 << 20)),
+}
+KINDS = ["sync", "async"]
 
 
-def async_calls(addr: str) -> dict:
-    async def stream(**kw: Any) -> None:
+def _call(addr: str, kind: str, name: str) -> Callable[[], Any]:
+    fn = CALLS[name]
+    if kind == "sync":
+        def sync() -> Any:
+            r = fn(dsec.Client(addr, token="t", retries=0).sandbox("sb"))
+            return list(r) if isinstance(r, dsec.ExecStream) else r
+        return sync
+
+    async def main() -> Any:
         async with aio.AsyncClient(addr, token="t", retries=0) as c:
-            async for _ in c.sandbox("sb").exec_stream(["cat"], **kw):
-                pass
+            r = fn(c.sandbox("sb"))
+            if isinstance(r, aio.AsyncExecStream):
+                return [x async for x in r]
+            return await r
 
-    async def write() -> None:
-        async with aio.AsyncClient(addr, token="t", retries=0) as c:
-            await c.sandbox("sb").files.write("/f", b"y" * (8 << 20))
-
-    return {
-        "async no stdin": lambda: asyncio.run(stream()),
-        "async tty": lambda: asyncio.run(stream(tty=True)),
-        "async write 8 MiB": lambda: asyncio.run(write()),
-    }
+    return lambda: asyncio.run(main())
 
 
-NAMES = ["no stdin", "tty, stdin open", "endless stdin", "write 8 MiB", "async no stdin", "async tty", "async write 8 MiB"]
-
-
-def _call(addr: str, name: str) -> Callable[[], Any]:
-    calls = stream_calls(addr)
-    calls.update(async_calls(addr))
-    return calls[name]
+def _cases(names: List[str], skip: Tuple[str, ...] = ()) -> List[Any]:
+    return [pytest.param(k, n, id=f"{k}-{n}") for k in KINDS for n in names if f"{k}-{n}" not in skip]
 
 
 # The async client loses an early answer to a large upload (asyncio's stream
 # reader raises the broken pipe before its buffered data): it still ends, with
-# an InfrastructureError (test_dropped_connection_ends covers that path).
-@pytest.mark.parametrize("name", [n for n in NAMES if n != "async write 8 MiB"])
-def test_early_error_ends(early: str, name: str) -> None:
-    e = within(_call(early, name))
+# an InfrastructureError (test_dropped_connection_ends covers that path). Endless
+# stdin is the same race for it (seen under load: the stub's reset wins when the
+# loop has not yet read the answer), so it is not checked for the answer either.
+@pytest.mark.parametrize("kind,name", _cases(list(CALLS), skip=("async-write 8 MiB", "async-endless stdin")))
+def test_early_error_ends(early: str, kind: str, name: str) -> None:
+    e = within(_call(early, kind, name))
     assert isinstance(e, dsec.ConflictError), repr(e)
 
 
-@pytest.mark.parametrize("name", NAMES)
-def test_dropped_connection_ends(dropped: str, name: str) -> None:
-    e = within(_call(dropped, name))
+@pytest.mark.parametrize("kind,name", _cases(list(CALLS)))
+def test_dropped_connection_ends(dropped: str, kind: str, name: str) -> None:
+    e = within(_call(dropped, kind, name))
     assert isinstance(e, dsec.InfrastructureError), repr(e)
 
 
-@pytest.mark.parametrize("name", ["no stdin", "tty, stdin open", "endless stdin", "async no stdin", "async tty"])
-def test_stream_dropped_mid_stream_ends(mid: str, name: str) -> None:
-    e = within(_call(mid, name))
+@pytest.mark.parametrize("kind,name", _cases(["no stdin", "tty, stdin open", "endless stdin"]))
+def test_stream_dropped_mid_stream_ends(mid: str, kind: str, name: str) -> None:
+    e = within(_call(mid, kind, name))
     assert isinstance(e, dsec.InfrastructureError), repr(e)

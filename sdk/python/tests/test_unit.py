@@ -375,3 +375,60 @@ def test_input_body():
         except ValueError:
             continue
         raise AssertionError(f"input_body({bad}) accepted")
+
+
+# ---- one source for both clients -------------------------------------------------------
+
+
+def test_sync_client_is_generated() -> None:
+    """dsec/client.py is what gen_sync.py makes of dsec/aio.py (edit aio.py, then
+    run python3 gen_sync.py in sdk/python)."""
+    import gen_sync
+
+    with open(gen_sync.SOURCE, encoding="utf-8") as f:
+        want = gen_sync.generate(f.read())
+    with open(gen_sync.TARGET, encoding="utf-8") as f:
+        have = f.read()
+    assert have == want, "dsec/client.py is stale: run python3 gen_sync.py in sdk/python"
+    assert gen_sync.main(["--check"]) == 0
+
+
+PAIRS = [(dsec.Client, dsec.AsyncClient), (dsec.Sandbox, dsec.AsyncSandbox), (dsec.Files, dsec.AsyncFiles),
+         (dsec.Process, dsec.AsyncProcess), (dsec.ExecStream, dsec.AsyncExecStream),
+         (dsec.Trajectory, dsec.AsyncTrajectory)]
+ASYNC_ONLY = {"aclose": "close", "__aenter__": "__enter__", "__aexit__": "__exit__", "__aiter__": "__iter__"}
+
+
+@pytest.mark.parametrize("sync,asy", PAIRS, ids=[s.__name__ for s, _ in PAIRS])
+def test_sync_and_async_api_match(sync: type, asy: type) -> None:
+    """Every public call of the sync client has its async twin with the same
+    arguments; the async one's calls that do I/O are coroutines (or async
+    generators), the sync one's are not."""
+    import inspect
+
+    def calls(cls: type) -> Dict[str, Any]:
+        return {n: v for n, v in vars(cls).items() if (not n.startswith("_") or n in ASYNC_ONLY.values()
+                                                       or n in ASYNC_ONLY) and callable(v)}
+
+    s, a = calls(sync), {ASYNC_ONLY.get(n, n): v for n, v in calls(asy).items()}
+    assert set(s) == set(a)
+    for n in s:
+        assert list(inspect.signature(s[n]).parameters) == list(inspect.signature(a[n]).parameters), n
+        assert not inspect.iscoroutinefunction(s[n]) and not inspect.isasyncgenfunction(s[n]), n
+        if inspect.iscoroutinefunction(a[n]) or inspect.isasyncgenfunction(a[n]):
+            continue
+        # Plain on both sides: handles and views that do no I/O.
+        assert n in {"sandbox", "trajectory", "exec_stream", "__aiter__", "__iter__"}, n
+
+
+def test_server_failure() -> None:
+    """The session's server check (conftest) fails on a race report, an exit on its
+    own, or a non-zero exit after SIGTERM, and only then."""
+    from conftest import RACE_REPORT, server_failure
+
+    assert server_failure("level=WARN msg=ok\n", None, 0) == ""
+    why = server_failure("x\n==================\n" + RACE_REPORT + "\nRead at 0x00c0001 by goroutine 7:\n", None, 0)
+    assert "data race" in why and "goroutine 7" in why
+    assert "status 66" in server_failure("boom", 66, 66)
+    assert "status 2 after SIGTERM" in server_failure("boom", None, 2)
+    assert "did not exit" in server_failure("", None, None)

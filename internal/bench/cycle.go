@@ -1,0 +1,400 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	daemon "github.com/dsec-dev/dsec/internal/app/node"
+	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/peer"
+)
+
+// CyclePeers are the runtimes `dsec bench cycle` runs beside dsec, in order.
+var CyclePeers = []string{"runc", "crun", "runsc", "podman"}
+
+// CycleOptions configure `dsec bench cycle`.
+type CycleOptions struct {
+	// Rounds is the number of cycles of every side; in each round every side
+	// runs one, the starting side rotating.
+	Rounds int
+	Image  string
+	// Bin is the dsec binary for the server and the CLI ("" = this one).
+	Bin string
+	// Python is the interpreter ("" = /usr/bin/python3, Debian's, where it
+	// exists, else python3 on PATH).
+	Python string
+	// PythonSDK is a directory holding the dsec Python package ("" = the
+	// installed one, else sdk/python beside the binary's bin/).
+	PythonSDK string
+	// Peers default to CyclePeers; a peer not installed is reported missing.
+	Peers  []string
+	Logger func(format string, args ...any)
+}
+
+// CycleSide is one side's cycles (or start-ups).
+type CycleSide struct {
+	N          int    `json:"n"`
+	Failures   int    `json:"failures"`
+	FirstError string `json:"first_error,omitempty"`
+	Latencies
+	Work string `json:"work"`
+}
+
+// CycleResult is the outcome of `dsec bench cycle`.
+type CycleResult struct {
+	Rounds int    `json:"rounds"`
+	Image  string `json:"image"`
+	// Order is the sides' order in the first round (each round starts one
+	// later).
+	Order []string              `json:"order"`
+	Sides map[string]*CycleSide `json:"sides"`
+	// Startup is each client's bare process start-up (`dsec --help`,
+	// `python3 -c pass`), interleaved with the cycles.
+	Startup map[string]*CycleSide `json:"startup"`
+	// Missing are the sides that could not run here, with why (a peer not
+	// installed, no Python SDK).
+	Missing map[string]string `json:"missing"`
+	// RatiosP50 are "dsec side/peer" of the cycles' p50 (below 1: dsec faster).
+	RatiosP50 map[string]float64 `json:"ratios_p50"`
+}
+
+// cycleSide is one way to run the cycle once.
+type cycleSide struct {
+	name, work string
+	startup    bool
+	run        func(ctx context.Context) (time.Duration, error)
+	close      func()
+}
+
+// timed runs a whole process and times it.
+func timed(ctx context.Context, env []string, bin string, args ...string) (time.Duration, string, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	t0 := time.Now()
+	out, err := cmd.Output()
+	d := time.Since(t0)
+	if err != nil {
+		err = fmt.Errorf("%s %s: %w: %s", filepath.Base(bin), strings.Join(args, " "), err, strings.TrimSpace(errb.String()))
+	}
+	return d, strings.TrimSpace(string(out)), err
+}
+
+// Cycle times the whole user cycle, create, exec `true`, remove, through
+// dsec's CLI (three processes against a `dsec server` process) and Python
+// SDK and through each peer runtime's one-shot run on the same root file
+// system, in interleaved rounds; and each client's bare start-up.
+func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
+	o.Rounds = max(o.Rounds, 1)
+	if o.Image == "" {
+		o.Image = daemon.DefaultImage
+	}
+	if o.Peers == nil {
+		o.Peers = CyclePeers
+	}
+	if o.Logger == nil {
+		o.Logger = func(string, ...any) {}
+	}
+	if o.Bin == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return CycleResult{}, fmt.Errorf("bench cycle: the dsec binary: %w", err)
+		}
+		o.Bin = exe
+	}
+	img, err := resolveImage(o.Image)
+	if err != nil {
+		return CycleResult{}, err
+	}
+	if len(img.Lower()) != 1 {
+		return CycleResult{}, fmt.Errorf("bench cycle: peers run on one rootfs directory; image %q has %d lower directories", o.Image, len(img.Lower()))
+	}
+	rootfs := img.Lower()[0]
+	srv, err := startServer(ctx, o.Bin, "", "--log-level", "warn")
+	if err != nil {
+		return CycleResult{}, err
+	}
+	defer srv.stop()
+	env := append(os.Environ(), "DSEC_ADDR="+srv.Addr, "DSEC_TOKEN="+srv.Token)
+	res := CycleResult{Rounds: o.Rounds, Image: o.Image, Sides: map[string]*CycleSide{},
+		Startup: map[string]*CycleSide{}, Missing: map[string]string{}, RatiosP50: map[string]float64{}}
+
+	sides := []*cycleSide{{name: "dsec-cli", work: "`dsec create`, `dsec exec ID -- true`, `dsec rm ID`: three processes against a dsec server process",
+		run: func(ctx context.Context) (time.Duration, error) {
+			args := []string{"create"}
+			if o.Image != daemon.DefaultImage {
+				args = append(args, "--image", o.Image)
+			}
+			d1, id, err := timed(ctx, env, o.Bin, args...)
+			if err != nil {
+				return 0, err
+			}
+			d2, _, err := timed(ctx, env, o.Bin, "exec", id, "--", "true")
+			d3, _, rerr := timed(ctx, env, o.Bin, "rm", id)
+			return d1 + d2 + d3, errors.Join(err, rerr)
+		}}}
+	if py, err := pythonSDKSide(ctx, env, o); err != nil {
+		res.Missing["python-sdk"] = err.Error()
+	} else {
+		sides = append(sides, py)
+	}
+	for _, name := range o.Peers {
+		s, err := peerCycleSide(name, rootfs)
+		if err != nil {
+			res.Missing[name] = err.Error()
+			continue
+		}
+		sides = append(sides, s)
+	}
+	defer func() {
+		for _, s := range sides {
+			if s.close != nil {
+				s.close()
+			}
+		}
+	}()
+	sides = append(sides, &cycleSide{name: "dsec --help", startup: true, work: "bare start-up of the dsec CLI",
+		run: func(ctx context.Context) (time.Duration, error) {
+			d, _, err := timed(ctx, env, o.Bin, "--help")
+			return d, err
+		}})
+	if python, err := findPython(o.Python); err != nil {
+		res.Missing["python3 -c pass"] = err.Error()
+	} else {
+		sides = append(sides, &cycleSide{name: "python3 -c pass", startup: true, work: "bare start-up of " + python,
+			run: func(ctx context.Context) (time.Duration, error) {
+				d, _, err := timed(ctx, env, python, "-c", "pass")
+				return d, err
+			}})
+	}
+
+	lat := map[string][]time.Duration{}
+	for _, s := range sides {
+		res.Order = append(res.Order, s.name)
+		r := &CycleSide{Work: s.work}
+		if s.startup {
+			res.Startup[s.name] = r
+		} else {
+			res.Sides[s.name] = r
+		}
+		// One warm-up cycle each (page cache, the server's first create).
+		if _, err := s.run(ctx); err != nil {
+			r.Failures, r.FirstError = 1, "warm-up: "+err.Error()
+		}
+	}
+	for i := range o.Rounds {
+		for j := range sides {
+			s := sides[(i+j)%len(sides)]
+			r := res.Sides[s.name]
+			if s.startup {
+				r = res.Startup[s.name]
+			}
+			d, err := s.run(ctx)
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			if err != nil {
+				r.Failures++
+				if r.FirstError == "" {
+					r.FirstError = err.Error()
+				}
+				continue
+			}
+			r.N++
+			lat[s.name] = append(lat[s.name], d)
+		}
+		o.Logger("round %d of %d done", i+1, o.Rounds)
+	}
+	for name, r := range res.Sides {
+		r.Latencies = summarize(lat[name])
+	}
+	for name, r := range res.Startup {
+		r.Latencies = summarize(lat[name])
+	}
+	for _, d := range []string{"dsec-cli", "python-sdk"} {
+		for _, p := range o.Peers {
+			if a, b := res.Sides[d], res.Sides[p]; a != nil && b != nil && a.P50ms > 0 && b.P50ms > 0 {
+				res.RatiosP50[d+"/"+p] = round(a.P50ms/b.P50ms, 3)
+			}
+		}
+	}
+	return res, nil
+}
+
+// resolveImage finds a local image by name in the images directory
+// ($DSEC_IMAGES_DIR or the default).
+func resolveImage(name string) (images.Image, error) {
+	dir := os.Getenv("DSEC_IMAGES_DIR")
+	if dir == "" {
+		dir = daemon.DefaultImagesDir
+	}
+	return (&images.Store{Dir: dir}).Resolve(name)
+}
+
+// pythonCycle is the Python SDK side's client: one process, one cycle per
+// line read, each timed in Python and printed in seconds.
+const pythonCycle = `
+import sys, time, dsec
+c = dsec.Client()
+image = sys.argv[1]
+for _ in sys.stdin:
+    t = time.perf_counter()
+    try:
+        sb = c.create(image=image) if image else c.create()
+        r = sb.exec(["true"])
+        sb.delete()
+        if r.exit_code != 0:
+            raise RuntimeError("exit code %d" % r.exit_code)
+        print("ok %.9f" % (time.perf_counter() - t), flush=True)
+    except Exception as e:
+        print("error %s" % repr(e).replace("\n", " "), flush=True)
+`
+
+// findPython is the interpreter for the Python sides: the one asked for, else
+// Debian's, else python3 on PATH (which may be a wrapper that slows start-up).
+func findPython(asked string) (string, error) {
+	if asked != "" {
+		return exec.LookPath(asked)
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3", nil
+	}
+	return exec.LookPath("python3")
+}
+
+func pythonSDKSide(ctx context.Context, env []string, o CycleOptions) (*cycleSide, error) {
+	python, err := findPython(o.Python)
+	if err != nil {
+		return nil, err
+	}
+	dir := o.PythonSDK
+	if dir == "" {
+		if exec.CommandContext(ctx, python, "-c", "import dsec").Run() != nil {
+			dir = filepath.Join(filepath.Dir(filepath.Dir(o.Bin)), "sdk", "python")
+		}
+	}
+	if dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "dsec", "__init__.py")); err != nil {
+			return nil, fmt.Errorf("no dsec Python package installed or in %s (--python-sdk DIR)", dir)
+		}
+		env = append(env, "PYTHONPATH="+dir)
+	}
+	image := ""
+	if o.Image != daemon.DefaultImage {
+		image = o.Image
+	}
+	cmd := exec.Command(python, "-u", "-c", pythonCycle, image)
+	cmd.Env = env
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	lines := bufio.NewScanner(stdout)
+	work := "the Python SDK (dsec.Client: create, exec [\"true\"], delete) in one long-lived " + python + " process, timed in Python"
+	if dir != "" {
+		work += " (" + dir + ")"
+	}
+	return &cycleSide{name: "python-sdk", work: work,
+		run: func(context.Context) (time.Duration, error) {
+			if _, err := io.WriteString(stdin, "go\n"); err != nil {
+				return 0, fmt.Errorf("python SDK process: %w", err)
+			}
+			if !lines.Scan() {
+				return 0, fmt.Errorf("python SDK process ended: %v", lines.Err())
+			}
+			kind, rest, _ := strings.Cut(lines.Text(), " ")
+			if kind != "ok" {
+				return 0, fmt.Errorf("python SDK: %s", rest)
+			}
+			s, err := strconv.ParseFloat(rest, 64)
+			return time.Duration(s * float64(time.Second)), err
+		},
+		close: func() { stdin.Close(); _ = cmd.Wait() }}, nil
+}
+
+// peerCycleSide runs `true` in a container of the peer's one-shot run (which
+// creates, starts, waits and deletes) on rootfs.
+func peerCycleSide(name, rootfs string) (*cycleSide, error) {
+	if name == "podman" {
+		pm, err := exec.LookPath("podman")
+		if err != nil {
+			return nil, fmt.Errorf("podman not installed (Debian package podman): %w", err)
+		}
+		return &cycleSide{name: name, work: "podman run --rm --network none --rootfs ROOTFS:O true (overlay on the same rootfs)",
+			run: func(ctx context.Context) (time.Duration, error) {
+				d, _, err := timed(ctx, nil, pm, "run", "--rm", "--network", "none", "--rootfs", rootfs+":O", "true")
+				return d, err
+			}}, nil
+	}
+	var rt peer.Runtime
+	switch name {
+	case "runsc":
+		p, err := exec.LookPath("runsc")
+		if err != nil {
+			return nil, fmt.Errorf("runsc not installed (gVisor; Debian package runsc): %w", err)
+		}
+		// Its own network stack needs a network namespace set up for it;
+		// the cycle runs without one (loopback only), as dsec's default.
+		rt = peer.Runtime{Name: name, Path: p, ExtraArgs: []string{"--network=none"}}
+	default:
+		var err error
+		if rt, err = peer.Find(name); err != nil {
+			return nil, err
+		}
+	}
+	dir, err := os.MkdirTemp("", "dsec-cycle-"+name+"-")
+	if err != nil {
+		return nil, err
+	}
+	spec := peer.Spec(rootfs, "dsec-cycle")
+	spec.Process.Args = []string{"true"}
+	b, err := json.Marshal(spec)
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "config.json"), b, 0o644)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	state := filepath.Join(dir, "state")
+	base := append(append([]string{}, rt.ExtraArgs...), "--root", state)
+	do, stop, err := peer.Worker(rt)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	n := 0
+	return &cycleSide{name: name, work: name + " run (create, start, wait, delete) of `true` on the same rootfs, read-only; " + rt.Note(),
+		run: func(ctx context.Context) (time.Duration, error) {
+			n++
+			id := fmt.Sprintf("dsec-cycle-%d-%d", os.Getpid(), n)
+			var d time.Duration
+			do(func() {
+				d, _, err = timed(ctx, nil, rt.Path, append(base, "run", "--bundle", dir, id)...)
+				if err != nil {
+					_, _, _ = timed(context.Background(), nil, rt.Path, append(base, "delete", "--force", id)...)
+				}
+			})
+			return d, err
+		},
+		close: func() { stop(); os.RemoveAll(dir) }}, nil
+}
