@@ -61,8 +61,12 @@ func (s *Stack) Push(name string, c Close) {
 }
 
 // Close runs the Closes in reverse order, each once, and joins their errors
-// (each wrapped with its step's name). A second Close does nothing.
+// (each wrapped with its step's name). A second Close, or a Close of a nil
+// Stack (nothing started), does nothing.
 func (s *Stack) Close(ctx context.Context) error {
+	if s == nil {
+		return nil
+	}
 	s.mu.Lock()
 	cs := s.closers
 	s.closers = nil

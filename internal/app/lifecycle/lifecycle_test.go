@@ -76,6 +76,9 @@ func TestStackCloseOnceJoinsErrors(t *testing.T) {
 	if err := s.Close(context.Background()); err != nil || n != 2 {
 		t.Fatalf("second Close: %v, %d closes", err, n)
 	}
+	if err := (*lifecycle.Stack)(nil).Close(context.Background()); err != nil {
+		t.Fatalf("Close of nil: %v", err)
+	}
 }
 
 func TestGroupInterruptsAll(t *testing.T) {
