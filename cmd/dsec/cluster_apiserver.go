@@ -1,22 +1,19 @@
 package main
 
 import (
-	"context"
-	"net"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/dsec-dev/dsec/internal/apiserver"
+	appapi "github.com/dsec-dev/dsec/internal/app/apiserver"
 	"github.com/dsec-dev/dsec/internal/cluster"
-	"github.com/dsec-dev/dsec/internal/noderpc"
 )
 
 // apiserverCmd runs a stateless API server of a cluster.
 func apiserverCmd() *cobra.Command {
-	var ec cluster.ClientConfig
-	var cfg apiserver.Config
-	var listen, secretFile, level, metricsListen string
+	var rc appapi.Config
+	cfg := &rc.API
+	var level string
 	c := &cobra.Command{
 		Use:   "apiserver",
 		Short: "Run a stateless cluster API server: dsec's /v1 API, placement and routing to the nodes",
@@ -40,55 +37,16 @@ full, and answer resource_exhausted with Retry-After when none has room.`,
 				return err
 			}
 			cfg.Logger = log
-			ctx := cmd.Context()
-			if cfg.Secret, err = noderpc.LoadSecret(secretFile); err != nil {
-				return err
-			}
-			if cfg.Etcd, err = cluster.Connect(ctx, ec); err != nil {
-				return err
-			}
-			defer cfg.Etcd.Close()
-			a, err := apiserver.New(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			l, err := net.Listen("tcp", listen)
-			if err != nil {
-				_ = a.Shutdown(context.Background())
-				return err
-			}
-			log.Info("dsec apiserver listening", "addr", "http://"+l.Addr().String(), "nodes", len(a.Watcher.Nodes()), "token_file", a.TokenFile)
-			errc := make(chan error, 2)
-			go func() { errc <- a.Serve(l) }()
-			if metricsListen != "" {
-				ml, err := net.Listen("tcp", metricsListen)
-				if err != nil {
-					_ = l.Close()
-					_ = a.Shutdown(context.Background())
-					return err
-				}
-				log.Info("dsec apiserver metrics listening (no token)", "addr", "http://"+ml.Addr().String()+apiserver.MetricsPath)
-				go func() { errc <- a.ServeMetrics(ml) }()
-			}
-			select {
-			case err = <-errc:
-			case <-ctx.Done():
-			}
-			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			if serr := a.Shutdown(sctx); serr != nil && err == nil {
-				err = serr
-			}
-			return err
+			return appapi.Run(cmd.Context(), rc)
 		},
 	}
 	f := c.Flags()
-	etcdFlags(f, &ec)
-	f.StringVar(&listen, "listen", "127.0.0.1:7070", "address to serve the API on")
-	f.StringVar(&metricsListen, "metrics-listen", "", "also serve GET /metrics WITHOUT a token on this address (e.g. 127.0.0.1:9090 for a local Prometheus)")
+	etcdFlags(f, &rc.Etcd)
+	f.StringVar(&rc.Listen, "listen", appapi.DefaultListen, "address to serve the API on")
+	f.StringVar(&rc.MetricsListen, "metrics-listen", "", "also serve GET /metrics WITHOUT a token on this address (e.g. 127.0.0.1:9090 for a local Prometheus)")
 	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/dsec-apiserver", "directory for DATA_DIR/token")
-	f.StringVar(&secretFile, "cluster-secret-file", "", "file holding the cluster secret (mode 0600), the same on every agent and API server")
+	f.StringVar(&rc.SecretFile, "cluster-secret-file", "", "file holding the cluster secret (mode 0600), the same on every agent and API server")
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "the cluster's shared blob store (s3://BUCKET?endpoint=... or dir:PATH on a mount every node shares): POST /v1/images checks layers there and names it in the manifest")
 	f.StringVar(&cfg.Name, "name", "", "this API server's name in logs (default apiserver@HOST)")
 	f.IntVar(&cfg.Placement.K, "placement-k", 2, "power-of-k choices: nodes sampled per placement")

@@ -1,18 +1,14 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/dsec-dev/dsec/internal/daemon"
+	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
-	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/reclaim"
 )
 
@@ -25,9 +21,9 @@ func newLogger(level string) (*slog.Logger, error) {
 }
 
 func serverCmd() *cobra.Command {
-	var cfg daemon.Config
-	var listen, level, sfListen, metricsListen string
-	var cleanup bool
+	var sc daemon.ServerConfig
+	cfg := &sc.Config
+	var level string
 	c := &cobra.Command{
 		Use:   "server",
 		Short: "Run the node server (API + node agent) in the foreground",
@@ -43,54 +39,13 @@ DATA_DIR/token, which is created on first start.`,
 				cfg.Token = os.Getenv("DSEC_SERVER_TOKEN")
 			}
 			cfg.Logger = log
-			d, err := daemon.New(cmd.Context(), cfg)
-			if err != nil {
-				return err
-			}
-			l, err := net.Listen("tcp", listen)
-			if err != nil {
-				_ = d.Shutdown(context.Background(), false)
-				return err
-			}
-			log.Info("dsec server listening", "addr", "http://"+l.Addr().String(), "node", d.Manager.Node(), "data_dir", cfg.DataDir,
-				"token_file", paths.New(cfg.DataDir).Token(), "sandboxes", d.Manager.Count())
-			errc := make(chan error, 3)
-			go func() { errc <- d.Serve(l) }()
-			if sfListen != "" {
-				sl, err := net.Listen("tcp", sfListen)
-				if err != nil {
-					_ = d.Shutdown(context.Background(), false)
-					return err
-				}
-				log.Warn("SandboxFusion API listening WITHOUT a token (trusted networks only)", "addr", "http://"+sl.Addr().String())
-				go func() { errc <- d.ServeSandboxFusion(sl) }()
-			}
-			if metricsListen != "" {
-				ml, err := net.Listen("tcp", metricsListen)
-				if err != nil {
-					_ = d.Shutdown(context.Background(), false)
-					return err
-				}
-				log.Warn("metrics listening WITHOUT a token", "addr", "http://"+ml.Addr().String()+daemon.MetricsPath)
-				go func() { errc <- d.ServeMetrics(ml) }()
-			}
-			select {
-			case err = <-errc:
-			case <-cmd.Context().Done():
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-			defer cancel()
-			if serr := d.Shutdown(ctx, cleanup); serr != nil && err == nil {
-				err = serr
-			}
-			log.Info("dsec server stopped", "deleted_sandboxes", cleanup)
-			return err
+			return daemon.Run(cmd.Context(), sc)
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&listen, "listen", daemon.DefaultListen, "address to serve the API on")
-	f.StringVar(&sfListen, "sandboxfusion-listen", "", "also serve SandboxFusion's /run_code and /submit on this address WITHOUT a token (off by default; trusted networks only)")
-	f.StringVar(&metricsListen, "metrics-listen", "", "also serve Prometheus metrics (GET /metrics) on this address WITHOUT a token (off by default; the API listener serves them with the token)")
+	f.StringVar(&sc.Listen, "listen", daemon.DefaultListen, "address to serve the API on")
+	f.StringVar(&sc.SandboxFusionListen, "sandboxfusion-listen", "", "also serve SandboxFusion's /run_code and /submit on this address WITHOUT a token (off by default; trusted networks only)")
+	f.StringVar(&sc.MetricsListen, "metrics-listen", "", "also serve Prometheus metrics (GET /metrics) on this address WITHOUT a token (off by default; the API listener serves them with the token)")
 	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory for state and the token")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "image directory (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
@@ -109,7 +64,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", 0, "cap of each background process log on disk, stdout and stderr each (default 64 MiB)")
 	f.Var(onOff{&cfg.UserNS}, "userns", "on: container sandboxes that do not say otherwise (create's user_namespace) run in a user namespace of their own, sandbox root an unprivileged host uid; off (default)")
 	f.BoolVar(&cfg.NoVMSnapshots, "no-vm-snapshots", false, "boot every microVM: no snapshot of a launch is taken or restored from")
-	f.BoolVar(&cleanup, "cleanup-on-exit", false, "delete every sandbox when the server stops")
+	f.BoolVar(&sc.CleanupOnExit, "cleanup-on-exit", false, "delete every sandbox when the server stops")
 	f.DurationVar(&cfg.TrajMaxAge, "traj-max-age", daemon.DefaultTrajMaxAge, "delete trajectories not updated for this long (negative: never)")
 	f.IntVar(&cfg.TrajMax, "traj-max", daemon.DefaultTrajMax, "keep at most this many trajectories, the most recently updated (negative: no limit)")
 	f.StringVar(&cfg.QoS.CPUClassDefault, "cpu-class-default", "ls", `CPU class of sandboxes created without one: "ls" (latency-sensitive) or "be" (best-effort)`)

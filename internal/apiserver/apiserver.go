@@ -14,6 +14,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/dsec-dev/dsec/internal/app/lifecycle"
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/envstore"
@@ -80,16 +81,39 @@ type APIServer struct {
 	tracing   *tracing.Provider
 	log       *slog.Logger
 	http      *http.Server
-	cancel    context.CancelFunc
+	stack     *lifecycle.Stack
 	mu        sync.Mutex
 	extra     []*http.Server // ServeMetrics
+	// Set by the start-up steps for the steps after them.
+	cfg      Config
+	secret   cluster.Secret
+	bg       context.Context // the background work's, canceled at Shutdown
+	projects project.Store
+	fnEng    *placement.Engine
+	envs     *envstore.Store
+	cl       *metrics.Cluster
+	base     Cluster // the router with the cluster's environments: every front end's base service
 }
 
 // New starts an API server's background work (watches, placement refresh)
-// until Shutdown.
+// until Shutdown. A failure at any step releases what the steps before it
+// started.
 func New(ctx context.Context, cfg Config) (*APIServer, error) {
+	a, steps, err := Open(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Start(ctx, steps, ""); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// Open checks cfg and returns the API server and the steps that start it
+// (Start runs them), for a role that starts its own steps around them.
+func Open(cfg Config) (*APIServer, []lifecycle.Step, error) {
 	if cfg.Etcd == nil || len(cfg.Secret) == 0 || cfg.DataDir == "" {
-		return nil, errors.New("apiserver: Etcd, Secret and DataDir are required")
+		return nil, nil, errors.New("apiserver: Etcd, Secret and DataDir are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -103,85 +127,169 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 		cfg.Placement.RefreshInterval = 500 * time.Millisecond
 	}
 	cfg.Placement.Logger = cfg.Logger
-	secret, err := cluster.NewSecret(string(cfg.Secret))
-	if err != nil {
-		return nil, err
-	}
-	if err := cluster.CheckSecret(ctx, cfg.Etcd, cfg.Prefix, secret); err != nil {
-		return nil, err
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
-	}
-	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	fail := func(err error) (*APIServer, error) { cancel(); return nil, err }
-	w, err := cluster.NewWatcher(bg, cluster.WatcherConfig{Client: cfg.Etcd, Prefix: cfg.Prefix, Secret: secret, Logger: cfg.Logger})
-	if err != nil {
-		return fail(err)
-	}
-	tokenFile := filepath.Join(cfg.DataDir, "token")
-	toks, err := cluster.OpenTokens(bg, cfg.Etcd, cfg.Prefix, tokenFile, cfg.Name, cfg.Logger)
-	if err != nil {
-		return fail(err)
-	}
-	projects, err := cluster.OpenProjects(bg, cfg.Etcd, cfg.Prefix, toks, cfg.Logger)
-	if err != nil {
-		return fail(err)
-	}
-	eng := placement.New(w, cfg.Placement)
-	if err := eng.Refresh(bg); err != nil {
-		return fail(err)
-	}
-	go eng.Watch(bg)
-	fnEng := placement.New(FnCallSource{Nodes: w}, cfg.Placement)
-	if err := fnEng.Refresh(bg); err != nil {
-		return fail(err)
-	}
-	go fnEng.Watch(bg)
-	var blobs blob.Store
-	if cfg.BlobStore != "" {
-		if blobs, err = blob.Open(cfg.BlobStore, false); err != nil {
-			return fail(fmt.Errorf("--blob-store: %w", err))
-		}
-	}
-	envs := envstore.New(envstore.NewEtcdState(cfg.Etcd, cfg.Prefix), blobs)
-	envs.Spec = cfg.BlobStore
-	m, cl, err := newMetrics(w)
-	if err != nil {
-		return fail(err)
-	}
-	tp := cfg.Tracing
-	if tp == nil {
-		if tp, err = tracing.New(bg, tracing.Config{Endpoint: cfg.OTLPEndpoint, ServiceName: "dsec-apiserver"}); err != nil {
-			return fail(err)
-		}
-	}
-	rt := NewRouter(RouterConfig{
-		Nodes: w, Engine: eng, FnCalls: fnEng, Logger: cfg.Logger, Observer: cl, Tracer: tp,
-		EnvLayers: (&LayerCache{Store: envs}).Layers,
-		Claims:    cluster.NewRequests(cfg.Etcd, cfg.Prefix),
-		Drainer:   nodeAdmin{Admin: cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix}, marks: envstore.NewEtcdState(cfg.Etcd, cfg.Prefix)},
-		Dial: func(n cluster.NodeStatus) session.Service {
-			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret, Tracer: tp})
-		},
-	})
-	base := Cluster{Router: rt, Envs: &Images{Store: envs, Router: rt}}
-	guard := project.NewGuard(base, projects, cfg.Logger)
 	if cfg.QuotaReconcile <= 0 {
 		cfg.QuotaReconcile = 30 * time.Second
 	}
-	// One API server at a time reconciles quotas (etcd's election recipe);
-	// another takes over within the election TTL when it dies.
-	go cluster.RunElected(bg, cluster.ElectionConfig{Client: cfg.Etcd, Prefix: cfg.Prefix, Task: QuotaReconcilerTask,
-		ID: fmt.Sprintf("%s pid %d", cfg.Name, os.Getpid()), TTL: cfg.ElectionTTL, Logger: cfg.Logger},
-		func(ctx context.Context) { guard.Run(ctx, cfg.QuotaReconcile) })
-	// Every front end calls the router through metrics, the batch counter and
-	// the project guard; tagged steps are logged on their sandbox's node.
-	svc := session.Chain(base, m.Interceptor(tp), countBatches(cl), guard.Interceptor())
-	srv := server.New(svc, server.Options{Projects: guard, Logger: cfg.Logger, StepsDownstream: true})
-	e2bH := newE2B(bg, svc, adminToken(toks), cfg.Secret, cfg.Logger)
-	return &APIServer{E2B: e2bH, Router: rt, Engine: eng, Watcher: w, Tokens: toks, Projects: guard, Server: srv, Metrics: m, TokenFile: tokenFile,
-		svc: svc, tracing: tp, log: cfg.Logger, cancel: cancel}, nil
+	a := &APIServer{cfg: cfg, log: cfg.Logger, TokenFile: filepath.Join(cfg.DataDir, "token")}
+	return a, a.steps(), nil
+}
+
+// Start runs steps (Open's, with a role's around them); failAfter injects a
+// failure after the step of that name (tests). Shutdown releases them.
+func (a *APIServer) Start(ctx context.Context, steps []lifecycle.Step, failAfter string) error {
+	st, err := lifecycle.Start(ctx, steps, lifecycle.Options{FailAfter: failAfter, Logger: a.log})
+	if err != nil {
+		return err
+	}
+	a.stack = st
+	return nil
+}
+
+// StepNames names the API server's start-up steps, in order.
+func StepNames() []string { return lifecycle.Names((&APIServer{}).steps()) }
+
+// steps is the API server's start-up, in order; each step's Close releases
+// what it started.
+func (a *APIServer) steps() []lifecycle.Step {
+	return []lifecycle.Step{
+		{Name: "cluster-secret", Start: a.startSecret},
+		{Name: "background", Start: a.startBackground},
+		{Name: "watcher", Start: a.startWatcher},
+		{Name: "tokens", Start: a.startTokens},
+		{Name: "placement", Start: a.startPlacement},
+		{Name: "environments", Start: a.startEnvironments},
+		{Name: "tracing", Start: a.startTracing},
+		{Name: "router", Start: a.startRouter},
+		{Name: "quota-reconciler", Start: a.startQuotaReconciler},
+		{Name: "front-ends", Start: a.startFrontEnds},
+	}
+}
+
+func (a *APIServer) startSecret(ctx context.Context) (lifecycle.Close, error) {
+	secret, err := cluster.NewSecret(string(a.cfg.Secret))
+	if err != nil {
+		return nil, err
+	}
+	a.secret = secret
+	if err := cluster.CheckSecret(ctx, a.cfg.Etcd, a.cfg.Prefix, secret); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	return nil, nil
+}
+
+// startBackground makes the context of the background work (watches,
+// placement refresh, the election); its Close ends them.
+func (a *APIServer) startBackground(ctx context.Context) (lifecycle.Close, error) {
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	a.bg = bg
+	return func(context.Context) error { cancel(); return nil }, nil
+}
+
+func (a *APIServer) startWatcher(context.Context) (lifecycle.Close, error) {
+	w, err := cluster.NewWatcher(a.bg, cluster.WatcherConfig{Client: a.cfg.Etcd, Prefix: a.cfg.Prefix, Secret: a.secret, Logger: a.log})
+	if err != nil {
+		return nil, err
+	}
+	a.Watcher = w
+	m, cl, err := newMetrics(w)
+	a.Metrics, a.cl = m, cl
+	return nil, err
+}
+
+func (a *APIServer) startTokens(context.Context) (lifecycle.Close, error) {
+	toks, err := cluster.OpenTokens(a.bg, a.cfg.Etcd, a.cfg.Prefix, a.TokenFile, a.cfg.Name, a.log)
+	if err != nil {
+		return nil, err
+	}
+	a.Tokens = toks
+	a.projects, err = cluster.OpenProjects(a.bg, a.cfg.Etcd, a.cfg.Prefix, toks, a.log)
+	return nil, err
+}
+
+func (a *APIServer) startPlacement(context.Context) (lifecycle.Close, error) {
+	a.Engine = placement.New(a.Watcher, a.cfg.Placement)
+	if err := a.Engine.Refresh(a.bg); err != nil {
+		return nil, err
+	}
+	go a.Engine.Watch(a.bg)
+	a.fnEng = placement.New(FnCallSource{Nodes: a.Watcher}, a.cfg.Placement)
+	if err := a.fnEng.Refresh(a.bg); err != nil {
+		return nil, err
+	}
+	go a.fnEng.Watch(a.bg)
+	return nil, nil
+}
+
+func (a *APIServer) startEnvironments(context.Context) (lifecycle.Close, error) {
+	var blobs blob.Store
+	if a.cfg.BlobStore != "" {
+		var err error
+		if blobs, err = blob.Open(a.cfg.BlobStore, false); err != nil {
+			return nil, fmt.Errorf("--blob-store: %w", err)
+		}
+	}
+	a.envs = envstore.New(envstore.NewEtcdState(a.cfg.Etcd, a.cfg.Prefix), blobs)
+	a.envs.Spec = a.cfg.BlobStore
+	return nil, nil
+}
+
+func (a *APIServer) startTracing(context.Context) (lifecycle.Close, error) {
+	tp := a.cfg.Tracing
+	if tp == nil {
+		var err error
+		if tp, err = tracing.New(a.bg, tracing.Config{Endpoint: a.cfg.OTLPEndpoint, ServiceName: "dsec-apiserver"}); err != nil {
+			return nil, err
+		}
+	}
+	a.tracing = tp
+	return tp.Shutdown, nil
+}
+
+func (a *APIServer) startRouter(context.Context) (lifecycle.Close, error) {
+	cfg := a.cfg
+	a.Router = NewRouter(RouterConfig{
+		Nodes: a.Watcher, Engine: a.Engine, FnCalls: a.fnEng, Logger: a.log, Observer: a.cl, Tracer: a.tracing,
+		EnvLayers: (&LayerCache{Store: a.envs}).Layers,
+		Claims:    cluster.NewRequests(cfg.Etcd, cfg.Prefix),
+		Drainer:   nodeAdmin{Admin: cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix}, marks: envstore.NewEtcdState(cfg.Etcd, cfg.Prefix)},
+		Dial: func(n cluster.NodeStatus) session.Service {
+			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret, Tracer: a.tracing})
+		},
+	})
+	a.base = Cluster{Router: a.Router, Envs: &Images{Store: a.envs, Router: a.Router}}
+	a.Projects = project.NewGuard(a.base, a.projects, a.log)
+	return func(context.Context) error { return a.Router.Close() }, nil
+}
+
+// startQuotaReconciler: one API server at a time reconciles quotas (etcd's
+// election recipe); another takes over within the election TTL when it dies.
+func (a *APIServer) startQuotaReconciler(context.Context) (lifecycle.Close, error) {
+	cfg := a.cfg
+	// Its Close waits for the campaign to revoke its lease (before the etcd
+	// client closes), so the next API server takes over at once.
+	return lifecycle.Go(func(ctx context.Context) {
+		cluster.RunElected(ctx, cluster.ElectionConfig{Client: cfg.Etcd, Prefix: cfg.Prefix, Task: QuotaReconcilerTask,
+			ID: fmt.Sprintf("%s pid %d", cfg.Name, os.Getpid()), TTL: cfg.ElectionTTL, Logger: a.log},
+			func(ctx context.Context) { a.Projects.Run(ctx, cfg.QuotaReconcile) })
+	}), nil
+}
+
+func (a *APIServer) startFrontEnds(context.Context) (lifecycle.Close, error) {
+	svc := a.services()
+	// Tagged steps are logged on their sandbox's node.
+	a.Server = server.New(svc, server.Options{Projects: a.Projects, Logger: a.log, StepsDownstream: true})
+	a.E2B = newE2B(a.bg, svc, adminToken(a.Tokens), a.cfg.Secret, a.log)
+	return func(context.Context) error { return a.E2B.Close() }, nil
+}
+
+// services composes the API tier's session interceptors: every front end
+// calls the router through metrics, the batch counter and the project guard.
+func (a *APIServer) services() session.Service {
+	a.svc = session.Chain(a.base, a.Metrics.Interceptor(a.tracing), countBatches(a.cl), a.Projects.Interceptor())
+	return a.svc
 }
 
 // QuotaReconcilerTask is the election (cluster.RunElected) whose leader runs
@@ -211,7 +319,8 @@ func (a *APIServer) Serve(l net.Listener) error {
 	return err
 }
 
-// Shutdown stops serving and the background work.
+// Shutdown stops serving and releases what the start-up steps started, in
+// reverse order.
 func (a *APIServer) Shutdown(ctx context.Context) error {
 	var err error
 	a.mu.Lock()
@@ -225,6 +334,5 @@ func (a *APIServer) Shutdown(ctx context.Context) error {
 		err = errors.Join(err, s.Shutdown(ctx))
 	}
 	a.mu.Unlock()
-	a.cancel()
-	return errors.Join(err, a.E2B.Close(), a.Router.Close(), a.tracing.Shutdown(ctx))
+	return errors.Join(err, a.stack.Close(ctx))
 }

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/daemon"
+	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/peer"
 )

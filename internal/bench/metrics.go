@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/daemon"
+	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

@@ -30,12 +30,12 @@ var rules = []struct {
 	},
 	{
 		patterns: []string{"./internal/driver/...", "./internal/container/...", "./internal/fncall/..."},
-		forbid:   Under(mod+"internal/agent", mod+"internal/daemon"),
+		forbid:   Under(mod+"internal/agent", mod+"internal/app"),
 		why:      "drivers sit below the node agent",
 	},
 	{
 		patterns: []string{"./internal/session/..."},
-		forbid:   Under(mod+"internal/agent", mod+"internal/daemon", mod+"internal/driver", mod+"internal/container"),
+		forbid:   Under(mod+"internal/agent", mod+"internal/app", mod+"internal/driver", mod+"internal/container"),
 		why:      "the session service is an interface: it names no implementation",
 	},
 }

@@ -1,13 +1,12 @@
-package daemon
+package node
 
 import (
 	"context"
-	"errors"
 	"net"
 	"net/http"
-	"time"
 
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
+	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
@@ -24,7 +23,6 @@ type observability struct {
 	metrics *metrics.Metrics
 	tracing *tracing.Provider
 	svc     session.Service
-	stop    context.CancelFunc // ends the node collector's memory reads
 }
 
 func newObservability(ctx context.Context, cfg Config) (observability, error) {
@@ -59,24 +57,19 @@ func (d *Daemon) route(r *http.Request) string {
 // observe wraps the main listener's handler: request ID and server span first
 // (so every log line of the request carries its ID), then the HTTP metrics.
 func (d *Daemon) observe(h http.Handler) http.Handler {
-	return tracing.Middleware(d.obs.tracing, d.route, d.obs.metrics.HTTP(d.route, h))
+	return httpkit.RequestID(d.obs.tracing, d.route, d.obs.metrics.HTTP(d.route, h))
 }
 
 // Metrics is the node's metrics registry.
 func (d *Daemon) Metrics() *metrics.Metrics { return d.obs.metrics }
 
-// ServeMetrics serves Prometheus metrics on l WITHOUT a token (dsec server
-// --metrics-listen), until Shutdown.
-func (d *Daemon) ServeMetrics(l net.Listener) error {
+// MetricsHandler serves GET /metrics without a token.
+func (d *Daemon) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET "+MetricsPath, d.obs.metrics.Handler())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 30 * time.Second}
-	d.mu.Lock()
-	d.extra = append(d.extra, srv)
-	d.mu.Unlock()
-	err := srv.Serve(l)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
+	return mux
 }
+
+// ServeMetrics serves Prometheus metrics on l WITHOUT a token (dsec server
+// --metrics-listen), until Shutdown.
+func (d *Daemon) ServeMetrics(l net.Listener) error { return d.serveOn(l, d.MetricsHandler()) }

@@ -1,15 +1,11 @@
-package daemon
+package node
 
 import (
-	"encoding/json"
-	"errors"
 	"net"
 	"net/http"
-	"time"
 
-	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
-	"github.com/dsec-dev/dsec/internal/metrics"
+	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/internal/ui"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -22,26 +18,14 @@ func (d *Daemon) Handler() http.Handler {
 	rates := ui.NewRates(0, 0)
 	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: d.Token, Service: d.obs.svc, Rates: rates,
 		Usage: d.Manager.SandboxUsage, Pools: d.fnCallPools, Logger: d.cfg.Logger}))
-	sf := d.guard(d.sandboxFusion(), writeUnauthorized)
+	tok := httpkit.Token(d.Token)
+	sf := tok.With(writeUnauthorized).Wrap(d.sandboxFusion())
 	for _, p := range sandboxfusion.Routes() {
 		mux.Handle(p, sf)
 	}
-	mux.Handle("GET "+MetricsPath, d.guard(d.obs.metrics.Handler(), writeAPIUnauthorized))
+	mux.Handle("GET "+MetricsPath, tok.Wrap(d.obs.metrics.Handler()))
 	mux.Handle("/", d.Server.Handler())
 	return rates.Count(mux)
-}
-
-// guard requires the API token before h; deny answers a request without it.
-func (d *Daemon) guard(h http.Handler, deny func(http.ResponseWriter)) http.Handler {
-	tok := auth.NewToken(d.Token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !tok.MatchBearer(r) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
-			deny(w)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
 }
 
 func (d *Daemon) sandboxFusion() *sandboxfusion.Handler {
@@ -49,35 +33,16 @@ func (d *Daemon) sandboxFusion() *sandboxfusion.Handler {
 	return sandboxfusion.New(d.obs.svc, sandboxfusion.Options{Logger: d.cfg.Logger})
 }
 
-func writeUnauthorized(w http.ResponseWriter) {
+// writeUnauthorized answers as SandboxFusion does.
+func writeUnauthorized(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusUnauthorized)
 	_, _ = w.Write([]byte(`{"detail":"missing or invalid bearer token","code":"` + api.CodeUnauthorized + `"}`))
 }
 
-// writeAPIUnauthorized answers as /v1 does (api.ErrorBody).
-func writeAPIUnauthorized(w http.ResponseWriter) {
-	e := api.NewError(api.CodeUnauthorized, "missing or invalid bearer token")
-	b, _ := json.Marshal(api.ErrorBody{Error: e})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set(metrics.ErrorHeader, string(e.Code))
-	w.WriteHeader(e.Status)
-	_, _ = w.Write(append(b, '\n'))
-}
-
 // ServeSandboxFusion serves SandboxFusion's API on l WITHOUT a token, for
 // SandboxFusion clients (which send none) on a trusted network, until Shutdown.
-func (d *Daemon) ServeSandboxFusion(l net.Listener) error {
-	srv := &http.Server{Handler: d.sandboxFusion(), ReadHeaderTimeout: 30 * time.Second}
-	d.mu.Lock()
-	d.extra = append(d.extra, srv)
-	d.mu.Unlock()
-	err := srv.Serve(l)
-	if errors.Is(err, http.ErrServerClosed) {
-		return nil
-	}
-	return err
-}
+func (d *Daemon) ServeSandboxFusion(l net.Listener) error { return d.serveOn(l, d.sandboxFusion()) }
 
 // fnCallPools reports the FnCall engine's pools for the dashboard.
 func (d *Daemon) fnCallPools() []ui.Pool {

@@ -1,4 +1,4 @@
-package daemon
+package node
 
 import (
 	"path/filepath"

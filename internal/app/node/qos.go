@@ -1,4 +1,4 @@
-package daemon
+package node
 
 import (
 	"errors"
@@ -23,6 +23,9 @@ type QoSConfig struct {
 	// kdamond under (reclaim.DefaultDAMONRoot on a host that allows it); ""
 	// leaves DAMON alone.
 	DAMONRoot string
+	// DAMONFS reads and writes DAMON's sysfs files (nil: the real files;
+	// tests give a fake tree, internal/reclaim/damontest).
+	DAMONFS reclaim.DAMONFS
 }
 
 // qos holds what the node set up for QoS and must undo at shutdown.
@@ -64,7 +67,7 @@ func setupQoS(cfg QoSConfig, dataDir string) (*qos, agent.QoSConfig, error) {
 	case cfg.IdleReclaimAfter == 0:
 		ac.DAMONNote = "off (needs --idle-reclaim-after)"
 	default:
-		d, err := reclaim.OpenDAMON(cfg.DAMONRoot, nil, filepath.Join(dataDir, "damon.json"), reclaim.DefaultDAMONScheme())
+		d, err := reclaim.OpenDAMON(cfg.DAMONRoot, cfg.DAMONFS, filepath.Join(dataDir, "damon.json"), reclaim.DefaultDAMONScheme())
 		if err != nil {
 			ac.DAMONNote = err.Error()
 		} else {
