@@ -343,3 +343,57 @@ func TestZygoteStatusCountsSetup(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// waitHelperInRecv waits until p's only slot is free and its helper sleeps
+// in recvmsg (its prepared sandbox waits for a request). Under load a helper
+// that STATUS counts as waiting may not have entered recvmsg yet.
+func waitHelperInRecv(t *testing.T, e *Engine, p *pool) {
+	t.Helper()
+	if _, err := bounded(t, "WaitIdle", func() (Result, error) { return Result{}, e.WaitIdle(context.Background()) }); err != nil {
+		t.Fatalf("WaitIdle: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		hs := helpers(t, p)
+		inRecv := len(hs) == 1
+		for _, sc := range hs {
+			inRecv = inRecv && sc == unix.SYS_RECVMSG
+		}
+		if inRecv && len(p.free) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot's helper is not waiting in recvmsg after 10 s: %v (system calls), %d slots free", hs, len(p.free))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRunCanceledWhileSent: a run whose context ends while its request is
+// on its way to the slot's prepared helper (after the engine's last check
+// before the send, here right before it) never starts, however fast the
+// real-time helper takes the request: it ends "canceled" with no output,
+// many times over. The slot serves the next run.
+func TestRunCanceledWhileSent(t *testing.T) {
+	e, p := smallEngine(t, 1)
+	spec := quickSpec("/bin/echo", "ran")
+	if r, err := e.Run(context.Background(), spec); err != nil || string(r.Stdout) != "ran\n" {
+		t.Fatalf("first run: %+v, %v", r, err)
+	}
+	t.Cleanup(func() { e.beforeSend = nil })
+	for i := range 50 {
+		waitHelperInRecv(t, e, p) // the worst case: it takes the request at once
+		s := <-p.free
+		ctx, cancel := context.WithCancel(context.Background())
+		e.beforeSend = cancel
+		r, err := bounded(t, "run canceled while sent", func() (Result, error) { return e.runOn(ctx, p, s, spec) })
+		cancel()
+		if r.Killed != "canceled" || r.Exited || len(r.Stdout) != 0 || err != nil {
+			t.Fatalf("try %d: run canceled while its request was sent: %+v (stdout %q), %v; want killed \"canceled\", never started", i, r, r.Stdout, err)
+		}
+	}
+	e.beforeSend = nil
+	if r, err := e.Run(context.Background(), quickSpec("/bin/echo", "after")); err != nil || string(r.Stdout) != "after\n" {
+		t.Errorf("run after the cancellations: %+v, %v", r, err)
+	}
+}
