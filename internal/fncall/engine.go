@@ -97,9 +97,10 @@ type Engine struct {
 	closed bool
 	nslots int // slots handed out so far (uids, cgroup names)
 
-	// beforeSend, if set (tests), runs after a run's last context check
-	// before its request goes out, right before it is sent.
-	beforeSend func()
+	// beforeSend and afterSend, if set (tests), run right before a run's
+	// request is sent (after the last context check before it) and right
+	// after the send returned (before the run's gate is opened).
+	beforeSend, afterSend func()
 }
 
 // New prepares an engine; pools start on first use.
@@ -647,6 +648,9 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	ch, err := z.start(r, fds)
 	canceled := false
 	if err == nil {
+		if e.afterSend != nil {
+			e.afterSend()
+		}
 		canceled = ctx.Err() != nil
 		z.openGate(r.slot, canceled)
 	}

@@ -397,3 +397,66 @@ func TestRunCanceledWhileSent(t *testing.T) {
 		t.Errorf("run after the cancellations: %+v, %v", r, err)
 	}
 }
+
+// programAtGate waits until the slot's program (the child of p's only
+// helper) sleeps in futex: at its run gate, before its execve. It runs in
+// the engine's goroutine, so it reports with t.Errorf.
+func programAtGate(t *testing.T, p *pool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for h := range helpers(t, p) {
+			kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", h, h))
+			for _, k := range strings.Fields(string(kids)) {
+				sc, _ := os.ReadFile("/proc/" + k + "/syscall")
+				if f := strings.Fields(string(sc)); len(f) > 0 && f[0] == strconv.Itoa(unix.SYS_FUTEX) {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no program waits at its run gate 5 s after its request was sent")
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRunGate: a program whose request was sent waits, right before its
+// execve, until the engine saw the send return: then it runs, or, when the
+// run's context ended meanwhile, never starts (killed "canceled", no
+// output). The slot serves the next run.
+func TestRunGate(t *testing.T) {
+	e, p := smallEngine(t, 1)
+	spec := quickSpec("/bin/echo", "ran")
+	if r, err := e.Run(context.Background(), spec); err != nil || string(r.Stdout) != "ran\n" {
+		t.Fatalf("first run: %+v, %v", r, err)
+	}
+	t.Cleanup(func() { e.afterSend = nil })
+	for i := range 10 {
+		waitHelperInRecv(t, e, p)
+		s := <-p.free
+		ctx, cancel := context.WithCancel(context.Background())
+		e.afterSend = func() {
+			programAtGate(t, p)
+			if i%2 == 1 {
+				cancel()
+			}
+		}
+		r, err := bounded(t, "run held at its gate", func() (Result, error) { return e.runOn(ctx, p, s, spec) })
+		cancel()
+		if t.Failed() {
+			t.FailNow()
+		}
+		if i%2 == 0 && (err != nil || !r.Exited || r.ExitCode != 0 || string(r.Stdout) != "ran\n" || r.Killed != "") {
+			t.Fatalf("try %d: run let through its gate: %+v (stdout %q), %v; want it to run", i, r, r.Stdout, err)
+		}
+		if i%2 == 1 && (err != nil || r.Killed != "canceled" || r.Exited || len(r.Stdout) != 0) {
+			t.Fatalf("try %d: run canceled at its gate: %+v (stdout %q), %v; want killed \"canceled\", never started", i, r, r.Stdout, err)
+		}
+	}
+	e.afterSend = nil
+	if r, err := e.Run(context.Background(), quickSpec("/bin/echo", "after")); err != nil || string(r.Stdout) != "after\n" {
+		t.Errorf("run after the gated runs: %+v, %v", r, err)
+	}
+}
