@@ -413,6 +413,10 @@ static struct run runs[MAX_RUNS];
 static struct run *ready[MAX_SLOTS]; /* the slot's H (prepared, or running a request it took) */
 static struct req slot_params[MAX_SLOTS]; /* the namespace parameters of the slot's H */
 static int slot_known[MAX_SLOTS];
+/* the ID of the slot's last run that ended (was reported REAPED): a run's
+ * request IDs grow per slot (the engine sends a slot's next request only
+ * after the previous one's end), so a KILL for an ID up to it came late */
+static uint64_t slot_ended[MAX_SLOTS];
 static int fd_req0; /* the slots' request sockets: fd_req0 + slot */
 
 static void setup_fail(uint64_t id, const char *what)
@@ -812,8 +816,12 @@ static struct run *prepare(int slot)
 	return ru;
 }
 
-static void send_end(uint64_t id, pid_t pid, int status, const struct rusage *u)
+/* send_end reports the end of the request id on slot (REAPED). */
+static void send_end(int slot, uint64_t id, pid_t pid, int status, const struct rusage *u)
 {
+	if (id > slot_ended[slot])
+		slot_ended[slot] = id;
+
 	struct ev e = {.kind = EV_REAPED, .id = id, .pid = pid, .status = status};
 	if (u) {
 		e.utime_us = u->ru_utime.tv_sec * 1000000LL + u->ru_utime.tv_usec;
@@ -851,7 +859,7 @@ static void fail_queued(int slot, int err, const char *what)
 	if (!id)
 		return;
 	evmsg(EV_SETUP_ERR, id, err, what);
-	send_end(id, 0, 125 << 8, NULL);
+	send_end(slot, id, 0, 125 << 8, NULL);
 }
 
 static int queued(int slot)
@@ -920,12 +928,16 @@ static void handle_kill(struct req *r)
 		}
 	if (r->slot >= (uint32_t)nslots)
 		return;
-	/* still queued: nobody runs it */
 	int slot = (int)r->slot;
+	/* the run ended before its kill came (its H was reaped, or its request
+	 * dropped): the slot's H and queue belong to later runs */
+	if (r->id <= slot_ended[slot])
+		return;
+	/* still queued: nobody runs it */
 	uint64_t q;
 	while ((q = take_queued(slot)) != 0)
 		if (q == r->id) {
-			send_end(r->id, 0, SIGKILL, NULL);
+			send_end(slot, r->id, 0, SIGKILL, NULL);
 			return;
 		}
 	/* the slot's H took it and has not stored its ID yet */
@@ -954,9 +966,9 @@ static void reap(void)
 			uint64_t id = __atomic_load_n(&ru->id, __ATOMIC_SEQ_CST);
 			ru->pid = 0;
 			if (id) {
-				send_end(id, w, st, &u);
+				send_end(slot, id, w, st, &u);
 			} else if (ru->kill_id) {
-				send_end(ru->kill_id, w, st, &u);
+				send_end(slot, ru->kill_id, w, st, &u);
 			} else if (ru->prep_what && queued(slot)) {
 				/* H could not set up: the request waiting for it fails */
 				fail_queued(slot, ru->prep_err, ru->prep_what);

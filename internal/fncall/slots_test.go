@@ -460,3 +460,40 @@ func TestRunGate(t *testing.T) {
 		t.Errorf("run after the gated runs: %+v, %v", r, err)
 	}
 }
+
+// TestLateKillSparesNextRun: a kill that reaches the zygote after its run
+// ended (a canceled run's program kills itself at its gate, and the run's
+// helper may be reaped before the zygote reads the kill) leaves the slot's
+// next helper alone: before, the zygote took it for the helper of a run
+// that had not stored its ID yet and killed it, and a run that helper had
+// just taken never heard of its end (it ran into its wall limit).
+func TestLateKillSparesNextRun(t *testing.T) {
+	e, p := smallEngine(t, 1)
+	for i := range 3 {
+		if r, err := e.Run(context.Background(), quickSpec("/bin/true")); err != nil || r.ExitCode != 0 {
+			t.Fatalf("try %d: run: %+v, %v", i, r, err)
+		}
+		ended := e.ids.Load() // the run's ID (nothing else ran since)
+		waitHelperInRecv(t, e, p)
+		before := helpers(t, p)
+		z := p.zs[0].z
+		z.kill(ended, uint32(p.slots[0].index))
+		// control requests are handled in order: the kill was handled
+		if _, err := z.busy(e.ids.Add(1)); err != nil {
+			t.Fatal(err)
+		}
+		waitHelperInRecv(t, e, p)
+		after := helpers(t, p)
+		same := len(after) == len(before)
+		for pid := range before {
+			_, ok := after[pid]
+			same = same && ok
+		}
+		if !same {
+			t.Fatalf("try %d: the slot's helper %v was replaced by %v after a kill for the run that had ended", i, before, after)
+		}
+	}
+	if r, err := e.Run(context.Background(), quickSpec("/bin/echo", "after")); err != nil || string(r.Stdout) != "after\n" {
+		t.Errorf("run after the late kills: %+v, %v", r, err)
+	}
+}
