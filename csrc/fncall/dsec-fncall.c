@@ -48,7 +48,8 @@
  * Control requests (struct req on the control socket): PREPARE replaces the
  * slot's H by one with other namespace parameters (uid, tmpfs size, /proc;
  * the engine sends it before a request that needs them, and waits for
- * PREPARED); KILL kills a run; STATUS counts the helpers that are not idle
+ * PREPARED); KILL kills a run (one that already ended is left alone, and
+ * with it the slot's next helper); STATUS counts the helpers that are not idle
  * (benchmarks wait for 0). A request on a slot with no H (its setup failed)
  * gets a fresh one, or fails with SETUP_ERR and REAPED.
  *
