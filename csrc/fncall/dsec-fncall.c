@@ -12,6 +12,8 @@
  *   5 ...      cgroup.procs files, NCG per slot, slot-major
  *   then       one request socket (SOCK_SEQPACKET) per slot, the engine
  *              holding the other end
+ *   then       the run gates: a memory file the engine maps too, one
+ *              32-bit word per slot (see "Cancellation" below)
  *
  * The Go side starts it in fresh mount, network, uts and ipc namespaces. At
  * start it makes one empty network namespace per slot (loopback up) so
@@ -46,9 +48,21 @@
  * Control requests (struct req on the control socket): PREPARE replaces the
  * slot's H by one with other namespace parameters (uid, tmpfs size, /proc;
  * the engine sends it before a request that needs them, and waits for
- * PREPARED); KILL kills a run; STATUS counts the helpers that are not idle
+ * PREPARED); KILL kills a run (one that already ended is left alone, and
+ * with it the slot's next helper); STATUS counts the helpers that are not idle
  * (benchmarks wait for 0). A request on a slot with no H (its setup failed)
  * gets a fresh one, or fails with SETUP_ERR and REAPED.
+ *
+ * Cancellation: a request that went out can no longer be taken back, and H
+ * (real-time) takes it at once, so a KILL the engine sends when the run's
+ * context ends during the send came after P had started. So P passes the
+ * slot's gate (a word in memory the engine, the zygote, H and P share) right
+ * before its execve: the engine sets it to ARMED before it sends the request
+ * and, once the send returned, to GO, or to CANCELED when the run's context
+ * ended meanwhile; P waits for either (a futex, marked WAITING, in the rare
+ * case it gets there first) and on CANCELED kills itself instead of running
+ * the program. A run whose context ended before the engine's send returned
+ * never runs a single instruction of its program.
  *
  * Events (struct ev) go back over the control socket: STARTED (the zygote is
  * ready), PREPARED, STATUS, SETUP_ERR, EXEC_ERR, EXIT (P's status, sent by H),
@@ -91,6 +105,7 @@
 #endif
 
 #define SECCOMP_SET_MODE_FILTER 1
+#define FUTEX_WAIT 0
 
 #define FD_CTL 3
 #define FD_SECCOMP 4
@@ -105,11 +120,16 @@ enum { EV_STARTED = 1, EV_SETUP_ERR = 2, EV_EXEC_ERR = 3, EV_EXIT = 4, EV_REAPED
 	EV_STATUS = 9 };
 #define MAX_VEC (4096 + 4096 + 1 + MAX_FILES + 3)
 enum { F_PROC = 1 };
+/* the run gates (see the header; internal/fncall/zygote.go) */
+enum { GATE_ARMED = 0, GATE_GO = 1, GATE_CANCELED = 2, GATE_WAITING = 3 };
+#define GATES_SIZE 4096
+_Static_assert(MAX_SLOTS * sizeof(uint32_t) <= GATES_SIZE, "a gate per slot");
 
 static int nslots, ncg;
 static mode_t run_umask; /* the zygote's, which programs get (H uses 0) */
 static int tracing;
 static int netfd[MAX_SLOTS];
+static uint32_t *gates; /* GATES_SIZE, shared with the engine */
 static struct sock_fprog seccomp_prog;
 
 
@@ -394,6 +414,10 @@ static struct run runs[MAX_RUNS];
 static struct run *ready[MAX_SLOTS]; /* the slot's H (prepared, or running a request it took) */
 static struct req slot_params[MAX_SLOTS]; /* the namespace parameters of the slot's H */
 static int slot_known[MAX_SLOTS];
+/* the ID of the slot's last run that ended (was reported REAPED): a run's
+ * request IDs grow per slot (the engine sends a slot's next request only
+ * after the previous one's end), so a KILL for an ID up to it came late */
+static uint64_t slot_ended[MAX_SLOTS];
 static int fd_req0; /* the slots' request sockets: fd_req0 + slot */
 
 static void setup_fail(uint64_t id, const char *what)
@@ -402,6 +426,25 @@ static void setup_fail(uint64_t id, const char *what)
 	syscall(SYS_exit, 125);
 	for (;;)
 		;
+}
+
+/* pass_gate waits for the engine's word on the slot's run (see the header):
+ * 0 to run the program, -1 when the run was canceled before its request's
+ * send returned. */
+static int pass_gate(uint32_t *g)
+{
+	for (;;) {
+		uint32_t v = __atomic_load_n(g, __ATOMIC_SEQ_CST);
+		if (v == GATE_GO)
+			return 0;
+		if (v == GATE_ARMED) {
+			if (!__atomic_compare_exchange_n(g, &v, GATE_WAITING, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+				continue;
+		} else if (v != GATE_WAITING) {
+			return -1;
+		}
+		syscall(SYS_futex, g, FUTEX_WAIT, GATE_WAITING, NULL, NULL, 0);
+	}
 }
 
 /* P: from vfork to execve, still in H's memory and on H's stack. */
@@ -435,6 +478,11 @@ static void run_program(struct run *ru)
 	if (chdir(ru->cwd))
 		setup_fail(id, "chdir");
 	/* no_new_privs and the seccomp filter: inherited from H */
+	if (pass_gate(&gates[r->slot])) {
+		/* canceled: ends as a killed run that never started */
+		syscall(SYS_kill, syscall(SYS_getpid), SIGKILL);
+		syscall(SYS_exit, 137);
+	}
 	if (ru->p_restores)
 		syscall(SYS_sched_setaffinity, 0, sizeof ru->cpus, &ru->cpus);
 	int err = exec_path(ru->argv, ru->envp);
@@ -769,8 +817,12 @@ static struct run *prepare(int slot)
 	return ru;
 }
 
-static void send_end(uint64_t id, pid_t pid, int status, const struct rusage *u)
+/* send_end reports the end of the request id on slot (REAPED). */
+static void send_end(int slot, uint64_t id, pid_t pid, int status, const struct rusage *u)
 {
+	if (id > slot_ended[slot])
+		slot_ended[slot] = id;
+
 	struct ev e = {.kind = EV_REAPED, .id = id, .pid = pid, .status = status};
 	if (u) {
 		e.utime_us = u->ru_utime.tv_sec * 1000000LL + u->ru_utime.tv_usec;
@@ -808,7 +860,7 @@ static void fail_queued(int slot, int err, const char *what)
 	if (!id)
 		return;
 	evmsg(EV_SETUP_ERR, id, err, what);
-	send_end(id, 0, 125 << 8, NULL);
+	send_end(slot, id, 0, 125 << 8, NULL);
 }
 
 static int queued(int slot)
@@ -877,12 +929,16 @@ static void handle_kill(struct req *r)
 		}
 	if (r->slot >= (uint32_t)nslots)
 		return;
-	/* still queued: nobody runs it */
 	int slot = (int)r->slot;
+	/* the run ended before its kill came (its H was reaped, or its request
+	 * dropped): the slot's H and queue belong to later runs */
+	if (r->id <= slot_ended[slot])
+		return;
+	/* still queued: nobody runs it */
 	uint64_t q;
 	while ((q = take_queued(slot)) != 0)
 		if (q == r->id) {
-			send_end(r->id, 0, SIGKILL, NULL);
+			send_end(slot, r->id, 0, SIGKILL, NULL);
 			return;
 		}
 	/* the slot's H took it and has not stored its ID yet */
@@ -911,9 +967,9 @@ static void reap(void)
 			uint64_t id = __atomic_load_n(&ru->id, __ATOMIC_SEQ_CST);
 			ru->pid = 0;
 			if (id) {
-				send_end(id, w, st, &u);
+				send_end(slot, id, w, st, &u);
 			} else if (ru->kill_id) {
-				send_end(ru->kill_id, w, st, &u);
+				send_end(slot, ru->kill_id, w, st, &u);
 			} else if (ru->prep_what && queued(slot)) {
 				/* H could not set up: the request waiting for it fails */
 				fail_queued(slot, ru->prep_err, ru->prep_what);
@@ -944,6 +1000,11 @@ int main(int argc, char **argv)
 	fd_req0 = FD_CG0 + nslots * ncg;
 	for (int i = 0; i < nslots; i++)
 		fcntl(fd_req0 + i, F_SETFD, FD_CLOEXEC);
+	void *g = mmap(NULL, GATES_SIZE, PROT_READ | PROT_WRITE, MAP_SHARED, fd_req0 + nslots, 0);
+	if (g == MAP_FAILED)
+		die("map run gates");
+	gates = g;
+	close(fd_req0 + nslots);
 	load_seccomp();
 	make_netns();
 	build_root(argv[1], argv[2]);

@@ -96,6 +96,11 @@ type Engine struct {
 	pools  map[string]*pool
 	closed bool
 	nslots int // slots handed out so far (uids, cgroup names)
+
+	// beforeSend and afterSend, if set (tests), run right before a run's
+	// request is sent (after the last context check before it) and right
+	// after the send returned (before the run's gate is opened).
+	beforeSend, afterSend func()
 }
 
 // New prepares an engine; pools start on first use.
@@ -625,16 +630,30 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	}
 	// A run whose context ended before its request goes out never starts.
 	// Once sent, the request is the slot's helper's to take, and a prepared
-	// helper (real-time while it waits) takes it and starts the program
-	// before the zygote gets to the kill sent after it.
+	// helper (real-time while it waits) takes it at once, before the zygote
+	// gets to a kill sent after it; so the program waits at the slot's run
+	// gate until the send returned, and a run whose context ended by then
+	// never starts either (see csrc/fncall).
 	if ctx.Err() != nil {
 		unix.Close(outW)
 		unix.Close(errW)
 		p.release(s)
 		return canceledUnstarted(), nil
 	}
+	if e.beforeSend != nil {
+		e.beforeSend()
+	}
+	z.armGate(r.slot)
 	t0 := time.Now()
 	ch, err := z.start(r, fds)
+	canceled := false
+	if err == nil {
+		if e.afterSend != nil {
+			e.afterSend()
+		}
+		canceled = ctx.Err() != nil
+		z.openGate(r.slot, canceled)
+	}
 	unix.Close(outW)
 	unix.Close(errW)
 	for _, f := range spec.Files {
@@ -654,6 +673,9 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 			killed <- why
 			z.kill(r.id, r.slot)
 		})
+	}
+	if canceled {
+		kill("canceled") // before any event: the program's end says killed
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)

@@ -343,3 +343,157 @@ func TestZygoteStatusCountsSetup(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// waitHelperInRecv waits until p's only slot is free and its helper sleeps
+// in recvmsg (its prepared sandbox waits for a request). Under load a helper
+// that STATUS counts as waiting may not have entered recvmsg yet.
+func waitHelperInRecv(t *testing.T, e *Engine, p *pool) {
+	t.Helper()
+	if _, err := bounded(t, "WaitIdle", func() (Result, error) { return Result{}, e.WaitIdle(context.Background()) }); err != nil {
+		t.Fatalf("WaitIdle: %v", err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		hs := helpers(t, p)
+		inRecv := len(hs) == 1
+		for _, sc := range hs {
+			inRecv = inRecv && sc == unix.SYS_RECVMSG
+		}
+		if inRecv && len(p.free) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slot's helper is not waiting in recvmsg after 10 s: %v (system calls), %d slots free", hs, len(p.free))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRunCanceledWhileSent: a run whose context ends while its request is
+// on its way to the slot's prepared helper (after the engine's last check
+// before the send, here right before it) never starts, however fast the
+// real-time helper takes the request: it ends "canceled" with no output,
+// many times over. The slot serves the next run.
+func TestRunCanceledWhileSent(t *testing.T) {
+	e, p := smallEngine(t, 1)
+	spec := quickSpec("/bin/echo", "ran")
+	if r, err := e.Run(context.Background(), spec); err != nil || string(r.Stdout) != "ran\n" {
+		t.Fatalf("first run: %+v, %v", r, err)
+	}
+	t.Cleanup(func() { e.beforeSend = nil })
+	for i := range 50 {
+		waitHelperInRecv(t, e, p) // the worst case: it takes the request at once
+		s := <-p.free
+		ctx, cancel := context.WithCancel(context.Background())
+		e.beforeSend = cancel
+		r, err := bounded(t, "run canceled while sent", func() (Result, error) { return e.runOn(ctx, p, s, spec) })
+		cancel()
+		if r.Killed != "canceled" || r.Exited || len(r.Stdout) != 0 || err != nil {
+			t.Fatalf("try %d: run canceled while its request was sent: %+v (stdout %q), %v; want killed \"canceled\", never started", i, r, r.Stdout, err)
+		}
+	}
+	e.beforeSend = nil
+	if r, err := e.Run(context.Background(), quickSpec("/bin/echo", "after")); err != nil || string(r.Stdout) != "after\n" {
+		t.Errorf("run after the cancellations: %+v, %v", r, err)
+	}
+}
+
+// programAtGate waits until the slot's program (the child of p's only
+// helper) sleeps in futex: at its run gate, before its execve. It runs in
+// the engine's goroutine, so it reports with t.Errorf.
+func programAtGate(t *testing.T, p *pool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		for h := range helpers(t, p) {
+			kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", h, h))
+			for _, k := range strings.Fields(string(kids)) {
+				sc, _ := os.ReadFile("/proc/" + k + "/syscall")
+				if f := strings.Fields(string(sc)); len(f) > 0 && f[0] == strconv.Itoa(unix.SYS_FUTEX) {
+					return
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("no program waits at its run gate 5 s after its request was sent")
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRunGate: a program whose request was sent waits, right before its
+// execve, until the engine saw the send return: then it runs, or, when the
+// run's context ended meanwhile, never starts (killed "canceled", no
+// output). The slot serves the next run.
+func TestRunGate(t *testing.T) {
+	e, p := smallEngine(t, 1)
+	spec := quickSpec("/bin/echo", "ran")
+	if r, err := e.Run(context.Background(), spec); err != nil || string(r.Stdout) != "ran\n" {
+		t.Fatalf("first run: %+v, %v", r, err)
+	}
+	t.Cleanup(func() { e.afterSend = nil })
+	for i := range 10 {
+		waitHelperInRecv(t, e, p)
+		s := <-p.free
+		ctx, cancel := context.WithCancel(context.Background())
+		e.afterSend = func() {
+			programAtGate(t, p)
+			if i%2 == 1 {
+				cancel()
+			}
+		}
+		r, err := bounded(t, "run held at its gate", func() (Result, error) { return e.runOn(ctx, p, s, spec) })
+		cancel()
+		if t.Failed() {
+			t.FailNow()
+		}
+		if i%2 == 0 && (err != nil || !r.Exited || r.ExitCode != 0 || string(r.Stdout) != "ran\n" || r.Killed != "") {
+			t.Fatalf("try %d: run let through its gate: %+v (stdout %q), %v; want it to run", i, r, r.Stdout, err)
+		}
+		if i%2 == 1 && (err != nil || r.Killed != "canceled" || r.Exited || len(r.Stdout) != 0) {
+			t.Fatalf("try %d: run canceled at its gate: %+v (stdout %q), %v; want killed \"canceled\", never started", i, r, r.Stdout, err)
+		}
+	}
+	e.afterSend = nil
+	if r, err := e.Run(context.Background(), quickSpec("/bin/echo", "after")); err != nil || string(r.Stdout) != "after\n" {
+		t.Errorf("run after the gated runs: %+v, %v", r, err)
+	}
+}
+
+// TestLateKillSparesNextRun: a kill that reaches the zygote after its run
+// ended (a canceled run's program kills itself at its gate, and the run's
+// helper may be reaped before the zygote reads the kill) leaves the slot's
+// next helper alone: before, the zygote took it for the helper of a run
+// that had not stored its ID yet and killed it, and a run that helper had
+// just taken never heard of its end (it ran into its wall limit).
+func TestLateKillSparesNextRun(t *testing.T) {
+	e, p := smallEngine(t, 1)
+	for i := range 3 {
+		if r, err := e.Run(context.Background(), quickSpec("/bin/true")); err != nil || r.ExitCode != 0 {
+			t.Fatalf("try %d: run: %+v, %v", i, r, err)
+		}
+		ended := e.ids.Load() // the run's ID (nothing else ran since)
+		waitHelperInRecv(t, e, p)
+		before := helpers(t, p)
+		z := p.zs[0].z
+		z.kill(ended, uint32(p.slots[0].index))
+		// control requests are handled in order: the kill was handled
+		if _, err := z.busy(e.ids.Add(1)); err != nil {
+			t.Fatal(err)
+		}
+		waitHelperInRecv(t, e, p)
+		after := helpers(t, p)
+		same := len(after) == len(before)
+		for pid := range before {
+			_, ok := after[pid]
+			same = same && ok
+		}
+		if !same {
+			t.Fatalf("try %d: the slot's helper %v was replaced by %v after a kill for the run that had ended", i, before, after)
+		}
+	}
+	if r, err := e.Run(context.Background(), quickSpec("/bin/echo", "after")); err != nil || string(r.Stdout) != "after\n" {
+		t.Errorf("run after the late kills: %+v, %v", r, err)
+	}
+}

@@ -13,8 +13,10 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -76,6 +78,18 @@ const (
 	evSize        = 4 + 4 + 8 + 4 + 4 + 8*3 + 80
 	maxFiles      = 64
 	maxMsg        = 256 * 1024
+
+	// The run gates: one 32-bit word per slot in a memory file the zygote
+	// maps too (and with it its helpers and, until their execve, their
+	// programs). The engine arms a slot's gate before it sends a request
+	// and opens it (go or canceled) once the send returned; the program
+	// waits for that right before its execve (see csrc/fncall).
+	gateArmed    = 0
+	gateGo       = 1
+	gateCanceled = 2
+	gateWaiting  = 3 // the program sleeps on the word (futex)
+	gatesSize    = 4096
+	futexWake    = 1
 )
 
 // event is one struct ev.
@@ -175,6 +189,9 @@ type zygote struct {
 	// reqs are the engine's ends of the slots' request sockets: a run's
 	// request goes straight to the slot's prepared helper.
 	reqs []int
+	// gates is the run gates' mapping (nil once closed).
+	gatesMu sync.RWMutex
+	gates   []byte
 
 	mu      sync.Mutex
 	pending map[uint64]chan event
@@ -216,6 +233,14 @@ func startZygote(path, rootfs, stage string, nslots int, cgFiles [][]*os.File, s
 		defer c.Close()
 		extra = append(extra, c)
 	}
+	gatesFile, gates, err := mapGates()
+	if err != nil {
+		parent.Close()
+		closeReqs()
+		return nil, err
+	}
+	defer gatesFile.Close()
+	extra = append(extra, gatesFile)
 	cmd := exec.Command(path, rootfs, stage, strconv.Itoa(nslots), strconv.Itoa(ncg))
 	cmd.ExtraFiles = extra
 	cmd.Stderr = os.Stderr
@@ -226,6 +251,7 @@ func startZygote(path, rootfs, stage string, nslots int, cgFiles [][]*os.File, s
 	if err := cmd.Start(); err != nil {
 		parent.Close()
 		closeReqs()
+		_ = unix.Munmap(gates)
 		return nil, fmt.Errorf("fncall: start zygote: %w", err)
 	}
 	fc, err := net.FileConn(parent)
@@ -234,9 +260,11 @@ func startZygote(path, rootfs, stage string, nslots int, cgFiles [][]*os.File, s
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 		closeReqs()
+		_ = unix.Munmap(gates)
 		return nil, fmt.Errorf("fncall: zygote connection: %w", err)
 	}
-	z := &zygote{cmd: cmd, conn: fc.(*net.UnixConn), dead: make(chan struct{}), pending: map[uint64]chan event{}, reqs: reqs}
+	z := &zygote{cmd: cmd, conn: fc.(*net.UnixConn), dead: make(chan struct{}), pending: map[uint64]chan event{}, reqs: reqs,
+		gates: gates}
 	ready := make(chan event, 1)
 	z.pending[0] = ready
 	go z.readLoop()
@@ -259,6 +287,54 @@ func startZygote(path, rootfs, stage string, nslots int, cgFiles [][]*os.File, s
 		return nil, errors.New("fncall: zygote did not start in 30 s")
 	}
 	return z, nil
+}
+
+// mapGates makes the run gates' memory file and maps it.
+func mapGates() (*os.File, []byte, error) {
+	fd, err := unix.MemfdCreate("fncall-gates", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fncall: run gates: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "fncall-gates")
+	if err := unix.Ftruncate(fd, gatesSize); err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("fncall: run gates: %w", err)
+	}
+	m, err := unix.Mmap(fd, 0, gatesSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("fncall: run gates: %w", err)
+	}
+	return f, m, nil
+}
+
+// setGate stores v in slot's run gate and wakes a program waiting on it;
+// false once the zygote was closed.
+func (z *zygote) setGate(slot uint32, v uint32) bool {
+	z.gatesMu.RLock()
+	defer z.gatesMu.RUnlock()
+	if z.gates == nil || int(slot) >= len(z.reqs) {
+		return false
+	}
+	g := (*uint32)(unsafe.Pointer(&z.gates[4*slot]))
+	if atomic.SwapUint32(g, v) == gateWaiting {
+		_, _, _ = unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(g)), futexWake, 1, 0, 0, 0)
+	}
+	return true
+}
+
+// armGate makes the next program on slot wait for openGate (before the
+// run's request is sent).
+func (z *zygote) armGate(slot uint32) { z.setGate(slot, gateArmed) }
+
+// openGate lets slot's program run, or, when canceled, has it end killed
+// before it ran an instruction of its own (after the request was sent).
+func (z *zygote) openGate(slot uint32, canceled bool) {
+	v := uint32(gateGo)
+	if canceled {
+		v = gateCanceled
+	}
+	z.setGate(slot, v)
 }
 
 func (z *zygote) deadErr() error {
@@ -433,8 +509,14 @@ func (z *zygote) close() {
 		_ = z.cmd.Process.Kill()
 		<-z.dead
 	}
+	z.gatesMu.Lock()
 	for _, fd := range z.reqs {
 		unix.Close(fd)
 	}
 	z.reqs = nil
+	if z.gates != nil {
+		_ = unix.Munmap(z.gates)
+		z.gates = nil
+	}
+	z.gatesMu.Unlock()
 }
