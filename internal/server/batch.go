@@ -62,7 +62,7 @@ func validateBatch(reqs []api.CreateSandboxRequest) error {
 	}
 	seen := make(map[string]int, len(reqs))
 	for i := range reqs {
-		if err := validateCreate(&reqs[i]); err != nil {
+		if err := session.ValidateCreate(reqs[i]); err != nil {
 			return fmt.Errorf("sandboxes[%d]: %w", i, err)
 		}
 		if id := reqs[i].RequestID; id != "" {
