@@ -83,11 +83,23 @@ func (sb *sandbox) save() error {
 	return nil
 }
 
-// validate checks a create request (session.ValidateCreate) and fills its
-// defaults.
+// The smallest sandbox a node runs.
+const (
+	minMemoryBytes = 4 << 20
+	minDiskBytes   = 1 << 20
+)
+
+// validate checks a create request (session.ValidateCreate, then what a node
+// can run) and fills its defaults.
 func validate(req *api.CreateSandboxRequest) error {
 	if err := session.ValidateCreate(*req); err != nil {
 		return err
+	}
+	switch {
+	case req.MemoryBytes != 0 && req.MemoryBytes < minMemoryBytes:
+		return errdefs.Invalid("memory_bytes must be at least %d (4 MiB), got %d", minMemoryBytes, req.MemoryBytes)
+	case req.DiskBytes != 0 && req.DiskBytes < minDiskBytes:
+		return errdefs.Invalid("disk_bytes must be at least %d (1 MiB), got %d", minDiskBytes, req.DiskBytes)
 	}
 	if req.CPU == 0 {
 		req.CPU = DefaultCPU

@@ -59,12 +59,10 @@ func CheckControl(c Control, tty bool) error {
 // MaxOutputBytes is the largest max_output_bytes an exec may ask for.
 const MaxOutputBytes = 64 << 20
 
-// Create limits: what a sandbox may ask for at most or at least.
+// Create limits: what a sandbox may ask for at most.
 const (
-	MaxCPU          = 1024    // cores
-	MinMemoryBytes  = 4 << 20 // memory_bytes, when set
-	MinDiskBytes    = 1 << 20 // disk_bytes, when set
-	MaxRequestIDLen = 256     // bytes of request_id
+	MaxCPU          = 1024 // cores
+	MaxRequestIDLen = 256  // bytes of request_id
 )
 
 // ValidateExec checks an exec request (blocking, streaming or background) as
@@ -112,10 +110,12 @@ func ValidateExec(req api.ExecRequest) error {
 	return validateEnv("env", req.Env)
 }
 
-// ValidateCreate checks a create request's numbers and names: one
+// ValidateCreate checks that a create request is well formed: one
 // invalid_argument per mistake, naming the field. Zero means "the default"
-// everywhere. Every session implementation calls it once, where the request
-// arrives (the node agent); front ends pass requests through.
+// everywhere. The /v1 front end calls it before any interceptor counts the
+// request against a quota (a negative size would lower a project's usage); the
+// node agent calls it for every other caller, and then checks what the node
+// can run (the smallest memory and disk).
 func ValidateCreate(req api.CreateSandboxRequest) error {
 	for _, f := range []struct {
 		name string
@@ -131,10 +131,6 @@ func ValidateCreate(req api.CreateSandboxRequest) error {
 	switch {
 	case !(req.CPU >= 0 && req.CPU <= MaxCPU): // NaN too
 		return errdefs.Invalid("cpu must be between 0 and %d cores, got %g", MaxCPU, req.CPU)
-	case req.MemoryBytes != 0 && req.MemoryBytes < MinMemoryBytes:
-		return errdefs.Invalid("memory_bytes must be at least %d (4 MiB), got %d", MinMemoryBytes, req.MemoryBytes)
-	case req.DiskBytes != 0 && req.DiskBytes < MinDiskBytes:
-		return errdefs.Invalid("disk_bytes must be at least %d (1 MiB), got %d", MinDiskBytes, req.DiskBytes)
 	case len(req.RequestID) > MaxRequestIDLen:
 		return errdefs.Invalid("request_id is longer than %d bytes", MaxRequestIDLen)
 	}

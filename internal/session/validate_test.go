@@ -56,18 +56,16 @@ func TestValidateCreate(t *testing.T) {
 		req  api.CreateSandboxRequest
 		want string
 	}{
-		"memory neg":  {api.CreateSandboxRequest{MemoryBytes: -5}, "memory_bytes is negative"},
-		"disk neg":    {api.CreateSandboxRequest{DiskBytes: -1}, "disk_bytes is negative"},
-		"pids neg":    {api.CreateSandboxRequest{PidsMax: -1}, "pids_max is negative"},
-		"ttl neg":     {api.CreateSandboxRequest{TTLSeconds: -1}, "ttl_seconds is negative"},
-		"idle neg":    {api.CreateSandboxRequest{IdleTimeoutSeconds: -1}, "idle_timeout_seconds is negative"},
-		"cpu neg":     {api.CreateSandboxRequest{CPU: -0.5}, "cpu must be between"},
-		"cpu big":     {api.CreateSandboxRequest{CPU: MaxCPU + 1}, "cpu must be between"},
-		"cpu NaN":     {api.CreateSandboxRequest{CPU: math.NaN()}, "cpu must be between"},
-		"memory tiny": {api.CreateSandboxRequest{MemoryBytes: 1}, "memory_bytes must be at least"},
-		"disk tiny":   {api.CreateSandboxRequest{DiskBytes: 1}, "disk_bytes must be at least"},
-		"request_id":  {api.CreateSandboxRequest{RequestID: strings.Repeat("r", MaxRequestIDLen+1)}, "request_id"},
-		"env":         {api.CreateSandboxRequest{Env: map[string]string{"": "x"}}, "env: invalid variable name"},
+		"memory neg": {api.CreateSandboxRequest{MemoryBytes: -5}, "memory_bytes is negative"},
+		"disk neg":   {api.CreateSandboxRequest{DiskBytes: -1}, "disk_bytes is negative"},
+		"pids neg":   {api.CreateSandboxRequest{PidsMax: -1}, "pids_max is negative"},
+		"ttl neg":    {api.CreateSandboxRequest{TTLSeconds: -1}, "ttl_seconds is negative"},
+		"idle neg":   {api.CreateSandboxRequest{IdleTimeoutSeconds: -1}, "idle_timeout_seconds is negative"},
+		"cpu neg":    {api.CreateSandboxRequest{CPU: -0.5}, "cpu must be between"},
+		"cpu big":    {api.CreateSandboxRequest{CPU: MaxCPU + 1}, "cpu must be between"},
+		"cpu NaN":    {api.CreateSandboxRequest{CPU: math.NaN()}, "cpu must be between"},
+		"request_id": {api.CreateSandboxRequest{RequestID: strings.Repeat("r", MaxRequestIDLen+1)}, "request_id"},
+		"env":        {api.CreateSandboxRequest{Env: map[string]string{"": "x"}}, "env: invalid variable name"},
 	} {
 		err := ValidateCreate(tc.req)
 		if !errdefs.Is(err, api.CodeInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
@@ -77,7 +75,7 @@ func TestValidateCreate(t *testing.T) {
 	if err := ValidateCreate(api.CreateSandboxRequest{}); err != nil {
 		t.Errorf("the defaults refused: %v", err)
 	}
-	if err := ValidateCreate(api.CreateSandboxRequest{CPU: 2, MemoryBytes: MinMemoryBytes, DiskBytes: MinDiskBytes,
+	if err := ValidateCreate(api.CreateSandboxRequest{CPU: MaxCPU, MemoryBytes: 1, DiskBytes: 1,
 		RequestID: strings.Repeat("r", MaxRequestIDLen)}); err != nil {
 		t.Errorf("the limits refused: %v", err)
 	}
