@@ -24,32 +24,17 @@ import (
 const (
 	defaultExecTimeout = 60 * time.Second
 	defaultMaxOutput   = 1 << 20
-	maxMaxOutput       = 64 << 20
 	defaultPath        = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 )
 
 var _ session.Service = (*Manager)(nil)
 
-// procSpec turns an API exec request into a driver process spec.
+// procSpec turns an API exec request (checked by session.ValidateExec) into a
+// driver process spec.
 func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag string) (driver.ProcSpec, error) {
-	var args []string
-	switch {
-	case len(req.Cmd) > 0 && req.Shell != "":
-		return driver.ProcSpec{}, errdefs.Invalid("set either cmd or shell, not both")
-	case len(req.Cmd) > 0:
-		args = req.Cmd
-	case req.Shell != "":
+	args := req.Cmd
+	if req.Shell != "" {
 		args = []string{"/bin/sh", "-c", req.Shell}
-	default:
-		return driver.ProcSpec{}, errdefs.Invalid("cmd or shell is required")
-	}
-	for _, a := range args {
-		if strings.IndexByte(a, 0) >= 0 {
-			return driver.ProcSpec{}, errdefs.Invalid("arguments must not contain NUL bytes")
-		}
-	}
-	if args[0] == "" {
-		return driver.ProcSpec{}, errdefs.Invalid("empty command")
 	}
 	// The image's config gives the defaults; the request overrides them.
 	ic := sb.rec.ImageConfig
@@ -70,9 +55,6 @@ func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag strin
 		env[k] = v
 	}
 	for k, v := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
-			return driver.ProcSpec{}, errdefs.Invalid("invalid environment variable %q", k)
-		}
 		env[k] = v
 	}
 	envv := make([]string, 0, len(env))
@@ -87,8 +69,8 @@ func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag strin
 	return driver.ProcSpec{Args: args, Env: envv, Cwd: cwd, UID: uid, GID: gid, Tag: tag, TTY: tty}, nil
 }
 
-// ttySize validates a request's terminal (session.TermSizeOf: 80x24 when no
-// size is given) and checks that the backend has the TTY capability.
+// ttySize is a request's terminal (session.TermSizeOf: 80x24 when no size is
+// given), checking that the backend has the TTY capability.
 func (sb *sandbox) ttySize(req api.ExecRequest) (*api.TermSize, error) {
 	ts, err := session.TermSizeOf(req)
 	if err != nil || !req.TTY {
@@ -153,11 +135,9 @@ func (sb *sandbox) resolveUser(inst driver.Instance, user string) (uid, gid int,
 	return 0, 0, "", errdefs.Invalid("user %q not found in the sandbox's /etc/passwd", user)
 }
 
+// stdinBytes is a request's initial stdin (checked by session.ValidateExec).
 func stdinBytes(req api.ExecRequest) ([]byte, error) {
 	if req.StdinBase64 != "" {
-		if req.Stdin != "" {
-			return nil, errdefs.Invalid("set either stdin or stdin_base64, not both")
-		}
 		b, err := base64.StdEncoding.DecodeString(req.StdinBase64)
 		if err != nil {
 			return nil, errdefs.Invalid("stdin_base64: %v", err)
@@ -298,6 +278,9 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (api
 }
 
 func (m *Manager) exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	if err := session.ValidateExec(req); err != nil {
+		return api.ExecResult{}, err
+	}
 	if req.TTY || req.Cols != 0 || req.Rows != 0 {
 		return api.ExecResult{}, errdefs.Invalid("tty needs a streaming exec or a background process, not a blocking exec")
 	}
@@ -313,20 +296,12 @@ func (m *Manager) exec(ctx context.Context, id string, req api.ExecRequest) (api
 	if err != nil {
 		return api.ExecResult{}, err
 	}
-	if req.OutputEncoding != "" && req.OutputEncoding != "utf8" && req.OutputEncoding != "base64" {
-		return api.ExecResult{}, errdefs.Invalid("output_encoding must be utf8 or base64")
-	}
 	max := int(req.MaxOutputBytes)
-	switch {
-	case req.MaxOutputBytes < 0 || req.MaxOutputBytes > maxMaxOutput:
-		return api.ExecResult{}, errdefs.Invalid("max_output_bytes must be between 0 and %d", maxMaxOutput)
-	case max == 0:
+	if max == 0 {
 		max = defaultMaxOutput
 	}
 	timeout := time.Duration(req.TimeoutMs) * time.Millisecond
-	if req.TimeoutMs < 0 {
-		return api.ExecResult{}, errdefs.Invalid("timeout_ms must not be negative")
-	} else if timeout == 0 {
+	if timeout == 0 {
 		timeout = defaultExecTimeout
 	}
 	var in io.Reader
@@ -360,7 +335,7 @@ func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest
 }
 
 func (m *Manager) execStream(ctx context.Context, id string, req api.ExecRequest, sio session.Stream) (api.ExecResult, error) {
-	if _, err := session.TermSizeOf(req); err != nil {
+	if err := session.ValidateExec(req); err != nil {
 		return api.ExecResult{}, err
 	}
 	sb, inst, err := m.session(id)
@@ -370,9 +345,6 @@ func (m *Manager) execStream(ctx context.Context, id string, req api.ExecRequest
 	spec, err := sb.procSpec(inst, req, "")
 	if err != nil {
 		return api.ExecResult{}, err
-	}
-	if req.TimeoutMs < 0 {
-		return api.ExecResult{}, errdefs.Invalid("timeout_ms must not be negative")
 	}
 	in := sio.Stdin
 	if in == nil && (req.Stdin != "" || req.StdinBase64 != "") {

@@ -102,7 +102,7 @@ func (m *Manager) logPath(id, procID, stream string) string {
 
 // StartProcess implements session.Service.
 func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
-	if _, err := session.TermSizeOf(req); err != nil {
+	if err := session.ValidateExec(req); err != nil {
 		return api.Process{}, err
 	}
 	sb, inst, err := m.session(id)
@@ -112,9 +112,6 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 	stdin, err := stdinBytes(req)
 	if err != nil {
 		return api.Process{}, err
-	}
-	if req.TimeoutMs < 0 {
-		return api.Process{}, errdefs.Invalid("timeout_ms must not be negative")
 	}
 	sb.mu.Lock()
 	sb.rec.NextProc++

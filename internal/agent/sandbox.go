@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -83,24 +83,23 @@ func (sb *sandbox) save() error {
 	return nil
 }
 
-// validate fills defaults and checks a create request.
+// The smallest sandbox a node runs.
+const (
+	minMemoryBytes = 4 << 20
+	minDiskBytes   = 1 << 20
+)
+
+// validate checks a create request (session.ValidateCreate, then what a node
+// can run) and fills its defaults.
 func validate(req *api.CreateSandboxRequest) error {
-	switch {
-	case req.CPU < 0 || req.CPU > 1024:
-		return errdefs.Invalid("cpu must be between 0 and 1024 cores")
-	case req.MemoryBytes < 0, req.DiskBytes < 0, req.PidsMax < 0, req.TTLSeconds < 0, req.IdleTimeoutSeconds < 0:
-		return errdefs.Invalid("limits and timeouts must not be negative")
-	case req.MemoryBytes != 0 && req.MemoryBytes < 4<<20:
-		return errdefs.Invalid("memory_bytes must be at least 4 MiB")
-	case req.DiskBytes != 0 && req.DiskBytes < 1<<20:
-		return errdefs.Invalid("disk_bytes must be at least 1 MiB")
-	case len(req.RequestID) > 256:
-		return errdefs.Invalid("request_id is longer than 256 bytes")
+	if err := session.ValidateCreate(*req); err != nil {
+		return err
 	}
-	for k := range req.Env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return errdefs.Invalid("invalid environment variable name %q", k)
-		}
+	switch {
+	case req.MemoryBytes != 0 && req.MemoryBytes < minMemoryBytes:
+		return errdefs.Invalid("memory_bytes must be at least %d (4 MiB), got %d", minMemoryBytes, req.MemoryBytes)
+	case req.DiskBytes != 0 && req.DiskBytes < minDiskBytes:
+		return errdefs.Invalid("disk_bytes must be at least %d (1 MiB), got %d", minDiskBytes, req.DiskBytes)
 	}
 	if req.CPU == 0 {
 		req.CPU = DefaultCPU

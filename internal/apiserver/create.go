@@ -12,6 +12,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -181,8 +182,6 @@ func (r *Router) createOn(ctx context.Context, node string, req api.CreateSandbo
 // node admits its share; if any sandbox fails for good, every sandbox the batch
 // created is deleted again and the first failure is returned.
 func (r *Router) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
-	out := make([]api.Sandbox, len(reqs))
-	errs := make([]error, len(reqs))
 	holders := make([]string, len(reqs))
 	ds, err := r.placeAll(ctx, reqs)
 	if err != nil {
@@ -192,36 +191,26 @@ func (r *Router) CreateBatch(ctx context.Context, reqs []api.CreateSandboxReques
 			return nil, err
 		}
 	}
-	r.parallel(len(reqs), func(i int) {
+	return session.CreateEach(ctx, len(reqs), batchParallel, func(ctx context.Context, i int) (api.Sandbox, error) {
 		if ds[i] == nil {
-			out[i], errs[i] = r.createOn(ctx, holders[i], forwarded(reqs[i]))
-			return
+			return r.createOn(ctx, holders[i], forwarded(reqs[i]))
 		}
 		// Each sandbox's admission has a placement span of its own.
 		ctx, sp := r.placementSpan(ctx, ds[i].Request().Backend, attribute.Int("dsec.placement.batch", len(reqs)))
-		out[i], errs[i] = r.admit(ctx, sp, ds[i], reqs[i])
-		endPlacement(sp, errs[i])
-	})
-	first := -1
-	for i, err := range errs {
+		sb, err := r.admit(ctx, sp, ds[i], reqs[i])
+		endPlacement(sp, err)
+		return sb, err
+	}, func(ctx context.Context, id string) error {
+		err := r.Delete(ctx, id)
 		if err != nil {
-			first = i
-			break
+			r.log.Warn("batch rollback: deleting a sandbox failed", "id", id, "err", err)
 		}
-	}
-	if first < 0 {
-		return out, nil
-	}
-	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-	defer cancel()
-	for i, sb := range out {
-		if errs[i] == nil {
-			if err := r.Delete(dctx, sb.ID); err != nil {
-				r.log.Warn("batch rollback: deleting a sandbox failed", "id", sb.ID, "err", err)
-			}
+		return err
+	}, func(i int) {
+		if ds[i] != nil {
+			r.cfg.Engine.Release(ds[i]) // placed, never admitted
 		}
-	}
-	return nil, fmt.Errorf("batch of %d: sandboxes[%d] failed, none kept: %w", len(reqs), first, errs[first])
+	})
 }
 
 // placeUnclaimed looks up every request ID's claim (filling holders) and

@@ -257,7 +257,7 @@ func answered(err error) bool {
 	if !errors.As(err, &ce) {
 		return false
 	}
-	if _, ok := rpcLayerCodes[ce.Code()]; ok {
+	if _, ok := errdefs.FromConnectLayer(ce.Code()); ok {
 		return true
 	}
 	for _, d := range ce.Details() {

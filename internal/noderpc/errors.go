@@ -37,20 +37,6 @@ func RetryAfter(err error) (time.Duration, bool) {
 	return placement.RetryAfter(err)
 }
 
-// wireCodes gives the wire a Connect code close to each class (for proxies and
-// logs; the client reads the class from ErrorInfo).
-var wireCodes = map[api.Code]connect.Code{
-	api.CodeUnauthorized:      connect.CodeUnauthenticated,
-	api.CodeInvalidArgument:   connect.CodeInvalidArgument,
-	api.CodeNotFound:          connect.CodeNotFound,
-	api.CodeAlreadyExists:     connect.CodeAlreadyExists,
-	api.CodeConflict:          connect.CodeFailedPrecondition,
-	api.CodeResourceExhausted: connect.CodeResourceExhausted,
-	api.CodeDeadlineExceeded:  connect.CodeDeadlineExceeded,
-	api.CodeUnavailable:       connect.CodeUnavailable,
-	api.CodeNotImplemented:    connect.CodeUnimplemented,
-}
-
 // toWire turns a service error into a Connect error carrying its ErrorInfo.
 func toWire(err error) error {
 	if err == nil {
@@ -62,11 +48,9 @@ func toWire(err error) error {
 	if d, ok := RetryAfter(err); ok {
 		info.RetryAfterMs = max(d.Milliseconds(), 1)
 	}
-	code, ok := wireCodes[ae.Code]
-	if !ok {
-		code = connect.CodeUnknown
-	}
-	ce := connect.NewError(code, errors.New(ae.Message))
+	// The Connect code is for proxies and logs; the client reads the class
+	// from ErrorInfo.
+	ce := connect.NewError(errdefs.ConnectCode(ae.Code), errors.New(ae.Message))
 	if d, err := connect.NewErrorDetail(info); err == nil {
 		ce.AddDetail(d)
 	}
@@ -99,21 +83,11 @@ func fromWire(ctx context.Context, op string, err error) error {
 	}
 	if ce != nil {
 		// Refused by the RPC layer itself, before any service ran.
-		if code, ok := rpcLayerCodes[ce.Code()]; ok {
+		if code, ok := errdefs.FromConnectLayer(ce.Code()); ok {
 			return &Error{API: api.NewError(code, "node rpc %s: %s", op, ce.Message())}
 		}
 	}
 	return unavailable(op, err)
-}
-
-// rpcLayerCodes classify errors that carry no ErrorInfo but are no transport
-// failure: the node's RPC layer refused the request (a message over its size
-// limit, a procedure an older node does not have).
-var rpcLayerCodes = map[connect.Code]api.Code{
-	connect.CodeResourceExhausted: api.CodePayloadTooLarge,
-	connect.CodeUnimplemented:     api.CodeNotImplemented,
-	connect.CodeInvalidArgument:   api.CodeInvalidArgument,
-	connect.CodeUnauthenticated:   api.CodeUnauthorized,
 }
 
 // unavailable classifies a transport failure.

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb"
 	"github.com/dsec-dev/dsec/internal/noderpc/noderpcpb/noderpcpbconnect"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -59,7 +60,7 @@ func streamProcedure(spec connect.Spec) string {
 }
 
 // rpcCode is "ok" or err's class: the ErrorInfo the handler put on it, else
-// the RPC layer's refusal (rpcLayerCodes), else internal.
+// the RPC layer's refusal (errdefs.FromConnectLayer), else internal.
 func rpcCode(err error) string {
 	if err == nil {
 		return CodeOK
@@ -75,7 +76,7 @@ func rpcCode(err error) string {
 			}
 		}
 	}
-	if c, ok := rpcLayerCodes[ce.Code()]; ok {
+	if c, ok := errdefs.FromConnectLayer(ce.Code()); ok {
 		return string(c)
 	}
 	if ce.Code() == connect.CodeCanceled {

@@ -2,11 +2,8 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
-	"sync"
-	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -21,8 +18,6 @@ const (
 	maxBatchBody = 64 << 20
 	// createBatchParallel bounds the creates a service without CreateBatch runs at once.
 	createBatchParallel = 16
-	// deleteTimeout bounds the rollback of a failed batch.
-	deleteTimeout = 2 * time.Minute
 )
 
 // createBatch handles POST /v1/sandboxes:batch: every sandbox or none. Each
@@ -62,7 +57,7 @@ func validateBatch(reqs []api.CreateSandboxRequest) error {
 	}
 	seen := make(map[string]int, len(reqs))
 	for i := range reqs {
-		if err := validateCreate(&reqs[i]); err != nil {
+		if err := session.ValidateCreate(reqs[i]); err != nil {
 			return fmt.Errorf("sandboxes[%d]: %w", i, err)
 		}
 		if id := reqs[i].RequestID; id != "" {
@@ -75,50 +70,9 @@ func validateBatch(reqs []api.CreateSandboxRequest) error {
 	return nil
 }
 
-// createEach creates reqs with bounded parallelism; when one fails it deletes
-// every sandbox it created and returns the first failure.
+// createEach creates reqs one by one with bounded parallelism, every one or
+// none (session.CreateEach).
 func createEach(ctx context.Context, svc session.Service, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
-	out := make([]api.Sandbox, len(reqs))
-	errs := make([]error, len(reqs))
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sem := make(chan struct{}, createBatchParallel)
-	var wg sync.WaitGroup
-	for i := range reqs {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			if cctx.Err() != nil {
-				errs[i] = cctx.Err()
-				return
-			}
-			out[i], errs[i] = svc.Create(cctx, reqs[i])
-			if errs[i] != nil {
-				cancel()
-			}
-		}()
-	}
-	wg.Wait()
-	first := -1
-	for i, err := range errs {
-		if err != nil && (first < 0 || !errors.Is(err, context.Canceled)) {
-			first = i
-			if !errors.Is(err, context.Canceled) {
-				break
-			}
-		}
-	}
-	if first < 0 {
-		return out, nil
-	}
-	// Roll back (a ctx of its own: the caller's may be what failed).
-	dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), deleteTimeout)
-	defer dcancel()
-	for i, sb := range out {
-		if errs[i] == nil && sb.ID != "" {
-			_ = svc.Delete(dctx, sb.ID)
-		}
-	}
-	return nil, fmt.Errorf("batch of %d: sandboxes[%d] failed, none kept: %w", len(reqs), first, errs[first])
+	return session.CreateEach(ctx, len(reqs), createBatchParallel,
+		func(ctx context.Context, i int) (api.Sandbox, error) { return svc.Create(ctx, reqs[i]) }, svc.Delete, nil)
 }

@@ -2,7 +2,6 @@ package server
 
 import (
 	"bytes"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -114,87 +113,19 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// decodeExecRequest decodes and validates an ExecRequest body.
+// decodeExecRequest decodes and validates an ExecRequest body. The front end
+// checks it (session.ValidateExec, which the node agent runs again for every
+// other caller) before anything answers or logs: a stream's status line, a
+// trajectory step.
 func decodeExecRequest(r io.Reader, limit int64) (api.ExecRequest, error) {
 	var req api.ExecRequest
 	if err := decodeJSON(r, limit, &req); err != nil {
 		return api.ExecRequest{}, err
 	}
-	if err := validateExecRequest(&req); err != nil {
+	if err := session.ValidateExec(req); err != nil {
 		return api.ExecRequest{}, err
 	}
 	return req, nil
-}
-
-// validateExecRequest checks what the HTTP layer can check without the sandbox.
-func validateExecRequest(req *api.ExecRequest) error {
-	switch {
-	case len(req.Cmd) == 0 && req.Shell == "":
-		return errdefs.Invalid("exactly one of cmd and shell is required; neither is set")
-	case len(req.Cmd) > 0 && req.Shell != "":
-		return errdefs.Invalid("exactly one of cmd and shell is allowed; both are set")
-	case len(req.Cmd) > 0 && req.Cmd[0] == "":
-		return errdefs.Invalid("cmd[0] (the program) is empty")
-	case req.TimeoutMs < 0:
-		return errdefs.Invalid("timeout_ms is negative (%d)", req.TimeoutMs)
-	case req.MaxOutputBytes < 0:
-		return errdefs.Invalid("max_output_bytes is negative (%d)", req.MaxOutputBytes)
-	case req.Stdin != "" && req.StdinBase64 != "":
-		return errdefs.Invalid("stdin and stdin_base64 are mutually exclusive")
-	}
-	switch req.OutputEncoding {
-	case "", "utf8", "base64":
-	default:
-		return errdefs.Invalid("output_encoding %q is not one of utf8, base64", req.OutputEncoding)
-	}
-	if req.StdinBase64 != "" {
-		if _, err := base64.StdEncoding.DecodeString(req.StdinBase64); err != nil {
-			return errdefs.Invalid("stdin_base64 is not valid base64: %v", err)
-		}
-	}
-	for i, a := range req.Cmd {
-		if strings.IndexByte(a, 0) >= 0 {
-			return errdefs.Invalid("cmd[%d] contains a NUL byte", i)
-		}
-	}
-	for name, v := range map[string]string{"shell": req.Shell, "cwd": req.Cwd, "user": req.User} {
-		if strings.IndexByte(v, 0) >= 0 {
-			return errdefs.Invalid("%s contains a NUL byte", name)
-		}
-	}
-	if _, err := session.TermSizeOf(*req); err != nil {
-		return err
-	}
-	return validateEnv("env", req.Env)
-}
-
-// validateEnv rejects names an environment cannot hold.
-func validateEnv(field string, env map[string]string) error {
-	for k, v := range env {
-		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return errdefs.Invalid("%s: invalid variable name %q", field, k)
-		}
-		if strings.IndexByte(v, 0) >= 0 {
-			return errdefs.Invalid("%s: value of %q contains a NUL byte", field, k)
-		}
-	}
-	return nil
-}
-
-// validateCreate checks a create request's numbers and names.
-func validateCreate(req *api.CreateSandboxRequest) error {
-	for name, v := range map[string]int64{
-		"memory_bytes": req.MemoryBytes, "disk_bytes": req.DiskBytes, "pids_max": req.PidsMax,
-		"ttl_seconds": req.TTLSeconds, "idle_timeout_seconds": req.IdleTimeoutSeconds,
-	} {
-		if v < 0 {
-			return errdefs.Invalid("%s is negative (%d)", name, v)
-		}
-	}
-	if req.CPU < 0 {
-		return errdefs.Invalid("cpu is negative (%g)", req.CPU)
-	}
-	return validateEnv("env", req.Env)
 }
 
 // decodeBody decodes a JSON request body under the server's limit.

@@ -1,13 +1,12 @@
 package server
 
 import (
-	"encoding/base64"
 	"net/http"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/frontend/listpage"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -26,9 +25,9 @@ type listQuery struct {
 	backends map[string]bool
 	nodes    map[string]bool
 	labels   []labelMatch
-	limit    int    // 0: no paging
-	desc     bool   // newest first
-	after    cursor // zero: from the start
+	limit    int             // 0: no paging
+	desc     bool            // newest first
+	after    listpage.Cursor // zero: from the start
 }
 
 type labelMatch struct {
@@ -36,28 +35,11 @@ type labelMatch struct {
 	any        bool // "key" alone: the label is set, whatever its value
 }
 
-// cursor is the sort key of the last sandbox of the previous page.
-type cursor struct {
-	created int64 // CreatedAt in Unix nanoseconds
-	id      string
-}
-
-func (c cursor) zero() bool { return c.id == "" }
-
-func (c cursor) String() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.created, 10) + ":" + c.id))
-}
-
-func parseCursor(s string) (cursor, error) {
-	raw, err := base64.RawURLEncoding.DecodeString(s)
-	if err == nil {
-		ts, id, ok := strings.Cut(string(raw), ":")
-		n, perr := strconv.ParseInt(ts, 10, 64)
-		if ok && perr == nil && id != "" {
-			return cursor{created: n, id: id}, nil
-		}
+func parseCursor(s string) (listpage.Cursor, error) {
+	if c, ok := listpage.Parse(s); ok {
+		return c, nil
 	}
-	return cursor{}, errdefs.Invalid("query parameter \"cursor\" is not a cursor this server returned: %q", s)
+	return listpage.Cursor{}, errdefs.Invalid("query parameter \"cursor\" is not a cursor this server returned: %q", s)
 }
 
 var (
@@ -173,64 +155,12 @@ func (q *listQuery) match(sb *api.Sandbox) bool {
 	return true
 }
 
-// less orders sandboxes by creation time, then ID (a total order the cursor
-// can resume from).
-func less(a, b cursor) bool {
-	if a.created != b.created {
-		return a.created < b.created
-	}
-	return a.id < b.id
-}
-
-func keyOf(sb *api.Sandbox) cursor { return cursor{created: sb.CreatedAt.UnixNano(), id: sb.ID} }
-
-// page filters and orders list and cuts the page after the cursor; next is the
-// cursor of the following page ("" on the last one) and total counts every
-// match. Only the page's sandboxes are copied; a list that is already in order
-// (the agent's is) is not sorted again.
+// page filters, orders and cuts list (listpage.Page); next is the cursor of
+// the following page ("" on the last one) and total counts every match.
 func (q *listQuery) page(list []api.Sandbox) (page []api.Sandbox, next string, total int) {
-	type entry struct {
-		key cursor
-		i   int
-	}
-	matched := make([]entry, 0, len(list))
-	sorted := true
-	for i := range list {
-		if !q.match(&list[i]) {
-			continue
-		}
-		e := entry{key: keyOf(&list[i]), i: i}
-		if n := len(matched); n > 0 && !less(matched[n-1].key, e.key) {
-			sorted = false
-		}
-		matched = append(matched, e)
-	}
-	if !sorted {
-		sort.Slice(matched, func(a, b int) bool { return less(matched[a].key, matched[b].key) })
-	}
-	if q.desc {
-		for a, b := 0, len(matched)-1; a < b; a, b = a+1, b-1 {
-			matched[a], matched[b] = matched[b], matched[a]
-		}
-	}
-	total = len(matched)
-	start := 0
-	if !q.after.zero() {
-		start = sort.Search(len(matched), func(i int) bool {
-			if q.desc {
-				return less(matched[i].key, q.after)
-			}
-			return less(q.after, matched[i].key)
-		})
-	}
-	matched = matched[start:]
-	if q.limit > 0 && len(matched) > q.limit {
-		matched = matched[:q.limit]
-		next = matched[len(matched)-1].key.String()
-	}
-	page = make([]api.Sandbox, len(matched))
-	for j, e := range matched {
-		page[j] = list[e.i]
+	page, after, total := listpage.Page(list, listpage.Query{Match: q.match, Desc: q.desc, After: q.after, Limit: q.limit})
+	if !after.Zero() {
+		next = after.String()
 	}
 	return page, next, total
 }

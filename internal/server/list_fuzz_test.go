@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/frontend/listpage"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -48,15 +49,15 @@ func FuzzListQuery(f *testing.F) {
 				t.Fatalf("%q: %s does not match", raw, page[i].ID)
 			}
 			if i > 0 {
-				a, b := keyOf(&page[i-1]), keyOf(&page[i])
-				if (q.desc && !less(b, a)) || (!q.desc && !less(a, b)) {
+				a, b := listpage.KeyOf(&page[i-1]), listpage.KeyOf(&page[i])
+				if (q.desc && !listpage.Less(b, a)) || (!q.desc && !listpage.Less(a, b)) {
 					t.Fatalf("%q: out of order at %d", raw, i)
 				}
 			}
 		}
 		if next != "" {
 			c, err := parseCursor(next)
-			if err != nil || c != keyOf(&page[len(page)-1]) {
+			if err != nil || c != listpage.KeyOf(&page[len(page)-1]) {
 				t.Fatalf("%q: next cursor %q: %v", raw, next, err)
 			}
 			vals, _ := url.ParseQuery(raw)

@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -39,7 +40,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := validateCreate(&req); err != nil {
+	if err := session.ValidateCreate(req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

@@ -61,7 +61,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := validateExecRequest(&req); err != nil {
+	if err := session.ValidateExec(req); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

@@ -1,7 +1,6 @@
 package e2b
 
 import (
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/frontend/listpage"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -353,30 +353,7 @@ type listQuery struct {
 	startedAfter time.Time
 	asc          bool
 	limit        int
-	after        *cursor
-}
-
-// cursor is a position in the (startedAt, id) order; X-Next-Token encodes it.
-type cursor struct {
-	t  int64
-	id string
-}
-
-func (c cursor) token() string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(c.t, 10) + ":" + c.id))
-}
-
-func parseCursor(s string) (*cursor, error) {
-	b, err := base64.RawURLEncoding.DecodeString(s)
-	if err != nil {
-		return nil, errdefs.Invalid("malformed nextToken")
-	}
-	ts, id, ok := strings.Cut(string(b), ":")
-	t, err := strconv.ParseInt(ts, 10, 64)
-	if !ok || err != nil || id == "" {
-		return nil, errdefs.Invalid("malformed nextToken")
-	}
-	return &cursor{t, id}, nil
+	after        listpage.Cursor // zero: from the start
 }
 
 // parseMetadataQuery reads E2B's metadata filter: a query string ("k=v&k2=v2")
@@ -447,8 +424,9 @@ func parseListQuery(q url.Values, legacy bool) (listQuery, error) {
 		lq.limit = n
 	}
 	if s := q.Get("nextToken"); s != "" {
-		if lq.after, err = parseCursor(s); err != nil {
-			return lq, err
+		var ok bool
+		if lq.after, ok = listpage.Parse(s); !ok {
+			return lq, errdefs.Invalid("malformed nextToken")
 		}
 	}
 	return lq, nil
@@ -472,47 +450,6 @@ func (lq listQuery) match(sb api.Sandbox) bool {
 	return true
 }
 
-// before says whether a comes before b in the listing's order.
-func (lq listQuery) before(a, b cursor) bool {
-	if a == b {
-		return false
-	}
-	if a.t != b.t {
-		return (a.t < b.t) == lq.asc
-	}
-	return (a.id < b.id) == lq.asc
-}
-
-// page filters, orders and cuts the listing; next is the cursor of the page's
-// last item when more follow.
-func (lq listQuery) page(all []api.Sandbox) (page []api.Sandbox, next *cursor) {
-	for _, sb := range all {
-		if !lq.match(sb) {
-			continue
-		}
-		if lq.after != nil && !lq.before(*lq.after, cursor{sb.CreatedAt.UnixNano(), sb.ID}) {
-			continue
-		}
-		page = append(page, sb)
-	}
-	slices.SortFunc(page, func(a, b api.Sandbox) int {
-		ca, cb := cursor{a.CreatedAt.UnixNano(), a.ID}, cursor{b.CreatedAt.UnixNano(), b.ID}
-		switch {
-		case lq.before(ca, cb):
-			return -1
-		case lq.before(cb, ca):
-			return 1
-		}
-		return 0
-	})
-	if lq.limit > 0 && len(page) > lq.limit {
-		page = page[:lq.limit]
-		last := page[len(page)-1]
-		next = &cursor{last.CreatedAt.UnixNano(), last.ID}
-	}
-	return page, next
-}
-
 func (h *Handler) listLegacy(w http.ResponseWriter, r *http.Request) { h.serveList(w, r, true) }
 func (h *Handler) list(w http.ResponseWriter, r *http.Request)       { h.serveList(w, r, false) }
 
@@ -527,13 +464,14 @@ func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, legacy bool)
 		h.writeErr(w, r, err)
 		return
 	}
-	page, next := lq.page(all)
+	page, next, _ := listpage.Page(all, listpage.Query{
+		Match: func(sb *api.Sandbox) bool { return lq.match(*sb) }, Desc: !lq.asc, After: lq.after, Limit: lq.limit})
 	out := make([]detailJSON, 0, len(page))
 	for _, sb := range page {
 		out = append(out, h.detailJSON(sb, false))
 	}
-	if next != nil {
-		w.Header().Set(NextTokenHeader, next.token())
+	if !next.Zero() {
+		w.Header().Set(NextTokenHeader, next.String())
 	}
 	writeJSON(w, http.StatusOK, out)
 }

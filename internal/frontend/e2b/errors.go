@@ -25,14 +25,17 @@ type proxyErrorBody struct {
 	Code      int    `json:"code"`
 }
 
-// httpStatus maps a classified error to the control plane's status.
-func httpStatus(err error) int {
+// codeOf classifies err, a body over its limit as payload_too_large.
+func codeOf(err error) api.Code {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return http.StatusRequestEntityTooLarge
+		return api.CodePayloadTooLarge
 	}
-	return api.StatusOf(errdefs.CodeOf(err))
+	return errdefs.CodeOf(err)
 }
+
+// httpStatus maps a classified error to the control plane's status.
+func httpStatus(err error) int { return api.StatusOf(codeOf(err)) }
 
 // writeJSON answers with v as JSON.
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -68,36 +71,6 @@ func writeSandboxGone(w http.ResponseWriter, id string) {
 	writeJSON(w, http.StatusBadGateway, proxyErrorBody{SandboxID: id, Message: "The sandbox was not found", Code: http.StatusBadGateway})
 }
 
-// connectCode maps a classified error to a Connect code.
-func connectCode(err error) connect.Code {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return connect.CodeResourceExhausted
-	}
-	switch errdefs.CodeOf(err) {
-	case api.CodeInvalidArgument:
-		return connect.CodeInvalidArgument
-	case api.CodeNotFound:
-		return connect.CodeNotFound
-	case api.CodeAlreadyExists:
-		return connect.CodeAlreadyExists
-	case api.CodeConflict, api.CodeTrajectoryDiverged, api.CodeOutcomeUnknown:
-		return connect.CodeFailedPrecondition
-	case api.CodePayloadTooLarge, api.CodeResourceExhausted:
-		return connect.CodeResourceExhausted
-	case api.CodeDeadlineExceeded:
-		return connect.CodeDeadlineExceeded
-	case api.CodeUnauthorized:
-		return connect.CodeUnauthenticated
-	case api.CodeNotImplemented:
-		return connect.CodeUnimplemented
-	case api.CodeSandboxGone, api.CodeTrajectorySandboxLost, api.CodeUnavailable:
-		return connect.CodeUnavailable
-	default:
-		return connect.CodeInternal
-	}
-}
-
 // rpcErr turns a session error into a Connect error.
 func rpcErr(err error) error {
 	if err == nil {
@@ -107,7 +80,7 @@ func rpcErr(err error) error {
 	if errors.As(err, &ce) {
 		return ce
 	}
-	return connect.NewError(connectCode(err), err)
+	return connect.NewError(errdefs.ConnectCode(codeOf(err)), err)
 }
 
 // writeConnectError answers a Connect route before its handler runs (missing
