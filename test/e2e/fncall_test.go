@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -29,6 +30,11 @@ func TestFnCallAPI(t *testing.T) {
 	needJudge(t)
 	n := startNode(t)
 	ctx := context.Background()
+	// The node says it serves FnCall (its Info lists the group), as it serves it.
+	info, err := n.cl.Info(ctx)
+	if err != nil || !slices.Contains(info.Services, api.ServiceFnCall) {
+		t.Fatalf("info services %v (err %v), want %q among them", info.Services, err, api.ServiceFnCall)
+	}
 	c := api.FnCallRequest{Language: api.LangC,
 		Files: map[string]string{"main.c": "#include <stdio.h>\nint main(void){int a,b;scanf(\"%d %d\",&a,&b);printf(\"%d\\n\",a*b);return 0;}\n"},
 		Tests: []api.FnCallTest{

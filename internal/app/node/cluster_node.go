@@ -8,6 +8,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -73,7 +74,17 @@ func (n node) usedEnvs() []string {
 	return out
 }
 
-// FnCall implements session.FnCaller: at most MaxFnCalls at once; one more
+// Info implements session.Service: the agent's info, and the FnCall group
+// unless the node leaves it out (--no-fncall).
+func (n node) Info(ctx context.Context) (api.Info, error) {
+	info, err := n.Manager.Info(ctx)
+	if err != nil || n.noFnCall {
+		return info, err
+	}
+	return session.WithServices(info, api.ServiceFnCall), nil
+}
+
+// FnCall implements session.FnCalls: at most MaxFnCalls at once; one more
 // is resource_exhausted with Retry-After (a cluster places it elsewhere).
 func (n node) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResult, error) {
 	if n.noFnCall {
