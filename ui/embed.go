@@ -1,6 +1,6 @@
 // Package webui holds the dashboard's built front end (ui/dist, made from ui/src
 // by `make ui`: vite + TypeScript), embedded so that a machine without Node serves
-// it. internal/ui serves these files; this package only carries them.
+// it. internal/frontend/dashboard serves these files; this package only carries them.
 package webui
 
 import (

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsec-dev/dsec/internal/server"
-	"github.com/dsec-dev/dsec/internal/server/servertest"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -19,7 +19,7 @@ import (
 // sandbox and, with its progress output a pipe, nothing else.
 func TestCreateManyQuietWhenPiped(t *testing.T) {
 	node := servertest.NewNode(t.TempDir())
-	srv := httptest.NewServer(server.New(node, server.Options{Token: "t"}).Handler())
+	srv := httptest.NewServer(v1.New(node, v1.Options{Token: "t"}).Handler())
 	defer srv.Close()
 	pr, pw, err := os.Pipe()
 	if err != nil {

@@ -15,9 +15,9 @@ import (
 
 	"github.com/creack/pty"
 
-	"github.com/dsec-dev/dsec/internal/server"
-	"github.com/dsec-dev/dsec/internal/server/servertest"
-	"github.com/dsec-dev/dsec/internal/ui"
+	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -48,8 +48,8 @@ func topServer(t *testing.T) (*client.Client, [3]string) {
 		}, nil
 	}
 	mux := http.NewServeMux()
-	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: "t", Service: node, Usage: ui.UsageFunc(usage)}))
-	mux.Handle("/", server.New(node, server.Options{Token: "t"}).Handler())
+	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Options{Token: "t", Service: node, Usage: dashboard.UsageFunc(usage)}))
+	mux.Handle("/", v1.New(node, v1.Options{Token: "t"}).Handler())
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	return client.New(srv.URL, "t"), ids

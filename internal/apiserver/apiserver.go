@@ -19,11 +19,11 @@ import (
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/project"
-	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -70,7 +70,7 @@ type APIServer struct {
 	Tokens  *cluster.Tokens
 	// Projects enforces projects and quotas over the router.
 	Projects *project.Guard
-	Server   *server.Server
+	Server   *v1.Server
 	// E2B serves E2B's API over the router (Handler mounts it).
 	E2B *e2b.Handler
 	// Metrics is this API server's registry (GET /metrics).
@@ -280,7 +280,7 @@ func (a *APIServer) startQuotaReconciler(context.Context) (lifecycle.Close, erro
 func (a *APIServer) startFrontEnds(context.Context) (lifecycle.Close, error) {
 	svc := a.services()
 	// Tagged steps are logged on their sandbox's node.
-	a.Server = server.New(svc, server.Options{Projects: a.Projects, Logger: a.log, StepsDownstream: true})
+	a.Server = v1.New(svc, v1.Options{Projects: a.Projects, Logger: a.log, StepsDownstream: true})
 	a.E2B = newE2B(a.bg, svc, adminToken(a.Tokens), a.cfg.Secret, a.log)
 	return func(context.Context) error { return a.E2B.Close() }, nil
 }

@@ -1,5 +1,5 @@
 // Package apiserver is dsec's stateless API tier for a cluster (`dsec apiserver`):
-// dsec's /v1 API (internal/server) in front of a Router, a session.Service that
+// dsec's /v1 API (internal/frontend/v1) in front of a Router, a session.Service that
 // places new sandboxes with the placement engine and sends every other call to
 // the node its sandbox ID names (session.NodeOf), over the node RPC
 // (internal/noderpc).

@@ -10,13 +10,13 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
-	"github.com/dsec-dev/dsec/internal/ui"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -90,11 +90,11 @@ func clusterNodes(ns []cluster.NodeStatus) []metrics.ClusterNode {
 // the router's list.
 type watcherNodes struct{ w *cluster.Watcher }
 
-func (s watcherNodes) Nodes(context.Context) ([]ui.Node, error) {
+func (s watcherNodes) Nodes(context.Context) ([]dashboard.Node, error) {
 	ns := s.w.Nodes()
-	out := make([]ui.Node, len(ns))
+	out := make([]dashboard.Node, len(ns))
 	for i, n := range ns {
-		out[i] = ui.Node{Name: n.Name, Addr: n.Addr, State: string(n.State), Version: n.Version, Backends: n.Backends,
+		out[i] = dashboard.Node{Name: n.Name, Addr: n.Addr, State: string(n.State), Version: n.Version, Backends: n.Backends,
 			MaxSandboxes: n.Capacity.Sandboxes, Score: placement.Score(n.Capacity, n.Load)}
 	}
 	return out, nil
@@ -105,8 +105,8 @@ func (s watcherNodes) Nodes(context.Context) ([]ui.Node, error) {
 // spans and HTTP metrics around them.
 func (a *APIServer) Handler() http.Handler {
 	mux := http.NewServeMux()
-	rates := ui.NewRates(0, 0)
-	mux.Handle(ui.Prefix, ui.New(ui.Options{Authorize: adminToken(a.Tokens), Service: a.svc, Nodes: watcherNodes{a.Watcher},
+	rates := dashboard.NewRates(0, 0)
+	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Options{Authorize: adminToken(a.Tokens), Service: a.svc, Nodes: watcherNodes{a.Watcher},
 		Rates: rates, Usage: a.Router.SandboxUsage, Logger: a.log}))
 	mux.Handle("GET "+MetricsPath, a.guard(adminToken(a.Tokens), a.Metrics.Handler()))
 	sf := a.guard(a.Tokens.Match, a.sandboxFusion()) // FnCalls only: any project's token
@@ -121,8 +121,8 @@ func (a *APIServer) route(r *http.Request) string {
 	switch {
 	case r.URL.Path == MetricsPath:
 		return MetricsPath
-	case len(r.URL.Path) >= len(ui.Prefix) && r.URL.Path[:len(ui.Prefix)] == ui.Prefix:
-		return ui.Prefix
+	case len(r.URL.Path) >= len(dashboard.Prefix) && r.URL.Path[:len(dashboard.Prefix)] == dashboard.Prefix:
+		return dashboard.Prefix
 	}
 	return a.Server.Route(r)
 }

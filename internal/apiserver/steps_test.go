@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/cluster"
-	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -57,7 +57,7 @@ func TestTaggedStepsThroughTheAPIServer(t *testing.T) {
 	}
 	r := NewRouter(RouterConfig{Nodes: g.view, Engine: g.engine,
 		Dial: func(n cluster.NodeStatus) session.Service { return sn[n.Name] }})
-	srv := httptest.NewServer(server.New(r, server.Options{Token: "tok", StepsDownstream: true}).Handler())
+	srv := httptest.NewServer(v1.New(r, v1.Options{Token: "tok", StepsDownstream: true}).Handler())
 	defer srv.Close()
 	do := func(method, path, body string, n int) (*http.Response, string) {
 		t.Helper()

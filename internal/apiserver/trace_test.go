@@ -13,12 +13,12 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/driver/mock"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/images/imagestest"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/noderpc/noderpctest"
 	"github.com/dsec-dev/dsec/internal/placement"
-	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/tracing/tracingtest"
@@ -86,7 +86,7 @@ func TestCreateSpanTree(t *testing.T) {
 	}})
 	t.Cleanup(func() { rt.Close() })
 	m := metrics.New(metrics.Options{NoProcess: true, Backends: []string{mock.Name}, DefaultBackend: mock.Name})
-	srv := server.New(m.Wrap(rt, tp), server.Options{Token: "t"})
+	srv := v1.New(m.Wrap(rt, tp), v1.Options{Token: "t"})
 	hs := httptest.NewServer(tracing.Middleware(tp, srv.Route, srv.Handler()))
 	t.Cleanup(hs.Close)
 

@@ -16,8 +16,8 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/metrics"
-	"github.com/dsec-dev/dsec/internal/server/servertest"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

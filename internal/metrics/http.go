@@ -10,7 +10,7 @@ import (
 )
 
 // ErrorHeader is the header dsec's API sets on its own error answers (its value
-// is the error code; internal/server.ErrorHeader).
+// is the error code; internal/frontend/v1.ErrorHeader).
 const ErrorHeader = "X-Dsec-Error"
 
 var methods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,

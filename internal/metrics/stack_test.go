@@ -10,10 +10,10 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/driver/mock"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/images/imagestest"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
-	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/tracing/tracingtest"
@@ -65,7 +65,7 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 	// The stack every role composes: trajectory log, then metrics, then the node.
 	tsvc := session.Chain(judge{mgr}, trajectory.Interceptor(m.WrapStore(trajectory.NewMem()), trajectory.Options{}),
 		m.Interceptor(tp))
-	srv := server.New(tsvc, server.Options{Token: token, Steps: true})
+	srv := v1.New(tsvc, v1.Options{Token: token, Steps: true})
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", requireToken(m.Handler()))
 	mux.Handle("/", srv.Handler())

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/project"
-	"github.com/dsec-dev/dsec/internal/server"
-	"github.com/dsec-dev/dsec/internal/server/servertest"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -26,7 +26,7 @@ func guarded(t *testing.T) (*servertest.Node, *project.Guard, func(tok string) *
 		t.Fatal(err)
 	}
 	g := project.NewGuard(node, st, nil)
-	ts := httptest.NewServer(server.New(g, server.Options{Projects: g}).Handler())
+	ts := httptest.NewServer(v1.New(g, v1.Options{Projects: g}).Handler())
 	t.Cleanup(ts.Close)
 	return node, g, func(tok string) *client.Client { return client.New(ts.URL, tok, client.WithRetry(0)) }
 }

@@ -42,7 +42,7 @@
 //     cluster's router (internal/apiserver) when it routes by sandbox. An
 //     implementation that does not serve it changes nothing: Unimplemented
 //     answers for it.
-//  3. The front ends that expose it: a /v1 route in internal/server, and E2B
+//  3. The front ends that expose it: a /v1 route in internal/frontend/v1, and E2B
 //     or SandboxFusion if their wire has the operation.
 //
 // Nothing else: every interceptor forwards it as it is (override it in one only

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/server"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -138,8 +138,8 @@ func TestChaosSoak(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	runtimeStats := func() (server.RuntimeStats, error) {
-		var st server.RuntimeStats
+	runtimeStats := func() (v1.RuntimeStats, error) {
+		var st v1.RuntimeStats
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+n.addr+"/v1/debug/runtime", nil)
 		req.Header.Set("Authorization", "Bearer "+n.token)
 		resp, err := http.DefaultClient.Do(req)
@@ -299,7 +299,7 @@ type quiet struct {
 // of the exec loop. The calls have returned, but the server may still be
 // closing what they used: the least of the counts over a second is taken
 // (the descriptors with their targets).
-func quietSample(t *testing.T, pid int, stats func() (server.RuntimeStats, error)) quiet {
+func quietSample(t *testing.T, pid int, stats func() (v1.RuntimeStats, error)) quiet {
 	t.Helper()
 	q := quiet{fds: -1, goroutines: -1}
 	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {

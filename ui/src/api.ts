@@ -72,7 +72,7 @@ export async function apiBlob(path: string): Promise<Blob> {
   return resp.blob();
 }
 
-// Wire types (pkg/api and internal/ui).
+// Wire types (pkg/api and internal/frontend/dashboard).
 export interface Sandbox {
   id: string;
   backend: string;

@@ -6,7 +6,7 @@ import { h } from "./dom";
 import { View } from "./main";
 
 /** terminal opens a shell in a sandbox over /ui/api/terminal/{id} (see
- * internal/ui/terminal.go for the protocol). */
+ * internal/frontend/dashboard/terminal.go for the protocol). */
 export function terminal(app: HTMLElement, id: string): View {
   const status = h("div", { class: "term-status", "data-testid": "term-status", role: "status" }, "connecting…");
   const box = h("div", { class: "term", "data-testid": "terminal" });

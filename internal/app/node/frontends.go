@@ -4,9 +4,9 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
 	"github.com/dsec-dev/dsec/internal/httpkit"
-	"github.com/dsec-dev/dsec/internal/ui"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -15,8 +15,8 @@ import (
 // with the same bearer token as /v1, and the dashboard at /ui/.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
-	rates := ui.NewRates(0, 0)
-	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: d.Token, Service: d.obs.svc, Rates: rates,
+	rates := dashboard.NewRates(0, 0)
+	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Options{Token: d.Token, Service: d.obs.svc, Rates: rates,
 		Usage: d.Manager.SandboxUsage, Pools: d.fnCallPools, Logger: d.cfg.Logger}))
 	tok := httpkit.Token(d.Token)
 	sf := tok.With(writeUnauthorized).Wrap(d.sandboxFusion())
@@ -45,13 +45,13 @@ func writeUnauthorized(w http.ResponseWriter, _ *http.Request) {
 func (d *Daemon) ServeSandboxFusion(l net.Listener) error { return d.serveOn(l, d.sandboxFusion()) }
 
 // fnCallPools reports the FnCall engine's pools for the dashboard.
-func (d *Daemon) fnCallPools() []ui.Pool {
+func (d *Daemon) fnCallPools() []dashboard.Pool {
 	if d.FnCall == nil {
 		return nil
 	}
-	var out []ui.Pool
+	var out []dashboard.Pool
 	for _, p := range d.FnCall.Pools() {
-		out = append(out, ui.Pool{Image: p.Image, Slots: p.Slots, Busy: p.Busy})
+		out = append(out, dashboard.Pool{Image: p.Image, Slots: p.Slots, Busy: p.Busy})
 	}
 	return out
 }

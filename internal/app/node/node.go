@@ -32,13 +32,13 @@ import (
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/project"
-	"github.com/dsec-dev/dsec/internal/server"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/trajectory"
@@ -139,7 +139,7 @@ type Daemon struct {
 	Manager *agent.Manager
 	Driver  *container.Driver
 	Network *netpolicy.Manager // sandboxes' egress policies
-	Server  *server.Server
+	Server  *v1.Server
 	// E2B serves E2B's API (control plane and envd) on the same listener.
 	E2B   *e2b.Handler
 	Token string
@@ -410,7 +410,7 @@ func (d *Daemon) startProjects(ctx context.Context) (lifecycle.Close, error) {
 func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 	svc, nsvc := d.services()
 	d.nodeSvc = nsvc
-	d.Server = server.New(svc, server.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true})
+	d.Server = v1.New(svc, v1.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true})
 	d.E2B = e2b.New(svc, e2b.Options{Authorize: auth.NewToken(d.Token).Match, Secret: []byte(d.Token), Logger: d.cfg.Logger})
 	if err := d.E2B.Recover(ctx); err != nil {
 		d.cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)

@@ -24,9 +24,9 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/driver/mock"
+	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/images"
-	"github.com/dsec-dev/dsec/internal/server"
-	"github.com/dsec-dev/dsec/internal/ui"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -103,8 +103,8 @@ func run(n int, token, listen, dir string) error {
 	fmt.Fprintf(os.Stderr, "mocknode: %d sandboxes in %.1fs\n", n, time.Since(t0).Seconds())
 
 	mux := http.NewServeMux()
-	mux.Handle(ui.Prefix, ui.New(ui.Options{Token: token, Service: m}))
-	mux.Handle("/", server.New(m, server.Options{Token: token}).Handler())
+	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Options{Token: token, Service: m}))
+	mux.Handle("/", v1.New(m, v1.Options{Token: token}).Handler())
 	l, err := net.Listen("tcp", listen)
 	if err != nil {
 		return err
