@@ -17,6 +17,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/app/lifecycle"
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/cluster/router"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
@@ -64,7 +65,7 @@ type Config struct {
 
 // APIServer is one running API server.
 type APIServer struct {
-	Router  *Router
+	Router  *router.Router
 	Engine  *placement.Engine
 	Watcher *cluster.Watcher
 	Tokens  *cluster.Tokens
@@ -92,7 +93,7 @@ type APIServer struct {
 	fnEng    *placement.Engine
 	envs     *envstore.Store
 	cl       *metrics.Cluster
-	base     Cluster // the router with the cluster's environments: every front end's base service
+	base     router.Cluster // the router with the cluster's environments: every front end's base service
 }
 
 // New starts an API server's background work (watches, placement refresh)
@@ -215,7 +216,7 @@ func (a *APIServer) startPlacement(context.Context) (lifecycle.Close, error) {
 		return nil, err
 	}
 	go a.Engine.Watch(a.bg)
-	a.fnEng = placement.New(FnCallSource{Nodes: a.Watcher}, a.cfg.Placement)
+	a.fnEng = placement.New(router.FnCallSource{Nodes: a.Watcher}, a.cfg.Placement)
 	if err := a.fnEng.Refresh(a.bg); err != nil {
 		return nil, err
 	}
@@ -250,16 +251,16 @@ func (a *APIServer) startTracing(context.Context) (lifecycle.Close, error) {
 
 func (a *APIServer) startRouter(context.Context) (lifecycle.Close, error) {
 	cfg := a.cfg
-	a.Router = NewRouter(RouterConfig{
+	a.Router = router.New(router.Config{
 		Nodes: a.Watcher, Engine: a.Engine, FnCalls: a.fnEng, Logger: a.log, Observer: a.cl, Tracer: a.tracing,
-		EnvLayers: (&LayerCache{Store: a.envs}).Layers,
+		EnvLayers: (&router.LayerCache{Store: a.envs}).Layers,
 		Claims:    cluster.NewRequests(cfg.Etcd, cfg.Prefix),
 		Drainer:   nodeAdmin{Admin: cluster.Admin{Client: cfg.Etcd, Prefix: cfg.Prefix}, marks: envstore.NewEtcdState(cfg.Etcd, cfg.Prefix)},
 		Dial: func(n cluster.NodeStatus) session.Service {
 			return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: cfg.Secret, Tracer: a.tracing})
 		},
 	})
-	a.base = Cluster{Router: a.Router, Envs: &Images{Store: a.envs, Router: a.Router}}
+	a.base = router.Cluster{Router: a.Router, Envs: &router.Images{Store: a.envs, Router: a.Router}}
 	a.Projects = project.NewGuard(a.base, a.projects, a.log)
 	return func(context.Context) error { return a.Router.Close() }, nil
 }

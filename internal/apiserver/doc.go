@@ -1,17 +1,8 @@
 // Package apiserver is dsec's stateless API tier for a cluster (`dsec apiserver`):
-// dsec's /v1 API (internal/frontend/v1) in front of a Router, a session.Service that
-// places new sandboxes with the placement engine and sends every other call to
-// the node its sandbox ID names (session.NodeOf), over the node RPC
-// (internal/noderpc).
-//
-// The router keeps no per-sandbox state. Its view of the nodes is a
-// cluster.Watcher (etcd); a create is placed (placement.Engine: power-of-k over
-// the watcher's snapshot plus this server's own in-flight placements), then
-// admitted by the chosen node's agent, which may reject it (resource_exhausted,
-// unavailable): the engine then places it elsewhere, a bounded number of
-// times, and answers resource_exhausted with Retry-After when nothing fits. A
-// create's request ID is claimed in etcd for the node it went to, so the same
-// request retried through any API server reaches that node, which deduplicates
-// it. A sandbox of a node whose lease expired answers node_lost until the node
-// registers again.
+// dsec's front ends (internal/frontend/v1, E2B, SandboxFusion, the dashboard) in
+// front of the cluster router (internal/cluster/router), through the API tier's
+// interceptors (metrics, batch counter, project guard). It wires the router to
+// etcd (node watcher, request-ID claims, node admin), serves /v1/images from the
+// environments in etcd, and reports the router's placement work as metrics.
+// The stepwise start-up of the `dsec apiserver` role is internal/app/apiserver.
 package apiserver

@@ -39,7 +39,7 @@
 //     answer to Unimplemented (not_implemented).
 //  2. Its implementations: the node agent (internal/agent), the node RPC
 //     (a client method and a handler entry in internal/noderpc) and the
-//     cluster's router (internal/apiserver) when it routes by sandbox. An
+//     cluster's router (internal/cluster/router) when it routes by sandbox. An
 //     implementation that does not serve it changes nothing: Unimplemented
 //     answers for it.
 //  3. The front ends that expose it: a /v1 route in internal/frontend/v1, and E2B

@@ -1,6 +1,6 @@
 // Package apiserver is the assembly of `dsec apiserver`, a stateless API
 // server of a cluster: the cluster secret, etcd, the API server's own steps
-// (internal/apiserver: watches, placement, router, front ends) and its
+// (internal/apiserver: watches, placement, the router of internal/cluster/router, front ends) and its
 // listeners, started as a declared list of steps (lifecycle.Steps), each
 // registering its Close; a start-up that fails at any step releases
 // everything started before it.

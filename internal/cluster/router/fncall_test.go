@@ -1,4 +1,4 @@
-package apiserver
+package router
 
 import (
 	"context"
@@ -68,7 +68,7 @@ func newFnRig(t *testing.T, loads map[string]int64, max map[string]int) *fnRig {
 	if err := g.eng.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	g.r = NewRouter(RouterConfig{Nodes: g.view, FnCalls: g.eng,
+	g.r = New(Config{Nodes: g.view, FnCalls: g.eng,
 		Dial: func(n cluster.NodeStatus) session.Service { return g.nodes[n.Name] }})
 	return g
 }

@@ -1,4 +1,4 @@
-package apiserver
+package router
 
 import (
 	"context"
@@ -221,13 +221,24 @@ func newRig(t *testing.T, n, capacity, max int) *rig {
 		t.Fatal(err)
 	}
 	g.m = metrics.New(metrics.Options{NoProcess: true, Backends: []string{"container"}, DefaultBackend: "container"})
-	cl, err := g.m.NewCluster(func() []metrics.ClusterNode { return clusterNodes(g.view.Nodes()) })
+	cl, err := g.m.NewCluster(func() []metrics.ClusterNode { return metricNodes(g.view.Nodes()) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	g.r = NewRouter(RouterConfig{Nodes: g.view, Engine: g.engine, Claims: g.claims, Observer: cl,
+	g.r = New(Config{Nodes: g.view, Engine: g.engine, Claims: g.claims, Observer: cl,
 		Dial: func(n cluster.NodeStatus) session.Service { return g.nodes[n.Name] }})
 	return g
+}
+
+// metricNodes reports the fake view's nodes to the cluster metrics, as the API
+// server reports its watcher's (the router itself imports no metrics).
+func metricNodes(ns []cluster.NodeStatus) []metrics.ClusterNode {
+	out := make([]metrics.ClusterNode, len(ns))
+	for i, n := range ns {
+		out[i] = metrics.ClusterNode{Name: n.Name, State: string(n.State),
+			CapacitySandboxes: n.Capacity.Sandboxes, Sandboxes: n.Load.Sandboxes}
+	}
+	return out
 }
 
 // gather reads the rig's metrics.

@@ -1,4 +1,4 @@
-package apiserver
+package router
 
 import (
 	"context"
@@ -58,7 +58,7 @@ func TestTrajectoriesAndScreenThroughTheRouter(t *testing.T) {
 	for name, f := range g.nodes {
 		tn[name] = &trajNode{fakeNode: f, trajs: map[string]api.Trajectory{"t-" + name: {ID: "t-" + name, SandboxID: "sb-1." + name}}}
 	}
-	r := NewRouter(RouterConfig{Nodes: g.view, Engine: g.engine,
+	r := New(Config{Nodes: g.view, Engine: g.engine,
 		Dial: func(n cluster.NodeStatus) session.Service { return tn[n.Name] }})
 	ctx := context.Background()
 	for _, name := range []string{"n1", "n2", "n3"} {

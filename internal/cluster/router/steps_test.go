@@ -1,4 +1,4 @@
-package apiserver
+package router
 
 import (
 	"context"
@@ -55,7 +55,7 @@ func TestTaggedStepsThroughTheAPIServer(t *testing.T) {
 	for name, f := range g.nodes {
 		sn[name] = &stepNode{fakeNode: f, http: make(chan string, 1), stream: make(chan api.ExecRequest, 1)}
 	}
-	r := NewRouter(RouterConfig{Nodes: g.view, Engine: g.engine,
+	r := New(Config{Nodes: g.view, Engine: g.engine,
 		Dial: func(n cluster.NodeStatus) session.Service { return sn[n.Name] }})
 	srv := httptest.NewServer(v1.New(r, v1.Options{Token: "tok", StepsDownstream: true}).Handler())
 	defer srv.Close()

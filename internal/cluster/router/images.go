@@ -1,4 +1,4 @@
-package apiserver
+package router
 
 import (
 	"context"
@@ -151,7 +151,7 @@ func (im *Images) RecordImage(ctx context.Context, name string) ([]api.RecordedL
 const layerCacheTTL = 5 * time.Second
 
 // LayerCache resolves environments' layer digests for image locality
-// (RouterConfig.EnvLayers), each answer kept for layerCacheTTL so a create
+// (Config.EnvLayers), each answer kept for layerCacheTTL so a create
 // costs no etcd read. Names that are no environment are cached as nil too.
 type LayerCache struct {
 	Store *envstore.Store
@@ -164,7 +164,7 @@ type cachedLayers struct {
 	at      time.Time
 }
 
-// Layers implements RouterConfig.EnvLayers.
+// Layers implements Config.EnvLayers.
 func (c *LayerCache) Layers(ctx context.Context, name string) []string {
 	c.mu.Lock()
 	e, ok := c.m[name]

@@ -1,4 +1,4 @@
-package apiserver
+package router
 
 import (
 	"context"
@@ -33,7 +33,7 @@ func TestImageLocality(t *testing.T) {
 	if err := eng.Refresh(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	r := NewRouter(RouterConfig{Nodes: g.view, Engine: eng,
+	r := New(Config{Nodes: g.view, Engine: eng,
 		EnvLayers: func(_ context.Context, name string) []string {
 			if name == "task" {
 				return []string{"sha256:aa", "sha256:bb"}

@@ -1,4 +1,4 @@
-package apiserver
+package router
 
 import (
 	"context"
@@ -81,7 +81,7 @@ func TestCreateSpanTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := NewRouter(RouterConfig{Nodes: view, Engine: eng, Tracer: tp, Dial: func(n cluster.NodeStatus) session.Service {
+	rt := New(Config{Nodes: view, Engine: eng, Tracer: tp, Dial: func(n cluster.NodeStatus) session.Service {
 		return noderpc.NewClient(n.Addr, noderpc.ClientOptions{Secret: secret, Tracer: tp})
 	}})
 	t.Cleanup(func() { rt.Close() })

@@ -1,4 +1,4 @@
-package apiserver
+package router
 
 import (
 	"context"
@@ -38,8 +38,8 @@ type Claims interface {
 // address). The router caches it per node and address.
 type Dialer func(n cluster.NodeStatus) session.Service
 
-// RouterConfig configures a Router.
-type RouterConfig struct {
+// Config configures a Router.
+type Config struct {
 	Nodes  NodeView
 	Engine *placement.Engine
 	// EnvLayers returns the layer digests of environment name (nil for none:
@@ -71,7 +71,7 @@ type Router struct {
 	// Unimplemented answers the groups a router does not serve (projects: the
 	// guard above it; composing images: Cluster).
 	session.Unimplemented
-	cfg    RouterConfig
+	cfg    Config
 	log    *slog.Logger
 	tracer trace.Tracer
 	traced bool // tracer may record: placement spans are made (tracing.Recording)
@@ -87,8 +87,8 @@ type nodeClient struct {
 
 var _ session.Service = (*Router)(nil)
 
-// NewRouter returns a router.
-func NewRouter(cfg RouterConfig) *Router {
+// New returns a router.
+func New(cfg Config) *Router {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -135,7 +135,7 @@ func (r *Router) Close() error {
 	return nil
 }
 
-// envLayers is RouterConfig.EnvLayers, nil without one or for the default
+// envLayers is Config.EnvLayers, nil without one or for the default
 // image.
 func (r *Router) envLayers(ctx context.Context, image string) []string {
 	if r.cfg.EnvLayers == nil || image == "" {
