@@ -1,8 +1,11 @@
 package deptest
 
 import (
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -13,10 +16,16 @@ const mod = "github.com/dsec-dev/dsec/"
 // them.
 var frontEnds = Under(mod + "internal/frontend")
 
+// benchTooling is the benchmark and probe tooling the product never imports
+// (`dsec bench` reaches it from cmd/dsec's bench files only).
+var benchTooling = Under(mod+"internal/bench", mod+"internal/peer", mod+"internal/vm/vmbench",
+	mod+"internal/placement/placebench")
+
 // rules: each package pattern (and everything it imports) must not reach a
-// package the predicate matches.
+// package the predicate matches; except lists patterns the rule leaves out.
 var rules = []struct {
 	patterns []string
+	except   []string
 	forbid   func(string) bool
 	why      string
 }{
@@ -38,6 +47,24 @@ var rules = []struct {
 		forbid:   Under(mod+"internal/agent", mod+"internal/app", mod+"internal/driver", mod+"internal/container"),
 		why:      "the session service is an interface: it names no implementation",
 	},
+	{
+		patterns: []string{"./internal/frontend/..."},
+		forbid: Under(mod+"internal/app", mod+"internal/container", mod+"internal/vm",
+			mod+"internal/fncall", mod+"internal/driver"),
+		why: "front ends map the session contract: they know no role's assembly and no driver",
+	},
+	{
+		patterns: []string{"./internal/container/...", "./internal/vm/...", "./internal/fncall/..."},
+		forbid:   frontEnds,
+		why:      "drivers (VMs included) sit below every front end",
+	},
+	{
+		patterns: []string{"./internal/...", "./pkg/...", "./ui/..."},
+		except: []string{"./internal/bench/...", "./internal/peer/...", "./internal/vm/vmbench/...",
+			"./internal/placement/placebench/...", "./internal/escapeprobe/...", "./internal/testprog/..."},
+		forbid: benchTooling,
+		why:    "the product never imports benchmark tooling (cmd/dsec: TestOnlyBenchFilesImportBenchTooling)",
+	},
 }
 
 func TestDependencyDirection(t *testing.T) {
@@ -51,7 +78,7 @@ func TestDependencyDirection(t *testing.T) {
 		}
 		checked := 0
 		for pkg := range g {
-			if !matchesAny(pkg, r.patterns) {
+			if !matchesAny(pkg, r.patterns) || matchesAny(pkg, r.except) {
 				continue
 			}
 			checked++
@@ -74,6 +101,33 @@ func matchesAny(pkg string, patterns []string) bool {
 		}
 	}
 	return false
+}
+
+// TestOnlyBenchFilesImportBenchTooling: cmd/dsec is the product's binary and
+// `dsec bench` is one of its commands, so the package rule cannot hold there;
+// per file, only the bench command's files (bench*.go, *_bench.go) import the
+// benchmark tooling.
+func TestOnlyBenchFilesImportBenchTooling(t *testing.T) {
+	files, err := filepath.Glob("../../cmd/dsec/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("cmd/dsec sources: %v %v", files, err)
+	}
+	fset := token.NewFileSet()
+	for _, f := range files {
+		name := strings.TrimSuffix(strings.TrimSuffix(filepath.Base(f), ".go"), "_test")
+		if strings.HasPrefix(name, "bench") || strings.HasSuffix(name, "_bench") {
+			continue
+		}
+		af, err := parser.ParseFile(fset, f, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range af.Imports {
+			if path, _ := strconv.Unquote(im.Path.Value); benchTooling(path) {
+				t.Errorf("%s imports %s: only the bench command's files (bench*.go, *_bench.go) may", f, path)
+			}
+		}
+	}
 }
 
 func TestPath(t *testing.T) {
