@@ -41,10 +41,12 @@ func pairInUse(pool netip.Prefix, a netip.Addr) (*use, error) {
 	for _, x := range []netip.Addr{a, a.Next()} {
 		rs, err := netlink.RouteGet(x.AsSlice())
 		if err != nil {
-			if errors.Is(err, unix.ENETUNREACH) || errors.Is(err, unix.EHOSTUNREACH) {
-				continue
+			// No route at all is the plain answer; anything else (a
+			// blackhole or prohibit route, say) is decided by the listing.
+			if !errors.Is(err, unix.ENETUNREACH) {
+				suspect = true
 			}
-			return nil, fmt.Errorf("route to %s: %w", x, err)
+			continue
 		}
 		for _, r := range rs {
 			if r.Type == unix.RTN_LOCAL || r.Gw == nil {
@@ -83,7 +85,9 @@ func poolUses(pool netip.Prefix) ([]poolUse, error) {
 			return n
 		}
 		n := fmt.Sprintf("ifindex %d", idx)
-		if l, err := netlink.LinkByIndex(idx); err == nil {
+		if idx == 0 {
+			n = "no link"
+		} else if l, err := netlink.LinkByIndex(idx); err == nil {
 			n = l.Attrs().Name
 		}
 		names[idx] = n

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/netpolicy/netpolicytest"
@@ -139,5 +140,32 @@ func TestTwoNodesShareOneHost(t *testing.T) {
 		if n := w.denied(map[*world]string{w1: "sb-node1", w2: "sb-node2"}[w]); n != 0 {
 			t.Errorf("denied = %d, want 0", n)
 		}
+	}
+}
+
+// TestPoolUnderBroaderRoutes: routes of the host that cover the whole pool
+// (a blackhole route for a larger private range, as some hosts keep) do
+// not hold any pair: the sandbox gets the first one, with egress.
+func TestPoolUnderBroaderRoutes(t *testing.T) {
+	netpolicytest.RequireRoot(t)
+	r := &netlink.Route{Dst: &net.IPNet{IP: net.IPv4(10, 209, 73, 0), Mask: net.CIDRMask(24, 32)}, Type: unix.RTN_BLACKHOLE}
+	if err := netlink.RouteAdd(r); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = netlink.RouteDel(r) })
+	h := netpolicytest.NewHost(t, "dsth", 73)
+	w, log := poolWorld(t, "10.209.73.0/29", "", h)
+	t.Cleanup(w.assertClean)
+	if s := log.String(); !strings.Contains(s, "overlaps a route of the host") || !strings.Contains(s, "10.209.73.0/24") {
+		t.Errorf("start-up scan did not report the broader route; log:\n%s", s)
+	}
+	a := h.Listen(t, 0)
+	ns := w.sandbox("sb-under", api.NetworkPolicy{Allow: []string{h.Addr.String()}})
+	if st, _ := w.m.Status("sb-under"); st == nil || st.Address != "10.209.73.1" {
+		t.Errorf("sandbox network %+v, want address 10.209.73.1", st)
+	}
+	w.mustReach(ns, a)
+	if n := w.m.PairsInUse(); n != 0 {
+		t.Errorf("PairsInUse = %d, want 0", n)
 	}
 }
