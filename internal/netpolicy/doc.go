@@ -6,7 +6,10 @@
 // policy that allows something gives it a veth pair: the node's end dsv…
 // holds host/31, the sandbox's end eth0 holds host+1/31 and a default route,
 // both from a private pool (Config.Pool) claimed host-wide under
-// /run/dsec/netpolicy. Its flows leave through the node's uplink, masqueraded.
+// /run/dsec/netpolicy, and handed out only if no link or route of the host
+// holds it (a collision — another node's link, a dead node's leftover — is
+// logged, counted in PairsInUse and skipped; inuse.go). Its flows leave
+// through the node's uplink, masqueraded.
 // A policy is a list of "CIDR[:PORT[-PORT]]" destinations plus names of the
 // operator's rule sets (RuleSets); Resolve validates it with clear
 // invalid_argument errors before anything is touched.

@@ -61,6 +61,7 @@ type Manager struct {
 	tableUp  bool
 	attached int
 	next     atomic.Uint32 // allocation hint: next pair index to try
+	inUse    atomic.Uint64 // pool pairs skipped because the host held them
 
 	qMu     sync.Mutex // guards queue and leading (see commit)
 	queue   []*nftOp
@@ -127,8 +128,43 @@ func New(cfg Config) (*Manager, error) {
 			return nil, err
 		}
 	}
+	m.reportPoolUses(recs)
 	return m, nil
 }
+
+// reportPoolUses warns about every address and route of the host in the
+// pool that none of recs (this Manager's own sandboxes) accounts for:
+// another node's links, or leftovers of one that is gone. Allocation skips
+// the pairs they hold (pairInUse); a route broader than the pool means the
+// pool overlaps a network the host reaches, whose addresses sandboxes would
+// shadow.
+func (m *Manager) reportPoolUses(recs []*record) {
+	uses, err := poolUses(m.cfg.Pool)
+	if err != nil {
+		m.log.Warn("link address pool: cannot scan the host", "pool", m.cfg.Pool, "err", err)
+		return
+	}
+	own := map[string]bool{}
+	for _, r := range recs {
+		own[r.Link] = true
+	}
+	claimed := m.host.claims("") // other nodes' sandboxes, coordinated
+	for _, u := range uses {
+		pair := netip.PrefixFrom(u.prefix.Addr(), 31).Masked()
+		switch {
+		case own[u.Link]:
+		case u.prefix.Bits() >= 31 && claimed[pair.Addr()] != "":
+		case !u.addr && u.prefix.Bits() < m.cfg.Pool.Bits():
+			m.log.Warn("link address pool overlaps a route of the host; sandboxes shadow its addresses", "pool", m.cfg.Pool, "route", u.prefix, "link", u.Link)
+		default:
+			m.log.Warn("link address pool: in use on the host, not by this node; will be skipped", "pool", m.cfg.Pool, "held_by", u.What, "link", u.Link)
+		}
+	}
+}
+
+// PairsInUse counts the pool pairs allocation skipped because something on
+// the host held them though no claim said so.
+func (m *Manager) PairsInUse() uint64 { return m.inUse.Load() }
 
 // restore makes sure the table and every recorded sandbox's chains exist.
 func (m *Manager) restore(recs []*record) error {
@@ -390,10 +426,24 @@ func (m *Manager) allocate(id string) (netip.Addr, error) {
 		if err != nil {
 			return netip.Addr{}, errdefs.Internal(err, "netpolicy: claim address")
 		}
-		if ok {
-			m.next.Store(idx + 1)
-			return a, nil
+		if !ok {
+			continue
 		}
+		u, err := pairInUse(m.cfg.Pool, a)
+		if err != nil {
+			_ = m.host.unclaim(a, m.owner(id))
+			return netip.Addr{}, errdefs.Internal(err, "netpolicy: check address %s", a)
+		}
+		if u != nil {
+			// Not ours to take, though nobody claimed it: skip it, and say so
+			// (the host's holder is likely a leftover worth removing).
+			m.inUse.Add(1)
+			m.log.Warn("link address pool: pair in use on the host; skipped", "addr", netip.PrefixFrom(a, 31), "held_by", u.What, "link", u.Link)
+			_ = m.host.unclaim(a, m.owner(id))
+			continue
+		}
+		m.next.Store(idx + 1)
+		return a, nil
 	}
 	return netip.Addr{}, errdefs.New(api.CodeResourceExhausted, "netpolicy: link address pool %s is exhausted", m.cfg.Pool)
 }
