@@ -152,6 +152,18 @@ fuzz-ci:
 clean:
 	rm -rf bin internal/initbin/dsec-init internal/fncall/dsec-fncall
 
+# E2B's REST types (internal/frontend/e2b/e2bapi), generated from E2B's own
+# OpenAPI document at a pinned commit; the generated file is committed.
+E2B_SPEC_COMMIT      ?= b8029973aa7da5f741f7bb1a9f833b38a0885438
+OAPI_CODEGEN_VERSION ?= v2.8.2
+.PHONY: e2bapi
+e2bapi:
+	mkdir -p bin && curl -fsSL -o bin/e2b-openapi.yml https://raw.githubusercontent.com/e2b-dev/E2B/$(E2B_SPEC_COMMIT)/spec/openapi.yml
+	cd internal/frontend/e2b/e2bapi && $(GO) run github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen@$(OAPI_CODEGEN_VERSION) \
+		-config oapi-codegen.yaml $(CURDIR)/bin/e2b-openapi.yml && \
+		sed -i -e '/^\/\/ Package e2bapi provides/,+1d' \
+			-e '1i // Source: github.com/e2b-dev/E2B spec/openapi.yml at $(E2B_SPEC_COMMIT).' types.gen.go
+
 # Generated Go code for the E2B envd and node RPC protos (committed). Needs protoc (apt
 # protobuf-compiler); the two generators are installed at pinned versions into .tools/.
 PROTOC_GEN_GO_VERSION      ?= v1.36.12
