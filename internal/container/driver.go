@@ -466,6 +466,19 @@ func (d *Driver) Sweep(ctx context.Context, keep map[string]bool) {
 			seen[strings.TrimPrefix(n, d.cfg.CgroupParent+"/")] = true
 		}
 	}
+	// A create cut off before it made the state dir leaves only its mountpoint
+	// directory (ID.d) or socket (ID.sock) in the run dir; the run dir's own
+	// entries (the shared sysfs, the init binary) have neither suffix.
+	if ents, err := os.ReadDir(d.cfg.RunDir); err == nil {
+		for _, e := range ents {
+			n := e.Name()
+			if id, ok := strings.CutSuffix(n, ".sock"); ok && !e.IsDir() {
+				seen[id] = true
+			} else if id, ok := strings.CutSuffix(n, ".d"); ok && e.IsDir() {
+				seen[id] = true
+			}
+		}
+	}
 	for id := range seen {
 		if keep[id] {
 			continue

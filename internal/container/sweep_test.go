@@ -128,3 +128,43 @@ func TestSweepCgroupOnlyLeftover(t *testing.T) {
 		t.Errorf("Sweep left the leftover cgroup %s", ghost)
 	}
 }
+
+// TestSweepRunDirOnlyLeftover: a create cut off after it made its mountpoint
+// directory and socket in the run dir but before its state dir and cgroup (a
+// kill -9 of the server at that point) leaves only those; Sweep removes them,
+// so the run dir empties and its tmpfs can go when the driver closes.
+func TestSweepRunDirOnlyLeftover(t *testing.T) {
+	requireImage(t, "busybox")
+	cfg := testConfig(t)
+	cfg.Logger = slog.New(slog.NewTextHandler(&syncBuffer{}, nil))
+	d, err := container.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	id := drivertest.NewID("rd")
+	mnt := filepath.Join(cfg.RunDir, id+".d")
+	if err := os.MkdirAll(filepath.Join(mnt, "root"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sock := filepath.Join(cfg.RunDir, id+".sock")
+	if err := os.WriteFile(sock, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d.Sweep(ctx, map[string]bool{})
+	for _, p := range []string{mnt, sock} {
+		if _, err := os.Lstat(p); !os.IsNotExist(err) {
+			t.Errorf("Sweep left %s (%v)", p, err)
+		}
+	}
+	// The run dir's own entries are not sandboxes.
+	if ents, err := os.ReadDir(cfg.RunDir); err == nil {
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".d") || strings.HasSuffix(e.Name(), ".sock") {
+				t.Errorf("run dir still holds %s", e.Name())
+			}
+		}
+	}
+}
