@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/driver/mock"
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
-	"github.com/dsec-dev/dsec/internal/images/imagestest"
+	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -46,19 +46,13 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 		t.Fatal(err)
 	}
 	m := metrics.New(metrics.Options{Backends: []string{mock.Name}, DefaultBackend: mock.Name, NoProcess: true})
-	var drv driver.Driver
-	drv, err = mock.New(mock.Config{Host: mock.NewHost(), StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	var drv driver.Driver = agenttest.Mock(t)
 	if wrap != nil {
 		drv = wrap(drv)
 	}
-	mgr, err := agent.New(context.Background(), agent.Config{DataDir: t.TempDir(), Driver: drv, Images: imagestest.Tiny(t),
-		Node: "test", Tracer: tp, Observer: m, MaxCreating: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := agenttest.New(t, agenttest.Options{Node: "test", Driver: drv, Config: func(c *agent.Config) {
+		c.Tracer, c.Observer, c.MaxCreating = tp, m, 64
+	}})
 	if err := m.Register(m.NewNodeCollector(mgr, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
@@ -80,11 +74,7 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 		hs.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if err := mgr.DeleteAll(ctx); err != nil {
-			t.Errorf("DeleteAll: %v", err)
-		}
-		mgr.Close()
-		_ = tp.Shutdown(ctx)
+		_ = tp.Shutdown(ctx) // before the node's own cleanup deletes its sandboxes
 	})
 	return &stack{m: m, mgr: mgr, tp: tp, col: col, url: hs.URL, cl: client.New(hs.URL, token)}
 }

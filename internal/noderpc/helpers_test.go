@@ -10,13 +10,11 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/container"
-	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/driver/mock"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/images"
-	"github.com/dsec-dev/dsec/internal/images/imagestest"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/noderpc/noderpctest"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -66,29 +64,7 @@ func (n *node) client(t testing.TB, mod func(*noderpc.ClientOptions)) *noderpc.C
 }
 
 // mockAgent is a node agent on the mock driver (no root, no images).
-func mockAgent(t testing.TB) *agent.Manager {
-	t.Helper()
-	d, err := mock.New(mock.Config{Host: mock.NewHost(), StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := driver.NewRegistry(d)
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := agent.New(ctxT(t), agent.Config{DataDir: t.TempDir(), Drivers: reg,
-		Images: imagestest.Tiny(t), Node: "mock-node"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := m.DeleteAll(context.Background()); err != nil {
-			t.Errorf("DeleteAll: %v", err)
-		}
-		m.Close()
-	})
-	return m
-}
+func mockAgent(t testing.TB) *agent.Manager { return agenttest.New(t, agenttest.Options{}) }
 
 func imagesDir() string {
 	if d := os.Getenv("DSEC_IMAGES_DIR"); d != "" {

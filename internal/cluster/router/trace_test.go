@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/driver/mock"
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
-	"github.com/dsec-dev/dsec/internal/images/imagestest"
+	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/noderpc"
 	"github.com/dsec-dev/dsec/internal/noderpc/noderpctest"
@@ -34,26 +34,18 @@ func tracedNode(t *testing.T, name string, col *tracingtest.Collector, secret []
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv, err := mock.New(mock.Config{Host: mock.NewHost(), StateDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
 	limit := 100
 	if full {
 		limit = -1
 	}
-	mgr, err := agent.New(context.Background(), agent.Config{DataDir: t.TempDir(), Driver: drv, Images: imagestest.Tiny(t),
-		Node: name, Tracer: tp, MaxSandboxes: limit})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mgr := agenttest.New(t, agenttest.Options{Node: name, Config: func(c *agent.Config) {
+		c.Tracer, c.MaxSandboxes = tp, limit
+	}})
 	url, _ := noderpctest.Serve(t, mgr, noderpc.HandlerOptions{Secret: secret})
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		_ = mgr.DeleteAll(ctx)
-		mgr.Close()
-		_ = tp.Shutdown(ctx)
+		_ = tp.Shutdown(ctx) // runs before the node's own cleanup deletes its sandboxes
 	})
 	return cluster.NodeStatus{State: placement.StateReady, NodeRecord: cluster.NodeRecord{Name: name, Addr: url,
 		Backends: []string{mock.Name}, Capacity: placement.Resources{Sandboxes: 100}}}, tp
