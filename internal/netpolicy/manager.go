@@ -110,7 +110,7 @@ func New(cfg Config) (*Manager, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		tag:     hex.EncodeToString(sum[:4]),
-		prefix:  linkPrefix + linkEnc.EncodeToString(sum[:2])[:2],
+		prefix:  LinkPrefix(cfg.StateDir),
 		host:    host{dir: cfg.HostDir},
 		sbx:     map[string]*sandbox{},
 		reaping: map[string]bool{},
@@ -625,6 +625,13 @@ func (m *Manager) Close() error {
 		return err
 	}
 	return m.dropTable(c)
+}
+
+// LinkPrefix starts the name of the node end of every link of the Manager on
+// stateDir (what a check for leftover links looks for).
+func LinkPrefix(stateDir string) string {
+	sum := sha256.Sum256([]byte(stateDir))
+	return linkPrefix + linkEnc.EncodeToString(sum[:2])[:2]
 }
 
 // TableName is the name of the inet table of the Manager on stateDir.

@@ -13,6 +13,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dsec-dev/dsec/internal/netpolicy"
+	"github.com/google/nftables"
 )
 
 // The chaos tests (chaos_*_test.go) each record what a node owns on the host
@@ -26,18 +29,22 @@ type hostState struct {
 	Cgroups []string
 	Procs   []string
 	NetNS   []string
+	Links   []string // the node ends of its sandboxes' links (their addresses go with them)
+	Tables  []string // its nftables table, while it has egress sandboxes
 }
 
 func (h hostState) String() string {
-	return fmt.Sprintf("%d mounts %v, %d cgroups %v, %d processes %v, %d network namespaces",
-		len(h.Mounts), head(h.Mounts), len(h.Cgroups), head(h.Cgroups), len(h.Procs), head(h.Procs), len(h.NetNS))
+	return fmt.Sprintf("%d mounts %v, %d cgroups %v, %d processes %v, %d network namespaces, %d links %v, %d nftables tables",
+		len(h.Mounts), head(h.Mounts), len(h.Cgroups), head(h.Cgroups), len(h.Procs), head(h.Procs), len(h.NetNS),
+		len(h.Links), head(h.Links), len(h.Tables))
 }
 
 func head(s []string) []string { return s[:min(len(s), 3)] }
 
 func (h hostState) equal(o hostState) bool {
 	return len(h.Mounts) == len(o.Mounts) && len(h.Cgroups) == len(o.Cgroups) &&
-		len(h.Procs) == len(o.Procs) && len(h.NetNS) == len(o.NetNS)
+		len(h.Procs) == len(o.Procs) && len(h.NetNS) == len(o.NetNS) &&
+		len(h.Links) == len(o.Links) && len(h.Tables) == len(o.Tables)
 }
 
 // nodeTag is the container driver's tag for a data dir (its run dir and
@@ -99,22 +106,37 @@ func ownedState(t *testing.T, dataDir string, exclude int) hostState {
 	for ns := range netns {
 		h.NetNS = append(h.NetNS, ns)
 	}
+	netDir := filepath.Join(dataDir, "netpolicy")
+	links, _ := filepath.Glob("/sys/class/net/" + netpolicy.LinkPrefix(netDir) + "*")
+	for _, l := range links {
+		h.Links = append(h.Links, filepath.Base(l))
+	}
+	if c, err := nftables.New(); err == nil {
+		if ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet); err == nil {
+			for _, tb := range ts {
+				if tb.Name == netpolicy.TableName(netDir) {
+					h.Tables = append(h.Tables, tb.Name)
+				}
+			}
+		}
+	}
 	return h
 }
 
 // requireBaseline waits up to 30 s for dataDir's host state to equal base
-// (teardown finishes asynchronously in places) and fails with the difference.
-func requireBaseline(t *testing.T, dataDir string, exclude int, base hostState) {
+// (teardown finishes asynchronously in places) and fails with the difference;
+// it reports whether the state was back.
+func requireBaseline(t *testing.T, dataDir string, exclude int, base hostState) bool {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		now := ownedState(t, dataDir, exclude)
 		if now.equal(base) {
-			return
+			return true
 		}
 		if time.Now().After(deadline) {
 			t.Errorf("host state not back to its baseline:\n before: %s\n after:  %s", base, now)
-			return
+			return false
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
