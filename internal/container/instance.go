@@ -250,10 +250,12 @@ func (in *instance) FS(ctx context.Context) (session.FS, error) {
 	}
 	// In a user namespace, what the host creates gets the sandbox root's mapped
 	// owner (the file systems that namespace mounted refuse host root).
+	fs := fsops.New(root)
 	if base, size := in.IDMap(); size > 0 {
-		return hostfs.New(fsops.NewMapped(root, fsops.IDMap{HostID: base, Size: size})), nil
+		fs = fsops.NewMapped(root, fsops.IDMap{HostID: base, Size: size})
 	}
-	return hostfs.New(fsops.New(root)), nil
+	fs.SetHoleBudget(in.diskLimit())
+	return hostfs.New(fs), nil
 }
 
 // Pause implements driver.Pauser.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path"
 	"path/filepath"
@@ -70,7 +69,8 @@ func (in *instance) SnapshotRW(ctx context.Context, dir string, exclude []string
 	if err != nil {
 		return st, err
 	}
-	c := treeCopy{ctx: ctx, exclude: exclude, links: map[uint64]string{}, st: &st, idBase: in.st.IDBase, idSize: in.st.IDSize}
+	c := treeCopy{ctx: ctx, exclude: exclude, links: map[uint64]string{}, st: &st, idBase: in.st.IDBase, idSize: in.st.IDSize,
+		holeBudget: in.diskLimit(), id: in.id}
 	if err := c.copy(upper, dir, "/"); err != nil {
 		_ = os.RemoveAll(dir)
 		if e := (*errdefs.Error)(nil); errors.As(err, &e) {
@@ -94,9 +94,32 @@ func (in *instance) SnapshotRW(ctx context.Context, dir string, exclude []string
 	return st, nil
 }
 
-// treeCopy copies a directory tree as it is (no symlink is followed), keeping
-// owners, modes, times, xattrs, device nodes and hard links.
+// diskLimit is the size of the sandbox's writable layer (its disk limit):
+// what a copy of the layer may claim beyond the data it holds.
+func (in *instance) diskLimit() int64 {
+	var sf unix.Statfs_t
+	if err := unix.Statfs(fmt.Sprintf("/proc/%d/fd/%d", in.st.PID, fdRW), &sf); err != nil {
+		return 0
+	}
+	return int64(sf.Blocks) * sf.Bsize
+}
+
+// treeCopy copies a directory tree as it is, by a written rule for what the
+// sandbox controls:
+//   - no symlink is followed: symlinks are copied as symlinks;
+//   - regular files are copied sparse (holes stay holes) and the holes of all
+//     files together may not exceed the writable layer's size (holeBudget):
+//     a layer built from the copy, or a tar of it, writes holes out as zeros,
+//     so a `truncate -s 1T` file would otherwise cost the node a terabyte;
+//   - hard links stay hard links (their data is copied once);
+//   - whiteouts (0/0 character devices) and FIFOs are recreated; sockets are
+//     left out (nothing listens on a copy); other device nodes are left out
+//     (a sandbox cannot make them: it has no CAP_MKNOD);
+//   - owners, modes, times and xattrs are kept.
 type treeCopy struct {
+	id         string
+	holeBudget int64 // 0: unbounded
+	holes      int64
 	ctx     context.Context
 	exclude []string
 	links   map[uint64]string // inode → first destination path (hard links)
@@ -123,6 +146,10 @@ func (c *treeCopy) copy(src, dst, rel string) error {
 		return err
 	}
 	mode := s.Mode & unix.S_IFMT
+	if mode == unix.S_IFSOCK || mode == unix.S_IFBLK || (mode == unix.S_IFCHR && s.Rdev != 0) {
+		c.st.Excluded++ // see treeCopy's rule
+		return nil
+	}
 	c.st.Entries++
 	if mode != unix.S_IFDIR && s.Nlink > 1 {
 		if first, ok := c.links[s.Ino]; ok {
@@ -150,7 +177,12 @@ func (c *treeCopy) copy(src, dst, rel string) error {
 			}
 		}
 	case unix.S_IFREG:
-		if err := copyFile(src, dst); err != nil {
+		if c.holes += fsops.Holes(&s); c.holeBudget > 0 && c.holes > c.holeBudget {
+			return errdefs.New(api.CodeResourceExhausted,
+				"sandbox %s: %s: sparse files claim %d bytes beyond their data, over the writable layer's size of %d bytes",
+				c.id, rel, c.holes, c.holeBudget)
+		}
+		if err := copyFile(src, dst, s.Size); err != nil {
 			return err
 		}
 		c.st.Bytes += s.Size
@@ -162,8 +194,8 @@ func (c *treeCopy) copy(src, dst, rel string) error {
 		if err := os.Symlink(target, dst); err != nil {
 			return err
 		}
-	case unix.S_IFCHR, unix.S_IFBLK, unix.S_IFIFO, unix.S_IFSOCK:
-		if mode == unix.S_IFCHR && s.Rdev == 0 {
+	case unix.S_IFCHR, unix.S_IFIFO:
+		if mode == unix.S_IFCHR {
 			c.st.Whiteouts++
 		}
 		if err := unix.Mknod(dst, s.Mode, int(s.Rdev)); err != nil {
@@ -217,8 +249,10 @@ func (c *treeCopy) meta(src, dst string, s *unix.Stat_t, mode uint32) error {
 	return unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW)
 }
 
-func copyFile(src, dst string) error {
-	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+// copyFile copies size bytes of the regular file src to the new file dst,
+// keeping holes.
+func copyFile(src, dst string, size int64) error {
+	in, err := os.OpenFile(src, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}
@@ -227,6 +261,6 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	_, err = io.Copy(out, in) // copy_file_range / sendfile in the kernel
+	_, err = fsops.CopySparse(out, in, size)
 	return errors.Join(err, out.Close())
 }

@@ -16,9 +16,13 @@ type Snapshotter interface {
 	// SnapshotRW copies the writable layer into dir (created; it must not
 	// exist) in overlayfs's own format: a deleted lower file is a 0/0 character
 	// device (a whiteout), a directory that hides the lowers carries
-	// trusted.overlay.opaque="y"; owners, modes, times, xattrs, symlinks, device
-	// nodes and hard links are kept. Paths matching exclude (see MatchExclude)
-	// are left out. The sandbox's processes are frozen for the copy (a paused
+	// trusted.overlay.opaque="y"; owners, modes, times, xattrs, symlinks (never
+	// followed), FIFOs and hard links are kept, sparse files keep their holes;
+	// sockets and device nodes other than whiteouts are left out. A layer whose
+	// sparse files claim more bytes beyond their data than the writable layer's
+	// size is refused with resource_exhausted (a layer or tar built from the
+	// copy writes holes out). Paths matching exclude (see MatchExclude) are
+	// left out. The sandbox's processes are frozen for the copy (a paused
 	// sandbox stays paused), so the copy is consistent and nothing inside can
 	// swap a directory for a symlink under it; processes are not copied.
 	SnapshotRW(ctx context.Context, dir string, exclude []string) (SnapshotStats, error)

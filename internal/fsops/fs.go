@@ -40,7 +40,16 @@ import (
 type FS struct {
 	root *os.File
 	ids  IDMap // see NewMapped
+	// holeBudget bounds the holes (see Holes) a WriteTar may write out as
+	// zeros; 0: unbounded.
+	holeBudget int64
 }
+
+// SetHoleBudget bounds the bytes of sparse files' holes one WriteTar may
+// stream (a tar has no holes: they go out as zeros), normally the sandbox's
+// disk limit; past it WriteTar fails with resource_exhausted before the file
+// that crosses it. 0 means unbounded.
+func (f *FS) SetHoleBudget(n int64) { f.holeBudget = n }
 
 // New takes ownership of root (an O_PATH or O_DIRECTORY fd of the sandbox's "/").
 func New(root *os.File) *FS { return &FS{root: root} }

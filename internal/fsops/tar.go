@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,7 +44,7 @@ func (f *FS) WriteTar(p string, w io.Writer) error {
 	if clean == "/" {
 		name = ""
 	}
-	tw := &tarWriter{tw: tar.NewWriter(w)}
+	tw := &tarWriter{tw: tar.NewWriter(w), holeBudget: f.holeBudget}
 	switch {
 	case isType(&st, unix.S_IFDIR):
 		fd, err := f.openInRoot(clean, unix.O_RDONLY|unix.O_DIRECTORY)
@@ -74,7 +75,9 @@ func (f *FS) WriteTar(p string, w io.Writer) error {
 
 // tarWriter archives objects reached by fds.
 type tarWriter struct {
-	tw *tar.Writer
+	tw         *tar.Writer
+	holeBudget int64 // see FS.SetHoleBudget
+	holes      int64
 }
 
 // header builds the common part of an entry's header from its stat.
@@ -186,6 +189,10 @@ func (t *tarWriter) file(fd int, p, name string) error {
 	}
 	if !isType(&st, unix.S_IFREG) {
 		return nil
+	}
+	if t.holes += Holes(&st); t.holeBudget > 0 && t.holes > t.holeBudget {
+		return errdefs.New(api.CodeResourceExhausted,
+			"tar %s: sparse files claim %d bytes beyond their data, over the sandbox's disk limit of %d bytes", p, t.holes, t.holeBudget)
 	}
 	if err := unix.SetNonblock(fd, false); err != nil {
 		return classify("tar", p, err)
