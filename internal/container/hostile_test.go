@@ -125,7 +125,10 @@ mkdir /farm && echo data > /farm/f0 && i=0 && while [ $i -lt 500 ]; do ln /farm/
 
 type countingDiscard int64
 
-func (c *countingDiscard) Write(p []byte) (int, error) { *c += countingDiscard(len(p)); return len(p), nil }
+func (c *countingDiscard) Write(p []byte) (int, error) {
+	*c += countingDiscard(len(p))
+	return len(p), nil
+}
 
 // pidOf is the sandbox init's host pid (its /proc/PID/root is the sandbox's /).
 func pidOf(t *testing.T, inst driver.Instance) string {

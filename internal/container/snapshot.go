@@ -120,10 +120,10 @@ type treeCopy struct {
 	id         string
 	holeBudget int64 // 0: unbounded
 	holes      int64
-	ctx     context.Context
-	exclude []string
-	links   map[uint64]string // inode → first destination path (hard links)
-	st      *driver.SnapshotStats
+	ctx        context.Context
+	exclude    []string
+	links      map[uint64]string // inode → first destination path (hard links)
+	st         *driver.SnapshotStats
 	// idBase/idSize: the sandbox's user-namespace range (size 0: none). The
 	// copy is stored with in-sandbox owners, as image layers are.
 	idBase, idSize uint32
