@@ -168,12 +168,23 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 
 // adopt loads every record and re-attaches to its sandbox.
 func (m *Manager) adopt(ctx context.Context) error {
-	recs, err := loadRecords(m.recs)
+	recs, held, err := loadRecords(m.recs)
 	if err != nil {
 		return fmt.Errorf("agent: load records: %w", err)
 	}
 	keep := map[string]bool{}
 	keepBy := map[string]map[string]bool{} // backend → its sandboxes
+	for id, why := range held {
+		// Whatever runs under such a record is left alone, on every backend.
+		m.log.Error("sandbox record this dsec cannot read; leaving it and its sandbox as they are", "id", id, "err", why)
+		keep[id] = true
+		for _, drv := range m.drivers.All() {
+			if keepBy[drv.Name()] == nil {
+				keepBy[drv.Name()] = map[string]bool{}
+			}
+			keepBy[drv.Name()][id] = true
+		}
+	}
 	for _, r := range recs {
 		if r.Backend == "" {
 			r.Backend = api.BackendContainer // records from before backends were recorded

@@ -4,6 +4,7 @@ package agent_test
 // user and without images (go test ./internal/agent -run Mock). See the README.
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"os"
@@ -379,5 +380,57 @@ func TestMockTTYLogCapped(t *testing.T) {
 	want := strings.Repeat("x", 1000) + "\n[dsec: output truncated after 1000 bytes]\n"
 	if string(b) != want {
 		t.Errorf("capped terminal log: %d bytes %.60q..., want the first 1000 and the marker", len(b), b)
+	}
+}
+
+// TestMockRecordOfNewerFormatHeld: a sandbox record written by a later dsec
+// (format above datafmt.Record) is left as it is, one that is not a record at
+// all is set aside unchanged, and the sandbox either names is neither listed
+// nor released: a restart
+// with the record readable again adopts the sandbox, still running.
+func TestMockRecordOfNewerFormatHeld(t *testing.T) {
+	e := newMockEnv(t)
+	m := e.open(t)
+	sb := create(t, m, api.CreateSandboxRequest{})
+	execOK(t, m, sb.ID, api.ExecRequest{Shell: "echo kept > /marker"})
+	m.Close()
+	recPath := filepath.Join(e.dataDir, "sandboxes", sb.ID+".json")
+	orig, err := os.ReadFile(recPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range map[string][]byte{
+		"newer":  bytes.Replace(orig, []byte(`"version":1`), []byte(`"version":99`), 1),
+		"broken": append([]byte("{"), orig...),
+	} {
+		if bytes.Equal(content, orig) {
+			t.Fatalf("%s: the record has no version field: %s", name, orig)
+		}
+		if err := os.WriteFile(recPath, content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		m2 := e.open(t)
+		if _, err := m2.Get(ctxT(t), sb.ID); err == nil {
+			t.Errorf("%s: a record this build cannot read was adopted", name)
+		}
+		m2.Close()
+		kept := recPath
+		if name == "broken" {
+			kept += ".corrupt"
+		}
+		if b, err := os.ReadFile(kept); err != nil || !bytes.Equal(b, content) {
+			t.Fatalf("%s: the record was changed or dropped: %v", name, err)
+		}
+		if name == "broken" {
+			_ = os.Remove(kept)
+		}
+	}
+	if err := os.WriteFile(recPath, orig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	m3 := e.open(t)
+	res := execOK(t, m3, sb.ID, api.ExecRequest{Shell: "cat /marker"})
+	if res.Stdout != "kept\n" {
+		t.Errorf("the held sandbox lost its state: %q", res.Stdout)
 	}
 }

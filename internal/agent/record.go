@@ -2,11 +2,13 @@ package agent
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/datafmt"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -14,6 +16,9 @@ import (
 
 // record is what the agent keeps on disk per sandbox: enough to re-adopt it.
 type record struct {
+	// Version is the record's format (datafmt.Record); a record of a later
+	// format is left for the dsec that wrote it.
+	Version            int               `json:"version"`
 	ID                 string            `json:"id"`
 	Backend            string            `json:"backend"`
 	Image              string            `json:"image"`
@@ -53,6 +58,7 @@ type procRecord struct {
 // records protect against an agent crash, not a host crash (which ends the
 // sandboxes too), and an fsync per create would cost milliseconds.
 func saveRecord(dir string, r *record) error {
+	r.Version = datafmt.Record
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
@@ -72,33 +78,47 @@ func removeRecord(dir, id string) error {
 	return err
 }
 
-func loadRecords(dir string) ([]*record, error) {
+// loadRecords reads the records in dir. A record this build cannot read is
+// named in held, with why: one of a later format is left as it is; one that
+// is not a record is set aside as NAME.corrupt. Either way its sandbox, if it
+// still runs, is not this agent's to release.
+func loadRecords(dir string) (recs []*record, held map[string]error, err error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var out []*record
+	held = map[string]error{}
 	for _, e := range ents {
 		name := e.Name()
 		if strings.HasPrefix(name, ".") {
 			_ = os.Remove(filepath.Join(dir, name)) // a write interrupted by a crash
 			continue
 		}
-		if !strings.HasSuffix(name, ".json") {
+		id, ok := strings.CutSuffix(name, ".json")
+		if !ok {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, name))
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		var r record
-		if err := json.Unmarshal(b, &r); err != nil || r.ID+".json" != name {
-			// Keep the evidence aside and go on: one bad record must not stop the
-			// agent from re-adopting every other sandbox.
+		err = json.Unmarshal(b, &r)
+		switch {
+		case err == nil && r.Version > datafmt.Record:
+			held[id] = datafmt.Newer("sandbox record "+name, r.Version, datafmt.Record)
+		case err == nil && r.ID == id:
+			recs = append(recs, &r)
+		default:
+			// Not a record (nor one of a later format): keep the evidence
+			// aside, so one bad record does not stop the agent from adopting
+			// every other sandbox.
+			if err == nil {
+				err = fmt.Errorf("it names sandbox %q", r.ID)
+			}
+			held[id] = fmt.Errorf("sandbox record %s is not a record (kept as %s.corrupt): %w", name, name, err)
 			_ = os.Rename(filepath.Join(dir, name), filepath.Join(dir, name+".corrupt"))
-			continue
 		}
-		out = append(out, &r)
 	}
-	return out, nil
+	return recs, held, nil
 }

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/datafmt"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // ManifestVersion is the version of the manifest format Marshal writes.
@@ -93,6 +95,9 @@ func ParseManifest(b []byte) (Manifest, error) {
 	var lm legacyManifest
 	if err := json.Unmarshal(b, &lm); err != nil {
 		return Manifest{}, errdefs.Invalid("manifest: %v", err)
+	}
+	if lm.Version > ManifestVersion {
+		return Manifest{}, errdefs.New(api.CodeConflict, "%v", datafmt.Newer(fmt.Sprintf("environment manifest %q", lm.Name), lm.Version, ManifestVersion))
 	}
 	m := Manifest{Version: ManifestVersion, Name: lm.Name, Description: lm.Description, BlobStore: lm.BlobStore,
 		Config: lm.Config, Created: lm.Created, Updated: lm.Updated}

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/datafmt"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -30,6 +31,8 @@ type Local struct {
 }
 
 type localState struct {
+	// Version is the file's format (datafmt.Projects).
+	Version  int                     `json:"version"`
 	Projects map[string]localProject `json:"projects"`
 	// Tokens maps token digests to their project.
 	Tokens map[string]localToken `json:"tokens"`
@@ -61,6 +64,9 @@ func OpenLocal(file, adminToken string) (*Local, error) {
 			if err := json.Unmarshal(b, &l.state); err != nil {
 				return nil, fmt.Errorf("project: %s: %w", file, err)
 			}
+			if l.state.Version > datafmt.Projects {
+				return nil, fmt.Errorf("project: %w", datafmt.Newer(file, l.state.Version, datafmt.Projects))
+			}
 			if l.state.Projects == nil {
 				l.state.Projects = map[string]localProject{}
 			}
@@ -80,6 +86,7 @@ func (l *Local) save() error {
 	if l.file == "" {
 		return nil
 	}
+	l.state.Version = datafmt.Projects
 	b, err := json.MarshalIndent(l.state, "", "  ")
 	if err != nil {
 		return err

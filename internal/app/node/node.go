@@ -24,6 +24,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/app/lifecycle"
+	"github.com/dsec-dev/dsec/internal/datafmt"
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/commit"
@@ -251,6 +252,9 @@ func (d *Daemon) startDataDir(context.Context) (lifecycle.Close, error) {
 	raiseNoFile()
 	if err := os.MkdirAll(d.cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := datafmt.CheckDir(d.cfg.DataDir, datafmt.NodeDir); err != nil {
+		return nil, err
 	}
 	tok, err := loadToken(d.dirs.Token(), d.cfg.Token)
 	d.Token = tok
