@@ -24,11 +24,11 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/app/lifecycle"
-	"github.com/dsec-dev/dsec/internal/datafmt"
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/commit"
 	"github.com/dsec-dev/dsec/internal/container"
+	"github.com/dsec-dev/dsec/internal/datafmt"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/fncall"
