@@ -24,7 +24,7 @@ const x32Bit = 0x40000000
 // itself (at most one return per jump in the chunk): 2*120+1 <= 255.
 const chunkSize = 120
 
-// maxValues bounds NotIn so one condition block fits in a chunk.
+// maxValues bounds NotIn and In so one condition block fits in a chunk.
 const maxValues = 64
 
 // bucketSize is how many distinct syscall numbers share one linear chain of
@@ -206,7 +206,7 @@ func (c *compiler) entry(r Rule, nr int) {
 	size := 1 // instructions for this entry
 	if r.Arg != nil {
 		size = 4
-		if r.Arg.Op == NotIn {
+		if r.Arg.Op == NotIn || r.Arg.Op == In {
 			size += len(r.Arg.Values)
 		}
 	}
@@ -228,6 +228,10 @@ func (c *compiler) entry(r Rule, nr int) {
 			a.jump(unix.BPF_JEQ, v, reload, next)
 		}
 		a.goTo(c.ret(r.Action))
+	case In:
+		for _, v := range r.Arg.Values {
+			a.jump(unix.BPF_JEQ, v, c.ret(r.Action), next)
+		}
 	}
 	a.bind(reload)
 	a.stmt(unix.BPF_LD|unix.BPF_W|unix.BPF_ABS, offNr)
@@ -265,9 +269,11 @@ func (p Profile) validate() error {
 			errs = append(errs, fmt.Errorf("%s: argument index %d not in 0..5", where, r.Arg.Index))
 		case r.Arg.Op == MaskedAny && r.Arg.Mask == 0:
 			errs = append(errs, fmt.Errorf("%s: empty mask", where))
-		case r.Arg.Op == NotIn && len(r.Arg.Values) > maxValues:
+		case (r.Arg.Op == NotIn || r.Arg.Op == In) && len(r.Arg.Values) > maxValues:
 			errs = append(errs, fmt.Errorf("%s: more than %d values", where, maxValues))
-		case r.Arg.Op != MaskedAny && r.Arg.Op != NotIn:
+		case r.Arg.Op == In && len(r.Arg.Values) == 0:
+			errs = append(errs, fmt.Errorf("%s: no values", where))
+		case r.Arg.Op != MaskedAny && r.Arg.Op != NotIn && r.Arg.Op != In:
 			errs = append(errs, fmt.Errorf("%s: unknown condition %d", where, r.Arg.Op))
 		}
 	}
