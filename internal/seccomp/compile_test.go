@@ -143,7 +143,8 @@ func TestProgramLength(t *testing.T) {
 // kernel emulates the program for every number when a filter is attached
 // (once per FnCall run and per sandbox), and runs it on every system call
 // its cache cannot decide. A single chain of tests took ~85 steps for an
-// allowed call and cost 150-190 µs per install; the search takes ~20.
+// allowed call and cost 150-190 µs per install; the search over runs of
+// numbers takes at most 19 for the default allow list (~37 µs per install).
 func TestDefaultShortPaths(t *testing.T) {
 	prog := compileDefault(t)
 	worst, total := 0, 0
@@ -220,8 +221,9 @@ func TestCompileRejectsInvalid(t *testing.T) {
 			p.Rules = append(p.Rules, Rule{Syscalls: []int{1}, Action: Allow, Arg: &ArgCond{Op: NotIn, Values: make([]uint32, 65)}})
 		},
 		"too long": func(p *Profile) {
+			// alternating actions: no two neighbours share a segment
 			for nr := range 5000 {
-				p.Rules = append(p.Rules, Rule{Syscalls: []int{nr}, Action: KillProcess})
+				p.Rules = append(p.Rules, Rule{Syscalls: []int{nr}, Action: Errno(unix.Errno(1 + nr%2))})
 			}
 		},
 	}
