@@ -352,3 +352,46 @@ func testEscapeProbes(t *testing.T, userns bool) {
 	sort.Strings(ks)
 	t.Logf("%d sandbox configurations:\n%s", len(ks), strings.Join(ks, "\n"))
 }
+
+// TestSeccompAllowList: in a real sandbox, a call the allow list does not
+// name and a number no kernel assigns fail with EPERM, clone3 with ENOSYS
+// (so libc falls back to clone), socket refuses AF_VSOCK and AF_ALG, and
+// ordinary calls work. A sandbox without the filter answers differently, so
+// the check can fail.
+func TestSeccompAllowList(t *testing.T) {
+	w := newWeakDriverNS(t, false)
+	errnos := func(wk weakening) map[string]string {
+		stdout, stderr, ex := run(t, w.start(t, wk), "dsec-escape-probe", "-syscalls")
+		if ex.Code != 0 {
+			t.Fatalf("probe exit %+v: %s", ex, stderr)
+		}
+		var m map[string]string
+		if err := json.Unmarshal([]byte(stdout), &m); err != nil {
+			t.Fatalf("probe output %q: %v", stdout, err)
+		}
+		return m
+	}
+	want := map[string]string{
+		"get_mempolicy": "EPERM", "syscall_1000": "EPERM", "clone3": "ENOSYS",
+		"socket_af_vsock": "EPERM", "socket_af_alg": "EPERM", "socket_af_unix": "ok", "socket_af_inet": "ok",
+		"getpid": "ok", "personality_query": "ok", "personality_rie": "EPERM",
+		"unshare_uts": "EPERM", "sethostname": "EPERM",
+	}
+	got := errnos(weakening{})
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %q, want %q", k, got[k], v)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("probe answered %v, want the %d calls of %v", got, len(want), want)
+	}
+	// without the filter: the call works, the number is unknown to the
+	// kernel, clone3 rejects its null argument, the personality is set
+	weak := errnos(weakening{seccomp: true})
+	for k, v := range map[string]string{"get_mempolicy": "ok", "syscall_1000": "ENOSYS", "clone3": "EINVAL", "personality_rie": "ok"} {
+		if weak[k] != v {
+			t.Errorf("without seccomp, %s: %q, want %q", k, weak[k], v)
+		}
+	}
+}

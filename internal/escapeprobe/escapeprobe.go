@@ -125,7 +125,9 @@ func Probes() []Probe {
 		{Name: "unshare-userns", Doc: "create a user namespace (full capabilities inside it)",
 			Defences: []Defence{Seccomp}, try: unshareUser},
 		{Name: "steal-init-fd", Doc: "take the init's fds (its control socket) with pidfd_getfd, to speak the control protocol",
-			Defences: []Defence{Dumpable}, try: stealInitFD},
+			Defences: []Defence{Dumpable, Seccomp}, try: stealInitFD},
+		{Name: "unlisted-syscall", Doc: "make a system call the seccomp allow list does not name (get_mempolicy, harmless)",
+			Defences: []Defence{Seccomp}, try: unlistedSyscall},
 		{Name: "cgroup-escape", Doc: "mount a cgroup hierarchy and move itself out of the sandbox's cgroup",
 			Defences: []Defence{Seccomp, Caps, CgroupNS, UserNS}, try: cgroupEscape},
 	}

@@ -191,6 +191,59 @@ func seccompOff(Env) (string, error) {
 	return d, nil
 }
 
+func unlistedSyscall(Env) (string, error) {
+	if e := rawErrno(unix.SYS_GET_MEMPOLICY, 0, 0); e != 0 {
+		return "get_mempolicy", e
+	}
+	return "get_mempolicy worked", nil
+}
+
+// rawErrno makes system call nr and returns its errno (0: it worked).
+func rawErrno(nr, a0, a1 uintptr) syscall.Errno {
+	_, _, e := unix.RawSyscall(nr, a0, a1, 0)
+	return e
+}
+
+// SyscallErrnos makes system calls whose outcome shows the seccomp policy
+// and returns each one's errno name ("ok" when it worked): a call the allow
+// list does not name, socket with the address families Docker refuses, a
+// number no kernel assigns, clone3 (ENOSYS under the filter, so libc falls
+// back to clone) and calls that must keep working.
+func SyscallErrnos() map[string]string {
+	name := func(e syscall.Errno) string {
+		if e == 0 {
+			return "ok"
+		}
+		return unix.ErrnoName(e)
+	}
+	sock := func(family int) string {
+		fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err == nil {
+			unix.Close(fd)
+			return "ok"
+		}
+		var e syscall.Errno
+		if errors.As(err, &e) {
+			return name(e)
+		}
+		return err.Error()
+	}
+	return map[string]string{
+		"get_mempolicy":     name(rawErrno(unix.SYS_GET_MEMPOLICY, 0, 0)),
+		"socket_af_vsock":   sock(unix.AF_VSOCK),
+		"socket_af_alg":     sock(unix.AF_ALG),
+		"socket_af_unix":    sock(unix.AF_UNIX),
+		"socket_af_inet":    sock(unix.AF_INET),
+		"syscall_1000":      name(rawErrno(1000, 0, 0)),
+		"clone3":            name(rawErrno(unix.SYS_CLONE3, 0, 0)),
+		"getpid":            name(rawErrno(unix.SYS_GETPID, 0, 0)),
+		"personality_query": name(rawErrno(unix.SYS_PERSONALITY, 0xffffffff, 0)),
+		"personality_rie":   name(rawErrno(unix.SYS_PERSONALITY, 0x0400000, 0)),
+		"unshare_uts":       name(rawErrno(unix.SYS_UNSHARE, unix.CLONE_NEWUTS, 0)),
+		"sethostname":       name(rawErrno(unix.SYS_SETHOSTNAME, 0, 0)),
+	}
+}
+
 func setnsProbe(Env) (string, error) {
 	f, err := os.Open("/proc/self/ns/uts")
 	if err != nil {

@@ -7,9 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/seccomp"
 )
@@ -244,31 +247,61 @@ func TestBenchReport(t *testing.T) {
 	}
 }
 
-// TestSeccompNames: every syscall of dsec's profile translates, and the
-// translation keeps each rule's action.
+// TestSeccompNames: every syscall of dsec's profile translates, the
+// translation keeps each rule's action and the default refusal, and the
+// argument conditions come out in the runtime spec's form (socket's as
+// Docker writes them).
 func TestSeccompNames(t *testing.T) {
 	p := seccomp.Default()
 	out, notes, err := SeccompFrom(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	if out.DefaultAction != "SCMP_ACT_ERRNO" || out.DefaultErrnoRet == nil || *out.DefaultErrnoRet != uint(unix.EPERM) {
+		t.Errorf("default %s/%v, want SCMP_ACT_ERRNO EPERM", out.DefaultAction, out.DefaultErrnoRet)
+	}
+	want := map[string]bool{}
 	for _, r := range p.Rules {
-		n += len(r.Syscalls)
+		for _, nr := range r.Syscalls {
+			name, ok := seccomp.SyscallName(nr)
+			if !ok {
+				t.Fatalf("syscall %d has no name", nr)
+			}
+			want[name] = true
+		}
 	}
 	names := map[string]bool{}
+	args := map[string][]string{}
 	for _, r := range out.Syscalls {
 		for _, s := range r.Names {
 			names[s] = true
+			for _, a := range r.Args {
+				args[s] = append(args[s], fmt.Sprintf("%s:%s %#x/%#x", r.Action, a.Op, a.Value, a.ValueTwo))
+			}
 		}
 		if r.Action == "SCMP_ACT_ERRNO" && (r.ErrnoRet == nil || *r.ErrnoRet == 0) {
 			t.Errorf("rule %v: errno action without an errno", r.Names)
 		}
 	}
-	if len(names) != n-1 || names["personality"] {
-		t.Errorf("%d syscall names in the OCI profile, %d syscalls in dsec's (all but personality expected)", len(names), n)
+	if len(names) != len(want) || len(want) < 290 {
+		t.Errorf("%d syscall names in the OCI profile, %d syscalls in dsec's", len(names), len(want))
 	}
-	if len(notes) != 1 {
-		t.Errorf("notes %v, want one (personality)", notes)
+	for name := range want {
+		if !names[name] {
+			t.Errorf("%s missing from the OCI profile", name)
+		}
+	}
+	if len(notes) != 0 {
+		t.Errorf("notes %v, want none", notes)
+	}
+	for name, w := range map[string][]string{
+		"socket": {"SCMP_ACT_ALLOW:SCMP_CMP_LT 0x26/0x0", "SCMP_ACT_ALLOW:SCMP_CMP_EQ 0x27/0x0", "SCMP_ACT_ALLOW:SCMP_CMP_GT 0x28/0x0"},
+		"clone":  {"SCMP_ACT_ALLOW:SCMP_CMP_MASKED_EQ 0x7e020080/0x0"},
+		"personality": {"SCMP_ACT_ALLOW:SCMP_CMP_EQ 0x0/0x0", "SCMP_ACT_ALLOW:SCMP_CMP_EQ 0x8/0x0", "SCMP_ACT_ALLOW:SCMP_CMP_EQ 0x20000/0x0",
+			"SCMP_ACT_ALLOW:SCMP_CMP_EQ 0x20008/0x0", "SCMP_ACT_ALLOW:SCMP_CMP_EQ 0xffffffff/0x0"},
+	} {
+		if !slices.Equal(args[name], w) {
+			t.Errorf("%s: %v, want %v", name, args[name], w)
+		}
 	}
 }

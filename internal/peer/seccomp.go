@@ -2,82 +2,119 @@ package peer
 
 import (
 	"fmt"
-	"math/bits"
+	"slices"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/seccomp"
 )
 
-// syscallNames names the x86_64 syscalls dsec's profile lists (the runtime
-// spec names syscalls; dsec's profile numbers them). TestSeccompNames keeps it
-// complete.
-var syscallNames = map[int]string{
-	unix.SYS_CLONE3: "clone3", unix.SYS_CLONE: "clone", unix.SYS_PERSONALITY: "personality",
-	unix.SYS_MOUNT: "mount", unix.SYS_UMOUNT2: "umount2", unix.SYS_MOVE_MOUNT: "move_mount",
-	unix.SYS_OPEN_TREE: "open_tree", unix.SYS_OPEN_TREE_ATTR: "open_tree_attr", unix.SYS_FSOPEN: "fsopen",
-	unix.SYS_FSCONFIG: "fsconfig", unix.SYS_FSMOUNT: "fsmount", unix.SYS_FSPICK: "fspick",
-	unix.SYS_MOUNT_SETATTR: "mount_setattr", unix.SYS_PIVOT_ROOT: "pivot_root", unix.SYS_UNSHARE: "unshare",
-	unix.SYS_SETNS: "setns", unix.SYS_SWAPON: "swapon", unix.SYS_SWAPOFF: "swapoff", unix.SYS_QUOTACTL: "quotactl",
-	unix.SYS_QUOTACTL_FD: "quotactl_fd", unix.SYS_NAME_TO_HANDLE_AT: "name_to_handle_at",
-	unix.SYS_OPEN_BY_HANDLE_AT: "open_by_handle_at", unix.SYS_LOOKUP_DCOOKIE: "lookup_dcookie",
-	unix.SYS_FANOTIFY_INIT: "fanotify_init", unix.SYS_NFSSERVCTL: "nfsservctl",
-	unix.SYS_CREATE_MODULE: "create_module", unix.SYS_INIT_MODULE: "init_module", unix.SYS_FINIT_MODULE: "finit_module",
-	unix.SYS_DELETE_MODULE: "delete_module", unix.SYS_GET_KERNEL_SYMS: "get_kernel_syms",
-	unix.SYS_QUERY_MODULE: "query_module", unix.SYS_KEXEC_LOAD: "kexec_load", unix.SYS_KEXEC_FILE_LOAD: "kexec_file_load",
-	unix.SYS_REBOOT: "reboot", unix.SYS_ACCT: "acct", unix.SYS_CLOCK_ADJTIME: "clock_adjtime",
-	unix.SYS_CLOCK_SETTIME: "clock_settime", unix.SYS_SETTIMEOFDAY: "settimeofday", unix.SYS_ADJTIMEX: "adjtimex",
-	unix.SYS_ADD_KEY: "add_key", unix.SYS_KEYCTL: "keyctl", unix.SYS_REQUEST_KEY: "request_key",
-	unix.SYS_PTRACE: "ptrace", unix.SYS_PROCESS_VM_READV: "process_vm_readv", unix.SYS_PROCESS_VM_WRITEV: "process_vm_writev",
-	unix.SYS_KCMP: "kcmp", unix.SYS_PERF_EVENT_OPEN: "perf_event_open", unix.SYS_BPF: "bpf",
-	unix.SYS_USERFAULTFD: "userfaultfd", unix.SYS_IO_URING_SETUP: "io_uring_setup",
-	unix.SYS_IO_URING_ENTER: "io_uring_enter", unix.SYS_IO_URING_REGISTER: "io_uring_register",
-	unix.SYS_MBIND: "mbind", unix.SYS_SET_MEMPOLICY: "set_mempolicy", unix.SYS_SET_MEMPOLICY_HOME_NODE: "set_mempolicy_home_node",
-	unix.SYS_MIGRATE_PAGES: "migrate_pages", unix.SYS_MOVE_PAGES: "move_pages", unix.SYS_SYSFS: "sysfs",
-	unix.SYS__SYSCTL: "_sysctl", unix.SYS_SYSLOG: "syslog", unix.SYS_USELIB: "uselib", unix.SYS_USTAT: "ustat",
-	unix.SYS_IOPL: "iopl", unix.SYS_IOPERM: "ioperm", unix.SYS_VHANGUP: "vhangup",
-}
+// maxGap bounds how many allowed values between two refused ones a
+// complemented In condition spells out one by one.
+const maxGap = 16
 
 // SeccompFrom translates a dsec seccomp profile into the runtime spec's form,
-// so a peer container runs under the same filter as a dsec sandbox. It also
-// returns what the spec's form cannot say exactly: a NotIn condition under a
-// default-allow profile (personality's allowed values) is left out, and said
-// so. A MaskedAny condition becomes one masked-equal rule per bit.
+// so a peer container runs under the same filter as a dsec sandbox. dsec's
+// profile is ordered (the first matching rule decides) and the spec's is not,
+// so a conditional refusal followed by an unconditional allow of the same
+// syscall becomes an allow under the complement of the condition: a
+// MaskedAny mask becomes "arg & mask == 0", an In list the ranges around its
+// values (Docker's form for socket), a NotIn list one rule per value. What
+// the spec's form cannot say is left out and returned as a note. libseccomp
+// compares all 64 bits of an argument where dsec compares the low 32, which
+// differs only for values with high bits set.
 func SeccompFrom(p seccomp.Profile) (*OCISeccomp, []string, error) {
-	if p.Arch != unix.AUDIT_ARCH_X86_64 || p.Default != seccomp.Allow {
-		return nil, nil, fmt.Errorf("peer: only x86_64 default-allow profiles translate")
+	if p.Arch != unix.AUDIT_ARCH_X86_64 {
+		return nil, nil, fmt.Errorf("peer: only x86_64 profiles translate")
 	}
-	out := &OCISeccomp{DefaultAction: "SCMP_ACT_ALLOW", Architectures: []string{"SCMP_ARCH_X86_64"}}
+	def, defErrno, err := ociAction(p.Default)
+	if err != nil {
+		return nil, nil, fmt.Errorf("peer: default action: %w", err)
+	}
+	out := &OCISeccomp{DefaultAction: def, DefaultErrnoRet: defErrno, Architectures: []string{"SCMP_ARCH_X86_64"}}
 	var notes []string
+	pending := map[int]*seccomp.ArgCond{} // conditional refusals waiting for their allow
+	decided := map[int]bool{}             // an unconditional rule came first
 	for _, r := range p.Rules {
 		action, errno, err := ociAction(r.Action)
 		if err != nil {
 			return nil, nil, fmt.Errorf("peer: rule %q: %w", r.Comment, err)
 		}
-		names := make([]string, 0, len(r.Syscalls))
+		plain := OCISyscallRule{Action: action, ErrnoRet: errno}
 		for _, nr := range r.Syscalls {
-			name, ok := syscallNames[nr]
+			if decided[nr] {
+				continue
+			}
+			name, ok := seccomp.SyscallName(nr)
 			if !ok {
-				return nil, nil, fmt.Errorf("peer: rule %q: syscall %d has no name here (add it to syscallNames)", r.Comment, nr)
+				return nil, nil, fmt.Errorf("peer: rule %q: syscall %d has no x86_64 name", r.Comment, nr)
 			}
-			names = append(names, name)
+			switch {
+			case r.Arg == nil && pending[nr] != nil && r.Action == seccomp.Allow:
+				rules, note := allowUnless(name, *pending[nr])
+				out.Syscalls = append(out.Syscalls, rules...)
+				if note != "" {
+					notes = append(notes, fmt.Sprintf("%s: %s (%s)", name, note, r.Comment))
+				}
+				decided[nr] = true
+			case r.Arg == nil && pending[nr] != nil:
+				notes = append(notes, fmt.Sprintf("%s: a conditional refusal before %v not expressible, left out", name, r.Action))
+				decided[nr] = true
+			case r.Arg == nil:
+				plain.Names = append(plain.Names, name)
+				decided[nr] = true
+			case r.Action == p.Default:
+				pending[nr] = r.Arg
+			case r.Action == seccomp.Allow && r.Arg.Op == seccomp.In:
+				for _, v := range r.Arg.Values {
+					out.Syscalls = append(out.Syscalls, allowIf(name, r.Arg.Index, "SCMP_CMP_EQ", uint64(v), 0))
+				}
+			default:
+				notes = append(notes, fmt.Sprintf("%s: argument condition not expressible in the OCI profile, left out (%s)", name, r.Comment))
+			}
 		}
-		rule := OCISyscallRule{Names: names, Action: action, ErrnoRet: errno}
-		switch {
-		case r.Arg == nil:
-			out.Syscalls = append(out.Syscalls, rule)
-		case r.Arg.Op == seccomp.MaskedAny:
-			for m := r.Arg.Mask; m != 0; m &= m - 1 {
-				bit := uint64(1) << bits.TrailingZeros32(m)
-				rr := rule
-				rr.Args = []OCISeccArg{{Index: uint(r.Arg.Index), Value: bit, ValueTwo: bit, Op: "SCMP_CMP_MASKED_EQ"}}
-				out.Syscalls = append(out.Syscalls, rr)
-			}
-		default:
-			notes = append(notes, fmt.Sprintf("%v: argument condition not expressible in the OCI profile, left out (%s)", names, r.Comment))
+		if len(plain.Names) > 0 {
+			out.Syscalls = append(out.Syscalls, plain)
 		}
 	}
 	return out, notes, nil
+}
+
+func allowIf(name string, index int, op string, v, v2 uint64) OCISyscallRule {
+	return OCISyscallRule{Names: []string{name}, Action: "SCMP_ACT_ALLOW",
+		Args: []OCISeccArg{{Index: uint(index), Value: v, ValueTwo: v2, Op: op}}}
+}
+
+// allowUnless are the rules allowing name when c does not hold, and a note
+// on what they leave out.
+func allowUnless(name string, c seccomp.ArgCond) ([]OCISyscallRule, string) {
+	switch c.Op {
+	case seccomp.MaskedAny:
+		return []OCISyscallRule{allowIf(name, c.Index, "SCMP_CMP_MASKED_EQ", uint64(c.Mask), 0)}, ""
+	case seccomp.NotIn:
+		var rs []OCISyscallRule
+		for _, v := range c.Values {
+			rs = append(rs, allowIf(name, c.Index, "SCMP_CMP_EQ", uint64(v), 0))
+		}
+		return rs, ""
+	case seccomp.In:
+		vs := slices.Clone(c.Values)
+		slices.Sort(vs)
+		vs = slices.Compact(vs)
+		rs := []OCISyscallRule{allowIf(name, c.Index, "SCMP_CMP_LT", uint64(vs[0]), 0)}
+		note := ""
+		for i := 0; i+1 < len(vs); i++ {
+			if vs[i+1]-vs[i]-1 > maxGap {
+				note = fmt.Sprintf("values between %d and %d left refused", vs[i], vs[i+1])
+				continue
+			}
+			for v := vs[i] + 1; v < vs[i+1]; v++ {
+				rs = append(rs, allowIf(name, c.Index, "SCMP_CMP_EQ", uint64(v), 0))
+			}
+		}
+		return append(rs, allowIf(name, c.Index, "SCMP_CMP_GT", uint64(vs[len(vs)-1]), 0)), note
+	}
+	return nil, fmt.Sprintf("condition %d not expressible, left refused", c.Op)
 }
 
 func ociAction(a seccomp.Action) (string, *uint, error) {

@@ -85,9 +85,10 @@ type OCIPids struct {
 
 // OCISeccomp is a seccomp profile in the runtime spec's (libseccomp's) terms.
 type OCISeccomp struct {
-	DefaultAction string           `json:"defaultAction"`
-	Architectures []string         `json:"architectures"`
-	Syscalls      []OCISyscallRule `json:"syscalls"`
+	DefaultAction   string           `json:"defaultAction"`
+	DefaultErrnoRet *uint            `json:"defaultErrnoRet,omitempty"`
+	Architectures   []string         `json:"architectures"`
+	Syscalls        []OCISyscallRule `json:"syscalls"`
 }
 
 type OCISyscallRule struct {

@@ -62,6 +62,20 @@ func TestHelperProcess(t *testing.T) {
 	res["personality_query"] = errName(e)
 	_, _, e = unix.RawSyscall(unix.SYS_PERSONALITY, 0x400000, 0, 0)
 	res["personality_rie"] = errName(e)
+	_, _, e = unix.RawSyscall(unix.SYS_GET_MEMPOLICY, 0, 0, 0)
+	res["get_mempolicy"] = errName(e) // not on the allow list
+	_, _, e = unix.RawSyscall(1000, 0, 0, 0)
+	res["nr_1000"] = errName(e) // no such system call: refused, not ENOSYS
+	fd, _, e := unix.RawSyscall(unix.SYS_SOCKET, unix.AF_VSOCK, unix.SOCK_STREAM, 0)
+	if e == 0 {
+		unix.Close(int(fd))
+	}
+	res["socket_vsock"] = errName(e)
+	fd, _, e = unix.RawSyscall(unix.SYS_SOCKET, unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if e == 0 {
+		unix.Close(int(fd))
+	}
+	res["socket_unix"] = errName(e)
 	// Go forks with clone(2) (no namespace flags) unless asked otherwise.
 	res["exec_plain"] = errName(errnoOf(exec.Command("/bin/true").Run()))
 	userns := exec.Command("/bin/true")
@@ -133,6 +147,10 @@ func TestKernelEnforces(t *testing.T) {
 		"personality_rie":   "EPERM",
 		"exec_plain":        "ok",
 		"exec_newuser":      "EPERM",
+		"get_mempolicy":     "EPERM",
+		"nr_1000":           "EPERM",
+		"socket_vsock":      "EPERM",
+		"socket_unix":       "ok",
 	}
 	if !strings.HasPrefix(res["threads"], "all ") || res["threads"] == "all 1" {
 		t.Errorf("threads = %q, want all of several threads filtered", res["threads"])

@@ -3,6 +3,7 @@
 // built static, CGO_ENABLED=0).
 //
 //	dsec-escape-probe -disk 254:0 -caps a00425fb -masked /proc/kpagecgroup,/proc/kcore [-probes a,b]
+//	dsec-escape-probe -syscalls   (escapeprobe.SyscallErrnos as JSON)
 package main
 
 import (
@@ -24,7 +25,14 @@ func main() {
 	caps := flag.String("caps", "", "expected capability set, hex")
 	masked := flag.String("masked", "", "comma-separated masked paths that exist on the host")
 	probes := flag.String("probes", "", "comma-separated probe names (default all)")
+	syscalls := flag.Bool("syscalls", false, "print the errno of each of escapeprobe.SyscallErrnos' calls instead")
 	flag.Parse()
+	if *syscalls {
+		if err := json.NewEncoder(os.Stdout).Encode(escapeprobe.SyscallErrnos()); err != nil {
+			os.Exit(1)
+		}
+		return
+	}
 	var env escapeprobe.Env
 	if *disk != "" {
 		a, b, _ := strings.Cut(*disk, ":")
