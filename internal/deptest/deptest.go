@@ -10,7 +10,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -87,4 +89,20 @@ func Under(paths ...string) func(string) bool {
 		}
 		return false
 	}
+}
+
+// ClientViolations returns, for every package reachable from root that bad
+// reports true for, the shortest import chain from root to it, sorted by the
+// forbidden package's path; nil when root reaches none.
+func ClientViolations(g Graph, root string, bad func(string) bool) [][]string {
+	var out [][]string
+	for _, pkg := range slices.Sorted(maps.Keys(g)) {
+		if pkg == root || !bad(pkg) {
+			continue
+		}
+		if chain := g.Path(root, func(p string) bool { return p == pkg }); chain != nil {
+			out = append(out, chain)
+		}
+	}
+	return out
 }
