@@ -13,20 +13,26 @@ import (
 
 // daemonCommand is a command dsecd runs: dsec lists it and runs it by exec'ing
 // dsecd with the same arguments, so `dsec server` is `dsecd server`.
-type daemonCommand struct{ name, short string }
+type daemonCommand struct {
+	name, short string
+	hidden      bool
+}
 
 // daemonCommands are the commands that link server-side code (the node server,
 // the cluster roles, local image builds, the benchmarks, the demo). Their
 // flags and help are dsecd's: `dsec server --help` prints dsecd's.
 func daemonCommands() []daemonCommand {
 	return []daemonCommand{
-		{"server", "Run the node server (API + node agent) in the foreground"},
-		{"agent", "Run a cluster node: the node agent, registered in etcd, serving API servers over RPC"},
-		{"apiserver", "Run a stateless cluster API server: dsec's /v1 API, placement and routing to the nodes"},
-		{"etcd", "Run an etcd member (the cluster's state store) embedded in dsec"},
-		{"image", "Build layers and compose environments (EROFS layers in a blob store)"},
-		{"bench", "Benchmarks (each starts a private node in a scratch dir)"},
-		{"demo", "Start a private node and walk through what dsec does (needs root and the debian image: `make demo`)"},
+		{"server", "Run the node server (API + node agent) in the foreground", false},
+		{"agent", "Run a cluster node: the node agent, registered in etcd, serving API servers over RPC", false},
+		{"apiserver", "Run a stateless cluster API server: dsec's /v1 API, placement and routing to the nodes", false},
+		{"etcd", "Run an etcd member (the cluster's state store) embedded in dsec", false},
+		{"image", "Build layers and compose environments (EROFS layers in a blob store)", false},
+		{"bench", "Benchmarks (each starts a private node in a scratch dir)", false},
+		{"demo", "Start a private node and walk through what dsec does (needs root and the debian image: `make demo`)", false},
+		// A layer daemon (or its holder) started by a dsec that still was the
+		// server restarts layerd as `dsec layerd`.
+		{"layerd", "Layer daemon (started by the node agent)", true},
 	}
 }
 
@@ -36,6 +42,7 @@ func daemonCmd(d daemonCommand) *cobra.Command {
 		Use:                d.name,
 		Short:              d.short,
 		Long:               d.short + ".\n\nRuns `dsecd " + d.name + "` (dsecd is found next to dsec, else on PATH); `dsec " + d.name + " --help` shows its flags.",
+		Hidden:             d.hidden,
 		DisableFlagParsing: true,
 		RunE: func(_ *cobra.Command, args []string) error {
 			self, _ := os.Executable()

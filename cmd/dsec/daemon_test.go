@@ -98,6 +98,12 @@ func TestDaemonCommands(t *testing.T) {
 		t.Errorf("dsec image --no-such-flag: %v\n%s", err, out)
 	}
 
+	// A layerd holder started by an older, all-in-one dsec restarts layerd as
+	// `dsec layerd`: dsecd answers it.
+	if out, err := run(dsec, "layerd"); !errors.As(err, &ee) || !strings.Contains(out, "dsecd: layerd is started by the node agent") {
+		t.Errorf("dsec layerd: %v\n%s", err, out)
+	}
+
 	if err := os.Remove(dsecd); err != nil {
 		t.Fatal(err)
 	}
