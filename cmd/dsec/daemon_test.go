@@ -48,9 +48,6 @@ func TestFindDaemon(t *testing.T) {
 // sees: dsec lists every dsecd command, `dsec server --help` is dsecd's, and
 // without dsecd the error names it.
 func TestDaemonCommands(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds dsec and dsecd")
-	}
 	dir := t.TempDir()
 	build := exec.Command("go", "build", "-o", dir+"/", "github.com/dsec-dev/dsec/cmd/dsec", "github.com/dsec-dev/dsec/cmd/dsecd")
 	if out, err := build.CombinedOutput(); err != nil {

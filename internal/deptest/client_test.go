@@ -36,9 +36,6 @@ var serverSide = Under(
 // stores). A server-side package in `go list -deps ./cmd/dsec` fails here with
 // the import chain that brought it in.
 func TestClientLinksNoServerCode(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs go list")
-	}
 	g, err := Load("../..", "./cmd/dsec")
 	if err != nil {
 		t.Fatal(err)
