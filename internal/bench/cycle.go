@@ -29,7 +29,7 @@ type CycleOptions struct {
 	Rounds int
 	Image  string
 	// Bin is the dsec client binary for the CLI and `dsec server` ("" = the
-	// dsec next to this executable, dsecd, else this executable).
+	// dsec beside this executable when it is dsecd, else this executable).
 	Bin string
 	// Python is the interpreter ("" = /usr/bin/python3, Debian's, where it
 	// exists, else python3 on PATH).
@@ -112,13 +112,8 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 		if err != nil {
 			return CycleResult{}, fmt.Errorf("bench cycle: the dsec binary: %w", err)
 		}
-		o.Bin = exe
 		// The client is the dsec beside dsecd; its `dsec server` runs dsecd.
-		if c := filepath.Join(filepath.Dir(exe), "dsec"); c != exe {
-			if st, err := os.Stat(c); err == nil && st.Mode().IsRegular() {
-				o.Bin = c
-			}
-		}
+		o.Bin = clientBinary(exe)
 	}
 	img, err := resolveImage(o.Image)
 	if err != nil {
