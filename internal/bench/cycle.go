@@ -112,9 +112,10 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 		if err != nil {
 			return CycleResult{}, fmt.Errorf("bench cycle: the dsec binary: %w", err)
 		}
-		// The client is the dsec beside dsecd; its `dsec server` runs dsecd.
-		o.Bin = clientBinary(exe)
+		o.Bin = exe
 	}
+	// The client is the dsec beside dsecd; its `dsec server` runs dsecd.
+	o.Bin = clientBinary(o.Bin)
 	img, err := resolveImage(o.Image)
 	if err != nil {
 		return CycleResult{}, err
