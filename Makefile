@@ -1,7 +1,9 @@
 # dsec: build, test, benchmark. Most targets need root (sandboxes, images).
 #
 #   make setup   install packages and build the default images (scripts/setup.sh)
-#   make build   C init (internal/initbin/dsec-init), FnCall zygote (internal/fncall/dsec-fncall) + bin/dsec
+#   make build   C init (internal/initbin/dsec-init), FnCall zygote (internal/fncall/dsec-fncall),
+#                bin/dsec (the client) + bin/dsecd (server, cluster roles, image, bench, demo;
+#                `dsec server` runs the dsecd next to it)
 #   make test    setup + build, then go vet, the race-enabled test suite, the Python
 #                SDK tests, the E2B acceptance suite (test/e2b) and the dashboard's
 #                browser tests (test/ui)
@@ -47,11 +49,12 @@ init:
 	sh internal/fncall/build.sh
 	sh internal/vm/agentbin/build.sh
 
-# The commit every `dsec bench --json` reports, also where VCS stamping is off
-# (GOFLAGS=-buildvcs=false); "-dirty" when the tree has changes.
+# The commit every `dsec bench --json` reports (bench is dsecd's), also where VCS
+# stamping is off (GOFLAGS=-buildvcs=false); "-dirty" when the tree has changes.
 DSEC_COMMIT ?= $(shell r=$$(git rev-parse HEAD 2>/dev/null) && { git diff --quiet HEAD 2>/dev/null && echo $$r || echo $$r-dirty; })
 build: init
-	$(GO) build -ldflags "-X github.com/dsec-dev/dsec/internal/bench.ldCommit=$(DSEC_COMMIT)" -o bin/dsec ./cmd/dsec
+	$(GO) build -o bin/dsec ./cmd/dsec
+	$(GO) build -ldflags "-X github.com/dsec-dev/dsec/internal/bench.ldCommit=$(DSEC_COMMIT)" -o bin/dsecd ./cmd/dsecd
 
 # Every test run is strict: scripts/testreport fails on a skip that is not on
 # .ci/skips.allow (pytest: .ci/pyskips.allow), and the e2e and Python tests drive
@@ -65,21 +68,23 @@ test: setup build
 	$(MAKE) test-ui
 	$(MAKE) test-python
 
-# The race-enabled server the E2B and Python suites drive (their scripts fail on a
-# race report or a server exit they did not cause).
+# The race-enabled binaries the E2B and Python suites drive (their scripts fail on a
+# race report or a server exit they did not cause): bin/dsec-race runs
+# bin/dsecd-race for `server` and `image`.
 .PHONY: race
 race: build
 	$(GO) build -race -o bin/dsec-race ./cmd/dsec
+	$(GO) build -race -ldflags "-X github.com/dsec-dev/dsec/internal/bench.ldCommit=$(DSEC_COMMIT)" -o bin/dsecd-race ./cmd/dsecd
 
 # The E2B acceptance suite: the pinned, unmodified e2b npm package against a real
-# race-enabled `dsec server` (bin/dsec-race), as root; needs node >= 20.18 and npm
+# race-enabled `dsec server` (bin/dsec-race, running bin/dsecd-race), as root; needs node >= 20.18 and npm
 # (npm ci on first run).
 .PHONY: test-e2b
 test-e2b: race
 	DSEC=$(CURDIR)/bin/dsec-race sh test/e2b/run.sh
 
 # The dashboard's front end: vite + TypeScript in ui/, built into ui/dist, which
-# is committed and embedded in bin/dsec (a machine without Node serves it).
+# is committed and embedded in bin/dsecd (a machine without Node serves it).
 .PHONY: ui
 ui:
 	cd ui && { [ -d node_modules/vite ] || npm ci --no-audit --no-fund; } && npm run build

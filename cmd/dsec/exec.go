@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sys/unix"
 
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -239,7 +238,7 @@ func parseTermSize(s string) (api.TermSize, error) {
 }
 
 // maxTermDim is the largest terminal side the server takes.
-const maxTermDim = session.MaxTermSide
+const maxTermDim = api.MaxTermSide
 
 // clampSize fits a local window's size into what the server takes.
 func clampSize(sz api.TermSize) api.TermSize {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/cliflag"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -59,7 +60,7 @@ func fnCallCmd() *cobra.Command {
 			req.Tests = []api.FnCallTest{t}
 			req.Limits.CPUTimeMs = cpu.Milliseconds()
 			req.Limits.WallTimeMs = wall.Milliseconds()
-			mem, err := parseSize(memory)
+			mem, err := cliflag.ParseSize(memory)
 			if err != nil {
 				return err
 			}

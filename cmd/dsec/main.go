@@ -1,5 +1,8 @@
-// Command dsec is dsec's single binary: the node server (`dsec server`), the client
-// CLI (create, exec, ls, rm, cp, ...), the benchmarks (`dsec bench ...`) and a demo.
+// Command dsec is dsec's client: the commands a user runs against a server
+// (create, exec, ls, rm, cp, logs, top, ...), linked with the API client only.
+// The commands that need server-side code (server, agent, apiserver, etcd,
+// image, bench, demo) are dsecd's; dsec runs them by exec'ing dsecd, so the
+// one-command quickstart `dsec server` keeps working.
 package main
 
 import (
@@ -29,13 +32,16 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(serverCmd(), createCmd(), execCmd(), shellCmd(), lsCmd(), rmCmd(), cpCmd(), inspectCmd(),
-		pauseCmd(), cpuClassCmd(), stateCmd("resume"), stateCmd("reset"), trajCmd(), benchCmd(), demoCmd(), fnCallCmd(), layerdCmd())
+	root.AddCommand(createCmd(), execCmd(), shellCmd(), lsCmd(), rmCmd(), cpCmd(), inspectCmd(),
+		pauseCmd(), cpuClassCmd(), stateCmd("resume"), stateCmd("reset"), trajCmd(), fnCallCmd())
 	root.AddCommand(topCmd())
-	root.AddCommand(imageCmd(), forkCmd(), commitCmd())
+	root.AddCommand(forkCmd(), commitCmd())
 	root.AddCommand(networkCmd(), infoCmd())
-	root.AddCommand(etcdCmd(), agentCmd(), apiserverCmd(), nodesCmd(), projectCmd())
+	root.AddCommand(nodesCmd(), projectCmd())
 	root.AddCommand(screenshotCmd(), inputCmd())
+	for _, d := range daemonCommands() {
+		root.AddCommand(daemonCmd(d))
+	}
 	err := root.ExecuteContext(ctx)
 	var ee exitError
 	switch {

@@ -4,34 +4,13 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/cliflag"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
-
-// splitList flattens repeatable flags that may also hold comma-separated lists.
-func splitList(vals []string) []string {
-	var out []string
-	for _, v := range vals {
-		for _, s := range strings.Split(v, ",") {
-			if s = strings.TrimSpace(s); s != "" {
-				out = append(out, s)
-			}
-		}
-	}
-	return out
-}
-
-// networkPolicy builds a policy from --allow and --rule; nil when neither is set.
-func networkPolicy(allow, rules []string) *api.NetworkPolicy {
-	if len(allow) == 0 && len(rules) == 0 {
-		return nil
-	}
-	return &api.NetworkPolicy{Allow: splitList(allow), Rules: splitList(rules)}
-}
 
 func addNetworkFlags(c *cobra.Command, allow, rules *[]string) {
 	c.Flags().StringArrayVar(allow, "allow", nil, "allow egress to CIDR[:PORT[-PORT]] (repeatable or comma-separated)")
@@ -51,7 +30,7 @@ sandbox's network status (policy, address, denied connection attempts) as JSON.`
   dsec network sb-1234 --none`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p := networkPolicy(allow, rules)
+			p := cliflag.NetworkPolicy(allow, rules)
 			if none && p != nil {
 				return errors.New("--none excludes --allow and --rule")
 			}

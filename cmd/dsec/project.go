@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/cliflag"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -49,7 +50,7 @@ func projectCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if cq.MemoryBytes, err = parseSize(cmem); err != nil {
+			if cq.MemoryBytes, err = cliflag.ParseSize(cmem); err != nil {
 				return err
 			}
 			cl, err := client.FromEnv()
@@ -73,7 +74,7 @@ func projectCmd() *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var err error
-			if sq.MemoryBytes, err = parseSize(smem); err != nil {
+			if sq.MemoryBytes, err = cliflag.ParseSize(smem); err != nil {
 				return err
 			}
 			cl, err := client.FromEnv()
@@ -173,7 +174,7 @@ func printProjects(ps []api.Project) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", p.Name,
 			limit(fmt.Sprint(u.Sandboxes), q.MaxSandboxes > 0, fmt.Sprint(q.MaxSandboxes)),
 			limit(fmt.Sprintf("%g", u.CPU), q.CPU > 0, fmt.Sprintf("%g", q.CPU)),
-			limit(humanBytes(u.MemoryBytes), q.MemoryBytes > 0, humanBytes(q.MemoryBytes)),
+			limit(cliflag.HumanBytes(u.MemoryBytes), q.MemoryBytes > 0, cliflag.HumanBytes(q.MemoryBytes)),
 			strings.Join(ids, ","))
 	}
 	return tw.Flush()

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/cliflag"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -40,8 +40,8 @@ func pauseCmd() *cobra.Command {
 				return nil
 			}
 			fmt.Printf("reclaimed: %s to swap, %s page cache dropped; resident %s -> %s (%s, %.0f ms)\n",
-				humanBytes(r.SwappedBytes), humanBytes(r.PageCacheDroppedBytes),
-				humanBytes(r.ResidentBeforeBytes), humanBytes(r.ResidentAfterBytes), r.Method, r.DurationMs)
+				cliflag.HumanBytes(r.SwappedBytes), cliflag.HumanBytes(r.PageCacheDroppedBytes),
+				cliflag.HumanBytes(r.ResidentBeforeBytes), cliflag.HumanBytes(r.ResidentAfterBytes), r.Method, r.DurationMs)
 			if r.Note != "" {
 				fmt.Println(r.Note)
 			}
@@ -71,50 +71,4 @@ func cpuClassCmd() *cobra.Command {
 			return err
 		},
 	}
-}
-
-func humanBytes(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
-	case n >= 1<<10:
-		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
-// swapFlag is dsec server --swap zram:SIZE, parsed into the device size.
-type swapFlag struct{ bytes *int64 }
-
-func (f swapFlag) String() string {
-	if f.bytes == nil || *f.bytes == 0 {
-		return ""
-	}
-	return fmt.Sprintf("zram:%d", *f.bytes)
-}
-
-func (f swapFlag) Set(s string) error {
-	n, err := parseSwap(s)
-	if err != nil {
-		return err
-	}
-	*f.bytes = n
-	return nil
-}
-
-func (swapFlag) Type() string { return "zram:SIZE" }
-
-// parseSwap parses "zram:SIZE" (SIZE at least 1M, e.g. zram:4G).
-func parseSwap(s string) (int64, error) {
-	kind, size, ok := strings.Cut(s, ":")
-	if !ok || kind != "zram" {
-		return 0, fmt.Errorf("swap %q: want zram:SIZE (e.g. zram:4G)", s)
-	}
-	n, err := parseSize(size)
-	if err != nil || n < 1<<20 || n > 1<<50 {
-		return 0, fmt.Errorf("swap %q: SIZE must be between 1M and 1P (e.g. zram:4G)", s)
-	}
-	return n, nil
 }

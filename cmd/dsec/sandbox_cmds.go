@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/cliflag"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -27,16 +28,16 @@ func createCmd() *cobra.Command {
 		Short: "Create a sandbox and print its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := api.CreateSandboxRequest{Backend: backend, Image: image, CPU: cpu, RequestID: requestID, Network: networkPolicy(allow, rules),
+			req := api.CreateSandboxRequest{Backend: backend, Image: image, CPU: cpu, RequestID: requestID, Network: cliflag.NetworkPolicy(allow, rules),
 				CPUClass: cpuClass, KSM: ksm, Node: node}
 			var err error
-			if req.Constraints, err = parseConstraints(constraints); err != nil {
+			if req.Constraints, err = parseKV("--constraint", constraints); err != nil {
 				return err
 			}
-			if req.MemoryBytes, err = parseSize(memory); err != nil {
+			if req.MemoryBytes, err = cliflag.ParseSize(memory); err != nil {
 				return err
 			}
-			if req.DiskBytes, err = parseSize(disk); err != nil {
+			if req.DiskBytes, err = cliflag.ParseSize(disk); err != nil {
 				return err
 			}
 			for _, d := range []struct {

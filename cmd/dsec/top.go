@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
-	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
 	"github.com/dsec-dev/dsec/internal/progress"
+	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
 
@@ -61,8 +61,8 @@ func runTop(ctx context.Context, cl *client.Client, o topOptions, in, out *os.Fi
 	return topLive(ctx, cl, o, in, out)
 }
 
-func fetchTop(ctx context.Context, cl *client.Client, o topOptions) (dashboard.Top, error) {
-	var t dashboard.Top
+func fetchTop(ctx context.Context, cl *client.Client, o topOptions) (api.Top, error) {
+	var t api.Top
 	q := url.Values{"limit": {strconv.Itoa(o.limit)}, "sort": {o.sort}}
 	err := cl.GetJSON(ctx, "/ui/api/top", q, &t)
 	return t, err
@@ -162,7 +162,7 @@ func fitScreen(s string, cols, rows int) string {
 }
 
 // renderTop writes the nodes, the sandbox counts and the busiest sandboxes.
-func renderTop(w io.Writer, t dashboard.Top) {
+func renderTop(w io.Writer, t api.Top) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tCPUS\tLOAD\tMEMORY AVAILABLE\tSANDBOXES\tRUNNING\tCPU ALLOCATED\tMEMORY ALLOCATED")
 	for _, n := range t.Nodes {

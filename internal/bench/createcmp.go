@@ -30,7 +30,7 @@ type CompareOptions struct {
 	Image    string   // "" = debian
 	Peers    []string // crun, runc, podman (optional: skipped if it cannot run)
 	NoCLI    bool     // leave the CLI side out
-	Bin      string   // dsec binary ("" = this executable)
+	Bin      string   // dsec binary ("" = this executable; its CLI side runs the dsec beside dsecd)
 	Logger   func(format string, args ...any)
 }
 
@@ -247,7 +247,7 @@ func cliSide(srv *serverProc, n int) *side {
 	made := &ids{m: make(map[int]string, n)}
 	env := append(os.Environ(), "DSEC_ADDR="+srv.Addr, "DSEC_TOKEN="+srv.Token)
 	run := func(ctx context.Context, args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, srv.Bin, args...)
+		cmd := exec.CommandContext(ctx, clientBinary(srv.Bin), args...)
 		cmd.Env = env
 		out, err := cmd.Output()
 		if ee, ok := err.(*exec.ExitError); ok {

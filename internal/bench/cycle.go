@@ -28,7 +28,8 @@ type CycleOptions struct {
 	// runs one, the starting side rotating.
 	Rounds int
 	Image  string
-	// Bin is the dsec binary for the server and the CLI ("" = this one).
+	// Bin is the dsec client binary for the CLI and `dsec server` ("" = the
+	// dsec beside this executable when it is dsecd, else this executable).
 	Bin string
 	// Python is the interpreter ("" = /usr/bin/python3, Debian's, where it
 	// exists, else python3 on PATH).
@@ -113,6 +114,8 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 		}
 		o.Bin = exe
 	}
+	// The client is the dsec beside dsecd; its `dsec server` runs dsecd.
+	o.Bin = clientBinary(o.Bin)
 	img, err := resolveImage(o.Image)
 	if err != nil {
 		return CycleResult{}, err

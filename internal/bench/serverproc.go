@@ -163,3 +163,18 @@ func rssKB(pid int) int64 {
 	}
 	return 0
 }
+
+// clientBinary is the dsec client that belongs to bin: bin itself, unless bin
+// is dsecd (which runs no client command) with a dsec beside it.
+func clientBinary(bin string) string {
+	dir, base := filepath.Split(bin)
+	suffix, ok := strings.CutPrefix(base, "dsecd")
+	if !ok {
+		return bin
+	}
+	c := filepath.Join(dir, "dsec"+suffix)
+	if st, err := os.Stat(c); err == nil && st.Mode().IsRegular() {
+		return c
+	}
+	return bin
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 )
 
@@ -87,4 +88,40 @@ func Under(paths ...string) func(string) bool {
 		}
 		return false
 	}
+}
+
+// ClientViolations returns where root's import graph enters packages bad
+// reports true for: for each forbidden package imported by an allowed one
+// reachable from root, the shortest chain from root to it ([root, ..., bad]),
+// sorted by the forbidden package. What a forbidden package imports in turn
+// is not reported; nil when root reaches none.
+func ClientViolations(g Graph, root string, bad func(string) bool) [][]string {
+	prev := map[string]string{root: ""}
+	queue := []string{root}
+	var entries []string
+	for len(queue) > 0 {
+		cur := queue[0]
+		queue = queue[1:]
+		for _, imp := range g[cur] {
+			if _, seen := prev[imp]; seen {
+				continue
+			}
+			prev[imp] = cur
+			if bad(imp) {
+				entries = append(entries, imp)
+			} else {
+				queue = append(queue, imp)
+			}
+		}
+	}
+	slices.Sort(entries)
+	var out [][]string
+	for _, e := range entries {
+		var chain []string
+		for p := e; p != ""; p = prev[p] {
+			chain = append([]string{p}, chain...)
+		}
+		out = append(out, chain)
+	}
+	return out
 }

@@ -10,7 +10,7 @@ import (
 
 // Terminal sizes: a request without cols/rows gets DefaultTermSize; each side is
 // 1..MaxTermSide cells.
-const MaxTermSide = 1000
+const MaxTermSide = api.MaxTermSide
 
 // DefaultTermSize is a TTY exec's size when the request names none.
 var DefaultTermSize = api.TermSize{Cols: 80, Rows: 24}

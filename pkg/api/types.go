@@ -152,6 +152,9 @@ type ExecRequest struct {
 	Rows int  `json:"rows,omitempty"`
 }
 
+// MaxTermSide is the most columns, and the most rows, a terminal size may have.
+const MaxTermSide = 1000
+
 // TermSize is a terminal's size in character cells.
 type TermSize struct {
 	Cols int `json:"cols"`

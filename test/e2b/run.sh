@@ -1,9 +1,10 @@
 #!/bin/sh
-# E2B acceptance suite: starts bin/dsec server (root) on a random port with its
+# E2B acceptance suite: starts bin/dsec server (root; it runs bin/dsecd) on a random port with its
 # own data dir, points the unmodified e2b SDK at it and runs `node --test`.
 #   sh test/e2b/run.sh [test files...]     (from the repository root, after make build)
 #   sh test/e2b/run.sh bench [--n 200 --rounds 5 --creates 100]
-# DSEC_E2E_RACE=1 (without DSEC) builds and runs a -race server. The server runs
+# DSEC_E2E_RACE=1 (without DSEC) builds and runs a -race server (dsec-race and
+# the dsecd-race beside it). The server runs
 # with GORACE=halt_on_error=1 (other GORACE options kept); the suite fails when
 # its log holds a race report or it exits non-zero when stopped with SIGTERM.
 set -eu
@@ -14,7 +15,8 @@ DSEC=${DSEC:-$ROOT/bin/dsec}
 DATA=$(mktemp -d /tmp/dsec-e2b.XXXXXX)
 if [ "${DSEC_E2E_RACE:-}" = 1 ] && [ "$DSEC" = "$ROOT/bin/dsec" ]; then
   DSEC=$DATA/dsec-race
-  (cd "$ROOT" && go build -race -o "$DSEC" ./cmd/dsec) || { rm -rf "$DATA"; exit 1; }
+  (cd "$ROOT" && go build -race -o "$DSEC" ./cmd/dsec && go build -race -o "$DATA/dsecd-race" ./cmd/dsecd) ||
+    { rm -rf "$DATA"; exit 1; }
 fi
 GORACE="$(printf '%s\n' ${GORACE:-} | grep -v '^halt_on_error=' | tr '\n' ' ')halt_on_error=1"
 export GORACE

@@ -51,14 +51,15 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			panic(err)
 		}
+		// dsec and dsecd side by side: `dsec server` runs the dsecd next to it.
 		binPath = filepath.Join(dir, "dsec")
 		// DSEC_E2E_RACE=1 (make test sets it) runs the real server under the race
 		// detector.
-		args := []string{"build", "-o", binPath}
+		args := []string{"build", "-o", dir + "/"}
 		if os.Getenv("DSEC_E2E_RACE") == "1" {
 			args = append(args, "-race")
 		}
-		out, err := exec.Command("go", append(args, "github.com/dsec-dev/dsec/cmd/dsec")...).CombinedOutput()
+		out, err := exec.Command("go", append(args, "github.com/dsec-dev/dsec/cmd/dsec", "github.com/dsec-dev/dsec/cmd/dsecd")...).CombinedOutput()
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "build dsec: %v\n%s", err, out)
 			os.Exit(1)

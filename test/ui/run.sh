@@ -1,6 +1,6 @@
 #!/bin/sh
 # Dashboard end-to-end suite: headless Debian chromium driven by playwright-core
-# against a real `dsec server` (bin/dsec, as root, busybox sandboxes) and, for the
+# against a real `dsec server` (bin/dsec running bin/dsecd, as root, busybox sandboxes) and, for the
 # first-paint figure, test/ui/mocknode (the agent with the mock driver holding
 # 10,000 sandboxes). Screenshots go to bin/ui-artifacts/.
 #   sh test/ui/run.sh            (from the repository root, after make build)

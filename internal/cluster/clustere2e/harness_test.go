@@ -234,12 +234,13 @@ func setup(t *testing.T) *env {
 	}
 	e := &env{t: t, dir: dir}
 	t.Cleanup(e.teardown)
+	// dsec and dsecd side by side: `dsec agent` runs the dsecd next to it.
 	e.bin = filepath.Join(dir, "dsec")
-	args := []string{"build", "-o", e.bin}
+	args := []string{"build", "-o", dir + "/"}
 	if os.Getenv("DSEC_E2E_RACE") == "1" {
 		args = append(args, "-race")
 	}
-	if out, err := exec.Command("go", append(args, "github.com/dsec-dev/dsec/cmd/dsec")...).CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", append(args, "github.com/dsec-dev/dsec/cmd/dsec", "github.com/dsec-dev/dsec/cmd/dsecd")...).CombinedOutput(); err != nil {
 		t.Fatalf("build dsec: %v\n%s", err, out)
 	}
 	e.secret = filepath.Join(dir, "secret")

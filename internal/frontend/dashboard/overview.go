@@ -21,39 +21,12 @@ type Overview struct {
 	Pools       []Pool        `json:"pools"`
 }
 
-// Node is one node's capacity and load, and the sandboxes it holds.
-type Node struct {
-	Name     string   `json:"name"`
-	Version  string   `json:"version,omitempty"`
-	Backends []string `json:"backends,omitempty"`
-	Cgroup   string   `json:"cgroup,omitempty"`
-	// In a cluster (an API server's NodeSource): the node's RPC address, its
-	// state (ready, draining, lost), its admission limit and its placement
-	// load score (0 idle .. 1 full), as its last report in etcd says.
-	Addr         string  `json:"addr,omitempty"`
-	State        string  `json:"state,omitempty"`
-	MaxSandboxes int64   `json:"max_sandboxes,omitempty"`
-	Score        float64 `json:"load_score,omitempty"`
-	// Capacity: CPUs and memory of the machine.
-	CPUs        int   `json:"cpus"`
-	MemoryBytes int64 `json:"memory_bytes"`
-	// Load: the 1-minute load average and the memory still available.
-	Load1                float64 `json:"load1"`
-	MemoryAvailableBytes int64   `json:"memory_available_bytes"`
-	// Filled from the sandbox list: how many sandboxes the node holds, how many
-	// run, and the CPU and memory limits they add up to.
-	Sandboxes            int     `json:"sandboxes"`
-	Running              int     `json:"running"`
-	CPUAllocated         float64 `json:"cpu_allocated"`
-	MemoryAllocatedBytes int64   `json:"memory_allocated_bytes"`
-}
+// Node is one node's capacity and load, and the sandboxes it holds (the
+// wire type is api.NodeLoad, which dsec top decodes).
+type Node = api.NodeLoad
 
 // SandboxCounts counts sandboxes by state and by backend.
-type SandboxCounts struct {
-	Total     int            `json:"total"`
-	ByState   map[string]int `json:"by_state"`
-	ByBackend map[string]int `json:"by_backend"`
-}
+type SandboxCounts = api.SandboxCounts
 
 // Pool is one FnCall pool (one per image): its run slots and how many run a
 // call now.

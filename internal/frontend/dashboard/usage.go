@@ -19,26 +19,15 @@ const (
 	MaxTopSize     = 1000
 )
 
-// Usage is one sandbox's resource use (GET /ui/api/usage and /ui/api/top):
-// what its node read, plus CPUPercent, the share of one core since this
-// handler's previous read of the sandbox (absent on the first).
-type Usage struct {
-	api.SandboxUsage
-	CPUPercent *float64 `json:"cpu_percent,omitempty"`
-}
+// Usage is one sandbox's resource use (GET /ui/api/usage and /ui/api/top),
+// api.TopUsage.
+type Usage = api.TopUsage
 
 // UsageFunc reads sandboxes' use as session.Resources.SandboxUsage does.
 type UsageFunc func(ctx context.Context, ids []string) ([]api.SandboxUsage, error)
 
-// Top is the body of GET /ui/api/top: the nodes and the busiest sandboxes.
-type Top struct {
-	GeneratedAt time.Time     `json:"generated_at"`
-	Nodes       []Node        `json:"nodes"`
-	Sandboxes   SandboxCounts `json:"sandboxes"`
-	// Busiest holds at most limit sandboxes, by CPU (then memory) or by memory.
-	Busiest []Usage `json:"busiest"`
-	SortBy  string  `json:"sort"`
-}
+// Top is the body of GET /ui/api/top, api.Top.
+type Top = api.Top
 
 // cpuSampler turns cumulative CPU times into a share of a core between two
 // reads of the same sandbox.

@@ -73,19 +73,6 @@ func parseLabels(s string) (map[string]string, error) {
 	return constraintMap(cs), nil
 }
 
-// parseConstraints parses create's repeated --constraint KEY=VALUE.
-func parseConstraints(kvs []string) (map[string]string, error) {
-	var cs []placement.Constraint
-	for _, kv := range kvs {
-		c, err := placement.ParseConstraint(kv)
-		if err != nil {
-			return nil, fmt.Errorf("--constraint: %w", err)
-		}
-		cs = append(cs, c)
-	}
-	return constraintMap(cs), nil
-}
-
 func constraintMap(cs []placement.Constraint) map[string]string {
 	if len(cs) == 0 {
 		return nil

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/internal/bench"
+	"github.com/dsec-dev/dsec/internal/cliflag"
 )
 
 // benchQoSCmds are `dsec bench qos` and `dsec bench reclaim`.
@@ -72,18 +73,18 @@ func benchQoSCmds() []*cobra.Command {
 }
 
 func printReclaim(r bench.ReclaimResult) {
-	fmt.Printf("%d sandboxes x %d MiB (%s); swap %s (%s)\n", r.Sandboxes, r.HoldMiB, r.Content, r.Swap, humanBytes(r.SwapBytes))
+	fmt.Printf("%d sandboxes x %d MiB (%s); swap %s (%s)\n", r.Sandboxes, r.HoldMiB, r.Content, r.Swap, cliflag.HumanBytes(r.SwapBytes))
 	for _, p := range []struct {
 		name string
 		ph   bench.ReclaimPhase
 	}{{"pause", r.Plain}, {"pause --reclaim", r.Reclaim}} {
 		fmt.Printf("%-16s host memory for the sandboxes %s -> %s (%.0f%% less); their cgroups %s -> %s; load avg %.2f\n",
-			p.name, humanBytes(p.ph.HostBeforeBytes), humanBytes(p.ph.HostAfterBytes), 100*p.ph.HostReduction,
-			humanBytes(p.ph.CgroupsBeforeBytes), humanBytes(p.ph.CgroupsAfterBytes), p.ph.Load1)
+			p.name, cliflag.HumanBytes(p.ph.HostBeforeBytes), cliflag.HumanBytes(p.ph.HostAfterBytes), 100*p.ph.HostReduction,
+			cliflag.HumanBytes(p.ph.CgroupsBeforeBytes), cliflag.HumanBytes(p.ph.CgroupsAfterBytes), p.ph.Load1)
 		fmt.Printf("%-16s resume p50 %.2f ms p99 %.2f ms; resume -> first exec p50 %.2f ms p99 %.2f ms; checksums ok %d/%d\n",
 			"", p.ph.Resume.P50ms, p.ph.Resume.P99ms, p.ph.FirstExec.P50ms, p.ph.FirstExec.P99ms, p.ph.ChecksumsOK, r.Sandboxes)
 	}
 	if r.ZramOrigBytes > 0 {
-		fmt.Printf("zram at its fullest: %s of pages in %s (%.1fx)\n", humanBytes(r.ZramOrigBytes), humanBytes(r.ZramUsedBytes), r.ZramRatio)
+		fmt.Printf("zram at its fullest: %s of pages in %s (%.1fx)\n", cliflag.HumanBytes(r.ZramOrigBytes), cliflag.HumanBytes(r.ZramUsedBytes), r.ZramRatio)
 	}
 }

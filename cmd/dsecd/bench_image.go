@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/internal/bench"
+	"github.com/dsec-dev/dsec/internal/cliflag"
 )
 
 // benchImageCmd is `dsec bench image`.
@@ -21,11 +22,11 @@ func benchImageCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
-			if o.ChunkSize, err = parseSize(chunk); err != nil {
+			if o.ChunkSize, err = cliflag.ParseSize(chunk); err != nil {
 				return err
 			}
 			for _, c := range sweep {
-				n, err := parseSize(c)
+				n, err := cliflag.ParseSize(c)
 				if err != nil || n <= 0 {
 					return fmt.Errorf("--chunk-sweep: bad size %q", c)
 				}

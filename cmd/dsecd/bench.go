@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/internal/bench"
+	"github.com/dsec-dev/dsec/internal/cliflag"
 	"github.com/dsec-dev/dsec/internal/progress"
 )
 
@@ -49,7 +50,7 @@ func benchCmd() *cobra.Command {
 			if compare != "" {
 				peers = strings.Split(compare, ",")
 			}
-			if p := networkPolicy(netAllow, nil); p != nil {
+			if p := cliflag.NetworkPolicy(netAllow, nil); p != nil {
 				return benchEgress(cmd, co, *p, print)
 			}
 			if !inProcess && co.UserNS == "" {
