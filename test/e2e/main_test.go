@@ -80,6 +80,7 @@ type node struct {
 	token   string
 	cmd     *exec.Cmd
 	args    []string // extra `dsec server` flags
+	bin     string   // the dsec binary ("" = binPath, this tree's)
 	logs    *bytes.Buffer
 	cl      *client.Client
 	// layerdRace is set once a race report in layerd's log failed the test.
@@ -122,7 +123,11 @@ func (n *node) start() {
 	// DSEC_E2E_SERVER_ARGS adds flags to every server, e.g. --userns=on to
 	// run the suite with user namespaces
 	args := append(strings.Fields(os.Getenv("DSEC_E2E_SERVER_ARGS")), n.args...)
-	n.cmd = exec.Command(binPath, append([]string{"server", "--listen", n.addr, "--data-dir", n.dataDir, "--log-level", "debug"}, args...)...)
+	bin := n.bin
+	if bin == "" {
+		bin = binPath
+	}
+	n.cmd = exec.Command(bin, append([]string{"server", "--listen", n.addr, "--data-dir", n.dataDir, "--log-level", "debug"}, args...)...)
 	n.cmd.Stdout, n.cmd.Stderr = n.logs, n.logs
 	// Under -race the first data race ends the server (and layerd, which
 	// inherits the environment); stop fails the test on it.
