@@ -175,6 +175,9 @@ func (a *APIServer) startSecret(ctx context.Context) (lifecycle.Close, error) {
 	if err := cluster.CheckSecret(ctx, a.cfg.Etcd, a.cfg.Prefix, secret); err != nil {
 		return nil, err
 	}
+	if err := cluster.CheckFormat(ctx, a.cfg.Etcd, a.cfg.Prefix); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(a.cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/datafmt"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -150,6 +152,24 @@ func TestWithEtcd(t *testing.T) {
 		}
 		if err := CheckSecret(ctx, cli, "/t3/", other); err != ErrWrongSecret {
 			t.Fatalf("another secret: %v", err)
+		}
+	})
+
+	t.Run("CheckFormat", func(t *testing.T) {
+		ctx := context.Background()
+		for range 2 { // the first stores it, a later one compares
+			if err := CheckFormat(ctx, cli, "/t3f/"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := cli.Put(ctx, "/t3f/format", "9"); err != nil {
+			t.Fatal(err)
+		}
+		if err := CheckFormat(ctx, cli, "/t3f/"); !errors.Is(err, datafmt.ErrNewer) {
+			t.Fatalf("a cluster of a later dsec: %v", err)
+		}
+		if r, err := cli.Get(ctx, "/t3f/format"); err != nil || string(r.Kvs[0].Value) != "9" {
+			t.Errorf("the refused format was rewritten: %v", err)
 		}
 	})
 

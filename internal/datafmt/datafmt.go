@@ -32,6 +32,8 @@ const (
 	Projects = 1
 	// Trajectories is the trajectory store (DATA_DIR/trajectories.db).
 	Trajectories = 1
+	// Cluster is the layout of a cluster's keys in etcd.
+	Cluster = 1
 )
 
 // ErrNewer is wrapped by every refusal of a format newer than this build's.

@@ -148,6 +148,9 @@ func (a *agent) startEtcd(ctx context.Context) (lifecycle.Close, error) {
 	if err := cluster.CheckSecret(ctx, cli, "", a.csec); err != nil {
 		return closeCli, err
 	}
+	if err := cluster.CheckFormat(ctx, cli, ""); err != nil {
+		return closeCli, err
+	}
 	return closeCli, nil
 }
 
