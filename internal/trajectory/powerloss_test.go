@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -35,6 +38,11 @@ import (
 //   - nothing else is there but at most the one step that was in progress, and
 //     no step holds a result it was not given;
 //   - the next step runs live.
+//
+// TestPebblePowerLossTorn runs the same with a disk that also wrote back some
+// of the unsynced blocks, in any order (torn writes): the log must still open
+// with every answer (walrepair.go), and without cutting the torn WAL it must
+// not (TestPebblePowerLossTornWeakened).
 //
 // This exercises the store's own sync path (the lazy WAL: started marks written
 // but not fsynced, results fsynced in groups) through WAL rotation and
@@ -115,6 +123,15 @@ type powerLoss struct {
 	every int64 // crash at every every-th event
 	// stopAtFirst ends the crash points at the first failed check.
 	stopAtFirst bool
+	// torn keeps that percentage of the unsynced 4 KiB blocks and directory
+	// entries at a crash (a disk that wrote some dirty pages back, in any
+	// order); 0: exactly what was fsynced.
+	torn int
+	// keepTorn opens the crashed log without cutting a torn WAL (weakened).
+	keepTorn bool
+	rng      *rand.Rand
+	cuts     atomic.Int64 // torn WAL files cut on reopening
+	store    atomic.Pointer[Pebble]
 
 	armed   atomic.Bool // crash points start once the log is open
 	events  atomic.Int64
@@ -129,7 +146,7 @@ type powerLoss struct {
 
 const (
 	plDir       = "/powerloss/log" // not a real path: the disk guard cannot statfs it and lets writes through
-	plSteps     = 30
+	plSteps     = 24
 	plParallel  = 4
 	plMemTable  = 128 << 10
 	plMaxReport = 10
@@ -151,16 +168,35 @@ func plBody(t string, n int) []byte {
 	return bytes.Repeat([]byte(fmt.Sprintf("%s/%d;", t, n)), size/8+1)[:size]
 }
 
+// plInput is step n's request body (an upload), logged with its started mark:
+// large marks, written and not fsynced, span several blocks of the WAL.
+func plInput(t string, n int) []byte { return plBody(t, n+1000) }
+
 func plBegin(t string, n int) BeginRequest {
-	return BeginRequest{Trajectory: t, N: n, Op: OpExec, Fingerprint: plFingerprint(t, n), SandboxID: "sb-" + t,
-		Args: []byte(`{"cmd":["true"]}`), Now: time.Now()}
+	return BeginRequest{Trajectory: t, N: n, Op: OpUploadArchive, Fingerprint: plFingerprint(t, n), SandboxID: "sb-" + t,
+		Args: []byte(`{"path":"/w"}`), Input: plInput(t, n), InputStored: true, Now: time.Now()}
 }
 
 // hook counts an event and takes a crash snapshot on every every-th.
+// In torn mode only events while a WAL file has writes no fsync covered
+// count: the crash points where a torn WAL is possible.
 func (pl *powerLoss) hook() {
-	if pl.armed.Load() && pl.events.Add(1)%pl.every == 0 {
+	if !pl.armed.Load() {
+		return
+	}
+	if s := pl.store.Load(); pl.torn > 0 && (s == nil || !s.fs.dirty()) {
+		return
+	}
+	if pl.events.Add(1)%pl.every == 0 {
 		pl.crash()
 	}
+}
+
+// dirty reports whether a WAL file has writes no fsync covered.
+func (l *lazyWALFS) dirty() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.files) > 0
 }
 
 // crash takes the file system a power loss now would leave, with the answers
@@ -169,7 +205,11 @@ func (pl *powerLoss) crash() {
 	pl.crashMu.Lock()
 	defer pl.crashMu.Unlock()
 	pl.mu.Lock()
-	crashed := pl.mem.CrashClone(vfs.CrashCloneCfg{}) // exactly what was fsynced
+	cfg := vfs.CrashCloneCfg{}
+	if pl.torn > 0 {
+		cfg = vfs.CrashCloneCfg{UnsyncedDataPercent: pl.torn, RNG: pl.rng}
+	}
+	crashed := pl.mem.CrashClone(cfg)
 	acked := make(map[string]int, len(pl.acked))
 	for k, v := range pl.acked {
 		acked[k] = v
@@ -177,7 +217,7 @@ func (pl *powerLoss) crash() {
 	pl.points++
 	point := pl.points
 	pl.mu.Unlock()
-	if err := checkCrashed(crashed, acked); err != nil {
+	if err := checkCrashed(crashed, acked, pl.keepTorn, &pl.cuts); err != nil {
 		if pl.stopAtFirst {
 			pl.armed.Store(false)
 		}
@@ -189,9 +229,10 @@ func (pl *powerLoss) crash() {
 
 // checkCrashed opens the log a crash left and checks it against the answers
 // given before the crash.
-func checkCrashed(fs vfs.FS, acked map[string]int) error {
+func checkCrashed(fs vfs.FS, acked map[string]int, keepTorn bool, cuts *atomic.Int64) error {
 	ctx := context.Background()
-	p, err := OpenPebble(plDir, PebbleOptions{fs: fs, MemTableSize: plMemTable})
+	quiet := slog.New(countWarnings{slog.NewTextHandler(io.Discard, nil), cuts})
+	p, err := OpenPebble(plDir, PebbleOptions{fs: fs, MemTableSize: plMemTable, Logger: quiet, keepTorn: keepTorn})
 	if err != nil {
 		return fmt.Errorf("the log does not open: %w", err)
 	}
@@ -244,6 +285,9 @@ func checkCrashed(fs vfs.FS, acked map[string]int) error {
 // Abort returned before the crash) and that re-issuing it never runs it.
 func checkStep(ctx context.Context, p *Pebble, t string, s Step, answered bool) error {
 	n := s.N
+	if !bytes.Equal(s.Input, plInput(t, n)) {
+		return fmt.Errorf("%s: step %d's logged request body is not the one it was given", t, n)
+	}
 	d, err := p.Begin(ctx, plBegin(t, n))
 	switch s.State {
 	case api.StepFinished:
@@ -287,6 +331,7 @@ func (pl *powerLoss) run(t *testing.T, dropWALSyncs bool) {
 	ctx := context.Background()
 	pl.mem = vfs.NewCrashableMem()
 	pl.acked = map[string]int{}
+	pl.rng = rand.New(rand.NewPCG(1, 2))
 	// The node's data directory exists, durably, before the log is opened.
 	if err := pl.mem.MkdirAll(plDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -306,6 +351,7 @@ func (pl *powerLoss) run(t *testing.T, dropWALSyncs bool) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pl.store.Store(p)
 	pl.armed.Store(true)
 	var wg sync.WaitGroup
 	errs := make(chan error, plParallel)
@@ -365,7 +411,7 @@ func (pl *powerLoss) trajectory(ctx context.Context, p *Pebble, t string) error 
 // TestPebblePowerLoss: at every crash point, every answered step survives a
 // power loss exactly, nothing answered runs again, and the log opens.
 func TestPebblePowerLoss(t *testing.T) {
-	pl := &powerLoss{every: 11}
+	pl := &powerLoss{every: 13}
 	start := time.Now()
 	pl.run(t, false)
 	t.Logf("%d crash points over %d events in %v", pl.points, pl.events.Load(), time.Since(start).Round(time.Millisecond))
@@ -394,4 +440,63 @@ func TestPebblePowerLossWeakened(t *testing.T) {
 		t.Fatalf("%d crash points with the WAL fsyncs removed, and no answered step was lost", pl.points)
 	}
 	t.Logf("with the WAL fsyncs removed, %d of %d crash points lost answers, e.g. %s", len(pl.problems), pl.points, pl.problems[lost])
+}
+
+// plTornRuns bounds the runs of the torn tests: a torn WAL that needs the cut
+// shows up at a few percent of the crash points.
+const plTornRuns = 12
+
+// TestPebblePowerLossTorn: crash points where the disk also kept a random half
+// of the unsynced blocks: every answered step survives and the log opens. It
+// runs until some crash point needed a torn WAL cut (at most plTornRuns runs).
+func TestPebblePowerLossTorn(t *testing.T) {
+	points, cuts := 0, int64(0)
+	for run := 0; run < plTornRuns && cuts == 0; run++ {
+		pl := &powerLoss{every: 3, torn: 50}
+		pl.run(t, false)
+		points, cuts = points+pl.points, cuts+pl.cuts.Load()
+		for i, p := range pl.problems {
+			if i == plMaxReport {
+				t.Errorf("... and %d more", len(pl.problems)-i)
+				break
+			}
+			t.Error(p)
+		}
+		if t.Failed() {
+			return
+		}
+	}
+	t.Logf("%d torn crash points, %d torn WAL files cut", points, cuts)
+	if cuts == 0 {
+		t.Errorf("%d torn crash points and no torn WAL: the test did not reach the case it is for", points)
+	}
+}
+
+// TestPebblePowerLossTornWeakened: without cutting a torn WAL's unsynced tail,
+// some crash point leaves a log that does not open (the repair is needed).
+func TestPebblePowerLossTornWeakened(t *testing.T) {
+	points := 0
+	for run := 0; run < plTornRuns; run++ {
+		pl := &powerLoss{every: 3, torn: 50, keepTorn: true, stopAtFirst: true}
+		pl.run(t, false)
+		points += pl.points
+		if i := slices.IndexFunc(pl.problems, func(p string) bool { return strings.Contains(p, "does not open") }); i >= 0 {
+			t.Logf("without the cut, after %d crash points: %s", points, pl.problems[i])
+			return
+		}
+	}
+	t.Fatalf("%d torn crash points and the log always opened without the cut", points)
+}
+
+// countWarnings counts the warnings logged (the store's torn WAL cuts).
+type countWarnings struct {
+	slog.Handler
+	n *atomic.Int64
+}
+
+func (c countWarnings) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		c.n.Add(1)
+	}
+	return c.Handler.Handle(ctx, r)
 }
