@@ -26,7 +26,7 @@ import (
 // fsynced: CrashClone returns the file system a power loss at that instant
 // leaves when the disk keeps exactly what was fsynced (every synced byte and
 // directory entry, nothing else). A workload of concurrent trajectories runs while
-// every crashEvery-th write, sync or file creation of the store's files takes
+// every powerLoss.every-th write, sync, creation or rename of its files takes
 // such a snapshot together with what the callers had been answered so far; each
 // snapshot is then opened as a new store and checked:
 //
@@ -41,8 +41,8 @@ import (
 //
 // TestPebblePowerLossTorn runs the same with a disk that also wrote back some
 // of the unsynced blocks, in any order (torn writes): the log must still open
-// with every answer (walrepair.go), and without cutting the torn WAL it must
-// not (TestPebblePowerLossTornWeakened).
+// with every answer (walrepair.go); without cutting a torn WAL some crash point
+// leaves a log that does not open (TestPebblePowerLossTornWeakened).
 //
 // This exercises the store's own sync path (the lazy WAL: started marks written
 // but not fsynced, results fsynced in groups) through WAL rotation and
