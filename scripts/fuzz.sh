@@ -12,6 +12,30 @@ if [ -z "$targets" ]; then
 	echo "fuzz: no Fuzz targets found"
 	exit 0
 fi
+
+# The parsers of hostile input that must keep a fuzzer (issue 30): a target
+# missing here (renamed, deleted) fails the run instead of silently not running.
+required='./internal/container FuzzTreeCopy
+./internal/fsops FuzzExtractTar
+./internal/fsops FuzzExtractTarEntries
+./internal/fsops FuzzTarRoundTrip
+./cmd/dsec FuzzCpExtract
+./cmd/dsec FuzzCpRoundTrip
+./internal/frontend/e2b FuzzControlBodies
+./internal/frontend/dashboard FuzzTerminalMessages
+./internal/fncall FuzzParseEvent
+./internal/fncall FuzzZygoteEvents
+./internal/vm/qmp FuzzExecuteReply
+./internal/lazy FuzzJournalRoundTrip
+./internal/lazy FuzzReplayJournal'
+missing=$(printf '%s\n' "$required" | while read -r want; do
+	printf '%s\n' "$targets" | grep -qxF "$want" || echo "$want"
+done)
+if [ -n "$missing" ]; then
+	echo "fuzz: required targets not found:"
+	echo "$missing"
+	exit 1
+fi
 echo "$targets" | while read -r dir name; do
 	echo "fuzz: $dir $name ($FUZZTIME)"
 	# Fuzzing needs exactly one target per invocation.

@@ -59,7 +59,12 @@
 // sync), so a Begin never waits for a disk flush. Finish then waits for a group
 // fsync of its own, one for every durable write waiting, which also covers the
 // marks before it; WAL files are recycled, so the fsync is usually of
-// preallocated space. In the bbolt store
+// preallocated space. A power loss can tear the WAL (a later block on disk, an
+// earlier unsynced one lost) in a way Pebble reads as corruption, since its
+// records claim the skipped syncs; OpenPebble then cuts each torn WAL file at
+// its first unreadable record, which only drops writes no answer rests on
+// (walrepair.go; tested on Pebble's strict in-memory file system,
+// powerloss_test.go). In the bbolt store
 // the started mark is a transaction committed without fsync (written to the page
 // cache before Begin returns) and commits are grouped: one committer goroutine
 // writes every update queued while the previous transaction was being fsync'd

@@ -83,6 +83,7 @@ type PebbleOptions struct {
 	// simulated slow disk, for benchmarks (`dsec bench traj`). Zero in use.
 	SyncDelay time.Duration
 	fs        vfs.FS // tests: under the lazy WAL (default vfs.Default)
+	keepTorn  bool   // tests: do not cut a torn WAL (walrepair.go)
 }
 
 // Pebble is the embedded default Store on github.com/cockroachdb/pebble: a WAL
@@ -139,14 +140,28 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 		o.fs = walFS{FS: o.fs, wrap: func(f vfs.File) vfs.File { return &slowSyncFile{f, o.SyncDelay} }}
 	}
 	fs := newLazyWALFS(o.fs)
-	db, err := pebble.Open(dir, &pebble.Options{
-		FS:                 fs,
-		Cache:              cache,
-		MemTableSize:       o.MemTableSize,
-		MaxOpenFiles:       256,
-		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             pebbleLogger{o.Logger},
-	})
+	open := func() (*pebble.DB, error) {
+		return pebble.Open(dir, &pebble.Options{
+			FS:                 fs,
+			Cache:              cache,
+			MemTableSize:       o.MemTableSize,
+			MaxOpenFiles:       256,
+			FormatMajorVersion: pebble.FormatNewest,
+			Logger:             pebbleLogger{o.Logger},
+		})
+	}
+	db, err := open()
+	if pebble.IsCorruptionError(err) && !o.keepTorn {
+		// A WAL torn by a power loss (walrepair.go): cut its unsynced tail.
+		cuts, cerr := cutTornWAL(o.fs, dir)
+		for _, c := range cuts {
+			o.Logger.Warn("trajectory log: cut a WAL file torn by a power loss (writes that were never fsynced, so never answered)",
+				"file", c.File, "at", c.At, "dropped_bytes", c.Dropped)
+		}
+		if cerr == nil && len(cuts) > 0 {
+			db, err = open()
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open trajectory log %s: %w", dir, err)
 	}
