@@ -31,6 +31,10 @@ type Image struct {
 	Layers []Layer `json:"layers"`
 	// Config is the image's effective config (Manifest.ImageConfig); nil: none.
 	Config *Config `json:"config,omitempty"`
+	// Ref and Digest are set for an image pulled from a registry: the
+	// normalised reference and the digest it resolved to.
+	Ref    string `json:"ref,omitempty"`
+	Digest string `json:"digest,omitempty"`
 }
 
 // Layered reports whether img has EROFS layers (which need mounting).

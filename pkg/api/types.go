@@ -329,6 +329,9 @@ type ImageConfig struct {
 	User       string   `json:"user,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+	// ExposedPorts ("8080/tcp") and Labels are kept from the image config.
+	ExposedPorts []string          `json:"exposed_ports,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
 }
 
 // ComposeImageRequest is the body of POST /v1/images: an environment from layers
