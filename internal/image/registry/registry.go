@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -55,10 +56,13 @@ type Config struct {
 
 // Client reaches registries under one Config.
 type Client struct {
-	cfg   Config
-	keys  *keychain
-	hosts *hostsDir
-	rt    http.RoundTripper
+	cfg Config
+	// plainHTTP holds hosts reached over plain HTTP because a hosts.toml
+	// names them with http:// (besides Config.Insecure).
+	plainHTTP sync.Map
+	keys      *keychain
+	hosts     *hostsDir
+	rt        http.RoundTripper
 }
 
 // New returns a client; the Docker config is read now (an unreadable one is
@@ -112,7 +116,13 @@ func IsReference(s string) bool {
 	return false
 }
 
-func (c *Client) insecure(host string) bool { return slices.Contains(c.cfg.Insecure, host) }
+func (c *Client) insecure(host string) bool {
+	if slices.Contains(c.cfg.Insecure, host) {
+		return true
+	}
+	_, ok := c.plainHTTP.Load(host)
+	return ok
+}
 
 // Source is where a resolved image is read from: the endpoint (the registry
 // itself or a mirror) that answered, and the options to read it with.
@@ -209,7 +219,10 @@ func (c *Client) resolveAt(ctx context.Context, ref name.Reference, ep endpoint)
 
 func (c *Client) regOpts(ep endpoint) []name.Option {
 	opts := []name.Option{name.StrictValidation}
-	if ep.insecure || c.insecure(ep.host) {
+	if ep.insecure {
+		c.plainHTTP.Store(ep.host, true)
+	}
+	if c.insecure(ep.host) {
 		opts = append(opts, name.Insecure)
 	}
 	return opts
