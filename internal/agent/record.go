@@ -14,9 +14,14 @@ import (
 
 // record is what the agent keeps on disk per sandbox: enough to re-adopt it.
 type record struct {
-	ID                 string            `json:"id"`
-	Backend            string            `json:"backend"`
-	Image              string            `json:"image"`
+	ID      string `json:"id"`
+	Backend string `json:"backend"`
+	Image   string `json:"image"`
+	// ImageRef and ImageDigest: an image named by registry reference, the
+	// normalised reference and the digest it resolved to at create (a fork
+	// or commit uses that digest, wherever the tag has moved since).
+	ImageRef           string            `json:"image_ref,omitempty"`
+	ImageDigest        string            `json:"image_digest,omitempty"`
 	Spec               driver.Spec       `json:"spec"`
 	CreatedAt          time.Time         `json:"created_at"`
 	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`

@@ -416,3 +416,34 @@ func (p *Puller) recordRef(ref, dg string) error {
 	}
 	return nil
 }
+
+var _ images.RefPuller = (*Puller)(nil)
+
+// PullRef implements images.RefPuller.
+func (p *Puller) PullRef(ctx context.Context, ref string) (images.Image, error) {
+	r, err := p.Pull(ctx, ref)
+	return r.Image, err
+}
+
+// PulledRefs implements images.RefPuller: each pulled reference (named as
+// normalised) with the image it last resolved to.
+func (p *Puller) PulledRefs() ([]images.Image, error) {
+	refs, err := p.Refs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]images.Image, 0, len(refs))
+	for _, r := range refs {
+		m, err := p.readImage(r.Digest)
+		if err != nil {
+			continue // its record is gone: not on this node any more
+		}
+		pl, err := p.pulled(r.Ref, r.Digest, m)
+		if err != nil {
+			continue
+		}
+		pl.Image.Name = r.Ref
+		out = append(out, pl.Image)
+	}
+	return out, nil
+}
