@@ -175,7 +175,11 @@ func Layer(t testing.TB, entries ...Entry) v1.Layer {
 	if err := tw.Close(); err != nil {
 		t.Fatal(err)
 	}
-	b := buf.Bytes()
+	return LayerFromTar(t, buf.Bytes())
+}
+
+// LayerFromTar makes a gzip layer of an uncompressed tar.
+func LayerFromTar(t testing.TB, b []byte) v1.Layer {
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil },
 		tarball.WithMediaType(types.OCILayer))
 	if err != nil {
