@@ -169,7 +169,7 @@ func TestCreateByReference(t *testing.T) {
 func TestCreateByReferenceBadInput(t *testing.T) {
 	d, reg := pullNode(t)
 	ctx := context.Background()
-	reg.Push(t, "ok:1", registrytest.Image(t, v1.Config{}, busyboxLayer(t)))
+	reg.Push(t, "ok:1", registrytest.Image(t, v1.Config{User: "1000"}, busyboxLayer(t)))
 	other := registrytest.Image(t, v1.Config{}, registrytest.Layer(t, regEntry{Name: "f", Body: "f"}))
 	reg.PushIndex(t, "foreign:1", registrytest.Index(t, map[string]v1.Image{"linux/s390x": other}))
 	keep, err := d.Manager.Create(ctx, api.CreateSandboxRequest{Image: reg.Host + "/ok:1"})
@@ -192,7 +192,8 @@ func TestCreateByReferenceBadInput(t *testing.T) {
 	if err != nil || len(list) != 1 {
 		t.Fatalf("sandboxes after the refusals: %d %v, want the one", len(list), err)
 	}
-	if out, code := sh(t, d, keep.ID, "echo ok"); out != "ok" || code != 0 {
+	// (and it runs as the image's User)
+	if out, code := sh(t, d, keep.ID, "id -u"); out != "1000" || code != 0 {
 		t.Fatalf("the sandbox already there: %q %d", out, code)
 	}
 }

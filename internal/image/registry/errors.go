@@ -10,8 +10,6 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-func errorsAs(err error, target any) bool { return errors.As(err, target) }
-
 // classify sorts a registry error by the registry's answer (its HTTP status
 // and error codes), never by the message's text: a message quotes the
 // registry's URL, whose port may well contain "404".

@@ -3,6 +3,7 @@ package registry
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -69,8 +70,8 @@ func (t *retryTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 		var wait time.Duration
 		switch {
 		case err != nil:
-			if errdefs.CodeOf(err) == api.CodeUnavailable && isGuard(err) {
-				return nil, err
+			if classified(err) {
+				return nil, err // refused here (schemeGuard), not a network fault
 			}
 			wait = jitter(backoff)
 		case retryable(resp.StatusCode):
@@ -88,9 +89,9 @@ func (t *retryTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	}
 }
 
-func isGuard(err error) bool {
+func classified(err error) bool {
 	var e *errdefs.Error
-	return errorsAs(err, &e)
+	return errors.As(err, &e)
 }
 
 // retryAfter reads a Retry-After header (seconds or an HTTP date); def if
