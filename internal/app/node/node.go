@@ -330,7 +330,7 @@ func (d *Daemon) startEnvironments(context.Context) (lifecycle.Close, error) {
 		return nil, fmt.Errorf("registries: %w", err)
 	}
 	d.puller = &pull.Puller{Registry: reg, Blobs: blobs, Spec: d.blobSpec, Dir: d.dirs.Pulls(), Log: d.cfg.Logger}
-	return nil, nil
+	return nil, d.puller.Clean()
 }
 
 func (d *Daemon) startBackends(context.Context) (lifecycle.Close, error) {

@@ -66,6 +66,20 @@ type Puller struct {
 	LayersFetched atomic.Int64
 }
 
+// Clean removes what an earlier process left half-written in the temporary
+// directory (a fetch or a conversion cut short by a crash). Call it before
+// the first Pull, when no other process pulls into Dir.
+func (p *Puller) Clean() error {
+	d := p.TempDir
+	if d == "" {
+		d = filepath.Join(p.Dir, "tmp")
+	}
+	if err := os.RemoveAll(d); err != nil {
+		return errdefs.Internal(err, "pull temp dir")
+	}
+	return nil
+}
+
 // Pulled is an image made into an environment.
 type Pulled struct {
 	// Ref is the normalised reference (docker.io/library/python:3.12).

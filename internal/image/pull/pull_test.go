@@ -358,6 +358,16 @@ func TestBadInput(t *testing.T) {
 	if ents, _ := os.ReadDir(filepath.Join(e.p.Dir, "tmp")); len(ents) != 0 {
 		t.Fatalf("temp files left: %v", ents)
 	}
+	// What a crashed process left half-written goes at the next start.
+	if err := os.WriteFile(filepath.Join(e.p.Dir, "tmp", "fetch-1.layer"), []byte("half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.p.Clean(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(e.p.Dir, "tmp", "fetch-1.layer")); !os.IsNotExist(err) {
+		t.Fatalf("a half-written fetch survived Clean: %v", err)
+	}
 	e.reg.Tamper(dg.String(), nil)
 	if _, err := e.p.Pull(ctx, e.reg.Host+"/tampered:1"); err != nil {
 		t.Fatalf("after the registry mends: %v", err)
