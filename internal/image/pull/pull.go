@@ -104,12 +104,12 @@ func (p *Puller) Pull(ctx context.Context, ref string) (Pulled, error) {
 		}
 	}
 	// Creates of one reference at once share one resolution and one pull.
-	v, err, _ := p.flights.Do("ref\x00"+norm, func() (any, error) {
+	v, err := p.shared(ctx, "ref\x00"+norm, func() (any, error) {
 		res, err := p.Registry.Resolve(context.WithoutCancel(ctx), r)
 		if err != nil {
 			return nil, err
 		}
-		m, err := p.image(ctx, res)
+		m, err := p.image(context.WithoutCancel(ctx), res)
 		if err != nil {
 			return nil, err
 		}
@@ -123,6 +123,23 @@ func (p *Puller) Pull(ctx context.Context, ref string) (Pulled, error) {
 		return Pulled{}, err
 	}
 	return v.(Pulled), nil
+}
+
+// shared runs fn once for every caller asking for key at the same time. fn
+// runs on without the callers' cancellation (other callers may still want
+// its result); a caller whose ctx ends stops waiting.
+func (p *Puller) shared(ctx context.Context, key string, fn func() (any, error)) (any, error) {
+	ch := p.flights.DoChan(key, fn)
+	select {
+	case r := <-ch:
+		return r.Val, r.Err
+	case <-ctx.Done():
+		what := strings.ReplaceAll(key, "\x00", " ")
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for %s", what)
+		}
+		return nil, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+	}
 }
 
 func (p *Puller) pulled(ref, dg string, m images.Manifest) (Pulled, error) {
@@ -141,7 +158,7 @@ func (p *Puller) image(ctx context.Context, res registry.Resolved) (images.Manif
 	if m, err := p.readImage(dg); err == nil {
 		return m, nil
 	}
-	v, err, _ := p.flights.Do("image\x00"+dg, func() (any, error) {
+	v, err := p.shared(ctx, "image\x00"+dg, func() (any, error) {
 		if m, err := p.readImage(dg); err == nil {
 			return m, nil
 		}
@@ -230,11 +247,11 @@ func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (images.
 	if el, err := p.readLayer(ctx, dg.String()); err == nil {
 		return el, nil
 	}
-	v, err, _ := p.flights.Do("layer\x00"+dg.String(), func() (any, error) {
+	v, err := p.shared(ctx, "layer\x00"+dg.String(), func() (any, error) {
 		if el, err := p.readLayer(ctx, dg.String()); err == nil {
 			return el, nil
 		}
-		return p.convert(ctx, l, dg, diffID)
+		return p.convert(context.WithoutCancel(ctx), l, dg, diffID)
 	})
 	if err != nil {
 		return images.Layer{}, err

@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	erofs "github.com/erofs/go-erofs"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -385,5 +386,31 @@ func TestRetriesHonourRetryAfter(t *testing.T) {
 	_, err := e.p.Pull(context.Background(), e.reg.Host+"/busy:1")
 	if errdefs.CodeOf(err) != api.CodeUnavailable {
 		t.Fatalf("still busy after the retries: %v, want unavailable", err)
+	}
+}
+
+// A caller whose deadline passes stops waiting (deadline_exceeded); the fetch
+// it shared goes on for the others, and is not started again.
+func TestDeadlineLeavesSharedFetch(t *testing.T) {
+	e := newEnv(t, nil)
+	e.reg.Push(t, "slow:1", registrytest.Image(t, v1.Config{}, registrytest.Layer(t, E{Name: "f", Body: "f"})))
+	e.reg.Slow(300 * time.Millisecond)
+	done := make(chan error, 1)
+	go func() {
+		_, err := e.p.Pull(context.Background(), e.reg.Host+"/slow:1")
+		done <- err
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := e.p.Pull(ctx, e.reg.Host+"/slow:1"); errdefs.CodeOf(err) != api.CodeDeadlineExceeded {
+		t.Fatalf("past its deadline: %v, want deadline_exceeded", err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the patient caller: %v", err)
+	}
+	for dg, n := range e.reg.BlobGets() {
+		if n != 1 {
+			t.Errorf("blob %s fetched %d times", dg, n)
+		}
 	}
 }

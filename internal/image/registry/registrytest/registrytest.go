@@ -42,6 +42,7 @@ type Registry struct {
 	blobGets map[string]int    // digest → GETs served
 	tampered map[string][]byte // digest → content served instead
 	busy     int               // answer this many requests 429 first
+	delay    time.Duration     // before serving each blob
 }
 
 // token is the one token the front hands out.
@@ -92,12 +93,14 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, inner http.Ha
 		return
 	}
 	var bad []byte
+	var delay time.Duration
 	if i := strings.Index(req.URL.Path, "/blobs/sha256:"); i >= 0 && req.Method == http.MethodGet {
 		dg := req.URL.Path[i+len("/blobs/"):]
 		r.blobGets[dg]++
-		bad = r.tampered[dg]
+		bad, delay = r.tampered[dg], r.delay
 	}
 	r.mu.Unlock()
+	time.Sleep(delay)
 	if bad != nil {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		_, _ = w.Write(bad)
@@ -122,6 +125,13 @@ func (r *Registry) Tamper(dg string, content []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.tampered[dg] = content
+}
+
+// Slow makes the registry wait d before serving each blob.
+func (r *Registry) Slow(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.delay = d
 }
 
 // Busy makes the next n registry requests answer 429 with Retry-After: 1.
