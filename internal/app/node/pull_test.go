@@ -42,6 +42,12 @@ func busyboxLayer(t *testing.T) v1.Layer {
 // (credentials in a Docker config.json, plain HTTP allowed for it).
 func pullNode(t *testing.T) (*Daemon, *registrytest.Registry) {
 	t.Helper()
+	return pullNodeWith(t, nil)
+}
+
+// pullNodeWith is pullNode with the registry config changed by mut.
+func pullNodeWith(t *testing.T, mut func(reg *registrytest.Registry, c *registry.Config)) (*Daemon, *registrytest.Registry) {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
 	}
@@ -52,9 +58,13 @@ func pullNode(t *testing.T) (*Daemon, *registrytest.Registry) {
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, reg.Host, auth)), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	rc := registry.Config{DockerConfig: cfg, Insecure: []string{reg.Host}, Retries: 1, MinBackoff: 1e6}
+	if mut != nil {
+		mut(reg, &rc)
+	}
 	d, err := New(context.Background(), Config{DataDir: filepath.Join(dir, "data"), ImagesDir: DefaultImagesDir, DefaultImage: "busybox", Token: "test",
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Registries: registry.Config{DockerConfig: cfg, Insecure: []string{reg.Host}, Retries: 1, MinBackoff: 1e6}})
+		Registries: rc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,5 +243,31 @@ func TestConcurrentCreatesFetchOnce(t *testing.T) {
 		if k != 1 {
 			t.Errorf("blob %s fetched %d times, want once", b, k)
 		}
+	}
+}
+
+// TestCreateShortNameThroughMirror: a Docker Hub short name is served by the
+// mirror a hosts.toml names for docker.io (Docker Hub itself never asked).
+func TestCreateShortNameThroughMirror(t *testing.T) {
+	d, reg := pullNodeWith(t, func(reg *registrytest.Registry, c *registry.Config) {
+		c.HostsDir = t.TempDir()
+		if err := os.MkdirAll(filepath.Join(c.HostsDir, "docker.io"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		toml := fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", "http://"+reg.Host, "http://"+reg.Host)
+		if err := os.WriteFile(filepath.Join(c.HostsDir, "docker.io", "hosts.toml"), []byte(toml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	dg := reg.Push(t, "library/pyish:3.12-slim", registrytest.Image(t, v1.Config{}, busyboxLayer(t), registrytest.Layer(t, regEntry{Name: "py", Body: "3.12"})))
+	sb, err := d.Manager.Create(context.Background(), api.CreateSandboxRequest{Image: "pyish:3.12-slim"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sb.ImageRef != "docker.io/library/pyish:3.12-slim" || sb.ImageDigest != dg {
+		t.Fatalf("ref %q digest %q, want Docker Hub's library/pyish at %s", sb.ImageRef, sb.ImageDigest, dg)
+	}
+	if out, code := sh(t, d, sb.ID, "cat /py"); out != "3.12" || code != 0 {
+		t.Fatalf("cat /py: %q %d", out, code)
 	}
 }

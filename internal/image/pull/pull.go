@@ -96,7 +96,7 @@ func (p *Puller) Pull(ctx context.Context, ref string) (Pulled, error) {
 	if err != nil {
 		return Pulled{}, err
 	}
-	norm := r.Name()
+	norm := registry.Normalized(r)
 	if d, ok := r.(name.Digest); ok {
 		// Pinned: the node's record answers without the registry.
 		if m, err := p.readImage(d.DigestStr()); err == nil {
@@ -178,17 +178,17 @@ func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (images.M
 	img := res.Image
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return images.Manifest{}, registry.Classify(err, "config of "+res.Ref.Name())
+		return images.Manifest{}, registry.Classify(err, "config of "+registry.Normalized(res.Ref))
 	}
 	ls, err := img.Layers()
 	if err != nil {
-		return images.Manifest{}, registry.Classify(err, "layers of "+res.Ref.Name())
+		return images.Manifest{}, registry.Classify(err, "layers of "+registry.Normalized(res.Ref))
 	}
 	if len(ls) == 0 {
-		return images.Manifest{}, errdefs.Invalid("image %s has no layers", res.Ref.Name())
+		return images.Manifest{}, errdefs.Invalid("image %s has no layers", registry.Normalized(res.Ref))
 	}
 	if len(cf.RootFS.DiffIDs) != len(ls) {
-		return images.Manifest{}, errdefs.Invalid("image %s: %d layers but %d diff IDs in its config", res.Ref.Name(), len(ls), len(cf.RootFS.DiffIDs))
+		return images.Manifest{}, errdefs.Invalid("image %s: %d layers but %d diff IDs in its config", registry.Normalized(res.Ref), len(ls), len(cf.RootFS.DiffIDs))
 	}
 	out := make([]images.Layer, len(ls))
 	g, gctx := errgroup.WithContext(ctx)
@@ -208,12 +208,12 @@ func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (images.M
 	if err := c.Validate(); err != nil {
 		return images.Manifest{}, err
 	}
-	m := images.Manifest{Version: images.ManifestVersion, Name: res.Ref.Context().Name() + "@" + res.Digest.String(),
-		Description: "pulled from " + res.Ref.Name(), BlobStore: p.Spec, Layers: out, Config: c, Created: time.Now().UTC()}
+	m := images.Manifest{Version: images.ManifestVersion, Name: images.Pin(registry.Normalized(res.Ref), res.Digest.String()),
+		Description: "pulled from " + registry.Normalized(res.Ref), BlobStore: p.Spec, Layers: out, Config: c, Created: time.Now().UTC()}
 	if err := p.writeImage(res.Digest.String(), m); err != nil {
 		return images.Manifest{}, err
 	}
-	p.log().Info("pulled image", "ref", res.Ref.Name(), "digest", res.Digest.String(), "layers", len(out), "took", time.Since(start))
+	p.log().Info("pulled image", "ref", registry.Normalized(res.Ref), "digest", res.Digest.String(), "layers", len(out), "took", time.Since(start))
 	return m, nil
 }
 

@@ -302,7 +302,7 @@ func TestShortNameThroughMirror(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Ref != "index.docker.io/library/pyish:3.12-slim" || got.Digest != want {
+	if got.Ref != "docker.io/library/pyish:3.12-slim" || got.Digest != want {
 		t.Fatalf("pulled %s %s, want docker.io's library/pyish at %s", got.Ref, got.Digest, want)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,6 +103,16 @@ func Parse(ref string) (name.Reference, error) {
 		return nil, errdefs.Invalid("image reference %q: %v", ref, err)
 	}
 	return r, nil
+}
+
+// Normalized is ref's full name as Docker shows it: Docker Hub is
+// docker.io (docker.io/library/python:3.12), whatever the library calls it.
+func Normalized(ref name.Reference) string {
+	n := ref.Name()
+	if rest, ok := strings.CutPrefix(n, name.DefaultRegistry+"/"); ok {
+		return "docker.io/" + rest
+	}
+	return n
 }
 
 // IsReference reports whether s can only be a registry reference, never a
