@@ -146,6 +146,17 @@ func TestCreateByReference(t *testing.T) {
 	if out, _ := sh(t, d, sb.ID, "ls /data/old"); out != "new\nw" {
 		t.Fatalf("first sandbox after the tag moved: %q", out)
 	}
+	// A fork after the tag moved: the children get the parent's digest.
+	fr, err := d.Manager.Fork(ctx, sb.ID, api.ForkRequest{Count: 1})
+	if err != nil {
+		t.Fatalf("fork after the tag moved: %v", err)
+	}
+	if c := fr.Children[0]; c.ImageDigest != v1dg {
+		t.Fatalf("child digest %s, want the parent's %s", c.ImageDigest, v1dg)
+	}
+	if out, _ := sh(t, d, fr.Children[0].ID, "ls /data/old; test -e /data/version || echo no-v2"); out != "new\nw\nno-v2" {
+		t.Fatalf("child after the tag moved: %q", out)
+	}
 	moved, err := d.Manager.Create(ctx, api.CreateSandboxRequest{Image: ref})
 	if err != nil {
 		t.Fatal(err)
