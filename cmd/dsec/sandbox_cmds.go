@@ -78,7 +78,7 @@ func createCmd() *cobra.Command {
 		},
 	}
 	f := c.Flags()
-	f.StringVar(&image, "image", "", "image name (default: the server's default image)")
+	f.StringVar(&image, "image", "", "image: a local image or environment name, or a registry reference (python:3.12-slim, ghcr.io/org/task@sha256:...) resolved to a digest and fetched by the server; default: the server's default image")
 	f.StringVar(&node, "node", "", "in a cluster: create the sandbox on this node")
 	f.StringArrayVar(&constraints, "constraint", nil, "in a cluster: KEY=VALUE a node's labels must match (repeatable)")
 	f.StringVar(&backend, "backend", "", "isolation backend: container (default), microvm, fullvm (with --image desktop; see dsec info)")

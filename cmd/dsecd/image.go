@@ -18,12 +18,14 @@ import (
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/pull"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/progress"
 	"github.com/dsec-dev/dsec/pkg/api"
+	"github.com/dsec-dev/dsec/pkg/client"
 )
 
 // imageCmd is `dsec image`: layers and environments on this node's data dir,
@@ -165,6 +167,15 @@ environment.`}
 				}
 				fmt.Fprintf(tw, "env\t%s\t%d layers\t%d\n", n, len(e.Layers), sz)
 			}
+			// Images pulled by reference on this node (`dsec image pull`, create --image REF).
+			pulled, _ := (&pull.Puller{Dir: paths.New(dataDir).Pulls()}).PulledRefs()
+			for _, img := range pulled {
+				var sz int64
+				for _, l := range img.Layers {
+					sz += l.Size
+				}
+				fmt.Fprintf(tw, "ref\t%s\t%s\t%d\n", img.Name, img.Digest, sz)
+			}
 			layers, _ := es.ListLayers(cmd.Context())
 			for _, n := range layers {
 				if l, err := es.Layer(cmd.Context(), n); err == nil {
@@ -274,7 +285,20 @@ environment.`}
 	rebase.Flags().StringVar(&rebaseTo, "to", "", "the new layer (name or digest)")
 	rebase.MarkFlagRequired("from")
 	rebase.MarkFlagRequired("to")
-	c.AddCommand(build, compose, ls, inspect, rm, record, rebase)
+	pullCmd := &cobra.Command{Use: "pull REF", Short: "Fetch an image by registry reference on the server (REGISTRY/REPO[:TAG] or @sha256:DIGEST; short names as Docker: python:3.12 is docker.io/library/python:3.12) and print its digest", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			img, err := cl.PullImage(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			fmt.Printf("%s %s (%d layers, %d bytes)\n", img.Ref, img.Digest, len(img.Layers), img.Size)
+			return nil
+		}}
+	c.AddCommand(build, compose, ls, inspect, rm, record, rebase, pullCmd)
 	return c
 }
 

@@ -119,7 +119,11 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (api
 // is the same directories; a layered environment must still have the layers
 // the parent runs on (a rebase since would give the children other files).
 func (m *Manager) forkBase(rec *record, img images.Image) (images.Image, error) {
-	cur, err := m.cfg.Images.Resolve(rec.Image)
+	name := rec.Image
+	if rec.ImageDigest != "" {
+		name = images.Pin(rec.ImageRef, rec.ImageDigest)
+	}
+	cur, err := m.cfg.Images.Resolve(name)
 	if err != nil {
 		return img, err
 	}

@@ -23,12 +23,22 @@ func (m *Manager) Images(ctx context.Context) ([]api.Image, error) {
 		}
 		out = append(out, img.View(usage, img.Name == m.cfg.Images.Default))
 	}
+	if m.cfg.Images.Refs != nil {
+		pulled, err := m.cfg.Images.Refs.PulledRefs()
+		if err != nil {
+			return nil, err
+		}
+		for _, img := range pulled {
+			out = append(out, img.View(usage, false))
+		}
+	}
 	return out, nil
 }
 
 // Image describes one image or environment ("" = the default image).
+// A registry reference is resolved and pulled (`dsec image pull`).
 func (m *Manager) Image(ctx context.Context, name string) (api.Image, error) {
-	img, err := m.cfg.Images.Resolve(name)
+	img, err := m.cfg.Images.ResolveContext(ctx, name)
 	if err != nil {
 		return api.Image{}, err
 	}

@@ -18,10 +18,15 @@ import (
 type record struct {
 	// Version is the record's format (datafmt.Record); a record of a later
 	// format is left for the dsec that wrote it.
-	Version            int               `json:"version"`
-	ID                 string            `json:"id"`
-	Backend            string            `json:"backend"`
-	Image              string            `json:"image"`
+	Version int    `json:"version"`
+	ID      string `json:"id"`
+	Backend string `json:"backend"`
+	Image   string `json:"image"`
+	// ImageRef and ImageDigest: an image named by registry reference, the
+	// normalised reference and the digest it resolved to at create (a fork
+	// or commit uses that digest, wherever the tag has moved since).
+	ImageRef           string            `json:"image_ref,omitempty"`
+	ImageDigest        string            `json:"image_digest,omitempty"`
 	Spec               driver.Spec       `json:"spec"`
 	CreatedAt          time.Time         `json:"created_at"`
 	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`

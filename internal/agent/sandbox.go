@@ -48,7 +48,7 @@ func (sb *sandbox) view() api.Sandbox {
 	defer sb.mu.Unlock()
 	r := sb.rec
 	v := api.Sandbox{
-		ID: r.ID, Backend: r.Backend, Image: r.Image, State: api.StateRunning,
+		ID: r.ID, Backend: r.Backend, Image: r.Image, ImageRef: r.ImageRef, ImageDigest: r.ImageDigest, State: api.StateRunning,
 		CPU: r.Spec.CPU, MemoryBytes: r.Spec.Memory, DiskBytes: r.Spec.Disk, PidsMax: r.Spec.PidsMax,
 		CreatedAt: r.CreatedAt, IdleTimeoutSeconds: r.IdleTimeoutSeconds,
 		LastActiveAt: time.Unix(0, sb.lastActive.Load()).UTC(),
@@ -200,7 +200,7 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 		return nil, m.refusedAdmission(ctx, req.Backend, err)
 	}
 	defer adm[0].release()
-	img, err := m.cfg.Images.Resolve(req.Image)
+	img, err := m.cfg.Images.ResolveContext(ctx, req.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -297,7 +297,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 		return nil, err
 	}
 	r := &record{
-		ID: id, Backend: req.Backend, Image: img.Name, Spec: spec, CreatedAt: m.now().UTC(),
+		ID: id, Backend: req.Backend, Image: img.Name, ImageRef: img.Ref, ImageDigest: img.Digest, Spec: spec, CreatedAt: m.now().UTC(),
 		TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
 		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, ImageConfig: img.Config, Network: req.Network,
 	}

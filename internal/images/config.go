@@ -1,7 +1,9 @@
 package images
 
 import (
+	"maps"
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -12,7 +14,8 @@ import (
 // config: Env is the base environment of every exec (PATH from the image
 // replaces dsec's default PATH), WorkingDir the default cwd, User the default
 // user; a request's env, cwd and user override them (see ExecEnv, ExecUser,
-// ExecCwd). Entrypoint and Cmd are recorded and shown, not run.
+// ExecCwd). Entrypoint, Cmd, ExposedPorts and Labels are recorded and shown,
+// not run.
 type Config api.ImageConfig
 
 // API returns c as the API shows it (nil stays nil).
@@ -20,7 +23,8 @@ func (c *Config) API() *api.ImageConfig { return (*api.ImageConfig)(c) }
 
 // IsZero reports whether c sets nothing.
 func (c *Config) IsZero() bool {
-	return c == nil || len(c.Env) == 0 && c.WorkingDir == "" && c.User == "" && len(c.Entrypoint) == 0 && len(c.Cmd) == 0
+	return c == nil || len(c.Env) == 0 && c.WorkingDir == "" && c.User == "" && len(c.Entrypoint) == 0 && len(c.Cmd) == 0 &&
+		len(c.ExposedPorts) == 0 && len(c.Labels) == 0
 }
 
 // Validate checks a config read from outside (an OCI image, image.json).
@@ -76,6 +80,15 @@ func Merge(lower, upper *Config) *Config {
 	case len(upper.Cmd) > 0:
 		out.Cmd = append([]string(nil), upper.Cmd...)
 	}
+	for _, p := range upper.ExposedPorts {
+		if !slices.Contains(out.ExposedPorts, p) {
+			out.ExposedPorts = append(out.ExposedPorts, p)
+		}
+	}
+	if len(upper.Labels) > 0 && out.Labels == nil {
+		out.Labels = map[string]string{}
+	}
+	maps.Copy(out.Labels, upper.Labels)
 	return out
 }
 
@@ -84,7 +97,8 @@ func clone(c *Config) *Config {
 		return nil
 	}
 	return &Config{Env: append([]string(nil), c.Env...), WorkingDir: c.WorkingDir, User: c.User,
-		Entrypoint: append([]string(nil), c.Entrypoint...), Cmd: append([]string(nil), c.Cmd...)}
+		Entrypoint: append([]string(nil), c.Entrypoint...), Cmd: append([]string(nil), c.Cmd...),
+		ExposedPorts: slices.Clone(c.ExposedPorts), Labels: maps.Clone(c.Labels)}
 }
 
 func mergeEnv(lower, upper []string) []string {

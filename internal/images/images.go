@@ -17,6 +17,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -31,6 +32,10 @@ type Image struct {
 	Layers []Layer `json:"layers"`
 	// Config is the image's effective config (Manifest.ImageConfig); nil: none.
 	Config *Config `json:"config,omitempty"`
+	// Ref and Digest are set for an image pulled from a registry: the
+	// normalised reference and the digest it resolved to.
+	Ref    string `json:"ref,omitempty"`
+	Digest string `json:"digest,omitempty"`
 }
 
 // Layered reports whether img has EROFS layers (which need mounting).
@@ -75,6 +80,33 @@ type EnvResolver interface {
 	ListEnvs() []string
 }
 
+// RefPuller makes images named by registry reference available on the node
+// (internal/image/pull).
+type RefPuller interface {
+	// PullRef resolves ref (REGISTRY/REPO[:TAG], a digest reference, a short
+	// name normalised as Docker does) to a digest and returns its image with
+	// Ref and Digest set, fetching what the node does not have.
+	PullRef(ctx context.Context, ref string) (Image, error)
+	// PulledRefs returns the images of the references this node pulled,
+	// from its own records (no registry is asked).
+	PulledRefs() ([]Image, error)
+}
+
+// IsReference reports whether name can only be a registry reference, never a
+// local image or environment name: it has a registry or repository path
+// ('/'), a tag (':') or a digest ('@'). A bare name ("python") is a local
+// name; its registry form is "python:latest".
+func IsReference(name string) bool { return strings.ContainsAny(name, "/:@") }
+
+// Pin returns reference ref pinned to digest: REPO@DIGEST (its tag dropped).
+func Pin(ref, digest string) string {
+	repo, _, _ := strings.Cut(ref, "@")
+	if i := strings.LastIndexByte(repo, ':'); i > strings.LastIndexByte(repo, '/') {
+		repo = repo[:i]
+	}
+	return repo + "@" + digest
+}
+
 // ValidName matches image, environment and layer names.
 var ValidName = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
 
@@ -91,6 +123,9 @@ type Store struct {
 	Envs EnvResolver
 	// BlobStore is the blob store of EROFS layers whose manifest names none.
 	BlobStore string
+	// Refs pulls images named by registry reference (nil: references are
+	// refused).
+	Refs RefPuller
 }
 
 // Mount acquires img's EROFS layers for holder (a sandbox ID) and sets their
@@ -133,12 +168,28 @@ func (s *Store) Unmount(ctx context.Context, holder string) error {
 	return s.Layers.Release(ctx, holder)
 }
 
-// Resolve returns the image called name ("" = the default).
+// Resolve returns the image called name ("" = the default); a registry
+// reference is resolved (and pulled if need be) with no deadline of its own.
 func (s *Store) Resolve(name string) (Image, error) {
+	return s.ResolveContext(context.Background(), name)
+}
+
+// ResolveContext returns the image called name ("" = the default): a local
+// directory image or environment first, else a registry reference resolved
+// to a digest and pulled unless the node has it.
+func (s *Store) ResolveContext(ctx context.Context, name string) (Image, error) {
 	if name == "" {
 		name = s.Default
 	}
 	if !ValidName.MatchString(name) {
+		if s.Refs != nil && IsReference(name) {
+			img, err := s.Refs.PullRef(ctx, name)
+			if err != nil {
+				return Image{}, err
+			}
+			img.Name = name
+			return img, nil
+		}
 		return Image{}, errdefs.Invalid("invalid image name %q", name)
 	}
 	dir := filepath.Join(s.Dir, name)

@@ -23,7 +23,7 @@ type LayerAccounting interface {
 // View describes img for the API, with this node's accounting of its layers
 // (usage by digest; nil: nothing mounted or fetched).
 func (img Image) View(usage map[string]LayerUsage, isDefault bool) api.Image {
-	v := api.Image{Name: img.Name, Kind: "directory", Default: isDefault, Config: img.Config.API()}
+	v := api.Image{Name: img.Name, Kind: "directory", Default: isDefault, Config: img.Config.API(), Ref: img.Ref, Digest: img.Digest}
 	if !img.Layered() {
 		return v
 	}

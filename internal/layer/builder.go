@@ -38,6 +38,9 @@ type builder struct {
 	lastProg time.Time
 	buf      []byte
 	config   *images.Config // an OCI source's image config
+	// overlay: tar whiteouts become overlayfs whiteouts (BuildOCILayer).
+	overlay bool
+	opaque  map[string]bool // directories with an opaque marker
 }
 
 func newBuilder(ctx context.Context, out *os.File, opts Options) *builder {
@@ -322,6 +325,14 @@ func (b *builder) addTar(r io.Reader) error {
 		if name == "" {
 			continue
 		}
+		if b.overlay {
+			if done, err := b.whiteout(name, h); done || err != nil {
+				if err != nil {
+					return fmt.Errorf("tar: %s: %w", h.Name, err)
+				}
+				continue
+			}
+		}
 		m := meta{mode: h.FileInfo().Mode(), uid: h.Uid, gid: h.Gid, mtime: h.ModTime}
 		for k, v := range h.PAXRecords {
 			if x, ok := strings.CutPrefix(k, "SCHILY.xattr."); ok {
@@ -334,6 +345,9 @@ func (b *builder) addTar(r io.Reader) error {
 		switch h.Typeflag {
 		case tar.TypeDir:
 			err = b.mkdir(name, m)
+			if err == nil && b.overlay {
+				err = b.keepOpaque(name)
+			}
 		case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse:
 			err = b.file(name, tr, m)
 		case tar.TypeLink:
@@ -374,4 +388,50 @@ func cleanName(n string) string {
 		return ""
 	}
 	return c
+}
+
+// Names of the OCI whiteout files (the image spec's "Whiteouts").
+const (
+	whiteoutPrefix = ".wh."
+	whiteoutOpaque = ".wh..wh..opq"
+	opaqueXattr    = "trusted.overlay.opaque"
+)
+
+// whiteout turns an OCI whiteout entry into its overlayfs form; done reports
+// that name was one.
+func (b *builder) whiteout(name string, h *tar.Header) (done bool, err error) {
+	dir, base := path.Split(name)
+	if !strings.HasPrefix(base, whiteoutPrefix) {
+		return false, nil
+	}
+	dir = path.Clean(dir)
+	if base == whiteoutOpaque {
+		if b.opaque == nil {
+			b.opaque = map[string]bool{}
+		}
+		b.opaque[dir] = true
+		if fi, err := b.w.Stat(dir); err != nil || !fi.IsDir() {
+			// No entry for the directory yet: made here, its own entry (if
+			// any) later sets its metadata.
+			if err := b.w.Mkdir(dir, 0o755); err != nil {
+				return true, err
+			}
+		}
+		return true, b.w.Setxattr(dir, opaqueXattr, "y")
+	}
+	target := path.Join(dir, strings.TrimPrefix(base, whiteoutPrefix))
+	if target == dir || strings.HasPrefix(path.Base(target), whiteoutPrefix) {
+		return true, fmt.Errorf("malformed whiteout %q", h.Name)
+	}
+	return true, b.node(target, unix.S_IFCHR, 0, meta{mode: fs.ModeDevice | fs.ModeCharDevice, mtime: h.ModTime})
+}
+
+// keepOpaque sets the opaque xattr again on a directory whose entry came after
+// its opaque marker (setMeta leaves other xattrs as they are, but a tar
+// directory entry may carry its own set).
+func (b *builder) keepOpaque(dir string) error {
+	if !b.opaque[dir] {
+		return nil
+	}
+	return b.w.Setxattr(dir, opaqueXattr, "y")
 }

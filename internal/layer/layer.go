@@ -16,6 +16,7 @@ import (
 	"time"
 
 	erofs "github.com/erofs/go-erofs"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
 
 	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -71,12 +72,43 @@ type Options struct {
 	// Keep, if set, receives the path of the finished EROFS file instead of it being
 	// removed (the caller owns it).
 	Keep func(path string)
+	// Remote are go-containerregistry options for an oci:REF source (auth,
+	// transport, mirrors: internal/image/registry), after dsec's defaults.
+	Remote []remote.Option
 }
 
 // Build builds src into an EROFS image, hashes it and puts it into store. An
 // OCI source's image config (Env, WorkingDir, User, Entrypoint, Cmd) is kept in
 // the result's Config.
 func Build(ctx context.Context, src Source, store blob.Store, opts Options) (Result, error) {
+	return build(ctx, src, store, opts, func(b *builder) error {
+		switch src.Kind {
+		case "dir":
+			return b.addDir(src.Arg)
+		case "tar":
+			return b.addTarFile(src.Arg)
+		case "oci", "oci-layout", "docker-archive":
+			return b.addOCI(src)
+		}
+		return errdefs.Invalid("layer source kind %q", src.Kind)
+	})
+}
+
+// BuildOCILayer converts one OCI image layer (r: its uncompressed tar) into an
+// EROFS layer in overlayfs's format, so that layers stacked as overlayfs
+// lowers give the image's file system: a whiteout ".wh.NAME" becomes a 0/0
+// character device NAME, an opaque marker ".wh..wh..opq" the xattr
+// trusted.overlay.opaque="y" on its directory. label names the layer in
+// errors (its digest).
+func BuildOCILayer(ctx context.Context, label string, r io.Reader, store blob.Store, opts Options) (Result, error) {
+	src := Source{Kind: "oci-layer", Arg: label}
+	return build(ctx, src, store, opts, func(b *builder) error {
+		b.overlay = true
+		return b.addTar(r)
+	})
+}
+
+func build(ctx context.Context, src Source, store blob.Store, opts Options, fill func(*builder) error) (Result, error) {
 	start := time.Now()
 	f, err := os.CreateTemp(opts.TempDir, "dsec-layer-*.erofs")
 	if err != nil {
@@ -90,16 +122,7 @@ func Build(ctx context.Context, src Source, store blob.Store, opts Options) (Res
 		}
 	}()
 	b := newBuilder(ctx, f, opts)
-	switch src.Kind {
-	case "dir":
-		err = b.addDir(src.Arg)
-	case "tar":
-		err = b.addTarFile(src.Arg)
-	case "oci", "oci-layout", "docker-archive":
-		err = b.addOCI(src)
-	default:
-		err = errdefs.Invalid("layer source kind %q", src.Kind)
-	}
+	err = fill(b)
 	if err == nil {
 		err = b.close()
 	}

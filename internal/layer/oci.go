@@ -22,10 +22,6 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// RemoteOptions are extra go-containerregistry options for oci:REF sources (tests
-// pass an insecure in-process registry).
-var RemoteOptions []remote.Option
-
 // addOCI flattens an OCI/Docker image (all its layers, in order, applying whiteouts
 // and opaque directories: go-containerregistry's mutate.Extract) into the writer.
 func (b *builder) addOCI(src Source) error {
@@ -76,7 +72,7 @@ func openImage(b *builder, src Source) (v1.Image, error) {
 		if err != nil {
 			return nil, errdefs.Invalid("image reference %q: %v", src.Arg, err)
 		}
-		opts := append([]remote.Option{remote.WithContext(b.ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain), remote.WithPlatform(platform())}, RemoteOptions...)
+		opts := append([]remote.Option{remote.WithContext(b.ctx), remote.WithAuthFromKeychain(authn.DefaultKeychain), remote.WithPlatform(platform())}, b.opts.Remote...)
 		img, err := remote.Image(ref, opts...)
 		if err != nil {
 			return nil, classifyRemote(err, src.Arg)

@@ -78,6 +78,10 @@ func (p Paths) Commits() string { return p.join("commits") }
 // Layers is layerd's root (chunk cache, mounts, its socket).
 func (p Paths) Layers() string { return p.join("layers") }
 
+// Pulls holds the records of images pulled by registry reference
+// (internal/image/pull).
+func (p Paths) Pulls() string { return p.join("pulls") }
+
 // EnvStore holds environment manifests (envs/) and the layer index (layers/).
 func (p Paths) EnvStore() string { return p.join("envstore") }
 

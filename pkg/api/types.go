@@ -82,9 +82,14 @@ type BatchCreateResponse struct {
 
 // Sandbox describes one sandbox.
 type Sandbox struct {
-	ID                 string            `json:"id"`
-	Backend            string            `json:"backend"`
-	Image              string            `json:"image"`
+	ID      string `json:"id"`
+	Backend string `json:"backend"`
+	Image   string `json:"image"`
+	// ImageRef and ImageDigest are set when Image is a registry reference:
+	// the reference normalised as Docker does and the digest it resolved to
+	// at create (the sandbox keeps that file system whatever the tag does).
+	ImageRef           string            `json:"image_ref,omitempty"`
+	ImageDigest        string            `json:"image_digest,omitempty"`
 	State              string            `json:"state"`
 	CPU                float64           `json:"cpu"`
 	MemoryBytes        int64             `json:"memory_bytes"`
@@ -298,6 +303,10 @@ type Image struct {
 	Name    string `json:"name"`
 	Kind    string `json:"kind"` // "directory" or "layered"
 	Default bool   `json:"default,omitempty"`
+	// Ref and Digest: an image pulled from a registry, its normalised
+	// reference and the digest that reference resolved to on this node.
+	Ref    string `json:"ref,omitempty"`
+	Digest string `json:"digest,omitempty"`
 	// Layers of a layered environment, base first.
 	Layers []ImageLayer `json:"layers,omitempty"`
 	// Size and BytesFetched add up the layers: bytes fetched / size is how much of
@@ -332,6 +341,9 @@ type ImageConfig struct {
 	User       string   `json:"user,omitempty"`
 	Entrypoint []string `json:"entrypoint,omitempty"`
 	Cmd        []string `json:"cmd,omitempty"`
+	// ExposedPorts ("8080/tcp") and Labels are kept from the image config.
+	ExposedPorts []string          `json:"exposed_ports,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
 }
 
 // ComposeImageRequest is the body of POST /v1/images: an environment from layers

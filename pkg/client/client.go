@@ -321,6 +321,15 @@ func (c *Client) Image(ctx context.Context, name string) (api.Image, error) {
 }
 
 // ComposeImage composes an environment from layers in the node's blob store.
+// PullImage makes the server fetch the image registry reference ref names
+// (resolving its tag to a digest) unless it has it, and describes it (Ref
+// and Digest set).
+func (c *Client) PullImage(ctx context.Context, ref string) (api.Image, error) {
+	var out api.Image
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/images/" + url.PathEscape(ref), retry: true}, &out)
+	return out, err
+}
+
 func (c *Client) ComposeImage(ctx context.Context, req api.ComposeImageRequest) (api.Image, error) {
 	var out api.Image
 	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/images", json: req}, &out)

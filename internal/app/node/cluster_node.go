@@ -26,8 +26,9 @@ const fnCallRetryAfter = time.Second
 // marked in use in etcd before the agent resolves it, so no `dsec image rm`
 // anywhere can remove it under the create.
 func (n node) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
-	if n.uses == nil || req.Image == "" || n.dirImage(req.Image) {
-		return n.Manager.Create(ctx, req) // the default or a directory image: not in etcd
+	if n.uses == nil || req.Image == "" || n.dirImage(req.Image) || images.IsReference(req.Image) {
+		// The default, a directory image or a registry reference: not in etcd.
+		return n.Manager.Create(ctx, req)
 	}
 	done, err := n.uses.Begin(ctx, req.Image)
 	if err != nil {
@@ -67,7 +68,7 @@ func (n node) usedEnvs() []string {
 	}
 	var out []string
 	for _, sb := range list {
-		if sb.Image != "" && !n.dirImage(sb.Image) {
+		if sb.Image != "" && !n.dirImage(sb.Image) && !images.IsReference(sb.Image) {
 			out = append(out, sb.Image)
 		}
 	}

@@ -35,6 +35,8 @@ import (
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/httpkit"
+	"github.com/dsec-dev/dsec/internal/image/pull"
+	"github.com/dsec-dev/dsec/internal/image/registry"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
@@ -98,6 +100,9 @@ type Config struct {
 	// (default dir:DATA_DIR/blobs, where `dsec image build` puts layers by
 	// default; paths.Paths.BlobSpec).
 	BlobStore string
+	// Registries says how images named by registry reference are fetched
+	// (credentials, hosts.toml mirrors, insecure registries).
+	Registries registry.Config
 	// QoS: CPU classes, swap, idle reclaim (qos.go).
 	QoS QoSConfig
 	// Devices are added to every container sandbox (container.ParseDevice
@@ -167,6 +172,7 @@ type Daemon struct {
 	drivers  *driver.Registry
 	blobSpec string
 	blobs    blob.Store
+	puller   *pull.Puller
 	envs     *envstore.Store
 	uses     *envstore.Uses
 	guard    *project.Guard
@@ -323,7 +329,12 @@ func (d *Daemon) startEnvironments(context.Context) (lifecycle.Close, error) {
 		return nil, err
 	}
 	d.envs.Spec = d.blobSpec
-	return nil, nil
+	reg, err := registry.New(d.cfg.Registries)
+	if err != nil {
+		return nil, fmt.Errorf("registries: %w", err)
+	}
+	d.puller = &pull.Puller{Registry: reg, Blobs: blobs, Spec: d.blobSpec, Dir: d.dirs.Pulls(), Log: d.cfg.Logger}
+	return nil, d.puller.Clean()
 }
 
 func (d *Daemon) startBackends(context.Context) (lifecycle.Close, error) {
@@ -340,7 +351,8 @@ func (d *Daemon) startAgent(ctx context.Context) (lifecycle.Close, error) {
 		MaxFork: cfg.MaxFork, Packer: &commit.Packer{Blobs: d.blobs, Envs: d.envs, TempDir: d.dirs.Commits()},
 		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: d.blobSpec,
 			Layers: lazy.Mounter{Client: d.Layers, Prefetch: cfg.LayerPrefetch},
-			Envs:   envstore.Images{Store: d.envs, DefaultSpec: d.blobSpec}},
+			Envs:   envstore.Images{Store: d.envs, DefaultSpec: d.blobSpec},
+			Refs:   d.puller},
 	})
 	if err != nil {
 		return nil, err

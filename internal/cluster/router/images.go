@@ -88,7 +88,11 @@ func (im *Images) Images(ctx context.Context) ([]api.Image, error) {
 
 // Image implements session.Service: the image as the nodes describe it,
 // accounting merged; an environment no node has used comes from etcd.
+// A registry reference is pulled on every live node (Router.PullImage).
 func (im *Images) Image(ctx context.Context, name string) (api.Image, error) {
+	if isReference(name) {
+		return im.Router.PullImage(ctx, name)
+	}
 	v, err := im.Router.Image(ctx, name)
 	if err == nil || !errdefs.Is(err, api.CodeNotFound) {
 		return v, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 
 	"github.com/dsec-dev/dsec/internal/cluster"
@@ -156,4 +157,52 @@ func (r *Router) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxU
 		out = append(out, l...)
 	}
 	return out, nil
+}
+
+// isReference reports whether name is a registry reference (images.IsReference:
+// a '/', ':' or '@'), never an environment name.
+func isReference(name string) bool { return strings.ContainsAny(name, "/:@") }
+
+// PullImage asks every live node to fetch registry reference ref (a node
+// describes a reference by pulling it): the image as the first node that
+// has it describes it, with the nodes that have it. It fails only if no
+// node could, with the first node's error.
+func (r *Router) PullImage(ctx context.Context, ref string) (api.Image, error) {
+	var nodes []cluster.NodeStatus
+	for _, n := range r.cfg.Nodes.Nodes() {
+		if n.State != placement.StateLost {
+			nodes = append(nodes, n)
+		}
+	}
+	if len(nodes) == 0 {
+		return api.Image{}, errdefs.New(api.CodeUnavailable, "no live node to pull %s", ref)
+	}
+	imgs := make([]api.Image, len(nodes))
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Go(func() {
+			imgs[i], errs[i] = r.client(n).Image(ctx, ref)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("node %s: %w", n.Name, errs[i])
+			}
+		})
+	}
+	wg.Wait()
+	var out *api.Image
+	var have []api.ImageNode
+	for i := range nodes {
+		if errs[i] != nil {
+			continue
+		}
+		if out == nil {
+			out = &imgs[i]
+		}
+		have = append(have, api.ImageNode{Node: nodes[i].Name, BytesFetched: imgs[i].BytesFetched})
+	}
+	if out == nil {
+		return api.Image{}, errs[0]
+	}
+	out.Nodes, out.BytesFetched = have, 0
+	return *out, nil
 }

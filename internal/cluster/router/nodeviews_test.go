@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -127,5 +128,44 @@ func TestUsageRoutedByID(t *testing.T) {
 	sort.Strings(wantAll)
 	if !slices.Equal(ids, wantAll) {
 		t.Errorf("usage of all: %v, want n1's and n2's %v", ids, wantAll)
+	}
+}
+
+// Image: a node pulls a registry reference unless it is marked to fail
+// (fail: unavailable, as a node whose registry is down).
+func (f *fakeNode) Image(_ context.Context, name string) (api.Image, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !strings.Contains(name, ":") {
+		return api.Image{}, errdefs.NotFound("no image %q", name)
+	}
+	if f.fail {
+		return api.Image{}, errdefs.New(api.CodeUnavailable, "registry down")
+	}
+	img := api.Image{Name: name, Kind: "layered", Ref: "reg.example/" + name, Digest: "sha256:aa", BytesFetched: 7}
+	f.images = append(f.images, img)
+	return img, nil
+}
+
+// A reference is pulled on every live node; the answer names the nodes that
+// have it; a node that could not is left out; none could: its error.
+func TestPullImageOnEveryNode(t *testing.T) {
+	g := newRig(t, 3, 100, 100)
+	g.nodes["n2"].fail = true
+	g.view.set("n3", placement.StateLost)
+	c := &Images{Router: g.r}
+	img, err := c.Image(t.Context(), "tasks/app:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if img.Digest != "sha256:aa" || len(img.Nodes) != 1 || img.Nodes[0].Node != "n1" {
+		t.Fatalf("pulled %+v, want it on n1 only", img)
+	}
+	if len(g.nodes["n3"].images) != 0 {
+		t.Error("a lost node was asked")
+	}
+	g.nodes["n1"].fail = true
+	if _, err := c.Image(t.Context(), "tasks/app:v1"); !errdefs.Is(err, api.CodeUnavailable) {
+		t.Fatalf("no node could pull: %v, want unavailable", err)
 	}
 }

@@ -190,6 +190,10 @@ class SandboxInfo:
     ksm: bool = False
     reclaimed: bool = False
     """Its memory was pushed out of RAM (pause(reclaim=True)); resume brings it back."""
+    image_ref: Optional[str] = None
+    """A registry reference's normalised form (docker.io/library/python:3.12-slim)."""
+    image_digest: Optional[str] = None
+    """The digest the reference resolved to at create (kept whatever the tag does)."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -213,6 +217,8 @@ class SandboxInfo:
             cpu_class=d.get("cpu_class") or "ls",
             ksm=bool(d.get("ksm")),
             reclaimed=bool(d.get("reclaimed")),
+            image_ref=d.get("image_ref") or None,
+            image_digest=d.get("image_digest") or None,
         )
 
 

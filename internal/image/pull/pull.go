@@ -1,0 +1,480 @@
+// Package pull makes images named by registry reference into dsec
+// environments on a node: the reference is resolved to a digest (the
+// registry's answer at that moment; a digest reference is already pinned),
+// the manifest for the node's platform, its config and each layer are
+// fetched once per digest per node (concurrent pulls of the same image or
+// layer share one fetch), each layer is verified against its digest and its
+// diff ID and converted into dsec's EROFS layer format (overlayfs whiteouts,
+// internal/layer.BuildOCILayer) stored in the blob store, so images sharing
+// layers convert them once. The image is then those layers in order, stacked
+// by overlayfs, with the image config Docker honours.
+//
+// State on the node (Dir): layers/HEX.json maps an OCI layer digest to its
+// EROFS layer, images/HEX.json is the environment of an image digest,
+// refs.json the references pulled and what they resolved to. Every file is
+// written to a temporary name and renamed, and a record is written only
+// after what it names is in the blob store: nothing half-written is visible.
+package pull
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/registry"
+	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Puller pulls images into a node's blob store.
+type Puller struct {
+	Registry *registry.Client
+	Blobs    blob.Store
+	// Spec names Blobs (blob.ParseSpec); the environments' layers name it.
+	Spec string
+	// Dir holds the node's records (see the package comment).
+	Dir string
+	// TempDir holds layers being fetched and converted (default Dir/tmp).
+	TempDir string
+	Log     *slog.Logger
+
+	flights singleflight.Group
+	refsMu  sync.Mutex
+	// LayersFetched counts layer blobs fetched from a registry.
+	LayersFetched atomic.Int64
+}
+
+// Clean removes what an earlier process left half-written in the temporary
+// directory (a fetch or a conversion cut short by a crash). Call it before
+// the first Pull, when no other process pulls into Dir.
+func (p *Puller) Clean() error {
+	d := p.TempDir
+	if d == "" {
+		d = filepath.Join(p.Dir, "tmp")
+	}
+	if err := os.RemoveAll(d); err != nil {
+		return errdefs.Internal(err, "pull temp dir")
+	}
+	return nil
+}
+
+// Pulled is an image made into an environment.
+type Pulled struct {
+	// Ref is the normalised reference (docker.io/library/python:3.12).
+	Ref string
+	// Digest is what Ref resolved to.
+	Digest string
+	// Image is the environment (Name is the reference pinned to Digest).
+	Image images.Image
+}
+
+// Pull resolves ref and makes its image available on this node.
+func (p *Puller) Pull(ctx context.Context, ref string) (Pulled, error) {
+	r, err := registry.Parse(ref)
+	if err != nil {
+		return Pulled{}, err
+	}
+	norm := registry.Normalized(r)
+	if d, ok := r.(name.Digest); ok {
+		// Pinned: the node's record answers without the registry.
+		if m, err := p.readImage(d.DigestStr()); err == nil {
+			return p.pulled(norm, d.DigestStr(), m)
+		}
+	}
+	// Creates of one reference at once share one resolution and one pull.
+	v, err := p.shared(ctx, "ref\x00"+norm, func() (any, error) {
+		res, err := p.Registry.Resolve(context.WithoutCancel(ctx), r)
+		if err != nil {
+			return nil, err
+		}
+		m, err := p.image(context.WithoutCancel(ctx), res)
+		if err != nil {
+			return nil, err
+		}
+		dg := res.Digest.String()
+		if err := p.recordRef(norm, dg); err != nil {
+			return nil, err
+		}
+		return p.pulled(norm, dg, m)
+	})
+	if err != nil {
+		return Pulled{}, err
+	}
+	return v.(Pulled), nil
+}
+
+// shared runs fn once for every caller asking for key at the same time. fn
+// runs on without the callers' cancellation (other callers may still want
+// its result); a caller whose ctx ends stops waiting.
+func (p *Puller) shared(ctx context.Context, key string, fn func() (any, error)) (any, error) {
+	ch := p.flights.DoChan(key, fn)
+	select {
+	case r := <-ch:
+		return r.Val, r.Err
+	case <-ctx.Done():
+		what := strings.ReplaceAll(key, "\x00", " ")
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for %s", what)
+		}
+		return nil, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+	}
+}
+
+func (p *Puller) pulled(ref, dg string, m images.Manifest) (Pulled, error) {
+	img, err := images.FromManifest(m, "", p.Spec)
+	if err != nil {
+		return Pulled{}, errdefs.Internal(err, "image %s", ref)
+	}
+	img.Ref, img.Digest = ref, dg
+	return Pulled{Ref: ref, Digest: dg, Image: img}, nil
+}
+
+// image returns the environment of res's digest, pulling it unless this
+// node has it.
+func (p *Puller) image(ctx context.Context, res registry.Resolved) (images.Manifest, error) {
+	dg := res.Digest.String()
+	if m, err := p.readImage(dg); err == nil {
+		return m, nil
+	}
+	v, err := p.shared(ctx, "image\x00"+dg, func() (any, error) {
+		if m, err := p.readImage(dg); err == nil {
+			return m, nil
+		}
+		return p.pullImage(context.WithoutCancel(ctx), res)
+	})
+	if err != nil {
+		return images.Manifest{}, err
+	}
+	return v.(images.Manifest), nil
+}
+
+// pullWorkers is how many layers of one image are fetched at once.
+const pullWorkers = 3
+
+func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (images.Manifest, error) {
+	start := time.Now()
+	img := res.Image
+	cf, err := img.ConfigFile()
+	if err != nil {
+		return images.Manifest{}, registry.Classify(err, "config of "+registry.Normalized(res.Ref))
+	}
+	ls, err := img.Layers()
+	if err != nil {
+		return images.Manifest{}, registry.Classify(err, "layers of "+registry.Normalized(res.Ref))
+	}
+	if len(ls) == 0 {
+		return images.Manifest{}, errdefs.Invalid("image %s has no layers", registry.Normalized(res.Ref))
+	}
+	if len(cf.RootFS.DiffIDs) != len(ls) {
+		return images.Manifest{}, errdefs.Invalid("image %s: %d layers but %d diff IDs in its config", registry.Normalized(res.Ref), len(ls), len(cf.RootFS.DiffIDs))
+	}
+	out := make([]images.Layer, len(ls))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(pullWorkers)
+	for i, l := range ls {
+		g.Go(func() error {
+			el, err := p.layer(gctx, l, cf.RootFS.DiffIDs[i])
+			out[i] = el
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return images.Manifest{}, err
+	}
+	images.Roles(out, false)
+	c := configOf(cf)
+	if err := c.Validate(); err != nil {
+		return images.Manifest{}, err
+	}
+	m := images.Manifest{Version: images.ManifestVersion, Name: images.Pin(registry.Normalized(res.Ref), res.Digest.String()),
+		Description: "pulled from " + registry.Normalized(res.Ref), BlobStore: p.Spec, Layers: out, Config: c, Created: time.Now().UTC()}
+	if err := p.writeImage(res.Digest.String(), m); err != nil {
+		return images.Manifest{}, err
+	}
+	p.log().Info("pulled image", "ref", registry.Normalized(res.Ref), "digest", res.Digest.String(), "layers", len(out), "took", time.Since(start))
+	return m, nil
+}
+
+func (p *Puller) log() *slog.Logger {
+	if p.Log == nil {
+		return slog.Default()
+	}
+	return p.Log
+}
+
+// configOf is the part of an OCI config dsec keeps.
+func configOf(cf *v1.ConfigFile) *images.Config {
+	c := &images.Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
+		Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd, Labels: cf.Config.Labels}
+	for port := range cf.Config.ExposedPorts {
+		c.ExposedPorts = append(c.ExposedPorts, port)
+	}
+	sort.Strings(c.ExposedPorts)
+	if c.IsZero() {
+		return nil
+	}
+	return c
+}
+
+// layer returns l's EROFS layer, converting it unless this node has it.
+func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (images.Layer, error) {
+	dg, err := l.Digest()
+	if err != nil {
+		return images.Layer{}, registry.Classify(err, "layer digest")
+	}
+	if el, err := p.readLayer(ctx, dg.String()); err == nil {
+		return el, nil
+	}
+	v, err := p.shared(ctx, "layer\x00"+dg.String(), func() (any, error) {
+		if el, err := p.readLayer(ctx, dg.String()); err == nil {
+			return el, nil
+		}
+		return p.convert(context.WithoutCancel(ctx), l, dg, diffID)
+	})
+	if err != nil {
+		return images.Layer{}, err
+	}
+	return v.(images.Layer), nil
+}
+
+// convert fetches l into a temporary file, verifies it against its digest
+// and the uncompressed tar against diffID, converts it and records it.
+func (p *Puller) convert(ctx context.Context, l v1.Layer, dg, diffID v1.Hash) (images.Layer, error) {
+	tmp, err := p.tempDir()
+	if err != nil {
+		return images.Layer{}, err
+	}
+	f, err := os.CreateTemp(tmp, "fetch-*.layer")
+	if err != nil {
+		return images.Layer{}, errdefs.Internal(err, "layer %s: temp file", dg)
+	}
+	defer func() { f.Close(); os.Remove(f.Name()) }()
+	rc, err := l.Compressed()
+	if err != nil {
+		return images.Layer{}, registry.Classify(err, "layer "+dg.String())
+	}
+	p.LayersFetched.Add(1)
+	h := sha256.New()
+	_, err = io.Copy(io.MultiWriter(f, h), rc)
+	rc.Close()
+	if err != nil && !isVerifyErr(err) {
+		return images.Layer{}, registry.Classify(err, "layer "+dg.String())
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != dg.String() {
+		return images.Layer{}, errdefs.Wrap(api.CodeUnavailable, blob.ErrDigestMismatch,
+			"layer %s: the registry sent content whose digest is %s: refused, nothing stored", dg, got)
+	}
+	tl, err := tarball.LayerFromFile(f.Name())
+	if err != nil {
+		return images.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
+	}
+	ur, err := tl.Uncompressed()
+	if err != nil {
+		return images.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
+	}
+	defer ur.Close()
+	dh := sha256.New()
+	hr := hashReader{ur, dh}
+	res, err := layer.BuildOCILayer(ctx, dg.String(), hr, p.Blobs, layer.Options{TempDir: tmp})
+	if err != nil {
+		return images.Layer{}, err
+	}
+	// The tar reader stops at the end-of-archive blocks: hash the rest too.
+	if _, err := io.Copy(io.Discard, hr); err != nil {
+		return images.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
+	}
+	if got := "sha256:" + hex.EncodeToString(dh.Sum(nil)); diffID.Hex != "" && got != diffID.String() {
+		// The blob store keeps the EROFS blob (content-addressed, harmless) but
+		// no record names it.
+		return images.Layer{}, errdefs.Wrap(api.CodeUnavailable, blob.ErrDigestMismatch,
+			"layer %s: uncompressed content is %s, the image config says %s: refused", dg, got, diffID)
+	}
+	el := res.Layer
+	el.Store = ""
+	if err := p.writeLayer(dg.String(), el); err != nil {
+		return images.Layer{}, err
+	}
+	p.log().Debug("converted layer", "digest", dg.String(), "erofs", el.Digest, "size", el.Size, "took", res.BuildTime)
+	return el, nil
+}
+
+// isVerifyErr: go-containerregistry's own digest check failed at EOF (ours
+// reports it with the digest sent).
+func isVerifyErr(err error) bool { return strings.Contains(err.Error(), "error verifying") }
+
+type hashReader struct {
+	r io.Reader
+	h hash.Hash
+}
+
+func (hr hashReader) Read(b []byte) (int, error) {
+	n, err := hr.r.Read(b)
+	hr.h.Write(b[:n])
+	return n, err
+}
+
+func (p *Puller) tempDir() (string, error) {
+	d := p.TempDir
+	if d == "" {
+		d = filepath.Join(p.Dir, "tmp")
+	}
+	if err := os.MkdirAll(d, 0o700); err != nil {
+		return "", errdefs.Internal(err, "pull temp dir")
+	}
+	return d, nil
+}
+
+// ---- records ------------------------------------------------------------------
+
+func hexOf(dg string) string { return strings.TrimPrefix(dg, "sha256:") }
+
+func (p *Puller) readLayer(ctx context.Context, dg string) (images.Layer, error) {
+	var el images.Layer
+	b, err := os.ReadFile(filepath.Join(p.Dir, "layers", hexOf(dg)+".json"))
+	if err != nil {
+		return el, err
+	}
+	if err := json.Unmarshal(b, &el); err != nil {
+		return el, err
+	}
+	// The record outlives nothing: its blob must still be in the store.
+	if _, err := p.Blobs.Stat(ctx, el.Digest); err != nil {
+		return el, err
+	}
+	return el, nil
+}
+
+func (p *Puller) writeLayer(dg string, el images.Layer) error {
+	b, _ := json.Marshal(el)
+	return p.write(filepath.Join(p.Dir, "layers", hexOf(dg)+".json"), b)
+}
+
+func (p *Puller) readImage(dg string) (images.Manifest, error) {
+	if _, err := blob.ParseDigest(dg); err != nil {
+		return images.Manifest{}, err
+	}
+	return images.ReadManifest(filepath.Join(p.Dir, "images", hexOf(dg)+".json"))
+}
+
+func (p *Puller) writeImage(dg string, m images.Manifest) error {
+	b, err := m.Marshal()
+	if err != nil {
+		return errdefs.Internal(err, "image %s", dg)
+	}
+	return p.write(filepath.Join(p.Dir, "images", hexOf(dg)+".json"), b)
+}
+
+func (p *Puller) write(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return errdefs.Internal(err, "pull records")
+	}
+	if err := images.WriteFileAtomic(path, b); err != nil {
+		return errdefs.Internal(err, "pull record %s", path)
+	}
+	return nil
+}
+
+// Ref is a reference this node pulled.
+type Ref struct {
+	Ref    string    `json:"ref"`
+	Digest string    `json:"digest"`
+	Pulled time.Time `json:"pulled"`
+}
+
+func (p *Puller) refsPath() string { return filepath.Join(p.Dir, "refs.json") }
+
+// Refs lists the references this node pulled, sorted.
+func (p *Puller) Refs() ([]Ref, error) {
+	p.refsMu.Lock()
+	defer p.refsMu.Unlock()
+	return p.readRefs()
+}
+
+func (p *Puller) readRefs() ([]Ref, error) {
+	b, err := os.ReadFile(p.refsPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, errdefs.Internal(err, "pulled references")
+	}
+	var out []Ref
+	if err := json.Unmarshal(b, &out); err != nil {
+		return nil, errdefs.Internal(err, "pulled references")
+	}
+	return out, nil
+}
+
+func (p *Puller) recordRef(ref, dg string) error {
+	p.refsMu.Lock()
+	defer p.refsMu.Unlock()
+	refs, err := p.readRefs()
+	if err != nil {
+		return err
+	}
+	i := sort.Search(len(refs), func(i int) bool { return refs[i].Ref >= ref })
+	r := Ref{Ref: ref, Digest: dg, Pulled: time.Now().UTC()}
+	if i < len(refs) && refs[i].Ref == ref {
+		refs[i] = r
+	} else {
+		refs = append(refs[:i], append([]Ref{r}, refs[i:]...)...)
+	}
+	b, _ := json.MarshalIndent(refs, "", " ")
+	if err := p.write(p.refsPath(), b); err != nil {
+		return fmt.Errorf("record %s: %w", ref, err)
+	}
+	return nil
+}
+
+var _ images.RefPuller = (*Puller)(nil)
+
+// PullRef implements images.RefPuller.
+func (p *Puller) PullRef(ctx context.Context, ref string) (images.Image, error) {
+	r, err := p.Pull(ctx, ref)
+	return r.Image, err
+}
+
+// PulledRefs implements images.RefPuller: each pulled reference (named as
+// normalised) with the image it last resolved to.
+func (p *Puller) PulledRefs() ([]images.Image, error) {
+	refs, err := p.Refs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]images.Image, 0, len(refs))
+	for _, r := range refs {
+		m, err := p.readImage(r.Digest)
+		if err != nil {
+			continue // its record is gone: not on this node any more
+		}
+		pl, err := p.pulled(r.Ref, r.Digest, m)
+		if err != nil {
+			continue
+		}
+		pl.Image.Name = r.Ref
+		out = append(out, pl.Image)
+	}
+	return out, nil
+}
