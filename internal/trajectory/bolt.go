@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/dsec-dev/dsec/internal/datafmt"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -23,6 +25,9 @@ import (
 //	"i" + N(BE)  step N's request body, when stored
 //	"o" + N(BE)  step N's answer body
 var bucketT = []byte("t")
+
+// bucketV holds the store's format under the key "v".
+var bucketV = []byte("v")
 
 // Bolt is the embedded Store on go.etcd.io/bbolt: one file, fsync'd commits,
 // grouped: one committer goroutine runs every update queued while the previous
@@ -62,7 +67,24 @@ func OpenBolt(path string) (*Bolt, error) {
 		return nil, fmt.Errorf("open trajectory log %s: %w", path, err)
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketT)
+		// The format (datafmt.Trajectories) in bucket "v"; a file written
+		// before it has none and is format 1.
+		vb, err := tx.CreateBucketIfNotExists(bucketV)
+		if err != nil {
+			return err
+		}
+		if v := vb.Get(bucketV); v != nil {
+			have, err := strconv.Atoi(string(v))
+			if err != nil {
+				return fmt.Errorf("open trajectory log %s: its format holds %q", path, v)
+			}
+			if have > datafmt.Trajectories {
+				return fmt.Errorf("open trajectory log: %w", datafmt.Newer(path, have, datafmt.Trajectories))
+			}
+		} else if err := vb.Put(bucketV, []byte(strconv.Itoa(datafmt.Trajectories))); err != nil {
+			return err
+		}
+		_, err = tx.CreateBucketIfNotExists(bucketT)
 		return err
 	}); err != nil {
 		db.Close()

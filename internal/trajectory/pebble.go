@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
+	"github.com/dsec-dev/dsec/internal/datafmt"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -27,6 +29,8 @@ import (
 //	'm' ID                   the Meta (JSON)
 //	's' ID 0x00 N(BE32) k    step N: k = 'r' its record (JSON), 'i' its request
 //	                         body when stored, 'o' its answer body
+//	'v'                      the store's format (datafmt.Trajectories, decimal;
+//	                         absent in stores written before it: format 1)
 //
 // An ID never contains 0x00, so 's' ID 0x00 prefixes exactly one trajectory's
 // steps, in step order: Get and Delete are one range, List reads only 'm' keys.
@@ -165,7 +169,38 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open trajectory log %s: %w", dir, err)
 	}
+	if err := checkPebbleFormat(db, dir); err != nil {
+		_ = db.Close()
+		return nil, err
+	}
 	return &Pebble{db: db, fs: fs, dir: dir, boot: NewBoot(), reserve: o.DiskReserve}, nil
+}
+
+// formatKey holds the store's format.
+var formatKey = []byte{'v'}
+
+// checkPebbleFormat refuses a store of a later format (leaving it as it is)
+// and marks one without a format as this build's.
+func checkPebbleFormat(db *pebble.DB, dir string) error {
+	v, closer, err := db.Get(formatKey)
+	if errors.Is(err, pebble.ErrNotFound) {
+		if err := db.Set(formatKey, []byte(strconv.Itoa(datafmt.Trajectories)), pebble.Sync); err != nil {
+			return fmt.Errorf("open trajectory log %s: mark its format: %w", dir, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open trajectory log %s: read its format: %w", dir, err)
+	}
+	have, perr := strconv.Atoi(string(v))
+	closer.Close()
+	if perr != nil {
+		return fmt.Errorf("open trajectory log %s: its format key holds %q", dir, v)
+	}
+	if have > datafmt.Trajectories {
+		return fmt.Errorf("open trajectory log: %w", datafmt.Newer(dir, have, datafmt.Trajectories))
+	}
+	return nil
 }
 
 // pebbleLogger passes Pebble's errors to slog and drops its information lines.
