@@ -86,19 +86,24 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 	if len(req.FetchFiles) > 0 {
 		return api.FnCallRequest{}, errdefs.Invalid("fetch_files is not supported: a FnCall run's work directory ends with its sandbox")
 	}
-	if _, err := timeoutMs("compile_timeout", req.CompileTimeout, defaultRunTimeout); err != nil {
+	compileMs, err := timeoutMs("compile_timeout", req.CompileTimeout, defaultRunTimeout)
+	if err != nil {
 		return api.FnCallRequest{}, err
 	}
 	runMs, err := timeoutMs("run_timeout", req.RunTimeout, defaultRunTimeout)
 	if err != nil {
 		return api.FnCallRequest{}, err
 	}
-	mem := h.opts.DefaultMemoryBytes
+	// SandboxFusion applies memory_limit_MB (when > 0) as RLIMIT_AS, RLIMIT_DATA
+	// and RLIMIT_STACK; dsec applies it as the memory cgroup and the stack
+	// limit. Without one, SandboxFusion's program keeps the default stack.
+	mem, stack := h.opts.DefaultMemoryBytes, int64(0)
 	if req.MemoryLimitMB != nil && *req.MemoryLimitMB > 0 {
 		if *req.MemoryLimitMB > 1<<20 {
 			return api.FnCallRequest{}, errdefs.Invalid("memory_limit_MB %d is too large", *req.MemoryLimitMB)
 		}
 		mem = *req.MemoryLimitMB << 20
+		stack = mem
 	}
 	files := map[string]string{lang.main: *req.Code}
 	for p, content := range req.Files {
@@ -124,8 +129,9 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 	}
 	return api.FnCallRequest{
 		Language: lang.fncall, Files: files, Image: h.opts.Image,
-		Tests:  []api.FnCallTest{{Stdin: stdin}},
-		Limits: api.FnCallLimits{CPUTimeMs: runMs, WallTimeMs: runMs, MemoryBytes: mem, OutputBytes: h.opts.OutputBytes},
+		Tests: []api.FnCallTest{{Stdin: stdin}},
+		Limits: api.FnCallLimits{CPUTimeMs: runMs, WallTimeMs: runMs, MemoryBytes: mem, OutputBytes: h.opts.OutputBytes,
+			StackBytes: stack, CompileTimeMs: compileMs},
 	}, nil
 }
 
