@@ -190,7 +190,7 @@ func benchCmd() *cobra.Command {
 	c.AddCommand(create, exec, ptyc, density, mc, fn)
 	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd(), benchBurstCmd(), benchCycleCmd())
 	c.AddCommand(benchQoSCmds()...)
-	c.AddCommand(benchClusterCmd())
+	c.AddCommand(benchClusterCmd(), benchSandboxFusionCmd())
 	c.AddCommand(benchVMCmd())
 	addBaseline(c)
 	return c
