@@ -19,7 +19,7 @@ const (
 // Backoff between a waiting call's attempts.
 const (
 	firstBackoff = 5 * time.Millisecond
-	maxBackoff   = 250 * time.Millisecond
+	maxBackoff   = 500 * time.Millisecond
 )
 
 // queue stands between SandboxFusion's callers and FnCall. A call refused for
