@@ -123,6 +123,33 @@ func TestSandboxFusionAPI(t *testing.T) {
 		}
 	})
 
+	t.Run("SandboxFusion's semantics", func(t *testing.T) {
+		// The stack limit is memory_limit_MB (verl: 1,024): a million frames.
+		deep := "#include <cstdio>\n__attribute__((noinline)) int down(int n) { volatile char pad[16]; pad[0] = (char)n;\n" +
+			"if (n == 0) return 0; int r = down(n - 1); return r + 1 + (pad[0] - (char)n); }\n" +
+			"int main() { printf(\"%d\\n\", down(1000000)); }\n"
+		code, out := sfPost(t, open+"/run_code", "", verlPayload(deep, "", "cpp", 30))
+		if run, _ := out["run_result"].(map[string]any); code != 200 || out["status"] != "Success" || run["stdout"] != "1000000\n" {
+			t.Errorf("a million frames deep: %d %v", code, out)
+		}
+		// compile_timeout: the compile stops, the program does not run.
+		p := verlPayload("#include <map>\n#include <string>\n#include <cstdio>\nint main(){std::map<std::string,int> m; m[\"e2e-compile-timeout\"]=1; puts(\"ran\");}", "", "cpp", 10)
+		p["compile_timeout"] = 0.05
+		code, out = sfPost(t, open+"/run_code", "", p)
+		if c, _ := out["compile_result"].(map[string]any); code != 200 || out["status"] != "Failed" || c["status"] != "TimeLimitExceeded" || out["run_result"] != nil {
+			t.Errorf("compile_timeout 0.05: %d %v", code, out)
+		}
+	})
+
+	t.Run("SandboxFusion's Python packages", func(t *testing.T) {
+		// tinker-cookbook's grader imports numpy; SandboxFusion's own tests requests.
+		code, out := sfPost(t, open+"/run_code", "", verlPayload(
+			"import numpy, scipy, pandas, sympy, networkx, requests, matplotlib, sklearn\nprint(int(numpy.arange(4).sum()))", "", "python", 60))
+		if run, _ := out["run_result"].(map[string]any); code != 200 || out["status"] != "Success" || run["stdout"] != "6\n" {
+			t.Errorf("SandboxFusion's common packages do not import (a judge image older than scripts/judge-python-packages.txt: rebuild it with make setup): %d %v", code, out)
+		}
+	})
+
 	t.Run("bad input", func(t *testing.T) {
 		code, out := sfPost(t, open+"/run_code", "", verlPayload("x", "", "java", 10))
 		if code != 400 || !strings.Contains(out["detail"].(string), "unsupported language") {

@@ -20,7 +20,13 @@
 //   - GET /v1/ping: "pong" (only where the handler is mounted at the root, i.e. on
 //     the optional token-less listener).
 //
+// Limits are SandboxFusion's: memory_limit_MB (when > 0) is also the stack
+// limit, compile_timeout bounds the compile (TimeLimitExceeded, nothing runs),
+// run_timeout the run.
+//
 // A program's failure is a 200 with status "Failed"; dsec's own failure is a 200
 // with status "SandboxError" (as SandboxFusion answers); malformed requests are a
-// 4xx with a JSON `detail`, as FastAPI answers them.
+// 4xx with a JSON `detail`, as FastAPI answers them. A call that finds no free
+// FnCall slot waits (a bounded queue, a wait budget) and is answered 504 past
+// it: never 429 or 503, which SandboxFusion's clients score as a wrong answer.
 package sandboxfusion
