@@ -11,6 +11,14 @@ const (
 	LangCPP     = "c++"
 	LangGo      = "go"
 	LangBash    = "bash"
+	// SandboxFusion's languages from Debian packages (the judge image's
+	// scripts/judge-language-packages.txt), with SandboxFusion's commands.
+	LangNodeJS = "nodejs"
+	LangPHP    = "php"
+	LangRuby   = "ruby"
+	LangLua    = "lua"
+	LangPerl   = "perl"
+	LangRust   = "rust"
 )
 
 // Verdicts.

@@ -79,6 +79,12 @@ func TestSandboxFusionAPI(t *testing.T) {
 			{"cpp", "#include <iostream>\nint main(){int a,b;std::cin>>a>>b;std::cout<<a*b<<std::endl;}", "6 7", "42\n"},
 			{"go", "package main\nimport \"fmt\"\nfunc main(){var a,b int;fmt.Scan(&a,&b);fmt.Println(a-b)}", "9 4", "5\n"},
 			{"bash", "read x; echo \"got $x\"", "it", "got it\n"},
+			{"nodejs", "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(' ').map(Number); console.log(a + b);", "20 22", "42\n"},
+			{"php", "echo intval(trim(fgets(STDIN))) * 3, \"\\n\";", "14", "42\n"}, // no <?php: added, as SandboxFusion does
+			{"ruby", "a, b = gets.split.map(&:to_i); puts a ** b", "2 5", "32\n"},
+			{"lua", "local a, b = io.read('n', 'n'); print(a // b)", "85 2", "42\n"},
+			{"perl", "my ($a, $b) = split ' ', <STDIN>; print $a . $b, \"\\n\";", "4 2", "42\n"},
+			{"rust", "use std::io::Read;\nfn main(){let mut s=String::new();std::io::stdin().read_to_string(&mut s).unwrap();let n:u64=s.trim().parse().unwrap();println!(\"{}\",(1..=n).sum::<u64>());}", "8", "36\n"},
 		} {
 			code, out := sfPost(t, open+"/run_code", "", verlPayload(c.code, c.stdin, c.lang, 30))
 			if code != 200 || out["status"] != "Success" {
@@ -88,7 +94,7 @@ func TestSandboxFusionAPI(t *testing.T) {
 			if got := out["run_result"].(map[string]any)["stdout"]; got != c.want {
 				t.Errorf("%s: stdout %q, want %q", c.lang, got, c.want)
 			}
-			if (c.lang == "cpp" || c.lang == "go") && out["compile_result"] == nil {
+			if (c.lang == "cpp" || c.lang == "go" || c.lang == "rust") && out["compile_result"] == nil {
 				t.Errorf("%s: no compile_result", c.lang)
 			}
 		}

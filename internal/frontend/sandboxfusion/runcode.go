@@ -6,6 +6,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 
@@ -25,11 +26,17 @@ var languages = map[string]language{
 	"cpp":    {api.LangCPP, "main.cpp"},
 	"go":     {api.LangGo, "main.go"},
 	"bash":   {api.LangBash, "main.sh"},
+	"nodejs": {api.LangNodeJS, "main.js"},
+	"php":    {api.LangPHP, "main.php"},
+	"ruby":   {api.LangRuby, "main.rb"},
+	"lua":    {api.LangLua, "main.lua"},
+	"perl":   {api.LangPerl, "main.pl"},
+	"rust":   {api.LangRust, "main.rs"},
 }
 
 // knownLanguages are SandboxFusion's other languages: valid there, not here.
-var knownLanguages = []string{"nodejs", "go_test", "java", "php", "csharp", "typescript", "sql",
-	"rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest", "junit",
+var knownLanguages = []string{"go_test", "java", "csharp", "typescript", "sql",
+	"cuda", "R", "D_ut", "scala", "julia", "pytest", "junit",
 	"kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket"}
 
 // Defaults of SandboxFusion's RunCodeRequest.
@@ -105,7 +112,11 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 		mem = *req.MemoryLimitMB << 20
 		stack = mem
 	}
-	files := map[string]string{lang.main: *req.Code}
+	code := *req.Code
+	if req.Language == "php" {
+		code = phpTagged(code)
+	}
+	files := map[string]string{lang.main: code}
 	for p, content := range req.Files {
 		if content == nil {
 			continue
@@ -205,6 +216,16 @@ func runResult(t *api.FnCallTestResult) *CommandRunResult {
 		}
 	}
 	return r
+}
+
+// phpTagged is SandboxFusion's ensure_php_tag_in_string: PHP code that does not
+// start (after leading space) with "<?php" gets it.
+func phpTagged(code string) string {
+	code = strings.TrimLeftFunc(code, unicode.IsSpace)
+	if !strings.HasPrefix(code, "<?php") {
+		code = "<?php\n" + code
+	}
+	return code
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -135,3 +135,30 @@ func TestRefusalsHaveSandboxFusionShape(t *testing.T) {
 		t.Errorf("%d refused requests reached FnCall", len(f.reqs))
 	}
 }
+
+// SandboxFusion's languages from Debian run with its commands; PHP without its
+// opening tag gets one (SandboxFusion's ensure_php_tag_in_string).
+func TestRunCodeLanguages(t *testing.T) {
+	f := &fakeFnCall{res: accepted}
+	h := New(f, Options{})
+	for _, c := range []struct{ lang, fncall, main string }{
+		{"nodejs", api.LangNodeJS, "main.js"}, {"php", api.LangPHP, "main.php"}, {"ruby", api.LangRuby, "main.rb"},
+		{"lua", api.LangLua, "main.lua"}, {"perl", api.LangPerl, "main.pl"}, {"rust", api.LangRust, "main.rs"},
+	} {
+		if code, out := post(t, h, "/run_code", `{"code":"  echo 1;","language":"`+c.lang+`"}`); code != 200 {
+			t.Fatalf("%s: %d %v", c.lang, code, out)
+		}
+		req := f.last(t)
+		want := "  echo 1;"
+		if c.lang == "php" {
+			want = "<?php\necho 1;"
+		}
+		if req.Language != c.fncall || len(req.Files) != 1 || req.Files[c.main] != want {
+			t.Errorf("%s: language %q, files %q", c.lang, req.Language, req.Files)
+		}
+	}
+	post(t, h, "/run_code", `{"code":"\n<?php echo 1;","language":"php"}`)
+	if got := f.last(t).Files["main.php"]; got != "<?php echo 1;" {
+		t.Errorf("tagged PHP: %q", got)
+	}
+}
