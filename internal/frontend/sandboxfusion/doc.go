@@ -7,7 +7,8 @@
 // and sandbox/datasets/types.py in its repository):
 //
 //   - POST /run_code: one program, one stdin. Languages are the ones dsec's judge
-//     image has: python, cpp, go, bash. Any other SandboxFusion language answers
+//     image has: python, cpp, go, bash, nodejs, php, ruby, lua, perl, rust. Any
+//     other SandboxFusion language answers
 //     400 with "unsupported language". `files` (base64 by path) are placed in the
 //     work directory; `fetch_files` is not supported (400 when non-empty), because
 //     a FnCall run's work directory dies with its sandbox.
