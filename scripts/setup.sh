@@ -212,19 +212,42 @@ EOF
 # the online-judge languages. golang-go adds ~250 MB and a minute to the build;
 # the whole image is ~600 MB.
 JUDGE_PACKAGES=python3,gcc,g++,libc6-dev,golang-go,bash
+# Its Python packages (SandboxFusion's runtime) and further language runtimes,
+# from Debian: one list file each.
+JUDGE_LISTS="$(dirname "$0")/judge-python-packages.txt $(dirname "$0")/judge-language-packages.txt"
+
+# judge_python_packages prints the list files' packages, one line.
+judge_python_packages() {
+	# shellcheck disable=SC2086 # two file names
+	sed -e 's/#.*//' $JUDGE_LISTS | tr -s ' \t\n' ' ' | sed -e 's/^ //' -e 's/ $//'
+}
 
 build_judge() {
 	img="$DSEC_IMAGES_DIR/judge"
-	if [ -f "$img/image.json" ] && [ -d "$img/rootfs" ]; then
+	pyp=$(judge_python_packages)
+	# Cached only when built with the same packages (an image built
+	# before the list existed has no record, and is rebuilt).
+	if [ -f "$img/image.json" ] && [ -d "$img/rootfs" ] && [ "$(cat "$img/extra-packages" 2>/dev/null)" = "$pyp" ]; then
 		log "image judge: cached"
 		return 0
 	fi
 	t=$(now)
 	tree="$DSEC_IMAGES_DIR/.judge-build.$$"
 	debootstrap_tree judge "$JUDGE_PACKAGES" "$tree"
-	for b in /bin/sh /bin/bash /usr/bin/python3 /usr/bin/gcc /usr/bin/g++ /usr/bin/go; do
+	log "image judge: apt-get install $(echo "$pyp" | wc -w) Python and language packages (log $tree.apt.log)"
+	if ! with_progress "image judge: Python and language packages" "$tree.apt.log" chroot "$tree" sh -c \
+		"apt-get update && apt-get install -y --no-install-recommends $pyp"; then
+		tail -n 20 "$tree.apt.log" >&2 || true
+		rm -rf "$tree"
+		die "image judge: installing the Python and language packages failed; see $tree.apt.log"
+	fi
+	rm -f "$tree.apt.log"
+	for b in /bin/sh /bin/bash /usr/bin/python3 /usr/bin/gcc /usr/bin/g++ /usr/bin/go /usr/bin/node /usr/bin/php \
+		/usr/bin/ruby /usr/bin/lua5.4 /usr/bin/perl /usr/bin/rustc; do
 		[ -e "$tree$b" ] || die "judge tree $tree lacks $b"
 	done
+	chroot "$tree" python3 -c 'import numpy, scipy, pandas, sympy, networkx, requests, matplotlib, sklearn' ||
+		die "image judge: SandboxFusion's common Python packages do not import"
 	chroot "$tree" apt-get clean >/dev/null 2>&1 || true
 	rm -rf "$tree"/var/lib/apt/lists/* "$tree"/var/cache/apt/*.bin
 	common_dirs "$tree"
@@ -236,7 +259,8 @@ build_judge() {
 	rm -rf "$tree/tmp"
 	ln -s /w/tmp "$tree/tmp"
 	install_rootfs "$tree" "$img"
-	write_manifest "$img" judge "Debian $SUITE minbase + python3, gcc, g++, golang-go, bash (FnCall)"
+	printf '%s' "$pyp" >"$img/extra-packages"
+	write_manifest "$img" judge "Debian $SUITE minbase + python3 (SandboxFusion's packages: scripts/judge-python-packages.txt), gcc, g++, golang-go, bash, scripts/judge-language-packages.txt (FnCall)"
 	log "image judge: built in $(since "$t")"
 }
 

@@ -67,7 +67,15 @@ var helloSources = map[string]map[string]string{
 	api.LangGo:      {"main.go": "package main\n\nimport \"os\"\n\nfunc main() { os.Stdout.WriteString(\"hello, world\\n\") }\n"},
 	api.LangPython3: {"main.py": "print('hello, world')\n"},
 	api.LangBash:    {"main.sh": "echo 'hello, world'\n"},
+	api.LangNodeJS:  {"main.js": "console.log('hello, world');\n"},
+	api.LangPerl:    {"main.pl": "print \"hello, world\\n\";\n"},
+	api.LangRust:    {"main.rs": "fn main() { println!(\"hello, world\"); }\n"},
 }
+
+// bareInterpreters run an interpreted language's hello world bare on the host
+// (the host's interpreter: the same version as the judge image's for python3,
+// bash and perl on Debian bookworm).
+var bareInterpreters = map[string]string{api.LangPython3: "python3", api.LangBash: "bash", api.LangNodeJS: "node", api.LangPerl: "perl"}
 
 // FnCall compiles hello world once, then runs it N times through the node's FnCall
 // engine in-process (validation, compile cache lookup, sandbox, verdict), and N
@@ -209,7 +217,7 @@ func bareCommand(e *fncall.Engine, lang string, src map[string]string, image str
 	var args []string
 	cleanup := func() {}
 	switch lang {
-	case api.LangC, api.LangCPP, api.LangGo:
+	case api.LangC, api.LangCPP, api.LangGo, api.LangRust:
 		bin, err := e.CompiledBinary(lang, src, image)
 		if err != nil {
 			return nil, nil, err
@@ -226,10 +234,13 @@ func bareCommand(e *fncall.Engine, lang string, src map[string]string, image str
 				return nil, nil, err
 			}
 		}
-		if lang == api.LangPython3 {
-			args = []string{"python3", filepath.Join(dir, "main.py")}
-		} else {
-			args = []string{"bash", filepath.Join(dir, "main.sh")}
+		interp, ok := bareInterpreters[lang]
+		if !ok {
+			cleanup()
+			return nil, nil, fmt.Errorf("no bare run for language %q", lang)
+		}
+		for name := range src {
+			args = []string{interp, filepath.Join(dir, name)}
 		}
 	}
 	return func(pinned bool) error {

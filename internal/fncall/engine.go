@@ -518,6 +518,7 @@ type Limits struct {
 	Stderr   int64 // stderr bytes kept; more is truncated
 	FileSize int64
 	Tmpfs    int64 // size of /w (default Memory)
+	Stack    int64 // RLIMIT_STACK (0: the zygote's, 8 MiB)
 }
 
 // Spec is one run.
@@ -605,7 +606,7 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 	}
 	r := &runReq{
 		op: opRun, slot: uint32(s.index), id: e.ids.Add(1), uid: uint32(s.uid), gid: uint32(s.uid),
-		rlFsize: uint64(l.FileSize), rlNproc: uint64(l.Procs), rlNofile: 256, tmpfsSize: uint64(l.Tmpfs),
+		rlFsize: uint64(l.FileSize), rlNproc: uint64(l.Procs), rlNofile: 256, rlStack: uint64(l.Stack), tmpfsSize: uint64(l.Tmpfs),
 		argv: spec.Args, env: spec.Env, cwd: cwd,
 	}
 	if l.CPU > 0 {

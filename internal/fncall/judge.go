@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -54,6 +55,15 @@ var langs = map[string]lang{
 	api.LangC: {ext: []string{".c"}, compile: "gcc -O2 -pipe -std=gnu17 -o /w/.out %s -lm",
 		run: func(string) []string { return []string{binPath} }},
 	api.LangCPP: {ext: []string{".cpp", ".cc", ".cxx"}, compile: "g++ -O2 -pipe -std=gnu++17 -o /w/.out %s",
+		run: func(string) []string { return []string{binPath} }},
+	// SandboxFusion's commands (runners/major.py, minor.py): node F, php -f F,
+	// ruby F, lua F, perl F, rustc F -o BIN (no optimisation, as there).
+	api.LangNodeJS: {ext: []string{".js"}, run: func(m string) []string { return []string{"/usr/bin/node", m} }},
+	api.LangPHP:    {ext: []string{".php"}, run: func(m string) []string { return []string{"/usr/bin/php", "-f", m} }},
+	api.LangRuby:   {ext: []string{".rb"}, run: func(m string) []string { return []string{"/usr/bin/ruby", m} }},
+	api.LangLua:    {ext: []string{".lua"}, run: func(m string) []string { return []string{"/usr/bin/lua5.4", m} }},
+	api.LangPerl:   {ext: []string{".pl"}, run: func(m string) []string { return []string{"/usr/bin/perl", m} }},
+	api.LangRust: {ext: []string{".rs"}, compile: "rustc -o /w/.out %s",
 		run: func(string) []string { return []string{binPath} }},
 	api.LangGo: {ext: []string{".go"}, compile: "go build -o /w/.out %s",
 		env: []string{"GOCACHE=/w/.cache/go-build", "GOPATH=/w/go", "GO111MODULE=off", "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false"},
@@ -126,6 +136,7 @@ func Validate(req *api.FnCallRequest) error {
 		{"cpu_time_ms", l.CPUTimeMs, MaxCPUTimeMs}, {"wall_time_ms", l.WallTimeMs, MaxWallTimeMs},
 		{"memory_bytes", l.MemoryBytes, MaxMemoryBytes}, {"processes", l.Processes, MaxProcesses},
 		{"output_bytes", l.OutputBytes, MaxOutputBytes}, {"file_size_bytes", l.FileSizeBytes, MaxFileSize},
+		{"stack_bytes", l.StackBytes, MaxMemoryBytes}, {"compile_time_ms", l.CompileTimeMs, MaxWallTimeMs},
 	} {
 		if c.v < 0 || c.v > c.max {
 			return errdefs.Invalid("limits.%s = %d: must be between 0 (default) and %d", c.name, c.v, c.max)
@@ -217,7 +228,7 @@ func effectiveLimits(l api.FnCallLimits) Limits {
 	return Limits{
 		CPU: time.Duration(l.CPUTimeMs) * time.Millisecond, Wall: time.Duration(l.WallTimeMs) * time.Millisecond,
 		Memory: l.MemoryBytes, Procs: l.Processes, Output: l.OutputBytes, Stderr: l.OutputBytes,
-		FileSize: l.FileSizeBytes, Tmpfs: l.MemoryBytes,
+		FileSize: l.FileSizeBytes, Tmpfs: l.MemoryBytes, Stack: l.StackBytes,
 	}
 }
 
@@ -429,14 +440,21 @@ func (e *Engine) compile(ctx context.Context, req *api.FnCallRequest, lg lang, m
 			}
 		}()
 		env := append([]string{baseEnv, "HOME=/w", "LANG=C.UTF-8", "TMPDIR=/w/tmp"}, lg.env...)
+		lim := compileLimits
+		if t := time.Duration(req.Limits.CompileTimeMs) * time.Millisecond; t > 0 {
+			lim.CPU, lim.Wall = min(lim.CPU, t), min(lim.Wall, t)
+		}
 		r, err := e.Run(ctx, Spec{Image: req.Image, Args: []string{"/bin/sh", "-c", cmd + " >&2 && cat /w/.out"},
-			Env: env, Files: fs, Limits: compileLimits})
+			Env: env, Files: fs, Limits: lim})
 		if err != nil {
 			return cacheEntry{}, nil, err
 		}
 		ce := cacheEntry{ExitCode: r.ExitCode, WallMs: ms(r.Wall), CPUMs: ms(r.CPU),
 			Output: strings.ToValidUTF8(string(r.Stderr), "\uFFFD")}
 		switch {
+		case r.Killed == "wall" || r.Signal == unix.SIGXCPU || r.CPU > lim.CPU:
+			// Not cached: the same program may compile under a longer limit.
+			return ce, nil, &compileTimeout{entry: ce, limit: lim.Wall}
 		case r.Killed != "" && r.Killed != "output":
 			return ce, nil, errdefs.Internal(fmt.Errorf("compile killed: %s", r.Killed), "compile")
 		case r.Exited && r.ExitCode == 0 && !r.StdoutOver && len(r.Stdout) > 0:
@@ -453,6 +471,11 @@ func (e *Engine) compile(ctx context.Context, req *api.FnCallRequest, lg lang, m
 		}
 		return ce, nil, nil
 	})
+	var to *compileTimeout
+	if errors.As(err, &to) {
+		return &api.FnCallCompile{Verdict: api.VerdictTimeLimit, Output: to.entry.Output, ExitCode: to.entry.ExitCode,
+			WallTimeMs: to.entry.WallMs, CPUTimeMs: to.entry.CPUMs, Message: to.Error()}, "", nil
+	}
 	if err != nil {
 		return &api.FnCallCompile{Verdict: api.VerdictSystemError, Message: err.Error()}, "", nil
 	}
@@ -462,6 +485,16 @@ func (e *Engine) compile(ctx context.Context, req *api.FnCallRequest, lg lang, m
 		c.Verdict = api.VerdictCompileError
 	}
 	return c, entry.bin, nil
+}
+
+// compileTimeout is a compile stopped at its time limit.
+type compileTimeout struct {
+	entry cacheEntry
+	limit time.Duration
+}
+
+func (c *compileTimeout) Error() string {
+	return fmt.Sprintf("the compile exceeded its time limit of %v", c.limit)
 }
 
 func cacheKey(image, language, cmd string, env []string, files map[string]string) string {

@@ -11,6 +11,14 @@ const (
 	LangCPP     = "c++"
 	LangGo      = "go"
 	LangBash    = "bash"
+	// SandboxFusion's languages from Debian packages (the judge image's
+	// scripts/judge-language-packages.txt), with SandboxFusion's commands.
+	LangNodeJS = "nodejs"
+	LangPHP    = "php"
+	LangRuby   = "ruby"
+	LangLua    = "lua"
+	LangPerl   = "perl"
+	LangRust   = "rust"
 )
 
 // Verdicts.
@@ -91,6 +99,15 @@ type FnCallLimits struct {
 	OutputBytes int64 `json:"output_bytes,omitempty"`
 	// FileSizeBytes limits each file the program writes (default 16 MiB).
 	FileSizeBytes int64 `json:"file_size_bytes,omitempty"`
+	// StackBytes is the program's stack size limit (RLIMIT_STACK; default the
+	// node's, 8 MiB). SandboxFusion sets it to the memory limit, so deep
+	// recursion in competitive-programming solutions does not crash.
+	StackBytes int64 `json:"stack_bytes,omitempty"`
+	// CompileTimeMs bounds the compile step's wall and CPU time (default 60000
+	// CPU, 120000 wall). A compile beyond it is the compile verdict
+	// time_limit and no test runs. A program compiled before (the compile
+	// cache) is not compiled again, whatever the limit.
+	CompileTimeMs int64 `json:"compile_time_ms,omitempty"`
 }
 
 // FnCallResult is the answer of POST /v1/fncall (and one NDJSON line of the batch
@@ -110,7 +127,8 @@ type FnCallResult struct {
 
 // FnCallCompile describes the compile step.
 type FnCallCompile struct {
-	// Verdict is accepted, compile_error or system_error.
+	// Verdict is accepted, compile_error, time_limit (limits.compile_time_ms) or
+	// system_error.
 	Verdict string `json:"verdict"`
 	// Cached says the result came from the compile cache (same language, flags
 	// and sources).

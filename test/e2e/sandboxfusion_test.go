@@ -79,6 +79,12 @@ func TestSandboxFusionAPI(t *testing.T) {
 			{"cpp", "#include <iostream>\nint main(){int a,b;std::cin>>a>>b;std::cout<<a*b<<std::endl;}", "6 7", "42\n"},
 			{"go", "package main\nimport \"fmt\"\nfunc main(){var a,b int;fmt.Scan(&a,&b);fmt.Println(a-b)}", "9 4", "5\n"},
 			{"bash", "read x; echo \"got $x\"", "it", "got it\n"},
+			{"nodejs", "const [a, b] = require('fs').readFileSync(0, 'utf8').trim().split(' ').map(Number); console.log(a + b);", "20 22", "42\n"},
+			{"php", "echo intval(trim(fgets(STDIN))) * 3, \"\\n\";", "14", "42\n"}, // no <?php: added, as SandboxFusion does
+			{"ruby", "a, b = gets.split.map(&:to_i); puts a ** b", "2 5", "32\n"},
+			{"lua", "local a, b = io.read('n', 'n'); print(a // b)", "85 2", "42\n"},
+			{"perl", "my ($a, $b) = split ' ', <STDIN>; print $a . $b, \"\\n\";", "4 2", "42\n"},
+			{"rust", "use std::io::Read;\nfn main(){let mut s=String::new();std::io::stdin().read_to_string(&mut s).unwrap();let n:u64=s.trim().parse().unwrap();println!(\"{}\",(1..=n).sum::<u64>());}", "8", "36\n"},
 		} {
 			code, out := sfPost(t, open+"/run_code", "", verlPayload(c.code, c.stdin, c.lang, 30))
 			if code != 200 || out["status"] != "Success" {
@@ -88,7 +94,7 @@ func TestSandboxFusionAPI(t *testing.T) {
 			if got := out["run_result"].(map[string]any)["stdout"]; got != c.want {
 				t.Errorf("%s: stdout %q, want %q", c.lang, got, c.want)
 			}
-			if (c.lang == "cpp" || c.lang == "go") && out["compile_result"] == nil {
+			if (c.lang == "cpp" || c.lang == "go" || c.lang == "rust") && out["compile_result"] == nil {
 				t.Errorf("%s: no compile_result", c.lang)
 			}
 		}
@@ -120,6 +126,33 @@ func TestSandboxFusionAPI(t *testing.T) {
 		code, out = sfPost(t, open+"/run_code", "", p)
 		if code != 200 || out["run_result"].(map[string]any)["stdout"] != "from a file\n" {
 			t.Errorf("files: %d %v", code, out)
+		}
+	})
+
+	t.Run("SandboxFusion's semantics", func(t *testing.T) {
+		// The stack limit is memory_limit_MB (verl: 1,024): a million frames.
+		deep := "#include <cstdio>\n__attribute__((noinline)) int down(int n) { volatile char pad[16]; pad[0] = (char)n;\n" +
+			"if (n == 0) return 0; int r = down(n - 1); return r + 1 + (pad[0] - (char)n); }\n" +
+			"int main() { printf(\"%d\\n\", down(1000000)); }\n"
+		code, out := sfPost(t, open+"/run_code", "", verlPayload(deep, "", "cpp", 30))
+		if run, _ := out["run_result"].(map[string]any); code != 200 || out["status"] != "Success" || run["stdout"] != "1000000\n" {
+			t.Errorf("a million frames deep: %d %v", code, out)
+		}
+		// compile_timeout: the compile stops, the program does not run.
+		p := verlPayload("#include <map>\n#include <string>\n#include <cstdio>\nint main(){std::map<std::string,int> m; m[\"e2e-compile-timeout\"]=1; puts(\"ran\");}", "", "cpp", 10)
+		p["compile_timeout"] = 0.05
+		code, out = sfPost(t, open+"/run_code", "", p)
+		if c, _ := out["compile_result"].(map[string]any); code != 200 || out["status"] != "Failed" || c["status"] != "TimeLimitExceeded" || out["run_result"] != nil {
+			t.Errorf("compile_timeout 0.05: %d %v", code, out)
+		}
+	})
+
+	t.Run("SandboxFusion's Python packages", func(t *testing.T) {
+		// tinker-cookbook's grader imports numpy; SandboxFusion's own tests requests.
+		code, out := sfPost(t, open+"/run_code", "", verlPayload(
+			"import numpy, scipy, pandas, sympy, networkx, requests, matplotlib, sklearn\nprint(int(numpy.arange(4).sum()))", "", "python", 60))
+		if run, _ := out["run_result"].(map[string]any); code != 200 || out["status"] != "Success" || run["stdout"] != "6\n" {
+			t.Errorf("SandboxFusion's common packages do not import (a judge image older than scripts/judge-python-packages.txt: rebuild it with make setup): %d %v", code, out)
 		}
 	})
 

@@ -286,6 +286,32 @@ func sharedState(ctx context.Context, t *testing.T, e *env) {
 		if accepted < 2*fnCallsPerNode || exhausted == 0 {
 			t.Errorf("burst: %d accepted (want ≥ %d), %d exhausted (want some)", accepted, 2*fnCallsPerNode, exhausted)
 		}
+		// The same burst through SandboxFusion's /run_code is queued, not
+		// refused: verl scores a 429 or 503 as a wrong answer and retries only
+		// a 504, so the answers are verdicts (or 504 past the wait budget).
+		sfAnswers := make(chan answer, burst)
+		for i := range burst {
+			go func() {
+				status, _, body := e.raw(t, i%2, "POST", "/run_code", map[string]any{"code": "import time\ntime.sleep(1)\nprint(42)",
+					"language": "python", "run_timeout": 20})
+				sfAnswers <- answer{status: status, body: body}
+			}()
+		}
+		verdicts, timeouts := 0, 0
+		for range burst {
+			switch a := <-sfAnswers; {
+			case a.status == 200 && strings.Contains(a.body, `"status":"Success"`) && strings.Contains(a.body, "42"):
+				verdicts++
+			case a.status == 504:
+				timeouts++
+			default:
+				t.Errorf("SandboxFusion burst answer %d %s", a.status, a.body)
+			}
+		}
+		t.Logf("SandboxFusion burst of %d slow calls, room for %d: %d verdicts, %d 504", burst, 2*fnCallsPerNode, verdicts, timeouts)
+		if verdicts != burst {
+			t.Errorf("SandboxFusion burst: %d of %d verdicts within the 60 s wait budget", verdicts, burst)
+		}
 		// Only nodes serving FnCall started a warm pool.
 		served := 0
 		for _, a := range e.agents {

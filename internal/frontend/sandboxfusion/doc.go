@@ -7,7 +7,8 @@
 // and sandbox/datasets/types.py in its repository):
 //
 //   - POST /run_code: one program, one stdin. Languages are the ones dsec's judge
-//     image has: python, cpp, go, bash. Any other SandboxFusion language answers
+//     image has: python, cpp, go, bash, nodejs, php, ruby, lua, perl, rust. Any
+//     other SandboxFusion language answers
 //     400 with "unsupported language". `files` (base64 by path) are placed in the
 //     work directory; `fetch_files` is not supported (400 when non-empty), because
 //     a FnCall run's work directory dies with its sandbox.
@@ -20,7 +21,13 @@
 //   - GET /v1/ping: "pong" (only where the handler is mounted at the root, i.e. on
 //     the optional token-less listener).
 //
+// Limits are SandboxFusion's: memory_limit_MB (when > 0) is also the stack
+// limit, compile_timeout bounds the compile (TimeLimitExceeded, nothing runs),
+// run_timeout the run.
+//
 // A program's failure is a 200 with status "Failed"; dsec's own failure is a 200
 // with status "SandboxError" (as SandboxFusion answers); malformed requests are a
-// 4xx with a JSON `detail`, as FastAPI answers them.
+// 4xx with a JSON `detail`, as FastAPI answers them. A call that finds no free
+// FnCall slot waits (a bounded queue, a wait budget) and is answered 504 past
+// it: never 429 or 503, which SandboxFusion's clients score as a wrong answer.
 package sandboxfusion

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -34,6 +35,12 @@ type Options struct {
 	OutputBytes int64
 	// Image is the FnCall environment ("" is the node's judge image).
 	Image string
+	// QueueWait is how long a call refused for want of a FnCall slot waits
+	// and tries again before it is answered 504 (default DefaultQueueWait).
+	QueueWait time.Duration
+	// MaxQueued bounds the calls waiting at once; one more is answered 504
+	// at once (default DefaultMaxQueued).
+	MaxQueued int
 }
 
 // Handler serves SandboxFusion's routes.
@@ -55,11 +62,17 @@ func New(fc session.FnCalls, opts Options) *Handler {
 	if opts.OutputBytes <= 0 {
 		opts.OutputBytes = DefaultOutputBytes
 	}
+	if opts.QueueWait <= 0 {
+		opts.QueueWait = DefaultQueueWait
+	}
+	if opts.MaxQueued <= 0 {
+		opts.MaxQueued = DefaultMaxQueued
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{fc: fc, opts: opts, log: log, mux: http.NewServeMux()}
+	h := &Handler{fc: newQueue(fc, opts.QueueWait, opts.MaxQueued), opts: opts, log: log, mux: http.NewServeMux()}
 	h.mux.HandleFunc("POST /run_code", serve(h, h.run))
 	h.mux.HandleFunc("POST /submit", serve(h, h.evaluate))
 	h.mux.HandleFunc("GET /v1/ping", func(w http.ResponseWriter, _ *http.Request) {
@@ -126,13 +139,17 @@ func (h *Handler) decode(w http.ResponseWriter, r *http.Request, v any) error {
 }
 
 // fail answers err as FastAPI does ({"detail": ...}), with dsec's error code and
-// flags beside it: 4xx for bad input, 429/503/5xx for dsec's own failures (so a
-// client retries instead of scoring a wrong answer).
+// flags beside it: 4xx for bad input, 5xx for dsec's own failures. Never 429 or
+// 503: SandboxFusion's clients (verl) retry only a 504 and score any other
+// failure as a wrong answer, so "no room, try again" is a 504 here.
 func (h *Handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 	e := errdefs.ToAPI(err)
 	status := e.Status
 	if status == 0 {
 		status = api.StatusOf(e.Code)
+	}
+	if status == http.StatusTooManyRequests || status == http.StatusServiceUnavailable {
+		status, e.Retryable = http.StatusGatewayTimeout, true
 	}
 	if e.Infrastructure {
 		h.log.ErrorContext(r.Context(), "sandboxfusion request failed", "path", r.URL.Path, "code", e.Code, "err", err)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -176,19 +177,27 @@ func TestRunCodeBadInput(t *testing.T) {
 	}
 }
 
+// dsec's own failures are answered so that verl retries them (a 504), never
+// 429 or 503, which verl scores as a wrong answer.
 func TestRunCodeInfrastructureErrorsAreRetryable(t *testing.T) {
 	for _, c := range []struct {
 		err    error
 		status int
+		code   api.Code
 	}{
-		{errdefs.New(api.CodeResourceExhausted, "all slots busy"), 429},
-		{errdefs.New(api.CodeUnavailable, "judge image missing"), 503},
-		{errdefs.Invalid("file name %q", "../x"), 400},
+		{errdefs.New(api.CodeResourceExhausted, "all slots busy"), 504, api.CodeDeadlineExceeded},
+		{errdefs.New(api.CodeUnavailable, "judge image missing"), 504, api.CodeDeadlineExceeded},
+		{errdefs.New(api.CodeNodeLost, "node gone"), 504, api.CodeNodeLost},
+		{errdefs.Invalid("file name %q", "../x"), 400, api.CodeInvalidArgument},
 	} {
-		h := New(&fakeFnCall{res: func(api.FnCallRequest) (api.FnCallResult, error) { return api.FnCallResult{}, c.err }}, Options{})
+		h := New(&fakeFnCall{res: func(api.FnCallRequest) (api.FnCallResult, error) { return api.FnCallResult{}, c.err }},
+			Options{QueueWait: 20 * time.Millisecond})
 		status, out := post(t, h, "/run_code", `{"code":"x","language":"python"}`)
-		if status != c.status || out["code"] != string(errdefs.CodeOf(c.err)) {
+		if status != c.status || out["code"] != string(c.code) {
 			t.Errorf("%v: %d %v", c.err, status, out)
+		}
+		if status >= 500 && out["retryable"] != true {
+			t.Errorf("%v: not retryable: %v", c.err, out)
 		}
 	}
 }
@@ -257,7 +266,7 @@ func TestSubmitBadInput(t *testing.T) {
 		{`{"dataset":"d","id":1,"completion":"x","config":{"dataset_type":"CommonOJDataset","language":"python","provided_data":{"test":"[oops"}}}`, "must be a list"},
 		{`{"dataset":"d","id":1,"config":{"dataset_type":"CommonOJDataset","language":"python","provided_data":{"test":[]}}}`, "completion is required"},
 		{`{"dataset":"d","id":1,"completion":"x","config":{"dataset_type":"CommonOJDataset","language":"python","custom_extract_logic":"submit_code_blocks([])","provided_data":{"test":[]}}}`, "custom_extract_logic"},
-		{`{"dataset":"d","id":1,"completion":"x","config":{"dataset_type":"CommonOJDataset","language":"ruby","provided_data":{"test":[{"input":{"stdin":""},"output":{"stdout":""}}]}}}`, "unsupported language"},
+		{`{"dataset":"d","id":1,"completion":"x","config":{"dataset_type":"CommonOJDataset","language":"java","provided_data":{"test":[{"input":{"stdin":""},"output":{"stdout":""}}]}}}`, "unsupported language"},
 	} {
 		status, out := post(t, h, "/submit", c.body)
 		if status != 400 || out["code"] != "invalid_argument" || !strings.Contains(out["detail"].(string), c.want) {

@@ -6,6 +6,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 
@@ -25,11 +26,17 @@ var languages = map[string]language{
 	"cpp":    {api.LangCPP, "main.cpp"},
 	"go":     {api.LangGo, "main.go"},
 	"bash":   {api.LangBash, "main.sh"},
+	"nodejs": {api.LangNodeJS, "main.js"},
+	"php":    {api.LangPHP, "main.php"},
+	"ruby":   {api.LangRuby, "main.rb"},
+	"lua":    {api.LangLua, "main.lua"},
+	"perl":   {api.LangPerl, "main.pl"},
+	"rust":   {api.LangRust, "main.rs"},
 }
 
 // knownLanguages are SandboxFusion's other languages: valid there, not here.
-var knownLanguages = []string{"nodejs", "go_test", "java", "php", "csharp", "typescript", "sql",
-	"rust", "cuda", "lua", "R", "perl", "D_ut", "ruby", "scala", "julia", "pytest", "junit",
+var knownLanguages = []string{"go_test", "java", "csharp", "typescript", "sql",
+	"cuda", "R", "D_ut", "scala", "julia", "pytest", "junit",
 	"kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket"}
 
 // Defaults of SandboxFusion's RunCodeRequest.
@@ -86,21 +93,30 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 	if len(req.FetchFiles) > 0 {
 		return api.FnCallRequest{}, errdefs.Invalid("fetch_files is not supported: a FnCall run's work directory ends with its sandbox")
 	}
-	if _, err := timeoutMs("compile_timeout", req.CompileTimeout, defaultRunTimeout); err != nil {
+	compileMs, err := timeoutMs("compile_timeout", req.CompileTimeout, defaultRunTimeout)
+	if err != nil {
 		return api.FnCallRequest{}, err
 	}
 	runMs, err := timeoutMs("run_timeout", req.RunTimeout, defaultRunTimeout)
 	if err != nil {
 		return api.FnCallRequest{}, err
 	}
-	mem := h.opts.DefaultMemoryBytes
+	// SandboxFusion applies memory_limit_MB (when > 0) as RLIMIT_AS, RLIMIT_DATA
+	// and RLIMIT_STACK; dsec applies it as the memory cgroup and the stack
+	// limit. Without one, SandboxFusion's program keeps the default stack.
+	mem, stack := h.opts.DefaultMemoryBytes, int64(0)
 	if req.MemoryLimitMB != nil && *req.MemoryLimitMB > 0 {
 		if *req.MemoryLimitMB > 1<<20 {
 			return api.FnCallRequest{}, errdefs.Invalid("memory_limit_MB %d is too large", *req.MemoryLimitMB)
 		}
 		mem = *req.MemoryLimitMB << 20
+		stack = mem
 	}
-	files := map[string]string{lang.main: *req.Code}
+	code := *req.Code
+	if req.Language == "php" {
+		code = phpTagged(code)
+	}
+	files := map[string]string{lang.main: code}
 	for p, content := range req.Files {
 		if content == nil {
 			continue
@@ -124,8 +140,9 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 	}
 	return api.FnCallRequest{
 		Language: lang.fncall, Files: files, Image: h.opts.Image,
-		Tests:  []api.FnCallTest{{Stdin: stdin}},
-		Limits: api.FnCallLimits{CPUTimeMs: runMs, WallTimeMs: runMs, MemoryBytes: mem, OutputBytes: h.opts.OutputBytes},
+		Tests: []api.FnCallTest{{Stdin: stdin}},
+		Limits: api.FnCallLimits{CPUTimeMs: runMs, WallTimeMs: runMs, MemoryBytes: mem, OutputBytes: h.opts.OutputBytes,
+			StackBytes: stack, CompileTimeMs: compileMs},
 	}, nil
 }
 
@@ -199,6 +216,16 @@ func runResult(t *api.FnCallTestResult) *CommandRunResult {
 		}
 	}
 	return r
+}
+
+// phpTagged is SandboxFusion's ensure_php_tag_in_string: PHP code that does not
+// start (after leading space) with "<?php" gets it.
+func phpTagged(code string) string {
+	code = strings.TrimLeftFunc(code, unicode.IsSpace)
+	if !strings.HasPrefix(code, "<?php") {
+		code = "<?php\n" + code
+	}
+	return code
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -3,6 +3,7 @@ package sandboxfusion
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"strconv"
 	"strings"
@@ -22,7 +23,7 @@ func (h *Handler) evaluate(ctx context.Context, req SubmitRequest) (EvalResult, 
 	cfg := req.Config
 	if cfg.DatasetType == nil || *cfg.DatasetType != commonOJ {
 		if cfg.DatasetType != nil {
-			return EvalResult{}, errdefs.Invalid("eval class %s is not served by dsec: only %s with config.provided_data", *cfg.DatasetType, commonOJ)
+			return EvalResult{}, errdefs.Invalid("eval class %s not found: dsec serves only %s with config.provided_data", *cfg.DatasetType, commonOJ)
 		}
 		return EvalResult{}, errdefs.Invalid("no eval class found for dataset %s: dsec has no dataset database; set config.dataset_type=%s and give the cases in config.provided_data", req.Dataset, commonOJ)
 	}
@@ -30,7 +31,7 @@ func (h *Handler) evaluate(ctx context.Context, req SubmitRequest) (EvalResult, 
 		return EvalResult{}, errdefs.Invalid("config.language field must exist for %s, got None", commonOJ)
 	}
 	if cfg.CustomExtractLogic != nil {
-		return EvalResult{}, errdefs.Invalid("config.custom_extract_logic (Python code) is not supported")
+		return EvalResult{}, errdefs.Invalid("config.custom_extract_logic is not supported: dsec extracts code with SandboxFusion's default extractor only")
 	}
 	if req.Completion == nil {
 		return EvalResult{}, errdefs.Invalid("completion is required")
@@ -95,7 +96,7 @@ func stdioCases(data any) ([]StdioTest, error) {
 	}
 	var b []byte
 	if s, isStr := raw.(string); isStr {
-		b = []byte(s)
+		b = lenientJSON(s)
 	} else {
 		var err error
 		if b, err = json.Marshal(raw); err != nil {
@@ -149,19 +150,48 @@ func stdoutMatches(got, want string) bool {
 	return true
 }
 
-// truncated shortens every stdin/stdout of a case as SandboxFusion does for cases
-// that passed: both ends kept, "..." between.
+// truncated shortens every stdin/stdout of a case as SandboxFusion's
+// truncate_str does for cases that passed: a text longer than truncateAt
+// characters (Unicode code points, as Python counts them) keeps 498 at each end
+// with "..." between; a character is never cut.
 func truncated(c StdioTest) StdioTest {
+	const placeholder = "..."
+	keep := (truncateAt - len(placeholder)) / 2
 	short := func(m map[string]string) map[string]string {
 		out := make(map[string]string, len(m))
 		for k, v := range m {
-			if len(v) > truncateAt {
-				half := (truncateAt - 3) / 2
-				v = v[:half] + "..." + v[len(v)-(truncateAt-3-half):]
+			if r := []rune(v); len(r) > truncateAt {
+				v = string(r[:keep]) + placeholder + string(r[len(r)-keep:])
 			}
 			out[k] = v
 		}
 		return out
 	}
 	return StdioTest{Input: short(c.Input), Output: short(c.Output)}
+}
+
+// lenientJSON prepares a JSON text for encoding/json as Python's
+// json.loads(s, strict=False) reads it: control characters (raw newlines,
+// tabs, ...) inside strings are allowed there, so they are escaped here.
+func lenientJSON(s string) []byte {
+	b := make([]byte, 0, len(s))
+	inString, escaped := false, false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case !inString:
+			inString = c == '"'
+		case escaped:
+			escaped = false
+		case c == '\\':
+			escaped = true
+		case c == '"':
+			inString = false
+		case c < 0x20:
+			b = fmt.Appendf(b, "\\u%04x", c)
+			continue
+		}
+		b = append(b, c)
+	}
+	return b
 }
