@@ -65,6 +65,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.DurationVar(&cfg.Layers.StoreWait, "layer-store-wait", 0, "how long a read of an uncached layer chunk waits for a failing blob store before EIO (0: 2m; negative: fail at once)")
 	f.StringArrayVar(&cfg.Devices, "device", nil, "add a device node and device-cgroup rule to every sandbox: NAME:TYPE:MAJOR:MINOR[:ACCESS], e.g. fuse:c:10:229 (repeatable)")
 	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", 0, "cap of each background process log on disk, stdout and stderr each (default 64 MiB)")
+	f.DurationVar(&cfg.KeepAlive, "keepalive", 0, "how long a blocking exec or process wait stays silent before its answer starts and whitespace keeps the connection busy (default 15s; negative: never)")
 	f.Var(onOff{&cfg.UserNS}, "userns", "on: container sandboxes that do not say otherwise (create's user_namespace) run in a user namespace of their own, sandbox root an unprivileged host uid; off (default)")
 	f.BoolVar(&cfg.NoVMSnapshots, "no-vm-snapshots", false, "boot every microVM: no snapshot of a launch is taken or restored from")
 	f.BoolVar(&sc.CleanupOnExit, "cleanup-on-exit", false, "delete every sandbox when the server stops")

@@ -70,6 +70,20 @@ type ErrorBody struct {
 	Error *Error `json:"error"`
 }
 
+// KeepAliveHeader marks a 200 answer to a blocking call (exec, process wait)
+// that the server started before the call ended, to keep the connection busy
+// with whitespace while the command ran: its body is the result or, if the
+// call failed after all, a LateErrorBody.
+const KeepAliveHeader = "X-Dsec-Keepalive"
+
+// LateErrorBody is the error of a call whose answer had already started
+// (KeepAliveHeader): Error as an ErrorBody carries it, and the HTTP status the
+// error would have had.
+type LateErrorBody struct {
+	Error  *Error `json:"error"`
+	Status int    `json:"status"`
+}
+
 func (e *Error) Error() string {
 	return fmt.Sprintf("%s: %s", e.Code, e.Message)
 }

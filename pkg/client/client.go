@@ -278,7 +278,35 @@ func (c *Client) do(ctx context.Context, cl call, out any) error {
 		_, _ = io.Copy(io.Discard, resp.Body)
 		return nil
 	}
+	if resp.Header.Get(api.KeepAliveHeader) != "" {
+		return decodeLate(resp, cl, out)
+	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("dsec client: decoding %s %s response: %w", cl.method, cl.path, err)
+	}
+	return nil
+}
+
+// decodeLate decodes an answer the server started before the call ended
+// (api.KeepAliveHeader): the result, or an api.LateErrorBody whose error is
+// returned with the status it would have had.
+func decodeLate(resp *http.Response, cl call, out any) error {
+	var raw json.RawMessage
+	if err := json.NewDecoder(resp.Body).Decode(&raw); err != nil {
+		return fmt.Errorf("dsec client: decoding %s %s response: %w", cl.method, cl.path, err)
+	}
+	var late struct {
+		Error  json.RawMessage `json:"error"`
+		Status int             `json:"status"`
+	}
+	if json.Unmarshal(raw, &late) == nil && len(late.Error) > 0 && late.Error[0] == '{' {
+		var lb api.LateErrorBody
+		if err := json.Unmarshal(raw, &lb); err == nil && lb.Error != nil && lb.Error.Code != "" {
+			lb.Error.Status = lb.Status
+			return lb.Error
+		}
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
 		return fmt.Errorf("dsec client: decoding %s %s response: %w", cl.method, cl.path, err)
 	}
 	return nil

@@ -110,6 +110,9 @@ type Config struct {
 	// process log (0: agent.DefaultMaxLogBytes).
 	Devices     []string
 	MaxLogBytes int64
+	// KeepAlive is how long a blocking /v1 exec or process wait stays silent
+	// before whitespace keeps its connection busy (v1.Options.KeepAlive).
+	KeepAlive time.Duration
 	// UserNS is the default of create's user_namespace for container
 	// sandboxes (see container.Config.UserNS).
 	UserNS bool
@@ -426,7 +429,7 @@ func (d *Daemon) startProjects(ctx context.Context) (lifecycle.Close, error) {
 func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 	svc, nsvc := d.services()
 	d.nodeSvc = nsvc
-	d.Server = v1.New(svc, v1.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true})
+	d.Server = v1.New(svc, v1.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true, KeepAlive: d.cfg.KeepAlive})
 	d.E2B = e2b.New(svc, e2b.Options{Authorize: auth.NewToken(d.Token).Match, Secret: []byte(d.Token), Logger: d.cfg.Logger})
 	if err := d.E2B.Recover(ctx); err != nil {
 		d.cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)

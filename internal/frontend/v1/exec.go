@@ -14,12 +14,7 @@ func (s *Server) exec(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	res, err := s.svc.Exec(r.Context(), r.PathValue("id"), req)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, res)
+	s.answerLate(w, r, func() (any, error) { return s.svc.Exec(r.Context(), r.PathValue("id"), req) })
 }
 
 // decodeExec decodes and validates an ExecRequest body.

@@ -62,12 +62,7 @@ func (s *Server) waitProcess(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel = context.WithTimeout(ctx, time.Duration(ms)*time.Millisecond)
 		defer cancel()
 	}
-	p, err := s.svc.WaitProcess(ctx, r.PathValue("id"), r.PathValue("pid"))
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, p)
+	s.answerLate(w, r, func() (any, error) { return s.svc.WaitProcess(ctx, r.PathValue("id"), r.PathValue("pid")) })
 }
 
 // killProcess handles POST .../processes/{pid}/kill; the body is optional and

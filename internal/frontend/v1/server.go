@@ -3,6 +3,7 @@ package v1
 import (
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -34,6 +35,10 @@ type Options struct {
 	MaxBodyBytes int64
 	// MaxUploadBytes limits file and tar uploads; 0 means DefaultMaxUploadBytes.
 	MaxUploadBytes int64
+	// KeepAlive is how long a blocking exec or process wait stays silent before
+	// its answer starts and whitespace follows at this interval (answerLate); 0
+	// means DefaultKeepAlive, negative never.
+	KeepAlive time.Duration
 	// Steps says the service passed to New logs tagged steps itself (its chain
 	// has trajectory.Interceptor): the server accepts them and serves the
 	// trajectory API from the service. Without Steps or StepsDownstream a

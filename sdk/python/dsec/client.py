@@ -55,7 +55,9 @@ from .errors import (
     InfrastructureError,
     InvalidArgumentError,
     NotFoundError,
+    KEEPALIVE_HEADER,
     error_from_response,
+    late_error,
     network_error,
 )
 from .types import (
@@ -133,6 +135,10 @@ class Client:
                 status, headers, body = self._http.roundtrip(req, self.timeout)
                 if status >= 300 and not raw:
                     raise error_from_response(status, body)
+                if not raw and KEEPALIVE_HEADER in headers:
+                    late = late_error(body)
+                    if late is not None:
+                        raise late
                 return status, headers, body
             except DsecError as e:
                 if req.gone_ok and attempt > 0 and isinstance(e, NotFoundError):

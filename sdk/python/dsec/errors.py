@@ -293,6 +293,25 @@ _INFRA_RETRY = {
 }
 
 
+KEEPALIVE_HEADER = "x-dsec-keepalive"
+"""Set on a 200 answer to a blocking call (exec, process wait) that the server
+started before the call ended, keeping the connection busy with whitespace."""
+
+
+def late_error(body: bytes) -> Optional[DsecError]:
+    """The error of a call whose answer had started (KEEPALIVE_HEADER): the body
+    is {"error": {...}, "status": N} instead of the result; None for a result."""
+    try:
+        doc: Any = json.loads(body) if body else None
+    except ValueError:
+        return None
+    if not isinstance(doc, dict) or not isinstance(doc.get("error"), Mapping) or not isinstance(doc.get("status"), int):
+        return None
+    if not doc["error"].get("code"):
+        return None
+    return error_from_response(doc["status"], body)
+
+
 def error_from_response(status: int, body: bytes) -> DsecError:
     """Build the exception for a non-2xx response (status and raw body)."""
     code: Optional[str] = None

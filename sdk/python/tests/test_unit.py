@@ -432,3 +432,15 @@ def test_server_failure() -> None:
     assert "status 66" in server_failure("boom", 66, 66)
     assert "status 2 after SIGTERM" in server_failure("boom", None, 2)
     assert "did not exit" in server_failure("", None, None)
+
+
+def test_late_error_from_keepalive_body():
+    """A blocking call's answer that started early (x-dsec-keepalive) carries
+    either the result or {"error": {...}, "status": N}: only the latter is an
+    error, raised with its status; an exec result's own "error" text is not."""
+    from dsec.errors import late_error
+
+    err = late_error(b'  {"error": {"code": "sandbox_gone", "message": "gone", "infrastructure": true, "retryable": false}, "status": 410}\n')
+    assert err is not None and err.code == "sandbox_gone" and err.status == 410
+    assert late_error(b'   {"exit_code": 1, "stdout": "", "stderr": "", "duration_ms": 1, "error": "exec failed"}') is None
+    assert late_error(b"") is None
