@@ -2,17 +2,16 @@ package apiserver
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"net/http"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
+	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -117,25 +116,10 @@ func (a *APIServer) observe(h http.Handler) http.Handler {
 	return tracing.Middleware(a.tracing, a.route, a.Metrics.HTTP(a.route, h))
 }
 
-// guard requires a token match accepts before h.
+// guard requires a token match accepts before h (httpkit.BearerAuth: the
+// /v1 refusal).
 func (a *APIServer) guard(match func(string) bool, h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if tok, ok := auth.Bearer(r); !ok || !match(tok) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
-			writeUnauthorized(w)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-func writeUnauthorized(w http.ResponseWriter) {
-	e := api.NewError(api.CodeUnauthorized, "missing or invalid bearer token")
-	b, _ := json.Marshal(api.ErrorBody{Error: e})
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set(metrics.ErrorHeader, string(e.Code))
-	w.WriteHeader(e.Status)
-	_, _ = w.Write(append(b, '\n'))
+	return httpkit.Match(match).Wrap(h)
 }
 
 // ServeMetrics serves GET /metrics on l WITHOUT a token (dsec apiserver

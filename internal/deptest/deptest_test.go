@@ -59,6 +59,18 @@ var rules = []struct {
 		why:      "drivers (VMs included) sit below every front end",
 	},
 	{
+		patterns: []string{"./internal/metrics/..."},
+		forbid: Under(mod+"internal/agent", mod+"internal/fncall", mod+"internal/lazy", mod+"internal/container",
+			mod+"internal/vm", mod+"internal/driver", mod+"internal/trajectory", mod+"internal/cluster",
+			mod+"internal/noderpc", mod+"internal/frontend", mod+"internal/app"),
+		why: "metrics imports no domain package: it defines the small interfaces and stat structs it reads, and the role's assembly (internal/app) adapts the domain packages to them",
+	},
+	{
+		patterns: []string{"./internal/noderpc/...", "./internal/frontend/..."},
+		forbid:   Under(mod+"internal/metrics", mod+"internal/trajectory"),
+		why:      "transports know no decorator: the metrics and trajectory interceptors are composed by the role's assembly (session.Chain)",
+	},
+	{
 		patterns: []string{"./internal/...", "./pkg/...", "./ui/..."},
 		except: []string{"./internal/bench/...", "./internal/peer/...", "./internal/vm/vmbench/...",
 			"./internal/placement/placebench/...", "./internal/escapeprobe/...", "./internal/testprog/..."},

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/metrics"
@@ -28,7 +27,7 @@ const targetSandboxes = 3200
 // depend on where the samples come from).
 type fakeNode struct{ n int }
 
-func (f fakeNode) Usage([]string, agent.Counters) []api.SandboxUsage {
+func (f fakeNode) Usage(bool) []api.SandboxUsage {
 	out := make([]api.SandboxUsage, f.n)
 	for i := range out {
 		out[i] = api.SandboxUsage{Backend: []string{"container", "microvm"}[i%2], State: api.StateRunning,
@@ -206,9 +205,9 @@ func BenchmarkExecDecorator(b *testing.B) {
 // memNode is a node of one sandbox whose memory use a test sets.
 type memNode struct{ mem atomic.Int64 }
 
-func (n *memNode) Usage(_ []string, c agent.Counters) []api.SandboxUsage {
+func (n *memNode) Usage(memory bool) []api.SandboxUsage {
 	u := api.SandboxUsage{Backend: "container", State: api.StateRunning, MemoryBytes: -1}
-	if c&agent.MemoryCounter != 0 {
+	if memory {
 		u.MemoryBytes = n.mem.Load()
 	}
 	return []api.SandboxUsage{u}

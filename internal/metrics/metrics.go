@@ -1,7 +1,7 @@
 // Package metrics is dsec's Prometheus instrumentation, one package every
 // component mounts: New makes a registry with dsec's metrics; Wrap is the
 // session.Service decorator that counts creates, execs, FnCalls and errors the
-// same way for every front end; WrapStore counts trajectory steps and replays;
+// same way for every front end; TrajectoryStep counts trajectory steps and replays;
 // Metrics is the node agent's Observer (create phases, reclaimed bytes);
 // NodeCollector reads sandboxes by state, memory, capacity, load, layerd and
 // FnCall pools at scrape time (nothing that can drift); HTTP counts requests by

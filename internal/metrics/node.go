@@ -13,17 +13,15 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/fncall"
-	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Sandboxes is what NodeCollector reads of the node agent (*agent.Manager):
-// Usage(nil, 0) is cheap (no file reads, no waiting), Usage(nil,
-// agent.MemoryCounter) reads every sandbox's memory counter.
+// Sandboxes is what NodeCollector reads of the node's sandboxes (the role's
+// assembly adapts the node agent): Usage(false) is cheap (no file reads, no
+// waiting), Usage(true) also reads every sandbox's memory counter
+// (MemoryBytes; -1 where the backend reports none).
 type Sandboxes interface {
-	Usage(ids []string, c agent.Counters) []api.SandboxUsage
+	Usage(memory bool) []api.SandboxUsage
 	Capacity() int
 }
 
@@ -32,14 +30,33 @@ type Sandboxes interface {
 // 26 ms for 3,200 on an idle machine) from Run's last sample.
 const DefaultMemoryMaxAge = 10 * time.Second
 
-// LayerStats reads layerd's accounting through its control API (*lazy.Client).
+// LayerStats reads layerd's accounting (the role's assembly adapts its
+// control API's client).
 type LayerStats interface {
-	Stats(ctx context.Context) (lazy.Stats, error)
+	LayerStats(ctx context.Context) (Layers, error)
 }
 
-// FnCallPools reads the FnCall engine's warm pools (*fncall.Engine).
+// Layers is layerd's accounting summed over the layers it knows.
+type Layers struct {
+	Running      bool  // false: layerd is not running (it starts with the first layered sandbox)
+	FetchedBytes int64 // fetched from blob stores
+	BlobBytes    int64 // total size of the layer blobs
+	CacheHits    int64 // chunk reads served from the local cache
+	CacheMisses  int64 // chunk reads that had to fetch
+	CacheBytes   int64 // bytes in the local chunk cache
+	Mounted      int64 // layers mounted
+}
+
+// FnCallPools reads the FnCall engine's warm pools (the role's assembly adapts
+// the engine).
 type FnCallPools interface {
-	Pools() []fncall.PoolStats
+	Pools() []Pool
+}
+
+// Pool is one warm FnCall pool's occupancy.
+type Pool struct {
+	Image       string
+	Slots, Busy int
 }
 
 // NodeCollector reads one node's state at scrape time: sandboxes by backend and
@@ -119,33 +136,23 @@ func (c *NodeCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if c.layers != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := c.layers.Stats(ctx)
+		st, err := c.layers.LayerStats(ctx)
 		cancel()
-		if err != nil || st.Pid == 0 { // Pid 0: layerd is not running (no layered sandbox yet)
+		if err != nil || !st.Running {
 			gauge(c.layerdUp, 0)
 		} else {
 			gauge(c.layerdUp, 1)
-			var fetched, size, hits, misses, mounted int64
-			for _, l := range st.Layers {
-				fetched += l.FetchedBytes
-				size += l.BlobSize
-				hits += l.CacheHits
-				misses += l.CacheMisses
-				if l.Mounted {
-					mounted++
-				}
-			}
-			counter(c.fetched, float64(fetched))
-			gauge(c.blobBytes, float64(size))
-			counter(c.hits, float64(hits))
-			counter(c.misses, float64(misses))
+			counter(c.fetched, float64(st.FetchedBytes))
+			gauge(c.blobBytes, float64(st.BlobBytes))
+			counter(c.hits, float64(st.CacheHits))
+			counter(c.misses, float64(st.CacheMisses))
 			ratio := 0.0
-			if hits+misses > 0 {
-				ratio = float64(hits) / float64(hits+misses)
+			if st.CacheHits+st.CacheMisses > 0 {
+				ratio = float64(st.CacheHits) / float64(st.CacheHits+st.CacheMisses)
 			}
 			gauge(c.hitRatio, ratio)
-			gauge(c.cacheBytes, float64(st.Cache.Bytes))
-			gauge(c.mounted, float64(mounted))
+			gauge(c.cacheBytes, float64(st.CacheBytes))
+			gauge(c.mounted, float64(st.Mounted))
 		}
 	}
 	if c.pools != nil {
@@ -167,7 +174,7 @@ func (c *NodeCollector) collectSandboxes(ch chan<- prometheus.Metric, gauge func
 		}
 	}
 	var limits float64
-	for _, u := range c.sbs.Usage(nil, 0) {
+	for _, u := range c.sbs.Usage(false) {
 		counts[key{c.m.backend(u.Backend), bounded(u.State, states)}]++
 		limits += float64(u.MemoryLimitBytes)
 	}
@@ -193,7 +200,7 @@ type memSample struct {
 
 func (c *NodeCollector) readMemory() memSample {
 	s := memSample{buckets: make([]uint64, len(memBuckets))}
-	for _, u := range c.sbs.Usage(nil, agent.MemoryCounter) {
+	for _, u := range c.sbs.Usage(true) {
 		if u.MemoryBytes < 0 {
 			continue
 		}

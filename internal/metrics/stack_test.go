@@ -53,11 +53,11 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 	mgr := agenttest.New(t, agenttest.Options{Node: "test", Driver: drv, Config: func(c *agent.Config) {
 		c.Tracer, c.Observer, c.MaxCreating = tp, m, 64
 	}})
-	if err := m.Register(m.NewNodeCollector(mgr, nil, nil)); err != nil {
+	if err := m.Register(m.NewNodeCollector(agentSandboxes{mgr}, nil, nil)); err != nil {
 		t.Fatal(err)
 	}
 	// The stack every role composes: trajectory log, then metrics, then the node.
-	tsvc := session.Chain(judge{mgr}, trajectory.Interceptor(m.WrapStore(trajectory.NewMem()), trajectory.Options{}),
+	tsvc := session.Chain(judge{mgr}, trajectory.Interceptor(trajectory.NewMem(), trajectory.Options{OnStep: m.TrajectoryStep}),
 		m.Interceptor(tp))
 	srv := v1.New(tsvc, v1.Options{Token: token, Steps: true})
 	mux := http.NewServeMux()
@@ -78,6 +78,19 @@ func newStack(t testing.TB, wrap func(driver.Driver) driver.Driver) *stack {
 	})
 	return &stack{m: m, mgr: mgr, tp: tp, col: col, url: hs.URL, cl: client.New(hs.URL, token)}
 }
+
+// agentSandboxes is the agent as the collector's Sandboxes (the role's
+// assembly has the same adapter).
+type agentSandboxes struct{ m *agent.Manager }
+
+func (s agentSandboxes) Usage(memory bool) []api.SandboxUsage {
+	if memory {
+		return s.m.Usage(nil, agent.MemoryCounter)
+	}
+	return s.m.Usage(nil, 0)
+}
+
+func (s agentSandboxes) Capacity() int { return s.m.Capacity() }
 
 // judge is a FnCall engine whose verdict is the file "verdict".
 // judge is the agent with a FnCall that answers the verdict the request names.

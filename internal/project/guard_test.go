@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -26,7 +27,7 @@ func guarded(t *testing.T) (*servertest.Node, *project.Guard, func(tok string) *
 		t.Fatal(err)
 	}
 	g := project.NewGuard(node, st, nil)
-	ts := httptest.NewServer(v1.New(g, v1.Options{Projects: g}).Handler())
+	ts := httptest.NewServer(openapitest.Wrap(t, v1.New(g, v1.Options{Projects: g}).Handler()))
 	t.Cleanup(ts.Close)
 	return node, g, func(tok string) *client.Client { return client.New(ts.URL, tok, client.WithRetry(0)) }
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -40,7 +41,7 @@ func TestRetriedRequestIDAtQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	g := project.NewGuard(batchNode{node}, st, nil)
-	ts := httptest.NewServer(v1.New(g, v1.Options{Projects: g}).Handler())
+	ts := httptest.NewServer(openapitest.Wrap(t, v1.New(g, v1.Options{Projects: g}).Handler()))
 	defer ts.Close()
 	cl := func(tok string) *client.Client { return client.New(ts.URL, tok, client.WithRetry(0)) }
 	adm := cl(admin)

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/session"
-	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -67,7 +66,7 @@ func (t Trajectories) ListTrajectories(ctx context.Context) ([]api.Trajectory, e
 
 // key checks a client's trajectory ID and returns the caller's key for it.
 func (t Trajectories) key(ctx context.Context, id string) (string, error) {
-	if err := trajectory.ValidateID(id); err != nil {
+	if err := session.ValidateTrajectoryID(id); err != nil {
 		return "", err
 	}
 	return TrajectoryKeyOf(ctx, id), nil

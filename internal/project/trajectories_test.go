@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/trajectory"
@@ -27,7 +28,7 @@ func TestTrajectoriesScopedByProject(t *testing.T) {
 	}
 	g := project.NewGuard(node, st, nil)
 	traj := trajectory.Wrap(g, trajectory.NewMem(), trajectory.Options{})
-	ts := httptest.NewServer(v1.New(traj, v1.Options{Projects: g, Steps: true}).Handler())
+	ts := httptest.NewServer(openapitest.Wrap(t, v1.New(traj, v1.Options{Projects: g, Steps: true}).Handler()))
 	defer ts.Close()
 	cl := func(tok string) *client.Client { return client.New(ts.URL, tok, client.WithRetry(0)) }
 	adm := cl(admin)

@@ -1,6 +1,58 @@
 package session
 
-import "context"
+import (
+	"context"
+	"strconv"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+const (
+	// MaxStep bounds step numbers.
+	MaxStep = 1 << 30
+	// maxTrajectoryIDLen bounds trajectory IDs.
+	maxTrajectoryIDLen = 128
+)
+
+// ParseStepHeaders parses the trajectory and step header values (api.TrajectoryHeader,
+// api.StepHeader). Both empty: not a step (ok false). One without the other, a
+// malformed ID or a step outside 1..MaxStep is invalid_argument.
+func ParseStepHeaders(traj, step string) (id string, n int, ok bool, err error) {
+	if traj == "" && step == "" {
+		return "", 0, false, nil
+	}
+	if traj == "" || step == "" {
+		return "", 0, false, errdefs.Invalid("headers %s and %s go together; got only one", api.TrajectoryHeader, api.StepHeader)
+	}
+	if err := ValidateTrajectoryID(traj); err != nil {
+		return "", 0, false, err
+	}
+	for _, c := range []byte(step) {
+		if c < '0' || c > '9' {
+			return "", 0, false, errdefs.Invalid("%s must be a decimal step number >= 1, got %q", api.StepHeader, step)
+		}
+	}
+	v, perr := strconv.ParseUint(step, 10, 32)
+	if perr != nil || v < 1 || v > MaxStep {
+		return "", 0, false, errdefs.Invalid("%s must be a step number in 1..%d, got %q", api.StepHeader, MaxStep, step)
+	}
+	return traj, int(v), true, nil
+}
+
+// ValidateTrajectoryID checks a trajectory ID: 1-128 characters of [A-Za-z0-9._:-].
+func ValidateTrajectoryID(id string) error {
+	if id == "" || len(id) > maxTrajectoryIDLen {
+		return errdefs.Invalid("trajectory ID must be 1-%d characters, got %d", maxTrajectoryIDLen, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return errdefs.Invalid("trajectory ID %q: character %q is not allowed (use A-Z a-z 0-9 . _ : -)", id, c)
+		}
+	}
+	return nil
+}
 
 // Step tags a session operation as step N of a trajectory. Front ends parse it from
 // their wire form (the X-Dsec-Trajectory and X-Dsec-Step headers on /v1 and E2B)

@@ -26,6 +26,10 @@ type Options struct {
 	Logger *slog.Logger
 	// TempDir holds spooled request bodies over MaxBodyLog (default os.TempDir()).
 	TempDir string
+	// OnStep, when set, is told every step the store decided: its operation,
+	// whether it was replayed, and the store's error (a divergence or a
+	// failure). The role's assembly points it at its metrics.
+	OnStep func(op string, replayed bool, err error)
 }
 
 // Service is the trajectory decorator, a session.Service interceptor: it logs
@@ -108,6 +112,9 @@ func (s *Service) begin(ctx context.Context, tag session.Step, out *session.Step
 		}
 	}
 	dec, err := s.store.Begin(ctx, breq)
+	if s.opts.OnStep != nil {
+		s.opts.OnStep(spec.op, err == nil && dec.Replay != nil, err)
+	}
 	if err != nil {
 		if errdefs.Is(err, api.CodeTrajectoryDiverged) {
 			s.tally(ctx, tag.Trajectory, Tally{Divergences: 1})

@@ -6,10 +6,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -44,9 +44,8 @@ const (
 	// answer is kept as its sha256 and cannot be replayed, a larger request body
 	// cannot be re-executed by a rebuild.
 	MaxBodyLog = 16 << 20
-	// MaxStep bounds step numbers.
-	MaxStep  = 1 << 30
-	maxIDLen = 128
+	// MaxStep bounds step numbers (session.MaxStep).
+	MaxStep = session.MaxStep
 )
 
 // Meta describes a trajectory.
@@ -264,44 +263,14 @@ func startedStep(req BeginRequest, boot string) *Step {
 		State: api.StepStarted, Boot: boot, StartedAt: req.Now}
 }
 
-// ParseHeaders parses the trajectory and step header values. Both empty: not a
-// step (ok false). One without the other, a malformed ID or a step outside
-// 1..MaxStep is invalid_argument.
+// ParseHeaders is session.ParseStepHeaders (front ends parse the headers
+// without importing the trajectory decorator).
 func ParseHeaders(traj, step string) (id string, n int, ok bool, err error) {
-	if traj == "" && step == "" {
-		return "", 0, false, nil
-	}
-	if traj == "" || step == "" {
-		return "", 0, false, errdefs.Invalid("headers %s and %s go together; got only one", api.TrajectoryHeader, api.StepHeader)
-	}
-	if err := ValidateID(traj); err != nil {
-		return "", 0, false, err
-	}
-	for _, c := range []byte(step) {
-		if c < '0' || c > '9' {
-			return "", 0, false, errdefs.Invalid("%s must be a decimal step number >= 1, got %q", api.StepHeader, step)
-		}
-	}
-	v, perr := strconv.ParseUint(step, 10, 32)
-	if perr != nil || v < 1 || v > MaxStep {
-		return "", 0, false, errdefs.Invalid("%s must be a step number in 1..%d, got %q", api.StepHeader, MaxStep, step)
-	}
-	return traj, int(v), true, nil
+	return session.ParseStepHeaders(traj, step)
 }
 
-// ValidateID checks a trajectory ID: 1-128 characters of [A-Za-z0-9._:-].
-func ValidateID(id string) error {
-	if id == "" || len(id) > maxIDLen {
-		return errdefs.Invalid("trajectory ID must be 1-%d characters, got %d", maxIDLen, len(id))
-	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
-			return errdefs.Invalid("trajectory ID %q: character %q is not allowed (use A-Z a-z 0-9 . _ : -)", id, c)
-		}
-	}
-	return nil
-}
+// ValidateID is session.ValidateTrajectoryID.
+func ValidateID(id string) error { return session.ValidateTrajectoryID(id) }
 
 func notFound(id string) error {
 	return api.NewError(api.CodeNotFound, "no trajectory %q", id)

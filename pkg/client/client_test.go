@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -26,7 +27,7 @@ const token = "tok"
 func setup(t *testing.T) (*Client, *servertest.Node) {
 	t.Helper()
 	node := servertest.NewNode(t.TempDir())
-	srv := httptest.NewServer(v1.New(node, v1.Options{Token: token}).Handler())
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(node, v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
 	return New(srv.URL+"/", token), node
 }

@@ -444,7 +444,7 @@ func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 // in the node's own trajectory store, next to the sandboxes: the same chain
 // without the guard (quotas are the API tier's).
 func (d *Daemon) services() (session.Service, nodeService) {
-	tlog := trajectory.Interceptor(d.obs.metrics.WrapStore(d.Trajectories), trajectory.Options{Logger: d.cfg.Logger})
+	tlog := trajectory.Interceptor(d.Trajectories, trajectory.Options{Logger: d.cfg.Logger, OnStep: d.obs.metrics.TrajectoryStep})
 	svc := session.Chain(d.node, tlog, d.obs.metrics.Interceptor(d.obs.tracing), d.guard.Interceptor())
 	d.obs.svc = svc
 	nsvc := nodeService{Service: session.Chain(d.node, tlog, d.obs.metrics.Interceptor(d.obs.tracing)), node: d.node}
@@ -452,7 +452,7 @@ func (d *Daemon) services() (session.Service, nodeService) {
 }
 
 func (d *Daemon) startNodeMetrics(context.Context) (lifecycle.Close, error) {
-	nc := d.obs.metrics.NewNodeCollector(d.Manager, d.Layers, d.FnCall)
+	nc := d.obs.metrics.NewNodeCollector(nodeSandboxes{d.Manager}, layerStats{d.Layers}, fnCallPools{d.FnCall})
 	if err := d.obs.metrics.Register(nc); err != nil {
 		return nil, err
 	}

@@ -5,8 +5,11 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
 	"github.com/dsec-dev/dsec/internal/httpkit"
+	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
@@ -73,3 +76,49 @@ func (d *Daemon) MetricsHandler() http.Handler {
 // ServeMetrics serves Prometheus metrics on l WITHOUT a token (dsec server
 // --metrics-listen), until Shutdown.
 func (d *Daemon) ServeMetrics(l net.Listener) error { return d.serveOn(l, d.MetricsHandler()) }
+
+// nodeSandboxes is the node agent as the metrics' Sandboxes.
+type nodeSandboxes struct{ m *agent.Manager }
+
+func (s nodeSandboxes) Usage(memory bool) []api.SandboxUsage {
+	var c agent.Counters
+	if memory {
+		c = agent.MemoryCounter
+	}
+	return s.m.Usage(nil, c)
+}
+
+func (s nodeSandboxes) Capacity() int { return s.m.Capacity() }
+
+// layerStats is layerd's control API as the metrics' LayerStats.
+type layerStats struct{ c *lazy.Client }
+
+func (l layerStats) LayerStats(ctx context.Context) (metrics.Layers, error) {
+	st, err := l.c.Stats(ctx)
+	if err != nil || st.Pid == 0 { // Pid 0: layerd is not running (no layered sandbox yet)
+		return metrics.Layers{}, err
+	}
+	out := metrics.Layers{Running: true, CacheBytes: st.Cache.Bytes}
+	for _, ls := range st.Layers {
+		out.FetchedBytes += ls.FetchedBytes
+		out.BlobBytes += ls.BlobSize
+		out.CacheHits += ls.CacheHits
+		out.CacheMisses += ls.CacheMisses
+		if ls.Mounted {
+			out.Mounted++
+		}
+	}
+	return out, nil
+}
+
+// fnCallPools is the FnCall engine as the metrics' FnCallPools.
+type fnCallPools struct{ e *fncall.Engine }
+
+func (f fnCallPools) Pools() []metrics.Pool {
+	ps := f.e.Pools()
+	out := make([]metrics.Pool, len(ps))
+	for i, p := range ps {
+		out[i] = metrics.Pool{Image: p.Image, Slots: p.Slots, Busy: p.Busy}
+	}
+	return out
+}

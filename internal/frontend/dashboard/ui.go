@@ -22,6 +22,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/auth"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 	webui "github.com/dsec-dev/dsec/ui"
@@ -104,17 +105,8 @@ func New(opts Options) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 
-// bearer refuses a request without the token, as /v1 does.
-func (h *Handler) bearer(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if got, ok := auth.Bearer(r); !ok || !h.tok(got) {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="dsec"`)
-			writeError(w, api.NewError(api.CodeUnauthorized, "missing or invalid bearer token"))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
+// bearer refuses a request without the token, as /v1 does (httpkit.BearerAuth).
+func (h *Handler) bearer(next http.Handler) http.Handler { return httpkit.Match(h.tok).Wrap(next) }
 
 func noCache(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

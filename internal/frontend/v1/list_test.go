@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -53,7 +54,7 @@ func listFixture(n int) []api.Sandbox {
 func listEnv(t *testing.T, list []api.Sandbox) *env {
 	t.Helper()
 	node := servertest.NewNode(t.TempDir())
-	srv := httptest.NewServer(v1.New(listService{node, list}, v1.Options{Token: token}).Handler())
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(listService{node, list}, v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
 	return &env{t: t, node: node, srv: srv}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -135,4 +136,12 @@ func keys(m map[string]bool) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// The document is valid OpenAPI 3.0 (kin-openapi's validation): every test
+// server checks its traffic against it (openapitest).
+func TestOpenAPIDocumentValid(t *testing.T) {
+	if _, err := openapitest.New(api.OpenAPI()); err != nil {
+		t.Fatal(err)
+	}
 }

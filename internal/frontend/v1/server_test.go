@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -34,7 +35,7 @@ func newEnv(t *testing.T, opts v1.Options) *env {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	srv := httptest.NewServer(v1.New(node, opts).Handler())
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(node, opts).Handler()))
 	t.Cleanup(srv.Close)
 	return &env{t: t, node: node, srv: srv}
 }
@@ -146,7 +147,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestEmptyTokenRejectsAll(t *testing.T) {
-	srv := httptest.NewServer(v1.New(servertest.NewNode(t.TempDir()), v1.Options{}).Handler())
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(servertest.NewNode(t.TempDir()), v1.Options{}).Handler()))
 	defer srv.Close()
 	req, _ := http.NewRequest("GET", srv.URL+"/v1/info", nil)
 	req.Header.Set("Authorization", "Bearer ")
@@ -516,7 +517,7 @@ func TestPanicRecovered(t *testing.T) {
 	var logs bytes.Buffer
 	h := v1.New(panicNode{servertest.NewNode(t.TempDir())}, v1.Options{Token: token,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}).Handler()
-	srv := httptest.NewServer(h)
+	srv := httptest.NewServer(openapitest.Wrap(t, h))
 	defer srv.Close()
 	e := &env{t: t, srv: srv}
 	resp, b := e.do("GET", "/v1/info", nil)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/session"
-	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -36,7 +35,7 @@ func (s *Server) step(h http.HandlerFunc) http.HandlerFunc {
 // (invalid_argument), or r with its context tagged and the writer that reports
 // the outcome. Without a trajectory log a tagged request is not_implemented.
 func (s *Server) tagStep(w http.ResponseWriter, r *http.Request) (*http.Request, http.ResponseWriter, bool, error) {
-	id, n, ok, err := trajectory.ParseHeaders(r.Header.Get(api.TrajectoryHeader), r.Header.Get(api.StepHeader))
+	id, n, ok, err := session.ParseStepHeaders(r.Header.Get(api.TrajectoryHeader), r.Header.Get(api.StepHeader))
 	if err != nil || !ok {
 		return r, w, false, err
 	}
