@@ -361,6 +361,10 @@ func (c *Client) PauseWith(ctx context.Context, id string, req api.PauseRequest)
 	return callFor[api.PauseResponse](ctx, c, "PauseWith", callArgs{ID: id, Pause: &req})
 }
 
+func (c *Client) SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
+	return callFor[api.Sandbox](ctx, c, "SetDeadline", callArgs{ID: id, Deadline: &req})
+}
+
 func (c *Client) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
 	return callFor[api.Sandbox](ctx, c, "SetCPUClass", callArgs{ID: id, Class: class})
 }

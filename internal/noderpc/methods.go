@@ -28,6 +28,7 @@ type callArgs struct {
 	Commit    *api.CommitRequest        `json:"commit,omitempty"`
 	Network   *api.NetworkPolicy        `json:"network,omitempty"`
 	Pause     *api.PauseRequest         `json:"pause,omitempty"`
+	Deadline  *api.DeadlineRequest      `json:"deadline,omitempty"`
 	FnCall    *api.FnCallRequest        `json:"fncall,omitempty"`
 	Input     *api.InputRequest         `json:"input,omitempty"`
 	HTTP      *httpCall                 `json:"http,omitempty"`
@@ -112,6 +113,9 @@ var methods = map[string]method{
 	},
 	"PauseWith": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.PauseWith(ctx, a.ID, val(a.Pause))
+	},
+	"SetDeadline": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.SetDeadline(ctx, a.ID, val(a.Deadline))
 	},
 	"SetCPUClass": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.SetCPUClass(ctx, a.ID, a.Class)

@@ -146,6 +146,11 @@ type Resources interface {
 	// PauseWith pauses; with req.Reclaim it pushes the frozen sandbox's memory
 	// out and says what moved.
 	PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error)
+	// SetDeadline moves a sandbox's deadline (its mutable TTL) and says what
+	// happens at it (api.DeadlineRequest; ValidateDeadline). The sandbox's node
+	// keeps the deadline with the sandbox and enforces it, so it holds whichever
+	// API server set it and across a restart of the node.
+	SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error)
 	// SetCPUClass changes a sandbox's CPU class (api.CPUClassLS, api.CPUClassBE).
 	SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error)
 	// SandboxUsage returns the use of the sandboxes ids (unknown IDs are left

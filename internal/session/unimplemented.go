@@ -91,6 +91,9 @@ func (Unimplemented) SetNetwork(context.Context, string, api.NetworkPolicy) (api
 func (Unimplemented) PauseWith(context.Context, string, api.PauseRequest) (api.PauseResponse, error) {
 	return api.PauseResponse{}, NotImplemented("pause with reclaim")
 }
+func (Unimplemented) SetDeadline(context.Context, string, api.DeadlineRequest) (api.Sandbox, error) {
+	return api.Sandbox{}, NotImplemented("deadlines")
+}
 func (Unimplemented) SetCPUClass(context.Context, string, string) (api.Sandbox, error) {
 	return api.Sandbox{}, NotImplemented("CPU classes")
 }

@@ -41,6 +41,9 @@ type CreateSandboxRequest struct {
 	UserNamespace *bool `json:"user_namespace,omitempty"`
 	// TTLSeconds deletes the sandbox this long after creation; 0 means no TTL.
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	// OnExpiry is what happens when the TTL ends: "delete" (the default) or
+	// "pause". PUT /v1/sandboxes/{id}/deadline moves the deadline later.
+	OnExpiry string `json:"on_expiry,omitempty"`
 	// IdleTimeoutSeconds deletes the sandbox after this long without a session
 	// operation; 0 means no idle expiry.
 	IdleTimeoutSeconds int64 `json:"idle_timeout_seconds,omitempty"`
@@ -92,6 +95,7 @@ type Sandbox struct {
 	PidsMax            int64             `json:"pids_max"`
 	CreatedAt          time.Time         `json:"created_at"`
 	ExpiresAt          *time.Time        `json:"expires_at,omitempty"`
+	OnExpiry           string            `json:"on_expiry,omitempty"` // with ExpiresAt: "delete" or "pause"
 	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
 	LastActiveAt       time.Time         `json:"last_active_at"`
 	Env                map[string]string `json:"env,omitempty"`

@@ -297,6 +297,10 @@ func (r *Router) PauseWith(ctx context.Context, id string, req api.PauseRequest)
 	return on(r, id, func(s session.Service) (api.PauseResponse, error) { return s.PauseWith(ctx, id, req) })
 }
 
+func (r *Router) SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
+	return on(r, id, func(s session.Service) (api.Sandbox, error) { return s.SetDeadline(ctx, id, req) })
+}
+
 func (r *Router) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {
 	return on(r, id, func(s session.Service) (api.Sandbox, error) { return s.SetCPUClass(ctx, id, class) })
 }

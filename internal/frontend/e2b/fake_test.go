@@ -70,9 +70,49 @@ func (f *fakeService) stepsSeen() []string {
 	return append([]string(nil), f.steps...)
 }
 
+// expireLocked applies the deadlines that passed, as a node does: the sandbox
+// is deleted, or paused (and then has none).
+func (f *fakeService) expireLocked() {
+	now := time.Now()
+	for id, s := range f.sandboxes {
+		switch at := s.sb.ExpiresAt; {
+		case at == nil || now.Before(*at):
+		case s.sb.OnExpiry == api.ExpiryPause:
+			s.sb.State, s.sb.ExpiresAt, s.sb.OnExpiry = api.StatePaused, nil, ""
+		default:
+			delete(f.sandboxes, id)
+		}
+	}
+}
+
+func (f *fakeService) SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
+	if err := session.ValidateDeadline(req); err != nil {
+		return api.Sandbox{}, err
+	}
+	s, err := f.sandbox(id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at := time.Now().Add(time.Duration(req.TimeoutSeconds) * time.Second)
+	switch {
+	case req.TimeoutSeconds == 0 && !req.ExtendOnly:
+		s.sb.ExpiresAt = nil
+	case req.TimeoutSeconds == 0:
+	case !req.ExtendOnly || s.sb.ExpiresAt == nil || at.After(*s.sb.ExpiresAt):
+		s.sb.ExpiresAt = &at
+	}
+	if req.OnExpiry != "" {
+		s.sb.OnExpiry = req.OnExpiry
+	}
+	return s.sb, nil
+}
+
 func (f *fakeService) sandbox(id string) (*fakeSandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expireLocked()
 	s := f.sandboxes[id]
 	if s == nil {
 		return nil, errdefs.NotFound("sandbox %q not found", id)
@@ -111,6 +151,10 @@ func (f *fakeService) Create(ctx context.Context, req api.CreateSandboxRequest) 
 	sb := api.Sandbox{ID: fmt.Sprintf("sb-%04d", f.n), Backend: "container", Image: img, State: api.StateRunning,
 		CPU: 1, MemoryBytes: 512 << 20, DiskBytes: 1 << 30, CreatedAt: now.Add(time.Duration(f.n) * time.Millisecond),
 		Env: req.Env, Labels: req.Labels}
+	if req.TTLSeconds > 0 {
+		at := now.Add(time.Duration(req.TTLSeconds) * time.Second)
+		sb.ExpiresAt, sb.OnExpiry = &at, req.OnExpiry
+	}
 	f.sandboxes[sb.ID] = &fakeSandbox{sb: sb, files: map[string]*fakeFile{
 		"/": {dir: true, mode: 0o755}, "/root": {dir: true, mode: 0o700}, "/etc": {dir: true, mode: 0o755},
 		"/etc/hostname": {data: []byte("fake\n"), mode: 0o644, mtime: now},
@@ -135,6 +179,7 @@ func (f *fakeService) Get(ctx context.Context, id string) (api.Sandbox, error) {
 func (f *fakeService) List(ctx context.Context) ([]api.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expireLocked()
 	var out []api.Sandbox
 	for _, s := range f.sandboxes {
 		out = append(out, s.sb)

@@ -76,7 +76,6 @@ type Handler struct {
 	envd    *http.ServeMux
 	procs   *procTable
 	watches *watchTable
-	life    *lifecycle
 	now     func() time.Time
 
 	mu      sync.Mutex
@@ -109,7 +108,6 @@ func New(svc session.Service, opts Options) *Handler {
 	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), now: now, hasBash: map[string]bool{}}
 	h.procs = newProcTable()
 	h.watches = newWatchTable()
-	h.life = newLifecycle(svc, log, now, h.forget)
 	for _, rt := range h.controlRoutes() {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
@@ -125,7 +123,6 @@ func New(svc session.Service, opts Options) *Handler {
 // Close stops the sandboxes' timers, processes' streams and watchers. Processes
 // keep running until their sandbox ends.
 func (h *Handler) Close() error {
-	h.life.close()
 	h.watches.closeAll()
 	return nil
 }
@@ -313,7 +310,9 @@ func (h *Handler) ensureRunning(ctx context.Context, id string) bool {
 	}
 	if sb.State == api.StatePaused && sb.Labels[labelAutoResume] == "true" {
 		if sb, err = h.svc.Resume(ctx, id); err == nil {
-			h.life.resumed(sb)
+			if t := resumedTimeout(sb); t > 0 {
+				err = h.setDeadline(ctx, sb, t, true)
+			}
 		}
 	}
 	return err == nil && sb.State == api.StateRunning

@@ -32,6 +32,7 @@ func (s *Server) routes() []route {
 		{"POST " + sb + "/pause", s.pauseSandbox},
 		{"POST " + sb + "/resume", s.resumeSandbox},
 		{"PUT " + sb + "/cpu-class", s.setCPUClass},
+		{"PUT " + sb + "/deadline", s.setDeadline},
 		{"POST " + sb + "/reset", s.resetSandbox},
 		{"POST " + sb + "/fork", s.forkSandbox},
 		{"POST " + sb + "/commit", s.commitSandbox},
