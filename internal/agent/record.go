@@ -51,6 +51,10 @@ type procRecord struct {
 	Cmd       []string  `json:"cmd"`
 	StartedAt time.Time `json:"started_at"`
 	TTY       bool      `json:"tty,omitempty"` // on a terminal (its output is pumped into the stdout log)
+	// OpenStdin: started to take ProcessInput (the input does not survive a
+	// restart of the agent); Labels as started.
+	OpenStdin bool              `json:"open_stdin,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
 }
 
 // saveRecord writes the record atomically (temp file + rename). No fsync: the

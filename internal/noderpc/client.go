@@ -341,6 +341,10 @@ func (c *Client) WaitProcess(ctx context.Context, id, procID string) (api.Proces
 	return c.GetProcess(gctx, id, procID)
 }
 
+func (c *Client) SendProcessInput(ctx context.Context, id, procID string, in api.ProcessInput) error {
+	return c.call(ctx, "SendProcessInput", callArgs{ID: id, Proc: procID, ProcInput: &in}, nil)
+}
+
 func (c *Client) KillProcess(ctx context.Context, id, procID string, sig int) error {
 	return c.call(ctx, "KillProcess", callArgs{ID: id, Proc: procID, Signal: sig}, nil)
 }

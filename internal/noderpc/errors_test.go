@@ -115,6 +115,8 @@ func TestMissingCapabilityIsNotImplemented(t *testing.T) {
 	wantCode(t, "SetCPUClass", err, api.CodeNotImplemented)
 	_, err = c.SetDeadline(ctx, "sb-1", api.DeadlineRequest{TimeoutSeconds: 5})
 	wantCode(t, "SetDeadline", err, api.CodeNotImplemented)
+	err = c.SendProcessInput(ctx, "sb-1", "p1", api.ProcessInput{Data: []byte("x")})
+	wantCode(t, "SendProcessInput", err, api.CodeNotImplemented)
 	_, err = c.FnCall(ctx, api.FnCallRequest{})
 	wantCode(t, "FnCall", err, api.CodeNotImplemented)
 	if n := f.calls.Load(); n != 0 {

@@ -29,6 +29,7 @@ type callArgs struct {
 	Network   *api.NetworkPolicy        `json:"network,omitempty"`
 	Pause     *api.PauseRequest         `json:"pause,omitempty"`
 	Deadline  *api.DeadlineRequest      `json:"deadline,omitempty"`
+	ProcInput *api.ProcessInput         `json:"proc_input,omitempty"`
 	FnCall    *api.FnCallRequest        `json:"fncall,omitempty"`
 	Input     *api.InputRequest         `json:"input,omitempty"`
 	HTTP      *httpCall                 `json:"http,omitempty"`
@@ -80,6 +81,9 @@ var methods = map[string]method{
 	},
 	"WaitProcess": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.WaitProcess(ctx, a.ID, a.Proc)
+	},
+	"SendProcessInput": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return nil, h.svc.SendProcessInput(ctx, a.ID, a.Proc, val(a.ProcInput))
 	},
 	"KillProcess": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return nil, h.svc.KillProcess(ctx, a.ID, a.Proc, a.Signal)

@@ -126,6 +126,12 @@ type Processes interface {
 	// still-running process and no error).
 	WaitProcess(ctx context.Context, id, procID string) (api.Process, error)
 	KillProcess(ctx context.Context, id, procID string, sig int) error
+	// SendProcessInput writes to a background process started with OpenStdin,
+	// closes its input or resizes its terminal (api.ProcessInput), whichever API
+	// server started it: the process is the node's. An ended process is
+	// conflict; one without open input (or a terminal, to resize)
+	// invalid_argument.
+	SendProcessInput(ctx context.Context, id, procID string, in api.ProcessInput) error
 	// ProcessLogs reads a background process's "stdout" or "stderr" from offset.
 	ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error)
 }

@@ -73,6 +73,9 @@ func (Unimplemented) GetProcess(context.Context, string, string) (api.Process, e
 func (Unimplemented) WaitProcess(context.Context, string, string) (api.Process, error) {
 	return api.Process{}, NotImplemented("WaitProcess")
 }
+func (Unimplemented) SendProcessInput(context.Context, string, string, api.ProcessInput) error {
+	return NotImplemented("process input")
+}
 func (Unimplemented) KillProcess(context.Context, string, string, int) error {
 	return NotImplemented("KillProcess")
 }

@@ -154,6 +154,23 @@ type ExecRequest struct {
 	TTY  bool `json:"tty,omitempty"`
 	Cols int  `json:"cols,omitempty"`
 	Rows int  `json:"rows,omitempty"`
+	// OpenStdin keeps a background process's standard input (its terminal's
+	// input with TTY) open after Stdin, for ProcessInput from any caller; the
+	// input ends with ProcessInput.EOF or the process.
+	OpenStdin bool `json:"open_stdin,omitempty"`
+	// Labels are kept with a background process and returned with it.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// ProcessInput is input to a running background process started with
+// OpenStdin (or a terminal resize): the body of POST .../processes/{pid}/input.
+type ProcessInput struct {
+	// Data is written to the process's standard input (its terminal with TTY).
+	Data []byte `json:"data,omitempty"`
+	// EOF closes standard input after Data.
+	EOF bool `json:"eof,omitempty"`
+	// Resize sets the process's terminal size (TTY only).
+	Resize *TermSize `json:"resize,omitempty"`
 }
 
 // TermSize is a terminal's size in character cells.
@@ -216,6 +233,10 @@ type Process struct {
 	Running   bool        `json:"running"`
 	StartedAt time.Time   `json:"started_at"`
 	Result    *ExecResult `json:"result,omitempty"`
+	// TTY: on a terminal; OpenStdin: takes ProcessInput; Labels as started.
+	TTY       bool              `json:"tty,omitempty"`
+	OpenStdin bool              `json:"open_stdin,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
 }
 
 // ListProcessesResponse is the body of GET .../processes.

@@ -261,6 +261,13 @@ func (r *Router) WaitProcess(ctx context.Context, id, procID string) (api.Proces
 	})
 }
 
+func (r *Router) SendProcessInput(ctx context.Context, id, procID string, in api.ProcessInput) error {
+	_, err := blocking(ctx, r, id, func(ctx context.Context, s session.Service) (struct{}, error) {
+		return struct{}{}, s.SendProcessInput(ctx, id, procID, in)
+	})
+	return err
+}
+
 func (r *Router) KillProcess(ctx context.Context, id, procID string, sig int) error {
 	_, err := blocking(ctx, r, id, func(ctx context.Context, s session.Service) (struct{}, error) {
 		return struct{}{}, s.KillProcess(ctx, id, procID, sig)

@@ -48,6 +48,7 @@ func (s *Server) routes() []route {
 		{"GET " + sb + "/processes/{pid}", s.getProcess},
 		{"POST " + sb + "/processes/{pid}/wait", s.waitProcess},
 		{"POST " + sb + "/processes/{pid}/kill", s.killProcess},
+		{"POST " + sb + "/processes/{pid}/input", s.processInput},
 		{"GET " + sb + "/processes/{pid}/logs", s.processLogs},
 
 		{"GET " + sb + "/files", s.step(s.readFile)},
