@@ -56,4 +56,38 @@ const gone = async (id) => {
   assert.ok(Date.now() > t0 + 11_000, 'the sandbox ended before its new deadline')
   await control('start', setter)
 }
+
+// A process belongs to the sandbox's node, not to the API server that started
+// it: with that API server killed, the process is still listed, connectable,
+// fed and killable through the other one, and again through both once the
+// killed one is back (it starts knowing nothing).
+{
+  const sbx = await Sandbox.create({ timeoutMs: 120_000 })
+  const h = await sbx.commands.run('i=0; while true; do i=$((i+1)); echo tick-$i; sleep 0.2; done', { background: true })
+  h.wait().catch(() => {}) // its stream goes with the API server
+  const starter = await servedBy('^POST /process.Process/Start$')
+  console.log(`process ${h.pid} started through API server ${starter}; killing ${starter}`)
+  await control('kill', starter)
+  assert.ok((await sbx.commands.list()).some((p) => p.pid === h.pid), 'not listed through the other API server')
+  const chunks = []
+  const c = await sbx.commands.connect(h.pid, { onStdout: (d) => chunks.push(d) })
+  c.wait().catch(() => {})
+  await waitFor(() => chunks.join('').includes('tick-'), 10_000)
+  await control('start', starter)
+  for (let i = 0; i < 6; i++) {
+    assert.ok((await sbx.commands.list()).some((p) => p.pid === h.pid), `not listed (call ${i})`)
+  }
+  const cat = await sbx.commands.run('cat', { background: true, stdin: true })
+  const out = []
+  const cc = await sbx.commands.connect(cat.pid, { onStdout: (d) => out.push(d) })
+  await sbx.commands.sendStdin(cat.pid, 'one\n')
+  await sbx.commands.sendStdin(cat.pid, 'two\n')
+  await waitFor(() => out.join('') === 'one\ntwo\n', 10_000)
+  assert.equal(await sbx.commands.kill(cat.pid), true)
+  await cc.wait().catch(() => {})
+  assert.equal(await sbx.commands.kill(h.pid), true)
+  await waitFor(async () => !(await sbx.commands.list()).some((p) => p.pid === h.pid), 10_000)
+  assert.equal(await sbx.commands.kill(h.pid), false)
+  await sbx.kill()
+}
 console.log('ok')

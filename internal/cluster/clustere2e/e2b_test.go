@@ -107,7 +107,9 @@ func (p *e2bProxy) setLive(i int, up bool) {
 // TestE2BStatelessAPIServers drives two API servers with the unmodified e2b
 // SDK (test/e2b), each call going to either one at random: a setTimeout is
 // honoured after the API server that served it died (the sandbox's node keeps
-// the deadline, not the API server).
+// the deadline, not the API server), and a process started through an API
+// server that is then killed is still listed, connectable, fed and killable
+// through the other.
 func TestE2BStatelessAPIServers(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	suite := filepath.Join(filepath.Dir(file), "..", "..", "..", "test", "e2b")

@@ -40,6 +40,7 @@ type fakeService struct {
 type fakeSandbox struct {
 	sb    api.Sandbox
 	files map[string]*fakeFile
+	procs map[string]*fakeProc
 }
 
 type fakeFile struct {
@@ -337,24 +338,174 @@ func (f *fakeService) ExecStream(ctx context.Context, id string, req api.ExecReq
 	return api.ExecResult{}, nil
 }
 
+// fakeProc is a background process of the fake: its ExecStream run on a
+// context of its own, with its output kept as logs.
+type fakeProc struct {
+	p       api.Process
+	stdin   *io.PipeWriter
+	control chan session.Control
+	done    chan struct{}
+	mu      sync.Mutex
+	logs    map[string]*bytes.Buffer
+}
+
+type logWriter struct {
+	p      *fakeProc
+	stream string
+}
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	return w.p.logs[w.stream].Write(b)
+}
+
 func (f *fakeService) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
-	return api.Process{}, errdefs.New(api.CodeNotImplemented, "fake")
+	f.note(ctx, "exec")
+	s, err := f.running(id)
+	if err != nil {
+		return api.Process{}, err
+	}
+	if req.Cwd == "/nonexistent" {
+		return api.Process{}, errdefs.Invalid("working directory %q does not exist", req.Cwd)
+	}
+	f.mu.Lock()
+	f.n++
+	fp := &fakeProc{p: api.Process{ID: fmt.Sprintf("p%d", f.n), PID: 100 + f.n, Cmd: req.Cmd, Running: true,
+		StartedAt: time.Now(), TTY: req.TTY, OpenStdin: req.OpenStdin, Labels: req.Labels},
+		control: make(chan session.Control, 4), done: make(chan struct{}),
+		logs: map[string]*bytes.Buffer{"stdout": {}, "stderr": {}}}
+	if s.procs == nil {
+		s.procs = map[string]*fakeProc{}
+	}
+	s.procs[fp.p.ID] = fp
+	f.mu.Unlock()
+	st := session.Stream{Stdout: logWriter{fp, "stdout"}, Stderr: logWriter{fp, "stderr"}, Control: fp.control}
+	if req.OpenStdin {
+		var r *io.PipeReader
+		r, fp.stdin = io.Pipe()
+		st.Stdin = r
+	}
+	started := fp.p
+	go func() {
+		res, err := f.ExecStream(session.WithoutStep(context.Background()), id, req, st)
+		if err != nil {
+			res = api.ExecResult{ExitCode: -1, Error: err.Error()}
+		}
+		f.mu.Lock()
+		fp.p.Running, fp.p.Result = false, &res
+		f.mu.Unlock()
+		if fp.stdin != nil {
+			fp.stdin.Close()
+		}
+		close(fp.done)
+	}()
+	return started, nil
 }
+
+func (f *fakeService) proc(id, procID string) (*fakeProc, error) {
+	s, err := f.sandbox(id)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := s.procs[procID]; p != nil {
+		return p, nil
+	}
+	return nil, errdefs.NotFound("process %q not found", procID)
+}
+
 func (f *fakeService) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
-	return nil, nil
+	s, err := f.sandbox(id)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Process
+	for _, p := range s.procs {
+		out = append(out, p.p)
+	}
+	return out, nil
 }
+
 func (f *fakeService) GetProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	return api.Process{}, errdefs.NotFound("process")
+	p, err := f.proc(id, procID)
+	if err != nil {
+		return api.Process{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return p.p, nil
 }
+
 func (f *fakeService) WaitProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	return api.Process{}, errdefs.NotFound("process")
+	p, err := f.proc(id, procID)
+	if err != nil {
+		return api.Process{}, err
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+	}
+	return f.GetProcess(ctx, id, procID)
 }
+
 func (f *fakeService) KillProcess(ctx context.Context, id, procID string, sig int) error {
-	return errdefs.NotFound("process")
+	p, err := f.proc(id, procID)
+	if err != nil {
+		return err
+	}
+	select {
+	case p.control <- session.Control{Signal: sig}:
+		return nil
+	case <-p.done:
+		return errdefs.Conflict("process %s has ended", procID)
+	}
 }
+
+func (f *fakeService) SendProcessInput(ctx context.Context, id, procID string, in api.ProcessInput) error {
+	p, err := f.proc(id, procID)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		return errdefs.Conflict("process %s has ended", procID)
+	default:
+	}
+	if in.Resize != nil {
+		if err := session.CheckTermSize(*in.Resize); err != nil {
+			return err
+		}
+		p.control <- session.Control{Resize: in.Resize}
+	}
+	if len(in.Data) > 0 {
+		if _, err := p.stdin.Write(in.Data); err != nil {
+			return errdefs.Conflict("input closed")
+		}
+	}
+	if in.EOF {
+		p.stdin.Close()
+	}
+	return nil
+}
+
 func (f *fakeService) ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error) {
-	return nil, errdefs.NotFound("process")
+	p, err := f.proc(id, procID)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := p.logs[stream].Bytes()
+	if offset > int64(len(b)) {
+		offset = int64(len(b))
+	}
+	return io.NopCloser(bytes.NewReader(append([]byte(nil), b[offset:]...))), nil
 }
+
 func (f *fakeService) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
 	return nil, errdefs.New(api.CodeNotImplemented, "fake")
 }

@@ -74,7 +74,6 @@ type Handler struct {
 	log     *slog.Logger
 	control *http.ServeMux
 	envd    *http.ServeMux
-	procs   *procTable
 	watches *watchTable
 	now     func() time.Time
 
@@ -106,7 +105,6 @@ func New(svc session.Service, opts Options) *Handler {
 		now = time.Now
 	}
 	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), now: now, hasBash: map[string]bool{}}
-	h.procs = newProcTable()
 	h.watches = newWatchTable()
 	for _, rt := range h.controlRoutes() {
 		h.control.HandleFunc(rt.pattern, rt.handler)
@@ -325,7 +323,6 @@ func tagged(ctx context.Context) bool {
 
 // forget drops what the front end keeps for a sandbox that ended.
 func (h *Handler) forget(id string) {
-	h.procs.dropSandbox(id)
 	h.watches.dropSandbox(id)
 	h.mu.Lock()
 	delete(h.hasBash, id)
