@@ -28,6 +28,7 @@ type sandbox struct {
 	rec     *record
 	inst    driver.Instance
 	procs   map[string]*bgProc
+	watches map[string]*dirWatch // watch.go
 	deleted bool
 	// reattachPending: re-adopted while paused; its background processes are
 	// re-attached on resume (a frozen init cannot answer).

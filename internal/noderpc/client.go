@@ -365,6 +365,18 @@ func (c *Client) PauseWith(ctx context.Context, id string, req api.PauseRequest)
 	return callFor[api.PauseResponse](ctx, c, "PauseWith", callArgs{ID: id, Pause: &req})
 }
 
+func (c *Client) CreateWatch(ctx context.Context, id string, req api.WatchRequest) (api.Watch, error) {
+	return callFor[api.Watch](ctx, c, "CreateWatch", callArgs{ID: id, Watch: &req})
+}
+
+func (c *Client) WatchEvents(ctx context.Context, id, watchID string) ([]api.WatchEvent, error) {
+	return callFor[[]api.WatchEvent](ctx, c, "WatchEvents", callArgs{ID: id, WatchID: watchID})
+}
+
+func (c *Client) RemoveWatch(ctx context.Context, id, watchID string) error {
+	return c.call(ctx, "RemoveWatch", callArgs{ID: id, WatchID: watchID}, nil)
+}
+
 func (c *Client) SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
 	return callFor[api.Sandbox](ctx, c, "SetDeadline", callArgs{ID: id, Deadline: &req})
 }

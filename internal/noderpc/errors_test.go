@@ -117,6 +117,12 @@ func TestMissingCapabilityIsNotImplemented(t *testing.T) {
 	wantCode(t, "SetDeadline", err, api.CodeNotImplemented)
 	err = c.SendProcessInput(ctx, "sb-1", "p1", api.ProcessInput{Data: []byte("x")})
 	wantCode(t, "SendProcessInput", err, api.CodeNotImplemented)
+	_, err = c.CreateWatch(ctx, "sb-1", api.WatchRequest{Path: "/"})
+	wantCode(t, "CreateWatch", err, api.CodeNotImplemented)
+	_, err = c.WatchEvents(ctx, "sb-1", "w1")
+	wantCode(t, "WatchEvents", err, api.CodeNotImplemented)
+	err = c.RemoveWatch(ctx, "sb-1", "w1")
+	wantCode(t, "RemoveWatch", err, api.CodeNotImplemented)
 	_, err = c.FnCall(ctx, api.FnCallRequest{})
 	wantCode(t, "FnCall", err, api.CodeNotImplemented)
 	if n := f.calls.Load(); n != 0 {

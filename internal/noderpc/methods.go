@@ -30,6 +30,8 @@ type callArgs struct {
 	Pause     *api.PauseRequest         `json:"pause,omitempty"`
 	Deadline  *api.DeadlineRequest      `json:"deadline,omitempty"`
 	ProcInput *api.ProcessInput         `json:"proc_input,omitempty"`
+	Watch     *api.WatchRequest         `json:"watch,omitempty"`
+	WatchID   string                    `json:"watch_id,omitempty"`
 	FnCall    *api.FnCallRequest        `json:"fncall,omitempty"`
 	Input     *api.InputRequest         `json:"input,omitempty"`
 	HTTP      *httpCall                 `json:"http,omitempty"`
@@ -117,6 +119,15 @@ var methods = map[string]method{
 	},
 	"PauseWith": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.PauseWith(ctx, a.ID, val(a.Pause))
+	},
+	"CreateWatch": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.CreateWatch(ctx, a.ID, val(a.Watch))
+	},
+	"WatchEvents": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.WatchEvents(ctx, a.ID, a.WatchID)
+	},
+	"RemoveWatch": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return nil, h.svc.RemoveWatch(ctx, a.ID, a.WatchID)
 	},
 	"SetDeadline": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.SetDeadline(ctx, a.ID, val(a.Deadline))

@@ -142,6 +142,16 @@ type Files interface {
 	FS(ctx context.Context, id string) (FS, error)
 	// Dial connects to a TCP port listening inside the sandbox.
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)
+
+	// CreateWatch watches a directory of the sandbox (the tree when
+	// recursive); the node keeps the watch, so any API server reads it. A
+	// missing path is not_found, a file invalid_argument, too many watches of
+	// one sandbox resource_exhausted.
+	CreateWatch(ctx context.Context, id string, req api.WatchRequest) (api.Watch, error)
+	// WatchEvents returns the changes since the watch's last read (or its
+	// creation); a watch whose directory is gone is removed (not_found).
+	WatchEvents(ctx context.Context, id, watchID string) ([]api.WatchEvent, error)
+	RemoveWatch(ctx context.Context, id, watchID string) error
 }
 
 // Resources is a sandbox's network policy, CPU class, memory reclaim and use.

@@ -88,6 +88,16 @@ func (Unimplemented) Dial(context.Context, string, int) (net.Conn, error) {
 	return nil, NotImplemented("Dial")
 }
 
+func (Unimplemented) CreateWatch(context.Context, string, api.WatchRequest) (api.Watch, error) {
+	return api.Watch{}, NotImplemented("directory watches")
+}
+func (Unimplemented) WatchEvents(context.Context, string, string) ([]api.WatchEvent, error) {
+	return nil, NotImplemented("directory watches")
+}
+func (Unimplemented) RemoveWatch(context.Context, string, string) error {
+	return NotImplemented("directory watches")
+}
+
 func (Unimplemented) SetNetwork(context.Context, string, api.NetworkPolicy) (api.Sandbox, error) {
 	return api.Sandbox{}, NotImplemented("network policies")
 }

@@ -1,8 +1,11 @@
 package clustere2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
@@ -109,7 +112,8 @@ func (p *e2bProxy) setLive(i int, up bool) {
 // honoured after the API server that served it died (the sandbox's node keeps
 // the deadline, not the API server), and a process started through an API
 // server that is then killed is still listed, connectable, fed and killable
-// through the other.
+// through the other; a directory watcher created through one API server is
+// read through the other.
 func TestE2BStatelessAPIServers(t *testing.T) {
 	_, file, _, _ := runtime.Caller(0)
 	suite := filepath.Join(filepath.Dir(file), "..", "..", "..", "test", "e2b")
@@ -152,6 +156,7 @@ func TestE2BStatelessAPIServers(t *testing.T) {
 			if err != nil {
 				t.Fatalf("the SDK script failed: %v", err)
 			}
+			watchAcross(t, e)
 			return
 		case req := <-p.ctl:
 			switch req.op {
@@ -166,5 +171,72 @@ func TestE2BStatelessAPIServers(t *testing.T) {
 			}
 			req.done <- nil
 		}
+	}
+}
+
+// watchAcross creates a polling directory watcher through API server 0 and
+// reads it through API server 1 (envd's Connect calls, in JSON).
+func watchAcross(t *testing.T, e *env) {
+	t.Helper()
+	call := func(api int, path string, hdr map[string]string, body any) []byte {
+		t.Helper()
+		var rd io.Reader
+		ctype := "application/json"
+		switch b := body.(type) {
+		case []byte:
+			rd, ctype = bytes.NewReader(b), "application/octet-stream"
+		default:
+			j, _ := json.Marshal(b)
+			rd = bytes.NewReader(j)
+		}
+		req, _ := http.NewRequest("POST", "http://"+e.apiAddr[api]+path, rd)
+		req.Header.Set("Content-Type", ctype)
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		out, _ := io.ReadAll(res.Body)
+		if res.StatusCode/100 != 2 {
+			t.Fatalf("%s through API server %d: %d %s", path, api, res.StatusCode, out)
+		}
+		return out
+	}
+	var sb struct {
+		SandboxID       string `json:"sandboxID"`
+		EnvdAccessToken string `json:"envdAccessToken"`
+	}
+	if err := json.Unmarshal(call(0, "/sandboxes", map[string]string{"X-API-KEY": "e2b_" + e.token}, map[string]any{"templateID": "base", "timeout": 120}), &sb); err != nil {
+		t.Fatal(err)
+	}
+	envd := map[string]string{"E2b-Sandbox-Id": sb.SandboxID, "E2b-Sandbox-Port": "49983", "X-Access-Token": sb.EnvdAccessToken}
+	call(0, "/filesystem.Filesystem/MakeDir", envd, map[string]any{"path": "/tmp/watched"})
+	var cw struct {
+		WatcherID string `json:"watcherId"`
+	}
+	if err := json.Unmarshal(call(0, "/filesystem.Filesystem/CreateWatcher", envd, map[string]any{"path": "/tmp/watched"}), &cw); err != nil || cw.WatcherID == "" {
+		t.Fatalf("create watcher: %+v, %v", cw, err)
+	}
+	call(1, "/files?path=/tmp/watched/a", envd, []byte("abc"))
+	var ev struct {
+		Events []struct {
+			Name string `json:"name"`
+			Type string `json:"type"`
+		} `json:"events"`
+	}
+	if err := json.Unmarshal(call(1, "/filesystem.Filesystem/GetWatcherEvents", envd, map[string]any{"watcherId": cw.WatcherID}), &ev); err != nil {
+		t.Fatal(err)
+	}
+	if len(ev.Events) == 0 || ev.Events[0].Name != "a" || ev.Events[0].Type != "EVENT_TYPE_CREATE" {
+		t.Fatalf("events of a watcher created through API server 0, read through 1: %+v", ev)
+	}
+	call(1, "/filesystem.Filesystem/RemoveWatcher", envd, map[string]any{"watcherId": cw.WatcherID})
+	req, _ := http.NewRequest("DELETE", "http://"+e.apiAddr[0]+"/sandboxes/"+sb.SandboxID, nil)
+	req.Header.Set("X-API-KEY", "e2b_"+e.token)
+	if res, err := http.DefaultClient.Do(req); err == nil {
+		res.Body.Close()
 	}
 }

@@ -304,6 +304,19 @@ func (r *Router) PauseWith(ctx context.Context, id string, req api.PauseRequest)
 	return on(r, id, func(s session.Service) (api.PauseResponse, error) { return s.PauseWith(ctx, id, req) })
 }
 
+func (r *Router) CreateWatch(ctx context.Context, id string, req api.WatchRequest) (api.Watch, error) {
+	return on(r, id, func(s session.Service) (api.Watch, error) { return s.CreateWatch(ctx, id, req) })
+}
+
+func (r *Router) WatchEvents(ctx context.Context, id, watchID string) ([]api.WatchEvent, error) {
+	return on(r, id, func(s session.Service) ([]api.WatchEvent, error) { return s.WatchEvents(ctx, id, watchID) })
+}
+
+func (r *Router) RemoveWatch(ctx context.Context, id, watchID string) error {
+	_, err := on(r, id, func(s session.Service) (struct{}, error) { return struct{}{}, s.RemoveWatch(ctx, id, watchID) })
+	return err
+}
+
 func (r *Router) SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
 	return on(r, id, func(s session.Service) (api.Sandbox, error) { return s.SetDeadline(ctx, id, req) })
 }

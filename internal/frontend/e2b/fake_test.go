@@ -38,9 +38,16 @@ type fakeService struct {
 }
 
 type fakeSandbox struct {
-	sb    api.Sandbox
-	files map[string]*fakeFile
-	procs map[string]*fakeProc
+	sb      api.Sandbox
+	files   map[string]*fakeFile
+	procs   map[string]*fakeProc
+	watches map[string]*fakeWatch
+}
+
+// fakeWatch is a directory watch: what it saw at its last read.
+type fakeWatch struct {
+	w    api.Watch
+	last session.DirSnapshot
 }
 
 type fakeFile struct {
@@ -504,6 +511,85 @@ func (f *fakeService) ProcessLogs(ctx context.Context, id, procID, stream string
 		offset = int64(len(b))
 	}
 	return io.NopCloser(bytes.NewReader(append([]byte(nil), b[offset:]...))), nil
+}
+
+func (f *fakeService) CreateWatch(ctx context.Context, id string, req api.WatchRequest) (api.Watch, error) {
+	fs, err := f.FS(ctx, id)
+	if err != nil {
+		return api.Watch{}, err
+	}
+	fi, err := fs.Stat(ctx, req.Path)
+	if err != nil {
+		return api.Watch{}, err
+	}
+	if fi.Type != "dir" {
+		return api.Watch{}, errdefs.Invalid("not a directory")
+	}
+	snap, err := session.ScanDir(ctx, fs, req.Path, req.Recursive, 1000)
+	if err != nil {
+		return api.Watch{}, err
+	}
+	s, _ := f.sandbox(id)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(s.watches) >= 64 {
+		return api.Watch{}, errdefs.New(api.CodeResourceExhausted, "too many watches")
+	}
+	if s.watches == nil {
+		s.watches = map[string]*fakeWatch{}
+	}
+	f.n++
+	w := &fakeWatch{w: api.Watch{ID: fmt.Sprintf("w%d", f.n), Path: req.Path, Recursive: req.Recursive}, last: snap}
+	s.watches[w.w.ID] = w
+	return w.w, nil
+}
+
+func (f *fakeService) watch(id, watchID string) (*fakeSandbox, *fakeWatch, error) {
+	s, err := f.sandbox(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w := s.watches[watchID]; w != nil {
+		return s, w, nil
+	}
+	return nil, nil, errdefs.NotFound("watch %q not found", watchID)
+}
+
+func (f *fakeService) WatchEvents(ctx context.Context, id, watchID string) ([]api.WatchEvent, error) {
+	s, w, err := f.watch(id, watchID)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := f.FS(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := session.ScanDir(ctx, fs, w.w.Path, w.w.Recursive, 1000)
+	if err != nil {
+		if errdefs.Is(err, api.CodeNotFound) {
+			f.mu.Lock()
+			delete(s.watches, watchID)
+			f.mu.Unlock()
+			return nil, errdefs.NotFound("the watched directory was removed")
+		}
+		return nil, err
+	}
+	evs := session.DiffDir(w.last, cur)
+	w.last = cur
+	return evs, nil
+}
+
+func (f *fakeService) RemoveWatch(ctx context.Context, id, watchID string) error {
+	s, _, err := f.watch(id, watchID)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(s.watches, watchID)
+	return nil
 }
 
 func (f *fakeService) Dial(ctx context.Context, id string, port int) (net.Conn, error) {

@@ -74,7 +74,6 @@ type Handler struct {
 	log     *slog.Logger
 	control *http.ServeMux
 	envd    *http.ServeMux
-	watches *watchTable
 	now     func() time.Time
 
 	mu      sync.Mutex
@@ -105,7 +104,6 @@ func New(svc session.Service, opts Options) *Handler {
 		now = time.Now
 	}
 	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), now: now, hasBash: map[string]bool{}}
-	h.watches = newWatchTable()
 	for _, rt := range h.controlRoutes() {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
@@ -121,7 +119,6 @@ func New(svc session.Service, opts Options) *Handler {
 // Close stops the sandboxes' timers, processes' streams and watchers. Processes
 // keep running until their sandbox ends.
 func (h *Handler) Close() error {
-	h.watches.closeAll()
 	return nil
 }
 
@@ -323,7 +320,6 @@ func tagged(ctx context.Context) bool {
 
 // forget drops what the front end keeps for a sandbox that ended.
 func (h *Handler) forget(id string) {
-	h.watches.dropSandbox(id)
 	h.mu.Lock()
 	delete(h.hasBash, id)
 	h.mu.Unlock()
