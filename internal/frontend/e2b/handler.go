@@ -61,10 +61,8 @@ type Options struct {
 	MaxUploadBytes int64
 	// MaxMessageBytes limits one Connect request message.
 	MaxMessageBytes int
-	// WatchInterval is how often directory watchers poll.
+	// WatchInterval is how often a WatchDir stream polls.
 	WatchInterval time.Duration
-	// Now is the clock (tests); nil means time.Now.
-	Now func() time.Time
 }
 
 // Handler serves the E2B API over a session.Service.
@@ -74,7 +72,6 @@ type Handler struct {
 	log     *slog.Logger
 	control *http.ServeMux
 	envd    *http.ServeMux
-	now     func() time.Time
 
 	mu      sync.Mutex
 	hasBash map[string]bool // by sandbox: whether /bin/bash exists (see shell)
@@ -99,11 +96,7 @@ func New(svc session.Service, opts Options) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
-	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), now: now, hasBash: map[string]bool{}}
+	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}}
 	for _, rt := range h.controlRoutes() {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
@@ -116,8 +109,8 @@ func New(svc session.Service, opts Options) *Handler {
 	return h
 }
 
-// Close stops the sandboxes' timers, processes' streams and watchers. Processes
-// keep running until their sandbox ends.
+// Close releases the handler; it holds nothing of the sandboxes (their
+// processes, deadlines and watches are their nodes').
 func (h *Handler) Close() error {
 	return nil
 }
