@@ -14,16 +14,12 @@ import (
 
 // record is what the agent keeps on disk per sandbox: enough to re-adopt it.
 type record struct {
-	ID         string      `json:"id"`
-	Backend    string      `json:"backend"`
-	Image      string      `json:"image"`
-	Spec       driver.Spec `json:"spec"`
-	CreatedAt  time.Time   `json:"created_at"`
-	TTLSeconds int64       `json:"ttl_seconds,omitempty"`
-	// Deadline, when set, replaces CreatedAt+TTLSeconds (SetDeadline moved
-	// it); OnExpiry is what happens at it (api.ExpiryDelete when empty).
-	Deadline           *time.Time        `json:"deadline,omitempty"`
-	OnExpiry           string            `json:"on_expiry,omitempty"`
+	ID                 string            `json:"id"`
+	Backend            string            `json:"backend"`
+	Image              string            `json:"image"`
+	Spec               driver.Spec       `json:"spec"`
+	CreatedAt          time.Time         `json:"created_at"`
+	TTLSeconds         int64             `json:"ttl_seconds,omitempty"`
 	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
 	Env                map[string]string `json:"env,omitempty"`
 	Labels             map[string]string `json:"labels,omitempty"`
@@ -42,6 +38,11 @@ type record struct {
 	// Network is the sandbox's egress policy, applied again on reset (nil:
 	// loopback only).
 	Network *api.NetworkPolicy `json:"network,omitempty"`
+
+	// Deadline, when set, replaces CreatedAt+TTLSeconds (SetDeadline moved
+	// it); OnExpiry is what happens at it (api.ExpiryDelete when empty).
+	Deadline *time.Time `json:"deadline,omitempty"`
+	OnExpiry string     `json:"on_expiry,omitempty"`
 }
 
 // procRecord is a background process, kept so it can be re-attached.

@@ -298,9 +298,10 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	}
 	r := &record{
 		ID: id, Backend: req.Backend, Image: img.Name, Spec: spec, CreatedAt: m.now().UTC(),
-		TTLSeconds: req.TTLSeconds, OnExpiry: req.OnExpiry, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
+		TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
 		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, ImageConfig: img.Config, Network: req.Network,
 	}
+	r.OnExpiry = req.OnExpiry
 	sb := newSandbox(m, drv, r, inst)
 	if err := sb.save(); err != nil {
 		_ = inst.Destroy(context.Background())
