@@ -33,6 +33,9 @@ type bgProc struct {
 	mu     sync.Mutex
 	proc   driver.Proc
 	result *api.ExecResult
+	// stdin is the open input of a process started with OpenStdin (nil once
+	// closed, and after a restart of the agent).
+	stdin *io.PipeWriter
 }
 
 // lockedWriter serialises the writes of a terminal's pump into its log, so
@@ -58,7 +61,7 @@ func (p *bgProc) view() api.Process {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return api.Process{ID: p.rec.ID, PID: p.rec.PID, Cmd: p.rec.Cmd, Running: p.result == nil,
-		StartedAt: p.rec.StartedAt, Result: p.result}
+		StartedAt: p.rec.StartedAt, Result: p.result, TTY: p.rec.TTY, OpenStdin: p.rec.OpenStdin, Labels: p.rec.Labels}
 }
 
 func (p *bgProc) closeConn() {
@@ -152,12 +155,22 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 	if len(stdin) > 0 {
 		stdio.Stdin = bytes.NewReader(stdin)
 	}
+	var inR *io.PipeReader
+	var inW *io.PipeWriter
+	if req.OpenStdin {
+		inR, inW = io.Pipe()
+		stdio.Stdin = io.MultiReader(bytes.NewReader(stdin), inR)
+	}
 	pr, err := inst.Exec(ctx, spec, stdio)
 	if err != nil {
+		if inW != nil {
+			inW.Close()
+		}
 		return api.Process{}, err
 	}
-	bp := &bgProc{rec: procRecord{ID: procID, PID: pr.PID(), Cmd: spec.Args, StartedAt: m.now().UTC(), TTY: spec.TTY != nil},
-		done: make(chan struct{}), proc: pr, ttyLog: ttyCopy}
+	bp := &bgProc{rec: procRecord{ID: procID, PID: pr.PID(), Cmd: spec.Args, StartedAt: m.now().UTC(), TTY: spec.TTY != nil,
+		OpenStdin: req.OpenStdin, Labels: req.Labels},
+		done: make(chan struct{}), proc: pr, ttyLog: ttyCopy, stdin: inW}
 	sb.mu.Lock()
 	sb.procs[procID] = bp
 	sb.rec.Procs = append(sb.rec.Procs, bp.rec)
@@ -199,6 +212,10 @@ func (sb *sandbox) watchProc(bp *bgProc, pr driver.Proc, timeout time.Duration) 
 	bp.mu.Lock()
 	bp.result = &res
 	bp.proc = nil
+	if bp.stdin != nil {
+		bp.stdin.Close()
+		bp.stdin = nil
+	}
 	bp.mu.Unlock()
 	close(bp.done)
 }
@@ -358,4 +375,57 @@ func (m *Manager) Dial(ctx context.Context, id string, port int) (net.Conn, erro
 		return nil, err
 	}
 	return inst.Dial(ctx, port)
+}
+
+// SendProcessInput implements session.Service.
+func (m *Manager) SendProcessInput(ctx context.Context, id, procID string, in api.ProcessInput) error {
+	if in.Resize != nil {
+		if err := session.CheckTermSize(*in.Resize); err != nil {
+			return err
+		}
+	}
+	_, bp, err := m.proc(id, procID)
+	if err != nil {
+		return err
+	}
+	bp.mu.Lock()
+	pr, w, ended := bp.proc, bp.stdin, bp.result != nil
+	if in.EOF {
+		bp.stdin = nil // later input finds it closed
+	}
+	bp.mu.Unlock()
+	switch {
+	case ended:
+		return errdefs.Conflict("process %s has ended", procID)
+	case in.Resize != nil && !bp.rec.TTY:
+		return errdefs.Invalid("process %s has no terminal", procID)
+	case (len(in.Data) > 0 || in.EOF) && !bp.rec.OpenStdin:
+		return errdefs.Invalid("process %s was started without open_stdin", procID)
+	case (len(in.Data) > 0 || in.EOF) && w == nil:
+		return errdefs.Conflict("the input of process %s is closed (or was lost in a restart of the node)", procID)
+	}
+	if in.Resize != nil {
+		if pr == nil {
+			return errdefs.Conflict("process %s is not attached", procID)
+		}
+		if err := pr.Resize(in.Resize.Cols, in.Resize.Rows); err != nil {
+			return err
+		}
+	}
+	if len(in.Data) > 0 {
+		done := make(chan error, 1)
+		go func() { _, err := w.Write(in.Data); done <- err }()
+		select {
+		case err := <-done:
+			if err != nil {
+				return errdefs.Conflict("the input of process %s is closed", procID)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if in.EOF {
+		return w.Close()
+	}
+	return nil
 }

@@ -48,6 +48,11 @@ type record struct {
 	// Network is the sandbox's egress policy, applied again on reset (nil:
 	// loopback only).
 	Network *api.NetworkPolicy `json:"network,omitempty"`
+
+	// Deadline, when set, replaces CreatedAt+TTLSeconds (SetDeadline moved
+	// it); OnExpiry is what happens at it (api.ExpiryDelete when empty).
+	Deadline *time.Time `json:"deadline,omitempty"`
+	OnExpiry string     `json:"on_expiry,omitempty"`
 }
 
 // procRecord is a background process, kept so it can be re-attached.
@@ -57,6 +62,10 @@ type procRecord struct {
 	Cmd       []string  `json:"cmd"`
 	StartedAt time.Time `json:"started_at"`
 	TTY       bool      `json:"tty,omitempty"` // on a terminal (its output is pumped into the stdout log)
+	// OpenStdin: started to take ProcessInput (the input does not survive a
+	// restart of the agent); Labels as started.
+	OpenStdin bool              `json:"open_stdin,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
 }
 
 // saveRecord writes the record atomically (temp file + rename). No fsync: the

@@ -28,6 +28,7 @@ type sandbox struct {
 	rec     *record
 	inst    driver.Instance
 	procs   map[string]*bgProc
+	watches map[string]*dirWatch // watch.go
 	deleted bool
 	// reattachPending: re-adopted while paused; its background processes are
 	// re-attached on resume (a frozen init cannot answer).
@@ -55,9 +56,8 @@ func (sb *sandbox) view() api.Sandbox {
 		Env:          r.Env, Labels: r.Labels, RequestID: r.RequestID,
 		CPUClass: cpuClassOf(r.Spec), Reclaimed: r.Reclaimed, KSM: r.Spec.KSM,
 	}
-	if r.TTLSeconds > 0 {
-		t := r.CreatedAt.Add(time.Duration(r.TTLSeconds) * time.Second)
-		v.ExpiresAt = &t
+	if t, ok := r.deadline(); ok {
+		v.ExpiresAt, v.OnExpiry = &t, r.onExpiry()
 	}
 	v.Network = networkStatus(sb.inst, sb.m.log)
 	if vm, ok := sb.inst.(interface{ VMAccel() *api.VMAccel }); ok {
@@ -301,6 +301,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 		TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
 		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, ImageConfig: img.Config, Network: req.Network,
 	}
+	r.OnExpiry = req.OnExpiry
 	sb := newSandbox(m, drv, r, inst)
 	if err := sb.save(); err != nil {
 		_ = inst.Destroy(context.Background())
@@ -483,33 +484,35 @@ func (m *Manager) expiryLoop() {
 		case <-t.C:
 		}
 		now := m.now()
-		var expired []string
+		type due struct{ id, action string }
+		var expired []due
 		for _, sb := range m.all() {
-			if sb.expired(now) {
-				expired = append(expired, sb.rec.ID)
+			if action := sb.due(now); action != "" {
+				expired = append(expired, due{sb.rec.ID, action})
 			}
 		}
-		for _, id := range expired {
+		for _, d := range expired {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			if err := m.Delete(ctx, id); err != nil && !errdefs.Is(err, api.CodeNotFound) {
-				m.log.Warn("expire sandbox", "id", id, "err", err)
-			} else {
-				m.log.Info("expired sandbox", "id", id)
-			}
+			m.expire(ctx, d.id, d.action)
 			cancel()
 		}
 	}
 }
 
-func (sb *sandbox) expired(now time.Time) bool {
+// due says what happens to the sandbox now: api.ExpiryDelete or
+// api.ExpiryPause at its deadline, api.ExpiryDelete past its idle timeout, ""
+// nothing.
+func (sb *sandbox) due(now time.Time) string {
 	sb.mu.Lock()
 	r := sb.rec
+	at, ok := r.deadline()
+	action := r.onExpiry()
 	sb.mu.Unlock()
-	if r.TTLSeconds > 0 && now.After(r.CreatedAt.Add(time.Duration(r.TTLSeconds)*time.Second)) {
-		return true
+	if ok && now.After(at) {
+		return action
 	}
 	if r.IdleTimeoutSeconds > 0 && now.Sub(time.Unix(0, sb.lastActive.Load())) > time.Duration(r.IdleTimeoutSeconds)*time.Second {
-		return true
+		return api.ExpiryDelete
 	}
-	return false
+	return ""
 }

@@ -285,7 +285,7 @@ func (a *APIServer) startFrontEnds(context.Context) (lifecycle.Close, error) {
 	svc := a.services()
 	// Tagged steps are logged on their sandbox's node.
 	a.Server = v1.New(svc, v1.Options{Projects: a.Projects, Logger: a.log, StepsDownstream: true})
-	a.E2B = newE2B(a.bg, svc, adminToken(a.Tokens), a.cfg.Secret, a.log)
+	a.E2B = newE2B(svc, adminToken(a.Tokens), a.cfg.Secret, a.log)
 	return func(context.Context) error { return a.E2B.Close() }, nil
 }
 

@@ -1,7 +1,6 @@
 package apiserver
 
 import (
-	"context"
 	"log/slog"
 
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
@@ -15,13 +14,9 @@ import (
 
 // newE2B returns E2B's front end over svc. Its envd access tokens are keyed
 // with the cluster secret, so every API server accepts the ones any of them
-// handed out.
-func newE2B(ctx context.Context, svc session.Service, authorize func(string) bool, secret []byte, log *slog.Logger) *e2b.Handler {
-	h := e2b.New(svc, e2b.Options{Authorize: authorize, Secret: secret, Logger: log})
-	if err := h.Recover(ctx); err != nil {
-		log.Warn("e2b: re-arming sandbox timeouts", "err", err)
-	}
-	return h
+// handed out; sandbox deadlines are the nodes', so nothing is re-armed.
+func newE2B(svc session.Service, authorize func(string) bool, secret []byte, log *slog.Logger) *e2b.Handler {
+	return e2b.New(svc, e2b.Options{Authorize: authorize, Secret: secret, Logger: log})
 }
 
 func (a *APIServer) sandboxFusion() *sandboxfusion.Handler {

@@ -341,6 +341,10 @@ func (c *Client) WaitProcess(ctx context.Context, id, procID string) (api.Proces
 	return c.GetProcess(gctx, id, procID)
 }
 
+func (c *Client) SendProcessInput(ctx context.Context, id, procID string, in api.ProcessInput) error {
+	return c.call(ctx, "SendProcessInput", callArgs{ID: id, Proc: procID, ProcInput: &in}, nil)
+}
+
 func (c *Client) KillProcess(ctx context.Context, id, procID string, sig int) error {
 	return c.call(ctx, "KillProcess", callArgs{ID: id, Proc: procID, Signal: sig}, nil)
 }
@@ -359,6 +363,22 @@ func (c *Client) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy)
 
 func (c *Client) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
 	return callFor[api.PauseResponse](ctx, c, "PauseWith", callArgs{ID: id, Pause: &req})
+}
+
+func (c *Client) CreateWatch(ctx context.Context, id string, req api.WatchRequest) (api.Watch, error) {
+	return callFor[api.Watch](ctx, c, "CreateWatch", callArgs{ID: id, Watch: &req})
+}
+
+func (c *Client) WatchEvents(ctx context.Context, id, watchID string) ([]api.WatchEvent, error) {
+	return callFor[[]api.WatchEvent](ctx, c, "WatchEvents", callArgs{ID: id, WatchID: watchID})
+}
+
+func (c *Client) RemoveWatch(ctx context.Context, id, watchID string) error {
+	return c.call(ctx, "RemoveWatch", callArgs{ID: id, WatchID: watchID}, nil)
+}
+
+func (c *Client) SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
+	return callFor[api.Sandbox](ctx, c, "SetDeadline", callArgs{ID: id, Deadline: &req})
 }
 
 func (c *Client) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {

@@ -113,6 +113,16 @@ func TestMissingCapabilityIsNotImplemented(t *testing.T) {
 	wantCode(t, "PauseWith", err, api.CodeNotImplemented)
 	_, err = c.SetCPUClass(ctx, "sb-1", api.CPUClassBE)
 	wantCode(t, "SetCPUClass", err, api.CodeNotImplemented)
+	_, err = c.SetDeadline(ctx, "sb-1", api.DeadlineRequest{TimeoutSeconds: 5})
+	wantCode(t, "SetDeadline", err, api.CodeNotImplemented)
+	err = c.SendProcessInput(ctx, "sb-1", "p1", api.ProcessInput{Data: []byte("x")})
+	wantCode(t, "SendProcessInput", err, api.CodeNotImplemented)
+	_, err = c.CreateWatch(ctx, "sb-1", api.WatchRequest{Path: "/"})
+	wantCode(t, "CreateWatch", err, api.CodeNotImplemented)
+	_, err = c.WatchEvents(ctx, "sb-1", "w1")
+	wantCode(t, "WatchEvents", err, api.CodeNotImplemented)
+	err = c.RemoveWatch(ctx, "sb-1", "w1")
+	wantCode(t, "RemoveWatch", err, api.CodeNotImplemented)
 	_, err = c.FnCall(ctx, api.FnCallRequest{})
 	wantCode(t, "FnCall", err, api.CodeNotImplemented)
 	if n := f.calls.Load(); n != 0 {
@@ -212,6 +222,11 @@ func (f *fakeForker) SetCPUClass(ctx context.Context, id, class string) (api.San
 	return api.Sandbox{ID: id, CPUClass: class}, nil
 }
 
+func (f *fakeForker) SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
+	at := time.Unix(req.TimeoutSeconds, 0).UTC()
+	return api.Sandbox{ID: id, ExpiresAt: &at, OnExpiry: req.OnExpiry}, nil
+}
+
 // Optional interfaces the node's service has are forwarded with their
 // arguments and answers intact.
 func TestCapabilitiesForward(t *testing.T) {
@@ -227,6 +242,10 @@ func TestCapabilitiesForward(t *testing.T) {
 	}
 	if sb, err := c.SetCPUClass(ctx, "sb-1", api.CPUClassBE); err != nil || sb.CPUClass != api.CPUClassBE {
 		t.Errorf("SetCPUClass: %+v, %v", sb, err)
+	}
+	if sb, err := c.SetDeadline(ctx, "sb-1", api.DeadlineRequest{TimeoutSeconds: 77, OnExpiry: api.ExpiryPause}); err != nil ||
+		sb.ExpiresAt == nil || sb.ExpiresAt.Unix() != 77 || sb.OnExpiry != api.ExpiryPause {
+		t.Errorf("SetDeadline: %+v, %v", sb, err)
 	}
 	_, err = c.Commit(ctx, "sb-1", api.CommitRequest{Name: "x"})
 	wantCode(t, "Commit on a node without it", err, api.CodeNotImplemented)

@@ -28,6 +28,10 @@ type callArgs struct {
 	Commit    *api.CommitRequest        `json:"commit,omitempty"`
 	Network   *api.NetworkPolicy        `json:"network,omitempty"`
 	Pause     *api.PauseRequest         `json:"pause,omitempty"`
+	Deadline  *api.DeadlineRequest      `json:"deadline,omitempty"`
+	ProcInput *api.ProcessInput         `json:"proc_input,omitempty"`
+	Watch     *api.WatchRequest         `json:"watch,omitempty"`
+	WatchID   string                    `json:"watch_id,omitempty"`
 	FnCall    *api.FnCallRequest        `json:"fncall,omitempty"`
 	Input     *api.InputRequest         `json:"input,omitempty"`
 	HTTP      *httpCall                 `json:"http,omitempty"`
@@ -80,6 +84,9 @@ var methods = map[string]method{
 	"WaitProcess": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.WaitProcess(ctx, a.ID, a.Proc)
 	},
+	"SendProcessInput": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return nil, h.svc.SendProcessInput(ctx, a.ID, a.Proc, val(a.ProcInput))
+	},
 	"KillProcess": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return nil, h.svc.KillProcess(ctx, a.ID, a.Proc, a.Signal)
 	},
@@ -112,6 +119,18 @@ var methods = map[string]method{
 	},
 	"PauseWith": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.PauseWith(ctx, a.ID, val(a.Pause))
+	},
+	"CreateWatch": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.CreateWatch(ctx, a.ID, val(a.Watch))
+	},
+	"WatchEvents": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.WatchEvents(ctx, a.ID, a.WatchID)
+	},
+	"RemoveWatch": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return nil, h.svc.RemoveWatch(ctx, a.ID, a.WatchID)
+	},
+	"SetDeadline": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.SetDeadline(ctx, a.ID, val(a.Deadline))
 	},
 	"SetCPUClass": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.SetCPUClass(ctx, a.ID, a.Class)

@@ -126,6 +126,12 @@ type Processes interface {
 	// still-running process and no error).
 	WaitProcess(ctx context.Context, id, procID string) (api.Process, error)
 	KillProcess(ctx context.Context, id, procID string, sig int) error
+	// SendProcessInput writes to a background process started with OpenStdin,
+	// closes its input or resizes its terminal (api.ProcessInput), whichever API
+	// server started it: the process is the node's. An ended process is
+	// conflict; one without open input (or a terminal, to resize)
+	// invalid_argument.
+	SendProcessInput(ctx context.Context, id, procID string, in api.ProcessInput) error
 	// ProcessLogs reads a background process's "stdout" or "stderr" from offset.
 	ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error)
 }
@@ -136,6 +142,16 @@ type Files interface {
 	FS(ctx context.Context, id string) (FS, error)
 	// Dial connects to a TCP port listening inside the sandbox.
 	Dial(ctx context.Context, id string, port int) (net.Conn, error)
+
+	// CreateWatch watches a directory of the sandbox (the tree when
+	// recursive); the node keeps the watch, so any API server reads it. A
+	// missing path is not_found, a file invalid_argument, too many watches of
+	// one sandbox resource_exhausted.
+	CreateWatch(ctx context.Context, id string, req api.WatchRequest) (api.Watch, error)
+	// WatchEvents returns the changes since the watch's last read (or its
+	// creation); a watch whose directory is gone is removed (not_found).
+	WatchEvents(ctx context.Context, id, watchID string) ([]api.WatchEvent, error)
+	RemoveWatch(ctx context.Context, id, watchID string) error
 }
 
 // Resources is a sandbox's network policy, CPU class, memory reclaim and use.
@@ -146,6 +162,11 @@ type Resources interface {
 	// PauseWith pauses; with req.Reclaim it pushes the frozen sandbox's memory
 	// out and says what moved.
 	PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error)
+	// SetDeadline moves a sandbox's deadline (its mutable TTL) and says what
+	// happens at it (api.DeadlineRequest; ValidateDeadline). The sandbox's node
+	// keeps the deadline with the sandbox and enforces it, so it holds whichever
+	// API server set it and across a restart of the node.
+	SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error)
 	// SetCPUClass changes a sandbox's CPU class (api.CPUClassLS, api.CPUClassBE).
 	SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error)
 	// SandboxUsage returns the use of the sandboxes ids (unknown IDs are left

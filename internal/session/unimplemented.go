@@ -73,6 +73,9 @@ func (Unimplemented) GetProcess(context.Context, string, string) (api.Process, e
 func (Unimplemented) WaitProcess(context.Context, string, string) (api.Process, error) {
 	return api.Process{}, NotImplemented("WaitProcess")
 }
+func (Unimplemented) SendProcessInput(context.Context, string, string, api.ProcessInput) error {
+	return NotImplemented("process input")
+}
 func (Unimplemented) KillProcess(context.Context, string, string, int) error {
 	return NotImplemented("KillProcess")
 }
@@ -85,11 +88,24 @@ func (Unimplemented) Dial(context.Context, string, int) (net.Conn, error) {
 	return nil, NotImplemented("Dial")
 }
 
+func (Unimplemented) CreateWatch(context.Context, string, api.WatchRequest) (api.Watch, error) {
+	return api.Watch{}, NotImplemented("directory watches")
+}
+func (Unimplemented) WatchEvents(context.Context, string, string) ([]api.WatchEvent, error) {
+	return nil, NotImplemented("directory watches")
+}
+func (Unimplemented) RemoveWatch(context.Context, string, string) error {
+	return NotImplemented("directory watches")
+}
+
 func (Unimplemented) SetNetwork(context.Context, string, api.NetworkPolicy) (api.Sandbox, error) {
 	return api.Sandbox{}, NotImplemented("network policies")
 }
 func (Unimplemented) PauseWith(context.Context, string, api.PauseRequest) (api.PauseResponse, error) {
 	return api.PauseResponse{}, NotImplemented("pause with reclaim")
+}
+func (Unimplemented) SetDeadline(context.Context, string, api.DeadlineRequest) (api.Sandbox, error) {
+	return api.Sandbox{}, NotImplemented("deadlines")
 }
 func (Unimplemented) SetCPUClass(context.Context, string, string) (api.Sandbox, error) {
 	return api.Sandbox{}, NotImplemented("CPU classes")

@@ -129,6 +129,10 @@ func ValidateCreate(req api.CreateSandboxRequest) error {
 		}
 	}
 	switch {
+	case req.TTLSeconds > api.MaxTimeoutSeconds:
+		return errdefs.Invalid("ttl_seconds is more than %d (a year)", api.MaxTimeoutSeconds)
+	case !validExpiry(req.OnExpiry):
+		return errdefs.Invalid("on_expiry must be %q or %q, got %q", api.ExpiryDelete, api.ExpiryPause, req.OnExpiry)
 	case !(req.CPU >= 0 && req.CPU <= MaxCPU): // NaN too
 		return errdefs.Invalid("cpu must be between 0 and %d cores, got %g", MaxCPU, req.CPU)
 	case len(req.RequestID) > MaxRequestIDLen:
@@ -136,6 +140,21 @@ func ValidateCreate(req api.CreateSandboxRequest) error {
 	}
 	return validateEnv("env", req.Env)
 }
+
+// ValidateDeadline checks a deadline request: one invalid_argument per mistake.
+func ValidateDeadline(req api.DeadlineRequest) error {
+	switch {
+	case req.TimeoutSeconds < 0:
+		return errdefs.Invalid("timeout_seconds is negative (%d)", req.TimeoutSeconds)
+	case req.TimeoutSeconds > api.MaxTimeoutSeconds:
+		return errdefs.Invalid("timeout_seconds is more than %d (a year)", api.MaxTimeoutSeconds)
+	case !validExpiry(req.OnExpiry):
+		return errdefs.Invalid("on_expiry must be %q or %q, got %q", api.ExpiryDelete, api.ExpiryPause, req.OnExpiry)
+	}
+	return nil
+}
+
+func validExpiry(s string) bool { return s == "" || s == api.ExpiryDelete || s == api.ExpiryPause }
 
 // validateEnv rejects names and values an environment cannot hold.
 func validateEnv(field string, env map[string]string) error {

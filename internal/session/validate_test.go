@@ -61,6 +61,8 @@ func TestValidateCreate(t *testing.T) {
 		"pids neg":   {api.CreateSandboxRequest{PidsMax: -1}, "pids_max is negative"},
 		"ttl neg":    {api.CreateSandboxRequest{TTLSeconds: -1}, "ttl_seconds is negative"},
 		"idle neg":   {api.CreateSandboxRequest{IdleTimeoutSeconds: -1}, "idle_timeout_seconds is negative"},
+		"ttl big":    {api.CreateSandboxRequest{TTLSeconds: api.MaxTimeoutSeconds + 1}, "ttl_seconds is more than"},
+		"on_expiry":  {api.CreateSandboxRequest{OnExpiry: "explode"}, "on_expiry must be"},
 		"cpu neg":    {api.CreateSandboxRequest{CPU: -0.5}, "cpu must be between"},
 		"cpu big":    {api.CreateSandboxRequest{CPU: MaxCPU + 1}, "cpu must be between"},
 		"cpu NaN":    {api.CreateSandboxRequest{CPU: math.NaN()}, "cpu must be between"},
@@ -78,5 +80,26 @@ func TestValidateCreate(t *testing.T) {
 	if err := ValidateCreate(api.CreateSandboxRequest{CPU: MaxCPU, MemoryBytes: 1, DiskBytes: 1,
 		RequestID: strings.Repeat("r", MaxRequestIDLen)}); err != nil {
 		t.Errorf("the limits refused: %v", err)
+	}
+}
+
+func TestValidateDeadline(t *testing.T) {
+	for name, tc := range map[string]struct {
+		req  api.DeadlineRequest
+		want string
+	}{
+		"negative":  {api.DeadlineRequest{TimeoutSeconds: -1}, "timeout_seconds is negative"},
+		"absurd":    {api.DeadlineRequest{TimeoutSeconds: 1 << 62}, "timeout_seconds is more than"},
+		"on_expiry": {api.DeadlineRequest{TimeoutSeconds: 5, OnExpiry: "kill"}, "on_expiry must be"},
+	} {
+		err := ValidateDeadline(tc.req)
+		if !errdefs.Is(err, api.CodeInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want invalid_argument naming %q", name, err, tc.want)
+		}
+	}
+	for _, ok := range []api.DeadlineRequest{{}, {TimeoutSeconds: api.MaxTimeoutSeconds, OnExpiry: api.ExpiryPause}, {TimeoutSeconds: 1, OnExpiry: api.ExpiryDelete, ExtendOnly: true}} {
+		if err := ValidateDeadline(ok); err != nil {
+			t.Errorf("%+v refused: %v", ok, err)
+		}
 	}
 }

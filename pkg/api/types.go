@@ -41,6 +41,9 @@ type CreateSandboxRequest struct {
 	UserNamespace *bool `json:"user_namespace,omitempty"`
 	// TTLSeconds deletes the sandbox this long after creation; 0 means no TTL.
 	TTLSeconds int64 `json:"ttl_seconds,omitempty"`
+	// OnExpiry is what happens when the TTL ends: "delete" (the default) or
+	// "pause". PUT /v1/sandboxes/{id}/deadline moves the deadline later.
+	OnExpiry string `json:"on_expiry,omitempty"`
 	// IdleTimeoutSeconds deletes the sandbox after this long without a session
 	// operation; 0 means no idle expiry.
 	IdleTimeoutSeconds int64 `json:"idle_timeout_seconds,omitempty"`
@@ -97,6 +100,7 @@ type Sandbox struct {
 	PidsMax            int64             `json:"pids_max"`
 	CreatedAt          time.Time         `json:"created_at"`
 	ExpiresAt          *time.Time        `json:"expires_at,omitempty"`
+	OnExpiry           string            `json:"on_expiry,omitempty"` // with ExpiresAt: "delete" or "pause"
 	IdleTimeoutSeconds int64             `json:"idle_timeout_seconds,omitempty"`
 	LastActiveAt       time.Time         `json:"last_active_at"`
 	Env                map[string]string `json:"env,omitempty"`
@@ -155,6 +159,23 @@ type ExecRequest struct {
 	TTY  bool `json:"tty,omitempty"`
 	Cols int  `json:"cols,omitempty"`
 	Rows int  `json:"rows,omitempty"`
+	// OpenStdin keeps a background process's standard input (its terminal's
+	// input with TTY) open after Stdin, for ProcessInput from any caller; the
+	// input ends with ProcessInput.EOF or the process.
+	OpenStdin bool `json:"open_stdin,omitempty"`
+	// Labels are kept with a background process and returned with it.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// ProcessInput is input to a running background process started with
+// OpenStdin (or a terminal resize): the body of POST .../processes/{pid}/input.
+type ProcessInput struct {
+	// Data is written to the process's standard input (its terminal with TTY).
+	Data []byte `json:"data,omitempty"`
+	// EOF closes standard input after Data.
+	EOF bool `json:"eof,omitempty"`
+	// Resize sets the process's terminal size (TTY only).
+	Resize *TermSize `json:"resize,omitempty"`
 }
 
 // MaxTermSide is the most columns, and the most rows, a terminal size may have.
@@ -220,6 +241,10 @@ type Process struct {
 	Running   bool        `json:"running"`
 	StartedAt time.Time   `json:"started_at"`
 	Result    *ExecResult `json:"result,omitempty"`
+	// TTY: on a terminal; OpenStdin: takes ProcessInput; Labels as started.
+	TTY       bool              `json:"tty,omitempty"`
+	OpenStdin bool              `json:"open_stdin,omitempty"`
+	Labels    map[string]string `json:"labels,omitempty"`
 }
 
 // ListProcessesResponse is the body of GET .../processes.

@@ -22,3 +22,11 @@ func (c *Client) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox
 	err := c.do(ctx, call{method: http.MethodPut, path: sandboxPath(id, "/cpu-class"), json: api.SetCPUClassRequest{CPUClass: class}, retry: true}, &sb)
 	return sb, err
 }
+
+// SetDeadline moves a sandbox's deadline (its TTL) and says what happens at it
+// (api.DeadlineRequest).
+func (c *Client) SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
+	var sb api.Sandbox
+	err := c.do(ctx, call{method: http.MethodPut, path: sandboxPath(id, "/deadline"), json: req, retry: true}, &sb)
+	return sb, err
+}

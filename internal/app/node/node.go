@@ -431,9 +431,6 @@ func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 	d.nodeSvc = nsvc
 	d.Server = v1.New(svc, v1.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true, KeepAlive: d.cfg.KeepAlive})
 	d.E2B = e2b.New(svc, e2b.Options{Authorize: auth.NewToken(d.Token).Match, Secret: []byte(d.Token), Logger: d.cfg.Logger})
-	if err := d.E2B.Recover(ctx); err != nil {
-		d.cfg.Logger.Warn("e2b: re-arming sandbox timeouts", "err", err)
-	}
 	return func(context.Context) error { return d.E2B.Close() }, nil
 }
 

@@ -261,6 +261,13 @@ func (r *Router) WaitProcess(ctx context.Context, id, procID string) (api.Proces
 	})
 }
 
+func (r *Router) SendProcessInput(ctx context.Context, id, procID string, in api.ProcessInput) error {
+	_, err := blocking(ctx, r, id, func(ctx context.Context, s session.Service) (struct{}, error) {
+		return struct{}{}, s.SendProcessInput(ctx, id, procID, in)
+	})
+	return err
+}
+
 func (r *Router) KillProcess(ctx context.Context, id, procID string, sig int) error {
 	_, err := blocking(ctx, r, id, func(ctx context.Context, s session.Service) (struct{}, error) {
 		return struct{}{}, s.KillProcess(ctx, id, procID, sig)
@@ -295,6 +302,23 @@ func (r *Router) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy)
 
 func (r *Router) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
 	return on(r, id, func(s session.Service) (api.PauseResponse, error) { return s.PauseWith(ctx, id, req) })
+}
+
+func (r *Router) CreateWatch(ctx context.Context, id string, req api.WatchRequest) (api.Watch, error) {
+	return on(r, id, func(s session.Service) (api.Watch, error) { return s.CreateWatch(ctx, id, req) })
+}
+
+func (r *Router) WatchEvents(ctx context.Context, id, watchID string) ([]api.WatchEvent, error) {
+	return on(r, id, func(s session.Service) ([]api.WatchEvent, error) { return s.WatchEvents(ctx, id, watchID) })
+}
+
+func (r *Router) RemoveWatch(ctx context.Context, id, watchID string) error {
+	_, err := on(r, id, func(s session.Service) (struct{}, error) { return struct{}{}, s.RemoveWatch(ctx, id, watchID) })
+	return err
+}
+
+func (r *Router) SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
+	return on(r, id, func(s session.Service) (api.Sandbox, error) { return s.SetDeadline(ctx, id, req) })
 }
 
 func (r *Router) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox, error) {

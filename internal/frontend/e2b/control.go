@@ -149,12 +149,12 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		if image == baseTemplate {
 			image = ""
 		}
-		sb, err := h.svc.Create(r.Context(), api.CreateSandboxRequest{Image: image, Env: req.EnvVars, Labels: labels})
+		sb, err := h.svc.Create(r.Context(), api.CreateSandboxRequest{Image: image, Env: req.EnvVars, Labels: labels,
+			TTLSeconds: timeout, OnExpiry: expiryOf(action)})
 		if err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
-		h.life.set(sb.ID, h.now().Add(time.Duration(timeout)*time.Second), action)
 		writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
 	}
 }
@@ -199,7 +199,6 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	h.life.drop(id)
 	h.forget(id)
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -226,10 +225,10 @@ func (h *Handler) begin(w http.ResponseWriter, r *http.Request, req *lifecycleRe
 	return h.lookup(w, r)
 }
 
-// in returns the deadline secs (or def when secs is absent or 0) from now.
-func (h *Handler) in(secs *int64, def int64) time.Time {
+// in returns secs, or def when secs is absent or 0.
+func in(secs *int64, def int64) int64 {
 	s, _ := timeoutSeconds(secs, def)
-	return h.now().Add(time.Duration(s) * time.Second)
+	return s
 }
 
 // refuseDiskOnlyResume answers a resume that asks to drop memory (E2B's
@@ -252,9 +251,12 @@ func (h *Handler) setTimeout(w http.ResponseWriter, r *http.Request) {
 		h.writeAPIError(w, r, http.StatusBadRequest, "timeout (seconds) is required")
 		return
 	}
-	h.life.set(sb.ID, h.now().Add(time.Duration(*req.Timeout)*time.Second), onTimeoutOf(sb))
-	if sb.State == api.StatePaused {
-		h.life.stop(sb.ID)
+	// A paused sandbox has no deadline; resuming gives it one.
+	if sb.State != api.StatePaused {
+		if err := h.setDeadline(r.Context(), sb, *req.Timeout, false); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -266,7 +268,10 @@ func (h *Handler) refresh(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if sb.State == api.StateRunning && (e2bMade(sb) || req.Duration != nil) {
-		h.life.extend(sb.ID, h.in(req.Duration, defaultTimeoutLegacy), onTimeoutOf(sb))
+		if err := h.setDeadline(r.Context(), sb, in(req.Duration, defaultTimeoutLegacy), true); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -285,7 +290,10 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	h.life.stop(sb.ID)
+	if err := h.clearDeadline(r.Context(), sb.ID); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -307,7 +315,10 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	h.life.set(sb.ID, h.in(req.Timeout, defaultTimeoutLegacy), onTimeoutOf(sb))
+	if err := h.setDeadline(r.Context(), sb, in(req.Timeout, defaultTimeoutLegacy), false); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
 }
 
@@ -324,7 +335,7 @@ func (h *Handler) connect(def int64) http.HandlerFunc {
 			h.writeAPIError(w, r, http.StatusBadRequest, "timeout is required")
 			return
 		}
-		status := http.StatusOK
+		status, secs := http.StatusOK, int64(0)
 		if sb.State == api.StatePaused {
 			if h.refuseDiskOnlyResume(w, r, req) {
 				return
@@ -334,12 +345,17 @@ func (h *Handler) connect(def int64) http.HandlerFunc {
 				h.writeErr(w, r, err)
 				return
 			}
-			h.life.resumed(sb)
-			status = http.StatusCreated
+			secs, status = resumedTimeout(sb), http.StatusCreated
 		}
 		// A sandbox made through /v1 gets a deadline only when asked for one.
 		if e2bMade(sb) || req.Timeout != nil {
-			h.life.extend(sb.ID, h.in(req.Timeout, max(def, defaultTimeoutLegacy)), onTimeoutOf(sb))
+			secs = max(secs, in(req.Timeout, max(def, defaultTimeoutLegacy)))
+		}
+		if secs > 0 {
+			if err := h.setDeadline(r.Context(), sb, secs, true); err != nil {
+				h.writeErr(w, r, err)
+				return
+			}
 		}
 		writeJSON(w, status, h.sandboxJSON(sb))
 	}

@@ -302,16 +302,30 @@ func TestPauseResumeLegacy(t *testing.T) {
 	}
 }
 
-func TestRecoverRearmsDeadlines(t *testing.T) {
+// A sandbox's deadline is the service's, not the front end's: a setTimeout
+// through one front end holds after another one that set the first deadline
+// went away, and the sandboxes still end at their deadlines.
+func TestDeadlinesOutliveTheFrontEnd(t *testing.T) {
 	e := newEnv(t)
 	c := e.create(map[string]any{"templateID": "base", "timeout": 1})
-	e.h.Close() // a restart: deadlines gone
-	h2 := e2b.New(e.f, e2b.Options{Authorize: func(string) bool { return true }})
-	defer h2.Close()
-	if err := h2.Recover(t.Context()); err != nil {
-		t.Fatal(err)
+	keep := e.create(map[string]any{"templateID": "base", "timeout": 1})
+	h2 := e2b.New(e.f, e2b.Options{Authorize: func(k string) bool { return k == testKey }})
+	srv2 := httptest.NewServer(h2)
+	defer func() { srv2.Close(); h2.Close() }()
+	other := &env{t: t, f: e.f, h: h2, srv: srv2}
+	if res, b := other.call("POST", "/sandboxes/"+keep.SandboxID+"/timeout", map[string]any{"timeout": 30}); res.StatusCode != 204 {
+		t.Fatalf("set timeout through the second front end: %d %s", res.StatusCode, b)
 	}
+	e.srv.Close()
+	e.h.Close() // the front end that created them goes away
 	waitFor(t, 5*time.Second, func() bool { _, err := e.f.Get(t.Context(), c.SandboxID); return err != nil })
+	if _, err := e.f.Get(t.Context(), keep.SandboxID); err != nil {
+		t.Fatal("the second front end's setTimeout did not hold")
+	}
+	_, b := other.call("GET", "/sandboxes/"+keep.SandboxID, nil)
+	if left := time.Until(decode[detail](t, b).EndAt); left < 20*time.Second || left > 31*time.Second {
+		t.Fatalf("endAt %v from now, want ~30s", left)
+	}
 }
 
 func waitFor(t *testing.T, d time.Duration, ok func() bool) {

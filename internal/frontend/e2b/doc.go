@@ -5,16 +5,19 @@
 // listener so that unmodified E2B code works with E2B_API_URL and E2B_SANDBOX_URL
 // pointed at dsec.
 //
-// It is a thin mapping onto a session.Service: templates name dsec images,
-// metadata lives in the sandbox's labels, processes are streaming execs, files go
-// through session.FS. What E2B keeps inside envd and dsec's session contract does
-// not (live processes with their PIDs and tags, directory watchers, timeouts that
-// can be moved) is kept here, per sandbox, in memory:
+// It is a thin mapping onto a session.Service, and keeps no sandbox state of
+// its own, so any number of API servers serve the same sandboxes: templates
+// name dsec images, metadata lives in the sandbox's labels, files go through
+// session.FS, and what E2B keeps inside envd is the sandbox node's:
 //
-//   - procs.go: the processes started through Process.Start, each one streaming
-//     exec whose output fans out to every stream attached to it (Start, Connect);
-//   - watch.go: directory watchers, by polling the sandbox's FS;
-//   - lifecycle.go: each sandbox's deadline, which kills or pauses it.
+//   - lifecycle.go: a sandbox's deadline (timeouts that can be moved, kill or
+//     pause at the end) is its session deadline (SetDeadline), which its node
+//     keeps and enforces;
+//   - procs.go: the processes started through Process.Start are the node's
+//     background processes (their tag and configuration as labels, open input
+//     for stdin and resizes); a stream follows a process's logs;
+//   - watch.go: the polling directory watchers are the node's directory
+//     watches; a WatchDir stream polls the sandbox's FS while it lasts.
 //
 // Streaming answers flush at most every 2 ms (batch.go), so a short command's
 // start, end and end-of-stream leave in one write.

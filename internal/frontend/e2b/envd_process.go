@@ -106,7 +106,8 @@ func startEvent(pid uint32) *pb.ProcessEvent {
 
 var keepaliveEvent = &pb.ProcessEvent{Event: &pb.ProcessEvent_Keepalive{Keepalive: &pb.ProcessEvent_KeepAlive{}}}
 
-// Start runs a process and streams its events: start{pid} first, end last.
+// Start starts a node background process and streams its events: start{pid}
+// first, end last. The process outlives the call (and the API server).
 func (s *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
 	h := s.h
 	id := req.Header().Get(SandboxIDHeader)
@@ -119,15 +120,16 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 		return err
 	}
 	ereq.Cmd[0] = h.shell(ctx, id, ereq.Cmd[0])
-	withStdin := req.Msg.Pty != nil || req.Msg.Stdin == nil || req.Msg.GetStdin()
-	p := newProc(id, req.Msg, withStdin)
-	sub := p.attach()
-	procCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	p.cancel = cancel
-	go h.runProc(procCtx, p, ereq)
-	return s.follow(ctx, p, sub, req.Header(), func(ev *pb.ProcessEvent) error {
+	ereq.OpenStdin = req.Msg.Pty != nil || req.Msg.Stdin == nil || req.Msg.GetStdin()
+	ereq.Labels = procLabels(req.Msg)
+	p, err := h.svc.StartProcess(ctx, id, ereq)
+	if err != nil {
+		return rpcErr(err)
+	}
+	f := &follower{h: h, sandbox: id, p: p, offs: map[string]int64{}, send: func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: ev})
-	})
+	}}
+	return f.run(ctx, keepaliveInterval(req.Header()))
 }
 
 // shell returns cmd, except that E2B's SDKs run every command and terminal
@@ -162,177 +164,88 @@ func (h *Handler) shell(ctx context.Context, sandbox, cmd string) string {
 	return "/bin/sh"
 }
 
-// runProc runs p's exec to its end.
-func (h *Handler) runProc(ctx context.Context, p *proc, req api.ExecRequest) {
-	defer p.cancel()
-	st := session.Stream{Stdout: output{p: p, kind: 0, t: h.procs}, Stderr: output{p: p, kind: 1, t: h.procs},
-		Control: p.control, Started: func(pid int) { h.procs.register(p, uint32(pid)) }}
-	if p.tty {
-		st.Stdout = output{p: p, kind: 2, t: h.procs}
-	}
-	if p.stdinR != nil {
-		st.Stdin = p.stdinR
-	}
-	res, err := h.svc.ExecStream(ctx, p.sandbox, req, st)
-	select {
-	case <-p.started:
-	default:
-		if err != nil { // it never ran: the Start call fails with err
-			p.mu.Lock()
-			p.startErr = err
-			p.end = &pb.ProcessEvent_EndEvent{}
-			p.mu.Unlock()
-			close(p.done)
-			return
-		}
-	}
-	h.procs.ensurePID(p)
-	p.finish(endEvent(res, err))
-	h.procs.ended(p)
-}
-
-// follow streams p's events to send: start, then data and keepalives, then end.
-// sub is nil when p had already ended.
-func (s *processService) follow(ctx context.Context, p *proc, sub *subscriber, hd http.Header, send func(*pb.ProcessEvent) error) error {
-	if sub != nil {
-		defer p.detach(sub)
-	}
-	select {
-	case <-p.started:
-	case <-p.done:
-		if p.startErr != nil {
-			return rpcErr(p.startErr)
-		}
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	if err := send(startEvent(p.getPID())); err != nil {
-		return err
-	}
-	if sub == nil {
-		p.mu.Lock()
-		end := p.end
-		p.mu.Unlock()
-		return send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}})
-	}
-	var tick <-chan time.Time
-	if d := keepaliveInterval(hd); d > 0 {
-		t := time.NewTicker(d)
-		defer t.Stop()
-		tick = t.C
-	}
-	for {
-		select {
-		case ev := <-sub.ch:
-			if err := send(ev); err != nil {
-				return err
-			}
-			if _, ok := ev.Event.(*pb.ProcessEvent_End); ok {
-				return nil
-			}
-		case <-tick:
-			if err := send(keepaliveEvent); err != nil {
-				return err
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// lookupProc finds the process sel names, or answers NotFound.
-func (s *processService) lookupProc(hd http.Header, sel *pb.ProcessSelector) (*proc, error) {
-	id := hd.Get(SandboxIDHeader)
-	if sel == nil || sel.Selector == nil {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("process selector (pid or tag) is required"))
-	}
-	if p := s.h.procs.find(id, sel); p != nil {
-		return p, nil
-	}
-	if t, ok := sel.Selector.(*pb.ProcessSelector_Tag); ok {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %s not found", t.Tag))
-	}
-	return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", sel.GetPid()))
-}
-
-// liveProc is lookupProc for a process that must still run.
-func (s *processService) liveProc(hd http.Header, sel *pb.ProcessSelector) (*proc, error) {
-	p, err := s.lookupProc(hd, sel)
-	if err != nil {
-		return nil, err
-	}
-	select {
-	case <-p.done:
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d has ended", p.getPID()))
-	default:
-		return p, nil
-	}
-}
-
-// Connect attaches to a running (or just ended) process's events.
+// Connect attaches to a running (or ended) process's events from now on.
 func (s *processService) Connect(ctx context.Context, req *connect.Request[pb.ConnectRequest], stream *connect.ServerStream[pb.ConnectResponse]) error {
-	p, err := s.lookupProc(req.Header(), req.Msg.GetProcess())
+	h := s.h
+	id := req.Header().Get(SandboxIDHeader)
+	p, err := h.findProc(ctx, id, req.Msg.GetProcess())
 	if err != nil {
 		return err
 	}
-	return s.follow(ctx, p, p.attach(), req.Header(), func(ev *pb.ProcessEvent) error {
+	f := &follower{h: h, sandbox: id, p: p, offs: map[string]int64{}, send: func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: ev})
-	})
+	}}
+	for _, st := range []string{"stdout", "stderr"} {
+		if f.offs[st], err = h.logEnd(ctx, id, p, st); err != nil {
+			return rpcErr(err)
+		}
+	}
+	return f.run(ctx, keepaliveInterval(req.Header()))
 }
 
 // List lists the processes started through envd that still run.
 func (s *processService) List(ctx context.Context, req *connect.Request[pb.ListRequest]) (*connect.Response[pb.ListResponse], error) {
+	all, err := s.h.svc.ListProcesses(session.WithoutStep(ctx), req.Header().Get(SandboxIDHeader))
+	if err != nil {
+		return nil, rpcErr(err)
+	}
 	out := &pb.ListResponse{}
-	for _, p := range s.h.procs.list(req.Header().Get(SandboxIDHeader)) {
-		info := &pb.ProcessInfo{Config: p.config, Pid: p.getPID()}
-		if p.tag != "" {
-			info.Tag = &p.tag
+	for _, p := range all {
+		if !p.Running || p.Labels[labelProcConfig] == "" {
+			continue // ended, or not started through envd
+		}
+		info := &pb.ProcessInfo{Config: configOf(p), Pid: pidOf(p)}
+		if t := p.Labels[labelProcTag]; t != "" {
+			info.Tag = &t
 		}
 		out.Processes = append(out.Processes, info)
 	}
 	return connect.NewResponse(out), nil
 }
 
+// input sends in to process p of sandbox id.
+func (h *Handler) input(ctx context.Context, id string, p api.Process, in api.ProcessInput) error {
+	err := h.svc.SendProcessInput(session.WithoutStep(ctx), id, p.ID, in)
+	switch {
+	case err == nil:
+		return nil
+	case errdefs.Is(err, api.CodeConflict):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	}
+	return rpcErr(err)
+}
+
 // writeInput writes to p's standard input (or terminal).
-func writeInput(ctx context.Context, p *proc, in *pb.ProcessInput) error {
+func (h *Handler) writeInput(ctx context.Context, id string, p api.Process, in *pb.ProcessInput) error {
 	var data []byte
 	switch v := in.GetInput().(type) {
 	case *pb.ProcessInput_Stdin:
 		data = v.Stdin
 	case *pb.ProcessInput_Pty:
-		if !p.tty {
+		if !p.TTY {
 			return connect.NewError(connect.CodeFailedPrecondition, errors.New("the process has no terminal"))
 		}
 		data = v.Pty
 	default:
 		return connect.NewError(connect.CodeInvalidArgument, errors.New("input (stdin or pty) is required"))
 	}
-	if p.stdin == nil {
+	if !p.OpenStdin {
 		return connect.NewError(connect.CodeFailedPrecondition, errors.New("the process was started without stdin"))
 	}
-	done := make(chan error, 1)
-	go func() {
-		_, err := p.stdin.Write(data)
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err != nil {
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("stdin is closed: %w", err))
-		}
+	if len(data) == 0 {
 		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
+	return h.input(ctx, id, p, api.ProcessInput{Data: data})
 }
 
 // SendInput writes to a process's stdin or terminal.
 func (s *processService) SendInput(ctx context.Context, req *connect.Request[pb.SendInputRequest]) (*connect.Response[pb.SendInputResponse], error) {
-	p, err := s.liveProc(req.Header(), req.Msg.GetProcess())
+	id := req.Header().Get(SandboxIDHeader)
+	p, err := s.h.liveProc(ctx, id, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
-	if err := writeInput(ctx, p, req.Msg.GetInput()); err != nil {
+	if err := s.h.writeInput(ctx, id, p, req.Msg.GetInput()); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&pb.SendInputResponse{}), nil
@@ -340,19 +253,21 @@ func (s *processService) SendInput(ctx context.Context, req *connect.Request[pb.
 
 // StreamInput writes a stream of inputs to the process its first message names.
 func (s *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[pb.StreamInputRequest]) (*connect.Response[pb.StreamInputResponse], error) {
-	var p *proc
+	id := stream.RequestHeader().Get(SandboxIDHeader)
+	var p *api.Process
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *pb.StreamInputRequest_Start:
-			var err error
-			if p, err = s.liveProc(stream.RequestHeader(), ev.Start.GetProcess()); err != nil {
+			got, err := s.h.liveProc(ctx, id, ev.Start.GetProcess())
+			if err != nil {
 				return nil, err
 			}
+			p = &got
 		case *pb.StreamInputRequest_Data:
 			if p == nil {
 				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("the first message must be start"))
 			}
-			if err := writeInput(ctx, p, ev.Data.GetInput()); err != nil {
+			if err := s.h.writeInput(ctx, id, *p, ev.Data.GetInput()); err != nil {
 				return nil, err
 			}
 		case *pb.StreamInputRequest_Keepalive:
@@ -366,65 +281,61 @@ func (s *processService) StreamInput(ctx context.Context, stream *connect.Client
 	return connect.NewResponse(&pb.StreamInputResponse{}), nil
 }
 
-// control delivers c to p's exec.
-func control(ctx context.Context, p *proc, c session.Control) error {
-	select {
-	case p.control <- c:
-		return nil
-	case <-p.done:
-		return connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d has ended", p.getPID()))
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
 // SendSignal sends SIGTERM or SIGKILL to a process.
 func (s *processService) SendSignal(ctx context.Context, req *connect.Request[pb.SendSignalRequest]) (*connect.Response[pb.SendSignalResponse], error) {
 	sig := req.Msg.GetSignal()
 	if sig != pb.Signal_SIGNAL_SIGKILL && sig != pb.Signal_SIGNAL_SIGTERM {
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("invalid signal: %s", sig))
 	}
-	p, err := s.liveProc(req.Header(), req.Msg.GetProcess())
+	id := req.Header().Get(SandboxIDHeader)
+	p, err := s.h.liveProc(ctx, id, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
-	if err := control(ctx, p, session.Control{Signal: int(sig)}); err != nil {
-		return nil, err
+	if err := s.h.svc.KillProcess(session.WithoutStep(ctx), id, p.ID, int(sig)); err != nil {
+		if errdefs.Is(err, api.CodeConflict) {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d has ended", pidOf(p)))
+		}
+		return nil, rpcErr(err)
 	}
 	return connect.NewResponse(&pb.SendSignalResponse{}), nil
 }
 
 // CloseStdin ends a process's standard input.
 func (s *processService) CloseStdin(ctx context.Context, req *connect.Request[pb.CloseStdinRequest]) (*connect.Response[pb.CloseStdinResponse], error) {
-	p, err := s.liveProc(req.Header(), req.Msg.GetProcess())
+	id := req.Header().Get(SandboxIDHeader)
+	p, err := s.h.liveProc(ctx, id, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case p.tty:
+	case p.TTY:
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("a terminal has no stdin to close; send Ctrl+D (0x04) instead"))
-	case p.stdin == nil:
+	case !p.OpenStdin:
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("the process was started without stdin"))
 	}
-	_ = p.stdin.Close()
+	if err := s.h.input(ctx, id, p, api.ProcessInput{EOF: true}); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&pb.CloseStdinResponse{}), nil
 }
 
 // Update resizes a process's terminal.
 func (s *processService) Update(ctx context.Context, req *connect.Request[pb.UpdateRequest]) (*connect.Response[pb.UpdateResponse], error) {
-	p, err := s.liveProc(req.Header(), req.Msg.GetProcess())
+	id := req.Header().Get(SandboxIDHeader)
+	p, err := s.h.liveProc(ctx, id, req.Msg.GetProcess())
 	if err != nil {
 		return nil, err
 	}
 	if req.Msg.Pty != nil {
-		if !p.tty {
+		if !p.TTY {
 			return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("the process has no terminal"))
 		}
 		size := req.Msg.Pty.GetSize()
 		if size.GetCols() == 0 || size.GetRows() == 0 {
 			return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("pty size needs cols and rows"))
 		}
-		if err := control(ctx, p, session.Control{Resize: &api.TermSize{Cols: int(size.GetCols()), Rows: int(size.GetRows())}}); err != nil {
+		if err := s.h.input(ctx, id, p, api.ProcessInput{Resize: &api.TermSize{Cols: int(size.GetCols()), Rows: int(size.GetRows())}}); err != nil {
 			return nil, err
 		}
 	}

@@ -38,8 +38,16 @@ type fakeService struct {
 }
 
 type fakeSandbox struct {
-	sb    api.Sandbox
-	files map[string]*fakeFile
+	sb      api.Sandbox
+	files   map[string]*fakeFile
+	procs   map[string]*fakeProc
+	watches map[string]*fakeWatch
+}
+
+// fakeWatch is a directory watch: what it saw at its last read.
+type fakeWatch struct {
+	w    api.Watch
+	last session.DirSnapshot
 }
 
 type fakeFile struct {
@@ -70,9 +78,49 @@ func (f *fakeService) stepsSeen() []string {
 	return append([]string(nil), f.steps...)
 }
 
+// expireLocked applies the deadlines that passed, as a node does: the sandbox
+// is deleted, or paused (and then has none).
+func (f *fakeService) expireLocked() {
+	now := time.Now()
+	for id, s := range f.sandboxes {
+		switch at := s.sb.ExpiresAt; {
+		case at == nil || now.Before(*at):
+		case s.sb.OnExpiry == api.ExpiryPause:
+			s.sb.State, s.sb.ExpiresAt, s.sb.OnExpiry = api.StatePaused, nil, ""
+		default:
+			delete(f.sandboxes, id)
+		}
+	}
+}
+
+func (f *fakeService) SetDeadline(ctx context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
+	if err := session.ValidateDeadline(req); err != nil {
+		return api.Sandbox{}, err
+	}
+	s, err := f.sandbox(id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at := time.Now().Add(time.Duration(req.TimeoutSeconds) * time.Second)
+	switch {
+	case req.TimeoutSeconds == 0 && !req.ExtendOnly:
+		s.sb.ExpiresAt = nil
+	case req.TimeoutSeconds == 0:
+	case !req.ExtendOnly || s.sb.ExpiresAt == nil || at.After(*s.sb.ExpiresAt):
+		s.sb.ExpiresAt = &at
+	}
+	if req.OnExpiry != "" {
+		s.sb.OnExpiry = req.OnExpiry
+	}
+	return s.sb, nil
+}
+
 func (f *fakeService) sandbox(id string) (*fakeSandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expireLocked()
 	s := f.sandboxes[id]
 	if s == nil {
 		return nil, errdefs.NotFound("sandbox %q not found", id)
@@ -111,6 +159,10 @@ func (f *fakeService) Create(ctx context.Context, req api.CreateSandboxRequest) 
 	sb := api.Sandbox{ID: fmt.Sprintf("sb-%04d", f.n), Backend: "container", Image: img, State: api.StateRunning,
 		CPU: 1, MemoryBytes: 512 << 20, DiskBytes: 1 << 30, CreatedAt: now.Add(time.Duration(f.n) * time.Millisecond),
 		Env: req.Env, Labels: req.Labels}
+	if req.TTLSeconds > 0 {
+		at := now.Add(time.Duration(req.TTLSeconds) * time.Second)
+		sb.ExpiresAt, sb.OnExpiry = &at, req.OnExpiry
+	}
 	f.sandboxes[sb.ID] = &fakeSandbox{sb: sb, files: map[string]*fakeFile{
 		"/": {dir: true, mode: 0o755}, "/root": {dir: true, mode: 0o700}, "/etc": {dir: true, mode: 0o755},
 		"/etc/hostname": {data: []byte("fake\n"), mode: 0o644, mtime: now},
@@ -135,6 +187,7 @@ func (f *fakeService) Get(ctx context.Context, id string) (api.Sandbox, error) {
 func (f *fakeService) List(ctx context.Context) ([]api.Sandbox, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.expireLocked()
 	var out []api.Sandbox
 	for _, s := range f.sandboxes {
 		out = append(out, s.sb)
@@ -292,24 +345,253 @@ func (f *fakeService) ExecStream(ctx context.Context, id string, req api.ExecReq
 	return api.ExecResult{}, nil
 }
 
+// fakeProc is a background process of the fake: its ExecStream run on a
+// context of its own, with its output kept as logs.
+type fakeProc struct {
+	p       api.Process
+	stdin   *io.PipeWriter
+	control chan session.Control
+	done    chan struct{}
+	mu      sync.Mutex
+	logs    map[string]*bytes.Buffer
+}
+
+type logWriter struct {
+	p      *fakeProc
+	stream string
+}
+
+func (w logWriter) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	return w.p.logs[w.stream].Write(b)
+}
+
 func (f *fakeService) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
-	return api.Process{}, errdefs.New(api.CodeNotImplemented, "fake")
+	f.note(ctx, "exec")
+	s, err := f.running(id)
+	if err != nil {
+		return api.Process{}, err
+	}
+	if req.Cwd == "/nonexistent" {
+		return api.Process{}, errdefs.Invalid("working directory %q does not exist", req.Cwd)
+	}
+	f.mu.Lock()
+	f.n++
+	fp := &fakeProc{p: api.Process{ID: fmt.Sprintf("p%d", f.n), PID: 100 + f.n, Cmd: req.Cmd, Running: true,
+		StartedAt: time.Now(), TTY: req.TTY, OpenStdin: req.OpenStdin, Labels: req.Labels},
+		control: make(chan session.Control, 4), done: make(chan struct{}),
+		logs: map[string]*bytes.Buffer{"stdout": {}, "stderr": {}}}
+	if s.procs == nil {
+		s.procs = map[string]*fakeProc{}
+	}
+	s.procs[fp.p.ID] = fp
+	f.mu.Unlock()
+	st := session.Stream{Stdout: logWriter{fp, "stdout"}, Stderr: logWriter{fp, "stderr"}, Control: fp.control}
+	if req.OpenStdin {
+		var r *io.PipeReader
+		r, fp.stdin = io.Pipe()
+		st.Stdin = r
+	}
+	started := fp.p
+	go func() {
+		res, err := f.ExecStream(session.WithoutStep(context.Background()), id, req, st)
+		if err != nil {
+			res = api.ExecResult{ExitCode: -1, Error: err.Error()}
+		}
+		f.mu.Lock()
+		fp.p.Running, fp.p.Result = false, &res
+		f.mu.Unlock()
+		if fp.stdin != nil {
+			fp.stdin.Close()
+		}
+		close(fp.done)
+	}()
+	return started, nil
 }
+
+func (f *fakeService) proc(id, procID string) (*fakeProc, error) {
+	s, err := f.sandbox(id)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p := s.procs[procID]; p != nil {
+		return p, nil
+	}
+	return nil, errdefs.NotFound("process %q not found", procID)
+}
+
 func (f *fakeService) ListProcesses(ctx context.Context, id string) ([]api.Process, error) {
-	return nil, nil
+	s, err := f.sandbox(id)
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []api.Process
+	for _, p := range s.procs {
+		out = append(out, p.p)
+	}
+	return out, nil
 }
+
 func (f *fakeService) GetProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	return api.Process{}, errdefs.NotFound("process")
+	p, err := f.proc(id, procID)
+	if err != nil {
+		return api.Process{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return p.p, nil
 }
+
 func (f *fakeService) WaitProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	return api.Process{}, errdefs.NotFound("process")
+	p, err := f.proc(id, procID)
+	if err != nil {
+		return api.Process{}, err
+	}
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+	}
+	return f.GetProcess(ctx, id, procID)
 }
+
 func (f *fakeService) KillProcess(ctx context.Context, id, procID string, sig int) error {
-	return errdefs.NotFound("process")
+	p, err := f.proc(id, procID)
+	if err != nil {
+		return err
+	}
+	select {
+	case p.control <- session.Control{Signal: sig}:
+		return nil
+	case <-p.done:
+		return errdefs.Conflict("process %s has ended", procID)
+	}
 }
+
+func (f *fakeService) SendProcessInput(ctx context.Context, id, procID string, in api.ProcessInput) error {
+	p, err := f.proc(id, procID)
+	if err != nil {
+		return err
+	}
+	select {
+	case <-p.done:
+		return errdefs.Conflict("process %s has ended", procID)
+	default:
+	}
+	if in.Resize != nil {
+		if err := session.CheckTermSize(*in.Resize); err != nil {
+			return err
+		}
+		p.control <- session.Control{Resize: in.Resize}
+	}
+	if len(in.Data) > 0 {
+		if _, err := p.stdin.Write(in.Data); err != nil {
+			return errdefs.Conflict("input closed")
+		}
+	}
+	if in.EOF {
+		p.stdin.Close()
+	}
+	return nil
+}
+
 func (f *fakeService) ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error) {
-	return nil, errdefs.NotFound("process")
+	p, err := f.proc(id, procID)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := p.logs[stream].Bytes()
+	if offset > int64(len(b)) {
+		offset = int64(len(b))
+	}
+	return io.NopCloser(bytes.NewReader(append([]byte(nil), b[offset:]...))), nil
 }
+
+func (f *fakeService) CreateWatch(ctx context.Context, id string, req api.WatchRequest) (api.Watch, error) {
+	fs, err := f.FS(ctx, id)
+	if err != nil {
+		return api.Watch{}, err
+	}
+	fi, err := fs.Stat(ctx, req.Path)
+	if err != nil {
+		return api.Watch{}, err
+	}
+	if fi.Type != "dir" {
+		return api.Watch{}, errdefs.Invalid("not a directory")
+	}
+	snap, err := session.ScanDir(ctx, fs, req.Path, req.Recursive, 1000)
+	if err != nil {
+		return api.Watch{}, err
+	}
+	s, _ := f.sandbox(id)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(s.watches) >= 64 {
+		return api.Watch{}, errdefs.New(api.CodeResourceExhausted, "too many watches")
+	}
+	if s.watches == nil {
+		s.watches = map[string]*fakeWatch{}
+	}
+	f.n++
+	w := &fakeWatch{w: api.Watch{ID: fmt.Sprintf("w%d", f.n), Path: req.Path, Recursive: req.Recursive}, last: snap}
+	s.watches[w.w.ID] = w
+	return w.w, nil
+}
+
+func (f *fakeService) watch(id, watchID string) (*fakeSandbox, *fakeWatch, error) {
+	s, err := f.sandbox(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if w := s.watches[watchID]; w != nil {
+		return s, w, nil
+	}
+	return nil, nil, errdefs.NotFound("watch %q not found", watchID)
+}
+
+func (f *fakeService) WatchEvents(ctx context.Context, id, watchID string) ([]api.WatchEvent, error) {
+	s, w, err := f.watch(id, watchID)
+	if err != nil {
+		return nil, err
+	}
+	fs, err := f.FS(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	cur, err := session.ScanDir(ctx, fs, w.w.Path, w.w.Recursive, 1000)
+	if err != nil {
+		if errdefs.Is(err, api.CodeNotFound) {
+			f.mu.Lock()
+			delete(s.watches, watchID)
+			f.mu.Unlock()
+			return nil, errdefs.NotFound("the watched directory was removed")
+		}
+		return nil, err
+	}
+	evs := session.DiffDir(w.last, cur)
+	w.last = cur
+	return evs, nil
+}
+
+func (f *fakeService) RemoveWatch(ctx context.Context, id, watchID string) error {
+	s, _, err := f.watch(id, watchID)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(s.watches, watchID)
+	return nil
+}
+
 func (f *fakeService) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
 	return nil, errdefs.New(api.CodeNotImplemented, "fake")
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"mime/multipart"
 	"net/http"
+	"net/http/httptest"
 	"net/textproto"
 	"strings"
 	"testing"
@@ -335,5 +336,45 @@ func TestListDirJSONShape(t *testing.T) {
 	res, b = e.envdCall(c, "POST", "/filesystem.Filesystem/ListDir", "application/json", []byte(`{"path":"/etc","depth":"x"}`))
 	if res.StatusCode != http.StatusBadRequest {
 		t.Fatalf("bad depth: %d %s", res.StatusCode, b)
+	}
+}
+
+// A polling watcher is its service's: one created through one front end is read
+// and removed through another (another API server), and the first one going
+// away changes nothing.
+func TestPollingWatcherAcrossFrontEnds(t *testing.T) {
+	e := newEnv(t)
+	c := e.create(nil)
+	ctx := t.Context()
+	fs := e.filesystem(c, true)
+	fs.MakeDir(ctx, connect.NewRequest(&pb.MakeDirRequest{Path: "/p"}))
+	cw, err := fs.CreateWatcher(ctx, connect.NewRequest(&pb.CreateWatcherRequest{Path: "/p", IncludeEntry: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h2 := e2b.New(e.f, e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
+	srv2 := httptest.NewServer(h2)
+	defer func() { srv2.Close(); h2.Close() }()
+	other := &env{t: t, f: e.f, h: h2, srv: srv2}
+	e.srv.Close()
+	e.h.Close()
+	other.envdCall(c, "POST", "/files?path=/p/a", "application/octet-stream", []byte("abc"))
+	ev, err := other.filesystem(c, true).GetWatcherEvents(ctx, connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: cw.Msg.GetWatcherId()}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, x := range ev.Msg.Events {
+		got = append(got, x.GetType().String()+" "+x.GetName()+" "+x.GetEntry().GetPath())
+	}
+	if strings.Join(got, ",") != "EVENT_TYPE_CREATE a /p/a,EVENT_TYPE_WRITE a /p/a" {
+		t.Fatalf("events through the other front end: %v", got)
+	}
+	if _, err := other.filesystem(c, false).RemoveWatcher(ctx, connect.NewRequest(&pb.RemoveWatcherRequest{WatcherId: cw.Msg.GetWatcherId()})); err != nil {
+		t.Fatal(err)
+	}
+	_, err = other.filesystem(c, true).GetWatcherEvents(ctx, connect.NewRequest(&pb.GetWatcherEventsRequest{WatcherId: cw.Msg.GetWatcherId()}))
+	if connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("removed watcher: %v", err)
 	}
 }

@@ -61,10 +61,8 @@ type Options struct {
 	MaxUploadBytes int64
 	// MaxMessageBytes limits one Connect request message.
 	MaxMessageBytes int
-	// WatchInterval is how often directory watchers poll.
+	// WatchInterval is how often a WatchDir stream polls.
 	WatchInterval time.Duration
-	// Now is the clock (tests); nil means time.Now.
-	Now func() time.Time
 }
 
 // Handler serves the E2B API over a session.Service.
@@ -74,10 +72,6 @@ type Handler struct {
 	log     *slog.Logger
 	control *http.ServeMux
 	envd    *http.ServeMux
-	procs   *procTable
-	watches *watchTable
-	life    *lifecycle
-	now     func() time.Time
 
 	mu      sync.Mutex
 	hasBash map[string]bool // by sandbox: whether /bin/bash exists (see shell)
@@ -102,14 +96,7 @@ func New(svc session.Service, opts Options) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
-	}
-	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), now: now, hasBash: map[string]bool{}}
-	h.procs = newProcTable()
-	h.watches = newWatchTable()
-	h.life = newLifecycle(svc, log, now, h.forget)
+	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}}
 	for _, rt := range h.controlRoutes() {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
@@ -122,11 +109,9 @@ func New(svc session.Service, opts Options) *Handler {
 	return h
 }
 
-// Close stops the sandboxes' timers, processes' streams and watchers. Processes
-// keep running until their sandbox ends.
+// Close releases the handler; it holds nothing of the sandboxes (their
+// processes, deadlines and watches are their nodes').
 func (h *Handler) Close() error {
-	h.life.close()
-	h.watches.closeAll()
 	return nil
 }
 
@@ -313,7 +298,9 @@ func (h *Handler) ensureRunning(ctx context.Context, id string) bool {
 	}
 	if sb.State == api.StatePaused && sb.Labels[labelAutoResume] == "true" {
 		if sb, err = h.svc.Resume(ctx, id); err == nil {
-			h.life.resumed(sb)
+			if t := resumedTimeout(sb); t > 0 {
+				err = h.setDeadline(ctx, sb, t, true)
+			}
 		}
 	}
 	return err == nil && sb.State == api.StateRunning
@@ -326,8 +313,6 @@ func tagged(ctx context.Context) bool {
 
 // forget drops what the front end keeps for a sandbox that ended.
 func (h *Handler) forget(id string) {
-	h.procs.dropSandbox(id)
-	h.watches.dropSandbox(id)
 	h.mu.Lock()
 	delete(h.hasBash, id)
 	h.mu.Unlock()

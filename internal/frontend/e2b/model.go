@@ -119,9 +119,7 @@ func (h *Handler) sandboxJSON(sb api.Sandbox) sandboxJSON {
 
 func (h *Handler) detailJSON(sb api.Sandbox, full bool) detailJSON {
 	end := farFuture
-	if at, ok := h.life.deadline(sb.ID); ok {
-		end = at
-	} else if sb.ExpiresAt != nil {
+	if sb.ExpiresAt != nil {
 		end = *sb.ExpiresAt
 	}
 	d := detailJSON{TemplateID: templateOf(sb), Alias: templateOf(sb), SandboxID: sb.ID, ClientID: clientID,

@@ -2,291 +2,242 @@ package e2b
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
-	"sync"
+	"strconv"
+	"strings"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	pb "github.com/dsec-dev/dsec/internal/frontend/e2b/envdpb/process"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// Processes started through Process.Start: each is one streaming exec of the
-// session service, run on a context of its own so that it outlives the request
-// that started it (as envd's processes do), with its output fanned out to every
-// stream attached to it. The table is per sandbox; ended processes are kept a
-// while so a late Connect still gets their end event.
+// Processes started through Process.Start are the node's background processes
+// (session.Processes): the node keeps them, their output logs, their open
+// input and their E2B tag and configuration (as process labels), so that any
+// API server lists, connects to, feeds and signals a process whichever one
+// started it, and a restart of the front end loses none. A stream follows a
+// process by reading its logs from an offset until it has ended. The E2B PID is
+// the process's PID in the sandbox, as the node recorded it.
 
 const (
-	// syntheticPIDBase numbers processes whose exec never reported a PID (a step
-	// answered from the trajectory log): above Linux's largest pid_max, so they
-	// never collide with a real PID.
+	// syntheticPIDBase numbers processes whose record has no PID (a step
+	// answered from the trajectory log): above Linux's largest pid_max, so
+	// they never collide with a real PID. The number is the node's own
+	// ("p7" is syntheticPIDBase+7), so every API server derives the same.
 	syntheticPIDBase = 1 << 22
-	// endedKeep is how long an ended process stays visible to Connect.
-	endedKeep = time.Minute
-	// subscriberQueue is each attached stream's queue of events; a full queue
-	// holds the process's output back (as a pipe would).
-	subscriberQueue = 64
+	// followPoll bounds how long a stream waits for more output or the end.
+	followPoll = 50 * time.Millisecond
+	// maxChunk is the most output one data event carries.
+	maxChunk = 64 << 10
+
+	labelProcTag    = labelPrefix + "tag"
+	labelProcConfig = labelPrefix + "process" // the ProcessConfig, as JSON
 )
 
-// proc is one process.
-type proc struct {
+// procLabels keeps what E2B's List shows of a process: its tag and config.
+func procLabels(msg *pb.StartRequest) map[string]string {
+	l := map[string]string{}
+	if t := msg.GetTag(); t != "" {
+		l[labelProcTag] = t
+	}
+	cfg := msg.GetProcess()
+	if b, err := json.Marshal(struct {
+		Cmd  string            `json:"cmd"`
+		Args []string          `json:"args,omitempty"`
+		Envs map[string]string `json:"envs,omitempty"`
+		Cwd  string            `json:"cwd,omitempty"`
+	}{cfg.GetCmd(), cfg.GetArgs(), cfg.GetEnvs(), cfg.GetCwd()}); err == nil {
+		l[labelProcConfig] = string(b)
+	}
+	return l
+}
+
+// configOf is the ProcessConfig p was started with.
+func configOf(p api.Process) *pb.ProcessConfig {
+	var c struct {
+		Cmd  string            `json:"cmd"`
+		Args []string          `json:"args"`
+		Envs map[string]string `json:"envs"`
+		Cwd  string            `json:"cwd"`
+	}
+	if err := json.Unmarshal([]byte(p.Labels[labelProcConfig]), &c); err != nil && len(p.Cmd) > 0 {
+		c.Cmd, c.Args = p.Cmd[0], p.Cmd[1:]
+	}
+	cfg := &pb.ProcessConfig{Cmd: c.Cmd, Args: c.Args, Envs: c.Envs}
+	if c.Cwd != "" {
+		cfg.Cwd = &c.Cwd
+	}
+	return cfg
+}
+
+// pidOf is p's E2B PID.
+func pidOf(p api.Process) uint32 {
+	if p.PID > 0 {
+		return uint32(p.PID)
+	}
+	n, _ := strconv.Atoi(strings.TrimPrefix(p.ID, "p"))
+	return uint32(syntheticPIDBase + n)
+}
+
+// findProc returns the process sel names in sandbox id: a running one first,
+// else the one started last.
+func (h *Handler) findProc(ctx context.Context, id string, sel *pb.ProcessSelector) (api.Process, error) {
+	if sel == nil || sel.Selector == nil {
+		return api.Process{}, connect.NewError(connect.CodeInvalidArgument, errors.New("process selector (pid or tag) is required"))
+	}
+	all, err := h.svc.ListProcesses(session.WithoutStep(ctx), id)
+	if err != nil {
+		return api.Process{}, rpcErr(err)
+	}
+	var found *api.Process
+	for i := range all {
+		p := &all[i]
+		var match bool
+		switch s := sel.Selector.(type) {
+		case *pb.ProcessSelector_Pid:
+			match = pidOf(*p) == s.Pid
+		case *pb.ProcessSelector_Tag:
+			match = s.Tag != "" && p.Labels[labelProcTag] == s.Tag
+		}
+		if match && (found == nil || (p.Running && !found.Running) ||
+			(p.Running == found.Running && p.StartedAt.After(found.StartedAt))) {
+			found = p
+		}
+	}
+	if found != nil {
+		return *found, nil
+	}
+	if t, ok := sel.Selector.(*pb.ProcessSelector_Tag); ok {
+		return api.Process{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with tag %s not found", t.Tag))
+	}
+	return api.Process{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d not found", sel.GetPid()))
+}
+
+// liveProc is findProc for a process that must still run.
+func (h *Handler) liveProc(ctx context.Context, id string, sel *pb.ProcessSelector) (api.Process, error) {
+	p, err := h.findProc(ctx, id, sel)
+	if err == nil && !p.Running {
+		err = connect.NewError(connect.CodeNotFound, fmt.Errorf("process with pid %d has ended", pidOf(p)))
+	}
+	return p, err
+}
+
+// logEnd returns how much output process p has logged so far.
+func (h *Handler) logEnd(ctx context.Context, id string, p api.Process, stream string) (int64, error) {
+	rc, err := h.svc.ProcessLogs(session.WithoutStep(ctx), id, p.ID, stream, 0)
+	if err != nil {
+		return 0, err
+	}
+	defer rc.Close()
+	return io.Copy(io.Discard, rc)
+}
+
+// follower streams one process's events from log offsets on.
+type follower struct {
+	h       *Handler
 	sandbox string
-	tag     string
-	config  *pb.ProcessConfig
-	tty     bool
-	stdin   *io.PipeWriter // nil: the process has no writable stdin
-	stdinR  *io.PipeReader
-	control chan session.Control
-	cancel  context.CancelFunc
-
-	started chan struct{} // closed once pid is known
-	done    chan struct{} // closed once end is set
-
-	mu       sync.Mutex
-	pid      uint32
-	subs     map[*subscriber]struct{}
-	end      *pb.ProcessEvent_EndEvent
-	startErr error // the exec failed before the process started
+	p       api.Process
+	offs    map[string]int64
+	send    func(*pb.ProcessEvent) error
 }
 
-// subscriber is one stream attached to a process.
-type subscriber struct {
-	ch   chan *pb.ProcessEvent
-	gone chan struct{}
-}
-
-func newProc(sandbox string, req *pb.StartRequest, withStdin bool) *proc {
-	p := &proc{sandbox: sandbox, tag: req.GetTag(), config: req.GetProcess(), tty: req.Pty != nil,
-		control: make(chan session.Control, 4), started: make(chan struct{}), done: make(chan struct{}),
-		subs: map[*subscriber]struct{}{}}
-	if withStdin {
-		p.stdinR, p.stdin = io.Pipe()
+// drain sends the output logged past the offsets.
+func (f *follower) drain(ctx context.Context) error {
+	streams := []string{"stdout", "stderr"}
+	if f.p.TTY {
+		streams = streams[:1]
 	}
-	return p
-}
-
-// attach subscribes a stream; it returns nil if the process already ended.
-func (p *proc) attach() *subscriber {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.end != nil {
-		return nil
-	}
-	s := &subscriber{ch: make(chan *pb.ProcessEvent, subscriberQueue), gone: make(chan struct{})}
-	p.subs[s] = struct{}{}
-	return s
-}
-
-// detach unsubscribes s (its stream ended).
-func (p *proc) detach(s *subscriber) {
-	p.mu.Lock()
-	delete(p.subs, s)
-	p.mu.Unlock()
-	close(s.gone)
-}
-
-// setPID records the PID once; later calls keep the first.
-func (p *proc) setPID(pid uint32) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.pid == 0 {
-		p.pid = pid
-		close(p.started)
-	}
-}
-
-func (p *proc) getPID() uint32 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.pid
-}
-
-// subscribersLocked lists the attached streams.
-func (p *proc) subscribersLocked() []*subscriber {
-	subs := make([]*subscriber, 0, len(p.subs))
-	for s := range p.subs {
-		subs = append(subs, s)
-	}
-	return subs
-}
-
-// deliver hands ev to subs, waiting for room in their queues.
-func deliver(subs []*subscriber, ev *pb.ProcessEvent) {
-	for _, s := range subs {
-		select {
-		case s.ch <- ev:
-		case <-s.gone:
+	for _, stream := range streams {
+		rc, err := f.h.svc.ProcessLogs(session.WithoutStep(ctx), f.sandbox, f.p.ID, stream, f.offs[stream])
+		if err != nil {
+			return rpcErr(err)
 		}
-	}
-}
-
-// publish hands ev to every attached stream.
-func (p *proc) publish(ev *pb.ProcessEvent) {
-	p.mu.Lock()
-	subs := p.subscribersLocked()
-	p.mu.Unlock()
-	deliver(subs, ev)
-}
-
-// finish records the end event and tells every stream attached so far; later
-// ones see p.end.
-func (p *proc) finish(end *pb.ProcessEvent_EndEvent) {
-	ev := &pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: end}}
-	p.mu.Lock()
-	p.end = end
-	subs := p.subscribersLocked()
-	p.mu.Unlock()
-	deliver(subs, ev)
-	close(p.done)
-	if p.stdin != nil {
-		_ = p.stdin.Close()
-	}
-}
-
-// output is an io.Writer that publishes one kind of output as data events.
-type output struct {
-	p    *proc
-	kind int // 0 stdout, 1 stderr, 2 pty
-	t    *procTable
-}
-
-func (o output) Write(b []byte) (int, error) {
-	o.t.ensurePID(o.p)
-	data := append([]byte(nil), b...)
-	ev := &pb.ProcessEvent_DataEvent{}
-	switch o.kind {
-	case 0:
-		ev.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: data}
-	case 1:
-		ev.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: data}
-	default:
-		ev.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: data}
-	}
-	o.p.publish(&pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: ev}})
-	return len(b), nil
-}
-
-// procTable holds every sandbox's processes.
-type procTable struct {
-	mu        sync.Mutex
-	sandboxes map[string]*sandboxProcs
-	synthetic uint32
-}
-
-type sandboxProcs struct {
-	live  map[uint32]*proc
-	ended map[uint32]*proc
-}
-
-func newProcTable() *procTable { return &procTable{sandboxes: map[string]*sandboxProcs{}} }
-
-func (t *procTable) sandboxLocked(id string) *sandboxProcs {
-	sp := t.sandboxes[id]
-	if sp == nil {
-		sp = &sandboxProcs{live: map[uint32]*proc{}, ended: map[uint32]*proc{}}
-		t.sandboxes[id] = sp
-	}
-	return sp
-}
-
-// register makes p findable under pid.
-func (t *procTable) register(p *proc, pid uint32) {
-	p.setPID(pid)
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	sp := t.sandboxLocked(p.sandbox)
-	delete(sp.ended, pid)
-	sp.live[p.getPID()] = p
-}
-
-// ensurePID gives p a synthetic PID if its exec has not reported one.
-func (t *procTable) ensurePID(p *proc) {
-	select {
-	case <-p.started:
-		return
-	default:
-	}
-	t.mu.Lock()
-	t.synthetic++
-	pid := syntheticPIDBase + t.synthetic
-	t.mu.Unlock()
-	t.register(p, pid)
-}
-
-// ended moves p to the ended processes, where it stays for endedKeep.
-func (t *procTable) ended(p *proc) {
-	pid := p.getPID()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	sp := t.sandboxes[p.sandbox]
-	if sp == nil || sp.live[pid] != p {
-		return
-	}
-	delete(sp.live, pid)
-	sp.ended[pid] = p
-	time.AfterFunc(endedKeep, func() {
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if sp := t.sandboxes[p.sandbox]; sp != nil && sp.ended[pid] == p {
-			delete(sp.ended, pid)
-			if len(sp.live) == 0 && len(sp.ended) == 0 {
-				delete(t.sandboxes, p.sandbox)
-			}
-		}
-	})
-}
-
-// find returns the process sel names (live first, then recently ended).
-func (t *procTable) find(sandbox string, sel *pb.ProcessSelector) *proc {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	sp := t.sandboxes[sandbox]
-	if sp == nil || sel == nil {
-		return nil
-	}
-	switch s := sel.Selector.(type) {
-	case *pb.ProcessSelector_Pid:
-		if p := sp.live[s.Pid]; p != nil {
-			return p
-		}
-		return sp.ended[s.Pid]
-	case *pb.ProcessSelector_Tag:
-		for _, m := range []map[uint32]*proc{sp.live, sp.ended} {
-			for _, p := range m {
-				if p.tag != "" && p.tag == s.Tag {
-					return p
+		buf := make([]byte, maxChunk)
+		for {
+			n, rerr := io.ReadFull(rc, buf)
+			if n > 0 {
+				f.offs[stream] += int64(n)
+				if err := f.send(dataEvent(stream, f.p.TTY, append([]byte(nil), buf[:n]...))); err != nil {
+					rc.Close()
+					return err
 				}
 			}
+			if rerr != nil {
+				break
+			}
 		}
+		rc.Close()
 	}
 	return nil
 }
 
-// list returns a sandbox's live processes.
-func (t *procTable) list(sandbox string) []*proc {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	sp := t.sandboxes[sandbox]
-	if sp == nil {
-		return nil
+func dataEvent(stream string, tty bool, b []byte) *pb.ProcessEvent {
+	ev := &pb.ProcessEvent_DataEvent{}
+	switch {
+	case tty:
+		ev.Output = &pb.ProcessEvent_DataEvent_Pty{Pty: b}
+	case stream == "stderr":
+		ev.Output = &pb.ProcessEvent_DataEvent_Stderr{Stderr: b}
+	default:
+		ev.Output = &pb.ProcessEvent_DataEvent_Stdout{Stdout: b}
 	}
-	out := make([]*proc, 0, len(sp.live))
-	for _, p := range sp.live {
-		out = append(out, p)
-	}
-	return out
+	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: ev}}
 }
 
-// dropSandbox ends the processes of a sandbox that is gone and forgets them.
-func (t *procTable) dropSandbox(id string) {
-	t.mu.Lock()
-	sp := t.sandboxes[id]
-	delete(t.sandboxes, id)
-	t.mu.Unlock()
-	if sp == nil {
-		return
+// run sends start, then output and keepalives until the process ends, then
+// end. An ended process gets its end at once.
+func (f *follower) run(ctx context.Context, keepalive time.Duration) error {
+	if err := f.send(startEvent(pidOf(f.p))); err != nil {
+		return err
 	}
-	for _, p := range sp.live {
-		p.cancel()
+	var tick <-chan time.Time
+	if keepalive > 0 {
+		t := time.NewTicker(keepalive)
+		defer t.Stop()
+		tick = t.C
 	}
+	for {
+		cur := f.p
+		if cur.Running {
+			wctx, cancel := context.WithTimeout(ctx, followPoll)
+			got, err := f.h.svc.WaitProcess(session.WithoutStep(wctx), f.sandbox, f.p.ID)
+			cancel()
+			switch {
+			case ctx.Err() != nil:
+				return ctx.Err()
+			case err == nil:
+				cur = got
+			case !errdefs.Is(err, api.CodeDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded):
+				return rpcErr(err)
+			}
+		}
+		if err := f.drain(ctx); err != nil {
+			return err
+		}
+		if !cur.Running {
+			return f.send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(resultOf(cur), nil)}})
+		}
+		select {
+		case <-tick:
+			if err := f.send(keepaliveEvent); err != nil {
+				return err
+			}
+		default:
+		}
+	}
+}
+
+// resultOf is an ended process's result.
+func resultOf(p api.Process) api.ExecResult {
+	if p.Result == nil {
+		return api.ExecResult{ExitCode: -1, Error: "exit status lost"}
+	}
+	return *p.Result
 }

@@ -85,6 +85,20 @@ func (s *Server) killProcess(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// processInput handles POST .../processes/{pid}/input (api.ProcessInput).
+func (s *Server) processInput(w http.ResponseWriter, r *http.Request) {
+	var in api.ProcessInput
+	if err := s.decodeBody(r, &in); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if err := s.svc.SendProcessInput(r.Context(), r.PathValue("id"), r.PathValue("pid"), in); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
 // processLogs handles GET .../processes/{pid}/logs?stream=stdout|stderr&offset=N
 // with the raw bytes from offset on.
 func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {

@@ -43,5 +43,20 @@ func (s *Server) setCPUClass(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, sbx)
 }
 
+// setDeadline serves PUT .../deadline (api.DeadlineRequest).
+func (s *Server) setDeadline(w http.ResponseWriter, r *http.Request) {
+	var req api.DeadlineRequest
+	if err := s.decodeBody(r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	sbx, err := s.svc.SetDeadline(r.Context(), r.PathValue("id"), req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, sbx)
+}
+
 // isEmptyBody reports a chunked body that turned out empty (a bodiless pause).
 func isEmptyBody(err error) bool { return errors.Is(err, errEmptyBody) }

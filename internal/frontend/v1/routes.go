@@ -32,6 +32,7 @@ func (s *Server) routes() []route {
 		{"POST " + sb + "/pause", s.pauseSandbox},
 		{"POST " + sb + "/resume", s.resumeSandbox},
 		{"PUT " + sb + "/cpu-class", s.setCPUClass},
+		{"PUT " + sb + "/deadline", s.setDeadline},
 		{"POST " + sb + "/reset", s.resetSandbox},
 		{"POST " + sb + "/fork", s.forkSandbox},
 		{"POST " + sb + "/commit", s.commitSandbox},
@@ -47,6 +48,7 @@ func (s *Server) routes() []route {
 		{"GET " + sb + "/processes/{pid}", s.getProcess},
 		{"POST " + sb + "/processes/{pid}/wait", s.waitProcess},
 		{"POST " + sb + "/processes/{pid}/kill", s.killProcess},
+		{"POST " + sb + "/processes/{pid}/input", s.processInput},
 		{"GET " + sb + "/processes/{pid}/logs", s.processLogs},
 
 		{"GET " + sb + "/files", s.step(s.readFile)},

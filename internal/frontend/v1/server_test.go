@@ -526,3 +526,24 @@ func TestPanicRecovered(t *testing.T) {
 		t.Fatalf("logs: %s", logs.String())
 	}
 }
+
+// PUT .../deadline moves a sandbox's deadline; bad input is invalid_argument.
+func TestSetDeadline(t *testing.T) {
+	e := newEnv(t, v1.Options{})
+	sb := e.create()
+	resp, b := e.do("PUT", "/v1/sandboxes/"+sb.ID+"/deadline", strings.NewReader(`{"timeout_seconds":120,"on_expiry":"pause"}`))
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("set deadline: %d %s", resp.StatusCode, b)
+	}
+	var got api.Sandbox
+	mustJSON(t, b, &got)
+	if got.ExpiresAt == nil || time.Until(*got.ExpiresAt) < 100*time.Second || got.OnExpiry != api.ExpiryPause {
+		t.Fatalf("after set: %s", b)
+	}
+	for _, body := range []string{`{"timeout_seconds":-1}`, `{"timeout_seconds":99999999999}`, `{"timeout_seconds":5,"on_expiry":"boom"}`} {
+		resp, b := e.do("PUT", "/v1/sandboxes/"+sb.ID+"/deadline", strings.NewReader(body))
+		wantError(t, resp, b, http.StatusBadRequest, api.CodeInvalidArgument)
+	}
+	resp, b = e.do("PUT", "/v1/sandboxes/sb-nope/deadline", strings.NewReader(`{"timeout_seconds":5}`))
+	wantError(t, resp, b, http.StatusNotFound, api.CodeNotFound)
+}

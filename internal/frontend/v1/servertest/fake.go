@@ -159,6 +159,25 @@ func (n *Node) Get(_ context.Context, id string) (api.Sandbox, error) {
 	return *sb, nil
 }
 
+// SetDeadline keeps the deadline on the sandbox (nothing enforces it).
+func (n *Node) SetDeadline(_ context.Context, id string, req api.DeadlineRequest) (api.Sandbox, error) {
+	if err := session.ValidateDeadline(req); err != nil {
+		return api.Sandbox{}, err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	sb, err := n.get(id)
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	sb.ExpiresAt, sb.OnExpiry = nil, ""
+	if req.TimeoutSeconds > 0 {
+		at := time.Now().Add(time.Duration(req.TimeoutSeconds) * time.Second).UTC()
+		sb.ExpiresAt, sb.OnExpiry = &at, req.OnExpiry
+	}
+	return *sb, nil
+}
+
 func (n *Node) List(context.Context) ([]api.Sandbox, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
