@@ -33,7 +33,7 @@ func main() {
 		pauseCmd(), cpuClassCmd(), stateCmd("resume"), stateCmd("reset"), trajCmd(), benchCmd(), demoCmd(), fnCallCmd(), layerdCmd())
 	root.AddCommand(topCmd())
 	root.AddCommand(imageCmd(), forkCmd(), commitCmd())
-	root.AddCommand(networkCmd(), infoCmd())
+	root.AddCommand(networkCmd(), infoCmd(), doctorCmd())
 	root.AddCommand(etcdCmd(), agentCmd(), apiserverCmd(), nodesCmd(), projectCmd())
 	root.AddCommand(screenshotCmd(), inputCmd())
 	err := root.ExecuteContext(ctx)
