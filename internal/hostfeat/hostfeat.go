@@ -256,10 +256,14 @@ func (h Host) idmap() api.HostFeature {
 		Degraded: "user-namespaced sandboxes (--userns) cannot map the image's files to the sandbox's users and are refused"}
 	// mount_setattr(MOUNT_ATTR_IDMAP) is Linux 5.12; overlayfs lower layers
 	// on ext4/xfs/btrfs idmapped from 5.19, tmpfs 6.3.
-	if h.atLeast(5, 19) {
+	switch {
+	case h.atLeast(6, 3):
 		f.Available = true
-		f.Detail = fmt.Sprintf("kernel %s (idmapped lower layers need 5.19)", h.Release)
-	} else {
+		f.Detail = fmt.Sprintf("kernel %s (idmapped lower layers need 5.19, on tmpfs 6.3)", h.Release)
+	case h.atLeast(5, 19):
+		f.Available = true
+		f.Detail = fmt.Sprintf("kernel %s: lower layers on tmpfs cannot be idmapped (Linux 6.3); on ext4, xfs, btrfs they can", h.Release)
+	default:
 		f.Detail = fmt.Sprintf("kernel %s: idmapped overlay lower layers need Linux 5.19", h.Release)
 	}
 	return f
