@@ -21,12 +21,13 @@ KPKG=${DSEC_CGV2_KERNEL:-$(sed -n 's/.*"package":"\([^"]*\)".*/\1/p' /var/lib/ds
 MEM=${DSEC_CGV2_MEM:-4096}
 TIMEOUT=${DSEC_CGV2_TIMEOUT:-900}
 # The subset: what a cgroup v2 host changes (cgroups, devices, mounts, nftables).
-RUN_CONTAINER=${DSEC_CGV2_RUN_CONTAINER:-'^(TestConformance|TestEscapeProbes)$/^(busybox|userns=.*)$'}
+RUN_CONTAINER=${DSEC_CGV2_RUN_CONTAINER:-'^(TestConformance|TestEscapeProbes|TestRecoverAfterInitKilled)$/^(busybox|debian|userns=.*)$'}
 RUN_NETPOLICY=${DSEC_CGV2_RUN_NETPOLICY:-.}
+RUN_CGROUPS=${DSEC_CGV2_RUN_CGROUPS:-.}
 # Known to fail below Linux 6.6 (host feature tmpfs-user-xattrs, see
 # docs/host-requirements.md): a user-namespaced sandbox cannot remove a
 # directory of its image.
-SKIP_CONTAINER=${DSEC_CGV2_SKIP_CONTAINER:-'^TestConformance$/^busybox$/^userns$/^Snapshot$'}
+SKIP_CONTAINER=${DSEC_CGV2_SKIP_CONTAINER:-'^TestConformance$/^(busybox|debian)$/^userns$/^Snapshot$'}
 
 log() { printf 'cgv2: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -81,6 +82,7 @@ log "building test binaries"
 (cd "$root" && make -s init >/dev/null)
 (cd "$root" && $GO test -c -o "$d/bin/container.test" ./internal/container)
 (cd "$root" && $GO test -c -o "$d/bin/netpolicy.test" ./internal/netpolicy)
+(cd "$root" && $GO test -c -o "$d/bin/cgroups.test" ./internal/cgroups)
 (cd "$root" && CGO_ENABLED=0 $GO build -o "$d/bin/dsec-escape-probe" ./internal/escapeprobe/cmd/dsec-escape-probe)
 (cd "$root" && $GO build -o "$d/bin/dsec" ./cmd/dsec)
 for img in busybox debian; do
@@ -99,8 +101,11 @@ rc1=\$?
 cd $root/internal/netpolicy && /disk/bin/netpolicy.test -test.v=test2json -test.count=1 -test.timeout=10m \\
 	-test.run '$RUN_NETPOLICY' 2>&1 | tee /out/netpolicy.log
 rc2=\$?
-echo "cgv2: container rc=\$rc1 netpolicy rc=\$rc2"
-[ \$rc1 = 0 ] && [ \$rc2 = 0 ]
+cd $root/internal/cgroups && /disk/bin/cgroups.test -test.v=test2json -test.count=1 -test.timeout=10m \\
+	-test.run '$RUN_CGROUPS' 2>&1 | tee /out/cgroups.log
+rc3=\$?
+echo "cgv2: container rc=\$rc1 netpolicy rc=\$rc2 cgroups rc=\$rc3"
+[ \$rc1 = 0 ] && [ \$rc2 = 0 ] && [ \$rc3 = 0 ]
 EOF
 size=$(du -sm "$d" | cut -f1)
 mkfs.ext4 -q -F -L dsec-cgv2 -d "$d" "$work/disk.img" "$((size + 2048))M"
@@ -123,7 +128,7 @@ rc=$(sed -n 's/.*cgv2-result rc=\([0-9]*\).*/\1/p' "$work/console.log" | tail -1
 [ -n "$rc" ] || die "the guest printed no result (timeout ${TIMEOUT}s or crash)"
 # The same strictness as make test: failures and skips not on .ci/skips.allow.
 mod=$(cd "$root" && $GO list -m)
-for p in container netpolicy; do
+for p in container netpolicy cgroups; do
 	[ -f "$work/out/$p.log" ] || die "no $p.log from the guest"
 	(cd "$root" && $GO tool test2json -p "$mod/internal/$p" <"$work/out/$p.log")
 done >"$work/tests.json"
