@@ -60,6 +60,7 @@ test: setup build
 	$(GO) vet ./...
 	DSEC_E2E_RACE=1 $(GO) test $(TESTFLAGS) -json ./... | $(GO) run ./scripts/testreport -allow .ci/skips.allow
 	$(MAKE) test-unprivileged
+	$(MAKE) test-cgv2
 	$(MAKE) fuzz-ci
 	$(MAKE) test-e2b
 	$(MAKE) test-ui
