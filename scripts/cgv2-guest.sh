@@ -5,7 +5,7 @@
 # root inside it, a subset of the host-dependent suites: the container
 # conformance suite (busybox), the escape probes and the network-policy tests.
 #
-# The guest sees the host's /usr, /etc and /work read-only over 9p; the test
+# The guest sees the host's /usr, /etc and the source tree read-only over 9p; the test
 # binaries (go test -c on the host), the busybox and debian images and the
 # kernel's modules are on an ext4 disk made with mkfs.ext4 -d. Its result is the
 # exit status of the test binaries, printed on the serial console.
@@ -120,6 +120,7 @@ timeout "$TIMEOUT" qemu-system-x86_64 -nodefaults -no-user-config -nographic -no
 	-serial stdio -device virtio-rng-pci \
 	-drive file="$work/disk.img",if=virtio,format=raw,cache=unsafe \
 	-virtfs local,path=/,mount_tag=host,security_model=passthrough,readonly=on \
+	-virtfs local,path="$root",mount_tag=src,security_model=passthrough,readonly=on \
 	-virtfs local,path="$work/out",mount_tag=out,security_model=none \
 	</dev/null | tee "$work/console.log" || true
 t1=$(date +%s)

@@ -1,6 +1,6 @@
 #!/bbin/busybox sh
 # /init of the cgroup-v2 guest (scripts/cgv2-guest.sh): mounts the host's /usr,
-# /etc and /work read-only over 9p and the test disk, sets the host up as a
+# /etc and the source tree read-only over 9p and the test disk, sets the host up as a
 # systemd cgroup v2 host would be (a unified hierarchy only, cpu/memory/pids/io
 # enabled, the tests in a service's cgroup), runs /disk/run.sh and prints its
 # exit status as "cgv2-result rc=N" before powering off.
@@ -14,7 +14,7 @@ if [ "${1:-}" != stage2 ]; then
 	cp -a /bbin /lib /init /newroot/
 	exec switch_root /newroot /init stage2
 fi
-mkdir -p /proc /sys /dev /tmp /run /var /root /host /disk /usr /etc /work
+mkdir -p /proc /sys /dev /tmp /run /var /root /host /disk /usr /etc
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t devtmpfs devtmpfs /dev
@@ -30,7 +30,6 @@ mkdir -p /out
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=524288 out /out || echo "cgv2: out mount failed"
 mount --bind /host/usr /usr
 mount --bind /host/etc /etc
-mount --bind /host/work /work
 ln -s usr/bin /bin; ln -s usr/sbin /sbin; ln -s usr/lib64 /lib64
 for e in /usr/lib/*; do [ -e "/lib/${e##*/}" ] || ln -s "$e" /lib/; done
 kver=$(uname -r)
@@ -49,6 +48,10 @@ mount --bind /disk/var /var
 mount -t tmpfs -o mode=700 tmpfs /root
 mkdir -p /var/lib/dsec/images /var/tmp /run/lock && chmod 1777 /var/tmp
 mount --bind /disk/images /var/lib/dsec/images
+# The source tree at its host path (the tests read their testdata from it).
+src=$(sed -n 's/.*dsec\.root=\([^ ]*\).*/\1/p' /proc/cmdline)
+mkdir -p "$src"
+mount -t 9p -o trans=virtio,version=9p2000.L,ro,msize=524288 src "$src" || echo "cgv2: source mount failed"
 mount -t cgroup2 -o nsdelegate cgroup2 /sys/fs/cgroup
 mount -t bpf bpf /sys/fs/bpf 2>/dev/null
 ip link set lo up
