@@ -108,6 +108,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"StreamInput": api.StreamInput{}, "StreamEvent": api.StreamEvent{}, "Info": api.Info{},
 		"Quota": api.Quota{}, "Usage": api.Usage{}, "Project": api.Project{}, "ProjectToken": api.ProjectToken{},
 		"CreateProjectRequest": api.CreateProjectRequest{}, "ProjectTokenResponse": api.ProjectTokenResponse{},
+		"HostFeature": api.HostFeature{},
 	} {
 		have, ok := props[name]
 		if !ok {
