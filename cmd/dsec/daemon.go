@@ -29,6 +29,7 @@ func daemonCommands() []daemonCommand {
 		{"etcd", "Run an etcd member (the cluster's state store) embedded in dsec", false},
 		{"image", "Build layers and compose environments (EROFS layers in a blob store)", false},
 		{"bench", "Benchmarks (each starts a private node in a scratch dir)", false},
+		{"doctor", "Check this host's features (cgroups, EROFS, FUSE resend, idmapped mounts, user namespaces, nftables, KSM, swap, KVM) and what is degraded without each", false},
 		{"demo", "Start a private node and walk through what dsec does (needs root and the debian image: `make demo`)", false},
 		// A layer daemon (or its holder) started by a dsec that still was the
 		// server restarts layerd as `dsec layerd`.

@@ -28,7 +28,7 @@ func main() {
 		SilenceErrors: true,
 	}
 	root.AddCommand(serverCmd(), agentCmd(), apiserverCmd(), etcdCmd(), layerdCmd(),
-		imageCmd(), benchCmd(), demoCmd())
+		imageCmd(), benchCmd(), demoCmd(), doctorCmd())
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return

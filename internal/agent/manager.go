@@ -22,6 +22,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/hostfeat"
 	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -298,6 +299,7 @@ func (m *Manager) Info(ctx context.Context) (api.Info, error) {
 		}
 	}
 	info.QoS = m.qosInfo()
+	info.Host = hostfeat.Local().Probe()
 	info.Capabilities = make(map[string][]string)
 	for _, drv := range m.drivers.All() {
 		info.Capabilities[drv.Name()] = capabilities(drv.Capabilities())

@@ -266,8 +266,23 @@ func TestMockTTYBadInput(t *testing.T) {
 func TestMockBackends(t *testing.T) {
 	e := newMockEnv(t)
 	m := e.open(t, e.driver(t, "", false), e.driver(t, "other", false))
-	if info, _ := m.Info(ctxT(t)); strings.Join(info.Backends, ",") != "mock,other" {
+	info, _ := m.Info(ctxT(t))
+	if strings.Join(info.Backends, ",") != "mock,other" {
 		t.Errorf("Info backends %v", info.Backends)
+	}
+	// Info reports the host's features, the same probe as dsec doctor.
+	var names []string
+	for _, f := range info.Host {
+		names = append(names, f.Name)
+		if !f.Available && f.Degraded == "" {
+			t.Errorf("Info host feature %s is missing and says nothing of what is degraded", f.Name)
+		}
+	}
+	for _, want := range []string{"cgroup-v2", "cgroup-v1", "erofs-file-backed", "fuse-resend", "idmapped-mounts",
+		"user-namespaces", "nftables", "ksm", "swap", "kvm"} {
+		if !slices.Contains(names, want) {
+			t.Errorf("Info host features %v lack %s", names, want)
+		}
 	}
 	_, err := m.Create(ctxT(t), api.CreateSandboxRequest{Backend: "no-such-backend"})
 	wantCode(t, "unknown backend", err, api.CodeInvalidArgument)

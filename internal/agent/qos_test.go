@@ -18,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/bench"
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/hostfeat"
 	"github.com/dsec-dev/dsec/internal/reclaim"
 	"github.com/dsec-dev/dsec/internal/reclaim/damontest"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -421,9 +422,7 @@ func TestIdleReclaimDAMON(t *testing.T) {
 
 func TestKSMOptIn(t *testing.T) {
 	e := newEnv(t)
-	if !reclaim.KSMAvailable() {
-		t.Skip("kernel without KSM")
-	}
+	hostfeat.Need(t, hostfeat.KSM)
 	m := e.open(t, nil)
 	ctx := ctxT(t)
 	on := create(t, m, api.CreateSandboxRequest{KSM: true})

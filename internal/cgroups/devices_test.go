@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/hostfeat"
 	"golang.org/x/sys/unix"
 )
 
@@ -113,9 +114,7 @@ const (
 
 func TestHostV1DevicePolicy(t *testing.T) {
 	h := hostHierarchy(t)
-	if _, ok := h.mounts[ctrlDevices]; !ok {
-		t.Skip("no v1 devices hierarchy")
-	}
+	hostfeat.Need(t, hostfeat.CgroupDevices)
 	open := createHost(t, h, "open", Limits{})
 	if got := deviceCheck(t, open, nil, true); got != wantUnrestricted {
 		t.Fatalf("unrestricted group: %s, want %s", got, wantUnrestricted)

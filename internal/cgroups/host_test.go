@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/hostfeat"
 	"golang.org/x/sys/unix"
 )
 
@@ -104,9 +105,7 @@ func startSleep(t testing.TB, attr *syscall.SysProcAttr) *exec.Cmd {
 
 func TestHostV1LimitsReadBack(t *testing.T) {
 	h := hostHierarchy(t)
-	if h.Version() != 1 {
-		t.Skip("host is not cgroup v1")
-	}
+	hostfeat.Need(t, hostfeat.CgroupV1)
 	g := createHost(t, h, "sb-limits", Limits{CPU: 0.5, MemoryBytes: 32 << 20, PidsMax: 50})
 	want := map[string]map[string]string{
 		ctrlCPU:    {"cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": "50000"},

@@ -300,6 +300,24 @@ type Info struct {
 	// sandboxes, processes and files (Service* values); the others answer
 	// not_implemented.
 	Services []string `json:"services,omitempty"`
+	// Host lists the host features dsec uses and whether this node has each
+	// one (what `dsec doctor` prints).
+	Host []HostFeature `json:"host,omitempty"`
+}
+
+// HostFeature is one host feature dsec uses (Info.Host, `dsec doctor`).
+type HostFeature struct {
+	// Name is e.g. cgroup-v2, erofs-file-backed, fuse-resend, nftables, kvm.
+	Name      string `json:"name"`
+	Available bool   `json:"available"`
+	// Required is set when dsec cannot run sandboxes without it.
+	Required bool `json:"required,omitempty"`
+	// Detail is what the probe found (the kernel release, the controllers).
+	Detail string `json:"detail"`
+	// Degraded is what does not work, or works worse, without the feature.
+	Degraded string `json:"degraded"`
+	// Controllers are the cgroup controllers found (the cgroup features).
+	Controllers []string `json:"controllers,omitempty"`
 }
 
 // Backend capabilities (Info.Capabilities).
