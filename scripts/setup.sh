@@ -244,7 +244,8 @@ build_judge() {
 	rm -f "$tree.apt.log"
 	for b in /bin/sh /bin/bash /usr/bin/python3 /usr/bin/gcc /usr/bin/g++ /usr/bin/go /usr/bin/node /usr/bin/php \
 		/usr/bin/ruby /usr/bin/lua5.4 /usr/bin/perl /usr/bin/rustc; do
-		[ -e "$tree$b" ] || die "judge tree $tree lacks $b"
+		# inside the tree: Debian's alternatives (php, lua) are absolute symlinks
+		chroot "$tree" test -e "$b" || die "judge tree $tree lacks $b"
 	done
 	chroot "$tree" python3 -c 'import numpy, scipy, pandas, sympy, networkx, requests, matplotlib, sklearn' ||
 		die "image judge: SandboxFusion's common Python packages do not import"
