@@ -1,7 +1,7 @@
 # dsec: build, test, benchmark. Most targets need root (sandboxes, images).
 #
 #   make setup   install packages and build the default images (scripts/setup.sh)
-#   make build   C init (internal/initbin/dsec-init), FnCall zygote (internal/fncall/dsec-fncall),
+#   make build   C init (internal/backend/initbin/dsec-init), FnCall zygote (internal/backend/fncall/dsec-fncall),
 #                bin/dsec (the client) + bin/dsecd (server, cluster roles, image, bench, demo;
 #                `dsec server` runs the dsecd next to it)
 #   make test    setup + build, then go vet, the race-enabled test suite, the Python
@@ -45,9 +45,9 @@ setup:
 	sh scripts/setup.sh
 
 init:
-	sh internal/initbin/build.sh
-	sh internal/fncall/build.sh
-	sh internal/vm/agentbin/build.sh
+	sh internal/backend/initbin/build.sh
+	sh internal/backend/fncall/build.sh
+	sh internal/backend/vm/agentbin/build.sh
 
 # The commit every `dsec bench --json` reports (bench is dsecd's), also where VCS
 # stamping is off (GOFLAGS=-buildvcs=false); "-dirty" when the tree has changes.
@@ -104,7 +104,7 @@ test-ui: build
 test-unprivileged: init
 	d=$$(mktemp -d) && chmod 755 $$d && mkdir -m 1777 $$d/tmp && \
 	$(GO) test -c -race -o $$d/agent.test ./internal/agent && \
-	$(GO) test -c -race -o $$d/mock.test ./internal/driver/mock && \
+	$(GO) test -c -race -o $$d/mock.test ./internal/backend/driver/mock && \
 	as="$(if $(filter 0,$(shell id -u)),setpriv --reuid=65534 --regid=65534 --clear-groups)" && \
 	(cd $$d/tmp && export TMPDIR=$$d/tmp && \
 	 $$as $$d/agent.test -test.run Mock -test.count=1 && $$as $$d/mock.test -test.count=1); \
@@ -165,7 +165,7 @@ fuzz-ci:
 	$(MAKE) fuzz FUZZTIME=300x CFUZZTIME=5
 
 clean:
-	rm -rf bin internal/initbin/dsec-init internal/fncall/dsec-fncall
+	rm -rf bin internal/backend/initbin/dsec-init internal/backend/fncall/dsec-fncall
 
 # E2B's REST types (internal/frontend/e2b/e2bapi), generated from E2B's own
 # OpenAPI document at a pinned commit; the generated file is committed.
@@ -184,7 +184,7 @@ e2bapi:
 PROTOC_GEN_GO_VERSION      ?= v1.36.12
 PROTOC_GEN_CONNECT_VERSION ?= v1.21.1
 E2B_PROTO_DIR              := internal/frontend/e2b/envdpb
-NODERPC_PROTO_DIR          := internal/noderpc/noderpcpb
+NODERPC_PROTO_DIR          := internal/cluster/noderpc/noderpcpb
 
 .PHONY: proto
 proto:

@@ -1,7 +1,7 @@
 #!/bin/sh
 # build.sh SRC OUT: the one build rule of dsec's C programs (the container
-# init, the microVM agent, the FnCall zygote; internal/initbin/build.sh,
-# internal/vm/agentbin/build.sh and internal/fncall/build.sh call it). Each
+# init, the microVM agent, the FnCall zygote; internal/backend/initbin/build.sh,
+# internal/backend/vm/agentbin/build.sh and internal/backend/fncall/build.sh call it). Each
 # program is one translation unit (its shared parts are the header-only
 # csrc/common/*.h), built static with musl-gcc when there is one, with the
 # same flags for all three and every warning an error.

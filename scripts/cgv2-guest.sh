@@ -80,7 +80,7 @@ d="$work/disk"
 mkdir -p "$d/bin" "$d/images" "$d/modules" "$work/out"
 log "building test binaries"
 (cd "$root" && make -s init >/dev/null)
-(cd "$root" && $GO test -c -o "$d/bin/container.test" ./internal/container)
+(cd "$root" && $GO test -c -o "$d/bin/container.test" ./internal/backend/container)
 (cd "$root" && $GO test -c -o "$d/bin/netpolicy.test" ./internal/netpolicy)
 (cd "$root" && $GO test -c -o "$d/bin/cgroups.test" ./internal/cgroups)
 (cd "$root" && CGO_ENABLED=0 $GO build -o "$d/bin/dsec-escape-probe" ./internal/escapeprobe/cmd/dsec-escape-probe)
@@ -95,7 +95,7 @@ cat >"$d/run.sh" <<EOF
 set -o pipefail
 /disk/bin/dsecd doctor
 export DSEC_ESCAPE_PROBE=/disk/bin/dsec-escape-probe
-cd $root/internal/container && /disk/bin/container.test -test.v=test2json -test.count=1 -test.timeout=20m \\
+cd $root/internal/backend/container && /disk/bin/container.test -test.v=test2json -test.count=1 -test.timeout=20m \\
 	-test.run '$RUN_CONTAINER' -test.skip '$SKIP_CONTAINER' 2>&1 | tee /out/container.log
 rc1=\$?
 cd $root/internal/netpolicy && /disk/bin/netpolicy.test -test.v=test2json -test.count=1 -test.timeout=10m \\

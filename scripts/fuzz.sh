@@ -15,7 +15,7 @@ fi
 
 # The parsers of hostile input that must keep a fuzzer (issue 30): a target
 # missing here (renamed, deleted) fails the run instead of silently not running.
-required='./internal/container FuzzTreeCopy
+required='./internal/backend/container FuzzTreeCopy
 ./internal/fsops FuzzExtractTar
 ./internal/fsops FuzzExtractTarEntries
 ./internal/fsops FuzzTarRoundTrip
@@ -23,11 +23,11 @@ required='./internal/container FuzzTreeCopy
 ./cmd/dsec FuzzCpRoundTrip
 ./internal/frontend/e2b FuzzControlBodies
 ./internal/frontend/dashboard FuzzTerminalMessages
-./internal/fncall FuzzParseEvent
-./internal/fncall FuzzZygoteEvents
-./internal/vm/qmp FuzzExecuteReply
-./internal/lazy FuzzJournalRoundTrip
-./internal/lazy FuzzReplayJournal'
+./internal/backend/fncall FuzzParseEvent
+./internal/backend/fncall FuzzZygoteEvents
+./internal/backend/vm/qmp FuzzExecuteReply
+./internal/image/lazy FuzzJournalRoundTrip
+./internal/image/lazy FuzzReplayJournal'
 missing=$(printf '%s\n' "$required" | while read -r want; do
 	printf '%s\n' "$targets" | grep -qxF "$want" || echo "$want"
 done)

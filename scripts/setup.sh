@@ -83,7 +83,7 @@ if ! flock -n 9; then
 	flock 9
 fi
 
-# write_manifest DIR NAME DESCRIPTION: the image manifest, version 2 (internal/images)
+# write_manifest DIR NAME DESCRIPTION: the image manifest, version 2 (internal/image)
 write_manifest() {
 	cat >"$1/image.json.tmp" <<EOF
 {"version":2,"name":"$2","description":"$3","layers":[{"role":"base","dir":"rootfs"}],"created":"$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
@@ -266,7 +266,7 @@ build_judge() {
 }
 
 # ---- microVM guest kernel ----------------------------------------------------
-# The microvm backend (internal/vm) boots Debian's kernel without installing it
+# The microvm backend (internal/backend/vm) boots Debian's kernel without installing it
 # on the host: the linux-image package is downloaded and unpacked, its vmlinuz
 # decompressed to an ELF vmlinux (QEMU boots it through PVH, skipping the
 # decompressor: ~4 s less under TCG) and the modules the guest agent loads

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/bench"
-	"github.com/dsec-dev/dsec/internal/placement/placebench"
-	"github.com/dsec-dev/dsec/internal/vm/vmbench"
+	"github.com/dsec-dev/dsec/internal/bench/placebench"
+	"github.com/dsec-dev/dsec/internal/bench/vmbench"
 )
 
 // benchResults are the results each `dsec bench X --json` prints, by X: every

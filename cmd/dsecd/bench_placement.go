@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/internal/bench"
-	"github.com/dsec-dev/dsec/internal/placement/placebench"
+	"github.com/dsec-dev/dsec/internal/bench/placebench"
 )
 
 // benchPlacementCmd is `dsec bench placement`.

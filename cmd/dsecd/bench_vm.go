@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/internal/bench"
-	"github.com/dsec-dev/dsec/internal/vm/vmbench"
+	"github.com/dsec-dev/dsec/internal/bench/vmbench"
 )
 
 // benchVMCmd is `dsec bench vm --backend microvm`.

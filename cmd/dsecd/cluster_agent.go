@@ -8,7 +8,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/app/agent"
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/cluster"
-	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/cluster/placement"
 )
 
 // agentCmd runs a cluster node: the node agent served over the node RPC and

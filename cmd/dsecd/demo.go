@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
-	"github.com/dsec-dev/dsec/internal/envstore"
-	"github.com/dsec-dev/dsec/internal/layer"
+	"github.com/dsec-dev/dsec/internal/image/envstore"
+	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"

@@ -14,14 +14,14 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
-	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/cluster"
-	"github.com/dsec-dev/dsec/internal/envstore"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/blob"
+	"github.com/dsec-dev/dsec/internal/image/envstore"
+	"github.com/dsec-dev/dsec/internal/image/layer"
+	"github.com/dsec-dev/dsec/internal/image/lazy"
 	"github.com/dsec-dev/dsec/internal/image/pull"
-	"github.com/dsec-dev/dsec/internal/images"
-	"github.com/dsec-dev/dsec/internal/layer"
-	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/progress"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -197,15 +197,15 @@ environment.`}
 				imagesDir = cmp.Or(os.Getenv("DSEC_IMAGES_DIR"), daemon.DefaultImagesDir)
 			}
 			var v any
-			if m, derr := images.ReadManifest(filepath.Join(imagesDir, args[0], images.ManifestFile)); derr == nil {
+			if m, derr := image.ReadManifest(filepath.Join(imagesDir, args[0], image.ManifestFile)); derr == nil {
 				// A directory image hides an environment of the same name, as on the server.
-				img, err := (&images.Store{Dir: imagesDir}).Resolve(args[0])
+				img, err := (&image.Store{Dir: imagesDir}).Resolve(args[0])
 				if err != nil {
 					return err
 				}
 				v = struct {
 					api.Image
-					Manifest images.Manifest `json:"manifest"`
+					Manifest image.Manifest `json:"manifest"`
 				}{img.View(nil, false), m}
 			} else if e, err := es.Get(cmd.Context(), args[0]); err == nil {
 				// As GET /v1/images/{name} shows it (layers base first, with this
@@ -217,7 +217,7 @@ environment.`}
 				usage, _ := lazy.Mounter{Client: lazy.NewClient(lazy.Config{Root: paths.New(dataDir).Layers()})}.LayerUsage(cmd.Context())
 				v = struct {
 					api.Image
-					Manifest images.Manifest `json:"manifest"`
+					Manifest image.Manifest `json:"manifest"`
 				}{img.View(usage, false), e}
 			} else if l, lerr := es.Layer(cmd.Context(), args[0]); lerr == nil {
 				v = l

@@ -6,7 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/image/lazy"
 )
 
 // layerdCmd is the node's layer daemon (FUSE blob files, chunk cache, EROFS layer

@@ -2,7 +2,7 @@
  * proto.h: the control protocol of dsec's two supervisors, the container
  * init (csrc/init) and the microVM guest agent (csrc/vmagent): a packet is a
  * list of NUL-terminated strings, the op first, then key=value fields (see
- * internal/initproto). Here: splitting and reading a request, the EXEC
+ * internal/backend/initproto). Here: splitting and reading a request, the EXEC
  * request's parser with every field check (both agents use it, and
  * csrc/fuzz/exec_parse_fuzz.c fuzzes it), and building replies. The child
  * side of EXEC is csrc/common/super.h. Header-only (static functions) so

@@ -1,10 +1,10 @@
 /*
  * wire.h: every fixed-layout structure that dsec's C programs exchange with
  * the Go node or the kernel, with its size and field offsets asserted at
- * compile time. internal/initproto's TestWireLayout reads the WIRE_SIZE,
+ * compile time. internal/backend/initproto's TestWireLayout reads the WIRE_SIZE,
  * WIRE_OFFSET and WIRE_CONST lines below and checks them against the Go
- * encoders (internal/initproto/spawner.go, internal/fncall/zygote.go,
- * internal/vm/guest/client.go), so the two sides cannot drift: change a
+ * encoders (internal/backend/initproto/spawner.go, internal/backend/fncall/zygote.go,
+ * internal/backend/vm/guest/client.go), so the two sides cannot drift: change a
  * struct here and the compiler or that test tells you what else to change.
  *
  * All numbers are little-endian on the wire (the node and its sandboxes run
@@ -35,7 +35,7 @@ struct sock_fprog {
 #define BPF_MAXINSNS_ 4096
 WIRE_SIZE(struct sock_filter, 8);
 
-/* ---- the init's spawner (csrc/init/spawner.h, internal/initproto/spawner.go) ---- */
+/* ---- the init's spawner (csrc/init/spawner.h, internal/backend/initproto/spawner.go) ---- */
 
 #define SPAWN_MAXFD 8
 #define SPAWN_PATH_MAX 4096
@@ -57,7 +57,7 @@ WIRE_SIZE(struct spawn_ans, 8);
 WIRE_OFFSET(struct spawn_ans, pid, 0);
 WIRE_OFFSET(struct spawn_ans, err, 4);
 
-/* ---- the FnCall zygote (csrc/fncall, internal/fncall/zygote.go) ---- */
+/* ---- the FnCall zygote (csrc/fncall, internal/backend/fncall/zygote.go) ---- */
 
 #define FNCALL_MAX_FILES 64
 #define FNCALL_MAX_MSG (256 * 1024)
@@ -121,7 +121,7 @@ WIRE_OFFSET(struct ev, stime_us, 32);
 WIRE_OFFSET(struct ev, maxrss_kb, 40);
 WIRE_OFFSET(struct ev, msg, 48);
 
-/* ---- the microVM agent's port (csrc/vmagent, internal/vm/guest) ---- */
+/* ---- the microVM agent's port (csrc/vmagent, internal/backend/vm/guest) ---- */
 
 /* A frame is this header and len payload bytes. The agent reads and writes
  * it byte by byte (no alignment needed); the struct documents the layout. */

@@ -120,7 +120,7 @@ enum { EV_STARTED = 1, EV_SETUP_ERR = 2, EV_EXEC_ERR = 3, EV_EXIT = 4, EV_REAPED
 	EV_STATUS = 9 };
 #define MAX_VEC (4096 + 4096 + 1 + MAX_FILES + 3)
 enum { F_PROC = 1 };
-/* the run gates (see the header; internal/fncall/zygote.go) */
+/* the run gates (see the header; internal/backend/fncall/zygote.go) */
 enum { GATE_ARMED = 0, GATE_GO = 1, GATE_CANCELED = 2, GATE_WAITING = 3 };
 #define GATES_SIZE 4096
 _Static_assert(MAX_SLOTS * sizeof(uint32_t) <= GATES_SIZE, "a gate per slot");

@@ -1,7 +1,7 @@
 /*
  * dsec-init: PID 1 of a dsec container sandbox.
  *
- * The Go side (internal/initproto) clones this binary into fresh mount, PID,
+ * The Go side (internal/backend/initproto) clones this binary into fresh mount, PID,
  * UTS, IPC and network namespaces with this fd layout:
  *
  *   0 /dev/null   1,2 log file (diagnostics go to stderr)
@@ -11,7 +11,7 @@
  *   6 control     listening SOCK_SEQPACKET socket
  *   7 seccomp     optional raw struct sock_filter array (read with pread)
  *
- * The security policy arrives as data in the config (internal/initproto
+ * The security policy arrives as data in the config (internal/backend/initproto
  * holds the defaults): the capability set to keep (caps=HEX), the device
  * nodes of /dev (dev=NAME c|b MAJOR MINOR), the masked and read-only paths
  * (mask=PATH, ro=PATH), net.ipv4.ping_group_range, nodev on the root. Two
@@ -26,7 +26,7 @@
  * After setup, fd 8 (FD_RW, close-on-exec) is an O_PATH handle on the root
  * of the writable-layer tmpfs (upper/, work/, dev/): the host reaches the
  * overlay upper through /proc/PID/fd/8 to snapshot it (fork, commit; see
- * internal/container/snapshot.go). The sandbox cannot: init is not dumpable.
+ * internal/backend/container/snapshot.go). The sandbox cannot: init is not dumpable.
  *
  * Setup builds the root filesystem (tmpfs-backed overlay upper layer, proc,
  * dev, sys, OCI masked and read-only paths; /dev, /dev/shm and the masked
@@ -34,7 +34,7 @@
  * sysfs shared by all sandboxes, see struct trees), pivots into it, drops
  * privileges to the OCI default capability set, installs the seccomp filter and then
  * serves the control protocol: every packet is a list of NUL-terminated
- * strings, the op first, then key=value fields. See internal/initproto for the
+ * strings, the op first, then key=value fields. See internal/backend/initproto for the
  * client and the protocol description.
  *
  * The build needs no kernel headers (musl-gcc ships none), so the few kernel

@@ -1,6 +1,6 @@
 /*
  * spawner: `dsec-init spawner`, a tiny long-lived helper that clones sandbox
- * inits for the server (internal/initproto/spawner.go).
+ * inits for the server (internal/backend/initproto/spawner.go).
  *
  * Why: the server holds a descriptor per live sandbox (its pidfd), and a
  * fork+exec from the server copies its whole descriptor table and then closes

@@ -1,5 +1,5 @@
 /*
- * dsec-vmagent: PID 1 of a dsec microVM (internal/vm).
+ * dsec-vmagent: PID 1 of a dsec microVM (internal/backend/vm).
  *
  * It is the guest's /init in a small initramfs (the agent plus the kernel
  * modules listed in /lib/modules/order). Boot:
@@ -1347,7 +1347,7 @@ static int hexval(char c);
 #define RNDADDENTROPY _IOW('R', 0x03, int[2])
 #define RNDRESEEDCRNG _IO('R', 0x07)
 
-/* do_ident gives a guest restored from a snapshot (internal/vm/microvm's
+/* do_ident gives a guest restored from a snapshot (internal/backend/vm/microvm's
  * templates) its own identity: every clone of one snapshot wakes with the
  * template's host name, its clock stopped when the snapshot was taken and
  * the same random number generator state. host sets the host name, time
@@ -1461,7 +1461,7 @@ static void handle_req(uint32_t ch, char *d, size_t n)
 		sync();
 		send_simple(ch, "OK");
 	} else if (!strcmp(op, "SETTLE")) {
-		/* Before a snapshot (internal/vm/microvm's templates): what the
+		/* Before a snapshot (internal/backend/vm/microvm's templates): what the
 		 * agent would do on its first idle moment is done now, so no
 		 * clone does it again. */
 		if (later_due)

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )

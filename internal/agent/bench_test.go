@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/driver/drivertest"
+	"github.com/dsec-dev/dsec/internal/backend/driver/drivertest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )

@@ -5,21 +5,21 @@ import (
 	"os"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// EnvPacker builds a committed environment (internal/commit implements it with
+// EnvPacker builds a committed environment (internal/image/commit implements it with
 // the layer builder, the blob store and the environment store).
 type EnvPacker interface {
 	// Pack builds each of dirs (overlay-format directories, bottom first) into
 	// an EROFS layer and composes environment name = base's layers + those
 	// layers. The last of dirs is the committed writable layer; its layer is
 	// returned as the result's Layer.
-	Pack(ctx context.Context, name string, base images.Image, dirs []string) (api.CommitResult, error)
+	Pack(ctx context.Context, name string, base image.Image, dirs []string) (api.CommitResult, error)
 }
 
 // Commit implements session.Sandboxes (DSec's pack_diff): the sandbox is
@@ -30,7 +30,7 @@ func (m *Manager) Commit(ctx context.Context, id string, req api.CommitRequest) 
 	if m.cfg.Packer == nil {
 		return api.CommitResult{}, errdefs.New(api.CodeNotImplemented, "this node has no environment store to commit into")
 	}
-	if !images.ValidName.MatchString(req.Name) {
+	if !image.ValidName.MatchString(req.Name) {
 		return api.CommitResult{}, errdefs.Invalid("invalid environment name %q (lowercase letters, digits, . _ -)", req.Name)
 	}
 	exclude := append([]string{}, req.Exclude...)
@@ -74,7 +74,7 @@ func (m *Manager) Commit(ctx context.Context, id string, req api.CommitRequest) 
 	if err != nil {
 		return api.CommitResult{}, err
 	}
-	base, err := m.forkBase(rec, images.Image{Name: rec.Image, Config: rec.ImageConfig})
+	base, err := m.forkBase(rec, image.Image{Name: rec.Image, Config: rec.ImageConfig})
 	if err != nil {
 		return api.CommitResult{}, err
 	}

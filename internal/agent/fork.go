@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -79,11 +79,11 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (api
 	if err == nil {
 		st, err = snap.SnapshotRW(ctx, dir, nil)
 	}
-	img := images.Image{Name: rec.Image, Config: rec.ImageConfig}
-	var top []images.Layer
+	img := image.Image{Name: rec.Image, Config: rec.ImageConfig}
+	var top []image.Layer
 	for _, l := range rec.Spec.Layers {
 		if l.Role == forkRole { // a fork of a fork: keep the grandparent's copies
-			top = append(top, images.Layer{Role: forkRole, Dir: l.Path})
+			top = append(top, image.Layer{Role: forkRole, Dir: l.Path})
 		}
 	}
 	sb.mu.Unlock()
@@ -91,7 +91,7 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (api
 		return api.ForkResult{}, err
 	}
 	snapTime := time.Since(start)
-	top = append(top, images.Layer{Role: forkRole, Dir: dir})
+	top = append(top, image.Layer{Role: forkRole, Dir: dir})
 	base, err := m.forkBase(rec, img)
 	if err != nil {
 		return api.ForkResult{}, err
@@ -118,10 +118,10 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (api
 // forkBase resolves the parent's image again for a child. A directory image
 // is the same directories; a layered environment must still have the layers
 // the parent runs on (a rebase since would give the children other files).
-func (m *Manager) forkBase(rec *record, img images.Image) (images.Image, error) {
+func (m *Manager) forkBase(rec *record, img image.Image) (image.Image, error) {
 	name := rec.Image
 	if rec.ImageDigest != "" {
-		name = images.Pin(rec.ImageRef, rec.ImageDigest)
+		name = image.Pin(rec.ImageRef, rec.ImageDigest)
 	}
 	cur, err := m.cfg.Images.Resolve(name)
 	if err != nil {

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -191,7 +191,7 @@ func TestForkAllOrNothing(t *testing.T) {
 // countingPacker records whether a commit got as far as packing.
 type countingPacker struct{ calls atomic.Int32 }
 
-func (p *countingPacker) Pack(ctx context.Context, name string, base images.Image, dirs []string) (api.CommitResult, error) {
+func (p *countingPacker) Pack(ctx context.Context, name string, base image.Image, dirs []string) (api.CommitResult, error) {
 	p.calls.Add(1)
 	return api.CommitResult{}, errors.New("not reached")
 }

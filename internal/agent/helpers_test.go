@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/backend/container"
 	"github.com/dsec-dev/dsec/internal/cgroups"
-	"github.com/dsec-dev/dsec/internal/container"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -31,7 +31,7 @@ func (c *fakeClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 type env struct {
 	dataDir string
 	dcfg    container.Config
-	store   *images.Store
+	store   *image.Store
 	clock   *fakeClock
 }
 
@@ -50,7 +50,7 @@ func newEnv(t testing.TB) *env {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (namespaces, cgroups, mounts)")
 	}
-	store := &images.Store{Dir: imagesDir(), Default: "debian"}
+	store := &image.Store{Dir: imagesDir(), Default: "debian"}
 	if _, err := store.Resolve(""); err != nil {
 		t.Skipf("default image not available (run `make setup`): %v", err)
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -22,17 +22,17 @@ func TestImageConfigDefaults(t *testing.T) {
 		t.Skipf("debian is not a one-directory image: %v", err)
 	}
 	dir := t.TempDir()
-	write := func(c *images.Config) {
+	write := func(c *image.Config) {
 		t.Helper()
 		os.MkdirAll(filepath.Join(dir, "cfg"), 0o755)
-		m := images.Manifest{Name: "cfg", Layers: []images.Layer{{Dir: deb.Lower()[0]}}, Config: c}
-		if _, err := images.WriteManifest(filepath.Join(dir, "cfg", images.ManifestFile), m); err != nil {
+		m := image.Manifest{Name: "cfg", Layers: []image.Layer{{Dir: deb.Lower()[0]}}, Config: c}
+		if _, err := image.WriteManifest(filepath.Join(dir, "cfg", image.ManifestFile), m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	write(&images.Config{Env: []string{"PATH=/opt/tool/bin:/usr/bin:/bin", "JAVA_HOME=/opt/jdk"}, WorkingDir: "/tmp", User: "1000",
+	write(&image.Config{Env: []string{"PATH=/opt/tool/bin:/usr/bin:/bin", "JAVA_HOME=/opt/jdk"}, WorkingDir: "/tmp", User: "1000",
 		Entrypoint: []string{"/bin/sh"}, Cmd: []string{"-l"}})
-	store := &images.Store{Dir: dir, Default: "cfg"}
+	store := &image.Store{Dir: dir, Default: "cfg"}
 	withStore := func(c *agent.Config) { c.Images = store }
 	m := e.open(t, withStore)
 
@@ -53,14 +53,14 @@ func TestImageConfigDefaults(t *testing.T) {
 	if err != nil || img.Config == nil || img.Config.User != "1000" || len(img.Config.Entrypoint) != 1 || img.Config.Cmd[0] != "-l" {
 		t.Errorf("GET image: %+v %v", img, err)
 	}
-	var rc images.Config
+	var rc image.Config
 	if err := json.Unmarshal(e.recordOf(t, a.ID)["image_config"], &rc); err != nil || rc.WorkingDir != "/tmp" {
 		t.Errorf("record's image_config: %+v %v", rc, err)
 	}
 
 	// The image changes: new sandboxes get the new config, running ones keep theirs,
 	// also after the agent restarts.
-	write(&images.Config{Env: []string{"JAVA_HOME=/opt/jdk21"}})
+	write(&image.Config{Env: []string{"JAVA_HOME=/opt/jdk21"}})
 	if err := m.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -42,15 +42,15 @@ func (m *Manager) Image(ctx context.Context, name string) (api.Image, error) {
 	if err != nil {
 		return api.Image{}, err
 	}
-	var usage map[string]images.LayerUsage
+	var usage map[string]image.LayerUsage
 	if img.Layered() {
 		usage = m.layerUsage(ctx)
 	}
 	return img.View(usage, img.Name == m.cfg.Images.Default), nil
 }
 
-func (m *Manager) layerUsage(ctx context.Context) map[string]images.LayerUsage {
-	acct, ok := m.cfg.Images.Layers.(images.LayerAccounting)
+func (m *Manager) layerUsage(ctx context.Context) map[string]image.LayerUsage {
+	acct, ok := m.cfg.Images.Layers.(image.LayerAccounting)
 	if !ok {
 		return nil
 	}

@@ -20,10 +20,10 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/hostfeat"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -47,7 +47,7 @@ type Config struct {
 	Drivers *driver.Registry
 	// Driver is shorthand for a registry of this one driver.
 	Driver driver.Driver
-	Images *images.Store
+	Images *image.Store
 	// Node is this node's name, encoded in every sandbox ID it creates (see
 	// session.NewID); default: the host name made valid (session.NodeNameFrom).
 	Node string
@@ -60,7 +60,7 @@ type Config struct {
 	MaxLogBytes int64
 	// MaxFork bounds the children of one fork (0 = DefaultMaxFork).
 	MaxFork int
-	// Packer builds committed environments (internal/commit); nil: commit is
+	// Packer builds committed environments (internal/image/commit); nil: commit is
 	// not available on this node.
 	Packer EnvPacker
 	Logger *slog.Logger
@@ -386,4 +386,4 @@ func (m *Manager) Get(ctx context.Context, id string) (api.Sandbox, error) {
 }
 
 // ImageLower resolves an image name ("" = default) the way Create does.
-func (m *Manager) ImageLower(name string) (images.Image, error) { return m.cfg.Images.Resolve(name) }
+func (m *Manager) ImageLower(name string) (image.Image, error) { return m.cfg.Images.Resolve(name) }

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/driver/drivertest"
-	"github.com/dsec-dev/dsec/internal/driver/mock"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver/drivertest"
+	"github.com/dsec-dev/dsec/internal/backend/driver/mock"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -30,7 +30,7 @@ type mockEnv struct {
 	host     *mock.Host
 	dataDir  string
 	stateDir string
-	store    *images.Store
+	store    *image.Store
 	maxLog   int64 // agent.Config.MaxLogBytes
 }
 
@@ -51,7 +51,7 @@ func newMockEnv(t testing.TB) *mockEnv {
 		t.Fatal(err)
 	}
 	e := &mockEnv{host: mock.NewHost(), dataDir: t.TempDir(), stateDir: t.TempDir(),
-		store: &images.Store{Dir: imgs, Default: "tiny"}}
+		store: &image.Store{Dir: imgs, Default: "tiny"}}
 	t.Cleanup(func() {
 		if ents, _ := os.ReadDir(filepath.Join(e.dataDir, "sandboxes")); len(ents) > 0 {
 			t.Errorf("records left behind: %d", len(ents))

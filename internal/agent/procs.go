@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/driver/procio"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver/procio"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/session"

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/reclaim"
 	"github.com/dsec-dev/dsec/pkg/api"

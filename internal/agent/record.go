@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/datafmt"
-	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -43,7 +43,7 @@ type record struct {
 	NextProc    int             `json:"next_proc,omitempty"`
 	// ImageConfig is the image's config at create (images.Config: default env,
 	// cwd, user of every exec); a later rebase of the image does not change it.
-	ImageConfig *images.Config `json:"image_config,omitempty"`
+	ImageConfig *image.Config `json:"image_config,omitempty"`
 
 	// Network is the sandbox's egress policy, applied again on reset (nil:
 	// loopback only).

@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -210,7 +210,7 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 // createOn creates a sandbox on img with extra directory layers stacked on top
 // of img's (a fork's snapshot of its parent's writable layer).
 // adm is the place admission reserved for it; nil: createOn admits it itself.
-func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, img images.Image, top []images.Layer, adm *admission) (*sandbox, error) {
+func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, img image.Image, top []image.Layer, adm *admission) (*sandbox, error) {
 	adm, err := m.admitPhase(ctx, req.Backend, adm)
 	if err != nil {
 		return nil, err
@@ -271,7 +271,7 @@ func (m *Manager) refusedAdmission(ctx context.Context, backend string, err erro
 
 // startSandbox starts the sandbox on resolved lower directories; *started is set
 // once it exists (so the caller keeps the layers it acquired).
-func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest, img images.Image, id string, adm *admission, started *bool) (*sandbox, error) {
+func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest, img image.Image, id string, adm *admission, started *bool) (*sandbox, error) {
 	env := make([]string, 0, len(req.Env))
 	for k, v := range req.Env {
 		env = append(env, k+"="+v)
@@ -433,7 +433,7 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 // layersOf describes an image's layers (base first) to the driver: a directory
 // layer, or an EROFS layer layerd mounted for this sandbox, as its directory
 // (with the digest and role it has); an EROFS layer nobody mounted as the blob.
-func layersOf(img images.Image) []driver.Layer {
+func layersOf(img image.Image) []driver.Layer {
 	out := make([]driver.Layer, 0, len(img.Layers))
 	for _, l := range img.Layers {
 		dl := driver.Layer{Role: l.Role, Digest: l.Digest, Kind: driver.LayerDir, Path: l.Dir}

@@ -6,7 +6,7 @@ import (
 	"image/png"
 	"testing"
 
-	"github.com/dsec-dev/dsec/internal/driver/mock"
+	"github.com/dsec-dev/dsec/internal/backend/driver/mock"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )

@@ -3,8 +3,8 @@ package agent
 import (
 	"context"
 
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/cgroups"
-	"github.com/dsec-dev/dsec/internal/driver"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/peer"
+	"github.com/dsec-dev/dsec/internal/bench/peer"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
-	"github.com/dsec-dev/dsec/internal/peer"
+	"github.com/dsec-dev/dsec/internal/bench/peer"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

@@ -15,8 +15,8 @@ import (
 	"time"
 
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
-	"github.com/dsec-dev/dsec/internal/images"
-	"github.com/dsec-dev/dsec/internal/peer"
+	"github.com/dsec-dev/dsec/internal/bench/peer"
+	"github.com/dsec-dev/dsec/internal/image"
 )
 
 // CyclePeers are the runtimes `dsec bench cycle` runs beside dsec, in order.
@@ -237,12 +237,12 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 
 // resolveImage finds a local image by name in the images directory
 // ($DSEC_IMAGES_DIR or the default).
-func resolveImage(name string) (images.Image, error) {
+func resolveImage(name string) (image.Image, error) {
 	dir := os.Getenv("DSEC_IMAGES_DIR")
 	if dir == "" {
 		dir = daemon.DefaultImagesDir
 	}
-	return (&images.Store{Dir: dir}).Resolve(name)
+	return (&image.Store{Dir: dir}).Resolve(name)
 }
 
 // pythonCycle is the Python SDK side's client: one process, one cycle per

@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dsec-dev/dsec/internal/fncall"
+	"github.com/dsec-dev/dsec/internal/backend/fncall"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

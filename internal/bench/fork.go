@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
-	"github.com/dsec-dev/dsec/internal/envstore"
+	"github.com/dsec-dev/dsec/internal/image/envstore"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )

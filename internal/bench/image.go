@@ -14,10 +14,10 @@ import (
 	"time"
 
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
-	"github.com/dsec-dev/dsec/internal/blob"
-	"github.com/dsec-dev/dsec/internal/images"
-	"github.com/dsec-dev/dsec/internal/layer"
-	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/blob"
+	"github.com/dsec-dev/dsec/internal/image/layer"
+	"github.com/dsec-dev/dsec/internal/image/lazy"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -221,7 +221,7 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 		res.Task += "; " + strings.Join(o.Then, " ")
 	}
 
-	src, err := (&images.Store{Dir: o.ImagesDir}).Resolve(o.Image)
+	src, err := (&image.Store{Dir: o.ImagesDir}).Resolve(o.Image)
 	if err != nil {
 		return res, err
 	}
@@ -265,8 +265,8 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 	// The main runs read the layer through its chunk index (every chunk verified,
 	// chunks of the index's size); the sweep runs, without it, at their own size.
 	writeLayered := func(dir, index, prefetchList string) error {
-		base := images.Layer{Role: images.RoleBase, Digest: l.Digest, Size: l.Size, Index: index, PrefetchList: prefetchList}
-		return writeManifest(dir, images.Manifest{Name: benchLayeredImage, BlobStore: store, Layers: []images.Layer{base},
+		base := image.Layer{Role: image.RoleBase, Digest: l.Digest, Size: l.Size, Index: index, PrefetchList: prefetchList}
+		return writeManifest(dir, image.Manifest{Name: benchLayeredImage, BlobStore: store, Layers: []image.Layer{base},
 			Description: "base layer of " + o.Image + " (bench image)"})
 	}
 	sweepDir := filepath.Join(scratch, "images-sweep")
@@ -276,7 +276,7 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 	if err := writeLayered(sweepDir, "", ""); err != nil {
 		return res, err
 	}
-	if err := writeManifest(imagesDir, images.Manifest{Name: benchDirImage, Layers: src.Layers, Description: o.Image + " (bench image)"}); err != nil {
+	if err := writeManifest(imagesDir, image.Manifest{Name: benchDirImage, Layers: src.Layers, Description: o.Image + " (bench image)"}); err != nil {
 		return res, err
 	}
 
@@ -335,12 +335,12 @@ func fraction(part, whole int64) float64 {
 	return round(float64(part)/float64(whole), 4)
 }
 
-func writeManifest(imagesDir string, m images.Manifest) error {
+func writeManifest(imagesDir string, m image.Manifest) error {
 	dir := filepath.Join(imagesDir, m.Name)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	_, err := images.WriteManifest(filepath.Join(dir, images.ManifestFile), m)
+	_, err := image.WriteManifest(filepath.Join(dir, image.ManifestFile), m)
 	return err
 }
 

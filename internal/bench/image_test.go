@@ -10,7 +10,7 @@ import (
 	"time"
 
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
-	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/image/lazy"
 )
 
 func TestMain(m *testing.M) {

@@ -26,7 +26,7 @@
 // (--cluster-secret-file); a Watcher ignores any record that does not verify, so
 // an agent with the wrong secret is never placed on or routed to, whatever it
 // wrote. The same secret authenticates the API servers' RPCs to the agents
-// (internal/noderpc).
+// (internal/cluster/noderpc).
 //
 // A Watcher lists and then watches the n/ keys; it is the API server's view of
 // the nodes and the placement engine's Source (placement.Source), stamping each

@@ -3,7 +3,7 @@ package cluster
 import (
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/cluster/placement"
 )
 
 // NodeRecord is what an agent publishes about itself: who it is, where its RPC

@@ -18,8 +18,8 @@ var frontEnds = Under(mod + "internal/frontend")
 
 // benchTooling is the benchmark and probe tooling the product never imports
 // (`dsecd bench` reaches it from cmd/dsecd's bench files only).
-var benchTooling = Under(mod+"internal/bench", mod+"internal/peer", mod+"internal/vm/vmbench",
-	mod+"internal/placement/placebench")
+var benchTooling = Under(mod+"internal/bench", mod+"internal/bench/peer", mod+"internal/bench/vmbench",
+	mod+"internal/bench/placebench")
 
 // rules: each package pattern (and everything it imports) must not reach a
 // package the predicate matches; except lists patterns the rule leaves out.
@@ -32,48 +32,48 @@ var rules = []struct {
 	{
 		patterns: []string{
 			"./internal/session/...", "./internal/trajectory/...", "./internal/agent/...",
-			"./internal/driver/...", "./internal/container/...", "./internal/fncall/...",
+			"./internal/backend/driver/...", "./internal/backend/container/...", "./internal/backend/fncall/...",
 		},
 		forbid: frontEnds,
 		why:    "the session service, the trajectory log, the node agent and the drivers sit below every front end",
 	},
 	{
-		patterns: []string{"./internal/driver/...", "./internal/container/...", "./internal/fncall/..."},
+		patterns: []string{"./internal/backend/driver/...", "./internal/backend/container/...", "./internal/backend/fncall/..."},
 		forbid:   Under(mod+"internal/agent", mod+"internal/app"),
 		why:      "drivers sit below the node agent",
 	},
 	{
 		patterns: []string{"./internal/session/..."},
-		forbid:   Under(mod+"internal/agent", mod+"internal/app", mod+"internal/driver", mod+"internal/container"),
+		forbid:   Under(mod+"internal/agent", mod+"internal/app", mod+"internal/backend/driver", mod+"internal/backend/container"),
 		why:      "the session service is an interface: it names no implementation",
 	},
 	{
 		patterns: []string{"./internal/frontend/..."},
-		forbid: Under(mod+"internal/app", mod+"internal/container", mod+"internal/vm",
-			mod+"internal/fncall", mod+"internal/driver"),
+		forbid: Under(mod+"internal/app", mod+"internal/backend/container", mod+"internal/backend/vm",
+			mod+"internal/backend/fncall", mod+"internal/backend/driver"),
 		why: "front ends map the session contract: they know no role's assembly and no driver",
 	},
 	{
-		patterns: []string{"./internal/container/...", "./internal/vm/...", "./internal/fncall/..."},
+		patterns: []string{"./internal/backend/container/...", "./internal/backend/vm/...", "./internal/backend/fncall/..."},
 		forbid:   frontEnds,
 		why:      "drivers (VMs included) sit below every front end",
 	},
 	{
 		patterns: []string{"./internal/metrics/..."},
-		forbid: Under(mod+"internal/agent", mod+"internal/fncall", mod+"internal/lazy", mod+"internal/container",
-			mod+"internal/vm", mod+"internal/driver", mod+"internal/trajectory", mod+"internal/cluster",
-			mod+"internal/noderpc", mod+"internal/frontend", mod+"internal/app"),
+		forbid: Under(mod+"internal/agent", mod+"internal/backend/fncall", mod+"internal/image/lazy", mod+"internal/backend/container",
+			mod+"internal/backend/vm", mod+"internal/backend/driver", mod+"internal/trajectory", mod+"internal/cluster",
+			mod+"internal/cluster/noderpc", mod+"internal/frontend", mod+"internal/app"),
 		why: "metrics imports no domain package: it defines the small interfaces and stat structs it reads, and the role's assembly (internal/app) adapts the domain packages to them",
 	},
 	{
-		patterns: []string{"./internal/noderpc/...", "./internal/frontend/..."},
+		patterns: []string{"./internal/cluster/noderpc/...", "./internal/frontend/..."},
 		forbid:   Under(mod+"internal/metrics", mod+"internal/trajectory"),
 		why:      "transports know no decorator: the metrics and trajectory interceptors are composed by the role's assembly (session.Chain)",
 	},
 	{
 		patterns: []string{"./internal/...", "./pkg/...", "./ui/..."},
-		except: []string{"./internal/bench/...", "./internal/peer/...", "./internal/vm/vmbench/...",
-			"./internal/placement/placebench/...", "./internal/escapeprobe/...", "./internal/testprog/..."},
+		except: []string{"./internal/bench/...", "./internal/bench/peer/...", "./internal/bench/vmbench/...",
+			"./internal/bench/placebench/...", "./internal/escapeprobe/...", "./internal/testprog/..."},
 		forbid: benchTooling,
 		why:    "the product never imports benchmark tooling (cmd/dsecd: TestOnlyBenchFilesImportBenchTooling)",
 	},

@@ -5,10 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/cluster/noderpc"
+	"github.com/dsec-dev/dsec/internal/cluster/noderpc/noderpctest"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/metrics"
-	"github.com/dsec-dev/dsec/internal/noderpc"
-	"github.com/dsec-dev/dsec/internal/noderpc/noderpctest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )

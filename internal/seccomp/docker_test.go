@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dsec-dev/dsec/internal/initproto"
+	"github.com/dsec-dev/dsec/internal/backend/initproto"
 )
 
 // dockerProfile is the part of Docker's seccomp profile JSON the comparison

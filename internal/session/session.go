@@ -38,7 +38,7 @@
 //  1. The contract: add the method to its group here (Sandboxes) and an
 //     answer to Unimplemented (not_implemented).
 //  2. Its implementations: the node agent (internal/agent), the node RPC
-//     (a client method and a handler entry in internal/noderpc) and the
+//     (a client method and a handler entry in internal/cluster/noderpc) and the
 //     cluster's router (internal/cluster/router) when it routes by sandbox. An
 //     implementation that does not serve it changes nothing: Unimplemented
 //     answers for it.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/vm/fullvm"
+	"github.com/dsec-dev/dsec/internal/backend/vm/fullvm"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/backend/initproto"
 	"github.com/dsec-dev/dsec/internal/escapeprobe"
-	"github.com/dsec-dev/dsec/internal/initproto"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -139,7 +139,7 @@ func uploadProbe(t *testing.T, n *node, id string) {
 }
 
 // testEscapeProbes runs the escape-probe suite in a sandbox of a real server:
-// every probe must fail. (internal/container's TestEscapeProbes shows each
+// every probe must fail. (internal/backend/container's TestEscapeProbes shows each
 // one succeeding against a sandbox with its defences turned off.)
 func testEscapeProbes(t *testing.T, n *node, id string) {
 	uploadProbe(t, n, id)
@@ -156,7 +156,7 @@ func testEscapeProbes(t *testing.T, n *node, id string) {
 	}
 	// -caps is written out, not initproto.DefaultCaps (the value under test):
 	// Docker's default set without CAP_MKNOD and CAP_NET_RAW, pinned name by
-	// name in internal/initproto's TestDefaultsPinned.
+	// name in internal/backend/initproto's TestDefaultsPinned.
 	r, err := n.cl.Exec(context.Background(), id, api.ExecRequest{Cmd: []string{"dsec-escape-probe",
 		"-disk", fmt.Sprintf("%d:%d", maj, min), "-caps", "a00405fb",
 		"-masked", strings.Join(masked, ",")}, TimeoutMs: 60_000})

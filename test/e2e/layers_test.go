@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/image/lazy"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )

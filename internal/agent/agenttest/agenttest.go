@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/driver/mock"
-	"github.com/dsec-dev/dsec/internal/images/imagestest"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver/mock"
+	"github.com/dsec-dev/dsec/internal/image/imagestest"
 )
 
 // Options adjust the node; the zero value is a node named "mock-node" with one

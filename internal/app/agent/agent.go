@@ -21,10 +21,10 @@ import (
 	"github.com/dsec-dev/dsec/internal/app/lifecycle"
 	"github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/cluster"
-	"github.com/dsec-dev/dsec/internal/envstore"
+	"github.com/dsec-dev/dsec/internal/cluster/noderpc"
+	"github.com/dsec-dev/dsec/internal/cluster/placement"
 	"github.com/dsec-dev/dsec/internal/httpkit"
-	"github.com/dsec-dev/dsec/internal/noderpc"
-	"github.com/dsec-dev/dsec/internal/placement"
+	"github.com/dsec-dev/dsec/internal/image/envstore"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

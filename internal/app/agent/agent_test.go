@@ -17,7 +17,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/app/lifecycle"
 	"github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/cluster"
-	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/image/lazy"
 	"github.com/dsec-dev/dsec/internal/reclaim/damontest"
 )
 

@@ -19,8 +19,8 @@ import (
 	"github.com/dsec-dev/dsec/internal/apiserver"
 	"github.com/dsec-dev/dsec/internal/app/lifecycle"
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/cluster/noderpc"
 	"github.com/dsec-dev/dsec/internal/httpkit"
-	"github.com/dsec-dev/dsec/internal/noderpc"
 )
 
 // DefaultListen is the API's default address.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -26,7 +26,7 @@ const fnCallRetryAfter = time.Second
 // marked in use in etcd before the agent resolves it, so no `dsec image rm`
 // anywhere can remove it under the create.
 func (n node) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
-	if n.uses == nil || req.Image == "" || n.dirImage(req.Image) || images.IsReference(req.Image) {
+	if n.uses == nil || req.Image == "" || n.dirImage(req.Image) || image.IsReference(req.Image) {
 		// The default, a directory image or a registry reference: not in etcd.
 		return n.Manager.Create(ctx, req)
 	}
@@ -51,10 +51,10 @@ func (n node) Delete(ctx context.Context, id string) error {
 // dirImage reports whether name is a directory image (which hides an
 // environment of the same name).
 func (n node) dirImage(name string) bool {
-	if !images.ValidName.MatchString(name) {
+	if !image.ValidName.MatchString(name) {
 		return false
 	}
-	_, err := os.Stat(filepath.Join(n.imagesDir, name, images.ManifestFile))
+	_, err := os.Stat(filepath.Join(n.imagesDir, name, image.ManifestFile))
 	return err == nil
 }
 
@@ -68,7 +68,7 @@ func (n node) usedEnvs() []string {
 	}
 	var out []string
 	for _, sb := range list {
-		if sb.Image != "" && !n.dirImage(sb.Image) && !images.IsReference(sb.Image) {
+		if sb.Image != "" && !n.dirImage(sb.Image) && !image.IsReference(sb.Image) {
 			out = append(out, sb.Image)
 		}
 	}

@@ -3,8 +3,8 @@ package node
 import (
 	"path/filepath"
 
-	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/vm/fullvm"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/backend/vm/fullvm"
 )
 
 // fullVMDriver is the fullvm backend when its base image exists

@@ -7,7 +7,7 @@ import (
 )
 
 // The image routes (session.Images) map onto the environment store; the
-// logic lives there and in internal/images.
+// logic lives there and in internal/image.
 
 // Compose implements session.Images: an environment in the node's
 // envstore (layers by name or digest, checked in the node's blob store).
@@ -26,7 +26,7 @@ func (n node) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer
 	return n.envs.RecordPrefetch(ctx, n.layers, name)
 }
 
-// Layer supervision. layerd (internal/lazy) outlives the server so that running
+// Layer supervision. layerd (internal/image/lazy) outlives the server so that running
 // sandboxes keep their layers across a server restart, and its holder starts it
 // again if it dies. The server's part: start it on the first layered create
 // (lazy.Client), and stop it when the server stops with no sandbox left, so that

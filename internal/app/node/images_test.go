@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/blob"
-	"github.com/dsec-dev/dsec/internal/images"
-	"github.com/dsec-dev/dsec/internal/layer"
-	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/blob"
+	"github.com/dsec-dev/dsec/internal/image/layer"
+	"github.com/dsec-dev/dsec/internal/image/lazy"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 // sha256sum lines.
 func layeredImages(t *testing.T) (string, string) {
 	t.Helper()
-	bb, err := (&images.Store{Dir: DefaultImagesDir}).Resolve("busybox")
+	bb, err := (&image.Store{Dir: DefaultImagesDir}).Resolve("busybox")
 	if err != nil || len(bb.Lower()) != 1 {
 		t.Skipf("needs the busybox image in %s (make setup): %v", DefaultImagesDir, err)
 	}
@@ -66,12 +66,12 @@ func layeredImages(t *testing.T) (string, string) {
 		t.Fatal(err)
 	}
 	imagesDir := t.TempDir()
-	m := images.Manifest{Name: "layered", BlobStore: "dir:" + blobDir + ";latency=20ms",
-		Layers: []images.Layer{{Role: images.RoleBase, Digest: l.Digest, Size: l.Size, Index: l.Index}}}
+	m := image.Manifest{Name: "layered", BlobStore: "dir:" + blobDir + ";latency=20ms",
+		Layers: []image.Layer{{Role: image.RoleBase, Digest: l.Digest, Size: l.Size, Index: l.Index}}}
 	if err := os.MkdirAll(filepath.Join(imagesDir, m.Name), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := images.WriteManifest(filepath.Join(imagesDir, m.Name, images.ManifestFile), m); err != nil {
+	if _, err := image.WriteManifest(filepath.Join(imagesDir, m.Name, image.ManifestFile), m); err != nil {
 		t.Fatal(err)
 	}
 	return imagesDir, sums.String()

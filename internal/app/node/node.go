@@ -25,27 +25,27 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/app/lifecycle"
 	"github.com/dsec-dev/dsec/internal/auth"
-	"github.com/dsec-dev/dsec/internal/blob"
-	"github.com/dsec-dev/dsec/internal/commit"
-	"github.com/dsec-dev/dsec/internal/container"
+	"github.com/dsec-dev/dsec/internal/backend/container"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/backend/fncall"
+	"github.com/dsec-dev/dsec/internal/backend/vm/microvm"
 	"github.com/dsec-dev/dsec/internal/datafmt"
-	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/envstore"
-	"github.com/dsec-dev/dsec/internal/fncall"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/httpkit"
+	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/blob"
+	"github.com/dsec-dev/dsec/internal/image/commit"
+	"github.com/dsec-dev/dsec/internal/image/envstore"
+	"github.com/dsec-dev/dsec/internal/image/lazy"
 	"github.com/dsec-dev/dsec/internal/image/pull"
 	"github.com/dsec-dev/dsec/internal/image/registry"
-	"github.com/dsec-dev/dsec/internal/images"
-	"github.com/dsec-dev/dsec/internal/lazy"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/internal/trajectory"
-	"github.com/dsec-dev/dsec/internal/vm/microvm"
 )
 
 // Defaults.
@@ -133,7 +133,7 @@ type Config struct {
 	// installed.
 	NoMicroVM bool
 	// NoVMSnapshots boots every microVM (no launch snapshots to restore
-	// from, internal/vm/microvm/snapshot.go).
+	// from, internal/backend/vm/microvm/snapshot.go).
 	NoVMSnapshots bool
 	// NoFullVM leaves the fullvm backend out even when its base image is
 	// built.
@@ -352,7 +352,7 @@ func (d *Daemon) startAgent(ctx context.Context) (lifecycle.Close, error) {
 		DataDir: cfg.DataDir, Driver: d.Driver, Drivers: d.drivers, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
 		MaxLogBytes: cfg.MaxLogBytes, QoS: d.qosCfg, Tracer: d.obs.tracing, Observer: d.obs.metrics,
 		MaxFork: cfg.MaxFork, Packer: &commit.Packer{Blobs: d.blobs, Envs: d.envs, TempDir: d.dirs.Commits()},
-		Images: &images.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: d.blobSpec,
+		Images: &image.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: d.blobSpec,
 			Layers: lazy.Mounter{Client: d.Layers, Prefetch: cfg.LayerPrefetch},
 			Envs:   envstore.Images{Store: d.envs, DefaultSpec: d.blobSpec},
 			Refs:   d.puller},
@@ -398,7 +398,7 @@ func (d *Daemon) startTrajectories(ctx context.Context) (lifecycle.Close, error)
 func (d *Daemon) startFnCall(context.Context) (lifecycle.Close, error) {
 	fc, err := fncall.New(fncall.Config{
 		StateDir: d.dirs.FnCall(), Logger: d.cfg.Logger,
-		Images: &images.Store{Dir: d.cfg.ImagesDir, Default: fncall.DefaultImage},
+		Images: &image.Store{Dir: d.cfg.ImagesDir, Default: fncall.DefaultImage},
 	})
 	if err != nil {
 		return nil, err

@@ -6,10 +6,10 @@ import (
 	"net/http"
 
 	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/fncall"
+	"github.com/dsec-dev/dsec/internal/backend/fncall"
 	"github.com/dsec-dev/dsec/internal/frontend/sandboxfusion"
 	"github.com/dsec-dev/dsec/internal/httpkit"
-	"github.com/dsec-dev/dsec/internal/lazy"
+	"github.com/dsec-dev/dsec/internal/image/lazy"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/tracing"

@@ -17,9 +17,9 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/image/registry"
 	"github.com/dsec-dev/dsec/internal/image/registry/registrytest"
-	"github.com/dsec-dev/dsec/internal/images"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -27,7 +27,7 @@ type regEntry = registrytest.Entry
 
 // busyboxLayer is the busybox image's tree as an OCI layer.
 func busyboxLayer(t *testing.T) v1.Layer {
-	bb, err := (&images.Store{Dir: DefaultImagesDir}).Resolve("busybox")
+	bb, err := (&image.Store{Dir: DefaultImagesDir}).Resolve("busybox")
 	if err != nil || len(bb.Lower()) != 1 {
 		t.Skipf("needs the busybox image in %s (make setup): %v", DefaultImagesDir, err)
 	}

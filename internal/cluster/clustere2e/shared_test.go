@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/blob"
+	"github.com/dsec-dev/dsec/internal/image/blob"
 	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/pkg/api"
 )

@@ -1,6 +1,6 @@
 // Package router is the cluster's router: a session.Service that places new
 // sandboxes with the placement engine and sends every other call to the node
-// its sandbox ID names (session.NodeOf), over the node RPC (internal/noderpc).
+// its sandbox ID names (session.NodeOf), over the node RPC (internal/cluster/noderpc).
 // The API server (internal/apiserver) serves the front ends in front of it.
 //
 // The router keeps no per-sandbox state. Its view of the nodes is a

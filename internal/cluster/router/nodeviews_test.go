@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/cluster/placement"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/placement"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

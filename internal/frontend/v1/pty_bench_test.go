@@ -15,18 +15,18 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/container"
-	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/driver/mock"
+	"github.com/dsec-dev/dsec/internal/backend/container"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver/mock"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
-	"github.com/dsec-dev/dsec/internal/images"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // benchAPIPTY measures a keystroke's round trip through the whole /v1 stack: an
 // NDJSON stdin line into POST .../exec/stream (tty: true), the agent, the driver,
 // cat on a raw terminal in the sandbox, and back out as a stdout event.
-func benchAPIPTY(b *testing.B, drv driver.Driver, store *images.Store, create api.CreateSandboxRequest) {
+func benchAPIPTY(b *testing.B, drv driver.Driver, store *image.Store, create api.CreateSandboxRequest) {
 	ctx := context.Background()
 	reg, err := driver.NewRegistry(drv)
 	if err != nil {
@@ -121,7 +121,7 @@ func BenchmarkPTYAPIMock(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	benchAPIPTY(b, d, &images.Store{Dir: imgs, Default: "tiny"}, api.CreateSandboxRequest{})
+	benchAPIPTY(b, d, &image.Store{Dir: imgs, Default: "tiny"}, api.CreateSandboxRequest{})
 }
 
 // BenchmarkPTYAPIContainer runs on the container driver (root, busybox image).
@@ -129,7 +129,7 @@ func BenchmarkPTYAPIContainer(b *testing.B) {
 	if os.Geteuid() != 0 {
 		b.Skip("needs root")
 	}
-	store := &images.Store{Dir: "/var/lib/dsec/images", Default: "busybox"}
+	store := &image.Store{Dir: "/var/lib/dsec/images", Default: "busybox"}
 	if _, err := store.Resolve(""); err != nil {
 		b.Skipf("busybox image: %v", err)
 	}

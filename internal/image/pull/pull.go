@@ -5,7 +5,7 @@
 // fetched once per digest per node (concurrent pulls of the same image or
 // layer share one fetch), each layer is verified against its digest and its
 // diff ID and converted into dsec's EROFS layer format (overlayfs whiteouts,
-// internal/layer.BuildOCILayer) stored in the blob store, so images sharing
+// internal/image/layer.BuildOCILayer) stored in the blob store, so images sharing
 // layers convert them once. The image is then those layers in order, stacked
 // by overlayfs, with the image config Docker honours.
 //
@@ -40,11 +40,11 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/singleflight"
 
-	"github.com/dsec-dev/dsec/internal/blob"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/blob"
+	"github.com/dsec-dev/dsec/internal/image/layer"
 	"github.com/dsec-dev/dsec/internal/image/registry"
-	"github.com/dsec-dev/dsec/internal/images"
-	"github.com/dsec-dev/dsec/internal/layer"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -87,7 +87,7 @@ type Pulled struct {
 	// Digest is what Ref resolved to.
 	Digest string
 	// Image is the environment (Name is the reference pinned to Digest).
-	Image images.Image
+	Image image.Image
 }
 
 // Pull resolves ref and makes its image available on this node.
@@ -142,8 +142,8 @@ func (p *Puller) shared(ctx context.Context, key string, fn func() (any, error))
 	}
 }
 
-func (p *Puller) pulled(ref, dg string, m images.Manifest) (Pulled, error) {
-	img, err := images.FromManifest(m, "", p.Spec)
+func (p *Puller) pulled(ref, dg string, m image.Manifest) (Pulled, error) {
+	img, err := image.FromManifest(m, "", p.Spec)
 	if err != nil {
 		return Pulled{}, errdefs.Internal(err, "image %s", ref)
 	}
@@ -153,7 +153,7 @@ func (p *Puller) pulled(ref, dg string, m images.Manifest) (Pulled, error) {
 
 // image returns the environment of res's digest, pulling it unless this
 // node has it.
-func (p *Puller) image(ctx context.Context, res registry.Resolved) (images.Manifest, error) {
+func (p *Puller) image(ctx context.Context, res registry.Resolved) (image.Manifest, error) {
 	dg := res.Digest.String()
 	if m, err := p.readImage(dg); err == nil {
 		return m, nil
@@ -165,32 +165,32 @@ func (p *Puller) image(ctx context.Context, res registry.Resolved) (images.Manif
 		return p.pullImage(context.WithoutCancel(ctx), res)
 	})
 	if err != nil {
-		return images.Manifest{}, err
+		return image.Manifest{}, err
 	}
-	return v.(images.Manifest), nil
+	return v.(image.Manifest), nil
 }
 
 // pullWorkers is how many layers of one image are fetched at once.
 const pullWorkers = 3
 
-func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (images.Manifest, error) {
+func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (image.Manifest, error) {
 	start := time.Now()
 	img := res.Image
 	cf, err := img.ConfigFile()
 	if err != nil {
-		return images.Manifest{}, registry.Classify(err, "config of "+registry.Normalized(res.Ref))
+		return image.Manifest{}, registry.Classify(err, "config of "+registry.Normalized(res.Ref))
 	}
 	ls, err := img.Layers()
 	if err != nil {
-		return images.Manifest{}, registry.Classify(err, "layers of "+registry.Normalized(res.Ref))
+		return image.Manifest{}, registry.Classify(err, "layers of "+registry.Normalized(res.Ref))
 	}
 	if len(ls) == 0 {
-		return images.Manifest{}, errdefs.Invalid("image %s has no layers", registry.Normalized(res.Ref))
+		return image.Manifest{}, errdefs.Invalid("image %s has no layers", registry.Normalized(res.Ref))
 	}
 	if len(cf.RootFS.DiffIDs) != len(ls) {
-		return images.Manifest{}, errdefs.Invalid("image %s: %d layers but %d diff IDs in its config", registry.Normalized(res.Ref), len(ls), len(cf.RootFS.DiffIDs))
+		return image.Manifest{}, errdefs.Invalid("image %s: %d layers but %d diff IDs in its config", registry.Normalized(res.Ref), len(ls), len(cf.RootFS.DiffIDs))
 	}
-	out := make([]images.Layer, len(ls))
+	out := make([]image.Layer, len(ls))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(pullWorkers)
 	for i, l := range ls {
@@ -201,17 +201,17 @@ func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (images.M
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return images.Manifest{}, err
+		return image.Manifest{}, err
 	}
-	images.Roles(out, false)
+	image.Roles(out, false)
 	c := configOf(cf)
 	if err := c.Validate(); err != nil {
-		return images.Manifest{}, err
+		return image.Manifest{}, err
 	}
-	m := images.Manifest{Version: images.ManifestVersion, Name: images.Pin(registry.Normalized(res.Ref), res.Digest.String()),
+	m := image.Manifest{Version: image.ManifestVersion, Name: image.Pin(registry.Normalized(res.Ref), res.Digest.String()),
 		Description: "pulled from " + registry.Normalized(res.Ref), BlobStore: p.Spec, Layers: out, Config: c, Created: time.Now().UTC()}
 	if err := p.writeImage(res.Digest.String(), m); err != nil {
-		return images.Manifest{}, err
+		return image.Manifest{}, err
 	}
 	p.log().Info("pulled image", "ref", registry.Normalized(res.Ref), "digest", res.Digest.String(), "layers", len(out), "took", time.Since(start))
 	return m, nil
@@ -225,8 +225,8 @@ func (p *Puller) log() *slog.Logger {
 }
 
 // configOf is the part of an OCI config dsec keeps.
-func configOf(cf *v1.ConfigFile) *images.Config {
-	c := &images.Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
+func configOf(cf *v1.ConfigFile) *image.Config {
+	c := &image.Config{Env: cf.Config.Env, WorkingDir: cf.Config.WorkingDir, User: cf.Config.User,
 		Entrypoint: cf.Config.Entrypoint, Cmd: cf.Config.Cmd, Labels: cf.Config.Labels}
 	for port := range cf.Config.ExposedPorts {
 		c.ExposedPorts = append(c.ExposedPorts, port)
@@ -239,10 +239,10 @@ func configOf(cf *v1.ConfigFile) *images.Config {
 }
 
 // layer returns l's EROFS layer, converting it unless this node has it.
-func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (images.Layer, error) {
+func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (image.Layer, error) {
 	dg, err := l.Digest()
 	if err != nil {
-		return images.Layer{}, registry.Classify(err, "layer digest")
+		return image.Layer{}, registry.Classify(err, "layer digest")
 	}
 	if el, err := p.readLayer(ctx, dg.String()); err == nil {
 		return el, nil
@@ -254,67 +254,67 @@ func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (images.
 		return p.convert(context.WithoutCancel(ctx), l, dg, diffID)
 	})
 	if err != nil {
-		return images.Layer{}, err
+		return image.Layer{}, err
 	}
-	return v.(images.Layer), nil
+	return v.(image.Layer), nil
 }
 
 // convert fetches l into a temporary file, verifies it against its digest
 // and the uncompressed tar against diffID, converts it and records it.
-func (p *Puller) convert(ctx context.Context, l v1.Layer, dg, diffID v1.Hash) (images.Layer, error) {
+func (p *Puller) convert(ctx context.Context, l v1.Layer, dg, diffID v1.Hash) (image.Layer, error) {
 	tmp, err := p.tempDir()
 	if err != nil {
-		return images.Layer{}, err
+		return image.Layer{}, err
 	}
 	f, err := os.CreateTemp(tmp, "fetch-*.layer")
 	if err != nil {
-		return images.Layer{}, errdefs.Internal(err, "layer %s: temp file", dg)
+		return image.Layer{}, errdefs.Internal(err, "layer %s: temp file", dg)
 	}
 	defer func() { f.Close(); os.Remove(f.Name()) }()
 	rc, err := l.Compressed()
 	if err != nil {
-		return images.Layer{}, registry.Classify(err, "layer "+dg.String())
+		return image.Layer{}, registry.Classify(err, "layer "+dg.String())
 	}
 	p.LayersFetched.Add(1)
 	h := sha256.New()
 	_, err = io.Copy(io.MultiWriter(f, h), rc)
 	rc.Close()
 	if err != nil && !isVerifyErr(err) {
-		return images.Layer{}, registry.Classify(err, "layer "+dg.String())
+		return image.Layer{}, registry.Classify(err, "layer "+dg.String())
 	}
 	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != dg.String() {
-		return images.Layer{}, errdefs.Wrap(api.CodeUnavailable, blob.ErrDigestMismatch,
+		return image.Layer{}, errdefs.Wrap(api.CodeUnavailable, blob.ErrDigestMismatch,
 			"layer %s: the registry sent content whose digest is %s: refused, nothing stored", dg, got)
 	}
 	tl, err := tarball.LayerFromFile(f.Name())
 	if err != nil {
-		return images.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
+		return image.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
 	}
 	ur, err := tl.Uncompressed()
 	if err != nil {
-		return images.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
+		return image.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
 	}
 	defer ur.Close()
 	dh := sha256.New()
 	hr := hashReader{ur, dh}
 	res, err := layer.BuildOCILayer(ctx, dg.String(), hr, p.Blobs, layer.Options{TempDir: tmp})
 	if err != nil {
-		return images.Layer{}, err
+		return image.Layer{}, err
 	}
 	// The tar reader stops at the end-of-archive blocks: hash the rest too.
 	if _, err := io.Copy(io.Discard, hr); err != nil {
-		return images.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
+		return image.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
 	}
 	if got := "sha256:" + hex.EncodeToString(dh.Sum(nil)); diffID.Hex != "" && got != diffID.String() {
 		// The blob store keeps the EROFS blob (content-addressed, harmless) but
 		// no record names it.
-		return images.Layer{}, errdefs.Wrap(api.CodeUnavailable, blob.ErrDigestMismatch,
+		return image.Layer{}, errdefs.Wrap(api.CodeUnavailable, blob.ErrDigestMismatch,
 			"layer %s: uncompressed content is %s, the image config says %s: refused", dg, got, diffID)
 	}
 	el := res.Layer
 	el.Store = ""
 	if err := p.writeLayer(dg.String(), el); err != nil {
-		return images.Layer{}, err
+		return image.Layer{}, err
 	}
 	p.log().Debug("converted layer", "digest", dg.String(), "erofs", el.Digest, "size", el.Size, "took", res.BuildTime)
 	return el, nil
@@ -350,8 +350,8 @@ func (p *Puller) tempDir() (string, error) {
 
 func hexOf(dg string) string { return strings.TrimPrefix(dg, "sha256:") }
 
-func (p *Puller) readLayer(ctx context.Context, dg string) (images.Layer, error) {
-	var el images.Layer
+func (p *Puller) readLayer(ctx context.Context, dg string) (image.Layer, error) {
+	var el image.Layer
 	b, err := os.ReadFile(filepath.Join(p.Dir, "layers", hexOf(dg)+".json"))
 	if err != nil {
 		return el, err
@@ -366,19 +366,19 @@ func (p *Puller) readLayer(ctx context.Context, dg string) (images.Layer, error)
 	return el, nil
 }
 
-func (p *Puller) writeLayer(dg string, el images.Layer) error {
+func (p *Puller) writeLayer(dg string, el image.Layer) error {
 	b, _ := json.Marshal(el)
 	return p.write(filepath.Join(p.Dir, "layers", hexOf(dg)+".json"), b)
 }
 
-func (p *Puller) readImage(dg string) (images.Manifest, error) {
+func (p *Puller) readImage(dg string) (image.Manifest, error) {
 	if _, err := blob.ParseDigest(dg); err != nil {
-		return images.Manifest{}, err
+		return image.Manifest{}, err
 	}
-	return images.ReadManifest(filepath.Join(p.Dir, "images", hexOf(dg)+".json"))
+	return image.ReadManifest(filepath.Join(p.Dir, "images", hexOf(dg)+".json"))
 }
 
-func (p *Puller) writeImage(dg string, m images.Manifest) error {
+func (p *Puller) writeImage(dg string, m image.Manifest) error {
 	b, err := m.Marshal()
 	if err != nil {
 		return errdefs.Internal(err, "image %s", dg)
@@ -390,7 +390,7 @@ func (p *Puller) write(path string, b []byte) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return errdefs.Internal(err, "pull records")
 	}
-	if err := images.WriteFileAtomic(path, b); err != nil {
+	if err := image.WriteFileAtomic(path, b); err != nil {
 		return errdefs.Internal(err, "pull record %s", path)
 	}
 	return nil
@@ -448,22 +448,22 @@ func (p *Puller) recordRef(ref, dg string) error {
 	return nil
 }
 
-var _ images.RefPuller = (*Puller)(nil)
+var _ image.RefPuller = (*Puller)(nil)
 
 // PullRef implements images.RefPuller.
-func (p *Puller) PullRef(ctx context.Context, ref string) (images.Image, error) {
+func (p *Puller) PullRef(ctx context.Context, ref string) (image.Image, error) {
 	r, err := p.Pull(ctx, ref)
 	return r.Image, err
 }
 
 // PulledRefs implements images.RefPuller: each pulled reference (named as
 // normalised) with the image it last resolved to.
-func (p *Puller) PulledRefs() ([]images.Image, error) {
+func (p *Puller) PulledRefs() ([]image.Image, error) {
 	refs, err := p.Refs()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]images.Image, 0, len(refs))
+	out := make([]image.Image, 0, len(refs))
 	for _, r := range refs {
 		m, err := p.readImage(r.Digest)
 		if err != nil {

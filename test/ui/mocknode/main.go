@@ -22,11 +22,11 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
-	"github.com/dsec-dev/dsec/internal/driver"
-	"github.com/dsec-dev/dsec/internal/driver/mock"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver/mock"
 	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
-	"github.com/dsec-dev/dsec/internal/images"
+	image1 "github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -71,7 +71,7 @@ func run(n int, token, listen, dir string) error {
 		return err
 	}
 	m, err := agent.New(ctx, agent.Config{DataDir: filepath.Join(dir, "agent"), Drivers: reg,
-		Images: &images.Store{Dir: imgs, Default: "tiny"}, Node: "mock", MaxSandboxes: n + 10})
+		Images: &image1.Store{Dir: imgs, Default: "tiny"}, Node: "mock", MaxSandboxes: n + 10})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,494 @@
+// Package container is dsec's container backend, built directly on kernel primitives:
+// a tiny static C init (internal/backend/initbin) is cloned into new mount, pid, uts, ipc, net
+// and cgroup namespaces, mounts an overlay root (read-only lowers + a size-limited
+// tmpfs writable layer), pivots into it, drops capabilities, sets no_new_privs and a
+// seccomp filter, and then serves exec requests over a unix socket. The driver keeps
+// per-sandbox state on local disk so a restarted agent re-adopts running sandboxes.
+package container
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/backend/initbin"
+	"github.com/dsec-dev/dsec/internal/backend/initproto"
+	"github.com/dsec-dev/dsec/internal/cgroups"
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/netpolicy"
+	"github.com/dsec-dev/dsec/internal/reclaim"
+	"github.com/dsec-dev/dsec/internal/seccomp"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// Config configures the container driver.
+type Config struct {
+	// StateDir holds one directory per sandbox (mountpoints, init log, state).
+	StateDir string
+	// RunDir holds the control sockets; it must be short (unix socket paths are
+	// limited to 107 bytes). Default: /run/dsec/<hash of StateDir>.
+	RunDir string
+	// CgroupRoot is where cgroup file systems are mounted (default /sys/fs/cgroup).
+	CgroupRoot string
+	// CgroupParent is the parent cgroup of this driver's sandboxes; default
+	// "dsec-<hash of StateDir>", so two agents on one host never touch each
+	// other's sandboxes.
+	CgroupParent string
+	// Devices are added to every sandbox's /dev and device allowlist
+	// (besides DefaultDeviceRules); see ParseDevice.
+	Devices []Device
+	// UserNS runs sandboxes whose spec does not say otherwise in a user
+	// namespace of their own (see IDPool): sandbox root is then an
+	// unprivileged host uid.
+	UserNS bool
+	// IDPool is where user-namespace sandboxes get their host IDs.
+	IDPool IDPool
+	// Network gives sandboxes egress under a policy; nil: loopback only.
+	Network *netpolicy.Manager
+	Logger  *slog.Logger
+}
+
+// Driver implements driver.Driver for containers.
+type Driver struct {
+	cfg      Config
+	log      *slog.Logger
+	initPath string
+	// nsInitPath is the init binary for sandboxes in user namespaces, in
+	// the run dir: their init resolves its own binary and mountpoints as an
+	// unprivileged uid, so those live below a traversable run dir (0711)
+	// and the state and data dirs stay 0700.
+	nsInitPath string
+	cg         *cgroups.Hierarchy
+	seccomp    *os.File // sealed memfd with the compiled default profile
+	spawner    *initproto.Spawner
+
+	// sysfs is the read-only sysfs shared by all sandboxes (cloned onto
+	// their /sys, see initproto.MountSharedSysfs); "" if it could not be
+	// mounted, then every init mounts its own.
+	sysfs   string
+	sysfsMu sync.Mutex // serializes remounting a vanished shared sysfs
+
+	ids *idAlloc
+	// usernsErr says why no sandbox can have a user namespace here (nil:
+	// they can).
+	usernsErr error
+
+	coreSched bool // the kernel has PR_SCHED_CORE (LS sandboxes get a cookie)
+	// runTmpfs: the run dir may be the driver's own tmpfs (see rundir.go),
+	// unmounted by Close when no sandbox is left.
+	runTmpfs bool
+	// weaken is nil except in this package's tests (see weakening).
+	weaken func(id string) weakening
+}
+
+// New prepares the driver: installs the init binary, detects cgroups and compiles
+// the seccomp profile, all once.
+func New(cfg Config) (*Driver, error) {
+	if cfg.StateDir == "" {
+		return nil, errors.New("container: StateDir is required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	sum := sha256.Sum256([]byte(cfg.StateDir))
+	tag := hex.EncodeToString(sum[:4])
+	defaultRun := cfg.RunDir == ""
+	if defaultRun {
+		cfg.RunDir = filepath.Join("/run/dsec", tag)
+	}
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if cfg.CgroupParent == "" {
+		cfg.CgroupParent = "dsec-" + tag
+	}
+	for _, d := range []string{cfg.StateDir, cfg.RunDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("container: %w", err)
+		}
+	}
+	// mounted only on the default run dir: one the caller chose is theirs
+	runTmpfs := false
+	if defaultRun {
+		var merr error
+		if runTmpfs, merr = mountRunTmpfs(cfg.RunDir); merr != nil {
+			cfg.Logger.Warn("run dir stays on disk", "err", merr)
+		}
+	}
+	initPath, err := initbin.Install(cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("container: install init: %w", err)
+	}
+	h, err := cgroups.Detect(cfg.CgroupRoot)
+	if err != nil {
+		return nil, fmt.Errorf("container: cgroups: %w", err)
+	}
+	prog, err := seccomp.Default().Compile()
+	if err != nil {
+		return nil, fmt.Errorf("container: seccomp: %w", err)
+	}
+	mfd, err := seccomp.MemFD(prog)
+	if err != nil {
+		return nil, fmt.Errorf("container: seccomp memfd: %w", err)
+	}
+	ids, err := newIDAlloc(cfg.IDPool)
+	if err != nil {
+		mfd.Close()
+		return nil, err
+	}
+	// Inits are cloned from a helper with a tiny descriptor table (see
+	// initproto.Spawner); without it, from this process.
+	spawner, serr := initproto.StartSpawner(initPath, 0)
+	if serr != nil {
+		cfg.Logger.Warn("no init spawner; inits are forked from the server", "err", serr)
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids, spawner: spawner,
+		coreSched: cgroups.CoreSchedAvailable(), runTmpfs: runTmpfs || (defaultRun && onMemoryFS(cfg.RunDir))}
+	// An init in a user namespace resolves its binary and mountpoints in
+	// the run dir as an unprivileged uid: make it traversable (not
+	// listable; the sockets in it stay 0600).
+	if err := searchable(filepath.Dir(cfg.RunDir), defaultRun); err != nil {
+		d.usernsErr = err
+	} else if err := searchable(cfg.RunDir, true); err != nil {
+		d.usernsErr = err
+	} else if d.nsInitPath, err = initbin.Install(cfg.RunDir); err != nil {
+		d.usernsErr = err
+	}
+	// One sysfs superblock for all sandboxes instead of one each: every
+	// superblock costs per-memcg shrinker memory on the host.
+	sysfs := filepath.Join(cfg.RunDir, "sysfs")
+	if err := initproto.MountSharedSysfs(sysfs); err != nil {
+		d.log.Warn("no shared sysfs; every sandbox mounts its own", "err", err)
+	} else {
+		d.sysfs = sysfs
+	}
+	return d, nil
+}
+
+// sharedSysfs returns the shared sysfs path for a new sandbox, mounting it
+// again if it vanished (e.g. another driver on the same RunDir closed).
+func (d *Driver) sharedSysfs() string {
+	if d.sysfs == "" || initproto.SharedSysfsMounted(d.sysfs) {
+		return d.sysfs
+	}
+	d.sysfsMu.Lock()
+	defer d.sysfsMu.Unlock()
+	if !initproto.SharedSysfsMounted(d.sysfs) {
+		if err := initproto.MountSharedSysfs(d.sysfs); err != nil {
+			d.log.Warn("remount shared sysfs", "err", err)
+			return ""
+		}
+	}
+	return d.sysfs
+}
+
+// Name implements driver.Driver.
+func (d *Driver) Name() string { return "container" }
+
+// Capabilities implements driver.Driver.
+func (d *Driver) Capabilities() driver.Capabilities {
+	return driver.Capabilities{
+		Isolation: driver.IsolationNamespaces, Pause: true, TTY: true, Credentials: true, Limits: true,
+		Fork: true, Commit: true, // instances are driver.Snapshotters (snapshot.go)
+		LayerKinds: []string{driver.LayerDir},
+	}
+}
+
+// lowerDirs turns layer descriptions into overlayfs lower directories, top-most
+// first. The container driver stacks directories: an EROFS layer must be
+// mounted first (layerd does that for layered images).
+func lowerDirs(layers []driver.Layer) ([]string, error) {
+	if len(layers) == 0 {
+		return nil, errdefs.Invalid("container: no layers")
+	}
+	lower := make([]string, 0, len(layers))
+	for i := len(layers) - 1; i >= 0; i-- {
+		l := layers[i]
+		if l.Kind != driver.LayerDir {
+			return nil, errdefs.Invalid("container: layer %d is %q; this driver takes mounted directories", i, l.Kind)
+		}
+		lower = append(lower, l.Path)
+	}
+	return lower, nil
+}
+
+// CgroupVersion reports 1 or 2.
+func (d *Driver) CgroupVersion() int { return d.cg.Version() }
+
+// Close releases driver-wide resources (not the sandboxes, which keep their
+// clones of the shared sysfs).
+func (d *Driver) Close() error {
+	err := errors.Join(d.seccomp.Close(), d.cg.Close(), d.spawner.Close())
+	if d.sysfs != "" {
+		d.sysfsMu.Lock()
+		err = errors.Join(err, initproto.UnmountSharedSysfs(d.sysfs))
+		d.sysfsMu.Unlock()
+	}
+	// With no sandbox left, leave nothing behind: the parent cgroup and the run
+	// dir go (both stay while sandboxes live on for a restarted agent).
+	_ = d.cg.RemoveIdleParent(d.cfg.CgroupParent)
+	if names, lerr := d.cg.List(d.cfg.CgroupParent); lerr == nil && len(names) == 0 {
+		err = errors.Join(err, d.cg.DeleteDevices(d.cfg.CgroupParent))
+		if g, oerr := d.cg.Open(d.cfg.CgroupParent); oerr == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			err = errors.Join(err, g.Delete(ctx))
+			cancel()
+		}
+	}
+	if d.nsInitPath != "" {
+		_ = os.Remove(d.nsInitPath) // running inits need it no more; New installs it again
+	}
+	if d.runTmpfs {
+		err = errors.Join(err, unmountRunTmpfs(d.cfg.RunDir))
+	}
+	_ = os.Remove(d.cfg.RunDir) // fails, harmlessly, while sockets remain
+	return err
+}
+
+// state is what the driver persists per sandbox (and hands to the agent).
+type state struct {
+	PID       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+	Cgroup    string `json:"cgroup"`
+	// IDBase is the host uid and gid of sandbox root when the sandbox runs
+	// in a user namespace (its range is IDBase..IDBase+IDSize-1); 0: none.
+	IDBase uint32 `json:"id_base,omitempty"`
+	IDSize uint32 `json:"id_size,omitempty"`
+}
+
+func (d *Driver) dir(id string) string    { return filepath.Join(d.cfg.StateDir, id) }
+func (d *Driver) socket(id string) string { return filepath.Join(d.cfg.RunDir, id+".sock") }
+
+// nsDir holds the mountpoints of a sandbox in a user namespace (see
+// nsInitPath).
+func (d *Driver) nsDir(id string) string  { return filepath.Join(d.cfg.RunDir, id+".d") }
+func (d *Driver) cgName(id string) string { return d.cfg.CgroupParent + "/" + id }
+
+// Start implements driver.Driver.
+func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, error) {
+	lower, err := lowerDirs(spec.Layers)
+	if err != nil {
+		return nil, err
+	}
+	if spec.KSM && !reclaim.KSMAvailable() {
+		return nil, errdefs.Invalid("ksm: the host kernel has no KSM (/sys/kernel/mm/ksm)")
+	}
+	var idmap *initproto.IDMap
+	// The mountpoints live in the run dir (a memory file system, see
+	// rundir.go), the init log in the state dir.
+	dir, mnt, initPath := d.dir(spec.ID), d.nsDir(spec.ID), d.initPath
+	if d.usesUserNS(spec.ID, spec.UserNS) {
+		if d.usernsErr != nil {
+			return nil, errdefs.New(api.CodeUnavailable, "container: no user namespaces on this node: %v", d.usernsErr)
+		}
+		m, err := d.ids.alloc(spec.ID)
+		if err != nil {
+			return nil, err
+		}
+		idmap = &m
+		mnt, initPath = d.nsDir(spec.ID), d.nsInitPath
+	}
+	root, rw := filepath.Join(mnt, "root"), filepath.Join(mnt, "rw")
+	err = os.MkdirAll(root, 0o755)
+	if err == nil {
+		err = os.Mkdir(rw, 0o700)
+	}
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		os.RemoveAll(mnt)
+		if idmap != nil {
+			d.ids.free(idmap.HostID, spec.ID)
+		}
+		return nil, errdefs.Internal(err, "create sandbox dir")
+	}
+	freeIDs := func() {
+		if idmap != nil {
+			d.ids.free(idmap.HostID, spec.ID)
+		}
+	}
+	idle := spec.CPUClass == api.CPUClassBE
+	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory,
+		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID), Idle: idle})
+	if err != nil {
+		freeIDs()
+		os.RemoveAll(dir)
+		os.RemoveAll(mnt)
+		return nil, errdefs.Internal(err, "create cgroup")
+	}
+	fail := func(err error) (driver.Instance, error) {
+		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = cg.Kill()
+		_ = cg.Delete(dctx)
+		os.RemoveAll(dir)
+		os.RemoveAll(mnt)
+		freeIDs()
+		return nil, err
+	}
+	cgfd := -1
+	if d.cg.Version() == 2 {
+		if fd, err := cg.Dir(); err == nil {
+			cgfd = fd
+			defer closeFD(fd)
+		}
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+	sec := d.security(spec.ID)
+	in, err := initproto.Spawn(ctx, initproto.SpawnConfig{
+		InitPath:   initPath,
+		Hostname:   hostname,
+		RootDir:    root,
+		RWDir:      rw,
+		RWSize:     spec.Disk,
+		Lower:      lower,
+		SysfsPath:  d.sharedSysfs(),
+		SocketPath: d.socket(spec.ID),
+		Spawner:    d.spawner,
+		Seccomp:    d.seccompFor(spec.ID),
+		Security:   &sec,
+		LogPath:    filepath.Join(dir, "init.log"),
+		CgroupFD:   cgfd,
+		UserNS:     idmap,
+		KSM:        spec.KSM,
+		BeforeStart: func(pid int) error {
+			if cgfd < 0 {
+				if err := cg.AddProc(pid); err != nil {
+					return err
+				}
+			}
+			return d.applyCPUClass(pid, idle)
+		},
+	})
+	if err != nil {
+		return fail(classifySpawn(err))
+	}
+	st := state{PID: in.PID, StartTime: in.StartTime, Cgroup: d.cgName(spec.ID)}
+	if idmap != nil {
+		st.IDBase, st.IDSize = idmap.HostID, idmap.Size
+	}
+	inst, err := d.newInstance(spec, st, cg, true)
+	if err != nil {
+		killAndReap(in.PID)
+		return fail(errdefs.Internal(err, "watch init"))
+	}
+	return inst, nil
+}
+
+// classifySpawn maps init setup failures: a full writable layer or bad lower dirs
+// are still infrastructure from the caller's view, except a cancelled context.
+func classifySpawn(err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return errdefs.Wrap("deadline_exceeded", err, "start sandbox")
+	}
+	return errdefs.Internal(err, "start sandbox")
+}
+
+// Recover implements driver.Driver.
+func (d *Driver) Recover(ctx context.Context, spec driver.Spec, raw json.RawMessage) (driver.Instance, error) {
+	var st state
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, errdefs.Internal(err, "parse sandbox state")
+	}
+	if !initproto.Alive(st.PID, st.StartTime) {
+		return nil, errdefs.NotFound("sandbox %s: init %d is gone", spec.ID, st.PID)
+	}
+	cg, err := d.cg.Open(st.Cgroup)
+	if err != nil {
+		return nil, errdefs.Internal(err, "open cgroup")
+	}
+	d.ids.mark(st.IDBase, spec.ID)
+	return d.newInstance(spec, st, cg, false)
+}
+
+// Cleanup implements driver.Driver: it kills a still-running init (e.g. one whose
+// record was lost half-way through create) and releases cgroup and directories.
+func (d *Driver) Cleanup(ctx context.Context, spec driver.Spec, raw json.RawMessage) error {
+	var st state
+	if len(raw) > 0 && json.Unmarshal(raw, &st) == nil && st.PID > 0 && initproto.Alive(st.PID, st.StartTime) {
+		_ = killPID(st.PID)
+	}
+	err := d.release(ctx, spec.ID)
+	d.ids.free(st.IDBase, spec.ID)
+	return err
+}
+
+func (d *Driver) release(ctx context.Context, id string) error {
+	var errs []error
+	if cg, err := d.cg.Open(d.cgName(id)); err == nil {
+		_ = cg.Kill()
+		if err := cg.Delete(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if d.cfg.Network != nil {
+		if err := d.cfg.Network.Release(ctx, id); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	_ = os.Remove(d.socket(id))
+	for _, dir := range []string{d.dir(id), d.nsDir(id)} {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Sweep releases sandboxes this driver knows of (directories, cgroups) that are not
+// in keep: leftovers of a create that crashed before the agent recorded it.
+func (d *Driver) Sweep(ctx context.Context, keep map[string]bool) {
+	seen := map[string]bool{}
+	if ents, err := os.ReadDir(d.cfg.StateDir); err == nil {
+		for _, e := range ents {
+			if e.IsDir() {
+				seen[e.Name()] = true
+			}
+		}
+	}
+	if names, err := d.cg.List(d.cfg.CgroupParent); err == nil {
+		for _, n := range names {
+			seen[strings.TrimPrefix(n, d.cfg.CgroupParent+"/")] = true
+		}
+	}
+	// A create cut off before it made the state dir leaves only its mountpoint
+	// directory (ID.d) or socket (ID.sock) in the run dir; the run dir's own
+	// entries (the shared sysfs, the init binary) have neither suffix.
+	if ents, err := os.ReadDir(d.cfg.RunDir); err == nil {
+		for _, e := range ents {
+			n := e.Name()
+			if id, ok := strings.CutSuffix(n, ".sock"); ok && !e.IsDir() {
+				seen[id] = true
+			} else if id, ok := strings.CutSuffix(n, ".d"); ok && e.IsDir() {
+				seen[id] = true
+			}
+		}
+	}
+	for id := range seen {
+		if keep[id] {
+			continue
+		}
+		d.log.Warn("releasing unrecorded sandbox", "id", id)
+		if err := d.release(ctx, id); err != nil {
+			d.log.Warn("release leftover", "id", id, "err", err)
+		}
+	}
+	if d.cfg.Network != nil {
+		d.cfg.Network.Sweep(ctx, keep)
+	}
+}

@@ -1,0 +1,137 @@
+package container
+
+import (
+	"context"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/backend/driver/procio"
+	"github.com/dsec-dev/dsec/internal/backend/initproto"
+)
+
+// proc is a process started (or re-attached) through the sandbox init.
+type proc struct {
+	in         *instance
+	c          *initproto.Conn
+	pid        int
+	oomsBefore uint64        // cgroup OOM kill count at start; MaxUint64 if unknown
+	pipes      *procio.Pipes // stdio pumped by this process; nil if none
+	term       *procio.Term  // the terminal, for a TTY process
+
+	mu    sync.Mutex
+	final *initproto.Exit
+}
+
+func (p *proc) PID() int { return p.pid }
+
+// Wait implements driver.Proc.
+func (p *proc) Wait(ctx context.Context) (driver.Exit, error) {
+	p.mu.Lock()
+	final := p.final
+	p.mu.Unlock()
+	if final == nil {
+		ex, err := p.waitConn(ctx)
+		if err != nil {
+			return driver.Exit{}, err
+		}
+		p.mu.Lock()
+		p.final = &ex
+		final = p.final
+		p.mu.Unlock()
+	}
+	// The output is the caller's once Wait returns: drain what the process
+	// (and, for a short grace, what its descendants) still write.
+	if p.pipes != nil {
+		p.pipes.Drain(procio.DrainGrace)
+	}
+	if p.term != nil {
+		p.term.Drain(procio.DrainGrace)
+	}
+	return p.convert(*final), nil
+}
+
+// waitConn waits for the exit report; if the init dies first, the process died
+// with it (SIGKILL from the pid namespace teardown).
+func (p *proc) waitConn(ctx context.Context) (initproto.Exit, error) {
+	type res struct {
+		ex  initproto.Exit
+		err error
+	}
+	ch := make(chan res, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		ex, err := p.c.Wait(wctx)
+		ch <- res{ex, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil && !p.in.alive() {
+			return initproto.Exit{Status: syscall.WaitStatus(unix.SIGKILL)}, nil
+		}
+		return r.ex, r.err
+	case <-p.in.done:
+		cancel()
+		return initproto.Exit{Status: syscall.WaitStatus(unix.SIGKILL)}, nil
+	}
+}
+
+func (p *proc) convert(ex initproto.Exit) driver.Exit {
+	out := driver.Exit{CPUTime: ex.UTime + ex.STime, MaxRSS: ex.MaxRSSKB << 10}
+	switch {
+	case ex.Status.Exited():
+		out.Code = ex.Status.ExitStatus()
+	case ex.Status.Signaled():
+		out.Code = -1
+		out.Signal = int(ex.Status.Signal())
+	}
+	// The kernel killed something in this sandbox for memory while the command
+	// ran: the command itself, or a child it waited for (a shell reports 137).
+	// A concurrent command in the same sandbox can share the blame.
+	if p.oomsBefore != ^uint64(0) {
+		if n, err := p.in.cg.OOMKills(); err == nil && n > p.oomsBefore {
+			out.OOMKilled = true
+		}
+	}
+	return out
+}
+
+// Signal implements driver.Proc: the signal goes to the process group, or to
+// the terminal's foreground process group.
+func (p *proc) Signal(sig int) error {
+	if p.term != nil {
+		return p.term.Signal(sig, p.c.Kill)
+	}
+	return p.c.Kill(sig)
+}
+
+// Resize implements driver.Proc.
+func (p *proc) Resize(cols, rows int) error {
+	if p.term == nil {
+		return procio.NoTTY()
+	}
+	return p.term.Resize(cols, rows)
+}
+
+// Close implements driver.Proc.
+func (p *proc) Close() error {
+	if p.pipes != nil {
+		p.pipes.Close()
+	}
+	if p.term != nil {
+		p.term.Close()
+	}
+	return p.c.Close()
+}
+
+// failedProc is a process whose exec failed: it "exited" at once.
+type failedProc struct{ exit driver.Exit }
+
+func (f *failedProc) PID() int                                  { return 0 }
+func (f *failedProc) Wait(context.Context) (driver.Exit, error) { return f.exit, nil }
+func (f *failedProc) Signal(int) error                          { return nil }
+func (f *failedProc) Resize(int, int) error                     { return procio.NoTTY() }
+func (f *failedProc) Close() error                              { return nil }
