@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -85,7 +86,7 @@ func idleCutProxy(t *testing.T, target string, idle time.Duration) (string, func
 	return l.Addr().String(), func() int { mu.Lock(); defer mu.Unlock(); return cuts }
 }
 
-// TestLongCallsKeepAlive: a blocking exec and a process wait of commands that
+// TestLongCallsKeepAlive: a blocking exec, a streaming exec and a process wait of commands that
 // run 4x longer than a proxy in front of the server lets a connection idle
 // get their exit codes through that proxy, because the server keeps the answer
 // busy (--keepalive); the command ran once. With keep-alive off the same exec
@@ -119,8 +120,13 @@ func TestLongCallsKeepAlive(t *testing.T) {
 	if err != nil || got.Running || got.Result == nil || got.Result.ExitCode != 3 {
 		t.Fatalf("process wait through the proxy: %+v %v", got, err)
 	}
-	if r, err := n.cl.Exec(ctx, sb.ID, api.ExecRequest{Shell: "wc -l < /runs"}); err != nil || strings.TrimSpace(r.Stdout) != "2" {
-		t.Errorf("commands ran %q times, want 2 (one each): %v", r.Stdout, err)
+	// The streaming form (what `dsec exec` uses) sends keepalive events.
+	sres, err := pc.ExecStream(ctx, sb.ID, api.ExecRequest{Shell: "echo ran >> /runs; sleep " + secs + "; exit 5"}, nil, io.Discard, io.Discard)
+	if err != nil || sres.ExitCode != 5 {
+		t.Fatalf("streaming exec through the proxy: %+v %v", sres, err)
+	}
+	if r, err := n.cl.Exec(ctx, sb.ID, api.ExecRequest{Shell: "wc -l < /runs"}); err != nil || strings.TrimSpace(r.Stdout) != "3" {
+		t.Errorf("commands ran %q times, want 3 (one each): %v", r.Stdout, err)
 	}
 	if c := cuts(); c != 0 {
 		t.Errorf("the proxy cut %d connections", c)
@@ -152,5 +158,10 @@ func TestLongCallsKeepAlive(t *testing.T) {
 	_, err = client.New("http://"+addr2, n2.token, client.WithRetry(0)).Exec(ctx, sb2.ID, api.ExecRequest{Shell: "sleep " + secs})
 	if err == nil || cuts2() == 0 {
 		t.Errorf("without keep-alive the proxy did not cut the exec: %v, %d cuts", err, cuts2())
+	}
+	_, err = client.New("http://"+addr2, n2.token, client.WithRetry(0)).ExecStream(ctx, sb2.ID,
+		api.ExecRequest{Shell: "sleep " + secs}, nil, io.Discard, io.Discard)
+	if err == nil || cuts2() < 2 {
+		t.Errorf("without keep-alive the proxy did not cut the streaming exec: %v, %d cuts", err, cuts2())
 	}
 }

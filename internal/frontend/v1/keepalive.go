@@ -29,10 +29,7 @@ func (s *Server) answerLate(w http.ResponseWriter, r *http.Request, call func() 
 		v, err := call()
 		done <- answer{v, err}
 	}()
-	every := s.opts.KeepAlive
-	if every == 0 {
-		every = DefaultKeepAlive
-	}
+	every := s.keepAliveEvery()
 	var tick <-chan time.Time
 	if every > 0 {
 		t := time.NewTicker(every)
@@ -74,4 +71,12 @@ func (s *Server) answerLate(w http.ResponseWriter, r *http.Request, call func() 
 			_ = rc.Flush()
 		}
 	}
+}
+
+// keepAliveEvery is Options.KeepAlive with its default (<= 0: never).
+func (s *Server) keepAliveEvery() time.Duration {
+	if s.opts.KeepAlive == 0 {
+		return DefaultKeepAlive
+	}
+	return s.opts.KeepAlive
 }

@@ -67,6 +67,16 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	}
 
 	ev := &eventWriter{w: w, rc: rc}
+	// A command that prints nothing for minutes must not leave the stream
+	// silent (NATs and proxies drop idle connections): a "keepalive" event
+	// goes out when nothing else did for the keep-alive interval.
+	kaDone := make(chan struct{})
+	kaStop := make(chan struct{})
+	go func() {
+		defer close(kaDone)
+		ev.keepAlive(kaStop, s.keepAliveEvery())
+	}()
+	defer func() { close(kaStop); <-kaDone }()
 	stdin := newChunkReader(ctx)
 	if !s.steps && !s.stepsDownstream(ctx) {
 		// The trajectory decorator sends the request's own stdin first itself (it is
@@ -311,6 +321,30 @@ type eventWriter struct {
 	rc      *http.ResponseController
 	started bool
 	err     error
+	last    time.Time // of the last event sent
+}
+
+// keepAlive sends a "keepalive" event whenever the started stream has been
+// silent for every, until stop closes; every <= 0 never.
+func (e *eventWriter) keepAlive(stop <-chan struct{}, every time.Duration) {
+	if every <= 0 {
+		return
+	}
+	t := time.NewTicker(every / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			e.mu.Lock()
+			due := e.started && e.err == nil && time.Since(e.last) >= every
+			e.mu.Unlock()
+			if due {
+				_ = e.send(api.StreamEvent{Type: "keepalive"})
+			}
+		}
+	}
 }
 
 func (e *eventWriter) hasStarted() bool {
@@ -335,6 +369,7 @@ func (e *eventWriter) send(ev api.StreamEvent) error {
 		e.w.Header().Set("X-Content-Type-Options", "nosniff")
 		e.w.WriteHeader(http.StatusOK)
 	}
+	e.last = time.Now()
 	if _, err := e.w.Write(append(b, '\n')); err != nil {
 		e.err = err
 		return err
