@@ -39,6 +39,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/hostfeat"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/testprog"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -57,37 +58,60 @@ const opTimeout = 60 * time.Second
 // must return a fresh instance with the same configuration (the recovery tests
 // use a second instance the way a restarted agent would), and it registers the
 // instance's own release with t.Cleanup. lower is Spec.Lower for every sandbox.
-func Run(t *testing.T, newDriver func(t *testing.T) driver.Driver, layers []driver.Layer) {
-	s := &suite{newDriver: newDriver, layers: layers}
+func Run(t *testing.T, newDriver func(t *testing.T) driver.Driver, layers []driver.Layer, opts ...Option) {
+	s := &suite{newDriver: newDriver, layers: layers, needs: map[string][]string{}}
+	for _, o := range opts {
+		o(s)
+	}
 	probe := newDriver(t)
 	s.caps = probe.Capabilities()
-	t.Run("ExecEcho", s.testExecEcho)
-	t.Run("ExitCodesAndSignals", s.testExitCodes)
-	t.Run("StartFailure", s.testStartFailure)
-	t.Run("EnvCwdCredentials", s.testEnvCwdCredentials)
-	t.Run("TaggedProcessOutlivesConnection", s.testTagged)
-	t.Run("Signal", s.testSignal)
-	t.Run("FS", s.testFS)
-	t.Run("Dial", s.testDial)
-	t.Run("DoneAndDestroy", s.testDoneAndDestroy)
-	t.Run("Recover", s.testRecover)
-	t.Run("PauseResume", s.testPause)
-	t.Run("Snapshot", s.testSnapshot)
-	t.Run("OOMKilled", s.testOOM)
-	t.Run("ConcurrentExec", s.testConcurrentExec)
-	t.Run("TTY", s.testTTY)
-	t.Run("TTYResize", s.testTTYResize)
-	t.Run("TTYInterrupt", s.testTTYInterrupt)
-	t.Run("TTYInteractiveProgram", s.testTTYInteractive)
-	t.Run("TTYBackgroundSurvivesRestart", s.testTTYRecover)
-	t.Run("TTYStdinEOF", s.testTTYStdinEOF)
-	t.Run("TTYBadInput", s.testTTYBadInput)
+	for _, st := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"ExecEcho", s.testExecEcho},
+		{"ExitCodesAndSignals", s.testExitCodes},
+		{"StartFailure", s.testStartFailure},
+		{"EnvCwdCredentials", s.testEnvCwdCredentials},
+		{"TaggedProcessOutlivesConnection", s.testTagged},
+		{"Signal", s.testSignal},
+		{"FS", s.testFS},
+		{"Dial", s.testDial},
+		{"DoneAndDestroy", s.testDoneAndDestroy},
+		{"Recover", s.testRecover},
+		{"PauseResume", s.testPause},
+		{"Snapshot", s.testSnapshot},
+		{"OOMKilled", s.testOOM},
+		{"ConcurrentExec", s.testConcurrentExec},
+		{"TTY", s.testTTY},
+		{"TTYResize", s.testTTYResize},
+		{"TTYInterrupt", s.testTTYInterrupt},
+		{"TTYInteractiveProgram", s.testTTYInteractive},
+		{"TTYBackgroundSurvivesRestart", s.testTTYRecover},
+		{"TTYStdinEOF", s.testTTYStdinEOF},
+		{"TTYBadInput", s.testTTYBadInput},
+	} {
+		t.Run(st.name, func(t *testing.T) {
+			hostfeat.Need(t, s.needs[st.name]...)
+			st.run(t)
+		})
+	}
+}
+
+// Option adjusts the suite.
+type Option func(*suite)
+
+// NeedFeatures makes the subtest named name skip, through hostfeat, on a host
+// without the features (e.g. a driver configuration that degrades there).
+func NeedFeatures(name string, features ...string) Option {
+	return func(s *suite) { s.needs[name] = append(s.needs[name], features...) }
 }
 
 type suite struct {
 	newDriver func(t *testing.T) driver.Driver
 	layers    []driver.Layer
 	caps      driver.Capabilities
+	needs     map[string][]string // subtest → host features (NeedFeatures)
 }
 
 // isolated reports whether the sandbox is separated from the host.
