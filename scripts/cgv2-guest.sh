@@ -128,9 +128,10 @@ rc=$(sed -n 's/.*cgv2-result rc=\([0-9]*\).*/\1/p' "$work/console.log" | tail -1
 [ -n "$rc" ] || die "the guest printed no result (timeout ${TIMEOUT}s or crash)"
 # The same strictness as make test: failures and skips not on .ci/skips.allow.
 mod=$(cd "$root" && $GO list -m)
-for p in container netpolicy cgroups; do
-	[ -f "$work/out/$p.log" ] || die "no $p.log from the guest"
-	(cd "$root" && $GO tool test2json -p "$mod/internal/$p" <"$work/out/$p.log")
+for p in backend/container netpolicy cgroups; do
+	log=$work/out/$(basename "$p").log
+	[ -f "$log" ] || die "no $(basename "$p").log from the guest"
+	(cd "$root" && $GO tool test2json -p "$mod/internal/$p" <"$log")
 done >"$work/tests.json"
 (cd "$root" && $GO run ./scripts/testreport -allow .ci/skips.allow <"$work/tests.json") || rc=1
 exit "$rc"
