@@ -210,8 +210,14 @@ func TestMockExecStreamTTY(t *testing.T) {
 			session.Stream{Stdin: inR, Stdout: out3, Control: ctl})
 		done <- err
 	}()
-	_, _ = io.WriteString(inW, "sleep 100; echo not-$((0))interrupted\n")
-	time.Sleep(300 * time.Millisecond)
+	_, _ = io.WriteString(inW, "echo started-$((1)); sleep 100; echo not-$((0))interrupted\n")
+	// The job is running once its first command's output (not the echoed
+	// input, which has the unexpanded $((1))) is on the screen.
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(out3.String(), "started-1"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the job never started: %q", out3.String())
+		}
+	}
 	ctl <- session.Control{Signal: 2} // SIGINT
 	_, _ = io.WriteString(inW, "echo alive$((40+2)); exit 0\n")
 	select {
