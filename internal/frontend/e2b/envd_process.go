@@ -55,12 +55,18 @@ func keepaliveInterval(hd http.Header) time.Duration {
 }
 
 // execRequest maps a StartRequest to the session's exec request.
-func execRequest(ctx context.Context, msg *pb.StartRequest, user string) (api.ExecRequest, error) {
+// The process runs as a, in a's home unless the request names a directory, with
+// HOME, USER and LOGNAME set as envd sets them.
+func execRequest(ctx context.Context, msg *pb.StartRequest, a account) (api.ExecRequest, error) {
 	cfg := msg.GetProcess()
 	if cfg.GetCmd() == "" {
 		return api.ExecRequest{}, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
 	}
-	req := api.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: user}
+	cwd := cfg.GetCwd()
+	if cwd == "" {
+		cwd = a.Home
+	}
+	req := api.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: userEnv(cfg.GetEnvs(), a), Cwd: cwd, User: a.Name}
 	if msg.Pty != nil {
 		req.TTY = true
 		req.Cols, req.Rows = int(msg.Pty.GetSize().GetCols()), int(msg.Pty.GetSize().GetRows())
@@ -115,7 +121,11 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if err != nil {
 		return err
 	}
-	ereq, err := execRequest(ctx, req.Msg, user)
+	a, err := h.userOfSandbox(ctx, id, user)
+	if err != nil {
+		return rpcErr(err)
+	}
+	ereq, err := execRequest(ctx, req.Msg, a)
 	if err != nil {
 		return err
 	}

@@ -74,7 +74,8 @@ type Handler struct {
 	envd    *http.ServeMux
 
 	mu      sync.Mutex
-	hasBash map[string]bool // by sandbox: whether /bin/bash exists (see shell)
+	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
+	passwd  map[string]map[string]account // by sandbox: its accounts (see accounts)
 }
 
 // New returns a Handler serving svc.
@@ -96,7 +97,7 @@ func New(svc session.Service, opts Options) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}}
+	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}, passwd: map[string]map[string]account{}}
 	for _, rt := range h.controlRoutes() {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
@@ -315,5 +316,6 @@ func tagged(ctx context.Context) bool {
 func (h *Handler) forget(id string) {
 	h.mu.Lock()
 	delete(h.hasBash, id)
+	delete(h.passwd, id)
 	h.mu.Unlock()
 }
