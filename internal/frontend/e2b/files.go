@@ -39,10 +39,6 @@ func (h *Handler) filesError(w http.ResponseWriter, r *http.Request, err error) 
 // readFile serves GET /files?path=P&username=U: the file's bytes.
 func (h *Handler) readFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Has("signature") {
-		h.writeAPIError(w, r, http.StatusUnauthorized, "signed file URLs are not supported by dsec")
-		return
-	}
 	sandbox := r.Header.Get(SandboxIDHeader)
 	fs, err := h.svc.FS(r.Context(), sandbox)
 	if err != nil {
@@ -83,10 +79,6 @@ func (h *Handler) readFile(w http.ResponseWriter, r *http.Request) {
 // the raw body (application/octet-stream, ?path= required), optionally gzip.
 func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Has("signature") {
-		h.writeAPIError(w, r, http.StatusUnauthorized, "signed file URLs are not supported by dsec")
-		return
-	}
 	var body io.Reader = r.Body
 	if r.Header.Get("Content-Encoding") == "gzip" {
 		zr, err := gzip.NewReader(r.Body)

@@ -247,10 +247,21 @@ func (h *Handler) envdAuthorized(r *http.Request, id string) bool {
 // runs, then serves the envd route.
 func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(SandboxIDHeader)
+	signed := isSigned(r)
+	if signed {
+		// A signed file URL is its own credential and names its sandbox.
+		sid, err := h.signedSandbox(r.Context(), r)
+		if err != nil {
+			h.writeAPIError(w, r, httpStatus(err), err.Error())
+			return
+		}
+		id = sid
+		r.Header.Set(SandboxIDHeader, id)
+	}
 	switch {
 	case id == "":
 		h.envdError(w, r, connect.CodeInvalidArgument, http.StatusBadRequest, "missing "+SandboxIDHeader+" header")
-	case !h.envdAuthorized(r, id):
+	case !signed && !h.envdAuthorized(r, id):
 		h.envdError(w, r, connect.CodeUnauthenticated, http.StatusUnauthorized, "missing or invalid access token ("+AccessTokenHeader+")")
 	case !h.ensureRunning(r.Context(), id) && !tagged(r.Context()):
 		// A trajectory step goes on to the session service, whose log may
