@@ -65,8 +65,12 @@ func TestSignedFileURLs(t *testing.T) {
 		"expired":        sign("/tmp/s.txt", "read", "root", tok, time.Now().Unix()-1),
 		"write for read": sign("/tmp/s.txt", "write", "root", tok, 0),
 		"other path":     func() url.Values { q := sign("/tmp/x", "read", "root", tok, 0); q.Set("path", "/tmp/s.txt"); return q }(),
-		"other user":     func() url.Values { q := sign("/tmp/s.txt", "read", "root", tok, 0); q.Set("username", "user"); return q }(),
-		"other token":    sign("/tmp/s.txt", "read", "root", "not-the-token", 0),
+		"other user": func() url.Values {
+			q := sign("/tmp/s.txt", "read", "root", tok, 0)
+			q.Set("username", "user")
+			return q
+		}(),
+		"other token": sign("/tmp/s.txt", "read", "root", "not-the-token", 0),
 	} {
 		if st, b := plain(t, "GET", base+q.Encode(), nil); st != http.StatusUnauthorized {
 			t.Errorf("%s: %d %s", name, st, b)
