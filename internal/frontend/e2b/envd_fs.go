@@ -100,7 +100,11 @@ func entryInfo(fi api.FileInfo, p string) *pb.EntryInfo {
 		Permissions: mode.String(), Owner: ownerName(fi.UID), Group: ownerName(fi.GID),
 		ModifiedTime: timestamppb.New(fi.ModTime)}
 	if fi.Type == "symlink" {
+		// envd gives the link's target as an absolute path.
 		link := fi.Link
+		if !path.IsAbs(link) {
+			link = path.Join(path.Dir(p), link)
+		}
 		e.SymlinkTarget = &link
 	}
 	return e
