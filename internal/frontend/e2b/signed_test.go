@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -60,6 +61,11 @@ func TestSignedFileURLs(t *testing.T) {
 	// The file is in c, not in the other sandbox.
 	if res, _ := e.envdCall(other, "GET", "/files?path=/tmp/s.txt&username=root", "", nil); res.StatusCode != http.StatusNotFound {
 		t.Fatalf("the other sandbox has the file: %d", res.StatusCode)
+	}
+	// E2B's answer for an expired URL, as its SDK's tests expect it.
+	if st, b := plain(t, "GET", base+sign("/tmp/s.txt", "read", "root", tok, time.Now().Unix()-10).Encode(), nil); st != http.StatusUnauthorized ||
+		strings.TrimSpace(string(b)) != `{"code":401,"message":"signature is already expired"}` {
+		t.Fatalf("expired: %d %s", st, b)
 	}
 	for name, q := range map[string]url.Values{
 		"expired":        sign("/tmp/s.txt", "read", "root", tok, time.Now().Unix()-1),
