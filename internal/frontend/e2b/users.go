@@ -108,7 +108,11 @@ func (h *Handler) lookupUser(ctx context.Context, fs session.FS, sandbox, name s
 		return account{}, errdefs.Invalid("invalid user name %q", name)
 	}
 	accts, err := h.accounts(ctx, fs, sandbox, false)
-	if err != nil {
+	switch {
+	case err != nil && tagged(ctx):
+		// A trajectory step of a sandbox that is gone: its log answers it.
+		accts = map[string]account{}
+	case err != nil:
 		return account{}, err
 	}
 	if name == "" {
@@ -134,11 +138,16 @@ func (h *Handler) lookupUser(ctx context.Context, fs session.FS, sandbox, name s
 	if name == "root" {
 		return rootAccount, nil
 	}
-	if accts, err = h.accounts(ctx, fs, sandbox, true); err != nil {
+	if fresh, err := h.accounts(ctx, fs, sandbox, true); err == nil {
+		accts = fresh
+	} else if !tagged(ctx) {
 		return account{}, err
 	}
 	if a, ok := accts[name]; ok {
 		return a, nil
+	}
+	if len(accts) == 0 && tagged(ctx) {
+		return account{Name: name, Home: homeOf(name)}, nil // replayed: nothing to give
 	}
 	return account{}, errdefs.Invalid("error looking up user '%s': unknown user %s", name, name)
 }
