@@ -149,6 +149,7 @@ func (s *filesystemService) entry(ctx context.Context, hd http.Header, raw strin
 			return rpcErr(err)
 		}
 		out = entryInfo(fi, at)
+		s.h.names(ctx, fs, hd.Get(SandboxIDHeader)).apply(out)
 		return nil
 	})
 	return out, err
@@ -254,6 +255,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 		}
 		depth := max(int(req.Msg.GetDepth()), 1)
 		out, err = listTree(ctx, fs, p, depth, nil)
+		s.h.names(ctx, fs, req.Header().Get(SandboxIDHeader)).apply(out...)
 		return rpcErr(err)
 	})
 	if err != nil {

@@ -76,6 +76,7 @@ type Handler struct {
 	mu      sync.Mutex
 	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
 	passwd  map[string]map[string]account // by sandbox: its accounts (see accounts)
+	groups  map[string]map[int]string     // by sandbox: its groups' names (see names)
 }
 
 // New returns a Handler serving svc.
@@ -97,7 +98,7 @@ func New(svc session.Service, opts Options) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}, passwd: map[string]map[string]account{}}
+	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}, passwd: map[string]map[string]account{}, groups: map[string]map[int]string{}}
 	for _, rt := range h.controlRoutes() {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
@@ -328,5 +329,6 @@ func (h *Handler) forget(id string) {
 	h.mu.Lock()
 	delete(h.hasBash, id)
 	delete(h.passwd, id)
+	delete(h.groups, id)
 	h.mu.Unlock()
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	pb "github.com/dsec-dev/dsec/internal/frontend/e2b/envdpb/filesystem"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -190,4 +191,68 @@ func userEnv(env map[string]string, a account) map[string]string {
 		}
 	}
 	return out
+}
+
+// idNames names a sandbox's user and group IDs, as envd shows owners.
+type idNames struct{ users, groups map[int]string }
+
+// parseGroup reads /etc/group's names by GID.
+func parseGroup(r io.Reader) map[int]string {
+	out := map[int]string{}
+	sc := bufio.NewScanner(io.LimitReader(r, maxPasswdBytes))
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ":")
+		if len(f) < 3 || f[0] == "" {
+			continue
+		}
+		if gid, err := strconv.Atoi(f[2]); err == nil {
+			if _, dup := out[gid]; !dup {
+				out[gid] = f[0]
+			}
+		}
+	}
+	return out
+}
+
+// names returns the names of sandbox's IDs (read once per sandbox); IDs it
+// cannot name stay numbers.
+func (h *Handler) names(ctx context.Context, fs session.FS, sandbox string) idNames {
+	n := idNames{users: map[int]string{}}
+	if accts, err := h.accounts(ctx, fs, sandbox, false); err == nil {
+		for _, a := range accts {
+			if _, dup := n.users[a.UID]; !dup || a.Name == "root" {
+				n.users[a.UID] = a.Name
+			}
+		}
+	}
+	h.mu.Lock()
+	groups, ok := h.groups[sandbox]
+	h.mu.Unlock()
+	if !ok {
+		rc, _, err := fs.Open(session.WithoutStep(ctx), "/etc/group")
+		if err == nil {
+			groups = parseGroup(rc)
+			rc.Close()
+		}
+		if err == nil || errdefs.Is(err, api.CodeNotFound) {
+			h.mu.Lock()
+			h.groups[sandbox] = groups
+			h.mu.Unlock()
+		}
+	}
+	n.groups = groups
+	return n
+}
+
+// apply replaces the numeric owners and groups of es by their names.
+func (n idNames) apply(es ...*pb.EntryInfo) {
+	name := func(m map[int]string, id string) string {
+		if v, err := strconv.Atoi(id); err == nil && m[v] != "" {
+			return m[v]
+		}
+		return id
+	}
+	for _, e := range es {
+		e.Owner, e.Group = name(n.users, e.Owner), name(n.groups, e.Group)
+	}
 }
