@@ -19,7 +19,7 @@ DSEC_IMAGES_DIR=${DSEC_IMAGES_DIR:-/var/lib/dsec/images}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SUITE=bookworm
 # A bookworm debootstrap the lead may have started (or finished) by hand:
-#   debootstrap --variant=minbase --include=python3,git,ca-certificates \
+#   debootstrap --variant=minbase --include=python3,git,ca-certificates,sudo \
 #       bookworm /var/lib/dsec/images/.debian-build http://deb.debian.org/debian
 # with its output, followed by "rc=N", in /tmp/debootstrap.log.
 PRESEED_DIR=/var/lib/dsec/images/.debian-build
@@ -139,9 +139,22 @@ debootstrap_tree() {
 	rm -f "$3.log"
 }
 
+# add_e2b_user TREE: the account E2B's base image has (and E2B clients expect):
+# user, uid/gid 1000, home /home/user, bash, passwordless sudo.
+add_e2b_user() {
+	if ! chroot "$1" getent passwd user >/dev/null; then
+		chroot "$1" groupadd -g 1000 user
+		chroot "$1" useradd -m -u 1000 -g 1000 -d /home/user -s /bin/bash user
+	fi
+	printf 'user ALL=(ALL:ALL) NOPASSWD: ALL\n' >"$1/etc/sudoers.d/user"
+	chmod 0440 "$1/etc/sudoers.d/user"
+}
+
 build_debian() {
 	img="$DSEC_IMAGES_DIR/debian"
-	if [ -f "$img/image.json" ] && [ -d "$img/rootfs" ]; then
+	# An image from before the user account (E2B's base has one) is rebuilt.
+	if [ -f "$img/image.json" ] && [ -d "$img/rootfs" ] && grep -q '^user:x:1000:' "$img/rootfs/etc/passwd" &&
+		[ -f "$img/rootfs/etc/sudoers.d/user" ]; then
 		log "image debian: cached"
 		return 0
 	fi
@@ -162,10 +175,14 @@ build_debian() {
 		tree=$PRESEED_DIR
 	else
 		tree="$DSEC_IMAGES_DIR/.debian-build.$$"
-		debootstrap_tree debian python3,git,ca-certificates "$tree"
+		debootstrap_tree debian python3,git,ca-certificates,sudo "$tree"
 	fi
 	[ -x "$tree/bin/sh" ] && [ -e "$tree/usr/bin/python3" ] && [ -e "$tree/usr/bin/git" ] ||
 		die "debian tree $tree lacks /bin/sh, python3 or git"
+	# A preseeded tree may predate sudo in the package list.
+	[ -x "$tree/usr/bin/sudo" ] || chroot "$tree" apt-get install -y --no-install-recommends sudo >/dev/null ||
+		die "debian tree $tree: installing sudo failed"
+	add_e2b_user "$tree"
 
 	# Post-process: drop apt caches, ensure the standard directories.
 	chroot "$tree" apt-get clean >/dev/null 2>&1 || true
@@ -173,7 +190,7 @@ build_debian() {
 	common_dirs "$tree"
 
 	install_rootfs "$tree" "$img"
-	write_manifest "$img" debian "Debian $SUITE minbase + python3 + git"
+	write_manifest "$img" debian "Debian $SUITE minbase + python3 + git + sudo, user (uid 1000)"
 	log "image debian: built in $(since "$t")"
 }
 

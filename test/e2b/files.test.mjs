@@ -28,8 +28,8 @@ test('text, binary and large files', async () => {
   assert.equal(await new Response(rs).text(), 'streamed body')
   // Several files in one call; relative paths are under the home directory.
   const many = await sbx.files.write([{ path: '/tmp/m/1', data: 'one' }, { path: 'rel.txt', data: 'two' }])
-  assert.deepEqual(many.map((w) => w.path).sort(), ['/root/rel.txt', '/tmp/m/1'])
-  assert.equal((await sbx.commands.run('cat /root/rel.txt')).stdout, 'two')
+  assert.deepEqual(many.map((w) => w.path).sort(), ['/home/user/rel.txt', '/tmp/m/1'])
+  assert.equal((await sbx.commands.run('cat /home/user/rel.txt')).stdout, 'two')
   await sbx.files.write('/tmp/empty', '')
   assert.equal(await sbx.files.read('/tmp/empty'), '')
 })

@@ -40,22 +40,27 @@ func homeOf(user string) string {
 // resolvePath makes p absolute the way envd does: "~" and relative paths are
 // under the user's home. The session FS keeps the result inside the sandbox.
 func resolvePath(p, user string) (string, error) {
+	if user == "." || user == ".." || strings.ContainsAny(user, "/\x00") {
+		return "", errdefs.Invalid("invalid user name %q", user)
+	}
+	return resolveHome(p, homeOf(user))
+}
+
+// resolveHome is resolvePath with the user's home directory known.
+func resolveHome(p, home string) (string, error) {
 	if p == "" {
 		return "", errdefs.Invalid("path is required")
 	}
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", errdefs.Invalid("path contains a NUL byte")
 	}
-	if user == "." || user == ".." || strings.ContainsAny(user, "/\x00") {
-		return "", errdefs.Invalid("invalid user name %q", user)
-	}
 	switch {
 	case p == "~":
-		p = homeOf(user)
+		p = home
 	case strings.HasPrefix(p, "~/"):
-		p = homeOf(user) + p[1:]
+		p = home + p[1:]
 	case !strings.HasPrefix(p, "/"):
-		p = homeOf(user) + "/" + p
+		p = home + "/" + p
 	}
 	return path.Clean(p), nil
 }
@@ -95,53 +100,63 @@ func entryInfo(fi api.FileInfo, p string) *pb.EntryInfo {
 		Permissions: mode.String(), Owner: ownerName(fi.UID), Group: ownerName(fi.GID),
 		ModifiedTime: timestamppb.New(fi.ModTime)}
 	if fi.Type == "symlink" {
+		// envd gives the link's target as an absolute path.
 		link := fi.Link
+		if !path.IsAbs(link) {
+			link = path.Join(path.Dir(p), link)
+		}
 		e.SymlinkTarget = &link
 	}
 	return e
 }
 
-// withFS opens the sandbox's FS for an RPC and resolves its path.
-func (s *filesystemService) withFS(ctx context.Context, hd http.Header, fn func(fs session.FS, user string) error) error {
+// withFS opens the sandbox's FS for an RPC and resolves its user.
+func (s *filesystemService) withFS(ctx context.Context, hd http.Header, fn func(fs session.FS, a account) error) error {
 	user, err := userOf(hd)
 	if err != nil {
 		return err
 	}
-	fs, err := s.h.svc.FS(ctx, hd.Get(SandboxIDHeader))
+	sandbox := hd.Get(SandboxIDHeader)
+	fs, err := s.h.svc.FS(ctx, sandbox)
 	if err != nil {
 		return rpcErr(err)
 	}
 	defer fs.Close()
-	return fn(fs, user)
+	a, err := s.h.lookupUser(ctx, fs, sandbox, user)
+	if err != nil {
+		return rpcErr(err)
+	}
+	return fn(fs, a)
 }
 
 // withPath is withFS with the request's path resolved.
-func (s *filesystemService) withPath(ctx context.Context, hd http.Header, raw string, fn func(fs session.FS, p, user string) error) error {
-	return s.withFS(ctx, hd, func(fs session.FS, user string) error {
-		p, err := resolvePath(raw, user)
+func (s *filesystemService) withPath(ctx context.Context, hd http.Header, raw string, fn func(fs session.FS, p string, a account) error) error {
+	return s.withFS(ctx, hd, func(fs session.FS, a account) error {
+		p, err := resolveHome(raw, a.Home)
 		if err != nil {
 			return rpcErr(err)
 		}
-		return fn(fs, p, user)
+		return fn(fs, p, a)
 	})
 }
 
 // entry runs fn on the resolved path and answers with the entry it returns.
-func (s *filesystemService) entry(ctx context.Context, hd http.Header, raw string, fn func(fs session.FS, p, user string) (api.FileInfo, string, error)) (*pb.EntryInfo, error) {
+func (s *filesystemService) entry(ctx context.Context, hd http.Header, raw string, fn func(fs session.FS, p string, a account) (api.FileInfo, string, error)) (*pb.EntryInfo, error) {
 	var out *pb.EntryInfo
-	err := s.withPath(ctx, hd, raw, func(fs session.FS, p, user string) error {
-		fi, at, err := fn(fs, p, user)
+	err := s.withPath(ctx, hd, raw, func(fs session.FS, p string, a account) error {
+		fi, at, err := fn(fs, p, a)
 		if err != nil {
 			return rpcErr(err)
 		}
 		out = entryInfo(fi, at)
+		s.h.names(ctx, fs, hd.Get(SandboxIDHeader)).apply(out)
 		return nil
 	})
 	return out, err
 }
 
 func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.StatRequest]) (*connect.Response[pb.StatResponse], error) {
-	e, err := s.entry(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p, _ string) (api.FileInfo, string, error) {
+	e, err := s.entry(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p string, _ account) (api.FileInfo, string, error) {
 		fi, err := fs.Stat(ctx, p)
 		return fi, p, err
 	})
@@ -153,8 +168,9 @@ func (s *filesystemService) Stat(ctx context.Context, req *connect.Request[pb.St
 
 // MakeDir creates a directory and its parents; AlreadyExists when it exists.
 func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb.MakeDirRequest]) (*connect.Response[pb.MakeDirResponse], error) {
-	e, err := s.entry(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p, _ string) (api.FileInfo, string, error) {
-		if fi, err := fs.Stat(session.WithoutStep(ctx), p); err == nil {
+	e, err := s.entry(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p string, a account) (api.FileInfo, string, error) {
+		aux := session.WithoutStep(ctx)
+		if fi, err := fs.Stat(aux, p); err == nil {
 			if fi.Type == "dir" {
 				return fi, p, connect.NewError(connect.CodeAlreadyExists, fmt.Errorf("directory already exists: %s", p))
 			}
@@ -162,7 +178,18 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb
 		} else if !errdefs.Is(err, api.CodeNotFound) {
 			return fi, p, err
 		}
+		top, err := missingTop(aux, fs, p)
+		if err != nil {
+			return api.FileInfo{}, p, err
+		}
 		fi, err := fs.Mkdir(ctx, p, 0o755, true)
+		if err != nil {
+			return fi, p, err
+		}
+		if err := s.h.chown(aux, req.Header().Get(SandboxIDHeader), a, true, top); err != nil {
+			return fi, p, err
+		}
+		fi, err = fs.Stat(aux, p)
 		return fi, p, err
 	})
 	if err != nil {
@@ -172,8 +199,8 @@ func (s *filesystemService) MakeDir(ctx context.Context, req *connect.Request[pb
 }
 
 func (s *filesystemService) Move(ctx context.Context, req *connect.Request[pb.MoveRequest]) (*connect.Response[pb.MoveResponse], error) {
-	e, err := s.entry(ctx, req.Header(), req.Msg.GetSource(), func(fs session.FS, from, user string) (api.FileInfo, string, error) {
-		to, err := resolvePath(req.Msg.GetDestination(), user)
+	e, err := s.entry(ctx, req.Header(), req.Msg.GetSource(), func(fs session.FS, from string, a account) (api.FileInfo, string, error) {
+		to, err := resolveHome(req.Msg.GetDestination(), a.Home)
 		if err != nil {
 			return api.FileInfo{}, "", err
 		}
@@ -215,7 +242,7 @@ func listTree(ctx context.Context, fs session.FS, dir string, depth int, out []*
 
 func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb.ListDirRequest]) (*connect.Response[pb.ListDirResponse], error) {
 	var out []*pb.EntryInfo
-	err := s.withPath(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p, _ string) error {
+	err := s.withPath(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p string, _ account) error {
 		fi, err := fs.Stat(session.WithoutStep(ctx), p)
 		if err != nil {
 			if errdefs.Is(err, api.CodeNotFound) {
@@ -228,6 +255,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 		}
 		depth := max(int(req.Msg.GetDepth()), 1)
 		out, err = listTree(ctx, fs, p, depth, nil)
+		s.h.names(ctx, fs, req.Header().Get(SandboxIDHeader)).apply(out...)
 		return rpcErr(err)
 	})
 	if err != nil {
@@ -239,7 +267,7 @@ func (s *filesystemService) ListDir(ctx context.Context, req *connect.Request[pb
 // Remove removes a file or a directory tree; a missing path is no error (as
 // envd's os.RemoveAll).
 func (s *filesystemService) Remove(ctx context.Context, req *connect.Request[pb.RemoveRequest]) (*connect.Response[pb.RemoveResponse], error) {
-	err := s.withPath(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p, _ string) error {
+	err := s.withPath(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, p string, _ account) error {
 		if p == "/" {
 			return connect.NewError(connect.CodeInvalidArgument, errors.New("refusing to remove /"))
 		}

@@ -55,12 +55,18 @@ func keepaliveInterval(hd http.Header) time.Duration {
 }
 
 // execRequest maps a StartRequest to the session's exec request.
-func execRequest(ctx context.Context, msg *pb.StartRequest, user string) (api.ExecRequest, error) {
+// The process runs as a, in a's home unless the request names a directory, with
+// HOME, USER and LOGNAME set as envd sets them.
+func execRequest(ctx context.Context, msg *pb.StartRequest, a account) (api.ExecRequest, error) {
 	cfg := msg.GetProcess()
 	if cfg.GetCmd() == "" {
 		return api.ExecRequest{}, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
 	}
-	req := api.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: cfg.GetEnvs(), Cwd: cfg.GetCwd(), User: user}
+	cwd := cfg.GetCwd()
+	if cwd == "" {
+		cwd = a.Home
+	}
+	req := api.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: userEnv(cfg.GetEnvs(), a), Cwd: cwd, User: a.Name}
 	if msg.Pty != nil {
 		req.TTY = true
 		req.Cols, req.Rows = int(msg.Pty.GetSize().GetCols()), int(msg.Pty.GetSize().GetRows())
@@ -76,7 +82,7 @@ func execRequest(ctx context.Context, msg *pb.StartRequest, user string) (api.Ex
 // endEvent maps an exec's result to envd's end event.
 func endEvent(res api.ExecResult, err error) *pb.ProcessEvent_EndEvent {
 	if err != nil {
-		msg := err.Error()
+		msg := publicError(err.Error())
 		return &pb.ProcessEvent_EndEvent{ExitCode: -1, Status: "error", Error: &msg}
 	}
 	end := &pb.ProcessEvent_EndEvent{ExitCode: int32(res.ExitCode), Exited: res.Signal == "", Status: fmt.Sprintf("exit status %d", res.ExitCode)}
@@ -84,11 +90,30 @@ func endEvent(res api.ExecResult, err error) *pb.ProcessEvent_EndEvent {
 		end.ExitCode = -1
 		end.Status = "signal: " + signalText(res.Signal)
 	}
-	if res.Error != "" {
-		e := res.Error
+	switch {
+	case res.Error != "":
+		e := publicError(res.Error)
+		end.Error = &e
+	case !end.Exited || end.ExitCode != 0:
+		// envd's error is the wait error's text, which CommandExitError shows.
+		e := end.Status
 		end.Error = &e
 	}
 	return end
+}
+
+// hostDetail marks error texts of the node's own plumbing (its sockets and
+// directories), which a sandbox's user must never see.
+var hostDetail = []string{"/run/dsec", "/var/lib/dsec", "unixpacket", "initproto:"}
+
+// publicError is text, or a neutral sentence when text names the host.
+func publicError(text string) string {
+	for _, d := range hostDetail {
+		if strings.Contains(text, d) {
+			return "the process was lost with its sandbox"
+		}
+	}
+	return text
 }
 
 // signalText is Go's description of a signal ("killed" for SIGKILL), as envd
@@ -115,7 +140,11 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if err != nil {
 		return err
 	}
-	ereq, err := execRequest(ctx, req.Msg, user)
+	a, err := h.userOfSandbox(ctx, id, user)
+	if err != nil {
+		return rpcErr(err)
+	}
+	ereq, err := execRequest(ctx, req.Msg, a)
 	if err != nil {
 		return err
 	}

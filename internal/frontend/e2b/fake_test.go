@@ -35,6 +35,8 @@ type fakeService struct {
 	resizes []api.TermSize
 	// execs counts the execs that ran.
 	execs int
+	// chowns records the arguments of every chown run.
+	chowns []string
 }
 
 type fakeSandbox struct {
@@ -250,6 +252,12 @@ func (f *fakeService) ExecStream(ctx context.Context, id string, req api.ExecReq
 	}
 	if req.Cwd == "/nonexistent" {
 		return api.ExecResult{}, errdefs.Invalid("working directory %q does not exist", req.Cwd)
+	}
+	if len(req.Cmd) > 0 && req.Cmd[0] == "chown" {
+		f.mu.Lock()
+		f.chowns = append(f.chowns, strings.Join(req.Cmd[1:], " "))
+		f.mu.Unlock()
+		return api.ExecResult{}, nil
 	}
 	if len(req.Cmd) == 0 || (req.Cmd[0] != "/bin/bash" && req.Cmd[0] != "/bin/sh") {
 		return api.ExecResult{}, errdefs.Invalid("fake runs only /bin/bash and /bin/sh")

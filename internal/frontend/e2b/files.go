@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -38,21 +39,23 @@ func (h *Handler) filesError(w http.ResponseWriter, r *http.Request, err error) 
 // readFile serves GET /files?path=P&username=U: the file's bytes.
 func (h *Handler) readFile(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Has("signature") {
-		h.writeAPIError(w, r, http.StatusUnauthorized, "signed file URLs are not supported by dsec")
-		return
-	}
-	p, err := resolvePath(q.Get("path"), q.Get("username"))
-	if err != nil {
-		h.filesError(w, r, err)
-		return
-	}
-	fs, err := h.svc.FS(r.Context(), r.Header.Get(SandboxIDHeader))
+	sandbox := r.Header.Get(SandboxIDHeader)
+	fs, err := h.svc.FS(r.Context(), sandbox)
 	if err != nil {
 		h.filesError(w, r, err)
 		return
 	}
 	defer fs.Close()
+	a, err := h.lookupUser(r.Context(), fs, sandbox, fileUser(r))
+	if err != nil {
+		h.filesError(w, r, err)
+		return
+	}
+	p, err := resolveHome(q.Get("path"), a.Home)
+	if err != nil {
+		h.filesError(w, r, err)
+		return
+	}
 	rc, fi, err := fs.Open(r.Context(), p)
 	if err != nil {
 		if errdefs.Is(err, api.CodeNotFound) {
@@ -76,11 +79,6 @@ func (h *Handler) readFile(w http.ResponseWriter, r *http.Request) {
 // the raw body (application/octet-stream, ?path= required), optionally gzip.
 func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	if q.Has("signature") {
-		h.writeAPIError(w, r, http.StatusUnauthorized, "signed file URLs are not supported by dsec")
-		return
-	}
-	user := q.Get("username")
 	var body io.Reader = r.Body
 	if r.Header.Get("Content-Encoding") == "gzip" {
 		zr, err := gzip.NewReader(r.Body)
@@ -91,22 +89,28 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 		defer zr.Close()
 		body = zr
 	}
-	fs, err := h.svc.FS(r.Context(), r.Header.Get(SandboxIDHeader))
+	sandbox := r.Header.Get(SandboxIDHeader)
+	fs, err := h.svc.FS(r.Context(), sandbox)
 	if err != nil {
 		h.filesError(w, r, err)
 		return
 	}
 	defer fs.Close()
+	a, err := h.lookupUser(r.Context(), fs, sandbox, fileUser(r))
+	if err != nil {
+		h.filesError(w, r, err)
+		return
+	}
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var out []writeInfo
 	switch mt {
 	case "application/octet-stream":
-		p, err := resolvePath(q.Get("path"), user)
+		p, err := resolveHome(q.Get("path"), a.Home)
 		if err != nil {
 			h.filesError(w, r, err)
 			return
 		}
-		if err := h.writeOne(r, fs, p, body); err != nil {
+		if err := h.writeOne(r, fs, a, p, body); err != nil {
 			h.filesError(w, r, err)
 			return
 		}
@@ -131,7 +135,7 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 			if dest == "" {
 				dest = partFileName(part)
 			}
-			p, err := resolvePath(dest, user)
+			p, err := resolveHome(dest, a.Home)
 			if err != nil {
 				h.filesError(w, r, err)
 				return
@@ -141,7 +145,7 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			seen[p] = true
-			err = h.writeOne(r, fs, p, part)
+			err = h.writeOne(r, fs, a, p, part)
 			part.Close()
 			if err != nil {
 				h.filesError(w, r, err)
@@ -170,23 +174,60 @@ func partFileName(part *multipart.Part) string {
 	return params["filename"]
 }
 
-// writeOne writes one file, creating its parent directories.
-func (h *Handler) writeOne(r *http.Request, fs session.FS, p string, body io.Reader) error {
+// fileUser is the user a /files request names: ?username=, else the
+// Authorization: Basic user (envd's order), else empty (the default user).
+func fileUser(r *http.Request) string {
+	if u := r.URL.Query().Get("username"); u != "" {
+		return u
+	}
+	u, _ := userOf(r.Header)
+	return u
+}
+
+// missingTop is the topmost directory of p's ancestors (p included) that does
+// not exist, "" when p exists.
+func missingTop(ctx context.Context, fs session.FS, p string) (string, error) {
+	top := ""
+	for at := p; at != "/"; at = path.Dir(at) {
+		_, err := fs.Stat(ctx, at)
+		if err == nil {
+			break
+		}
+		if !errdefs.Is(err, api.CodeNotFound) {
+			return "", err
+		}
+		top = at
+	}
+	return top, nil
+}
+
+// writeOne writes one file as a, creating its parent directories (owned by a,
+// as envd creates them).
+func (h *Handler) writeOne(r *http.Request, fs session.FS, a account, p string, body io.Reader) error {
 	ctx := r.Context()
 	if p == "/" {
 		return errdefs.Invalid("path is a directory: /")
 	}
 	aux := session.WithoutStep(ctx)
+	sandbox := r.Header.Get(SandboxIDHeader)
+	owned := p // what to give a: the file, or the topmost directory created for it
 	if dir := path.Dir(p); dir != "/" {
-		if _, err := fs.Stat(aux, dir); errdefs.Is(err, api.CodeNotFound) {
+		top, err := missingTop(aux, fs, dir)
+		if err != nil {
+			return err
+		}
+		if top != "" {
 			if _, err := fs.Mkdir(aux, dir, 0o755, true); err != nil && !errdefs.Is(err, api.CodeAlreadyExists) {
 				return err
 			}
+			owned = top
 		}
 	}
 	if fi, err := fs.Stat(aux, p); err == nil && fi.Type == "dir" {
 		return errdefs.Invalid("path is a directory: %s", p)
 	}
-	_, err := fs.WriteFile(ctx, p, 0o644, body, h.opts.MaxUploadBytes)
-	return err
+	if _, err := fs.WriteFile(ctx, p, 0o644, body, h.opts.MaxUploadBytes); err != nil {
+		return err
+	}
+	return h.chown(aux, sandbox, a, owned != p, owned)
 }

@@ -74,7 +74,9 @@ type Handler struct {
 	envd    *http.ServeMux
 
 	mu      sync.Mutex
-	hasBash map[string]bool // by sandbox: whether /bin/bash exists (see shell)
+	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
+	passwd  map[string]map[string]account // by sandbox: its accounts (see accounts)
+	groups  map[string]map[int]string     // by sandbox: its groups' names (see names)
 }
 
 // New returns a Handler serving svc.
@@ -96,7 +98,7 @@ func New(svc session.Service, opts Options) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}}
+	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}, passwd: map[string]map[string]account{}, groups: map[string]map[int]string{}}
 	for _, rt := range h.controlRoutes() {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
@@ -246,10 +248,21 @@ func (h *Handler) envdAuthorized(r *http.Request, id string) bool {
 // runs, then serves the envd route.
 func (h *Handler) serveEnvd(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get(SandboxIDHeader)
+	signed := isSigned(r)
+	if signed {
+		// A signed file URL is its own credential and names its sandbox.
+		sid, err := h.signedSandbox(r.Context(), r)
+		if err != nil {
+			h.writeAPIError(w, r, httpStatus(err), err.Error())
+			return
+		}
+		id = sid
+		r.Header.Set(SandboxIDHeader, id)
+	}
 	switch {
 	case id == "":
 		h.envdError(w, r, connect.CodeInvalidArgument, http.StatusBadRequest, "missing "+SandboxIDHeader+" header")
-	case !h.envdAuthorized(r, id):
+	case !signed && !h.envdAuthorized(r, id):
 		h.envdError(w, r, connect.CodeUnauthenticated, http.StatusUnauthorized, "missing or invalid access token ("+AccessTokenHeader+")")
 	case !h.ensureRunning(r.Context(), id) && !tagged(r.Context()):
 		// A trajectory step goes on to the session service, whose log may
@@ -315,5 +328,7 @@ func tagged(ctx context.Context) bool {
 func (h *Handler) forget(id string) {
 	h.mu.Lock()
 	delete(h.hasBash, id)
+	delete(h.passwd, id)
+	delete(h.groups, id)
 	h.mu.Unlock()
 }

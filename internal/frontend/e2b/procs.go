@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -215,13 +216,18 @@ func (f *follower) run(ctx context.Context, keepalive time.Duration) error {
 			case err == nil:
 				cur = got
 			case !errdefs.Is(err, api.CodeDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded):
+				f.abortIfSandboxGone(ctx)
 				return rpcErr(err)
 			}
 		}
 		if err := f.drain(ctx); err != nil {
+			f.abortIfSandboxGone(ctx)
 			return err
 		}
 		if !cur.Running {
+			if cur.Result == nil || cur.Result.Error != "" {
+				f.abortIfSandboxGone(ctx)
+			}
 			return f.send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(resultOf(cur), nil)}})
 		}
 		select {
@@ -231,6 +237,17 @@ func (f *follower) run(ctx context.Context, keepalive time.Duration) error {
 			}
 		default:
 		}
+	}
+}
+
+// abortIfSandboxGone drops the client's connection when the process's
+// sandbox no longer runs: E2B's proxy does so for a command whose sandbox was
+// killed (the SDK raises its timeout error), where dsec would otherwise end
+// the stream with the node's failure to reach the process.
+func (f *follower) abortIfSandboxGone(ctx context.Context) {
+	sb, err := f.h.svc.Get(session.WithoutStep(ctx), f.sandbox)
+	if (err != nil && errdefs.Is(err, api.CodeNotFound)) || (err == nil && sb.State != api.StateRunning && sb.State != api.StatePaused) {
+		panic(http.ErrAbortHandler)
 	}
 }
 

@@ -77,7 +77,7 @@ func checkDir(ctx context.Context, fs session.FS, dir string) error {
 // WatchDir streams a directory's changes: start first, then events and
 // keepalives until the client ends the stream or its timeout passes.
 func (s *filesystemService) WatchDir(ctx context.Context, req *connect.Request[pb.WatchDirRequest], stream *connect.ServerStream[pb.WatchDirResponse]) error {
-	return s.withPath(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, dir, _ string) error {
+	return s.withPath(ctx, req.Header(), req.Msg.GetPath(), func(fs session.FS, dir string, _ account) error {
 		if err := checkDir(ctx, fs, dir); err != nil {
 			return err
 		}
@@ -130,7 +130,11 @@ func (s *filesystemService) CreateWatcher(ctx context.Context, req *connect.Requ
 	if err != nil {
 		return nil, err
 	}
-	dir, err := resolvePath(req.Msg.GetPath(), user)
+	a, err := s.h.userOfSandbox(ctx, sandbox, user)
+	if err != nil {
+		return nil, rpcErr(err)
+	}
+	dir, err := resolveHome(req.Msg.GetPath(), a.Home)
 	if err != nil {
 		return nil, rpcErr(err)
 	}
