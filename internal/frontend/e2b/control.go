@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/e2bapi"
 	"github.com/dsec-dev/dsec/internal/frontend/listpage"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -155,7 +156,7 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 			h.writeErr(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
+		writeJSON(w, http.StatusCreated, h.sandboxAnswer(sb))
 	}
 }
 
@@ -179,7 +180,7 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request) (api.Sandbox, b
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	if sb, ok := h.lookup(w, r); ok {
-		writeJSON(w, http.StatusOK, h.detailJSON(sb, true))
+		writeJSON(w, http.StatusOK, h.detail(sb))
 	}
 }
 
@@ -319,7 +320,7 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
+	writeJSON(w, http.StatusCreated, h.sandboxAnswer(sb))
 }
 
 // connect answers with the sandbox, resuming it when paused (201) and extending
@@ -357,7 +358,7 @@ func (h *Handler) connect(def int64) http.HandlerFunc {
 				return
 			}
 		}
-		writeJSON(w, status, h.sandboxJSON(sb))
+		writeJSON(w, status, h.sandboxAnswer(sb))
 	}
 }
 
@@ -482,9 +483,9 @@ func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, legacy bool)
 	}
 	page, next, _ := listpage.Page(all, listpage.Query{
 		Match: func(sb *api.Sandbox) bool { return lq.match(*sb) }, Desc: !lq.asc, After: lq.after, Limit: lq.limit})
-	out := make([]detailJSON, 0, len(page))
+	out := make([]e2bapi.ListedSandbox, 0, len(page))
 	for _, sb := range page {
-		out = append(out, h.detailJSON(sb, false))
+		out = append(out, listed(sb))
 	}
 	if !next.Zero() {
 		w.Header().Set(NextTokenHeader, next.String())

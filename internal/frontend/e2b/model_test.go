@@ -26,13 +26,13 @@ func TestAnswerShapes(t *testing.T) {
 		v    any
 		want string
 	}{
-		{"Sandbox", h.sandboxJSON(sb), `{"templateID":"python","sandboxID":"sb-1","alias":"python","clientID":"dsec",` +
+		{"Sandbox", h.sandboxAnswer(sb), `{"templateID":"python","sandboxID":"sb-1","alias":"python","clientID":"dsec",` +
 			`"envdVersion":"` + EnvdVersion + `","envdAccessToken":"` + tok + `","domain":null,"trafficAccessToken":null}`},
-		{"SandboxDetail", h.detailJSON(sb, true), `{"templateID":"python","alias":"python","sandboxID":"sb-1","clientID":"dsec",` +
+		{"SandboxDetail", h.detail(sb), `{"templateID":"python","alias":"python","sandboxID":"sb-1","clientID":"dsec",` +
 			`"startedAt":"2026-01-02T03:04:05Z","endAt":"2026-01-02T04:04:05Z","envdVersion":"` + EnvdVersion + `",` +
 			`"envdAccessToken":"` + tok + `","cpuCount":2,"memoryMB":512,"diskSizeMB":1024,"metadata":{"k":"v"},` +
 			`"state":"running","lifecycle":{"autoResume":true,"onTimeout":"pause"},"volumeMounts":[]}`},
-		{"ListedSandbox", h.detailJSON(api.Sandbox{ID: "sb-2", State: api.StatePaused, CreatedAt: created}, false),
+		{"ListedSandbox", listed(api.Sandbox{ID: "sb-2", State: api.StatePaused, CreatedAt: created}),
 			`{"templateID":"base","alias":"base","sandboxID":"sb-2","clientID":"dsec","startedAt":"2026-01-02T03:04:05Z",` +
 				`"endAt":"9999-12-31T00:00:00Z","envdVersion":"` + EnvdVersion + `","cpuCount":0,"memoryMB":0,"diskSizeMB":0,` +
 				`"metadata":{},"state":"paused","volumeMounts":[]}`},
