@@ -82,16 +82,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// newSandboxRequest is E2B's NewSandbox and NewSandboxV2.
-type newSandboxRequest struct {
-	TemplateID          string                  `json:"templateID"`
-	Timeout             *int64                  `json:"timeout"`
-	AutoPause           bool                    `json:"autoPause"`
-	AutoResume          *struct{ Enabled bool } `json:"autoResume"`
-	Metadata            map[string]string       `json:"metadata"`
-	EnvVars             map[string]string       `json:"envVars"`
-	AllowInternetAccess *bool                   `json:"allow_internet_access"`
-	VolumeMounts        []json.RawMessage       `json:"volumeMounts"`
+// envOf is a sandbox's optional environment variables.
+func envOf(env *e2bapi.EnvVars) map[string]string {
+	if env == nil {
+		return nil
+	}
+	return *env
 }
 
 // timeoutSeconds checks an optional timeout and applies the default.
@@ -107,29 +103,40 @@ func timeoutSeconds(t *int64, def int64) (int64, error) {
 
 func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var req newSandboxRequest
+		var req e2bapi.NewSandbox // and NewSandboxV2, the same fields dsec reads
 		if err := decodeBody(w, r, &req); err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
-		timeout, err := timeoutSeconds(req.Timeout, defTimeout)
+		var secs *int64
+		if req.Timeout != nil {
+			s := int64(*req.Timeout)
+			secs = &s
+		}
+		timeout, err := timeoutSeconds(secs, defTimeout)
 		if err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
+		autoPause := req.AutoPause != nil && *req.AutoPause
+		autoResume := req.AutoResume != nil && req.AutoResume.Enabled
 		switch {
 		case req.TemplateID == "":
 			h.writeAPIError(w, r, http.StatusBadRequest, "templateID is required")
 			return
-		case len(req.VolumeMounts) > 0:
+		case req.VolumeMounts != nil && len(*req.VolumeMounts) > 0:
 			h.writeAPIError(w, r, http.StatusBadRequest, "volume mounts are not supported by dsec")
 			return
-		case req.AutoResume != nil && req.AutoResume.Enabled && !req.AutoPause:
+		case autoResume && !autoPause:
 			h.writeAPIError(w, r, http.StatusBadRequest, "autoResume needs autoPause")
 			return
 		}
 		labels := map[string]string{}
-		for k, v := range req.Metadata {
+		var metadata map[string]string
+		if req.Metadata != nil {
+			metadata = *req.Metadata
+		}
+		for k, v := range metadata {
 			if strings.HasPrefix(k, labelPrefix) {
 				h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("metadata key %q uses the reserved prefix %q", k, labelPrefix))
 				return
@@ -137,20 +144,20 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 			labels[k] = v
 		}
 		action := actionKill
-		if req.AutoPause {
+		if autoPause {
 			action = actionPause
 		}
 		labels[labelTemplate] = req.TemplateID
 		labels[labelTimeout] = strconv.FormatInt(timeout, 10)
 		labels[labelOnTimeout] = action
-		if req.AutoResume != nil && req.AutoResume.Enabled {
+		if autoResume {
 			labels[labelAutoResume] = "true"
 		}
 		image := req.TemplateID
 		if image == baseTemplate {
 			image = ""
 		}
-		sb, err := h.svc.Create(r.Context(), api.CreateSandboxRequest{Image: image, Env: req.EnvVars, Labels: labels,
+		sb, err := h.svc.Create(r.Context(), api.CreateSandboxRequest{Image: image, Env: envOf(req.EnvVars), Labels: labels,
 			TTLSeconds: timeout, OnExpiry: expiryOf(action)})
 		if err != nil {
 			h.writeErr(w, r, err)
