@@ -212,7 +212,10 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 }
 
 // lifecycleRequest is the body of the timeout, refresh, pause, resume and
-// connect calls (each uses some of the fields).
+// connect calls (each uses some of the fields). It stays dsec's own: the
+// generated bodies (e2bapi.ConnectSandbox, the timeout call's) hold timeout as
+// a required int32, where dsec tells an absent timeout (no deadline for a
+// sandbox made through /v1, the default) from 0.
 type lifecycleRequest struct {
 	Timeout  *int64 `json:"timeout"`
 	Duration *int64 `json:"duration"`
