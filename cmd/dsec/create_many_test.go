@@ -19,7 +19,7 @@ import (
 // sandbox and, with its progress output a pipe, nothing else.
 func TestCreateManyQuietWhenPiped(t *testing.T) {
 	node := servertest.NewNode(t.TempDir())
-	srv := httptest.NewServer(v1.New(node, v1.Options{Token: "t"}).Handler())
+	srv := httptest.NewServer(v1.New(servertest.Validated(node), v1.Options{Token: "t"}).Handler())
 	defer srv.Close()
 	pr, pw, err := os.Pipe()
 	if err != nil {

@@ -29,7 +29,7 @@ const (
 
 var _ session.Service = (*Manager)(nil)
 
-// procSpec turns an API exec request (checked by session.ValidateExec) into a
+// procSpec turns an API exec request (checked by session.Validating) into a
 // driver process spec.
 func (sb *sandbox) procSpec(inst driver.Instance, req api.ExecRequest, tag string) (driver.ProcSpec, error) {
 	args := req.Cmd
@@ -135,7 +135,7 @@ func (sb *sandbox) resolveUser(inst driver.Instance, user string) (uid, gid int,
 	return 0, 0, "", errdefs.Invalid("user %q not found in the sandbox's /etc/passwd", user)
 }
 
-// stdinBytes is a request's initial stdin (checked by session.ValidateExec).
+// stdinBytes is a request's initial stdin (checked by session.Validating).
 func stdinBytes(req api.ExecRequest) ([]byte, error) {
 	if req.StdinBase64 != "" {
 		b, err := base64.StdEncoding.DecodeString(req.StdinBase64)
@@ -278,9 +278,6 @@ func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (api
 }
 
 func (m *Manager) exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
-	if err := session.ValidateExec(req); err != nil {
-		return api.ExecResult{}, err
-	}
 	if req.TTY || req.Cols != 0 || req.Rows != 0 {
 		return api.ExecResult{}, errdefs.Invalid("tty needs a streaming exec or a background process, not a blocking exec")
 	}
@@ -335,9 +332,6 @@ func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest
 }
 
 func (m *Manager) execStream(ctx context.Context, id string, req api.ExecRequest, sio session.Stream) (api.ExecResult, error) {
-	if err := session.ValidateExec(req); err != nil {
-		return api.ExecResult{}, err
-	}
 	sb, inst, err := m.session(id)
 	if err != nil {
 		return api.ExecResult{}, err

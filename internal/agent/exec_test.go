@@ -51,7 +51,7 @@ func TestExec(t *testing.T) {
 			t.Errorf("4 MiB at the default 1 MiB limit: exit %d, %d bytes, truncated %v, stderr %q",
 				res.ExitCode, len(res.Stdout), res.StdoutTruncated, res.Stderr)
 		}
-		_, err := m.Exec(ctxT(t), id, api.ExecRequest{Cmd: []string{"true"}, MaxOutputBytes: -1})
+		_, err := validated(m).Exec(ctxT(t), id, api.ExecRequest{Cmd: []string{"true"}, MaxOutputBytes: -1})
 		wantCode(t, "negative max_output_bytes", err, api.CodeInvalidArgument)
 	})
 
@@ -74,7 +74,7 @@ func TestExec(t *testing.T) {
 				return r.ExitCode != 0
 			})
 		}
-		_, err := m.Exec(ctxT(t), id, api.ExecRequest{Cmd: []string{"true"}, TimeoutMs: -1})
+		_, err := validated(m).Exec(ctxT(t), id, api.ExecRequest{Cmd: []string{"true"}, TimeoutMs: -1})
 		wantCode(t, "negative timeout", err, api.CodeInvalidArgument)
 	})
 
@@ -93,7 +93,7 @@ func TestExec(t *testing.T) {
 		if res.TimedOut || res.ExitCode != 0 || res.Stdout != "" {
 			t.Errorf("cat without stdin: %+v", res)
 		}
-		_, err := m.Exec(ctxT(t), id, api.ExecRequest{Cmd: []string{"cat"}, Stdin: "a", StdinBase64: "Yg=="})
+		_, err := validated(m).Exec(ctxT(t), id, api.ExecRequest{Cmd: []string{"cat"}, Stdin: "a", StdinBase64: "Yg=="})
 		wantCode(t, "stdin and stdin_base64", err, api.CodeInvalidArgument)
 	})
 
@@ -124,9 +124,9 @@ func TestExec(t *testing.T) {
 		if res.Stdout != "a\uFFFDb" {
 			t.Errorf("invalid utf8 output = %q", res.Stdout)
 		}
-		_, err = m.Exec(ctxT(t), id, api.ExecRequest{Cmd: []string{"true"}, OutputEncoding: "hex"})
+		_, err = validated(m).Exec(ctxT(t), id, api.ExecRequest{Cmd: []string{"true"}, OutputEncoding: "hex"})
 		wantCode(t, "unknown output encoding", err, api.CodeInvalidArgument)
-		_, err = m.Exec(ctxT(t), id, api.ExecRequest{Cmd: []string{"cat"}, StdinBase64: "!!"})
+		_, err = validated(m).Exec(ctxT(t), id, api.ExecRequest{Cmd: []string{"cat"}, StdinBase64: "!!"})
 		wantCode(t, "bad stdin_base64", err, api.CodeInvalidArgument)
 	})
 
@@ -166,7 +166,7 @@ func TestExec(t *testing.T) {
 			"NUL in arg":    {Cmd: []string{"echo", "a\x00b"}},
 			"bad env name":  {Cmd: []string{"true"}, Env: map[string]string{"A=B": "c"}},
 		} {
-			_, err := m.Exec(ctxT(t), id, req)
+			_, err := validated(m).Exec(ctxT(t), id, req)
 			wantCode(t, name, err, api.CodeInvalidArgument)
 		}
 		_, err := m.Exec(ctxT(t), "sb-nonexistent", api.ExecRequest{Cmd: []string{"true"}})

@@ -16,6 +16,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -279,4 +280,11 @@ func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) 
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// validated is m under the request validation, as every role composes its
+// session service (session.Validating): the agent itself checks only what
+// depends on the node and the sandbox.
+func validated(m *agent.Manager) session.Service {
+	return session.Chain(m, session.Validating(nil))
 }

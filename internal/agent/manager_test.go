@@ -89,7 +89,7 @@ func TestCreateValidationLeavesNothing(t *testing.T) {
 		{"bad image name", api.CreateSandboxRequest{Image: "../debian"}, api.CodeInvalidArgument},
 	} {
 		tc.req.RequestID = "req-" + strings.ReplaceAll(tc.name, " ", "-")
-		_, err := m.Create(ctxT(t), tc.req)
+		_, err := validated(m).Create(ctxT(t), tc.req)
 		wantCode(t, tc.name, err, tc.code)
 		e.requireEmpty(t, m, tc.name)
 		// The request ID of a rejected create is usable.

@@ -105,9 +105,6 @@ func (m *Manager) logPath(id, procID, stream string) string {
 
 // StartProcess implements session.Service.
 func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
-	if err := session.ValidateExec(req); err != nil {
-		return api.Process{}, err
-	}
 	sb, inst, err := m.session(id)
 	if err != nil {
 		return api.Process{}, err

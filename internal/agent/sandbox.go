@@ -13,7 +13,6 @@ import (
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -89,12 +88,10 @@ const (
 	minDiskBytes   = 1 << 20
 )
 
-// validate checks a create request (session.ValidateCreate, then what a node
-// can run) and fills its defaults.
+// validate checks what a node can run of a create request (the session
+// chain's interceptor, session.Validating, checked its form) and fills its
+// defaults.
 func validate(req *api.CreateSandboxRequest) error {
-	if err := session.ValidateCreate(*req); err != nil {
-		return err
-	}
 	switch {
 	case req.MemoryBytes != 0 && req.MemoryBytes < minMemoryBytes:
 		return errdefs.Invalid("memory_bytes must be at least %d (4 MiB), got %d", minMemoryBytes, req.MemoryBytes)

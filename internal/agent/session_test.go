@@ -7,12 +7,13 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// The node agent over the real container driver passes the session service's
+// The node agent over the real container driver, under the request
+// validation as every role composes it, passes the session service's
 // conformance suite (root, the default image).
 func TestSessionConformance(t *testing.T) {
 	e := newEnv(t)
 	m := e.open(t, nil)
-	sessiontest.Run(t, m, sessiontest.Options{
+	sessiontest.Run(t, validated(m), sessiontest.Options{
 		Create: api.CreateSandboxRequest{Backend: api.BackendContainer, MemoryBytes: 256 << 20},
 		Pause:  true,
 		TTY:    true,

@@ -290,9 +290,11 @@ func (a *APIServer) startFrontEnds(context.Context) (lifecycle.Close, error) {
 }
 
 // services composes the API tier's session interceptors: every front end
-// calls the router through metrics, the batch counter and the project guard.
+// calls the router through the request validation (session.Validating, the
+// only one on the way to a node: the node RPC trusts it), metrics, the batch
+// counter and the project guard.
 func (a *APIServer) services() session.Service {
-	a.svc = session.Chain(a.base, a.Metrics.Interceptor(a.tracing), countBatches(a.cl), a.Projects.Interceptor())
+	a.svc = session.Chain(a.base, session.Validating(nil), a.Metrics.Interceptor(a.tracing), countBatches(a.cl), a.Projects.Interceptor())
 	return a.svc
 }
 

@@ -91,7 +91,7 @@ type Sandboxes interface {
 	Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error)
 	// CreateBatch creates every sandbox of reqs or none (the cluster's router
 	// places the whole batch at once). A service without it answers
-	// not_implemented and the front end creates them one by one.
+	// not_implemented and the validating interceptor (Validating) creates them one by one.
 	CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error)
 	Get(ctx context.Context, id string) (api.Sandbox, error)
 	List(ctx context.Context) ([]api.Sandbox, error)

@@ -1,87 +1,12 @@
 package session
 
 import (
-	"math"
 	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
-
-// TestValidateExec: each mistake is refused with invalid_argument and a message
-// that names the field; a good request passes.
-func TestValidateExec(t *testing.T) {
-	ok := api.ExecRequest{Cmd: []string{"echo", "hi"}}
-	for name, tc := range map[string]struct {
-		req  func(r *api.ExecRequest)
-		want string
-	}{
-		"neither":      {func(r *api.ExecRequest) { r.Cmd = nil }, "exactly one of cmd and shell is required"},
-		"both":         {func(r *api.ExecRequest) { r.Shell = "true" }, "both are set"},
-		"empty cmd[0]": {func(r *api.ExecRequest) { r.Cmd = []string{""} }, "cmd[0]"},
-		"NUL in cmd":   {func(r *api.ExecRequest) { r.Cmd = []string{"a", "b\x00"} }, "cmd[1] contains a NUL byte"},
-		"NUL in cwd":   {func(r *api.ExecRequest) { r.Cwd = "/\x00" }, "cwd contains a NUL byte"},
-		"NUL in user":  {func(r *api.ExecRequest) { r.User = "a\x00" }, "user contains a NUL byte"},
-		"timeout":      {func(r *api.ExecRequest) { r.TimeoutMs = -1 }, "timeout_ms is negative"},
-		"output neg":   {func(r *api.ExecRequest) { r.MaxOutputBytes = -1 }, "max_output_bytes"},
-		"output big":   {func(r *api.ExecRequest) { r.MaxOutputBytes = MaxOutputBytes + 1 }, "max_output_bytes"},
-		"stdin both":   {func(r *api.ExecRequest) { r.Stdin, r.StdinBase64 = "a", "YQ==" }, "stdin and stdin_base64"},
-		"stdin base64": {func(r *api.ExecRequest) { r.StdinBase64 = "!" }, "stdin_base64 is not valid base64"},
-		"encoding":     {func(r *api.ExecRequest) { r.OutputEncoding = "hex" }, "output_encoding"},
-		"size w/o tty": {func(r *api.ExecRequest) { r.Cols, r.Rows = 80, 24 }, "need tty"},
-		"size":         {func(r *api.ExecRequest) { r.TTY, r.Cols, r.Rows = true, 0, 5 }, "terminal size"},
-		"env name":     {func(r *api.ExecRequest) { r.Env = map[string]string{"A=B": "c"} }, "env: invalid variable name"},
-		"env value":    {func(r *api.ExecRequest) { r.Env = map[string]string{"A": "\x00"} }, `env: value of "A"`},
-	} {
-		req := ok
-		tc.req(&req)
-		err := ValidateExec(req)
-		if !errdefs.Is(err, api.CodeInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want invalid_argument naming %q", name, err, tc.want)
-		}
-	}
-	for _, good := range []api.ExecRequest{ok, {Shell: "ls", TTY: true}, {Cmd: []string{"x"}, StdinBase64: "YQ==",
-		OutputEncoding: "base64", MaxOutputBytes: MaxOutputBytes, Env: map[string]string{"A": "b"}}} {
-		if err := ValidateExec(good); err != nil {
-			t.Errorf("%+v refused: %v", good, err)
-		}
-	}
-}
-
-// TestValidateCreate: each mistake is refused with invalid_argument and a
-// message that names the field; zeros (the defaults) pass.
-func TestValidateCreate(t *testing.T) {
-	for name, tc := range map[string]struct {
-		req  api.CreateSandboxRequest
-		want string
-	}{
-		"memory neg": {api.CreateSandboxRequest{MemoryBytes: -5}, "memory_bytes is negative"},
-		"disk neg":   {api.CreateSandboxRequest{DiskBytes: -1}, "disk_bytes is negative"},
-		"pids neg":   {api.CreateSandboxRequest{PidsMax: -1}, "pids_max is negative"},
-		"ttl neg":    {api.CreateSandboxRequest{TTLSeconds: -1}, "ttl_seconds is negative"},
-		"idle neg":   {api.CreateSandboxRequest{IdleTimeoutSeconds: -1}, "idle_timeout_seconds is negative"},
-		"ttl big":    {api.CreateSandboxRequest{TTLSeconds: api.MaxTimeoutSeconds + 1}, "ttl_seconds is more than"},
-		"on_expiry":  {api.CreateSandboxRequest{OnExpiry: "explode"}, "on_expiry must be"},
-		"cpu neg":    {api.CreateSandboxRequest{CPU: -0.5}, "cpu must be between"},
-		"cpu big":    {api.CreateSandboxRequest{CPU: MaxCPU + 1}, "cpu must be between"},
-		"cpu NaN":    {api.CreateSandboxRequest{CPU: math.NaN()}, "cpu must be between"},
-		"request_id": {api.CreateSandboxRequest{RequestID: strings.Repeat("r", MaxRequestIDLen+1)}, "request_id"},
-		"env":        {api.CreateSandboxRequest{Env: map[string]string{"": "x"}}, "env: invalid variable name"},
-	} {
-		err := ValidateCreate(tc.req)
-		if !errdefs.Is(err, api.CodeInvalidArgument) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: %v, want invalid_argument naming %q", name, err, tc.want)
-		}
-	}
-	if err := ValidateCreate(api.CreateSandboxRequest{}); err != nil {
-		t.Errorf("the defaults refused: %v", err)
-	}
-	if err := ValidateCreate(api.CreateSandboxRequest{CPU: MaxCPU, MemoryBytes: 1, DiskBytes: 1,
-		RequestID: strings.Repeat("r", MaxRequestIDLen)}); err != nil {
-		t.Errorf("the limits refused: %v", err)
-	}
-}
 
 func TestValidateDeadline(t *testing.T) {
 	for name, tc := range map[string]struct {

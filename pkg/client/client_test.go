@@ -27,7 +27,7 @@ const token = "tok"
 func setup(t *testing.T) (*Client, *servertest.Node) {
 	t.Helper()
 	node := servertest.NewNode(t.TempDir())
-	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(node, v1.Options{Token: token}).Handler()))
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(servertest.Validated(node), v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
 	return New(srv.URL+"/", token), node
 }

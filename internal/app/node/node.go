@@ -435,14 +435,16 @@ func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 }
 
 // services composes the node's session interceptors: every front end calls
-// the node through the trajectory log, metrics (a replayed step runs
+// the node through the request validation (session.Validating: a malformed
+// request goes no further), the trajectory log, metrics (a replayed step runs
 // nothing: no exec) and the project guard. A cluster node's service
 // (NodeService) logs and replays the steps that reach it over the node RPC
 // in the node's own trajectory store, next to the sandboxes: the same chain
-// without the guard (quotas are the API tier's).
+// without the validation (the API tier validated each request) and the guard
+// (quotas are the API tier's).
 func (d *Daemon) services() (session.Service, nodeService) {
 	tlog := trajectory.Interceptor(d.Trajectories, trajectory.Options{Logger: d.cfg.Logger, OnStep: d.obs.metrics.TrajectoryStep})
-	svc := session.Chain(d.node, tlog, d.obs.metrics.Interceptor(d.obs.tracing), d.guard.Interceptor())
+	svc := session.Chain(d.node, session.Validating(nil), tlog, d.obs.metrics.Interceptor(d.obs.tracing), d.guard.Interceptor())
 	d.obs.svc = svc
 	nsvc := nodeService{Service: session.Chain(d.node, tlog, d.obs.metrics.Interceptor(d.obs.tracing)), node: d.node}
 	return svc, nsvc

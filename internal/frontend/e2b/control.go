@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/e2bapi"
 	"github.com/dsec-dev/dsec/internal/frontend/listpage"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -81,16 +82,12 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// newSandboxRequest is E2B's NewSandbox and NewSandboxV2.
-type newSandboxRequest struct {
-	TemplateID          string                  `json:"templateID"`
-	Timeout             *int64                  `json:"timeout"`
-	AutoPause           bool                    `json:"autoPause"`
-	AutoResume          *struct{ Enabled bool } `json:"autoResume"`
-	Metadata            map[string]string       `json:"metadata"`
-	EnvVars             map[string]string       `json:"envVars"`
-	AllowInternetAccess *bool                   `json:"allow_internet_access"`
-	VolumeMounts        []json.RawMessage       `json:"volumeMounts"`
+// envOf is a sandbox's optional environment variables.
+func envOf(env *e2bapi.EnvVars) map[string]string {
+	if env == nil {
+		return nil
+	}
+	return *env
 }
 
 // timeoutSeconds checks an optional timeout and applies the default.
@@ -106,29 +103,40 @@ func timeoutSeconds(t *int64, def int64) (int64, error) {
 
 func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		var req newSandboxRequest
+		var req e2bapi.NewSandbox // and NewSandboxV2, the same fields dsec reads
 		if err := decodeBody(w, r, &req); err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
-		timeout, err := timeoutSeconds(req.Timeout, defTimeout)
+		var secs *int64
+		if req.Timeout != nil {
+			s := int64(*req.Timeout)
+			secs = &s
+		}
+		timeout, err := timeoutSeconds(secs, defTimeout)
 		if err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
+		autoPause := req.AutoPause != nil && *req.AutoPause
+		autoResume := req.AutoResume != nil && req.AutoResume.Enabled
 		switch {
 		case req.TemplateID == "":
 			h.writeAPIError(w, r, http.StatusBadRequest, "templateID is required")
 			return
-		case len(req.VolumeMounts) > 0:
+		case req.VolumeMounts != nil && len(*req.VolumeMounts) > 0:
 			h.writeAPIError(w, r, http.StatusBadRequest, "volume mounts are not supported by dsec")
 			return
-		case req.AutoResume != nil && req.AutoResume.Enabled && !req.AutoPause:
+		case autoResume && !autoPause:
 			h.writeAPIError(w, r, http.StatusBadRequest, "autoResume needs autoPause")
 			return
 		}
 		labels := map[string]string{}
-		for k, v := range req.Metadata {
+		var metadata map[string]string
+		if req.Metadata != nil {
+			metadata = *req.Metadata
+		}
+		for k, v := range metadata {
 			if strings.HasPrefix(k, labelPrefix) {
 				h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("metadata key %q uses the reserved prefix %q", k, labelPrefix))
 				return
@@ -136,26 +144,26 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 			labels[k] = v
 		}
 		action := actionKill
-		if req.AutoPause {
+		if autoPause {
 			action = actionPause
 		}
 		labels[labelTemplate] = req.TemplateID
 		labels[labelTimeout] = strconv.FormatInt(timeout, 10)
 		labels[labelOnTimeout] = action
-		if req.AutoResume != nil && req.AutoResume.Enabled {
+		if autoResume {
 			labels[labelAutoResume] = "true"
 		}
 		image := req.TemplateID
 		if image == baseTemplate {
 			image = ""
 		}
-		sb, err := h.svc.Create(r.Context(), api.CreateSandboxRequest{Image: image, Env: req.EnvVars, Labels: labels,
+		sb, err := h.svc.Create(r.Context(), api.CreateSandboxRequest{Image: image, Env: envOf(req.EnvVars), Labels: labels,
 			TTLSeconds: timeout, OnExpiry: expiryOf(action)})
 		if err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
+		writeJSON(w, http.StatusCreated, h.sandboxAnswer(sb))
 	}
 }
 
@@ -179,7 +187,7 @@ func (h *Handler) lookup(w http.ResponseWriter, r *http.Request) (api.Sandbox, b
 
 func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	if sb, ok := h.lookup(w, r); ok {
-		writeJSON(w, http.StatusOK, h.detailJSON(sb, true))
+		writeJSON(w, http.StatusOK, h.detail(sb))
 	}
 }
 
@@ -204,7 +212,10 @@ func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 }
 
 // lifecycleRequest is the body of the timeout, refresh, pause, resume and
-// connect calls (each uses some of the fields).
+// connect calls (each uses some of the fields). It stays dsec's own: the
+// generated bodies (e2bapi.ConnectSandbox, the timeout call's) hold timeout as
+// a required int32, where dsec tells an absent timeout (no deadline for a
+// sandbox made through /v1, the default) from 0.
 type lifecycleRequest struct {
 	Timeout  *int64 `json:"timeout"`
 	Duration *int64 `json:"duration"`
@@ -319,7 +330,7 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, h.sandboxJSON(sb))
+	writeJSON(w, http.StatusCreated, h.sandboxAnswer(sb))
 }
 
 // connect answers with the sandbox, resuming it when paused (201) and extending
@@ -357,7 +368,7 @@ func (h *Handler) connect(def int64) http.HandlerFunc {
 				return
 			}
 		}
-		writeJSON(w, status, h.sandboxJSON(sb))
+		writeJSON(w, status, h.sandboxAnswer(sb))
 	}
 }
 
@@ -482,9 +493,9 @@ func (h *Handler) serveList(w http.ResponseWriter, r *http.Request, legacy bool)
 	}
 	page, next, _ := listpage.Page(all, listpage.Query{
 		Match: func(sb *api.Sandbox) bool { return lq.match(*sb) }, Desc: !lq.asc, After: lq.after, Limit: lq.limit})
-	out := make([]detailJSON, 0, len(page))
+	out := make([]e2bapi.ListedSandbox, 0, len(page))
 	for _, sb := range page {
-		out = append(out, h.detailJSON(sb, false))
+		out = append(out, listed(sb))
 	}
 	if !next.Zero() {
 		w.Header().Set(NextTokenHeader, next.String())

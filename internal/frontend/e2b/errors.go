@@ -8,14 +8,9 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/e2bapi"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
-
-// apiErrorBody is the control plane's error body: code is the HTTP status.
-type apiErrorBody struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
 
 // proxyErrorBody is what E2B's edge proxy answers when a sandbox is not found or
 // not running; the SDK turns its 502 into "sandbox not running".
@@ -42,7 +37,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		status = http.StatusInternalServerError
-		b, _ = json.Marshal(apiErrorBody{Code: status, Message: "encoding response: " + err.Error()})
+		b, _ = json.Marshal(e2bapi.Error{Code: int32(status), Message: "encoding response: " + err.Error()})
 	}
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
@@ -51,13 +46,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-// writeAPIError answers a control-plane or /files request with {code, message}.
+// writeAPIError answers a control-plane or /files request with E2B's Error
+// ({code, message}; code is the HTTP status).
 func (h *Handler) writeAPIError(w http.ResponseWriter, r *http.Request, status int, msg string) {
 	if status >= 500 {
 		h.log.ErrorContext(r.Context(), "e2b request failed", "method", r.Method, "path", r.URL.Path,
 			"status", status, "err", msg)
 	}
-	writeJSON(w, status, apiErrorBody{Code: status, Message: msg})
+	writeJSON(w, status, e2bapi.Error{Code: int32(status), Message: msg})
 }
 
 // writeErr answers with err classified into a status.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/e2bapi"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -31,43 +32,13 @@ const (
 // farFuture is endAt for a sandbox without a deadline (created through /v1).
 var farFuture = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 
-// sandboxJSON is E2B's Sandbox: the answer of create, connect and resume.
-type sandboxJSON struct {
-	TemplateID         string  `json:"templateID"`
-	SandboxID          string  `json:"sandboxID"`
-	Alias              string  `json:"alias,omitempty"`
-	ClientID           string  `json:"clientID"`
-	EnvdVersion        string  `json:"envdVersion"`
-	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
+// sandboxAnswer is E2B's Sandbox, the answer of create, connect and resume.
+// E2B's SDKs read its domain and traffic token as null rather than absent
+// (the generated type omits them when nil).
+type sandboxAnswer struct {
+	e2bapi.Sandbox
 	Domain             *string `json:"domain"`
 	TrafficAccessToken *string `json:"trafficAccessToken"`
-}
-
-// lifecycleJSON is E2B's SandboxLifecycle.
-type lifecycleJSON struct {
-	AutoResume bool   `json:"autoResume"`
-	OnTimeout  string `json:"onTimeout"`
-}
-
-// detailJSON is E2B's SandboxDetail (GET /sandboxes/{id}) and, without the
-// access token and lifecycle, its ListedSandbox.
-type detailJSON struct {
-	TemplateID      string            `json:"templateID"`
-	Alias           string            `json:"alias,omitempty"`
-	SandboxID       string            `json:"sandboxID"`
-	ClientID        string            `json:"clientID"`
-	StartedAt       time.Time         `json:"startedAt"`
-	EndAt           time.Time         `json:"endAt"`
-	EnvdVersion     string            `json:"envdVersion"`
-	EnvdAccessToken string            `json:"envdAccessToken,omitempty"`
-	Domain          *string           `json:"domain,omitempty"`
-	CPUCount        int               `json:"cpuCount"`
-	MemoryMB        int64             `json:"memoryMB"`
-	DiskSizeMB      int64             `json:"diskSizeMB"`
-	Metadata        map[string]string `json:"metadata"`
-	State           string            `json:"state"`
-	Lifecycle       *lifecycleJSON    `json:"lifecycle,omitempty"`
-	VolumeMounts    []struct{}        `json:"volumeMounts"`
 }
 
 // templateOf is the template a sandbox was created from.
@@ -112,25 +83,45 @@ func timeoutOf(sb api.Sandbox) time.Duration {
 	return time.Duration(n) * time.Second
 }
 
-func (h *Handler) sandboxJSON(sb api.Sandbox) sandboxJSON {
-	return sandboxJSON{TemplateID: templateOf(sb), SandboxID: sb.ID, Alias: templateOf(sb), ClientID: clientID,
-		EnvdVersion: EnvdVersion, EnvdAccessToken: h.accessToken(sb.ID)}
+func (h *Handler) sandboxAnswer(sb api.Sandbox) sandboxAnswer {
+	template := templateOf(sb)
+	return sandboxAnswer{Sandbox: e2bapi.Sandbox{TemplateID: template, SandboxID: sb.ID, Alias: &template,
+		ClientID: clientID, EnvdVersion: EnvdVersion, EnvdAccessToken: nonEmpty(h.accessToken(sb.ID))}}
 }
 
-func (h *Handler) detailJSON(sb api.Sandbox, full bool) detailJSON {
+// detail is E2B's SandboxDetail (GET /sandboxes/{id}).
+func (h *Handler) detail(sb api.Sandbox) e2bapi.SandboxDetail {
+	l := listed(sb)
+	return e2bapi.SandboxDetail{TemplateID: l.TemplateID, Alias: l.Alias, SandboxID: l.SandboxID, ClientID: l.ClientID,
+		StartedAt: l.StartedAt, EndAt: l.EndAt, EnvdVersion: l.EnvdVersion, EnvdAccessToken: nonEmpty(h.accessToken(sb.ID)),
+		CpuCount: l.CpuCount, MemoryMB: l.MemoryMB, DiskSizeMB: l.DiskSizeMB, Metadata: l.Metadata, State: l.State,
+		Lifecycle: &e2bapi.SandboxLifecycle{AutoResume: sb.Labels[labelAutoResume] == "true",
+			OnTimeout: e2bapi.SandboxOnTimeout(onTimeoutOf(sb))},
+		VolumeMounts: l.VolumeMounts}
+}
+
+// listed is E2B's ListedSandbox (GET /sandboxes, /v2/sandboxes): metadata and
+// volume mounts always present, as the SDKs read them.
+func listed(sb api.Sandbox) e2bapi.ListedSandbox {
 	end := farFuture
 	if sb.ExpiresAt != nil {
 		end = *sb.ExpiresAt
 	}
-	d := detailJSON{TemplateID: templateOf(sb), Alias: templateOf(sb), SandboxID: sb.ID, ClientID: clientID,
+	template := templateOf(sb)
+	md := e2bapi.SandboxMetadata(metadataOf(sb))
+	return e2bapi.ListedSandbox{TemplateID: template, Alias: &template, SandboxID: sb.ID, ClientID: clientID,
 		StartedAt: sb.CreatedAt.UTC(), EndAt: end.UTC(), EnvdVersion: EnvdVersion,
-		CPUCount: int(math.Ceil(sb.CPU)), MemoryMB: sb.MemoryBytes >> 20, DiskSizeMB: sb.DiskBytes >> 20,
-		Metadata: metadataOf(sb), State: sb.State, VolumeMounts: []struct{}{}}
-	if full {
-		d.EnvdAccessToken = h.accessToken(sb.ID)
-		d.Lifecycle = &lifecycleJSON{AutoResume: sb.Labels[labelAutoResume] == "true", OnTimeout: onTimeoutOf(sb)}
+		CpuCount: e2bapi.CPUCount(math.Ceil(sb.CPU)), MemoryMB: e2bapi.MemoryMB(sb.MemoryBytes >> 20),
+		DiskSizeMB: e2bapi.DiskSizeMB(sb.DiskBytes >> 20), Metadata: &md, State: e2bapi.SandboxState(sb.State),
+		VolumeMounts: &[]e2bapi.SandboxVolumeMount{}}
+}
+
+// nonEmpty is s as an optional field: nil when empty.
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
 	}
-	return d
+	return &s
 }
 
 // visible says whether E2B shows the sandbox: running or paused, not exited.

@@ -10,7 +10,6 @@ import (
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -113,16 +112,12 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// decodeExecRequest decodes and validates an ExecRequest body. The front end
-// checks it (session.ValidateExec, which the node agent runs again for every
-// other caller) before anything answers or logs: a stream's status line, a
-// trajectory step.
+// decodeExecRequest decodes an ExecRequest body. The session chain's
+// validating interceptor (session.Validating) checks it, once, before anything
+// answers or logs it.
 func decodeExecRequest(r io.Reader, limit int64) (api.ExecRequest, error) {
 	var req api.ExecRequest
 	if err := decodeJSON(r, limit, &req); err != nil {
-		return api.ExecRequest{}, err
-	}
-	if err := session.ValidateExec(req); err != nil {
 		return api.ExecRequest{}, err
 	}
 	return req, nil

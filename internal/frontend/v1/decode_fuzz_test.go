@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -41,8 +40,8 @@ func FuzzDecodeBodies(f *testing.F) {
 			return
 		}
 		if c, ok := v.(*api.CreateSandboxRequest); ok {
-			if err := session.ValidateCreate(*c); err != nil && errdefs.CodeOf(err) != api.CodeInvalidArgument {
-				t.Fatalf("ValidateCreate: %v has code %s", err, errdefs.CodeOf(err))
+			if err := c.Validate(); err != nil && errdefs.CodeOf(err) != api.CodeInvalidArgument {
+				t.Fatalf("Validate: %v has code %s", err, errdefs.CodeOf(err))
 			}
 		}
 		out, err := json.Marshal(v)

@@ -40,6 +40,9 @@ func FuzzDecodeExecRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		req, err := decodeExecRequest(strings.NewReader(string(b)), 1<<10)
+		if err == nil {
+			err = req.Validate() // as the session chain does (session.Validating)
+		}
 		if err != nil {
 			code := errdefs.CodeOf(err)
 			if code != api.CodeInvalidArgument && code != api.CodePayloadTooLarge {

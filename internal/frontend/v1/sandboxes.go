@@ -5,7 +5,6 @@ import (
 	"net/http"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -39,10 +38,6 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 			s.writeError(w, r, errdefs.Invalid("Idempotency-Key header %q differs from request_id %q", key, req.RequestID))
 			return
 		}
-	}
-	if err := session.ValidateCreate(req); err != nil {
-		s.writeError(w, r, err)
-		return
 	}
 	sbx, err := s.svc.Create(r.Context(), req)
 	if err != nil {

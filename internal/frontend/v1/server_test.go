@@ -17,6 +17,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -35,7 +36,8 @@ func newEnv(t *testing.T, opts v1.Options) *env {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
-	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(node, opts).Handler()))
+	// The request validation sits on top of the service, as in every role.
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(session.Chain(node, session.Validating(nil)), opts).Handler()))
 	t.Cleanup(srv.Close)
 	return &env{t: t, node: node, srv: srv}
 }

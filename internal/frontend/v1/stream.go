@@ -61,10 +61,14 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := session.ValidateExec(req); err != nil {
+	// The one check of this request, here rather than in the chain
+	// (session.ExecValidated): a bad one is refused before any event, and its
+	// stdin moves into the stream below.
+	if err := req.Validate(); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	ctx = session.ExecValidated(ctx)
 
 	ev := &eventWriter{w: w, rc: rc}
 	// A command that prints nothing for minutes must not leave the stream

@@ -14,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -27,7 +28,7 @@ func trajEnv(t *testing.T) (*env, *trajectory.Mem) {
 func newTrajEnv(t *testing.T, store trajectory.Store) *env {
 	t.Helper()
 	node := servertest.NewNode(t.TempDir())
-	svc := trajectory.Wrap(node, store, trajectory.Options{TempDir: t.TempDir()})
+	svc := session.Chain(trajectory.Wrap(node, store, trajectory.Options{TempDir: t.TempDir()}), session.Validating(nil))
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(svc, v1.Options{Token: token, Steps: true}).Handler()))
 	t.Cleanup(srv.Close)
 	return &env{t: t, node: node, srv: srv}
@@ -242,7 +243,7 @@ func (f *fnCalls) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCallRe
 func TestTrajectoryProxyAndFnCall(t *testing.T) {
 	node := servertest.NewNode(t.TempDir())
 	fc := &fnCalls{}
-	svc := trajectory.Wrap(fnNode{node, fc}, trajectory.NewMem(), trajectory.Options{TempDir: t.TempDir()})
+	svc := session.Chain(trajectory.Wrap(fnNode{node, fc}, trajectory.NewMem(), trajectory.Options{TempDir: t.TempDir()}), session.Validating(nil))
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(svc, v1.Options{Token: token, Steps: true}).Handler()))
 	t.Cleanup(srv.Close)
 	e := &env{t: t, node: node, srv: srv}

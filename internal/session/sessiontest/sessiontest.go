@@ -55,7 +55,9 @@ const opTimeout = 60 * time.Second
 // unknownID names a sandbox no service has.
 const unknownID = "sb-0000000000000000.nowhere"
 
-// Run runs the conformance suite against svc.
+// Run runs the conformance suite against svc, a service as a role composes
+// it: a malformed request is refused by the request validation on top
+// (session.Validating), so a bare implementation runs under it.
 func Run(t *testing.T, svc session.Service, opts Options) {
 	s := &suite{svc: svc, opts: opts}
 	t.Run("Info", s.testInfo)

@@ -3,6 +3,8 @@
 // document (spec/openapi.yml of github.com/e2b-dev/E2B at the commit named in
 // types.gen.go's header). The E2B front end decodes requests into and encodes
 // answers from these types, so a field E2B's SDKs send or expect has one
-// definition, E2B's. Regenerate with `make e2bapi` (needs network access to
+// definition, E2B's (create's NewSandbox, the Sandbox, SandboxDetail and
+// ListedSandbox answers, Error; the lifecycle calls' bodies stay the front
+// end's own, see lifecycleRequest). Regenerate with `make e2bapi` (needs network access to
 // GitHub); the generated file is committed.
 package e2bapi

@@ -517,3 +517,10 @@ func (n *Node) Dial(ctx context.Context, id string, port int) (net.Conn, error) 
 	var d net.Dialer
 	return d.DialContext(ctx, "tcp", addr)
 }
+
+// Validated returns svc under the request validation (session.Validating), as
+// every role composes its service: a front end over it refuses what a real
+// server refuses.
+func Validated(svc session.Service) session.Service {
+	return session.Chain(svc, session.Validating(nil))
+}
