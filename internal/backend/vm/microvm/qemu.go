@@ -149,15 +149,35 @@ func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
 		args = d.sandboxArgs(l)
 	}
 	if snap != nil {
-		// The migration stream is read from the snapshot file (fd 3).
-		args = append(args[:len(args):len(args)], "-incoming", "fd:3")
+		// The migration stream is read from the snapshot file (fd 4;
+		// fd 3 is the state directory).
+		args = append(args[:len(args):len(args)], "-incoming", "fd:4")
+	}
+	uid, err := d.allocUID(l.dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := giveFiles(l.dir, uid, d.gid(), d.confined()); err != nil {
+		return nil, err
+	}
+	attr := &syscall.SysProcAttr{Setsid: true}
+	args, dirf, err := d.confineCmd(args, uid, attr)
+	if err != nil {
+		return nil, err
+	}
+	if dirf != nil {
+		defer dirf.Close()
+	} else {
+		// Unconfined: fd 3 is still taken, so the snapshot stays fd 4.
+		dirf = os.Stdin
 	}
 	cmd := exec.Command(d.cfg.QEMU, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{dirf}
 	if snap != nil {
-		cmd.ExtraFiles = []*os.File{snap}
+		cmd.ExtraFiles = append(cmd.ExtraFiles, snap)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.SysProcAttr = attr
 	if l.transient {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
@@ -165,6 +185,24 @@ func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
 	return cmd, nil
+}
+
+// giveFiles gives dir's files (the writable disk, a machine's overlay) to
+// the VM's uid.
+func giveFiles(dir string, uid, gid uint32, confined bool) error {
+	if !confined {
+		return nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.Lchown(filepath.Join(dir, e.Name()), int(uid), int(gid)); err != nil {
+			return fmt.Errorf("microvm: give %s to the VM: %w", e.Name(), err)
+		}
+	}
+	return nil
 }
 
 // waitFile waits until p exists.
