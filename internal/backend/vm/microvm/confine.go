@@ -132,10 +132,8 @@ func (d *Driver) confineCmd(args []string, uid uint32, attr *syscall.SysProcAttr
 		return nil, nil, fmt.Errorf("microvm: state directory: %w", err)
 	}
 	out := make([]string, 0, len(args)+2)
-	prefix := filepath.Clean(d.cfg.StateDir) + "/"
-	fdDir := fmt.Sprintf("/proc/self/fd/%d/", stateFD)
 	for _, a := range args {
-		out = append(out, strings.ReplaceAll(a, prefix, fdDir))
+		out = append(out, d.qemuPath(a))
 	}
 	out = append(out, "-sandbox", SandboxArg)
 	cred := &syscall.Credential{Uid: uid, Gid: d.gid()}
@@ -146,6 +144,22 @@ func (d *Driver) confineCmd(args []string, uid uint32, attr *syscall.SysProcAttr
 	attr.Cloneflags |= syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC |
 		syscall.CLONE_NEWUTS | syscall.CLONE_NEWNET
 	return out, dirf, nil
+}
+
+// qemuPath rewrites the state directory's paths in s to where a confined
+// QEMU finds them (its descriptor).
+func (d *Driver) qemuPath(s string) string {
+	prefix := filepath.Clean(d.cfg.StateDir) + "/"
+	return strings.ReplaceAll(s, prefix, fmt.Sprintf("/proc/self/fd/%d/", stateFD))
+}
+
+// QEMUPath is the path under which this instance's QEMU reaches the host
+// path p (in the VM's directory), for QMP commands that name a file.
+func (in *instance) QEMUPath(p string) string {
+	if !in.st.Confined {
+		return p
+	}
+	return in.d.qemuPath(p)
 }
 
 // kvmGroup is /dev/kvm's group when the group may open it.

@@ -107,7 +107,11 @@ type Config struct {
 	// namespaces of its own: the weakened VM the escape probes are shown
 	// to succeed against, and the baseline of the benchmark.
 	Unconfined bool
-	Logger     *slog.Logger
+	// ExtraArgs are appended to every sandbox's QEMU command line: for
+	// tests that weaken a VM on purpose (a host file shared as a disk, a
+	// network device) to show the VM probes can succeed.
+	ExtraArgs []string
+	Logger    *slog.Logger
 }
 
 // Driver is the microvm backend.
@@ -230,6 +234,9 @@ type state struct {
 	QMP       string `json:"qmp"`
 	Agent     string `json:"agent"`
 	Accel     string `json:"accel"`
+	// Confined: QEMU runs confined (confine.go) and finds the state
+	// directory at /proc/self/fd/3 (QEMUPath).
+	Confined bool `json:"confined,omitempty"`
 }
 
 func (s state) raw() json.RawMessage {

@@ -102,7 +102,7 @@ func (d *Driver) sandboxArgs(l launch) []string {
 			"-drive", fmt.Sprintf("id=l%d,file=%s,format=raw,if=none,readonly=on", i, p),
 			"-device", fmt.Sprintf("virtio-blk-device,drive=l%d,serial=dsec-l%d", i, i))
 	}
-	return args
+	return append(args, d.cfg.ExtraArgs...)
 }
 
 // makeDisk creates the writable disk: a sparse file of size bytes holding a
