@@ -64,6 +64,13 @@ func (d *Driver) chooseAccel(ctx context.Context) AccelInfo {
 	default:
 		return AccelInfo{Accel: "tcg", Reason: fmt.Sprintf("unknown accel %q configured; using tcg", d.cfg.Accel)}
 	}
+	if d.confined() {
+		if _, ok := kvmGroup(); !ok {
+			if _, err := os.Stat("/dev/kvm"); err == nil {
+				return AccelInfo{Accel: "tcg", Reason: "/dev/kvm is not group-accessible (QEMU runs as an unprivileged user; make it root:kvm 0660); using TCG"}
+			}
+		}
+	}
 	cache := d.cfg.AccelCache
 	var cached struct {
 		BootID string `json:"boot_id"`
