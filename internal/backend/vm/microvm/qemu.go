@@ -63,6 +63,9 @@ type launch struct {
 	disk      string
 	diskBytes int64
 	layers    []string // EROFS images, base first
+	// layerRefs, when set, are what QEMU opens for layers (a confined
+	// QEMU's /dev/fdset/N: the images are passed as open descriptors).
+	layerRefs []string
 	host      string   // on the kernel command line (Machine launches)
 	identHost string   // set by the agent after the hello (IDENT)
 	noFPR     bool
@@ -97,7 +100,11 @@ func (d *Driver) sandboxArgs(l launch) []string {
 		"-device", "virtio-blk-device,drive=rw,serial=dsec-rw",
 		"-pidfile", filepath.Join(l.dir, "qemu.pid"),
 	)
-	for i, p := range l.layers {
+	refs := l.layers
+	if l.layerRefs != nil {
+		refs = l.layerRefs
+	}
+	for i, p := range refs {
 		args = append(args,
 			"-drive", fmt.Sprintf("id=l%d,file=%s,format=raw,if=none,readonly=on", i, p),
 			"-device", fmt.Sprintf("virtio-blk-device,drive=l%d,serial=dsec-l%d", i, i))
@@ -144,21 +151,41 @@ func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
 		return nil, err
 	}
 	defer logf.Close()
-	args := l.args
-	if args == nil {
-		args = d.sandboxArgs(l)
-	}
-	if snap != nil {
-		// The migration stream is read from the snapshot file (fd 4;
-		// fd 3 is the state directory).
-		args = append(args[:len(args):len(args)], "-incoming", "fd:4")
-	}
 	uid, err := d.allocUID(l.dir)
 	if err != nil {
 		return nil, err
 	}
 	if err := giveFiles(l.dir, uid, d.gid(), d.confined()); err != nil {
 		return nil, err
+	}
+	// fd 3 is the state directory (confined), fd 4 the snapshot, fd 5 on
+	// the layer images (confined).
+	var layerFiles []*os.File
+	defer func() {
+		for _, f := range layerFiles {
+			f.Close()
+		}
+	}()
+	var addFD []string
+	if d.confined() && l.args == nil {
+		l.layerRefs = nil
+		for i, p := range l.layers {
+			f, err := os.Open(p)
+			if err != nil {
+				return nil, fmt.Errorf("layer image: %w", err)
+			}
+			layerFiles = append(layerFiles, f)
+			l.layerRefs = append(l.layerRefs, fmt.Sprintf("/dev/fdset/%d", i+1))
+			addFD = append(addFD, "-add-fd", fmt.Sprintf("fd=%d,set=%d", 5+i, i+1))
+		}
+	}
+	args := l.args
+	if args == nil {
+		args = append(d.sandboxArgs(l), addFD...)
+	}
+	if snap != nil {
+		// The migration stream is read from the snapshot file.
+		args = append(args[:len(args):len(args)], "-incoming", "fd:4")
 	}
 	attr := &syscall.SysProcAttr{Setsid: true}
 	args, dirf, err := d.confineCmd(args, uid, attr)
@@ -171,12 +198,14 @@ func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
 		// Unconfined: fd 3 is still taken, so the snapshot stays fd 4.
 		dirf = os.Stdin
 	}
+	extra := []*os.File{dirf, snap}
+	if snap == nil {
+		extra[1] = dirf
+	}
+	extra = append(extra, layerFiles...)
 	cmd := exec.Command(d.cfg.QEMU, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = []*os.File{dirf}
-	if snap != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, snap)
-	}
+	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = attr
 	if l.transient {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
