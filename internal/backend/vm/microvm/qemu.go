@@ -66,8 +66,8 @@ type launch struct {
 	// layerRefs, when set, are what QEMU opens for layers (a confined
 	// QEMU's /dev/fdset/N: the images are passed as open descriptors).
 	layerRefs []string
-	host      string   // on the kernel command line (Machine launches)
-	identHost string   // set by the agent after the hello (IDENT)
+	host      string // on the kernel command line (Machine launches)
+	identHost string // set by the agent after the hello (IDENT)
 	noFPR     bool
 	logPath   string
 	args      []string // a Machine's command line (Config.Machine)
