@@ -38,6 +38,8 @@ func benchVMCmd() *cobra.Command {
 				r.CreateExec.P50ms, r.CreateExec.P99ms, r.RatioP50, r.RatioP99, r.Restored, r.CreateExec.N)
 			fmt.Printf("  booted (no snapshot) p50 %8.1f ms  p99 %8.1f ms  (%.2fx / %.2fx the floor)\n",
 				r.BootExec.P50ms, r.BootExec.P99ms, r.BootRatioP50, r.BootRatioP99)
+			fmt.Printf("  QEMU unconfined      p50 %8.1f ms  p99 %8.1f ms  (confined / unconfined p50 %.2fx)\n",
+				r.UnconfinedExec.P50ms, r.UnconfinedExec.P99ms, r.ConfinedRatioP50)
 			fmt.Printf("  snapshot: %.1f MiB, taken in %.0f ms (after the launch's first create, in the background)\n", r.SnapshotMiB, r.SnapshotMs)
 			fmt.Printf("exec true             p50 %8.2f ms  p99 %8.2f ms\n", r.ExecTrue.P50ms, r.ExecTrue.P99ms)
 			fmt.Printf("pause / resume        p50 %8.2f ms / %.2f ms\n", r.Pause.P50ms, r.Resume.P50ms)

@@ -59,6 +59,12 @@ type Result struct {
 	BootExec     Stat    `json:"boot_create_to_first_exec"`
 	BootRatioP50 float64 `json:"boot_vs_floor_p50"`
 	BootRatioP99 float64 `json:"boot_vs_floor_p99"`
+	// UnconfinedExec: the same restored creates with QEMU unconfined (as
+	// root, no -sandbox, no namespaces of its own: microvm.Config.Unconfined),
+	// interleaved with the confined ones; ConfinedRatioP50 is CreateExec's
+	// p50 over it (what confining QEMU costs a create).
+	UnconfinedExec   Stat    `json:"unconfined_create_to_first_exec"`
+	ConfinedRatioP50 float64 `json:"confined_vs_unconfined_p50"`
 	// SnapshotMs is how long taking the launch's snapshot took (a VM boot,
 	// settling, saving; in the background of the first create), SnapshotMiB
 	// its size.
@@ -146,6 +152,17 @@ func Run(ctx context.Context, o Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	openDir := filepath.Join(dir, "unconfined")
+	open, err := microvm.New(microvm.Config{StateDir: openDir, Logger: o.Logger, Trace: trace, Unconfined: true})
+	if err != nil {
+		return Result{}, err
+	}
+	if inst, err := open.Start(ctx, spec(0, "warm-u")); err != nil {
+		return res, err
+	} else {
+		_ = inst.Destroy(ctx)
+	}
+	open.WaitSnapshots()
 	// Warm the layer cache (mkfs.erofs) outside the timed runs, and take
 	// the launch's snapshot (the first create's background work).
 	t0 := time.Now()
@@ -161,7 +178,7 @@ func Run(ctx context.Context, o Options) (Result, error) {
 			res.SnapshotMiB = float64(fi.Size()) / (1 << 20)
 		}
 	}
-	var floor, create, bootCreate, execT, pause, resume []time.Duration
+	var floor, create, bootCreate, execT, pause, resume, unconfined []time.Duration
 	for i := 0; i < o.N; i++ {
 		// A booted create (snapshots off), then the floor, then a restored
 		// create: each round interleaves the three.
@@ -219,10 +236,26 @@ func Run(ctx context.Context, o Options) (Result, error) {
 		if err := inst.Destroy(ctx); err != nil {
 			return res, err
 		}
+		t0 = time.Now()
+		u, err := open.Start(ctx, spec(i, "u"))
+		if err != nil {
+			return res, err
+		}
+		if err := execTrue(ctx, u); err != nil {
+			_ = u.Destroy(ctx)
+			return res, err
+		}
+		unconfined = append(unconfined, time.Since(t0))
+		if err := u.Destroy(ctx); err != nil {
+			return res, err
+		}
 		o.Logger.Info("bench vm round", "i", i, "floor", f, "create_exec", create[len(create)-1], "boot_create_exec", bt)
 	}
 	res.Floor, res.CreateExec, res.ExecTrue, res.Pause, res.Resume = stat(floor), stat(create), stat(execT), stat(pause), stat(resume)
-	res.BootExec = stat(bootCreate)
+	res.BootExec, res.UnconfinedExec = stat(bootCreate), stat(unconfined)
+	if res.UnconfinedExec.P50ms > 0 {
+		res.ConfinedRatioP50 = res.CreateExec.P50ms / res.UnconfinedExec.P50ms
+	}
 	if res.Floor.P50ms > 0 {
 		res.RatioP50 = res.CreateExec.P50ms / res.Floor.P50ms
 		res.RatioP99 = res.CreateExec.P99ms / res.Floor.P99ms

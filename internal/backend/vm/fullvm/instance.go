@@ -18,6 +18,7 @@ type core interface {
 	VMAccel() *api.VMAccel
 	QMP(ctx context.Context, fn func(*qmp.Conn) error) error
 	Release()
+	QEMUPath(p string) string
 }
 
 // instance is one full VM: the microvm instance plus the display.

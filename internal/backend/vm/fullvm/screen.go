@@ -35,7 +35,7 @@ func (in *instance) Screenshot(ctx context.Context) ([]byte, error) {
 	p := filepath.Join(st.Dir, "screen.ppm")
 	defer os.Remove(p)
 	err := in.QMP(ctx, func(q *qmp.Conn) error {
-		_, err := q.Execute(ctx, "screendump", map[string]any{"filename": p})
+		_, err := q.Execute(ctx, "screendump", map[string]any{"filename": in.QEMUPath(p)})
 		return err
 	})
 	if err != nil {

@@ -64,6 +64,13 @@ func (d *Driver) chooseAccel(ctx context.Context) AccelInfo {
 	default:
 		return AccelInfo{Accel: "tcg", Reason: fmt.Sprintf("unknown accel %q configured; using tcg", d.cfg.Accel)}
 	}
+	if d.confined() {
+		if _, ok := kvmGroup(); !ok {
+			if _, err := os.Stat("/dev/kvm"); err == nil {
+				return AccelInfo{Accel: "tcg", Reason: "/dev/kvm is not group-accessible (QEMU runs as an unprivileged user; make it root:kvm 0660); using TCG"}
+			}
+		}
+	}
 	cache := d.cfg.AccelCache
 	var cached struct {
 		BootID string `json:"boot_id"`
@@ -118,9 +125,20 @@ func (d *Driver) probe(ctx context.Context) AccelInfo {
 func (d *Driver) bootFloor(ctx context.Context, accel, mode string, memMiB int64) (bool, string, error) {
 	args := d.baseArgs(accel, 1, memMiB)
 	args = append(args, "-append", d.cmdline(accel)+" dsec.mode="+mode, "-serial", "stdio")
-	cmd := exec.CommandContext(ctx, d.cfg.QEMU, args...)
 	// A probe stuck in a hanging KVM must not outlive this process.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	attr := &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	// Confined as a sandbox's QEMU (so the probe finds what they can
+	// open), as the group's own uid, which no VM has.
+	args, dirf, err := d.confineCmd(args, d.gid(), attr)
+	if err != nil {
+		return false, "", err
+	}
+	cmd := exec.CommandContext(ctx, d.cfg.QEMU, args...)
+	cmd.SysProcAttr = attr
+	if dirf != nil {
+		defer dirf.Close()
+		cmd.ExtraFiles = []*os.File{dirf}
+	}
 	var out bytes.Buffer
 	pr, pw, err := os.Pipe()
 	if err != nil {

@@ -100,7 +100,18 @@ type Config struct {
 	// MaxSnapshots is how many launches keep a snapshot (default
 	// DefaultMaxSnapshots); the least recently used go first.
 	MaxSnapshots int
-	Logger       *slog.Logger
+	// UIDBase is the group QEMU runs in and, plus one, the first of the
+	// per-VM uids (default DefaultUIDBase; confine.go).
+	UIDBase uint32
+	// Unconfined runs QEMU as this process's user, without -sandbox or
+	// namespaces of its own: the weakened VM the escape probes are shown
+	// to succeed against, and the baseline of the benchmark.
+	Unconfined bool
+	// ExtraArgs are appended to every sandbox's QEMU command line: for
+	// tests that weaken a VM on purpose (a host file shared as a disk, a
+	// network device) to show the VM probes can succeed.
+	ExtraArgs []string
+	Logger    *slog.Logger
 }
 
 // Driver is the microvm backend.
@@ -114,6 +125,10 @@ type Driver struct {
 	accelMu sync.Mutex
 	accel   *AccelInfo
 	snaps   *snapStore
+	// uidMu serializes picking a VM's uid (allocUID); nextSlot is where
+	// the next search starts.
+	uidMu    sync.Mutex
+	nextSlot uint32
 }
 
 // New checks that the kernel is installed and writes the initramfs.
@@ -129,6 +144,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.UIDBase == 0 {
+		cfg.UIDBase = DefaultUIDBase
 	}
 	if cfg.QEMU == "" {
 		p, err := exec.LookPath("qemu-system-x86_64")
@@ -151,6 +169,9 @@ func New(cfg Config) (*Driver, error) {
 	d := &Driver{cfg: cfg, log: cfg.Logger, kernel: kernel, initrd: initrd,
 		layers: &layerCache{dir: filepath.Join(cfg.StateDir, "layers")}, tscKHz: hostTSCKHz(),
 		snaps: newSnapStore(filepath.Join(cfg.StateDir, "snapshots"), cfg.MaxSnapshots, cfg.Logger)}
+	if err := d.prepareShared(); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -213,6 +234,9 @@ type state struct {
 	QMP       string `json:"qmp"`
 	Agent     string `json:"agent"`
 	Accel     string `json:"accel"`
+	// Confined: QEMU runs confined (confine.go) and finds the state
+	// directory at /proc/self/fd/3 (QEMUPath).
+	Confined bool `json:"confined,omitempty"`
 }
 
 func (s state) raw() json.RawMessage {

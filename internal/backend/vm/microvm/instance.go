@@ -143,7 +143,8 @@ func (d *Driver) launchVM(ctx context.Context, id string, a AccelInfo, l launch,
 	pid := cmd.Process.Pid
 	startTime, _ := initproto.ReadStartTime(pid)
 	in := &instance{d: d, id: id, accel: a, done: make(chan struct{}), st: state{PID: pid, StartTime: startTime, Dir: l.dir,
-		QMP: filepath.Join(l.dir, "qmp.sock"), Agent: filepath.Join(l.dir, "agent.sock"), Accel: a.Accel}}
+		QMP: filepath.Join(l.dir, "qmp.sock"), Agent: filepath.Join(l.dir, "agent.sock"), Accel: a.Accel,
+		Confined: d.confined()}}
 	if snap != nil {
 		in.restored = true
 		in.accel.Reason += "; restored from a snapshot"
@@ -563,7 +564,7 @@ func (in *instance) takeOver(ctx context.Context, q *qmp.Conn) error {
 	old := in.st.Agent
 	p := filepath.Join(in.st.Dir, fmt.Sprintf("agent-%d.sock", time.Now().UnixNano()%1e9))
 	backend := map[string]any{"type": "socket", "data": map[string]any{
-		"addr":   map[string]any{"type": "unix", "data": map[string]any{"path": p}},
+		"addr":   map[string]any{"type": "unix", "data": map[string]any{"path": in.QEMUPath(p)}},
 		"server": true, "wait": false,
 	}}
 	if _, err := q.Execute(ctx, "chardev-change", map[string]any{"id": "agent", "backend": backend}); err != nil {

@@ -63,8 +63,11 @@ type launch struct {
 	disk      string
 	diskBytes int64
 	layers    []string // EROFS images, base first
-	host      string   // on the kernel command line (Machine launches)
-	identHost string   // set by the agent after the hello (IDENT)
+	// layerRefs, when set, are what QEMU opens for layers (a confined
+	// QEMU's /dev/fdset/N: the images are passed as open descriptors).
+	layerRefs []string
+	host      string // on the kernel command line (Machine launches)
+	identHost string // set by the agent after the hello (IDENT)
 	noFPR     bool
 	logPath   string
 	args      []string // a Machine's command line (Config.Machine)
@@ -97,12 +100,16 @@ func (d *Driver) sandboxArgs(l launch) []string {
 		"-device", "virtio-blk-device,drive=rw,serial=dsec-rw",
 		"-pidfile", filepath.Join(l.dir, "qemu.pid"),
 	)
-	for i, p := range l.layers {
+	refs := l.layers
+	if l.layerRefs != nil {
+		refs = l.layerRefs
+	}
+	for i, p := range refs {
 		args = append(args,
 			"-drive", fmt.Sprintf("id=l%d,file=%s,format=raw,if=none,readonly=on", i, p),
 			"-device", fmt.Sprintf("virtio-blk-device,drive=l%d,serial=dsec-l%d", i, i))
 	}
-	return args
+	return append(args, d.cfg.ExtraArgs...)
 }
 
 // makeDisk creates the writable disk: a sparse file of size bytes holding a
@@ -144,20 +151,62 @@ func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
 		return nil, err
 	}
 	defer logf.Close()
+	uid, err := d.allocUID(l.dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := giveFiles(l.dir, uid, d.gid(), d.confined()); err != nil {
+		return nil, err
+	}
+	// fd 3 is the state directory (confined), fd 4 the snapshot, fd 5 on
+	// the layer images (confined).
+	var layerFiles []*os.File
+	defer func() {
+		for _, f := range layerFiles {
+			f.Close()
+		}
+	}()
+	var addFD []string
+	if d.confined() && l.args == nil {
+		l.layerRefs = nil
+		for i, p := range l.layers {
+			f, err := os.Open(p)
+			if err != nil {
+				return nil, fmt.Errorf("layer image: %w", err)
+			}
+			layerFiles = append(layerFiles, f)
+			l.layerRefs = append(l.layerRefs, fmt.Sprintf("/dev/fdset/%d", i+1))
+			addFD = append(addFD, "-add-fd", fmt.Sprintf("fd=%d,set=%d", 5+i, i+1))
+		}
+	}
 	args := l.args
 	if args == nil {
-		args = d.sandboxArgs(l)
+		args = append(d.sandboxArgs(l), addFD...)
 	}
 	if snap != nil {
-		// The migration stream is read from the snapshot file (fd 3).
-		args = append(args[:len(args):len(args)], "-incoming", "fd:3")
+		// The migration stream is read from the snapshot file.
+		args = append(args[:len(args):len(args)], "-incoming", "fd:4")
 	}
+	attr := &syscall.SysProcAttr{Setsid: true}
+	args, dirf, err := d.confineCmd(args, uid, attr)
+	if err != nil {
+		return nil, err
+	}
+	if dirf != nil {
+		defer dirf.Close()
+	} else {
+		// Unconfined: fd 3 is still taken, so the snapshot stays fd 4.
+		dirf = os.Stdin
+	}
+	extra := []*os.File{dirf, snap}
+	if snap == nil {
+		extra[1] = dirf
+	}
+	extra = append(extra, layerFiles...)
 	cmd := exec.Command(d.cfg.QEMU, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	if snap != nil {
-		cmd.ExtraFiles = []*os.File{snap}
-	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	cmd.ExtraFiles = extra
+	cmd.SysProcAttr = attr
 	if l.transient {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
@@ -165,6 +214,24 @@ func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
 	return cmd, nil
+}
+
+// giveFiles gives dir's files (the writable disk, a machine's overlay) to
+// the VM's uid.
+func giveFiles(dir string, uid, gid uint32, confined bool) error {
+	if !confined {
+		return nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if err := os.Lchown(filepath.Join(dir, e.Name()), int(uid), int(gid)); err != nil {
+			return fmt.Errorf("microvm: give %s to the VM: %w", e.Name(), err)
+		}
+	}
+	return nil
 }
 
 // waitFile waits until p exists.

@@ -10,8 +10,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Conn is one QMP connection.
@@ -73,6 +76,18 @@ func (c *Conn) read(v *reply) error {
 
 // Execute runs cmd with args (nil: none) and returns QEMU's "return" value.
 func (c *Conn) Execute(ctx context.Context, cmd string, args any) (json.RawMessage, error) {
+	return c.execute(ctx, cmd, args, nil)
+}
+
+// SendFD hands f to QEMU under name (QMP getfd, the descriptor passed with
+// SCM_RIGHTS), for commands that take "fd:name" (migrate): QEMU runs under a
+// seccomp filter that refuses spawning a helper such as exec:cat.
+func (c *Conn) SendFD(ctx context.Context, name string, f *os.File) error {
+	_, err := c.execute(ctx, "getfd", map[string]any{"fdname": name}, f)
+	return err
+}
+
+func (c *Conn) execute(ctx context.Context, cmd string, args any, f *os.File) (json.RawMessage, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	req := map[string]any{"execute": cmd}
@@ -89,7 +104,15 @@ func (c *Conn) Execute(ctx context.Context, cmd string, args any) (json.RawMessa
 	}
 	_ = c.c.SetDeadline(dl)
 	defer c.c.SetDeadline(time.Time{})
-	if _, err := c.c.Write(append(b, '\n')); err != nil {
+	if f != nil {
+		uc, ok := c.c.(*net.UnixConn)
+		if !ok {
+			return nil, fmt.Errorf("qmp: %s: passing a descriptor needs a unix socket", cmd)
+		}
+		if _, _, err := uc.WriteMsgUnix(append(b, '\n'), unix.UnixRights(int(f.Fd())), nil); err != nil {
+			return nil, fmt.Errorf("qmp: %s: %w", cmd, err)
+		}
+	} else if _, err := c.c.Write(append(b, '\n')); err != nil {
 		return nil, fmt.Errorf("qmp: %s: %w", cmd, err)
 	}
 	for {

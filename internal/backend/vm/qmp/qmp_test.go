@@ -6,9 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // fakeQEMU answers like QEMU: greeting, capabilities, an event before a
@@ -60,5 +64,58 @@ func TestExecute(t *testing.T) {
 	var qe *Error
 	if !errors.As(err, &qe) || qe.Class != "CommandNotFound" {
 		t.Fatalf("unknown command: %v, want a CommandNotFound *Error", err)
+	}
+}
+
+// TestSendFD checks that getfd carries the descriptor: the fake QEMU reads
+// it from the message's SCM_RIGHTS and writes through it.
+func TestSendFD(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "qmp.sock")
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: p, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.AcceptUnix()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.Write([]byte(`{"QMP": {"version": {}, "capabilities": []}}` + "\n"))
+		buf, oob := make([]byte, 4096), make([]byte, 256)
+		for {
+			n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+			if err != nil {
+				return
+			}
+			if msgs, _ := unix.ParseSocketControlMessage(oob[:oobn]); len(msgs) == 1 {
+				if fds, _ := unix.ParseUnixRights(&msgs[0]); len(fds) == 1 {
+					unix.Write(fds[0], buf[:n])
+					unix.Close(fds[0])
+				}
+			}
+			c.Write([]byte(`{"return": {}}` + "\n"))
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	out := filepath.Join(t.TempDir(), "out")
+	f, err := os.Create(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendFD(ctx, "snap", f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	b, _ := os.ReadFile(out)
+	if !strings.Contains(string(b), `"getfd"`) || !strings.Contains(string(b), `"fdname":"snap"`) {
+		t.Errorf("what QEMU got with the descriptor: %q, want the getfd command naming snap", b)
 	}
 }
