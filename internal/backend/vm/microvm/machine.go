@@ -53,7 +53,6 @@ func (l Launch) HostArgs() []string {
 		"-serial", "file:" + filepath.Join(l.Dir, "console.log"),
 		"-qmp", "unix:" + filepath.Join(l.Dir, "qmp.sock") + ",server=on,wait=off",
 		"-chardev", "socket,id=agent,path=" + filepath.Join(l.Dir, "agent.sock") + ",server=on,wait=off",
-		"-pidfile", filepath.Join(l.Dir, "qemu.pid"),
 	}
 }
 

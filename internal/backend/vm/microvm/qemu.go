@@ -98,7 +98,6 @@ func (d *Driver) sandboxArgs(l launch) []string {
 		"-device", "virtio-balloon-device,free-page-reporting="+fpr,
 		"-drive", "id=rw,file="+l.disk+",format=raw,if=none,cache=unsafe,discard=unmap",
 		"-device", "virtio-blk-device,drive=rw,serial=dsec-rw",
-		"-pidfile", filepath.Join(l.dir, "qemu.pid"),
 	)
 	refs := l.layers
 	if l.layerRefs != nil {
