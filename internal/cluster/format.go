@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -19,29 +18,15 @@ func (k keys) format() string { return k.prefix + "format" }
 // dsec is refused (datafmt.ErrNewer), and nothing is written.
 func CheckFormat(ctx context.Context, cli *clientv3.Client, prefix string) error {
 	key := newKeys(prefix).format()
-	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	resp, err := cli.Txn(cctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, strconv.Itoa(datafmt.Cluster))).
-		Else(clientv3.OpGet(key)).
-		Commit()
+	have, stored, err := putIfAbsent(ctx, cli, key, strconv.Itoa(datafmt.Cluster))
 	if err != nil {
 		return fmt.Errorf("cluster: check the key layout version: %w", err)
 	}
-	if resp.Succeeded {
+	if stored || have == nil {
 		return nil
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		return nil
-	}
-	have, err := strconv.Atoi(string(kvs[0].Value))
-	if err != nil {
-		return fmt.Errorf("cluster: key %s holds %q, not a format number", key, kvs[0].Value)
-	}
-	if have > datafmt.Cluster {
-		return fmt.Errorf("cluster: %w", datafmt.Newer("the cluster's keys under "+newKeys(prefix).prefix, have, datafmt.Cluster))
+	if err := datafmt.CheckNumber("the cluster's keys under "+newKeys(prefix).prefix, have, datafmt.Cluster); err != nil {
+		return fmt.Errorf("cluster: %w", err)
 	}
 	return nil
 }

@@ -10,8 +10,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // MinSecretLen is the shortest cluster secret accepted (bytes, after trimming).
@@ -87,24 +88,35 @@ var ErrWrongSecret = errors.New("wrong cluster secret: the cluster's agents and 
 // mismatch is ErrWrongSecret. (Watchers still verify every record: this check
 // is for a clear error, the signatures are the protection.)
 func CheckSecret(ctx context.Context, cli *clientv3.Client, prefix string, s Secret) error {
-	key := newKeys(prefix).secretCheck()
 	mine := s.mac([]byte("dsec cluster secret check"))
+	theirs, stored, err := putIfAbsent(ctx, cli, newKeys(prefix).secretCheck(), mine)
+	if err != nil {
+		return fmt.Errorf("cluster: check the cluster secret: %w", err)
+	}
+	if !stored && !hmac.Equal(theirs, []byte(mine)) {
+		return ErrWrongSecret
+	}
+	return nil
+}
+
+// putIfAbsent stores value under key unless the key exists, in one
+// transaction; stored says it did, else existing is what the key holds.
+func putIfAbsent(ctx context.Context, cli *clientv3.Client, key, value string) (existing []byte, stored bool, err error) {
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	resp, err := cli.Txn(cctx).
 		If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-		Then(clientv3.OpPut(key, mine)).
+		Then(clientv3.OpPut(key, value)).
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("cluster: check the cluster secret: %w", err)
+		return nil, false, err
 	}
 	if resp.Succeeded {
-		return nil
+		return nil, true, nil
 	}
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 || !hmac.Equal(kvs[0].Value, []byte(mine)) {
-		return ErrWrongSecret
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		return kvs[0].Value, false, nil
 	}
-	return nil
+	return nil, false, nil
 }

@@ -20,6 +20,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 )
 
 // Formats this build writes and reads.
@@ -43,6 +44,20 @@ var ErrNewer = errors.New("written by a newer dsec")
 // when this build reads up to current.
 func Newer(what string, have, current int) error {
 	return fmt.Errorf("%s has format %d, %w (this one reads up to %d): run that dsec or a later one on it", what, have, ErrNewer, current)
+}
+
+// CheckNumber checks a format stored as a decimal number (raw) for what: a
+// later format than current is refused (Newer), and so is a value that is no
+// number.
+func CheckNumber(what string, raw []byte, current int) error {
+	have, err := strconv.Atoi(string(raw))
+	if err != nil || have < 1 {
+		return fmt.Errorf("%s: its format holds %q, not a format number", what, raw)
+	}
+	if have > current {
+		return Newer(what, have, current)
+	}
+	return nil
 }
 
 // Marker is the content of a data directory's format.json.

@@ -45,3 +45,17 @@ func TestCheckDir(t *testing.T) {
 		t.Errorf("garbage marker: %v", err)
 	}
 }
+
+func TestCheckNumber(t *testing.T) {
+	if err := CheckNumber("store", []byte("1"), 1); err != nil {
+		t.Errorf("current format: %v", err)
+	}
+	if err := CheckNumber("store", []byte("2"), 1); !errors.Is(err, ErrNewer) {
+		t.Errorf("later format: %v", err)
+	}
+	for _, bad := range []string{"", "x", "0", "-3"} {
+		if err := CheckNumber("store", []byte(bad), 1); err == nil || errors.Is(err, ErrNewer) {
+			t.Errorf("format %q: %v, want a refusal that is not ErrNewer", bad, err)
+		}
+	}
+}

@@ -74,12 +74,8 @@ func OpenBolt(path string) (*Bolt, error) {
 			return err
 		}
 		if v := vb.Get(bucketV); v != nil {
-			have, err := strconv.Atoi(string(v))
-			if err != nil {
-				return fmt.Errorf("open trajectory log %s: its format holds %q", path, v)
-			}
-			if have > datafmt.Trajectories {
-				return fmt.Errorf("open trajectory log: %w", datafmt.Newer(path, have, datafmt.Trajectories))
+			if err := datafmt.CheckNumber(path, v, datafmt.Trajectories); err != nil {
+				return fmt.Errorf("open trajectory log: %w", err)
 			}
 		} else if err := vb.Put(bucketV, []byte(strconv.Itoa(datafmt.Trajectories))); err != nil {
 			return err

@@ -192,13 +192,9 @@ func checkPebbleFormat(db *pebble.DB, dir string) error {
 	if err != nil {
 		return fmt.Errorf("open trajectory log %s: read its format: %w", dir, err)
 	}
-	have, perr := strconv.Atoi(string(v))
-	closer.Close()
-	if perr != nil {
-		return fmt.Errorf("open trajectory log %s: its format key holds %q", dir, v)
-	}
-	if have > datafmt.Trajectories {
-		return fmt.Errorf("open trajectory log: %w", datafmt.Newer(dir, have, datafmt.Trajectories))
+	defer closer.Close()
+	if err := datafmt.CheckNumber(dir, v, datafmt.Trajectories); err != nil {
+		return fmt.Errorf("open trajectory log: %w", err)
 	}
 	return nil
 }
