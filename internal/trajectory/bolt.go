@@ -33,6 +33,14 @@ var bucketV = []byte("v")
 // grouped: one committer goroutine runs every update queued while the previous
 // transaction was being written in the next transaction, so a lone update waits
 // for one fsync and a crowd shares it.
+//
+// Every commit is fsync'd, a step's started mark too: a bbolt commit without
+// fsync (NoSync) writes its meta page, which a power loss may keep without the
+// pages it points to (bbolt then panics while opening the file, in a goroutine
+// of its own, so the server cannot even report it), and lets the next commit
+// overwrite pages the last fsync'd meta still points to. bbolt relies on each
+// meta page reaching the disk after its pages and before the next commit's
+// writes (boltloss_test.go).
 type Bolt struct {
 	db   *bolt.DB
 	boot string
@@ -43,21 +51,31 @@ type Bolt struct {
 	closed  bool
 	wg      sync.WaitGroup
 	once    sync.Once
+
+	opts boltOptions
+}
+
+// boltOptions are the tests' hooks into the committer.
+type boltOptions struct {
+	// afterCommit, when set, is called by the committer after each commit,
+	// before its callers are answered; synced: bbolt fsync'd it.
+	afterCommit func(synced bool)
+	// noSync commits every transaction without fsync (a weakened store the
+	// power-loss test must catch).
+	noSync bool
 }
 
 type update struct {
 	fn   func(tx *bolt.Tx) error
 	done chan error
-	// lazy updates need only survive a crash of this process, not of the host
-	// (the page cache keeps them): they are committed without fsync unless a
-	// durable update shares their transaction.
-	lazy bool
 }
 
 var _ Store = (*Bolt)(nil)
 
 // OpenBolt opens (creating) the log at path.
-func OpenBolt(path string) (*Bolt, error) {
+func OpenBolt(path string) (*Bolt, error) { return openBolt(path, boltOptions{}) }
+
+func openBolt(path string, opts boltOptions) (*Bolt, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout:        5 * time.Second, // another live server holds the file lock
 		NoFreelistSync: true,
@@ -86,7 +104,7 @@ func OpenBolt(path string) (*Bolt, error) {
 		db.Close()
 		return nil, err
 	}
-	b := &Bolt{db: db, boot: NewBoot(), queue: make(chan *update, 4096), stop: make(chan struct{})}
+	b := &Bolt{db: db, boot: NewBoot(), queue: make(chan *update, 4096), stop: make(chan struct{}), opts: opts}
 	b.wg.Add(1)
 	go b.committer()
 	return b, nil
@@ -110,18 +128,7 @@ func (b *Bolt) Close() error {
 // write runs fn in a durable read-write transaction. fn may run more than once
 // (when a transaction it shares fails), so it must reset what it reports.
 func (b *Bolt) write(ctx context.Context, fn func(tx *bolt.Tx) error) error {
-	return b.enqueue(ctx, fn, false)
-}
-
-// writeLazy is write for records that only a process crash must not lose: a
-// step's "started" mark. A host crash loses them, but it also ends the
-// sandbox, so the trajectory is then lost-and-rebuilt from finished steps.
-func (b *Bolt) writeLazy(ctx context.Context, fn func(tx *bolt.Tx) error) error {
-	return b.enqueue(ctx, fn, true)
-}
-
-func (b *Bolt) enqueue(ctx context.Context, fn func(tx *bolt.Tx) error, lazy bool) error {
-	u := &update{fn: fn, done: make(chan error, 1), lazy: lazy}
+	u := &update{fn: fn, done: make(chan error, 1)}
 	// A send racing Close would sit in the queue after the committer drained it.
 	b.closeMu.RLock()
 	if b.closed {
@@ -149,8 +156,7 @@ func (b *Bolt) committer() {
 			for {
 				select {
 				case u := <-b.queue:
-					b.db.NoSync = false
-					u.done <- b.db.Update(u.fn)
+					u.done <- b.update(u.fn)
 				default:
 					return
 				}
@@ -165,15 +171,7 @@ func (b *Bolt) committer() {
 				break drain
 			}
 		}
-		// Only the committer goroutine commits, so it alone reads NoSync.
-		b.db.NoSync = true
-		for _, u := range group {
-			if !u.lazy {
-				b.db.NoSync = false
-				break
-			}
-		}
-		err := b.db.Update(func(tx *bolt.Tx) error {
+		err := b.update(func(tx *bolt.Tx) error {
 			for _, u := range group {
 				if err := u.fn(tx); err != nil {
 					return err
@@ -189,10 +187,20 @@ func (b *Bolt) committer() {
 		}
 		// One failed: run each alone so only it fails.
 		for _, u := range group {
-			b.db.NoSync = u.lazy
-			u.done <- b.db.Update(u.fn)
+			u.done <- b.update(u.fn)
 		}
 	}
+}
+
+// update commits fn in one fsync'd transaction. Only the committer goroutine
+// commits, so it alone sets and reads NoSync.
+func (b *Bolt) update(fn func(tx *bolt.Tx) error) error {
+	b.db.NoSync = b.opts.noSync
+	err := b.db.Update(fn)
+	if err == nil && b.opts.afterCommit != nil {
+		b.opts.afterCommit(!b.db.NoSync)
+	}
+	return err
 }
 
 func stepKey(prefix byte, n int) []byte {
@@ -276,7 +284,7 @@ func (b *Bolt) Begin(ctx context.Context, req BeginRequest) (Decision, error) {
 	if decided {
 		return dec, derr
 	}
-	err := b.writeLazy(ctx, func(tx *bolt.Tx) error {
+	err := b.write(ctx, func(tx *bolt.Tx) error {
 		dec, derr = Decision{}, nil
 		top := tx.Bucket(bucketT)
 		tb := top.Bucket([]byte(req.Trajectory))
@@ -467,9 +475,9 @@ func (b *Bolt) Delete(ctx context.Context, traj string) error {
 	return derr
 }
 
-// Tally implements Store: a lazy write, like a step's start.
+// Tally implements Store.
 func (b *Bolt) Tally(ctx context.Context, traj string, t Tally) error {
-	err := b.writeLazy(ctx, func(tx *bolt.Tx) error {
+	err := b.write(ctx, func(tx *bolt.Tx) error {
 		tb := tx.Bucket(bucketT).Bucket([]byte(traj))
 		if tb == nil {
 			return nil

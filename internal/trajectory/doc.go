@@ -65,11 +65,12 @@
 // its first unreadable record, which only drops writes no answer rests on
 // (walrepair.go; tested on Pebble's strict in-memory file system,
 // powerloss_test.go). In the bbolt store
-// the started mark is a transaction committed without fsync (written to the page
-// cache before Begin returns) and commits are grouped: one committer goroutine
-// writes every update queued while the previous transaction was being fsync'd
-// in the next transaction, so a lone step pays one commit per record and
-// concurrent steps share them.
+// every commit is fsync'd, the started mark's too (a bbolt commit without fsync
+// can leave, after a power loss, a file bbolt cannot open, or damage the last
+// fsync'd state; tested at the file level in boltloss_test.go), and commits are
+// grouped: one committer goroutine writes every update queued while the
+// previous transaction was being fsync'd in the next transaction, so a lone
+// step pays one commit per record and concurrent steps share them.
 //
 // # Replay rules (Decide)
 //

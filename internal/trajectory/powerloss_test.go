@@ -47,8 +47,8 @@ import (
 // This exercises the store's own sync path (the lazy WAL: started marks written
 // but not fsynced, results fsynced in groups) through WAL rotation and
 // recycling, memtable flushes and compactions. The bbolt store writes through
-// *os.File and mmap and has no file system layer to do this with; it is not
-// covered here.
+// *os.File and mmap and has no file system layer to do this with; its power
+// loss is modelled at the file level in boltloss_test.go.
 
 // crashFS is a file system whose writable files call hook before each write,
 // sync and creation. dropWALSyncs weakens it: fsyncs of WAL files do nothing
@@ -237,6 +237,21 @@ func checkCrashed(fs vfs.FS, acked map[string]int, keepTorn bool, cuts *atomic.I
 		return fmt.Errorf("the log does not open: %w", err)
 	}
 	defer p.Close()
+	trajs := make([]string, plParallel)
+	for i := range trajs {
+		trajs[i] = plTraj(i)
+	}
+	if err := checkAnswers(ctx, p, trajs, acked); err != nil {
+		return err
+	}
+	return p.Close()
+}
+
+// checkAnswers checks the trajectories trajs of a log reopened after a crash
+// against the answers given before it (acked: the last step answered of each):
+// every answered step is there exactly, re-issuing it never runs it, nothing
+// but the one step in progress is there besides, and the next step runs live.
+func checkAnswers(ctx context.Context, p Store, trajs []string, acked map[string]int) error {
 	metas, err := p.List(ctx)
 	if err != nil {
 		return fmt.Errorf("list: %w", err)
@@ -245,8 +260,7 @@ func checkCrashed(fs vfs.FS, acked map[string]int, keepTorn bool, cuts *atomic.I
 	for _, m := range metas {
 		listed[m.ID] = true
 	}
-	for i := range plParallel {
-		t := plTraj(i)
+	for _, t := range trajs {
 		last := acked[t]
 		if last > 0 && !listed[t] {
 			return fmt.Errorf("%s: answered up to step %d, missing from the list", t, last)
@@ -278,12 +292,12 @@ func checkCrashed(fs vfs.FS, acked map[string]int, keepTorn bool, cuts *atomic.I
 			return fmt.Errorf("%s: the next step %d after the crash does not run live: %v", t, next, err)
 		}
 	}
-	return p.Close()
+	return nil
 }
 
 // checkStep checks logged step s of trajectory t (answered: its Finish or
 // Abort returned before the crash) and that re-issuing it never runs it.
-func checkStep(ctx context.Context, p *Pebble, t string, s Step, answered bool) error {
+func checkStep(ctx context.Context, p Store, t string, s Step, answered bool) error {
 	n := s.N
 	if !bytes.Equal(s.Input, plInput(t, n)) {
 		return fmt.Errorf("%s: step %d's logged request body is not the one it was given", t, n)
@@ -381,29 +395,46 @@ func (pl *powerLoss) run(t *testing.T, dropWALSyncs bool) {
 // trajectory runs one trajectory's steps, recording each answer.
 func (pl *powerLoss) trajectory(ctx context.Context, p *Pebble, t string) error {
 	for n := 1; n <= plSteps; n++ {
-		if _, err := p.Begin(ctx, plBegin(t, n)); err != nil {
-			return fmt.Errorf("%s: begin %d: %w", t, n, err)
+		if err := plStart(ctx, p, t, n); err != nil {
+			return err
 		}
-		if plRollback(n) {
-			if err := p.Abort(ctx, t, n, Rollback); err != nil {
-				return fmt.Errorf("%s: roll back %d: %w", t, n, err)
-			}
-			if _, err := p.Begin(ctx, plBegin(t, n)); err != nil {
-				return fmt.Errorf("%s: begin %d again: %w", t, n, err)
-			}
-		}
-		var err error
-		if plUnknown(n) {
-			err = p.Abort(ctx, t, n, MarkUnknown)
-		} else {
-			err = p.Finish(ctx, t, n, Result{Status: 200, Body: plBody(t, n)}, time.Now())
-		}
-		if err != nil {
-			return fmt.Errorf("%s: finish %d: %w", t, n, err)
+		if err := plEnd(ctx, p, t, n); err != nil {
+			return err
 		}
 		pl.mu.Lock()
 		pl.acked[t] = n
 		pl.mu.Unlock()
+	}
+	return nil
+}
+
+// plStart starts step n of t (rolling it back once and starting it again
+// where plRollback says).
+func plStart(ctx context.Context, p Store, t string, n int) error {
+	if _, err := p.Begin(ctx, plBegin(t, n)); err != nil {
+		return fmt.Errorf("%s: begin %d: %w", t, n, err)
+	}
+	if plRollback(n) {
+		if err := p.Abort(ctx, t, n, Rollback); err != nil {
+			return fmt.Errorf("%s: roll back %d: %w", t, n, err)
+		}
+		if _, err := p.Begin(ctx, plBegin(t, n)); err != nil {
+			return fmt.Errorf("%s: begin %d again: %w", t, n, err)
+		}
+	}
+	return nil
+}
+
+// plEnd answers step n of t: finished with plBody, or unknown.
+func plEnd(ctx context.Context, p Store, t string, n int) error {
+	var err error
+	if plUnknown(n) {
+		err = p.Abort(ctx, t, n, MarkUnknown)
+	} else {
+		err = p.Finish(ctx, t, n, Result{Status: 200, Body: plBody(t, n)}, time.Now())
+	}
+	if err != nil {
+		return fmt.Errorf("%s: finish %d: %w", t, n, err)
 	}
 	return nil
 }
