@@ -115,7 +115,8 @@ func TestLazyWALDirty(t *testing.T) {
 func TestPebbleBeginSkipsFsync(t *testing.T) {
 	ctx := context.Background()
 	const fsync = 300 * time.Millisecond
-	slow := walFS{FS: vfs.Default, wrap: func(f vfs.File) vfs.File { return &slowSyncFile{f, fsync} }}
+	var syncs atomic.Int64 // WAL fsyncs started (counted before the delay)
+	slow := walFS{FS: vfs.Default, wrap: func(f vfs.File) vfs.File { return &syncCountFile{&slowSyncFile{f, fsync}, &syncs} }}
 	p, err := OpenPebble(filepath.Join(t.TempDir(), "log"), PebbleOptions{fs: slow})
 	if err != nil {
 		t.Fatal(err)
@@ -127,6 +128,7 @@ func TestPebbleBeginSkipsFsync(t *testing.T) {
 	if _, err := p.Begin(ctx, req("a", 1)); err != nil {
 		t.Fatal(err)
 	}
+	before := syncs.Load()
 	done := make(chan time.Duration, 1)
 	go func() {
 		s := time.Now()
@@ -135,7 +137,12 @@ func TestPebbleBeginSkipsFsync(t *testing.T) {
 		}
 		done <- time.Since(s)
 	}()
-	time.Sleep(50 * time.Millisecond) // the Finish's fsync is under way
+	// The Finish's fsync is under way.
+	for deadline := time.Now().Add(10 * time.Second); syncs.Load() == before; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the Finish started no WAL fsync within 10 s")
+		}
+	}
 	s := time.Now()
 	if _, err := p.Begin(ctx, req("b", 1)); err != nil {
 		t.Fatal(err)

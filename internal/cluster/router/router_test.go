@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -29,6 +31,7 @@ type fakeNode struct {
 	byReq     map[string]string
 	images    []api.Image // nodeviews_test.go
 	usageAsks [][]string
+	execs     atomic.Int64 // Exec calls that reached the node
 }
 
 func (f *fakeNode) Create(_ context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
@@ -88,6 +91,7 @@ func (f *fakeNode) List(context.Context) ([]api.Sandbox, error) {
 
 // Exec blocks until ctx ends (a node that went silent).
 func (f *fakeNode) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	f.execs.Add(1)
 	<-ctx.Done()
 	return api.ExecResult{}, errdefs.Wrap(api.CodeUnavailable, ctx.Err(), "node went silent")
 }
@@ -444,7 +448,7 @@ func TestInFlightCallEndsWhenNodeIsLost(t *testing.T) {
 		_, err := g.r.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "inf"}})
 		done <- err
 	}()
-	time.Sleep(50 * time.Millisecond)
+	testwait.For(t, 5*time.Second, "the exec reached the node", func() bool { return g.nodes["n1"].execs.Load() == 1 })
 	g.view.set("n1", placement.StateLost)
 	select {
 	case err := <-done:
