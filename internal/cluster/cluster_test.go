@@ -136,7 +136,12 @@ func TestWithEtcd(t *testing.T) {
 		// A record copied under another node's name does not verify either.
 		resp, _ := cli.Get(ctx, "/t2/n/known/good")
 		_, _ = cli.Put(ctx, "/t2/n/known/copy", string(resp.Kvs[0].Value))
-		time.Sleep(200 * time.Millisecond)
+		eventually(t, 2*time.Second, "the copy seen and refused", func() error {
+			if why := w.Untrusted()["/t2/n/known/copy"]; !strings.Contains(why, `names node "good"`) {
+				return fmt.Errorf("untrusted = %v", w.Untrusted())
+			}
+			return nil
+		})
 		if st := state(w, "copy"); st != "unknown" {
 			t.Fatalf("a record renamed to another node is %s", st)
 		}

@@ -65,7 +65,7 @@ func TestRunElectedTakeover(t *testing.T) {
 		defer close(bdone)
 		RunElected(ctx, ElectionConfig{Client: cli, Prefix: "/el/", Task: "rec", ID: "b", TTL: ttl, Logger: quiet()}, lead("b"))
 	}()
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(500 * time.Millisecond) // time passes for b to (wrongly) lead: nothing to wait for
 	if n := rounds("b"); n != 0 {
 		t.Fatalf("b led %d rounds while a leads", n)
 	}

@@ -268,7 +268,7 @@ func (s *sink) wait(t *testing.T, want string) []string {
 		ok := slices.Contains(s.msgs, want)
 		s.mu.Unlock()
 		if ok {
-			time.Sleep(100 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond) // a late (refused) message would arrive meanwhile: showing none did is the point
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			return append([]string(nil), s.msgs...)

@@ -179,6 +179,7 @@ func TestIdleConnectionClosedByNode(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 		srv.CloseClientConnections() // the node drops every connection
+		// Time for the close to reach the idle pooled connection (the case under test); the client exposes no state to wait on.
 		time.Sleep(20 * time.Millisecond)
 	}
 	if svc.calls.Load() != 3 {

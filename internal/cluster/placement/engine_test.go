@@ -76,7 +76,7 @@ func TestInFlightOverlay(t *testing.T) {
 	if _, err := e.Place(ctx, req1); !errdefs.Is(err, api.CodeResourceExhausted) {
 		t.Fatalf("confirmed, not yet in a snapshot: %v", err)
 	}
-	time.Sleep(time.Millisecond)
+	time.Sleep(time.Millisecond) // the next snapshot is taken strictly after the confirmation (clock order under test)
 	if err := e.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestInFlightTTL(t *testing.T) {
 	if _, err := e.Place(ctx, req1); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(5 * time.Millisecond)
+	time.Sleep(5 * time.Millisecond) // the in-flight TTL (1 ms) passes: the expiry under test
 	e.Refresh(ctx)
 	if e.InFlight() != 0 || e.Stats().Expired != 1 {
 		t.Fatalf("abandoned placement not expired: %d, %+v", e.InFlight(), e.Stats())

@@ -19,7 +19,7 @@ type slowWriter struct {
 }
 
 func (w *slowWriter) Write(b []byte) (int, error) {
-	time.Sleep(150 * time.Millisecond)
+	time.Sleep(150 * time.Millisecond) // the slow consumer under test: each write takes this long
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.buf.Write(b)
@@ -113,7 +113,7 @@ func TestDrainStopsOnABusyHolder(t *testing.T) {
 			if _, err := holder.WriteString("y\n"); err != nil {
 				return
 			}
-			time.Sleep(time.Millisecond)
+			time.Sleep(time.Millisecond) // the busy holder under test: a write every millisecond
 		}
 	}()
 	defer close(stop)
