@@ -7,6 +7,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/backend/initproto"
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // TestDoneAfterEarlyExit: an init that exits before (or while) its
@@ -29,9 +30,7 @@ func TestDoneAfterEarlyExit(t *testing.T) {
 		}
 		if i%2 == 0 { // dead before the watch: a zombie only we can reap
 			_ = cmd.Process.Kill()
-			for initproto.Alive(pid, start) {
-				time.Sleep(time.Millisecond)
-			}
+			testwait.For(t, 10*time.Second, "the killed sleep dead", func() bool { return !initproto.Alive(pid, start) })
 		}
 		in, err := d.newInstance(driver.Spec{ID: "early"}, state{PID: pid, StartTime: start}, nil, true)
 		if err != nil {

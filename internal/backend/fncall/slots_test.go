@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -176,9 +177,7 @@ func TestRunCanceledWhileQueued(t *testing.T) {
 		r, _ := e.Run(holdCtx, quickSpec("/bin/sleep", "60"))
 		held <- r
 	}()
-	for len(p.free) != 0 {
-		time.Sleep(time.Millisecond)
-	}
+	testwait.For(t, 30*time.Second, "the only slot taken by the holding run", func() bool { return len(p.free) == 0 })
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	_, err := bounded(t, "queued run", func() (Result, error) { return e.Run(ctx, quickSpec("/bin/echo", "queued ran")) })
 	cancel()
@@ -320,7 +319,7 @@ func TestZygoteStatusCountsSetup(t *testing.T) {
 		if n, err := z.busy(next()); err != nil || n != 1 {
 			t.Fatalf("helper blocked in its setup: busy %d, %v; want 1", n, err)
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond) // time passes: the helper must stay blocked (busy) through it
 	}
 	buf := make([]byte, 64<<10) // drain it (the read end is non-blocking)
 	for {

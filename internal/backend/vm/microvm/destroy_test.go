@@ -25,7 +25,7 @@ func slowParent(t *testing.T) state {
 	go func() {
 		defer close(reapedc)
 		for alive(pid, start) {
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(2 * time.Millisecond) // poll for the death; the test's cleanup kills it at the latest
 		}
 		time.Sleep(300 * time.Millisecond) // the slow parent
 		_ = cmd.Wait()
