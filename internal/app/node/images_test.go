@@ -138,7 +138,7 @@ func TestLayerdSupervision(t *testing.T) {
 		done <- result{r, err}
 	}()
 	for i := 0; i < 2; i++ {
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond) // the kill point: 400 ms into the reads (each blob fetch takes 20 ms)
 		pid, ok := d.Layers.Running(ctx)
 		if !ok {
 			t.Fatal("layerd not running")

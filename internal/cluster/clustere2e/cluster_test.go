@@ -458,7 +458,8 @@ func TestCluster(t *testing.T) {
 			}
 			return nil
 		})
-		time.Sleep(600 * time.Millisecond) // the placement snapshot period
+		// The API servers' placement snapshot period (500 ms): the engine's snapshot is not visible from outside.
+		time.Sleep(600 * time.Millisecond)
 		for i := 0; i < 4; i++ {
 			if n, _ := session.NodeOf(create(t, i%2, api.CreateSandboxRequest{}).ID); n == "n1" {
 				t.Error("a create went to the drained node")
@@ -541,7 +542,7 @@ func TestCluster(t *testing.T) {
 
 	t.Run("killing one etcd member changes nothing", func(t *testing.T) {
 		e.etcds[0].stop(syscall.SIGKILL)
-		time.Sleep(ttl + time.Second)
+		time.Sleep(ttl + time.Second) // past a lease's TTL: nothing may change meanwhile (no condition to wait for)
 		nodes, err := e.client(1).Nodes(ctx)
 		if err != nil {
 			t.Fatal(err)

@@ -166,8 +166,9 @@ func TestProjects(t *testing.T) {
 		took := map[string][]time.Duration{}
 		// Rounds of 8 of each kind, interleaved (the order swaps every round).
 		// The sandboxes of a round stay until its end and the round then waits
-		// for the nodes' load reports (every 2 s): quickly deleted ones still
-		// count in placement until then, and the cluster has 36 slots.
+		// for the nodes' load reports (every 2 s) and a placement snapshot:
+		// quickly deleted ones still count in placement until then, and the
+		// cluster has 36 slots.
 		const rounds, n = 3, 8
 		for r := range rounds {
 			made := map[string][]string{}
@@ -188,7 +189,11 @@ func TestProjects(t *testing.T) {
 					}
 				}
 			}
-			time.Sleep(2500 * time.Millisecond)
+			e.waitFor("the nodes' load reports count no deleted sandbox", 20*time.Second, func() error {
+				return reportsCaughtUp(ctx, adm, adm, a0, b1, cs["quota"], cs["none"])
+			})
+			// The API servers' placement snapshot period (500 ms): the engine's snapshot is not visible from outside.
+			time.Sleep(600 * time.Millisecond)
 		}
 		t.Logf("create through one API server, %d each, interleaved: with a quota p50 %v p90 %v; without p50 %v p90 %v",
 			rounds*n, pct(took["quota"], 50), pct(took["quota"], 90), pct(took["none"], 50), pct(took["none"], 90))
@@ -278,4 +283,30 @@ func cli(t *testing.T, bin, addr, tok string, args ...string) string {
 		t.Fatalf("dsec %s: %v\n%s", strings.Join(args, " "), err, stderr.String())
 	}
 	return string(out)
+}
+
+// reportsCaughtUp reports (nil) whether the sandboxes the nodes' load reports
+// count (as adm reads them) add up to those the projects list (one client
+// per project: each lists its own).
+func reportsCaughtUp(ctx context.Context, adm *client.Client, projects ...*client.Client) error {
+	nodes, err := adm.Nodes(ctx)
+	if err != nil {
+		return err
+	}
+	live := 0
+	for _, c := range projects {
+		l, err := c.List(ctx)
+		if err != nil {
+			return err
+		}
+		live += len(l)
+	}
+	reported := int64(0)
+	for _, n := range nodes {
+		reported += n.Sandboxes
+	}
+	if reported != int64(live) {
+		return fmt.Errorf("the nodes report %d sandboxes, the projects list %d", reported, live)
+	}
+	return nil
 }
