@@ -13,14 +13,15 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// listService serves a prepared sandbox list (instead of the fake's) for the
-// list query tests.
+// listService serves a prepared sandbox list (instead of the node's) for the
+// list query tests: sandboxes of several nodes, backends and states, which
+// one node over the mock driver cannot have.
 type listService struct {
-	*servertest.Node
+	session.Service
 	list []api.Sandbox
 }
 
@@ -53,10 +54,10 @@ func listFixture(n int) []api.Sandbox {
 
 func listEnv(t *testing.T, list []api.Sandbox) *env {
 	t.Helper()
-	node := servertest.NewNode(t.TempDir())
+	node, rec, roots := newNode(t)
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(listService{node, list}, v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
-	return &env{t: t, node: node, srv: srv}
+	return &env{t: t, node: rec, roots: roots, srv: srv}
 }
 
 func (e *env) list(query string) (int, api.ListSandboxesResponse, api.Error) {

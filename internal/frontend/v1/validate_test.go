@@ -10,7 +10,6 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -69,14 +68,14 @@ func (b below) StartProcess(ctx context.Context, id string, req api.ExecRequest)
 // invalid_argument before it reaches anything below the validation (a quota)
 // or creates anything.
 func TestValidatedOnce(t *testing.T) {
-	node := servertest.NewNode(t.TempDir())
+	node, rec, roots := newNode(t)
 	checks, seen := &tally{n: map[string]int{}}, &tally{n: map[string]int{}}
 	svc := session.Chain(node,
 		session.Validating(func(what string, _ error) { checks.add(what) }),
 		func(next session.Service) session.Service { return below{Service: next, seen: seen} })
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(svc, v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
-	e := &env{t: t, node: node, srv: srv}
+	e := &env{t: t, node: rec, roots: roots, srv: srv}
 	sb := e.create()
 	checks.take()
 	seen.take()
@@ -91,7 +90,7 @@ func TestValidatedOnce(t *testing.T) {
 			map[string]int{"create": 1}, map[string]int{"create": 1}},
 		{"bad create", "POST", "/v1/sandboxes", `{"pids_max":-1}`, http.StatusBadRequest,
 			map[string]int{"create": 1}, map[string]int{}},
-		// The fake has no CreateBatch: the validation checks the batch once
+		// The node agent has no CreateBatch: the validation checks the batch once
 		// and creates its members one by one below itself.
 		{"batch", "POST", "/v1/sandboxes:batch", `{"sandboxes":[{},{},{}]}`, http.StatusCreated,
 			map[string]int{"create_batch": 1}, map[string]int{"create": 3}},
@@ -112,14 +111,14 @@ func TestValidatedOnce(t *testing.T) {
 		{"bad stream", "POST", path + "/exec/stream", `{"cmd":["true"],"stdin":"a","stdin_base64":"YQ=="}` + "\n", http.StatusBadRequest,
 			map[string]int{}, map[string]int{}},
 	} {
-		creates := len(node.Creates())
+		creates := len(rec.Creates())
 		resp, b := e.do(tc.method, tc.path, strings.NewReader(tc.body))
 		if resp.StatusCode != tc.status {
 			t.Errorf("%s: %d %s, want %d", tc.name, resp.StatusCode, b, tc.status)
 		}
 		if tc.status == http.StatusBadRequest {
 			wantError(t, resp, b, http.StatusBadRequest, api.CodeInvalidArgument)
-			if n := len(node.Creates()); n != creates {
+			if n := len(rec.Creates()); n != creates {
 				t.Errorf("%s: %d creates reached the node", tc.name, n-creates)
 			}
 		}
