@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -54,10 +55,10 @@ func listFixture(n int) []api.Sandbox {
 
 func listEnv(t *testing.T, list []api.Sandbox) *env {
 	t.Helper()
-	node, rec, roots := newNode(t)
+	node := agenttest.NewNode(t)
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(listService{node, list}, v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
-	return &env{t: t, node: rec, roots: roots, srv: srv}
+	return &env{t: t, node: node, srv: srv}
 }
 
 func (e *env) list(query string) (int, api.ListSandboxesResponse, api.Error) {

@@ -11,14 +11,12 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/backend/driver"
-	"github.com/dsec-dev/dsec/internal/backend/driver/mock"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -28,31 +26,14 @@ import (
 const token = "s3cret"
 
 type env struct {
-	t *testing.T
-	// node records what reached the node agent (over the mock driver).
-	node *agenttest.Recorder
-	// roots holds each sandbox's root on the host (see root).
-	roots string
-	srv   *httptest.Server
-}
-
-// newNode starts a node agent over the mock driver (with pause, named as the
-// container backend the /v1 document lists, wrapped in wrap if given) below a
-// recorder; roots is where the mock keeps the sandboxes' roots.
-func newNode(t *testing.T, wrap ...func(driver.Driver) driver.Driver) (svc session.Service, rec *agenttest.Recorder, roots string) {
-	t.Helper()
-	roots, rec = t.TempDir(), &agenttest.Recorder{}
-	drv := agenttest.MockWith(t, mock.Config{StateDir: roots, Pause: true, BackendName: api.BackendContainer})
-	for _, w := range wrap {
-		drv = w(drv)
-	}
-	m := agenttest.New(t, agenttest.Options{Driver: drv})
-	return session.Chain(m, rec.Interceptor()), rec, roots
+	t    *testing.T
+	node *agenttest.Node
+	srv  *httptest.Server
 }
 
 func newEnv(t *testing.T, opts v1.Options, wrap ...func(driver.Driver) driver.Driver) *env {
 	t.Helper()
-	node, rec, roots := newNode(t, wrap...)
+	node := agenttest.NewNode(t, wrap...)
 	opts.Token = token
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -60,11 +41,8 @@ func newEnv(t *testing.T, opts v1.Options, wrap ...func(driver.Driver) driver.Dr
 	// The request validation sits on top of the service, as in every role.
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(session.Chain(node, session.Validating(nil)), opts).Handler()))
 	t.Cleanup(srv.Close)
-	return &env{t: t, node: rec, roots: roots, srv: srv}
+	return &env{t: t, node: node, srv: srv}
 }
-
-// root is sandbox id's root directory on the host.
-func (e *env) root(id string) string { return filepath.Join(e.roots, id) }
 
 // do sends a request with the token and returns the response with its body read.
 func (e *env) do(method, path string, body io.Reader, hdr ...string) (*http.Response, []byte) {
@@ -173,8 +151,7 @@ func TestAuth(t *testing.T) {
 }
 
 func TestEmptyTokenRejectsAll(t *testing.T) {
-	node, _, _ := newNode(t)
-	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(node, v1.Options{}).Handler()))
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(agenttest.NewNode(t), v1.Options{}).Handler()))
 	defer srv.Close()
 	req, _ := http.NewRequest("GET", srv.URL+"/v1/info", nil)
 	req.Header.Set("Authorization", "Bearer ")
@@ -544,8 +521,7 @@ func (panicNode) Info(context.Context) (api.Info, error) { panic("boom") }
 
 func TestPanicRecovered(t *testing.T) {
 	var logs bytes.Buffer
-	node, _, _ := newNode(t)
-	h := v1.New(panicNode{node}, v1.Options{Token: token,
+	h := v1.New(panicNode{agenttest.NewNode(t)}, v1.Options{Token: token,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}).Handler()
 	srv := httptest.NewServer(openapitest.Wrap(t, h))
 	defer srv.Close()

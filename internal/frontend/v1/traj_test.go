@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -26,11 +27,11 @@ func trajEnv(t *testing.T) (*env, *trajectory.Mem) {
 // newTrajEnv serves a node wrapped in the trajectory decorator on store.
 func newTrajEnv(t *testing.T, store trajectory.Store) *env {
 	t.Helper()
-	node, rec, roots := newNode(t)
+	node := agenttest.NewNode(t)
 	svc := session.Chain(trajectory.Wrap(node, store, trajectory.Options{TempDir: t.TempDir()}), session.Validating(nil))
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(svc, v1.Options{Token: token, Steps: true}).Handler()))
 	t.Cleanup(srv.Close)
-	return &env{t: t, node: rec, roots: roots, srv: srv}
+	return &env{t: t, node: node, srv: srv}
 }
 
 func stepHdr(traj, step string) []string {
@@ -240,12 +241,12 @@ func (f *fnCalls) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCallRe
 // TestTrajectoryProxyAndFnCall: a tagged proxy request and a tagged FnCall are
 // steps, replayed with the header and without running again.
 func TestTrajectoryProxyAndFnCall(t *testing.T) {
-	node, rec, roots := newNode(t)
+	node := agenttest.NewNode(t)
 	fc := &fnCalls{}
 	svc := session.Chain(trajectory.Wrap(fnNode{node, fc}, trajectory.NewMem(), trajectory.Options{TempDir: t.TempDir()}), session.Validating(nil))
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(svc, v1.Options{Token: token, Steps: true}).Handler()))
 	t.Cleanup(srv.Close)
-	e := &env{t: t, node: rec, roots: roots, srv: srv}
+	e := &env{t: t, node: node, srv: srv}
 	hits := 0
 	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hits++

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -68,14 +69,14 @@ func (b below) StartProcess(ctx context.Context, id string, req api.ExecRequest)
 // invalid_argument before it reaches anything below the validation (a quota)
 // or creates anything.
 func TestValidatedOnce(t *testing.T) {
-	node, rec, roots := newNode(t)
+	node := agenttest.NewNode(t)
 	checks, seen := &tally{n: map[string]int{}}, &tally{n: map[string]int{}}
 	svc := session.Chain(node,
 		session.Validating(func(what string, _ error) { checks.add(what) }),
 		func(next session.Service) session.Service { return below{Service: next, seen: seen} })
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(svc, v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
-	e := &env{t: t, node: rec, roots: roots, srv: srv}
+	e := &env{t: t, node: node, srv: srv}
 	sb := e.create()
 	checks.take()
 	seen.take()
@@ -111,14 +112,14 @@ func TestValidatedOnce(t *testing.T) {
 		{"bad stream", "POST", path + "/exec/stream", `{"cmd":["true"],"stdin":"a","stdin_base64":"YQ=="}` + "\n", http.StatusBadRequest,
 			map[string]int{}, map[string]int{}},
 	} {
-		creates := len(rec.Creates())
+		creates := len(node.Creates())
 		resp, b := e.do(tc.method, tc.path, strings.NewReader(tc.body))
 		if resp.StatusCode != tc.status {
 			t.Errorf("%s: %d %s, want %d", tc.name, resp.StatusCode, b, tc.status)
 		}
 		if tc.status == http.StatusBadRequest {
 			wantError(t, resp, b, http.StatusBadRequest, api.CodeInvalidArgument)
-			if n := len(rec.Creates()); n != creates {
+			if n := len(node.Creates()); n != creates {
 				t.Errorf("%s: %d creates reached the node", tc.name, n-creates)
 			}
 		}
