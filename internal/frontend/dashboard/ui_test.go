@@ -147,7 +147,9 @@ func TestTerminalInteractive(t *testing.T) {
 	}
 	// (The node reports the start as the shell's output begins: the echo of
 	// the keys may come before the started event.)
-	s := readAll(t, c, func(s *session) bool { return strings.Contains(s.out.String(), "typed keys") && s.event("started") != nil })
+	s := readAll(t, c, func(s *session) bool {
+		return strings.Contains(s.out.String(), "typed keys") && s.event("started") != nil
+	})
 	if ev := s.event("input_error"); ev == nil || ev["code"] != string(api.CodeInvalidArgument) {
 		t.Errorf("events %v: want an input_error for the zero size", s.events)
 	}
