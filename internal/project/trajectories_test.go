@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
-	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/trajectory"
