@@ -9,8 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -18,8 +19,8 @@ import (
 // TestCreateManyQuietWhenPiped: `dsec create --count` prints one ID per
 // sandbox and, with its progress output a pipe, nothing else.
 func TestCreateManyQuietWhenPiped(t *testing.T) {
-	node := servertest.NewNode(t.TempDir())
-	srv := httptest.NewServer(v1.New(servertest.Validated(node), v1.Options{Token: "t"}).Handler())
+	node := agenttest.NewNode(t)
+	srv := httptest.NewServer(v1.New(session.Chain(node, session.Validating(nil)), v1.Options{Token: "t"}).Handler())
 	defer srv.Close()
 	pr, pw, err := os.Pipe()
 	if err != nil {

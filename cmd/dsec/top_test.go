@@ -15,18 +15,19 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
 
-// topServer is /v1 and the dashboard over the fake node, with sandbox use
-// that grows as the test says: "busy" burns a core, "fat" holds memory.
+// topServer is /v1 and the dashboard over a node (the agent over the mock
+// driver), with sandbox use that grows as the test says: "busy" burns a core,
+// "fat" holds memory.
 func topServer(t *testing.T) (*client.Client, [3]string) {
 	t.Helper()
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t)
 	var ids [3]string
 	for i := range ids {
 		sb, err := node.Create(context.Background(), api.CreateSandboxRequest{})
@@ -82,7 +83,7 @@ func TestTopOnceWhenPiped(t *testing.T) {
 		if strings.Contains(out, "\x1b") {
 			t.Errorf("escape sequences in piped output: %q", out)
 		}
-		for _, want := range []string{"NODE", "fake", "sandboxes: 3 (running 3, paused 0, exited 0)", "SANDBOX", "(by " + c.sort + ")", "300.0 MiB"} {
+		for _, want := range []string{"NODE", "mock-node", "sandboxes: 3 (running 3, paused 0, exited 0)", "SANDBOX", "(by " + c.sort + ")", "300.0 MiB"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("sort %s: output lacks %q:\n%s", c.sort, want, out)
 			}

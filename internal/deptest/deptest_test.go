@@ -208,3 +208,79 @@ func f(svc any, s struct{ svc any }, w any) {
 		t.Errorf("found %q, want %q", strings.Join(got, " "), want)
 	}
 }
+
+// fakeMethods is how many methods of its own make a type embedding
+// session.Unimplemented a hand-written fake of the session service (a test's
+// one- or two-method stub for an error or a route is not).
+const fakeMethods = 10
+
+// knownFakes are the hand-written fakes of the session service that remain,
+// each with why agenttest (the agent over the mock driver) cannot replace it
+// yet. The list only shrinks.
+var knownFakes = map[string]string{
+	// The E2B front end runs chown on in-sandbox paths and checks commands'
+	// users, home directories and working directories: the mock driver runs
+	// host processes as the caller, with paths unrewritten (a chown there
+	// would change the host's files).
+	"internal/frontend/e2b.fakeService": "users, chown and in-sandbox paths",
+	// The decorator's conformance suite counts the operations that ran, fails
+	// one on demand, kills a sandbox's init and runs FnCalls: hooks agenttest
+	// does not have yet (it runs over the real agent in internal/agent).
+	"internal/trajectory/trajtest.Fake": "run counts, injected failures, init exit, FnCall",
+}
+
+// TestOneSessionFake: no test code outside agenttest answers the session
+// contract itself: tests serve the agent over the mock driver.
+func TestOneSessionFake(t *testing.T) {
+	found, err := SessionFakes(fakeMethods, "../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range found {
+		typ := strings.TrimPrefix(f.Type, "../../")
+		seen[typ] = true
+		if _, ok := knownFakes[typ]; !ok {
+			t.Errorf("%s: %s declares %d methods over session.Unimplemented: a hand-written fake of the session service; use agenttest (the agent over the mock driver)", f.Pos, typ, f.Methods)
+		}
+	}
+	for typ := range knownFakes {
+		if !seen[typ] {
+			t.Errorf("%s is gone: remove it from knownFakes", typ)
+		}
+	}
+}
+
+// TestSessionFakesFinds: the check finds a fake and leaves a one-method stub.
+func TestSessionFakesFinds(t *testing.T) {
+	dir := t.TempDir()
+	src := `package p
+
+import "example.com/session"
+
+type fake struct{ session.Unimplemented }
+
+func (fake) A() {}
+func (*fake) B() {}
+
+type stub struct {
+	session.Unimplemented
+	n int
+}
+
+func (stub) A() {}
+`
+	if err := os.WriteFile(filepath.Join(dir, "p_test.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "q.go"), []byte("package p\n\nfunc (stub) B() {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	found, err := SessionFakes(2, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || !strings.HasSuffix(found[0].Type, ".fake") || found[0].Methods != 2 {
+		t.Fatalf("found %+v, want the fake with 2 methods (not the stub: its second method is not test code)", found)
+	}
+}

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/backend/driver"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/metrics"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -178,21 +178,27 @@ func BenchmarkScrape3200(b *testing.B) {
 }
 
 // BenchmarkExecDecorator is the metrics decorator's cost per exec: the same
-// exec on the in-memory fake node, bare and wrapped.
+// exec on a node agent over the mock driver, bare and wrapped. The command is
+// one the mock does not find: a real exec, answered (exit 127) without
+// spawning a process, so the decorator's cost is not lost in a spawn's.
 func BenchmarkExecDecorator(b *testing.B) {
-	node := servertest.NewNode(b.TempDir())
+	node := agenttest.NewNode(b)
 	ctx := context.Background()
 	sb, err := node.Create(ctx, api.CreateSandboxRequest{})
 	if err != nil {
 		b.Fatal(err)
 	}
 	m := metrics.New(metrics.Options{Backends: []string{"container"}, DefaultBackend: "container", NoProcess: true})
-	req := api.ExecRequest{Cmd: []string{"echo", "hi"}}
+	req := api.ExecRequest{Cmd: []string{"dsec-bench-no-such-command"}}
+	if res, err := node.Exec(ctx, sb.ID, req); err != nil || res.ExitCode != 127 {
+		b.Fatalf("exec of a missing command: %+v %v, want exit 127", res, err)
+	}
 	for _, c := range []struct {
 		name string
 		exec func(context.Context, string, api.ExecRequest) (api.ExecResult, error)
 	}{{"bare", node.Exec}, {"metrics", m.Wrap(node, nil).Exec}} {
 		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := c.exec(ctx, sb.ID, req); err != nil {
 					b.Fatal(err)

@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
@@ -18,10 +18,10 @@ import (
 
 const admin = "admin-token-0123456789"
 
-// guarded serves a fake node through the guard and the real HTTP layer.
-func guarded(t *testing.T) (*servertest.Node, *project.Guard, func(tok string) *client.Client) {
+// guarded serves a node (agent over the mock driver) through the guard and the real HTTP layer.
+func guarded(t *testing.T) (*agenttest.Node, *project.Guard, func(tok string) *client.Client) {
 	t.Helper()
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t)
 	st, err := project.OpenLocal("", admin)
 	if err != nil {
 		t.Fatal(err)

@@ -5,17 +5,17 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
 
-// batchNode is a fake node with a batch create (one Create per member, as the
+// batchNode is a node with a batch create (one Create per member, as the
 // router's nodes deduplicate request IDs).
-type batchNode struct{ *servertest.Node }
+type batchNode struct{ *agenttest.Node }
 
 func (b batchNode) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest) ([]api.Sandbox, error) {
 	out := make([]api.Sandbox, len(reqs))
@@ -35,7 +35,7 @@ func (b batchNode) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequ
 // the first project's sandbox.
 func TestRetriedRequestIDAtQuota(t *testing.T) {
 	ctx := context.Background()
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t)
 	st, err := project.OpenLocal("", admin)
 	if err != nil {
 		t.Fatal(err)

@@ -6,9 +6,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -21,7 +21,7 @@ import (
 // naming its ID starts the caller's own trajectory.
 func TestTrajectoriesScopedByProject(t *testing.T) {
 	ctx := context.Background()
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t)
 	st, err := project.OpenLocal("", admin)
 	if err != nil {
 		t.Fatal(err)

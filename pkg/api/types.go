@@ -290,7 +290,7 @@ type Info struct {
 	Node     string   `json:"node"`
 	Backends []string `json:"backends"`
 	Images   []string `json:"images"`
-	Cgroup   string   `json:"cgroup"` // v1 or v2
+	Cgroup   string   `json:"cgroup,omitempty"` // v1 or v2; none when the node's backends use no cgroups
 	QoS      *QoSInfo `json:"qos,omitempty"`
 	// VM describes the microvm backend (KVM or TCG, and why) when it is there.
 	VM *VMInfo `json:"vm,omitempty"`

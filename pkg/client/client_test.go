@@ -11,23 +11,27 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 const token = "tok"
 
-func setup(t *testing.T) (*Client, *servertest.Node) {
+// setup serves a node agent over the mock driver through /v1, with the
+// request validation on top as every role composes it.
+func setup(t *testing.T) (*Client, *agenttest.Node) {
 	t.Helper()
-	node := servertest.NewNode(t.TempDir())
-	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(servertest.Validated(node), v1.Options{Token: token}).Handler()))
+	node := agenttest.NewNode(t)
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(session.Chain(node, session.Validating(nil)), v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
 	return New(srv.URL+"/", token), node
 }
@@ -74,10 +78,10 @@ func TestSandboxes(t *testing.T) {
 	if err := c.Health(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if info, err := c.Info(ctx); err != nil || info.Node != "fake" {
+	if info, err := c.Info(ctx); err != nil || info.Node != "mock-node" {
 		t.Fatalf("info %+v %v", info, err)
 	}
-	sb, err := c.Create(ctx, api.CreateSandboxRequest{Image: "py"})
+	sb, err := c.Create(ctx, api.CreateSandboxRequest{Image: "tiny"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +94,8 @@ func TestSandboxes(t *testing.T) {
 	if sb, err = c.Pause(ctx, sb.ID); err != nil || sb.State != api.StatePaused {
 		t.Fatalf("pause %+v %v", sb, err)
 	}
-	_, err = c.Pause(ctx, sb.ID)
+	// A paused sandbox runs nothing: a conflict.
+	_, err = c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"true"}})
 	wantCode(t, err, api.CodeConflict, http.StatusConflict)
 	if sb, err = c.Resume(ctx, sb.ID); err != nil || sb.State != api.StateRunning {
 		t.Fatalf("resume %+v %v", sb, err)
@@ -202,7 +207,7 @@ func TestExec(t *testing.T) {
 	c, _ := setup(t)
 	ctx := context.Background()
 	sb, _ := c.Create(ctx, api.CreateSandboxRequest{})
-	res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Cmd: []string{"exit", "7"}})
+	res, err := c.Exec(ctx, sb.ID, api.ExecRequest{Shell: "exit 7"})
 	if err != nil || res.ExitCode != 7 {
 		t.Fatalf("exec %+v %v", res, err)
 	}
@@ -218,7 +223,7 @@ func TestExec(t *testing.T) {
 	if res, err = c.ExecStream(ctx, sb.ID, api.ExecRequest{Cmd: []string{"cat"}}, nil, &out, &errb); err != nil || out.Len() != 0 {
 		t.Fatalf("nil stdin %+v %v", res, err)
 	}
-	if _, err = c.ExecStream(ctx, sb.ID, api.ExecRequest{Shell: "warn oops"}, nil, &out, &errb); err != nil || errb.String() != "oops\n" {
+	if _, err = c.ExecStream(ctx, sb.ID, api.ExecRequest{Shell: "echo oops >&2"}, nil, &out, &errb); err != nil || errb.String() != "oops\n" {
 		t.Fatalf("stderr %q %v", errb.String(), err)
 	}
 	_, err = c.ExecStream(ctx, "nope", api.ExecRequest{Shell: "cat"}, nil, nil, nil)
@@ -226,11 +231,11 @@ func TestExec(t *testing.T) {
 
 	sigs := make(chan string, 1)
 	var pid int
-	res, err = c.ExecStreamWithOptions(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep"}}, StreamOptions{
+	res, err = c.ExecStreamWithOptions(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "60"}}, StreamOptions{
 		Signals: sigs,
 		OnStart: func(p int) { pid = p; sigs <- "SIGTERM" },
 	})
-	if err != nil || res.Signal != "SIGTERM" || pid != 4242 {
+	if err != nil || res.Signal != "SIGTERM" || pid <= 0 {
 		t.Fatalf("signal %+v %v pid %d", res, err, pid)
 	}
 }
@@ -263,7 +268,7 @@ func TestProcesses(t *testing.T) {
 	c, _ := setup(t)
 	ctx := context.Background()
 	sb, _ := c.Create(ctx, api.CreateSandboxRequest{})
-	p, err := c.StartProcess(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep"}})
+	p, err := c.StartProcess(ctx, sb.ID, api.ExecRequest{Cmd: []string{"sleep", "60"}})
 	if err != nil || !p.Running {
 		t.Fatalf("start %+v %v", p, err)
 	}
@@ -318,8 +323,20 @@ func TestFiles(t *testing.T) {
 	if err := c.Mkdir(ctx, sb.ID, api.MkdirRequest{Path: "/x/y", Parents: true}); err != nil {
 		t.Fatal(err)
 	}
-	if files, err := c.ListFiles(ctx, sb.ID, "/"); err != nil || len(files) != 2 || files[0].Name != "dir file.txt" {
+	// The listing is the sandbox's root on the host (the image's directories
+	// too), sorted.
+	ents, err := os.ReadDir(node.Root(sb.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := c.ListFiles(ctx, sb.ID, "/")
+	if err != nil || len(files) != len(ents) || !slices.ContainsFunc(files, func(f api.FileInfo) bool { return f.Name == "dir file.txt" }) {
 		t.Fatalf("list %+v %v", files, err)
+	}
+	for i, f := range files {
+		if f.Name != ents[i].Name() {
+			t.Fatalf("list %+v, want the entries of %v", files, ents)
+		}
 	}
 	if info, err = c.Stat(ctx, sb.ID, "/x/y"); err != nil || info.Type != "dir" {
 		t.Fatalf("stat %+v %v", info, err)
@@ -341,7 +358,7 @@ func TestFiles(t *testing.T) {
 	}
 	_, err = c.Stat(ctx, sb.ID, "/x")
 	wantCode(t, err, api.CodeNotFound, http.StatusNotFound)
-	if _, err := os.Stat(filepath.Join(node.Root, "dir file.txt")); err != nil {
+	if _, err := os.Stat(filepath.Join(node.Root(sb.ID), "dir file.txt")); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -354,11 +371,12 @@ func TestHTTP(t *testing.T) {
 		_, _ = io.WriteString(w, r.Method+" "+r.URL.RequestURI()+" "+string(b))
 	}))
 	defer backend.Close()
-	c, node := setup(t)
-	node.ExposePort(3000, backend.Listener.Addr().String())
+	c, _ := setup(t)
+	// The mock's sandbox ports are the host's loopback ports.
+	port := backend.Listener.Addr().(*net.TCPAddr).Port
 	ctx := context.Background()
 	sb, _ := c.Create(ctx, api.CreateSandboxRequest{})
-	resp, err := c.HTTP(ctx, sb.ID, 3000, "PUT", "/p?q=1", strings.NewReader("data"), http.Header{"X-Test": {"yes"}})
+	resp, err := c.HTTP(ctx, sb.ID, port, "PUT", "/p?q=1", strings.NewReader("data"), http.Header{"X-Test": {"yes"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,6 +385,11 @@ func TestHTTP(t *testing.T) {
 	if resp.StatusCode != http.StatusAccepted || string(b) != "PUT /p?q=1 data" || resp.Header.Get("X-Seen") != "yes" {
 		t.Fatalf("proxy %d %q", resp.StatusCode, b)
 	}
-	_, err = c.HTTP(ctx, sb.ID, 3001, "GET", "/", nil, nil)
+	closed, err := net.Listen("tcp", "127.0.0.1:0") // a port nothing listens on once closed
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	_, err = c.HTTP(ctx, sb.ID, closed.Addr().(*net.TCPAddr).Port, "GET", "/", nil, nil)
 	wantCode(t, err, api.CodeBadGateway, http.StatusBadGateway)
 }

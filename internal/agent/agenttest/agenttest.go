@@ -29,9 +29,20 @@ type Options struct {
 
 // Mock returns a mock driver on a host of its own, its state under the test's
 // temporary directory.
-func Mock(t testing.TB) driver.Driver {
+func Mock(t testing.TB) driver.Driver { return MockWith(t, mock.Config{}) }
+
+// MockWith returns a mock driver configured by cfg; an unset Host is a host of
+// its own and an unset StateDir the test's temporary directory. A sandbox's
+// root on the host is filepath.Join(cfg.StateDir, its ID).
+func MockWith(t testing.TB, cfg mock.Config) driver.Driver {
 	t.Helper()
-	d, err := mock.New(mock.Config{Host: mock.NewHost(), StateDir: t.TempDir()})
+	if cfg.Host == nil {
+		cfg.Host = mock.NewHost()
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = t.TempDir()
+	}
+	d, err := mock.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -43,7 +43,11 @@ func FuzzTerminalMessages(f *testing.F) {
 	f.Add([]byte(`{"token": "`+token+`", "cols": 0}`), frames())
 	f.Add([]byte(`[]`), frames("t:{}"))
 	f.Fuzz(func(t *testing.T, hello, stream []byte) {
-		e := newEnv(t, "cat")
+		// The shell puts its (real) terminal in raw mode without echo, says so,
+		// and copies what it gets to its output: the output is then exactly the
+		// keys that reached it.
+		const ready = "READY"
+		e := newEnv(t, "stty raw -echo && printf "+ready+" && exec cat")
 		sb := e.sandbox(nil)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -52,11 +56,38 @@ func FuzzTerminalMessages(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer c.CloseNow()
+		var out bytes.Buffer
+		var events []map[string]any
+		var status websocket.StatusCode
+		// readUntil reads until the output has n bytes or the server closes.
+		readUntil := func(n int) {
+			for status == 0 && out.Len() < n {
+				typ, data, err := c.Read(ctx)
+				if err != nil {
+					var ce websocket.CloseError
+					if !errors.As(err, &ce) {
+						t.Fatalf("the terminal did not close: %v", err)
+					}
+					status = ce.Code
+					return
+				}
+				if typ == websocket.MessageBinary {
+					out.Write(data)
+					continue
+				}
+				var ev map[string]any
+				if err := json.Unmarshal(data, &ev); err != nil {
+					t.Fatalf("event %q: %v", data, err)
+				}
+				events = append(events, ev)
+			}
+		}
 		var keys []byte
 		var valid []api.TermSize
 		textFrames := 0
 		_ = c.Write(ctx, websocket.MessageText, hello)
-		for len(stream) >= 2 {
+		readUntil(len(ready)) // the shell is ready, or the hello refused
+		for status == 0 && len(stream) >= 2 {
 			kind, n := stream[0], min(int(stream[1]), len(stream)-2)
 			data := stream[2 : 2+n]
 			stream = stream[2+n:]
@@ -77,30 +108,7 @@ func FuzzTerminalMessages(f *testing.F) {
 		}
 		keys = append(keys, "END\n"...)
 		_ = c.Write(ctx, websocket.MessageBinary, []byte("END\n"))
-
-		var out bytes.Buffer
-		var events []map[string]any
-		var status websocket.StatusCode
-		for out.Len() < len(keys) {
-			typ, data, err := c.Read(ctx)
-			if err != nil {
-				var ce websocket.CloseError
-				if !errors.As(err, &ce) {
-					t.Fatalf("the terminal did not close: %v", err)
-				}
-				status = ce.Code
-				break
-			}
-			if typ == websocket.MessageBinary {
-				out.Write(data)
-				continue
-			}
-			var ev map[string]any
-			if err := json.Unmarshal(data, &ev); err != nil {
-				t.Fatalf("event %q: %v", data, err)
-			}
-			events = append(events, ev)
-		}
+		readUntil(len(ready) + len(keys))
 		count := func(typ string) int {
 			n := 0
 			for _, ev := range events {
@@ -119,8 +127,8 @@ func FuzzTerminalMessages(f *testing.F) {
 			if !authorized || count("started") != 1 {
 				t.Fatalf("hello %q ran a shell (events %v)", hello, events)
 			}
-			if !bytes.Equal(out.Bytes(), keys) {
-				t.Fatalf("the shell got %q, want the keys typed %q", out.Bytes(), keys)
+			if got, want := out.Bytes(), append([]byte(ready), keys...); !bytes.Equal(got, want) {
+				t.Fatalf("the shell printed %q, want %q and the keys typed %q", got, ready, keys)
 			}
 			c.Close(websocket.StatusNormalClosure, "")
 		case dashboard.CloseBadRequest, dashboard.CloseUnauthorized:

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"golang.org/x/sys/unix"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
-	sessionpkg "github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -24,13 +24,13 @@ const token = "s3cret"
 
 type env struct {
 	t    *testing.T
-	node *servertest.Node
+	node *agenttest.Node
 	srv  *httptest.Server
 }
 
 func newEnv(t *testing.T, shell string) *env {
 	t.Helper()
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t)
 	h := dashboard.New(dashboard.Options{Token: token, Service: node, Shell: shell, Rates: dashboard.NewRates(0, 0),
 		Assets: fstest.MapFS{"index.html": {Data: []byte("<!doctype html><title>dsec</title>")}}})
 	mux := http.NewServeMux()
@@ -145,7 +145,11 @@ func TestTerminalInteractive(t *testing.T) {
 	if err := c.Write(ctx, websocket.MessageBinary, []byte("typed keys\n")); err != nil {
 		t.Fatal(err)
 	}
-	s := readAll(t, c, func(s *session) bool { return strings.Contains(s.out.String(), "typed keys") })
+	// (The node reports the start as the shell's output begins: the echo of
+	// the keys may come before the started event.)
+	s := readAll(t, c, func(s *session) bool {
+		return strings.Contains(s.out.String(), "typed keys") && s.event("started") != nil
+	})
 	if ev := s.event("input_error"); ev == nil || ev["code"] != string(api.CodeInvalidArgument) {
 		t.Errorf("events %v: want an input_error for the zero size", s.events)
 	}
@@ -180,7 +184,7 @@ func TestTerminalRefusals(t *testing.T) {
 		{"not json", sb.ID, "hello", dashboard.CloseBadRequest, "first message"},
 		{"bad size", sb.ID, map[string]any{"token": token, "cols": 0, "rows": 24}, dashboard.CloseBadRequest, ""},
 		{"deleted sandbox", gone.ID, hello(token), dashboard.CloseNotFound, "was deleted"},
-		{"unknown sandbox", "sb-0000000000000000.fake", hello(token), dashboard.CloseNotFound, "was deleted"},
+		{"unknown sandbox", "sb-0000000000000000.mock-node", hello(token), dashboard.CloseNotFound, "was deleted"},
 	} {
 		s := readAll(t, e.dial(c.id, c.hello), nil)
 		if s.status != c.status {
@@ -228,7 +232,7 @@ func TestOverview(t *testing.T) {
 	if err := json.Unmarshal(body, &ov); err != nil {
 		t.Fatal(err)
 	}
-	if len(ov.Nodes) != 1 || ov.Nodes[0].Name != "fake" || ov.Nodes[0].CPUs < 1 || ov.Nodes[0].MemoryBytes <= 0 {
+	if len(ov.Nodes) != 1 || ov.Nodes[0].Name != "mock-node" || ov.Nodes[0].CPUs < 1 || ov.Nodes[0].MemoryBytes <= 0 {
 		t.Errorf("nodes %+v, want the one node with its capacity", ov.Nodes)
 	}
 	if n := ov.Nodes[0]; n.Sandboxes != 4 || n.Running != 3 || n.CPUAllocated != 3 {
@@ -262,32 +266,25 @@ func TestAPINeedsToken(t *testing.T) {
 	}
 }
 
-// killedOnDelete is the fake node whose streaming exec ends the way a delete
-// ends it on a real node: the process killed, no error, before the sandbox
-// is gone.
-type killedOnDelete struct {
-	*servertest.Node
-	kill chan struct{}
-}
-
-func (k killedOnDelete) ExecStream(ctx context.Context, id string, req api.ExecRequest, s sessionpkg.Stream) (api.ExecResult, error) {
-	s.Started(7)
-	<-k.kill
-	return api.ExecResult{ExitCode: -1, Signal: "SIGKILL"}, nil
-}
-
+// TestTerminalSandboxDeletedWhileOpen: the shell is killed (as a delete kills
+// it: SIGKILL, no error) a moment before the sandbox's record goes; the
+// terminal says the sandbox was deleted, not that the shell exited.
 func TestTerminalSandboxDeletedWhileOpen(t *testing.T) {
-	node := servertest.NewNode(t.TempDir())
-	svc := killedOnDelete{node, make(chan struct{})}
+	node := agenttest.NewNode(t)
 	mux := http.NewServeMux()
-	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Options{Token: token, Service: svc}))
+	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Options{Token: token, Service: node}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(srv.Close)
 	e := &env{t: t, node: node, srv: srv}
 	sb := e.sandbox(nil)
 	c := e.dial(sb.ID, hello(token))
-	readAll(t, c, func(s *session) bool { return s.event("started") != nil })
-	close(svc.kill) // the shell dies first...
+	started := readAll(t, c, func(s *session) bool { return s.event("started") != nil }).event("started")
+	// The mock's processes are the host's: the shell dies first...
+	if pid, ok := started["pid"].(float64); !ok || pid <= 0 {
+		t.Fatalf("started event %v", started)
+	} else if err := unix.Kill(int(pid), unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	go func() {
 		time.Sleep(300 * time.Millisecond) // ...the record goes a moment later
 		_ = node.Delete(context.Background(), sb.ID)

@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
+	sessionpkg "github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -44,7 +46,7 @@ func (f *fakeUsage) set(id string, cpu float64, mem int64) {
 }
 
 func usageEnv(t *testing.T) (*env, *fakeUsage) {
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t)
 	fu := &fakeUsage{use: map[string]api.SandboxUsage{}}
 	mux := http.NewServeMux()
 	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Options{Token: token, Service: node, Usage: dashboard.UsageFunc(fu.read)}))
@@ -91,7 +93,7 @@ func TestTopBusiest(t *testing.T) {
 	if got := ids(top("?sort=memory")); got[0] != "b" {
 		t.Errorf("top by memory: %v, want b first", got)
 	}
-	if len(tp.Nodes) != 1 || tp.Nodes[0].Name != "fake" {
+	if len(tp.Nodes) != 1 || tp.Nodes[0].Name != "mock-node" {
 		t.Errorf("nodes %+v", tp.Nodes)
 	}
 	for _, q := range []string{"?limit=0", "?limit=x", "?sort=pid"} {
@@ -116,9 +118,26 @@ func TestUsagePage(t *testing.T) {
 	if code, _ := e.get("/ui/api/usage", token); code != http.StatusBadRequest {
 		t.Errorf("usage without ids: %d, want 400", code)
 	}
-	// Without a usage source: not implemented, said so.
+	// The node's own usage by default.
 	plain := newEnv(t, "")
-	if code, body := plain.get("/ui/api/top", token); code != http.StatusNotImplemented {
+	plain.sandbox(nil)
+	if code, body := plain.get("/ui/api/top", token); code != http.StatusOK || !strings.Contains(string(body), `"busiest":[{`) {
+		t.Errorf("top from the node's usage: %d %s", code, body)
+	}
+	// A service without usage (session.Unimplemented's answer): not
+	// implemented, said so.
+	mux := http.NewServeMux()
+	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Options{Token: token, Service: noUsage{plain.node}}))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	if code, body := (&env{t: t, node: plain.node, srv: srv}).get("/ui/api/top", token); code != http.StatusNotImplemented {
 		t.Errorf("top without usage: %d %s", code, body)
 	}
+}
+
+// noUsage is a service that reports no usage.
+type noUsage struct{ sessionpkg.Service }
+
+func (noUsage) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error) {
+	return sessionpkg.Unimplemented{}.SandboxUsage(ctx, ids)
 }

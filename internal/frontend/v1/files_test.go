@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,7 +23,7 @@ func TestFiles(t *testing.T) {
 	if resp.StatusCode != 200 || info.Size != 8 || info.Mode != 0o600 {
 		t.Fatalf("write: %d %s", resp.StatusCode, b)
 	}
-	if got, err := os.ReadFile(filepath.Join(e.node.Root, "hello.txt")); err != nil || string(got) != "hi there" {
+	if got, err := os.ReadFile(filepath.Join(e.node.Root(sb.ID), "hello.txt")); err != nil || string(got) != "hi there" {
 		t.Fatalf("on disk: %q %v", got, err)
 	}
 	resp, b = e.do("GET", base+"?path=/hello.txt", nil)
@@ -37,8 +38,20 @@ func TestFiles(t *testing.T) {
 	_, b = e.do("GET", base+"/list?path=/", nil)
 	var list api.ListFilesResponse
 	mustJSON(t, b, &list)
-	if len(list.Files) != 2 || list.Files[0].Name != "a" || list.Files[1].Name != "hello.txt" {
-		t.Fatalf("list: %s", b)
+	// The listing is the sandbox's root (the image's directories too), sorted.
+	ents, err := os.ReadDir(e.node.Root(sb.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got []string
+	for _, ent := range ents {
+		want = append(want, ent.Name())
+	}
+	for _, f := range list.Files {
+		got = append(got, f.Name)
+	}
+	if !slices.Equal(got, want) || !slices.Contains(got, "a") || !slices.Contains(got, "hello.txt") {
+		t.Fatalf("list: %s, want %v", b, want)
 	}
 	_, b = e.do("GET", base+"/stat?path=/a", nil)
 	mustJSON(t, b, &info)
@@ -51,7 +64,7 @@ func TestFiles(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("remove: %d", resp.StatusCode)
 	}
-	if _, err := os.Stat(filepath.Join(e.node.Root, "a")); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(e.node.Root(sb.ID), "a")); !os.IsNotExist(err) {
 		t.Fatalf("a still there: %v", err)
 	}
 	// Chunked upload over the limit: caught while streaming.
@@ -70,10 +83,10 @@ func TestArchive(t *testing.T) {
 	e := newEnv(t, v1.Options{})
 	sb := e.create()
 	base := "/v1/sandboxes/" + sb.ID + "/files"
-	if err := os.MkdirAll(filepath.Join(e.node.Root, "src/sub"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(e.node.Root(sb.ID), "src/sub"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(e.node.Root, "src/sub/f"), []byte("tarred"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(e.node.Root(sb.ID), "src/sub/f"), []byte("tarred"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	resp, tarball := e.do("GET", base+"/archive?path=/src", nil)
@@ -91,7 +104,7 @@ func TestArchive(t *testing.T) {
 		t.Fatalf("upload: %d %s", resp.StatusCode, b)
 	}
 	var found bool
-	_ = filepath.Walk(filepath.Join(e.node.Root, "dst"), func(p string, fi os.FileInfo, err error) error {
+	_ = filepath.Walk(filepath.Join(e.node.Root(sb.ID), "dst"), func(p string, fi os.FileInfo, err error) error {
 		if err == nil && fi.Name() == "f" {
 			got, _ := os.ReadFile(p)
 			found = string(got) == "tarred"

@@ -10,12 +10,12 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// TestForkCommitNotImplemented: a session service without fork and commit (the
-// fake node, whose session.Unimplemented answers them) answers 501
-// not_implemented on both routes.
+// TestForkCommitNotImplemented: a sandbox whose backend cannot fork or commit
+// (the mock driver claims neither) answers 501 not_implemented on both routes.
 func TestForkCommitNotImplemented(t *testing.T) {
 	e := newEnv(t, v1.Options{})
-	for path, req := range map[string]string{"/v1/sandboxes/sb-x/fork": `{"count": 2}`, "/v1/sandboxes/sb-x/commit": `{"name": "env"}`} {
+	base := "/v1/sandboxes/" + e.create().ID
+	for path, req := range map[string]string{base + "/fork": `{"count": 2}`, base + "/commit": `{"name": "env"}`} {
 		resp, body := e.do(http.MethodPost, path, strings.NewReader(req))
 		var ae struct{ Error api.Error }
 		_ = json.Unmarshal(body, &ae)

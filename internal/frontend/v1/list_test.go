@@ -11,16 +11,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// listService serves a prepared sandbox list (instead of the fake's) for the
-// list query tests.
+// listService serves a prepared sandbox list (instead of the node's) for the
+// list query tests: sandboxes of several nodes, backends and states, which
+// one node over the mock driver cannot have.
 type listService struct {
-	*servertest.Node
+	session.Service
 	list []api.Sandbox
 }
 
@@ -53,7 +55,7 @@ func listFixture(n int) []api.Sandbox {
 
 func listEnv(t *testing.T, list []api.Sandbox) *env {
 	t.Helper()
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t)
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(listService{node, list}, v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
 	return &env{t: t, node: node, srv: srv}

@@ -3,8 +3,13 @@ package v1_test
 import (
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -12,8 +17,18 @@ import (
 // A create refused because the node is full is a 429 resource_exhausted with
 // Retry-After in whole seconds, rounded up; other errors carry none.
 func TestRetryAfterOnExhausted(t *testing.T) {
-	e := newEnv(t, v1.Options{})
-	resp, b := e.do("POST", "/v1/sandboxes", strings.NewReader(`{"image":"full"}`))
+	// The node refuses the first start as full, asking for 1.5 s.
+	var full atomic.Bool
+	full.Store(true)
+	e := newEnv(t, v1.Options{}, func(d driver.Driver) driver.Driver {
+		return agenttest.FailStart(d, func(driver.Spec) error {
+			if full.Swap(false) {
+				return errdefs.Exhausted(1500*time.Millisecond, "node is at its limit")
+			}
+			return nil
+		})
+	})
+	resp, b := e.do("POST", "/v1/sandboxes", strings.NewReader(`{}`))
 	var eb api.ErrorBody
 	mustJSON(t, b, &eb)
 	if resp.StatusCode != http.StatusTooManyRequests || eb.Error == nil || eb.Error.Code != api.CodeResourceExhausted || !eb.Error.Retryable {

@@ -8,15 +8,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -25,13 +27,13 @@ const token = "s3cret"
 
 type env struct {
 	t    *testing.T
-	node *servertest.Node
+	node *agenttest.Node
 	srv  *httptest.Server
 }
 
-func newEnv(t *testing.T, opts v1.Options) *env {
+func newEnv(t *testing.T, opts v1.Options, wrap ...func(driver.Driver) driver.Driver) *env {
 	t.Helper()
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t, wrap...)
 	opts.Token = token
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -143,13 +145,13 @@ func TestAuth(t *testing.T) {
 	resp, b = e.do("GET", "/v1/info", nil)
 	var info api.Info
 	mustJSON(t, b, &info)
-	if resp.StatusCode != 200 || info.Node != "fake" {
+	if resp.StatusCode != 200 || info.Node != "mock-node" {
 		t.Fatalf("info: %d %s", resp.StatusCode, b)
 	}
 }
 
 func TestEmptyTokenRejectsAll(t *testing.T) {
-	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(servertest.NewNode(t.TempDir()), v1.Options{}).Handler()))
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(agenttest.NewNode(t), v1.Options{}).Handler()))
 	defer srv.Close()
 	req, _ := http.NewRequest("GET", srv.URL+"/v1/info", nil)
 	req.Header.Set("Authorization", "Bearer ")
@@ -222,18 +224,18 @@ func TestBadBodies(t *testing.T) {
 
 func TestSandboxLifecycle(t *testing.T) {
 	e := newEnv(t, v1.Options{})
-	resp, b := e.do("POST", "/v1/sandboxes", strings.NewReader(`{"image":"py"}`), "Idempotency-Key", "key-1")
+	resp, b := e.do("POST", "/v1/sandboxes", strings.NewReader(`{"image":"tiny"}`), "Idempotency-Key", "key-1")
 	if resp.StatusCode != http.StatusCreated {
 		t.Fatalf("create: %d %s", resp.StatusCode, b)
 	}
 	var first, again api.Sandbox
 	mustJSON(t, b, &first)
-	resp, b = e.do("POST", "/v1/sandboxes", strings.NewReader(`{"image":"py"}`), "Idempotency-Key", "key-1")
+	resp, b = e.do("POST", "/v1/sandboxes", strings.NewReader(`{"image":"tiny"}`), "Idempotency-Key", "key-1")
 	mustJSON(t, b, &again)
 	if again.ID != first.ID || first.RequestID != "key-1" {
 		t.Fatalf("idempotency: %+v vs %+v", first, again)
 	}
-	if got := e.node.Creates(); len(got) != 2 || got[0].RequestID != "key-1" || got[0].Image != "py" {
+	if got := e.node.Creates(); len(got) != 2 || got[0].RequestID != "key-1" || got[0].Image != "tiny" {
 		t.Fatalf("node saw %+v", got)
 	}
 	resp, b = e.do("POST", "/v1/sandboxes", strings.NewReader(`{"request_id":"a"}`), "Idempotency-Key", "b")
@@ -245,7 +247,8 @@ func TestSandboxLifecycle(t *testing.T) {
 	if resp.StatusCode != 200 || sb.State != api.StatePaused {
 		t.Fatalf("pause: %d %s", resp.StatusCode, b)
 	}
-	resp, b = e.do("POST", "/v1/sandboxes/"+first.ID+"/pause", nil)
+	// A paused sandbox runs nothing: the node's conflict is a 409.
+	resp, b = e.do("POST", "/v1/sandboxes/"+first.ID+"/exec", strings.NewReader(`{"cmd":["true"]}`))
 	wantError(t, resp, b, http.StatusConflict, api.CodeConflict)
 	resp, _ = e.do("POST", "/v1/sandboxes/"+first.ID+"/resume", nil)
 	if resp.StatusCode != 200 {
@@ -270,7 +273,7 @@ func TestSandboxLifecycle(t *testing.T) {
 func TestExecPassthrough(t *testing.T) {
 	e := newEnv(t, v1.Options{})
 	sb := e.create()
-	resp, b := e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", strings.NewReader(`{"cmd":["exit","3"]}`))
+	resp, b := e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec", strings.NewReader(`{"cmd":["sh","-c","exit 3"]}`))
 	var res api.ExecResult
 	mustJSON(t, b, &res)
 	if resp.StatusCode != 200 || res.ExitCode != 3 {
@@ -331,7 +334,7 @@ func (sc *streamConn) next() api.StreamEvent {
 func TestExecStreamFullDuplex(t *testing.T) {
 	e := newEnv(t, v1.Options{})
 	sc := e.stream(api.ExecRequest{Cmd: []string{"cat"}, Stdin: "pre:"})
-	if ev := sc.next(); ev.Type != "started" || ev.PID != 4242 {
+	if ev := sc.next(); ev.Type != "started" || ev.PID <= 0 {
 		t.Fatalf("first event %+v", ev)
 	}
 	// The response is read while the request body is still open: full duplex.
@@ -364,7 +367,7 @@ func TestExecStreamFullDuplex(t *testing.T) {
 
 func TestExecStreamSignal(t *testing.T) {
 	e := newEnv(t, v1.Options{})
-	sc := e.stream(api.ExecRequest{Shell: "sleep"})
+	sc := e.stream(api.ExecRequest{Cmd: []string{"sleep", "60"}})
 	if ev := sc.next(); ev.Type != "started" {
 		t.Fatalf("first event %+v", ev)
 	}
@@ -413,7 +416,7 @@ func TestProcesses(t *testing.T) {
 	e := newEnv(t, v1.Options{})
 	sb := e.create()
 	base := "/v1/sandboxes/" + sb.ID + "/processes"
-	resp, b := e.do("POST", base, strings.NewReader(`{"cmd":["sleep"]}`))
+	resp, b := e.do("POST", base, strings.NewReader(`{"cmd":["sleep","60"]}`))
 	var p api.Process
 	mustJSON(t, b, &p)
 	if resp.StatusCode != http.StatusCreated || !p.Running {
@@ -463,22 +466,23 @@ func TestProxy(t *testing.T) {
 	}))
 	defer backend.Close()
 	e := newEnv(t, v1.Options{})
-	e.node.ExposePort(8080, backend.Listener.Addr().String())
+	// The mock's sandbox ports are the host's loopback ports.
+	port := backendPort(t, backend)
 	sb := e.create()
 	base := "/v1/sandboxes/" + sb.ID + "/http/"
-	resp, b := e.do("POST", base+"8080/a//b%2Fc?x=1&y=2", strings.NewReader("body"))
-	want := `POST /a//b%2Fc q=x=1&y=2 auth="" host=localhost:8080`
+	resp, b := e.do("POST", base+port+"/a//b%2Fc?x=1&y=2", strings.NewReader("body"))
+	want := `POST /a//b%2Fc q=x=1&y=2 auth="" host=localhost:` + port
 	if resp.StatusCode != http.StatusTeapot || string(b) != want {
 		t.Fatalf("proxy: %d %q, want %q", resp.StatusCode, b, want)
 	}
 	if resp.Header.Get(v1.ErrorHeader) != "" {
 		t.Fatal("the application must not forge dsec errors")
 	}
-	resp, b = e.do("GET", base+"8080", nil)
+	resp, b = e.do("GET", base+port, nil)
 	if !strings.HasPrefix(string(b), "GET / ") {
 		t.Fatalf("proxy root: %d %q", resp.StatusCode, b)
 	}
-	resp, b = e.do("GET", base+"9090/", nil)
+	resp, b = e.do("GET", base+closedPort(t)+"/", nil)
 	ae := wantError(t, resp, b, http.StatusBadGateway, api.CodeBadGateway)
 	if ae.Infrastructure {
 		t.Fatal("bad gateway is not infrastructure")
@@ -511,13 +515,13 @@ func TestOpenAPIServed(t *testing.T) {
 	}
 }
 
-type panicNode struct{ *servertest.Node }
+type panicNode struct{ session.Service }
 
 func (panicNode) Info(context.Context) (api.Info, error) { panic("boom") }
 
 func TestPanicRecovered(t *testing.T) {
 	var logs bytes.Buffer
-	h := v1.New(panicNode{servertest.NewNode(t.TempDir())}, v1.Options{Token: token,
+	h := v1.New(panicNode{agenttest.NewNode(t)}, v1.Options{Token: token,
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}).Handler()
 	srv := httptest.NewServer(openapitest.Wrap(t, h))
 	defer srv.Close()
@@ -548,4 +552,27 @@ func TestSetDeadline(t *testing.T) {
 	}
 	resp, b = e.do("PUT", "/v1/sandboxes/sb-nope/deadline", strings.NewReader(`{"timeout_seconds":5}`))
 	wantError(t, resp, b, http.StatusNotFound, api.CodeNotFound)
+}
+
+// backendPort is the loopback port srv listens on.
+func backendPort(t *testing.T, srv *httptest.Server) string {
+	t.Helper()
+	_, port, err := net.SplitHostPort(srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return port
+}
+
+// closedPort is a loopback port nothing listens on (one the test listened on
+// and closed).
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	l.Close()
+	return port
 }

@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/trajectory"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -24,10 +24,10 @@ func trajEnv(t *testing.T) (*env, *trajectory.Mem) {
 	return newTrajEnv(t, store), store
 }
 
-// newTrajEnv serves the fake node wrapped in the trajectory decorator on store.
+// newTrajEnv serves a node wrapped in the trajectory decorator on store.
 func newTrajEnv(t *testing.T, store trajectory.Store) *env {
 	t.Helper()
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t)
 	svc := session.Chain(trajectory.Wrap(node, store, trajectory.Options{TempDir: t.TempDir()}), session.Validating(nil))
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(svc, v1.Options{Token: token, Steps: true}).Handler()))
 	t.Cleanup(srv.Close)
@@ -223,9 +223,9 @@ func TestTrajectoryPebbleStore(t *testing.T) {
 // fnCalls runs FnCalls, counting them.
 type fnCalls struct{ n int }
 
-// fnNode is the fake node with fnCalls' FnCall.
+// fnNode is a node with fnCalls' FnCall (the mock driver runs no FnCalls).
 type fnNode struct {
-	*servertest.Node
+	session.Service
 	fc *fnCalls
 }
 
@@ -241,7 +241,7 @@ func (f *fnCalls) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCallRe
 // TestTrajectoryProxyAndFnCall: a tagged proxy request and a tagged FnCall are
 // steps, replayed with the header and without running again.
 func TestTrajectoryProxyAndFnCall(t *testing.T) {
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t)
 	fc := &fnCalls{}
 	svc := session.Chain(trajectory.Wrap(fnNode{node, fc}, trajectory.NewMem(), trajectory.Options{TempDir: t.TempDir()}), session.Validating(nil))
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(svc, v1.Options{Token: token, Steps: true}).Handler()))
@@ -257,9 +257,8 @@ func TestTrajectoryProxyAndFnCall(t *testing.T) {
 		fmt.Fprintf(w, "%s %s %s auth=%q traj=%q #%d", r.Method, r.URL.RequestURI(), b, r.Header.Get("Authorization"), r.Header.Get(api.TrajectoryHeader), hits)
 	}))
 	t.Cleanup(backend.Close)
-	node.ExposePort(8080, backend.Listener.Addr().String())
 	sb := e.create()
-	path := "/v1/sandboxes/" + sb.ID + "/http/8080/a/b?q=1"
+	path := "/v1/sandboxes/" + sb.ID + "/http/" + backendPort(t, backend) + "/a/b?q=1"
 	want := `POST /a/b?q=1 ping auth="" traj="" #1`
 	for i, replay := range []bool{false, true} {
 		resp, b := e.do("POST", path, strings.NewReader("ping"), stepHdr("px", "1")...)
@@ -271,8 +270,9 @@ func TestTrajectoryProxyAndFnCall(t *testing.T) {
 	resp, b := e.do("POST", path, strings.NewReader("pong"), stepHdr("px", "1")...)
 	wantError(t, resp, b, 409, api.CodeTrajectoryDiverged)
 	// Nothing listening: bad_gateway, a result.
+	closed := closedPort(t)
 	for range 2 {
-		resp, b = e.do("GET", "/v1/sandboxes/"+sb.ID+"/http/9/", nil, stepHdr("px", "2")...)
+		resp, b = e.do("GET", "/v1/sandboxes/"+sb.ID+"/http/"+closed+"/", nil, stepHdr("px", "2")...)
 		wantError(t, resp, b, 502, api.CodeBadGateway)
 	}
 	if resp.Header.Get(api.ReplayedHeader) != "true" || hits != 1 {

@@ -14,7 +14,7 @@ import (
 // get an input_error event and the exec goes on undisturbed.
 func TestExecStreamTTYResize(t *testing.T) {
 	e := newEnv(t, v1.Options{})
-	sc := e.stream(api.ExecRequest{Shell: "sleep", TTY: true, Cols: 100, Rows: 30})
+	sc := e.stream(api.ExecRequest{Cmd: []string{"sleep", "60"}, TTY: true, Cols: 100, Rows: 30})
 	if ev := sc.next(); ev.Type != "started" {
 		t.Fatalf("first event %+v", ev)
 	}
@@ -67,8 +67,9 @@ func TestExecStreamResizeWithoutTTY(t *testing.T) {
 func TestExecStreamTTYOneStream(t *testing.T) {
 	e := newEnv(t, v1.Options{})
 	sb := e.create()
-	resp, b := e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec/stream", strings.NewReader(`{"cmd":["warn","hi"],"tty":true}`+"\n"))
-	if resp.StatusCode != 200 || !strings.Contains(string(b), `"type":"stdout","data":"aGkK"`) || strings.Contains(string(b), `"type":"stderr"`) {
+	resp, b := e.do("POST", "/v1/sandboxes/"+sb.ID+"/exec/stream", strings.NewReader(`{"shell":"echo hi >&2","tty":true}`+"\n"))
+	// "hi\r\n": the terminal turns the newline into CR LF.
+	if resp.StatusCode != 200 || !strings.Contains(string(b), `"type":"stdout","data":"aGkNCg=="`) || strings.Contains(string(b), `"type":"stderr"`) {
 		t.Fatalf("stream: %d %s", resp.StatusCode, b)
 	}
 }

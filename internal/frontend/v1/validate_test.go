@@ -8,9 +8,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -69,7 +69,7 @@ func (b below) StartProcess(ctx context.Context, id string, req api.ExecRequest)
 // invalid_argument before it reaches anything below the validation (a quota)
 // or creates anything.
 func TestValidatedOnce(t *testing.T) {
-	node := servertest.NewNode(t.TempDir())
+	node := agenttest.NewNode(t)
 	checks, seen := &tally{n: map[string]int{}}, &tally{n: map[string]int{}}
 	svc := session.Chain(node,
 		session.Validating(func(what string, _ error) { checks.add(what) }),
@@ -91,7 +91,7 @@ func TestValidatedOnce(t *testing.T) {
 			map[string]int{"create": 1}, map[string]int{"create": 1}},
 		{"bad create", "POST", "/v1/sandboxes", `{"pids_max":-1}`, http.StatusBadRequest,
 			map[string]int{"create": 1}, map[string]int{}},
-		// The fake has no CreateBatch: the validation checks the batch once
+		// The node agent has no CreateBatch: the validation checks the batch once
 		// and creates its members one by one below itself.
 		{"batch", "POST", "/v1/sandboxes:batch", `{"sandboxes":[{},{},{}]}`, http.StatusCreated,
 			map[string]int{"create_batch": 1}, map[string]int{"create": 3}},

@@ -61,6 +61,9 @@ type Config struct {
 	// driver claims Capabilities.Screenshot and Screenshot returns a generated
 	// PNG (see screen.go).
 	Screen image.Point
+	// Pause claims the Pause capability: instances stop and continue their
+	// processes (see pause.go).
+	Pause bool
 }
 
 // Driver implements driver.Driver with host processes.
@@ -86,7 +89,7 @@ func (d *Driver) Name() string { return d.cfg.BackendName }
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Isolation: driver.IsolationNone, TTY: !d.cfg.NoTTY, LayerKinds: []string{driver.LayerDir},
-		Screenshot: d.cfg.Screen != image.Point{}}
+		Screenshot: d.cfg.Screen != image.Point{}, Pause: d.cfg.Pause}
 }
 
 type state struct {
@@ -130,9 +133,13 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	return d.instance(b), nil
 }
 
-func (d *Driver) instance(b *box) *instance {
+func (d *Driver) instance(b *box) driver.Instance {
 	raw, _ := json.Marshal(state{Root: b.root})
-	return &instance{d: d, b: b, raw: raw}
+	in := &instance{d: d, b: b, raw: raw}
+	if d.cfg.Pause {
+		return pausable{in}
+	}
+	return in
 }
 
 // Recover implements driver.Driver.
@@ -172,6 +179,8 @@ type box struct {
 	procs     map[string]*hostProc // tagged processes, running or exited
 	running   map[*hostProc]bool
 	destroyed bool
+	// thaw is open while the box is paused (see pause.go).
+	thaw chan struct{}
 }
 
 func (b *box) exited() bool {
@@ -188,6 +197,10 @@ func (b *box) destroy(ctx context.Context, h *Host) error {
 	b.mu.Lock()
 	first := !b.destroyed
 	b.destroyed = true
+	if b.thaw != nil { // a paused box's waiting execs see it destroyed
+		close(b.thaw)
+		b.thaw = nil
+	}
 	procs := make([]*hostProc, 0, len(b.running))
 	for p := range b.running {
 		procs = append(procs, p)

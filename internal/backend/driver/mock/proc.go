@@ -130,7 +130,9 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 		}
 	}
 	b := in.b
-	b.mu.Lock()
+	if err := b.lockThawed(ctx); err != nil {
+		return nil, err
+	}
 	defer b.mu.Unlock()
 	if b.destroyed {
 		return nil, in.gone()
