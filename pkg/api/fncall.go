@@ -19,6 +19,16 @@ const (
 	LangLua    = "lua"
 	LangPerl   = "perl"
 	LangRust   = "rust"
+	// JVM, .NET and the other toolchains of scripts/judge-language-packages.txt.
+	LangJava         = "java"
+	LangTypeScript   = "typescript"
+	LangKotlinScript = "kotlin_script"
+	LangScala        = "scala"
+	LangR            = "r"
+	LangCSharp       = "csharp"
+	LangRacket       = "racket"
+	LangD            = "d"
+	LangVerilog      = "verilog"
 )
 
 // Verdicts.
