@@ -21,6 +21,7 @@ const (
 	LangRust   = "rust"
 	// JVM, .NET and the other toolchains of scripts/judge-language-packages.txt.
 	LangJava         = "java"
+	LangJUnit        = "junit" // every .java file compiled, its test classes run by JUnit 5
 	LangTypeScript   = "typescript"
 	LangKotlinScript = "kotlin_script"
 	LangScala        = "scala"

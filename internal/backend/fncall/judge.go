@@ -44,11 +44,20 @@ const (
 // lang describes how a language compiles and runs. Paths are inside the image.
 type lang struct {
 	ext     []string // source extensions; the first is main's
-	compile string   // shell command writing the binary to /w/.out (diagnostics to stderr); "" = interpreted
+	compile string   // shell command in /w writing the binary to /w/.out (diagnostics to stderr), %s for main; "" = interpreted
 	env     []string // extra compile environment
 	// run is the program's command line, given main's path in the work
 	// directory (a JVM program's class is named after its file).
 	run func(main string) []string
+}
+
+// compileCmd is the compile command for main: compile with %s (where one
+// is) standing for main's quoted name.
+func (lg lang) compileCmd(main string) string {
+	if !strings.Contains(lg.compile, "%s") {
+		return lg.compile
+	}
+	return fmt.Sprintf(lg.compile, shellQuote(main))
 }
 
 // interp runs main with an interpreter and its options.
@@ -70,6 +79,7 @@ func compiled(argv ...string) func(string) []string {
 // and run with the jar first on the class path.
 const (
 	javaTuples   = "/usr/share/java/javatuples.jar"
+	junitJar     = "/usr/share/java/junit-platform-console-standalone.jar"
 	scalaLibrary = "/usr/share/scala-2.11/lib/scala-library.jar"
 	kotlinLib    = "/usr/share/kotlin/kotlinc/lib"
 )
@@ -107,6 +117,15 @@ var langs = map[string]lang{
 		compile: "mkdir -p /w/tmp/classes && javac -encoding UTF-8 -cp " + javaTuples + " -d /w/tmp/classes %s && jar cf /w/.out -C /w/tmp/classes .",
 		run: func(m string) []string {
 			return []string{"/usr/bin/java", "-cp", binPath + ":" + javaTuples, "-ea", strings.TrimSuffix(path.Base(m), ".java")}
+		}},
+	// junit: javac -cp .:JUNIT *.java, then JUnit's console launcher on them
+	// (java -jar JUNIT --class-path . --scan-class-path): every test class runs.
+	api.LangJUnit: {ext: []string{".java"},
+		compile: "mkdir -p /w/tmp/classes && javac -encoding UTF-8 -cp " + junitJar + " -d /w/tmp/classes *.java && jar cf /w/.out -C /w/tmp/classes .",
+		// JUnit scans a class path entry for tests only when it is named *.jar.
+		run: func(string) []string {
+			return []string{"/bin/sh", "-c", "ln -s " + binPath + " /w/tmp/main.jar && exec /usr/bin/java -jar " + junitJar +
+				" --scan-class-path --class-path /w/tmp/main.jar"}
 		}},
 	// tsx F: here the types are stripped once (tsTranspile), then node runs it.
 	api.LangTypeScript: {ext: []string{".ts"}, compile: tsTranspile, run: compiled("/usr/bin/node")},
@@ -259,13 +278,13 @@ func mainFile(req *api.FnCallRequest) (string, error) {
 			found = append(found, name)
 		}
 	}
-	switch len(found) {
-	case 1:
-		return found[0], nil
-	case 0:
+	sort.Strings(found)
+	switch {
+	case len(found) == 1 || len(found) > 1 && lg.compile != "" && !strings.Contains(lg.compile, "%s"):
+		return found[0], nil // a compile of every source (junit) takes any
+	case len(found) == 0:
 		return "", errdefs.Invalid("files: no %s source (main%s)", req.Language, lg.ext[0])
 	default:
-		sort.Strings(found)
 		return "", errdefs.Invalid("files: several %s sources (%s); name the program main%s", req.Language, strings.Join(found, ", "), lg.ext[0])
 	}
 }
@@ -492,7 +511,7 @@ func (e *Engine) compile(ctx context.Context, req *api.FnCallRequest, lg lang, m
 	if image == "" {
 		image = DefaultImage
 	}
-	cmd := fmt.Sprintf(lg.compile, shellQuote(main))
+	cmd := lg.compileCmd(main)
 	key := cacheKey(image, req.Language, cmd, lg.env, req.Files)
 	entry, cached, err := e.cache.get(key, func() (cacheEntry, []byte, error) {
 		fs, err := memFiles(req.Files)
@@ -592,7 +611,7 @@ func (e *Engine) CompiledBinary(language string, files map[string]string, image 
 	if err != nil {
 		return "", err
 	}
-	key := cacheKey(image, language, fmt.Sprintf(lg.compile, shellQuote(main)), lg.env, files)
+	key := cacheKey(image, language, lg.compileCmd(main), lg.env, files)
 	entry, ok := e.cache.load(key)
 	if !ok || !entry.OK {
 		return "", errdefs.NotFound("no compiled binary for this program")

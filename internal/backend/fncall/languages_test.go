@@ -2,6 +2,7 @@ package fncall
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -155,4 +156,38 @@ func brokenOutput(res api.FnCallResult) string {
 		return res.Tests[0].Stderr
 	}
 	return ""
+}
+
+// junit compiles every .java file and runs their JUnit 5 tests: all passing is
+// accepted, a failing assertion a runtime error (the launcher exits 1) whose
+// report names the test, a compile error the compiler's.
+func TestJUnit(t *testing.T) {
+	e := testEngine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	const calc = "public class Calc { public static int add(int a, int b) { return a + b; } }\n"
+	test := func(want int) string {
+		return "import org.junit.jupiter.api.Test;\nimport static org.junit.jupiter.api.Assertions.*;\n" +
+			"class CalcTest { @Test void adds() { assertEquals(" + strconv.Itoa(want) + ", Calc.add(40, 2)); } }\n"
+	}
+	for _, c := range []struct {
+		name, test, verdict, says string
+	}{
+		{"pass", test(42), api.VerdictAccepted, "1 tests successful"},
+		{"fail", test(41), api.VerdictRuntimeError, "expected: <41> but was: <42>"},
+		{"compile error", "class CalcTest { void f() { Calc.sub(1, 2); } }", api.VerdictCompileError, "cannot find symbol"},
+	} {
+		res, err := e.Call(ctx, api.FnCallRequest{Language: api.LangJUnit, Files: map[string]string{"Calc.java": calc, "CalcTest.java": c.test},
+			Tests: []api.FnCallTest{{}}, Limits: api.FnCallLimits{CPUTimeMs: 10000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		said := brokenOutput(res)
+		if c.verdict != api.VerdictCompileError && len(res.Tests) > 0 {
+			said = res.Tests[0].Stdout // the launcher's report
+		}
+		if res.Verdict != c.verdict || !strings.Contains(said, c.says) {
+			t.Errorf("%s: verdict %s (want %s), %q does not say %q; compile %+v", c.name, res.Verdict, c.verdict, said, c.says, res.Compile)
+		}
+	}
 }

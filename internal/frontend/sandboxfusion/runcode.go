@@ -36,6 +36,7 @@ var languages = map[string]language{
 	"perl":          {api.LangPerl, "main.pl"},
 	"rust":          {api.LangRust, "main.rs"},
 	"java":          {api.LangJava, "Main.java"}, // SandboxFusion's file: class Main
+	"junit":         {api.LangJUnit, ""},         // PUBLICCLASS.java: see javaPublicClass
 	"typescript":    {api.LangTypeScript, "main.ts"},
 	"kotlin_script": {api.LangKotlinScript, "main.kts"},
 	"scala":         {api.LangScala, ""}, // OBJECT.scala: see scalaObject
@@ -48,12 +49,24 @@ var languages = map[string]language{
 
 // knownLanguages are SandboxFusion's other languages: valid there, not here
 // (test-runner modes not mapped yet; toolchains Debian does not package; GPU).
-var knownLanguages = []string{"go_test", "sql", "cuda", "julia", "pytest", "junit",
+var knownLanguages = []string{"go_test", "sql", "cuda", "julia", "pytest",
 	"jest", "python_gpu", "lean", "swift"}
 
 // compileLanguages are the ones SandboxFusion's /submit gives a compile
 // timeout and a 10 s (not 20 s) default run timeout (runners/types.py).
 var compileLanguages = []string{"cpp", "go", "java"}
+
+// javaPublicClassRE is SandboxFusion's find_java_public_class_name pattern.
+var javaPublicClassRE = regexp.MustCompile(`\bpublic\s+(abstract\s+|final\s+)?class\s+(\w+)`)
+
+// javaPublicClass names a JUnit program's file as SandboxFusion does: after
+// its first public class, else Main.
+func javaPublicClass(code string) string {
+	if m := javaPublicClassRE.FindStringSubmatch(code); m != nil {
+		return m[2]
+	}
+	return "Main"
+}
 
 // scalaObjectRE is SandboxFusion's find_scala_classname pattern.
 var scalaObjectRE = regexp.MustCompile(`object\s+(\w+)(\s*)|(\s+extends\s+\w+\s*){`)
@@ -163,6 +176,8 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 			return api.FnCallRequest{}, errNoScalaObject
 		}
 		lang.main = obj + ".scala"
+	case "junit": // javac *.java: the file must be named after its public class
+		lang.main = javaPublicClass(code) + ".java"
 	}
 	files := map[string]string{lang.main: code}
 	for p, content := range req.Files {

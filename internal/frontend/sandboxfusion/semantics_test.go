@@ -217,3 +217,22 @@ func TestSubmitTimeoutsByLanguage(t *testing.T) {
 		}
 	}
 }
+
+// junit's file is named after its first public class (SandboxFusion's
+// find_java_public_class_name), else Main.java.
+func TestRunCodeJUnitFileName(t *testing.T) {
+	f := &fakeFnCall{res: accepted}
+	h := New(f, Options{})
+	for code, file := range map[string]string{
+		"import org.junit.jupiter.api.Test;\npublic final class PhoneTest { @Test void t() {} }\nclass Other {}": "PhoneTest.java",
+		"class CalcTest { @org.junit.jupiter.api.Test void t() {} }":                                             "Main.java",
+	} {
+		b, _ := json.Marshal(map[string]any{"code": code, "language": "junit"})
+		if status, out := post(t, h, "/run_code", string(b)); status != 200 {
+			t.Fatalf("%d %v", status, out)
+		}
+		if req := f.last(t); req.Language != api.LangJUnit || req.Files[file] != code {
+			t.Errorf("%q: language %q, files %q; want %s", code, req.Language, req.Files, file)
+		}
+	}
+}
