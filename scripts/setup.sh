@@ -266,9 +266,10 @@ build_judge() {
 	rm -f "$tree.apt.log"
 	for b in /bin/sh /bin/bash /usr/bin/python3 /usr/bin/gcc /usr/bin/g++ /usr/bin/go /usr/bin/node /usr/bin/php \
 		/usr/bin/ruby /usr/bin/lua5.4 /usr/bin/perl /usr/bin/rustc /usr/bin/java /usr/bin/javac /usr/bin/jar \
-		/usr/share/java/javatuples.jar /usr/share/java/junit-platform-console-standalone.jar /usr/share/nodejs/typescript /usr/share/kotlin/kotlinc/lib/kotlin-compiler.jar \
-		/usr/bin/scalac /usr/share/scala-2.11/lib/scala-library.jar /usr/bin/Rscript /usr/bin/mcs /usr/bin/mono \
-		/usr/bin/racket /usr/bin/gdc /usr/bin/iverilog /usr/bin/vvp; do
+		/usr/share/java/javatuples.jar /usr/share/java/junit-platform-console-standalone.jar \
+		/usr/share/nodejs/typescript /usr/share/kotlin/kotlinc/lib/kotlin-compiler.jar /usr/bin/scalac \
+		/usr/share/scala-2.11/lib/scala-library.jar /usr/bin/Rscript /usr/bin/mcs /usr/bin/mono /usr/bin/racket \
+		/usr/bin/gdc /usr/bin/iverilog /usr/bin/vvp /usr/bin/pytest; do
 		# inside the tree: Debian's alternatives (php, lua) are absolute symlinks
 		chroot "$tree" test -e "$b" || die "judge tree $tree lacks $b"
 	done

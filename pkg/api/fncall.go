@@ -22,6 +22,7 @@ const (
 	// JVM, .NET and the other toolchains of scripts/judge-language-packages.txt.
 	LangJava         = "java"
 	LangJUnit        = "junit" // every .java file compiled, its test classes run by JUnit 5
+	LangPytest       = "pytest"
 	LangTypeScript   = "typescript"
 	LangKotlinScript = "kotlin_script"
 	LangScala        = "scala"

@@ -98,8 +98,10 @@ fs.writeFileSync("/w/.out", r.outputText);' %s`
 var langs = map[string]lang{
 	api.LangPython3: {ext: []string{".py"}, run: interp("/usr/bin/python3")},
 	api.LangBash:    {ext: []string{".sh", ".bash"}, run: interp("/bin/bash")},
-	api.LangC:       {ext: []string{".c"}, compile: "gcc -O2 -pipe -std=gnu17 -o /w/.out %s -lm", run: compiled()},
-	api.LangCPP:     {ext: []string{".cpp", ".cc", ".cxx"}, compile: "g++ -O2 -pipe -std=gnu++17 -o /w/.out %s", run: compiled()},
+	// pytest F, with the judge image's Python packages (pytest-mock, pytest-cov).
+	api.LangPytest: {ext: []string{".py"}, run: interp("/usr/bin/pytest")},
+	api.LangC:      {ext: []string{".c"}, compile: "gcc -O2 -pipe -std=gnu17 -o /w/.out %s -lm", run: compiled()},
+	api.LangCPP:    {ext: []string{".cpp", ".cc", ".cxx"}, compile: "g++ -O2 -pipe -std=gnu++17 -o /w/.out %s", run: compiled()},
 	// SandboxFusion's commands (runners/major.py, minor.py): node F, php -f F,
 	// ruby F, lua F, perl F, rustc F -o BIN (no optimisation, as there).
 	api.LangNodeJS: {ext: []string{".js"}, run: interp("/usr/bin/node")},

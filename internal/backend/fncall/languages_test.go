@@ -191,3 +191,24 @@ func TestJUnit(t *testing.T) {
 		}
 	}
 }
+
+// pytest runs a file's tests: all passing is accepted, a failing assertion a
+// runtime error (pytest exits 1) whose report shows the assertion.
+func TestPytest(t *testing.T) {
+	e := testEngine(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	for _, c := range []struct{ src, verdict, says string }{
+		{"import numpy\ndef test_sum():\n    assert int(numpy.arange(4).sum()) == 6\n", api.VerdictAccepted, "1 passed"},
+		{"def add(a, b):\n    return a - b\n\ndef test_add():\n    assert add(40, 2) == 42\n", api.VerdictRuntimeError, "assert 38 == 42"},
+	} {
+		res, err := e.Call(ctx, api.FnCallRequest{Language: api.LangPytest, Files: map[string]string{"main.py": c.src},
+			Tests: []api.FnCallTest{{}}, Limits: api.FnCallLimits{CPUTimeMs: 10000}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Verdict != c.verdict || len(res.Tests) != 1 || !strings.Contains(res.Tests[0].Stdout, c.says) {
+			t.Errorf("%q: verdict %s (want %s), tests %+v", c.src, res.Verdict, c.verdict, res.Tests)
+		}
+	}
+}

@@ -26,6 +26,7 @@ type language struct {
 // (scripts/judge-language-packages.txt).
 var languages = map[string]language{
 	"python":        {api.LangPython3, "main.py"},
+	"pytest":        {api.LangPytest, "main.py"},
 	"cpp":           {api.LangCPP, "main.cpp"},
 	"go":            {api.LangGo, "main.go"},
 	"bash":          {api.LangBash, "main.sh"},
@@ -49,8 +50,8 @@ var languages = map[string]language{
 
 // knownLanguages are SandboxFusion's other languages: valid there, not here
 // (test-runner modes not mapped yet; toolchains Debian does not package; GPU).
-var knownLanguages = []string{"go_test", "sql", "cuda", "julia", "pytest",
-	"jest", "python_gpu", "lean", "swift"}
+var knownLanguages = []string{"go_test", "sql", "cuda", "julia", "jest",
+	"python_gpu", "lean", "swift"}
 
 // compileLanguages are the ones SandboxFusion's /submit gives a compile
 // timeout and a 10 s (not 20 s) default run timeout (runners/types.py).

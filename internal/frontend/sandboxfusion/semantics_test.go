@@ -144,7 +144,7 @@ func TestRunCodeLanguages(t *testing.T) {
 	for _, c := range []struct{ lang, fncall, main string }{
 		{"nodejs", api.LangNodeJS, "main.js"}, {"php", api.LangPHP, "main.php"}, {"ruby", api.LangRuby, "main.rb"},
 		{"lua", api.LangLua, "main.lua"}, {"perl", api.LangPerl, "main.pl"}, {"rust", api.LangRust, "main.rs"},
-		{"java", api.LangJava, "Main.java"}, {"typescript", api.LangTypeScript, "main.ts"},
+		{"java", api.LangJava, "Main.java"}, {"typescript", api.LangTypeScript, "main.ts"}, {"pytest", api.LangPytest, "main.py"},
 		{"kotlin_script", api.LangKotlinScript, "main.kts"}, {"R", api.LangR, "main.R"}, {"csharp", api.LangCSharp, "Program.cs"},
 		{"racket", api.LangRacket, "main.rkt"}, {"D_ut", api.LangD, "main.d"}, {"verilog", api.LangVerilog, "main.sv"},
 	} {
