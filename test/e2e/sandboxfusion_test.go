@@ -123,6 +123,7 @@ func TestSandboxFusionAPI(t *testing.T) {
 			{"kotlin_script", "throw IllegalStateException(\"boom\")", "boom"},
 			{"R", "stop(\"boom\")", "boom"},
 			{"racket", "#lang racket\n(error \"boom\")", "boom"},
+			{"pytest", "def test_add():\n    assert 40 + 1 == 42\n", ""},
 			{"junit", "import org.junit.jupiter.api.Test;\nimport static org.junit.jupiter.api.Assertions.*;\npublic class CalcTest { @Test void adds() { assertEquals(41, 40 + 2); } }", ""},
 		} {
 			code, out := sfPost(t, open+"/run_code", "", verlPayload(c.code, "", c.lang, 30))
@@ -145,6 +146,10 @@ func TestSandboxFusionAPI(t *testing.T) {
 		code, out := sfPost(t, open+"/run_code", "", verlPayload(junit, "", "junit", 30))
 		if run, _ := out["run_result"].(map[string]any); code != 200 || out["status"] != "Success" || !strings.Contains(fmt.Sprint(run["stdout"]), "1 tests successful") {
 			t.Errorf("junit, passing: %d %v", code, out)
+		}
+		code, out = sfPost(t, open+"/run_code", "", verlPayload("def test_add():\n    assert 40 + 2 == 42\n", "", "pytest", 30))
+		if run, _ := out["run_result"].(map[string]any); code != 200 || out["status"] != "Success" || !strings.Contains(fmt.Sprint(run["stdout"]), "1 passed") {
+			t.Errorf("pytest, passing: %d %v", code, out)
 		}
 		code, out = sfPost(t, open+"/run_code", "", verlPayload("class A", "", "scala", 30))
 		if code != 200 || out["status"] != "SandboxError" || out["message"] != "Object name not found." {
