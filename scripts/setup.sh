@@ -227,7 +227,8 @@ EOF
 
 # The judge image (FnCall's default environment): compilers and interpreters for
 # the online-judge languages. golang-go adds ~250 MB and a minute to the build;
-# the whole image is ~600 MB.
+# SandboxFusion's Python packages and the other languages' toolchains
+# (scripts/judge-language-packages.txt) bring the image to ~5.5 GB.
 JUDGE_PACKAGES=python3,gcc,g++,libc6-dev,golang-go,bash
 # Its Python packages (SandboxFusion's runtime) and further language runtimes,
 # from Debian: one list file each.
@@ -252,15 +253,23 @@ build_judge() {
 	tree="$DSEC_IMAGES_DIR/.judge-build.$$"
 	debootstrap_tree judge "$JUDGE_PACKAGES" "$tree"
 	log "image judge: apt-get install $(echo "$pyp" | wc -w) Python and language packages (log $tree.apt.log)"
+	# The JDK's configuration runs java, which needs /proc.
+	mount -t proc proc "$tree/proc" || die "image judge: cannot mount /proc in $tree"
 	if ! with_progress "image judge: Python and language packages" "$tree.apt.log" chroot "$tree" sh -c \
 		"apt-get update && apt-get install -y --no-install-recommends $pyp"; then
+		umount "$tree/proc" || true
 		tail -n 20 "$tree.apt.log" >&2 || true
 		rm -rf "$tree"
 		die "image judge: installing the Python and language packages failed; see $tree.apt.log"
 	fi
+	umount "$tree/proc" || die "image judge: cannot unmount $tree/proc"
 	rm -f "$tree.apt.log"
 	for b in /bin/sh /bin/bash /usr/bin/python3 /usr/bin/gcc /usr/bin/g++ /usr/bin/go /usr/bin/node /usr/bin/php \
-		/usr/bin/ruby /usr/bin/lua5.4 /usr/bin/perl /usr/bin/rustc; do
+		/usr/bin/ruby /usr/bin/lua5.4 /usr/bin/perl /usr/bin/rustc /usr/bin/java /usr/bin/javac /usr/bin/jar \
+		/usr/share/java/javatuples.jar /usr/share/java/junit-platform-console-standalone.jar \
+		/usr/share/nodejs/typescript /usr/share/kotlin/kotlinc/lib/kotlin-compiler.jar /usr/bin/scalac \
+		/usr/share/scala-2.11/lib/scala-library.jar /usr/bin/Rscript /usr/bin/mcs /usr/bin/mono /usr/bin/racket \
+		/usr/bin/gdc /usr/bin/iverilog /usr/bin/vvp /usr/bin/pytest; do
 		# inside the tree: Debian's alternatives (php, lua) are absolute symlinks
 		chroot "$tree" test -e "$b" || die "judge tree $tree lacks $b"
 	done

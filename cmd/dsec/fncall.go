@@ -92,7 +92,7 @@ func fnCallCmd() *cobra.Command {
 			}
 		},
 	}
-	c.Flags().StringVar(&lang, "lang", "", "language: python3, c, c++, go, bash, nodejs, php, ruby, lua, perl, rust")
+	c.Flags().StringVar(&lang, "lang", "", "language: python3, c, c++, go, bash, nodejs, php, ruby, lua, perl, rust, java, junit, typescript, kotlin_script, scala, r, csharp, racket, d, verilog, pytest")
 	c.Flags().StringArrayVar(&files, "file", nil, "source or data file (repeatable); placed in /w under its base name")
 	c.Flags().StringVar(&stdinPath, "stdin", "", "file fed to the program's stdin")
 	c.Flags().StringVar(&expectPath, "expect", "", "expected stdout")

@@ -19,6 +19,18 @@ const (
 	LangLua    = "lua"
 	LangPerl   = "perl"
 	LangRust   = "rust"
+	// JVM, .NET and the other toolchains of scripts/judge-language-packages.txt.
+	LangJava         = "java"
+	LangJUnit        = "junit" // every .java file compiled, its test classes run by JUnit 5
+	LangPytest       = "pytest"
+	LangTypeScript   = "typescript"
+	LangKotlinScript = "kotlin_script"
+	LangScala        = "scala"
+	LangR            = "r"
+	LangCSharp       = "csharp"
+	LangRacket       = "racket"
+	LangD            = "d"
+	LangVerilog      = "verilog"
 )
 
 // Verdicts.
@@ -42,7 +54,7 @@ const (
 
 // FnCallRequest is the body of POST /v1/fncall.
 type FnCallRequest struct {
-	// Language is one of python3, c, c++, go, bash; empty when Cmd is set.
+	// Language is one of the Lang constants above; empty when Cmd is set.
 	Language string `json:"language,omitempty"`
 	// Cmd is a raw command (argv) run in the work directory /w instead of a
 	// language's runner; the files are placed in /w.

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -85,6 +86,15 @@ func TestSandboxFusionAPI(t *testing.T) {
 			{"lua", "local a, b = io.read('n', 'n'); print(a // b)", "85 2", "42\n"},
 			{"perl", "my ($a, $b) = split ' ', <STDIN>; print $a . $b, \"\\n\";", "4 2", "42\n"},
 			{"rust", "use std::io::Read;\nfn main(){let mut s=String::new();std::io::stdin().read_to_string(&mut s).unwrap();let n:u64=s.trim().parse().unwrap();println!(\"{}\",(1..=n).sum::<u64>());}", "8", "36\n"},
+			{"java", "import java.util.*;\npublic class Main { public static void main(String[] a) { Scanner s = new Scanner(System.in); System.out.println(s.nextInt() * s.nextInt()); } }", "6 7", "42\n"},
+			{"typescript", "const [a, b]: number[] = require('fs').readFileSync(0, 'utf8').trim().split(' ').map(Number);\nconsole.log(a + b);", "40 2", "42\n"},
+			{"kotlin_script", "val (a, b) = readLine()!!.split(\" \").map { it.toInt() }\nprintln(a * b)", "6 7", "42\n"},
+			{"scala", "object Solution { def main(args: Array[String]): Unit = { val Array(a, b) = scala.io.StdIn.readLine().split(\" \").map(_.toInt); println(a + b) } }", "40 2", "42\n"},
+			{"R", "x <- scan(file(\"stdin\"), quiet = TRUE)\ncat(sum(x), \"\\n\", sep = \"\")", "40 2", "42\n"},
+			{"csharp", "using System;\nclass Program { static void Main() { var p = Console.ReadLine().Split(' '); Console.WriteLine(int.Parse(p[0]) * int.Parse(p[1])); } }", "6 7", "42\n"},
+			{"racket", "#lang racket\n(define a (read))\n(define b (read))\n(displayln (+ a b))", "40 2", "42\n"},
+			{"D_ut", "import std.stdio;\nvoid main() { int a, b; readf(\" %d %d\", &a, &b); writeln(a * b); }", "6 7", "42\n"},
+			{"verilog", "module tb;\ninitial begin $display(\"%0d\", 6 * 7); $finish; end\nendmodule", "", "42\n"},
 		} {
 			code, out := sfPost(t, open+"/run_code", "", verlPayload(c.code, c.stdin, c.lang, 30))
 			if code != 200 || out["status"] != "Success" {
@@ -94,9 +104,56 @@ func TestSandboxFusionAPI(t *testing.T) {
 			if got := out["run_result"].(map[string]any)["stdout"]; got != c.want {
 				t.Errorf("%s: stdout %q, want %q", c.lang, got, c.want)
 			}
-			if (c.lang == "cpp" || c.lang == "go" || c.lang == "rust") && out["compile_result"] == nil {
+			if strings.Contains(" cpp go rust java typescript scala csharp D_ut verilog ", " "+c.lang+" ") && out["compile_result"] == nil {
 				t.Errorf("%s: no compile_result", c.lang)
 			}
+		}
+	})
+
+	// A wrong program per language is Failed: a compile error with the
+	// compiler's output and no run, or a run with a non-zero return code.
+	t.Run("language failures", func(t *testing.T) {
+		for _, c := range []struct{ lang, code, says string }{
+			{"java", "public class Main { public static void main(String[] a) { System.uto.println(1); } }", "cannot find symbol"},
+			{"typescript", "function (", "error TS"},
+			{"scala", "object Main { def main(args: Array[String]): Unit = println(nosuch) }", "not found"},
+			{"csharp", "class Program { static void Main() { int x = \"s\"; } }", "error CS"},
+			{"D_ut", "unittest { assert(1 + 1 == 3); }\nvoid main() {}", ""},
+			{"verilog", "module tb;\ninitial begin $display(\"x\") end\nendmodule", "syntax error"},
+			{"kotlin_script", "throw IllegalStateException(\"boom\")", "boom"},
+			{"R", "stop(\"boom\")", "boom"},
+			{"racket", "#lang racket\n(error \"boom\")", "boom"},
+			{"pytest", "def test_add():\n    assert 40 + 1 == 42\n", ""},
+			{"junit", "import org.junit.jupiter.api.Test;\nimport static org.junit.jupiter.api.Assertions.*;\npublic class CalcTest { @Test void adds() { assertEquals(41, 40 + 2); } }", ""},
+		} {
+			code, out := sfPost(t, open+"/run_code", "", verlPayload(c.code, "", c.lang, 30))
+			if code != 200 || out["status"] != "Failed" {
+				t.Errorf("%s: %d %v", c.lang, code, out)
+				continue
+			}
+			res, _ := out["run_result"].(map[string]any)
+			if comp, _ := out["compile_result"].(map[string]any); comp != nil && comp["return_code"] != 0.0 {
+				res = comp
+				if out["run_result"] != nil {
+					t.Errorf("%s: ran after a compile error: %v", c.lang, out)
+				}
+			}
+			if res == nil || res["return_code"] == 0.0 || !strings.Contains(fmt.Sprint(res["stderr"]), c.says) {
+				t.Errorf("%s: the failure is not the program's, or does not say %q: %v", c.lang, c.says, out)
+			}
+		}
+		junit := "import org.junit.jupiter.api.Test;\nimport static org.junit.jupiter.api.Assertions.*;\npublic class CalcTest { @Test void adds() { assertEquals(42, 40 + 2); } }"
+		code, out := sfPost(t, open+"/run_code", "", verlPayload(junit, "", "junit", 30))
+		if run, _ := out["run_result"].(map[string]any); code != 200 || out["status"] != "Success" || !strings.Contains(fmt.Sprint(run["stdout"]), "1 tests successful") {
+			t.Errorf("junit, passing: %d %v", code, out)
+		}
+		code, out = sfPost(t, open+"/run_code", "", verlPayload("def test_add():\n    assert 40 + 2 == 42\n", "", "pytest", 30))
+		if run, _ := out["run_result"].(map[string]any); code != 200 || out["status"] != "Success" || !strings.Contains(fmt.Sprint(run["stdout"]), "1 passed") {
+			t.Errorf("pytest, passing: %d %v", code, out)
+		}
+		code, out = sfPost(t, open+"/run_code", "", verlPayload("class A", "", "scala", 30))
+		if code != 200 || out["status"] != "SandboxError" || out["message"] != "Object name not found." {
+			t.Errorf("scala without an object: %d %v", code, out)
 		}
 	})
 
@@ -157,9 +214,9 @@ func TestSandboxFusionAPI(t *testing.T) {
 	})
 
 	t.Run("bad input", func(t *testing.T) {
-		code, out := sfPost(t, open+"/run_code", "", verlPayload("x", "", "java", 10))
+		code, out := sfPost(t, open+"/run_code", "", verlPayload("x", "", "swift", 10))
 		if code != 400 || !strings.Contains(out["detail"].(string), "unsupported language") {
-			t.Errorf("java: %d %v", code, out)
+			t.Errorf("swift: %d %v", code, out)
 		}
 		p := verlPayload("x", "", "python", 10)
 		p["files"] = map[string]any{"../../etc/passwd": "eA=="}

@@ -44,30 +44,116 @@ const (
 // lang describes how a language compiles and runs. Paths are inside the image.
 type lang struct {
 	ext     []string // source extensions; the first is main's
-	compile string   // shell command writing the binary to /w/.out (diagnostics to stderr); "" = interpreted
+	compile string   // shell command in /w writing the binary to /w/.out (diagnostics to stderr), %s for main; "" = interpreted
 	env     []string // extra compile environment
-	run     func(main string) []string
+	// run is the program's command line, given main's path in the work
+	// directory (a JVM program's class is named after its file).
+	run func(main string) []string
 }
 
+// compileCmd is the compile command for main: compile with %s (where one
+// is) standing for main's quoted name.
+func (lg lang) compileCmd(main string) string {
+	if !strings.Contains(lg.compile, "%s") {
+		return lg.compile
+	}
+	return fmt.Sprintf(lg.compile, shellQuote(main))
+}
+
+// interp runs main with an interpreter and its options.
+func interp(argv ...string) func(string) []string {
+	return func(m string) []string { return append(slices.Clone(argv), m) }
+}
+
+// compiled runs the compiled program through argv (none: the binary itself).
+func compiled(argv ...string) func(string) []string {
+	return func(string) []string {
+		if len(argv) == 0 {
+			return []string{binPath}
+		}
+		return append(slices.Clone(argv), binPath)
+	}
+}
+
+// JVM programs compile to one jar (the one file FnCall's compile cache keeps)
+// and run with the jar first on the class path.
+const (
+	javaTuples   = "/usr/share/java/javatuples.jar"
+	junitJar     = "/usr/share/java/junit-platform-console-standalone.jar"
+	scalaLibrary = "/usr/share/scala-2.11/lib/scala-library.jar"
+	kotlinLib    = "/usr/share/kotlin/kotlinc/lib"
+)
+
+// tsTranspile strips TypeScript's types as SandboxFusion's tsx does: syntax
+// errors fail (the compile error), type errors do not. It writes CommonJS.
+const tsTranspile = `node -e 'const ts = require("typescript"), fs = require("fs"), f = process.argv[1];
+const r = ts.transpileModule(fs.readFileSync(f, "utf8"), {fileName: f, reportDiagnostics: true,
+  compilerOptions: {module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2022, esModuleInterop: true}});
+if (r.diagnostics.length) {
+  process.stderr.write(ts.formatDiagnostics(r.diagnostics, {getCanonicalFileName: x => x, getCurrentDirectory: () => "/w", getNewLine: () => "\n"}));
+  process.exit(1);
+}
+fs.writeFileSync("/w/.out", r.outputText);' %s`
+
 var langs = map[string]lang{
-	api.LangPython3: {ext: []string{".py"}, run: func(m string) []string { return []string{"/usr/bin/python3", m} }},
-	api.LangBash:    {ext: []string{".sh", ".bash"}, run: func(m string) []string { return []string{"/bin/bash", m} }},
-	api.LangC: {ext: []string{".c"}, compile: "gcc -O2 -pipe -std=gnu17 -o /w/.out %s -lm",
-		run: func(string) []string { return []string{binPath} }},
-	api.LangCPP: {ext: []string{".cpp", ".cc", ".cxx"}, compile: "g++ -O2 -pipe -std=gnu++17 -o /w/.out %s",
-		run: func(string) []string { return []string{binPath} }},
+	api.LangPython3: {ext: []string{".py"}, run: interp("/usr/bin/python3")},
+	api.LangBash:    {ext: []string{".sh", ".bash"}, run: interp("/bin/bash")},
+	// pytest F, with the judge image's Python packages (pytest-mock, pytest-cov).
+	api.LangPytest: {ext: []string{".py"}, run: interp("/usr/bin/pytest")},
+	api.LangC:      {ext: []string{".c"}, compile: "gcc -O2 -pipe -std=gnu17 -o /w/.out %s -lm", run: compiled()},
+	api.LangCPP:    {ext: []string{".cpp", ".cc", ".cxx"}, compile: "g++ -O2 -pipe -std=gnu++17 -o /w/.out %s", run: compiled()},
 	// SandboxFusion's commands (runners/major.py, minor.py): node F, php -f F,
 	// ruby F, lua F, perl F, rustc F -o BIN (no optimisation, as there).
-	api.LangNodeJS: {ext: []string{".js"}, run: func(m string) []string { return []string{"/usr/bin/node", m} }},
-	api.LangPHP:    {ext: []string{".php"}, run: func(m string) []string { return []string{"/usr/bin/php", "-f", m} }},
-	api.LangRuby:   {ext: []string{".rb"}, run: func(m string) []string { return []string{"/usr/bin/ruby", m} }},
-	api.LangLua:    {ext: []string{".lua"}, run: func(m string) []string { return []string{"/usr/bin/lua5.4", m} }},
-	api.LangPerl:   {ext: []string{".pl"}, run: func(m string) []string { return []string{"/usr/bin/perl", m} }},
-	api.LangRust: {ext: []string{".rs"}, compile: "rustc -o /w/.out %s",
-		run: func(string) []string { return []string{binPath} }},
+	api.LangNodeJS: {ext: []string{".js"}, run: interp("/usr/bin/node")},
+	api.LangPHP:    {ext: []string{".php"}, run: interp("/usr/bin/php", "-f")},
+	api.LangRuby:   {ext: []string{".rb"}, run: interp("/usr/bin/ruby")},
+	api.LangLua:    {ext: []string{".lua"}, run: interp("/usr/bin/lua5.4")},
+	api.LangPerl:   {ext: []string{".pl"}, run: interp("/usr/bin/perl")},
+	api.LangRust:   {ext: []string{".rs"}, compile: "rustc -o /w/.out %s", run: compiled()},
 	api.LangGo: {ext: []string{".go"}, compile: "go build -o /w/.out %s",
 		env: []string{"GOCACHE=/w/.cache/go-build", "GOPATH=/w/go", "GO111MODULE=off", "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false"},
-		run: func(string) []string { return []string{binPath} }},
+		run: compiled()},
+	// javac -cp .:javatuples Main.java, then java -cp .:javatuples -ea Main;
+	// the class is the file's name (SandboxFusion's is always Main.java).
+	api.LangJava: {ext: []string{".java"},
+		compile: "mkdir -p /w/tmp/classes && javac -encoding UTF-8 -cp " + javaTuples + " -d /w/tmp/classes %s && jar cf /w/.out -C /w/tmp/classes .",
+		run: func(m string) []string {
+			return []string{"/usr/bin/java", "-cp", binPath + ":" + javaTuples, "-ea", strings.TrimSuffix(path.Base(m), ".java")}
+		}},
+	// junit: javac -cp .:JUNIT *.java, then JUnit's console launcher on them
+	// (java -jar JUNIT --class-path . --scan-class-path): every test class runs.
+	api.LangJUnit: {ext: []string{".java"},
+		compile: "mkdir -p /w/tmp/classes && javac -encoding UTF-8 -cp " + junitJar + " -d /w/tmp/classes *.java && jar cf /w/.out -C /w/tmp/classes .",
+		// JUnit scans a class path entry for tests only when it is named *.jar.
+		run: func(string) []string {
+			return []string{"/bin/sh", "-c", "ln -s " + binPath + " /w/tmp/main.jar && exec /usr/bin/java -jar " + junitJar +
+				" --scan-class-path --class-path /w/tmp/main.jar"}
+		}},
+	// tsx F: here the types are stripped once (tsTranspile), then node runs it.
+	api.LangTypeScript: {ext: []string{".ts"}, compile: tsTranspile, run: compiled("/usr/bin/node")},
+	// kotlin F.kts: Debian's Kotlin (1.3) runs scripts with kotlinc -script;
+	// here its JVM command line, without the shell script around it (which
+	// would turn the JVM's signals into exit codes).
+	api.LangKotlinScript: {ext: []string{".kts"}, run: interp("/usr/bin/java", "-Xmx256M", "-Xms32M",
+		"-cp", kotlinLib+"/kotlin-preloader.jar", "org.jetbrains.kotlin.preloading.Preloader",
+		"-cp", kotlinLib+"/kotlin-compiler.jar", "org.jetbrains.kotlin.cli.jvm.K2JVMCompiler", "-script")},
+	// scalac F, then scala OBJECT: the object the file is named after
+	// (SandboxFusion's front end names it after the source's first object).
+	api.LangScala: {ext: []string{".scala"}, compile: "scalac -d /w/tmp/main.jar %s && mv /w/tmp/main.jar /w/.out",
+		run: func(m string) []string {
+			return []string{"/usr/bin/java", "-cp", binPath + ":" + scalaLibrary, strings.TrimSuffix(path.Base(m), ".scala")}
+		}},
+	api.LangR: {ext: []string{".R", ".r"}, run: interp("/usr/bin/Rscript")},
+	// dotnet run there; Mono's C# compiler and runtime here.
+	api.LangCSharp: {ext: []string{".cs"}, compile: "mcs -out:/w/tmp/main.exe %s && mv /w/tmp/main.exe /w/.out", run: compiled("/usr/bin/mono")},
+	api.LangRacket: {ext: []string{".rkt"}, run: interp("/usr/bin/racket")},
+	// dmd F -unittest -of=BIN there; GCC's D front end with the same meaning:
+	// a program with unittest blocks runs them and not main (druntime's
+	// default test mode), one without runs main.
+	api.LangD: {ext: []string{".d"}, compile: "gdc -funittest -o /w/.out %s", run: compiled()},
+	// verilog-eval's commands, as SandboxFusion's: iverilog ... -s tb, vvp -n.
+	api.LangVerilog: {ext: []string{".sv", ".v"}, compile: "iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb -o /w/.out %s",
+		run: compiled("/usr/bin/vvp", "-n")},
 }
 
 // binPath is where a compiled program is placed in the run's work directory.
@@ -194,13 +280,13 @@ func mainFile(req *api.FnCallRequest) (string, error) {
 			found = append(found, name)
 		}
 	}
-	switch len(found) {
-	case 1:
-		return found[0], nil
-	case 0:
+	sort.Strings(found)
+	switch {
+	case len(found) == 1 || len(found) > 1 && lg.compile != "" && !strings.Contains(lg.compile, "%s"):
+		return found[0], nil // a compile of every source (junit) takes any
+	case len(found) == 0:
 		return "", errdefs.Invalid("files: no %s source (main%s)", req.Language, lg.ext[0])
 	default:
-		sort.Strings(found)
 		return "", errdefs.Invalid("files: several %s sources (%s); name the program main%s", req.Language, strings.Join(found, ", "), lg.ext[0])
 	}
 }
@@ -279,7 +365,7 @@ func (e *Engine) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallRes
 			}
 			defer release()
 			files = append(files, File{Name: binPath[len("/w/"):], Mode: 0o755, F: f})
-			args = lg.run("")
+			args = lg.run("/w/" + main)
 		}
 	}
 	// Compiled programs get the binary alone; interpreted ones and raw commands
@@ -427,7 +513,7 @@ func (e *Engine) compile(ctx context.Context, req *api.FnCallRequest, lg lang, m
 	if image == "" {
 		image = DefaultImage
 	}
-	cmd := fmt.Sprintf(lg.compile, shellQuote(main))
+	cmd := lg.compileCmd(main)
 	key := cacheKey(image, req.Language, cmd, lg.env, req.Files)
 	entry, cached, err := e.cache.get(key, func() (cacheEntry, []byte, error) {
 		fs, err := memFiles(req.Files)
@@ -444,7 +530,7 @@ func (e *Engine) compile(ctx context.Context, req *api.FnCallRequest, lg lang, m
 		if t := time.Duration(req.Limits.CompileTimeMs) * time.Millisecond; t > 0 {
 			lim.CPU, lim.Wall = min(lim.CPU, t), min(lim.Wall, t)
 		}
-		r, err := e.Run(ctx, Spec{Image: req.Image, Args: []string{"/bin/sh", "-c", cmd + " >&2 && cat /w/.out"},
+		r, err := e.Run(ctx, Spec{Image: req.Image, Args: []string{"/bin/sh", "-c", "{ " + cmd + "\n} >&2 && cat /w/.out"},
 			Env: env, Files: fs, Limits: lim})
 		if err != nil {
 			return cacheEntry{}, nil, err
@@ -527,7 +613,7 @@ func (e *Engine) CompiledBinary(language string, files map[string]string, image 
 	if err != nil {
 		return "", err
 	}
-	key := cacheKey(image, language, fmt.Sprintf(lg.compile, shellQuote(main)), lg.env, files)
+	key := cacheKey(image, language, lg.compileCmd(main), lg.env, files)
 	entry, ok := e.cache.load(key)
 	if !ok || !entry.OK {
 		return "", errdefs.NotFound("no compiled binary for this program")

@@ -29,3 +29,29 @@ func TestJudgeMemoryLimitKeepsMeasuredPeak(t *testing.T) {
 		})
 	}
 }
+
+// The program's source is main.EXT, else the only source of the language;
+// several are refused, except for junit whose compile takes every source.
+func TestMainFile(t *testing.T) {
+	for _, c := range []struct {
+		lang  string
+		files []string
+		main  string // "" : refused
+	}{
+		{api.LangJava, []string{"Main.java"}, "Main.java"},
+		{api.LangJava, []string{"A.java", "B.java"}, ""},
+		{api.LangPython3, []string{"a.py", "b.py"}, ""},
+		{api.LangPython3, []string{"a.py", "main.py"}, "main.py"},
+		{api.LangJUnit, []string{"CalcTest.java", "Calc.java"}, "Calc.java"},
+		{api.LangScala, []string{"data.txt"}, ""},
+	} {
+		req := api.FnCallRequest{Language: c.lang, Files: map[string]string{}}
+		for _, f := range c.files {
+			req.Files[f] = "x"
+		}
+		got, err := mainFile(&req)
+		if got != c.main || (err == nil) != (c.main != "") {
+			t.Errorf("%s %v: %q, %v; want %q", c.lang, c.files, got, err, c.main)
+		}
+	}
+}

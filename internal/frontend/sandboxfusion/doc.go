@@ -7,11 +7,13 @@
 // and sandbox/datasets/types.py in its repository):
 //
 //   - POST /run_code: one program, one stdin. Languages are the ones dsec's judge
-//     image has: python, cpp, go, bash, nodejs, php, ruby, lua, perl, rust. Any
-//     other SandboxFusion language answers
-//     400 with "unsupported language". `files` (base64 by path) are placed in the
-//     work directory; `fetch_files` is not supported (400 when non-empty), because
-//     a FnCall run's work directory dies with its sandbox.
+//     image has: python, pytest, cpp, go, bash, nodejs, php, ruby, lua, perl,
+//     rust, java, junit, typescript, kotlin_script, scala, R, csharp, racket,
+//     D_ut, verilog (the table and the differences: docs/api-sandboxfusion.md).
+//     Any other SandboxFusion language answers 400 with "unsupported language".
+//     `files` (base64 by path) are placed in the work directory; `fetch_files`
+//     is not supported (400 when non-empty), because a FnCall run's work
+//     directory dies with its sandbox.
 //   - POST /submit: judge a completion against stdio test cases given inline in
 //     `config.provided_data` (SandboxFusion's CommonOJDataset shape); the code is
 //     extracted from the completion's fenced blocks and every case's stdout is

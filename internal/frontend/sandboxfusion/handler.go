@@ -108,6 +108,9 @@ func serve[Req, Resp any](h *Handler, fn func(context.Context, Req) (Resp, error
 // run validates req, runs it as one FnCall test and maps the outcome.
 func (h *Handler) run(ctx context.Context, req RunCodeRequest) (RunCodeResponse, error) {
 	fr, err := h.fnCallRequest(req)
+	if errors.Is(err, errNoScalaObject) {
+		return noScalaObject(), nil
+	}
 	if err != nil {
 		return RunCodeResponse{}, err
 	}

@@ -149,7 +149,7 @@ func TestRunCodeBadInput(t *testing.T) {
 	f := &fakeFnCall{res: accepted}
 	h := New(f, Options{MaxBodyBytes: 4096})
 	for _, c := range []struct{ body, code, want string }{
-		{`{"code":"x","language":"java"}`, "invalid_argument", "unsupported language"},
+		{`{"code":"x","language":"swift"}`, "invalid_argument", "unsupported language"},
 		{`{"code":"x","language":"cobol"}`, "invalid_argument", "unknown language"},
 		{`{"code":"x"}`, "invalid_argument", "language is required"},
 		{`{"language":"python"}`, "invalid_argument", "code is required"},
@@ -266,7 +266,7 @@ func TestSubmitBadInput(t *testing.T) {
 		{`{"dataset":"d","id":1,"completion":"x","config":{"dataset_type":"CommonOJDataset","language":"python","provided_data":{"test":"[oops"}}}`, "must be a list"},
 		{`{"dataset":"d","id":1,"config":{"dataset_type":"CommonOJDataset","language":"python","provided_data":{"test":[]}}}`, "completion is required"},
 		{`{"dataset":"d","id":1,"completion":"x","config":{"dataset_type":"CommonOJDataset","language":"python","custom_extract_logic":"submit_code_blocks([])","provided_data":{"test":[]}}}`, "custom_extract_logic"},
-		{`{"dataset":"d","id":1,"completion":"x","config":{"dataset_type":"CommonOJDataset","language":"java","provided_data":{"test":[{"input":{"stdin":""},"output":{"stdout":""}}]}}}`, "unsupported language"},
+		{`{"dataset":"d","id":1,"completion":"x","config":{"dataset_type":"CommonOJDataset","language":"julia","provided_data":{"test":[{"input":{"stdin":""},"output":{"stdout":""}}]}}}`, "unsupported language"},
 	} {
 		status, out := post(t, h, "/submit", c.body)
 		if status != 400 || out["code"] != "invalid_argument" || !strings.Contains(out["detail"].(string), c.want) {

@@ -2,8 +2,10 @@ package sandboxfusion
 
 import (
 	"encoding/base64"
+	"errors"
 	"math"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 	"unicode"
@@ -20,24 +22,77 @@ type language struct {
 	main   string // the program's file name
 }
 
-// languages are the SandboxFusion languages dsec's judge image has.
+// languages are the SandboxFusion languages dsec's judge image has
+// (scripts/judge-language-packages.txt).
 var languages = map[string]language{
-	"python": {api.LangPython3, "main.py"},
-	"cpp":    {api.LangCPP, "main.cpp"},
-	"go":     {api.LangGo, "main.go"},
-	"bash":   {api.LangBash, "main.sh"},
-	"nodejs": {api.LangNodeJS, "main.js"},
-	"php":    {api.LangPHP, "main.php"},
-	"ruby":   {api.LangRuby, "main.rb"},
-	"lua":    {api.LangLua, "main.lua"},
-	"perl":   {api.LangPerl, "main.pl"},
-	"rust":   {api.LangRust, "main.rs"},
+	"python":        {api.LangPython3, "main.py"},
+	"pytest":        {api.LangPytest, "main.py"},
+	"cpp":           {api.LangCPP, "main.cpp"},
+	"go":            {api.LangGo, "main.go"},
+	"bash":          {api.LangBash, "main.sh"},
+	"nodejs":        {api.LangNodeJS, "main.js"},
+	"php":           {api.LangPHP, "main.php"},
+	"ruby":          {api.LangRuby, "main.rb"},
+	"lua":           {api.LangLua, "main.lua"},
+	"perl":          {api.LangPerl, "main.pl"},
+	"rust":          {api.LangRust, "main.rs"},
+	"java":          {api.LangJava, "Main.java"}, // SandboxFusion's file: class Main
+	"junit":         {api.LangJUnit, ""},         // PUBLICCLASS.java: see javaPublicClass
+	"typescript":    {api.LangTypeScript, "main.ts"},
+	"kotlin_script": {api.LangKotlinScript, "main.kts"},
+	"scala":         {api.LangScala, ""}, // OBJECT.scala: see scalaObject
+	"R":             {api.LangR, "main.R"},
+	"csharp":        {api.LangCSharp, "Program.cs"},
+	"racket":        {api.LangRacket, "main.rkt"},
+	"D_ut":          {api.LangD, "main.d"},
+	"verilog":       {api.LangVerilog, "main.sv"},
 }
 
-// knownLanguages are SandboxFusion's other languages: valid there, not here.
-var knownLanguages = []string{"go_test", "java", "csharp", "typescript", "sql",
-	"cuda", "R", "D_ut", "scala", "julia", "pytest", "junit",
-	"kotlin_script", "jest", "verilog", "python_gpu", "lean", "swift", "racket"}
+// knownLanguages are SandboxFusion's other languages: valid there, not here
+// (test-runner modes not mapped yet; toolchains Debian does not package; GPU).
+var knownLanguages = []string{"go_test", "sql", "cuda", "julia", "jest",
+	"python_gpu", "lean", "swift"}
+
+// compileLanguages are the ones SandboxFusion's /submit gives a compile
+// timeout and a 10 s (not 20 s) default run timeout (runners/types.py).
+var compileLanguages = []string{"cpp", "go", "java"}
+
+// javaPublicClassRE is SandboxFusion's find_java_public_class_name pattern.
+var javaPublicClassRE = regexp.MustCompile(`\bpublic\s+(abstract\s+|final\s+)?class\s+(\w+)`)
+
+// javaPublicClass names a JUnit program's file as SandboxFusion does: after
+// its first public class, else Main.
+func javaPublicClass(code string) string {
+	if m := javaPublicClassRE.FindStringSubmatch(code); m != nil {
+		return m[2]
+	}
+	return "Main"
+}
+
+// scalaObjectRE is SandboxFusion's find_scala_classname pattern.
+var scalaObjectRE = regexp.MustCompile(`object\s+(\w+)(\s*)|(\s+extends\s+\w+\s*){`)
+
+// scalaObject is the object a Scala program runs, as SandboxFusion picks
+// it: the first `object NAME`, "" when there is none or the first match is
+// an `extends ... {` instead.
+func scalaObject(code string) string {
+	m := scalaObjectRE.FindStringSubmatch(code)
+	if m == nil {
+		return ""
+	}
+	return m[1]
+}
+
+// errNoScalaObject stands for noScalaObject's answer until the handler gives it.
+var errNoScalaObject = errors.New("scala: object name not found")
+
+// noScalaObject is SandboxFusion's answer to Scala code without an object:
+// a compile result with status Error, hence a SandboxError.
+func noScalaObject() RunCodeResponse {
+	const msg = "Object name not found."
+	return RunCodeResponse{Status: StatusSandboxError, Message: msg, Files: map[string]string{},
+		CompileResult: &CommandRunResult{Status: CmdError, ReturnCode: ptr(1), Stderr: ptr(msg)}}
+}
 
 // Defaults of SandboxFusion's RunCodeRequest.
 const (
@@ -113,8 +168,17 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 		stack = mem
 	}
 	code := *req.Code
-	if req.Language == "php" {
+	switch req.Language {
+	case "php":
 		code = phpTagged(code)
+	case "scala": // scalac, then scala OBJECT: FnCall runs the object its file is named after
+		obj := scalaObject(code)
+		if obj == "" {
+			return api.FnCallRequest{}, errNoScalaObject
+		}
+		lang.main = obj + ".scala"
+	case "junit": // javac *.java: the file must be named after its public class
+		lang.main = javaPublicClass(code) + ".java"
 	}
 	files := map[string]string{lang.main: code}
 	for p, content := range req.Files {

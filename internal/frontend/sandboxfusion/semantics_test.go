@@ -144,6 +144,9 @@ func TestRunCodeLanguages(t *testing.T) {
 	for _, c := range []struct{ lang, fncall, main string }{
 		{"nodejs", api.LangNodeJS, "main.js"}, {"php", api.LangPHP, "main.php"}, {"ruby", api.LangRuby, "main.rb"},
 		{"lua", api.LangLua, "main.lua"}, {"perl", api.LangPerl, "main.pl"}, {"rust", api.LangRust, "main.rs"},
+		{"java", api.LangJava, "Main.java"}, {"typescript", api.LangTypeScript, "main.ts"}, {"pytest", api.LangPytest, "main.py"},
+		{"kotlin_script", api.LangKotlinScript, "main.kts"}, {"R", api.LangR, "main.R"}, {"csharp", api.LangCSharp, "Program.cs"},
+		{"racket", api.LangRacket, "main.rkt"}, {"D_ut", api.LangD, "main.d"}, {"verilog", api.LangVerilog, "main.sv"},
 	} {
 		if code, out := post(t, h, "/run_code", `{"code":"  echo 1;","language":"`+c.lang+`"}`); code != 200 {
 			t.Fatalf("%s: %d %v", c.lang, code, out)
@@ -160,5 +163,76 @@ func TestRunCodeLanguages(t *testing.T) {
 	post(t, h, "/run_code", `{"code":"\n<?php echo 1;","language":"php"}`)
 	if got := f.last(t).Files["main.php"]; got != "<?php echo 1;" {
 		t.Errorf("tagged PHP: %q", got)
+	}
+}
+
+// Scala runs the source's first object (SandboxFusion's find_scala_classname):
+// FnCall gets it as OBJECT.scala. Without one SandboxFusion answers a
+// SandboxError whose compile result is an Error "Object name not found.",
+// and nothing runs.
+func TestRunCodeScalaObject(t *testing.T) {
+	f := &fakeFnCall{res: accepted}
+	h := New(f, Options{})
+	src := "import scala.io.StdIn\nobject Solution extends App {\n  println(StdIn.readLine())\n}\nobject Other"
+	b, _ := json.Marshal(map[string]any{"code": src, "language": "scala"})
+	if code, out := post(t, h, "/run_code", string(b)); code != 200 || out["status"] != StatusSuccess {
+		t.Fatalf("%d %v", code, out)
+	}
+	if req := f.last(t); req.Language != api.LangScala || req.Files["Solution.scala"] != src || len(req.Files) != 1 {
+		t.Errorf("language %q, files %q", req.Language, req.Files)
+	}
+	for _, code := range []string{"class A { def f = 1 }", "class A extends B { object C }"} {
+		b, _ := json.Marshal(map[string]any{"code": code, "language": "scala"})
+		status, out := post(t, h, "/run_code", string(b))
+		c, _ := out["compile_result"].(map[string]any)
+		if status != 200 || out["status"] != StatusSandboxError || out["message"] != "Object name not found." || out["run_result"] != nil ||
+			c == nil || c["status"] != CmdError || c["stderr"] != "Object name not found." {
+			t.Errorf("%q: %d %v", code, status, out)
+		}
+	}
+	if len(f.reqs) != 1 {
+		t.Errorf("%d requests reached FnCall, want 1", len(f.reqs))
+	}
+}
+
+// /submit gives cpp, go and java (SandboxFusion's compile_languages) the
+// configured compile timeout and 10 s to run; the others 20 s to run and the
+// default compile timeout.
+func TestSubmitTimeoutsByLanguage(t *testing.T) {
+	f := &fakeFnCall{res: accepted}
+	h := New(f, Options{})
+	for _, c := range []struct {
+		lang             string
+		compileMs, runMs int64
+	}{{"java", 3000, 10000}, {"cpp", 3000, 10000}, {"scala", 10000, 20000}, {"typescript", 10000, 20000}} {
+		b, _ := json.Marshal(map[string]any{"dataset": "d", "id": 1, "completion": "```" + c.lang + "\nobject Main\n```",
+			"config": map[string]any{"dataset_type": "CommonOJDataset", "language": c.lang, "compile_timeout": 3,
+				"provided_data": map[string]any{"test": []any{map[string]any{"input": map[string]any{"stdin": "a"}, "output": map[string]any{"stdout": "A"}}}}}})
+		body := string(b)
+		if code, out := post(t, h, "/submit", body); code != 200 {
+			t.Fatalf("%s: %d %v", c.lang, code, out)
+		}
+		if l := f.last(t).Limits; l.CompileTimeMs != c.compileMs || l.WallTimeMs != c.runMs {
+			t.Errorf("%s: compile %d ms, run %d ms; want %d, %d", c.lang, l.CompileTimeMs, l.WallTimeMs, c.compileMs, c.runMs)
+		}
+	}
+}
+
+// junit's file is named after its first public class (SandboxFusion's
+// find_java_public_class_name), else Main.java.
+func TestRunCodeJUnitFileName(t *testing.T) {
+	f := &fakeFnCall{res: accepted}
+	h := New(f, Options{})
+	for code, file := range map[string]string{
+		"import org.junit.jupiter.api.Test;\npublic final class PhoneTest { @Test void t() {} }\nclass Other {}": "PhoneTest.java",
+		"class CalcTest { @org.junit.jupiter.api.Test void t() {} }":                                             "Main.java",
+	} {
+		b, _ := json.Marshal(map[string]any{"code": code, "language": "junit"})
+		if status, out := post(t, h, "/run_code", string(b)); status != 200 {
+			t.Fatalf("%d %v", status, out)
+		}
+		if req := f.last(t); req.Language != api.LangJUnit || req.Files[file] != code {
+			t.Errorf("%q: language %q, files %q; want %s", code, req.Language, req.Files, file)
+		}
 	}
 }
