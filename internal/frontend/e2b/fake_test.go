@@ -161,6 +161,9 @@ func (f *fakeService) Create(ctx context.Context, req api.CreateSandboxRequest) 
 	sb := api.Sandbox{ID: fmt.Sprintf("sb-%04d", f.n), Backend: "container", Image: img, State: api.StateRunning,
 		CPU: 1, MemoryBytes: 512 << 20, DiskBytes: 1 << 30, CreatedAt: now.Add(time.Duration(f.n) * time.Millisecond),
 		Env: req.Env, Labels: req.Labels}
+	if req.Network != nil {
+		sb.Network = &api.NetworkStatus{Allow: req.Network.Allow, Rules: req.Network.Rules}
+	}
 	if req.TTLSeconds > 0 {
 		at := now.Add(time.Duration(req.TTLSeconds) * time.Second)
 		sb.ExpiresAt, sb.OnExpiry = &at, req.OnExpiry

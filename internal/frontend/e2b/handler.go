@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -9,10 +10,12 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -63,6 +66,11 @@ type Options struct {
 	MaxMessageBytes int
 	// WatchInterval is how often a WatchDir stream polls.
 	WatchInterval time.Duration
+	// Domain is the sandbox domain: getHost(port) in E2B's SDKs gives
+	// "PORT-SANDBOXID.DOMAIN", which must reach this handler (wildcard DNS, or
+	// names under localhost). It may end in ":PORT". Empty: DomainFor the
+	// listener's address (SetListenAddr), "localhost" until then.
+	Domain string
 }
 
 // Handler serves the E2B API over a session.Service.
@@ -72,6 +80,8 @@ type Handler struct {
 	log     *slog.Logger
 	control *http.ServeMux
 	envd    *http.ServeMux
+	ports   *httputil.ReverseProxy // to sandbox ports (ports.go)
+	domain  atomic.Pointer[string] // the sandbox domain (Domain)
 
 	mu      sync.Mutex
 	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
@@ -99,6 +109,9 @@ func New(svc session.Service, opts Options) *Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}, passwd: map[string]map[string]account{}, groups: map[string]map[int]string{}}
+	domain := cmp.Or(opts.Domain, "localhost")
+	h.domain.Store(&domain)
+	h.ports = h.newPortProxy()
 	for _, rt := range h.controlRoutes() {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
@@ -130,10 +143,14 @@ func hasPathPrefix(p, prefix string) bool {
 	return p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/")
 }
 
-// Owns says whether r is an E2B request: every request carrying E2b-Sandbox-Id,
-// and the control plane's and envd's paths.
+// Owns says whether r is an E2B request: every request carrying E2b-Sandbox-Id
+// or naming a sandbox port by its host, and the control plane's and envd's
+// paths.
 func (h *Handler) Owns(r *http.Request) bool {
 	if r.Header.Get(SandboxIDHeader) != "" {
+		return true
+	}
+	if _, ok, _ := h.hostTarget(r.Host); ok {
 		return true
 	}
 	for _, p := range ownedPaths {
@@ -167,6 +184,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w = &replayWriter{ResponseWriter: w, out: outcome}
 	}
 	r = r.WithContext(ctx)
+	if t, ok, err := h.portOf(r); ok {
+		switch {
+		case err != nil:
+			h.writeErr(w, r, err)
+			return
+		case t.port != EnvdPort:
+			h.servePort(w, r, t)
+			return
+		}
+		r.Header.Set(SandboxIDHeader, t.id) // envd by its host
+	}
 	if h.isEnvd(r) {
 		h.serveEnvd(w, r)
 		return
