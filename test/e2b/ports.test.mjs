@@ -160,10 +160,15 @@ test('allowInternetAccess false: the connection is refused', async () => {
   assert.equal((await offline.getInfo()).allowInternetAccess, false)
 })
 
-test('network.denyOut/allowOut: allow wins, the rest is denied; domain names are refused', async () => {
+test('network.denyOut/allowOut and updateNetwork: allow wins, the rest is denied; domain names are refused', async () => {
   const only = await create({ network: { denyOut: ['0.0.0.0/0'], allowOut: [hostAddr] } })
   assert.equal((await only.commands.run(reach)).stdout, '200\n')
   const denied = await create({ network: { denyOut: [hostAddr] } })
+  assert.ok((await denied.commands.run(reach).catch((e) => e)) instanceof CommandExitError)
+  // updateNetwork replaces the policy of a running sandbox (omitted fields cleared).
+  await denied.updateNetwork({ allowInternetAccess: false, allowOut: [hostAddr] })
+  assert.equal((await denied.commands.run(reach)).stdout, '200\n')
+  await denied.updateNetwork({ allowInternetAccess: false })
   assert.ok((await denied.commands.run(reach).catch((e) => e)) instanceof CommandExitError)
   const err = await create({ network: { allowOut: ['pypi.org'] } }).catch((e) => e)
   assert.ok(err instanceof Error)

@@ -50,6 +50,7 @@ func (h *Handler) controlRoutes() []route {
 		{"POST " + sb + "/connect", h.connect(0)},
 		{"POST /v2" + sb + "/connect", h.connect(defaultTimeoutV2)},
 		{"GET " + sb + "/metrics", h.metrics},
+		{"PUT " + sb + "/network", h.updateNetwork},
 	}
 }
 

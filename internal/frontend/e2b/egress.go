@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -63,6 +64,34 @@ func egressPolicy(internet *bool, n *e2bapi.SandboxNetworkConfig) (*api.NetworkP
 		pol.Allow = append(pol.Allow, p.String())
 	}
 	return pol, nil
+}
+
+// updateNetwork replaces a running sandbox's egress (the SDK's
+// updateNetwork): the same mapping as create's, omitted fields cleared.
+func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
+	var req e2bapi.SandboxNetworkUpdateConfig
+	if err := decodeBody(w, r, &req); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	pol, err := egressPolicy(req.AllowInternetAccess, &e2bapi.SandboxNetworkConfig{AllowOut: req.AllowOut, DenyOut: req.DenyOut,
+		EgressProxy: req.EgressProxy, Rules: req.Rules})
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	sb, ok := h.lookup(w, r)
+	if !ok {
+		return
+	}
+	if pol == nil {
+		pol = &api.NetworkPolicy{} // nothing allowed: loopback only
+	}
+	if _, err := h.svc.SetNetwork(r.Context(), sb.ID, *pol); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func deref(p *[]string) []string {

@@ -55,9 +55,23 @@ func TestCreateInternetAccess(t *testing.T) {
 		t.Errorf("deny all, allow one: policy %+v", p)
 	}
 
+	// The SDK's updateNetwork replaces the policy; omitted fields are cleared.
+	res, b := e.call("PUT", "/sandboxes/"+off.SandboxID+"/network", map[string]any{"allowOut": []string{"198.18.7.0/24"}})
+	if p := policy(off.SandboxID); res.StatusCode != http.StatusNoContent || p == nil || !slices.Contains(p.Allow, "198.18.7.0/24") || !slices.Contains(p.Allow, "0.0.0.0/0") {
+		t.Errorf("update to internet and a range: %d %s, policy %+v", res.StatusCode, b, p)
+	}
+	res, b = e.call("PUT", "/sandboxes/"+off.SandboxID+"/network", map[string]any{"allow_internet_access": false})
+	if p := policy(off.SandboxID); res.StatusCode != http.StatusNoContent || p == nil || len(p.Allow) != 0 {
+		t.Errorf("update to no internet: %d %s, policy %+v", res.StatusCode, b, p)
+	}
+	if res, b := e.call("PUT", "/sandboxes/sb-nope/network", map[string]any{}); res.StatusCode != http.StatusNotFound {
+		t.Errorf("update of an unknown sandbox: %d %s", res.StatusCode, b)
+	}
+
 	e.f.mu.Lock()
 	before := len(e.f.sandboxes)
 	e.f.mu.Unlock()
+
 	for _, body := range []map[string]any{
 		{"templateID": "base", "network": map[string]any{"allowOut": []string{"pypi.org"}}},
 		{"templateID": "base", "network": map[string]any{"denyOut": []string{"8.8.8.8/99"}}},

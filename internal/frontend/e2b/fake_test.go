@@ -603,6 +603,17 @@ func (f *fakeService) RemoveWatch(ctx context.Context, id, watchID string) error
 	return nil
 }
 
+func (f *fakeService) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sandboxes[id]
+	if !ok {
+		return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", id)
+	}
+	s.sb.Network = &api.NetworkStatus{Allow: p.Allow, Rules: p.Rules}
+	return s.sb, nil
+}
+
 func (f *fakeService) Dial(ctx context.Context, id string, port int) (net.Conn, error) {
 	return nil, errdefs.New(api.CodeNotImplemented, "fake")
 }
