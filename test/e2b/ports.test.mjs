@@ -135,6 +135,22 @@ test('an upgrade (WebSocket) reaches the sandbox port and carries bytes both way
   await server.kill()
 })
 
+test('allowPublicTraffic false: a port answers only with the traffic access token', async () => {
+  const priv = await create({ allowInternetAccess: false, network: { allowPublicTraffic: false } })
+  assert.ok(priv.trafficAccessToken)
+  assert.equal(sbx.trafficAccessToken, undefined) // public ports: no token
+  const server = await priv.commands.run('python3 -m http.server 8002 --directory /tmp', { background: true })
+  const url = `http://${priv.getHost(8002)}/`
+  const ok = await waitFor(async () => {
+    const r = await get(url, { 'e2b-traffic-access-token': priv.trafficAccessToken })
+    return r.status === 200 && r
+  })
+  assert.equal(ok.status, 200)
+  assert.equal((await get(url)).status, 403)
+  assert.equal((await get(url, { 'e2b-traffic-access-token': 'wrong' })).status, 403)
+  await server.kill()
+})
+
 const reach = `python3 -c "import urllib.request as u; print(u.urlopen('http://${hostAddr}:8080/', timeout=5).status)"`
 
 test('allowInternetAccess true (the default) reaches a host outside the node', async () => {

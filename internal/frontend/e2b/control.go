@@ -162,6 +162,9 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		if req.AllowInternetAccess != nil {
 			labels[labelInternet] = strconv.FormatBool(*req.AllowInternetAccess)
 		}
+		if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
+			labels[labelPrivate] = "true"
+		}
 		image := req.TemplateID
 		if image == baseTemplate {
 			image = ""
@@ -169,7 +172,7 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		creq := api.CreateSandboxRequest{Image: image, Env: envOf(req.EnvVars), Labels: labels,
 			TTLSeconds: timeout, OnExpiry: expiryOf(action), Network: netPolicy}
 		sb, err := h.svc.Create(r.Context(), creq)
-		if err != nil && errdefs.Is(err, api.CodeNotImplemented) && req.AllowInternetAccess == nil && req.Network == nil {
+		if err != nil && errdefs.Is(err, api.CodeNotImplemented) && req.AllowInternetAccess == nil && !egressAsked(req.Network) {
 			// Internet access by default (not asked for) on a node or
 			// backend without egress: the sandbox gets loopback only, as
 			// /v1's do, and its detail does not claim internet access.

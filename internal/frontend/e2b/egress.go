@@ -23,7 +23,8 @@ var allTraffic = netip.MustParsePrefix("0.0.0.0/0")
 // (E2B's default) starts from every destination, denyOut removes prefixes
 // from it, and allowOut adds destinations back (E2B: allow wins over deny).
 // What dsec cannot enforce is refused: domain names in allowOut, an egress
-// proxy, per-domain transform rules, a host mask, private sandbox URLs.
+// proxy, per-domain transform rules, a host mask. (allowPublicTraffic is
+// not egress: create keeps it as a label, ports.go checks it.)
 func egressPolicy(internet *bool, n *e2bapi.SandboxNetworkConfig) (*api.NetworkPolicy, error) {
 	var allow []netip.Prefix
 	if internet == nil || *internet {
@@ -37,8 +38,6 @@ func egressPolicy(internet *bool, n *e2bapi.SandboxNetworkConfig) (*api.NetworkP
 			return nil, errdefs.Invalid("network.rules (per-domain request transforms) are not supported by dsec")
 		case n.MaskRequestHost != nil && *n.MaskRequestHost != "":
 			return nil, errdefs.Invalid("network.maskRequestHost is not supported by dsec")
-		case n.AllowPublicTraffic != nil && !*n.AllowPublicTraffic:
-			return nil, errdefs.Invalid("network.allowPublicTraffic false is not supported by dsec: sandbox ports are public to whoever reaches dsec's listener")
 		}
 		for _, s := range deref(n.DenyOut) {
 			p, err := parseDestination("denyOut", s)
@@ -92,6 +91,11 @@ func (h *Handler) updateNetwork(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// egressAsked says whether n names destinations (allowOut or denyOut).
+func egressAsked(n *e2bapi.SandboxNetworkConfig) bool {
+	return n != nil && (len(deref(n.AllowOut)) > 0 || len(deref(n.DenyOut)) > 0)
 }
 
 func deref(p *[]string) []string {

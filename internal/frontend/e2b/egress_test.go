@@ -84,7 +84,6 @@ func TestEgressPolicy(t *testing.T) {
 
 func TestEgressPolicyRefuses(t *testing.T) {
 	list := func(s ...string) *[]string { return &s }
-	no := false
 	host := "example.com"
 	for _, tc := range []struct {
 		net  e2bapi.SandboxNetworkConfig
@@ -95,7 +94,6 @@ func TestEgressPolicyRefuses(t *testing.T) {
 		{e2bapi.SandboxNetworkConfig{DenyOut: list("not-an-address")}, "network.denyOut"},
 		{e2bapi.SandboxNetworkConfig{EgressProxy: &e2bapi.SandboxEgressProxyConfig{Address: "p:1080"}}, "egressProxy"},
 		{e2bapi.SandboxNetworkConfig{MaskRequestHost: &host}, "maskRequestHost"},
-		{e2bapi.SandboxNetworkConfig{AllowPublicTraffic: &no}, "allowPublicTraffic"},
 		{e2bapi.SandboxNetworkConfig{Rules: &map[string][]e2bapi.SandboxNetworkRule{"a.com": {{}}}}, "network.rules"},
 	} {
 		_, err := egressPolicy(nil, &tc.net)

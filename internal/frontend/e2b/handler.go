@@ -28,12 +28,13 @@ import (
 
 // Headers E2B's SDKs send.
 const (
-	SandboxIDHeader   = "E2b-Sandbox-Id"
-	SandboxPortHeader = "E2b-Sandbox-Port"
-	APIKeyHeader      = "X-API-Key"
-	AccessTokenHeader = "X-Access-Token"
-	NextTokenHeader   = "X-Next-Token"
-	keepaliveHeader   = "Keepalive-Ping-Interval"
+	SandboxIDHeader    = "E2b-Sandbox-Id"
+	SandboxPortHeader  = "E2b-Sandbox-Port"
+	APIKeyHeader       = "X-API-Key"
+	AccessTokenHeader  = "X-Access-Token"
+	TrafficTokenHeader = "E2b-Traffic-Access-Token"
+	NextTokenHeader    = "X-Next-Token"
+	keepaliveHeader    = "Keepalive-Ping-Interval"
 )
 
 // EnvdVersion is the envd version dsec reports: the highest of the SDK's feature
@@ -258,9 +259,16 @@ func (h *Handler) authorized(r *http.Request) bool {
 }
 
 // accessToken is the envd access token of sandbox id.
-func (h *Handler) accessToken(id string) string {
+func (h *Handler) accessToken(id string) string { return h.token("dsec-e2b-envd", id) }
+
+// trafficToken is the token a request to a port of sandbox id carries when
+// the sandbox's ports are private (network.allowPublicTraffic false).
+func (h *Handler) trafficToken(id string) string { return h.token("dsec-e2b-traffic", id) }
+
+// token is an HMAC of sandbox id for one purpose: no state is needed to check it.
+func (h *Handler) token(purpose, id string) string {
 	m := hmac.New(sha256.New, h.opts.Secret)
-	m.Write([]byte("dsec-e2b-envd\x00" + id))
+	m.Write([]byte(purpose + "\x00" + id))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
@@ -332,10 +340,16 @@ func (h *Handler) envdError(w http.ResponseWriter, r *http.Request, code connect
 // ensureRunning says whether sandbox id runs, resuming it first when it is
 // paused and was created with auto-resume.
 func (h *Handler) ensureRunning(ctx context.Context, id string) bool {
+	_, ok := h.running(ctx, id)
+	return ok
+}
+
+// running returns sandbox id when it runs (see ensureRunning).
+func (h *Handler) running(ctx context.Context, id string) (api.Sandbox, bool) {
 	ctx = session.WithoutStep(ctx)
 	sb, err := h.svc.Get(ctx, id)
 	if err != nil {
-		return false
+		return sb, false
 	}
 	if sb.State == api.StatePaused && sb.Labels[labelAutoResume] == "true" {
 		if sb, err = h.svc.Resume(ctx, id); err == nil {
@@ -344,7 +358,7 @@ func (h *Handler) ensureRunning(ctx context.Context, id string) bool {
 			}
 		}
 	}
-	return err == nil && sb.State == api.StateRunning
+	return sb, err == nil && sb.State == api.StateRunning
 }
 
 func tagged(ctx context.Context) bool {

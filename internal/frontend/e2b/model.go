@@ -18,7 +18,8 @@ const (
 	labelTimeout    = labelPrefix + "timeout"    // seconds, as created
 	labelOnTimeout  = labelPrefix + "on-timeout" // kill or pause
 	labelAutoResume = labelPrefix + "auto-resume"
-	labelInternet   = labelPrefix + "internet" // allow_internet_access, when given
+	labelInternet   = labelPrefix + "internet"      // allow_internet_access, when given
+	labelPrivate    = labelPrefix + "private-ports" // network.allowPublicTraffic false
 )
 
 const (
@@ -87,10 +88,17 @@ func timeoutOf(sb api.Sandbox) time.Duration {
 
 func (h *Handler) sandboxAnswer(sb api.Sandbox) sandboxAnswer {
 	template := templateOf(sb)
-	return sandboxAnswer{Sandbox: e2bapi.Sandbox{TemplateID: template, SandboxID: sb.ID, Alias: &template,
+	a := sandboxAnswer{Sandbox: e2bapi.Sandbox{TemplateID: template, SandboxID: sb.ID, Alias: &template,
 		ClientID: clientID, EnvdVersion: EnvdVersion, EnvdAccessToken: nonEmpty(h.accessToken(sb.ID))},
 		Domain: nonEmpty(h.Domain())}
+	if privatePorts(sb) {
+		a.TrafficAccessToken = nonEmpty(h.trafficToken(sb.ID))
+	}
+	return a
 }
+
+// privatePorts says whether sb's ports need its traffic access token.
+func privatePorts(sb api.Sandbox) bool { return sb.Labels[labelPrivate] == "true" }
 
 // internetOf is allow_internet_access as sb was created with (nil: not given).
 func internetOf(sb api.Sandbox) *bool {

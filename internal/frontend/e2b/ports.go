@@ -2,6 +2,7 @@ package e2b
 
 import (
 	"context"
+	"crypto/subtle"
 	"fmt"
 	"html"
 	"net"
@@ -24,8 +25,9 @@ import (
 // E2B_SANDBOX_URL points at one address). Port EnvdPort is dsec's envd
 // handler; any other port is proxied into the sandbox through
 // session.Service.Dial, plain HTTP and upgrades (WebSocket) alike. As on
-// E2B, sandbox ports are public: whoever reaches dsec's listener and knows
-// the sandbox ID reaches them, without a token.
+// E2B, sandbox ports are public unless create said network.allowPublicTraffic
+// false: then a request carries the sandbox's traffic access token (create's
+// trafficAccessToken) in E2b-Traffic-Access-Token.
 
 // EnvdPort is the port E2B's SDKs address envd on.
 const EnvdPort = 49983
@@ -151,7 +153,7 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: session.ProxyHost(t.id, t.port),
 				Path: pr.In.URL.Path, RawPath: pr.In.URL.RawPath, RawQuery: pr.In.URL.RawQuery}
 			pr.Out.Host = pr.In.Host // E2B's proxy keeps the host the client asked for
-			for _, k := range []string{SandboxIDHeader, SandboxPortHeader, AccessTokenHeader, APIKeyHeader,
+			for _, k := range []string{SandboxIDHeader, SandboxPortHeader, AccessTokenHeader, APIKeyHeader, TrafficTokenHeader,
 				api.TrajectoryHeader, api.StepHeader} {
 				pr.Out.Header.Del(k)
 			}
@@ -169,8 +171,14 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, t portTarget
 			"trajectory steps through sandbox ports are not supported by the E2B front end; use /v1/sandboxes/{id}/http/{port}/")
 		return
 	}
-	if !h.ensureRunning(r.Context(), t.id) {
+	sb, ok := h.running(r.Context(), t.id)
+	if !ok {
 		writeSandboxGone(w, t.id)
+		return
+	}
+	if privatePorts(sb) && subtle.ConstantTimeCompare([]byte(r.Header.Get(TrafficTokenHeader)), []byte(h.trafficToken(sb.ID))) != 1 {
+		writeJSON(w, http.StatusForbidden, proxyErrorBody{SandboxID: t.id, Code: http.StatusForbidden,
+			Message: "the sandbox's ports are private: send its traffic access token in the " + TrafficTokenHeader + " header"})
 		return
 	}
 	h.ports.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portTargetKey{}, t)))

@@ -21,20 +21,21 @@ import (
 // whose sandbox ports are the host's loopback ports) behind an HTTP server,
 // with a sandbox made through E2B's create.
 type portEnv struct {
-	t      *testing.T
-	srv    *httptest.Server
-	id     string
-	domain string
-	token  string
+	t       *testing.T
+	srv     *httptest.Server
+	id      string
+	domain  string
+	token   string
+	traffic *string // create's trafficAccessToken
 }
 
-func newPortEnv(t *testing.T) *portEnv {
+func newPortEnv(t *testing.T, network ...string) *portEnv {
 	t.Helper()
 	h := e2b.New(agenttest.New(t, agenttest.Options{}), e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
 	srv := httptest.NewServer(e2b.Mount(http.NotFoundHandler(), h))
 	t.Cleanup(srv.Close)
 	h.SetListenAddr(srv.Listener.Addr().String())
-	req, _ := http.NewRequest("POST", srv.URL+"/v2/sandboxes", strings.NewReader(`{"templateID":"tiny","timeout":60}`))
+	req, _ := http.NewRequest("POST", srv.URL+"/v2/sandboxes", strings.NewReader(`{"templateID":"tiny","timeout":60`+strings.Join(network, "")+`}`))
 	req.Header.Set("X-API-Key", "e2b_"+testKey)
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
@@ -45,6 +46,7 @@ func newPortEnv(t *testing.T) *portEnv {
 		SandboxID       string  `json:"sandboxID"`
 		Domain          *string `json:"domain"`
 		EnvdAccessToken string  `json:"envdAccessToken"`
+		Traffic         *string `json:"trafficAccessToken"`
 	}
 	if err := json.NewDecoder(res.Body).Decode(&sb); err != nil || res.StatusCode != http.StatusCreated {
 		t.Fatalf("create: %d %v", res.StatusCode, err)
@@ -52,7 +54,7 @@ func newPortEnv(t *testing.T) *portEnv {
 	if sb.Domain == nil {
 		t.Fatal("create answered no domain: the SDK's getHost would name e2b.app")
 	}
-	return &portEnv{t: t, srv: srv, id: sb.SandboxID, domain: *sb.Domain, token: sb.EnvdAccessToken}
+	return &portEnv{t: t, srv: srv, id: sb.SandboxID, domain: *sb.Domain, token: sb.EnvdAccessToken, traffic: sb.Traffic}
 }
 
 // host is what the SDK's getHost(port) gives.
@@ -80,7 +82,8 @@ func (e *portEnv) get(host, path string, hdr ...string) (*http.Response, string)
 func appPort(t *testing.T) int {
 	t.Helper()
 	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		fmt.Fprintf(w, "path=%s host=%s token=%q sandbox=%q", r.URL.RequestURI(), r.Host, r.Header.Get("X-Access-Token"), r.Header.Get(e2b.SandboxIDHeader))
+		fmt.Fprintf(w, "path=%s host=%s token=%q sandbox=%q", r.URL.RequestURI(), r.Host,
+			r.Header.Get("X-Access-Token")+r.Header.Get(e2b.TrafficTokenHeader), r.Header.Get(e2b.SandboxIDHeader))
 	}))
 	t.Cleanup(app.Close)
 	return app.Listener.Addr().(*net.TCPAddr).Port
@@ -107,6 +110,9 @@ func TestSandboxPorts(t *testing.T) {
 	_, lport, _ := net.SplitHostPort(e.srv.Listener.Addr().String())
 	if e.domain != "localhost:"+lport {
 		t.Fatalf("domain %q, want localhost:%s (the listener)", e.domain, lport)
+	}
+	if e.traffic != nil {
+		t.Errorf("a sandbox with public ports has a traffic token %q", *e.traffic)
 	}
 	port := appPort(t)
 
@@ -211,5 +217,25 @@ func TestSandboxPortUpgrade(t *testing.T) {
 	line, err := br.ReadString('\n')
 	if err != nil || line != "ping\n" {
 		t.Fatalf("echo after the upgrade: %q %v", line, err)
+	}
+}
+
+// TestSandboxPortsPrivate: with network.allowPublicTraffic false, create
+// hands out a traffic access token and a port answers only requests that
+// carry it (403 otherwise), as on E2B; the token is not passed on.
+func TestSandboxPortsPrivate(t *testing.T) {
+	e := newPortEnv(t, `,"network":{"allowPublicTraffic":false}`)
+	if e.traffic == nil || *e.traffic == "" {
+		t.Fatal("no trafficAccessToken for a sandbox with private ports")
+	}
+	port := appPort(t)
+	for _, tok := range []string{"", "wrong", e.token} {
+		if res, body := e.get(e.host(port), "/", e2b.TrafficTokenHeader, tok); res.StatusCode != http.StatusForbidden {
+			t.Errorf("token %q: %d %s, want 403", tok, res.StatusCode, body)
+		}
+	}
+	res, body := e.get(e.host(port), "/", e2b.TrafficTokenHeader, *e.traffic)
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, `token=""`) {
+		t.Errorf("with the traffic token: %d %s", res.StatusCode, body)
 	}
 }
