@@ -48,6 +48,7 @@ full, and answer resource_exhausted with Retry-After when none has room.`,
 	f.StringVar(&cfg.DataDir, "data-dir", "/var/lib/dsec-apiserver", "directory for DATA_DIR/token")
 	f.StringVar(&rc.SecretFile, "cluster-secret-file", "", "file holding the cluster secret (mode 0600), the same on every agent and API server")
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "the cluster's shared blob store (s3://BUCKET?endpoint=... or dir:PATH on a mount every node shares): POST /v1/images checks layers there and names it in the manifest")
+	f.StringVar(&cfg.E2BDomain, "e2b-domain", "", "sandbox domain of E2B's API: getHost(port) gives PORT-SANDBOXID.DOMAIN, which must reach this listener (wildcard DNS; DOMAIN may end in :PORT) (default localhost:PORT of --listen)")
 	f.StringVar(&cfg.Name, "name", "", "this API server's name in logs (default apiserver@HOST)")
 	f.IntVar(&cfg.Placement.K, "placement-k", 2, "power-of-k choices: nodes sampled per placement")
 	f.IntVar(&cfg.Placement.MaxReplacements, "max-replacements", 3, "re-placements after nodes reject a sandbox")

@@ -49,6 +49,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory for state and the token")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "image directory (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
+	f.StringVar(&cfg.E2BDomain, "e2b-domain", "", "sandbox domain of E2B's API: getHost(port) gives PORT-SANDBOXID.DOMAIN, which must reach this listener (wildcard DNS; DOMAIN may end in :PORT) (default localhost:PORT of --listen)")
 	f.StringVar(&cfg.DefaultImage, "default-image", daemon.DefaultImage, "image for requests that name none")
 	f.StringVar(&cfg.Token, "token", "", "API token (default: $DSEC_SERVER_TOKEN, else DATA_DIR/token)")
 	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "admission limit (default 100000)")

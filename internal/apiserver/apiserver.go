@@ -49,6 +49,9 @@ type Config struct {
 	Placement placement.Config
 	// Name identifies this API server in logs and token records.
 	Name string
+	// E2BDomain is the sandbox domain of E2B's API (e2b.Options.Domain;
+	// empty: "localhost:PORT" of the API listener).
+	E2BDomain string
 	// OTLPEndpoint exports traces (tracing.Config.Endpoint; empty: the OTEL_*
 	// environment, else off). Tracing, when set, is used instead (tests).
 	OTLPEndpoint string
@@ -115,6 +118,11 @@ func New(ctx context.Context, cfg Config) (*APIServer, error) {
 func Open(cfg Config) (*APIServer, []lifecycle.Step, error) {
 	if cfg.Etcd == nil || len(cfg.Secret) == 0 || cfg.DataDir == "" {
 		return nil, nil, errors.New("apiserver: Etcd, Secret and DataDir are required")
+	}
+	if cfg.E2BDomain != "" {
+		if err := e2b.CheckDomain(cfg.E2BDomain); err != nil {
+			return nil, nil, fmt.Errorf("--e2b-domain: %w", err)
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -285,7 +293,7 @@ func (a *APIServer) startFrontEnds(context.Context) (lifecycle.Close, error) {
 	svc := a.services()
 	// Tagged steps are logged on their sandbox's node.
 	a.Server = v1.New(svc, v1.Options{Projects: a.Projects, Logger: a.log, StepsDownstream: true})
-	a.E2B = newE2B(svc, adminToken(a.Tokens), a.cfg.Secret, a.log)
+	a.E2B = newE2B(svc, adminToken(a.Tokens), a.cfg.Secret, a.cfg.E2BDomain, a.log)
 	return func(context.Context) error { return a.E2B.Close() }, nil
 }
 

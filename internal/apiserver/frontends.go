@@ -15,8 +15,8 @@ import (
 // newE2B returns E2B's front end over svc. Its envd access tokens are keyed
 // with the cluster secret, so every API server accepts the ones any of them
 // handed out; sandbox deadlines are the nodes', so nothing is re-armed.
-func newE2B(svc session.Service, authorize func(string) bool, secret []byte, log *slog.Logger) *e2b.Handler {
-	return e2b.New(svc, e2b.Options{Authorize: authorize, Secret: secret, Logger: log})
+func newE2B(svc session.Service, authorize func(string) bool, secret []byte, domain string, log *slog.Logger) *e2b.Handler {
+	return e2b.New(svc, e2b.Options{Authorize: authorize, Secret: secret, Logger: log, Domain: domain})
 }
 
 func (a *APIServer) sandboxFusion() *sandboxfusion.Handler {

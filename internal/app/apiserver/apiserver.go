@@ -130,7 +130,9 @@ func (r *role) startListener(context.Context) (lifecycle.Close, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.log.Info("dsec apiserver listening", "addr", "http://"+l.Addr().String(), "nodes", len(r.api.Watcher.Nodes()), "token_file", r.api.TokenFile)
+	r.api.E2B.SetListenAddr(l.Addr().String())
+	r.log.Info("dsec apiserver listening", "addr", "http://"+l.Addr().String(), "nodes", len(r.api.Watcher.Nodes()), "token_file", r.api.TokenFile,
+		"e2b_domain", r.api.E2B.Domain())
 	return r.serve(l, r.api.Handler()), nil
 }
 

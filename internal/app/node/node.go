@@ -65,7 +65,10 @@ type Config struct {
 	ImagesDir    string // default $DSEC_IMAGES_DIR or DefaultImagesDir
 	DefaultImage string // default DefaultImage
 	// Token is the API bearer token; empty means read DataDir/token or create it.
-	Token        string
+	Token string
+	// E2BDomain is the sandbox domain of E2B's API (e2b.Options.Domain;
+	// empty: "localhost:PORT" of the API listener).
+	E2BDomain    string
 	MaxSandboxes int
 	// NodeName names this node in every sandbox ID it creates (default: the host
 	// name made valid; see session.NewID).
@@ -208,6 +211,11 @@ func Open(cfg Config) (*Daemon, []lifecycle.Step, error) {
 	}
 	if cfg.DefaultImage == "" {
 		cfg.DefaultImage = DefaultImage
+	}
+	if cfg.E2BDomain != "" {
+		if err := e2b.CheckDomain(cfg.E2BDomain); err != nil {
+			return nil, nil, fmt.Errorf("--e2b-domain: %w", err)
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -430,7 +438,8 @@ func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 	svc, nsvc := d.services()
 	d.nodeSvc = nsvc
 	d.Server = v1.New(svc, v1.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true, KeepAlive: d.cfg.KeepAlive})
-	d.E2B = e2b.New(svc, e2b.Options{Authorize: auth.NewToken(d.Token).Match, Secret: []byte(d.Token), Logger: d.cfg.Logger})
+	d.E2B = e2b.New(svc, e2b.Options{Authorize: auth.NewToken(d.Token).Match, Secret: []byte(d.Token), Logger: d.cfg.Logger,
+		Domain: d.cfg.E2BDomain})
 	return func(context.Context) error { return d.E2B.Close() }, nil
 }
 

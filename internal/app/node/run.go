@@ -69,8 +69,9 @@ func (d *Daemon) listenerSteps(cfg *ServerConfig, g *lifecycle.Group) []lifecycl
 			if err != nil {
 				return nil, err
 			}
+			d.E2B.SetListenAddr(l.Addr().String())
 			d.cfg.Logger.Info("dsec server listening", "addr", "http://"+l.Addr().String(), "node", d.Manager.Node(), "data_dir", d.cfg.DataDir,
-				"token_file", paths.New(d.cfg.DataDir).Token(), "sandboxes", d.Manager.Count())
+				"token_file", paths.New(d.cfg.DataDir).Token(), "sandboxes", d.Manager.Count(), "e2b_domain", d.E2B.Domain())
 			return serve(g, l, d.observe(d.mainHandler()), cfg.ShutdownTimeout), nil
 		}},
 		{Name: "listen-sandboxfusion", Start: func(context.Context) (lifecycle.Close, error) {

@@ -50,6 +50,7 @@ func (h *Handler) controlRoutes() []route {
 		{"POST " + sb + "/connect", h.connect(0)},
 		{"POST /v2" + sb + "/connect", h.connect(defaultTimeoutV2)},
 		{"GET " + sb + "/metrics", h.metrics},
+		{"PUT " + sb + "/network", h.updateNetwork},
 	}
 }
 
@@ -153,12 +154,32 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		if autoResume {
 			labels[labelAutoResume] = "true"
 		}
+		netPolicy, err := egressPolicy(req.AllowInternetAccess, req.Network)
+		if err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+		if req.AllowInternetAccess != nil {
+			labels[labelInternet] = strconv.FormatBool(*req.AllowInternetAccess)
+		}
+		if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
+			labels[labelPrivate] = "true"
+		}
 		image := req.TemplateID
 		if image == baseTemplate {
 			image = ""
 		}
-		sb, err := h.svc.Create(r.Context(), api.CreateSandboxRequest{Image: image, Env: envOf(req.EnvVars), Labels: labels,
-			TTLSeconds: timeout, OnExpiry: expiryOf(action)})
+		creq := api.CreateSandboxRequest{Image: image, Env: envOf(req.EnvVars), Labels: labels,
+			TTLSeconds: timeout, OnExpiry: expiryOf(action), Network: netPolicy}
+		sb, err := h.svc.Create(r.Context(), creq)
+		if err != nil && errdefs.Is(err, api.CodeNotImplemented) && req.AllowInternetAccess == nil && !egressAsked(req.Network) {
+			// Internet access by default (not asked for) on a node or
+			// backend without egress: the sandbox gets loopback only, as
+			// /v1's do, and its detail does not claim internet access.
+			h.log.DebugContext(r.Context(), "e2b create: no egress on this node; loopback only", "err", err)
+			creq.Network = nil
+			sb, err = h.svc.Create(r.Context(), creq)
+		}
 		if err != nil {
 			h.writeErr(w, r, err)
 			return

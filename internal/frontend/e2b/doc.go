@@ -24,6 +24,12 @@
 //
 // Requests reach the envd routes by the E2b-Sandbox-Id header (E2B's SDKs send it
 // with every envd call); control-plane routes are /sandboxes and /v2/sandboxes.
+// Sandbox ports (ports.go) are reached as on E2B's proxy, by the host
+// "PORT-SANDBOXID.DOMAIN" (create answers with the domain, so the SDK's
+// getHost names dsec) or by E2b-Sandbox-Port; envd's port is this handler,
+// every other port is proxied into the sandbox through session.Service.Dial.
+// Internet access and network.allowOut/denyOut (egress.go) become the
+// sandbox's egress policy (internal/netpolicy).
 // The API key (X-API-Key, with or without E2B's "e2b_" prefix) is a dsec token;
 // envd calls carry the per-sandbox access token handed out at create/connect
 // (X-Access-Token), an HMAC of the sandbox ID, so no state is needed to check it.

@@ -161,6 +161,9 @@ func (f *fakeService) Create(ctx context.Context, req api.CreateSandboxRequest) 
 	sb := api.Sandbox{ID: fmt.Sprintf("sb-%04d", f.n), Backend: "container", Image: img, State: api.StateRunning,
 		CPU: 1, MemoryBytes: 512 << 20, DiskBytes: 1 << 30, CreatedAt: now.Add(time.Duration(f.n) * time.Millisecond),
 		Env: req.Env, Labels: req.Labels}
+	if req.Network != nil {
+		sb.Network = &api.NetworkStatus{Allow: req.Network.Allow, Rules: req.Network.Rules}
+	}
 	if req.TTLSeconds > 0 {
 		at := now.Add(time.Duration(req.TTLSeconds) * time.Second)
 		sb.ExpiresAt, sb.OnExpiry = &at, req.OnExpiry
@@ -598,6 +601,17 @@ func (f *fakeService) RemoveWatch(ctx context.Context, id, watchID string) error
 	defer f.mu.Unlock()
 	delete(s.watches, watchID)
 	return nil
+}
+
+func (f *fakeService) SetNetwork(ctx context.Context, id string, p api.NetworkPolicy) (api.Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.sandboxes[id]
+	if !ok {
+		return api.Sandbox{}, errdefs.NotFound("sandbox %q not found", id)
+	}
+	s.sb.Network = &api.NetworkStatus{Allow: p.Allow, Rules: p.Rules}
+	return s.sb, nil
 }
 
 func (f *fakeService) Dial(ctx context.Context, id string, port int) (net.Conn, error) {

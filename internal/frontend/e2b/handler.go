@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -9,10 +10,12 @@ import (
 	"encoding/hex"
 	"log/slog"
 	"net/http"
+	"net/http/httputil"
 	"runtime/debug"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -25,12 +28,13 @@ import (
 
 // Headers E2B's SDKs send.
 const (
-	SandboxIDHeader   = "E2b-Sandbox-Id"
-	SandboxPortHeader = "E2b-Sandbox-Port"
-	APIKeyHeader      = "X-API-Key"
-	AccessTokenHeader = "X-Access-Token"
-	NextTokenHeader   = "X-Next-Token"
-	keepaliveHeader   = "Keepalive-Ping-Interval"
+	SandboxIDHeader    = "E2b-Sandbox-Id"
+	SandboxPortHeader  = "E2b-Sandbox-Port"
+	APIKeyHeader       = "X-API-Key"
+	AccessTokenHeader  = "X-Access-Token"
+	TrafficTokenHeader = "E2b-Traffic-Access-Token"
+	NextTokenHeader    = "X-Next-Token"
+	keepaliveHeader    = "Keepalive-Ping-Interval"
 )
 
 // EnvdVersion is the envd version dsec reports: the highest of the SDK's feature
@@ -63,6 +67,11 @@ type Options struct {
 	MaxMessageBytes int
 	// WatchInterval is how often a WatchDir stream polls.
 	WatchInterval time.Duration
+	// Domain is the sandbox domain: getHost(port) in E2B's SDKs gives
+	// "PORT-SANDBOXID.DOMAIN", which must reach this handler (wildcard DNS, or
+	// names under localhost). It may end in ":PORT". Empty: DomainFor the
+	// listener's address (SetListenAddr), "localhost" until then.
+	Domain string
 }
 
 // Handler serves the E2B API over a session.Service.
@@ -72,6 +81,8 @@ type Handler struct {
 	log     *slog.Logger
 	control *http.ServeMux
 	envd    *http.ServeMux
+	ports   *httputil.ReverseProxy // to sandbox ports (ports.go)
+	domain  atomic.Pointer[string] // the sandbox domain (Domain)
 
 	mu      sync.Mutex
 	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
@@ -99,6 +110,9 @@ func New(svc session.Service, opts Options) *Handler {
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}, passwd: map[string]map[string]account{}, groups: map[string]map[int]string{}}
+	domain := cmp.Or(opts.Domain, "localhost")
+	h.domain.Store(&domain)
+	h.ports = h.newPortProxy()
 	for _, rt := range h.controlRoutes() {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
@@ -130,10 +144,14 @@ func hasPathPrefix(p, prefix string) bool {
 	return p == prefix || strings.HasPrefix(p, strings.TrimSuffix(prefix, "/")+"/")
 }
 
-// Owns says whether r is an E2B request: every request carrying E2b-Sandbox-Id,
-// and the control plane's and envd's paths.
+// Owns says whether r is an E2B request: every request carrying E2b-Sandbox-Id
+// or naming a sandbox port by its host, and the control plane's and envd's
+// paths.
 func (h *Handler) Owns(r *http.Request) bool {
 	if r.Header.Get(SandboxIDHeader) != "" {
+		return true
+	}
+	if _, ok, _ := h.hostTarget(r.Host); ok {
 		return true
 	}
 	for _, p := range ownedPaths {
@@ -167,6 +185,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w = &replayWriter{ResponseWriter: w, out: outcome}
 	}
 	r = r.WithContext(ctx)
+	if t, ok, err := h.portOf(r); ok {
+		switch {
+		case err != nil:
+			h.writeErr(w, r, err)
+			return
+		case t.port != EnvdPort:
+			h.servePort(w, r, t)
+			return
+		}
+		r.Header.Set(SandboxIDHeader, t.id) // envd by its host
+	}
 	if h.isEnvd(r) {
 		h.serveEnvd(w, r)
 		return
@@ -230,9 +259,16 @@ func (h *Handler) authorized(r *http.Request) bool {
 }
 
 // accessToken is the envd access token of sandbox id.
-func (h *Handler) accessToken(id string) string {
+func (h *Handler) accessToken(id string) string { return h.token("dsec-e2b-envd", id) }
+
+// trafficToken is the token a request to a port of sandbox id carries when
+// the sandbox's ports are private (network.allowPublicTraffic false).
+func (h *Handler) trafficToken(id string) string { return h.token("dsec-e2b-traffic", id) }
+
+// token is an HMAC of sandbox id for one purpose: no state is needed to check it.
+func (h *Handler) token(purpose, id string) string {
 	m := hmac.New(sha256.New, h.opts.Secret)
-	m.Write([]byte("dsec-e2b-envd\x00" + id))
+	m.Write([]byte(purpose + "\x00" + id))
 	return hex.EncodeToString(m.Sum(nil))
 }
 
@@ -304,10 +340,16 @@ func (h *Handler) envdError(w http.ResponseWriter, r *http.Request, code connect
 // ensureRunning says whether sandbox id runs, resuming it first when it is
 // paused and was created with auto-resume.
 func (h *Handler) ensureRunning(ctx context.Context, id string) bool {
+	_, ok := h.running(ctx, id)
+	return ok
+}
+
+// running returns sandbox id when it runs (see ensureRunning).
+func (h *Handler) running(ctx context.Context, id string) (api.Sandbox, bool) {
 	ctx = session.WithoutStep(ctx)
 	sb, err := h.svc.Get(ctx, id)
 	if err != nil {
-		return false
+		return sb, false
 	}
 	if sb.State == api.StatePaused && sb.Labels[labelAutoResume] == "true" {
 		if sb, err = h.svc.Resume(ctx, id); err == nil {
@@ -316,7 +358,7 @@ func (h *Handler) ensureRunning(ctx context.Context, id string) bool {
 			}
 		}
 	}
-	return err == nil && sb.State == api.StateRunning
+	return sb, err == nil && sb.State == api.StateRunning
 }
 
 func tagged(ctx context.Context) bool {

@@ -18,6 +18,8 @@ const (
 	labelTimeout    = labelPrefix + "timeout"    // seconds, as created
 	labelOnTimeout  = labelPrefix + "on-timeout" // kill or pause
 	labelAutoResume = labelPrefix + "auto-resume"
+	labelInternet   = labelPrefix + "internet"      // allow_internet_access, when given
+	labelPrivate    = labelPrefix + "private-ports" // network.allowPublicTraffic false
 )
 
 const (
@@ -33,8 +35,9 @@ const (
 var farFuture = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
 
 // sandboxAnswer is E2B's Sandbox, the answer of create, connect and resume.
-// E2B's SDKs read its domain and traffic token as null rather than absent
-// (the generated type omits them when nil).
+// E2B's SDKs read its traffic token as null rather than absent (the generated
+// type omits it when nil); the domain is always dsec's (Handler.Domain), so
+// getHost never names a host outside the deployment.
 type sandboxAnswer struct {
 	e2bapi.Sandbox
 	Domain             *string `json:"domain"`
@@ -85,8 +88,25 @@ func timeoutOf(sb api.Sandbox) time.Duration {
 
 func (h *Handler) sandboxAnswer(sb api.Sandbox) sandboxAnswer {
 	template := templateOf(sb)
-	return sandboxAnswer{Sandbox: e2bapi.Sandbox{TemplateID: template, SandboxID: sb.ID, Alias: &template,
-		ClientID: clientID, EnvdVersion: EnvdVersion, EnvdAccessToken: nonEmpty(h.accessToken(sb.ID))}}
+	a := sandboxAnswer{Sandbox: e2bapi.Sandbox{TemplateID: template, SandboxID: sb.ID, Alias: &template,
+		ClientID: clientID, EnvdVersion: EnvdVersion, EnvdAccessToken: nonEmpty(h.accessToken(sb.ID))},
+		Domain: nonEmpty(h.Domain())}
+	if privatePorts(sb) {
+		a.TrafficAccessToken = nonEmpty(h.trafficToken(sb.ID))
+	}
+	return a
+}
+
+// privatePorts says whether sb's ports need its traffic access token.
+func privatePorts(sb api.Sandbox) bool { return sb.Labels[labelPrivate] == "true" }
+
+// internetOf is allow_internet_access as sb was created with (nil: not given).
+func internetOf(sb api.Sandbox) *bool {
+	v, err := strconv.ParseBool(sb.Labels[labelInternet])
+	if err != nil {
+		return nil
+	}
+	return &v
 }
 
 // detail is E2B's SandboxDetail (GET /sandboxes/{id}).
@@ -94,6 +114,7 @@ func (h *Handler) detail(sb api.Sandbox) e2bapi.SandboxDetail {
 	l := listed(sb)
 	return e2bapi.SandboxDetail{TemplateID: l.TemplateID, Alias: l.Alias, SandboxID: l.SandboxID, ClientID: l.ClientID,
 		StartedAt: l.StartedAt, EndAt: l.EndAt, EnvdVersion: l.EnvdVersion, EnvdAccessToken: nonEmpty(h.accessToken(sb.ID)),
+		Domain: nonEmpty(h.Domain()), AllowInternetAccess: internetOf(sb),
 		CpuCount: l.CpuCount, MemoryMB: l.MemoryMB, DiskSizeMB: l.DiskSizeMB, Metadata: l.Metadata, State: l.State,
 		Lifecycle: &e2bapi.SandboxLifecycle{AutoResume: sb.Labels[labelAutoResume] == "true",
 			OnTimeout: e2bapi.SandboxOnTimeout(onTimeoutOf(sb))},

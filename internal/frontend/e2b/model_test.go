@@ -10,7 +10,7 @@ import (
 
 // TestAnswerShapes pins the JSON of the control plane's answers (E2B's
 // Sandbox, SandboxDetail and ListedSandbox) field by field, as E2B's SDKs read
-// them: the deprecated clientID, a null domain and traffic token, metadata and
+// them: the deprecated clientID, the domain, a null traffic token, metadata and
 // volumeMounts always present, the access token and lifecycle only in the
 // detail.
 func TestAnswerShapes(t *testing.T) {
@@ -19,7 +19,7 @@ func TestAnswerShapes(t *testing.T) {
 	expires := created.Add(time.Hour)
 	sb := api.Sandbox{ID: "sb-1", Image: "python", State: api.StateRunning, CPU: 1.5, MemoryBytes: 512 << 20,
 		DiskBytes: 1 << 30, CreatedAt: created, ExpiresAt: &expires,
-		Labels: map[string]string{labelTemplate: "python", labelOnTimeout: actionPause, labelAutoResume: "true", "k": "v"}}
+		Labels: map[string]string{labelTemplate: "python", labelOnTimeout: actionPause, labelAutoResume: "true", labelInternet: "false", "k": "v"}}
 	tok := h.accessToken("sb-1")
 	for _, tc := range []struct {
 		name string
@@ -27,10 +27,10 @@ func TestAnswerShapes(t *testing.T) {
 		want string
 	}{
 		{"Sandbox", h.sandboxAnswer(sb), `{"templateID":"python","sandboxID":"sb-1","alias":"python","clientID":"dsec",` +
-			`"envdVersion":"` + EnvdVersion + `","envdAccessToken":"` + tok + `","domain":null,"trafficAccessToken":null}`},
+			`"envdVersion":"` + EnvdVersion + `","envdAccessToken":"` + tok + `","domain":"localhost","trafficAccessToken":null}`},
 		{"SandboxDetail", h.detail(sb), `{"templateID":"python","alias":"python","sandboxID":"sb-1","clientID":"dsec",` +
 			`"startedAt":"2026-01-02T03:04:05Z","endAt":"2026-01-02T04:04:05Z","envdVersion":"` + EnvdVersion + `",` +
-			`"envdAccessToken":"` + tok + `","cpuCount":2,"memoryMB":512,"diskSizeMB":1024,"metadata":{"k":"v"},` +
+			`"envdAccessToken":"` + tok + `","domain":"localhost","allowInternetAccess":false,"cpuCount":2,"memoryMB":512,"diskSizeMB":1024,"metadata":{"k":"v"},` +
 			`"state":"running","lifecycle":{"autoResume":true,"onTimeout":"pause"},"volumeMounts":[]}`},
 		{"ListedSandbox", listed(api.Sandbox{ID: "sb-2", State: api.StatePaused, CreatedAt: created}),
 			`{"templateID":"base","alias":"base","sandboxID":"sb-2","clientID":"dsec","startedAt":"2026-01-02T03:04:05Z",` +
