@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
+	"github.com/dsec-dev/dsec/internal/cliflag"
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
@@ -307,3 +309,29 @@ environment.`}
 func OpenBlobStore(spec, dataDir string) (blob.Store, error) {
 	return blob.Open(paths.New(dataDir).BlobSpec(spec), true)
 }
+
+// imageCacheBytesUsage describes --image-cache-bytes (dsec server, dsec agent).
+const imageCacheBytesUsage = "byte budget of the images pulled by registry reference (e.g. 50g; 0: no limit): a pull that puts the cache over it evicts the least recently used images no sandbox uses"
+
+// byteSize is a size flag ("50g", "1048576"; cliflag.ParseSize).
+type byteSize struct{ p *int64 }
+
+func imageCacheBytes(p *int64) byteSize { return byteSize{p} }
+
+func (b byteSize) String() string {
+	if b.p == nil || *b.p == 0 {
+		return "0"
+	}
+	return strconv.FormatInt(*b.p, 10)
+}
+
+func (b byteSize) Set(s string) error {
+	n, err := cliflag.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	*b.p = n
+	return nil
+}
+
+func (byteSize) Type() string { return "size" }
