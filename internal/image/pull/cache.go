@@ -156,11 +156,8 @@ func (p *Puller) Remove(ctx context.Context, name string) (Removed, error) {
 	if err != nil {
 		return Removed{}, err
 	}
-	p.gcMu.Lock()
-	defer p.gcMu.Unlock()
-	if _, err := os.Stat(p.imagePath(dg)); err != nil {
-		return Removed{}, errdefs.NotFound("image %s is not in this node's image cache", name)
-	}
+	// InUse is asked before the cache lock is taken: the sandboxes' locks
+	// are never awaited under it.
 	if p.InUse != nil {
 		users, err := p.InUse(ctx)
 		if err != nil {
@@ -171,6 +168,11 @@ func (p *Puller) Remove(ctx context.Context, name string) (Removed, error) {
 			return Removed{}, errdefs.New(api.CodeConflict, "image %s (%s) is used by %d sandbox(es): %s; delete them first",
 				name, dg, len(ids), strings.Join(ids, ", "))
 		}
+	}
+	p.gcMu.Lock()
+	defer p.gcMu.Unlock()
+	if _, err := os.Stat(p.imagePath(dg)); err != nil {
+		return Removed{}, errdefs.NotFound("image %s is not in this node's image cache", name)
 	}
 	return p.removeLocked(ctx, dg)
 }
@@ -302,17 +304,21 @@ func (p *Puller) Evict(ctx context.Context, keep string) ([]Removed, error) {
 	if p.Budget <= 0 {
 		return nil, nil
 	}
-	p.gcMu.Lock()
-	defer p.gcMu.Unlock()
-	total, err := p.CacheBytes()
-	if err != nil || total <= p.Budget {
+	if total, err := p.CacheBytes(); err != nil || total <= p.Budget {
 		return nil, err
 	}
 	var users map[string][]string
 	if p.InUse != nil {
+		var err error
 		if users, err = p.InUse(ctx); err != nil {
 			return nil, fmt.Errorf("image cache eviction: which sandboxes use which image: %w", err)
 		}
+	}
+	p.gcMu.Lock()
+	defer p.gcMu.Unlock()
+	total, err := p.CacheBytes()
+	if err != nil {
+		return nil, err
 	}
 	imgs, err := p.Cached()
 	if err != nil {
