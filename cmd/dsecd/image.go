@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"text/tabwriter"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
+	"github.com/dsec-dev/dsec/internal/cliflag"
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
@@ -154,7 +156,7 @@ environment.`}
 				return err
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KIND\tNAME\tLAYERS/DIGEST\tSIZE")
+			fmt.Fprintln(tw, "KIND\tNAME\tLAYERS/DIGEST\tSIZE\tLAST USED")
 			envs, _ := es.List(cmd.Context())
 			for _, n := range envs {
 				e, err := es.Get(cmd.Context(), n)
@@ -165,21 +167,26 @@ environment.`}
 				for _, l := range e.Layers {
 					sz += l.Size
 				}
-				fmt.Fprintf(tw, "env\t%s\t%d layers\t%d\n", n, len(e.Layers), sz)
+				fmt.Fprintf(tw, "env\t%s\t%d layers\t%d\t-\n", n, len(e.Layers), sz)
 			}
-			// Images pulled by reference on this node (`dsec image pull`, create --image REF).
+			// Images pulled by reference on this node (`dsec image pull`, create
+			// --image REF): the node's image cache, with each image's last use.
 			pulled, _ := (&pull.Puller{Dir: paths.New(dataDir).Pulls()}).PulledRefs()
 			for _, img := range pulled {
 				var sz int64
 				for _, l := range img.Layers {
 					sz += l.Size
 				}
-				fmt.Fprintf(tw, "ref\t%s\t%s\t%d\n", img.Name, img.Digest, sz)
+				used := "-"
+				if !img.LastUsed.IsZero() {
+					used = img.LastUsed.Local().Format(time.DateTime)
+				}
+				fmt.Fprintf(tw, "ref\t%s\t%s\t%d\t%s\n", img.Name, img.Digest, sz, used)
 			}
 			layers, _ := es.ListLayers(cmd.Context())
 			for _, n := range layers {
 				if l, err := es.Layer(cmd.Context(), n); err == nil {
-					fmt.Fprintf(tw, "layer\t%s\t%s\t%d\n", n, l.Digest[:19], l.Size)
+					fmt.Fprintf(tw, "layer\t%s\t%s\t%d\t-\n", n, l.Digest[:19], l.Size)
 				}
 			}
 			return tw.Flush()
@@ -233,8 +240,20 @@ environment.`}
 	inspect.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	inspect.Flags().StringVar(&imagesDir, "images-dir", "", "directory images (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
 
-	rm := &cobra.Command{Use: "rm NAME", Short: "Remove an environment or a layer name (refused while in use)", Args: cobra.ExactArgs(1),
+	rm := &cobra.Command{Use: "rm NAME|REF|DIGEST", Short: "Remove an environment or a layer name, or an image pulled by reference (or its digest) from the server's image cache (refused while a sandbox uses it)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if image.IsReference(args[0]) {
+				// The image cache is the server's (its pulls, its sandboxes).
+				cl, err := client.FromEnv()
+				if err != nil {
+					return err
+				}
+				if err := cl.DeleteImage(cmd.Context(), args[0]); err != nil {
+					return err
+				}
+				fmt.Printf("removed %s\n", args[0])
+				return nil
+			}
 			es, _, err := open(cmd)
 			if err != nil {
 				return err
@@ -298,7 +317,26 @@ environment.`}
 			fmt.Printf("%s %s (%d layers, %d bytes)\n", img.Ref, img.Digest, len(img.Layers), img.Size)
 			return nil
 		}}
-	c.AddCommand(build, compose, ls, inspect, rm, record, rebase, pullCmd)
+	prune := &cobra.Command{Use: "prune", Short: "Remove every image pulled by reference that no sandbox uses from the server's image cache", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cl, err := client.FromEnv()
+			if err != nil {
+				return err
+			}
+			res, err := cl.PruneImages(cmd.Context())
+			if err != nil {
+				return err
+			}
+			for _, img := range res.Removed {
+				fmt.Printf("removed %s %s (%d bytes)\n", img.Name, img.Digest, img.Size)
+			}
+			for _, img := range res.InUse {
+				fmt.Printf("kept %s %s: a sandbox uses it\n", img.Name, img.Digest)
+			}
+			fmt.Printf("%d images removed, %d bytes\n", len(res.Removed), res.Bytes)
+			return nil
+		}}
+	c.AddCommand(build, compose, ls, inspect, rm, record, rebase, pullCmd, prune)
 	return c
 }
 
@@ -307,3 +345,29 @@ environment.`}
 func OpenBlobStore(spec, dataDir string) (blob.Store, error) {
 	return blob.Open(paths.New(dataDir).BlobSpec(spec), true)
 }
+
+// imageCacheBytesUsage describes --image-cache-bytes (dsec server, dsec agent).
+const imageCacheBytesUsage = "byte budget of the images pulled by registry reference (e.g. 50g; 0: no limit): a pull that puts the cache over it evicts the least recently used images no sandbox uses"
+
+// byteSize is a size flag ("50g", "1048576"; cliflag.ParseSize).
+type byteSize struct{ p *int64 }
+
+func imageCacheBytes(p *int64) byteSize { return byteSize{p} }
+
+func (b byteSize) String() string {
+	if b.p == nil || *b.p == 0 {
+		return "0"
+	}
+	return strconv.FormatInt(*b.p, 10)
+}
+
+func (b byteSize) Set(s string) error {
+	n, err := cliflag.ParseSize(s)
+	if err != nil {
+		return err
+	}
+	*b.p = n
+	return nil
+}
+
+func (byteSize) Type() string { return "size" }

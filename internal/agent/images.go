@@ -110,3 +110,25 @@ func ImagesInUse(dataDir string) (map[string]int, error) {
 	}
 	return out, nil
 }
+
+// ImageDigestsInUse returns, for each registry image digest the node's
+// sandboxes (running or paused) use, their IDs: the image cache never
+// removes those images.
+func (m *Manager) ImageDigestsInUse() map[string][]string {
+	m.mu.RLock()
+	sbs := make([]*sandbox, 0, len(m.sandboxes))
+	for _, sb := range m.sandboxes {
+		sbs = append(sbs, sb)
+	}
+	m.mu.RUnlock()
+	out := map[string][]string{}
+	for _, sb := range sbs {
+		sb.mu.Lock()
+		dg, id, gone := sb.rec.ImageDigest, sb.rec.ID, sb.deleted
+		sb.mu.Unlock()
+		if dg != "" && !gone {
+			out[dg] = append(out[dg], id)
+		}
+	}
+	return out
+}

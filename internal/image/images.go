@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -36,6 +37,8 @@ type Image struct {
 	// normalised reference and the digest it resolved to.
 	Ref    string `json:"ref,omitempty"`
 	Digest string `json:"digest,omitempty"`
+	// LastUsed: a pulled image's last use on this node (zero: unknown).
+	LastUsed time.Time `json:"last_used,omitzero"`
 }
 
 // Layered reports whether img has EROFS layers (which need mounting).

@@ -24,6 +24,10 @@ type LayerAccounting interface {
 // (usage by digest; nil: nothing mounted or fetched).
 func (img Image) View(usage map[string]LayerUsage, isDefault bool) api.Image {
 	v := api.Image{Name: img.Name, Kind: "directory", Default: isDefault, Config: img.Config.API(), Ref: img.Ref, Digest: img.Digest}
+	if !img.LastUsed.IsZero() {
+		t := img.LastUsed
+		v.LastUsed = &t
+	}
 	if !img.Layered() {
 		return v
 	}

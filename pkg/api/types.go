@@ -352,6 +352,9 @@ type Image struct {
 	// reference and the digest that reference resolved to on this node.
 	Ref    string `json:"ref,omitempty"`
 	Digest string `json:"digest,omitempty"`
+	// LastUsed is when a pull or a create last used a pulled image on this
+	// node (the image cache evicts the least recently used first).
+	LastUsed *time.Time `json:"last_used,omitempty"`
 	// Layers of a layered environment, base first.
 	Layers []ImageLayer `json:"layers,omitempty"`
 	// Size and BytesFetched add up the layers: bytes fetched / size is how much of
@@ -366,6 +369,18 @@ type Image struct {
 	// layers' counters (bytes fetched, cache hits and misses, sandboxes) add
 	// up the nodes'.
 	Nodes []ImageNode `json:"nodes,omitempty"`
+}
+
+// PruneImagesResult is the body of POST /v1/images/prune's answer: the
+// pulled images removed from the node's cache, and those kept because a
+// sandbox uses them.
+type PruneImagesResult struct {
+	Removed []Image `json:"removed"`
+	// InUse are the pulled images kept: a sandbox uses each.
+	InUse []Image `json:"in_use"`
+	// Bytes is the size of the removed images (layers they shared with a
+	// kept image are counted but kept).
+	Bytes int64 `json:"bytes"`
 }
 
 // ImageNode is one node's copy of an image (Image.Nodes).

@@ -364,9 +364,19 @@ func (c *Client) ComposeImage(ctx context.Context, req api.ComposeImageRequest) 
 	return out, err
 }
 
-// DeleteImage removes an environment (conflict while a sandbox uses it).
+// DeleteImage removes an environment, or an image pulled by reference from
+// the node's image cache (name: the reference or the image digest); conflict
+// while a sandbox uses it.
 func (c *Client) DeleteImage(ctx context.Context, name string) error {
 	return c.do(ctx, call{method: http.MethodDelete, path: "/v1/images/" + url.PathEscape(name)}, nil)
+}
+
+// PruneImages removes every image pulled by reference that no sandbox uses
+// from the node's image cache.
+func (c *Client) PruneImages(ctx context.Context) (api.PruneImagesResult, error) {
+	var out api.PruneImagesResult
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/images:prune"}, &out)
+	return out, err
 }
 
 // RecordImage stores what the node's sandboxes read from the environment's layers

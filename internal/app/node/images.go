@@ -2,6 +2,9 @@ package node
 
 import (
 	"context"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/image"
 
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -18,8 +21,20 @@ func (n node) Compose(ctx context.Context, req api.ComposeImageRequest) (api.Ima
 	return n.Manager.Image(ctx, req.Name)
 }
 
-// RemoveImage implements session.Images (refused while a sandbox uses it).
-func (n node) RemoveImage(ctx context.Context, name string) error { return n.envs.Remove(ctx, name) }
+// imageCacheGrace keeps a pulled image used this recently from eviction:
+// a create that resolved it may not have registered its sandbox yet.
+const imageCacheGrace = time.Minute
+
+// RemoveImage implements session.Images (refused while a sandbox uses it): a
+// registry reference or an image digest leaves the node's image cache
+// (pull.Puller.Remove), any other name is an environment.
+func (n node) RemoveImage(ctx context.Context, name string) error {
+	if image.IsReference(name) && n.puller != nil {
+		_, err := n.puller.Remove(ctx, name)
+		return err
+	}
+	return n.envs.Remove(ctx, name)
+}
 
 // RecordImage implements session.Images (envstore.Store.RecordPrefetch).
 func (n node) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error) {

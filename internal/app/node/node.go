@@ -106,6 +106,10 @@ type Config struct {
 	// Registries says how images named by registry reference are fetched
 	// (credentials, hosts.toml mirrors, insecure registries).
 	Registries registry.Config
+	// ImageCacheBytes is the byte budget of the images pulled by reference
+	// (0: no limit; pull.Puller.Budget): least recently used images no
+	// sandbox uses are evicted after a pull that puts the cache over it.
+	ImageCacheBytes int64
 	// QoS: CPU classes, swap, idle reclaim (qos.go).
 	QoS QoSConfig
 	// Devices are added to every container sandbox (container.ParseDevice
@@ -323,7 +327,7 @@ func (d *Daemon) startContainer(context.Context) (lifecycle.Close, error) {
 	return func(context.Context) error { return drv.Close() }, nil
 }
 
-func (d *Daemon) startEnvironments(context.Context) (lifecycle.Close, error) {
+func (d *Daemon) startEnvironments(ctx context.Context) (lifecycle.Close, error) {
 	if d.cfg.Layers.Root == "" {
 		d.cfg.Layers.Root = d.dirs.Layers()
 	}
@@ -344,8 +348,9 @@ func (d *Daemon) startEnvironments(context.Context) (lifecycle.Close, error) {
 	if err != nil {
 		return nil, fmt.Errorf("registries: %w", err)
 	}
-	d.puller = &pull.Puller{Registry: reg, Blobs: blobs, Spec: d.blobSpec, Dir: d.dirs.Pulls(), Log: d.cfg.Logger}
-	return nil, d.puller.Clean()
+	d.puller = &pull.Puller{Registry: reg, Blobs: blobs, Spec: d.blobSpec, Dir: d.dirs.Pulls(), Log: d.cfg.Logger,
+		Budget: d.cfg.ImageCacheBytes, Grace: imageCacheGrace}
+	return nil, d.puller.Clean(ctx)
 }
 
 func (d *Daemon) startBackends(context.Context) (lifecycle.Close, error) {
@@ -370,6 +375,7 @@ func (d *Daemon) startAgent(ctx context.Context) (lifecycle.Close, error) {
 	}
 	d.Manager = mgr
 	d.envs.InUse = mgr.ImageInUse
+	d.puller.InUse = func(context.Context) (map[string][]string, error) { return mgr.ImageDigestsInUse(), nil }
 	return func(context.Context) error { return mgr.Close() }, nil
 }
 
@@ -412,7 +418,7 @@ func (d *Daemon) startFnCall(context.Context) (lifecycle.Close, error) {
 		return nil, err
 	}
 	d.FnCall = fc
-	d.node = node{Manager: d.Manager, fc: fc, envs: d.envs, layers: d.Layers, uses: d.uses, noFnCall: d.cfg.NoFnCall, imagesDir: d.cfg.ImagesDir}
+	d.node = node{Manager: d.Manager, fc: fc, envs: d.envs, puller: d.puller, layers: d.Layers, uses: d.uses, noFnCall: d.cfg.NoFnCall, imagesDir: d.cfg.ImagesDir}
 	if d.cfg.MaxFnCalls > 0 {
 		d.node.fnSlots = make(chan struct{}, d.cfg.MaxFnCalls)
 	}
@@ -590,6 +596,7 @@ type node struct {
 	*agent.Manager
 	fc     *fncall.Engine
 	envs   *envstore.Store
+	puller *pull.Puller
 	layers *lazy.Client
 	// uses marks the environments in use in the cluster's etcd (nil: one
 	// machine, where envs.InUse asks the agent).

@@ -3,6 +3,7 @@ package v1
 import (
 	"net/http"
 
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -31,6 +32,42 @@ func (s *Server) deleteImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// pruneImages handles POST /v1/images:prune: every image pulled by
+// reference that no sandbox uses leaves the node's image cache. It is the
+// service's list and removal (one removal per image digest, each refused
+// while a sandbox uses the image), so it needs no operation of its own.
+func (s *Server) pruneImages(w http.ResponseWriter, r *http.Request) {
+	imgs, err := s.svc.Images(r.Context())
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := api.PruneImagesResult{Removed: []api.Image{}, InUse: []api.Image{}}
+	seen := map[string]bool{}
+	for _, img := range imgs {
+		if img.Ref == "" || img.Digest == "" || seen[img.Digest] {
+			continue
+		}
+		seen[img.Digest] = true
+		err := s.svc.RemoveImage(r.Context(), img.Digest)
+		if err == nil {
+			out.Removed = append(out.Removed, img)
+			out.Bytes += img.Size
+			continue
+		}
+		switch errdefs.CodeOf(err) {
+		case api.CodeConflict:
+			out.InUse = append(out.InUse, img)
+		case api.CodeNotFound:
+			// removed meanwhile
+		default:
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 // recordImage handles POST /v1/images/{name}/record.

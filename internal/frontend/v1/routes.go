@@ -22,6 +22,7 @@ func (s *Server) routes() []route {
 		{"GET /v1/images/{name}", s.getImage},
 		{"POST /v1/images", s.composeImage},
 		{"DELETE /v1/images/{name}", s.deleteImage},
+		{"POST /v1/images:prune", s.pruneImages},
 		{"POST /v1/images/{name}/record", s.recordImage},
 
 		{"POST /v1/sandboxes", s.createSandbox},

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -189,12 +190,16 @@ func syncDir(dir string) {
 	}
 }
 
+// tempHost is this host's part of temporary blob names.
+func tempHost() string {
+	host, _ := os.Hostname()
+	return strings.ReplaceAll(host, "/", "_")
+}
+
 func (s *fsStore) tempFile() (*os.File, error) {
 	var b [8]byte
 	rand.Read(b[:])
-	host, _ := os.Hostname()
-	host = strings.ReplaceAll(host, "/", "_")
-	name := fmt.Sprintf(".tmp-%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	name := fmt.Sprintf(".tmp-%s-%d-%s", tempHost(), os.Getpid(), hex.EncodeToString(b[:]))
 	return os.OpenFile(filepath.Join(s.root, "sha256", name), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 }
 
@@ -288,4 +293,34 @@ func (s *fsStore) List(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// RemoveStaleTemp removes the temporary files of Puts that this host's
+// processes started and never finished because they are gone (killed in the
+// middle of a write). Temporary files of live processes and of other hosts
+// (a shared mount) are left alone. It returns how many it removed.
+func (s *fsStore) RemoveStaleTemp() (int, error) {
+	dir := filepath.Join(s.root, "sha256")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, Unavailable(err, "blob store directory %s", dir)
+	}
+	prefix := ".tmp-" + tempHost() + "-"
+	n := 0
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), prefix)
+		if !ok {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || syscall.Kill(pid, 0) == nil || errors.Is(syscall.Kill(pid, 0), syscall.EPERM) {
+			continue // not ours, or its writer still runs
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return n, Unavailable(err, "blob store temporary file %s", e.Name())
+		}
+		n++
+	}
+	return n, nil
 }

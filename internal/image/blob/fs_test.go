@@ -1,8 +1,11 @@
 package blob_test
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/image/blob"
@@ -50,5 +53,42 @@ func TestPOSIXTwoNodesNoTempLeft(t *testing.T) {
 func TestPOSIXMissingMount(t *testing.T) {
 	if _, err := blob.NewPOSIX("/nonexistent/mount"); err == nil {
 		t.Fatal("missing mount accepted")
+	}
+}
+
+// A Put cut short by a kill leaves a temporary file; RemoveStaleTemp removes
+// it, and leaves those of live writers and of other hosts.
+func TestDirRemoveStaleTemp(t *testing.T) {
+	dir := t.TempDir()
+	s, err := blob.NewDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	host, _ := os.Hostname()
+	host = strings.ReplaceAll(host, "/", "_")
+	name := func(h string, pid int) string {
+		return filepath.Join(dir, "sha256", fmt.Sprintf(".tmp-%s-%d-0123456789abcdef", h, pid))
+	}
+	stale, live, other := name(host, dead.Process.Pid), name(host, os.Getpid()), name("elsewhere", dead.Process.Pid)
+	for _, p := range []string{stale, live, other} {
+		if err := os.WriteFile(p, []byte("half a blob"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n, err := s.(interface{ RemoveStaleTemp() (int, error) }).RemoveStaleTemp()
+	if err != nil || n != 1 {
+		t.Fatalf("removed %d, %v; want 1", n, err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the dead writer's temp file is still there: %v", err)
+	}
+	for _, p := range []string{live, other} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s removed: %v", filepath.Base(p), err)
+		}
 	}
 }

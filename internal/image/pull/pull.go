@@ -60,24 +60,25 @@ type Puller struct {
 	TempDir string
 	Log     *slog.Logger
 
+	// Budget is the most bytes of layer blobs the cache keeps (0: no
+	// limit): a pull that puts it over evicts the least recently used images
+	// no sandbox uses (Evict); an image whose layers alone are larger is
+	// refused (resource_exhausted).
+	Budget int64
+	// Grace keeps an image used this recently from eviction (a create that
+	// resolved it may not have its sandbox yet).
+	Grace time.Duration
+	// InUse says which sandboxes use which image digest (nil: none do).
+	InUse InUseFunc
+
 	flights singleflight.Group
 	refsMu  sync.Mutex
+	// gcMu orders removals against uses and pins (cache.go).
+	gcMu   sync.Mutex
+	pinned map[string]int // OCI layer digest → pulls using its record
+	hook   func(point string)
 	// LayersFetched counts layer blobs fetched from a registry.
 	LayersFetched atomic.Int64
-}
-
-// Clean removes what an earlier process left half-written in the temporary
-// directory (a fetch or a conversion cut short by a crash). Call it before
-// the first Pull, when no other process pulls into Dir.
-func (p *Puller) Clean() error {
-	d := p.TempDir
-	if d == "" {
-		d = filepath.Join(p.Dir, "tmp")
-	}
-	if err := os.RemoveAll(d); err != nil {
-		return errdefs.Internal(err, "pull temp dir")
-	}
-	return nil
 }
 
 // Pulled is an image made into an environment.
@@ -99,7 +100,7 @@ func (p *Puller) Pull(ctx context.Context, ref string) (Pulled, error) {
 	norm := registry.Normalized(r)
 	if d, ok := r.(name.Digest); ok {
 		// Pinned: the node's record answers without the registry.
-		if m, err := p.readImage(d.DigestStr()); err == nil {
+		if m, err := p.useImage(d.DigestStr()); err == nil {
 			return p.pulled(norm, d.DigestStr(), m)
 		}
 	}
@@ -155,14 +156,21 @@ func (p *Puller) pulled(ref, dg string, m image.Manifest) (Pulled, error) {
 // node has it.
 func (p *Puller) image(ctx context.Context, res registry.Resolved) (image.Manifest, error) {
 	dg := res.Digest.String()
-	if m, err := p.readImage(dg); err == nil {
+	if m, err := p.useImage(dg); err == nil {
 		return m, nil
 	}
 	v, err := p.shared(ctx, "image\x00"+dg, func() (any, error) {
-		if m, err := p.readImage(dg); err == nil {
+		if m, err := p.useImage(dg); err == nil {
 			return m, nil
 		}
-		return p.pullImage(context.WithoutCancel(ctx), res)
+		m, err := p.pullImage(context.WithoutCancel(ctx), res)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := p.Evict(context.WithoutCancel(ctx), dg); err != nil {
+			p.log().Warn("image cache eviction", "err", err)
+		}
+		return m, nil
 	})
 	if err != nil {
 		return image.Manifest{}, err
@@ -190,6 +198,27 @@ func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (image.Ma
 	if len(cf.RootFS.DiffIDs) != len(ls) {
 		return image.Manifest{}, errdefs.Invalid("image %s: %d layers but %d diff IDs in its config", registry.Normalized(res.Ref), len(ls), len(cf.RootFS.DiffIDs))
 	}
+	var ocis []string
+	var compressed int64
+	for _, l := range ls {
+		dg, err := l.Digest()
+		if err != nil {
+			return image.Manifest{}, registry.Classify(err, "layer digest")
+		}
+		sz, err := l.Size()
+		if err != nil {
+			return image.Manifest{}, registry.Classify(err, "layer size")
+		}
+		ocis, compressed = append(ocis, dg.String()), compressed+sz
+	}
+	if p.Budget > 0 && compressed > p.Budget {
+		return image.Manifest{}, errdefs.New(api.CodeResourceExhausted, "image %s: its layers are %d bytes compressed, more than this node's image cache budget (%d bytes)",
+			registry.Normalized(res.Ref), compressed, p.Budget)
+	}
+	// The layer records this pull uses stay until its image record names them.
+	p.pin(ocis)
+	defer p.unpin(ocis)
+	p.at("pull:start")
 	out := make([]image.Layer, len(ls))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(pullWorkers)
@@ -351,12 +380,8 @@ func (p *Puller) tempDir() (string, error) {
 func hexOf(dg string) string { return strings.TrimPrefix(dg, "sha256:") }
 
 func (p *Puller) readLayer(ctx context.Context, dg string) (image.Layer, error) {
-	var el image.Layer
-	b, err := os.ReadFile(filepath.Join(p.Dir, "layers", hexOf(dg)+".json"))
+	el, err := p.readLayerRecord(dg)
 	if err != nil {
-		return el, err
-	}
-	if err := json.Unmarshal(b, &el); err != nil {
 		return el, err
 	}
 	// The record outlives nothing: its blob must still be in the store.
@@ -366,16 +391,40 @@ func (p *Puller) readLayer(ctx context.Context, dg string) (image.Layer, error) 
 	return el, nil
 }
 
+func (p *Puller) readLayerRecord(dg string) (image.Layer, error) {
+	var el image.Layer
+	b, err := os.ReadFile(p.layerPath(dg))
+	if err != nil {
+		return el, err
+	}
+	err = json.Unmarshal(b, &el)
+	return el, err
+}
+
 func (p *Puller) writeLayer(dg string, el image.Layer) error {
 	b, _ := json.Marshal(el)
-	return p.write(filepath.Join(p.Dir, "layers", hexOf(dg)+".json"), b)
+	return p.write(p.layerPath(dg), b)
 }
 
 func (p *Puller) readImage(dg string) (image.Manifest, error) {
 	if _, err := blob.ParseDigest(dg); err != nil {
 		return image.Manifest{}, err
 	}
-	return image.ReadManifest(filepath.Join(p.Dir, "images", hexOf(dg)+".json"))
+	return image.ReadManifest(p.imagePath(dg))
+}
+
+// useImage reads image dg's record and marks it used now, under the cache
+// lock: an eviction either removed it before (not found: pull again) or
+// sees this use.
+func (p *Puller) useImage(dg string) (image.Manifest, error) {
+	p.gcMu.Lock()
+	defer p.gcMu.Unlock()
+	m, err := p.readImage(dg)
+	if err == nil {
+		now := time.Now()
+		_ = os.Chtimes(p.imagePath(dg), now, now)
+	}
+	return m, err
 }
 
 func (p *Puller) writeImage(dg string, m image.Manifest) error {
@@ -383,7 +432,7 @@ func (p *Puller) writeImage(dg string, m image.Manifest) error {
 	if err != nil {
 		return errdefs.Internal(err, "image %s", dg)
 	}
-	return p.write(filepath.Join(p.Dir, "images", hexOf(dg)+".json"), b)
+	return p.write(p.imagePath(dg), b)
 }
 
 func (p *Puller) write(path string, b []byte) error {
@@ -441,11 +490,16 @@ func (p *Puller) recordRef(ref, dg string) error {
 	} else {
 		refs = append(refs[:i], append([]Ref{r}, refs[i:]...)...)
 	}
-	b, _ := json.MarshalIndent(refs, "", " ")
-	if err := p.write(p.refsPath(), b); err != nil {
+	if err := p.writeRefs(refs); err != nil {
 		return fmt.Errorf("record %s: %w", ref, err)
 	}
 	return nil
+}
+
+// writeRefs replaces the references (p.refsMu held).
+func (p *Puller) writeRefs(refs []Ref) error {
+	b, _ := json.MarshalIndent(refs, "", " ")
+	return p.write(p.refsPath(), b)
 }
 
 var _ image.RefPuller = (*Puller)(nil)
@@ -474,6 +528,9 @@ func (p *Puller) PulledRefs() ([]image.Image, error) {
 			continue
 		}
 		pl.Image.Name = r.Ref
+		if fi, err := os.Stat(p.imagePath(r.Digest)); err == nil {
+			pl.Image.LastUsed = fi.ModTime().UTC()
+		}
 		out = append(out, pl.Image)
 	}
 	return out, nil

@@ -363,7 +363,7 @@ func TestBadInput(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(e.p.Dir, "tmp", "fetch-1.layer"), []byte("half"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.p.Clean(); err != nil {
+	if err := e.p.Clean(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(e.p.Dir, "tmp", "fetch-1.layer")); !os.IsNotExist(err) {

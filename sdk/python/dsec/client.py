@@ -179,8 +179,15 @@ class Client:
         return dict(self._json(Req("POST", "/v1/images", json_body=body)) or {})
 
     def delete_image(self, name: str) -> None:
-        """Remove an environment (ConflictError while a sandbox uses it)."""
+        """Remove an environment, or an image pulled by registry reference (the
+        reference or its digest) from the node's image cache (ConflictError while a
+        sandbox uses it; the message names the sandboxes)."""
         self._send(Req("DELETE", "/v1/images/" + _core.esc(name)))
+
+    def prune_images(self) -> Dict[str, Any]:
+        """Remove every image pulled by reference that no sandbox uses from the node's
+        image cache: {"removed": [image...], "in_use": [image...], "bytes": N}."""
+        return dict(self._json(Req("POST", "/v1/images:prune")) or {})
 
     def record_image(self, name: str) -> List[Dict[str, Any]]:
         """Store what this node's sandboxes read from the environment's layers as

@@ -55,6 +55,16 @@ def test_compose_and_delete_image(client: Any, server: Any) -> None:
         client.image(name)
 
 
+def test_image_cache_prune_and_remove(client: Any) -> None:
+    """The image cache's calls on a node that pulled nothing: prune removes nothing,
+    removing a reference the node never pulled is NotFoundError (the Go tests
+    cover pulled images, with a registry on loopback)."""
+    res = client.prune_images()
+    assert res["removed"] == [] and res["in_use"] == [] and res["bytes"] == 0, res
+    with pytest.raises(dsec.NotFoundError):
+        client.delete_image("registry.invalid/never/pulled:1")
+
+
 def test_create_get_list_delete(client: Any) -> None:
     sb = client.create(memory="300m", disk=64 << 20, cpu=0.5, ttl=timedelta(minutes=10),
                        idle_timeout=600, env={"FOO": "bar"}, labels={"k": "v"})

@@ -104,8 +104,10 @@ func (c *Checker) Route(r *http.Request) (*routers.Route, map[string]string) {
 	probe.Body = http.NoBody
 	for strings.Contains(probe.URL.Path, "//") { // the server does not clean paths (a proxied path keeps them)
 		probe.URL.Path = strings.ReplaceAll(probe.URL.Path, "//", "/")
+		probe.URL.RawPath = ""
 	}
-	probe.URL.RawPath = ""
+	// An escaped "/" in a parameter (a registry reference) stays in its
+	// segment: the mux matches on the escaped path, as the server's does.
 	c.mux.ServeHTTP(discard{}, probe)
 	return m.route, m.params
 }

@@ -43,6 +43,7 @@ type Registry struct {
 	tampered map[string][]byte // digest → content served instead
 	busy     int               // answer this many requests 429 first
 	delay    time.Duration     // before serving each blob
+	stall    int               // >0: serve this many bytes of each blob, then hang
 }
 
 // token is the one token the front hands out.
@@ -94,12 +95,16 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, inner http.Ha
 	}
 	var bad []byte
 	var delay time.Duration
+	stall := 0
 	if i := strings.Index(req.URL.Path, "/blobs/sha256:"); i >= 0 && req.Method == http.MethodGet {
 		dg := req.URL.Path[i+len("/blobs/"):]
 		r.blobGets[dg]++
-		bad, delay = r.tampered[dg], r.delay
+		bad, delay, stall = r.tampered[dg], r.delay, r.stall
 	}
 	r.mu.Unlock()
+	if stall > 0 {
+		w = &stallWriter{ResponseWriter: w, left: stall, done: req.Context().Done()}
+	}
 	time.Sleep(delay)
 	if bad != nil {
 		w.Header().Set("Content-Type", "application/octet-stream")
@@ -107,6 +112,40 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, inner http.Ha
 		return
 	}
 	inner.ServeHTTP(w, req)
+}
+
+// stallWriter passes the first left bytes of a body, then hangs until the
+// client goes away (a registry that stops sending in the middle of a blob).
+type stallWriter struct {
+	http.ResponseWriter
+	left int
+	done <-chan struct{}
+}
+
+func (s *stallWriter) Write(b []byte) (int, error) {
+	if s.left <= 0 {
+		<-s.done
+		return 0, io.ErrClosedPipe
+	}
+	n := min(len(b), s.left)
+	n, err := s.ResponseWriter.Write(b[:n])
+	s.left -= n
+	if f, ok := s.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+	if err != nil || s.left > 0 {
+		return n, err
+	}
+	<-s.done
+	return n, io.ErrClosedPipe
+}
+
+// Stall makes the registry send only the first n bytes of each blob and
+// then hang until the client goes away (0: serve blobs whole again).
+func (r *Registry) Stall(n int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stall = n
 }
 
 // BlobGets returns how many times each blob was fetched.
