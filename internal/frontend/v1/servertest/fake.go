@@ -490,6 +490,11 @@ func (n *Node) ProcessLogs(_ context.Context, id, procID, stream string, offset 
 	return io.NopCloser(bytes.NewReader(bytes.Clone(b[offset:]))), nil
 }
 
+// FollowProcess looks at the fake's in-memory logs every millisecond.
+func (n *Node) FollowProcess(ctx context.Context, id, procID string, req api.FollowRequest) (api.ProcessOutput, error) {
+	return session.FollowByPolling(ctx, n, id, procID, req, time.Millisecond)
+}
+
 func (n *Node) FS(_ context.Context, id string) (session.FS, error) {
 	if err := n.running(id); err != nil {
 		return nil, err
