@@ -103,6 +103,7 @@ type Manager struct {
 	wg   sync.WaitGroup
 
 	idle idleReclaim // see qos.go
+	logs logNotifier // wakes FollowProcess (follow.go)
 }
 
 // pending de-duplicates concurrent creates that carry the same request ID.
@@ -260,6 +261,7 @@ func (m *Manager) Close() error {
 	for _, sb := range m.all() {
 		sb.detachProcs()
 	}
+	m.logs.close()
 	return nil
 }
 

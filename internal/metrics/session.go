@@ -178,6 +178,11 @@ func (s *Service) ProcessLogs(ctx context.Context, id, procID, stream string, of
 	return v, s.failed("process_logs", err)
 }
 
+func (s *Service) FollowProcess(ctx context.Context, id, procID string, req api.FollowRequest) (api.ProcessOutput, error) {
+	v, err := s.Service.FollowProcess(ctx, id, procID, req)
+	return v, s.failed("follow_process", err)
+}
+
 // FS opens the file system; errors of the file operations themselves are the
 // front end's to count (they are not session calls).
 func (s *Service) FS(ctx context.Context, id string) (session.FS, error) {

@@ -134,6 +134,12 @@ type Processes interface {
 	SendProcessInput(ctx context.Context, id, procID string, in api.ProcessInput) error
 	// ProcessLogs reads a background process's "stdout" or "stderr" from offset.
 	ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error)
+	// FollowProcess answers with a background process's output past req's
+	// offsets as soon as there is some, or the process has ended, or
+	// req.WaitMs has passed (api.ProcessOutput; Ended once the caller has all
+	// of it): a caller follows a process with one call per batch of output and
+	// learns of its end at once, through whichever API server it asks.
+	FollowProcess(ctx context.Context, id, procID string, req api.FollowRequest) (api.ProcessOutput, error)
 }
 
 // Files is a sandbox's file system and its TCP ports.

@@ -82,6 +82,9 @@ func (Unimplemented) KillProcess(context.Context, string, string, int) error {
 func (Unimplemented) ProcessLogs(context.Context, string, string, string, int64) (io.ReadCloser, error) {
 	return nil, NotImplemented("ProcessLogs")
 }
+func (Unimplemented) FollowProcess(context.Context, string, string, api.FollowRequest) (api.ProcessOutput, error) {
+	return api.ProcessOutput{}, NotImplemented("FollowProcess")
+}
 
 func (Unimplemented) FS(context.Context, string) (FS, error) { return nil, NotImplemented("FS") }
 func (Unimplemented) Dial(context.Context, string, int) (net.Conn, error) {

@@ -83,6 +83,13 @@ func (v validating) StartProcess(ctx context.Context, id string, req api.ExecReq
 	return v.Service.StartProcess(ctx, id, req)
 }
 
+func (v validating) FollowProcess(ctx context.Context, id, procID string, req api.FollowRequest) (api.ProcessOutput, error) {
+	if err := v.check("follow_process", req.Validate()); err != nil {
+		return api.ProcessOutput{}, err
+	}
+	return v.Service.FollowProcess(ctx, id, procID, req)
+}
+
 type execValidatedKey struct{}
 
 // ExecValidated marks ctx as carrying a streaming exec that its front end has

@@ -249,6 +249,48 @@ type Process struct {
 	Labels    map[string]string `json:"labels,omitempty"`
 }
 
+// FollowRequest asks for a background process's output past the offsets the
+// caller has read (GET .../processes/{pid}/output): the answer comes as soon as
+// there is some, or the process has ended, or WaitMs has passed.
+type FollowRequest struct {
+	// StdoutOffset and StderrOffset are how much of each log the caller has.
+	StdoutOffset int64 `json:"stdout_offset,omitempty"`
+	StderrOffset int64 `json:"stderr_offset,omitempty"`
+	// WaitMs bounds the wait for output or the end (0: answer at once; at
+	// most MaxFollowWaitMs).
+	WaitMs int64 `json:"wait_ms,omitempty"`
+	// MaxBytes bounds each stream's output in one answer (0: MaxFollowBytes;
+	// at most MaxFollowBytes).
+	MaxBytes int `json:"max_bytes,omitempty"`
+}
+
+const (
+	// MaxFollowWaitMs is the longest wait one FollowRequest may ask for.
+	MaxFollowWaitMs = 60_000
+	// MaxFollowBytes is the most output of one stream one answer carries.
+	MaxFollowBytes = 1 << 20
+)
+
+// Limit is the most bytes of each stream an answer to r carries.
+func (r FollowRequest) Limit() int {
+	if r.MaxBytes <= 0 || r.MaxBytes > MaxFollowBytes {
+		return MaxFollowBytes
+	}
+	return r.MaxBytes
+}
+
+// ProcessOutput answers a FollowRequest: the output past its offsets and the
+// process as it was before that output was read, so that when Ended is set
+// the caller has all of it.
+type ProcessOutput struct {
+	Process Process `json:"process"`
+	Stdout  []byte  `json:"stdout,omitempty"`
+	Stderr  []byte  `json:"stderr,omitempty"`
+	// Ended: the process has ended and Stdout and Stderr reach the end of its
+	// logs (nothing more will come).
+	Ended bool `json:"ended"`
+}
+
 // ListProcessesResponse is the body of GET .../processes.
 type ListProcessesResponse struct {
 	Processes []Process `json:"processes"`

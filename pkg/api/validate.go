@@ -158,3 +158,17 @@ func validateEnv(field string, env map[string]string) error {
 	}
 	return nil
 }
+
+// Validate checks a follow request: negative offsets, a wait or a size out of
+// range are invalid_argument.
+func (r FollowRequest) Validate() error {
+	switch {
+	case r.StdoutOffset < 0 || r.StderrOffset < 0:
+		return invalid("stdout_offset and stderr_offset must not be negative")
+	case r.WaitMs < 0 || r.WaitMs > MaxFollowWaitMs:
+		return invalid("wait_ms must be between 0 and %d, got %d", MaxFollowWaitMs, r.WaitMs)
+	case r.MaxBytes < 0 || r.MaxBytes > MaxFollowBytes:
+		return invalid("max_bytes must be between 0 and %d, got %d", MaxFollowBytes, r.MaxBytes)
+	}
+	return nil
+}

@@ -295,6 +295,13 @@ func TestProcesses(t *testing.T) {
 	if string(b) != "ut\n" {
 		t.Fatalf("logs %q", b)
 	}
+	out, err := c.FollowProcess(ctx, sb.ID, p.ID, api.FollowRequest{StdoutOffset: 1, WaitMs: 1000})
+	if err != nil || string(out.Stdout) != "ut\n" || len(out.Stderr) != 0 || !out.Ended || out.Process.ID != p.ID {
+		t.Fatalf("follow %+v %v", out, err)
+	}
+	if _, err := c.FollowProcess(ctx, sb.ID, p.ID, api.FollowRequest{MaxBytes: api.MaxFollowBytes + 1}); !errors.Is(err, &api.Error{Code: api.CodeInvalidArgument}) {
+		t.Fatalf("follow with too large max_bytes: %v", err)
+	}
 	if list, err := c.ListProcesses(ctx, sb.ID); err != nil || len(list) != 2 {
 		t.Fatalf("list %+v %v", list, err)
 	}

@@ -65,3 +65,14 @@ func (c *Client) ProcessLogs(ctx context.Context, id, pid, stream string, offset
 	}
 	return resp.Body, nil
 }
+
+// FollowProcess answers with a background process's output past req's offsets
+// as soon as there is some, or the process has ended (Ended: nothing more will
+// come), or req.WaitMs has passed.
+func (c *Client) FollowProcess(ctx context.Context, id, pid string, req api.FollowRequest) (api.ProcessOutput, error) {
+	q := url.Values{"stdout_offset": {itoa(req.StdoutOffset)}, "stderr_offset": {itoa(req.StderrOffset)},
+		"wait_ms": {itoa(req.WaitMs)}, "max_bytes": {itoa(int64(req.MaxBytes))}}
+	var out api.ProcessOutput
+	err := c.do(ctx, call{method: http.MethodGet, path: processPath(id, pid, "/output"), query: q, retry: true}, &out)
+	return out, err
+}

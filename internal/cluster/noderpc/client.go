@@ -345,6 +345,12 @@ func (c *Client) SendProcessInput(ctx context.Context, id, procID string, in api
 	return c.call(ctx, "SendProcessInput", callArgs{ID: id, Proc: procID, ProcInput: &in}, nil)
 }
 
+// FollowProcess waits on the node (up to req.WaitMs) for output past req's
+// offsets or the process's end.
+func (c *Client) FollowProcess(ctx context.Context, id, procID string, req api.FollowRequest) (api.ProcessOutput, error) {
+	return callFor[api.ProcessOutput](ctx, c, "FollowProcess", callArgs{ID: id, Proc: procID, Follow: &req})
+}
+
 func (c *Client) KillProcess(ctx context.Context, id, procID string, sig int) error {
 	return c.call(ctx, "KillProcess", callArgs{ID: id, Proc: procID, Signal: sig}, nil)
 }

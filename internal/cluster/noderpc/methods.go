@@ -30,6 +30,7 @@ type callArgs struct {
 	Pause     *api.PauseRequest         `json:"pause,omitempty"`
 	Deadline  *api.DeadlineRequest      `json:"deadline,omitempty"`
 	ProcInput *api.ProcessInput         `json:"proc_input,omitempty"`
+	Follow    *api.FollowRequest        `json:"follow,omitempty"`
 	Watch     *api.WatchRequest         `json:"watch,omitempty"`
 	WatchID   string                    `json:"watch_id,omitempty"`
 	FnCall    *api.FnCallRequest        `json:"fncall,omitempty"`
@@ -86,6 +87,9 @@ var methods = map[string]method{
 	},
 	"SendProcessInput": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return nil, h.svc.SendProcessInput(ctx, a.ID, a.Proc, val(a.ProcInput))
+	},
+	"FollowProcess": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.FollowProcess(ctx, a.ID, a.Proc, val(a.Follow))
 	},
 	"KillProcess": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return nil, h.svc.KillProcess(ctx, a.ID, a.Proc, a.Signal)

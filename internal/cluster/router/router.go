@@ -275,6 +275,12 @@ func (r *Router) KillProcess(ctx context.Context, id, procID string, sig int) er
 	return err
 }
 
+func (r *Router) FollowProcess(ctx context.Context, id, procID string, req api.FollowRequest) (api.ProcessOutput, error) {
+	return blocking(ctx, r, id, func(ctx context.Context, s session.Service) (api.ProcessOutput, error) {
+		return s.FollowProcess(ctx, id, procID, req)
+	})
+}
+
 func (r *Router) ProcessLogs(ctx context.Context, id, procID, stream string, offset int64) (io.ReadCloser, error) {
 	return on(r, id, func(s session.Service) (io.ReadCloser, error) { return s.ProcessLogs(ctx, id, procID, stream, offset) })
 }

@@ -24,7 +24,9 @@ import (
 // input and their E2B tag and configuration (as process labels), so that any
 // API server lists, connects to, feeds and signals a process whichever one
 // started it, and a restart of the front end loses none. A stream follows a
-// process by reading its logs from an offset until it has ended. The E2B PID is
+// process by asking the node for output past the offsets it has sent
+// (session.Processes.FollowProcess, which answers as soon as there is some or
+// the process has ended) until the process has ended. The E2B PID is
 // the process's PID in the sandbox, as the node recorded it.
 
 const (
@@ -33,8 +35,9 @@ const (
 	// they never collide with a real PID. The number is the node's own
 	// ("p7" is syntheticPIDBase+7), so every API server derives the same.
 	syntheticPIDBase = 1 << 22
-	// followPoll bounds how long a stream waits for more output or the end.
-	followPoll = 50 * time.Millisecond
+	// followWait bounds one wait of a stream for output or the end on the
+	// node (a keepalive interval shorter than it bounds it instead).
+	followWait = 30 * time.Second
 	// maxChunk is the most output one data event carries.
 	maxChunk = 64 << 10
 
@@ -149,32 +152,19 @@ type follower struct {
 	send    func(*pb.ProcessEvent) error
 }
 
-// drain sends the output logged past the offsets.
-func (f *follower) drain(ctx context.Context) error {
-	streams := []string{"stdout", "stderr"}
-	if f.p.TTY {
-		streams = streams[:1]
-	}
-	for _, stream := range streams {
-		rc, err := f.h.svc.ProcessLogs(session.WithoutStep(ctx), f.sandbox, f.p.ID, stream, f.offs[stream])
-		if err != nil {
-			return rpcErr(err)
+// sendOutput sends what one answer of the node carried as data events.
+func (f *follower) sendOutput(out api.ProcessOutput) error {
+	for _, o := range []struct {
+		stream string
+		b      []byte
+	}{{"stdout", out.Stdout}, {"stderr", out.Stderr}} {
+		if len(o.b) == 0 {
+			continue
 		}
-		buf := make([]byte, maxChunk)
-		for {
-			n, rerr := io.ReadFull(rc, buf)
-			if n > 0 {
-				f.offs[stream] += int64(n)
-				if err := f.send(dataEvent(stream, f.p.TTY, append([]byte(nil), buf[:n]...))); err != nil {
-					rc.Close()
-					return err
-				}
-			}
-			if rerr != nil {
-				break
-			}
+		f.offs[o.stream] += int64(len(o.b))
+		if err := f.send(dataEvent(o.stream, f.p.TTY, o.b)); err != nil {
+			return err
 		}
-		rc.Close()
 	}
 	return nil
 }
@@ -192,50 +182,43 @@ func dataEvent(stream string, tty bool, b []byte) *pb.ProcessEvent {
 	return &pb.ProcessEvent{Event: &pb.ProcessEvent_Data{Data: ev}}
 }
 
-// run sends start, then output and keepalives until the process ends, then
-// end. An ended process gets its end at once.
+// run sends start, then output as the node has it and keepalives, then
+// end as soon as the process has ended: each FollowProcess call waits on the
+// node until there is output or the end (or a keepalive is due). An ended
+// process gets its end at once.
 func (f *follower) run(ctx context.Context, keepalive time.Duration) error {
 	if err := f.send(startEvent(pidOf(f.p))); err != nil {
 		return err
 	}
-	var tick <-chan time.Time
-	if keepalive > 0 {
-		t := time.NewTicker(keepalive)
-		defer t.Stop()
-		tick = t.C
+	wait := followWait
+	if keepalive > 0 && keepalive < wait {
+		wait = keepalive
 	}
 	for {
-		cur := f.p
-		if cur.Running {
-			wctx, cancel := context.WithTimeout(ctx, followPoll)
-			got, err := f.h.svc.WaitProcess(session.WithoutStep(wctx), f.sandbox, f.p.ID)
-			cancel()
-			switch {
-			case ctx.Err() != nil:
-				return ctx.Err()
-			case err == nil:
-				cur = got
-			case !errdefs.Is(err, api.CodeDeadlineExceeded) && !errors.Is(err, context.DeadlineExceeded):
-				f.abortIfSandboxGone(ctx)
-				return rpcErr(err)
-			}
-		}
-		if err := f.drain(ctx); err != nil {
+		out, err := f.h.svc.FollowProcess(session.WithoutStep(ctx), f.sandbox, f.p.ID, api.FollowRequest{
+			StdoutOffset: f.offs["stdout"], StderrOffset: f.offs["stderr"],
+			WaitMs: max(wait.Milliseconds(), 1), MaxBytes: maxChunk,
+		})
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case err != nil:
 			f.abortIfSandboxGone(ctx)
+			return rpcErr(err)
+		}
+		if err := f.sendOutput(out); err != nil {
 			return err
 		}
-		if !cur.Running {
-			if cur.Result == nil || cur.Result.Error != "" {
+		if out.Ended {
+			if out.Process.Result == nil || out.Process.Result.Error != "" {
 				f.abortIfSandboxGone(ctx)
 			}
-			return f.send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(resultOf(cur), nil)}})
+			return f.send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(resultOf(out.Process), nil)}})
 		}
-		select {
-		case <-tick:
+		if keepalive > 0 && len(out.Stdout)+len(out.Stderr) == 0 && out.Process.Running {
 			if err := f.send(keepaliveEvent); err != nil {
 				return err
 			}
-		default:
 		}
 	}
 }

@@ -110,7 +110,8 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"Quota": api.Quota{}, "Usage": api.Usage{}, "Project": api.Project{}, "ProjectToken": api.ProjectToken{},
 		"CreateProjectRequest": api.CreateProjectRequest{}, "ProjectTokenResponse": api.ProjectTokenResponse{},
 		"DeadlineRequest": api.DeadlineRequest{}, "ProcessInput": api.ProcessInput{}, "Process": api.Process{},
-		"HostFeature": api.HostFeature{},
+		"ProcessOutput": api.ProcessOutput{},
+		"HostFeature":   api.HostFeature{},
 	} {
 		have, ok := props[name]
 		if !ok {

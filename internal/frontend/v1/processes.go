@@ -129,3 +129,34 @@ func (s *Server) processLogs(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler) // signal the truncation to the client
 	}
 }
+
+// followProcess handles GET .../processes/{pid}/output?stdout_offset=N&
+// stderr_offset=N&wait_ms=N&max_bytes=N: the output past the offsets as soon as
+// there is some, or the process has ended, or wait_ms has passed
+// (api.ProcessOutput).
+func (s *Server) followProcess(w http.ResponseWriter, r *http.Request) {
+	var req api.FollowRequest
+	var err error
+	for _, q := range []struct {
+		name string
+		dst  *int64
+	}{{"stdout_offset", &req.StdoutOffset}, {"stderr_offset", &req.StderrOffset}, {"wait_ms", &req.WaitMs}} {
+		if *q.dst, err = queryInt(r, q.name, 0); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
+	maxBytes, err := queryInt(r, "max_bytes", 0)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if maxBytes > api.MaxFollowBytes {
+		s.writeError(w, r, errdefs.Invalid("max_bytes must be between 0 and %d, got %d", api.MaxFollowBytes, maxBytes))
+		return
+	}
+	req.MaxBytes = int(maxBytes)
+	s.answerLate(w, r, func() (any, error) {
+		return s.svc.FollowProcess(r.Context(), r.PathValue("id"), r.PathValue("pid"), req)
+	})
+}

@@ -51,6 +51,7 @@ func (s *Server) routes() []route {
 		{"POST " + sb + "/processes/{pid}/kill", s.killProcess},
 		{"POST " + sb + "/processes/{pid}/input", s.processInput},
 		{"GET " + sb + "/processes/{pid}/logs", s.processLogs},
+		{"GET " + sb + "/processes/{pid}/output", s.followProcess},
 
 		{"GET " + sb + "/files", s.step(s.readFile)},
 		{"PUT " + sb + "/files", s.step(s.writeFile)},

@@ -10,7 +10,7 @@
 // sandbox lifecycle (create, idempotent create, get, list, delete, pause, resume,
 // reset), blocking exec, streaming exec (stdin, stdout and stderr, the started
 // callback, signals and resizes on Control, terminals), background processes
-// (start, list, get, wait, kill, logs), the file system (write, read, stat, list,
+// (start, list, get, wait, kill, logs, follow), the file system (write, read, stat, list,
 // mkdir, rename, remove, tar out and in), dial, and the error classes callers
 // branch on (not_found for an unknown sandbox or process, invalid_argument for
 // bad input). Every sandbox it creates is deleted when its subtest ends.
@@ -72,6 +72,7 @@ func Run(t *testing.T, svc session.Service, opts Options) {
 	t.Run("ExecStreamTTY", s.testTTY)
 	t.Run("Processes", s.testProcesses)
 	t.Run("KillProcess", s.testKillProcess)
+	t.Run("FollowProcess", s.testFollowProcess)
 	t.Run("Files", s.testFiles)
 	t.Run("FilesErrors", s.testFilesErrors)
 	t.Run("Tar", s.testTar)
@@ -511,6 +512,112 @@ func (s *suite) testProcesses(t *testing.T) {
 	if err != nil || !got.Running {
 		t.Errorf("bounded WaitProcess: %+v, %v (want running, no error)", got, err)
 	}
+}
+
+// follow calls FollowProcess until the process has ended and all its output
+// is read, from the offsets of what out already holds.
+func (s *suite) follow(t *testing.T, id, procID string, out *api.ProcessOutput, maxBytes int) {
+	t.Helper()
+	for !out.Ended {
+		got, err := s.svc.FollowProcess(ctxT(t), id, procID, api.FollowRequest{
+			StdoutOffset: int64(len(out.Stdout)), StderrOffset: int64(len(out.Stderr)), WaitMs: 30_000, MaxBytes: maxBytes,
+		})
+		if err != nil {
+			t.Fatalf("FollowProcess: %v", err)
+		}
+		if maxBytes > 0 && (len(got.Stdout) > maxBytes || len(got.Stderr) > maxBytes) {
+			t.Fatalf("FollowProcess with max_bytes %d answered %d+%d bytes", maxBytes, len(got.Stdout), len(got.Stderr))
+		}
+		if got.Ended && got.Process.Running {
+			t.Fatalf("FollowProcess: ended, but the process runs: %+v", got.Process)
+		}
+		out.Stdout, out.Stderr = append(out.Stdout, got.Stdout...), append(out.Stderr, got.Stderr...)
+		out.Process, out.Ended = got.Process, got.Ended
+	}
+}
+
+func (s *suite) testFollowProcess(t *testing.T) {
+	ctx := ctxT(t)
+	sb := s.create(t, nil)
+	p, err := s.svc.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "echo first; read l; sleep 0.5; echo \"$l\" >&2; read l; echo last; exit 3", OpenStdin: true})
+	if err != nil {
+		t.Fatalf("StartProcess: %v", err)
+	}
+	// The first line comes without waiting for the rest.
+	var out api.ProcessOutput
+	for len(out.Stdout) < len("first\n") {
+		got, err := s.svc.FollowProcess(ctx, sb.ID, p.ID, api.FollowRequest{StdoutOffset: int64(len(out.Stdout)), WaitMs: 30_000})
+		if err != nil || got.Ended || !got.Process.Running {
+			t.Fatalf("FollowProcess before input: %+v, %v (want output of a running process)", got, err)
+		}
+		out.Stdout = append(out.Stdout, got.Stdout...)
+	}
+	if string(out.Stdout) != "first\n" {
+		t.Fatalf("stdout before input %q, want %q", out.Stdout, "first\n")
+	}
+	// Nothing more until the input: an answer at once, and a bounded wait
+	// that ends running, with no output and no error.
+	got, err := s.svc.FollowProcess(ctx, sb.ID, p.ID, api.FollowRequest{StdoutOffset: 6})
+	if err != nil || len(got.Stdout)+len(got.Stderr) != 0 || got.Ended || !got.Process.Running {
+		t.Fatalf("FollowProcess without a wait: %+v, %v", got, err)
+	}
+	t0 := time.Now()
+	got, err = s.svc.FollowProcess(ctx, sb.ID, p.ID, api.FollowRequest{StdoutOffset: 6, WaitMs: 200})
+	if err != nil || len(got.Stdout)+len(got.Stderr) != 0 || got.Ended || !got.Process.Running {
+		t.Fatalf("bounded FollowProcess: %+v, %v (want running, no output, no error)", got, err)
+	}
+	if d := time.Since(t0); d < 150*time.Millisecond {
+		t.Errorf("FollowProcess with wait_ms 200 answered after %v with nothing to say", d)
+	}
+	// A waiting follower wakes on the output the input causes (half a second
+	// later, while the process goes on running), long before its wait ends.
+	type answer struct {
+		out api.ProcessOutput
+		err error
+	}
+	woke := make(chan answer, 1)
+	go func() {
+		got, err := s.svc.FollowProcess(ctx, sb.ID, p.ID, api.FollowRequest{StdoutOffset: 6, WaitMs: 50_000})
+		woke <- answer{got, err}
+	}()
+	t0 = time.Now()
+	if err := s.svc.SendProcessInput(ctx, sb.ID, p.ID, api.ProcessInput{Data: []byte("middle\n")}); err != nil {
+		t.Fatalf("SendProcessInput: %v", err)
+	}
+	a := <-woke
+	if a.err != nil || len(a.out.Stdout)+len(a.out.Stderr) == 0 {
+		t.Fatalf("waiting FollowProcess: %+v, %v (want output)", a.out, a.err)
+	}
+	if d := time.Since(t0); d > 10*time.Second {
+		t.Errorf("waiting FollowProcess answered %v after the output", d)
+	}
+	out.Stdout, out.Stderr = append(out.Stdout, a.out.Stdout...), append(out.Stderr, a.out.Stderr...)
+	if err := s.svc.SendProcessInput(ctx, sb.ID, p.ID, api.ProcessInput{Data: []byte("end\n")}); err != nil {
+		t.Fatalf("SendProcessInput: %v", err)
+	}
+	s.follow(t, sb.ID, p.ID, &out, 0)
+	if string(out.Stdout) != "first\nlast\n" || string(out.Stderr) != "middle\n" {
+		t.Errorf("followed stdout %q, stderr %q", out.Stdout, out.Stderr)
+	}
+	if r := out.Process.Result; r == nil || r.ExitCode != 3 {
+		t.Errorf("followed to the end: result %+v, want exit code 3", r)
+	}
+	// An answer carries at most max_bytes of each stream; the rest follows.
+	big, err := s.svc.StartProcess(ctx, sb.ID, api.ExecRequest{Shell: "i=0; while [ $i -lt 500 ]; do echo 0123456789abcdefghi; i=$((i+1)); done"})
+	if err != nil {
+		t.Fatalf("StartProcess: %v", err)
+	}
+	out = api.ProcessOutput{}
+	s.follow(t, sb.ID, big.ID, &out, 1000)
+	if want := strings.Repeat("0123456789abcdefghi\n", 500); string(out.Stdout) != want {
+		t.Errorf("followed %d bytes in answers of at most 1000, want %d", len(out.Stdout), len(want))
+	}
+	_, err = s.svc.FollowProcess(ctx, sb.ID, p.ID, api.FollowRequest{StdoutOffset: -1})
+	wantCode(t, "FollowProcess from a negative offset", err, api.CodeInvalidArgument)
+	_, err = s.svc.FollowProcess(ctx, sb.ID, p.ID, api.FollowRequest{WaitMs: api.MaxFollowWaitMs + 1})
+	wantCode(t, "FollowProcess with too long a wait", err, api.CodeInvalidArgument)
+	_, err = s.svc.FollowProcess(ctx, sb.ID, "no-such-proc", api.FollowRequest{})
+	wantCode(t, "FollowProcess of an unknown process", err, api.CodeNotFound)
 }
 
 func (s *suite) testKillProcess(t *testing.T) {
