@@ -15,10 +15,10 @@ import (
 
 	v1reg "github.com/google/go-containerregistry/pkg/v1"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/servertest"
 	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/image/blob"
 	"github.com/dsec-dev/dsec/internal/image/pull"
@@ -32,7 +32,7 @@ import (
 // GET pulls a reference, DELETE removes it from the cache, the list shows
 // the pulled references); inUse plays the node's sandboxes.
 type cacheService struct {
-	*servertest.Node
+	*agenttest.Node
 	p *pull.Puller
 }
 
@@ -79,7 +79,7 @@ func TestImageCacheRemoveAndPrune(t *testing.T) {
 	p := &pull.Puller{Registry: rc, Blobs: bs, Spec: spec, Dir: filepath.Join(dir, "pull")}
 	used := map[string][]string{}
 	p.InUse = func(context.Context) (map[string][]string, error) { return used, nil }
-	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(cacheService{servertest.NewNode(t.TempDir()), p}, v1.Options{Token: token}).Handler()))
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(cacheService{agenttest.NewNode(t), p}, v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
 	cl := client.New(srv.URL, token, client.WithRetry(0))
 
