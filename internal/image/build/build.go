@@ -216,9 +216,10 @@ type state struct {
 	key    [32]byte
 	shell  []string
 	args   map[string]string // ARG values in scope
-	// mkdir is a WORKDIR no layer step has created yet.
-	mkdir  string
-	cmdSet bool
+	// mkdir is a WORKDIR (at line mkdirLine) no layer step has created yet.
+	mkdir     string
+	mkdirLine int
+	cmdSet    bool
 }
 
 // env returns the build-time environment: ARGs under the image's ENV.
@@ -235,17 +236,18 @@ func (s *state) env() []string {
 	return out
 }
 
-// chain returns the cache key after instruction text with the state's
-// config and args.
+// chain returns the cache key after a step described by parts (expanded, so
+// the ARG values a step reads are in them), with the state's config. ARGs
+// themselves are not: as in Docker, a changed build arg redoes the RUNs (whose
+// environment has it) and what follows, not a COPY before them.
 func (s *state) chain(parts ...string) [32]byte {
 	h := sha256.New()
 	h.Write(s.key[:])
 	cfg, _ := json.Marshal(struct {
-		C    image.Config
-		Args map[string]string
-		Sh   []string
-		M    string
-	}{s.cfg, s.args, s.shell, s.mkdir})
+		C  image.Config
+		Sh []string
+		M  string
+	}{s.cfg, s.shell, s.mkdir})
 	h.Write(cfg)
 	for _, p := range parts {
 		fmt.Fprintf(h, "\x00%d:%s", len(p), p)
@@ -379,9 +381,13 @@ func (r *run) stage(ctx context.Context, idx int, s *instructions.Stage) (*state
 
 func (r *run) record(step api.BuildStep) {
 	r.res.Steps = append(r.res.Steps, step)
-	if r.req.Progress == nil {
-		return
+	if r.req.Progress != nil {
+		fmt.Fprintln(r.req.Progress, StepLine(len(r.res.Steps), step))
 	}
+}
+
+// StepLine is step n (1-based) as a progress line.
+func StepLine(n int, step api.BuildStep) string {
 	note := ""
 	switch {
 	case step.Cached:
@@ -389,7 +395,7 @@ func (r *run) record(step api.BuildStep) {
 	case step.Warning != "":
 		note = " (" + step.Warning + ")"
 	}
-	fmt.Fprintf(r.req.Progress, "#%d line %d: %s%s %.1fms\n", len(r.res.Steps), step.Line, step.Instruction, note, step.Millis)
+	return fmt.Sprintf("#%d line %d: %s%s %.1fms", n, step.Line, step.Instruction, note, step.Millis)
 }
 
 // instruction applies one instruction to st.
@@ -426,7 +432,7 @@ func (r *run) instruction(ctx context.Context, st *state, c instructions.Command
 		if !strings.HasPrefix(p, "/") {
 			p = joinPath(st.workdir(), p)
 		}
-		st.cfg.WorkingDir, st.mkdir = p, p
+		st.cfg.WorkingDir, st.mkdir, st.mkdirLine = p, p, line
 	case *instructions.UserCommand:
 		st.cfg.User = c.User
 	case *instructions.ShellCommand:
@@ -520,13 +526,16 @@ func (r *run) runStep(ctx context.Context, st *state, c *instructions.RunCommand
 	if len(argv) == 0 {
 		return lineError(line, "RUN: no command")
 	}
-	args, _ := json.Marshal(argv)
-	key := st.chain("RUN", string(args))
 	env := map[string]string{}
 	for _, kv := range st.env() {
 		k, v, _ := strings.Cut(kv, "=")
 		env[k] = v
 	}
+	args, _ := json.Marshal(struct {
+		Argv []string
+		Env  map[string]string
+	}{argv, env})
+	key := st.chain("RUN", string(args))
 	timeout := DefaultRunTimeout
 	if r.req.RunTimeoutMs > 0 {
 		timeout = time.Duration(r.req.RunTimeoutMs) * time.Millisecond
@@ -656,7 +665,7 @@ func (r *run) mkdir(ctx context.Context, id, p string) error {
 // finish writes the final state as environment req.Name.
 func (r *run) finish(ctx context.Context, st *state) (api.Image, error) {
 	if st.mkdir != "" { // a WORKDIR no later step created
-		step := api.BuildStep{Instruction: "WORKDIR " + st.mkdir + " (create)"}
+		step := api.BuildStep{Line: st.mkdirLine, Instruction: "WORKDIR " + st.mkdir + " (create the directory)"}
 		t0 := time.Now()
 		if err := r.layerStep(ctx, st, st.chain("MKDIR", st.mkdir), &step, nil); err != nil {
 			return api.Image{}, err

@@ -58,7 +58,7 @@ func (r *run) sources(root *os.Root, spec copySpec, line int) ([]source, error) 
 		if clean == ".." || strings.HasPrefix(clean, "../") {
 			return nil, lineError(line, "%s %s: the source is outside the build context", spec.cmd, src)
 		}
-		rel := strings.TrimPrefix(path.Clean("/" + clean), "/")
+		rel := strings.TrimPrefix(path.Clean("/"+clean), "/")
 		if rel == "" {
 			rel = "."
 		}
@@ -187,7 +187,7 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 	if plan.digest, err = contextDigest(root, plan); err != nil {
 		return lineError(line, "%s: read the build context: %v", spec.cmd, err)
 	}
-	key := st.chain(spec.cmd, step.Instruction, plan.digest)
+	key := st.chain(spec.cmd, "--chown="+spec.chown, "--chmod="+spec.chmod, plan.digest)
 	return r.layerStep(ctx, st, key, step, func(ctx context.Context, id string) error {
 		fsys, err := r.b.Sandboxes.FS(ctx, id)
 		if err != nil {
