@@ -33,6 +33,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -129,6 +130,7 @@ func (b *Builder) Build(ctx context.Context, req Request) (api.BuildImageResult,
 		if stages[i].Name != "" {
 			r.built[strings.ToLower(stages[i].Name)] = st
 		}
+		r.order = append(r.order, st)
 	}
 	img, err := r.finish(ctx, st)
 	if err != nil {
@@ -266,6 +268,7 @@ type run struct {
 	res   *api.BuildImageResult
 	meta  map[string]string
 	built map[string]*state // finished stages by lower-case name
+	order []*state          // finished stages in order
 }
 
 // metaArgs evaluates the ARGs before the first FROM.
@@ -428,10 +431,7 @@ func (r *run) instruction(ctx context.Context, st *state, c instructions.Command
 			}
 		}
 	case *instructions.WorkdirCommand:
-		p := c.Path
-		if !strings.HasPrefix(p, "/") {
-			p = joinPath(st.workdir(), p)
-		}
+		p := joinPath(st.workdir(), c.Path)
 		st.cfg.WorkingDir, st.mkdir, st.mkdirLine = p, p, line
 	case *instructions.UserCommand:
 		st.cfg.User = c.User
@@ -482,10 +482,11 @@ func (r *run) instruction(ctx context.Context, st *state, c instructions.Command
 	case *instructions.RunCommand:
 		return r.runStep(ctx, st, c, step)
 	case *instructions.CopyCommand:
+		spec := copySpec{cmd: "COPY", sd: c.SourcesAndDest, chown: c.Chown, chmod: c.Chmod, exclude: c.ExcludePatterns, parents: c.Parents}
 		if c.From != "" {
-			return lineError(line, "COPY --from is not supported")
+			return r.copyFromStage(ctx, st, spec, c.From, step)
 		}
-		return r.copyStep(ctx, st, copySpec{cmd: "COPY", sd: c.SourcesAndDest, chown: c.Chown, chmod: c.Chmod, exclude: c.ExcludePatterns, parents: c.Parents}, step)
+		return r.copyStep(ctx, st, spec, step)
 	case *instructions.AddCommand:
 		if c.Checksum != "" || c.KeepGitDir != nil {
 			return lineError(line, "ADD --checksum and --keep-git-dir are not supported (no remote sources)")
@@ -589,11 +590,7 @@ func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.
 	if err != nil {
 		return fmt.Errorf("Dockerfile line %d: sandbox for the step: %w", step.Line, err)
 	}
-	defer func() {
-		if err := r.b.Sandboxes.Delete(context.WithoutCancel(ctx), sb.ID); err != nil && !errdefs.Is(err, api.CodeNotFound) {
-			r.b.log().Warn("delete build sandbox", "id", sb.ID, "err", err)
-		}
-	}()
+	defer r.deleteSandbox(ctx, sb.ID)
 	if st.mkdir != "" {
 		if err := r.mkdir(ctx, sb.ID, st.mkdir); err != nil {
 			return fmt.Errorf("Dockerfile line %d: WORKDIR %s: %w", step.Line, st.mkdir, err)
@@ -622,6 +619,13 @@ func advance(st *state, key [32]byte, name string, m image.Manifest, step *api.B
 	st.layers = slices.Clone(m.Layers)
 	if n := len(st.layers); n > 0 {
 		step.Layer = st.layers[n-1].Digest
+	}
+}
+
+// deleteSandbox deletes a build's sandbox, even once ctx has ended.
+func (r *run) deleteSandbox(ctx context.Context, id string) {
+	if err := r.b.Sandboxes.Delete(context.WithoutCancel(ctx), id); err != nil && !errdefs.Is(err, api.CodeNotFound) {
+		r.b.log().Warn("delete build sandbox", "id", id, "err", err)
 	}
 }
 
@@ -710,8 +714,10 @@ func (r *run) finish(ctx context.Context, st *state) (api.Image, error) {
 	return out, nil
 }
 
-// joinPath joins a relative path to dir, cleaned, absolute.
+// joinPath resolves p against dir (an absolute p stands as it is), cleaned.
 func joinPath(dir, p string) string {
-	j := dir + "/" + p
-	return cleanAbs(j)
+	if path.IsAbs(p) {
+		return cleanAbs(p)
+	}
+	return cleanAbs(dir + "/" + p)
 }

@@ -217,6 +217,27 @@ func TestBuildDockerfile(t *testing.T) {
 		t.Fatalf("changed greet.sh: cached layer steps %v, want only the first COPY cached", got)
 	}
 
+	// Multi-stage: COPY --from an earlier stage (by name and by index),
+	// owned by root as Docker does.
+	multi := `FROM debian AS tools
+RUN mkdir -p /out/bin && printf '#!/bin/sh\necho tool\n' > /out/bin/tool && chmod 755 /out/bin/tool && echo data > /out/data.txt && chown -R user /out
+FROM app
+COPY --from=tools /out/ /opt/
+COPY --from=0 /out/data.txt /etc/data.txt
+`
+	if _, err := buildIn(t, d, "multi", dir, multi, nil); err != nil {
+		t.Fatal(err)
+	}
+	noSandboxes(t, d)
+	sb, err = d.Manager.Create(ctx, api.CreateSandboxRequest{Image: "multi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := exec(t, d, sb.ID, "/opt/bin/tool; cat /etc/data.txt; stat -c '%U %a' /opt/bin/tool /etc/data.txt; id -un"); got != "tool\ndata\nroot 755\nroot 644\nuser" {
+		t.Errorf("multi-stage result: %q", got)
+	}
+	_ = d.Manager.Delete(ctx, sb.ID)
+
 	// Through /v1 and the Go client: the context as a tar, the Dockerfile inside it.
 	srv := httptest.NewServer(d.Handler())
 	defer srv.Close()
@@ -296,7 +317,8 @@ func TestBuildErrors(t *testing.T) {
 		{"onbuild", "FROM debian\nONBUILD RUN true\n", api.CodeInvalidArgument, []string{"line 2", "ONBUILD is not supported"}},
 		{"run-mount", "FROM debian\nRUN --mount=type=cache,target=/c true\n", api.CodeInvalidArgument, []string{"line 2", "RUN --mount"}},
 		{"add-url", "FROM debian\nADD https://example.com/x /x\n", api.CodeInvalidArgument, []string{"line 2", "remote sources"}},
-		{"copy-from", "FROM debian AS a\nFROM debian\nCOPY --from=a /etc/hostname /x\n", api.CodeInvalidArgument, []string{"line 3", "COPY --from"}},
+		{"copy-from-unknown", "FROM debian AS a\nFROM debian\nCOPY --from=b /etc/hostname /x\n", api.CodeInvalidArgument, []string{"line 3", "no earlier stage"}},
+		{"copy-from-missing", "FROM debian AS a\nFROM debian\nCOPY --from=a /no/such /x\n", api.CodeInvalidArgument, []string{"line 3", "not found in that stage"}},
 		{"no-image", "FROM no-such-image-here\n", api.CodeNotFound, []string{"line 1", "no-such-image-here"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

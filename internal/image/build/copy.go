@@ -174,9 +174,6 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 	dest := spec.sd.DestPath
 	plan := copyPlan{dest: joinPath(st.workdir(), dest), srcs: srcs,
 		destDir: strings.HasSuffix(dest, "/") || dest == "." || strings.HasSuffix(dest, "/.")}
-	if path.IsAbs(dest) {
-		plan.dest = cleanAbs(dest)
-	}
 	if len(srcs) > 1 && !plan.destDir {
 		return lineError(line, "%s with several sources: the destination %q must be a directory ending in /", spec.cmd, dest)
 	}
