@@ -15,6 +15,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
+
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -138,7 +141,9 @@ func writeFile(root *os.Root, name string, mode fs.FileMode, r io.Reader) error 
 
 // WriteContext writes directory dir as a build context tar (regular files,
 // directories and symlinks, names relative to dir; what ExtractContext
-// reads), then extra files (name → contents) at the top.
+// reads), then extra files (name → contents) at the top. Paths matched by
+// dir/.dockerignore are left out as docker build leaves them out (the
+// Dockerfile and .dockerignore themselves are always sent).
 func WriteContext(w io.Writer, dir string, extra map[string][]byte) error {
 	tw := tar.NewWriter(w)
 	root, err := os.OpenRoot(dir)
@@ -146,12 +151,26 @@ func WriteContext(w io.Writer, dir string, extra map[string][]byte) error {
 		return err
 	}
 	defer root.Close()
+	ignore, err := dockerignore(root)
+	if err != nil {
+		return err
+	}
 	err = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == "." {
 			return err
 		}
 		if _, ok := extra[p]; ok {
 			return nil
+		}
+		if ignore != nil && p != "Dockerfile" && p != ".dockerignore" {
+			if skip, err := ignore.MatchesOrParentMatches(p); err != nil {
+				return err
+			} else if skip {
+				if d.IsDir() && !ignore.Exclusions() {
+					return fs.SkipDir
+				}
+				return nil
+			}
 		}
 		fi, err := root.Lstat(p)
 		if err != nil {
@@ -205,4 +224,25 @@ func writeEntry(tw *tar.Writer, root *os.Root, p string, fi fs.FileInfo, link st
 	defer f.Close()
 	_, err = io.CopyN(tw, f, hdr.Size)
 	return err
+}
+
+// dockerignore reads the context's .dockerignore (nil if there is none).
+func dockerignore(root *os.Root) (*patternmatcher.PatternMatcher, error) {
+	f, err := root.Open(".dockerignore")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	patterns, err := ignorefile.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		return nil, fmt.Errorf(".dockerignore: %w", err)
+	}
+	return pm, nil
 }
