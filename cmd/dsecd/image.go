@@ -91,8 +91,23 @@ environment.`}
 	}
 
 	var from, name string
-	build := &cobra.Command{Use: "build --from SOURCE --name NAME", Short: "Build a layer from dir:PATH|tar:PATH|oci:REF|oci-layout:PATH|docker-archive:PATH (an OCI image's config, env/working dir/user/entrypoint/cmd, is kept with it)", Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+	var df dockerfileFlags
+	build := &cobra.Command{Use: "build (--from SOURCE --name NAME | -t NAME [-f Dockerfile] [--build-arg K=V]... CONTEXT)",
+		Short: "Build a layer from dir:PATH|tar:PATH|oci:REF|oci-layout:PATH|docker-archive:PATH (an OCI image's config, env/working dir/user/entrypoint/cmd, is kept with it), or an environment from a Dockerfile on the server",
+		Long: `With --from, build a layer on this machine from a source. With -t and a
+context directory, send the context and the Dockerfile to the server
+($DSEC_URL, $DSEC_TOKEN), which builds environment NAME: FROM an environment,
+image or registry reference, RUN in a container sandbox, COPY/ADD of context
+files, ENV/ARG/WORKDIR/USER/SHELL/CMD/ENTRYPOINT/EXPOSE/LABEL into the image
+config; each RUN/COPY step is a layer cached for the next build.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if df.tag != "" || len(args) > 0 {
+				return df.run(cmd.Context(), args)
+			}
+			if from == "" || name == "" {
+				return errdefs.Invalid("dsec image build: --from SOURCE --name NAME, or -t NAME CONTEXT for a Dockerfile build")
+			}
 			es, bs, err := open(cmd)
 			if err != nil {
 				return err
@@ -124,8 +139,7 @@ environment.`}
 		}}
 	build.Flags().StringVar(&from, "from", "", "source")
 	build.Flags().StringVar(&name, "name", "", "layer name")
-	build.MarkFlagRequired("from")
-	build.MarkFlagRequired("name")
+	df.flags(build)
 
 	var base, workspace string
 	var toolkits []string

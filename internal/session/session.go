@@ -215,6 +215,10 @@ type Images interface {
 	// RecordImage stores the chunks the sandboxes read from an environment's
 	// layers as their prefetch lists.
 	RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error)
+	// BuildImage builds environment req.Name from a Dockerfile in the build
+	// context buildContext (a tar stream, plain or gzip) on this node
+	// (internal/image/build). The cluster's router answers not_implemented.
+	BuildImage(ctx context.Context, req api.BuildImageRequest, buildContext io.Reader) (api.BuildImageResult, error)
 }
 
 // Trajectories is the trajectory log's API (/v1/trajectories): the trajectory

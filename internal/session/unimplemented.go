@@ -147,6 +147,9 @@ func (Unimplemented) RemoveImage(context.Context, string) error {
 func (Unimplemented) RecordImage(context.Context, string) ([]api.RecordedLayer, error) {
 	return nil, NotImplemented("prefetch recording")
 }
+func (Unimplemented) BuildImage(context.Context, api.BuildImageRequest, io.Reader) (api.BuildImageResult, error) {
+	return api.BuildImageResult{}, NotImplemented("Dockerfile builds")
+}
 
 func (Unimplemented) ListTrajectories(context.Context) ([]api.Trajectory, error) {
 	return nil, NotImplemented("trajectories")

@@ -22,11 +22,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -384,6 +386,28 @@ func (c *Client) PruneImages(ctx context.Context) (api.PruneImagesResult, error)
 func (c *Client) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error) {
 	var out []api.RecordedLayer
 	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/images/" + url.PathEscape(name) + "/record"}, &out)
+	return out, err
+}
+
+// BuildImage builds environment req.Name on the server's node from a
+// Dockerfile in the build context buildContext (a tar stream, plain or gzip;
+// the Dockerfile is req.Dockerfile inside it, default "Dockerfile").
+func (c *Client) BuildImage(ctx context.Context, req api.BuildImageRequest, buildContext io.Reader) (api.BuildImageResult, error) {
+	q := url.Values{"name": {req.Name}}
+	if req.Dockerfile != "" {
+		q.Set("dockerfile", req.Dockerfile)
+	}
+	if req.Target != "" {
+		q.Set("target", req.Target)
+	}
+	if req.RunTimeoutMs > 0 {
+		q.Set("run_timeout_ms", itoa(req.RunTimeoutMs))
+	}
+	for _, k := range slices.Sorted(maps.Keys(req.BuildArgs)) {
+		q.Add("build_arg", k+"="+req.BuildArgs[k])
+	}
+	var out api.BuildImageResult
+	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/images:build", query: q, body: nonNil(buildContext), ctype: "application/x-tar"}, &out)
 	return out, err
 }
 

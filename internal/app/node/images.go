@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"io"
+	"path/filepath"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/image"
@@ -55,4 +57,11 @@ func (d *Daemon) stopLayersIfIdle(ctx context.Context) error {
 		return nil
 	}
 	return d.Layers.Stop(ctx)
+}
+
+// BuildImage implements session.Images: the Dockerfile build runs on this
+// node (internal/image/build), its context unpacked under the commit scratch
+// dir while it runs.
+func (n node) BuildImage(ctx context.Context, req api.BuildImageRequest, buildContext io.Reader) (api.BuildImageResult, error) {
+	return n.builder.FromTar(ctx, filepath.Join(n.scratch, "builds"), req, buildContext)
 }

@@ -35,6 +35,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/image/blob"
+	"github.com/dsec-dev/dsec/internal/image/build"
 	"github.com/dsec-dev/dsec/internal/image/commit"
 	"github.com/dsec-dev/dsec/internal/image/envstore"
 	"github.com/dsec-dev/dsec/internal/image/lazy"
@@ -165,7 +166,9 @@ type Daemon struct {
 	FnCall *fncall.Engine
 	// Layers talks to layerd (started on the first layered environment; it
 	// outlives this process so running sandboxes keep their file systems).
-	Layers  *lazy.Client
+	Layers *lazy.Client
+	// Builder builds environments from Dockerfiles on this node.
+	Builder *build.Builder
 	cfg     Config
 	mu      sync.Mutex
 	servers []*httpkit.Server // Serve's, ServeSandboxFusion's and ServeMetrics's
@@ -361,19 +364,21 @@ func (d *Daemon) startBackends(context.Context) (lifecycle.Close, error) {
 
 func (d *Daemon) startAgent(ctx context.Context) (lifecycle.Close, error) {
 	cfg := d.cfg
+	packer := &commit.Packer{Blobs: d.blobs, Envs: d.envs, TempDir: d.dirs.Commits()}
+	images := &image.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: d.blobSpec,
+		Layers: lazy.Mounter{Client: d.Layers, Prefetch: cfg.LayerPrefetch},
+		Envs:   envstore.Images{Store: d.envs, DefaultSpec: d.blobSpec},
+		Refs:   d.puller}
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: d.Driver, Drivers: d.drivers, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
 		MaxLogBytes: cfg.MaxLogBytes, QoS: d.qosCfg, Tracer: d.obs.tracing, Observer: d.obs.metrics,
-		MaxFork: cfg.MaxFork, Packer: &commit.Packer{Blobs: d.blobs, Envs: d.envs, TempDir: d.dirs.Commits()},
-		Images: &image.Store{Dir: cfg.ImagesDir, Default: cfg.DefaultImage, BlobStore: d.blobSpec,
-			Layers: lazy.Mounter{Client: d.Layers, Prefetch: cfg.LayerPrefetch},
-			Envs:   envstore.Images{Store: d.envs, DefaultSpec: d.blobSpec},
-			Refs:   d.puller},
+		MaxFork: cfg.MaxFork, Packer: packer, Images: images,
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.Manager = mgr
+	d.Builder = &build.Builder{Sandboxes: mgr, Envs: d.envs, Resolve: images.ResolveContext, BlobLayers: packer.BlobLayers, Log: cfg.Logger}
 	d.envs.InUse = mgr.ImageInUse
 	d.puller.InUse = func(context.Context) (map[string][]string, error) { return mgr.ImageDigestsInUse(), nil }
 	return func(context.Context) error { return mgr.Close() }, nil
@@ -418,7 +423,7 @@ func (d *Daemon) startFnCall(context.Context) (lifecycle.Close, error) {
 		return nil, err
 	}
 	d.FnCall = fc
-	d.node = node{Manager: d.Manager, fc: fc, envs: d.envs, puller: d.puller, layers: d.Layers, uses: d.uses, noFnCall: d.cfg.NoFnCall, imagesDir: d.cfg.ImagesDir}
+	d.node = node{Manager: d.Manager, fc: fc, envs: d.envs, puller: d.puller, builder: d.Builder, scratch: d.dirs.Commits(), layers: d.Layers, uses: d.uses, noFnCall: d.cfg.NoFnCall, imagesDir: d.cfg.ImagesDir}
 	if d.cfg.MaxFnCalls > 0 {
 		d.node.fnSlots = make(chan struct{}, d.cfg.MaxFnCalls)
 	}
@@ -598,6 +603,9 @@ type node struct {
 	envs   *envstore.Store
 	puller *pull.Puller
 	layers *lazy.Client
+	// builder runs Dockerfile builds; scratch holds their unpacked contexts.
+	builder *build.Builder
+	scratch string
 	// uses marks the environments in use in the cluster's etcd (nil: one
 	// machine, where envs.InUse asks the agent).
 	uses *envstore.Uses

@@ -3,6 +3,7 @@ package router
 import (
 	"context"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"time"
@@ -195,4 +196,10 @@ func (c *LayerCache) Layers(ctx context.Context, name string) []string {
 	c.m[name] = cachedLayers{ds, time.Now()}
 	c.mu.Unlock()
 	return ds
+}
+
+// BuildImage implements session.Images: a Dockerfile build runs on a node
+// (its RUN steps are sandboxes there); an API server does not place builds.
+func (im *Images) BuildImage(context.Context, api.BuildImageRequest, io.Reader) (api.BuildImageResult, error) {
+	return api.BuildImageResult{}, session.NotImplemented("Dockerfile builds through a cluster's API server (build on a node)")
 }

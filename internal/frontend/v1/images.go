@@ -2,6 +2,8 @@ package v1
 
 import (
 	"net/http"
+	"strconv"
+	"strings"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -98,4 +100,37 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, img)
+}
+
+// buildImage handles POST /v1/images:build: the body is the build context as
+// a tar stream (plain or gzip); name, dockerfile, target, run_timeout_ms and
+// repeated build_arg=KEY=VALUE are query parameters.
+func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := api.BuildImageRequest{Name: q.Get("name"), Dockerfile: q.Get("dockerfile"), Target: q.Get("target")}
+	if v := q.Get("run_timeout_ms"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			s.writeError(w, r, errdefs.Invalid("run_timeout_ms: want a non-negative integer"))
+			return
+		}
+		req.RunTimeoutMs = n
+	}
+	for _, kv := range q["build_arg"] {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			s.writeError(w, r, errdefs.Invalid("build_arg %q: want KEY=VALUE", kv))
+			return
+		}
+		if req.BuildArgs == nil {
+			req.BuildArgs = map[string]string{}
+		}
+		req.BuildArgs[k] = v
+	}
+	out, err := s.svc.BuildImage(r.Context(), req, http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBytes))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, out)
 }

@@ -24,6 +24,7 @@ func (s *Server) routes() []route {
 		{"DELETE /v1/images/{name}", s.deleteImage},
 		{"POST /v1/images:prune", s.pruneImages},
 		{"POST /v1/images/{name}/record", s.recordImage},
+		{"POST /v1/images:build", s.buildImage},
 
 		{"POST /v1/sandboxes", s.createSandbox},
 		{"POST /v1/sandboxes:batch", s.createBatch},

@@ -37,17 +37,9 @@ func (p *Packer) Pack(ctx context.Context, name string, base image.Image, dirs [
 	if len(dirs) == 0 {
 		return api.CommitResult{}, errdefs.Invalid("commit: nothing to pack")
 	}
-	var layers []image.Layer
-	for _, l := range base.Layers {
-		if l.Digest == "" {
-			bl, err := p.dirLayer(ctx, l.Dir)
-			if err != nil {
-				return api.CommitResult{}, err
-			}
-			l = bl
-		}
-		l.Dir, l.Role = "", ""
-		layers = append(layers, l)
+	layers, err := p.BlobLayers(ctx, base)
+	if err != nil {
+		return api.CommitResult{}, err
 	}
 	for _, d := range dirs {
 		r, err := p.build(ctx, d)
@@ -72,6 +64,24 @@ func (p *Packer) Pack(ctx context.Context, name string, base image.Image, dirs [
 	}
 	res.Layer = res.Image.Layers[len(res.Image.Layers)-1]
 	return res, nil
+}
+
+// BlobLayers returns img's layers as blobs, base first: a directory layer
+// becomes a layer built once (see dirLayer); mount dirs and roles are cleared.
+func (p *Packer) BlobLayers(ctx context.Context, img image.Image) ([]image.Layer, error) {
+	var layers []image.Layer
+	for _, l := range img.Layers {
+		if l.Digest == "" {
+			bl, err := p.dirLayer(ctx, l.Dir)
+			if err != nil {
+				return nil, err
+			}
+			l = bl
+		}
+		l.Dir, l.Role = "", ""
+		layers = append(layers, l)
+	}
+	return layers, nil
 }
 
 func (p *Packer) build(ctx context.Context, dir string) (layer.Result, error) {

@@ -1,0 +1,351 @@
+package build
+
+import (
+	"archive/tar"
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// copySpec is a COPY or ADD.
+type copySpec struct {
+	cmd          string
+	sd           instructions.SourcesAndDest
+	chown, chmod string
+	exclude      []string
+	parents, add bool
+}
+
+// entry is one file a COPY writes: name relative to the directory it is
+// extracted into, src relative to the context root.
+type entry struct {
+	name, src, link string
+	fi              fs.FileInfo
+}
+
+// source is one COPY source as found in the context.
+type source struct {
+	rel string // relative to the context root
+	fi  fs.FileInfo
+}
+
+func cleanAbs(p string) string { return path.Clean("/" + p) }
+
+// sources resolves a COPY's sources in the context (wildcards expanded),
+// refusing any that leaves it.
+func (r *run) sources(root *os.Root, spec copySpec, line int) ([]source, error) {
+	var out []source
+	for _, src := range spec.sd.SourcePaths {
+		if spec.add && (strings.Contains(src, "://") || strings.HasPrefix(src, "git@")) {
+			return nil, lineError(line, "ADD %s: remote sources are not supported (only local context files)", src)
+		}
+		clean := path.Clean(src)
+		if clean == ".." || strings.HasPrefix(clean, "../") {
+			return nil, lineError(line, "%s %s: the source is outside the build context", spec.cmd, src)
+		}
+		rel := strings.TrimPrefix(path.Clean("/"+clean), "/")
+		if rel == "" {
+			rel = "."
+		}
+		if spec.add && isArchiveName(rel) {
+			return nil, lineError(line, "ADD %s: unpacking a local archive is not supported; COPY it and RUN tar", src)
+		}
+		var names []string
+		if strings.ContainsAny(rel, "*?[") {
+			matches, err := fs.Glob(root.FS(), rel)
+			if err != nil {
+				return nil, lineError(line, "%s %s: %v", spec.cmd, src, err)
+			}
+			if len(matches) == 0 {
+				return nil, lineError(line, "%s %s: no file in the build context matches", spec.cmd, src)
+			}
+			names = matches
+		} else {
+			names = []string{rel}
+		}
+		for _, n := range names {
+			fi, err := root.Stat(n)
+			if err != nil {
+				if errors.Is(err, fs.ErrNotExist) {
+					return nil, lineError(line, "%s %s: not found in the build context", spec.cmd, src)
+				}
+				return nil, lineError(line, "%s %s: %v (a source must stay inside the build context)", spec.cmd, src, unwrapPath(err))
+			}
+			out = append(out, source{rel: n, fi: fi})
+		}
+	}
+	return out, nil
+}
+
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+func isArchiveName(n string) bool {
+	for _, s := range []string{".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst"} {
+		if strings.HasSuffix(n, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// entries lists what source s writes, names relative to the directory it is
+// extracted into (prefix for a directory source's contents).
+func entries(root *os.Root, s source, prefix string) ([]entry, error) {
+	if !s.fi.IsDir() {
+		return []entry{{name: prefix, src: s.rel, fi: s.fi}}, nil
+	}
+	var out []entry
+	err := fs.WalkDir(root.FS(), s.rel, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == s.rel {
+			return nil
+		}
+		fi, err := root.Lstat(p)
+		if err != nil {
+			return err
+		}
+		e := entry{name: path.Join(prefix, strings.TrimPrefix(p, s.rel+"/")), src: p, fi: fi}
+		if s.rel == "." {
+			e.name = path.Join(prefix, p)
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			if e.link, err = root.Readlink(p); err != nil {
+				return err
+			}
+		}
+		out = append(out, e)
+		return nil
+	})
+	return out, err
+}
+
+// copyPlan is where a COPY extracts: into dir, the entries, or for a single
+// file whose destination is not known to be a directory, either dest as the
+// file (asFile) or dest/base when dest is a directory in the image.
+type copyPlan struct {
+	dest    string
+	destDir bool // dest names a directory (trailing slash, several sources or a directory source)
+	srcs    []source
+	digest  string
+}
+
+func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.BuildStep) error {
+	line := step.Line
+	switch {
+	case len(spec.exclude) > 0:
+		return lineError(line, "%s --exclude is not supported", spec.cmd)
+	case spec.parents:
+		return lineError(line, "%s --parents is not supported", spec.cmd)
+	case len(spec.sd.SourceContents) > 0:
+		return lineError(line, "%s with a heredoc is not supported", spec.cmd)
+	}
+	root, err := os.OpenRoot(r.req.ContextDir)
+	if err != nil {
+		return fmt.Errorf("open the build context: %w", err)
+	}
+	defer root.Close()
+	srcs, err := r.sources(root, spec, line)
+	if err != nil {
+		return err
+	}
+	dest := spec.sd.DestPath
+	plan := copyPlan{dest: joinPath(st.workdir(), dest), srcs: srcs,
+		destDir: strings.HasSuffix(dest, "/") || dest == "." || strings.HasSuffix(dest, "/.")}
+	if len(srcs) > 1 && !plan.destDir {
+		return lineError(line, "%s with several sources: the destination %q must be a directory ending in /", spec.cmd, dest)
+	}
+	mode, err := parseChmod(spec.chmod)
+	if err != nil {
+		return lineError(line, "%s --chmod=%s: %v", spec.cmd, spec.chmod, err)
+	}
+	if plan.digest, err = contextDigest(root, plan); err != nil {
+		return lineError(line, "%s: read the build context: %v", spec.cmd, err)
+	}
+	key := st.chain(spec.cmd, "--chown="+spec.chown, "--chmod="+spec.chmod, plan.digest)
+	return r.layerStep(ctx, st, key, step, func(ctx context.Context, id string) error {
+		fsys, err := r.b.Sandboxes.FS(ctx, id)
+		if err != nil {
+			return err
+		}
+		defer fsys.Close()
+		uid, gid, err := chown(ctx, fsys, spec.chown)
+		if err != nil {
+			return lineError(line, "%s --chown=%s: %v", spec.cmd, spec.chown, err)
+		}
+		for _, s := range srcs {
+			dir, prefix := plan.dest, ""
+			if !s.fi.IsDir() {
+				switch fi, serr := fsys.Stat(ctx, plan.dest); {
+				case plan.destDir || serr == nil && fi.Type == "dir":
+					prefix = path.Base(s.rel)
+				default:
+					dir, prefix = path.Dir(plan.dest), path.Base(plan.dest)
+				}
+			}
+			ents, err := entries(root, s, prefix)
+			if err != nil {
+				return lineError(line, "%s %s: %v", spec.cmd, s.rel, err)
+			}
+			pr, pw := io.Pipe()
+			go func() { pw.CloseWithError(writeTar(root, ents, pw, uid, gid, mode)) }()
+			err = fsys.ExtractTar(ctx, dir, pr)
+			pr.CloseWithError(io.ErrClosedPipe)
+			if err != nil {
+				return fmt.Errorf("Dockerfile line %d: %s %s: %w", line, spec.cmd, s.rel, err)
+			}
+		}
+		return nil
+	})
+}
+
+// contextDigest hashes what a COPY reads: names, types, modes, link targets
+// and contents (not times), so an unchanged context hits the cache.
+func contextDigest(root *os.Root, plan copyPlan) (string, error) {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s %v\n", plan.dest, plan.destDir)
+	for _, s := range plan.srcs {
+		ents, err := entries(root, s, "")
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "src %s\n", s.rel)
+		for _, e := range ents {
+			fmt.Fprintf(h, "%q %o %q %d\n", e.name, e.fi.Mode(), e.link, e.fi.Size())
+			if e.fi.Mode().IsRegular() {
+				f, err := root.Open(e.src)
+				if err != nil {
+					return "", err
+				}
+				_, err = io.Copy(h, f)
+				f.Close()
+				if err != nil {
+					return "", err
+				}
+			}
+		}
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// writeTar writes ents from the context as a tar, owned by uid:gid, with mode
+// (if non-zero) for every file and directory.
+func writeTar(root *os.Root, ents []entry, w io.Writer, uid, gid int, mode fs.FileMode) error {
+	bw := bufio.NewWriterSize(w, 1<<16)
+	tw := tar.NewWriter(bw)
+	for _, e := range ents {
+		hdr, err := tar.FileInfoHeader(e.fi, e.link)
+		if err != nil {
+			return err
+		}
+		hdr.Name, hdr.Uid, hdr.Gid, hdr.Uname, hdr.Gname = e.name, uid, gid, "", ""
+		if e.fi.IsDir() {
+			hdr.Name += "/"
+		}
+		if mode != 0 && hdr.Typeflag != tar.TypeSymlink {
+			hdr.Mode = int64(mode)
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			f, err := root.Open(e.src)
+			if err != nil {
+				return err
+			}
+			_, err = io.CopyN(tw, f, hdr.Size)
+			f.Close()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// parseChmod parses --chmod's octal mode ("" is none).
+func parseChmod(s string) (fs.FileMode, error) {
+	if s == "" {
+		return 0, nil
+	}
+	m, err := strconv.ParseUint(s, 8, 32)
+	if err != nil || m > 0o7777 {
+		return 0, fmt.Errorf("want an octal mode such as 0755")
+	}
+	return fs.FileMode(m), nil
+}
+
+// chown resolves --chown's USER[:GROUP] (names from the image's /etc/passwd
+// and /etc/group, or numbers); "" is root.
+func chown(ctx context.Context, fsys session.FS, s string) (int, int, error) {
+	if s == "" {
+		return 0, 0, nil
+	}
+	u, g, hasGroup := strings.Cut(s, ":")
+	uid, pgid, err := lookup(ctx, fsys, "/etc/passwd", u)
+	if err != nil {
+		return 0, 0, err
+	}
+	gid := pgid
+	if hasGroup {
+		if gid, _, err = lookup(ctx, fsys, "/etc/group", g); err != nil {
+			return 0, 0, err
+		}
+	}
+	return uid, gid, nil
+}
+
+// lookup returns the id (and, in /etc/passwd, the primary group) of name.
+func lookup(ctx context.Context, fsys session.FS, file, name string) (int, int, error) {
+	if n, err := strconv.Atoi(name); err == nil && n >= 0 {
+		return n, n, nil
+	}
+	rc, _, err := fsys.Open(ctx, file)
+	if err != nil {
+		return 0, 0, fmt.Errorf("%q is not a number and the image has no %s: %w", name, file, err)
+	}
+	defer rc.Close()
+	sc := bufio.NewScanner(io.LimitReader(rc, 16<<20))
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), ":")
+		if len(f) >= 3 && f[0] == name {
+			id, err := strconv.Atoi(f[2])
+			if err != nil {
+				break
+			}
+			gid := id
+			if len(f) >= 4 {
+				if g, err := strconv.Atoi(f[3]); err == nil {
+					gid = g
+				}
+			}
+			return id, gid, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("no %q in the image's %s", name, filepath.Base(file))
+}

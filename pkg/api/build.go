@@ -1,0 +1,42 @@
+package api
+
+// BuildImageRequest is a Dockerfile build (POST /v1/images:build, query
+// parameters; the body is the build context as a tar stream, plain or gzip).
+type BuildImageRequest struct {
+	// Name is the environment the build writes (replaced if it exists).
+	Name string `json:"name"`
+	// Dockerfile is the Dockerfile's path inside the context (default
+	// "Dockerfile").
+	Dockerfile string `json:"dockerfile,omitempty"`
+	// BuildArgs set ARG values (--build-arg KEY=VALUE).
+	BuildArgs map[string]string `json:"build_args,omitempty"`
+	// Target builds up to this stage (default: the last).
+	Target string `json:"target,omitempty"`
+	// RunTimeoutMs bounds each RUN (default 30 minutes).
+	RunTimeoutMs int64 `json:"run_timeout_ms,omitempty"`
+}
+
+// BuildStep is one instruction of a build as it ran.
+type BuildStep struct {
+	Stage       int    `json:"stage"`
+	Line        int    `json:"line"`
+	Instruction string `json:"instruction"`
+	// Cached says the step's layer came from the build cache (RUN, COPY, ADD).
+	Cached bool `json:"cached,omitempty"`
+	// Layer is the digest of the layer the step made (RUN, COPY, ADD).
+	Layer  string  `json:"layer,omitempty"`
+	Millis float64 `json:"ms"`
+	// Warning says what was recorded and ignored (VOLUME, HEALTHCHECK, ...).
+	Warning string `json:"warning,omitempty"`
+}
+
+// BuildImageResult is what a build made.
+type BuildImageResult struct {
+	Image     Image       `json:"image"`
+	Steps     []BuildStep `json:"steps"`
+	CacheHits int         `json:"cache_hits"`
+	// LayerSteps counts the steps that make a layer (RUN, COPY, ADD, and a
+	// WORKDIR no later step created); CacheHits of them came from the cache.
+	LayerSteps int     `json:"layer_steps"`
+	Millis     float64 `json:"ms"`
+}
