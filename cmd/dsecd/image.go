@@ -96,7 +96,7 @@ environment.`}
 		Short: "Build a layer from dir:PATH|tar:PATH|oci:REF|oci-layout:PATH|docker-archive:PATH (an OCI image's config, env/working dir/user/entrypoint/cmd, is kept with it), or an environment from a Dockerfile on the server",
 		Long: `With --from, build a layer on this machine from a source. With -t and a
 context directory, send the context and the Dockerfile to the server
-($DSEC_URL, $DSEC_TOKEN), which builds environment NAME: FROM an environment,
+($DSEC_ADDR, $DSEC_TOKEN), which builds environment NAME: FROM an environment,
 image or registry reference, RUN in a container sandbox, COPY/ADD of context
 files, ENV/ARG/WORKDIR/USER/SHELL/CMD/ENTRYPOINT/EXPOSE/LABEL into the image
 config; each RUN/COPY step is a layer cached for the next build.`,
