@@ -239,3 +239,44 @@ func TestSandboxPortsPrivate(t *testing.T) {
 		t.Errorf("with the traffic token: %d %s", res.StatusCode, body)
 	}
 }
+
+// TestDomainFlag: the default domain is localhost with the listener's port;
+// a configured one is checked and answered as it is, and hosts under it
+// reach ports whatever port a proxy in front put after it.
+func TestDomainFlag(t *testing.T) {
+	for addr, want := range map[string]string{"127.0.0.1:7070": "localhost:7070", "[::]:80": "localhost:80", "0.0.0.0:0": "localhost", "bad": "localhost"} {
+		if got := e2b.DomainFor(addr); got != want {
+			t.Errorf("DomainFor(%q) = %q, want %q", addr, got, want)
+		}
+	}
+	for _, d := range []string{"sandbox.example.com", "e2b.lab.internal:8443", "localhost"} {
+		if err := e2b.CheckDomain(d); err != nil {
+			t.Errorf("CheckDomain(%q): %v", d, err)
+		}
+	}
+	for _, d := range []string{"", "a..b", "-a.com", "a.com:0", "a.com:99999", "a_b.com", "https://a.com", "a.com/x"} {
+		if err := e2b.CheckDomain(d); err == nil {
+			t.Errorf("CheckDomain(%q) accepted", d)
+		}
+	}
+
+	h := e2b.New(agenttest.New(t, agenttest.Options{}), e2b.Options{Authorize: func(k string) bool { return k == testKey },
+		Secret: []byte("test"), Domain: "Sandbox.Example.com:8443"})
+	h.SetListenAddr("127.0.0.1:7070") // a configured domain stays
+	if h.Domain() != "Sandbox.Example.com:8443" {
+		t.Fatalf("domain %q", h.Domain())
+	}
+	for host, owned := range map[string]bool{
+		"8000-sb-0123456789abcdef.mock-node.sandbox.example.com":     true,
+		"8000-sb-0123456789abcdef.mock-node.SANDBOX.example.com:443": true,
+		"8000-sb-0123456789abcdef.mock-node.example.com":             false,
+		"sandbox.example.com":        false,
+		"x-sb-1.sandbox.example.com": false,
+	} {
+		r := httptest.NewRequest("GET", "/v1/anything", nil)
+		r.Host = host
+		if got := h.Owns(r); got != owned {
+			t.Errorf("Owns(host %q) = %v, want %v", host, got, owned)
+		}
+	}
+}
