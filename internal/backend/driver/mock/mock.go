@@ -6,7 +6,9 @@
 // from the host's /dev/ptmx through the same procio code the container driver
 // uses, and Dial reaches the host's loopback. There is no isolation, and the
 // Capabilities say so (Isolation none, no credentials, limits or pause), so the
-// conformance suite skips those checks.
+// conformance suite skips those checks. In rooted mode (Config.Chroot, as
+// root) processes run chrooted into the sandbox's root with the credentials
+// they ask for, and the driver claims Credentials (see root.go).
 //
 // A Host plays the part the container driver's init processes play: it holds the
 // sandboxes, their processes and the masters of tagged terminals, and outlives
@@ -64,6 +66,10 @@ type Config struct {
 	// Pause claims the Pause capability: instances stop and continue their
 	// processes (see pause.go).
 	Pause bool
+	// Chroot runs every process chrooted into its sandbox's root with the
+	// credentials it asks for (rooted mode, see root.go; needs root). The
+	// driver then claims the Credentials capability.
+	Chroot bool
 }
 
 // Driver implements driver.Driver with host processes.
@@ -73,6 +79,9 @@ type Driver struct{ cfg Config }
 func New(cfg Config) (*Driver, error) {
 	if cfg.Host == nil || cfg.StateDir == "" {
 		return nil, fmt.Errorf("mock: Host and StateDir are required")
+	}
+	if cfg.Chroot && os.Geteuid() != 0 {
+		return nil, errdefs.New(api.CodePermissionDenied, "mock: rooted mode (Chroot) needs root")
 	}
 	if cfg.BackendName == "" {
 		cfg.BackendName = Name
@@ -89,7 +98,7 @@ func (d *Driver) Name() string { return d.cfg.BackendName }
 // Capabilities implements driver.Driver.
 func (d *Driver) Capabilities() driver.Capabilities {
 	return driver.Capabilities{Isolation: driver.IsolationNone, TTY: !d.cfg.NoTTY, LayerKinds: []string{driver.LayerDir},
-		Screenshot: d.cfg.Screen != image.Point{}, Pause: d.cfg.Pause}
+		Screenshot: d.cfg.Screen != image.Point{}, Pause: d.cfg.Pause, Credentials: d.cfg.Chroot}
 }
 
 type state struct {

@@ -69,8 +69,9 @@ func (p *hostProc) dupMaster() (*os.File, error) {
 
 // lookPath finds arg0 the way the container init does: a name with a '/' is a
 // path (relative to the working directory), anything else is searched in the
-// process's own PATH.
-func lookPath(arg0, dir string, env []string) (string, error) {
+// process's own PATH. stat looks at a candidate (host paths, or in rooted mode
+// the sandbox's).
+func lookPath(arg0, dir string, env []string, stat func(string) (os.FileInfo, error)) (string, error) {
 	if strings.Contains(arg0, "/") {
 		return arg0, nil
 	}
@@ -89,7 +90,7 @@ func lookPath(arg0, dir string, env []string) (string, error) {
 		if !filepath.IsAbs(c) {
 			c = filepath.Join(dir, c)
 		}
-		st, err := os.Stat(c)
+		st, err := stat(c)
 		if err != nil || st.IsDir() {
 			continue
 		}
@@ -153,7 +154,12 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 		}
 		return &doneProc{exit: driver.Exit{Code: 127, StartErr: "chdir " + p.Cwd + ": " + err.Error()}}, nil
 	}
-	path, err := lookPath(p.Args[0], dir, p.Env)
+	stat, lookDir := os.Stat, dir
+	if in.d.chrooted() {
+		stat = func(c string) (os.FileInfo, error) { return statIn(b.root, c) }
+		lookDir = filepath.Clean("/" + p.Cwd)
+	}
+	path, err := lookPath(p.Args[0], lookDir, p.Env, stat)
 	if err != nil {
 		return &doneProc{exit: startFailure(p.Args[0], err)}, nil
 	}
@@ -192,6 +198,9 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		pr.pipes = pipes
 		cleanup = pipes.CloseChild
+	}
+	if in.d.chrooted() {
+		root(cmd, b.root, p.Cwd, p.UID, p.GID, p.Groups)
 	}
 	err = cmd.Start()
 	cleanup()
