@@ -4,8 +4,8 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"testing"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
