@@ -218,11 +218,6 @@ const fakeMethods = 10
 // each with why agenttest (the agent over the mock driver) cannot replace it
 // yet. The list only shrinks.
 var knownFakes = map[string]string{
-	// The E2B front end runs chown on in-sandbox paths and checks commands'
-	// users, home directories and working directories: the mock driver runs
-	// host processes as the caller, with paths unrewritten (a chown there
-	// would change the host's files).
-	"internal/frontend/e2b.fakeService": "users, chown and in-sandbox paths",
 	// The decorator's conformance suite counts the operations that ran, fails
 	// one on demand, kills a sandbox's init and runs FnCalls: hooks agenttest
 	// does not have yet (it runs over the real agent in internal/agent).

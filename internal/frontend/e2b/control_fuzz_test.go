@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 )
 
@@ -37,9 +38,16 @@ func FuzzControlBodies(f *testing.F) {
 			f.Add(uint8(r), []byte(b))
 		}
 	}
+	node := agenttest.NewNode(f)
+	count := func(t *testing.T) int {
+		all, err := node.List(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(all)
+	}
 	f.Fuzz(func(t *testing.T, route uint8, body []byte) {
-		fake := newFake()
-		h := e2b.New(fake, e2b.Options{Authorize: func(k string) bool { return k == testKey }, WatchInterval: time.Hour, Secret: []byte("test")})
+		h := e2b.New(node, e2b.Options{Authorize: func(k string) bool { return k == testKey }, WatchInterval: time.Hour, Secret: []byte("test")})
 		defer h.Close()
 		call := func(method, path string, body []byte) (int, []byte) {
 			req := httptest.NewRequest(method, path, bytes.NewReader(body))
@@ -60,7 +68,7 @@ func FuzzControlBodies(f *testing.F) {
 		if bytes.Contains([]byte(path), []byte("%s")) {
 			path = fmt.Sprintf(path, sb.SandboxID)
 		}
-		before := len(fake.sandboxes)
+		before := count(t)
 		code, b = call("POST", path, body)
 		if code >= 500 {
 			t.Fatalf("POST %s %q: %d %s", path, body, code, b)
@@ -75,7 +83,7 @@ func FuzzControlBodies(f *testing.F) {
 			}
 		}
 		created := path == "/sandboxes" || path == "/v2/sandboxes"
-		switch n := len(fake.sandboxes); {
+		switch n := count(t); {
 		case created && code == http.StatusCreated && n != before+1,
 			created && code != http.StatusCreated && n != before,
 			!created && n != before:

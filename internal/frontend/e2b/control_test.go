@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -57,7 +58,7 @@ func TestCreateBothEndpoints(t *testing.T) {
 		if c.SandboxID == "" || c.TemplateID != "base" || c.EnvdVersion != e2b.EnvdVersion || c.EnvdAccessToken == "" || c.ClientID == "" {
 			t.Fatalf("%s: %s", p, b)
 		}
-		sb, _ := e.f.Get(t.Context(), c.SandboxID)
+		sb, _ := e.n.Get(t.Context(), c.SandboxID)
 		if sb.Image != "debian" || sb.Env["X"] != "1" || sb.Labels["user"] != "a b" {
 			t.Fatalf("session got %+v", sb)
 		}
@@ -70,7 +71,7 @@ func TestCreateBothEndpoints(t *testing.T) {
 func TestCreateTemplateNamesImage(t *testing.T) {
 	e := newEnv(t)
 	c := e.create(map[string]any{"templateID": "judge"})
-	sb, _ := e.f.Get(t.Context(), c.SandboxID)
+	sb, _ := e.n.Get(t.Context(), c.SandboxID)
 	if sb.Image != "judge" || c.TemplateID != "judge" {
 		t.Fatalf("image %q template %q", sb.Image, c.TemplateID)
 	}
@@ -99,7 +100,7 @@ func TestCreateBadInput(t *testing.T) {
 	big := `{"templateID":"base","metadata":{"k":"` + strings.Repeat("x", 2<<20) + `"}}`
 	res, b := e.call("POST", "/v2/sandboxes", big)
 	checkErr(t, res, b, http.StatusRequestEntityTooLarge)
-	if all, _ := e.f.List(t.Context()); len(all) != 0 {
+	if all, _ := e.n.List(t.Context()); len(all) != 0 {
 		t.Fatalf("bad creates made %d sandboxes", len(all))
 	}
 	e.create(nil) // nothing else disturbed
@@ -246,8 +247,8 @@ func TestTimeoutKills(t *testing.T) {
 	if res, b := e.call("POST", "/sandboxes/"+keep.SandboxID+"/timeout", map[string]any{"timeout": 30}); res.StatusCode != 204 {
 		t.Fatalf("set timeout %d %s", res.StatusCode, b)
 	}
-	waitFor(t, 5*time.Second, func() bool { _, err := e.f.Get(t.Context(), c.SandboxID); return err != nil })
-	if _, err := e.f.Get(t.Context(), keep.SandboxID); err != nil {
+	waitFor(t, 5*time.Second, func() bool { _, err := e.n.Get(t.Context(), c.SandboxID); return err != nil })
+	if _, err := e.n.Get(t.Context(), keep.SandboxID); err != nil {
 		t.Fatal("setTimeout did not extend the deadline")
 	}
 	res, b := e.call("POST", "/sandboxes/"+c.SandboxID+"/timeout", map[string]any{"timeout": 30})
@@ -259,7 +260,7 @@ func TestTimeoutKills(t *testing.T) {
 func TestTimeoutPausesAndConnectResumes(t *testing.T) {
 	e := newEnv(t)
 	c := e.create(map[string]any{"templateID": "base", "timeout": 1, "autoPause": true})
-	waitFor(t, 5*time.Second, func() bool { sb, _ := e.f.Get(t.Context(), c.SandboxID); return sb.State == api.StatePaused })
+	waitFor(t, 5*time.Second, func() bool { sb, _ := e.n.Get(t.Context(), c.SandboxID); return sb.State == api.StatePaused })
 	res, b := e.call("GET", "/sandboxes/"+c.SandboxID, nil)
 	if d := decode[detail](t, b); d.State != "paused" || d.Lifecycle.OnTimeout != "pause" {
 		t.Fatalf("%d %s", res.StatusCode, b)
@@ -309,17 +310,17 @@ func TestDeadlinesOutliveTheFrontEnd(t *testing.T) {
 	e := newEnv(t)
 	c := e.create(map[string]any{"templateID": "base", "timeout": 1})
 	keep := e.create(map[string]any{"templateID": "base", "timeout": 1})
-	h2 := e2b.New(e.f, e2b.Options{Authorize: func(k string) bool { return k == testKey }})
+	h2 := e2b.New(e.n, e2b.Options{Authorize: func(k string) bool { return k == testKey }})
 	srv2 := httptest.NewServer(h2)
 	defer func() { srv2.Close(); h2.Close() }()
-	other := &env{t: t, f: e.f, h: h2, srv: srv2}
+	other := &env{t: t, n: e.n, h: h2, srv: srv2}
 	if res, b := other.call("POST", "/sandboxes/"+keep.SandboxID+"/timeout", map[string]any{"timeout": 30}); res.StatusCode != 204 {
 		t.Fatalf("set timeout through the second front end: %d %s", res.StatusCode, b)
 	}
 	e.srv.Close()
 	e.h.Close() // the front end that created them goes away
-	waitFor(t, 5*time.Second, func() bool { _, err := e.f.Get(t.Context(), c.SandboxID); return err != nil })
-	if _, err := e.f.Get(t.Context(), keep.SandboxID); err != nil {
+	waitFor(t, 5*time.Second, func() bool { _, err := e.n.Get(t.Context(), c.SandboxID); return err != nil })
+	if _, err := e.n.Get(t.Context(), keep.SandboxID); err != nil {
 		t.Fatal("the second front end's setTimeout did not hold")
 	}
 	_, b := other.call("GET", "/sandboxes/"+keep.SandboxID, nil)
@@ -339,7 +340,7 @@ func waitFor(t *testing.T, d time.Duration, ok func() bool) {
 }
 
 func TestOwnsAndMount(t *testing.T) {
-	h := e2b.New(newFake(), e2b.Options{})
+	h := e2b.New(agenttest.NewNode(t), e2b.Options{})
 	defer h.Close()
 	v1 := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(299) })
 	m := e2b.Mount(v1, h)
@@ -370,7 +371,7 @@ func TestOwnsAndMount(t *testing.T) {
 // connects to it without asking for one.
 func TestConnectV1SandboxKeepsNoDeadline(t *testing.T) {
 	e := newEnv(t)
-	sb, _ := e.f.Create(t.Context(), api.CreateSandboxRequest{})
+	sb, _ := e.n.Create(t.Context(), api.CreateSandboxRequest{})
 	res, b := e.call("POST", "/v2/sandboxes/"+sb.ID+"/connect", map[string]any{})
 	if res.StatusCode != 200 {
 		t.Fatalf("%d %s", res.StatusCode, b)
@@ -380,5 +381,5 @@ func TestConnectV1SandboxKeepsNoDeadline(t *testing.T) {
 		t.Fatalf("a /v1 sandbox got a deadline: %s", b)
 	}
 	e.call("POST", "/v2/sandboxes/"+sb.ID+"/connect", map[string]any{"timeout": 1})
-	waitFor(t, 5*time.Second, func() bool { _, err := e.f.Get(t.Context(), sb.ID); return err != nil })
+	waitFor(t, 5*time.Second, func() bool { _, err := e.n.Get(t.Context(), sb.ID); return err != nil })
 }

@@ -20,9 +20,11 @@ import (
 func TestCreateInternetAccess(t *testing.T) {
 	e := newEnv(t)
 	policy := func(id string) *api.NetworkStatus {
-		e.f.mu.Lock()
-		defer e.f.mu.Unlock()
-		return e.f.sandboxes[id].sb.Network
+		sb, err := e.n.Get(t.Context(), id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.Network
 	}
 	detail := func(id string) map[string]any {
 		res, b := e.call("GET", "/sandboxes/"+id, nil)
@@ -68,9 +70,7 @@ func TestCreateInternetAccess(t *testing.T) {
 		t.Errorf("update of an unknown sandbox: %d %s", res.StatusCode, b)
 	}
 
-	e.f.mu.Lock()
-	before := len(e.f.sandboxes)
-	e.f.mu.Unlock()
+	before := e.count()
 
 	for _, body := range []map[string]any{
 		{"templateID": "base", "network": map[string]any{"allowOut": []string{"pypi.org"}}},
@@ -86,9 +86,7 @@ func TestCreateInternetAccess(t *testing.T) {
 			t.Errorf("%v: %d %s, want 400 naming the field", body["network"], res.StatusCode, b)
 		}
 	}
-	e.f.mu.Lock()
-	after := len(e.f.sandboxes)
-	e.f.mu.Unlock()
+	after := e.count()
 	if after != before {
 		t.Errorf("refused creates made %d sandboxes", after-before)
 	}

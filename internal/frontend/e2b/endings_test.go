@@ -36,7 +36,7 @@ func TestCommandCutByKillDropsConnection(t *testing.T) {
 	c := e.create(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	st, err := e.process(c, false).Start(ctx, connect.NewRequest(&procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "sleep"}}}))
+	st, err := e.process(c, false).Start(ctx, connect.NewRequest(&procpb.StartRequest{Process: &procpb.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", "sleep 1000"}}}))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -148,6 +148,11 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if err != nil {
 		return err
 	}
+	if cwd := req.Msg.GetProcess().GetCwd(); cwd != "" {
+		if err := h.checkDir(ctx, id, cwd); err != nil {
+			return err
+		}
+	}
 	ereq.Cmd[0] = h.shell(ctx, id, ereq.Cmd[0])
 	ereq.OpenStdin = req.Msg.Pty != nil || req.Msg.Stdin == nil || req.Msg.GetStdin()
 	ereq.Labels = procLabels(req.Msg)
@@ -159,6 +164,27 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 		return stream.Send(&pb.StartResponse{Event: ev})
 	}}
 	return f.run(ctx, keepaliveInterval(req.Header()))
+}
+
+// checkDir refuses a working directory the sandbox lacks before anything
+// starts, as envd does (invalid_argument, no events); a node only reports it
+// as the process's start failure. When the sandbox's files cannot be looked at
+// (it is gone, or paused) the start itself answers.
+func (h *Handler) checkDir(ctx context.Context, sandbox, dir string) error {
+	ctx = session.WithoutStep(ctx)
+	fs, err := h.svc.FS(ctx, sandbox)
+	if err != nil {
+		return nil
+	}
+	defer fs.Close()
+	fi, err := fs.Stat(ctx, dir)
+	switch {
+	case err != nil && errdefs.Is(err, api.CodeNotFound):
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("working directory %q does not exist", dir))
+	case err == nil && fi.Type != "dir":
+		return connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("working directory %q is not a directory", dir))
+	}
+	return nil
 }
 
 // shell returns cmd, except that E2B's SDKs run every command and terminal

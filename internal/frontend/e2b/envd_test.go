@@ -182,7 +182,7 @@ func TestStdinSignalListConnect(t *testing.T) {
 	}
 
 	// Kill a sleeper.
-	st, _ = p.Start(t.Context(), connect.NewRequest(bash("sleep")))
+	st, _ = p.Start(t.Context(), connect.NewRequest(bash("sleep 1000")))
 	sel = started(t, st)
 	_, err = p.SendSignal(t.Context(), connect.NewRequest(&pb.SendSignalRequest{Process: sel, Signal: pb.Signal_SIGNAL_UNSPECIFIED}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument {
@@ -200,7 +200,7 @@ func TestStdinSignalListConnect(t *testing.T) {
 		t.Fatalf("killed end %v", end)
 	}
 	// stdin false: input refused; no terminal: resize refused; unknown pid: NotFound.
-	st, _ = p.Start(t.Context(), connect.NewRequest(bash("sleep")))
+	st, _ = p.Start(t.Context(), connect.NewRequest(bash("sleep 1000")))
 	sel = started(t, st)
 	_, err = p.SendInput(t.Context(), connect.NewRequest(&pb.SendInputRequest{Process: sel, Input: in}))
 	if connect.CodeOf(err) != connect.CodeFailedPrecondition {
@@ -231,7 +231,7 @@ func TestProcessOutlivesItsStream(t *testing.T) {
 	c := e.create(nil)
 	p := e.process(c, true)
 	ctx, cancel := context.WithCancel(t.Context())
-	st, _ := p.Start(ctx, connect.NewRequest(bash("sleep")))
+	st, _ := p.Start(ctx, connect.NewRequest(bash("sleep 1000")))
 	st.Receive()
 	pid := st.Msg().GetEvent().GetStart().GetPid()
 	cancel() // the client goes away; the process stays
@@ -253,7 +253,7 @@ func TestStreamTimeoutKillsProcess(t *testing.T) {
 	c := e.create(nil)
 	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	st, _ := e.process(c, true).Start(ctx, connect.NewRequest(bash("sleep")))
+	st, _ := e.process(c, true).Start(ctx, connect.NewRequest(bash("sleep 1000")))
 	evs, err := collect(st)
 	ended := len(evs) > 0 && evs[len(evs)-1].GetEnd() != nil
 	if !ended && connect.CodeOf(err) != connect.CodeDeadlineExceeded {
@@ -286,8 +286,11 @@ func TestPTY(t *testing.T) {
 	if _, err := p.CloseStdin(t.Context(), connect.NewRequest(&pb.CloseStdinRequest{Process: sel})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Fatalf("close stdin of a tty: %v", err)
 	}
-	waitFor(t, 2*time.Second, func() bool { e.f.mu.Lock(); defer e.f.mu.Unlock(); return len(e.f.resizes) == 1 })
-	in := &pb.ProcessInput{Input: &pb.ProcessInput_Pty{Pty: []byte("ls\n\x04")}}
+	if got := e.n.Resizes(); len(got) != 1 || got[0] != (api.TermSize{Cols: 100, Rows: 30}) {
+		t.Fatalf("resizes that reached the node: %v", got)
+	}
+	// The shell echoes its input and prints the size its terminal has now.
+	in := &pb.ProcessInput{Input: &pb.ProcessInput_Pty{Pty: []byte("stty size; exit\n")}}
 	if _, err := p.SendInput(t.Context(), connect.NewRequest(&pb.SendInputRequest{Process: sel, Input: in})); err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +305,7 @@ func TestPTY(t *testing.T) {
 		}
 		got += string(ev.GetData().GetPty())
 	}
-	if got != "[100x30]ls\n\x04" || evs[len(evs)-1].GetEnd() == nil {
+	if !strings.Contains(got, "stty size; exit\r\n") || !strings.Contains(got, "\r\n30 100\r\n") || evs[len(evs)-1].GetEnd() == nil {
 		t.Fatalf("pty output %q", got)
 	}
 }
@@ -371,7 +374,7 @@ func TestConnectEnvelopesAndProtoJSON(t *testing.T) {
 	if err := json.Unmarshal(b, &st); err != nil {
 		t.Fatal(err)
 	}
-	if st["entry"]["size"] != "5" || st["entry"]["type"] != "FILE_TYPE_FILE" || st["entry"]["permissions"] != "-rw-r--r--" {
+	if st["entry"]["size"] != "8" || st["entry"]["type"] != "FILE_TYPE_FILE" || st["entry"]["permissions"] != "-rw-r--r--" {
 		t.Fatalf("proto3 JSON: %s", b)
 	}
 	if _, err := time.Parse(time.RFC3339Nano, fmt.Sprint(st["entry"]["modifiedTime"])); err != nil {
@@ -473,7 +476,7 @@ func TestDeadSandboxOnEnvd(t *testing.T) {
 	if res, b := e.envdCall(ar, "GET", "/health", "", nil); res.StatusCode != 204 {
 		t.Fatalf("auto-resume health %d %s", res.StatusCode, b)
 	}
-	if sb, _ := e.f.Get(t.Context(), ar.SandboxID); sb.State != api.StateRunning {
+	if sb, _ := e.n.Get(t.Context(), ar.SandboxID); sb.State != api.StateRunning {
 		t.Fatalf("not resumed: %s", sb.State)
 	}
 }
@@ -490,12 +493,12 @@ func TestTrajectoryHeaders(t *testing.T) {
 	if _, err := collect(st); err != nil {
 		t.Fatal(err)
 	}
-	got := e.f.stepsSeen()
+	got := e.steps.get()
 	if len(got) != 2 || got[0] != "create traj-1 1" || got[1] != "exec traj-1 2" {
 		t.Fatalf("steps seen %q (helper calls must carry no step)", got)
 	}
 	// A replayed step says so.
-	e.f.replay = true
+	e.steps.setReplay()
 	res, _ = e.call("POST", "/v2/sandboxes", map[string]any{"templateID": "base"}, api.TrajectoryHeader, "traj-1", api.StepHeader, "1")
 	if res.Header.Get(api.ReplayedHeader) != "true" {
 		t.Fatal("replayed step without X-Dsec-Replayed")
@@ -559,10 +562,10 @@ func TestStreamInput(t *testing.T) {
 
 func TestShellFallback(t *testing.T) {
 	e := newEnv(t)
-	// The fake's /bin/sh answers "echo $0" with "sh"; its bash echoes the words.
-	for img, want := range map[string]string{"busybox": "sh\n", "debian": "$0\n"} {
+	// bash sets BASH; the busybox image has no bash, so /bin/sh runs instead.
+	for img, want := range map[string]string{"busybox": "sh\n", "debian": "/bin/bash\n"} {
 		c := e.create(map[string]any{"templateID": img})
-		st, _ := e.process(c, true).Start(t.Context(), connect.NewRequest(bash("echo $0")))
+		st, _ := e.process(c, true).Start(t.Context(), connect.NewRequest(bash("echo ${BASH:-sh}")))
 		evs, err := collect(st)
 		if err != nil || stdoutOf(evs) != want {
 			t.Fatalf("%s: %q %v", img, stdoutOf(evs), err)

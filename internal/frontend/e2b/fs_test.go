@@ -121,7 +121,7 @@ func TestFilesUploadDownload(t *testing.T) {
 	if res, b = e.envdCall(c, "POST", "/files", ct, body); res.StatusCode != 200 || decode[[]writeInfo](t, b)[0].Path != "/etc/evil" {
 		t.Fatalf("dot-dot upload: %d %s", res.StatusCode, b)
 	}
-	if _, b = e.envdCall(c, "GET", "/files?path=/tmp/../../../etc/hostname", "", nil); string(b) != "fake\n" {
+	if _, b = e.envdCall(c, "GET", "/files?path=/tmp/../../../etc/hostname", "", nil); string(b) != "sandbox\n" {
 		t.Fatalf("dot-dot read: %q", b)
 	}
 	res, b = e.envdCall(c, "GET", "/files?path=/etc/hostname&signature=v1_x", "", nil)
@@ -319,7 +319,18 @@ func TestPollingWatcher(t *testing.T) {
 func TestListDirJSONShape(t *testing.T) {
 	e := newEnv(t)
 	c := e.create(nil)
-	res, b := e.envdCall(c, "POST", "/filesystem.Filesystem/ListDir", "application/json", []byte(`{"path":"/etc","depth":1}`))
+	sfs, err := e.n.FS(t.Context(), c.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sfs.Close()
+	if _, err := sfs.Mkdir(t.Context(), "/opt/etc", 0o755, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sfs.WriteFile(t.Context(), "/opt/etc/hostname", 0o644, strings.NewReader("fake\n"), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	res, b := e.envdCall(c, "POST", "/filesystem.Filesystem/ListDir", "application/json", []byte(`{"path":"/opt/etc","depth":1}`))
 	if res.StatusCode != 200 {
 		t.Fatalf("%d %s", res.StatusCode, b)
 	}
@@ -330,7 +341,7 @@ func TestListDirJSONShape(t *testing.T) {
 		t.Fatalf("%s", b)
 	}
 	en := out.Entries[0]
-	if en["name"] != "hostname" || en["path"] != "/etc/hostname" || en["size"] != "5" || en["type"] != "FILE_TYPE_FILE" || !strings.HasPrefix(en["permissions"].(string), "-rw") {
+	if en["name"] != "hostname" || en["path"] != "/opt/etc/hostname" || en["size"] != "5" || en["type"] != "FILE_TYPE_FILE" || !strings.HasPrefix(en["permissions"].(string), "-rw") {
 		t.Fatalf("entry %v", en)
 	}
 	res, b = e.envdCall(c, "POST", "/filesystem.Filesystem/ListDir", "application/json", []byte(`{"path":"/etc","depth":"x"}`))
@@ -352,10 +363,10 @@ func TestPollingWatcherAcrossFrontEnds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h2 := e2b.New(e.f, e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
+	h2 := e2b.New(e.n, e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
 	srv2 := httptest.NewServer(h2)
 	defer func() { srv2.Close(); h2.Close() }()
-	other := &env{t: t, f: e.f, h: h2, srv: srv2}
+	other := &env{t: t, n: e.n, h: h2, srv: srv2}
 	e.srv.Close()
 	e.h.Close()
 	other.envdCall(c, "POST", "/files?path=/p/a", "application/octet-stream", []byte("abc"))

@@ -2,41 +2,53 @@ package e2b_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b/envdpb/process/processconnect"
+	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 const testKey = "s3cret-token"
 
-// env is a Handler over a fakeService behind an httptest server.
+// env is a Handler over a node agent (the mock driver in rooted mode, see
+// agenttest.NewRootedNode) behind an httptest server.
 type env struct {
-	t   *testing.T
-	f   *fakeService
-	h   *e2b.Handler
-	srv *httptest.Server
+	t *testing.T
+	n *agenttest.Node
+	// steps sees every call on its way to the node.
+	steps *stepLog
+	h     *e2b.Handler
+	srv   *httptest.Server
 }
 
 func newEnv(t *testing.T, mod ...func(*e2b.Options)) *env {
 	t.Helper()
-	f := newFake()
+	n := agenttest.NewRootedNode(t)
 	opts := e2b.Options{Authorize: func(k string) bool { return k == testKey }, WatchInterval: 20 * time.Millisecond, Secret: []byte("test")}
 	for _, m := range mod {
 		m(&opts)
 	}
-	h := e2b.New(f, opts)
+	steps := &stepLog{}
+	h := e2b.New(session.Chain(n, steps.interceptor()), opts)
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() { srv.Close(); h.Close() })
-	return &env{t: t, f: f, h: h, srv: srv}
+	return &env{t: t, n: n, steps: steps, h: h, srv: srv}
 }
 
 // call makes a control-plane request with the API key; body is JSON-encoded
@@ -171,4 +183,97 @@ func decode[T any](t *testing.T, b []byte) T {
 		t.Fatalf("decode %s: %v", b, err)
 	}
 	return v
+}
+
+// count is the number of sandboxes the node has.
+func (e *env) count() int {
+	e.t.Helper()
+	all, err := e.n.List(e.t.Context())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return len(all)
+}
+
+// stepLog is an interceptor that records the step tag of every create, delete
+// and exec that carried one ("op TRAJECTORY N") and, with replay set, reports
+// such calls as replayed (as the trajectory log does for a step it answers
+// from its record); it also keeps the arguments of every chown exec'd. The
+// calls go on to the node unchanged.
+type stepLog struct {
+	mu     sync.Mutex
+	seen   []string
+	replay bool
+	chowns []string
+}
+
+func (l *stepLog) interceptor() session.Interceptor {
+	return func(next session.Service) session.Service { return stepping{next, l} }
+}
+
+func (l *stepLog) note(ctx context.Context, op string) {
+	st, out, ok := session.StepFrom(ctx)
+	if !ok {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seen = append(l.seen, fmt.Sprintf("%s %s %d", op, st.Trajectory, st.N))
+	if l.replay {
+		out.Replayed = true
+	}
+}
+
+func (l *stepLog) get() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.seen)
+}
+
+// chownsRun returns the arguments of every chown exec'd so far.
+func (l *stepLog) chownsRun() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Clone(l.chowns)
+}
+
+func (l *stepLog) setReplay() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.replay = true
+}
+
+type stepping struct {
+	session.Service
+	l *stepLog
+}
+
+func (s stepping) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	s.l.note(ctx, "create")
+	return s.Service.Create(ctx, req)
+}
+
+func (s stepping) Delete(ctx context.Context, id string) error {
+	s.l.note(ctx, "delete")
+	return s.Service.Delete(ctx, id)
+}
+
+func (s stepping) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	s.l.note(ctx, "exec")
+	if len(req.Cmd) > 0 && req.Cmd[0] == "chown" {
+		s.l.mu.Lock()
+		s.l.chowns = append(s.l.chowns, strings.Join(req.Cmd[1:], " "))
+		s.l.mu.Unlock()
+	}
+	return s.Service.Exec(ctx, id, req)
+}
+
+func (s stepping) ExecStream(ctx context.Context, id string, req api.ExecRequest, sio session.Stream) (api.ExecResult, error) {
+	s.l.note(ctx, "exec")
+	return s.Service.ExecStream(ctx, id, req, sio)
+}
+
+func (s stepping) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
+	s.l.note(ctx, "exec")
+	return s.Service.StartProcess(ctx, id, req)
 }

@@ -210,7 +210,8 @@ func (f *follower) run(ctx context.Context, keepalive time.Duration) error {
 			return err
 		}
 		if out.Ended {
-			if out.Process.Result == nil || out.Process.Result.Error != "" {
+			// A failure or a signal may be the sandbox's deletion killing it.
+			if r := out.Process.Result; r == nil || r.Error != "" || r.Signal != "" {
 				f.abortIfSandboxGone(ctx)
 			}
 			return f.send(&pb.ProcessEvent{Event: &pb.ProcessEvent_End{End: endEvent(resultOf(out.Process), nil)}})

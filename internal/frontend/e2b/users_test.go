@@ -3,11 +3,14 @@ package e2b_test
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 
@@ -20,19 +23,43 @@ const testPasswd = "root:x:0:0:root:/root:/bin/bash\nuser:x:1000:1000::/home/use
 // withAccounts gives sandbox id E2B base's accounts (root, user) and bob.
 func (e *env) withAccounts(id string) {
 	e.t.Helper()
-	e.f.mu.Lock()
-	defer e.f.mu.Unlock()
-	s := e.f.sandboxes[id]
-	for _, d := range []string{"/etc", "/home", "/home/user", "/srv", "/srv/bob", "/root"} {
-		s.files[d] = &fakeFile{dir: true, mode: 0o755, mtime: time.Now()}
+	fs, err := e.n.FS(e.t.Context(), id)
+	if err != nil {
+		e.t.Fatal(err)
 	}
-	s.files["/etc/passwd"] = &fakeFile{data: []byte(testPasswd), mode: 0o644, mtime: time.Now()}
+	defer fs.Close()
+	for _, d := range []string{"/etc", "/home/user", "/srv/bob", "/root"} {
+		if _, err := fs.Mkdir(e.t.Context(), d, 0o755, true); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	if _, err := fs.WriteFile(e.t.Context(), "/etc/passwd", 0o644, strings.NewReader(testPasswd), 1<<20); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
-func (e *env) chowns() []string {
-	e.f.mu.Lock()
-	defer e.f.mu.Unlock()
-	return slices.Clone(e.f.chowns)
+// chowns returns the arguments of every chown the front end ran.
+func (e *env) chowns() []string { return e.steps.chownsRun() }
+
+// owner returns the owner of path in sandbox id, as "UID:GID".
+func (e *env) owner(id, path string) string {
+	e.t.Helper()
+	st, err := os.Lstat(filepath.Join(e.n.Root(id), path))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s := st.Sys().(*syscall.Stat_t)
+	return fmt.Sprintf("%d:%d", s.Uid, s.Gid)
+}
+
+// owners checks the owners of paths in sandbox id (path, "UID:GID", ...).
+func (e *env) owners(id string, want ...string) {
+	e.t.Helper()
+	for i := 0; i+1 < len(want); i += 2 {
+		if got := e.owner(id, want[i]); got != want[i+1] {
+			e.t.Errorf("%s is owned by %s, want %s", want[i], got, want[i+1])
+		}
+	}
 }
 
 func basicUser(u string) string {
@@ -66,11 +93,11 @@ func TestDefaultUserIsE2BUser(t *testing.T) {
 	e.withAccounts(c.SandboxID)
 
 	// Commands run as user in /home/user, with its environment.
-	if got := runOut(t, e.process(c, false), "env USER; env HOME; pwd"); got != "user\n/home/user\n/home/user\n" {
+	if got := runOut(t, e.process(c, false), "echo $USER; echo $HOME; pwd"); got != "user\n/home/user\n/home/user\n" {
 		t.Fatalf("default user's command printed %q", got)
 	}
 	// Authorization: Basic names another user.
-	if got := runOut(t, e.process(c, false, "Authorization", basicUser("root")), "env USER; pwd"); got != "root\n/root\n" {
+	if got := runOut(t, e.process(c, false, "Authorization", basicUser("root")), "echo $USER; pwd"); got != "root\n/root\n" {
 		t.Fatalf("root's command printed %q", got)
 	}
 
@@ -87,6 +114,7 @@ func TestDefaultUserIsE2BUser(t *testing.T) {
 	if got := e.chowns(); !slices.Equal(got, []string{"-R -h 1000:1000 -- /home/user/a"}) {
 		t.Fatalf("chowns after upload: %q", got)
 	}
+	e.owners(c.SandboxID, "/home/user", "0:0", "/home/user/a", "1000:1000", "/home/user/a/b", "1000:1000", "/home/user/a/b/c.txt", "1000:1000")
 	// ?username= names the owner (bob's home comes from /etc/passwd).
 	ct, body = multipartBody(t, map[string][]byte{"f.txt": []byte("y")})
 	res, b = e.envdCall(c, "POST", "/files?username=bob", ct, body)
@@ -96,6 +124,7 @@ func TestDefaultUserIsE2BUser(t *testing.T) {
 	if got := e.chowns(); len(got) != 2 || got[1] != "-h 1001:1002 -- /srv/bob/f.txt" {
 		t.Fatalf("chowns after bob's upload: %q", got)
 	}
+	e.owners(c.SandboxID, "/srv/bob", "0:0", "/srv/bob/f.txt", "1001:1002")
 	// root's files need no chown; reads resolve under the user's home.
 	ct, body = multipartBody(t, map[string][]byte{"r.txt": []byte("z")})
 	if res, b = e.envdCall(c, "POST", "/files?username=root", ct, body); res.StatusCode != http.StatusOK || len(e.chowns()) != 2 {
@@ -122,12 +151,21 @@ func TestDefaultUserIsE2BUser(t *testing.T) {
 	if got := e.chowns(); len(got) != 3 || got[2] != "-R -h 1000:1000 -- /home/user/x" {
 		t.Fatalf("chowns after MakeDir: %q", got)
 	}
+	e.owners(c.SandboxID, "/home/user/x", "1000:1000", "/home/user/x/y", "1000:1000")
 }
 
 func TestNoUserAccountRunsAsRoot(t *testing.T) {
 	e := newEnv(t)
-	c := e.create(nil) // the fake's sandbox has no /etc/passwd
-	if got := runOut(t, e.process(c, false), "env USER; pwd"); got != "root\n/root\n" {
+	c := e.create(nil)
+	fs, err := e.n.FS(t.Context(), c.SandboxID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fs.Close()
+	if err := fs.Remove(t.Context(), "/etc/passwd", false); err != nil {
+		t.Fatal(err)
+	}
+	if got := runOut(t, e.process(c, false), "echo $USER; pwd"); got != "root\n/root\n" {
 		t.Fatalf("command printed %q", got)
 	}
 	ct, body := multipartBody(t, map[string][]byte{"rel.txt": []byte("r")})

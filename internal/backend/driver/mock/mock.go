@@ -70,6 +70,9 @@ type Config struct {
 	// credentials it asks for (rooted mode, see root.go; needs root). The
 	// driver then claims the Credentials capability.
 	Chroot bool
+	// Egress keeps the network policies sandboxes are given and reports them,
+	// enforcing nothing (see network.go).
+	Egress bool
 }
 
 // Driver implements driver.Driver with host processes.
@@ -190,6 +193,8 @@ type box struct {
 	destroyed bool
 	// thaw is open while the box is paused (see pause.go).
 	thaw chan struct{}
+	// network is the policy kept with Config.Egress (nil: loopback only).
+	network *api.NetworkStatus
 }
 
 func (b *box) exited() bool {
