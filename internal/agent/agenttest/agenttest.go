@@ -2,7 +2,9 @@
 // but no isolation: a real node agent (package agent) over the mock driver,
 // with a tiny image, as any user and without built images. Front ends, the
 // node RPC, the cluster router and the decorators test against it instead of
-// hand-written fakes, so what they see is what a node answers.
+// hand-written fakes, so what they see is what a node answers. NewRootedNode
+// (as root) runs the processes chrooted with their credentials, for tests of
+// users, homes and in-sandbox paths.
 package agenttest
 
 import (

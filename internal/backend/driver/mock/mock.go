@@ -8,7 +8,9 @@
 // Capabilities say so (Isolation none, no credentials, limits or pause), so the
 // conformance suite skips those checks. In rooted mode (Config.Chroot, as
 // root) processes run chrooted into the sandbox's root with the credentials
-// they ask for, and the driver claims Credentials (see root.go).
+// they ask for, and the driver claims Credentials (see root.go). With
+// Config.Egress it keeps the network policies it is given, enforcing none
+// (see network.go).
 //
 // A Host plays the part the container driver's init processes play: it holds the
 // sandboxes, their processes and the masters of tagged terminals, and outlives

@@ -31,8 +31,9 @@ func root(cmd *exec.Cmd, root, cwd string, uid, gid int, groups []int) {
 	cmd.Dir = filepath.Clean("/" + cwd)
 }
 
-// statIn stats an in-sandbox path c of a rooted box, following symlinks inside
-// the root only as far as the host's stat does (a relative or in-root link).
+// statIn stats an in-sandbox path c of a rooted box for lookPath. A symlink
+// (busybox's applets are) is resolved once inside the root, absolute targets
+// against the root; what that target names is then followed as the host does.
 func statIn(root, c string) (os.FileInfo, error) {
 	p := filepath.Join(root, c)
 	fi, err := os.Lstat(p)
