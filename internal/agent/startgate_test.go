@@ -74,3 +74,15 @@ func TestStartGateAbandon(t *testing.T) {
 		t.Errorf("output %q of an exec that did not start went out", out.String())
 	}
 }
+
+// BenchmarkStartGateWrite is what the gate adds to each write once the start
+// went out.
+func BenchmarkStartGateWrite(b *testing.B) {
+	g, w := gate([2]io.Writer{io.Discard, io.Discard})
+	g.start(1, func(int) {})
+	p := make([]byte, 4096)
+	b.SetBytes(int64(len(p)))
+	for b.Loop() {
+		_, _ = w[0].Write(p)
+	}
+}
