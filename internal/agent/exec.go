@@ -187,13 +187,21 @@ func (sb *sandbox) run(ctx context.Context, inst driver.Instance, spec driver.Pr
 	ctx, end := sb.m.phase(ctx, sb.rec.Backend, PhaseDriverExec, "driver.exec")
 	var err error
 	defer func() { end(err) }()
+	var g *startGate
+	if started != nil {
+		// The driver copies output from inside Exec on: started goes first.
+		g, out = gate(out)
+	}
 	pr, err := inst.Exec(ctx, spec, driver.Stdio{Stdin: in, Stdout: out[0], Stderr: out[1]})
 	if err != nil {
+		if g != nil {
+			g.abandon()
+		}
 		return driver.Exit{}, false, 0, err
 	}
 	defer pr.Close()
-	if started != nil {
-		started(pr.PID())
+	if g != nil {
+		g.start(pr.PID(), started)
 	}
 	var timedOut bool
 	var timer <-chan time.Time

@@ -265,7 +265,8 @@ type Stream struct {
 	Stderr io.Writer
 	// Control delivers signals and terminal resizes while the process runs.
 	Control <-chan Control
-	// Started is called once with the process's PID when it has started.
+	// Started is called once with the process's PID when it has started,
+	// before anything is written to Stdout or Stderr.
 	Started func(pid int)
 }
 

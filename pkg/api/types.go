@@ -214,10 +214,10 @@ type ExecResult struct {
 }
 
 // StreamEvent is one NDJSON line of POST /v1/sandboxes/{id}/exec/stream's response.
-// Type is "started" (PID set), "stdout" or "stderr" (Data set, base64), or "exit"
-// (Result set, with empty Stdout/Stderr since they were streamed); "keepalive"
-// (nothing set) comes when the stream was otherwise silent for the server's
-// keep-alive interval, and clients ignore it.
+// Type is "started" (PID set; it comes before any output), "stdout" or "stderr"
+// (Data set, base64), or "exit" (Result set, with empty Stdout/Stderr since they
+// were streamed); "keepalive" (nothing set) comes when the stream was otherwise
+// silent for the server's keep-alive interval, and clients ignore it.
 type StreamEvent struct {
 	Type   string      `json:"type"`
 	PID    int         `json:"pid,omitempty"`

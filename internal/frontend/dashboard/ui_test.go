@@ -68,8 +68,10 @@ func (e *env) dial(id string, hello any) *websocket.Conn {
 type session struct {
 	out    strings.Builder
 	events []map[string]any
-	status websocket.StatusCode
-	reason string
+	// outputFirst: output came before the started event.
+	outputFirst bool
+	status      websocket.StatusCode
+	reason      string
 }
 
 // readAll reads until the server closes (or until stop says enough).
@@ -89,6 +91,7 @@ func readAll(t *testing.T, c *websocket.Conn, stop func(*session) bool) *session
 			return s
 		}
 		if typ == websocket.MessageBinary {
+			s.outputFirst = s.outputFirst || s.event("started") == nil
 			s.out.Write(data)
 		} else {
 			var ev map[string]any
@@ -124,6 +127,9 @@ func TestTerminalRunsCommand(t *testing.T) {
 	if ev := s.event("exit"); ev == nil || ev["exit_code"] != 0.0 {
 		t.Errorf("events %v: want an exit event with code 0", s.events)
 	}
+	if s.event("started") == nil || s.outputFirst {
+		t.Errorf("events %v: want a started event before any output", s.events)
+	}
 	if s.status != websocket.StatusNormalClosure || !strings.Contains(s.reason, "exited with code 0") {
 		t.Errorf("closed %d %q", s.status, s.reason)
 	}
@@ -145,16 +151,12 @@ func TestTerminalInteractive(t *testing.T) {
 	if err := c.Write(ctx, websocket.MessageBinary, []byte("typed keys\n")); err != nil {
 		t.Fatal(err)
 	}
-	// (The node reports the start as the shell's output begins: the echo of
-	// the keys may come before the started event.)
-	s := readAll(t, c, func(s *session) bool {
-		return strings.Contains(s.out.String(), "typed keys") && s.event("started") != nil
-	})
+	s := readAll(t, c, func(s *session) bool { return strings.Contains(s.out.String(), "typed keys") })
 	if ev := s.event("input_error"); ev == nil || ev["code"] != string(api.CodeInvalidArgument) {
 		t.Errorf("events %v: want an input_error for the zero size", s.events)
 	}
-	if s.event("started") == nil {
-		t.Errorf("events %v: no started event", s.events)
+	if s.event("started") == nil || s.outputFirst {
+		t.Errorf("events %v: want a started event before any output (the echo of the keys)", s.events)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for len(e.node.Resizes()) == 0 && time.Now().Before(deadline) {
