@@ -223,10 +223,6 @@ var knownFakes = map[string]string{
 	// host processes as the caller, with paths unrewritten (a chown there
 	// would change the host's files).
 	"internal/frontend/e2b.fakeService": "users, chown and in-sandbox paths",
-	// The decorator's conformance suite counts the operations that ran, fails
-	// one on demand, kills a sandbox's init and runs FnCalls: hooks agenttest
-	// does not have yet (it runs over the real agent in internal/agent).
-	"internal/trajectory/trajtest.Fake": "run counts, injected failures, init exit, FnCall",
 }
 
 // TestOneSessionFake: no test code outside agenttest answers the session
