@@ -67,8 +67,8 @@ func defaultImage(t testing.TB) *image.Store {
 		}
 	}
 	files := map[string]string{
-		filepath.Join(bin, "exit"):                 "#!/bin/sh\nexit \"${1:-0}\"\n",
-		filepath.Join(rootfs, "etc", "passwd"):     "root:x:0:0:root:/root:/bin/sh\n",
+		filepath.Join(bin, "exit"):                  "#!/bin/sh\nexit \"${1:-0}\"\n",
+		filepath.Join(rootfs, "etc", "passwd"):      "root:x:0:0:root:/root:/bin/sh\n",
 		filepath.Join(dir, "default", "image.json"): `{"name":"default","lower":["rootfs"],"config":{"env":["PATH=` + bin + `:/usr/local/bin:/usr/bin:/bin"]}}`,
 	}
 	for p, content := range files {
