@@ -214,15 +214,10 @@ func f(svc any, s struct{ svc any }, w any) {
 // one- or two-method stub for an error or a route is not).
 const fakeMethods = 10
 
-// knownFakes are the hand-written fakes of the session service that remain,
-// each with why agenttest (the agent over the mock driver) cannot replace it
-// yet. The list only shrinks.
-var knownFakes = map[string]string{
-	// The decorator's conformance suite counts the operations that ran, fails
-	// one on demand, kills a sandbox's init and runs FnCalls: hooks agenttest
-	// does not have yet (it runs over the real agent in internal/agent).
-	"internal/trajectory/trajtest.Fake": "run counts, injected failures, init exit, FnCall",
-}
+// knownFakes are hand-written fakes of the session service allowed to remain,
+// each with why agenttest (the agent over the mock driver) cannot replace it.
+// It is empty: every test serves agenttest.
+var knownFakes = map[string]string{}
 
 // TestOneSessionFake: no test code outside agenttest answers the session
 // contract itself: tests serve the agent over the mock driver.

@@ -18,7 +18,7 @@ import (
 // see EOF), and cannot be replayed; one closed early is of unknown outcome.
 func TestBigRead(t *testing.T) {
 	ctx := context.Background()
-	fake := trajtest.NewFake()
+	fake := trajtest.NewNode(t)
 	svc := trajectory.Wrap(fake, trajectory.NewMem(), trajectory.Options{TempDir: t.TempDir()})
 	sb, err := fake.Create(ctx, api.CreateSandboxRequest{})
 	if err != nil {

@@ -21,8 +21,8 @@
 // and every untagged one, passes through. The Go client tags calls made with
 // client.WithTrajectory(ctx, id, n); the CLI has `dsec exec --traj ID --step N`.
 // A trajectory is bound to the sandbox of its first step. Package trajtest is the
-// decorator's conformance suite (run over an in-memory fake service and every
-// store, and runnable against a real node agent).
+// decorator's conformance suite (run over the node agent on the mock driver
+// with every store, and over the agent on the container driver).
 //
 // # What is logged
 //

@@ -67,7 +67,7 @@ func TestLegacyLog(t *testing.T) {
 }
 
 func legacyReplay(t *testing.T, store trajectory.Store, traj string) {
-	fake := trajtest.NewFake()
+	fake := trajtest.NewNode(t)
 	svc := trajectory.Wrap(fake, store, trajectory.Options{TempDir: t.TempDir()})
 	const sb = "sb-1" // the fixture's sandbox, gone now
 	n := 0
@@ -165,8 +165,8 @@ func legacyReplay(t *testing.T, store trajectory.Store, traj string) {
 	if fc.Verdict != api.VerdictAccepted || len(fc.Tests) != 1 || fc.Tests[0].Stdout != "1\n" {
 		t.Fatalf("fncall: %+v", fc)
 	}
-	if fake.Runs() != 0 {
-		t.Fatalf("replays ran %d operations", fake.Runs())
+	if fake.Faults.Runs() != 0 {
+		t.Fatalf("replays ran %d operations", fake.Faults.Runs())
 	}
 	// Step 15 was started by a server that died.
 	tr, err := svc.GetTrajectory(context.Background(), traj)

@@ -10,7 +10,7 @@ import (
 )
 
 // The stores: each runs the store conformance suite (storetest) and the
-// decorator conformance suite (trajtest, over the in-memory fake service).
+// decorator conformance suite (trajtest, over the node agent on the mock driver).
 
 func memFactory() storetest.Factory {
 	return storetest.Factory{
@@ -38,7 +38,7 @@ func TestBoltStore(t *testing.T)   { storetest.Run(t, boltFactory()) }
 func TestPebbleStore(t *testing.T) { storetest.Run(t, pebbleFactory()) }
 
 func decorator(t *testing.T, f storetest.Factory) {
-	trajtest.Run(t, trajtest.FakeHarness(f.Open, f.Restart))
+	trajtest.Run(t, trajtest.NodeHarness(f.Open, f.Restart))
 }
 
 func TestDecoratorMem(t *testing.T)    { decorator(t, memFactory()) }

@@ -1,9 +1,9 @@
 // Package trajtest is the conformance suite of the trajectory decorator: it wraps
 // a session.Service with trajectory.Wrap and checks the replay rules through the
 // session interface alone (replay, divergence, outcome_unknown after a simulated
-// crash, lost sandboxes, rebuild, FnCall and HTTP steps, stream replay). Fake is
-// an in-memory session.Service to run it without root; the same suite runs
-// against the real node agent (see Harness).
+// crash, lost sandboxes, rebuild, FnCall and HTTP steps, stream replay). Node
+// runs it without root (the node agent over the mock driver, NodeHarness); the
+// same suite runs against the agent over the container driver (see Harness).
 package trajtest
 
 import (
@@ -12,7 +12,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -26,8 +25,8 @@ import (
 )
 
 // Harness is what the suite needs from an implementation. The commands the suite
-// runs are `echo`, `cat` and `sh -c "exit N"` / `sh -c "echo X >&2"`, which Fake
-// and any Linux image have; files live under /tmp.
+// runs are `echo`, `cat` and `sh -c "exit N"` / `sh -c "echo X >&2"`, which the
+// host (for Node) and any Linux image have; files live under /tmp.
 type Harness struct {
 	// Service returns the session service to wrap (one per test).
 	Service func(t *testing.T) session.Service
@@ -41,8 +40,9 @@ type Harness struct {
 	// Runs, if set, counts the operations the service ran: the suite checks that a
 	// replay runs nothing.
 	Runs func(svc session.Service) int
-	// Fail, if set, makes the service's next operation op ("exec") fail with err.
-	Fail func(svc session.Service, op string, err error)
+	// Fail, if set, makes the service's next call of method ("Exec") fail with
+	// err.
+	Fail func(svc session.Service, method string, err error)
 	// Kill, if set, makes a sandbox's init exit.
 	Kill func(t *testing.T, svc session.Service, id string)
 	// Serve, if set, makes an HTTP server answer on a port of sandbox id (the
@@ -574,7 +574,7 @@ func (s *suite) testRetryable(t *testing.T) {
 	e := s.env(t)
 	id := e.create()
 	for _, c := range []api.Code{api.CodeUnavailable, api.CodeInternal, api.CodeResourceExhausted, api.CodeDeadlineExceeded} {
-		s.h.Fail(e.inner, "exec", errdefs.New(c, "injected"))
+		s.h.Fail(e.inner, "Exec", errdefs.New(c, "injected"))
 		_, _, err := e.exec("x", 1, id, echo("one"))
 		wantCode(t, err, c)
 		if _, err := e.svc.GetTrajectory(context.Background(), "x"); code(err) != api.CodeNotFound {
@@ -585,7 +585,7 @@ func (s *suite) testRetryable(t *testing.T) {
 		t.Fatalf("re-issue: %+v %v", res, err)
 	}
 	// A non-retryable failure is a result.
-	s.h.Fail(e.inner, "exec", errdefs.Invalid("injected bad request"))
+	s.h.Fail(e.inner, "Exec", errdefs.Invalid("injected bad request"))
 	_, _, err := e.exec("x", 2, id, echo("two"))
 	wantCode(t, err, api.CodeInvalidArgument)
 	_, replayed, err := e.exec("x", 2, id, echo("two"))
@@ -594,7 +594,7 @@ func (s *suite) testRetryable(t *testing.T) {
 		t.Fatalf("error result replay: %v %v", replayed, err)
 	}
 	// A sandbox that disappears while the step runs is lost, not a result.
-	s.h.Fail(e.inner, "exec", errdefs.NotFound("sandbox %q", id))
+	s.h.Fail(e.inner, "Exec", errdefs.NotFound("sandbox %q", id))
 	if err := e.inner.Delete(context.Background(), id); err != nil {
 		t.Fatal(err)
 	}
@@ -789,29 +789,5 @@ func (s *suite) testHTTP(t *testing.T) {
 	wantCode(t, err, api.CodeBadGateway)
 	if !out.Replayed {
 		t.Fatal("bad_gateway not replayed")
-	}
-}
-
-// FakeHarness runs the suite on Fake with the given stores.
-func FakeHarness(store func(t *testing.T) trajectory.Store, restart func(t *testing.T, s trajectory.Store) trajectory.Store) Harness {
-	return Harness{
-		Service: func(*testing.T) session.Service { return NewFake() },
-		FnCall:  true,
-		Store:   store,
-		Restart: restart,
-		Runs:    func(svc session.Service) int { return svc.(*Fake).Runs() },
-		Fail:    func(svc session.Service, op string, err error) { svc.(*Fake).FailNext(op, err) },
-		Kill:    func(_ *testing.T, svc session.Service, id string) { svc.(*Fake).Kill(id) },
-		Serve: func(t *testing.T, svc session.Service, _ string, h http.Handler) int {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := &http.Server{Handler: h}
-			go func() { _ = srv.Serve(l) }()
-			t.Cleanup(func() { srv.Close() })
-			svc.(*Fake).Expose(8080, l.Addr().String())
-			return 8080
-		},
 	}
 }

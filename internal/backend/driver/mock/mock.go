@@ -193,6 +193,9 @@ type box struct {
 	procs     map[string]*hostProc // tagged processes, running or exited
 	running   map[*hostProc]bool
 	destroyed bool
+	// closeDone closes done once: at destroy, or earlier when the init
+	// exits (see exit.go).
+	closeDone sync.Once
 	// thaw is open while the box is paused (see pause.go).
 	thaw chan struct{}
 	// network is the policy kept with Config.Egress (nil: loopback only).
@@ -247,7 +250,7 @@ func (b *box) destroy(ctx context.Context, h *Host) error {
 	delete(h.boxes, b.id)
 	h.mu.Unlock()
 	err := os.RemoveAll(b.root)
-	close(b.done)
+	b.closeDone.Do(func() { close(b.done) })
 	return err
 }
 
