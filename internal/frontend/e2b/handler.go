@@ -113,7 +113,7 @@ func New(svc session.Service, opts Options) *Handler {
 	domain := cmp.Or(opts.Domain, "localhost")
 	h.domain.Store(&domain)
 	h.ports = h.newPortProxy()
-	for _, rt := range h.controlRoutes() {
+	for _, rt := range slices.Concat(h.controlRoutes(), h.snapshotRoutes()) {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
 	copts := []connect.HandlerOption{connect.WithReadMaxBytes(opts.MaxMessageBytes)}
