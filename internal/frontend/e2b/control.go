@@ -131,6 +131,9 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		case autoResume && !autoPause:
 			h.writeAPIError(w, r, http.StatusBadRequest, "autoResume needs autoPause")
 			return
+		case req.AutoPauseMemory != nil && !*req.AutoPauseMemory:
+			h.writeErr(w, r, errFilesystemPause)
+			return
 		}
 		labels := map[string]string{}
 		var metadata map[string]string
@@ -316,6 +319,10 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 	}
 	if sb.State == api.StatePaused {
 		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", sb.ID))
+		return
+	}
+	if req.Memory != nil && !*req.Memory {
+		h.writeErr(w, r, errFilesystemPause)
 		return
 	}
 	if _, err := h.svc.Pause(r.Context(), sb.ID); err != nil {

@@ -453,3 +453,31 @@ func TestFork(t *testing.T) {
 		t.Fatalf("%d sandboxes, want the parent and 4 children", n)
 	}
 }
+
+// TestFilesystemPauseRefused: a filesystem-only pause (memory false) and a
+// create asking for one at the deadline (autoPauseMemory false) are refused
+// with E2B's 400, the sandbox runs on and no sandbox is made; a pause with
+// memory works as before.
+func TestFilesystemPauseRefused(t *testing.T) {
+	e := newSnapEnv(t)
+	id := e.create()
+	st, b := e.call("POST", "/sandboxes/"+id+"/pause", map[string]any{"memory": false})
+	wantAPIError(t, "pause without memory", st, b, http.StatusBadRequest, "filesystem-only pause")
+	if sb, err := e.node.Get(context.Background(), id); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("after a refused pause: %+v %v", sb, err)
+	}
+	st, b = e.call("POST", "/v2/sandboxes", map[string]any{"templateID": "base", "autoPause": true, "autoPauseMemory": false})
+	wantAPIError(t, "create with autoPauseMemory false", st, b, http.StatusBadRequest, "filesystem-only pause")
+	if got := e.sandboxes(); !slices.Equal(got, []string{id}) {
+		t.Fatalf("sandboxes after a refused create: %v", got)
+	}
+	if st, b := e.call("POST", "/v2/sandboxes", map[string]any{"templateID": "base", "autoPause": true, "autoPauseMemory": true}); st != http.StatusCreated {
+		t.Fatalf("create with autoPauseMemory true: %d %s", st, b)
+	}
+	if st, b := e.call("POST", "/sandboxes/"+id+"/pause", map[string]any{"memory": true}); st != http.StatusNoContent {
+		t.Fatalf("pause with memory: %d %s", st, b)
+	}
+	if sb, err := e.node.Get(context.Background(), id); err != nil || sb.State != api.StatePaused {
+		t.Fatalf("after a pause: %+v %v", sb, err)
+	}
+}
