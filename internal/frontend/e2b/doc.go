@@ -18,6 +18,9 @@
 //     for stdin and resizes); a stream follows a process's logs;
 //   - watch.go: the polling directory watchers are the node's directory
 //     watches; a WatchDir stream polls the sandbox's FS while it lasts.
+//   - snapshots.go: a snapshot is an environment committed from its sandbox
+//     (Commit), named so that the environment store's list answers E2B's
+//     filters; a fork is the node's Fork.
 //
 // Streaming answers flush at most every 2 ms (batch.go), so a short command's
 // start, end and end-of-stream leave in one write.
