@@ -90,4 +90,31 @@ const gone = async (id) => {
   assert.equal(await sbx.commands.kill(h.pid), false)
   await sbx.kill()
 }
+// Snapshots and forks are the cluster's, not an API server's: a snapshot made
+// through an API server that is then killed is listed, created from and
+// deleted through the other, and a fork through either gives running children.
+{
+  const src = await Sandbox.create({ timeoutMs: 120_000 })
+  await src.files.write('/opt/snap.txt', 'kept')
+  const snap = await src.createSnapshot({ name: `stateless-${process.pid}` })
+  const maker = await servedBy(`^POST /sandboxes/${src.sandboxId}/snapshots$`)
+  console.log(`snapshot ${snap.snapshotId} made through API server ${maker}; killing ${maker}`)
+  await control('kill', maker)
+  assert.ok((await src.listSnapshots().nextItems()).some((s) => s.snapshotId === snap.snapshotId), 'snapshot not listed')
+  const from = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 })
+  assert.equal(await from.files.read('/opt/snap.txt'), 'kept')
+  await assert.rejects(Sandbox.deleteSnapshot(snap.snapshotId), /409/)
+  await control('start', maker)
+  const forks = await src.fork({ count: 2, timeoutMs: 60_000 })
+  assert.equal(forks.length, 2)
+  for (const f of forks) {
+    assert.ok(f instanceof Sandbox, String(f))
+    assert.equal(await f.files.read('/opt/snap.txt'), 'kept')
+    await f.kill()
+  }
+  await from.kill()
+  await src.kill()
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
+}
 console.log('ok')
