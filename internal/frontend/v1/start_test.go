@@ -1,12 +1,16 @@
 package v1_test
 
 import (
+	"context"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/pkg/api"
+	"github.com/dsec-dev/dsec/pkg/client"
 )
 
 // TestCreateStart: /v1 create and batch create carry start commands and
@@ -74,5 +78,28 @@ func TestCreateStart(t *testing.T) {
 	mustJSON(t, b, &br)
 	if resp.StatusCode != http.StatusCreated || len(br.Sandboxes) != 2 || br.Sandboxes[1].Start == nil || br.Sandboxes[1].Start.State != api.StartReady {
 		t.Errorf("batch with start commands: %d %s", resp.StatusCode, b)
+	}
+}
+
+// TestCreateStartKeepAlive: a create that waits for its start command past
+// the keep-alive interval keeps its connection busy (200 with
+// X-Dsec-Keepalive), and the Go client reads the sandbox, or the late
+// start_failed, from it.
+func TestCreateStartKeepAlive(t *testing.T) {
+	e := newEnv(t, v1.Options{KeepAlive: 50 * time.Millisecond})
+	mark := filepath.Join(t.TempDir(), "ready") // the mock's processes are the host's
+	resp, b := e.do("POST", "/v1/sandboxes", strings.NewReader(`{"start_cmd":"sleep 0.4; touch `+mark+`; exec sleep 30","ready_cmd":"test -e `+mark+`","ready_timeout_ms":20000}`))
+	if resp.StatusCode != http.StatusOK || resp.Header.Get(api.KeepAliveHeader) == "" || !strings.HasPrefix(string(b), " ") {
+		t.Errorf("a create waiting past the keep-alive: %d %q %q", resp.StatusCode, resp.Header.Get(api.KeepAliveHeader), b)
+	}
+	cl := client.New(e.srv.URL, token)
+	sb, err := cl.Create(context.Background(), api.CreateSandboxRequest{StartCmd: "sleep 0.3; exec sleep 30", ReadyCmd: "sleep 0.2", ReadyTimeoutMs: 20_000})
+	if err != nil || sb.Start == nil || sb.Start.State != api.StartReady {
+		t.Fatalf("Go client, late answer: %+v, %v", sb.Start, err)
+	}
+	_, err = cl.Create(context.Background(), api.CreateSandboxRequest{StartCmd: "sleep 0.3; echo late failure >&2; exit 9", ReadyCmd: "false"})
+	ae, ok := api.AsError(err)
+	if !ok || ae.Code != api.CodeStartFailed || ae.Status != http.StatusUnprocessableEntity || !strings.Contains(ae.Message, "late failure") {
+		t.Errorf("Go client, late start_failed: %v", err)
 	}
 }
