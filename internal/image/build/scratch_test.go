@@ -32,7 +32,9 @@ func scratchBuilder(t *testing.T) (*build.Builder, blob.Store) {
 		t.Fatal(err)
 	}
 	return &build.Builder{Envs: envs, TempDir: t.TempDir(),
-		Resolve: func(context.Context, string) (image.Image, error) { return image.Image{}, errdefs.NotFound("no images here") },
+		Resolve: func(context.Context, string) (image.Image, error) {
+			return image.Image{}, errdefs.NotFound("no images here")
+		},
 	}, blobs
 }
 
@@ -159,7 +161,7 @@ func TestBuildFromScratch(t *testing.T) {
 
 	for dockerfile, msg := range map[string]string{
 		"FROM scratch\nCOPY hello.txt /\nRUN true\n": "line 3: RUN in a stage FROM scratch",
-		"FROM scratch\nCMD [\"/x\"]\n":              "has no files",
+		"FROM scratch\nCMD [\"/x\"]\n":               "has no files",
 	} {
 		_, err := do("", dockerfile)
 		if !errdefs.Is(err, api.CodeInvalidArgument) || !strings.Contains(err.Error(), msg) {
