@@ -82,6 +82,9 @@ func (m *Manager) start(ctx context.Context, sb *sandbox, req api.CreateSandboxR
 		return err
 	}
 	why, err := m.waitReady(ctx, sb, id, p.ID, req)
+	if errors.Is(err, errSandboxGone) {
+		return api.NewError(api.CodeStartFailed, "sandbox %s: deleted before its %s was ready", id, kind)
+	}
 	if err != nil {
 		if ctx.Err() != nil {
 			_ = m.startFailed(sb, id, st, "create ended before the start command was ready: "+ctx.Err().Error(), p.ID)
@@ -93,8 +96,12 @@ func (m *Manager) start(ctx context.Context, sb *sandbox, req api.CreateSandboxR
 	return m.setStart(sb, st)
 }
 
-// errNotReady is waitReady's failure; the reason says why.
-var errNotReady = errors.New("not ready")
+// errNotReady is waitReady's failure; the reason says why. errSandboxGone:
+// the sandbox was deleted (or reset away) while create waited.
+var (
+	errNotReady    = errors.New("not ready")
+	errSandboxGone = errors.New("sandbox gone")
+)
 
 // waitReady checks req's readiness until it passes, the start process procID
 // fails (ends with a non-zero status: one that exits 0 may have left a
@@ -118,6 +125,9 @@ func (m *Manager) waitReady(ctx context.Context, sb *sandbox, id, procID string,
 	for {
 		select {
 		case <-done:
+			if sb.gone() {
+				return "", errSandboxGone
+			}
 			if res := bp.view().Result; res != nil && (res.ExitCode != 0 || res.Signal != "") {
 				return "ended before it was ready: " + describeExit(*res), errNotReady
 			}
@@ -133,6 +143,9 @@ func (m *Manager) waitReady(ctx context.Context, sb *sandbox, id, procID string,
 				return "", nil
 			}
 			last = why
+			if sb.gone() {
+				return "", errSandboxGone
+			}
 			t.Reset(wait)
 			wait = min(2*wait, readyPollMax)
 		}
@@ -169,6 +182,14 @@ func (m *Manager) readyOnce(ctx context.Context, id string, req api.CreateSandbo
 		}
 	}
 	return true, ""
+}
+
+// gone reports whether sb was deleted (a Delete in progress holds sb.mu, so
+// this waits for its end).
+func (sb *sandbox) gone() bool {
+	sb.mu.Lock()
+	defer sb.mu.Unlock()
+	return sb.deleted
 }
 
 // describeExit says how a process ended.

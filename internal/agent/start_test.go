@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -208,5 +209,40 @@ func TestMockStartRefused(t *testing.T) {
 	sbs, _ := m.List(ctxT(t))
 	if len(sbs) != 1 || sbs[0].ID != id {
 		t.Errorf("after the batch: %+v, want only the failed member %s", sbs, id)
+	}
+}
+
+// TestMockStartSandboxDeleted: a create waiting for readiness ends at once,
+// as start_failed, when its sandbox is deleted meanwhile.
+func TestMockStartSandboxDeleted(t *testing.T) {
+	e := newMockEnv(t)
+	m := e.open(t)
+	errc := make(chan error, 1)
+	t0 := time.Now()
+	go func() {
+		_, err := m.Create(ctxT(t), api.CreateSandboxRequest{StartCmd: "exec sleep 60", ReadyCmd: "false", ReadyTimeoutMs: 60_000})
+		errc <- err
+	}()
+	var id string
+	testwait.For(t, 20*time.Second, "a sandbox waiting for its start command", func() bool {
+		sbs, _ := m.List(ctxT(t))
+		if len(sbs) == 1 && sbs[0].Start != nil && sbs[0].Start.State == api.StartStarting {
+			id = sbs[0].ID
+		}
+		return id != ""
+	})
+	if err := m.Delete(ctxT(t), id); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-errc:
+		if got := startFailure(t, err, "deleted before its start_cmd was ready"); got != id {
+			t.Errorf("error names %q, the sandbox was %s", got, id)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("create still waiting 20s after its sandbox was deleted")
+	}
+	if d := time.Since(t0); d > 30*time.Second {
+		t.Errorf("took %s", d)
 	}
 }
