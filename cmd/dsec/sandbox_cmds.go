@@ -21,6 +21,7 @@ func createCmd() *cobra.Command {
 	var env, allow, rules, constraints []string
 	var userns bool
 	var ksm bool
+	var start startFlags
 	var count, parallel int
 	var labels []string
 	c := &cobra.Command{
@@ -62,6 +63,9 @@ func createCmd() *cobra.Command {
 			if req.Labels, err = parseKV("--label", labels); err != nil {
 				return err
 			}
+			if err := start.apply(cmd, &req); err != nil {
+				return err
+			}
 			cl, err := client.FromEnv()
 			if err != nil {
 				return err
@@ -96,7 +100,52 @@ func createCmd() *cobra.Command {
 	f.StringArrayVarP(&labels, "label", "l", nil, "KEY=VALUE label of the sandbox (repeatable)")
 	f.IntVarP(&count, "count", "n", 1, "create this many sandboxes (one ID per line; a progress bar on a terminal)")
 	f.IntVar(&parallel, "parallel", 1, "with --count: creates in flight at once")
+	start.add(c)
 	return c
+}
+
+// startFlags are create's start command and readiness check.
+type startFlags struct {
+	cmd, readyCmd, readyTimeout string
+	entrypoint                  bool
+	readyPort                   int
+}
+
+func (s *startFlags) add(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&s.cmd, "start-cmd", "", "shell command started in the background once the sandbox exists (e.g. 'python3 -m http.server 8080')")
+	f.BoolVar(&s.entrypoint, "entrypoint", false, "start the image's Entrypoint and Cmd instead of --start-cmd")
+	f.StringVar(&s.readyCmd, "ready-cmd", "", "answer only once this shell command exits 0 in the sandbox (retried)")
+	f.IntVar(&s.readyPort, "ready-port", 0, "answer only once this TCP port in the sandbox accepts a connection")
+	f.StringVar(&s.readyTimeout, "ready-timeout", "", "how long to wait for --ready-cmd/--ready-port, e.g. 30s (default 60s, at most 10m)")
+}
+
+// apply sets the request's start fields; the server checks them (a bad one
+// is invalid_argument naming the field).
+func (s *startFlags) apply(cmd *cobra.Command, req *api.CreateSandboxRequest) error {
+	req.StartCmd, req.Entrypoint, req.ReadyCmd, req.ReadyPort = s.cmd, s.entrypoint, s.readyCmd, s.readyPort
+	if cmd.Flags().Changed("ready-port") && s.readyPort == 0 {
+		req.ReadyPort = -1 // refused by the server, naming ready_port
+	}
+	if s.readyTimeout != "" {
+		d, err := time.ParseDuration(s.readyTimeout)
+		if err != nil {
+			return fmt.Errorf("--ready-timeout: invalid duration %q (examples: 30s, 2m)", s.readyTimeout)
+		}
+		if req.ReadyTimeoutMs = d.Milliseconds(); req.ReadyTimeoutMs <= 0 {
+			req.ReadyTimeoutMs = -1 // refused by the server, naming ready_timeout_ms
+		}
+	}
+	return nil
+}
+
+// stateOf is a sandbox's STATE column: its state, and its start command's
+// when that is not done and well.
+func stateOf(s api.Sandbox) string {
+	if s.Start != nil && (s.Start.State == api.StartFailed || s.Start.State == api.StartStarting) {
+		return s.State + " (start " + s.Start.State + ")"
+	}
+	return s.State
 }
 
 func parseEnv(kvs []string) (map[string]string, error) { return parseKV("--env", kvs) }
@@ -157,7 +206,7 @@ func lsCmd() *cobra.Command {
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "ID\tIMAGE\tSTATE\tCPU\tMEMORY\tCREATED")
 			for _, s := range sbs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%dMiB\t%s\n", s.ID, s.Image, s.State, s.CPU, s.MemoryBytes>>20,
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%g\t%dMiB\t%s\n", s.ID, s.Image, stateOf(s), s.CPU, s.MemoryBytes>>20,
 					time.Since(s.CreatedAt).Round(time.Second).String()+" ago")
 			}
 			return tw.Flush()

@@ -165,6 +165,9 @@ func (m *Manager) forkRequest(id string, o *api.CreateSandboxRequest) (api.Creat
 		if o.Backend != "" || o.Image != "" || o.RequestID != "" {
 			return req, errdefs.Invalid("overrides: backend, image and request_id cannot be changed by a fork")
 		}
+		if o.StartCmd != "" || o.Entrypoint || o.ReadyCmd != "" || o.ReadyPort != 0 || o.ReadyTimeoutMs != 0 {
+			return req, errdefs.Invalid("overrides: a fork runs no start command (start_cmd, entrypoint, ready_*)")
+		}
 		if o.CPU != 0 {
 			req.CPU = o.CPU
 		}

@@ -53,6 +53,9 @@ type record struct {
 	// it); OnExpiry is what happens at it (api.ExpiryDelete when empty).
 	Deadline *time.Time `json:"deadline,omitempty"`
 	OnExpiry string     `json:"on_expiry,omitempty"`
+
+	// Start is the outcome of the create's start command (start.go).
+	Start *api.StartStatus `json:"start,omitempty"`
 }
 
 // procRecord is a background process, kept so it can be re-attached.

@@ -58,6 +58,10 @@ func (sb *sandbox) view() api.Sandbox {
 	if t, ok := r.deadline(); ok {
 		v.ExpiresAt, v.OnExpiry = &t, r.onExpiry()
 	}
+	if r.Start != nil {
+		st := *r.Start
+		v.Start = &st
+	}
 	v.Network = networkStatus(sb.inst, sb.m.log)
 	if vm, ok := sb.inst.(interface{ VMAccel() *api.VMAccel }); ok {
 		v.VM = vm.VMAccel()
@@ -152,6 +156,9 @@ func (m *Manager) createIdempotent(ctx context.Context, req api.CreateSandboxReq
 		if err != nil {
 			return api.Sandbox{}, err
 		}
+		if err := m.start(ctx, sb, req); err != nil {
+			return api.Sandbox{}, err
+		}
 		return sb.view(), nil
 	}
 	// Idempotent create: the first request with an ID creates, every other waits
@@ -175,12 +182,19 @@ func (m *Manager) createIdempotent(ctx context.Context, req api.CreateSandboxReq
 		return m.Get(ctx, p.id)
 	}
 	sb, err := m.create(ctx, req)
+	if err == nil {
+		// A start that fails keeps the sandbox: a retry gets the same answer.
+		err = m.start(ctx, sb, req)
+	}
 	m.mu.Lock()
+	if sb != nil {
+		p.id = sb.rec.ID
+	}
 	if err != nil {
 		p.err = err
-		delete(m.byRequest, req.RequestID) // a retry may try again
-	} else {
-		p.id = sb.rec.ID
+		if sb == nil {
+			delete(m.byRequest, req.RequestID) // a retry may try again
+		}
 	}
 	m.mu.Unlock()
 	close(p.done)
@@ -199,6 +213,9 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 	defer adm[0].release()
 	img, err := m.cfg.Images.ResolveContext(ctx, req.Image)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkEntrypoint(req, img); err != nil {
 		return nil, err
 	}
 	return m.createOn(ctx, req, img, nil, adm[0])

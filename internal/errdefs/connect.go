@@ -24,6 +24,7 @@ var connectCodes = map[api.Code]connect.Code{
 	api.CodeConflict:              connect.CodeFailedPrecondition,
 	api.CodeTrajectoryDiverged:    connect.CodeFailedPrecondition,
 	api.CodeOutcomeUnknown:        connect.CodeFailedPrecondition,
+	api.CodeStartFailed:           connect.CodeFailedPrecondition,
 	api.CodePayloadTooLarge:       connect.CodeResourceExhausted,
 	api.CodeResourceExhausted:     connect.CodeResourceExhausted,
 	api.CodeQuotaExceeded:         connect.CodeResourceExhausted,

@@ -20,7 +20,7 @@ func TestConnectCodes(t *testing.T) {
 		connect.CodeInvalidArgument:    {api.CodeInvalidArgument},
 		connect.CodeNotFound:           {api.CodeNotFound},
 		connect.CodeAlreadyExists:      {api.CodeAlreadyExists},
-		connect.CodeFailedPrecondition: {api.CodeConflict, api.CodeTrajectoryDiverged, api.CodeOutcomeUnknown},
+		connect.CodeFailedPrecondition: {api.CodeConflict, api.CodeTrajectoryDiverged, api.CodeOutcomeUnknown, api.CodeStartFailed},
 		connect.CodeResourceExhausted:  {api.CodePayloadTooLarge, api.CodeResourceExhausted, api.CodeQuotaExceeded},
 		connect.CodeDeadlineExceeded:   {api.CodeDeadlineExceeded},
 		connect.CodeUnavailable: {api.CodeSandboxGone, api.CodeTrajectorySandboxLost, api.CodeUnavailable,

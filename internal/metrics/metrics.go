@@ -144,7 +144,7 @@ var errorCodes = []string{string(api.CodeUnauthorized), string(api.CodeInvalidAr
 	string(api.CodeResourceExhausted), string(api.CodeDeadlineExceeded), string(api.CodeSandboxGone),
 	string(api.CodeUnavailable), string(api.CodeInternal), string(api.CodeNotImplemented), string(api.CodeBadGateway),
 	string(api.CodeTrajectoryDiverged), string(api.CodeOutcomeUnknown), string(api.CodeTrajectorySandboxLost),
-	string(api.CodeNodeLost)}
+	string(api.CodeNodeLost), string(api.CodeStartFailed)}
 
 func codeLabel(c api.Code) string { return bounded(string(c), errorCodes) }
 

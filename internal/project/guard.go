@@ -209,6 +209,11 @@ func (g *Guard) Create(ctx context.Context, req api.CreateSandboxRequest) (api.S
 	}
 	req.Labels = labelled(req.Labels, p, rid, false)
 	sb, err := g.Service.Create(ctx, req)
+	if errdefs.Is(err, api.CodeStartFailed) {
+		// The sandbox exists (kept for inspection) and holds the reservation
+		// by its label: Delete releases it.
+		return api.Sandbox{}, err
+	}
 	if err != nil {
 		g.release(ctx, p, rid, u)
 		return api.Sandbox{}, err
@@ -302,6 +307,11 @@ func (g *Guard) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest
 		reqs[i].Labels = labelled(reqs[i].Labels, p, rid, false)
 	}
 	out, err := g.Service.CreateBatch(ctx, reqs)
+	if errdefs.Is(err, api.CodeStartFailed) {
+		// One member is kept (its start failed) and holds the reservation
+		// by its label: the reconciler shrinks the reservation to it.
+		return nil, err
+	}
 	if err != nil {
 		g.release(ctx, p, rid, total)
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -23,7 +24,9 @@ var errNotStarted = errors.New("not started: another member of the batch failed"
 // Once one fails no further one starts (unstarted, if not nil, is told of each
 // one skipped; those running finish), every sandbox made is deleted again with
 // del (under a context of its own: the caller's may be what failed) and the
-// first failure is returned, naming its index.
+// first failure is returned, naming its index. A member whose start command
+// failed (start_failed) was made but is not returned: its node keeps it for
+// inspection.
 func CreateEach(ctx context.Context, n, parallel int, create func(ctx context.Context, i int) (api.Sandbox, error),
 	del func(ctx context.Context, id string) error, unstarted func(i int)) ([]api.Sandbox, error) {
 	out := make([]api.Sandbox, n)
@@ -74,5 +77,10 @@ func CreateEach(ctx context.Context, n, parallel int, create func(ctx context.Co
 			_ = del(dctx, sb.ID)
 		}
 	}
-	return nil, fmt.Errorf("batch of %d: sandboxes[%d] failed, none kept: %w", n, first, errs[first])
+	kept := "none kept"
+	if errdefs.Is(errs[first], api.CodeStartFailed) {
+		// Its sandbox exists, kept for inspection (the error names it).
+		kept = "the others deleted"
+	}
+	return nil, fmt.Errorf("batch of %d: sandboxes[%d] failed, %s: %w", n, first, kept, errs[first])
 }

@@ -88,6 +88,12 @@ type Sandboxes interface {
 	// (api.Info.Capabilities).
 	Info(ctx context.Context) (api.Info, error)
 
+	// Create creates a sandbox. With a start command (req.StartCmd or
+	// req.Entrypoint) the node starts it as a background process and, with a
+	// readiness check (req.ReadyCmd, req.ReadyPort), answers only once the
+	// check passes; a start that fails first is start_failed, its sandbox
+	// kept for inspection (api.Sandbox.Start says why). Every front end gets
+	// this by filling the request.
 	Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error)
 	// CreateBatch creates every sandbox of reqs or none (the cluster's router
 	// places the whole batch at once). A service without it answers

@@ -35,6 +35,12 @@ const (
 	// created. Not infrastructure and not retryable as is: delete sandboxes or
 	// ask an operator for a larger quota (dsec project set-quota).
 	CodeQuotaExceeded Code = "quota_exceeded"
+	// CodeStartFailed (422) says a create's start command (start_cmd or
+	// entrypoint) ended before it was ready, or was not ready within the
+	// ready timeout: the task's failure, not dsec's. The message names the
+	// sandbox, which is kept for inspection, and ends with the command's
+	// output.
+	CodeStartFailed Code = "start_failed"
 	// CodePermissionDenied (403): the token is valid but its project may not do
 	// this (project administration needs a token of the admin project "default").
 	CodePermissionDenied Code = "permission_denied"
@@ -136,6 +142,8 @@ func StatusOf(code Code) int {
 		return http.StatusNotImplemented
 	case CodeBadGateway:
 		return http.StatusBadGateway
+	case CodeStartFailed:
+		return http.StatusUnprocessableEntity
 	default:
 		return http.StatusInternalServerError
 	}

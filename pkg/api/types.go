@@ -69,6 +69,59 @@ type CreateSandboxRequest struct {
 	// Constraints are node label constraints ("zone": "a"): the sandbox goes to a
 	// node whose labels match every one (invalid_argument when no node has them).
 	Constraints map[string]string `json:"constraints,omitempty"`
+
+	// StartCmd is a shell command (run with /bin/sh -c) started as a
+	// background process once the sandbox exists; Entrypoint starts the
+	// image's Entrypoint and Cmd instead (an image with neither is
+	// invalid_argument). At most one of them. The process runs as an exec
+	// would with no user, cwd or env of its own (the image's defaults, the
+	// sandbox's env) and carries the label LabelStart.
+	StartCmd   string `json:"start_cmd,omitempty"`
+	Entrypoint bool   `json:"entrypoint,omitempty"`
+	// ReadyCmd (a shell command that must exit 0) and ReadyPort (a TCP port
+	// inside the sandbox that must accept a connection) hold create's answer
+	// until the started command is ready; with both, both must pass. They
+	// need StartCmd or Entrypoint. ReadyTimeoutMs bounds the wait (0: 60 s;
+	// at most MaxReadyTimeoutMs). A start command that ends before it is
+	// ready, or is not ready in time, fails the create with start_failed,
+	// and the sandbox is kept for inspection (Sandbox.Start says why).
+	ReadyCmd       string `json:"ready_cmd,omitempty"`
+	ReadyPort      int    `json:"ready_port,omitempty"`
+	ReadyTimeoutMs int64  `json:"ready_timeout_ms,omitempty"`
+}
+
+// Start commands (CreateSandboxRequest.StartCmd, Entrypoint).
+const (
+	// DefaultReadyTimeoutMs is the readiness wait of a request that names none.
+	DefaultReadyTimeoutMs = 60_000
+	// MaxReadyTimeoutMs is the longest readiness wait a create may ask for.
+	MaxReadyTimeoutMs = 600_000
+	// LabelStart marks the background process a create started (its value
+	// is "start_cmd" or "entrypoint").
+	LabelStart = "dsec.start"
+)
+
+// Start states (StartStatus.State).
+const (
+	// StartStarting: the command runs and create waits for it to be ready.
+	StartStarting = "starting"
+	// StartStarted: the command was started and nothing checks readiness.
+	StartStarted = "started"
+	// StartReady: the readiness check passed before create answered.
+	StartReady = "ready"
+	// StartFailed: the command ended before it was ready, or was not ready in
+	// time; Error says which, with the end of its output.
+	StartFailed = "failed"
+)
+
+// StartStatus is the outcome of a create's start command (Sandbox.Start).
+type StartStatus struct {
+	State string `json:"state"`
+	// ProcessID is the background process running the command
+	// (GET .../processes/{id}, its logs).
+	ProcessID string   `json:"process_id,omitempty"`
+	Cmd       []string `json:"cmd,omitempty"`
+	Error     string   `json:"error,omitempty"`
 }
 
 // BatchCreateRequest is the body of POST /v1/sandboxes:batch: every sandbox is
@@ -117,6 +170,9 @@ type Sandbox struct {
 	// Screen: the sandbox has a display; GET /v1/sandboxes/{id}/screen returns
 	// its latest screenshot.
 	Screen bool `json:"screen,omitempty"`
+	// Start is the outcome of the start command the create asked for
+	// (start_cmd or entrypoint); nil without one.
+	Start *StartStatus `json:"start,omitempty"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.

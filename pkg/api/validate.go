@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"strings"
+	"time"
 )
 
 // Request limits that Validate enforces.
@@ -116,7 +117,44 @@ func (r CreateSandboxRequest) Validate() error {
 	case len(r.RequestID) > MaxRequestIDLen:
 		return invalid("request_id is longer than %d bytes", MaxRequestIDLen)
 	}
+	if err := r.validateStart(); err != nil {
+		return err
+	}
 	return validateEnv("env", r.Env)
+}
+
+// validateStart checks the start command and its readiness check.
+func (r CreateSandboxRequest) validateStart() error {
+	for _, f := range []struct{ name, v string }{{"start_cmd", r.StartCmd}, {"ready_cmd", r.ReadyCmd}} {
+		if strings.IndexByte(f.v, 0) >= 0 {
+			return invalid("%s contains a NUL byte", f.name)
+		}
+		if f.v != "" && strings.TrimSpace(f.v) == "" {
+			return invalid("%s is blank", f.name)
+		}
+	}
+	start := r.StartCmd != "" || r.Entrypoint
+	switch {
+	case r.StartCmd != "" && r.Entrypoint:
+		return invalid("start_cmd and entrypoint are mutually exclusive")
+	case r.ReadyPort < 0 || r.ReadyPort > 65535:
+		return invalid("ready_port must be between 1 and 65535, got %d", r.ReadyPort)
+	case r.ReadyTimeoutMs < 0 || r.ReadyTimeoutMs > MaxReadyTimeoutMs:
+		return invalid("ready_timeout_ms must be between 1 and %d, got %d", MaxReadyTimeoutMs, r.ReadyTimeoutMs)
+	case (r.ReadyCmd != "" || r.ReadyPort != 0) && !start:
+		return invalid("ready_cmd and ready_port check a start command: set start_cmd or entrypoint")
+	case r.ReadyTimeoutMs != 0 && r.ReadyCmd == "" && r.ReadyPort == 0:
+		return invalid("ready_timeout_ms needs a readiness check (ready_cmd or ready_port)")
+	}
+	return nil
+}
+
+// ReadyTimeout is how long a create waits for its start command to be ready.
+func (r CreateSandboxRequest) ReadyTimeout() time.Duration {
+	if r.ReadyTimeoutMs == 0 {
+		return DefaultReadyTimeoutMs * time.Millisecond
+	}
+	return time.Duration(r.ReadyTimeoutMs) * time.Millisecond
 }
 
 // Validate checks a batch: its size, each request (CreateSandboxRequest.Validate,

@@ -109,3 +109,40 @@ func TestBatchCreateRequestValidate(t *testing.T) {
 		t.Errorf("a good batch refused: %v", err)
 	}
 }
+
+// TestCreateStartValidate: a malformed start command or readiness check is
+// refused with invalid_argument naming its field; good ones pass.
+func TestCreateStartValidate(t *testing.T) {
+	type req = api.CreateSandboxRequest
+	for name, tc := range map[string]struct {
+		req  req
+		want string
+	}{
+		"blank start":      {req{StartCmd: "  \t"}, "start_cmd is blank"},
+		"NUL start":        {req{StartCmd: "a\x00"}, "start_cmd contains a NUL byte"},
+		"blank ready":      {req{StartCmd: "x", ReadyCmd: " "}, "ready_cmd is blank"},
+		"NUL ready":        {req{StartCmd: "x", ReadyCmd: "\x00"}, "ready_cmd contains a NUL byte"},
+		"both":             {req{StartCmd: "x", Entrypoint: true}, "start_cmd and entrypoint are mutually exclusive"},
+		"port neg":         {req{StartCmd: "x", ReadyPort: -1}, "ready_port must be between 1 and 65535"},
+		"port big":         {req{StartCmd: "x", ReadyPort: 65536}, "ready_port must be between 1 and 65535, got 65536"},
+		"timeout neg":      {req{StartCmd: "x", ReadyPort: 80, ReadyTimeoutMs: -1}, "ready_timeout_ms must be between"},
+		"timeout big":      {req{StartCmd: "x", ReadyPort: 80, ReadyTimeoutMs: api.MaxReadyTimeoutMs + 1}, "ready_timeout_ms must be between"},
+		"ready w/o start":  {req{ReadyCmd: "true"}, "set start_cmd or entrypoint"},
+		"port w/o start":   {req{ReadyPort: 80}, "set start_cmd or entrypoint"},
+		"timeout w/o chk":  {req{StartCmd: "x", ReadyTimeoutMs: 10}, "ready_timeout_ms needs a readiness check"},
+		"batch member bad": {req{Entrypoint: true, ReadyPort: 70000}, "ready_port"},
+	} {
+		if err := tc.req.Validate(); !isInvalid(err, tc.want) {
+			t.Errorf("%s: %v, want invalid_argument naming %q", name, err, tc.want)
+		}
+	}
+	if err := (api.BatchCreateRequest{Sandboxes: []req{{}, {StartCmd: "x", ReadyPort: 0x10000}}}).Validate(); !isInvalid(err, "sandboxes[1]: ready_port") {
+		t.Errorf("batch: %v", err)
+	}
+	for _, good := range []req{{StartCmd: "sleep 1"}, {Entrypoint: true}, {StartCmd: "x", ReadyCmd: "true", ReadyPort: 65535,
+		ReadyTimeoutMs: api.MaxReadyTimeoutMs}, {Entrypoint: true, ReadyPort: 1, ReadyTimeoutMs: 1}} {
+		if err := good.Validate(); err != nil {
+			t.Errorf("%+v refused: %v", good, err)
+		}
+	}
+}

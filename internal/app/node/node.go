@@ -378,7 +378,8 @@ func (d *Daemon) startAgent(ctx context.Context) (lifecycle.Close, error) {
 		return nil, err
 	}
 	d.Manager = mgr
-	d.Builder = &build.Builder{Sandboxes: mgr, Envs: d.envs, Resolve: images.ResolveContext, BlobLayers: packer.BlobLayers, Log: cfg.Logger}
+	d.Builder = &build.Builder{Sandboxes: mgr, Envs: d.envs, Resolve: images.ResolveContext, BlobLayers: packer.BlobLayers,
+		TempDir: d.dirs.Commits(), Log: cfg.Logger}
 	d.envs.InUse = mgr.ImageInUse
 	d.puller.InUse = func(context.Context) (map[string][]string, error) { return mgr.ImageDigestsInUse(), nil }
 	return func(context.Context) error { return mgr.Close() }, nil

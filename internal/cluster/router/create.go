@@ -112,9 +112,11 @@ func (r *Router) admit(ctx context.Context, sp trace.Span, d *placement.Decision
 			}
 		}
 		sb, err := r.createOn(ctx, node, fwd)
-		if err == nil {
+		if err == nil || errdefs.Is(err, api.CodeStartFailed) {
+			// A failed start command keeps its sandbox on the node: placed,
+			// and its request ID stays claimed there.
 			r.cfg.Engine.Confirm(d)
-			return sb, nil
+			return sb, err
 		}
 		// A node lost since the engine's last snapshot counts as a rejection.
 		if !placement.IsRejection(err) && !errdefs.Is(err, api.CodeNodeLost) {

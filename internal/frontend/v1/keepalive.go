@@ -20,6 +20,12 @@ const DefaultKeepAlive = 15 * time.Second
 // api.ErrorBody with its status in the body (api.LateErrorBody), which the
 // SDKs turn back into the error.
 func (s *Server) answerLate(w http.ResponseWriter, r *http.Request, call func() (any, error)) {
+	s.answerLateStatus(w, r, http.StatusOK, call)
+}
+
+// answerLateStatus is answerLate with status as the answer's status when
+// call returns within the interval (a create: 201).
+func (s *Server) answerLateStatus(w http.ResponseWriter, r *http.Request, status int, call func() (any, error)) {
 	type answer struct {
 		v   any
 		err error
@@ -45,7 +51,7 @@ func (s *Server) answerLate(w http.ResponseWriter, r *http.Request, call func() 
 			case !started && a.err != nil:
 				s.writeError(w, r, a.err)
 			case !started:
-				writeJSON(w, http.StatusOK, a.v)
+				writeJSON(w, status, a.v)
 			case a.err != nil:
 				e := apiError(a.err)
 				b, _ := json.Marshal(api.LateErrorBody{Error: e, Status: e.Status})

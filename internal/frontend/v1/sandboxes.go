@@ -39,6 +39,12 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if req.ReadyCmd != "" || req.ReadyPort != 0 {
+		// The node answers once the start command is ready: keep the
+		// connection busy meanwhile, as a long exec does.
+		s.answerLateStatus(w, r, http.StatusCreated, func() (any, error) { return s.svc.Create(r.Context(), req) })
+		return
+	}
 	sbx, err := s.svc.Create(r.Context(), req)
 	if err != nil {
 		s.writeError(w, r, err)

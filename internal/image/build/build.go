@@ -76,6 +76,9 @@ type Builder struct {
 	BlobLayers func(ctx context.Context, img image.Image) ([]image.Layer, error)
 	// Backend runs the build's sandboxes (default "container").
 	Backend string
+	// TempDir holds the trees of stages FROM scratch and their layers while
+	// they are packed (default: os.TempDir()).
+	TempDir string
 	Log     *slog.Logger
 }
 
@@ -119,6 +122,7 @@ func (b *Builder) Build(ctx context.Context, req Request) (api.BuildImageResult,
 		last = i
 	}
 	r := &run{b: b, req: req, res: &res, built: map[string]*state{}}
+	defer r.removeTrees()
 	if r.meta, err = r.metaArgs(metaArgs); err != nil {
 		return res, err
 	}
@@ -222,6 +226,9 @@ type state struct {
 	mkdir     string
 	mkdirLine int
 	cmdSet    bool
+	// tree is the host directory holding the whole file system of a stage
+	// FROM scratch (scratch.go); "" for a stage on an image.
+	tree string
 }
 
 // env returns the build-time environment: ARGs under the image's ENV.
@@ -269,6 +276,7 @@ type run struct {
 	meta  map[string]string
 	built map[string]*state // finished stages by lower-case name
 	order []*state          // finished stages in order
+	trees []string          // scratch stages' host trees, removed when the build ends
 }
 
 // metaArgs evaluates the ARGs before the first FROM.
@@ -329,10 +337,15 @@ func (r *run) from(ctx context.Context, idx int, s *instructions.Stage) (*state,
 		st.args, st.cmdSet = map[string]string{}, false
 		st.cfg = *cloneConfig(&prev.cfg)
 		st.key = prev.chain("FROM stage", name)
+		if prev.tree != "" { // a stage's tree is its own
+			if st.tree, err = r.copyTree(ctx, prev.tree); err != nil {
+				return nil, fmt.Errorf("Dockerfile line %d: FROM %s: %w", line, name, err)
+			}
+		}
 		return &st, nil
 	}
 	if name == "scratch" {
-		return nil, lineError(line, "FROM scratch is not supported: start from an image")
+		return r.fromScratch(ctx, line)
 	}
 	img, err := r.b.Resolve(ctx, name)
 	if err != nil {
@@ -541,8 +554,11 @@ func (r *run) runStep(ctx context.Context, st *state, c *instructions.RunCommand
 	if r.req.RunTimeoutMs > 0 {
 		timeout = time.Duration(r.req.RunTimeoutMs) * time.Millisecond
 	}
-	return r.layerStep(ctx, st, key, step, func(ctx context.Context, id string) error {
-		res, err := r.b.Sandboxes.Exec(ctx, id, api.ExecRequest{Cmd: argv, Env: env, Cwd: st.workdir(), User: st.cfg.User,
+	if st.tree != "" {
+		return lineError(line, "RUN in a stage FROM scratch is not supported (it has no shell to run in); RUN in another stage and COPY --from it")
+	}
+	return r.layerStep(ctx, st, key, step, func(ctx context.Context, w workspace) error {
+		res, err := r.b.Sandboxes.Exec(ctx, w.id, api.ExecRequest{Cmd: argv, Env: env, Cwd: st.workdir(), User: st.cfg.User,
 			TimeoutMs: timeout.Milliseconds()})
 		if err != nil {
 			return fmt.Errorf("Dockerfile line %d: RUN: %w", line, err)
@@ -576,7 +592,10 @@ func tail(s string, n int) string {
 
 // layerStep makes st's next layer: the cache's if environment cacheName(key)
 // holds it, else a sandbox of st that fn changes, committed under that name.
-func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.BuildStep, fn func(ctx context.Context, id string) error) error {
+func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.BuildStep, fn func(ctx context.Context, w workspace) error) error {
+	if st.tree != "" {
+		return r.treeStep(ctx, st, key, step, fn)
+	}
 	name := cacheName(key)
 	r.res.LayerSteps++
 	if m, ok := r.cached(ctx, name); ok {
@@ -597,7 +616,7 @@ func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.
 		}
 	}
 	if fn != nil {
-		if err := fn(ctx, sb.ID); err != nil {
+		if err := fn(ctx, r.sandboxWorkspace(sb.ID)); err != nil {
 			return err
 		}
 	}
@@ -678,6 +697,9 @@ func (r *run) finish(ctx context.Context, st *state) (api.Image, error) {
 		r.record(step)
 	}
 	layers := st.layers
+	if len(layers) == 0 {
+		return api.Image{}, errdefs.Invalid("Dockerfile: the stage FROM scratch has no files (add a COPY or ADD)")
+	}
 	if slices.ContainsFunc(layers, func(l image.Layer) bool { return l.Digest == "" }) {
 		var err error
 		if layers, err = r.b.BlobLayers(ctx, image.Image{Name: st.from, Layers: layers}); err != nil {

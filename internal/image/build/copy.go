@@ -185,8 +185,8 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 		return lineError(line, "%s: read the build context: %v", spec.cmd, err)
 	}
 	key := st.chain(spec.cmd, "--chown="+spec.chown, "--chmod="+spec.chmod, plan.digest)
-	return r.layerStep(ctx, st, key, step, func(ctx context.Context, id string) error {
-		fsys, err := r.b.Sandboxes.FS(ctx, id)
+	return r.layerStep(ctx, st, key, step, func(ctx context.Context, w workspace) error {
+		fsys, err := w.fs(ctx)
 		if err != nil {
 			return err
 		}

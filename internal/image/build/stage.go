@@ -57,19 +57,13 @@ func (r *run) copyFromStage(ctx context.Context, st *state, spec copySpec, from 
 	}
 	key := st.chain("COPY --from", fmt.Sprintf("%x", src.key), strings.Join(paths, "\x00"), dest, fmt.Sprint(destDir),
 		"--chown="+spec.chown, "--chmod="+spec.chmod)
-	return r.layerStep(ctx, st, key, step, func(ctx context.Context, id string) error {
-		sb, err := r.b.Sandboxes.Create(ctx, api.CreateSandboxRequest{Backend: r.backend(), Image: src.from,
-			Labels: map[string]string{"dsec.build": r.req.Name}})
-		if err != nil {
-			return fmt.Errorf("Dockerfile line %d: sandbox of stage %s: %w", line, from, err)
-		}
-		defer r.deleteSandbox(ctx, sb.ID)
-		srcFS, err := r.b.Sandboxes.FS(ctx, sb.ID)
+	return r.layerStep(ctx, st, key, step, func(ctx context.Context, w workspace) error {
+		srcFS, err := r.stageFS(ctx, src, from, line)
 		if err != nil {
 			return err
 		}
 		defer srcFS.Close()
-		dstFS, err := r.b.Sandboxes.FS(ctx, id)
+		dstFS, err := w.fs(ctx)
 		if err != nil {
 			return err
 		}

@@ -229,8 +229,26 @@ def create_body(
     network: Optional[Mapping[str, Any]] = None,
     cpu_class: Optional[str] = None,
     ksm: bool = False,
+    start_cmd: Optional[str] = None,
+    entrypoint: bool = False,
+    ready_cmd: Optional[str] = None,
+    ready_port: Optional[int] = None,
+    ready_timeout: Optional[Seconds] = None,
 ) -> Dict[str, Any]:
     b: Dict[str, Any] = {"request_id": request_id or new_request_id()}
+    if start_cmd is not None:
+        b["start_cmd"] = str(start_cmd)
+    if entrypoint:
+        b["entrypoint"] = True
+    if ready_cmd is not None:
+        b["ready_cmd"] = str(ready_cmd)
+    if ready_port is not None:
+        # 0 and out-of-range ports go to the server, which names the field.
+        b["ready_port"] = int(ready_port) if int(ready_port) != 0 else -1
+    rt = seconds(ready_timeout)
+    if rt is not None:
+        ms = int(round(rt * 1000))
+        b["ready_timeout_ms"] = ms if ms > 0 else -1
     if network is not None:
         b["network"] = network_body(network.get("allow"), network.get("rules"))
     if cpu_class:

@@ -77,7 +77,8 @@ from .types import (
 __all__ = ["Client", "Sandbox", "Files", "Process", "ExecStream", "Trajectory"]
 
 _CREATE_ARGS = {"backend", "image", "cpu", "memory", "disk", "ttl", "idle_timeout", "env", "labels", "pids_max",
-                "user_namespace", "request_id", "network", "cpu_class", "ksm"}
+                "user_namespace", "request_id", "network", "cpu_class", "ksm", "start_cmd", "entrypoint",
+                "ready_cmd", "ready_port", "ready_timeout"}
 
 
 class Client:
@@ -213,14 +214,27 @@ class Client:
         network: Optional[Mapping[str, Any]] = None,
         cpu_class: Optional[str] = None,
         ksm: bool = False,
+        start_cmd: Optional[str] = None,
+        entrypoint: bool = False,
+        ready_cmd: Optional[str] = None,
+        ready_port: Optional[int] = None,
+        ready_timeout: Optional[Seconds] = None,
     ) -> "Sandbox":
         """Create a sandbox and return it once it runs. memory/disk take bytes or
         strings like "512m"; ttl/idle_timeout take seconds or a timedelta. A request
         id (random unless given) makes the call idempotent, so it is retried.
         user_namespace True/False asks for a user namespace (sandbox root an
-        unprivileged host uid) or against one; None takes the server's default."""
+        unprivileged host uid) or against one; None takes the server's default.
+
+        start_cmd (a shell command) or entrypoint=True (the image's Entrypoint
+        and Cmd) is started in the background once the sandbox exists; with
+        ready_cmd (must exit 0) and/or ready_port (must accept a connection)
+        create returns only once it is ready, within ready_timeout (seconds or a
+        timedelta; default 60 s). A start that fails raises StartFailedError (its
+        message names the kept sandbox and ends with the command's output)."""
         body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
-                           user_namespace, network, cpu_class, ksm)
+                           user_namespace, network, cpu_class, ksm, start_cmd, entrypoint, ready_cmd, ready_port,
+                           ready_timeout)
         return self._create(body, None)
 
     def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "Sandbox":
@@ -258,6 +272,7 @@ class Client:
                 kw.get("backend", "container"), kw.get("image"), kw.get("cpu"), kw.get("memory"),
                 kw.get("disk"), kw.get("ttl"), kw.get("idle_timeout"), kw.get("env"), kw.get("labels"),
                 f"{prefix}-{i}", kw.get("pids_max"), kw.get("user_namespace"), kw.get("network"), kw.get("cpu_class"), bool(kw.get("ksm")),
+                kw.get("start_cmd"), bool(kw.get("entrypoint")), kw.get("ready_cmd"), kw.get("ready_port"), kw.get("ready_timeout"),
             )
             for i in range(n)
         ]

@@ -142,6 +142,15 @@ class BadGatewayError(DsecError):
     default_code = "bad_gateway"
 
 
+class StartFailedError(DsecError):
+    """A create's start command exited before it was ready, or was not ready in
+    time (422): the task's failure, not dsec's. The message names the sandbox,
+    kept for inspection (delete it when done), and ends with the command's
+    output."""
+
+    default_code = "start_failed"
+
+
 class NotImplementedByBackendError(DsecError):
     """The sandbox's backend lacks the capability (501)."""
 
@@ -266,6 +275,7 @@ _BY_CODE: Dict[str, Type[DsecError]] = {
     "trajectory_sandbox_lost": TrajectorySandboxLostError,
     "quota_exceeded": QuotaExceededError,
     "permission_denied": PermissionDeniedError,
+    "start_failed": StartFailedError,
 }
 
 _CODE_FOR_STATUS = {
@@ -275,6 +285,7 @@ _CODE_FOR_STATUS = {
     409: "conflict",
     410: "trajectory_sandbox_lost",
     413: "payload_too_large",
+    422: "start_failed",
     429: "resource_exhausted",
     501: "not_implemented",
     502: "unavailable",

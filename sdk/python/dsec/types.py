@@ -194,6 +194,8 @@ class SandboxInfo:
     """A registry reference's normalised form (docker.io/library/python:3.12-slim)."""
     image_digest: Optional[str] = None
     """The digest the reference resolved to at create (kept whatever the tag does)."""
+    start: Optional[StartStatus] = None
+    """The start command's outcome (create's start_cmd or entrypoint); None without one."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -219,6 +221,7 @@ class SandboxInfo:
             reclaimed=bool(d.get("reclaimed")),
             image_ref=d.get("image_ref") or None,
             image_digest=d.get("image_digest") or None,
+            start=StartStatus.from_json(d["start"]) if d.get("start") else None,
         )
 
 
@@ -249,6 +252,23 @@ class ReclaimResult:
             note=d.get("note") or "",
             duration_ms=float(d.get("duration_ms") or 0),
         )
+
+
+@dataclass
+class StartStatus:
+    """The outcome of a create's start command (start_cmd or entrypoint):
+    state is "starting", "started" (nothing checks readiness), "ready" or
+    "failed" (error says why)."""
+
+    state: str = ""
+    process_id: str = ""
+    cmd: List[str] = field(default_factory=list)
+    error: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "StartStatus":
+        return cls(state=d.get("state", ""), process_id=d.get("process_id", ""),
+                   cmd=list(d.get("cmd") or []), error=d.get("error", ""))
 
 
 @dataclass

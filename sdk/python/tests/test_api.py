@@ -100,6 +100,27 @@ def test_create_idempotent(client: Any) -> None:
         a.delete()
 
 
+def test_create_start_cmd(client: Any) -> None:
+    """start_cmd with ready_port: create returns once the port accepts; a start
+    that exits 1 raises StartFailedError with its output and keeps the sandbox."""
+    connect = "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8080), timeout=2)\""
+    sb = client.create(start_cmd="python3 -m http.server 8080", ready_port=8080, ready_timeout=30)
+    try:
+        assert sb.info.start is not None and sb.info.start.state == "ready", sb.info.start
+        assert sb.exec(connect).exit_code == 0
+    finally:
+        sb.delete()
+    with pytest.raises(dsec.StartFailedError) as ei:
+        client.create(start_cmd="echo missing config >&2; exit 1", ready_port=8080, ready_timeout=30)
+    e = ei.value
+    assert e.status == 422 and not e.infrastructure and "missing config" in e.message and "exit code 1" in e.message
+    kept = [s for s in client.list() if s.id in e.message]
+    assert len(kept) == 1 and kept[0].info.start is not None and kept[0].info.start.state == "failed"
+    kept[0].delete()
+    with pytest.raises(dsec.InvalidArgumentError, match="ready_port"):
+        client.create(start_cmd="sleep 1", ready_port=70000)
+
+
 def test_context_manager_cleanup(client: Any) -> None:
     with client.create() as sb:
         sid = sb.id

@@ -65,6 +65,7 @@ def test_create_body() -> None:
     ("bad_gateway", 502, dsec.BadGatewayError, False, False),
     ("trajectory_diverged", 409, dsec.TrajectoryDivergedError, False, False),
     ("outcome_unknown", 500, dsec.OutcomeUnknownError, True, False),
+    ("start_failed", 422, dsec.StartFailedError, False, False),
 ])
 def test_error_mapping(code: str, status: int, cls: type, infra: bool, retry: bool) -> None:
     body = json.dumps({"error": {"code": code, "message": "m", "infrastructure": infra, "retryable": retry}})
@@ -444,3 +445,23 @@ def test_late_error_from_keepalive_body():
     assert err is not None and err.code == "sandbox_gone" and err.status == 410
     assert late_error(b'   {"exit_code": 1, "stdout": "", "stderr": "", "duration_ms": 1, "error": "exec failed"}') is None
     assert late_error(b"") is None
+
+
+def test_create_body_start() -> None:
+    b = _core.create_body("container", None, None, None, None, None, None, None, None, "r",
+                          start_cmd="python3 -m http.server 8080", ready_port=8080, ready_timeout=timedelta(seconds=30),
+                          ready_cmd="true")
+    assert (b["start_cmd"], b["ready_port"], b["ready_timeout_ms"], b["ready_cmd"]) == (
+        "python3 -m http.server 8080", 8080, 30000, "true")
+    assert "entrypoint" not in b
+    plain = _core.create_body("container", None, None, None, None, None, None, None, None, "r")
+    assert not {"start_cmd", "entrypoint", "ready_cmd", "ready_port", "ready_timeout_ms"} & set(plain)
+    b = _core.create_body("container", None, None, None, None, None, None, None, None, "r",
+                          entrypoint=True, ready_port=0, ready_timeout=0)
+    # Zero port and timeout are sent as out of range: the server names the field.
+    assert (b["entrypoint"], b["ready_port"], b["ready_timeout_ms"]) == (True, -1, -1)
+    info = dsec.SandboxInfo.from_json({"id": "sb-1", "start": {"state": "failed", "process_id": "p1",
+                                                             "cmd": ["/bin/sh", "-c", "exit 1"], "error": "exit code 1"}})
+    assert info.start == dsec.StartStatus(state="failed", process_id="p1", cmd=["/bin/sh", "-c", "exit 1"],
+                                          error="exit code 1")
+    assert dsec.SandboxInfo.from_json({"id": "sb-2"}).start is None
