@@ -177,6 +177,42 @@ def test_verl_tool_trajectory(server: Any) -> None:
     asyncio.run(trajectory())
 
 
+def test_verl_tool_per_trajectory(server: Any) -> None:
+    class AgentData:  # what verl's ToolAgentLoop passes as agent_data: the trajectory's request_id
+        def __init__(self, request_id: str) -> None:
+            self.request_id = request_id
+
+    async def call(tool: Any, agent_data: Any, args: Dict[str, Any]) -> Any:
+        """One tool call as ToolAgentLoop._call_tool makes it: create, execute, release."""
+        iid, _ = await tool.create(create_kwargs={})
+        try:
+            return await tool.execute(iid, args, agent_data=agent_data)
+        finally:
+            await tool.release(iid)
+
+    async def run() -> None:
+        tool = make_tool(server, per_trajectory=True, idle_timeout=120)
+        a, b = AgentData("traj-a"), AgentData("traj-b")
+        await call(tool, a, {"command": "echo from-a > note"})
+        resp, _, _ = await call(tool, a, {"command": "cat note"})
+        assert resp.text == "from-a\n"  # the trajectory's sandbox outlives each call's instance
+        resp, _, metrics = await call(tool, b, {"command": "cat note"})
+        assert metrics["exit_code"] == 1  # another trajectory, another sandbox
+        sa = tool._trajectories["traj-a"]
+        assert sa.id != tool._trajectories["traj-b"].id
+        info = await tool.client.get(sa.id)  # kept by release; dsec deletes it when idle
+        assert info.id == sa.id
+        # Without per_trajectory each call has its own sandbox.
+        plain = make_tool(server)
+        await call(plain, a, {"command": "echo x > note"})
+        resp, _, metrics = await call(plain, a, {"command": "cat note"})
+        assert metrics["exit_code"] == 1
+        for sb in tool._trajectories.values():
+            await sb.delete()
+
+    asyncio.run(run())
+
+
 def test_verl_infrastructure_errors_raise(server: Any) -> None:
     async def run() -> None:
         tool = make_tool(server)

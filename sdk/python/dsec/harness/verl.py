@@ -12,7 +12,12 @@ coroutines ``create(instance_id=None, **kwargs) -> (instance_id, ToolResponse)``
 ``execute(instance_id, parameters, **kwargs) -> (ToolResponse, reward, metrics)``,
 ``calc_reward(instance_id, **kwargs) -> float`` and ``release(instance_id, **kwargs)``.
 Each instance gets its own sandbox at its first ``execute`` (files and processes
-stay between calls of the instance) and loses it at ``release``. The tool's
+stay between calls of the instance) and loses it at ``release``. verl's
+``ToolAgentLoop`` (0.8.0.dev) creates and releases an instance around every
+call; with ``per_trajectory: true`` the sandbox belongs to the trajectory
+instead (``agent_data.request_id``, which that loop passes to ``execute``): its
+calls share it, ``release`` leaves it, and dsec deletes it once it has been
+idle for ``idle_timeout`` seconds (default 600). The tool's
 arguments are ``command`` (a shell command) or ``code`` (a Python program),
 with an optional ``timeout`` in seconds.
 
@@ -87,6 +92,7 @@ class DsecSandboxTool(BaseTool):
     ``config`` keys: ``image``, ``backend`` (container), ``memory``, ``cpu``,
     ``ttl`` (3600 s), ``network``, ``workdir`` (/tmp), ``default_timeout`` (30 s),
     ``max_output`` (bytes kept of each stream), ``reward_command``,
+    ``per_trajectory`` and ``idle_timeout`` (see the module's doc),
     ``dsec_addr`` and ``dsec_token`` (default $DSEC_ADDR, $DSEC_TOKEN).
     """
 
@@ -98,7 +104,9 @@ class DsecSandboxTool(BaseTool):
         self.default_timeout = float(config.get("default_timeout", 30))
         self.workdir = config.get("workdir", "/tmp")
         self.client = AsyncClient(config.get("dsec_addr"), config.get("dsec_token"))
+        self.per_trajectory = bool(config.get("per_trajectory", False))
         self._instances: Dict[str, Dict[str, Any]] = {}
+        self._trajectories: Dict[str, AsyncSandbox] = {}  # request id -> its sandbox (per_trajectory)
 
     async def create(self, instance_id: Optional[str] = None, **kwargs: Any) -> Tuple[str, ToolResponse]:
         """Register an instance; its sandbox is made at its first execute."""
@@ -107,14 +115,25 @@ class DsecSandboxTool(BaseTool):
         self._instances[instance_id] = {"sandbox": None, "reward": 0.0, "create_kwargs": kwargs}
         return instance_id, ToolResponse()
 
-    async def _sandbox(self, instance_id: str) -> AsyncSandbox:
+    async def _new_sandbox(self, label: str, idle_timeout: Optional[float] = None) -> AsyncSandbox:
+        c = self.config
+        return await self.client.create(
+            backend=c.get("backend", "container"), image=c.get("image"), memory=c.get("memory"), cpu=c.get("cpu"),
+            ttl=c.get("ttl", 3600), idle_timeout=idle_timeout, network=c.get("network"),
+            labels={"harness": "verl", "instance": label[:63]})
+
+    async def _sandbox(self, instance_id: str, agent_data: Any = None) -> AsyncSandbox:
         inst = self._instances[instance_id]
-        if inst["sandbox"] is None:
-            c = self.config
-            inst["sandbox"] = await self.client.create(
-                backend=c.get("backend", "container"), image=c.get("image"), memory=c.get("memory"),
-                cpu=c.get("cpu"), ttl=c.get("ttl", 3600), network=c.get("network"),
-                labels={"harness": "verl", "instance": instance_id[:63]})
+        if inst["sandbox"] is not None:
+            return inst["sandbox"]
+        rid = getattr(agent_data, "request_id", None) if self.per_trajectory else None
+        if rid is not None:  # the trajectory's sandbox, shared by its instances, kept by release
+            rid = str(rid)
+            if rid not in self._trajectories:
+                self._trajectories[rid] = await self._new_sandbox(rid, self.config.get("idle_timeout", 600))
+            inst["trajectory"] = rid
+            return self._trajectories[rid]
+        inst["sandbox"] = await self._new_sandbox(instance_id)
         return inst["sandbox"]
 
     async def execute(self, instance_id: str, parameters: Dict[str, Any],
@@ -128,9 +147,13 @@ class DsecSandboxTool(BaseTool):
             cmd, stdin = ["python3", "-"], str(parameters["code"])
         else:
             return ToolResponse(text="Give either command or code."), 0.0, {"error": "no command"}
-        sb = await self._sandbox(instance_id)
-        r = await sb.exec(cmd, timeout=timeout, cwd=self.workdir, stdin=stdin,
-                          max_output=self.config.get("max_output"))
+        sb = await self._sandbox(instance_id, kwargs.get("agent_data"))
+        try:
+            r = await sb.exec(cmd, timeout=timeout, cwd=self.workdir, stdin=stdin,
+                              max_output=self.config.get("max_output"))
+        except NotFoundError:  # a trajectory's sandbox deleted when idle is not reused
+            self._trajectories.pop(self._instances[instance_id].get("trajectory", ""), None)
+            raise
         text = r.stdout + r.stderr
         metrics = {"exit_code": r.exit_code, "timed_out": r.timed_out, "duration": r.duration}
         if r.timed_out:
@@ -147,7 +170,7 @@ class DsecSandboxTool(BaseTool):
         cmd = self.config.get("reward_command")
         inst = self._instances[instance_id]
         if cmd:
-            sb = await self._sandbox(instance_id)
+            sb = await self._sandbox(instance_id, kwargs.get("agent_data"))
             r = await sb.exec(["bash", "-c", cmd], timeout=self.default_timeout, cwd=self.workdir)
             inst["reward"] = 1.0 if r.ok else 0.0
         return inst["reward"]
