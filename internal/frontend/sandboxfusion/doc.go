@@ -9,7 +9,9 @@
 //   - POST /run_code: one program, one stdin. Languages are the ones dsec's judge
 //     image has: python, pytest, cpp, go, bash, nodejs, php, ruby, lua, perl,
 //     rust, java, junit, typescript, kotlin_script, scala, R, csharp, racket,
-//     D_ut, verilog (the table and the differences: docs/api-sandboxfusion.md).
+//     D_ut, verilog, and the modes go_test (go test) and sql (an in-memory SQLite
+//     database), which run as raw FnCall commands (the table and the
+//     differences: docs/api-sandboxfusion.md).
 //     Any other SandboxFusion language answers 400 with "unsupported language".
 //     `files` (base64 by path) are placed in the work directory; `fetch_files`
 //     is not supported (400 when non-empty), because a FnCall run's work

@@ -22,6 +22,7 @@ var (
 	fencedRe     = regexp.MustCompile("(?s)```([^\n]*)\n(.*?)\n\\s*```")
 	incompleteRe = regexp.MustCompile("(?s)```([^\n]*)\n(.*)")
 	pyDefRe      = regexp.MustCompile(`(?m)(?:^(?:import|from|#)[^\n]+\n)*^(?:def|class) [^\n]+\n(?:\s+[^\n]+\n)+`)
+	sqlRe        = regexp.MustCompile(`(?mi)^\s*(?:select|with\s[^\n]+as)[^;]*`) // SandboxFusion's extract_sql
 )
 
 // aliases maps a fence's info string to a SandboxFusion language name (a read-only table).
@@ -34,6 +35,7 @@ var aliases = map[string]string{
 	"java": "java", "Java": "java",
 	"rust": "rust", "Rust": "rust", "rs": "rust",
 	"c": "c", "C": "c",
+	"sql": "sql", "SQL": "sql", "Sql": "sql",
 }
 
 // extractCode picks the program out of a model's completion as SandboxFusion's
@@ -87,7 +89,8 @@ func kindOf(priority int) string {
 }
 
 // heuristic finds unfenced code: Python function and class definitions (with the
-// imports above them), or the whole text as a bash script.
+// imports above them), SQL queries (from SELECT or WITH ... AS to the first
+// ";"), or the whole text as a bash script.
 func heuristic(text, language string) []string {
 	var lines []string
 	for _, l := range strings.Split(text, "\n") {
@@ -99,6 +102,8 @@ func heuristic(text, language string) []string {
 	switch language {
 	case "python":
 		return pyDefRe.FindAllString(code, -1)
+	case "sql":
+		return sqlRe.FindAllString(code, -1)
 	case "bash":
 		return []string{code}
 	}

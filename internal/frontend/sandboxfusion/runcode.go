@@ -18,40 +18,102 @@ import (
 
 // language is how one SandboxFusion language runs on dsec's judge image.
 type language struct {
-	fncall string // FnCall language
-	main   string // the program's file name
+	fncall string            // FnCall language ("": cmd runs instead)
+	main   string            // the program's file name
+	cmd    []string          // a raw command run in the work directory, for modes FnCall has no language for
+	env    map[string]string // cmd's environment
 }
 
 // languages are the SandboxFusion languages dsec's judge image has
 // (scripts/judge-language-packages.txt).
 var languages = map[string]language{
-	"python":        {api.LangPython3, "main.py"},
-	"pytest":        {api.LangPytest, "main.py"},
-	"cpp":           {api.LangCPP, "main.cpp"},
-	"go":            {api.LangGo, "main.go"},
-	"bash":          {api.LangBash, "main.sh"},
-	"nodejs":        {api.LangNodeJS, "main.js"},
-	"php":           {api.LangPHP, "main.php"},
-	"ruby":          {api.LangRuby, "main.rb"},
-	"lua":           {api.LangLua, "main.lua"},
-	"perl":          {api.LangPerl, "main.pl"},
-	"rust":          {api.LangRust, "main.rs"},
-	"java":          {api.LangJava, "Main.java"}, // SandboxFusion's file: class Main
-	"junit":         {api.LangJUnit, ""},         // PUBLICCLASS.java: see javaPublicClass
-	"typescript":    {api.LangTypeScript, "main.ts"},
-	"kotlin_script": {api.LangKotlinScript, "main.kts"},
-	"scala":         {api.LangScala, ""}, // OBJECT.scala: see scalaObject
-	"R":             {api.LangR, "main.R"},
-	"csharp":        {api.LangCSharp, "Program.cs"},
-	"racket":        {api.LangRacket, "main.rkt"},
-	"D_ut":          {api.LangD, "main.d"},
-	"verilog":       {api.LangVerilog, "main.sv"},
+	"python":        {fncall: api.LangPython3, main: "main.py"},
+	"pytest":        {fncall: api.LangPytest, main: "main.py"},
+	"cpp":           {fncall: api.LangCPP, main: "main.cpp"},
+	"go":            {fncall: api.LangGo, main: "main.go"},
+	"bash":          {fncall: api.LangBash, main: "main.sh"},
+	"nodejs":        {fncall: api.LangNodeJS, main: "main.js"},
+	"php":           {fncall: api.LangPHP, main: "main.php"},
+	"ruby":          {fncall: api.LangRuby, main: "main.rb"},
+	"lua":           {fncall: api.LangLua, main: "main.lua"},
+	"perl":          {fncall: api.LangPerl, main: "main.pl"},
+	"rust":          {fncall: api.LangRust, main: "main.rs"},
+	"java":          {fncall: api.LangJava, main: "Main.java"}, // SandboxFusion's file: class Main
+	"junit":         {fncall: api.LangJUnit, main: ""},         // PUBLICCLASS.java: see javaPublicClass
+	"typescript":    {fncall: api.LangTypeScript, main: "main.ts"},
+	"kotlin_script": {fncall: api.LangKotlinScript, main: "main.kts"},
+	"scala":         {fncall: api.LangScala, main: ""}, // OBJECT.scala: see scalaObject
+	"R":             {fncall: api.LangR, main: "main.R"},
+	"csharp":        {fncall: api.LangCSharp, main: "Program.cs"},
+	"racket":        {fncall: api.LangRacket, main: "main.rkt"},
+	"D_ut":          {fncall: api.LangD, main: "main.d"},
+	"verilog":       {fncall: api.LangVerilog, main: "main.sv"},
+	// go test F_test.go (runners/major.py run_go_test): no compile step, the
+	// build is part of the run and of run_timeout, as there.
+	"go_test": {main: "main_test.go", cmd: []string{"/usr/bin/go", "test", "main_test.go"}, env: goTestEnv},
+	// SandboxFusion lists sql but has no runner for it (its /run_code answers
+	// a SandboxError); here the script runs on an in-memory SQLite database
+	// and prints as the sqlite3 shell does (sqlDriver).
+	"sql": {main: "main.sql", cmd: []string{"/usr/bin/python3", "-I", "-c", sqlDriver, "main.sql"}},
 }
 
+// goTestEnv is Go's GOPATH mode with Debian's Go libraries (golang-*-dev
+// packages in /usr/share/gocode) importable, and the build cache in the work
+// directory; nothing is downloaded.
+var goTestEnv = map[string]string{"GOCACHE": "/w/.cache/go-build", "GOPATH": "/usr/share/gocode",
+	"GO111MODULE": "off", "CGO_ENABLED": "0", "GOFLAGS": "-buildvcs=false", "GOPROXY": "off"}
+
+// sqlDriver runs the SQL script named by its argument as the sqlite3 shell
+// runs `sqlite3 < F` on an in-memory database: statement by statement, rows
+// in list mode (columns joined by "|", NULL empty, reals as "%!.15g"), an
+// error reported on stderr and the script going on, exit status 1 after any
+// error. It uses Python's sqlite3 module (the judge image has no sqlite3 shell).
+const sqlDriver = `import sqlite3, sys
+src = open(sys.argv[1], encoding="utf-8", errors="replace").read()
+db = sqlite3.connect(":memory:", isolation_level=None)
+out = sys.stdout.buffer
+def cell(v):
+    if v is None:
+        return b""
+    if isinstance(v, bytes):
+        return v
+    if isinstance(v, float):
+        if v != v:
+            return b""
+        if v in (float("inf"), float("-inf")):
+            return b"Inf" if v > 0 else b"-Inf"
+        m, e, x = ("%.15g" % v).partition("e")
+        if "." not in m:
+            m += ".0"
+        return (m + e + x).encode()
+    return str(v).encode("utf-8", "surrogateescape")
+failed = False
+def run(stmt, line):
+    global failed
+    try:
+        for row in db.execute(stmt):
+            out.write(b"|".join(cell(v) for v in row) + b"\n")
+    except sqlite3.Error as e:
+        out.flush()
+        sys.stderr.write("Error: near line %d: %s\n" % (line, e))
+        failed = True
+start = 0
+for i, ch in enumerate(src):
+    if ch == ";" and sqlite3.complete_statement(src[start:i + 1]):
+        stmt = src[start:i + 1]
+        lead = len(stmt) - len(stmt.lstrip())
+        run(stmt, src.count("\n", 0, start + lead) + 1)
+        start = i + 1
+rest = src[start:]
+if rest.strip():
+    run(rest, src.count("\n", 0, start + len(rest) - len(rest.lstrip())) + 1)
+out.flush()
+sys.exit(1 if failed else 0)
+`
+
 // knownLanguages are SandboxFusion's other languages: valid there, not here
-// (test-runner modes not mapped yet; toolchains Debian does not package; GPU).
-var knownLanguages = []string{"go_test", "sql", "cuda", "julia", "jest",
-	"python_gpu", "lean", "swift"}
+// (toolchains Debian does not package; jest's npm project; GPU).
+var knownLanguages = []string{"cuda", "julia", "jest", "python_gpu", "lean", "swift"}
 
 // compileLanguages are the ones SandboxFusion's /submit gives a compile
 // timeout and a 10 s (not 20 s) default run timeout (runners/types.py).
@@ -203,7 +265,7 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 		stdin = *req.Stdin
 	}
 	return api.FnCallRequest{
-		Language: lang.fncall, Files: files, Image: h.opts.Image,
+		Language: lang.fncall, Cmd: lang.cmd, Env: lang.env, Files: files, Image: h.opts.Image,
 		Tests: []api.FnCallTest{{Stdin: stdin}},
 		Limits: api.FnCallLimits{CPUTimeMs: runMs, WallTimeMs: runMs, MemoryBytes: mem, OutputBytes: h.opts.OutputBytes,
 			StackBytes: stack, CompileTimeMs: compileMs},
