@@ -443,3 +443,31 @@ func TestStaleManagerIsPruned(t *testing.T) {
 		t.Errorf("the dead manager's address claim %s is still there", claim)
 	}
 }
+
+// TestInternetExcludesPrivateRanges: "internet" (0.0.0.0/0) reaches a
+// public address but no private network (RFC 1918, CGNAT) and not the node;
+// a policy that names a private address explicitly reaches it.
+func TestInternetExcludesPrivateRanges(t *testing.T) {
+	w := newWorld(t, 41, 1)
+	public := w.hosts[0].Listen(t, 0)
+	rfc1918 := netpolicytest.NewHostIn(t, "dsth", 42, netip.MustParsePrefix("172.31.42.0/24")).Listen(t, 0)
+	cgnat := netpolicytest.NewHostIn(t, "dsth", 43, netip.MustParsePrefix("100.64.43.0/24")).Listen(t, 0)
+	node := netpolicytest.Listen(t, nil, "0.0.0.0:0")
+	_, nodePort, _ := net.SplitHostPort(node)
+
+	internet := w.sandbox("sb-inet", api.NetworkPolicy{Allow: []string{"0.0.0.0/0"}})
+	w.mustReach(internet, public)
+	w.mustRefuse(internet, rfc1918)
+	w.mustRefuse(internet, cgnat)
+	w.mustRefuse(internet, net.JoinHostPort(w.hosts[0].NodeAddr.String(), nodePort))
+	if got := w.denied("sb-inet"); got != 3 {
+		t.Fatalf("denied = %d, want 3", got)
+	}
+
+	// An allow entry inside a private range is honoured; the others stay cut out.
+	host, _, _ := net.SplitHostPort(rfc1918)
+	named := w.sandbox("sb-named", api.NetworkPolicy{Allow: []string{"0.0.0.0/0", host}})
+	w.mustReach(named, rfc1918)
+	w.mustReach(named, public)
+	w.mustRefuse(named, cgnat)
+}

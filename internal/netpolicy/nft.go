@@ -27,7 +27,9 @@ import (
 //	chain p-IF: ipv6-icmp drop (link chatter, not an attempt); not ipv4 → goto d-IF;
 //	            ip saddr != its address → goto d-IF; daddr in a never-reachable range
 //	            the allow list overlaps (pool, loopback, link-local, ...) → goto d-IF;
-//	            one accept rule per allowed destination; goto d-IF
+//	            accept rules for entries inside a private range (named explicitly);
+//	            daddr in a private range a broader entry overlaps → goto d-IF;
+//	            accept rules for the other entries; goto d-IF
 //	chain d-IF: counter denied-IF; tcp → reject with tcp reset; reject with icmpx admin-prohibited
 //
 // Everything a sandbox sends passes its veth and so these chains; the sandbox
@@ -150,14 +152,33 @@ func (r *ruleset) addSandbox(c *nftables.Conn, ifname string, addr netip.Addr, e
 			rule(daddrOrSaddr(16, never, expr.CmpOpEq), []expr.Any{deny})
 		}
 	}
-	for _, e := range entries {
+	accept := func(e Entry) {
 		if e.PortLo == 0 {
 			rule(daddrOrSaddr(16, e.Prefix, expr.CmpOpEq), verdict(expr.VerdictAccept))
-			continue
+			return
 		}
 		for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
 			rule(daddrOrSaddr(16, e.Prefix, expr.CmpOpEq), l4proto(proto), dport(e.PortLo, e.PortHi), verdict(expr.VerdictAccept))
 		}
+	}
+	// Entries inside a private range name it explicitly and pass first;
+	// then the private ranges a broader entry ("internet") overlaps are
+	// cut out of it; then the broader entries.
+	var broad []Entry
+	for _, e := range entries {
+		if e.Private() {
+			accept(e)
+		} else {
+			broad = append(broad, e)
+		}
+	}
+	for _, p := range private {
+		if overlapsAny(p, broad) {
+			rule(daddrOrSaddr(16, p, expr.CmpOpEq), []expr.Any{deny})
+		}
+	}
+	for _, e := range broad {
+		accept(e)
 	}
 	rule([]expr.Any{deny})
 

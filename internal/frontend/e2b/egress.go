@@ -13,9 +13,11 @@ import (
 )
 
 // allTraffic is E2B's "all traffic" selector and what internet access allows:
-// every IPv4 destination. The node's egress policy (internal/netpolicy) never
-// lets a sandbox reach the node, another sandbox, loopback, link-local (cloud
-// metadata) or multicast addresses, whatever its policy says.
+// every public IPv4 destination. The node's egress policy (internal/netpolicy)
+// never lets a sandbox reach the node, another sandbox, loopback, link-local
+// (cloud metadata) or multicast addresses, whatever its policy says, and
+// cuts private networks (RFC 1918, CGNAT) out of it unless an allowOut entry
+// names one.
 var allTraffic = netip.MustParsePrefix("0.0.0.0/0")
 
 // egressPolicy maps create's allow_internet_access and network.allowOut/denyOut
@@ -46,7 +48,12 @@ func egressPolicy(internet *bool, n *e2bapi.SandboxNetworkConfig) (*api.NetworkP
 			}
 			allow = subtract(allow, p)
 		}
-		allow = slices.DeleteFunc(allow, neverReachable)
+		// The pieces of "internet" left around a denied range hold no
+		// private network: one inside such a range would read as naming it
+		// explicitly (netpolicy honours such entries), so it goes.
+		allow = slices.DeleteFunc(allow, func(p netip.Prefix) bool {
+			return neverReachable(p) || (netpolicy.Entry{Prefix: p}).Private()
+		})
 		for _, s := range deref(n.AllowOut) {
 			p, err := parseDestination("allowOut", s)
 			if err != nil {
