@@ -26,12 +26,19 @@ type world struct {
 	t     *testing.T
 	m     *netpolicy.Manager
 	dir   string
+	dns   string // the Manager's Config.DNS
 	hosts []*netpolicytest.Host
 }
 
 // newWorld makes a Manager and n test hosts numbered from first (each test
 // uses its own numbers, so tests may run side by side).
 func newWorld(t *testing.T, first, n int, rules ...string) *world {
+	t.Helper()
+	return newWorldDNS(t, first, n, "off", rules...)
+}
+
+// newWorldDNS is newWorld with a Manager whose DNS forwarder asks dns.
+func newWorldDNS(t *testing.T, first, n int, dns string, rules ...string) *world {
 	t.Helper()
 	netpolicytest.RequireRoot(t)
 	rs := netpolicy.RuleSets{}
@@ -40,7 +47,7 @@ func newWorld(t *testing.T, first, n int, rules ...string) *world {
 			t.Fatal(err)
 		}
 	}
-	w := &world{t: t, dir: t.TempDir()}
+	w := &world{t: t, dir: t.TempDir(), dns: dns}
 	w.m = w.open(rs)
 	for i := 0; i < n; i++ {
 		w.hosts = append(w.hosts, netpolicytest.NewHost(t, "dsth", first+i))
@@ -51,7 +58,7 @@ func newWorld(t *testing.T, first, n int, rules ...string) *world {
 
 func (w *world) open(rs netpolicy.RuleSets) *netpolicy.Manager {
 	w.t.Helper()
-	m, err := netpolicy.New(netpolicy.Config{StateDir: w.dir, Rules: rs})
+	m, err := netpolicy.New(netpolicy.Config{StateDir: w.dir, Rules: rs, DNS: w.dns})
 	if err != nil {
 		w.t.Fatal(err)
 	}

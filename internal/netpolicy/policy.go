@@ -234,5 +234,11 @@ func (rs RuleSets) Resolve(p api.NetworkPolicy) ([]Entry, error) {
 	if len(out) > MaxEntries {
 		return nil, errdefs.Invalid("network: policy expands to %d destinations (at most %d)", len(out), MaxEntries)
 	}
+	if _, err := parseDomains("allow_domains", p.AllowDomains); err != nil {
+		return nil, err
+	}
+	if _, err := parseDomains("deny_domains", p.DenyDomains); err != nil {
+		return nil, err
+	}
 	return out, nil
 }

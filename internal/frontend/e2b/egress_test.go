@@ -93,7 +93,10 @@ func TestEgressPolicyRefuses(t *testing.T) {
 		net  e2bapi.SandboxNetworkConfig
 		want string
 	}{
-		{e2bapi.SandboxNetworkConfig{AllowOut: list("pypi.org")}, "domain names are not supported"},
+		{e2bapi.SandboxNetworkConfig{AllowOut: list("pypi..org")}, "network.allowOut[0]"},
+		{e2bapi.SandboxNetworkConfig{AllowOut: list("1.1.1.1", "a.*.example.com")}, "network.allowOut[1]"},
+		{e2bapi.SandboxNetworkConfig{DenyOut: list("localhost")}, "network.denyOut[0]"},
+		{e2bapi.SandboxNetworkConfig{AllowOut: list("999.1.1.1")}, "network.allowOut[0]"},
 		{e2bapi.SandboxNetworkConfig{AllowOut: list("2001:db8::1")}, "want an IPv4 address or CIDR"},
 		{e2bapi.SandboxNetworkConfig{DenyOut: list("not-an-address")}, "network.denyOut"},
 		{e2bapi.SandboxNetworkConfig{EgressProxy: &e2bapi.SandboxEgressProxyConfig{Address: "p:1080"}}, "egressProxy"},
