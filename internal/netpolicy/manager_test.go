@@ -52,7 +52,7 @@ func newWorldDNS(t *testing.T, first, n int, dns string, rules ...string) *world
 	for i := 0; i < n; i++ {
 		w.hosts = append(w.hosts, netpolicytest.NewHost(t, "dsth", first+i))
 	}
-	t.Cleanup(func() { w.assertClean() })
+	t.Cleanup(func() { w.assertClean(); _ = w.m.Close() })
 	return w
 }
 
