@@ -18,7 +18,8 @@ import (
 func createCmd() *cobra.Command {
 	var image, memory, disk, ttl, idle, requestID, cpuClass, node, backend string
 	var cpu float64
-	var env, allow, rules, constraints []string
+	var env, constraints []string
+	var netf networkFlags
 	var userns bool
 	var ksm bool
 	var start startFlags
@@ -29,7 +30,7 @@ func createCmd() *cobra.Command {
 		Short: "Create a sandbox and print its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := api.CreateSandboxRequest{Backend: backend, Image: image, CPU: cpu, RequestID: requestID, Network: cliflag.NetworkPolicy(allow, rules),
+			req := api.CreateSandboxRequest{Backend: backend, Image: image, CPU: cpu, RequestID: requestID, Network: netf.policy(),
 				CPUClass: cpuClass, KSM: ksm, Node: node}
 			var err error
 			if req.Constraints, err = parseKV("--constraint", constraints); err != nil {
@@ -96,7 +97,7 @@ func createCmd() *cobra.Command {
 	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for every process (repeatable)")
 	f.StringVar(&requestID, "request-id", "", "idempotency key: a retry returns the same sandbox")
 	f.BoolVar(&userns, "userns", false, "run in a user namespace of its own (--userns=false: without); default the server's --userns")
-	addNetworkFlags(c, &allow, &rules)
+	netf.add(c)
 	f.StringArrayVarP(&labels, "label", "l", nil, "KEY=VALUE label of the sandbox (repeatable)")
 	f.IntVarP(&count, "count", "n", 1, "create this many sandboxes (one ID per line; a progress bar on a terminal)")
 	f.IntVar(&parallel, "parallel", 1, "with --count: creates in flight at once")

@@ -104,6 +104,7 @@ func (m *Manager) flush(batch []*nftOp) error {
 				return err
 			}
 		}
+		m.rs.setDNS(c, m.dnsPort())
 	}
 	for _, op := range batch {
 		if err := op.apply(c); err != nil {

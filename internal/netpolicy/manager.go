@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -39,7 +40,12 @@ type Config struct {
 	// HostDir is the host-wide coordination directory shared by every dsec
 	// Manager on the machine (default /run/dsec/netpolicy).
 	HostDir string
-	Logger  *slog.Logger
+	// DNS is the resolver ("ADDR" or "ADDR:PORT") the node's DNS forwarder
+	// asks for its sandboxes (domain rules need it); "" means the first
+	// nameserver of the node's /etc/resolv.conf, "off" no forwarder (DNS is
+	// then a destination like any other and domain rules are refused).
+	DNS    string
+	Logger *slog.Logger
 }
 
 // Manager gives sandboxes egress under a policy and takes it away again.
@@ -51,6 +57,7 @@ type Manager struct {
 	prefix string // link name prefix of this Manager's sandboxes
 	rs     *ruleset
 	host   host
+	fwd    *forwarder // nil: no DNS forwarder
 
 	mu      sync.Mutex
 	sbx     map[string]*sandbox
@@ -115,16 +122,21 @@ func New(cfg Config) (*Manager, error) {
 		sbx:     map[string]*sandbox{},
 		reaping: map[string]bool{},
 	}
-	m.rs = newRuleset(TableName(cfg.StateDir), cfg.Pool)
+	m.rs = newRuleset(TableName(cfg.StateDir), cfg.Pool, m.prefix)
 	recs, err := m.loadRecords()
 	if err != nil {
 		return nil, err
 	}
+	if err := m.startDNS(); err != nil {
+		return nil, err
+	}
 	for _, r := range recs {
 		m.sbx[r.ID] = &sandbox{rec: r}
+		m.showDNS(r, true)
 	}
 	if len(recs) > 0 {
 		if err := m.restore(recs); err != nil {
+			m.stopDNS()
 			return nil, err
 		}
 	}
@@ -187,6 +199,7 @@ func (m *Manager) restore(recs []*record) error {
 			return errdefs.Internal(err, "netpolicy: table")
 		}
 	}
+	m.rs.setDNS(c, m.dnsPort())
 	if err := c.Flush(); err != nil {
 		return errdefs.Internal(err, "netpolicy: restore table")
 	}
@@ -268,7 +281,7 @@ func (m *Manager) restoreChunk(recs []*record) error {
 		if err != nil {
 			return fmt.Errorf("record %s: %w", r.ID, err)
 		}
-		if err := m.rs.addSandbox(c, r.Link, r.Addr, es); err != nil {
+		if err := m.rs.addSandbox(c, r.Link, r.Addr, es, len(r.Policy.AllowDomains) > 0, false); err != nil {
 			return err
 		}
 	}
@@ -282,11 +295,15 @@ func (m *Manager) Rules() RuleSets { return m.cfg.Rules }
 func (m *Manager) Pool() netip.Prefix { return m.cfg.Pool }
 
 // Resolve validates p against the rule sets and the pool and expands it;
-// every error is invalid_argument and nothing has been touched.
+// every error is invalid_argument (not_implemented for domain rules on a
+// node without DNS forwarder) and nothing has been touched.
 func (m *Manager) Resolve(p api.NetworkPolicy) ([]Entry, error) {
 	es, err := m.cfg.Rules.Resolve(p)
 	if err != nil {
 		return nil, err
+	}
+	if m.fwd == nil && (len(p.AllowDomains) > 0 || len(p.DenyDomains) > 0) {
+		return nil, errdefs.New(api.CodeNotImplemented, "network: domain rules need the node's DNS forwarder, which is off on this node")
 	}
 	for _, e := range es {
 		if m.cfg.Pool.Bits() <= e.Prefix.Bits() && m.cfg.Pool.Contains(e.Prefix.Addr()) {
@@ -336,24 +353,31 @@ func (m *Manager) Apply(ctx context.Context, id string, ns *os.File, p api.Netwo
 	if err != nil {
 		return err
 	}
+	// Domain rules are kept canonical (Resolve has checked them).
+	p.AllowDomains, _ = parseDomains("allow_domains", p.AllowDomains)
+	p.DenyDomains, _ = parseDomains("deny_domains", p.DenyDomains)
 	sb := m.entry(id)
 	sb.mu.Lock()
 	defer sb.mu.Unlock()
 	if sb.rec == nil {
-		if len(es) == 0 {
+		if len(es) == 0 && len(p.AllowDomains) == 0 {
 			return nil
 		}
 		return m.attach(ctx, sb, id, ns, p, es)
 	}
 	rec := *sb.rec
 	rec.Policy, rec.Entries = p, entryStrings(es)
-	if err := m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) }, 0); err != nil {
+	keep := slices.Equal(sb.rec.Policy.AllowDomains, p.AllowDomains)
+	if err := m.commit(func(c *nftables.Conn) error {
+		return m.rs.addSandbox(c, rec.Link, rec.Addr, es, len(p.AllowDomains) > 0, !keep)
+	}, 0); err != nil {
 		return errdefs.Internal(err, "netpolicy: replace policy of %s", id)
 	}
 	if err := m.saveRecord(&rec); err != nil {
 		return errdefs.Internal(err, "netpolicy: save %s", id)
 	}
 	sb.rec = &rec
+	m.showDNS(&rec, keep)
 	return nil
 }
 
@@ -387,7 +411,9 @@ func (m *Manager) attach(ctx context.Context, sb *sandbox, id string, ns *os.Fil
 	// the link comes up only once they are in place.
 	committed := make(chan error, 1)
 	go func() {
-		committed <- m.commit(func(c *nftables.Conn) error { return m.rs.addSandbox(c, rec.Link, rec.Addr, es) }, +1)
+		committed <- m.commit(func(c *nftables.Conn) error {
+			return m.rs.addSandbox(c, rec.Link, rec.Addr, es, len(p.AllowDomains) > 0, true)
+		}, +1)
 	}()
 	up, lerr := rec.link().create(ns)
 	if cerr := <-committed; cerr != nil {
@@ -408,6 +434,7 @@ func (m *Manager) attach(ctx context.Context, sb *sandbox, id string, ns *os.Fil
 		return errdefs.Internal(lerr, "netpolicy: link for %s", id)
 	}
 	sb.rec = rec
+	m.showDNS(rec, false)
 	m.log.Debug("sandbox egress attached", "id", id, "link", rec.Link, "addr", rec.Addr)
 	return nil
 }
@@ -470,7 +497,8 @@ func (m *Manager) Status(id string) (*api.NetworkStatus, error) {
 		return nil, errdefs.Internal(err, "netpolicy: read counter of %s", id)
 	}
 	return &api.NetworkStatus{
-		Allow: rec.Policy.Allow, Rules: rec.Policy.Rules, Address: rec.Addr.String(), Denied: n,
+		Allow: rec.Policy.Allow, Rules: rec.Policy.Rules, AllowDomains: rec.Policy.AllowDomains,
+		DenyDomains: rec.Policy.DenyDomains, Address: rec.Addr.String(), Denied: n,
 	}, nil
 }
 
@@ -492,6 +520,9 @@ func (m *Manager) Release(ctx context.Context, id string) error {
 	}
 	rec := sb.rec
 	sb.rec = nil
+	if m.fwd != nil {
+		m.fwd.set(rec.Addr, nil, false)
+	}
 	// The link goes down before its rules go, so it carries nothing
 	// unjudged while it waits to disappear.
 	found, err := rec.link().lookup()
@@ -614,6 +645,7 @@ func (m *Manager) Sweep(ctx context.Context, keep map[string]bool) {
 // rules for the next agent process. It waits for released links to go
 // (Settle) and, with no egress sandbox left, removes the table.
 func (m *Manager) Close() error {
+	m.stopDNS()
 	m.Settle()
 	m.nftMu.Lock()
 	defer m.nftMu.Unlock()

@@ -26,12 +26,19 @@ type world struct {
 	t     *testing.T
 	m     *netpolicy.Manager
 	dir   string
+	dns   string // the Manager's Config.DNS
 	hosts []*netpolicytest.Host
 }
 
 // newWorld makes a Manager and n test hosts numbered from first (each test
 // uses its own numbers, so tests may run side by side).
 func newWorld(t *testing.T, first, n int, rules ...string) *world {
+	t.Helper()
+	return newWorldDNS(t, first, n, "off", rules...)
+}
+
+// newWorldDNS is newWorld with a Manager whose DNS forwarder asks dns.
+func newWorldDNS(t *testing.T, first, n int, dns string, rules ...string) *world {
 	t.Helper()
 	netpolicytest.RequireRoot(t)
 	rs := netpolicy.RuleSets{}
@@ -40,18 +47,18 @@ func newWorld(t *testing.T, first, n int, rules ...string) *world {
 			t.Fatal(err)
 		}
 	}
-	w := &world{t: t, dir: t.TempDir()}
+	w := &world{t: t, dir: t.TempDir(), dns: dns}
 	w.m = w.open(rs)
 	for i := 0; i < n; i++ {
 		w.hosts = append(w.hosts, netpolicytest.NewHost(t, "dsth", first+i))
 	}
-	t.Cleanup(func() { w.assertClean() })
+	t.Cleanup(func() { w.assertClean(); _ = w.m.Close() })
 	return w
 }
 
 func (w *world) open(rs netpolicy.RuleSets) *netpolicy.Manager {
 	w.t.Helper()
-	m, err := netpolicy.New(netpolicy.Config{StateDir: w.dir, Rules: rs})
+	m, err := netpolicy.New(netpolicy.Config{StateDir: w.dir, Rules: rs, DNS: w.dns})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -442,4 +449,32 @@ func TestStaleManagerIsPruned(t *testing.T) {
 	if _, err := os.Stat(claim); err == nil {
 		t.Errorf("the dead manager's address claim %s is still there", claim)
 	}
+}
+
+// TestInternetExcludesPrivateRanges: "internet" (0.0.0.0/0) reaches a
+// public address but no private network (RFC 1918, CGNAT) and not the node;
+// a policy that names a private address explicitly reaches it.
+func TestInternetExcludesPrivateRanges(t *testing.T) {
+	w := newWorld(t, 41, 1)
+	public := w.hosts[0].Listen(t, 0)
+	rfc1918 := netpolicytest.NewHostIn(t, "dsth", 42, netip.MustParsePrefix("172.31.42.0/24")).Listen(t, 0)
+	cgnat := netpolicytest.NewHostIn(t, "dsth", 43, netip.MustParsePrefix("100.64.43.0/24")).Listen(t, 0)
+	node := netpolicytest.Listen(t, nil, "0.0.0.0:0")
+	_, nodePort, _ := net.SplitHostPort(node)
+
+	internet := w.sandbox("sb-inet", api.NetworkPolicy{Allow: []string{"0.0.0.0/0"}})
+	w.mustReach(internet, public)
+	w.mustRefuse(internet, rfc1918)
+	w.mustRefuse(internet, cgnat)
+	w.mustRefuse(internet, net.JoinHostPort(w.hosts[0].NodeAddr.String(), nodePort))
+	if got := w.denied("sb-inet"); got != 3 {
+		t.Fatalf("denied = %d, want 3", got)
+	}
+
+	// An allow entry inside a private range is honoured; the others stay cut out.
+	host, _, _ := net.SplitHostPort(rfc1918)
+	named := w.sandbox("sb-named", api.NetworkPolicy{Allow: []string{"0.0.0.0/0", host}})
+	w.mustReach(named, rfc1918)
+	w.mustReach(named, public)
+	w.mustRefuse(named, cgnat)
 }

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync/atomic"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
@@ -27,7 +29,9 @@ import (
 //	chain p-IF: ipv6-icmp drop (link chatter, not an attempt); not ipv4 → goto d-IF;
 //	            ip saddr != its address → goto d-IF; daddr in a never-reachable range
 //	            the allow list overlaps (pool, loopback, link-local, ...) → goto d-IF;
-//	            one accept rule per allowed destination; goto d-IF
+//	            accept rules for entries inside a private range (named explicitly);
+//	            daddr in a private range a broader entry overlaps → goto d-IF;
+//	            accept rules for the other entries; goto d-IF
 //	chain d-IF: counter denied-IF; tcp → reject with tcp reset; reject with icmpx admin-prohibited
 //
 // Everything a sandbox sends passes its veth and so these chains; the sandbox
@@ -42,19 +46,38 @@ const (
 func policyChain(ifname string) string { return "p-" + ifname }
 func denyChain(ifname string) string   { return "d-" + ifname }
 func counterName(ifname string) string { return "denied-" + ifname }
+func learnedName(ifname string) string { return "n-" + ifname }
+
+const (
+	chainDNSNat = "dns-nat" // nat prerouting: this Manager's links' DNS → the forwarder
+	chainDNSIn  = "dns-in"  // input: what was redirected to the forwarder passes
+)
 
 // ruleset builds nftables batches for one table.
 type ruleset struct {
 	table *nftables.Table
 	pool  netip.Prefix
+	links string // name prefix of this Manager's links
+	// setIDs numbers the sets a transaction names (unique within one);
+	// given here, the library does not touch its unsynchronized global
+	// counter, which Managers committing at once would race on.
+	setIDs atomic.Uint32
 }
 
-func newRuleset(name string, pool netip.Prefix) *ruleset {
-	return &ruleset{table: &nftables.Table{Name: name, Family: nftables.TableFamilyINet}, pool: pool}
+func newRuleset(name string, pool netip.Prefix, links string) *ruleset {
+	return &ruleset{table: &nftables.Table{Name: name, Family: nftables.TableFamilyINet}, pool: pool, links: links}
+}
+
+// learnedSet is the set of addresses the DNS forwarder learned for a
+// sandbox's allowed domain names, each for its record's TTL.
+func (r *ruleset) learnedSet(ifname string) *nftables.Set {
+	return &nftables.Set{Table: r.table, Name: learnedName(ifname), KeyType: nftables.TypeIPAddr, HasTimeout: true,
+		ID: r.setIDs.Add(1)}
 }
 
 func (r *ruleset) set(name string) *nftables.Set {
-	return &nftables.Set{Table: r.table, Name: name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict}
+	return &nftables.Set{Table: r.table, Name: name, IsMap: true, KeyType: nftables.TypeIFName, DataType: nftables.TypeVerdict,
+		ID: r.setIDs.Add(1)}
 }
 
 func ifKey(name string) []byte {
@@ -98,7 +121,12 @@ func (r *ruleset) addBase(c *nftables.Conn) error {
 	// uncounted; every other packet a sandbox sends to the node is denied.
 	c.AddRule(&nftables.Rule{Table: r.table, Chain: input, Exprs: concat(
 		ifPrefix(expr.MetaKeyIIFNAME, false), l4proto(unix.IPPROTO_ICMPV6), verdict(expr.VerdictDrop))})
+	c.AddChain(&nftables.Chain{Name: chainDNSIn, Table: r.table})
+	c.AddRule(&nftables.Rule{Table: r.table, Chain: input, Exprs: []expr.Any{
+		&expr.Verdict{Kind: expr.VerdictJump, Chain: chainDNSIn}}})
 	c.AddRule(&nftables.Rule{Table: r.table, Chain: input, Exprs: vmap(expr.MetaKeyIIFNAME, inp)})
+	c.AddChain(&nftables.Chain{Name: chainDNSNat, Table: r.table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
 
 	// forward: replies and flows already allowed pass; new flows from a
 	// sandbox go through its policy chain; nothing new enters a sandbox link.
@@ -121,12 +149,56 @@ func (r *ruleset) addBase(c *nftables.Conn) error {
 	return nil
 }
 
+// setDNS queues the (re)filling of the DNS chains: every TCP or UDP packet
+// to port 53 from one of this Manager's links is redirected to the node's
+// forwarder on port (the link's node address), whatever resolver it was
+// sent to, and the input chain lets exactly those packets in. port 0: no
+// forwarder, DNS is a destination like any other.
+func (r *ruleset) setDNS(c *nftables.Conn, port uint16) {
+	accept := nftables.ChainPolicyAccept
+	nat := c.AddChain(&nftables.Chain{Name: chainDNSNat, Table: r.table, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
+	in := c.AddChain(&nftables.Chain{Name: chainDNSIn, Table: r.table})
+	c.FlushChain(nat)
+	c.FlushChain(in)
+	if port == 0 {
+		return
+	}
+	mine := []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(r.links)}}
+	for _, proto := range []byte{unix.IPPROTO_UDP, unix.IPPROTO_TCP} {
+		c.AddRule(&nftables.Rule{Table: r.table, Chain: nat, Exprs: concat(mine, nfproto(unix.NFPROTO_IPV4),
+			l4proto(proto), dport(53, 53), []expr.Any{
+				&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+				&expr.Redir{RegisterProtoMin: 1},
+			})})
+		c.AddRule(&nftables.Rule{Table: r.table, Chain: in, Exprs: concat(mine, l4proto(proto), dport(port, port), []expr.Any{
+			&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+				Mask: binaryutil.NativeEndian.PutUint32(ctStatusDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
+			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
+		}, verdict(expr.VerdictAccept))})
+	}
+}
+
+// ctStatusDstNAT is IPS_DST_NAT: the flow's destination was rewritten.
+const ctStatusDstNAT = 1 << 5
+
 // addSandbox queues (or, for an existing sandbox, atomically replaces) one
 // sandbox's chains and map entries.
-func (r *ruleset) addSandbox(c *nftables.Conn, ifname string, addr netip.Addr, entries []Entry) error {
+// With domains, the addresses in the sandbox's learned set pass too;
+// forget empties that set.
+func (r *ruleset) addSandbox(c *nftables.Conn, ifname string, addr netip.Addr, entries []Entry, domains, forget bool) error {
 	pc := c.AddChain(&nftables.Chain{Name: policyChain(ifname), Table: r.table})
 	dc := c.AddChain(&nftables.Chain{Name: denyChain(ifname), Table: r.table})
 	c.AddObj(&nftables.CounterObj{Table: r.table, Name: counterName(ifname)})
+	learned := r.learnedSet(ifname)
+	if err := c.AddSet(learned, nil); err != nil {
+		return err
+	}
+	if forget {
+		c.FlushSet(learned)
+	}
 	c.FlushChain(pc)
 	c.FlushChain(dc)
 
@@ -150,14 +222,40 @@ func (r *ruleset) addSandbox(c *nftables.Conn, ifname string, addr netip.Addr, e
 			rule(daddrOrSaddr(16, never, expr.CmpOpEq), []expr.Any{deny})
 		}
 	}
-	for _, e := range entries {
+	accept := func(e Entry) {
 		if e.PortLo == 0 {
 			rule(daddrOrSaddr(16, e.Prefix, expr.CmpOpEq), verdict(expr.VerdictAccept))
-			continue
+			return
 		}
 		for _, proto := range []byte{unix.IPPROTO_TCP, unix.IPPROTO_UDP} {
 			rule(daddrOrSaddr(16, e.Prefix, expr.CmpOpEq), l4proto(proto), dport(e.PortLo, e.PortHi), verdict(expr.VerdictAccept))
 		}
+	}
+	if domains {
+		// The forwarder learns public addresses only (learn).
+		rule([]expr.Any{
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+			&expr.Lookup{SourceRegister: 1, SetName: learned.Name, SetID: learned.ID},
+			&expr.Verdict{Kind: expr.VerdictAccept}})
+	}
+	// Entries inside a private range name it explicitly and pass first;
+	// then the private ranges a broader entry ("internet") overlaps are
+	// cut out of it; then the broader entries.
+	var broad []Entry
+	for _, e := range entries {
+		if e.Private() {
+			accept(e)
+		} else {
+			broad = append(broad, e)
+		}
+	}
+	for _, p := range private {
+		if overlapsAny(p, broad) {
+			rule(daddrOrSaddr(16, p, expr.CmpOpEq), []expr.Any{deny})
+		}
+	}
+	for _, e := range broad {
+		accept(e)
 	}
 	rule([]expr.Any{deny})
 
@@ -198,7 +296,33 @@ func (r *ruleset) delSandbox(c *nftables.Conn, ifname string) error {
 	c.FlushChain(dc)
 	c.DelChain(dc)
 	c.DeleteObject(&nftables.CounterObj{Table: r.table, Name: counterName(ifname)})
+	learned := r.learnedSet(ifname)
+	if err := c.AddSet(learned, nil); err != nil {
+		return err
+	}
+	c.DelSet(learned)
 	return nil
+}
+
+// learn queues adding addrs to a sandbox's learned set for ttl each; those
+// in known (still in the set) are removed first, so the timeout restarts on
+// kernels that do not refresh it on a re-add.
+func (r *ruleset) learn(c *nftables.Conn, ifname string, addrs []netip.Addr, known map[netip.Addr]bool, ttl map[netip.Addr]time.Duration) error {
+	set := r.learnedSet(ifname)
+	var del, add []nftables.SetElement
+	for _, a := range addrs {
+		k := a.As4()
+		if known[a] {
+			del = append(del, nftables.SetElement{Key: k[:]})
+		}
+		add = append(add, nftables.SetElement{Key: k[:], Timeout: ttl[a]})
+	}
+	if len(del) > 0 {
+		if err := c.SetDeleteElements(set, del); err != nil {
+			return err
+		}
+	}
+	return c.SetAddElements(set, add)
 }
 
 // denied reads a sandbox's denied counter (packets that opened no flow).

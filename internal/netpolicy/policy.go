@@ -57,6 +57,29 @@ var reserved = []struct {
 	{netip.MustParsePrefix("224.0.0.0/3"), "is multicast or reserved, never a destination"},
 }
 
+// private are the ranges "internet" does not include: the node's and its
+// neighbours' private networks (RFC 1918), carrier-grade NAT (RFC 6598,
+// often a cloud's internal network). A broad entry (0.0.0.0/0, or any prefix
+// holding one of these) does not reach them; an entry inside one of them
+// (10.1.2.0/24, 192.168.0.5) names it explicitly and is honoured.
+var private = []netip.Prefix{
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+}
+
+// Private reports whether e lies inside a private range (RFC 1918, CGNAT):
+// such an entry names that network explicitly.
+func (e Entry) Private() bool {
+	for _, p := range private {
+		if p.Bits() <= e.Prefix.Bits() && p.Contains(e.Prefix.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
 // ParseEntry parses "CIDR[:PORT[-PORT]]": an IPv4 prefix in canonical form (no
 // host bits set) or a bare IPv4 address (/32), optionally followed by a port
 // or an inclusive port range in 1-65535.
@@ -210,6 +233,12 @@ func (rs RuleSets) Resolve(p api.NetworkPolicy) ([]Entry, error) {
 	}
 	if len(out) > MaxEntries {
 		return nil, errdefs.Invalid("network: policy expands to %d destinations (at most %d)", len(out), MaxEntries)
+	}
+	if _, err := parseDomains("allow_domains", p.AllowDomains); err != nil {
+		return nil, err
+	}
+	if _, err := parseDomains("deny_domains", p.DenyDomains); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -6,17 +6,31 @@ package api
 // "CIDR[:PORT[-PORT]]" (IPv4; a bare address means /32; no port means every
 // port and protocol, a port or range means TCP and UDP to those ports); Rules
 // name rule sets the operator defined with `dsec server --network-rule`.
+// AllowDomains are host names ("pypi.org") or wildcards ("*.pythonhosted.org",
+// every name below it) whose addresses the sandbox may reach, learned by the
+// node's DNS forwarder as the sandbox resolves them, for the record's TTL;
+// DenyDomains are names the forwarder answers NXDOMAIN for (unless an allow
+// name matches too).
 // An empty policy on a sandbox that had egress keeps its link but allows
 // nothing.
 type NetworkPolicy struct {
-	Allow []string `json:"allow,omitempty"`
-	Rules []string `json:"rules,omitempty"`
+	Allow        []string `json:"allow,omitempty"`
+	Rules        []string `json:"rules,omitempty"`
+	AllowDomains []string `json:"allow_domains,omitempty"`
+	DenyDomains  []string `json:"deny_domains,omitempty"`
+}
+
+// Empty says whether p allows and denies nothing.
+func (p NetworkPolicy) Empty() bool {
+	return len(p.Allow) == 0 && len(p.Rules) == 0 && len(p.AllowDomains) == 0 && len(p.DenyDomains) == 0
 }
 
 // NetworkStatus is the "network" field of a sandbox with egress.
 type NetworkStatus struct {
-	Allow []string `json:"allow,omitempty"`
-	Rules []string `json:"rules,omitempty"`
+	Allow        []string `json:"allow,omitempty"`
+	Rules        []string `json:"rules,omitempty"`
+	AllowDomains []string `json:"allow_domains,omitempty"`
+	DenyDomains  []string `json:"deny_domains,omitempty"`
 	// Address is the sandbox's own IPv4 address on its link to the node.
 	Address string `json:"address,omitempty"`
 	// Denied counts the connection attempts (new flows) the policy refused,

@@ -176,7 +176,7 @@ test('allowInternetAccess false: the connection is refused', async () => {
   assert.equal((await offline.getInfo()).allowInternetAccess, false)
 })
 
-test('network.denyOut/allowOut and updateNetwork: allow wins, the rest is denied; domain names are refused', async () => {
+test('network.denyOut/allowOut and updateNetwork: allow wins, the rest is denied; domain names are rules, malformed ones refused', async () => {
   const only = await create({ network: { denyOut: ['0.0.0.0/0'], allowOut: [hostAddr] } })
   assert.equal((await only.commands.run(reach)).stdout, '200\n')
   const denied = await create({ network: { denyOut: [hostAddr] } })
@@ -186,7 +186,10 @@ test('network.denyOut/allowOut and updateNetwork: allow wins, the rest is denied
   assert.equal((await denied.commands.run(reach)).stdout, '200\n')
   await denied.updateNetwork({ allowInternetAccess: false })
   assert.ok((await denied.commands.run(reach).catch((e) => e)) instanceof CommandExitError)
-  const err = await create({ network: { allowOut: ['pypi.org'] } }).catch((e) => e)
+  // A name is a rule of its own: the test host's address is not pypi.org's.
+  const named = await create({ network: { denyOut: ['0.0.0.0/0'], allowOut: ['pypi.org', '*.pythonhosted.org'] } })
+  assert.ok((await named.commands.run(reach).catch((e) => e)) instanceof CommandExitError)
+  const err = await create({ network: { allowOut: ['pypi..org'] } }).catch((e) => e)
   assert.ok(err instanceof Error)
-  assert.match(err.message, /domain names are not supported/)
+  assert.match(err.message, /network\.allowOut\[0\]/)
 })

@@ -132,6 +132,9 @@ type Config struct {
 	// netpolicy.DefaultPool).
 	NetworkRules []string
 	NetworkPool  string
+	// NetworkDNS is the resolver the node's DNS forwarder asks for egress
+	// sandboxes (netpolicy.Config.DNS: "" the node's resolv.conf, "off" none).
+	NetworkDNS string
 	// OTLPEndpoint exports traces over OTLP/HTTP to this URL (default
 	// $OTEL_EXPORTER_OTLP_ENDPOINT; both empty: tracing is off). Tracing, if
 	// set, is the tracer provider instead (tests).

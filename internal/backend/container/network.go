@@ -18,7 +18,7 @@ var _ driver.Networker = (*instance)(nil)
 // ValidateNetwork implements driver.NetworkDriver.
 func (d *Driver) ValidateNetwork(p api.NetworkPolicy) error {
 	if d.cfg.Network == nil {
-		if len(p.Allow) == 0 && len(p.Rules) == 0 {
+		if p.Empty() {
 			return nil
 		}
 		return errdefs.New(api.CodeNotImplemented, "network: this node offers no egress (no network policy manager configured)")

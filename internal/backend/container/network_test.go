@@ -36,13 +36,21 @@ func netDriver(t *testing.T, mirror string) (*container.Driver, *netpolicy.Manag
 			t.Fatal(err)
 		}
 	}
-	m, err := netpolicy.New(netpolicy.Config{StateDir: t.TempDir(), Rules: rs})
+	return netDriverWith(t, netpolicy.Config{Rules: rs, DNS: "off"})
+}
+
+// netDriverWith is a container driver with a network policy manager made
+// from cfg (in a state dir of the test's).
+func netDriverWith(t *testing.T, cfg netpolicy.Config) (*container.Driver, *netpolicy.Manager) {
+	t.Helper()
+	cfg.StateDir = t.TempDir()
+	m, err := netpolicy.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := testConfig(t)
-	cfg.Network = m
-	d, err := container.New(cfg)
+	dcfg := testConfig(t)
+	dcfg.Network = m
+	d, err := container.New(dcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

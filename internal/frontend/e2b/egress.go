@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"fmt"
 	"net/http"
 	"net/netip"
 	"slices"
@@ -13,20 +14,26 @@ import (
 )
 
 // allTraffic is E2B's "all traffic" selector and what internet access allows:
-// every IPv4 destination. The node's egress policy (internal/netpolicy) never
-// lets a sandbox reach the node, another sandbox, loopback, link-local (cloud
-// metadata) or multicast addresses, whatever its policy says.
+// every public IPv4 destination. The node's egress policy (internal/netpolicy)
+// never lets a sandbox reach the node, another sandbox, loopback, link-local
+// (cloud metadata) or multicast addresses, whatever its policy says, and
+// cuts private networks (RFC 1918, CGNAT) out of it unless an allowOut entry
+// names one.
 var allTraffic = netip.MustParsePrefix("0.0.0.0/0")
 
 // egressPolicy maps create's allow_internet_access and network.allowOut/denyOut
 // onto dsec's allow-list egress policy (nil: loopback only). Internet access
 // (E2B's default) starts from every destination, denyOut removes prefixes
 // from it, and allowOut adds destinations back (E2B: allow wins over deny).
-// What dsec cannot enforce is refused: domain names in allowOut, an egress
-// proxy, per-domain transform rules, a host mask. (allowPublicTraffic is
-// not egress: create keeps it as a label, ports.go checks it.)
+// Domain names (pypi.org, *.example.com) in allowOut become the policy's
+// allowed domains (reachable once resolved through the node), in denyOut
+// its denied ones (NXDOMAIN unless an allowed one matches too).
+// What dsec cannot enforce is refused: an egress proxy, per-domain
+// transform rules, a host mask. (allowPublicTraffic is not egress: create
+// keeps it as a label, ports.go checks it.)
 func egressPolicy(internet *bool, n *e2bapi.SandboxNetworkConfig) (*api.NetworkPolicy, error) {
 	var allow []netip.Prefix
+	var allowDomains, denyDomains []string
 	if internet == nil || *internet {
 		allow = []netip.Prefix{allTraffic}
 	}
@@ -39,26 +46,39 @@ func egressPolicy(internet *bool, n *e2bapi.SandboxNetworkConfig) (*api.NetworkP
 		case n.MaskRequestHost != nil && *n.MaskRequestHost != "":
 			return nil, errdefs.Invalid("network.maskRequestHost is not supported by dsec")
 		}
-		for _, s := range deref(n.DenyOut) {
-			p, err := parseDestination("denyOut", s)
+		for i, s := range deref(n.DenyOut) {
+			p, d, err := parseDestination("denyOut", i, s)
 			if err != nil {
 				return nil, err
 			}
+			if d != "" {
+				denyDomains = append(denyDomains, d)
+				continue
+			}
 			allow = subtract(allow, p)
 		}
-		allow = slices.DeleteFunc(allow, neverReachable)
-		for _, s := range deref(n.AllowOut) {
-			p, err := parseDestination("allowOut", s)
+		// The pieces of "internet" left around a denied range hold no
+		// private network: one inside such a range would read as naming it
+		// explicitly (netpolicy honours such entries), so it goes.
+		allow = slices.DeleteFunc(allow, func(p netip.Prefix) bool {
+			return neverReachable(p) || (netpolicy.Entry{Prefix: p}).Private()
+		})
+		for i, s := range deref(n.AllowOut) {
+			p, d, err := parseDestination("allowOut", i, s)
 			if err != nil {
 				return nil, err
+			}
+			if d != "" {
+				allowDomains = append(allowDomains, d)
+				continue
 			}
 			allow = append(allow, p)
 		}
 	}
-	if len(allow) == 0 {
-		return nil, nil
+	if len(allow) == 0 && len(allowDomains) == 0 {
+		return nil, nil // with nothing reachable, denied names change nothing
 	}
-	pol := &api.NetworkPolicy{Allow: make([]string, 0, len(allow))}
+	pol := &api.NetworkPolicy{Allow: make([]string, 0, len(allow)), AllowDomains: allowDomains, DenyDomains: denyDomains}
 	for _, p := range allow {
 		pol.Allow = append(pol.Allow, p.String())
 	}
@@ -105,19 +125,21 @@ func deref(p *[]string) []string {
 	return *p
 }
 
-// parseDestination reads an allowOut or denyOut entry: an IPv4 CIDR or address.
-func parseDestination(field, s string) (netip.Prefix, error) {
+// parseDestination reads entry i of allowOut or denyOut: an IPv4 CIDR or
+// address (p), or a domain name or wildcard (d, canonical).
+func parseDestination(field string, i int, s string) (p netip.Prefix, d string, err error) {
 	s = strings.TrimSpace(s)
 	if p, err := netip.ParsePrefix(s); err == nil && p.Addr().Is4() {
-		return p.Masked(), nil
+		return p.Masked(), "", nil
 	}
 	if a, err := netip.ParseAddr(s); err == nil && a.Is4() {
-		return netip.PrefixFrom(a, 32), nil
+		return netip.PrefixFrom(a, 32), "", nil
 	}
-	if field == "allowOut" && strings.Contains(s, ".") && !strings.ContainsAny(s, "/: ") {
-		return netip.Prefix{}, errdefs.Invalid("network.allowOut %q: domain names are not supported by dsec yet; give IPv4 addresses or CIDRs", s)
+	if strings.ContainsAny(s, ":/") || strings.Trim(s, "0123456789.") == "" {
+		return netip.Prefix{}, "", errdefs.Invalid("network.%s[%d] %q: want an IPv4 address or CIDR, or a domain name", field, i, s)
 	}
-	return netip.Prefix{}, errdefs.Invalid("network.%s %q: want an IPv4 address or CIDR", field, s)
+	d, err = netpolicy.ParseDomain(fmt.Sprintf("%s[%d]", field, i), s)
+	return netip.Prefix{}, d, err
 }
 
 // neverReachable says whether p, a piece subtract cut out of a larger prefix,

@@ -57,6 +57,13 @@ func TestCreateInternetAccess(t *testing.T) {
 		t.Errorf("deny all, allow one: policy %+v", p)
 	}
 
+	named := e.create(map[string]any{"templateID": "base", "network": map[string]any{
+		"denyOut": []string{"0.0.0.0/0", "Bad.Example.com"}, "allowOut": []string{"pypi.org", "*.pythonhosted.org"}}})
+	if p := policy(named.SandboxID); p == nil || len(p.Allow) != 0 || !slices.Equal(p.AllowDomains, []string{"pypi.org", "*.pythonhosted.org"}) ||
+		!slices.Equal(p.DenyDomains, []string{"bad.example.com"}) {
+		t.Errorf("domains only: policy %+v", p)
+	}
+
 	// The SDK's updateNetwork replaces the policy; omitted fields are cleared.
 	res, b := e.call("PUT", "/sandboxes/"+off.SandboxID+"/network", map[string]any{"allowOut": []string{"198.18.7.0/24"}})
 	if p := policy(off.SandboxID); res.StatusCode != http.StatusNoContent || p == nil || !slices.Contains(p.Allow, "198.18.7.0/24") || !slices.Contains(p.Allow, "0.0.0.0/0") {
@@ -73,7 +80,8 @@ func TestCreateInternetAccess(t *testing.T) {
 	before := e.count()
 
 	for _, body := range []map[string]any{
-		{"templateID": "base", "network": map[string]any{"allowOut": []string{"pypi.org"}}},
+		{"templateID": "base", "network": map[string]any{"allowOut": []string{"pypi..org"}}},
+		{"templateID": "base", "network": map[string]any{"allowOut": []string{"*.pypi.*"}}},
 		{"templateID": "base", "network": map[string]any{"denyOut": []string{"8.8.8.8/99"}}},
 		{"templateID": "base", "network": map[string]any{"egressProxy": map[string]any{"address": "p:1080"}}},
 	} {

@@ -47,6 +47,10 @@ func TestEgressPolicy(t *testing.T) {
 			reach: []string{"1.1.1.1", "8.8.8.9", "8.8.8.7", "200.1.1.1"}, blocked: []string{"8.8.8.8"}},
 		{name: "allow wins over deny", net: &e2bapi.SandboxNetworkConfig{DenyOut: list("0.0.0.0/0"), AllowOut: list("1.1.1.1", "8.8.8.8")},
 			reach: []string{"1.1.1.1", "8.8.8.8"}, blocked: []string{"9.9.9.9"}},
+		{name: "deny inside a private range opens no other", net: &e2bapi.SandboxNetworkConfig{DenyOut: list("10.1.0.0/16", "8.8.8.8")},
+			reach: []string{"1.1.1.1"}, blocked: []string{"10.2.0.1", "10.1.0.1", "8.8.8.8"}},
+		{name: "allowOut of a private address is honoured", net: &e2bapi.SandboxNetworkConfig{DenyOut: list("10.0.0.0/8"), AllowOut: list("10.1.2.3")},
+			reach: []string{"1.1.1.1", "10.1.2.3"}, blocked: []string{"10.1.2.4"}},
 		{name: "deny a range near this-network", net: &e2bapi.SandboxNetworkConfig{DenyOut: list("1.2.3.0/24", "127.0.0.1")},
 			reach: []string{"1.2.4.1", "2.0.0.1"}, blocked: []string{"1.2.3.9"}},
 	} {
@@ -89,7 +93,10 @@ func TestEgressPolicyRefuses(t *testing.T) {
 		net  e2bapi.SandboxNetworkConfig
 		want string
 	}{
-		{e2bapi.SandboxNetworkConfig{AllowOut: list("pypi.org")}, "domain names are not supported"},
+		{e2bapi.SandboxNetworkConfig{AllowOut: list("pypi..org")}, "network.allowOut[0]"},
+		{e2bapi.SandboxNetworkConfig{AllowOut: list("1.1.1.1", "a.*.example.com")}, "network.allowOut[1]"},
+		{e2bapi.SandboxNetworkConfig{DenyOut: list("localhost")}, "network.denyOut[0]"},
+		{e2bapi.SandboxNetworkConfig{AllowOut: list("999.1.1.1")}, "network.allowOut[0]"},
 		{e2bapi.SandboxNetworkConfig{AllowOut: list("2001:db8::1")}, "want an IPv4 address or CIDR"},
 		{e2bapi.SandboxNetworkConfig{DenyOut: list("not-an-address")}, "network.denyOut"},
 		{e2bapi.SandboxNetworkConfig{EgressProxy: &e2bapi.SandboxEgressProxyConfig{Address: "p:1080"}}, "egressProxy"},

@@ -182,11 +182,21 @@ type Host struct {
 // prefix+n on the node; it is removed when t ends.
 func NewHost(t testing.TB, prefix string, n int) *Host {
 	t.Helper()
+	return NewHostIn(t, prefix, n, netip.PrefixFrom(netip.AddrFrom4([4]byte{198, 18, byte(n), 0}), 24))
+}
+
+// NewHostIn makes a test host in the /24 net (the node's end .1, the host's
+// .2), e.g. in a private range; the veth is named prefix+n on the node.
+func NewHostIn(t testing.TB, prefix string, n int, net netip.Prefix) *Host {
+	t.Helper()
+	b := net.Masked().Addr().As4()
+	node, host := b, b
+	node[3], host[3] = 1, 2
 	h := &Host{
 		NS:       NewNetns(t),
 		Link:     prefix + strconv.Itoa(n),
-		NodeAddr: netip.AddrFrom4([4]byte{198, 18, byte(n), 1}),
-		Addr:     netip.AddrFrom4([4]byte{198, 18, byte(n), 2}),
+		NodeAddr: netip.AddrFrom4(node),
+		Addr:     netip.AddrFrom4(host),
 	}
 	if err := h.setup(); err != nil {
 		t.Fatalf("test host %d: %v", n, err)

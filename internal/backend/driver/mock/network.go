@@ -25,7 +25,7 @@ var (
 // ValidateNetwork implements driver.NetworkDriver.
 func (d *Driver) ValidateNetwork(p api.NetworkPolicy) error {
 	if !d.cfg.Egress {
-		if len(p.Allow) == 0 && len(p.Rules) == 0 {
+		if p.Empty() {
 			return nil
 		}
 		return errdefs.New(api.CodeNotImplemented, "network: this node offers no egress (the mock driver without Egress)")
@@ -35,7 +35,8 @@ func (d *Driver) ValidateNetwork(p api.NetworkPolicy) error {
 			return errdefs.Invalid("network: allow entry %q: %v", a, err)
 		}
 	}
-	return nil
+	_, err := netpolicy.RuleSets{}.Resolve(api.NetworkPolicy{AllowDomains: p.AllowDomains, DenyDomains: p.DenyDomains})
+	return err
 }
 
 // SetNetwork implements driver.Networker.
@@ -51,7 +52,8 @@ func (in *instance) SetNetwork(ctx context.Context, p api.NetworkPolicy) error {
 	}
 	in.b.mu.Lock()
 	defer in.b.mu.Unlock()
-	in.b.network = &api.NetworkStatus{Allow: slices.Clone(p.Allow), Rules: slices.Clone(p.Rules)}
+	in.b.network = &api.NetworkStatus{Allow: slices.Clone(p.Allow), Rules: slices.Clone(p.Rules),
+		AllowDomains: slices.Clone(p.AllowDomains), DenyDomains: slices.Clone(p.DenyDomains)}
 	return nil
 }
 

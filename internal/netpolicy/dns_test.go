@@ -1,0 +1,95 @@
+package netpolicy_test
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/dsec-dev/dsec/internal/netpolicy/netpolicytest"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// TestDomainRules: a sandbox allowed pypi.org and *.example.com, and no
+// address, reaches what those names resolve to once it has resolved them
+// through the node (whatever resolver it asks), for the record's TTL, and
+// nothing else: not another name's address, not a private address an
+// allowed name resolves to. Denied names are NXDOMAIN. The resolver is a
+// test host the test runs; every address is a test host's.
+func TestDomainRules(t *testing.T) {
+	w := newWorldDNS(t, 51, 4, "198.18.51.2:53")
+	resolver, pypi, files, other := w.hosts[0], w.hosts[1], w.hosts[2], w.hosts[3]
+	private := netpolicytest.NewHostIn(t, "dsth", 55, netip.MustParsePrefix("172.31.55.0/24"))
+	netpolicytest.DNSServer(t, resolver.NS, "198.18.51.2:53", 1, map[string]netip.Addr{
+		"pypi.org":           pypi.Addr,
+		"files.example.com":  files.Addr,
+		"other.org":          other.Addr,
+		"example.com":        other.Addr,
+		"rebind.example.com": private.Addr,
+	})
+	pypiL, filesL, otherL, privL := pypi.Listen(t, 0), files.Listen(t, 0), other.Listen(t, 0), private.Listen(t, 0)
+
+	ns := w.sandbox("sb-dom", api.NetworkPolicy{AllowDomains: []string{"PyPI.org.", "*.example.com"}})
+	if st, _ := w.m.Status("sb-dom"); st == nil || !slices.Equal(st.AllowDomains, []string{"pypi.org", "*.example.com"}) {
+		t.Fatalf("status %+v, want the domains, canonical", st)
+	}
+	w.mustRefuse(ns, pypiL) // not resolved yet
+
+	// The sandbox asks a resolver that does not exist: the node answers.
+	lookup := func(name string, tcp bool, want netip.Addr, rcode dnsmessage.RCode) {
+		t.Helper()
+		got, rc, err := netpolicytest.Lookup(ns, "203.0.113.53:53", name, tcp)
+		if err != nil || rc != rcode || (want.IsValid() && !slices.Equal(got, []netip.Addr{want})) {
+			t.Fatalf("lookup %s: %v %v %v, want %v %v", name, got, rc, err, want, rcode)
+		}
+	}
+	lookup("pypi.org", false, pypi.Addr, dnsmessage.RCodeSuccess)
+	start := time.Now()
+	w.mustReach(ns, pypiL)
+	lookup("files.example.com", true, files.Addr, dnsmessage.RCodeSuccess)
+	w.mustReach(ns, filesL)
+	lookup("other.org", false, other.Addr, dnsmessage.RCodeSuccess) // resolved, not allowed
+	w.mustRefuse(ns, otherL)
+	lookup("example.com", false, other.Addr, dnsmessage.RCodeSuccess) // *.example.com is below it only
+	w.mustRefuse(ns, otherL)
+	lookup("rebind.example.com", false, private.Addr, dnsmessage.RCodeSuccess) // allowed name, private address
+	w.mustRefuse(ns, privL)
+
+	// The TTL (1 s, held at least 5 s) runs out: new connections are refused.
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		c, err := netpolicytest.Dial(ns, pypiL, time.Second)
+		if err != nil {
+			if !netpolicytest.Refused(err) {
+				t.Fatalf("after the TTL: %v, want a refusal", err)
+			}
+			break
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("pypi.org still reachable 15 s after its 1 s record")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if held := time.Since(start); held < 4*time.Second {
+		t.Fatalf("learned address gone after %v, want at least ~5 s", held)
+	}
+
+	// A new policy forgets what the old names taught.
+	if err := w.m.Apply(context.Background(), "sb-dom", ns, api.NetworkPolicy{AllowDomains: []string{"pypi.org"}}); err != nil {
+		t.Fatal(err)
+	}
+	w.mustRefuse(ns, filesL)
+
+	// Denied names are NXDOMAIN; with internet access the rest resolves.
+	deny := w.sandbox("sb-deny", api.NetworkPolicy{Allow: []string{"0.0.0.0/0"}, DenyDomains: []string{"other.org"}})
+	if _, rc, err := netpolicytest.Lookup(deny, "203.0.113.53:53", "other.org", false); err != nil || rc != dnsmessage.RCodeNameError {
+		t.Fatalf("denied name: rcode %v, %v; want NXDOMAIN", rc, err)
+	}
+	if got, _, err := netpolicytest.Lookup(deny, "203.0.113.53:53", "pypi.org", false); err != nil || !slices.Equal(got, []netip.Addr{pypi.Addr}) {
+		t.Fatalf("pypi.org: %v %v", got, err)
+	}
+}
