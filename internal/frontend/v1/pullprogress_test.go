@@ -1,10 +1,12 @@
 package v1_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"math/rand/v2"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/image/registry/registrytest"
+	"github.com/dsec-dev/dsec/internal/progress"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -44,23 +47,33 @@ func TestPullProgressRoute(t *testing.T) {
 
 	const stallAt = 32 << 10
 	reg.Stall(stallAt)
+	t.Cleanup(reg.Resume) // on failure too: the registry's Close waits for its stalled requests
 	done := make(chan error, 1)
 	go func() {
 		_, err := cl.PullImage(ctx, ref)
 		done <- err
 	}()
-	deadline := time.Now().Add(20 * time.Second)
+	// The CLI's watch: the client's poll drawn as plain lines (not a terminal).
+	var lines bytes.Buffer
+	show := progress.NewPull(&lines, ref)
+	stalled := make(chan api.PullProgress, 1)
+	wctx, stop := context.WithTimeout(ctx, 20*time.Second)
+	defer stop()
+	cl.WatchPull(wctx, ref, time.Millisecond, func(pr api.PullProgress) {
+		show.Update(pr)
+		if pr.FetchedBytes == stallAt {
+			stalled <- pr
+			stop()
+		}
+	})
 	var got api.PullProgress
-	for {
-		pr, err := cl.PullProgress(ctx, ref)
-		if err == nil && pr.FetchedBytes == stallAt {
-			got = pr
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no progress to %d bytes: last %+v %v", stallAt, pr, err)
-		}
-		time.Sleep(5 * time.Millisecond)
+	select {
+	case got = <-stalled:
+	default:
+		t.Fatalf("no progress to %d bytes within the deadline; shown:\n%s", stallAt, lines.String())
+	}
+	if !strings.Contains(lines.String(), "pulling "+ref+": fetching, 0/1 layers, ") || !strings.Contains(lines.String(), " of "+progress.Bytes(size)+" fetched\n") {
+		t.Fatalf("plain progress lines:\n%s", lines.String())
 	}
 	if got.Digest != want || got.TotalBytes != size || got.Phase != api.PullFetching || len(got.Layers) != 1 {
 		t.Fatalf("progress %+v, want digest %s, %d bytes, fetching", got, want, size)

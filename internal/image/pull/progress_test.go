@@ -51,6 +51,7 @@ func TestProgressOfStalledPull(t *testing.T) {
 	}
 
 	e.reg.Stall(stallAt)
+	t.Cleanup(e.reg.Resume) // on failure too: the registry's Close waits for its stalled requests
 	errs := make(chan error, 2)
 	for range 2 {
 		go func() {
