@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/dsec-dev/dsec/internal/cliflag"
+	"github.com/dsec-dev/dsec/internal/progress"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -74,7 +75,13 @@ func createCmd() *cobra.Command {
 			if count != 1 || parallel != 1 {
 				return createMany(cmd.Context(), cl, req, count, parallel, os.Stdout, os.Stderr)
 			}
+			stop := func() {}
+			if isReference(req.Image) {
+				// The server may fetch it first: show how far that got.
+				stop = progress.WatchPull(cmd.Context(), os.Stderr, req.Image, cl.WatchPull)
+			}
 			sb, err := cl.Create(cmd.Context(), req)
+			stop()
 			if err != nil {
 				return err
 			}
@@ -280,3 +287,8 @@ func stateCmd(op string) *cobra.Command {
 		},
 	}
 }
+
+// isReference reports whether an --image value can only be a registry
+// reference (as internal/image.IsReference: a '/', ':' or '@'), which the
+// server may have to fetch.
+func isReference(name string) bool { return strings.ContainsAny(name, "/:@") }

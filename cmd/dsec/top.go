@@ -68,6 +68,16 @@ func fetchTop(ctx context.Context, cl *client.Client, o topOptions) (api.Top, er
 	return t, err
 }
 
+// fetchPulls returns the node's image pulls in flight (none from a server
+// that does not report them, e.g. a cluster's API server).
+func fetchPulls(ctx context.Context, cl *client.Client) []api.PullProgress {
+	pulls, err := cl.Pulls(ctx)
+	if err != nil {
+		return nil
+	}
+	return pulls
+}
+
 // topOnce samples twice (CPU shares need two reads) and prints plain text.
 func topOnce(ctx context.Context, cl *client.Client, o topOptions, out io.Writer) error {
 	if _, err := fetchTop(ctx, cl, o); err != nil {
@@ -82,7 +92,7 @@ func topOnce(ctx context.Context, cl *client.Client, o topOptions, out io.Writer
 	if err != nil {
 		return err
 	}
-	renderTop(out, t)
+	renderTop(out, t, fetchPulls(ctx, cl))
 	return nil
 }
 
@@ -122,7 +132,7 @@ func topLive(ctx context.Context, cl *client.Client, o topOptions, in, out *os.F
 		if err != nil {
 			fmt.Fprintf(&frame, "dsec top: %v\n", err)
 		} else {
-			renderTop(&frame, t)
+			renderTop(&frame, t, fetchPulls(ctx, cl))
 		}
 		fmt.Fprintf(&frame, "\n%s  every %v  [q] quit  [c] by CPU  [m] by memory\n", time.Now().Format("15:04:05"), o.interval)
 		cols, rows, err := term.GetSize(int(out.Fd()))
@@ -161,8 +171,9 @@ func fitScreen(s string, cols, rows int) string {
 	return strings.Join(lines, "\r\n")
 }
 
-// renderTop writes the nodes, the sandbox counts and the busiest sandboxes.
-func renderTop(w io.Writer, t api.Top) {
+// renderTop writes the nodes, the sandbox counts, the busiest sandboxes and
+// the image pulls in flight.
+func renderTop(w io.Writer, t api.Top, pulls []api.PullProgress) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tCPUS\tLOAD\tMEMORY AVAILABLE\tSANDBOXES\tRUNNING\tCPU ALLOCATED\tMEMORY ALLOCATED")
 	for _, n := range t.Nodes {
@@ -188,6 +199,22 @@ func renderTop(w io.Writer, t api.Top) {
 			mem = progress.Bytes(u.MemoryBytes)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", u.ID, u.State, u.Backend, cpu, cpuTime, mem, progress.Bytes(u.MemoryLimitBytes))
+	}
+	tw.Flush()
+	if len(pulls) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nimage pulls: %d\n\n", len(pulls))
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PULL\tPHASE\tLAYERS DONE\tFETCHED")
+	for _, p := range pulls {
+		done := 0
+		for _, l := range p.Layers {
+			if l.Phase == api.PullDone {
+				done++
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s / %s\n", p.Ref, p.Phase, done, len(p.Layers), progress.Bytes(p.FetchedBytes), progress.Bytes(p.TotalBytes))
 	}
 	tw.Flush()
 }

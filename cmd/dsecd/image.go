@@ -324,7 +324,9 @@ config; each RUN/COPY step is a layer cached for the next build.`,
 			if err != nil {
 				return err
 			}
+			stop := progress.WatchPull(cmd.Context(), os.Stderr, args[0], cl.WatchPull)
 			img, err := cl.PullImage(cmd.Context(), args[0])
+			stop()
 			if err != nil {
 				return err
 			}

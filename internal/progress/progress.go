@@ -90,6 +90,9 @@ func (b *Bar) Fail(n int64) { b.update(func() { b.done += n; b.failed += n }) }
 // SetTotal changes the total (0: unknown).
 func (b *Bar) SetTotal(n int64) { b.update(func() { b.total = n }) }
 
+// SetLabel changes the label drawn before the bar.
+func (b *Bar) SetLabel(label string) { b.update(func() { b.label = label }) }
+
 // Finish draws the final line and ends it; later calls do nothing.
 func (b *Bar) Finish() {
 	b.live(func() {

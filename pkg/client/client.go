@@ -360,6 +360,22 @@ func (c *Client) PullImage(ctx context.Context, ref string) (api.Image, error) {
 	return out, err
 }
 
+// PullProgress returns how far the node's pull of ref (a reference or an
+// image digest) got; not_found when none is in flight (not started, or
+// ended: PullImage's answer says how).
+func (c *Client) PullProgress(ctx context.Context, ref string) (api.PullProgress, error) {
+	var out api.PullProgress
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/images:pulls", query: url.Values{"ref": {ref}}, retry: true}, &out)
+	return out, err
+}
+
+// Pulls returns the node's image pulls in flight.
+func (c *Client) Pulls(ctx context.Context) ([]api.PullProgress, error) {
+	var out []api.PullProgress
+	err := c.do(ctx, call{method: http.MethodGet, path: "/v1/images:pulls", retry: true}, &out)
+	return out, err
+}
+
 func (c *Client) ComposeImage(ctx context.Context, req api.ComposeImageRequest) (api.Image, error) {
 	var out api.Image
 	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/images", json: req}, &out)

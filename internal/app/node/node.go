@@ -452,7 +452,11 @@ func (d *Daemon) startProjects(ctx context.Context) (lifecycle.Close, error) {
 func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 	svc, nsvc := d.services()
 	d.nodeSvc = nsvc
-	d.Server = v1.New(svc, v1.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true, KeepAlive: d.cfg.KeepAlive})
+	opts := v1.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true, KeepAlive: d.cfg.KeepAlive}
+	if d.puller != nil {
+		opts.Pulls = d.puller
+	}
+	d.Server = v1.New(svc, opts)
 	d.E2B = e2b.New(svc, e2b.Options{Authorize: auth.NewToken(d.Token).Match, Secret: []byte(d.Token), Logger: d.cfg.Logger,
 		Domain: d.cfg.E2BDomain})
 	return func(context.Context) error { return d.E2B.Close() }, nil

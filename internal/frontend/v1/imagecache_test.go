@@ -58,9 +58,9 @@ func (s cacheService) RemoveImage(ctx context.Context, name string) error {
 	return err
 }
 
-func TestImageCacheRemoveAndPrune(t *testing.T) {
-	ctx := context.Background()
-	reg := registrytest.Start(t, "alice", "pw")
+// newPuller is a node's puller of reg's images (user alice, password pw).
+func newPuller(t *testing.T, reg *registrytest.Registry) *pull.Puller {
+	t.Helper()
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "config.json")
 	auth := base64.StdEncoding.EncodeToString([]byte("alice:pw"))
@@ -76,7 +76,13 @@ func TestImageCacheRemoveAndPrune(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &pull.Puller{Registry: rc, Blobs: bs, Spec: spec, Dir: filepath.Join(dir, "pull")}
+	return &pull.Puller{Registry: rc, Blobs: bs, Spec: spec, Dir: filepath.Join(dir, "pull")}
+}
+
+func TestImageCacheRemoveAndPrune(t *testing.T) {
+	ctx := context.Background()
+	reg := registrytest.Start(t, "alice", "pw")
+	p := newPuller(t, reg)
 	used := map[string][]string{}
 	p.InUse = func(context.Context) (map[string][]string, error) { return used, nil }
 	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(cacheService{agenttest.NewNode(t), p}, v1.Options{Token: token}).Handler()))
@@ -148,7 +154,7 @@ func TestImageCacheRemoveAndPrune(t *testing.T) {
 	if imgs, err := cl.Images(ctx); err != nil || len(imgs) != 0 {
 		t.Fatalf("after removing both: %+v %v", imgs, err)
 	}
-	if has, _ := bs.List(ctx); len(has) != 0 {
+	if has, _ := p.Blobs.List(ctx); len(has) != 0 {
 		t.Fatalf("blobs left: %v", has)
 	}
 }

@@ -23,6 +23,7 @@ func (s *Server) routes() []route {
 		{"POST /v1/images", s.composeImage},
 		{"DELETE /v1/images/{name}", s.deleteImage},
 		{"POST /v1/images:prune", s.pruneImages},
+		{"GET /v1/images:pulls", s.pullsInFlight},
 		{"POST /v1/images/{name}/record", s.recordImage},
 		{"POST /v1/images:build", s.buildImage},
 

@@ -77,6 +77,7 @@ type Puller struct {
 	gcMu   sync.Mutex
 	pinned map[string]int // OCI layer digest → pulls using its record
 	hook   func(point string)
+	prog   progress
 	// LayersFetched counts layer blobs fetched from a registry.
 	LayersFetched atomic.Int64
 }
@@ -106,10 +107,12 @@ func (p *Puller) Pull(ctx context.Context, ref string) (Pulled, error) {
 	}
 	// Creates of one reference at once share one resolution and one pull.
 	v, err := p.shared(ctx, "ref\x00"+norm, func() (any, error) {
+		defer p.prog.startRef(norm)()
 		res, err := p.Registry.Resolve(context.WithoutCancel(ctx), r)
 		if err != nil {
 			return nil, err
 		}
+		p.prog.resolved(norm, res.Digest.String())
 		m, err := p.image(context.WithoutCancel(ctx), res)
 		if err != nil {
 			return nil, err
@@ -163,6 +166,7 @@ func (p *Puller) image(ctx context.Context, res registry.Resolved) (image.Manife
 		if m, err := p.useImage(dg); err == nil {
 			return m, nil
 		}
+		defer p.prog.startImage(registry.Normalized(res.Ref), dg)()
 		m, err := p.pullImage(context.WithoutCancel(ctx), res)
 		if err != nil {
 			return nil, err
@@ -199,6 +203,7 @@ func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (image.Ma
 		return image.Manifest{}, errdefs.Invalid("image %s: %d layers but %d diff IDs in its config", registry.Normalized(res.Ref), len(ls), len(cf.RootFS.DiffIDs))
 	}
 	var ocis []string
+	var sizes []int64
 	var compressed int64
 	for _, l := range ls {
 		dg, err := l.Digest()
@@ -210,7 +215,9 @@ func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (image.Ma
 			return image.Manifest{}, registry.Classify(err, "layer size")
 		}
 		ocis, compressed = append(ocis, dg.String()), compressed+sz
+		sizes = append(sizes, sz)
 	}
+	p.prog.imageLayers(res.Digest.String(), ocis, sizes)
 	if p.Budget > 0 && compressed > p.Budget {
 		return image.Manifest{}, errdefs.New(api.CodeResourceExhausted, "image %s: its layers are %d bytes compressed, more than this node's image cache budget (%d bytes)",
 			registry.Normalized(res.Ref), compressed, p.Budget)
@@ -274,13 +281,19 @@ func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (image.L
 		return image.Layer{}, registry.Classify(err, "layer digest")
 	}
 	if el, err := p.readLayer(ctx, dg.String()); err == nil {
+		p.prog.layerPhase(dg.String(), api.PullDone)
 		return el, nil
 	}
 	v, err := p.shared(ctx, "layer\x00"+dg.String(), func() (any, error) {
 		if el, err := p.readLayer(ctx, dg.String()); err == nil {
+			p.prog.layerPhase(dg.String(), api.PullDone)
 			return el, nil
 		}
-		return p.convert(context.WithoutCancel(ctx), l, dg, diffID)
+		el, err := p.convert(context.WithoutCancel(ctx), l, dg, diffID)
+		if err == nil {
+			p.prog.layerPhase(dg.String(), api.PullDone)
+		}
+		return el, err
 	})
 	if err != nil {
 		return image.Layer{}, err
@@ -306,7 +319,7 @@ func (p *Puller) convert(ctx context.Context, l v1.Layer, dg, diffID v1.Hash) (i
 	}
 	p.LayersFetched.Add(1)
 	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(f, h), rc)
+	_, err = io.Copy(io.MultiWriter(f, h, counter{p.prog.layerPhase(dg.String(), api.PullFetching)}), rc)
 	rc.Close()
 	if err != nil && !isVerifyErr(err) {
 		return image.Layer{}, registry.Classify(err, "layer "+dg.String())
@@ -315,6 +328,7 @@ func (p *Puller) convert(ctx context.Context, l v1.Layer, dg, diffID v1.Hash) (i
 		return image.Layer{}, errdefs.Wrap(api.CodeUnavailable, blob.ErrDigestMismatch,
 			"layer %s: the registry sent content whose digest is %s: refused, nothing stored", dg, got)
 	}
+	p.prog.layerPhase(dg.String(), api.PullConverting)
 	tl, err := tarball.LayerFromFile(f.Name())
 	if err != nil {
 		return image.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)

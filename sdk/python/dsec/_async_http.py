@@ -229,6 +229,22 @@ async def map_limited(fn: Callable[[T], Awaitable[Any]], items: Iterable[T], con
     await asyncio.gather(*(one(x) for x in items))
 
 
+async def alongside(main: Callable[[], Awaitable[T]], side: Callable[[Callable[[], bool]], Awaitable[Any]]) -> T:
+    """Await main() while side(stopped) runs as a task; once main ends,
+    stopped() is True and side is awaited (cancelled if it still sleeps)."""
+    done = False
+    task = asyncio.ensure_future(side(lambda: done))
+    try:
+        return await main()
+    finally:
+        done = True
+        task.cancel()
+        try:
+            await task
+        except BaseException:  # noqa: BLE001 - its cancellation or its error: main's answer stands
+            pass
+
+
 async def run_blocking(fn: Callable[..., T], *args: Any) -> T:
     """fn(*args) in the default executor, off the event loop."""
     return await asyncio.get_running_loop().run_in_executor(None, functools.partial(fn, *args))

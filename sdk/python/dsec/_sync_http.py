@@ -174,6 +174,19 @@ def map_limited(fn: Callable[[T], Any], items: Iterable[T], concurrency: int) ->
             list(ex.map(fn, xs))
 
 
+def alongside(main: Callable[[], T], side: Callable[[Callable[[], bool]], Any]) -> T:
+    """Call main() while side(stopped) runs on a thread; once main ends,
+    stopped() is True and the thread is joined."""
+    stop = threading.Event()
+    t = threading.Thread(target=side, args=(stop.is_set,), daemon=True)
+    t.start()
+    try:
+        return main()
+    finally:
+        stop.set()
+        t.join()
+
+
 def run_blocking(fn: Callable[..., T], *args: Any) -> T:
     return fn(*args)
 

@@ -12,6 +12,7 @@ import time
 from typing import (
     Any,
     Iterator,
+    Callable,
     Dict,
     Iterable,
     List,
@@ -55,6 +56,7 @@ from .errors import (
     InfrastructureError,
     InvalidArgumentError,
     NotFoundError,
+    NotImplementedByBackendError,
     KEEPALIVE_HEADER,
     error_from_response,
     late_error,
@@ -172,6 +174,34 @@ class Client:
         config (env, working_dir, user, entrypoint, cmd kept from its OCI image)."""
         return dict(self._json(Req("GET", "/v1/images/" + _core.esc(name), retry=True)) or {})
 
+    def pull_progress(self, ref: str) -> Optional[Dict[str, Any]]:
+        """How far this node's pull of ref (a registry reference or an image
+        digest) got: phase (resolving, fetching, converting, done), fetched_bytes
+        of total_bytes, and the same per layer; None when no pull of ref is in
+        flight (not started, already on the node, or ended)."""
+        try:
+            return dict(self._json(Req("GET", "/v1/images:pulls?ref=" + _core.esc(ref), retry=True)) or {})
+        except NotFoundError:
+            return None
+
+    def pulls(self) -> List[Dict[str, Any]]:
+        """This node's image pulls in flight (as pull_progress answers each)."""
+        return list(self._json(Req("GET", "/v1/images:pulls", retry=True)) or [])
+
+    def _watch_pull(self, ref: str, on_progress: Callable[[Dict[str, Any]], Any], stopped: Callable[[], bool]) -> None:
+        """Call on_progress with the pull of ref's progress every 0.25 s until
+        stopped() (a server that does not report pulls ends the watch)."""
+        while not stopped():
+            try:
+                pr = self.pull_progress(ref)
+            except NotImplementedByBackendError:
+                return
+            except DsecError:
+                pr = None
+            if pr is not None and not stopped():
+                on_progress(pr)
+            _io.sleep(0.25)
+
     def compose_image(self, name: str, base: str, toolkits: Optional[List[str]] = None,
                             workspace: Optional[str] = None) -> Dict[str, Any]:
         """Compose an environment from layers already in the node's blob store (by
@@ -219,6 +249,7 @@ class Client:
         ready_cmd: Optional[str] = None,
         ready_port: Optional[int] = None,
         ready_timeout: Optional[Seconds] = None,
+        on_progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
     ) -> "Sandbox":
         """Create a sandbox and return it once it runs. memory/disk take bytes or
         strings like "512m"; ttl/idle_timeout take seconds or a timedelta. A request
@@ -231,11 +262,24 @@ class Client:
         ready_cmd (must exit 0) and/or ready_port (must accept a connection)
         create returns only once it is ready, within ready_timeout (seconds or a
         timedelta; default 60 s). A start that fails raises StartFailedError (its
-        message names the kept sandbox and ends with the command's output)."""
+        message names the kept sandbox and ends with the command's output).
+
+        on_progress, with an image named by registry reference, is called (every
+        0.25 s, as pull_progress answers) while the server fetches it."""
         body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
                            user_namespace, network, cpu_class, ksm, start_cmd, entrypoint, ready_cmd, ready_port,
                            ready_timeout)
-        return self._create(body, None)
+        if on_progress is None or not image or not any(c in image for c in "/:@"):
+            return self._create(body, None)
+        ref, cb = image, on_progress
+
+        def create() -> "Sandbox":
+            return self._create(body, None)
+
+        def watch(stopped: Callable[[], bool]) -> None:
+            self._watch_pull(ref, cb, stopped)
+
+        return _io.alongside(create, watch)
 
     def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "Sandbox":
         _, _, data = self._send(Req("POST", "/v1/sandboxes", json_body=body, retry=True), retries=retries)

@@ -161,6 +161,7 @@ class Stub:
 
     def __init__(self) -> None:
         self.script: Dict[str, List[Any]] = {}
+        self.gates: Dict[str, threading.Event] = {}  # "METHOD /path" answers once its event is set
         self.seen: List[Any] = []
         stub = self
 
@@ -174,6 +175,9 @@ class Stub:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n) if n else b""
                 stub.seen.append((self.command, self.path, body))
+                gate = stub.gates.get(f"{self.command} {self.path.split('?')[0]}")
+                if gate is not None:
+                    gate.wait(10)
                 steps = stub.script.get(f"{self.command} {self.path.split('?')[0]}") or [(404, {"error": {
                     "code": "not_found", "message": "stub", "infrastructure": False, "retryable": False}})]
                 status, doc = steps.pop(0) if len(steps) > 1 else steps[0]
@@ -230,6 +234,28 @@ def test_create_retried_with_same_request_id(kind: str, stub: Stub, monkeypatch:
     assert sb.id == "sb-1" and sb.info.created_at is not None
     rids = {json.loads(b)["request_id"] for m, p, b in stub.seen}
     assert len(stub.seen) == 3 and len(rids) == 1
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_create_reports_pull_progress(kind: str, stub: Stub) -> None:
+    # The create answers only once the callback saw the pull's progress.
+    progress = {"ref": "reg.example/app:1", "digest": "sha256:ab", "phase": "fetching", "fetched_bytes": 5,
+                "total_bytes": 10, "layers": [{"digest": "sha256:cd", "phase": "fetching", "fetched_bytes": 5,
+                                               "total_bytes": 10}]}
+    stub.script["GET /v1/images:pulls"] = [(200, progress)]
+    stub.script["POST /v1/sandboxes"] = [(201, SANDBOX)]
+    stub.gates["POST /v1/sandboxes"] = seen = threading.Event()
+    got: List[Dict[str, Any]] = []
+
+    def on_progress(pr: Dict[str, Any]) -> None:
+        got.append(pr)
+        seen.set()
+
+    sb = _run(kind, stub, lambda c: c.create(image="reg.example/app:1", on_progress=on_progress))
+    assert sb.id == "sb-1"
+    assert seen.is_set() and got[0]["fetched_bytes"] == 5 and got[0]["layers"][0]["phase"] == "fetching"
+    pulls = [p for m, p, b in stub.seen if p.startswith("/v1/images:pulls")]
+    assert pulls and all(p == "/v1/images:pulls?ref=reg.example%2Fapp%3A1" for p in pulls)
 
 
 @pytest.mark.parametrize("kind", ["sync", "async"])

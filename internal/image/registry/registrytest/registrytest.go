@@ -44,6 +44,7 @@ type Registry struct {
 	busy     int               // answer this many requests 429 first
 	delay    time.Duration     // before serving each blob
 	stall    int               // >0: serve this many bytes of each blob, then hang
+	resume   chan struct{}     // closed by Resume: stalled blobs go on
 }
 
 // token is the one token the front hands out.
@@ -96,14 +97,15 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, inner http.Ha
 	var bad []byte
 	var delay time.Duration
 	stall := 0
+	var resume chan struct{}
 	if i := strings.Index(req.URL.Path, "/blobs/sha256:"); i >= 0 && req.Method == http.MethodGet {
 		dg := req.URL.Path[i+len("/blobs/"):]
 		r.blobGets[dg]++
-		bad, delay, stall = r.tampered[dg], r.delay, r.stall
+		bad, delay, stall, resume = r.tampered[dg], r.delay, r.stall, r.resume
 	}
 	r.mu.Unlock()
 	if stall > 0 {
-		w = &stallWriter{ResponseWriter: w, left: stall, done: req.Context().Done()}
+		w = &stallWriter{ResponseWriter: w, left: stall, done: req.Context().Done(), resume: resume}
 	}
 	time.Sleep(delay)
 	if bad != nil {
@@ -115,17 +117,19 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, inner http.Ha
 }
 
 // stallWriter passes the first left bytes of a body, then hangs until the
-// client goes away (a registry that stops sending in the middle of a blob).
+// client goes away (a registry that stops sending in the middle of a blob)
+// or resume is closed (then it sends the rest).
 type stallWriter struct {
 	http.ResponseWriter
-	left int
-	done <-chan struct{}
+	left    int
+	done    <-chan struct{}
+	resume  <-chan struct{}
+	resumed bool
 }
 
 func (s *stallWriter) Write(b []byte) (int, error) {
-	if s.left <= 0 {
-		<-s.done
-		return 0, io.ErrClosedPipe
+	if s.resumed {
+		return s.ResponseWriter.Write(b)
 	}
 	n := min(len(b), s.left)
 	n, err := s.ResponseWriter.Write(b[:n])
@@ -136,8 +140,14 @@ func (s *stallWriter) Write(b []byte) (int, error) {
 	if err != nil || s.left > 0 {
 		return n, err
 	}
-	<-s.done
-	return n, io.ErrClosedPipe
+	select {
+	case <-s.done:
+		return n, io.ErrClosedPipe
+	case <-s.resume:
+		s.resumed = true
+		m, err := s.ResponseWriter.Write(b[n:])
+		return n + m, err
+	}
 }
 
 // Stall makes the registry send only the first n bytes of each blob and
@@ -146,6 +156,21 @@ func (r *Registry) Stall(n int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.stall = n
+	if n > 0 && r.resume == nil {
+		r.resume = make(chan struct{})
+	}
+}
+
+// Resume lets the blobs stalled by Stall go on to their end, and serves
+// later blobs whole.
+func (r *Registry) Resume() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stall = 0
+	if r.resume != nil {
+		close(r.resume)
+		r.resume = nil
+	}
 }
 
 // BlobGets returns how many times each blob was fetched.

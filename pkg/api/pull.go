@@ -1,0 +1,43 @@
+package api
+
+// Phases of a pull in flight (PullProgress.Phase) and of each of its layers
+// (LayerProgress.Phase).
+const (
+	// PullResolving: the reference is being resolved to a digest.
+	PullResolving = "resolving"
+	// PullWaiting: a layer queued behind the pull's other layers.
+	PullWaiting = "waiting"
+	// PullFetching: bytes are coming from the registry.
+	PullFetching = "fetching"
+	// PullConverting: the layer (all of it fetched and verified) is being
+	// made into dsec's EROFS layer format.
+	PullConverting = "converting"
+	// PullDone: the layer is on the node (fetched now or before).
+	PullDone = "done"
+)
+
+// PullProgress is how far a pull of an image by registry reference got on a
+// node: each layer's compressed bytes fetched of its size, and its phase.
+// Pulls of the same image share one fetch, so each sees the same progress.
+type PullProgress struct {
+	// Ref is the normalised reference pulled; Digest what it resolved to
+	// (empty while resolving).
+	Ref    string `json:"ref,omitempty"`
+	Digest string `json:"digest,omitempty"`
+	// Phase is the least advanced phase of the layers (resolving before
+	// the layers are known; done once every layer is on the node).
+	Phase string `json:"phase"`
+	// FetchedBytes and TotalBytes add up the layers'.
+	FetchedBytes int64           `json:"fetched_bytes"`
+	TotalBytes   int64           `json:"total_bytes"`
+	Layers       []LayerProgress `json:"layers,omitempty"`
+}
+
+// LayerProgress is one layer of a PullProgress, in the image's order (base
+// first).
+type LayerProgress struct {
+	Digest       string `json:"digest"`
+	Phase        string `json:"phase"`
+	FetchedBytes int64  `json:"fetched_bytes"`
+	TotalBytes   int64  `json:"total_bytes"`
+}
