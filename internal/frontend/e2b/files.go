@@ -19,9 +19,10 @@ import (
 
 // writeInfo is one entry of POST /files's answer.
 type writeInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // filesStatus maps an FS error to /files's status (507 for a full disk, as envd).
@@ -101,6 +102,11 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 		h.filesError(w, r, err)
 		return
 	}
+	meta, err := uploadMetadata(r.Header)
+	if err != nil {
+		h.filesError(w, r, err)
+		return
+	}
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var out []writeInfo
 	switch mt {
@@ -110,11 +116,11 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 			h.filesError(w, r, err)
 			return
 		}
-		if err := h.writeOne(r, fs, a, p, body); err != nil {
+		if err := h.writeOne(r, fs, a, p, body, meta); err != nil {
 			h.filesError(w, r, err)
 			return
 		}
-		out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+		out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p, Metadata: meta})
 	case "multipart/form-data":
 		mr := multipart.NewReader(body, params["boundary"])
 		seen := map[string]bool{}
@@ -145,13 +151,13 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			seen[p] = true
-			err = h.writeOne(r, fs, a, p, part)
+			err = h.writeOne(r, fs, a, p, part, meta)
 			part.Close()
 			if err != nil {
 				h.filesError(w, r, err)
 				return
 			}
-			out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+			out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p, Metadata: meta})
 		}
 		if len(out) == 0 {
 			h.writeAPIError(w, r, http.StatusBadRequest, "no \"file\" part in the form")
@@ -202,8 +208,8 @@ func missingTop(ctx context.Context, fs session.FS, p string) (string, error) {
 }
 
 // writeOne writes one file as a, creating its parent directories (owned by a,
-// as envd creates them).
-func (h *Handler) writeOne(r *http.Request, fs session.FS, a account, p string, body io.Reader) error {
+// as envd creates them), with meta as its metadata (none when nil).
+func (h *Handler) writeOne(r *http.Request, fs session.FS, a account, p string, body io.Reader, meta map[string]string) error {
 	ctx := r.Context()
 	if p == "/" {
 		return errdefs.Invalid("path is a directory: /")
@@ -226,7 +232,11 @@ func (h *Handler) writeOne(r *http.Request, fs session.FS, a account, p string, 
 	if fi, err := fs.Stat(aux, p); err == nil && fi.Type == "dir" {
 		return errdefs.Invalid("path is a directory: %s", p)
 	}
-	if _, err := fs.WriteFile(ctx, p, 0o644, body, h.opts.MaxUploadBytes); err != nil {
+	if len(meta) > 0 {
+		if err := writeWithMetadata(ctx, fs, a, p, body, meta, h.opts.MaxUploadBytes); err != nil {
+			return err
+		}
+	} else if _, err := fs.WriteFile(ctx, p, 0o644, body, h.opts.MaxUploadBytes); err != nil {
 		return err
 	}
 	return h.chown(aux, sandbox, a, owned != p, owned)
