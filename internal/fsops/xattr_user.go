@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,32 +19,27 @@ const (
 	paxXattrPrefix  = "SCHILY.xattr."
 )
 
-// userXattrsAt returns the "user." attributes of entry name of dirfd, whose
-// lstat is st: nil for other types than regular files and directories, when
-// it has none, or when they cannot be read (the entry raced away, or the file
-// system has none). The entry is opened O_PATH and never followed.
+// userXattrsAt returns the "user." attributes of entry name (one path
+// component) of dirfd, whose lstat is st: nil for other types than regular
+// files and directories, when it has none, or when they cannot be read (the
+// entry raced away, or the file system has none). The entry is reached through
+// dirfd's /proc/self/fd link and never followed (a symlink or device swapped
+// in meanwhile has no user attributes), and nothing is opened: a file without
+// attributes costs one llistxattr.
 func userXattrsAt(dirfd int, name string, st *unix.Stat_t) map[string]string {
-	if !isType(st, unix.S_IFREG) && !isType(st, unix.S_IFDIR) {
+	if (!isType(st, unix.S_IFREG) && !isType(st, unix.S_IFDIR)) || strings.ContainsRune(name, '/') {
 		return nil
 	}
-	fd, err := openat2(dirfd, name, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0, beneathNoLinks)
-	if err != nil {
-		return nil
+	p := "/proc/self/fd/" + strconv.Itoa(dirfd) + "/" + name
+	buf := make([]byte, 256)
+	n, err := listxattrAt(dirfd, name, buf)
+	if errors.Is(err, unix.ENOSYS) {
+		n, err = unix.Llistxattr(p, buf)
 	}
-	defer unix.Close(fd)
-	var now unix.Stat_t
-	if unix.Fstat(fd, &now) != nil || now.Ino != st.Ino || now.Dev != st.Dev {
-		return nil // replaced since st was read
-	}
-	// An O_PATH fd does not serve f*xattr; its /proc/self/fd link (followed)
-	// names exactly the object it holds.
-	p := "/proc/self/fd/" + strconv.Itoa(fd)
-	buf := make([]byte, 1024)
-	n, err := unix.Listxattr(p, buf)
 	if errors.Is(err, unix.ERANGE) {
-		if n, err = unix.Listxattr(p, nil); err == nil {
+		if n, err = unix.Llistxattr(p, nil); err == nil {
 			buf = make([]byte, n)
-			n, err = unix.Listxattr(p, buf)
+			n, err = unix.Llistxattr(p, buf)
 		}
 	}
 	if err != nil || n == 0 {
@@ -66,13 +62,33 @@ func userXattrsAt(dirfd int, name string, st *unix.Stat_t) map[string]string {
 	return out
 }
 
-// getXattr reads attribute k of path p (following it).
+// listxattrAt is listxattrat(2) (Linux 6.13) on entry name of dirfd, not
+// followed: the common case, a file without attributes, without the path walk
+// through /proc. ENOSYS on older kernels.
+func listxattrAt(dirfd int, name string, buf []byte) (int, error) {
+	pname, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return 0, err
+	}
+	var p unsafe.Pointer
+	if len(buf) > 0 {
+		p = unsafe.Pointer(&buf[0])
+	}
+	n, _, errno := unix.Syscall6(unix.SYS_LISTXATTRAT, uintptr(dirfd), uintptr(unsafe.Pointer(pname)),
+		uintptr(unix.AT_SYMLINK_NOFOLLOW), uintptr(p), uintptr(len(buf)), 0)
+	if errno != 0 {
+		return 0, errno
+	}
+	return int(n), nil
+}
+
+// getXattr reads attribute k of path p (not following it).
 func getXattr(p, k string) (string, bool) {
 	buf := make([]byte, 256)
 	for {
-		n, err := unix.Getxattr(p, k, buf)
+		n, err := unix.Lgetxattr(p, k, buf)
 		if errors.Is(err, unix.ERANGE) {
-			if n, err = unix.Getxattr(p, k, nil); err != nil {
+			if n, err = unix.Lgetxattr(p, k, nil); err != nil {
 				return "", false
 			}
 			buf = make([]byte, n)
