@@ -150,8 +150,13 @@ func (n *logNotifier) subscribe(paths ...string) (<-chan struct{}, func()) {
 		wd, err := unix.InotifyAddWatch(n.fd, p, unix.IN_MODIFY)
 		if err != nil {
 			// The log is gone (its sandbox was deleted) or the watch limit
-			// is reached: wake the follower at once, it reads again.
-			ch <- struct{}{}
+			// is reached: wake the follower at once, it reads again. The
+			// send must not block (n.mu is held): one wake-up pending is
+			// enough, whichever of paths failed.
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
 			continue
 		}
 		w := int32(wd)

@@ -101,7 +101,9 @@ func lstatAt(dirfd int, name, p string) (api.FileInfo, error) {
 			return api.FileInfo{}, classify("readlink", p, err)
 		}
 	}
-	return fileInfo(p, &st, link), nil
+	fi := fileInfo(p, &st, link)
+	fi.Xattrs = userXattrsAt(dirfd, name, &st)
+	return fi, nil
 }
 
 // List lists a directory, sorted by name. The directory itself is found following

@@ -29,7 +29,9 @@ import (
 //
 // Directories, regular files, symlinks (any target text: it is only ever resolved
 // inside the root) and hard links (whose target must be an earlier entry below path)
-// are created with their mode, uid/gid (best effort) and mtime; an existing
+// are created with their mode, uid/gid (best effort) and mtime; files and
+// directories also get the "user." extended attributes of the entry's PAX
+// records (SCHILY.xattr.user.*; skipped where the file system has none); an existing
 // non-directory in the way is replaced, an existing directory is kept and gets the
 // entry's metadata. Device nodes, FIFOs and other types are skipped, as is an entry
 // naming path itself ("./"), whose metadata is not applied.
@@ -251,6 +253,9 @@ func (x *extractor) mkdir(pfd int, base, name string, hdr *tar.Header) error {
 	if err := unix.Fchmod(fd, uint32(hdr.Mode&0o7777)); err != nil {
 		return classify("chmod", shown, err)
 	}
+	if err := setUserXattrs(fd, hdr); err != nil {
+		return classify("setxattr", shown, err)
+	}
 	x.dirs = append(x.dirs, dirTime{name: name, mtime: hdr.ModTime})
 	return nil
 }
@@ -278,6 +283,9 @@ func (x *extractor) file(pfd int, base, shown string, hdr *tar.Header, tr io.Rea
 	}
 	if err := unix.Fchmod(fd, uint32(hdr.Mode&0o7777)); err != nil {
 		return classify("chmod", shown, err)
+	}
+	if err := setUserXattrs(fd, hdr); err != nil {
+		return classify("setxattr", shown, err)
 	}
 	return x.meta(pfd, base, fd, shown, hdr)
 }

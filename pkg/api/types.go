@@ -368,6 +368,10 @@ type FileInfo struct {
 	Link    string    `json:"link,omitempty"` // symlink target
 	UID     int       `json:"uid"`
 	GID     int       `json:"gid"`
+	// Xattrs are the file's extended attributes in the "user." namespace, by
+	// full name (e.g. "user.e2b.author"); absent when it has none or the
+	// backend does not report them.
+	Xattrs map[string]string `json:"xattrs,omitempty"`
 }
 
 // ListFilesResponse is the body of GET .../files/list.

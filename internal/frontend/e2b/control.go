@@ -215,12 +215,6 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
-	if _, ok := h.lookup(w, r); ok {
-		writeJSON(w, http.StatusOK, []struct{}{})
-	}
-}
-
 func (h *Handler) kill(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := h.svc.Delete(r.Context(), id); err != nil {

@@ -98,7 +98,7 @@ func entryInfo(fi api.FileInfo, p string) *pb.EntryInfo {
 	}
 	e := &pb.EntryInfo{Name: path.Base(p), Type: fileType(fi.Type), Path: p, Size: fi.Size, Mode: fi.Mode & 0o7777,
 		Permissions: mode.String(), Owner: ownerName(fi.UID), Group: ownerName(fi.GID),
-		ModifiedTime: timestamppb.New(fi.ModTime)}
+		ModifiedTime: timestamppb.New(fi.ModTime), Metadata: entryMetadata(fi.Xattrs)}
 	if fi.Type == "symlink" {
 		// envd gives the link's target as an absolute path.
 		link := fi.Link

@@ -19,9 +19,10 @@ import (
 
 // writeInfo is one entry of POST /files's answer.
 type writeInfo struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-	Path string `json:"path"`
+	Name     string            `json:"name"`
+	Type     string            `json:"type"`
+	Path     string            `json:"path"`
+	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
 // filesStatus maps an FS error to /files's status (507 for a full disk, as envd).
@@ -101,6 +102,11 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 		h.filesError(w, r, err)
 		return
 	}
+	meta, err := uploadMetadata(r.Header)
+	if err != nil {
+		h.filesError(w, r, err)
+		return
+	}
 	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	var out []writeInfo
 	switch mt {
@@ -110,11 +116,12 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 			h.filesError(w, r, err)
 			return
 		}
-		if err := h.writeOne(r, fs, a, p, body); err != nil {
+		kept, err := h.writeOne(r, fs, a, p, body, meta)
+		if err != nil {
 			h.filesError(w, r, err)
 			return
 		}
-		out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+		out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p, Metadata: kept})
 	case "multipart/form-data":
 		mr := multipart.NewReader(body, params["boundary"])
 		seen := map[string]bool{}
@@ -145,13 +152,13 @@ func (h *Handler) writeFiles(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			seen[p] = true
-			err = h.writeOne(r, fs, a, p, part)
+			kept, err := h.writeOne(r, fs, a, p, part, meta)
 			part.Close()
 			if err != nil {
 				h.filesError(w, r, err)
 				return
 			}
-			out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p})
+			out = append(out, writeInfo{Name: path.Base(p), Type: "file", Path: p, Metadata: kept})
 		}
 		if len(out) == 0 {
 			h.writeAPIError(w, r, http.StatusBadRequest, "no \"file\" part in the form")
@@ -202,11 +209,13 @@ func missingTop(ctx context.Context, fs session.FS, p string) (string, error) {
 }
 
 // writeOne writes one file as a, creating its parent directories (owned by a,
-// as envd creates them).
-func (h *Handler) writeOne(r *http.Request, fs session.FS, a account, p string, body io.Reader) error {
+// as envd creates them), with meta as its metadata (none when nil). It
+// returns the metadata the file has (read back: a backend whose files do not
+// keep extended attributes has none).
+func (h *Handler) writeOne(r *http.Request, fs session.FS, a account, p string, body io.Reader, meta map[string]string) (map[string]string, error) {
 	ctx := r.Context()
 	if p == "/" {
-		return errdefs.Invalid("path is a directory: /")
+		return nil, errdefs.Invalid("path is a directory: /")
 	}
 	aux := session.WithoutStep(ctx)
 	sandbox := r.Header.Get(SandboxIDHeader)
@@ -214,20 +223,33 @@ func (h *Handler) writeOne(r *http.Request, fs session.FS, a account, p string, 
 	if dir := path.Dir(p); dir != "/" {
 		top, err := missingTop(aux, fs, dir)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if top != "" {
 			if _, err := fs.Mkdir(aux, dir, 0o755, true); err != nil && !errdefs.Is(err, api.CodeAlreadyExists) {
-				return err
+				return nil, err
 			}
 			owned = top
 		}
 	}
 	if fi, err := fs.Stat(aux, p); err == nil && fi.Type == "dir" {
-		return errdefs.Invalid("path is a directory: %s", p)
+		return nil, errdefs.Invalid("path is a directory: %s", p)
 	}
-	if _, err := fs.WriteFile(ctx, p, 0o644, body, h.opts.MaxUploadBytes); err != nil {
-		return err
+	if len(meta) == 0 {
+		if _, err := fs.WriteFile(ctx, p, 0o644, body, h.opts.MaxUploadBytes); err != nil {
+			return nil, err
+		}
+		return nil, h.chown(aux, sandbox, a, owned != p, owned)
 	}
-	return h.chown(aux, sandbox, a, owned != p, owned)
+	if err := writeWithMetadata(ctx, fs, a, p, body, meta, h.opts.MaxUploadBytes); err != nil {
+		return nil, err
+	}
+	if err := h.chown(aux, sandbox, a, owned != p, owned); err != nil {
+		return nil, err
+	}
+	fi, err := fs.Stat(aux, p)
+	if err != nil {
+		return nil, err
+	}
+	return entryMetadata(fi.Xattrs), nil
 }

@@ -38,9 +38,9 @@ const (
 )
 
 // EnvdVersion is the envd version dsec reports: the highest of the SDK's feature
-// gates it implements fully (octet-stream uploads, 0.5.7). The next gate, 0.6.2,
-// needs file metadata in extended attributes, which session.FS does not carry.
-const EnvdVersion = "0.5.7"
+// gates it implements (file metadata 0.6.2, entries in watch events 0.6.3,
+// watching with allowNetworkMounts 0.6.4).
+const EnvdVersion = "0.6.4"
 
 // Defaults.
 const (
@@ -88,6 +88,8 @@ type Handler struct {
 	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
 	passwd  map[string]map[string]account // by sandbox: its accounts (see accounts)
 	groups  map[string]map[int]string     // by sandbox: its groups' names (see names)
+
+	cpu cpuSamples // by sandbox: its last CPU reading (metrics.go)
 }
 
 // New returns a Handler serving svc.
@@ -373,4 +375,5 @@ func (h *Handler) forget(id string) {
 	delete(h.passwd, id)
 	delete(h.groups, id)
 	h.mu.Unlock()
+	h.cpu.forget(id)
 }

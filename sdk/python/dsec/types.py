@@ -117,6 +117,8 @@ class FileInfo:
     link: Optional[str] = None
     uid: int = 0
     gid: int = 0
+    # Extended attributes in the "user." namespace, by full name.
+    xattrs: Dict[str, str] = field(default_factory=dict)
 
     @property
     def is_dir(self) -> bool:
@@ -138,6 +140,7 @@ class FileInfo:
             link=d.get("link") or None,
             uid=int(d.get("uid", 0)),
             gid=int(d.get("gid", 0)),
+            xattrs=dict(d.get("xattrs") or {}),
         )
 
 

@@ -150,7 +150,7 @@ type EntryInfo struct {
 	Group         string                 `protobuf:"bytes,8,opt,name=group,proto3" json:"group,omitempty"`
 	ModifiedTime  *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=modified_time,json=modifiedTime,proto3" json:"modified_time,omitempty"`
 	SymlinkTarget *string                `protobuf:"bytes,10,opt,name=symlink_target,json=symlinkTarget,proto3,oneof" json:"symlink_target,omitempty"`
-	// User metadata kept in extended attributes (dsec does not keep any).
+	// User metadata kept in extended attributes user.e2b.KEY (prefix stripped).
 	Metadata      map[string]string `protobuf:"bytes,11,rep,name=metadata,proto3" json:"metadata,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
