@@ -41,11 +41,21 @@ func (m *Manager) pauseFilesystem(ctx context.Context, id string) (api.Sandbox, 
 	if err != nil {
 		return api.Sandbox{}, err
 	}
-	defer sb.mu.Unlock()
+	err = m.stopLocked(ctx, sb, snap, rec)
+	sb.mu.Unlock()
+	if err != nil {
+		return api.Sandbox{}, err
+	}
+	m.log.DebugContext(ctx, "paused sandbox without memory", "id", id)
+	return sb.view(), nil
+}
+
+// stopLocked does pauseFilesystem's work with sb.mu held.
+func (m *Manager) stopLocked(ctx context.Context, sb *sandbox, snap driver.Snapshotter, rec *record) error {
 	// Frozen from here: nothing written after the copy is lost.
 	if p, ok := sb.inst.(driver.Pauser); ok && !rec.Paused {
 		if err := p.Pause(ctx); err != nil {
-			return api.Sandbox{}, err
+			return err
 		}
 		rec.Paused = true
 	}
@@ -61,7 +71,7 @@ func (m *Manager) pauseFilesystem(ctx context.Context, id string) (api.Sandbox, 
 		m.removeForkDirLocked(dir)
 		m.mu.Unlock()
 	}()
-	err = os.MkdirAll(filepath.Dir(dir), 0o700)
+	err := os.MkdirAll(filepath.Dir(dir), 0o700)
 	if err == nil {
 		_, err = snap.SnapshotRW(ctx, dir, nil)
 	}
@@ -72,7 +82,7 @@ func (m *Manager) pauseFilesystem(ctx context.Context, id string) (api.Sandbox, 
 		if !driver.Exited(sb.inst) {
 			_ = sb.save() // frozen, as a pause with memory
 		}
-		return api.Sandbox{}, err
+		return err
 	}
 	for _, p := range sb.procs {
 		p.closeConn()
@@ -82,13 +92,9 @@ func (m *Manager) pauseFilesystem(ctx context.Context, id string) (api.Sandbox, 
 	m.mu.Lock() // removeForkDirLocked reads every record's layers under m.mu
 	rec.Spec.Layers = append(slices.Clone(rec.Spec.Layers), driver.Layer{Role: pauseRole, Kind: driver.LayerDir, Path: dir})
 	m.mu.Unlock()
-	sb.inst = stoppedInstance{id: id, done: make(chan struct{})}
+	sb.inst = stoppedInstance{id: rec.ID, done: make(chan struct{})}
 	rec.Paused, rec.Stopped, rec.Reclaimed, sb.reattachPending = true, true, false, false
-	if err := sb.save(); err != nil {
-		return api.Sandbox{}, err
-	}
-	m.log.DebugContext(ctx, "paused sandbox without memory", "id", id, "copy", dir)
-	return sb.view(), nil
+	return sb.save()
 }
 
 // resumeStopped boots a sandbox paused without memory on its kept files. It
