@@ -31,7 +31,8 @@
  * Setup builds the root filesystem (tmpfs-backed overlay upper layer, proc,
  * dev, sys, OCI masked and read-only paths; /dev, /dev/shm and the masked
  * directories live in the writable-layer tmpfs and /sys is a clone of a
- * sysfs shared by all sandboxes, see struct trees), pivots into it, drops
+ * sysfs shared by all sandboxes, see struct trees; a random boot id of this
+ * start covers /proc/sys/kernel/random/boot_id), pivots into it, drops
  * privileges to the OCI default capability set, installs the seccomp filter and then
  * serves the control protocol: every packet is a list of NUL-terminated
  * strings, the op first, then key=value fields. See internal/backend/initproto for the
@@ -378,6 +379,7 @@ struct trees {
 	int proc;   /* user namespace only: a detached proc, see mount_root */
 	int dev;    /* rwdir/dev: becomes /dev */
 	int masked; /* rwdir/.masked: the empty directory over masked dirs */
+	int bootid; /* rwdir/.boot_id: bound over /proc/sys/kernel/random/boot_id */
 	int sys;    /* the shared sysfs, or -1: mount a sysfs of our own */
 };
 
@@ -464,6 +466,31 @@ static void populate_dev(const struct config *c)
 	mkdir_p(p, 0555);
 }
 
+/* write_boot_id writes a fresh random (version 4) UUID to path, outside the
+ * overlay's upper directory. Each start of a sandbox is a boot of its own:
+ * the kernel's boot_id, which every sandbox of a host would share and which
+ * would never change at a sandbox's restart, is covered by this file
+ * (mask_paths). */
+static void write_boot_id(const char *path)
+{
+	unsigned char b[16];
+	char s[40];
+	if (syscall(SYS_getrandom, b, sizeof b, 0) != (long)sizeof b)
+		fail("getrandom boot id", errno ? errno : EIO);
+	b[6] = (b[6] & 0x0f) | 0x40;
+	b[8] = (b[8] & 0x3f) | 0x80;
+	int n = snprintf(s, sizeof s,
+			 "%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x\n",
+			 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+			 b[12], b[13], b[14], b[15]);
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0444);
+	if (fd < 0)
+		fail(path, errno);
+	if (write(fd, s, n) != n)
+		fail("write boot id", errno ? errno : EIO);
+	close(fd);
+}
+
 /* attach_lowers attaches the idmapped lower mounts (fds from the parent) on
  * rwdir/.lower/N and points the overlay at them. rwdir is not part of the
  * sandbox's root, so the sandbox never sees these paths. */
@@ -517,6 +544,9 @@ static void mount_root(struct config *c, struct trees *t)
 	t->dev = clone_tree(p, c->userns, "clone /dev"); /* with the bound nodes */
 	rw_path(p, sizeof p, c->rwdir, ".masked");
 	t->masked = clone_tree(p, 0, "clone masked dir");
+	rw_path(p, sizeof p, c->rwdir, ".boot_id");
+	write_boot_id(p);
+	t->bootid = clone_tree(p, 0, "clone boot id");
 	t->sys = -1;
 	if (c->sysfs) {
 		struct statfs sf;
@@ -629,7 +659,14 @@ static void mask_paths(const struct config *c, struct trees *t)
 {
 	const char **masked = c->masked, **readonly = c->readonly;
 	const char *empty = NULL; /* the first masked directory, once attached */
+	const char *bootid = "/proc/sys/kernel/random/boot_id";
 	struct stat st;
+
+	/* the sandbox's own boot id (write_boot_id), read-only; below the
+	 * read-only /proc/sys, which binds it along */
+	attach_tree(&t->bootid, bootid, "attach boot id");
+	xmount(NULL, bootid, NULL, MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+	       NULL, "remount boot id read-only");
 
 	for (int i = 0; i < c->nmasked; i++) {
 		const char *p = masked[i];

@@ -66,7 +66,7 @@ func (m *Manager) Commit(ctx context.Context, id string, req api.CommitRequest) 
 	st, err := snap.SnapshotRW(ctx, dir, exclude)
 	var dirs []string
 	for _, l := range rec.Spec.Layers {
-		if l.Role == forkRole { // a fork child: its parent's copies are part of its file system
+		if copyRole(l.Role) { // a fork child or a resumed sandbox: the earlier copies are part of its file system
 			dirs = append(dirs, l.Path)
 		}
 	}

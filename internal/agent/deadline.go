@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -23,8 +24,8 @@ func (r *record) deadline() (time.Time, bool) {
 
 // onExpiry is what happens at the record's deadline.
 func (r *record) onExpiry() string {
-	if r.OnExpiry == api.ExpiryPause {
-		return api.ExpiryPause
+	if r.OnExpiry == api.ExpiryPause || r.OnExpiry == api.ExpiryPauseFilesystem {
+		return r.OnExpiry
 	}
 	return api.ExpiryDelete
 }
@@ -43,6 +44,9 @@ func (m *Manager) SetDeadline(ctx context.Context, id string, req api.DeadlineRe
 	}
 	sb, err := m.get(id)
 	if err != nil {
+		return api.Sandbox{}, err
+	}
+	if err := canPauseAtDeadline(sb.drv, req.OnExpiry); err != nil {
 		return api.Sandbox{}, err
 	}
 	sb.mu.Lock()
@@ -78,8 +82,8 @@ func (m *Manager) SetDeadline(ctx context.Context, id string, req api.DeadlineRe
 // deadline then goes: a paused sandbox has none). A sandbox that cannot pause
 // is deleted.
 func (m *Manager) expire(ctx context.Context, id, action string) {
-	if action == api.ExpiryPause {
-		err := m.pauseAtDeadline(ctx, id)
+	if action == api.ExpiryPause || action == api.ExpiryPauseFilesystem {
+		err := m.pauseAtDeadline(ctx, id, action == api.ExpiryPause)
 		if err == nil {
 			m.log.Info("paused sandbox at its deadline", "id", id)
 			return
@@ -96,7 +100,16 @@ func (m *Manager) expire(ctx context.Context, id, action string) {
 	}
 }
 
-func (m *Manager) pauseAtDeadline(ctx context.Context, id string) error {
+// canPauseAtDeadline refuses a deadline that pauses without memory on a
+// backend that cannot (see pauseFilesystem).
+func canPauseAtDeadline(drv driver.Driver, onExpiry string) error {
+	if onExpiry == api.ExpiryPauseFilesystem && !drv.Capabilities().Fork {
+		return errdefs.New(api.CodeNotImplemented, "backend %q cannot pause without memory (on_expiry %q)", drv.Name(), onExpiry)
+	}
+	return nil
+}
+
+func (m *Manager) pauseAtDeadline(ctx context.Context, id string, memory bool) error {
 	sb, err := m.get(id)
 	if err != nil {
 		return err
@@ -105,7 +118,11 @@ func (m *Manager) pauseAtDeadline(ctx context.Context, id string) error {
 	paused := sb.rec.Paused
 	sb.mu.Unlock()
 	if !paused {
-		if _, err := m.Pause(ctx, id); err != nil && !errdefs.Is(err, api.CodeConflict) {
+		pause := m.Pause
+		if !memory {
+			pause = m.pauseFilesystem
+		}
+		if _, err := pause(ctx, id); err != nil && !errdefs.Is(err, api.CodeConflict) {
 			return err
 		}
 	}

@@ -82,8 +82,8 @@ func (m *Manager) Fork(ctx context.Context, id string, req api.ForkRequest) (api
 	img := image.Image{Name: rec.Image, Config: rec.ImageConfig}
 	var top []image.Layer
 	for _, l := range rec.Spec.Layers {
-		if l.Role == forkRole { // a fork of a fork: keep the grandparent's copies
-			top = append(top, image.Layer{Role: forkRole, Dir: l.Path})
+		if copyRole(l.Role) { // a fork of a fork or of a resumed sandbox: keep the earlier copies
+			top = append(top, image.Layer{Role: l.Role, Dir: l.Path})
 		}
 	}
 	sb.mu.Unlock()
@@ -129,7 +129,7 @@ func (m *Manager) forkBase(rec *record, img image.Image) (image.Image, error) {
 	}
 	var want []string
 	for _, l := range rec.Spec.Layers {
-		if l.Role != forkRole && l.Digest != "" {
+		if !copyRole(l.Role) && l.Digest != "" {
 			want = append(want, l.Digest)
 		}
 	}
@@ -205,7 +205,7 @@ func (m *Manager) forkRequest(id string, o *api.CreateSandboxRequest) (api.Creat
 // sandbox (nor a fork still creating children) uses any more. m.mu is held.
 func (m *Manager) releaseForkLayersLocked(spec driver.Spec) {
 	for _, l := range spec.Layers {
-		if l.Role == forkRole {
+		if copyRole(l.Role) {
 			m.removeForkDirLocked(l.Path)
 		}
 	}
@@ -217,8 +217,8 @@ func (m *Manager) removeForkDirLocked(dir string) {
 		return
 	}
 	for _, sb := range m.sandboxes {
-		for _, l := range sb.rec.Spec.Layers { // Spec is fixed at create
-			if l.Role == forkRole && l.Path == dir {
+		for _, l := range sb.rec.Spec.Layers { // changed only under m.mu
+			if copyRole(l.Role) && l.Path == dir {
 				return
 			}
 		}
@@ -257,6 +257,8 @@ func (sb *sandbox) lockSnapshotter(op string, capable bool) (driver.Snapshotter,
 	switch {
 	case sb.deleted:
 		err = errdefs.NotFound("sandbox %q not found", sb.rec.ID)
+	case sb.rec.Stopped:
+		err = errdefs.Conflict("sandbox %s is paused without memory; resume it first", sb.rec.ID)
 	case !capable || !ok:
 		err = errdefs.New(api.CodeNotImplemented, "backend %q cannot %s", sb.rec.Backend, op)
 	case driver.Exited(sb.inst):

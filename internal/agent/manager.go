@@ -199,7 +199,10 @@ func (m *Manager) adopt(ctx context.Context) error {
 			keep[r.ID] = true
 			continue
 		}
-		inst, err := drv.Recover(ctx, r.Spec, r.DriverState)
+		var inst driver.Instance = stoppedInstance{id: r.ID, done: make(chan struct{})}
+		if !r.Stopped {
+			inst, err = drv.Recover(ctx, r.Spec, r.DriverState)
+		}
 		if err != nil {
 			m.log.Warn("sandbox lost while the agent was down; releasing it", "id", r.ID, "err", err)
 			_ = drv.Cleanup(ctx, r.Spec, r.DriverState)
@@ -217,7 +220,7 @@ func (m *Manager) adopt(ctx context.Context) error {
 		}
 		keep[r.ID] = true
 		if r.Paused {
-			sb.reattachPending = true
+			sb.reattachPending = !r.Stopped
 		} else {
 			sb.reattachProcs()
 		}
@@ -323,7 +326,7 @@ func capabilities(c driver.Capabilities) []string {
 	for _, f := range []struct {
 		on   bool
 		name string
-	}{{c.Pause, api.CapPause}, {c.Fork, api.CapFork}, {c.Commit, api.CapCommit},
+	}{{c.Pause, api.CapPause}, {c.Fork, api.CapFork}, {c.Fork, api.CapPauseFilesystem}, {c.Commit, api.CapCommit},
 		{c.Screenshot, api.CapScreenshot}, {c.Input, api.CapInput}, {c.TTY, api.CapTTY}} {
 		if f.on {
 			out = append(out, f.name)

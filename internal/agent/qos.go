@@ -132,6 +132,13 @@ type pauseReclaimer interface {
 // sandbox's memory out and the answer says what moved. A backend without the
 // reclaim capability is refused before anything changes.
 func (m *Manager) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
+	if req.Memory != nil && !*req.Memory {
+		if req.Reclaim {
+			return api.PauseResponse{}, errdefs.Invalid("reclaim is for a pause with memory; a pause without memory frees it all")
+		}
+		sbx, err := m.pauseFilesystem(ctx, id)
+		return api.PauseResponse{Sandbox: sbx}, err
+	}
 	if !req.Reclaim {
 		sbx, err := m.Pause(ctx, id)
 		return api.PauseResponse{Sandbox: sbx}, err

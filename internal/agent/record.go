@@ -35,6 +35,9 @@ type record struct {
 	Labels             map[string]string `json:"labels,omitempty"`
 	RequestID          string            `json:"request_id,omitempty"`
 	Paused             bool              `json:"paused,omitempty"`
+	// Stopped: paused without memory (fspause.go): no init runs; the
+	// writable layer's copy is the last of Spec.Layers (role "pause").
+	Stopped bool `json:"stopped,omitempty"`
 	// Reclaimed: memory was pushed out (pause with reclaim, idle reclaim);
 	// resume prefetches it.
 	Reclaimed   bool            `json:"reclaimed,omitempty"`

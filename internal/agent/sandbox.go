@@ -297,6 +297,9 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 		CPUClass: req.CPUClass, KSM: req.KSM,
 	}
 	drv, err := m.drivers.Get(req.Backend)
+	if err == nil {
+		err = canPauseAtDeadline(drv, req.OnExpiry)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -375,6 +378,9 @@ func (m *Manager) Pause(ctx context.Context, id string) (api.Sandbox, error) {
 
 // Resume implements session.Service.
 func (m *Manager) Resume(ctx context.Context, id string) (api.Sandbox, error) {
+	if sb, stopped, err := m.resumeStopped(ctx, id); stopped || err != nil {
+		return sb, err
+	}
 	return m.setPaused(ctx, id, false)
 }
 
@@ -420,6 +426,13 @@ func (m *Manager) Reset(ctx context.Context, id string) (api.Sandbox, error) {
 	sb.procs = map[string]*bgProc{}
 	sb.rec.Procs = nil
 	sb.rec.Paused, sb.rec.Reclaimed, sb.reattachPending = false, false, false
+	spec, dropped := withoutPauseCopies(sb.rec.Spec)
+	if sb.rec.Stopped || len(dropped.Layers) > 0 {
+		m.mu.Lock()
+		sb.rec.Spec, sb.rec.Stopped = spec, false
+		m.releaseForkLayersLocked(dropped)
+		m.mu.Unlock()
+	}
 	inst, err := sb.drv.Start(ctx, sb.rec.Spec)
 	if err != nil {
 		// The old sandbox is gone and no new one came up: drop it entirely so

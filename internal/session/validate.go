@@ -60,9 +60,11 @@ func ValidateDeadline(req api.DeadlineRequest) error {
 	case req.TimeoutSeconds > api.MaxTimeoutSeconds:
 		return errdefs.Invalid("timeout_seconds is more than %d (a year)", api.MaxTimeoutSeconds)
 	case !validExpiry(req.OnExpiry):
-		return errdefs.Invalid("on_expiry must be %q or %q, got %q", api.ExpiryDelete, api.ExpiryPause, req.OnExpiry)
+		return errdefs.Invalid("on_expiry must be %q, %q or %q, got %q", api.ExpiryDelete, api.ExpiryPause, api.ExpiryPauseFilesystem, req.OnExpiry)
 	}
 	return nil
 }
 
-func validExpiry(s string) bool { return s == "" || s == api.ExpiryDelete || s == api.ExpiryPause }
+func validExpiry(s string) bool {
+	return s == "" || s == api.ExpiryDelete || s == api.ExpiryPause || s == api.ExpiryPauseFilesystem
+}

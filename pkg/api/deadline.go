@@ -5,6 +5,9 @@ package api
 const (
 	ExpiryDelete = "delete" // the sandbox is deleted (the default)
 	ExpiryPause  = "pause"  // the sandbox is paused; a paused sandbox has no deadline
+	// ExpiryPauseFilesystem pauses the sandbox without memory
+	// (PauseRequest.Memory false); a backend without that refuses it.
+	ExpiryPauseFilesystem = "pause_filesystem"
 )
 
 // MaxTimeoutSeconds bounds a deadline (TTLSeconds, DeadlineRequest): one year.
@@ -15,8 +18,8 @@ const MaxTimeoutSeconds = 365 * 24 * 3600
 type DeadlineRequest struct {
 	// TimeoutSeconds puts the deadline this long from now; 0 removes it.
 	TimeoutSeconds int64 `json:"timeout_seconds"`
-	// OnExpiry is what happens at the deadline: "delete" (the default) or
-	// "pause".
+	// OnExpiry is what happens at the deadline: "delete" (the default),
+	// "pause" or "pause_filesystem".
 	OnExpiry string `json:"on_expiry,omitempty"`
 	// ExtendOnly keeps a later deadline the sandbox already has (the deadline
 	// only ever moves later).

@@ -11,6 +11,12 @@ type PauseRequest struct {
 	// Reclaim pushes the frozen sandbox's memory out of RAM (into swap; without
 	// swap only its page cache is dropped). Resume prefetches it back.
 	Reclaim bool `json:"reclaim,omitempty"`
+	// Memory false pauses without memory (a filesystem-only pause): the
+	// sandbox's processes are killed and all its memory freed, its files
+	// kept; resume boots it afresh on them under the same ID (a new boot).
+	// Backends that cannot answer not_implemented. Absent or true: the
+	// processes are frozen with their memory, as without a body.
+	Memory *bool `json:"memory,omitempty"`
 }
 
 // PauseResponse answers a pause: the sandbox, and with reclaim what moved.

@@ -426,12 +426,14 @@ type HostFeature struct {
 
 // Backend capabilities (Info.Capabilities).
 const (
-	CapPause      = "pause"
-	CapFork       = "fork"
-	CapCommit     = "commit"
-	CapScreenshot = "screenshot"
-	CapInput      = "input"
-	CapTTY        = "tty"
+	CapPause = "pause"
+	CapFork  = "fork"
+	// CapPauseFilesystem: pause without memory (PauseRequest.Memory false).
+	CapPauseFilesystem = "pause_filesystem"
+	CapCommit          = "commit"
+	CapScreenshot      = "screenshot"
+	CapInput           = "input"
+	CapTTY             = "tty"
 )
 
 // Service groups (Info.Services).

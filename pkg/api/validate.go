@@ -111,7 +111,7 @@ func (r CreateSandboxRequest) Validate() error {
 	case r.TTLSeconds > MaxTimeoutSeconds:
 		return invalid("ttl_seconds is more than %d (a year)", MaxTimeoutSeconds)
 	case !validExpiry(r.OnExpiry):
-		return invalid("on_expiry must be %q or %q, got %q", ExpiryDelete, ExpiryPause, r.OnExpiry)
+		return invalid("on_expiry must be %q, %q or %q, got %q", ExpiryDelete, ExpiryPause, ExpiryPauseFilesystem, r.OnExpiry)
 	case !(r.CPU >= 0 && r.CPU <= MaxCPU): // NaN too
 		return invalid("cpu must be between 0 and %d cores, got %g", MaxCPU, r.CPU)
 	case len(r.RequestID) > MaxRequestIDLen:
@@ -182,7 +182,9 @@ func (b BatchCreateRequest) Validate() error {
 	return nil
 }
 
-func validExpiry(s string) bool { return s == "" || s == ExpiryDelete || s == ExpiryPause }
+func validExpiry(s string) bool {
+	return s == "" || s == ExpiryDelete || s == ExpiryPause || s == ExpiryPauseFilesystem
+}
 
 // validateEnv rejects names and values an environment cannot hold.
 func validateEnv(field string, env map[string]string) error {

@@ -20,14 +20,15 @@ async function listed(id, opts = {}) {
   return false
 }
 
+// sleeps counts the "sleep 3600" running in a sandbox, read from /proc.
+const sleeps = async (s) =>
+  (await s.commands.run(`for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 3600' || true`)).stdout.trim()
+
 test('a snapshot keeps files, not processes, and outlives its sandbox', async () => {
   const src = await create()
   await src.files.write('/opt/app/config.json', '{"env": "test"}')
   await src.commands.run('mkdir -p /opt/app/data && echo important > /opt/app/data/f.txt && rm /etc/debian_version', { user: 'root' })
   const bg = await src.commands.run('sleep 3600', { background: true })
-  // How many "sleep 3600" run in a sandbox, read from /proc.
-  const sleeps = async (s) =>
-    (await s.commands.run(`for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep -c '^sleep 3600' || true`)).stdout.trim()
   assert.equal(await sleeps(src), '1')
 
   const snap = await src.createSnapshot()
@@ -131,6 +132,28 @@ test('fork: running children with the parent files, independent of it', async ()
   }
 })
 
+test('a filesystem-only pause ends the processes, keeps the files and boots afresh', async () => {
+  const sbx = await create()
+  await sbx.commands.run('mkdir -p /opt/kept && echo important > /opt/kept/f.txt', { user: 'root' })
+  await sbx.commands.run('sleep 3600', { background: true })
+  const bootId = async (s) => (await s.commands.run('cat /proc/sys/kernel/random/boot_id')).stdout.trim()
+  assert.equal(await sleeps(sbx), '1')
+  const boot = await bootId(sbx)
+
+  await sbx.pause({ keepMemory: false })
+  assert.equal(await sbx.isRunning(), false)
+  const again = await Sandbox.connect(sbx.sandboxId)
+  assert.equal(again.sandboxId, sbx.sandboxId)
+  assert.equal((await again.files.read('/opt/kept/f.txt')).trim(), 'important')
+  assert.equal(await sleeps(again), '0')
+  assert.notEqual(await bootId(again), boot)
+
+  // Asked for at the deadline too.
+  const auto = await Sandbox.create({ metadata: { suite: runId }, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } })
+  assert.equal(await auto.isRunning(), true)
+  await auto.kill()
+})
+
 test('bad input: E2B errors and nothing changes', async () => {
   const sbx = await create()
   const before = await ours()
@@ -147,12 +170,6 @@ test('bad input: E2B errors and nothing changes', async () => {
   assert.equal(await Sandbox.deleteSnapshot('e2b-snap-0123456789abcdef-00000000'), false)
   assert.equal(await Sandbox.deleteSnapshot('base'), false)
   await assert.rejects(sbx.createSnapshot({ name: 'Not A Name' }), (err) => err instanceof SandboxError && /^400: snapshot name/.test(err.message))
-  // A filesystem-only pause is refused; the sandbox runs on.
-  await assert.rejects(sbx.pause({ keepMemory: false }), (err) => err instanceof SandboxError && /^400: a filesystem-only pause/.test(err.message))
-  await assert.rejects(
-    Sandbox.create({ metadata: { suite: runId }, lifecycle: { onTimeout: { action: 'pause', keepMemory: false } } }),
-    (err) => err instanceof SandboxError && /^400: a filesystem-only pause/.test(err.message),
-  )
   assert.deepEqual(await ours(), before)
   assert.equal((await Sandbox.listSnapshots().nextItems()).length, snapsBefore)
   assert.equal(await sbx.isRunning(), true)

@@ -131,9 +131,6 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		case autoResume && !autoPause:
 			h.writeAPIError(w, r, http.StatusBadRequest, "autoResume needs autoPause")
 			return
-		case req.AutoPauseMemory != nil && !*req.AutoPauseMemory:
-			h.writeErr(w, r, errFilesystemPause)
-			return
 		}
 		labels := map[string]string{}
 		var metadata map[string]string
@@ -150,6 +147,9 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		action := actionKill
 		if autoPause {
 			action = actionPause
+			if req.AutoPauseMemory != nil && !*req.AutoPauseMemory {
+				action = actionPauseFS
+			}
 		}
 		labels[labelTemplate] = req.TemplateID
 		labels[labelTimeout] = strconv.FormatInt(timeout, 10)
@@ -315,11 +315,16 @@ func (h *Handler) pause(w http.ResponseWriter, r *http.Request) {
 		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("sandbox %q is already paused", sb.ID))
 		return
 	}
+	// memory false: a filesystem-only pause (processes ended, memory freed,
+	// files kept; resume boots afresh); a backend without it answers
+	// not_implemented, naming itself.
+	var err error
 	if req.Memory != nil && !*req.Memory {
-		h.writeErr(w, r, errFilesystemPause)
-		return
+		_, err = h.svc.PauseWith(r.Context(), sb.ID, api.PauseRequest{Memory: req.Memory})
+	} else {
+		_, err = h.svc.Pause(r.Context(), sb.ID)
 	}
-	if _, err := h.svc.Pause(r.Context(), sb.ID); err != nil {
+	if err != nil {
 		h.writeErr(w, r, err)
 		return
 	}

@@ -13,13 +13,17 @@ import (
 // so the front end holds no timer, a setTimeout through any API server
 // replaces the one set through another, and the deadline outlives the API
 // server that set it. E2B's kill on timeout is api.ExpiryDelete, its
-// autoPause api.ExpiryPause. A paused sandbox has no deadline (E2B's paused
+// autoPause api.ExpiryPause (api.ExpiryPauseFilesystem with autoPauseMemory
+// false). A paused sandbox has no deadline (E2B's paused
 // sandboxes do not time out); resuming gives it one again.
 
 // expiryOf maps E2B's action at the deadline to the contract's.
 func expiryOf(action string) string {
-	if action == actionPause {
+	switch action {
+	case actionPause:
 		return api.ExpiryPause
+	case actionPauseFS:
+		return api.ExpiryPauseFilesystem
 	}
 	return api.ExpiryDelete
 }
@@ -29,7 +33,7 @@ func expiryOf(action string) string {
 // with extend only moving it later.
 func (h *Handler) setDeadline(ctx context.Context, sb api.Sandbox, secs int64, extend bool) error {
 	_, err := h.svc.SetDeadline(session.WithoutStep(ctx), sb.ID, api.DeadlineRequest{
-		TimeoutSeconds: max(secs, 1), OnExpiry: expiryOf(onTimeoutOf(sb)), ExtendOnly: extend})
+		TimeoutSeconds: max(secs, 1), OnExpiry: expiryOf(sb.Labels[labelOnTimeout]), ExtendOnly: extend})
 	return err
 }
 

@@ -16,7 +16,7 @@ const (
 	labelPrefix     = "dsec.e2b/"
 	labelTemplate   = labelPrefix + "template"
 	labelTimeout    = labelPrefix + "timeout"    // seconds, as created
-	labelOnTimeout  = labelPrefix + "on-timeout" // kill or pause
+	labelOnTimeout  = labelPrefix + "on-timeout" // kill, pause or pause-filesystem
 	labelAutoResume = labelPrefix + "auto-resume"
 	labelInternet   = labelPrefix + "internet"      // allow_internet_access, when given
 	labelPrivate    = labelPrefix + "private-ports" // network.allowPublicTraffic false
@@ -25,6 +25,9 @@ const (
 const (
 	actionKill  = "kill"
 	actionPause = "pause"
+	// actionPauseFS: pause without memory (autoPauseMemory false); E2B
+	// reports it as pause.
+	actionPauseFS = "pause-filesystem"
 	// clientID is the deprecated field E2B still requires in its answers.
 	clientID = "dsec"
 	// baseTemplate is E2B's default template; it means the node's default image.
@@ -68,7 +71,7 @@ func metadataOf(sb api.Sandbox) map[string]string {
 
 // onTimeoutOf is what happens to sb at its deadline.
 func onTimeoutOf(sb api.Sandbox) string {
-	if sb.Labels[labelOnTimeout] == actionPause {
+	if a := sb.Labels[labelOnTimeout]; a == actionPause || a == actionPauseFS {
 		return actionPause
 	}
 	return actionKill

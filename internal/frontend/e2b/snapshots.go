@@ -334,11 +334,3 @@ func (h *Handler) fork(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusCreated, out)
 }
-
-// errFilesystemPause refuses E2B's filesystem-only pause (pause with memory
-// false, autoPauseMemory false): it must end the sandbox's processes, free its
-// memory and boot it afresh on its files at resume, which a dsec node cannot
-// do in place yet. Refusing (400, nothing changed) rather than pausing with
-// memory keeps a caller from believing its processes ended.
-var errFilesystemPause = errdefs.Invalid("a filesystem-only pause (memory: false, autoPauseMemory: false) is not supported by dsec: " +
-	"pause with memory (the default), or snapshot the sandbox (createSnapshot) and create from the snapshot to start afresh on its files")

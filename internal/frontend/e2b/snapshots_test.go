@@ -454,20 +454,88 @@ func TestFork(t *testing.T) {
 	}
 }
 
-// TestFilesystemPauseRefused: a filesystem-only pause (memory false) and a
-// create asking for one at the deadline (autoPauseMemory false) are refused
-// with E2B's 400, the sandbox runs on and no sandbox is made; a pause with
-// memory works as before.
+// fsPauseNode stands in for a node with a filesystem-only pause: it records
+// the pause requests and pauses the mock sandbox, a resume of it is a boot.
+type fsPauseNode struct {
+	session.Service
+	mu      sync.Mutex
+	asks    []api.PauseRequest
+	expires []string // OnExpiry of each create
+}
+
+// Create records what the sandbox does at its deadline and creates it on the
+// mock, which pauses with memory only.
+func (n *fsPauseNode) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	n.mu.Lock()
+	n.expires = append(n.expires, req.OnExpiry)
+	n.mu.Unlock()
+	if req.OnExpiry == api.ExpiryPauseFilesystem {
+		req.OnExpiry = api.ExpiryPause
+	}
+	return n.Service.Create(ctx, req)
+}
+
+func (n *fsPauseNode) PauseWith(ctx context.Context, id string, req api.PauseRequest) (api.PauseResponse, error) {
+	n.mu.Lock()
+	n.asks = append(n.asks, req)
+	n.mu.Unlock()
+	sb, err := n.Pause(ctx, id)
+	return api.PauseResponse{Sandbox: sb}, err
+}
+
+// TestFilesystemPause: a pause with memory false asks the node for a
+// filesystem-only pause and the sandbox is paused (its deadline dropped); a
+// pause with memory asks for the freeze as before; connect resumes it.
+func TestFilesystemPause(t *testing.T) {
+	fn := &fsPauseNode{}
+	e := newSnapEnv(t, func(next session.Service) session.Service { fn.Service = next; return fn })
+	id := e.create()
+	if st, b := e.call("POST", "/sandboxes/"+id+"/pause", map[string]any{"memory": false}); st != http.StatusNoContent {
+		t.Fatalf("pause without memory: %d %s", st, b)
+	}
+	if len(fn.asks) != 1 || fn.asks[0].Memory == nil || *fn.asks[0].Memory {
+		t.Fatalf("pauses asked of the node: %+v", fn.asks)
+	}
+	sb, err := e.node.Get(context.Background(), id)
+	if err != nil || sb.State != api.StatePaused || sb.ExpiresAt != nil {
+		t.Fatalf("after a pause without memory: %+v %v", sb, err)
+	}
+	if st, b := e.call("POST", "/sandboxes/"+id+"/connect", map[string]any{"timeout": 60}); st != http.StatusCreated && st != http.StatusOK {
+		t.Fatalf("connect: %d %s", st, b)
+	}
+	if st, b := e.call("POST", "/sandboxes/"+id+"/pause", map[string]any{"memory": true}); st != http.StatusNoContent {
+		t.Fatalf("pause with memory: %d %s", st, b)
+	}
+	if len(fn.asks) != 1 {
+		t.Fatalf("a pause with memory went to the filesystem-only pause: %+v", fn.asks)
+	}
+	if st, b := e.call("POST", "/v2/sandboxes", map[string]any{"templateID": "base", "autoPause": true, "autoPauseMemory": false}); st != http.StatusCreated {
+		t.Fatalf("create with autoPauseMemory false: %d %s", st, b)
+	}
+	if st, b := e.call("POST", "/v2/sandboxes", map[string]any{"templateID": "base", "autoPause": true}); st != http.StatusCreated {
+		t.Fatalf("create with autoPause: %d %s", st, b)
+	}
+	// Each create is asked twice of the mock: with the default internet
+	// access, then (the mock has no egress) without.
+	if want := []string{api.ExpiryDelete, api.ExpiryPauseFilesystem, api.ExpiryPause}; !slices.Equal(slices.Compact(fn.expires), want) {
+		t.Fatalf("on_expiry asked of the node: %q, want %q", fn.expires, want)
+	}
+}
+
+// TestFilesystemPauseRefused: on a backend without a filesystem-only pause
+// (the mock) a pause with memory false is answered 501 naming the backend
+// and the sandbox runs on; a create asking for one at the deadline
+// (autoPauseMemory false) is refused the same way and no sandbox is made.
 func TestFilesystemPauseRefused(t *testing.T) {
 	e := newSnapEnv(t)
 	id := e.create()
 	st, b := e.call("POST", "/sandboxes/"+id+"/pause", map[string]any{"memory": false})
-	wantAPIError(t, "pause without memory", st, b, http.StatusBadRequest, "filesystem-only pause")
+	wantAPIError(t, "pause without memory", st, b, http.StatusNotImplemented, `backend "container"`, "pause without memory")
 	if sb, err := e.node.Get(context.Background(), id); err != nil || sb.State != api.StateRunning {
 		t.Fatalf("after a refused pause: %+v %v", sb, err)
 	}
 	st, b = e.call("POST", "/v2/sandboxes", map[string]any{"templateID": "base", "autoPause": true, "autoPauseMemory": false})
-	wantAPIError(t, "create with autoPauseMemory false", st, b, http.StatusBadRequest, "filesystem-only pause")
+	wantAPIError(t, "create with autoPauseMemory false", st, b, http.StatusNotImplemented, `backend "container"`, "pause without memory")
 	if got := e.sandboxes(); !slices.Equal(got, []string{id}) {
 		t.Fatalf("sandboxes after a refused create: %v", got)
 	}

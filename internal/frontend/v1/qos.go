@@ -7,7 +7,8 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// pauseSandbox serves POST .../pause with an optional body {"reclaim": true}.
+// pauseSandbox serves POST .../pause with an optional body {"reclaim": true}
+// or {"memory": false} (a filesystem-only pause, api.PauseRequest.Memory).
 func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
 	var req api.PauseRequest
 	if r.ContentLength != 0 {
@@ -16,7 +17,7 @@ func (s *Server) pauseSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if !req.Reclaim {
+	if !req.Reclaim && (req.Memory == nil || *req.Memory) {
 		s.sandboxOp(w, r, s.svc.Pause)
 		return
 	}

@@ -241,6 +241,16 @@ func TestSandboxLifecycle(t *testing.T) {
 	resp, b = e.do("POST", "/v1/sandboxes", strings.NewReader(`{"request_id":"a"}`), "Idempotency-Key", "b")
 	wantError(t, resp, b, http.StatusBadRequest, api.CodeInvalidArgument)
 
+	// A pause without memory on a backend without it (the mock): 501,
+	// naming the backend, and the sandbox runs on.
+	resp, b = e.do("POST", "/v1/sandboxes/"+first.ID+"/pause", strings.NewReader(`{"memory":false}`))
+	wantError(t, resp, b, http.StatusNotImplemented, api.CodeNotImplemented)
+	if !strings.Contains(string(b), "pause without memory") {
+		t.Fatalf("pause without memory: %s does not say what the backend cannot do", b)
+	}
+	if sb, err := e.node.Get(context.Background(), first.ID); err != nil || sb.State != api.StateRunning {
+		t.Fatalf("after a refused pause without memory: %+v %v", sb, err)
+	}
 	resp, b = e.do("POST", "/v1/sandboxes/"+first.ID+"/pause", nil)
 	var sb api.Sandbox
 	mustJSON(t, b, &sb)
