@@ -59,12 +59,6 @@ class ContextError(Exception):
         self.status = status
 
 
-def die_with_parent():
-    """In a kernel's child before exec: it gets SIGKILL when this service ends."""
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-
-
 def now():
     return datetime.datetime.now(datetime.timezone.utc).isoformat()
 
@@ -119,8 +113,7 @@ class Kernel:
             raise ContextError(400, f"language {language!r} is not served by this sandbox (python)")
         if not os.path.isdir(cwd):
             raise ContextError(400, f"cwd {cwd!r} is not a directory")
-        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True,
-                                     preexec_fn=die_with_parent)
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
         url = "tcp://127.0.0.1:%d"
         self.shell = ZCTX.socket(zmq.DEALER)
         self.shell.linger = 0
@@ -482,7 +475,16 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
+def stop(signum, _frame):
+    """Ends the kernels with the service (they run in sessions of their own)."""
+    for ctx in CONTEXTS.list():
+        ctx.kernel.close()
+    sys.exit(128 + signum)
+
+
 def main():
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     for lang in ("python",):
         CONTEXTS.for_language(lang)
     srv = Server(("0.0.0.0", PORT), Handler)
