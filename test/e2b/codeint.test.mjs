@@ -56,7 +56,7 @@ test('runCode: state, streams, results, errors', async () => {
   const shell = await sbx.runCode('!pwd')
   assert.deepEqual(shell.logs.stdout.join('').trim(), '/home/user')
   const who = await sbx.runCode('import getpass; getpass.getuser()')
-  assert.equal(who.text, 'user')
+  assert.equal(who.text, 'root', 'kernels run as root, as on E2B')
 })
 
 test('runCode: MIME bundles (PNG from matplotlib, HTML from pandas)', async () => {
@@ -99,6 +99,9 @@ test('contexts: create, list, run in, restart, remove', async () => {
 
   await sbx.runCode('x = 1')
   const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/tmp' })
+  const rootCtx = await sbx.createCodeContext({ cwd: '/root' })
+  assert.equal((await sbx.runCode('import os; os.getcwd()', { context: rootCtx })).text, '/root')
+  await assert.rejects(sbx.createCodeContext({ cwd: '/nonexistent' }), /not a directory|400/)
   assert.equal(ctx.language, 'python')
   assert.equal(ctx.cwd, '/tmp')
   const isolated = await sbx.runCode('x', { context: ctx })

@@ -21,7 +21,7 @@ import (
 // template is a directory image of that name (scripts/codeint-image.sh: the
 // judge image plus Debian's ipykernel and the account "user"); what makes it
 // E2B's code interpreter is the service codeint/server.py, which this binary
-// embeds: create writes it into the sandbox, starts it as "user" and answers
+// embeds: create writes it into the sandbox, starts it (as root, in /home/user, as E2B does) and answers
 // only once it serves on CodeInterpreterPort. Requests for that port reach it
 // through the sandbox port proxy (ports.go), so they carry only the traffic
 // token when ports are private, as on E2B.
@@ -65,9 +65,11 @@ func templateServices() map[string]templateService {
 			files: map[string][]byte{codeIntPath: codeIntServer},
 			req: api.ExecRequest{
 				Cmd:  []string{"python3", "-Xfrozen_modules=off", codeIntPath},
-				User: "user",
+				// As on E2B: the service and its kernels run as root, in
+				// /home/user.
+				User: "root",
 				Cwd:  "/home/user",
-				Env: map[string]string{"HOME": "/home/user", "USER": "user",
+				Env: map[string]string{"DSEC_CODEINT_CWD": "/home/user",
 					"PYDEVD_DISABLE_FILE_VALIDATION": "1", "MPLBACKEND": "module://matplotlib_inline.backend_inline"},
 			},
 			port: CodeInterpreterPort,

@@ -132,14 +132,14 @@ func TestTemplateServiceFailureRemovesSandbox(t *testing.T) {
 }
 
 // The code interpreter's template maps to its service: the embedded server,
-// run as E2B's user on E2B's interpreter port.
+// run as root in /home/user (as E2B's) on E2B's interpreter port.
 func TestCodeInterpreterTemplate(t *testing.T) {
 	svc, ok := templateServices()[CodeInterpreterTemplate]
 	if !ok {
 		t.Fatal("no service for code-interpreter-v1")
 	}
-	if svc.port != 49999 || svc.req.User != "user" || svc.req.Cwd != "/home/user" {
-		t.Errorf("service %+v: want port 49999, user, /home/user", svc)
+	if svc.port != 49999 || svc.req.User != "root" || svc.req.Cwd != "/home/user" {
+		t.Errorf("service %+v: want port 49999, root, /home/user", svc)
 	}
 	src := string(svc.files[codeIntPath])
 	for _, route := range []string{`"health"`, `"execute"`, `"contexts"`, `"restart"`} {

@@ -42,7 +42,7 @@ from jupyter_client.connect import write_connection_file
 from jupyter_client.session import Session
 
 PORT = int(os.environ.get("DSEC_CODEINT_PORT", "49999"))
-HOME = os.path.expanduser("~")
+HOME = os.environ.get("DSEC_CODEINT_CWD") or os.path.expanduser("~")  # contexts' default cwd
 KEEPALIVE_S = 5.0
 START_TIMEOUT_S = 60.0
 ZCTX = zmq.Context.instance()
@@ -464,6 +464,8 @@ class Handler(BaseHTTPRequestHandler):
             self.send_text(e.status, str(e))
         except (ValueError, json.JSONDecodeError) as e:
             self.send_text(400, f"bad request: {e}")
+        except OSError as e:
+            self.send_text(500, f"{type(e).__name__}: {e}")
 
     do_GET = do_POST = do_DELETE = handle_any
 
