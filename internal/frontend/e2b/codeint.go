@@ -64,7 +64,7 @@ func templateServices() map[string]templateService {
 			name:  "code-interpreter",
 			files: map[string][]byte{codeIntPath: codeIntServer},
 			req: api.ExecRequest{
-				Cmd:  []string{"python3", "-Xfrozen_modules=off", codeIntPath},
+				Cmd: []string{"python3", "-Xfrozen_modules=off", codeIntPath},
 				// As on E2B: the service and its kernels run as root, in
 				// /home/user.
 				User: "root",
