@@ -352,6 +352,9 @@ build_vm_kernel
 build_busybox
 build_debian
 build_judge
+# E2B's code interpreter template "code-interpreter-v1": the judge image plus a
+# small layer (a separate, idempotent step).
+DSEC_IMAGES_DIR="$DSEC_IMAGES_DIR" sh "$(dirname "$0")/codeint-image.sh"
 # The fullvm base image "desktop" (a separate, idempotent step).
 DSEC_IMAGES_DIR="$DSEC_IMAGES_DIR" DEBIAN_MIRROR="$DEBIAN_MIRROR" sh "$(dirname "$0")/fullvm-image.sh"
 

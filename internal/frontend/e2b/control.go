@@ -187,6 +187,13 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 			h.writeErr(w, r, err)
 			return
 		}
+		if err := h.startTemplateService(r.Context(), sb, req.TemplateID, creq.Env); err != nil {
+			if derr := h.svc.Delete(session.WithoutStep(r.Context()), sb.ID); derr != nil {
+				h.log.WarnContext(r.Context(), "e2b create: removing a sandbox whose template service failed", "sandbox", sb.ID, "err", derr)
+			}
+			h.writeErr(w, r, err)
+			return
+		}
 		writeJSON(w, http.StatusCreated, h.sandboxAnswer(sb))
 	}
 }

@@ -83,6 +83,8 @@ type Handler struct {
 	envd    *http.ServeMux
 	ports   *httputil.ReverseProxy // to sandbox ports (ports.go)
 	domain  atomic.Pointer[string] // the sandbox domain (Domain)
+	// services are what create starts in a template's sandboxes (codeint.go).
+	services map[string]templateService
 
 	mu      sync.Mutex
 	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
@@ -115,6 +117,7 @@ func New(svc session.Service, opts Options) *Handler {
 	domain := cmp.Or(opts.Domain, "localhost")
 	h.domain.Store(&domain)
 	h.ports = h.newPortProxy()
+	h.services = templateServices()
 	for _, rt := range slices.Concat(h.controlRoutes(), h.snapshotRoutes()) {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}

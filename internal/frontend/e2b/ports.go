@@ -181,6 +181,11 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, t portTarget
 			Message: "the sandbox's ports are private: send its traffic access token in the " + TrafficTokenHeader + " header"})
 		return
 	}
+	// The sandbox's service may answer (and stream) before it has read the
+	// whole request body, as E2B's code interpreter does: without full duplex
+	// the HTTP/1 server closes the body once the answer starts, and the
+	// proxy's write of the rest of it fails and drops the connection.
+	_ = http.NewResponseController(w).EnableFullDuplex()
 	h.ports.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portTargetKey{}, t)))
 }
 

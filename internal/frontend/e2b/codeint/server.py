@@ -1,0 +1,498 @@
+"""dsec's code interpreter service: E2B's interpreter protocol over Jupyter kernels.
+
+The E2B front end writes this file into every sandbox of the code-interpreter-v1
+template and starts it (internal/frontend/e2b/codeint.go); it listens on port
+49999, which E2B's proxy (and dsec's) reaches as the sandbox's interpreter port.
+
+  GET  /health                    "OK"
+  POST /execute                   {code, context_id?, language?, env_vars?}:
+                                  one JSON object a line as the cell runs
+                                  (stdout, stderr, result, error,
+                                  number_of_executions, keepalive), ending with
+                                  {"type": "end_of_execution"}
+  GET  /contexts                  [{id, language, cwd}]
+  POST /contexts                  {language?, cwd?} -> {id, language, cwd}
+  POST /contexts/ID/restart       a fresh kernel, same id
+  DELETE /contexts/ID
+
+Each context is one kernel process: Python through Debian's ipykernel (the
+Jupyter wire protocol, spoken here with jupyter_client's Session over pyzmq),
+JavaScript through a small Node driver (javascript_kernel below) that keeps one
+vm context. A client that goes away while its cell runs interrupts the kernel
+(SIGINT), so the next cell of that context does not wait behind it.
+Only the Python standard library, pyzmq and jupyter_client are used.
+"""
+
+import datetime
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import zmq
+from jupyter_client.connect import write_connection_file
+from jupyter_client.session import Session
+
+PORT = int(os.environ.get("DSEC_CODEINT_PORT", "49999"))
+HOME = os.environ.get("DSEC_CODEINT_CWD") or os.path.expanduser("~")  # contexts' default cwd
+KEEPALIVE_S = 5.0
+START_TIMEOUT_S = 60.0
+ZCTX = zmq.Context.instance()
+
+
+def normalize_language(lang):
+    lang = (lang or "python").strip().lower()
+    return {"js": "javascript", "ts": "typescript", "py": "python", "python3": "python"}.get(lang, lang)
+
+
+class ContextError(Exception):
+    def __init__(self, status, message):
+        super().__init__(message)
+        self.status = status
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).isoformat()
+
+
+# Result keys as E2B's interpreter names the kernel's MIME types; other types
+# stay under their MIME name (the SDK's Result.extra).
+MIME_KEYS = {
+    "text/plain": "text",
+    "text/html": "html",
+    "text/markdown": "markdown",
+    "image/svg+xml": "svg",
+    "image/png": "png",
+    "image/jpeg": "jpeg",
+    "application/pdf": "pdf",
+    "text/latex": "latex",
+    "application/json": "json",
+    "application/javascript": "javascript",
+    "e2b/data": "data",
+    "e2b/chart": "chart",
+}
+
+
+def result_line(data, main):
+    out = {"type": "result", "is_main_result": main}
+    extra = {}
+    for mime, value in data.items():
+        key = MIME_KEYS.get(mime)
+        if key is None:
+            extra[mime] = value
+            continue
+        if key == "text" and len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]  # a str result reads as its text, as E2B gives it
+        out[key] = value
+    if extra:
+        out["extra"] = extra
+    return out
+
+
+class Kernel:
+    """One kernel process and the sockets to it."""
+
+    def __init__(self, language, cwd, env):
+        self.language = language
+        fd, self.conn_file = tempfile.mkstemp(prefix="kernel-", suffix=".json")
+        os.close(fd)
+        _, cfg = write_connection_file(self.conn_file, ip="127.0.0.1", key=uuid.uuid4().hex.encode())
+        self.session = Session(key=cfg["key"].encode() if isinstance(cfg["key"], str) else cfg["key"],
+                               signature_scheme=cfg.get("signature_scheme", "hmac-sha256"), username="e2b")
+        if language == "python":
+            argv = [sys.executable, "-m", "ipykernel_launcher", "-f", self.conn_file]
+        else:
+            raise ContextError(400, f"language {language!r} is not served by this sandbox (python)")
+        if not os.path.isdir(cwd):
+            raise ContextError(400, f"cwd {cwd!r} is not a directory")
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        url = "tcp://127.0.0.1:%d"
+        self.shell = ZCTX.socket(zmq.DEALER)
+        self.shell.linger = 0
+        self.shell.connect(url % cfg["shell_port"])
+        self.iopub = ZCTX.socket(zmq.SUB)
+        self.iopub.linger = 0
+        self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.iopub.connect(url % cfg["iopub_port"])
+        self.wait_ready()
+
+    def wait_ready(self):
+        deadline = time.monotonic() + START_TIMEOUT_S
+        replied = False
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ContextError(500, f"the {self.language} kernel exited with status {self.proc.returncode}")
+            if not replied:
+                self.session.send(self.shell, "kernel_info_request", {})
+                if self.shell.poll(1000):
+                    self.session.recv(self.shell)
+                    replied = True
+            # The SUB socket is ready once it sees the kernel's messages.
+            if replied and self.iopub.poll(500):
+                while self.iopub.poll(0):
+                    self.session.recv(self.iopub)
+                return
+            if replied:
+                replied = False  # ask again: that reply's status went by before the subscription
+        self.close()
+        raise ContextError(500, f"the {self.language} kernel did not start within {START_TIMEOUT_S:.0f}s")
+
+    def interrupt(self):
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGINT)
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        self.shell.close()
+        self.iopub.close()
+        try:
+            os.unlink(self.conn_file)
+        except FileNotFoundError:
+            pass
+
+    def execute(self, code, silent=False):
+        msg = self.session.send(self.shell, "execute_request", {
+            "code": code, "silent": silent, "store_history": not silent,
+            "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+        return msg["header"]["msg_id"]
+
+    def next_message(self, timeout_s):
+        """The next iopub message, or None after timeout_s."""
+        if self.iopub.poll(int(timeout_s * 1000)):
+            return self.session.recv(self.iopub)[1]
+        return None
+
+    def drain_shell(self):
+        while self.shell.poll(0):
+            self.session.recv(self.shell)
+
+
+def code_to_set_env(language, env):
+    if not env:
+        return ""
+    if language == "python":
+        return "import os as __dsec_os; __dsec_os.environ.update(%s); del __dsec_os" % json.dumps(env)
+    if language == "javascript":
+        return "Object.assign(process.env, %s);" % json.dumps(env)
+    return ""
+
+
+def code_to_restore_env(language, env, before):
+    if not env:
+        return ""
+    keep = {k: before[k] for k in env if k in before}
+    drop = [k for k in env if k not in before]
+    if language == "python":
+        return ("import os as __dsec_os; __dsec_os.environ.update(%s)\n"
+                "for __dsec_k in %s: __dsec_os.environ.pop(__dsec_k, None)\n"
+                "del __dsec_os") % (json.dumps(keep), json.dumps(drop))
+    if language == "javascript":
+        return "Object.assign(process.env, %s); for (const k of %s) delete process.env[k];" % (
+            json.dumps(keep), json.dumps(drop))
+    return ""
+
+
+class Context:
+    def __init__(self, language, cwd):
+        self.id = str(uuid.uuid4())
+        self.language = language
+        self.cwd = cwd
+        self.lock = threading.Lock()  # one cell at a time, as a notebook runs them
+        self.kernel = Kernel(language, cwd, os.environ.copy())
+
+    def describe(self):
+        return {"id": self.id, "language": self.language, "cwd": self.cwd}
+
+    def restart(self):
+        with self.lock:
+            self.kernel.close()
+            self.kernel = Kernel(self.language, self.cwd, os.environ.copy())
+
+    def close(self):
+        with self.lock:
+            self.kernel.close()
+
+    def run_silent(self, code):
+        """Runs code for its effect only (environment set up and restore)."""
+        if not code:
+            return
+        k = self.kernel
+        msg_id = k.execute(code, silent=True)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            m = k.next_message(1.0)
+            if m and m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "status" \
+                    and m["content"]["execution_state"] == "idle":
+                break
+        k.drain_shell()
+
+    def run(self, code, env, emit, client_gone):
+        """Runs one cell, calling emit(obj) for each output line. client_gone()
+        says the caller left: the kernel is interrupted and the cell drained."""
+        with self.lock:
+            k = self.kernel
+            if k.proc.poll() is not None:
+                emit({"type": "error", "name": "KernelDied",
+                      "value": f"the kernel exited with status {k.proc.returncode}; restart the context",
+                      "traceback": ""})
+                return
+            self.run_silent(code_to_set_env(self.language, env))
+            msg_id = k.execute(code)
+            started = errored = interrupted = False
+            last_write = time.monotonic()
+            while True:
+                m = k.next_message(0.25)
+                if m is None:
+                    if k.proc.poll() is not None:
+                        emit({"type": "error", "name": "KernelDied",
+                              "value": f"the kernel exited with status {k.proc.returncode}", "traceback": ""})
+                        break
+                    if not interrupted and client_gone():
+                        k.interrupt()
+                        interrupted = True
+                    if not interrupted and time.monotonic() - last_write >= KEEPALIVE_S:
+                        emit({"type": "keepalive"})
+                        last_write = time.monotonic()
+                    continue
+                if m["parent_header"].get("msg_id") != msg_id:
+                    continue
+                t, c = m["msg_type"], m["content"]
+                out = None
+                if t == "execute_input":
+                    started = True
+                    out = {"type": "number_of_executions", "execution_count": c.get("execution_count")}
+                elif t == "stream":
+                    out = {"type": "stdout" if c.get("name") == "stdout" else "stderr",
+                           "text": c.get("text", ""), "timestamp": now()}
+                elif t == "display_data":
+                    out = result_line(c.get("data", {}), False)
+                elif t == "execute_result":
+                    out = result_line(c.get("data", {}), True)
+                elif t == "error" and not errored:
+                    errored = True
+                    out = {"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
+                           "traceback": "\n".join(c.get("traceback", []))}
+                elif t == "status" and c.get("execution_state") == "busy":
+                    started = True
+                elif t == "status" and c.get("execution_state") == "idle" and started:
+                    break
+                if out is not None and not interrupted:
+                    emit(out)
+                    last_write = time.monotonic()
+            k.drain_shell()
+            self.run_silent(code_to_restore_env(self.language, env, dict(os.environ)))
+
+
+class Contexts:
+    def __init__(self):
+        self.mu = threading.Lock()
+        self.by_id = {}
+        self.default = {}  # language -> context id
+        self.default_lock = threading.Lock()
+
+    def create(self, language, cwd):
+        ctx = Context(language, cwd)
+        with self.mu:
+            self.by_id[ctx.id] = ctx
+        return ctx
+
+    def get(self, cid):
+        with self.mu:
+            return self.by_id.get(cid)
+
+    def remove(self, cid):
+        with self.mu:
+            ctx = self.by_id.pop(cid, None)
+            for lang, d in list(self.default.items()):
+                if d == cid:
+                    del self.default[lang]
+        return ctx
+
+    def list(self):
+        with self.mu:
+            return list(self.by_id.values())
+
+    def for_language(self, language):
+        with self.default_lock:
+            with self.mu:
+                cid = self.default.get(language)
+                if cid in self.by_id:
+                    return self.by_id[cid]
+            ctx = self.create(language, HOME)
+            with self.mu:
+                self.default[language] = ctx.id
+            return ctx
+
+
+CONTEXTS = Contexts()
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "dsec-codeint"
+
+    def log_message(self, fmt, *args):
+        pass
+
+    def send_text(self, status, text):
+        body = text.encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain; charset=utf-8")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def send_json(self, status, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def read_json(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        if not raw.strip():
+            return {}
+        body = json.loads(raw)
+        if not isinstance(body, dict):
+            raise ContextError(400, "the body must be a JSON object")
+        return body
+
+    def route(self):
+        path = self.path.split("?", 1)[0].rstrip("/") or "/"
+        parts = [p for p in path.split("/") if p]
+        m = self.command
+        if m == "GET" and parts == ["health"]:
+            return self.send_text(200, "OK")
+        if m == "POST" and parts == ["execute"]:
+            return self.execute()
+        if parts[:1] == ["contexts"]:
+            if m == "GET" and len(parts) == 1:
+                return self.send_json(200, [c.describe() for c in CONTEXTS.list()])
+            if m == "POST" and len(parts) == 1:
+                body = self.read_json()
+                ctx = CONTEXTS.create(normalize_language(body.get("language")), body.get("cwd") or HOME)
+                return self.send_json(200, ctx.describe())
+            if len(parts) >= 2:
+                ctx = CONTEXTS.get(parts[1])
+                if ctx is None:
+                    return self.send_text(404, f"Context {parts[1]} not found")
+                if m == "POST" and parts[2:] == ["restart"]:
+                    ctx.restart()
+                    return self.send_json(200, None)
+                if m == "DELETE" and len(parts) == 2:
+                    CONTEXTS.remove(ctx.id)
+                    ctx.close()
+                    return self.send_json(200, None)
+        self.send_text(404, f"no route {m} {path}")
+
+    def execute(self):
+        body = self.read_json()
+        code = body.get("code")
+        if not isinstance(code, str):
+            return self.send_text(400, "code (a string) is required")
+        cid, lang = body.get("context_id"), body.get("language")
+        if cid and lang:
+            return self.send_text(400, "Only one of context_id or language can be provided")
+        if cid:
+            ctx = CONTEXTS.get(cid)
+            if ctx is None:
+                return self.send_text(404, f"Context {cid} not found")
+        else:
+            ctx = CONTEXTS.for_language(normalize_language(lang))
+        env = body.get("env_vars") or {}
+        if not isinstance(env, dict):
+            return self.send_text(400, "env_vars must be an object")
+        env = {str(k): str(v) for k, v in env.items()}
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        gone = [False]
+
+        def emit(obj):
+            if gone[0]:
+                return
+            data = (json.dumps(obj) + "\n").encode()
+            try:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            except OSError:
+                gone[0] = True
+
+        def client_gone():
+            if gone[0]:
+                return True
+            try:
+                r, _, _ = select.select([self.connection], [], [], 0)
+                if r and self.connection.recv(1, socket.MSG_PEEK) == b"":
+                    gone[0] = True
+            except OSError:
+                gone[0] = True
+            return gone[0]
+
+        ctx.run(code, env, emit, client_gone)
+        emit({"type": "end_of_execution"})
+        if gone[0]:
+            self.close_connection = True
+            return
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            self.close_connection = True
+
+    def handle_any(self):
+        try:
+            self.route()
+        except ContextError as e:
+            self.send_text(e.status, str(e))
+        except (ValueError, json.JSONDecodeError) as e:
+            self.send_text(400, f"bad request: {e}")
+        except OSError as e:
+            self.send_text(500, f"{type(e).__name__}: {e}")
+
+    do_GET = do_POST = do_DELETE = handle_any
+
+
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def stop(signum, _frame):
+    """Ends the kernels with the service (they run in sessions of their own)."""
+    for ctx in CONTEXTS.list():
+        ctx.kernel.close()
+    sys.exit(128 + signum)
+
+
+def main():
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    for lang in ("python",):
+        CONTEXTS.for_language(lang)
+    srv = Server(("0.0.0.0", PORT), Handler)
+    print(f"dsec-codeint: listening on :{PORT}", flush=True)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

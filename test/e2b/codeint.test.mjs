@@ -1,0 +1,140 @@
+// The code interpreter through the unmodified @e2b/code-interpreter package:
+// a code-interpreter-v1 sandbox (its default template) runs Python cells in a
+// persistent Jupyter kernel on port 49999: streamed stdout/stderr, the last
+// expression's result with its MIME bundle (text, HTML, PNG from matplotlib),
+// errors with traceback, a client timeout that interrupts the cell, several
+// contexts (create, list, restart, remove), private ports with the traffic
+// token only. Needs the code-interpreter-v1 image (scripts/codeint-image.sh).
+import { test, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox } from '@e2b/code-interpreter'
+import { runId } from './helpers.mjs'
+
+const created = new Set()
+async function create(opts = {}) {
+  const sbx = await Sandbox.create({ ...opts, metadata: { suite: runId } })
+  created.add(sbx)
+  return sbx
+}
+after(async () => {
+  await Promise.all([...created].map((s) => s.kill().catch(() => {})))
+})
+
+const PNG_MAGIC = 'iVBORw0KGgo' // base64 of "\x89PNG\r\n\x1a\n"
+
+test('runCode: state, streams, results, errors', async () => {
+  const sbx = await create()
+  assert.equal(sbx.sandboxId.length > 0, true)
+
+  const first = await sbx.runCode('x = 41\nx + 1')
+  assert.equal(first.text, '42')
+  assert.equal(first.executionCount, 1)
+  const second = await sbx.runCode('x += 1; x')
+  assert.equal(second.text, '42', 'variables persist between cells')
+  assert.equal(second.executionCount, 2)
+
+  const out = []
+  const err = []
+  const streamed = await sbx.runCode('import sys\nprint("hello")\nprint("oops", file=sys.stderr)', {
+    onStdout: (m) => out.push(m.line),
+    onStderr: (m) => err.push(m.line),
+  })
+  assert.deepEqual(out, ['hello\n'])
+  assert.deepEqual(err, ['oops\n'])
+  assert.deepEqual(streamed.logs.stdout, ['hello\n'])
+  assert.deepEqual(streamed.logs.stderr, ['oops\n'])
+  assert.equal(streamed.results.length, 0)
+
+  const failed = await sbx.runCode('def f():\n    return 1 / 0\nf()')
+  assert.equal(failed.error?.name, 'ZeroDivisionError')
+  assert.equal(failed.error?.value, 'division by zero')
+  // IPython's traceback, colored with ANSI escapes as Jupyter gives it.
+  const plain = (failed.error?.traceback ?? '').replace(/\x1b\[[0-9;]*m/g, '')
+  assert.match(plain, /return 1 \/ 0/)
+  assert.match(plain, /ZeroDivisionError: division by zero/)
+
+  const shell = await sbx.runCode('!pwd')
+  assert.deepEqual(shell.logs.stdout.join('').trim(), '/home/user')
+  const who = await sbx.runCode('import getpass; getpass.getuser()')
+  assert.equal(who.text, 'root', 'kernels run as root, as on E2B')
+})
+
+test('runCode: MIME bundles (PNG from matplotlib, HTML from pandas)', async () => {
+  const sbx = await create()
+  const results = []
+  const plot = await sbx.runCode(
+    'import matplotlib.pyplot as plt\nplt.plot([1, 2, 3], [3, 1, 2])\nplt.show()\n"done"',
+    { onResult: (r) => results.push(r) },
+  )
+  assert.equal(plot.error, undefined)
+  assert.equal(results.length, 2, 'the figure and the cell result')
+  const [fig, main] = plot.results
+  assert.equal(fig.isMainResult, false)
+  assert.ok(fig.png.startsWith(PNG_MAGIC), 'a PNG')
+  assert.match(fig.text, /Figure/)
+  assert.deepEqual(fig.extra, {})
+  assert.equal(main.isMainResult, true)
+  assert.equal(main.text, 'done')
+
+  const df = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2]})')
+  assert.match(df.results[0].html, /<table/)
+  assert.match(df.text, /a\n0\s+1\n1\s+2/)
+})
+
+test('runCode: a client timeout interrupts the cell', async () => {
+  const sbx = await create()
+  await assert.rejects(sbx.runCode('import time; time.sleep(300)', { timeoutMs: 2_000 }), /timed out/i)
+  const t0 = Date.now()
+  const next = await sbx.runCode('1 + 1', { timeoutMs: 15_000 })
+  assert.equal(next.text, '2')
+  assert.ok(Date.now() - t0 < 10_000, 'the next cell did not wait behind the sleep')
+  const interrupted = await sbx.runCode('"still here"')
+  assert.equal(interrupted.text, 'still here')
+})
+
+test('contexts: create, list, run in, restart, remove', async () => {
+  const sbx = await create()
+  const listed = await sbx.listCodeContexts()
+  assert.ok(listed.some((c) => c.language === 'python' && c.cwd === '/home/user'), JSON.stringify(listed))
+
+  await sbx.runCode('x = 1')
+  const ctx = await sbx.createCodeContext({ language: 'python', cwd: '/tmp' })
+  const rootCtx = await sbx.createCodeContext({ cwd: '/root' })
+  assert.equal((await sbx.runCode('import os; os.getcwd()', { context: rootCtx })).text, '/root')
+  await assert.rejects(sbx.createCodeContext({ cwd: '/nonexistent' }), /not a directory|400/)
+  assert.equal(ctx.language, 'python')
+  assert.equal(ctx.cwd, '/tmp')
+  const isolated = await sbx.runCode('x', { context: ctx })
+  assert.equal(isolated.error?.name, 'NameError', 'a new context has its own kernel')
+  const cwd = await sbx.runCode('import os; os.getcwd()', { context: ctx })
+  assert.equal(cwd.text, '/tmp')
+  assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+
+  await sbx.runCode('y = 5', { context: ctx })
+  await sbx.restartCodeContext(ctx)
+  const restarted = await sbx.runCode('y', { context: ctx })
+  assert.equal(restarted.error?.name, 'NameError')
+  assert.equal(restarted.error?.value, "name 'y' is not defined")
+  assert.equal((await sbx.runCode('x')).text, '1', 'the default context kept its state')
+
+  await sbx.removeCodeContext(ctx.id)
+  assert.ok(!(await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+  await assert.rejects(sbx.runCode('1', { context: ctx }), /not found/i)
+})
+
+test('envs per cell, and private ports with the traffic token only', async () => {
+  const sbx = await create({ envs: { FROM_CREATE: 'c' }, secure: true, network: { allowPublicTraffic: false } })
+  assert.ok(sbx.trafficAccessToken, 'a traffic token')
+  const r = await sbx.runCode('import os; os.environ["FROM_CREATE"] + os.environ.get("PER_CELL", "-")', { envs: { PER_CELL: 'p' } })
+  assert.equal(r.text, 'cp')
+  const after = await sbx.runCode('import os; os.environ.get("PER_CELL", "-")')
+  assert.equal(after.text, '-', 'a cell\'s envs end with it')
+  const ctx = await sbx.createCodeContext()
+  assert.ok((await sbx.listCodeContexts()).some((c) => c.id === ctx.id))
+
+  // Without the traffic token the interpreter's port refuses.
+  const res = await fetch(`${process.env.E2B_SANDBOX_URL}/contexts`, {
+    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999' },
+  })
+  assert.equal(res.status, 403)
+})
