@@ -4,7 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -128,5 +132,114 @@ func TestQEMUConfined(t *testing.T) {
 	sw := readQEMUStatus(t, w.st.PID)
 	if !strings.HasPrefix(sw.uids, "0 ") || sw.capEff == "0000000000000000" || sw.seccomp == "2" || len(sw.ownNS) != 0 {
 		t.Errorf("the unconfined QEMU passes for confined: %+v", sw)
+	}
+}
+
+// qemuCred is the uid, gid and supplementary groups a running QEMU has.
+func qemuCred(t *testing.T, pid int) *syscall.Credential {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &syscall.Credential{}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, _ := strings.Cut(line, ":")
+		f := strings.Fields(v)
+		num := func(s string) uint32 {
+			n, err := strconv.ParseUint(s, 10, 32)
+			if err != nil {
+				t.Fatalf("%s: %q", k, v)
+			}
+			return uint32(n)
+		}
+		switch k {
+		case "Uid":
+			c.Uid = num(f[0])
+		case "Gid":
+			c.Gid = num(f[0])
+		case "Groups":
+			for _, g := range f {
+				c.Groups = append(c.Groups, num(g))
+			}
+		}
+	}
+	return c
+}
+
+// readsVMDir reports whether a process with cred lists dir and reads the
+// first byte of its disk.
+func readsVMDir(cred *syscall.Credential, dir string) (bool, string) {
+	cmd := exec.Command("/bin/sh", "-c", `ls "$1" >/dev/null && head -c 1 "$1/disk.raw" >/dev/null`, "sh", dir)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	out, err := cmd.CombinedOutput()
+	return err == nil, strings.TrimSpace(string(out))
+}
+
+// TestVMUIDsPerDriver starts two drivers on two state directories in one
+// process (two dsec nodes on one host): their VMs run under distinct uids
+// and groups, and the second one's QEMU credentials cannot list or read the
+// first VM's directory. The same check against two drivers forced onto one
+// uid base (what every driver used before uid ranges were claimed) finds
+// the directory readable, so it can fail.
+func TestVMUIDsPerDriver(t *testing.T) {
+	needVM(t)
+	start := func(name string) (*instance, func()) {
+		dir, err := os.MkdirTemp("", "dsec-microvm-node-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		inst, stop := startBusybox(t, Config{StateDir: dir, NoSnapshots: true}, name)
+		return inst, func() { stop(); os.RemoveAll(dir) }
+	}
+	a, stopA := start("node-a")
+	defer stopA()
+	b, stopB := start("node-b")
+	defer stopB()
+	ca, cb := qemuCred(t, a.st.PID), qemuCred(t, b.st.PID)
+	t.Logf("node A's VM: uid %d gid %d; node B's VM: uid %d gid %d", ca.Uid, ca.Gid, cb.Uid, cb.Gid)
+	if ca.Uid == cb.Uid || ca.Gid == cb.Gid {
+		t.Errorf("two nodes' VMs share a uid or group: A %d:%d, B %d:%d", ca.Uid, ca.Gid, cb.Uid, cb.Gid)
+	}
+	if ok, out := readsVMDir(cb, a.st.Dir); ok {
+		t.Errorf("node B's VM credentials read node A's VM directory %s", a.st.Dir)
+	} else if !strings.Contains(out, "Permission denied") {
+		t.Errorf("node B's VM credentials on node A's VM directory: %q, want Permission denied", out)
+	}
+	if ok, out := readsVMDir(ca, a.st.Dir); !ok {
+		t.Errorf("node A's VM credentials cannot read their own directory: %s", out)
+	}
+
+	// Weakened: both drivers on the one default base, as before ranges.
+	var creds []*syscall.Credential
+	var dirs []string
+	for i := range 2 {
+		sd, err := os.MkdirTemp("", "dsec-microvm-weak-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(sd)
+		d, err := New(Config{StateDir: sd, UIDBase: DefaultUIDBase})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := d.vmDir(fmt.Sprintf("weak-%d", i))
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "disk.raw"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		uid, err := d.allocUID(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := giveFiles(dir, uid, d.gid(), true); err != nil {
+			t.Fatal(err)
+		}
+		creds, dirs = append(creds, &syscall.Credential{Uid: uid, Gid: d.gid()}), append(dirs, dir)
+	}
+	if ok, out := readsVMDir(creds[1], dirs[0]); !ok {
+		t.Errorf("weakened (one uid base for both drivers): the second VM's uid %d cannot read the first's directory (%s): the check cannot fail", creds[1].Uid, out)
 	}
 }

@@ -101,8 +101,12 @@ type Config struct {
 	// DefaultMaxSnapshots); the least recently used go first.
 	MaxSnapshots int
 	// UIDBase is the group QEMU runs in and, plus one, the first of the
-	// per-VM uids (default DefaultUIDBase; confine.go).
+	// per-VM uids (confine.go). Unset, the driver claims a range of its own
+	// in UIDRegistry (uidrange.go); set, it is used as is, unregistered.
 	UIDBase uint32
+	// UIDRegistry is the host-wide directory of claimed uid ranges
+	// (default DefaultUIDRegistry).
+	UIDRegistry string
 	// Unconfined runs QEMU as this process's user, without -sandbox or
 	// namespaces of its own: the weakened VM the escape probes are shown
 	// to succeed against, and the baseline of the benchmark.
@@ -145,9 +149,6 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.UIDBase == 0 {
-		cfg.UIDBase = DefaultUIDBase
-	}
 	if cfg.QEMU == "" {
 		p, err := exec.LookPath("qemu-system-x86_64")
 		if err != nil {
@@ -161,6 +162,16 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "vms"), 0o700); err != nil {
 		return nil, fmt.Errorf("microvm: %w", err)
+	}
+	if cfg.UIDRegistry == "" {
+		cfg.UIDRegistry = DefaultUIDRegistry
+	}
+	if cfg.UIDBase == 0 && !cfg.Unconfined {
+		base, err := claimUIDRange(cfg.UIDRegistry, cfg.StateDir)
+		if err != nil {
+			return nil, err
+		}
+		cfg.UIDBase = base
 	}
 	initrd, err := writeInitramfs(cfg.StateDir, filepath.Join(cfg.VMDir, "modules"))
 	if err != nil {
