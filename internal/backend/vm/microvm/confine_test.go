@@ -84,9 +84,10 @@ func startBusybox(t *testing.T, cfg Config, name string) (*instance, func()) {
 
 // TestQEMUConfined checks, from the host, what a guest escape would get: the
 // running QEMU has a non-root uid of its own (not another VM's), no
-// capabilities, QEMU's seccomp filter (mode 2) and its own mount, PID, IPC,
-// UTS and network namespaces; and that the same check reports the
-// unconfined QEMU (Config.Unconfined) as such, so it can fail.
+// capabilities, QEMU's seccomp filter (mode 2), its own mount, PID, IPC,
+// UTS and network namespaces, a /dev of only the device nodes it needs and
+// a cgroup of its own with memory and pids limits; and that the same checks
+// report the unconfined QEMU (Config.Unconfined) as such, so they can fail.
 func TestQEMUConfined(t *testing.T) {
 	needVM(t)
 	a, stopA := startBusybox(t, Config{StateDir: stateDir}, "confined-a")
@@ -117,6 +118,11 @@ func TestQEMUConfined(t *testing.T) {
 	if sa.uids == sb.uids {
 		t.Errorf("two VMs share uid %q", sa.uids)
 	}
+	for _, in := range []*instance{a, b} {
+		for _, p := range jailProblems(t, in.st.PID, in.st.Dir, in.st.Accel, 256) {
+			t.Error(p)
+		}
+	}
 	// The state directory's other VMs are out of reach of a VM's uid.
 	fi, err := os.Stat(a.st.Dir)
 	if err != nil {
@@ -132,6 +138,11 @@ func TestQEMUConfined(t *testing.T) {
 	sw := readQEMUStatus(t, w.st.PID)
 	if !strings.HasPrefix(sw.uids, "0 ") || sw.capEff == "0000000000000000" || sw.seccomp == "2" || len(sw.ownNS) != 0 {
 		t.Errorf("the unconfined QEMU passes for confined: %+v", sw)
+	}
+	weak := strings.Join(jailProblems(t, w.st.PID, w.st.Dir, w.st.Accel, 256), "\n")
+	if !strings.Contains(weak, "QEMU's /dev holds") || !strings.Contains(weak, "QEMU's memory cgroup is") ||
+		!strings.Contains(weak, "QEMU's pids cgroup is") {
+		t.Errorf("the unconfined QEMU's /dev and cgroup pass for confined: %q", weak)
 	}
 }
 
@@ -242,4 +253,94 @@ func TestVMUIDsPerDriver(t *testing.T) {
 	if ok, out := readsVMDir(creds[1], dirs[0]); !ok {
 		t.Errorf("weakened (one uid base for both drivers): the second VM's uid %d cannot read the first's directory (%s): the check cannot fail", creds[1].Uid, out)
 	}
+}
+
+// jailProblems is what a host administrator finds wrong with the /dev and
+// the cgroup of QEMU pid (of the sandbox whose VM directory is dir, guest
+// memory memMiB): /dev (as QEMU's mount namespace has it) must hold exactly
+// the null, zero, full, random and urandom nodes (and kvm under KVM), each
+// the host's device; QEMU must be alone in a cgroup of its own,
+// dsec-vm-<group>/vms-<id>, with a memory limit above the guest's memory
+// and a pids limit.
+func jailProblems(t *testing.T, pid int, dir, accel string, memMiB int64) []string {
+	t.Helper()
+	var bad []string
+	want := []string{"full", "null", "random", "urandom", "zero"}
+	if accel == "kvm" {
+		want = []string{"full", "kvm", "null", "random", "urandom", "zero"}
+	}
+	root := fmt.Sprintf("/proc/%d/root/dev", pid)
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if strings.Join(names, " ") != strings.Join(want, " ") {
+		bad = append(bad, fmt.Sprintf("QEMU's /dev holds %d entries %.200q, want %q", len(names), names, want))
+	} else {
+		for _, n := range names {
+			var theirs, host syscall.Stat_t
+			if syscall.Stat(root+"/"+n, &theirs) != nil || syscall.Stat("/dev/"+n, &host) != nil ||
+				theirs.Rdev != host.Rdev || theirs.Mode != host.Mode {
+				bad = append(bad, fmt.Sprintf("QEMU's /dev/%s is not the host's device node", n))
+			}
+		}
+	}
+
+	v2 := false
+	if c, err := os.ReadFile("/sys/fs/cgroup/cgroup.controllers"); err == nil && strings.Contains(string(c), "memory") {
+		v2 = true
+	}
+	cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	suffix := "/vms-" + filepath.Base(dir)
+	paths := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(cg)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		for _, c := range strings.Split(f[1], ",") {
+			if v2 && f[0] == "0" {
+				c = "unified"
+			}
+			paths[c] = f[2]
+		}
+	}
+	files := map[string]string{}
+	if v2 {
+		p := paths["unified"]
+		files["memory"], files["pids"] = "/sys/fs/cgroup"+p+"/memory.max", "/sys/fs/cgroup"+p+"/pids.max"
+		paths = map[string]string{"memory": p, "pids": p}
+	} else {
+		files["memory"] = "/sys/fs/cgroup/memory" + paths["memory"] + "/memory.limit_in_bytes"
+		files["pids"] = "/sys/fs/cgroup/pids" + paths["pids"] + "/pids.max"
+	}
+	for _, c := range []string{"memory", "pids"} {
+		p := paths[c]
+		if !strings.HasSuffix(p, suffix) || !strings.Contains(p, "/dsec-vm-") {
+			bad = append(bad, fmt.Sprintf("QEMU's %s cgroup is %q, want .../dsec-vm-N%s", c, p, suffix))
+			continue
+		}
+		procs, _ := os.ReadFile(filepath.Join(filepath.Dir(files[c]), "cgroup.procs"))
+		if got := strings.TrimSpace(string(procs)); got != strconv.Itoa(pid) {
+			bad = append(bad, fmt.Sprintf("QEMU's %s cgroup holds processes %q, want QEMU's alone", c, got))
+		}
+		b, err := os.ReadFile(files[c])
+		n, perr := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		switch {
+		case err != nil || perr != nil:
+			bad = append(bad, fmt.Sprintf("QEMU's %s limit %q (%v): not a number", c, b, err))
+		case c == "memory" && (n < memMiB<<20 || n > (memMiB<<20)+(4<<30)):
+			bad = append(bad, fmt.Sprintf("QEMU's memory limit %d, want above the guest's %d MiB and within 4 GiB of it", n, memMiB))
+		case c == "pids" && n > 4096:
+			bad = append(bad, fmt.Sprintf("QEMU's pids limit %d, want at most 4096", n))
+		}
+	}
+	return bad
 }

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -133,6 +134,9 @@ type Driver struct {
 	// the next search starts.
 	uidMu    sync.Mutex
 	nextSlot uint32
+	// cg holds the VMs' cgroups (vmns.go); nil unconfined or where the
+	// host's cgroups could not be used.
+	cg *cgroups.Hierarchy
 }
 
 // New checks that the kernel is installed and writes the initramfs.
@@ -183,6 +187,7 @@ func New(cfg Config) (*Driver, error) {
 	if err := d.prepareShared(); err != nil {
 		return nil, err
 	}
+	d.cg = d.cgroupsFor()
 	return d, nil
 }
 
@@ -248,6 +253,8 @@ type state struct {
 	// Confined: QEMU runs confined (confine.go) and finds the state
 	// directory at /proc/self/fd/3 (QEMUPath).
 	Confined bool `json:"confined,omitempty"`
+	// Cgroup is QEMU's own cgroup (vmns.go), "" for none.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 func (s state) raw() json.RawMessage {
@@ -267,6 +274,9 @@ func (d *Driver) Cleanup(ctx context.Context, spec driver.Spec, raw json.RawMess
 		if err := killWait(ctx, st.PID, st.StartTime); err != nil {
 			return err
 		}
+	}
+	if err := d.removeCgroup(ctx, st.Cgroup); err != nil {
+		return errdefs.Internal(err, "microvm: cleanup")
 	}
 	dir := st.Dir
 	if dir == "" {
