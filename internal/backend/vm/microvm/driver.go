@@ -116,7 +116,11 @@ type Config struct {
 	// tests that weaken a VM on purpose (a host file shared as a disk, a
 	// network device) to show the VM probes can succeed.
 	ExtraArgs []string
-	Logger    *slog.Logger
+	// ExtraGuestModules are kernel modules (.ko paths) the guest loads at
+	// boot after its own: for the same tests (a network driver for a
+	// network device).
+	ExtraGuestModules []string
+	Logger            *slog.Logger
 }
 
 // Driver is the microvm backend.
@@ -177,7 +181,7 @@ func New(cfg Config) (*Driver, error) {
 		}
 		cfg.UIDBase = base
 	}
-	initrd, err := writeInitramfs(cfg.StateDir, filepath.Join(cfg.VMDir, "modules"))
+	initrd, err := writeInitramfs(cfg.StateDir, filepath.Join(cfg.VMDir, "modules"), cfg.ExtraGuestModules)
 	if err != nil {
 		return nil, err
 	}
