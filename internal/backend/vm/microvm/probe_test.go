@@ -150,8 +150,9 @@ func startPeer(t *testing.T, inst driver.Instance, a probeArgs) {
 
 // guestNICModules are the guest kernel's virtio-net driver and its
 // dependencies (the weakened VMs' network devices need them; the microVM's
-// own initramfs has none): from the VM directory's modules, else from the
-// same kernel package unpacked for make test-cgv2.
+// own initramfs has none): from the VM directory's modules (scripts/setup.sh
+// copies them there since the probes need them), else from the same kernel
+// package unpacked for make test-cgv2.
 func guestNICModules(t *testing.T) []string {
 	t.Helper()
 	names := []string{"failover", "net_failover", "virtio_net"}
@@ -180,7 +181,7 @@ func guestNICModules(t *testing.T) []string {
 			})
 		}
 		if p == "" {
-			t.Fatalf("no %s.ko for the guest kernel %s (scripts/setup.sh copies it into %s/modules; make test-cgv2 unpacks the package)", n, k.Release, DefaultVMDir)
+			t.Fatalf("no %s.ko for the guest kernel %s: scripts/setup.sh copies it into %s/modules (a host set up before it did: remove %s/kernel.json and run it again)", n, k.Release, DefaultVMDir, DefaultVMDir)
 		}
 		out = append(out, p)
 	}
