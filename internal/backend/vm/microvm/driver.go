@@ -175,7 +175,7 @@ func New(cfg Config) (*Driver, error) {
 		cfg.UIDRegistry = DefaultUIDRegistry
 	}
 	if cfg.UIDBase == 0 && !cfg.Unconfined {
-		base, err := claimUIDRange(cfg.UIDRegistry, cfg.StateDir)
+		base, err := claimUIDRange(cfg.UIDRegistry, cfg.StateDir, processUIDs)
 		if err != nil {
 			return nil, err
 		}

@@ -18,8 +18,8 @@ import (
 // registry directory, one file per range naming the state directory that
 // holds it. A driver started again on the same state directory gets the
 // same range back (its VMs, which outlive it, keep their uids); a range is
-// handed to another state directory only when the one it names is gone and
-// no process runs under any of its uids.
+// handed to another state directory only when the one it names is gone (or
+// it names none) and no process runs under any of its uids.
 
 // DefaultUIDRegistry is the host-wide directory of claimed uid ranges (on
 // /run: a new boot, which has no VMs, starts without it).
@@ -37,9 +37,10 @@ const uidRanges = 1024
 func rangeBase(n int) uint32 { return DefaultUIDBase + uint32(n)*uidStride }
 
 // claimUIDRange returns the base of stateDir's range in the registry dir,
-// claiming a free one when stateDir holds none. The registry's lock file
-// serializes claims across processes.
-func claimUIDRange(dir, stateDir string) (uint32, error) {
+// claiming a free one when stateDir holds none; uids lists the uids
+// processes run as (processUIDs). The registry's lock file serializes
+// claims across processes.
+func claimUIDRange(dir, stateDir string, uids func() map[uint32]bool) (uint32, error) {
 	stateDir, err := filepath.Abs(stateDir)
 	if err != nil {
 		return 0, err
@@ -78,12 +79,15 @@ func claimUIDRange(dir, stateDir string) (uint32, error) {
 			if _, err := os.Stat(owner); err == nil || !errors.Is(err, os.ErrNotExist) {
 				continue
 			}
-			if running == nil {
-				running = processUIDs()
-			}
-			if rangeInUse(running, rangeBase(n)) {
-				continue
-			}
+		}
+		// A range nobody holds may still have VMs running (of a
+		// state directory removed under them, or of a dsec that
+		// predates the registry).
+		if running == nil {
+			running = uids()
+		}
+		if rangeInUse(running, rangeBase(n)) {
+			continue
 		}
 		p := filepath.Join(dir, strconv.Itoa(n))
 		tmp := p + ".tmp"
