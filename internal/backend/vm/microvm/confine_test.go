@@ -14,6 +14,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/backend/driver/drivertest"
+	"github.com/dsec-dev/dsec/internal/cgroups"
 )
 
 // qemuStatus is what a host administrator reads of a running QEMU: its
@@ -343,4 +344,58 @@ func jailProblems(t *testing.T, pid int, dir, accel string, memMiB int64) []stri
 		}
 	}
 	return bad
+}
+
+// TestStaleVMCgroupsRemoved: a new driver removes the VM cgroups under its
+// parent that no process is in and whose VM directory is gone (a snapshot's
+// VM killed with the process that took it), and keeps one whose directory
+// exists (a VM being started) and one with a process in it.
+func TestStaleVMCgroupsRemoved(t *testing.T) {
+	needVM(t)
+	d, err := New(Config{StateDir: stateDir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.cg == nil {
+		t.Fatal("the driver has no cgroups for its VMs")
+	}
+	live := d.vmDir(drivertest.NewID("starting"))
+	if err := os.Mkdir(live, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(live)
+	busy := exec.Command("/bin/sleep", "60")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var made []*cgroups.Group
+	defer func() {
+		busy.Process.Kill()
+		busy.Wait()
+		for _, g := range made {
+			g.Delete(context.Background())
+		}
+	}()
+	groups := map[string]bool{"snapshots-vm-gone": false, vmCgroupName(live): true, "vms-running-elsewhere": true}
+	for name := range groups {
+		g, err := d.cg.Create(name, cgroups.Limits{PidsMax: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		made = append(made, g)
+		if name == "vms-running-elsewhere" {
+			if err := g.AddProc(busy.Process.Pid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := New(Config{StateDir: stateDir}); err != nil {
+		t.Fatal(err)
+	}
+	for name, keep := range groups {
+		_, err := d.cg.Open(name)
+		if kept := err == nil; kept != keep {
+			t.Errorf("cgroup %s: kept %v, want %v (%v)", name, kept, keep, err)
+		}
+	}
 }

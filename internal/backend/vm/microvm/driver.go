@@ -192,6 +192,7 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	d.cg = d.cgroupsFor()
+	d.pruneCgroups(context.Background())
 	return d, nil
 }
 

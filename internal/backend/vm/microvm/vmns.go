@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -143,6 +144,42 @@ func (d *Driver) cgroupsFor() *cgroups.Hierarchy {
 		return nil
 	}
 	return h
+}
+
+// pruneCgroups removes the driver's VM cgroups that no process is in and
+// whose VM directory is gone: left by VMs killed without a Destroy (a
+// snapshot's VM dies with the process that took it), or by a state
+// directory whose uid range, and so cgroup parent, this driver now holds.
+// A group whose directory exists may be a VM's being started: it stays.
+func (d *Driver) pruneCgroups(ctx context.Context) {
+	if d.cg == nil {
+		return
+	}
+	names, err := d.cg.List("")
+	if err != nil {
+		d.log.Warn("microvm: list VM cgroups", "err", err)
+		return
+	}
+	for _, name := range names {
+		parent, base, ok := strings.Cut(name, "-")
+		if ok && (parent == "vms" || parent == "snapshots") {
+			if _, err := os.Stat(filepath.Join(d.cfg.StateDir, parent, base)); err == nil {
+				continue
+			}
+		}
+		g, err := d.cg.Open(name)
+		if err != nil {
+			continue
+		}
+		if procs, err := g.Procs(); err != nil || len(procs) > 0 {
+			continue
+		}
+		dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		if err := g.Delete(dctx); err != nil {
+			d.log.Warn("microvm: remove a stale VM cgroup", "cgroup", name, "err", err)
+		}
+		cancel()
+	}
 }
 
 // vmCgroupName is the cgroup of the VM whose directory is dir:
