@@ -174,7 +174,8 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.UIDRegistry == "" {
 		cfg.UIDRegistry = DefaultUIDRegistry
 	}
-	if cfg.UIDBase == 0 && !cfg.Unconfined {
+	claimed := cfg.UIDBase == 0 && !cfg.Unconfined
+	if claimed {
 		base, err := claimUIDRange(cfg.UIDRegistry, cfg.StateDir, processUIDs)
 		if err != nil {
 			return nil, err
@@ -192,7 +193,10 @@ func New(cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	d.cg = d.cgroupsFor()
-	d.pruneCgroups(context.Background())
+	if claimed {
+		// The cgroup parent is this state directory's alone.
+		d.pruneCgroups(context.Background())
+	}
 	return d, nil
 }
 
