@@ -297,9 +297,10 @@ build_judge() {
 # decompressed to an ELF vmlinux (QEMU boots it through PVH, skipping the
 # decompressor: ~4 s less under TCG) and the modules the guest agent loads
 # (virtio-mmio, blk, console, balloon; erofs, overlay; they are all =m in
-# Debian's config) copied flat into $DSEC_VM_DIR/modules.
+# Debian's config) copied flat into $DSEC_VM_DIR/modules, plus virtio-net and its
+# dependencies, which no VM loads: the VM escape probes' weakened VM gets a network.
 DSEC_VM_DIR=${DSEC_VM_DIR:-/var/lib/dsec/vm}
-VM_MODULES="crc32c_generic libcrc32c virtio_ring virtio virtio_mmio virtio_blk virtio_console virtio_balloon erofs overlay"
+VM_MODULES="crc32c_generic libcrc32c virtio_ring virtio virtio_mmio virtio_blk virtio_console virtio_balloon erofs overlay failover net_failover virtio_net"
 
 build_vm_kernel() {
 	if [ -f "$DSEC_VM_DIR/kernel.json" ]; then

@@ -74,10 +74,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	m := &machine{agent: agent}
 	core, err := microvm.New(microvm.Config{StateDir: cfg.StateDir, VMDir: cfg.VMDir, QEMU: cfg.QEMU,
-		Accel: cfg.Accel, AccelCache: cfg.AccelCache, Machine: m, Logger: cfg.Logger,
-		// Full VMs' uids and group follow the microVMs' (a node runs both:
-		// no two running VMs share a uid).
-		UIDBase: microvm.DefaultUIDBase + 2*microvm.UIDSlots})
+		Accel: cfg.Accel, AccelCache: cfg.AccelCache, Machine: m, Logger: cfg.Logger})
 	if err != nil {
 		return nil, fmt.Errorf("fullvm: %w", err)
 	}

@@ -145,7 +145,7 @@ func (d *Driver) bootFloor(ctx context.Context, accel, mode string, memMiB int64
 		return false, "", err
 	}
 	cmd.Stdout, cmd.Stderr = pw, pw
-	if err := cmd.Start(); err != nil {
+	if err := d.startConfined(cmd, accel); err != nil {
 		pr.Close()
 		pw.Close()
 		return false, "", err

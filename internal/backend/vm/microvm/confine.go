@@ -14,7 +14,8 @@ import (
 //     no set*uid/capability changes, no fork/exec, no scheduler or CPU
 //     affinity changes;
 //   - as an unprivileged user: a uid of its own per VM (UIDBase+1+slot) and
-//     the driver's shared group (UIDBase), with no capabilities; the VM's
+//     the driver's shared group (UIDBase), with no capabilities, from a
+//     range no other driver on the host uses (uidrange.go); the VM's
 //     directory and disk are that uid's, the read-only files every VM
 //     shares (initramfs, layer images) are the group's, nothing else of
 //     the state directory is reachable (it is handed to QEMU as a
@@ -33,9 +34,9 @@ import (
 // -daemonize (not used).
 const SandboxArg = "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny"
 
-// DefaultUIDBase is the first host uid (and the group) VMs run as: above
-// the ranges distributions hand out and the 16-bit ranges user namespaces
-// commonly map.
+// DefaultUIDBase is the first host uid (and the group) of the first VM uid
+// range (uidrange.go): above the ranges distributions hand out and the
+// 16-bit ranges user namespaces commonly map.
 const DefaultUIDBase = 0x6d000000
 
 // UIDSlots is how many VMs one driver can run at once, each under a uid of

@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
+	"github.com/dsec-dev/dsec/internal/cgroups"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -101,8 +102,12 @@ type Config struct {
 	// DefaultMaxSnapshots); the least recently used go first.
 	MaxSnapshots int
 	// UIDBase is the group QEMU runs in and, plus one, the first of the
-	// per-VM uids (default DefaultUIDBase; confine.go).
+	// per-VM uids (confine.go). Unset, the driver claims a range of its own
+	// in UIDRegistry (uidrange.go); set, it is used as is, unregistered.
 	UIDBase uint32
+	// UIDRegistry is the host-wide directory of claimed uid ranges
+	// (default DefaultUIDRegistry).
+	UIDRegistry string
 	// Unconfined runs QEMU as this process's user, without -sandbox or
 	// namespaces of its own: the weakened VM the escape probes are shown
 	// to succeed against, and the baseline of the benchmark.
@@ -111,7 +116,11 @@ type Config struct {
 	// tests that weaken a VM on purpose (a host file shared as a disk, a
 	// network device) to show the VM probes can succeed.
 	ExtraArgs []string
-	Logger    *slog.Logger
+	// ExtraGuestModules are kernel modules (.ko paths) the guest loads at
+	// boot after its own: for the same tests (a network driver for a
+	// network device).
+	ExtraGuestModules []string
+	Logger            *slog.Logger
 }
 
 // Driver is the microvm backend.
@@ -129,6 +138,9 @@ type Driver struct {
 	// the next search starts.
 	uidMu    sync.Mutex
 	nextSlot uint32
+	// cg holds the VMs' cgroups (vmns.go); nil unconfined or where the
+	// host's cgroups could not be used.
+	cg *cgroups.Hierarchy
 }
 
 // New checks that the kernel is installed and writes the initramfs.
@@ -145,9 +157,6 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.UIDBase == 0 {
-		cfg.UIDBase = DefaultUIDBase
-	}
 	if cfg.QEMU == "" {
 		p, err := exec.LookPath("qemu-system-x86_64")
 		if err != nil {
@@ -162,7 +171,18 @@ func New(cfg Config) (*Driver, error) {
 	if err := os.MkdirAll(filepath.Join(cfg.StateDir, "vms"), 0o700); err != nil {
 		return nil, fmt.Errorf("microvm: %w", err)
 	}
-	initrd, err := writeInitramfs(cfg.StateDir, filepath.Join(cfg.VMDir, "modules"))
+	if cfg.UIDRegistry == "" {
+		cfg.UIDRegistry = DefaultUIDRegistry
+	}
+	claimed := cfg.UIDBase == 0 && !cfg.Unconfined
+	if claimed {
+		base, err := claimUIDRange(cfg.UIDRegistry, cfg.StateDir, processUIDs)
+		if err != nil {
+			return nil, err
+		}
+		cfg.UIDBase = base
+	}
+	initrd, err := writeInitramfs(cfg.StateDir, filepath.Join(cfg.VMDir, "modules"), cfg.ExtraGuestModules)
 	if err != nil {
 		return nil, err
 	}
@@ -171,6 +191,11 @@ func New(cfg Config) (*Driver, error) {
 		snaps: newSnapStore(filepath.Join(cfg.StateDir, "snapshots"), cfg.MaxSnapshots, cfg.Logger)}
 	if err := d.prepareShared(); err != nil {
 		return nil, err
+	}
+	d.cg = d.cgroupsFor()
+	if claimed {
+		// The cgroup parent is this state directory's alone.
+		d.pruneCgroups(context.Background())
 	}
 	return d, nil
 }
@@ -237,6 +262,8 @@ type state struct {
 	// Confined: QEMU runs confined (confine.go) and finds the state
 	// directory at /proc/self/fd/3 (QEMUPath).
 	Confined bool `json:"confined,omitempty"`
+	// Cgroup is QEMU's own cgroup (vmns.go), "" for none.
+	Cgroup string `json:"cgroup,omitempty"`
 }
 
 func (s state) raw() json.RawMessage {
@@ -256,6 +283,9 @@ func (d *Driver) Cleanup(ctx context.Context, spec driver.Spec, raw json.RawMess
 		if err := killWait(ctx, st.PID, st.StartTime); err != nil {
 			return err
 		}
+	}
+	if err := d.removeCgroup(ctx, st.Cgroup); err != nil {
+		return errdefs.Internal(err, "microvm: cleanup")
 	}
 	dir := st.Dir
 	if dir == "" {

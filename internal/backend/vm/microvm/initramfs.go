@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/backend/vm/agentbin"
@@ -51,8 +52,8 @@ var guestModules = []string{"crc32c_generic", "libcrc32c", "virtio_ring", "virti
 var laterModules = []string{"virtio_balloon"}
 
 // buildInitramfs returns the guest's initramfs: /init (the agent) and the
-// kernel modules from modDir in load order.
-func buildInitramfs(modDir string) ([]byte, error) {
+// kernel modules from modDir in load order, then the extra ones (paths).
+func buildInitramfs(modDir string, extra []string) ([]byte, error) {
 	var c cpio
 	for _, d := range []string{"dev", "proc", "sys", "lib", "lib/modules", "rw", "newroot", "layers"} {
 		c.add(d, 0o40755, nil)
@@ -61,9 +62,14 @@ func buildInitramfs(modDir string) ([]byte, error) {
 	for _, list := range []struct {
 		name    string
 		modules []string
-	}{{"order", guestModules}, {"later", laterModules}} {
-		for _, m := range list.modules {
-			b, err := os.ReadFile(filepath.Join(modDir, m+".ko"))
+	}{{"order", append(slices.Clone(guestModules), extra...)}, {"later", laterModules}} {
+		for i, m := range list.modules {
+			p := filepath.Join(modDir, m+".ko")
+			if strings.HasSuffix(m, ".ko") {
+				p, m = m, strings.TrimSuffix(filepath.Base(m), ".ko")
+				list.modules[i] = m
+			}
+			b, err := os.ReadFile(p)
 			if err != nil {
 				return nil, fmt.Errorf("microvm: guest module (run scripts/setup.sh): %w", err)
 			}
@@ -77,8 +83,8 @@ func buildInitramfs(modDir string) ([]byte, error) {
 
 // writeInitramfs writes the initramfs under stateDir, named by its content
 // hash so running VMs keep theirs while a new agent binary boots new ones.
-func writeInitramfs(stateDir, modDir string) (string, error) {
-	img, err := buildInitramfs(modDir)
+func writeInitramfs(stateDir, modDir string, extra []string) (string, error) {
+	img, err := buildInitramfs(modDir, extra)
 	if err != nil {
 		return "", err
 	}

@@ -135,7 +135,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (_ driver.Instance
 // launchVM starts QEMU for l (restoring snap when it is not nil) and waits
 // for the guest agent's hello; a failure kills QEMU.
 func (d *Driver) launchVM(ctx context.Context, id string, a AccelInfo, l launch, snap *os.File, tl *timeline) (_ *instance, err error) {
-	cmd, err := d.startQEMU(l, snap)
+	cmd, cg, err := d.startQEMU(l, snap)
 	if err != nil {
 		return nil, errdefs.Internal(err, "microvm")
 	}
@@ -144,7 +144,7 @@ func (d *Driver) launchVM(ctx context.Context, id string, a AccelInfo, l launch,
 	startTime, _ := initproto.ReadStartTime(pid)
 	in := &instance{d: d, id: id, accel: a, done: make(chan struct{}), st: state{PID: pid, StartTime: startTime, Dir: l.dir,
 		QMP: filepath.Join(l.dir, "qmp.sock"), Agent: filepath.Join(l.dir, "agent.sock"), Accel: a.Accel,
-		Confined: d.confined()}}
+		Confined: d.confined(), Cgroup: cg}}
 	if snap != nil {
 		in.restored = true
 		in.accel.Reason += "; restored from a snapshot"
@@ -158,6 +158,7 @@ func (d *Driver) launchVM(ctx context.Context, id string, a AccelInfo, l launch,
 			in.Release()
 			_ = killWait(context.Background(), pid, startTime)
 			<-in.done
+			_ = d.removeCgroup(context.Background(), cg)
 		}
 	}()
 	// The boot is bounded by BootTimeout, not the caller's deadline alone:
@@ -521,6 +522,9 @@ func (in *instance) Destroy(ctx context.Context) error {
 	case <-in.done:
 	case <-ctx.Done():
 		return errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "microvm: waiting for qemu to exit")
+	}
+	if err := in.d.removeCgroup(ctx, in.st.Cgroup); err != nil {
+		return errdefs.Internal(err, "microvm: destroy")
 	}
 	if err := os.RemoveAll(in.st.Dir); err != nil {
 		return errdefs.Internal(err, "microvm: remove %s", in.st.Dir)

@@ -143,8 +143,23 @@ func swapHeader(size int64) []byte {
 }
 
 // startQEMU starts QEMU in a session of its own (it outlives this process)
-// and returns the command, already started.
-func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
+// and returns the command, already started, and its cgroup's name.
+func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, string, error) {
+	cmd, err := d.execQEMU(l, snap)
+	if err != nil {
+		return nil, "", err
+	}
+	cg, err := d.joinCgroup(l.dir, l.memMiB, cmd.Process.Pid)
+	if err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, "", err
+	}
+	return cmd, cg, nil
+}
+
+// execQEMU starts l's QEMU, confined unless the driver is not.
+func (d *Driver) execQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
 	logf, err := os.OpenFile(l.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
@@ -209,7 +224,7 @@ func (d *Driver) startQEMU(l launch, snap *os.File) (*exec.Cmd, error) {
 	if l.transient {
 		cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	}
-	if err := cmd.Start(); err != nil {
+	if err := d.startConfined(cmd, l.accel); err != nil {
 		return nil, fmt.Errorf("start qemu: %w", err)
 	}
 	return cmd, nil
