@@ -20,6 +20,7 @@ import (
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/racecheck"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
 
@@ -447,10 +448,7 @@ func (e *env) cleanupNode(a *agent) {
 	p := &proc{name: "cleanup " + a.node, args: []string{"server", "--data-dir", a.dataDir, "--node-name", a.node,
 		"--listen", freePort(e.t, "127.0.0.1"), "--cleanup-on-exit"}}
 	e.start(p)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && !strings.Contains(p.logs.String(), "dsec server listening") {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Until(30*time.Second, func() bool { return strings.Contains(p.logs.String(), "dsec server listening") })
 	p.stop(syscall.SIGTERM)
 }
 

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // span is one read(2) a reader made.
@@ -136,10 +137,7 @@ func loopsOn(root string) []string {
 // mounts, loop devices.
 func checkNothingLeft(t *testing.T, root string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(layerdProcs(root)) > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(5*time.Second, func() bool { return len(layerdProcs(root)) == 0 })
 	if ps := layerdProcs(root); len(ps) > 0 {
 		t.Errorf("layerd processes left: %v", ps)
 		for _, p := range ps {
