@@ -64,14 +64,10 @@ func eventually(t *testing.T, d time.Duration, what string, f func() error) time
 	t.Helper()
 	start := time.Now()
 	var err error
-	for time.Since(start) < d {
-		if err = f(); err == nil {
-			return time.Since(start)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Until(d, func() bool { err = f(); return err == nil }) {
+		t.Fatalf("%s: not within %s: %v", what, d, err)
 	}
-	t.Fatalf("%s: not within %s: %v", what, d, err)
-	return 0
+	return time.Since(start)
 }
 
 func record(name string) func(context.Context) (NodeRecord, error) {

@@ -376,14 +376,10 @@ func (e *env) waitFor(what string, d time.Duration, f func() error) time.Duratio
 	e.t.Helper()
 	start := time.Now()
 	var err error
-	for time.Since(start) < d {
-		if err = f(); err == nil {
-			return time.Since(start)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testwait.Until(d, func() bool { err = f(); return err == nil }) {
+		e.t.Fatalf("%s: not within %s: %v", what, d, err)
 	}
-	e.t.Fatalf("%s: not within %s: %v", what, d, err)
-	return 0
+	return time.Since(start)
 }
 
 // teardown deletes every sandbox (through an API server, else by starting a
