@@ -324,3 +324,50 @@ func firstLines(b []byte, n int) string {
 	lines := strings.SplitN(string(b), "\n", n+1)
 	return strings.Join(lines[:min(n, len(lines))], " | ")
 }
+
+// BenchmarkBoltOpen: opening a 224 MiB log (2000 trajectories of 50 records of
+// 2 KB), with the check and without it.
+func BenchmarkBoltOpen(b *testing.B) {
+	path := filepath.Join(b.TempDir(), BoltFile)
+	s, err := OpenBolt(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s.Close()
+	db, err := bolt.Open(path, 0o600, &bolt.Options{NoFreelistSync: true, NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	val := make([]byte, 2000)
+	for tr := range 2000 {
+		if err := db.Update(func(tx *bolt.Tx) error {
+			tb, err := tx.Bucket(bucketT).CreateBucket([]byte(plTraj(tr)))
+			if err != nil {
+				return err
+			}
+			for n := range 50 {
+				if err := tb.Put(stepKey('o', n), val); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := db.Sync(); err != nil {
+		b.Fatal(err)
+	}
+	db.Close()
+	for _, check := range []bool{true, false} {
+		b.Run(fmt.Sprintf("check=%v", check), func(b *testing.B) {
+			for range b.N {
+				s, err := openBolt(path, boltOptions{noCheck: !check})
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.Close()
+			}
+		})
+	}
+}
