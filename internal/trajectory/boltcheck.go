@@ -21,7 +21,7 @@ import (
 // it: bbolt itself would panic or fault on it (a page past the end of a
 // truncated file is read through its mmap and kills the process with SIGBUS;
 // an inconsistent tree panics in a goroutine of bbolt's own).
-var ErrBoltDamaged = errors.New("trajectory log file is damaged")
+var ErrBoltDamaged = errors.New("the file is damaged")
 
 // The bbolt file layout the check reads (go.etcd.io/bbolt/internal/common,
 // format version 2, stored in the machine's byte order: little endian on
@@ -47,11 +47,10 @@ var le = binary.LittleEndian
 // damaged is the error for a log that failed the check: what is wrong and
 // what to do, classified internal (the node cannot serve its log).
 func damaged(path, format string, args ...any) error {
-	what := fmt.Sprintf(format, args...)
-	return errdefs.Wrap(api.CodeInternal, fmt.Errorf("%w: %s", ErrBoltDamaged, what),
-		"trajectory log %s is damaged (%s); it was not opened and is left as it is: "+
-			"move it aside (mv %s %s.damaged) to start with an empty log, keeping the damaged file for inspection",
-		path, what, path, path)
+	return errdefs.Wrap(api.CodeInternal,
+		fmt.Errorf("%w: it was not opened and is left as it is; move it aside (mv %s %s.damaged) "+
+			"to start with an empty log, keeping the damaged file for inspection", ErrBoltDamaged, path, path),
+		"trajectory log %s: %s", path, fmt.Sprintf(format, args...))
 }
 
 // checkBolt checks the bbolt file at path before bbolt opens it: first by
