@@ -148,7 +148,9 @@ func TestTopLiveQuits(t *testing.T) {
 	})
 	if !drawn {
 		mu.Lock()
-		t.Fatalf("not drawn: %q", screen.String())
+		s := screen.String()
+		mu.Unlock()
+		t.Fatalf("not drawn: %q", s)
 	}
 	if _, err := ptmx.Write([]byte("q")); err != nil {
 		t.Fatal(err)
