@@ -17,7 +17,8 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -140,18 +141,16 @@ func TestTopLiveQuits(t *testing.T) {
 	go func() {
 		ended <- runTop(context.Background(), cl, topOptions{interval: 100 * time.Millisecond, limit: 5, sort: "cpu"}, tty, tty)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	drawn := testwait.Until(10*time.Second, func() bool {
 		mu.Lock()
-		drawn := strings.Contains(screen.String(), ids[2]) && strings.Contains(screen.String(), "[q] quit")
+		defer mu.Unlock()
+		return strings.Contains(screen.String(), ids[2]) && strings.Contains(screen.String(), "[q] quit")
+	})
+	if !drawn {
+		mu.Lock()
+		s := screen.String()
 		mu.Unlock()
-		if drawn {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not drawn: %q", screen.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		t.Fatalf("not drawn: %q", s)
 	}
 	if _, err := ptmx.Write([]byte("q")); err != nil {
 		t.Fatal(err)

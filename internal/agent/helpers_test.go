@@ -17,6 +17,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -273,12 +274,8 @@ func (e *env) requireEmpty(t *testing.T, m *agent.Manager, what string) {
 // waitFor polls cond every 20ms until it holds or within passes.
 func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Until(within, cond) {
+		t.Fatalf("timed out after %v waiting for %s", within, what)
 	}
 }
 

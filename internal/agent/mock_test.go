@@ -20,6 +20,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/backend/driver/mock"
 	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -213,10 +214,8 @@ func TestMockExecStreamTTY(t *testing.T) {
 	_, _ = io.WriteString(inW, "echo started-$((1)); sleep 100; echo not-$((0))interrupted\n")
 	// The job is running once its first command's output (not the echoed
 	// input, which has the unexpanded $((1))) is on the screen.
-	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(out3.String(), "started-1"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the job never started: %q", out3.String())
-		}
+	if !testwait.Until(15*time.Second, func() bool { return strings.Contains(out3.String(), "started-1") }) {
+		t.Fatalf("the job never started: %q", out3.String())
 	}
 	ctl <- session.Control{Signal: 2} // SIGINT
 	_, _ = io.WriteString(inW, "echo alive$((40+2)); exit 0\n")
@@ -339,14 +338,10 @@ func TestMockTTYProcessSurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	logPath := filepath.Join(e.dataDir, "logs", sb.ID, p.ID+".stdout")
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "21 70") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no terminal output before the restart")
-		}
-	}
+	testwait.For(t, 5*time.Second, "terminal output before the restart", func() bool {
+		b, _ := os.ReadFile(logPath)
+		return strings.Contains(string(b), "21 70")
+	})
 	m.Close()
 	if err := os.Rename(logPath, logPath+".before"); err != nil {
 		t.Fatal(err)

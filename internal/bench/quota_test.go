@@ -19,6 +19,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/cluster/noderpc"
 	"github.com/dsec-dev/dsec/internal/cluster/placement"
 	"github.com/dsec-dev/dsec/internal/project"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -86,11 +87,7 @@ func BenchmarkClusterQuota(b *testing.B) {
 	}
 	go func() { _ = a.Serve(l) }()
 	defer func() { _ = a.Shutdown(context.Background()) }()
-	for deadline := time.Now().Add(20 * time.Second); len(a.Watcher.Nodes()) < nodes; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			b.Fatal("the simulated nodes did not register")
-		}
-	}
+	testwait.For(b, 20*time.Second, "the simulated nodes registering", func() bool { return len(a.Watcher.Nodes()) >= nodes })
 	if err := a.Engine.Refresh(ctx); err != nil {
 		b.Fatal(err)
 	}

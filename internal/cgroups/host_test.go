@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/hostfeat"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"golang.org/x/sys/unix"
 )
 
@@ -281,17 +282,16 @@ func TestHostPidsLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	stdin.Write([]byte("go\n"))
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		b, _ := os.ReadFile(out.Name())
-		if strings.Contains(strings.ToLower(string(b)), "fork") {
-			t.Logf("the shell hit the limit: %s", strings.TrimSpace(string(b)))
-			break
-		}
-		if time.Now().After(deadline) {
-			pids, _ := g.Procs()
-			t.Fatalf("no fork refused within 10 s (processes %v, output %q)", pids, b)
-		}
+	var b []byte
+	refused := testwait.Until(10*time.Second, func() bool {
+		b, _ = os.ReadFile(out.Name())
+		return strings.Contains(strings.ToLower(string(b)), "fork")
+	})
+	if !refused {
+		pids, _ := g.Procs()
+		t.Fatalf("no fork refused within 10 s (processes %v, output %q)", pids, b)
 	}
+	t.Logf("the shell hit the limit: %s", strings.TrimSpace(string(b)))
 	pids, err := g.Procs()
 	if err != nil || len(pids) > 3 {
 		t.Fatalf("Procs = %v, %v; want at most 3", pids, err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/testwait"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -34,19 +35,15 @@ func testEtcd(t testing.TB) *clientv3.Client {
 	go func() { done <- RunEtcd(ctx, c, quiet()) }()
 	t.Cleanup(func() { cancel(); <-done })
 	var cli *clientv3.Client
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		var err error
+	var err error
+	connected := testwait.Until(20*time.Second, func() bool {
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 		cli, err = Connect(cctx, ClientConfig{Endpoints: cu})
 		ccancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("etcd did not start: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return err == nil
+	})
+	if !connected {
+		t.Fatalf("etcd did not start: %v", err)
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
@@ -67,14 +64,10 @@ func eventually(t *testing.T, d time.Duration, what string, f func() error) time
 	t.Helper()
 	start := time.Now()
 	var err error
-	for time.Since(start) < d {
-		if err = f(); err == nil {
-			return time.Since(start)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Until(d, func() bool { err = f(); return err == nil }) {
+		t.Fatalf("%s: not within %s: %v", what, d, err)
 	}
-	t.Fatalf("%s: not within %s: %v", what, d, err)
-	return 0
+	return time.Since(start)
 }
 
 func record(name string) func(context.Context) (NodeRecord, error) {

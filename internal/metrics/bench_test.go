@@ -17,6 +17,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/metrics"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -247,12 +248,8 @@ func TestMemoryHistogramRefreshes(t *testing.T) {
 	}
 	waitSum := func(want float64) {
 		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for sum() != want {
-			if time.Now().After(deadline) {
-				t.Fatalf("memory sum %v, want %v", sum(), want)
-			}
-			time.Sleep(time.Millisecond)
+		if !testwait.Until(10*time.Second, func() bool { return sum() == want }) {
+			t.Fatalf("memory sum %v, want %v", sum(), want)
 		}
 	}
 	if got := sum(); got != 100<<20 {

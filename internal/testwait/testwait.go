@@ -19,11 +19,21 @@ const maxPoll = 20 * time.Millisecond
 // goroutine.
 func For(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
+	if !Until(within, cond) {
+		t.Fatalf("%s: not within %v", what, within)
+	}
+}
+
+// Until checks cond as For does and reports whether it held within the
+// deadline, for a test that reports the failure itself (with the state it
+// saw then, or as a non-fatal error) or that waits best-effort.
+func Until(within time.Duration, cond func() bool) bool {
 	deadline := time.Now().Add(within)
 	for pause := time.Millisecond; !cond(); pause = min(2*pause, maxPoll) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %v", what, within)
+			return false
 		}
 		time.Sleep(pause) // the poll interval: cond is checked again after it
 	}
+	return true
 }

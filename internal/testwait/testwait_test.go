@@ -42,6 +42,22 @@ func TestForFailsAtTheDeadline(t *testing.T) {
 	}
 }
 
+// TestUntil: Until reports whether the condition held within the deadline,
+// checking it once more at the deadline, and fails nothing itself.
+func TestUntil(t *testing.T) {
+	var n atomic.Int32
+	if !Until(10*time.Second, func() bool { return n.Add(1) == 3 }) {
+		t.Fatal("a condition holding at the third check: false")
+	}
+	start := time.Now()
+	if Until(50*time.Millisecond, func() bool { return false }) {
+		t.Fatal("a condition that never holds: true")
+	}
+	if took := time.Since(start); took < 50*time.Millisecond || took > 5*time.Second {
+		t.Errorf("Until gave up after %v, want about 50 ms", took)
+	}
+}
+
 // recorder records a Fatalf instead of ending the test.
 type recorder struct {
 	testing.TB

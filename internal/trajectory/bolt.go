@@ -63,6 +63,9 @@ type boltOptions struct {
 	// noSync commits every transaction without fsync (a weakened store the
 	// power-loss test must catch).
 	noSync bool
+	// noCheck opens the file without checking it first (checkBolt): the
+	// damaged-file test shows bbolt panicking or faulting on it then.
+	noCheck bool
 }
 
 type update struct {
@@ -72,12 +75,24 @@ type update struct {
 
 var _ Store = (*Bolt)(nil)
 
-// OpenBolt opens (creating) the log at path.
+// OpenBolt opens (creating) the log at path. A damaged file (one bbolt would
+// panic or fault on: truncated, meta pages torn, pages overwritten) is refused
+// with an error wrapping ErrBoltDamaged that names the file and what to do,
+// and is left as it is.
 func OpenBolt(path string) (*Bolt, error) { return openBolt(path, boltOptions{}) }
 
+// boltLockWait is how long an open waits for another live server holding the
+// file's lock.
+const boltLockWait = 5 * time.Second
+
 func openBolt(path string, opts boltOptions) (*Bolt, error) {
+	if !opts.noCheck {
+		if err := checkBolt(path, boltLockWait); err != nil {
+			return nil, err
+		}
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
-		Timeout:        5 * time.Second, // another live server holds the file lock
+		Timeout:        boltLockWait,
 		NoFreelistSync: true,
 		FreelistType:   bolt.FreelistMapType,
 	})

@@ -67,7 +67,9 @@
 // powerloss_test.go). In the bbolt store
 // every commit is fsync'd, the started mark's too (a bbolt commit without fsync
 // can leave, after a power loss, a file bbolt cannot open, or damage the last
-// fsync'd state; tested at the file level in boltloss_test.go), and commits are
+// fsync'd state; tested at the file level in boltloss_test.go), a file is
+// checked before bbolt opens it and a damaged one refused with ErrBoltDamaged
+// (boltcheck.go: bbolt panics or faults on such files), and commits are
 // grouped: one committer goroutine writes every update queued while the
 // previous transaction was being fsync'd in the next transaction, so a lone
 // step pays one commit per record and concurrent steps share them.

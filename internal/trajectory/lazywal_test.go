@@ -12,6 +12,7 @@ import (
 	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -138,11 +139,7 @@ func TestPebbleBeginSkipsFsync(t *testing.T) {
 		done <- time.Since(s)
 	}()
 	// The Finish's fsync is under way.
-	for deadline := time.Now().Add(10 * time.Second); syncs.Load() == before; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the Finish started no WAL fsync within 10 s")
-		}
-	}
+	testwait.For(t, 10*time.Second, "a WAL fsync of the Finish", func() bool { return syncs.Load() != before })
 	s := time.Now()
 	if _, err := p.Begin(ctx, req("b", 1)); err != nil {
 		t.Fatal(err)

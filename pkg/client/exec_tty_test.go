@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -105,12 +106,8 @@ func (s *syncBuffer) String() string {
 // waitFor polls out until it contains want.
 func waitFor(t *testing.T, out *syncBuffer, want string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !strings.Contains(out.String(), want) {
-		if time.Now().After(deadline) {
-			t.Fatalf("output %q never contained %q", out.String(), want)
-		}
-		time.Sleep(time.Millisecond)
+	if !testwait.Until(5*time.Second, func() bool { return strings.Contains(out.String(), want) }) {
+		t.Fatalf("output %q never contained %q", out.String(), want)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -196,15 +197,9 @@ func TestSessionFeatures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			if _, err := n.cl.Get(ctx, sb.ID); isCode(err, api.CodeNotFound) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("sandbox outlived its TTL")
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		testwait.For(t, 10*time.Second, "the sandbox removed at the end of its TTL", func() bool {
+			_, err := n.cl.Get(ctx, sb.ID)
+			return isCode(err, api.CodeNotFound)
+		})
 	})
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/bench"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -87,17 +88,8 @@ func TestChaosNodeOOM(t *testing.T) {
 	}
 	sums := map[string]string{}
 	for _, id := range neighbours {
-		deadline := time.Now().Add(60 * time.Second)
-		for {
-			r := n.sh(t, id, "cat /tmp/sum1 2>/dev/null")
-			if r.Stdout != "" {
-				sums[id] = r.Stdout
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("neighbour %s never held its memory", id)
-			}
-			time.Sleep(200 * time.Millisecond)
+		if !testwait.Until(60*time.Second, func() bool { sums[id] = n.sh(t, id, "cat /tmp/sum1 2>/dev/null").Stdout; return sums[id] != "" }) {
+			t.Fatalf("neighbour %s never held its memory", id)
 		}
 	}
 	// The node's memory: what its sandboxes use now and 128 MiB more.

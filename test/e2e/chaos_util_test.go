@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/netpolicy"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/google/nftables"
 )
 
@@ -128,18 +129,12 @@ func ownedState(t *testing.T, dataDir string, exclude int) hostState {
 // it reports whether the state was back.
 func requireBaseline(t *testing.T, dataDir string, exclude int, base hostState) bool {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		now := ownedState(t, dataDir, exclude)
-		if now.equal(base) {
-			return true
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("host state not back to its baseline:\n before: %s\n after:  %s", base, now)
-			return false
-		}
-		time.Sleep(200 * time.Millisecond)
+	var now hostState
+	if !testwait.Until(30*time.Second, func() bool { now = ownedState(t, dataDir, exclude); return now.equal(base) }) {
+		t.Errorf("host state not back to its baseline:\n before: %s\n after:  %s", base, now)
+		return false
 	}
+	return true
 }
 
 // startChaosNode runs a server on dataDir ("" = a new dir under /var/lib,

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/backend/initproto"
 	"github.com/dsec-dev/dsec/internal/escapeprobe"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -251,15 +252,8 @@ func testCapturedOutput(t *testing.T, n *node, id string) {
 	}
 	defer n.cl.KillProcess(context.Background(), id, p.ID, "KILL")
 	logPath := filepath.Join(n.dataDir, "logs", id, p.ID+".stdout")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if b, _ := os.ReadFile(logPath); strings.Contains(string(b), "secret-output") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("log %s never got the output", logPath)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Until(10*time.Second, func() bool { b, _ := os.ReadFile(logPath); return strings.Contains(string(b), "secret-output") }) {
+		t.Fatalf("log %s never got the output", logPath)
 	}
 	r := n.sh(t, id, `for f in /proc/[0-9]*/fd/*; do readlink $f; done 2>/dev/null | sort -u`)
 	if strings.Contains(r.Stdout, n.dataDir) || strings.Contains(r.Stdout, "/logs/") {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/image/lazy"
 	"github.com/dsec-dev/dsec/internal/paths"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -79,12 +80,8 @@ func TestLayerdKill9(t *testing.T) {
 	}
 	n.stop(true) // SIGTERM: no sandbox left, so layerd and its holder stop too
 	for _, p := range []int{pid, holder} {
-		deadline := time.Now().Add(10 * time.Second)
-		for p > 0 && syscall.Kill(p, 0) == nil && !isZombie(p) {
-			if time.Now().After(deadline) {
-				t.Fatalf("process %d (layerd or its holder) still running after the server stopped with no sandboxes", p)
-			}
-			time.Sleep(20 * time.Millisecond)
+		if !testwait.Until(10*time.Second, func() bool { return !(p > 0 && syscall.Kill(p, 0) == nil && !isZombie(p)) }) {
+			t.Fatalf("process %d (layerd or its holder) still running after the server stopped with no sandboxes", p)
 		}
 	}
 	if m := mountsUnder(n.dataDir); len(m) > 0 {

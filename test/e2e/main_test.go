@@ -19,6 +19,7 @@ import (
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/racecheck"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -136,20 +137,19 @@ func (n *node) start() {
 	if err := n.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	up := testwait.Until(20*time.Second, func() bool {
 		b, err := os.ReadFile(filepath.Join(n.dataDir, "token"))
 		if err == nil && len(b) > 0 {
 			n.token = strings.TrimSpace(string(b))
 			n.cl = client.New("http://"+n.addr, n.token)
 			if _, err := n.cl.Info(context.Background()); err == nil {
-				return
+				return true
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("server did not come up:\n%s", n.logs)
-		}
-		time.Sleep(50 * time.Millisecond)
+		return false
+	})
+	if !up {
+		t.Fatalf("server did not come up:\n%s", n.logs)
 	}
 }
 

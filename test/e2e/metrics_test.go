@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/internal/tracing/tracingtest"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -144,9 +145,11 @@ func TestMetricsAndTraces(t *testing.T) {
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for root, edges := range want {
-		for {
+		var tree map[string]bool
+		var missing []string
+		complete := testwait.Until(time.Until(deadline), func() bool {
 			spans := col.Spans()
-			var tree map[string]bool
+			tree = nil
 			for _, s := range spans {
 				// The successful create is the one with our request ID (the
 				// failed create has a trace of its own).
@@ -154,20 +157,16 @@ func TestMetricsAndTraces(t *testing.T) {
 					tree = tracingtest.Tree(spans, s.TraceID())
 				}
 			}
-			missing := []string{}
+			missing = []string{}
 			for _, e := range edges {
 				if !tree[e] {
 					missing = append(missing, e)
 				}
 			}
-			if len(missing) == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("trace of %s lacks %v; it has %v (collector refused %v)", root, missing, tree, col.Bad())
-				break
-			}
-			time.Sleep(100 * time.Millisecond)
+			return len(missing) == 0
+		})
+		if !complete {
+			t.Errorf("trace of %s lacks %v; it has %v (collector refused %v)", root, missing, tree, col.Bad())
 		}
 	}
 

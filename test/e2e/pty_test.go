@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -166,17 +167,11 @@ func TestPTYProcessSurvivesRestart(t *testing.T) {
 	}
 	waitLogs := func(want string) string {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			l := logs()
-			if strings.Contains(l, want) {
-				return l
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("logs never showed %q: %q", want, l)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var l string
+		if !testwait.Until(30*time.Second, func() bool { l = logs(); return strings.Contains(l, want) }) {
+			t.Fatalf("logs never showed %q: %q", want, l)
 		}
+		return l
 	}
 	before := waitLogs("tick 3\r\n")
 	if !strings.HasPrefix(before, "/dev/pts/") || !strings.Contains(before, "\r\n20 90\r\n") {

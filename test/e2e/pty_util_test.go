@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // screen collects a terminal's output and waits for patterns in it, as a user
@@ -35,29 +37,30 @@ func (s *screen) all() string {
 func (s *screen) expect(t *testing.T, pattern string) []string {
 	t.Helper()
 	rx := regexp.MustCompile(pattern)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	var groups []string
+	var tail string
+	matched := testwait.Until(30*time.Second, func() bool {
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		rest := s.b[s.pos:]
 		m := rx.FindSubmatchIndex(rest)
-		if m != nil {
-			groups := make([]string, 0, len(m)/2)
-			for i := 0; i < len(m); i += 2 {
-				if m[i] >= 0 {
-					groups = append(groups, string(rest[m[i]:m[i+1]]))
-				} else {
-					groups = append(groups, "")
-				}
+		if m == nil {
+			tail = string(bytes.Clone(rest))
+			return false
+		}
+		groups = make([]string, 0, len(m)/2)
+		for i := 0; i < len(m); i += 2 {
+			if m[i] >= 0 {
+				groups = append(groups, string(rest[m[i]:m[i+1]]))
+			} else {
+				groups = append(groups, "")
 			}
-			s.pos += m[1]
-			s.mu.Unlock()
-			return groups
 		}
-		tail := string(bytes.Clone(rest))
-		s.mu.Unlock()
-		if time.Now().After(deadline) {
-			t.Fatalf("terminal never showed %q; after the last match it shows %q", pattern, tail)
-		}
-		time.Sleep(2 * time.Millisecond)
+		s.pos += m[1]
+		return true
+	})
+	if !matched {
+		t.Fatalf("terminal never showed %q; after the last match it shows %q", pattern, tail)
 	}
+	return groups
 }

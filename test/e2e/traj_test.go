@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -52,19 +53,20 @@ func TestTrajectoryKillResume(t *testing.T) {
 		_, err := n.step(t, traj, 30, id, stepCmd(30))
 		done <- err
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		tr, err := n.cl.GetTrajectory(ctx, traj)
-		if err == nil && tr.LastStep == 30 {
-			if tr.Steps[29].State != api.StepStarted {
-				t.Fatalf("step 30 state %s", tr.Steps[29].State)
+	var st api.Trajectory
+	var gerr error
+	started := testwait.Until(10*time.Second, func() bool {
+		st, gerr = n.cl.GetTrajectory(ctx, traj)
+		if gerr == nil && st.LastStep == 30 {
+			if st.Steps[29].State != api.StepStarted {
+				t.Fatalf("step 30 state %s", st.Steps[29].State)
 			}
-			break
+			return true
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("step 30 never started: %+v %v", tr, err)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	})
+	if !started {
+		t.Fatalf("step 30 never started: %+v %v", st, gerr)
 	}
 	waitSandboxProc(t, id, true, "sleep", "5") // step 30's command runs in the sandbox
 	n.stop(false)                              // kill -9 while `sleep 5` runs

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 func fmtSscan(s string, v any) (int, error) { return fmt.Sscan(s, v) }
@@ -60,13 +62,8 @@ func waitSandboxProc(t *testing.T, id string, running bool, argv ...string) {
 		}
 		return c
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		c := count()
-		if (c > 0) == running {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%q in %s: %d processes after 30 s (want running: %v)", argv, id, c, running)
-		}
+	var c int
+	if !testwait.Until(30*time.Second, func() bool { c = count(); return (c > 0) == running }) {
+		t.Fatalf("%q in %s: %d processes after 30 s (want running: %v)", argv, id, c, running)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/image/lazy"
 	"github.com/dsec-dev/dsec/internal/reclaim/damontest"
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 func TestMain(m *testing.M) {
@@ -55,10 +56,7 @@ func TestPartialStartReleasesEverything(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		apptest.Clean(t, when, before, dataDir, damon, addrs)
-		deadline := time.Now().Add(5 * time.Second)
-		for len(apptest.Leased(t, cli)) > 0 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		testwait.Until(5*time.Second, func() bool { return len(apptest.Leased(t, cli)) == 0 })
 		if keys := apptest.Leased(t, cli); len(keys) > 0 {
 			t.Errorf("%s: node record left in etcd: %q", when, keys)
 		}
@@ -82,17 +80,16 @@ func TestPartialStartReleasesEverything(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx, cfg) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for len(apptest.Leased(t, cli)) == 0 {
+	registered := testwait.Until(60*time.Second, func() bool {
 		select {
 		case err := <-done:
 			t.Fatalf("agent stopped: %v\n%s", err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("node not registered within 60 s\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+		return len(apptest.Leased(t, cli)) > 0
+	})
+	if !registered {
+		t.Fatalf("node not registered within 60 s\n%s", logs.String())
 	}
 	if c, err := net.Dial("tcp", addrs[0]); err != nil {
 		t.Errorf("node RPC not listening: %v", err)

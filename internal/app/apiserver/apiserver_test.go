@@ -19,6 +19,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/app/apptest"
 	"github.com/dsec-dev/dsec/internal/app/lifecycle"
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // TestPartialStartReleasesEverything fails `dsec apiserver`'s start-up right
@@ -49,10 +50,7 @@ func TestPartialStartReleasesEverything(t *testing.T) {
 			}
 			l.Close()
 		}
-		deadline := time.Now().Add(5 * time.Second)
-		for len(apptest.Leased(t, cli)) > 0 && time.Now().Before(deadline) {
-			time.Sleep(20 * time.Millisecond)
-		}
+		testwait.Until(5*time.Second, func() bool { return len(apptest.Leased(t, cli)) == 0 })
 		if keys := apptest.Leased(t, cli); len(keys) > 0 {
 			t.Errorf("%s: leased keys left in etcd (the election): %q", when, keys)
 		}
@@ -76,8 +74,7 @@ func TestPartialStartReleasesEverything(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- appapi.Run(ctx, cfg) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.For(t, 30*time.Second, "the apiserver listening", func() bool {
 		resp, err := http.Get("http://" + addrs[0] + "/v1/health")
 		if err == nil {
 			b, _ := io.ReadAll(resp.Body)
@@ -85,18 +82,15 @@ func TestPartialStartReleasesEverything(t *testing.T) {
 			if resp.StatusCode != 200 {
 				t.Errorf("health: %d %s", resp.StatusCode, b)
 			}
-			break
+			return true
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("apiserver stopped: %v\n%s", err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("apiserver not listening within 30 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("apiserver stop: %v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/app/lifecycle"
 	"github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/reclaim/damontest"
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // TestPartialStartReleasesEverything fails `dsec server`'s start-up right
@@ -66,8 +67,7 @@ func TestPartialStartReleasesEverything(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- node.Run(ctx, cfg) }()
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	testwait.For(t, 60*time.Second, "the server listening", func() bool {
 		c, err := net.Dial("tcp", addrs[0])
 		if err == nil {
 			fmt.Fprintf(c, "GET /v1/health HTTP/1.0\r\n\r\n")
@@ -76,18 +76,15 @@ func TestPartialStartReleasesEverything(t *testing.T) {
 			if !bytes.HasPrefix(b, []byte("HTTP/1.0 200")) {
 				t.Errorf("health: %q", b)
 			}
-			break
+			return true
 		}
 		select {
 		case err := <-done:
 			t.Fatalf("server stopped: %v\n%s", err, logs.String())
 		default:
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("server not listening within 60 s")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return false
+	})
 	// What the checks look for is there while the node runs (they could fail).
 	if running := apptest.Snapshot(t, dataDir, damon); running.Kdamonds != "1" || len(running.Swaps) != len(before.Swaps)+1 {
 		t.Errorf("running node: nr_kdamonds %s, swaps %q: want dsec's kdamond and zram swap", running.Kdamonds, running.Swaps)

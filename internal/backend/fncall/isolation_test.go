@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -118,14 +119,11 @@ func procsNamed(name string) []int {
 // their pids; it fails the test if there are fewer by then.
 func waitProcsNamed(t *testing.T, name string, n int, d time.Duration) []int {
 	t.Helper()
-	for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
-		if pids := procsNamed(name); len(pids) >= n {
-			return pids
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("fewer than %d processes named %s within %s", n, name, d)
-		}
+	var pids []int
+	if !testwait.Until(d, func() bool { pids = procsNamed(name); return len(pids) >= n }) {
+		t.Fatalf("fewer than %d processes named %s within %s", n, name, d)
 	}
+	return pids
 }
 
 // uniqueName is a process name (at most 15 bytes) no other test run uses.

@@ -327,20 +327,13 @@ func TestZygoteStatusCountsSetup(t *testing.T) {
 			break
 		}
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testwait.For(t, 30*time.Second, "the helper finishing its setup", func() bool {
 		n, err := z.busy(next())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the helper never finished its setup")
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return n == 0
+	})
 }
 
 // waitHelperInRecv waits until p's only slot is free and its helper sleeps
@@ -351,20 +344,17 @@ func waitHelperInRecv(t *testing.T, e *Engine, p *pool) {
 	if _, err := bounded(t, "WaitIdle", func() (Result, error) { return Result{}, e.WaitIdle(context.Background()) }); err != nil {
 		t.Fatalf("WaitIdle: %v", err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		hs := helpers(t, p)
+	var hs map[int]int
+	inRecv := testwait.Until(10*time.Second, func() bool {
+		hs = helpers(t, p)
 		inRecv := len(hs) == 1
 		for _, sc := range hs {
 			inRecv = inRecv && sc == unix.SYS_RECVMSG
 		}
-		if inRecv && len(p.free) == 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the slot's helper is not waiting in recvmsg after 10 s: %v (system calls), %d slots free", hs, len(p.free))
-		}
-		time.Sleep(time.Millisecond)
+		return inRecv && len(p.free) == 1
+	})
+	if !inRecv {
+		t.Fatalf("the slot's helper is not waiting in recvmsg after 10 s: %v (system calls), %d slots free", hs, len(p.free))
 	}
 }
 
@@ -402,22 +392,20 @@ func TestRunCanceledWhileSent(t *testing.T) {
 // the engine's goroutine, so it reports with t.Errorf.
 func programAtGate(t *testing.T, p *pool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	atGate := testwait.Until(5*time.Second, func() bool {
 		for h := range helpers(t, p) {
 			kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", h, h))
 			for _, k := range strings.Fields(string(kids)) {
 				sc, _ := os.ReadFile("/proc/" + k + "/syscall")
 				if f := strings.Fields(string(sc)); len(f) > 0 && f[0] == strconv.Itoa(unix.SYS_FUTEX) {
-					return
+					return true
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("no program waits at its run gate 5 s after its request was sent")
-			return
-		}
-		time.Sleep(time.Millisecond)
+		return false
+	})
+	if !atGate {
+		t.Errorf("no program waits at its run gate 5 s after its request was sent")
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -17,16 +18,15 @@ func TestPoolsOccupancy(t *testing.T) {
 		_, err := e.Call(ctx, api.FnCallRequest{Language: api.LangBash, Files: map[string]string{"main.sh": "sleep 1"}, Tests: []api.FnCallTest{{}}})
 		done <- err
 	}()
-	busy := false
 	deadline := time.Now().Add(60 * time.Second)
-	for !busy && time.Now().Before(deadline) {
+	busy := testwait.Until(time.Until(deadline), func() bool {
 		for _, p := range e.Pools() {
 			if p.Image == DefaultImage && p.Busy >= 1 && p.Slots == e.cfg.Zygotes*e.cfg.SlotsPerZygote {
-				busy = true
+				return true
 			}
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return false
+	})
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
@@ -35,13 +35,14 @@ func TestPoolsOccupancy(t *testing.T) {
 	}
 	// A slot goes back to the pool once its run has been reaped, just after
 	// the call's answer.
-	for idle := false; !idle; time.Sleep(5 * time.Millisecond) {
-		idle = true
+	idle := testwait.Until(time.Until(deadline), func() bool {
+		idle := true
 		for _, p := range e.Pools() {
 			idle = idle && p.Busy == 0
 		}
-		if !idle && time.Now().After(deadline) {
-			t.Fatalf("busy slots long after every call ended: %+v", e.Pools())
-		}
+		return idle
+	})
+	if !idle {
+		t.Fatalf("busy slots long after every call ended: %+v", e.Pools())
 	}
 }

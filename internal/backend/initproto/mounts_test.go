@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"golang.org/x/sys/unix"
 )
 
@@ -281,13 +282,8 @@ func TestSysfsOutlivesUnmount(t *testing.T) {
 		t.Fatalf("init holds no fd of the sysfs network namespace %d", pinned.Ino)
 	}
 	// namespace teardown is asynchronous
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		r := s.sh(t, "ls /sys/class/net")
-		if r.stdout == "lo\n" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("class/net 10 s after unmount: %q %q", r.stdout, r.stderr)
-		}
+	var r result
+	if !testwait.Until(10*time.Second, func() bool { r = s.sh(t, "ls /sys/class/net"); return r.stdout == "lo\n" }) {
+		t.Fatalf("class/net 10 s after unmount: %q %q", r.stdout, r.stderr)
 	}
 }

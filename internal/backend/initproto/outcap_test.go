@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // runCapped starts script with OutputCap into two files and returns the
@@ -55,15 +57,14 @@ func TestOutputCapBoundsAFlood(t *testing.T) {
 		}
 	}
 	// both logs reach the cap and end with the marker
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		o, _ := os.ReadFile(out)
-		e, _ := os.ReadFile(errp)
-		if strings.HasSuffix(string(o), marker) && strings.HasSuffix(string(e), marker) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no marker in both logs within 30 s: %d and %d bytes", len(o), len(e))
-		}
+	var o, e []byte
+	marked := testwait.Until(30*time.Second, func() bool {
+		o, _ = os.ReadFile(out)
+		e, _ = os.ReadFile(errp)
+		return strings.HasSuffix(string(o), marker) && strings.HasSuffix(string(e), marker)
+	})
+	if !marked {
+		t.Fatalf("no marker in both logs within 30 s: %d and %d bytes", len(o), len(e))
 	}
 	check()
 	// both yes still run, i.e. are not blocked on a full pipe: they use CPU
@@ -86,17 +87,17 @@ func TestOutputCapBoundsAFlood(t *testing.T) {
 	if n0 != 2 {
 		t.Fatalf("%d yes processes, want 2", n0)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		n, ticks := cpu()
+	var ticks int
+	used := testwait.Until(30*time.Second, func() bool {
+		var n int
+		n, ticks = cpu()
 		if n != 2 {
 			t.Fatalf("%d yes processes, want 2", n)
 		}
-		if ticks >= t0+20 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the yes processes used %d CPU ticks in 30 s: blocked on a full pipe?", ticks-t0)
-		}
+		return ticks >= t0+20
+	})
+	if !used {
+		t.Fatalf("the yes processes used %d CPU ticks in 30 s: blocked on a full pipe?", ticks-t0)
 	}
 	check()
 	if err := c.Kill(int(syscall.SIGKILL)); err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"golang.org/x/sys/unix"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +13,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -320,12 +322,8 @@ func TestInitDeath(t *testing.T) {
 	if Alive(s.init.PID, s.init.StartTime) {
 		t.Fatal("init still alive")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(nsMembers("pid", pidns))+len(nsMembers("mnt", mntns)) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("left behind: pid ns %v, mnt ns %v", nsMembers("pid", pidns), nsMembers("mnt", mntns))
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(5*time.Second, func() bool { return len(nsMembers("pid", pidns))+len(nsMembers("mnt", mntns)) == 0 }) {
+		t.Fatalf("left behind: pid ns %v, mnt ns %v", nsMembers("pid", pidns), nsMembers("mnt", mntns))
 	}
 	if _, err := Dial(context.Background(), s.cfg.SocketPath); err == nil {
 		t.Fatal("dial succeeded after init death")

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/seccomp"
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // busyboxRootfs builds a tiny rootfs from the host's static busybox.
@@ -164,17 +165,9 @@ func assertClean(t *testing.T, r Runtime, rootfs, tmp string) {
 		t.Errorf("cgroups left behind: %v", cgs)
 	}
 	// Killed inits may take a moment to be reaped.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		pids := processesIn(t, rootfs)
-		if len(pids) == 0 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Errorf("processes still running in %s: %v", rootfs, pids)
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	var pids []string
+	if !testwait.Until(5*time.Second, func() bool { pids = processesIn(t, rootfs); return len(pids) == 0 }) {
+		t.Errorf("processes still running in %s: %v", rootfs, pids)
 	}
 }
 

@@ -20,6 +20,7 @@ import (
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/racecheck"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
 
@@ -375,14 +376,10 @@ func (e *env) waitFor(what string, d time.Duration, f func() error) time.Duratio
 	e.t.Helper()
 	start := time.Now()
 	var err error
-	for time.Since(start) < d {
-		if err = f(); err == nil {
-			return time.Since(start)
-		}
-		time.Sleep(100 * time.Millisecond)
+	if !testwait.Until(d, func() bool { err = f(); return err == nil }) {
+		e.t.Fatalf("%s: not within %s: %v", what, d, err)
 	}
-	e.t.Fatalf("%s: not within %s: %v", what, d, err)
-	return 0
+	return time.Since(start)
 }
 
 // teardown deletes every sandbox (through an API server, else by starting a
@@ -447,10 +444,7 @@ func (e *env) cleanupNode(a *agent) {
 	p := &proc{name: "cleanup " + a.node, args: []string{"server", "--data-dir", a.dataDir, "--node-name", a.node,
 		"--listen", freePort(e.t, "127.0.0.1"), "--cleanup-on-exit"}}
 	e.start(p)
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) && !strings.Contains(p.logs.String(), "dsec server listening") {
-		time.Sleep(100 * time.Millisecond)
-	}
+	testwait.Until(30*time.Second, func() bool { return strings.Contains(p.logs.String(), "dsec server listening") })
 	p.stop(syscall.SIGTERM)
 }
 

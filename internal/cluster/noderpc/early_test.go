@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/cluster/noderpc"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -47,13 +48,8 @@ func runStream(t *testing.T, ctx context.Context, c *noderpc.Client, id string, 
 // processes are host processes): the node ended it.
 func gone(t *testing.T, what string, pid int) {
 	t.Helper()
-	deadline := time.Now().Add(prompt)
-	for unix.Kill(pid, 0) == nil {
-		if time.Now().After(deadline) {
-			t.Errorf("%s: process %d still runs %v later", what, pid, prompt)
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !testwait.Until(prompt, func() bool { return unix.Kill(pid, 0) != nil }) {
+		t.Errorf("%s: process %d still runs %v later", what, pid, prompt)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -357,19 +358,19 @@ func TestWatch(t *testing.T) {
 	done := make(chan struct{})
 	go func() { e.Watch(ctx); close(done) }()
 	src.Update("n000", func(n *Node) { n.State = StateReady })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		d, err := e.Place(ctx, req1)
-		if err == nil {
-			if d.Node != "n000" {
-				t.Fatalf("placed on %s", d.Node)
-			}
-			break
+	var err error
+	placed := testwait.Until(5*time.Second, func() bool {
+		var d *Decision
+		if d, err = e.Place(ctx, req1); err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the watcher never brought the ready node in: %v", err)
+		if d.Node != "n000" {
+			t.Fatalf("placed on %s", d.Node)
 		}
-		time.Sleep(5 * time.Millisecond)
+		return true
+	})
+	if !placed {
+		t.Fatalf("the watcher never brought the ready node in: %v", err)
 	}
 	cancel()
 	<-done

@@ -17,6 +17,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/dashboard"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -158,10 +159,7 @@ func TestTerminalInteractive(t *testing.T) {
 	if s.event("started") == nil || s.outputFirst {
 		t.Errorf("events %v: want a started event before any output (the echo of the keys)", s.events)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for len(e.node.Resizes()) == 0 && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	testwait.Until(5*time.Second, func() bool { return len(e.node.Resizes()) > 0 })
 	if got := e.node.Resizes(); len(got) != 1 || got[0] != (api.TermSize{Cols: 120, Rows: 40}) {
 		t.Errorf("resizes %v, want exactly the valid one", got)
 	}

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/dsec-dev/dsec/internal/cluster"
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // One embedded etcd member serves every test of the package (each under a
@@ -64,16 +65,12 @@ func testEtcd(t testing.TB) *clientv3.Client {
 			<-done
 			os.RemoveAll(dir)
 		}
-		deadline := time.Now().Add(30 * time.Second)
-		for {
+		testwait.Until(30*time.Second, func() bool {
 			cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 			etcdCli, etcdErr = cluster.Connect(cctx, cluster.ClientConfig{Endpoints: cu})
 			ccancel()
-			if etcdErr == nil || time.Now().After(deadline) {
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
+			return etcdErr == nil
+		})
 	})
 	if etcdErr != nil {
 		t.Fatalf("embedded etcd: %v", etcdErr)

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // span is one read(2) a reader made.
@@ -136,10 +137,7 @@ func loopsOn(root string) []string {
 // mounts, loop devices.
 func checkNothingLeft(t *testing.T, root string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for len(layerdProcs(root)) > 0 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	testwait.Until(5*time.Second, func() bool { return len(layerdProcs(root)) == 0 })
 	if ps := layerdProcs(root); len(ps) > 0 {
 		t.Errorf("layerd processes left: %v", ps)
 		for _, p := range ps {
@@ -313,23 +311,15 @@ func TestHolderKill9(t *testing.T) {
 		t.Fatal(err)
 	}
 	var h1 int
-	for t0 := time.Now(); h1 == 0; time.Sleep(10 * time.Millisecond) {
-		if h1 = HolderPid(root); h1 == 0 && time.Since(t0) > 5*time.Second {
-			t.Fatal("no holder")
-		}
-	}
+	testwait.For(t, 5*time.Second, "a holder", func() bool { h1 = HolderPid(root); return h1 != 0 })
 	if err := syscall.Kill(h1, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	var h2 int
-	for t0 := time.Now(); ; time.Sleep(10 * time.Millisecond) {
-		if h2 = HolderPid(root); h2 != 0 && h2 != h1 {
-			break
-		}
-		if time.Since(t0) > 10*time.Second {
-			t.Fatal("no new holder within 10 s of the kill of the holder")
-		}
-	}
+	testwait.For(t, 10*time.Second, "a new holder after the kill of the holder", func() bool {
+		h2 = HolderPid(root)
+		return h2 != 0 && h2 != h1
+	})
 	// Holder changes since the last save of the state are in the journal.
 	for _, h := range []string{"b", "c"} {
 		if _, err := c.Acquire(ctx, AcquireRequest{Holder: h, Layers: []image.Layer{{Digest: dg, Store: "dir:" + storeDir}}}); err != nil {
@@ -343,14 +333,10 @@ func TestHolderKill9(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for t0 := time.Now(); ; time.Sleep(10 * time.Millisecond) {
-		if p, ok := c.Running(ctx); ok && p != pid {
-			break
-		}
-		if time.Since(t0) > 10*time.Second {
-			t.Fatal("layerd not restarted by the new holder")
-		}
-	}
+	testwait.For(t, 10*time.Second, "layerd restarted by the new holder", func() bool {
+		p, ok := c.Running(ctx)
+		return ok && p != pid
+	})
 	if hs := c.stats(t, dg).Holders; !slices.Equal(slices.Sorted(slices.Values(hs)), []string{"a", "c"}) {
 		t.Fatalf("holders after the takeover: %v, want [a c]", hs)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/image/blob"
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // TestPrefetchList: a node records the order its reader touched chunks; a fresh
@@ -52,7 +53,6 @@ func TestPrefetchList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(20 * time.Second)
 	cached := func() bool {
 		for _, c := range al.Chunks {
 			if !second.cache.Has(chunkKey{dg[7:], c}) {
@@ -61,11 +61,8 @@ func TestPrefetchList(t *testing.T) {
 		}
 		return true
 	}
-	for !cached() {
-		if time.Now().After(deadline) {
-			t.Fatalf("prefetch did not finish: %+v", second.Stats().Layers[0])
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !testwait.Until(20*time.Second, cached) {
+		t.Fatalf("prefetch did not finish: %+v", second.Stats().Layers[0])
 	}
 	before := second.Stats().Layers[0]
 	read(resp.Mounts[0])
