@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/dsec-dev/dsec/internal/netpolicy/netpolicytest"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -59,20 +60,20 @@ func TestDomainRules(t *testing.T) {
 	w.mustRefuse(ns, privL)
 
 	// The TTL (1 s, held at least 5 s) runs out: new connections are refused.
-	deadline := time.Now().Add(15 * time.Second)
-	for {
+	var dialErr error
+	if !testwait.Until(15*time.Second, func() bool {
 		c, err := netpolicytest.Dial(ns, pypiL, time.Second)
 		if err != nil {
-			if !netpolicytest.Refused(err) {
-				t.Fatalf("after the TTL: %v, want a refusal", err)
-			}
-			break
+			dialErr = err
+			return true
 		}
 		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("pypi.org still reachable 15 s after its 1 s record")
-		}
-		time.Sleep(200 * time.Millisecond)
+		return false
+	}) {
+		t.Fatal("pypi.org still reachable 15 s after its 1 s record")
+	}
+	if !netpolicytest.Refused(dialErr) {
+		t.Fatalf("after the TTL: %v, want a refusal", dialErr)
 	}
 	if held := time.Since(start); held < 4*time.Second {
 		t.Fatalf("learned address gone after %v, want at least ~5 s", held)

@@ -9,19 +9,14 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/dsec-dev/dsec/internal/image/registry/registrytest"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // waitFor polls cond until it holds or the deadline passes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	testwait.For(t, 20*time.Second, what, cond)
 }
 
 // A pull stalled mid-blob shows each layer's bytes fetched of its size, the
