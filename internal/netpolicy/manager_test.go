@@ -2,6 +2,7 @@ package netpolicy_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -18,6 +19,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/netpolicy/netpolicytest"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -270,19 +272,15 @@ func udpSink(t *testing.T, h *netpolicytest.Host) *sink {
 // wait returns what arrived once want has (it is sent last), a little later.
 func (s *sink) wait(t *testing.T, want string) []string {
 	t.Helper()
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testwait.For(t, 3*time.Second, fmt.Sprintf("%q to arrive", want), func() bool {
 		s.mu.Lock()
-		ok := slices.Contains(s.msgs, want)
-		s.mu.Unlock()
-		if ok {
-			time.Sleep(100 * time.Millisecond) // a late (refused) message would arrive meanwhile: showing none did is the point
-			s.mu.Lock()
-			defer s.mu.Unlock()
-			return append([]string(nil), s.msgs...)
-		}
-	}
-	t.Fatalf("%q never arrived", want)
-	return nil
+		defer s.mu.Unlock()
+		return slices.Contains(s.msgs, want)
+	})
+	time.Sleep(100 * time.Millisecond) // a late (refused) message would arrive meanwhile: showing none did is the point
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.msgs...)
 }
 
 func TestPolicyChangeAppliesToNewConnections(t *testing.T) {

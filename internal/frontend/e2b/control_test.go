@@ -10,6 +10,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -331,12 +332,7 @@ func TestDeadlinesOutliveTheFrontEnd(t *testing.T) {
 
 func waitFor(t *testing.T, d time.Duration, ok func() bool) {
 	t.Helper()
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
-		if ok() {
-			return
-		}
-	}
-	t.Fatal("condition not met in time")
+	testwait.For(t, d, "condition", ok)
 }
 
 func TestOwnsAndMount(t *testing.T) {
