@@ -36,7 +36,7 @@ if [ "${1:-}" = bench ]; then
   shift
   node bench.mjs "$@" || status=$?
 else
-  if [ $# -eq 0 ]; then set -- lifecycle.test.mjs commands.test.mjs files.test.mjs pty.test.mjs users.test.mjs ports.test.mjs snapshots.test.mjs envd06.test.mjs codeint.test.mjs; fi
+  if [ $# -eq 0 ]; then set -- ./*.test.mjs; fi
   node --test --test-concurrency=1 --test-timeout=120000 "$@" || status=$?
 fi
 # Stop the server here (cleanup only reaps it) and read how it ended.
