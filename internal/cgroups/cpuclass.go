@@ -94,6 +94,26 @@ func (h *Hierarchy) RemoveIdleParent(parent string) error {
 	return fmt.Errorf("remove idle parent of %q: %w", parent, err)
 }
 
+// RemoveParent removes the Hierarchy's own parent directory (WithParent) in
+// every mount, and on v1 its idle parent, once they hold no group: a parent
+// with groups left is kept without an error. A Hierarchy without a parent has
+// nothing to remove.
+func (h *Hierarchy) RemoveParent() error {
+	if h.parent == "" {
+		return nil
+	}
+	if err := h.RemoveIdleParent(""); err != nil {
+		return err
+	}
+	for _, m := range h.mountDirs() {
+		err := h.rmdir(h.base(m))
+		if err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EBUSY) && !errors.Is(err, unix.ENOTEMPTY) {
+			return fmt.Errorf("remove cgroup parent %q: %w", h.parent, err)
+		}
+	}
+	return nil
+}
+
 // IdleCPUDir is the directory whose cpu.idle makes this group best-effort: the
 // idle parent on v1, the group itself on v2.
 func (g *Group) IdleCPUDir() string {

@@ -176,7 +176,7 @@ func New(cfg Config) (*Driver, error) {
 	}
 	claimed := cfg.UIDBase == 0 && !cfg.Unconfined
 	if claimed {
-		base, err := claimUIDRange(cfg.UIDRegistry, cfg.StateDir, processUIDs)
+		base, err := claimUIDRange(cfg.UIDRegistry, cfg.StateDir, processUIDs, releaseRangeCgroups)
 		if err != nil {
 			return nil, err
 		}

@@ -39,8 +39,11 @@ func rangeBase(n int) uint32 { return DefaultUIDBase + uint32(n)*uidStride }
 // claimUIDRange returns the base of stateDir's range in the registry dir,
 // claiming a free one when stateDir holds none; uids lists the uids
 // processes run as (processUIDs). The registry's lock file serializes
-// claims across processes.
-func claimUIDRange(dir, stateDir string, uids func() map[uint32]bool) (uint32, error) {
+// claims across processes. Ranges whose state directory is gone and under
+// whose uids no process runs are released on the way: release (nil for
+// none) removes what the range left on the host (its cgroup parent), and
+// the range's registry file goes when that succeeds.
+func claimUIDRange(dir, stateDir string, uids func() map[uint32]bool, release func(base uint32) error) (uint32, error) {
 	stateDir, err := filepath.Abs(stateDir)
 	if err != nil {
 		return 0, err
@@ -63,6 +66,7 @@ func claimUIDRange(dir, stateDir string, uids func() map[uint32]bool) (uint32, e
 		return 0, fmt.Errorf("microvm: uid registry lock: %w", err)
 	}
 	owners := make([]string, uidRanges)
+	mine := -1
 	for n := range owners {
 		b, err := os.ReadFile(filepath.Join(dir, strconv.Itoa(n)))
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -70,14 +74,14 @@ func claimUIDRange(dir, stateDir string, uids func() map[uint32]bool) (uint32, e
 		}
 		owners[n] = strings.TrimSpace(string(b))
 		if owners[n] == stateDir {
-			return rangeBase(n), nil
+			mine = n
 		}
 	}
 	var running map[uint32]bool
-	for n, owner := range owners {
-		if owner != "" {
+	free := func(n int) bool {
+		if owner := owners[n]; owner != "" {
 			if _, err := os.Stat(owner); err == nil || !errors.Is(err, os.ErrNotExist) {
-				continue
+				return false
 			}
 		}
 		// A range nobody holds may still have VMs running (of a
@@ -86,7 +90,26 @@ func claimUIDRange(dir, stateDir string, uids func() map[uint32]bool) (uint32, e
 		if running == nil {
 			running = uids()
 		}
-		if rangeInUse(running, rangeBase(n)) {
+		return !rangeInUse(running, rangeBase(n))
+	}
+	for n, owner := range owners {
+		if owner == "" || n == mine || !free(n) {
+			continue
+		}
+		if release != nil {
+			if err := release(rangeBase(n)); err != nil {
+				continue // tried again at the next claim
+			}
+		}
+		if err := os.Remove(filepath.Join(dir, strconv.Itoa(n))); err == nil {
+			owners[n] = ""
+		}
+	}
+	if mine >= 0 {
+		return rangeBase(mine), nil
+	}
+	for n := range owners {
+		if !free(n) {
 			continue
 		}
 		p := filepath.Join(dir, strconv.Itoa(n))

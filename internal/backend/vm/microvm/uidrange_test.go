@@ -1,9 +1,17 @@
 package microvm
 
 import (
+	"context"
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/cgroups"
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // TestClaimUIDRange: a state directory keeps its range across claims, two
@@ -22,7 +30,7 @@ func TestClaimUIDRange(t *testing.T) {
 	running := map[uint32]bool{}
 	claim := func(dir string) uint32 {
 		t.Helper()
-		base, err := claimUIDRange(reg, dir, func() map[uint32]bool { return running })
+		base, err := claimUIDRange(reg, dir, func() map[uint32]bool { return running }, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,5 +69,80 @@ func TestClaimUIDRange(t *testing.T) {
 	}
 	if bf := claim(mkdir("f")); bf != ba+5*2*UIDSlots {
 		t.Errorf("claim with range 4 running a process: got %d, want range 5 (%d)", bf, ba+5*2*UIDSlots)
+	}
+}
+
+// TestReleasedRangeCgroupsRemoved: a claim releases the range of a removed
+// state directory under whose uids nothing runs: its VM cgroups and their
+// parent go from every controller, and so does its registry file. A range
+// whose cgroup still holds a process keeps both until it is empty.
+func TestReleasedRangeCgroupsRemoved(t *testing.T) {
+	needVM(t)
+	reg := t.TempDir()
+	const n = uidRanges - 1 // a range no driver of the real registry reaches
+	base := rangeBase(n)
+	h, err := cgroups.Detect("/sys/fs/cgroup", cgroups.WithParent(vmCgroupParent(base)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	g, err := h.Create("vms-sb-gone", cgroups.Limits{PidsMax: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := exec.Command("/bin/sleep", "60")
+	if err := busy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		busy.Process.Kill()
+		busy.Wait()
+		g.Delete(context.Background())
+		h.RemoveParent()
+	}()
+	if err := g.AddProc(busy.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	parentDirs, err := filepath.Glob("/sys/fs/cgroup/*/" + vmCgroupParent(base))
+	if err != nil || len(parentDirs) == 0 {
+		t.Fatalf("the range's cgroup parent is in no controller (%v)", err)
+	}
+	gone := filepath.Join(t.TempDir(), "gone")
+	file := filepath.Join(reg, strconv.Itoa(n))
+	if err := os.WriteFile(file, []byte(gone+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	noneRunning := func() map[uint32]bool { return map[uint32]bool{} }
+	claim := func() {
+		t.Helper()
+		if _, err := claimUIDRange(reg, t.TempDir(), noneRunning, releaseRangeCgroups); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	claim()
+	if _, err := os.Stat(file); err != nil {
+		t.Errorf("the registry file of a range whose cgroup holds process %d was removed: %v", busy.Process.Pid, err)
+	}
+	for _, d := range parentDirs {
+		if _, err := os.Stat(filepath.Join(d, "vms-sb-gone")); err != nil {
+			t.Errorf("a VM cgroup holding process %d was removed: %v", busy.Process.Pid, err)
+		}
+	}
+
+	busy.Process.Kill()
+	busy.Wait()
+	testwait.For(t, 10*time.Second, "the killed process leaves its cgroup", func() bool {
+		procs, err := g.Procs()
+		return err == nil && len(procs) == 0
+	})
+	claim()
+	if _, err := os.Stat(file); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the released range's registry file is still there: %v", err)
+	}
+	for _, d := range parentDirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the released range's cgroup parent %s is still there: %v", d, err)
+		}
 	}
 }

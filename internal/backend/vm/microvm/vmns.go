@@ -138,12 +138,51 @@ func (d *Driver) cgroupsFor() *cgroups.Hierarchy {
 	if !d.confined() {
 		return nil
 	}
-	h, err := cgroups.Detect("/sys/fs/cgroup", cgroups.WithParent(fmt.Sprintf("dsec-vm-%d", d.cfg.UIDBase)))
+	h, err := cgroups.Detect("/sys/fs/cgroup", cgroups.WithParent(vmCgroupParent(d.cfg.UIDBase)))
 	if err != nil {
 		d.log.Warn("microvm: no cgroups for VMs: QEMU runs without memory and pids limits of its own", "err", err)
 		return nil
 	}
 	return h
+}
+
+// vmCgroupParent is the cgroup parent of the VMs of the uid range at base.
+func vmCgroupParent(base uint32) string { return fmt.Sprintf("dsec-vm-%d", base) }
+
+// releaseRangeCgroups removes the cgroups of a released uid range at base
+// (no process runs under its uids): its VMs' empty groups and the parent.
+// A host without cgroups has none to remove.
+func releaseRangeCgroups(base uint32) error {
+	h, err := cgroups.Detect("/sys/fs/cgroup", cgroups.WithParent(vmCgroupParent(base)))
+	if err != nil {
+		return nil
+	}
+	defer h.Close()
+	return removeVMCgroups(h)
+}
+
+// removeVMCgroups deletes h's groups, then h's parent.
+func removeVMCgroups(h *cgroups.Hierarchy) error {
+	names, err := h.List("")
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		g, err := h.Open(name)
+		if err != nil {
+			continue
+		}
+		if procs, err := g.Procs(); err != nil || len(procs) > 0 {
+			return fmt.Errorf("microvm: VM cgroup %s still has processes %v (%v)", name, procs, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err = g.Delete(ctx)
+		cancel()
+		if err != nil {
+			return err
+		}
+	}
+	return h.RemoveParent()
 }
 
 // pruneCgroups removes the driver's VM cgroups that no process is in and
