@@ -232,21 +232,24 @@ func (h *Handler) requestTemplateBuild(w http.ResponseWriter, r *http.Request) {
 		Aliases: []string{alias}, Names: []string{alias}, Tags: tags})
 }
 
-// templateAlias answers GET /templates/aliases/{alias}.
+// templateAlias answers GET /templates/aliases/{alias}: "base" and every
+// environment a create can start from (built as a template or not).
 func (h *Handler) templateAlias(w http.ResponseWriter, r *http.Request) {
 	alias := r.PathValue("alias")
 	if !templateName.MatchString(alias) {
 		h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("invalid template alias %q", alias))
 		return
 	}
-	img, err := h.templateImage(r.Context(), alias)
-	if err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	if img == nil {
-		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("template %q not found", alias))
-		return
+	if alias != baseTemplate {
+		img, err := h.templateImage(r.Context(), alias)
+		if err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+		if img == nil {
+			h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("template %q not found", alias))
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, e2bapi.TemplateAliasResponse{TemplateID: alias, Public: false})
 }
@@ -442,7 +445,7 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 	dockerfile := tr.dockerfile
 	logf(e2bapi.LogLevelInfo, "base", "Building template "+id+" (build "+buildID+")")
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeBuildContext(pw, dockerfile, files)) }()
+	go func() { pw.CloseWithError(writeBuildContext(pw, dockerfile, files, tr.globs)) }()
 	res, err := h.svc.BuildImage(session.WithoutStep(ctx), api.BuildImageRequest{Name: id}, pr)
 	_ = pr.CloseWithError(io.ErrClosedPipe)
 	if err != nil {
@@ -479,7 +482,7 @@ func (h *Handler) defaultImage(ctx context.Context) (string, error) {
 
 // writeBuildContext writes the build context: the Dockerfile, and the files
 // uploaded under each hash in files/HASH/.
-func writeBuildContext(w io.Writer, dockerfile string, files map[string]string) error {
+func writeBuildContext(w io.Writer, dockerfile string, files map[string]string, globs []templateGlob) error {
 	tw := tar.NewWriter(w)
 	now := time.Now()
 	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile)), ModTime: now, Typeflag: tar.TypeReg}); err != nil {
@@ -489,23 +492,49 @@ func writeBuildContext(w io.Writer, dockerfile string, files map[string]string) 
 		return err
 	}
 	for hash, p := range files {
-		if err := addUploaded(tw, "files/"+hash, p); err != nil {
+		dir := "files/" + hash
+		if err := tw.WriteHeader(&tar.Header{Name: dir + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: now}); err != nil {
+			return err
+		}
+		if err := addUploaded(tw, dir, p, func(name string, _ byte) (string, bool) { return dir + "/" + name, true }); err != nil {
+			return err
+		}
+	}
+	for i, g := range globs {
+		dir := "globs/" + strconv.Itoa(i)
+		if err := tw.WriteHeader(&tar.Header{Name: dir + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: now}); err != nil {
+			return err
+		}
+		err := addUploaded(tw, "files/"+g.hash, files[g.hash], func(name string, typ byte) (string, bool) {
+			rel, ok := globMatch(g.pattern, name)
+			if !ok {
+				return "", false
+			}
+			first, rest, inDir := strings.Cut(rel, "/")
+			switch {
+			case inDir:
+				return dir + "/" + rest, true
+			case typ == tar.TypeDir:
+				return "", false // a matching directory: its contents
+			}
+			return dir + "/" + first, true
+		})
+		if err != nil {
 			return err
 		}
 	}
 	return tw.Close()
 }
 
-// addUploaded adds the entries of the uploaded tar p under dir.
-func addUploaded(tw *tar.Writer, dir, p string) error {
+// addUploaded adds the entries of the uploaded tar p that name maps (by
+// their path and type), and the directory dir; hard links point into dir,
+// where every entry of p is.
+func addUploaded(tw *tar.Writer, dir, p string, name func(string, byte) (string, bool)) error {
 	f, err := os.Open(p)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := tw.WriteHeader(&tar.Header{Name: dir + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: time.Now()}); err != nil {
-		return err
-	}
 	tr := tar.NewReader(f)
 	for {
 		hdr, err := tr.Next()
@@ -515,14 +544,18 @@ func addUploaded(tw *tar.Writer, dir, p string) error {
 		if err != nil {
 			return err
 		}
-		name, ok := inside(hdr.Name)
+		rel, ok := inside(hdr.Name)
 		if !ok {
 			return errdefs.Invalid("template files: entry %q is outside the context", hdr.Name)
 		}
-		if name == "" {
+		if rel == "" {
 			continue
 		}
-		hdr.Name = dir + "/" + name
+		to, ok := name(rel, hdr.Typeflag)
+		if !ok {
+			continue
+		}
+		hdr.Name = to
 		if hdr.Typeflag == tar.TypeLink {
 			target, ok := inside(hdr.Linkname)
 			if !ok || target == "" {
@@ -605,6 +638,26 @@ type translatedTemplate struct {
 	what map[int]string
 	// files are the upload hashes the COPY steps read.
 	files []string
+	// globs are the COPY steps whose source is a pattern, by index.
+	globs []templateGlob
+}
+
+// templateGlob is a COPY step's source pattern and the files it reads.
+type templateGlob struct{ hash, pattern string }
+
+// globMatch says where a COPY of pattern puts the uploaded entry name,
+// relative to its destination, as Docker copies a wildcard's matches: a
+// matching file by its base name, a matching directory's contents ("" for
+// the directory itself). ok is false when the entry is not copied.
+func globMatch(pattern, name string) (string, bool) {
+	ps, ns := strings.Split(pattern, "/"), strings.Split(name, "/")
+	if len(ns) < len(ps) {
+		return "", false
+	}
+	if ok, err := path.Match(pattern, strings.Join(ns[:len(ps)], "/")); err != nil || !ok {
+		return "", false
+	}
+	return strings.Join(ns[len(ps)-1:], "/"), true
 }
 
 // describe names a Dockerfile line as the template wrote it.
@@ -758,8 +811,18 @@ func translateTemplate(spec e2bapi.TemplateBuildStartV2, base templateFrom, alia
 				flags += " --chmod=" + args[3]
 			}
 			from := "files/" + *s.FilesHash + "/" + src
-			if src == "." {
+			switch {
+			case src == ".":
 				from = "files/" + *s.FilesHash + "/"
+			case strings.ContainsAny(src, "*?["):
+				// The matches are staged in a directory of their own
+				// (see globMatch), so that links among them are copied
+				// as links, as E2B extracts them.
+				if _, err := path.Match(src, ""); err != nil {
+					return t, bad("source pattern %q: %v", args[0], err)
+				}
+				from = "globs/" + strconv.Itoa(len(t.globs)) + "/"
+				t.globs = append(t.globs, templateGlob{hash: *s.FilesHash, pattern: src})
 			}
 			sd, _ := json.Marshal([]string{from, args[1]})
 			add(n, "copy("+strconv.Quote(args[0])+", "+strconv.Quote(args[1])+")", "COPY"+flags+" "+string(sd))

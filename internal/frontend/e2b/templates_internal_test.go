@@ -1,6 +1,11 @@
 package e2b
 
 import (
+	"archive/tar"
+	"bytes"
+	"maps"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -149,5 +154,73 @@ func TestUploadPaths(t *testing.T) {
 		if _, ok := inside(name); ok {
 			t.Errorf("inside(%q) accepted", name)
 		}
+	}
+}
+
+func TestGlobMatch(t *testing.T) {
+	// COPY folder/* dest: each match's file by name, a directory's contents.
+	for name, want := range map[string]string{
+		"folder/test.txt":   "test.txt",
+		"folder/sub":        "sub",
+		"folder/sub/x.txt":  "sub/x.txt",
+		"folder/sub/y/z":    "sub/y/z",
+		"other/test.txt":    "",
+		"folder":            "",
+		"folderx/test.txt":  "",
+		"folder/.hidden.sh": ".hidden.sh",
+	} {
+		got, ok := globMatch("folder/*", name)
+		if ok != (want != "") || got != want {
+			t.Errorf("globMatch(folder/*, %q) = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+}
+
+func TestWriteBuildContext(t *testing.T) {
+	up := filepath.Join(t.TempDir(), "h.tar")
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Name: "folder/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "folder/test.txt", Typeflag: tar.TypeReg, Mode: 0o644, Size: 2},
+		{Name: "folder/abs.txt", Typeflag: tar.TypeSymlink, Linkname: "/tmp/elsewhere/test.txt"},
+		{Name: "folder/hard.txt", Typeflag: tar.TypeLink, Linkname: "folder/test.txt"},
+		{Name: "folder/sub/x", Typeflag: tar.TypeReg, Mode: 0o600},
+		{Name: "top.txt", Typeflag: tar.TypeReg, Mode: 0o644},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Size > 0 {
+			_, _ = tw.Write([]byte("hi"))
+		}
+	}
+	_ = tw.Close()
+	if err := os.WriteFile(up, buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := writeBuildContext(&out, "FROM x\n", map[string]string{"h": up}, []templateGlob{{hash: "h", pattern: "folder/*"}}); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	tr := tar.NewReader(&out)
+	for {
+		h, err := tr.Next()
+		if err != nil {
+			break
+		}
+		got[h.Name] = string(h.Typeflag) + ">" + h.Linkname
+	}
+	want := map[string]string{
+		"Dockerfile": "0>", "files/h/": "5>", "files/h/folder/": "5>", "files/h/folder/test.txt": "0>",
+		"files/h/folder/abs.txt": "2>/tmp/elsewhere/test.txt", "files/h/folder/hard.txt": "1>files/h/folder/test.txt",
+		"files/h/folder/sub/x": "0>", "files/h/top.txt": "0>",
+		// The matches of folder/*, links kept as links.
+		"globs/0/": "5>", "globs/0/test.txt": "0>", "globs/0/abs.txt": "2>/tmp/elsewhere/test.txt",
+		"globs/0/hard.txt": "1>files/h/folder/test.txt", "globs/0/x": "0>",
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("context:\n%v\nwant\n%v", got, want)
 	}
 }

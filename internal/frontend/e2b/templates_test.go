@@ -247,6 +247,11 @@ func TestTemplateBuildFlow(t *testing.T) {
 	if res, _ := e.call("GET", "/templates/aliases/other", nil); res.StatusCode != http.StatusNotFound {
 		t.Errorf("unknown alias: %d", res.StatusCode)
 	}
+	for _, a := range []string{"base", "plain"} { // a create can start from them
+		if res, b := e.call("GET", "/templates/aliases/"+a, nil); res.StatusCode != http.StatusOK {
+			t.Errorf("alias %s: %d %s", a, res.StatusCode, b)
+		}
+	}
 	// A create of the template starts its start command, checked by its ready command.
 	e.create(map[string]any{"templateID": "my-tpl"})
 	e.fake.mu.Lock()
