@@ -51,6 +51,32 @@ test('build a template from a local base: runCmd, copy, setEnvs, setWorkdir, sta
   assert.match(await run("for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done"), /sleep 600/)
 })
 
+test('setUser, runCmd with a user, copy with an owner; an unknown user fails the build', async () => {
+  const tpl = Template({ fileContextPath: ctxDir })
+    .fromTemplate('debian')
+    .setUser('user')
+    .runCmd('id -un > /home/user/as-default.txt')
+    .runCmd('id -un > /as-root.txt', { user: 'root' })
+    .runCmd('id -un > /home/user/after.txt')
+    .copy('hello.txt', '/home/user/owned.txt', { user: 'user' })
+    .setStartCmd('id -un > /tmp/start-user.txt; exec sleep 600', waitForFile('/tmp/start-user.txt'))
+  const users = `${alias}-users`
+  await Template.build(tpl, users)
+  const sbx = await create({ template: users })
+  const run = async (c) => (await sbx.commands.run(c, { user: 'root' })).stdout
+  assert.equal(await run('cat /home/user/as-default.txt /as-root.txt /home/user/after.txt'), 'user\nroot\nuser\n')
+  assert.equal(await run('stat -c %U /home/user/owned.txt'), 'user\n')
+  // The start command runs as the template's user.
+  assert.equal(await run('cat /tmp/start-user.txt'), 'user\n')
+
+  const bad = Template().fromTemplate('debian').runCmd('whoami', { user: 'root123' })
+  await assert.rejects(Template.build(bad, `${alias}-nouser`), (err) => {
+    assert.ok(err instanceof BuildError, String(err))
+    assert.match(err.message, /root123/)
+    return true
+  })
+})
+
 test('a failing runCmd fails the build with its output', async () => {
   const tpl = Template().fromTemplate('debian').runCmd('echo the-step-output; exit 7')
   const bad = `${alias}-bad`
