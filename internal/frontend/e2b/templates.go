@@ -80,6 +80,7 @@ type templateBuilds struct {
 
 // templateBuild is one build's state.
 type templateBuild struct {
+	created    time.Time
 	templateID string
 	tags       []string
 	started    bool
@@ -130,6 +131,22 @@ func (t *templateBuilds) uploaded(hash string) (string, bool) {
 	p := filepath.Join(dir, hash+".tar")
 	_, err := os.Stat(p)
 	return p, err == nil
+}
+
+// buildRetention is how long a build's state is kept (a build still running
+// is kept until it ends).
+const buildRetention = 24 * time.Hour
+
+// add records a new build and forgets those past buildRetention.
+func (t *templateBuilds) add(buildID string, b *templateBuild) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for id, old := range t.builds {
+		if time.Since(old.created) > buildRetention && old.status != e2bapi.TemplateBuildStatusBuilding {
+			delete(t.builds, id)
+		}
+	}
+	t.builds[buildID] = b
 }
 
 func (t *templateBuilds) get(buildID string) (templateBuild, bool) {
@@ -225,9 +242,7 @@ func (h *Handler) requestTemplateBuild(w http.ResponseWriter, r *http.Request) {
 		tags = []string{"default"}
 	}
 	buildID := newUUID()
-	h.tpl.mu.Lock()
-	h.tpl.builds[buildID] = &templateBuild{templateID: alias, tags: tags, status: e2bapi.TemplateBuildStatusWaiting}
-	h.tpl.mu.Unlock()
+	h.tpl.add(buildID, &templateBuild{created: time.Now(), templateID: alias, tags: tags, status: e2bapi.TemplateBuildStatusWaiting})
 	writeJSON(w, http.StatusAccepted, e2bapi.TemplateRequestResponseV3{TemplateID: alias, BuildID: buildID,
 		Aliases: []string{alias}, Names: []string{alias}, Tags: tags})
 }
