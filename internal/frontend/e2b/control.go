@@ -56,7 +56,7 @@ func (h *Handler) controlRoutes() []route {
 
 // serveControl authenticates and routes a control-plane request.
 func (h *Handler) serveControl(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path != "/health" && !h.authorized(r) {
+	if r.URL.Path != "/health" && !h.authorized(r) && !h.signedUpload(r) {
 		h.writeAPIError(w, r, http.StatusUnauthorized, "missing or invalid API key ("+APIKeyHeader+" carries a dsec token)")
 		return
 	}
@@ -174,6 +174,7 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		}
 		creq := api.CreateSandboxRequest{Image: image, Env: envOf(req.EnvVars), Labels: labels,
 			TTLSeconds: timeout, OnExpiry: expiryOf(action), Network: netPolicy}
+		h.templateStart(r.Context(), &creq)
 		sb, err := h.svc.Create(r.Context(), creq)
 		if err != nil && errdefs.Is(err, api.CodeNotImplemented) && req.AllowInternetAccess == nil && !egressAsked(req.Network) {
 			// Internet access by default (not asked for) on a node or

@@ -85,6 +85,7 @@ type Handler struct {
 	domain  atomic.Pointer[string] // the sandbox domain (Domain)
 	// services are what create starts in a template's sandboxes (codeint.go).
 	services map[string]templateService
+	tpl      *templateBuilds // template builds (templates.go)
 
 	mu      sync.Mutex
 	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
@@ -118,7 +119,8 @@ func New(svc session.Service, opts Options) *Handler {
 	h.domain.Store(&domain)
 	h.ports = h.newPortProxy()
 	h.services = templateServices()
-	for _, rt := range slices.Concat(h.controlRoutes(), h.snapshotRoutes()) {
+	h.tpl = newTemplateBuilds()
+	for _, rt := range slices.Concat(h.controlRoutes(), h.snapshotRoutes(), h.templateRoutes()) {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
 	copts := []connect.HandlerOption{connect.WithReadMaxBytes(opts.MaxMessageBytes)}
@@ -131,9 +133,10 @@ func New(svc session.Service, opts Options) *Handler {
 }
 
 // Close releases the handler; it holds nothing of the sandboxes (their
-// processes, deadlines and watches are their nodes').
+// processes, deadlines and watches are their nodes'), only the template
+// builds it runs and their uploaded files.
 func (h *Handler) Close() error {
-	return nil
+	return h.tpl.close()
 }
 
 // envd route prefixes (served only with the E2b-Sandbox-Id header).

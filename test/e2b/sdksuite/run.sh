@@ -12,6 +12,8 @@
 # server's listener, and NAME.localhost resolving to 127.0.0.1 (localhost-dns.cjs,
 # wildcard DNS for the tests' process).
 #   sh test/e2b/sdksuite/run.sh E2B_GIT_DIR [COMMIT] [vitest filters...]
+# SUITE=templates runs tests/template instead (Template.build against dsec's
+# template builds; vitest.templates.config.mts, offline-templates.txt).
 # COMMIT defaults to b8029973a (main of 2026-08-21, js-sdk 2.45.0, the newest
 # release in the E2B mirror). Results: OUT (default /tmp/dsec-e2b-sdksuite)
 # /offline.json, /live.json, /server.log, and a per-file table on stdout.
@@ -26,7 +28,8 @@ WORK=$(mktemp -d /tmp/dsec-e2b-sdk.XXXXXX)
 mkdir -p "$OUT"
 git --git-dir="$GITDIR" archive "$COMMIT" packages/js-sdk | tar -x -C "$WORK"
 SDK=$WORK/packages/js-sdk
-cp "$HERE/vitest.config.mts" "$SDK/vitest.dsec.config.mts"
+SFX=${SUITE:+-$SUITE}
+cp "$HERE/vitest${SUITE:+.$SUITE}.config.mts" "$SDK/vitest.dsec.config.mts"
 # Only what the unit project needs: the browser, template-build and worker
 # runtimes are not run.
 (cd "$SDK" && node -e '
@@ -36,7 +39,7 @@ p.devDependencies = Object.fromEntries(Object.entries(p.devDependencies).filter(
 delete p.scripts.prepublishOnly;
 fs.writeFileSync("package.json", JSON.stringify(p, null, 2));' &&
   npm install --no-audit --no-fund --loglevel=error >/dev/null)
-OFFLINE=$(grep -v '^#' "$HERE/offline.txt")
+OFFLINE=$(grep -v '^#' "$HERE/offline$SFX.txt")
 PORT=${PORT:-$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
 TLSPORT=$((PORT + 1))
 TOKEN=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n') # the SDK wants e2b_ + hex
