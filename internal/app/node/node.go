@@ -453,9 +453,6 @@ func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 	svc, nsvc := d.services()
 	d.nodeSvc = nsvc
 	opts := v1.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true, KeepAlive: d.cfg.KeepAlive}
-	if d.puller != nil {
-		opts.Pulls = d.puller
-	}
 	d.Server = v1.New(svc, opts)
 	d.E2B = e2b.New(svc, e2b.Options{Authorize: auth.NewToken(d.Token).Match, Secret: []byte(d.Token), Logger: d.cfg.Logger,
 		Domain: d.cfg.E2BDomain})

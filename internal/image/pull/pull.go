@@ -524,6 +524,35 @@ func (p *Puller) PullRef(ctx context.Context, ref string) (image.Image, error) {
 	return r.Image, err
 }
 
+// Has implements images.RefPuller: the node's records name an image for ref
+// (a digest reference: that digest; a tag: what it last resolved to here).
+func (p *Puller) Has(ref string) bool {
+	r, err := registry.Parse(ref)
+	if err != nil {
+		return false
+	}
+	dg := ""
+	if d, ok := r.(name.Digest); ok {
+		dg = d.DigestStr()
+	} else {
+		norm := registry.Normalized(r)
+		refs, err := p.Refs()
+		if err != nil {
+			return false
+		}
+		for _, rr := range refs {
+			if rr.Ref == norm {
+				dg = rr.Digest
+			}
+		}
+	}
+	if dg == "" {
+		return false
+	}
+	_, err = os.Stat(p.imagePath(dg))
+	return err == nil
+}
+
 // PulledRefs implements images.RefPuller: each pulled reference (named as
 // normalised) with the image it last resolved to.
 func (p *Puller) PulledRefs() ([]image.Image, error) {
