@@ -22,6 +22,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/image/pull/pulltest"
 	"github.com/dsec-dev/dsec/internal/image/registry/registrytest"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -118,5 +119,61 @@ func TestImagePullsAcrossNodes(t *testing.T) {
 	var ae *api.Error
 	if pr, err := pc.cl.PullProgress(ctx, ref); !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
 		t.Fatalf("progress after the pull: %+v %v, want not_found", pr, err)
+	}
+}
+
+// A create with wait false through an API server answers at once in state
+// pulling; GET through the API server shows the node's pull; a delete
+// while it pulls stops it. A reference the registry does not have ends in
+// state failed with not_found.
+func TestCreateWithoutWaitThroughAPIServer(t *testing.T) {
+	ctx := t.Context()
+	reg := registrytest.Start(t, "alice", "pw")
+	pc := newPullCluster(t, reg, "a")
+	ref := reg.Host + "/cluster/nowait:1"
+	reg.Push(t, "cluster/nowait:1", registrytest.Image(t, v1reg.Config{}, randomLayer(t, 9, 128<<10)))
+	const stallAt = 16 << 10
+	reg.Stall(stallAt)
+	t.Cleanup(reg.Resume)
+	noWait := false
+
+	sb, err := pc.cl.Create(ctx, api.CreateSandboxRequest{Backend: mock.Name, Image: ref, Wait: &noWait})
+	if err != nil || sb.State != api.StatePulling {
+		t.Fatalf("create %+v %v, want state pulling", sb, err)
+	}
+	testwait.For(t, 20*time.Second, "GET to show the stalled pull", func() bool {
+		got, err := pc.cl.Get(ctx, sb.ID)
+		return err == nil && got.State == api.StatePulling && got.Pull != nil && got.Pull.FetchedBytes == stallAt
+	})
+	if err := pc.cl.Delete(ctx, sb.ID); err != nil {
+		t.Fatalf("delete while pulling: %v", err)
+	}
+	var ae *api.Error
+	if _, err := pc.cl.Get(ctx, sb.ID); !errors.As(err, &ae) || ae.Code != api.CodeNotFound {
+		t.Fatalf("GET after delete: %v, want not_found", err)
+	}
+	reg.Resume()
+	// The fetch went on for the node's cache.
+	testwait.For(t, 20*time.Second, "the fetch to end", func() bool { return pc.pullers["a"].Has(ref) })
+
+	missing := reg.Host + "/cluster/missing:1"
+	sb, err = pc.cl.Create(ctx, api.CreateSandboxRequest{Backend: mock.Name, Image: missing, Wait: &noWait})
+	if err != nil || sb.State != api.StatePulling {
+		t.Fatalf("create of a missing reference %+v %v, want state pulling", sb, err)
+	}
+	var got api.Sandbox
+	testwait.For(t, 20*time.Second, "the create to fail", func() bool {
+		got, err = pc.cl.Get(ctx, sb.ID)
+		return err == nil && got.State == api.StateFailed
+	})
+	if got.Error == nil || got.Error.Code != api.CodeNotFound {
+		t.Fatalf("failed sandbox %+v (error %+v), want not_found", got, got.Error)
+	}
+	list, err := pc.cl.List(ctx)
+	if err != nil || len(list) != 1 || list[0].ID != sb.ID || list[0].State != api.StateFailed {
+		t.Fatalf("list through the API server %+v %v, want the failed sandbox", list, err)
+	}
+	if err := pc.cl.Delete(ctx, sb.ID); err != nil {
+		t.Fatal(err)
 	}
 }
