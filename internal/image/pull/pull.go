@@ -70,6 +70,10 @@ type Puller struct {
 	Grace time.Duration
 	// InUse says which sandboxes use which image digest (nil: none do).
 	InUse InUseFunc
+	// Claims, when the node shares Blobs with other nodes (a cluster), makes
+	// each layer fetched from a registry by one node only (nil: this node
+	// fetches what it lacks).
+	Claims LayerClaims
 
 	flights singleflight.Group
 	refsMu  sync.Mutex
@@ -289,7 +293,7 @@ func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (image.L
 			p.prog.layerPhase(dg.String(), api.PullDone)
 			return el, nil
 		}
-		el, err := p.convert(context.WithoutCancel(ctx), l, dg, diffID)
+		el, err := p.convertOnce(context.WithoutCancel(ctx), l, dg, diffID)
 		if err == nil {
 			p.prog.layerPhase(dg.String(), api.PullDone)
 		}
@@ -299,6 +303,38 @@ func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (image.L
 		return image.Layer{}, err
 	}
 	return v.(image.Layer), nil
+}
+
+// convertOnce is convert, unless another node sharing the blob store
+// converted l (or is converting it: then it waits for that node).
+func (p *Puller) convertOnce(ctx context.Context, l v1.Layer, dg, diffID v1.Hash) (image.Layer, error) {
+	if p.Claims == nil {
+		return p.convert(ctx, l, dg, diffID)
+	}
+	have := func(el image.Layer) bool {
+		_, err := p.Blobs.Stat(ctx, el.Digest)
+		return err == nil
+	}
+	got, done, err := p.Claims.Claim(ctx, dg.String(), have)
+	if err != nil {
+		return image.Layer{}, err
+	}
+	if got != nil {
+		if err := p.writeLayer(dg.String(), *got); err != nil {
+			return image.Layer{}, err
+		}
+		p.log().Debug("layer converted by another node", "digest", dg.String(), "erofs", got.Digest)
+		return *got, nil
+	}
+	el, err := p.convert(ctx, l, dg, diffID)
+	made := &el
+	if err != nil {
+		made = nil
+	}
+	if rerr := done(made); rerr != nil {
+		p.log().Warn("layer claim", "digest", dg.String(), "err", rerr)
+	}
+	return el, err
 }
 
 // convert fetches l into a temporary file, verifies it against its digest
