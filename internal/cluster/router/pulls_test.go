@@ -18,6 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/cluster/noderpc/noderpctest"
 	"github.com/dsec-dev/dsec/internal/cluster/placement"
 	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
+	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/image/pull"
 	"github.com/dsec-dev/dsec/internal/image/pull/pulltest"
 	"github.com/dsec-dev/dsec/internal/image/registry/registrytest"
@@ -37,13 +38,25 @@ type pullCluster struct {
 
 func newPullCluster(t *testing.T, reg *registrytest.Registry, names ...string) *pullCluster {
 	t.Helper()
+	return newPullClusterWith(t, reg, nil, names...)
+}
+
+// newPullClusterWith is newPullCluster with each node's puller and image
+// store changed by edit.
+func newPullClusterWith(t *testing.T, reg *registrytest.Registry, edit func(name string, p *pull.Puller, s *image.Store), names ...string) *pullCluster {
+	t.Helper()
 	secret := []byte("0123456789abcdef0123456789abcdef")
 	pc := &pullCluster{pullers: map[string]*pull.Puller{}}
 	view := &fakeView{nodes: map[string]cluster.NodeStatus{}}
 	for _, name := range names {
 		p := pulltest.New(t, reg, "alice", "pw")
 		pc.pullers[name] = p
-		mgr := agenttest.New(t, agenttest.Options{Node: name, Config: func(c *agent.Config) { c.Images.Refs = p }})
+		mgr := agenttest.New(t, agenttest.Options{Node: name, Config: func(c *agent.Config) {
+			c.Images.Refs = p
+			if edit != nil {
+				edit(name, p, c.Images)
+			}
+		}})
 		url, _ := noderpctest.Serve(t, mgr, noderpc.HandlerOptions{Secret: secret})
 		view.nodes[name] = cluster.NodeStatus{State: placement.StateReady, NodeRecord: cluster.NodeRecord{Name: name, Addr: url,
 			Backends: []string{mock.Name}, Capacity: placement.Resources{Sandboxes: 100}}}

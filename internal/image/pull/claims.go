@@ -2,6 +2,8 @@ package pull
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 	"time"
@@ -30,7 +32,22 @@ type LayerClaims interface {
 	Claim(ctx context.Context, dg string, have func(image.Layer) bool) (el *image.Layer, done func(*image.Layer) error, err error)
 }
 
-// EtcdClaims keeps the claims in etcd, under Prefix (default "/dsec/"):
+// ClaimsPrefix is the etcd prefix of the claims of the nodes sharing blob
+// store spec, under the cluster's prefix ("" = "/dsec/"): nodes with
+// another store never wait for these.
+func ClaimsPrefix(cluster, spec string) string {
+	if cluster == "" {
+		cluster = "/dsec/"
+	}
+	if !strings.HasSuffix(cluster, "/") {
+		cluster += "/"
+	}
+	sum := sha256.Sum256([]byte(spec))
+	return cluster + "layerclaims/" + hex.EncodeToString(sum[:8]) + "/"
+}
+
+// EtcdClaims keeps the claims in etcd, under Prefix (default "/dsec/";
+// ClaimsPrefix scopes them to one blob store):
 //
 //	pulling/DIGEST  the node fetching OCI layer DIGEST, under a lease kept
 //	                alive while it fetches (a node that dies loses it within
