@@ -163,6 +163,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := m.adopt(ctx); err != nil {
 		return nil, err
 	}
+	m.resumePulling(ctx)
 	m.gcForks()
 	m.wg.Add(1)
 	go m.expiryLoop()

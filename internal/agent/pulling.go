@@ -2,11 +2,16 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -17,7 +22,9 @@ import (
 // (state running), or the placeholder stays with the error (state failed)
 // until it is deleted. Deleting a placeholder stops its create; the fetch
 // goes on for other creates of the image (and leaves the image on the node).
-// Placeholders live in memory: an agent that restarts forgets them.
+// Each placeholder has a record (DATA_DIR/creating/ID.json: the request, and
+// the error once failed): an agent that restarts takes up the creates it had
+// not finished, under the same IDs, and keeps the failed ones.
 
 // pulling is one create in flight behind a placeholder.
 type pulling struct {
@@ -61,10 +68,130 @@ func (m *Manager) createPulling(ctx context.Context, req api.CreateSandboxReques
 	}
 	m.pulls[p.id] = p
 	m.mu.Unlock()
-	m.wg.Add(1)
-	go m.finishPulling(bg, p, adm[0])
+	if err := m.savePulling(p); err != nil {
+		m.mu.Lock()
+		delete(m.pulls, p.id)
+		if req.RequestID != "" {
+			delete(m.byRequest, req.RequestID)
+		}
+		m.mu.Unlock()
+		cancel()
+		adm[0].release()
+		return api.Sandbox{}, err
+	}
+	m.goPulling(bg, p, adm[0])
 	m.log.DebugContext(ctx, "creating sandbox while its image is fetched", "id", p.id, "image", req.Image)
 	return m.pullingView(p), nil
+}
+
+func (m *Manager) goPulling(ctx context.Context, p *pulling, adm *admission) {
+	m.wg.Add(1)
+	go m.finishPulling(ctx, p, adm)
+}
+
+// pullingRecord is a placeholder's record.
+type pullingRecord struct {
+	ID      string                   `json:"id"`
+	Request api.CreateSandboxRequest `json:"request"`
+	Created time.Time                `json:"created"`
+	Error   *api.Error               `json:"error,omitempty"`
+}
+
+func (m *Manager) creatingDir() string { return paths.New(m.cfg.DataDir).Creating() }
+
+func (m *Manager) savePulling(p *pulling) error {
+	rec := pullingRecord{ID: p.id, Request: p.req, Created: p.created}
+	p.mu.Lock()
+	if p.err != nil {
+		rec.Error = errdefs.ToAPI(p.err)
+	}
+	p.mu.Unlock()
+	if err := os.MkdirAll(m.creatingDir(), 0o700); err != nil {
+		return errdefs.Internal(err, "record of sandbox %s", p.id)
+	}
+	if err := writeRecordFile(m.creatingDir(), p.id, rec); err != nil {
+		return errdefs.Internal(err, "record of sandbox %s", p.id)
+	}
+	return nil
+}
+
+func (m *Manager) removePulling(id string) {
+	if err := removeRecord(m.creatingDir(), id); err != nil {
+		m.log.Warn("remove the record of a create", "id", id, "err", err)
+	}
+}
+
+// resumePulling takes up the creates a previous agent answered before their
+// image was on the node (after adopt: a create that made its sandbox just
+// before the agent stopped is done).
+func (m *Manager) resumePulling(ctx context.Context) {
+	ents, err := os.ReadDir(m.creatingDir())
+	if err != nil {
+		if !os.IsNotExist(err) {
+			m.log.Warn("records of creates in flight", "err", err)
+		}
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		path := filepath.Join(m.creatingDir(), name)
+		if strings.HasPrefix(name, ".") {
+			_ = os.Remove(path) // a write interrupted by a crash
+			continue
+		}
+		var rec pullingRecord
+		b, err := os.ReadFile(path)
+		if err == nil {
+			err = json.Unmarshal(b, &rec)
+		}
+		if err != nil || rec.ID+".json" != name {
+			m.log.Error("unreadable record of a create in flight; removing it", "file", path, "err", err)
+			_ = os.Remove(path)
+			continue
+		}
+		m.mu.RLock()
+		made := m.sandboxes[rec.ID] != nil
+		m.mu.RUnlock()
+		if made {
+			m.removePulling(rec.ID)
+			continue
+		}
+		bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		p := &pulling{id: rec.ID, req: rec.Request, created: rec.Created, cancel: cancel, done: make(chan struct{})}
+		var adm []*admission
+		if rec.Error != nil {
+			p.err = errdefs.New(rec.Error.Code, "%s", rec.Error.Message)
+		} else if adm, err = m.admit(1); err != nil {
+			p.err = err
+			if err := m.savePulling(p); err != nil {
+				m.log.Warn("record of a create in flight", "id", p.id, "err", err)
+			}
+		}
+		if p.err != nil {
+			cancel()
+			close(p.done)
+		}
+		m.mu.Lock()
+		if rec.Request.RequestID != "" {
+			m.byRequest[rec.Request.RequestID] = donePending(rec.ID)
+		}
+		m.pulls[rec.ID] = p
+		m.mu.Unlock()
+		if p.err == nil {
+			m.log.Info("taking up a create whose image was being fetched", "id", rec.ID, "image", rec.Request.Image)
+			m.goPulling(bg, p, adm[0])
+		}
+	}
+}
+
+// stopping reports whether the agent is closing.
+func (m *Manager) stopping() bool {
+	select {
+	case <-m.stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // finishPulling fetches p's image and starts its sandbox; on failure p
@@ -74,6 +201,11 @@ func (m *Manager) finishPulling(ctx context.Context, p *pulling, adm *admission)
 	defer p.cancel()
 	defer adm.release()
 	sb, err := m.createPulled(ctx, p, adm)
+	if err != nil && m.stopping() {
+		// Stopped by Close: the record stays, the next agent takes it up.
+		close(p.done)
+		return
+	}
 	m.mu.Lock()
 	if err != nil {
 		p.mu.Lock()
@@ -84,6 +216,13 @@ func (m *Manager) finishPulling(ctx context.Context, p *pulling, adm *admission)
 		delete(m.pulls, p.id)
 	}
 	m.mu.Unlock()
+	if err != nil {
+		if serr := m.savePulling(p); serr != nil {
+			m.log.Warn("record of a failed create", "id", p.id, "err", serr)
+		}
+	} else {
+		m.removePulling(p.id)
+	}
 	close(p.done)
 	if err != nil {
 		m.log.InfoContext(ctx, "create failed while its image was fetched", "id", p.id, "image", p.req.Image, "err", err)
@@ -173,6 +312,7 @@ func (m *Manager) deletePulling(ctx context.Context, p *pulling) error {
 		delete(m.byRequest, p.req.RequestID)
 	}
 	m.mu.Unlock()
+	m.removePulling(p.id)
 	if made {
 		return m.Delete(ctx, p.id)
 	}

@@ -238,3 +238,51 @@ func TestMockDeleteWhilePulling(t *testing.T) {
 		t.Fatalf("second delete: %v, want not_found", err)
 	}
 }
+
+// An agent that restarts takes up the creates it had answered in state
+// pulling, under the same IDs (the fetch starts again), and keeps the ones
+// that had failed.
+func TestMockPullingSurvivesRestart(t *testing.T) {
+	e := newMockEnv(t)
+	g := newGatedPuller(t)
+	e.store.Refs = g
+	m := e.open(t)
+	const ref, missing = "registry.test/tasks/restart:1", "registry.test/tasks/missing:1"
+	sb, err := m.Create(ctxT(t), api.CreateSandboxRequest{Image: ref, Wait: noWait(), RequestID: "keep"})
+	if err != nil || sb.State != api.StatePulling {
+		t.Fatalf("create %+v %v, want pulling", sb, err)
+	}
+	bad, err := m.Create(ctxT(t), api.CreateSandboxRequest{Image: missing, Wait: noWait()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.finish(missing, errdefs.NotFound("manifest unknown: %s", missing))
+	testwait.For(t, 10*time.Second, "the missing image's create to fail", func() bool { return state(t, m, bad.ID).State == api.StateFailed })
+	m.Close()
+
+	m2 := e.open(t)
+	if got := state(t, m2, sb.ID); got.State != api.StatePulling || got.Image != ref {
+		t.Fatalf("after the restart %+v, want the create still pulling %s", got, ref)
+	}
+	if got := state(t, m2, bad.ID); got.State != api.StateFailed || got.Error == nil || got.Error.Code != api.CodeNotFound {
+		t.Fatalf("failed create after the restart %+v (error %+v), want failed, not_found", got, got.Error)
+	}
+	if again, err := m2.Create(ctxT(t), api.CreateSandboxRequest{Image: ref, Wait: noWait(), RequestID: "keep"}); err != nil || again.ID != sb.ID {
+		t.Fatalf("retry with the request ID after the restart: %+v %v, want %s", again, err, sb.ID)
+	}
+	testwait.For(t, 10*time.Second, "the restarted agent's pull", func() bool { return g.waiting(ref) == 1 })
+	g.finish(ref, nil)
+	testwait.For(t, 10*time.Second, "the sandbox to run", func() bool { return state(t, m2, sb.ID).State == api.StateRunning })
+	if res := execOK(t, m2, sb.ID, api.ExecRequest{Shell: "echo up"}); res.Stdout != "up\n" {
+		t.Fatalf("exec: %+v", res)
+	}
+	if err := m2.Delete(ctxT(t), bad.ID); err != nil {
+		t.Fatal(err)
+	}
+	m2.Close()
+	m3 := e.open(t)
+	list, err := m3.List(ctxT(t))
+	if err != nil || len(list) != 1 || list[0].ID != sb.ID || list[0].State != api.StateRunning {
+		t.Fatalf("after a second restart %+v %v, want only %s running", list, err, sb.ID)
+	}
+}
