@@ -22,7 +22,7 @@ func createCmd() *cobra.Command {
 	var env, constraints []string
 	var netf networkFlags
 	var userns bool
-	var ksm bool
+	var ksm, noWait bool
 	var start startFlags
 	var count, parallel int
 	var labels []string
@@ -68,6 +68,9 @@ func createCmd() *cobra.Command {
 			if err := start.apply(cmd, &req); err != nil {
 				return err
 			}
+			if noWait {
+				req.Wait = new(bool) // false
+			}
 			cl, err := client.FromEnv()
 			if err != nil {
 				return err
@@ -76,7 +79,7 @@ func createCmd() *cobra.Command {
 				return createMany(cmd.Context(), cl, req, count, parallel, os.Stdout, os.Stderr)
 			}
 			stop := func() {}
-			if isReference(req.Image) {
+			if isReference(req.Image) && !noWait {
 				// The server may fetch it first: show how far that got.
 				stop = progress.WatchPull(cmd.Context(), os.Stderr, req.Image, cl.WatchPull)
 			}
@@ -108,6 +111,7 @@ func createCmd() *cobra.Command {
 	f.StringArrayVarP(&labels, "label", "l", nil, "KEY=VALUE label of the sandbox (repeatable)")
 	f.IntVarP(&count, "count", "n", 1, "create this many sandboxes (one ID per line; a progress bar on a terminal)")
 	f.IntVar(&parallel, "parallel", 1, "with --count: creates in flight at once")
+	f.BoolVar(&noWait, "no-wait", false, "answer at once while the server fetches an image by reference (state pulling; dsec ls shows how far, then running or failed)")
 	start.add(c)
 	return c
 }
@@ -148,8 +152,15 @@ func (s *startFlags) apply(cmd *cobra.Command, req *api.CreateSandboxRequest) er
 }
 
 // stateOf is a sandbox's STATE column: its state, and its start command's
-// when that is not done and well.
+// when that is not done and well; a pull's bytes fetched, a failed
+// create's error code.
 func stateOf(s api.Sandbox) string {
+	if s.Pull != nil && s.Pull.TotalBytes > 0 {
+		return fmt.Sprintf("%s (%d%%)", s.State, s.Pull.FetchedBytes*100/s.Pull.TotalBytes)
+	}
+	if s.Error != nil {
+		return fmt.Sprintf("%s (%s)", s.State, s.Error.Code)
+	}
 	if s.Start != nil && (s.Start.State == api.StartFailed || s.Start.State == api.StartStarting) {
 		return s.State + " (start " + s.Start.State + ")"
 	}

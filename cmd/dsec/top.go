@@ -206,7 +206,7 @@ func renderTop(w io.Writer, t api.Top, pulls []api.PullProgress) {
 	}
 	fmt.Fprintf(w, "\nimage pulls: %d\n\n", len(pulls))
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PULL\tPHASE\tLAYERS DONE\tFETCHED")
+	fmt.Fprintln(tw, "PULL\tNODE\tPHASE\tLAYERS DONE\tFETCHED")
 	for _, p := range pulls {
 		done := 0
 		for _, l := range p.Layers {
@@ -214,7 +214,7 @@ func renderTop(w io.Writer, t api.Top, pulls []api.PullProgress) {
 				done++
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d\t%s / %s\n", p.Ref, p.Phase, done, len(p.Layers), progress.Bytes(p.FetchedBytes), progress.Bytes(p.TotalBytes))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s / %s\n", p.Ref, p.Node, p.Phase, done, len(p.Layers), progress.Bytes(p.FetchedBytes), progress.Bytes(p.TotalBytes))
 	}
 	tw.Flush()
 }

@@ -171,8 +171,8 @@ func TestTopLiveQuits(t *testing.T) {
 	}
 }
 
-// TestTopShowsPulls: the image pulls in flight get rows of their own (none:
-// no section).
+// TestTopShowsPulls: the image pulls in flight get rows of their own, with
+// their node (none: no section).
 func TestTopShowsPulls(t *testing.T) {
 	var none bytes.Buffer
 	renderTop(&none, api.Top{SortBy: "cpu"}, nil)
@@ -180,9 +180,9 @@ func TestTopShowsPulls(t *testing.T) {
 		t.Fatalf("a pull section with no pulls:\n%s", none.String())
 	}
 	var out bytes.Buffer
-	renderTop(&out, api.Top{SortBy: "cpu"}, []api.PullProgress{{Ref: "docker.io/library/python:3.12", Phase: api.PullFetching,
+	renderTop(&out, api.Top{SortBy: "cpu"}, []api.PullProgress{{Ref: "docker.io/library/python:3.12", Node: "n2", Phase: api.PullFetching,
 		FetchedBytes: 3 << 20, TotalBytes: 12 << 20, Layers: []api.LayerProgress{{Phase: api.PullDone}, {Phase: api.PullFetching}}}})
-	for _, want := range []string{"image pulls: 1", "PULL", "docker.io/library/python:3.12  fetching  1/2", "3.0 MiB / 12.0 MiB"} {
+	for _, want := range []string{"image pulls: 1", "PULL", "docker.io/library/python:3.12  n2    fetching  1/2", "3.0 MiB / 12.0 MiB"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

@@ -61,6 +61,16 @@ func (m *Manager) layerUsage(ctx context.Context) map[string]image.LayerUsage {
 	return u
 }
 
+// ImagePulls implements session.Images: the node's pulls in flight (ref
+// set: only ref's), each naming this node.
+func (m *Manager) ImagePulls(ctx context.Context, ref string) ([]api.PullProgress, error) {
+	out, err := m.cfg.Images.Pulls(ref)
+	for i := range out {
+		out[i].Node = m.cfg.Node
+	}
+	return out, err
+}
+
 // ImageInUse reports whether a sandbox of m runs on image name (an
 // environment store asks it before removing name).
 func (m *Manager) ImageInUse(name string) bool {

@@ -98,6 +98,7 @@ type Manager struct {
 	admitting int                 // places reserved by creates in flight (admission.go)
 	byRequest map[string]*pending // request ID → create in flight or done
 	forking   map[string]int      // fork snapshot dir → forks still creating children (fork.go)
+	pulls     map[string]*pulling // placeholders of creates fetching their image (pulling.go)
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -152,6 +153,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		sandboxes: map[string]*sandbox{},
 		byRequest: map[string]*pending{},
 		forking:   map[string]int{},
+		pulls:     map[string]*pulling{},
 		stop:      make(chan struct{}),
 	}
 	m.newID = func() string { return session.NewID(cfg.Node) }
@@ -161,6 +163,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := m.adopt(ctx); err != nil {
 		return nil, err
 	}
+	m.resumePulling(ctx)
 	m.gcForks()
 	m.wg.Add(1)
 	go m.expiryLoop()
@@ -260,6 +263,7 @@ func (m *Manager) Close() error {
 	default:
 		close(m.stop)
 	}
+	m.stopPulling()
 	m.wg.Wait()
 	for _, sb := range m.all() {
 		sb.detachProcs()
@@ -268,12 +272,18 @@ func (m *Manager) Close() error {
 	return nil
 }
 
-// DeleteAll destroys every sandbox (tests, benchmarks, `dsec server --cleanup`).
+// DeleteAll destroys every sandbox, and stops the creates still fetching
+// their image (tests, benchmarks, `dsec server --cleanup`).
 func (m *Manager) DeleteAll(ctx context.Context) error {
 	m.mu.RLock()
-	ids := make([]string, 0, len(m.sandboxes))
+	ids := make([]string, 0, len(m.sandboxes)+len(m.pulls))
 	for id := range m.sandboxes {
 		ids = append(ids, id)
+	}
+	for id := range m.pulls {
+		if m.sandboxes[id] == nil {
+			ids = append(ids, id)
+		}
 	}
 	m.mu.RUnlock()
 	var errs []error
@@ -343,8 +353,11 @@ const Version = "0.1.0"
 
 func (m *Manager) get(id string) (*sandbox, error) {
 	m.mu.RLock()
-	sb := m.sandboxes[id]
+	sb, p := m.sandboxes[id], m.pulls[id]
 	m.mu.RUnlock()
+	if sb == nil && p != nil {
+		return nil, pullingErr(p)
+	}
 	if sb == nil {
 		return nil, errdefs.NotFound("sandbox %q not found", id)
 	}
@@ -377,12 +390,22 @@ func (m *Manager) List(ctx context.Context) ([]api.Sandbox, error) {
 	for _, sb := range all {
 		out = append(out, sb.view())
 	}
+	out = append(out, m.pullingViews()...)
 	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
 	return out, nil
 }
 
 // Get implements session.Service.
 func (m *Manager) Get(ctx context.Context, id string) (api.Sandbox, error) {
+	if p := m.pullingOf(id); p != nil {
+		m.mu.RLock()
+		sb := m.sandboxes[id]
+		m.mu.RUnlock()
+		if sb != nil { // made a moment ago
+			return sb.view(), nil
+		}
+		return m.pullingView(p), nil
+	}
 	sb, err := m.get(id)
 	if err != nil {
 		return api.Sandbox{}, err

@@ -79,15 +79,21 @@ type procRecord struct {
 // sandboxes too), and an fsync per create would cost milliseconds.
 func saveRecord(dir string, r *record) error {
 	r.Version = datafmt.Record
-	b, err := json.Marshal(r)
+	return writeRecordFile(dir, r.ID, r)
+}
+
+// writeRecordFile writes v as dir/ID.json (owner-only), atomically: a
+// temporary name renamed, so a crash leaves the old record or the new one.
+func writeRecordFile(dir, id string, v any) error {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "."+r.ID+".tmp")
+	tmp := filepath.Join(dir, "."+id+".tmp")
 	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return err
 	}
-	return os.Rename(tmp, filepath.Join(dir, r.ID+".json"))
+	return os.Rename(tmp, filepath.Join(dir, id+".json"))
 }
 
 func removeRecord(dir, id string) error {

@@ -143,7 +143,13 @@ func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api
 		return api.Sandbox{}, err
 	}
 	ctx, end := m.span(ctx, "agent.create", req.Backend)
-	sb, err := m.createIdempotent(ctx, req)
+	var sb api.Sandbox
+	var err error
+	if m.needsPull(req) {
+		sb, err = m.createPulling(ctx, req)
+	} else {
+		sb, err = m.createIdempotent(ctx, req)
+	}
 	end(err)
 	return sb, err
 }
@@ -171,15 +177,7 @@ func (m *Manager) createIdempotent(ctx context.Context, req api.CreateSandboxReq
 	}
 	m.mu.Unlock()
 	if seen {
-		select {
-		case <-p.done:
-		case <-ctx.Done():
-			return api.Sandbox{}, errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for the create with request_id %q", req.RequestID)
-		}
-		if p.err != nil {
-			return api.Sandbox{}, p.err
-		}
-		return m.Get(ctx, p.id)
+		return m.awaitRequest(ctx, req.RequestID, p)
 	}
 	sb, err := m.create(ctx, req)
 	if err == nil {
@@ -204,6 +202,20 @@ func (m *Manager) createIdempotent(ctx context.Context, req api.CreateSandboxReq
 	return sb.view(), nil
 }
 
+// awaitRequest answers a create whose request ID p's create took: the
+// sandbox it made, once it is made.
+func (m *Manager) awaitRequest(ctx context.Context, requestID string, p *pending) (api.Sandbox, error) {
+	select {
+	case <-p.done:
+	case <-ctx.Done():
+		return api.Sandbox{}, errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for the create with request_id %q", requestID)
+	}
+	if p.err != nil {
+		return api.Sandbox{}, p.err
+	}
+	return m.Get(ctx, p.id)
+}
+
 func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sandbox, error) {
 	// Admission first: a create over the limit costs no image lookup either.
 	adm, err := m.admit(1)
@@ -225,13 +237,17 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 // of img's (a fork's snapshot of its parent's writable layer).
 // adm is the place admission reserved for it; nil: createOn admits it itself.
 func (m *Manager) createOn(ctx context.Context, req api.CreateSandboxRequest, img image.Image, top []image.Layer, adm *admission) (*sandbox, error) {
+	return m.createOnID(ctx, req, img, top, adm, m.newID())
+}
+
+// createOnID is createOn making sandbox id.
+func (m *Manager) createOnID(ctx context.Context, req api.CreateSandboxRequest, img image.Image, top []image.Layer, adm *admission, id string) (*sandbox, error) {
 	adm, err := m.admitPhase(ctx, req.Backend, adm)
 	if err != nil {
 		return nil, err
 	}
 	defer adm.release()
 	defer m.slots.Release(1)
-	id := m.newID()
 	if img.Layered() {
 		// A layered environment: layerd mounts its layers (once per node) and holds
 		// them for this sandbox until Delete.
@@ -335,8 +351,12 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	return sb, nil
 }
 
-// Delete implements session.Service.
+// Delete implements session.Service. A sandbox still fetching its image
+// (state pulling) stops there.
 func (m *Manager) Delete(ctx context.Context, id string) error {
+	if p := m.pullingOf(id); p != nil {
+		return m.deletePulling(ctx, p)
+	}
 	sb, err := m.get(id)
 	if err != nil {
 		return err

@@ -93,6 +93,13 @@ type RefPuller interface {
 	// PulledRefs returns the images of the references this node pulled,
 	// from its own records (no registry is asked).
 	PulledRefs() ([]Image, error)
+	// Has reports whether the node has the image ref last resolved to (a
+	// digest reference: that image), from its own records.
+	Has(ref string) bool
+	// Progress is how far the pull in flight of ref got on this node
+	// (false: none is in flight); Pulls lists every pull in flight.
+	Progress(ref string) (api.PullProgress, bool)
+	Pulls() []api.PullProgress
 }
 
 // IsReference reports whether name can only be a registry reference, never a
@@ -161,6 +168,23 @@ func (s *Store) Mount(ctx context.Context, img *Image, holder string) error {
 		img.Layers[i].Dir = dirs[j]
 	}
 	return nil
+}
+
+// Pulls returns the pulls of registry references in flight on the node
+// (ref set: only ref's, none or one); not_implemented when the store pulls
+// no references.
+func (s *Store) Pulls(ref string) ([]api.PullProgress, error) {
+	if s.Refs == nil {
+		return nil, errdefs.New(api.CodeNotImplemented, "this node does not pull images by registry reference")
+	}
+	if ref == "" {
+		return s.Refs.Pulls(), nil
+	}
+	out := []api.PullProgress{}
+	if pr, ok := s.Refs.Progress(ref); ok {
+		out = append(out, pr)
+	}
+	return out, nil
 }
 
 // Unmount releases what holder acquired (no-op without a layer service).

@@ -82,6 +82,10 @@ func (p Paths) Layers() string { return p.join("layers") }
 // (internal/image/pull).
 func (p Paths) Pulls() string { return p.join("pulls") }
 
+// Creating holds the records of creates that answered before their image
+// was on the node (internal/agent, state pulling).
+func (p Paths) Creating() string { return p.join("creating") }
+
 // EnvStore holds environment manifests (envs/) and the layer index (layers/).
 func (p Paths) EnvStore() string { return p.join("envstore") }
 

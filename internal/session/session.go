@@ -221,6 +221,10 @@ type Images interface {
 	// RecordImage stores the chunks the sandboxes read from an environment's
 	// layers as their prefetch lists.
 	RecordImage(ctx context.Context, name string) ([]api.RecordedLayer, error)
+	// ImagePulls returns the pulls of images by registry reference in flight
+	// (ref set: only ref's), each naming its node: a node's own, or every
+	// live node's through a cluster's router.
+	ImagePulls(ctx context.Context, ref string) ([]api.PullProgress, error)
 	// BuildImage builds environment req.Name from a Dockerfile in the build
 	// context buildContext (a tar stream, plain or gzip) on this node
 	// (internal/image/build). The cluster's router answers not_implemented.

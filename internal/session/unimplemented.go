@@ -147,6 +147,9 @@ func (Unimplemented) RemoveImage(context.Context, string) error {
 func (Unimplemented) RecordImage(context.Context, string) ([]api.RecordedLayer, error) {
 	return nil, NotImplemented("prefetch recording")
 }
+func (Unimplemented) ImagePulls(context.Context, string) ([]api.PullProgress, error) {
+	return nil, NotImplemented("image pulls in flight")
+}
 func (Unimplemented) BuildImage(context.Context, api.BuildImageRequest, io.Reader) (api.BuildImageResult, error) {
 	return api.BuildImageResult{}, NotImplemented("Dockerfile builds")
 }

@@ -24,6 +24,8 @@ type PullProgress struct {
 	// (empty while resolving).
 	Ref    string `json:"ref,omitempty"`
 	Digest string `json:"digest,omitempty"`
+	// Node is the node pulling (set by a node and a cluster's API server).
+	Node string `json:"node,omitempty"`
 	// Phase is the least advanced phase of the layers (resolving before
 	// the layers are known; done once every layer is on the node).
 	Phase string `json:"phase"`

@@ -19,6 +19,15 @@ const (
 	StateRunning = "running"
 	StatePaused  = "paused"
 	StateExited  = "exited" // its init died; it holds no resources but its record
+	// StatePulling: a create with wait false answered before the node had
+	// its image; the node fetches it (Sandbox.Pull) and then starts the
+	// sandbox (running), or the fetch or start fails (failed). Only GET,
+	// list and DELETE serve a sandbox in this state.
+	StatePulling = "pulling"
+	// StateFailed: a create with wait false whose fetch or start failed
+	// (Sandbox.Error says why). It holds no resources but its record; DELETE
+	// removes it.
+	StateFailed = "failed"
 )
 
 // CreateSandboxRequest is the body of POST /v1/sandboxes.
@@ -88,7 +97,17 @@ type CreateSandboxRequest struct {
 	ReadyCmd       string `json:"ready_cmd,omitempty"`
 	ReadyPort      int    `json:"ready_port,omitempty"`
 	ReadyTimeoutMs int64  `json:"ready_timeout_ms,omitempty"`
+
+	// Wait false answers at once when the image is a registry reference the
+	// node does not have yet: the sandbox is in state pulling while the node
+	// fetches it, then running, or failed with the fetch's error. Unset or
+	// true: the create answers once the sandbox runs (or with the error).
+	Wait *bool `json:"wait,omitempty"`
 }
+
+// Waits reports whether the create answers only once the sandbox runs
+// (Wait unset or true).
+func (r CreateSandboxRequest) Waits() bool { return r.Wait == nil || *r.Wait }
 
 // Start commands (CreateSandboxRequest.StartCmd, Entrypoint).
 const (
@@ -173,6 +192,12 @@ type Sandbox struct {
 	// Start is the outcome of the start command the create asked for
 	// (start_cmd or entrypoint); nil without one.
 	Start *StartStatus `json:"start,omitempty"`
+	// Pull is how far the node's fetch of the image got (state pulling).
+	Pull *PullProgress `json:"pull,omitempty"`
+	// Error is why the sandbox could not be made (state failed): the
+	// fetch's or the start's error as a create waiting for it would have
+	// answered.
+	Error *Error `json:"error,omitempty"`
 }
 
 // ListSandboxesResponse is the body of GET /v1/sandboxes.

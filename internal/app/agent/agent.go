@@ -25,6 +25,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/cluster/placement"
 	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/internal/image/envstore"
+	"github.com/dsec-dev/dsec/internal/image/pull"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -160,6 +161,11 @@ func (a *agent) startEtcd(ctx context.Context) (lifecycle.Close, error) {
 func (a *agent) startNode(ctx context.Context) (lifecycle.Close, error) {
 	cfg := a.cfg.Node
 	cfg.ClusterEnvs = envstore.NewEtcdState(a.cli, "")
+	if cfg.BlobStore != "" {
+		// A blob store the nodes share (the default, DATA_DIR/blobs, is each
+		// node's own): each layer pulled by reference is fetched once for all.
+		cfg.LayerClaims = &pull.EtcdClaims{Client: a.cli, Prefix: pull.ClaimsPrefix("", cfg.BlobStore), Node: cfg.NodeName}
+	}
 	d, steps, err := node.Open(cfg)
 	if err != nil {
 		return nil, err

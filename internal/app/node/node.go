@@ -104,6 +104,10 @@ type Config struct {
 	// (default dir:DATA_DIR/blobs, where `dsec image build` puts layers by
 	// default; paths.Paths.BlobSpec).
 	BlobStore string
+	// LayerClaims, when set (dsec agent with a shared --blob-store), makes
+	// the nodes sharing BlobStore fetch each layer of an image by reference
+	// from its registry once (pull.Puller.Claims).
+	LayerClaims pull.LayerClaims
 	// Registries says how images named by registry reference are fetched
 	// (credentials, hosts.toml mirrors, insecure registries).
 	Registries registry.Config
@@ -355,7 +359,7 @@ func (d *Daemon) startEnvironments(ctx context.Context) (lifecycle.Close, error)
 		return nil, fmt.Errorf("registries: %w", err)
 	}
 	d.puller = &pull.Puller{Registry: reg, Blobs: blobs, Spec: d.blobSpec, Dir: d.dirs.Pulls(), Log: d.cfg.Logger,
-		Budget: d.cfg.ImageCacheBytes, Grace: imageCacheGrace}
+		Budget: d.cfg.ImageCacheBytes, Grace: imageCacheGrace, Claims: d.cfg.LayerClaims}
 	return nil, d.puller.Clean(ctx)
 }
 
@@ -453,9 +457,6 @@ func (d *Daemon) startFrontEnds(ctx context.Context) (lifecycle.Close, error) {
 	svc, nsvc := d.services()
 	d.nodeSvc = nsvc
 	opts := v1.Options{Projects: d.guard, Logger: d.cfg.Logger, Steps: true, KeepAlive: d.cfg.KeepAlive}
-	if d.puller != nil {
-		opts.Pulls = d.puller
-	}
 	d.Server = v1.New(svc, opts)
 	d.E2B = e2b.New(svc, e2b.Options{Authorize: auth.NewToken(d.Token).Match, Secret: []byte(d.Token), Logger: d.cfg.Logger,
 		Domain: d.cfg.E2BDomain})

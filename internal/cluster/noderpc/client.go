@@ -407,6 +407,10 @@ func (c *Client) RecordImage(ctx context.Context, name string) ([]api.RecordedLa
 	return callFor[[]api.RecordedLayer](ctx, c, "RecordImage", callArgs{ID: name})
 }
 
+func (c *Client) ImagePulls(ctx context.Context, ref string) ([]api.PullProgress, error) {
+	return callFor[[]api.PullProgress](ctx, c, "ImagePulls", callArgs{ID: ref})
+}
+
 // NodeStatus asks the node for its capacity, load and backends.
 func (c *Client) NodeStatus(ctx context.Context) (Status, error) {
 	return callFor[Status](ctx, c, "NodeStatus", callArgs{})

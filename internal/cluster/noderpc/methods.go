@@ -151,6 +151,9 @@ var methods = map[string]method{
 	"RecordImage": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.RecordImage(ctx, a.ID)
 	},
+	"ImagePulls": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.ImagePulls(ctx, a.ID)
+	},
 	"Screenshot": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.Screenshot(ctx, a.ID)
 	},

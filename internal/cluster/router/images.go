@@ -121,6 +121,12 @@ func (im *Images) RemoveImage(ctx context.Context, name string) error {
 	return im.Store.Remove(ctx, name)
 }
 
+// ImagePulls implements session.Images: the live nodes' pulls in flight
+// (Router.ImagePulls).
+func (im *Images) ImagePulls(ctx context.Context, ref string) ([]api.PullProgress, error) {
+	return im.Router.ImagePulls(ctx, ref)
+}
+
 // RecordImage implements session.Service: the chunks read on a node whose
 // sandboxes used the environment become its prefetch lists; nodes are asked
 // in turn until one has read it.

@@ -159,6 +159,27 @@ func (r *Router) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxU
 	return out, nil
 }
 
+// ImagePulls implements session.Service: every live node's pulls in flight
+// (ref set: only ref's), by node name and then reference.
+func (r *Router) ImagePulls(ctx context.Context, ref string) ([]api.PullProgress, error) {
+	nodes := r.cfg.Nodes.Nodes()
+	sort.Slice(nodes, func(i, j int) bool { return nodes[i].Name < nodes[j].Name })
+	lists, names, err := fanOut(ctx, r, nodes, "image pulls", func(ctx context.Context, _ string, svc session.Service) ([]api.PullProgress, error) {
+		return svc.ImagePulls(ctx, ref)
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := []api.PullProgress{}
+	for i, l := range lists {
+		for _, pr := range l {
+			pr.Node = names[i]
+			out = append(out, pr)
+		}
+	}
+	return out, nil
+}
+
 // isReference reports whether name is a registry reference (images.IsReference:
 // a '/', ':' or '@'), never an environment name.
 func isReference(name string) bool { return strings.ContainsAny(name, "/:@") }

@@ -2,14 +2,10 @@ package v1_test
 
 import (
 	"context"
-	"encoding/base64"
 	"errors"
-	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -20,9 +16,8 @@ import (
 	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/image"
-	"github.com/dsec-dev/dsec/internal/image/blob"
 	"github.com/dsec-dev/dsec/internal/image/pull"
-	"github.com/dsec-dev/dsec/internal/image/registry"
+	"github.com/dsec-dev/dsec/internal/image/pull/pulltest"
 	"github.com/dsec-dev/dsec/internal/image/registry/registrytest"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
@@ -50,6 +45,10 @@ func (s cacheService) Image(ctx context.Context, name string) (api.Image, error)
 	return img.View(nil, false), err
 }
 
+func (s cacheService) ImagePulls(_ context.Context, ref string) ([]api.PullProgress, error) {
+	return (&image.Store{Refs: s.p}).Pulls(ref)
+}
+
 func (s cacheService) RemoveImage(ctx context.Context, name string) error {
 	if !image.IsReference(name) {
 		return errdefs.NotFound("no environment %q", name)
@@ -60,23 +59,7 @@ func (s cacheService) RemoveImage(ctx context.Context, name string) error {
 
 // newPuller is a node's puller of reg's images (user alice, password pw).
 func newPuller(t *testing.T, reg *registrytest.Registry) *pull.Puller {
-	t.Helper()
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "config.json")
-	auth := base64.StdEncoding.EncodeToString([]byte("alice:pw"))
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`{"auths":{%q:{"auth":%q}}}`, reg.Host, auth)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	rc, err := registry.New(registry.Config{DockerConfig: cfg, Insecure: []string{reg.Host}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := "dir:" + filepath.Join(dir, "blobs")
-	bs, err := blob.Open(spec, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &pull.Puller{Registry: rc, Blobs: bs, Spec: spec, Dir: filepath.Join(dir, "pull")}
+	return pulltest.New(t, reg, "alice", "pw")
 }
 
 func TestImageCacheRemoveAndPrune(t *testing.T) {

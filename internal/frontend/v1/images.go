@@ -135,29 +135,23 @@ func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusCreated, out)
 }
 
-// PullProgress is a node's image puller (pull.Puller) as GET
-// /v1/images:pulls reads it.
-type PullProgress interface {
-	Progress(ref string) (api.PullProgress, bool)
-	Pulls() []api.PullProgress
-}
-
-// pullsInFlight handles GET /v1/images:pulls[?ref=REF]: the pulls in flight
-// on this node, or the one of REF (not_found when none is).
+// pullsInFlight handles GET /v1/images:pulls[?ref=REF]: the image pulls in
+// flight (on every live node through a cluster's API server), or the one of
+// REF (not_found when none is).
 func (s *Server) pullsInFlight(w http.ResponseWriter, r *http.Request) {
-	if s.opts.Pulls == nil {
-		s.writeError(w, r, errdefs.New(api.CodeNotImplemented, "this server does not report image pulls in flight"))
-		return
-	}
 	ref := r.URL.Query().Get("ref")
+	pulls, err := s.svc.ImagePulls(r.Context(), ref)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	if ref == "" {
-		writeJSON(w, http.StatusOK, s.opts.Pulls.Pulls())
+		writeJSON(w, http.StatusOK, pulls)
 		return
 	}
-	pr, ok := s.opts.Pulls.Progress(ref)
-	if !ok {
-		s.writeError(w, r, errdefs.NotFound("no pull of %s in flight on this node", ref))
+	if len(pulls) == 0 {
+		s.writeError(w, r, errdefs.NotFound("no pull of %s in flight", ref))
 		return
 	}
-	writeJSON(w, http.StatusOK, pr)
+	writeJSON(w, http.StatusOK, pulls[0])
 }

@@ -43,7 +43,7 @@ func parseCursor(s string) (listpage.Cursor, error) {
 }
 
 var (
-	knownStates   = []string{api.StateRunning, api.StatePaused, api.StateExited}
+	knownStates   = []string{api.StateRunning, api.StatePaused, api.StateExited, api.StatePulling, api.StateFailed}
 	knownBackends = []string{api.BackendContainer, api.BackendFnCall, api.BackendMicroVM, api.BackendFullVM}
 )
 

@@ -27,7 +27,7 @@ func TestPullProgressRoute(t *testing.T) {
 	ctx := context.Background()
 	reg := registrytest.Start(t, "alice", "pw")
 	p := newPuller(t, reg)
-	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(cacheService{agenttest.NewNode(t), p}, v1.Options{Token: token, Pulls: p}).Handler()))
+	srv := httptest.NewServer(openapitest.Wrap(t, v1.New(cacheService{agenttest.NewNode(t), p}, v1.Options{Token: token}).Handler()))
 	t.Cleanup(srv.Close)
 	cl := client.New(srv.URL, token, client.WithRetry(0))
 
@@ -90,8 +90,8 @@ func TestPullProgressRoute(t *testing.T) {
 		t.Fatalf("progress after the pull: %+v %v, want not_found", pr, err)
 	}
 
-	// A server without a puller says so.
-	bare := httptest.NewServer(v1.New(cacheService{agenttest.NewNode(t), p}, v1.Options{Token: token}).Handler())
+	// A node without a puller says so.
+	bare := httptest.NewServer(v1.New(agenttest.NewNode(t), v1.Options{Token: token}).Handler())
 	t.Cleanup(bare.Close)
 	if _, err := client.New(bare.URL, token, client.WithRetry(0)).Pulls(ctx); !errors.As(err, &ae) || ae.Code != api.CodeNotImplemented {
 		t.Fatalf("pulls without a puller: %v, want not_implemented", err)

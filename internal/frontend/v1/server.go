@@ -48,9 +48,6 @@ type Options struct {
 	// tags to the nodes that log them (a cluster's router): the server accepts
 	// tagged steps and serves the trajectory API from the service.
 	StepsDownstream bool
-	// Pulls reports the node's image pulls in flight (GET /v1/images:pulls);
-	// nil: that route is not_implemented.
-	Pulls PullProgress
 }
 
 // Server is the /v1 HTTP API in front of a session service: it maps routes to

@@ -70,6 +70,10 @@ type Puller struct {
 	Grace time.Duration
 	// InUse says which sandboxes use which image digest (nil: none do).
 	InUse InUseFunc
+	// Claims, when the node shares Blobs with other nodes (a cluster), makes
+	// each layer fetched from a registry by one node only (nil: this node
+	// fetches what it lacks).
+	Claims LayerClaims
 
 	flights singleflight.Group
 	refsMu  sync.Mutex
@@ -289,7 +293,7 @@ func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (image.L
 			p.prog.layerPhase(dg.String(), api.PullDone)
 			return el, nil
 		}
-		el, err := p.convert(context.WithoutCancel(ctx), l, dg, diffID)
+		el, err := p.convertOnce(context.WithoutCancel(ctx), l, dg, diffID)
 		if err == nil {
 			p.prog.layerPhase(dg.String(), api.PullDone)
 		}
@@ -299,6 +303,38 @@ func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (image.L
 		return image.Layer{}, err
 	}
 	return v.(image.Layer), nil
+}
+
+// convertOnce is convert, unless another node sharing the blob store
+// converted l (or is converting it: then it waits for that node).
+func (p *Puller) convertOnce(ctx context.Context, l v1.Layer, dg, diffID v1.Hash) (image.Layer, error) {
+	if p.Claims == nil {
+		return p.convert(ctx, l, dg, diffID)
+	}
+	have := func(el image.Layer) bool {
+		_, err := p.Blobs.Stat(ctx, el.Digest)
+		return err == nil
+	}
+	got, done, err := p.Claims.Claim(ctx, dg.String(), have)
+	if err != nil {
+		return image.Layer{}, err
+	}
+	if got != nil {
+		if err := p.writeLayer(dg.String(), *got); err != nil {
+			return image.Layer{}, err
+		}
+		p.log().Debug("layer converted by another node", "digest", dg.String(), "erofs", got.Digest)
+		return *got, nil
+	}
+	el, err := p.convert(ctx, l, dg, diffID)
+	made := &el
+	if err != nil {
+		made = nil
+	}
+	if rerr := done(made); rerr != nil {
+		p.log().Warn("layer claim", "digest", dg.String(), "err", rerr)
+	}
+	return el, err
 }
 
 // convert fetches l into a temporary file, verifies it against its digest
@@ -522,6 +558,35 @@ var _ image.RefPuller = (*Puller)(nil)
 func (p *Puller) PullRef(ctx context.Context, ref string) (image.Image, error) {
 	r, err := p.Pull(ctx, ref)
 	return r.Image, err
+}
+
+// Has implements images.RefPuller: the node's records name an image for ref
+// (a digest reference: that digest; a tag: what it last resolved to here).
+func (p *Puller) Has(ref string) bool {
+	r, err := registry.Parse(ref)
+	if err != nil {
+		return false
+	}
+	dg := ""
+	if d, ok := r.(name.Digest); ok {
+		dg = d.DigestStr()
+	} else {
+		norm := registry.Normalized(r)
+		refs, err := p.Refs()
+		if err != nil {
+			return false
+		}
+		for _, rr := range refs {
+			if rr.Ref == norm {
+				dg = rr.Digest
+			}
+		}
+	}
+	if dg == "" {
+		return false
+	}
+	_, err = os.Stat(p.imagePath(dg))
+	return err == nil
 }
 
 // PulledRefs implements images.RefPuller: each pulled reference (named as

@@ -234,8 +234,11 @@ def create_body(
     ready_cmd: Optional[str] = None,
     ready_port: Optional[int] = None,
     ready_timeout: Optional[Seconds] = None,
+    wait: bool = True,
 ) -> Dict[str, Any]:
     b: Dict[str, Any] = {"request_id": request_id or new_request_id()}
+    if not wait:
+        b["wait"] = False
     if start_cmd is not None:
         b["start_cmd"] = str(start_cmd)
     if entrypoint:

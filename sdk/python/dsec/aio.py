@@ -255,6 +255,7 @@ class AsyncClient:
         ready_port: Optional[int] = None,
         ready_timeout: Optional[Seconds] = None,
         on_progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
+        wait: bool = True,
     ) -> "AsyncSandbox":
         """Create a sandbox and return it once it runs. memory/disk take bytes or
         strings like "512m"; ttl/idle_timeout take seconds or a timedelta. A request
@@ -270,11 +271,16 @@ class AsyncClient:
         message names the kept sandbox and ends with the command's output).
 
         on_progress, with an image named by registry reference, is called (every
-        0.25 s, as pull_progress answers) while the server fetches it."""
+        0.25 s, as pull_progress answers) while the server fetches it.
+
+        wait=False returns at once when the image is a registry reference the
+        node does not have yet: the sandbox's info.state is "pulling" (info.pull:
+        the progress) until it is "running", or "failed" (info.error: the code
+        and message); refresh it with get(id)."""
         body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
                            user_namespace, network, cpu_class, ksm, start_cmd, entrypoint, ready_cmd, ready_port,
-                           ready_timeout)
-        if on_progress is None or not image or not any(c in image for c in "/:@"):
+                           ready_timeout, wait)
+        if not wait or on_progress is None or not image or not any(c in image for c in "/:@"):
             return await self._create(body, None)
         ref, cb = image, on_progress
 

@@ -199,6 +199,10 @@ class SandboxInfo:
     """The digest the reference resolved to at create (kept whatever the tag does)."""
     start: Optional[StartStatus] = None
     """The start command's outcome (create's start_cmd or entrypoint); None without one."""
+    pull: Optional[Dict[str, Any]] = None
+    """State "pulling" (create with wait=False): how far the image's fetch got (as pull_progress)."""
+    error: Optional[Dict[str, Any]] = None
+    """State "failed": why the create failed (code, message, infrastructure, retryable)."""
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "SandboxInfo":
@@ -225,6 +229,8 @@ class SandboxInfo:
             image_ref=d.get("image_ref") or None,
             image_digest=d.get("image_digest") or None,
             start=StartStatus.from_json(d["start"]) if d.get("start") else None,
+            pull=dict(d["pull"]) if d.get("pull") else None,
+            error=dict(d["error"]) if d.get("error") else None,
         )
 
 

@@ -491,3 +491,11 @@ def test_create_body_start() -> None:
     assert info.start == dsec.StartStatus(state="failed", process_id="p1", cmd=["/bin/sh", "-c", "exit 1"],
                                           error="exit code 1")
     assert dsec.SandboxInfo.from_json({"id": "sb-2"}).start is None
+    assert "wait" not in plain
+    assert _core.create_body("container", "python:3.12", None, None, None, None, None, None, None, "r",
+                             wait=False)["wait"] is False
+    pulling = dsec.SandboxInfo.from_json({"id": "sb-3", "state": "pulling",
+                                          "pull": {"phase": "fetching", "fetched_bytes": 1, "total_bytes": 4}})
+    assert (pulling.state, pulling.pull["total_bytes"], pulling.error) == ("pulling", 4, None)
+    failed = dsec.SandboxInfo.from_json({"id": "sb-4", "state": "failed", "error": {"code": "not_found", "message": "m"}})
+    assert (failed.state, failed.error["code"], failed.pull) == ("failed", "not_found", None)
