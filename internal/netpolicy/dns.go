@@ -3,9 +3,7 @@ package netpolicy
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -18,6 +16,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/netpolicy/dnstcp"
 )
 
 // The node's DNS forwarder. Every DNS packet (TCP or UDP port 53, to any
@@ -193,32 +192,17 @@ func (f *forwarder) serveTCP() {
 			defer c.Close()
 			for {
 				_ = c.SetDeadline(time.Now().Add(tcpIdle))
-				q, err := readTCPMsg(c)
+				q, err := dnstcp.Read(c)
 				if err != nil {
 					return
 				}
 				ans := f.answer(src, q, true)
-				if ans == nil || writeTCPMsg(c, ans) != nil {
+				if ans == nil || dnstcp.Write(c, ans) != nil {
 					return
 				}
 			}
 		}()
 	}
-}
-
-func readTCPMsg(r io.Reader) ([]byte, error) {
-	var l [2]byte
-	if _, err := io.ReadFull(r, l[:]); err != nil {
-		return nil, err
-	}
-	b := make([]byte, binary.BigEndian.Uint16(l[:]))
-	_, err := io.ReadFull(r, b)
-	return b, err
-}
-
-func writeTCPMsg(w io.Writer, b []byte) error {
-	_, err := w.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(b))), b...))
-	return err
 }
 
 // answer handles one query from the sandbox at src; nil: no answer.
@@ -291,10 +275,10 @@ func (f *forwarder) exchange(q []byte, tcp bool) ([]byte, error) {
 	dl, _ := ctx.Deadline()
 	_ = c.SetDeadline(dl)
 	if tcp {
-		if err := writeTCPMsg(c, q); err != nil {
+		if err := dnstcp.Write(c, q); err != nil {
 			return nil, err
 		}
-		return readTCPMsg(c)
+		return dnstcp.Read(c)
 	}
 	if _, err := c.Write(q); err != nil {
 		return nil, err

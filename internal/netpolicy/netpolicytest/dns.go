@@ -1,9 +1,7 @@
 package netpolicytest
 
 import (
-	"encoding/binary"
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -12,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/dsec-dev/dsec/internal/netpolicy/dnstcp"
 )
 
 // DNSServer runs a tiny authoritative resolver on UDP and TCP at addr inside
@@ -53,26 +53,16 @@ func DNSServer(t testing.TB, ns *os.File, addr string, ttl uint32, records map[s
 			go func() {
 				defer c.Close()
 				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				q, err := readMsg(c)
+				q, err := dnstcp.Read(c)
 				if err != nil {
 					return
 				}
 				if ans := dnsAnswer(q, ttl, records); ans != nil {
-					_, _ = c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(ans))), ans...))
+					_ = dnstcp.Write(c, ans)
 				}
 			}()
 		}
 	}()
-}
-
-func readMsg(r io.Reader) ([]byte, error) {
-	var l [2]byte
-	if _, err := io.ReadFull(r, l[:]); err != nil {
-		return nil, err
-	}
-	b := make([]byte, binary.BigEndian.Uint16(l[:]))
-	_, err := io.ReadFull(r, b)
-	return b, err
 }
 
 func dnsAnswer(q []byte, ttl uint32, records map[string]netip.Addr) []byte {
@@ -132,10 +122,10 @@ func Lookup(ns *os.File, server, name string, tcp bool) ([]netip.Addr, dnsmessag
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
 		if tcp {
-			if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...)); err != nil {
+			if err := dnstcp.Write(c, q); err != nil {
 				return err
 			}
-			ans, err = readMsg(c)
+			ans, err = dnstcp.Read(c)
 			return err
 		}
 		if _, err := c.Write(q); err != nil {
