@@ -46,6 +46,9 @@ type dnsView struct {
 	allow   []string
 	deny    []string
 	learned map[netip.Addr]time.Time // address → when its set entry expires
+	// names are the names each learned address was an answer for, with
+	// when that ends (the host check admits only those).
+	names map[netip.Addr]map[string]time.Time
 }
 
 type forwarder struct {
@@ -121,14 +124,14 @@ func (f *forwarder) set(addr netip.Addr, v *dnsView, keep bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if old := f.views[addr]; v != nil && old != nil && keep {
-		v.learned = old.learned
+		v.learned, v.names = old.learned, old.names
 	}
 	if v == nil {
 		delete(f.views, addr)
 		return
 	}
 	if v.learned == nil {
-		v.learned = map[netip.Addr]time.Time{}
+		v.learned, v.names = map[netip.Addr]time.Time{}, map[netip.Addr]map[string]time.Time{}
 	}
 	f.views[addr] = v
 }
@@ -137,6 +140,18 @@ func (f *forwarder) view(addr netip.Addr) *dnsView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.views[addr]
+}
+
+// admits says whether the sandbox at src may reach dst asking for name:
+// its rules allow name and dst was learned for name, and has not expired.
+func (f *forwarder) admits(src, dst netip.Addr, name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v := f.views[src]
+	if v == nil || !domainMatch(v.allow, name) {
+		return false
+	}
+	return v.names[dst][name].After(time.Now())
 }
 
 func (f *forwarder) serveUDP() {
@@ -225,13 +240,18 @@ func (f *forwarder) answer(src netip.Addr, q []byte, tcp bool) []byte {
 	if !allowed && domainMatch(v.deny, name) {
 		return reply(h, qs, dnsmessage.RCodeNameError)
 	}
+	if qs[0].Type == dnsmessage.TypeAAAA {
+		// A sandbox link carries IPv4 only: no IPv6 address is ever
+		// reachable, so none is handed out (clients go straight to IPv4).
+		return reply(h, qs, dnsmessage.RCodeSuccess)
+	}
 	ans, err := f.exchange(q, tcp)
 	if err != nil {
 		f.log.Debug("dns forward", "sandbox", v.id, "name", name, "err", err)
 		return reply(h, qs, dnsmessage.RCodeServerFailure)
 	}
 	if allowed {
-		if err := f.learn(v, ans); err != nil {
+		if err := f.learn(v, name, ans); err != nil {
 			f.log.Warn("dns: learn addresses", "sandbox", v.id, "name", name, "err", err)
 			return reply(h, qs, dnsmessage.RCodeServerFailure)
 		}
@@ -295,8 +315,9 @@ func (f *forwarder) exchange(q []byte, tcp bool) ([]byte, error) {
 	}
 }
 
-// learn adds the public IPv4 addresses of ans's A records to v's set.
-func (f *forwarder) learn(v *dnsView, ans []byte) error {
+// learn adds the public IPv4 addresses of ans's A records (the answer for
+// name) to v's set.
+func (f *forwarder) learn(v *dnsView, name string, ans []byte) error {
 	var p dnsmessage.Parser
 	if _, err := p.Start(ans); err != nil {
 		return err
@@ -356,7 +377,19 @@ func (f *forwarder) learn(v *dnsView, ans []byte) error {
 	}
 	f.mu.Lock()
 	for _, a := range addrs {
-		v.learned[a] = now.Add(ttl[a])
+		exp := now.Add(ttl[a])
+		v.learned[a] = exp
+		ns := v.names[a]
+		if ns == nil {
+			ns = map[string]time.Time{}
+			v.names[a] = ns
+		}
+		for n, e := range ns {
+			if !e.After(now) {
+				delete(ns, n)
+			}
+		}
+		ns[name] = exp
 	}
 	f.mu.Unlock()
 	return nil
@@ -388,11 +421,22 @@ func (m *Manager) startDNS() error {
 	if err != nil {
 		return errdefs.Internal(err, "netpolicy: DNS forwarder")
 	}
+	if !m.cfg.NoHostCheck {
+		h, err := startHostProxy(f)
+		if err != nil {
+			f.close()
+			return errdefs.Internal(err, "netpolicy: host check")
+		}
+		m.hck, m.rs.hostPort = h, h.port
+	}
 	m.fwd = f
 	return nil
 }
 
 func (m *Manager) stopDNS() {
+	if m.hck != nil {
+		m.hck.close()
+	}
 	if m.fwd != nil {
 		m.fwd.close()
 	}

@@ -15,8 +15,10 @@ import (
 )
 
 // DNSServer runs a tiny authoritative resolver on UDP and TCP at addr inside
-// ns (a test host's namespace): an A query for a name in records is answered
-// with its address and ttl, any other with NXDOMAIN. It stops when t ends.
+// ns (a test host's namespace): an A (IPv4) or AAAA (IPv6) query for a name
+// in records is answered with its address and ttl, a query of the other
+// type with no record, a name not in records with NXDOMAIN. It stops when t
+// ends.
 func DNSServer(t testing.TB, ns *os.File, addr string, ttl uint32, records map[string]netip.Addr) {
 	t.Helper()
 	var pc net.PacketConn
@@ -83,10 +85,14 @@ func dnsAnswer(q []byte, ttl uint32, records map[string]netip.Addr) []byte {
 	b := dnsmessage.NewBuilder(nil, rh)
 	_ = b.StartQuestions()
 	_ = b.Question(qn)
-	if ok && qn.Type == dnsmessage.TypeA {
+	rh2 := dnsmessage.ResourceHeader{Name: qn.Name, Class: dnsmessage.ClassINET, TTL: ttl}
+	switch {
+	case ok && a.Is4() && qn.Type == dnsmessage.TypeA:
 		_ = b.StartAnswers()
-		_ = b.AResource(dnsmessage.ResourceHeader{Name: qn.Name, Class: dnsmessage.ClassINET, TTL: ttl},
-			dnsmessage.AResource{A: a.As4()})
+		_ = b.AResource(rh2, dnsmessage.AResource{A: a.As4()})
+	case ok && a.Is6() && qn.Type == dnsmessage.TypeAAAA:
+		_ = b.StartAnswers()
+		_ = b.AAAAResource(rh2, dnsmessage.AAAAResource{AAAA: a.As16()})
 	}
 	out, err := b.Finish()
 	if err != nil {
@@ -98,13 +104,18 @@ func dnsAnswer(q []byte, ttl uint32, records map[string]netip.Addr) []byte {
 // Lookup asks server (ADDR:PORT) for name's A records from inside ns, over
 // UDP, or TCP with tcp; it returns the addresses and the answer's rcode.
 func Lookup(ns *os.File, server, name string, tcp bool) ([]netip.Addr, dnsmessage.RCode, error) {
+	return LookupType(ns, server, name, dnsmessage.TypeA, tcp)
+}
+
+// LookupType is Lookup for records of type qtype (A or AAAA).
+func LookupType(ns *os.File, server, name string, qtype dnsmessage.Type, tcp bool) ([]netip.Addr, dnsmessage.RCode, error) {
 	n, err := dnsmessage.NewName(name + ".")
 	if err != nil {
 		return nil, 0, err
 	}
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 4711, RecursionDesired: true})
 	_ = b.StartQuestions()
-	_ = b.Question(dnsmessage.Question{Name: n, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	_ = b.Question(dnsmessage.Question{Name: n, Type: qtype, Class: dnsmessage.ClassINET})
 	q, err := b.Finish()
 	if err != nil {
 		return nil, 0, err
@@ -159,15 +170,22 @@ func Lookup(ns *os.File, server, name string, tcp bool) ([]netip.Addr, dnsmessag
 		if err != nil {
 			return nil, 0, err
 		}
-		if rh.Type != dnsmessage.TypeA {
+		switch rh.Type {
+		case dnsmessage.TypeA:
+			r, err := p.AResource()
+			if err != nil {
+				return nil, 0, err
+			}
+			out = append(out, netip.AddrFrom4(r.A))
+		case dnsmessage.TypeAAAA:
+			r, err := p.AAAAResource()
+			if err != nil {
+				return nil, 0, err
+			}
+			out = append(out, netip.AddrFrom16(r.AAAA))
+		default:
 			_ = p.SkipAnswer()
-			continue
 		}
-		r, err := p.AResource()
-		if err != nil {
-			return nil, 0, err
-		}
-		out = append(out, netip.AddrFrom4(r.A))
 	}
 	return out, h.RCode, nil
 }
