@@ -122,6 +122,10 @@ func (p *hostProxy) serve() {
 // handle checks one redirected flow and, if admitted, carries it.
 func (p *hostProxy) handle(c *net.TCPConn) {
 	src := c.RemoteAddr().(*net.TCPAddr).AddrPort().Addr().Unmap()
+	if p.f.view(src) == nil { // not redirected from a sandbox
+		reset(c)
+		return
+	}
 	dst, err := originalDst(c)
 	if err != nil {
 		p.refuse(c, src, "", netip.AddrPort{}, err)
