@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
@@ -49,6 +50,9 @@ type dnsView struct {
 	// names are the names each learned address was an answer for, with
 	// when that ends (the host check admits only those).
 	names map[netip.Addr]map[string]time.Time
+	// refused counts the flows the host check reset (kept across policy
+	// changes, as the kernel's denied counter is).
+	refused *atomic.Uint64
 }
 
 type forwarder struct {
@@ -123,8 +127,15 @@ func (f *forwarder) close() {
 func (f *forwarder) set(addr netip.Addr, v *dnsView, keep bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if old := f.views[addr]; v != nil && old != nil && keep {
+	old := f.views[addr]
+	if v != nil && old != nil && keep {
 		v.learned, v.names = old.learned, old.names
+	}
+	if v != nil {
+		v.refused = new(atomic.Uint64)
+		if old != nil {
+			v.refused = old.refused
+		}
 	}
 	if v == nil {
 		delete(f.views, addr)
@@ -152,6 +163,14 @@ func (f *forwarder) admits(src, dst netip.Addr, name string) bool {
 		return false
 	}
 	return v.names[dst][name].After(time.Now())
+}
+
+// refused is how many flows of the sandbox at addr the host check reset.
+func (f *forwarder) refused(addr netip.Addr) uint64 {
+	if v := f.view(addr); v != nil {
+		return v.refused.Load()
+	}
+	return 0
 }
 
 func (f *forwarder) serveUDP() {

@@ -167,6 +167,7 @@ func (p *hostProxy) refuse(c *net.TCPConn, src netip.Addr, name string, dst neti
 	id := ""
 	if v := p.f.view(src); v != nil {
 		id = v.id
+		v.refused.Add(1)
 	}
 	p.f.log.Debug("egress refused by the host check", "sandbox", id, "name", name, "dst", dst, "why", why)
 	reset(c)

@@ -45,7 +45,7 @@ func hostCheckWorld(t *testing.T, first int, noCheck bool) (w *world, ns *os.Fil
 // address they go to was learned for; the server does the TLS handshake
 // itself (no termination). A sandbox that connects to pypi.org's address
 // asking for evil.org, a denied name served from the same address, is
-// reset; with the check off it gets through.
+// reset (and counted as denied); with the check off it gets through.
 func TestHostCheck(t *testing.T) {
 	w, ns, pypi, files := hostCheckWorld(t, 81, false)
 	at := func(h *netpolicytest.Host, port int) string { return fmt.Sprintf("%s:%d", h.Addr, port) }
@@ -61,20 +61,25 @@ func TestHostCheck(t *testing.T) {
 			t.Errorf("%s at %s: %q %v, want %q", c.url, c.addr, got, err, c.want)
 		}
 	}
-	for _, c := range []struct{ why, url, addr string }{
+	before := w.denied("sb-hck")
+	refusals := []struct{ why, url, addr string }{
 		{"denied name on an allowed name's address (TLS)", "https://evil.org/", at(pypi, 443)},
 		{"denied name on an allowed name's address (HTTP)", "http://evil.org/", at(pypi, 80)},
 		{"name not in the rules", "https://unknown.net/", at(pypi, 443)},
 		{"allowed name, address learned for another name (TLS)", "https://files.example.com/", at(pypi, 443)},
 		{"allowed name, address learned for another name (HTTP)", "http://pypi.org/", at(files, 80)},
 		{"TLS without SNI", "https://" + at(pypi, 443) + "/", at(pypi, 443)},
-	} {
+	}
+	for _, c := range refusals {
 		got, err := netpolicytest.Fetch(netpolicytest.WebClient(ns, c.addr), c.url)
 		if err == nil {
 			t.Errorf("%s: %s at %s answered %q, want a reset", c.why, c.url, c.addr, got)
 		} else if !errors.Is(err, syscall.ECONNRESET) {
 			t.Errorf("%s: %s at %s: %v, want a reset", c.why, c.url, c.addr, err)
 		}
+	}
+	if n := w.denied("sb-hck") - before; n != uint64(len(refusals)) {
+		t.Errorf("denied counter grew by %d, want %d (one per reset flow)", n, len(refusals))
 	}
 	// Other ports of a learned address are admitted by address alone.
 	w.mustReach(ns, pypi.Listen(t, 0))

@@ -504,6 +504,9 @@ func (m *Manager) Status(id string) (*api.NetworkStatus, error) {
 	if err != nil {
 		return nil, errdefs.Internal(err, "netpolicy: read counter of %s", id)
 	}
+	if m.fwd != nil {
+		n += m.fwd.refused(rec.Addr) // flows the host check reset
+	}
 	return &api.NetworkStatus{
 		Allow: rec.Policy.Allow, Rules: rec.Policy.Rules, AllowDomains: rec.Policy.AllowDomains,
 		DenyDomains: rec.Policy.DenyDomains, Address: rec.Addr.String(), Denied: n,
