@@ -84,6 +84,22 @@ func TestHostCheck(t *testing.T) {
 	// Other ports of a learned address are admitted by address alone.
 	w.mustReach(ns, pypi.Listen(t, 0))
 
+	// A new agent process (the old one gone, the kernel's objects kept):
+	// the check runs on the new one's port once the sandbox resolved again.
+	if err := w.m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.m = w.open(netpolicy.RuleSets{})
+	if _, _, err := netpolicytest.Lookup(ns, "203.0.113.53:53", "pypi.org", true); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := netpolicytest.Fetch(netpolicytest.WebClient(ns, at(pypi, 443)), "https://pypi.org/"); err != nil || !strings.Contains(got, "sni=pypi.org") {
+		t.Fatalf("after a restart: %q %v", got, err)
+	}
+	if got, err := netpolicytest.Fetch(netpolicytest.WebClient(ns, at(pypi, 443)), "https://evil.org/"); !errors.Is(err, syscall.ECONNRESET) {
+		t.Fatalf("after a restart, evil.org on pypi.org's address: %q %v, want a reset", got, err)
+	}
+
 	t.Run("off", func(t *testing.T) {
 		_, ns, pypi, _ := hostCheckWorld(t, 84, true)
 		got, err := netpolicytest.Fetch(netpolicytest.WebClient(ns, at(pypi, 443)), "https://evil.org/")
