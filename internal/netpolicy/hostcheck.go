@@ -146,8 +146,9 @@ func (p *hostProxy) handle(c *net.TCPConn) {
 	var d net.Dialer
 	uc, err := d.DialContext(ctx, "tcp4", dst.String())
 	cancel()
-	if err != nil {
-		p.refuse(c, src, name, dst, err)
+	if err != nil { // the server's answer, not the policy's: not counted
+		p.f.log.Debug("host check: connect", "name", name, "dst", dst, "err", err)
+		reset(c)
 		return
 	}
 	up := uc.(*net.TCPConn)
