@@ -46,6 +46,7 @@ type dnsView struct {
 	link    string
 	allow   []string
 	deny    []string
+	entries []Entry                  // the policy's address entries
 	learned map[netip.Addr]time.Time // address → when its set entry expires
 	// names are the names each learned address was an answer for, with
 	// when that ends (the host check admits only those).
@@ -163,6 +164,22 @@ func (f *forwarder) admits(src, dst netip.Addr, name string) bool {
 		return false
 	}
 	return v.names[dst][name].After(time.Now())
+}
+
+// byAddress says whether the policy of the sandbox at src admits dst by an
+// address entry (learned addresses are public, outside every range no
+// entry reaches, so containment is the chain's verdict).
+func (f *forwarder) byAddress(src netip.Addr, dst netip.AddrPort) bool {
+	v := f.view(src)
+	if v == nil {
+		return false
+	}
+	for _, e := range v.entries {
+		if e.Prefix.Contains(dst.Addr()) && (e.PortLo == 0 || e.PortLo <= dst.Port() && dst.Port() <= e.PortHi) {
+			return true
+		}
+	}
+	return false
 }
 
 // refused is how many flows of the sandbox at addr the host check reset.
@@ -475,7 +492,11 @@ func (m *Manager) showDNS(r *record, keep bool) {
 	if m.fwd == nil {
 		return
 	}
-	m.fwd.set(r.Addr, &dnsView{id: r.ID, link: r.Link, allow: r.Policy.AllowDomains, deny: r.Policy.DenyDomains}, keep)
+	es, err := r.entries()
+	if err != nil {
+		m.log.Warn("dns: entries of the record", "sandbox", r.ID, "err", err)
+	}
+	m.fwd.set(r.Addr, &dnsView{id: r.ID, link: r.Link, allow: r.Policy.AllowDomains, deny: r.Policy.DenyDomains, entries: es}, keep)
 }
 
 // learnable says whether a resolved address may enter a learned set: a

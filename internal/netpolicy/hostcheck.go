@@ -29,7 +29,9 @@ import (
 // learned for that very name. It then connects to that address (never one
 // of its own choosing: the destination is pinned) from the node, replays
 // what it read and copies both ways; TLS is not terminated, the sandbox sees
-// the server's own certificate. Anything else (no name, a name not allowed,
+// the server's own certificate. A flow an address entry of the policy
+// admits as well (e.g. 0.0.0.0/0 besides the domain rules) is carried
+// without reading. Anything else (no name, a name not allowed,
 // an address learned for another name, nothing readable within hostWait) is
 // answered with a TCP reset. Later requests on a kept-alive HTTP connection
 // and whatever is sent inside TLS are not read.
@@ -131,16 +133,20 @@ func (p *hostProxy) handle(c *net.TCPConn) {
 		p.refuse(c, src, "", netip.AddrPort{}, err)
 		return
 	}
-	_ = c.SetReadDeadline(time.Now().Add(hostWait))
-	name, head, err := readName(c)
-	if err != nil {
-		p.refuse(c, src, name, dst, err)
-		return
-	}
-	_ = c.SetReadDeadline(time.Time{})
-	if !p.f.admits(src, dst.Addr(), name) {
-		p.refuse(c, src, name, dst, errors.New("name not allowed for this address"))
-		return
+	var name string
+	var head []byte
+	if !p.f.byAddress(src, dst) { // else the policy admits it whatever the name
+		_ = c.SetReadDeadline(time.Now().Add(hostWait))
+		name, head, err = readName(c)
+		if err != nil {
+			p.refuse(c, src, name, dst, err)
+			return
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		if !p.f.admits(src, dst.Addr(), name) {
+			p.refuse(c, src, name, dst, errors.New("name not allowed for this address"))
+			return
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), dialWait)
 	var d net.Dialer

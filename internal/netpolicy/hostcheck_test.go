@@ -81,6 +81,15 @@ func TestHostCheck(t *testing.T) {
 	if n := w.denied("sb-hck") - before; n != uint64(len(refusals)) {
 		t.Errorf("denied counter grew by %d, want %d (one per reset flow)", n, len(refusals))
 	}
+	// A policy whose address entries admit the address too lets any name
+	// through (the check narrows domain rules, not address rules).
+	both := w.sandbox("sb-both", api.NetworkPolicy{Allow: []string{"0.0.0.0/0"}, AllowDomains: []string{"pypi.org"}})
+	if _, _, err := netpolicytest.Lookup(both, "203.0.113.53:53", "pypi.org", false); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := netpolicytest.Fetch(netpolicytest.WebClient(both, at(pypi, 443)), "https://evil.org/"); err != nil || !strings.Contains(got, "sni=evil.org") {
+		t.Errorf("internet access and a domain rule: evil.org on pypi.org's address: %q %v, want through", got, err)
+	}
 	// Other ports of a learned address are admitted by address alone.
 	w.mustReach(ns, pypi.Listen(t, 0))
 
