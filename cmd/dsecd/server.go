@@ -56,6 +56,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.IntVar(&cfg.MaxFork, "max-fork", 0, "most children one fork may ask for (default 64)")
 	f.StringArrayVar(&cfg.NetworkRules, "network-rule", nil, "egress rule set NAME=CIDR[:PORT[-PORT]][,...] sandboxes may name in their network policy (repeatable)")
 	f.StringVar(&cfg.NetworkDNS, "network-dns", "", "resolver (ADDR[:PORT]) the node's DNS forwarder asks for egress sandboxes, whose every DNS query it answers (default: the first nameserver of /etc/resolv.conf; off: no forwarder, no domain rules)")
+	f.BoolVar(&cfg.NetworkNoHostCheck, "network-no-host-check", false, "let flows to ports 80/443 that a domain rule admits through by the learned address alone, without checking their TLS SNI or HTTP Host against the rules")
 	f.StringVar(&cfg.NetworkPool, "network-pool", "", "private IPv4 range for sandbox links, a /31 per egress sandbox (default "+netpolicy.DefaultPool.String()+")")
 	f.StringVar(&cfg.NodeName, "node-name", "", "this node's name, part of every sandbox ID it creates (a-z, 0-9, '-'; default: the host name)")
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")

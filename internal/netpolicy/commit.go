@@ -104,7 +104,9 @@ func (m *Manager) flush(batch []*nftOp) error {
 				return err
 			}
 		}
-		m.rs.setDNS(c, m.dnsPort())
+		if err := m.rs.setDNS(c, m.dnsPort()); err != nil {
+			return err
+		}
 	}
 	for _, op := range batch {
 		if err := op.apply(c); err != nil {

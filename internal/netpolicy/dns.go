@@ -3,21 +3,21 @@ package netpolicy
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/nftables"
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/netpolicy/dnstcp"
 )
 
 // The node's DNS forwarder. Every DNS packet (TCP or UDP port 53, to any
@@ -46,7 +46,14 @@ type dnsView struct {
 	link    string
 	allow   []string
 	deny    []string
+	entries []Entry                  // the policy's address entries
 	learned map[netip.Addr]time.Time // address → when its set entry expires
+	// names are the names each learned address was an answer for, with
+	// when that ends (the host check admits only those).
+	names map[netip.Addr]map[string]time.Time
+	// refused counts the flows the host check reset (kept across policy
+	// changes, as the kernel's denied counter is).
+	refused *atomic.Uint64
 }
 
 type forwarder struct {
@@ -121,15 +128,22 @@ func (f *forwarder) close() {
 func (f *forwarder) set(addr netip.Addr, v *dnsView, keep bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if old := f.views[addr]; v != nil && old != nil && keep {
-		v.learned = old.learned
+	old := f.views[addr]
+	if v != nil && old != nil && keep {
+		v.learned, v.names = old.learned, old.names
+	}
+	if v != nil {
+		v.refused = new(atomic.Uint64)
+		if old != nil {
+			v.refused = old.refused
+		}
 	}
 	if v == nil {
 		delete(f.views, addr)
 		return
 	}
 	if v.learned == nil {
-		v.learned = map[netip.Addr]time.Time{}
+		v.learned, v.names = map[netip.Addr]time.Time{}, map[netip.Addr]map[string]time.Time{}
 	}
 	f.views[addr] = v
 }
@@ -138,6 +152,42 @@ func (f *forwarder) view(addr netip.Addr) *dnsView {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.views[addr]
+}
+
+// admits says whether the sandbox at src may reach dst asking for name:
+// its rules allow name and dst was learned for name, and has not expired.
+func (f *forwarder) admits(src, dst netip.Addr, name string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v := f.views[src]
+	if v == nil || !domainMatch(v.allow, name) {
+		return false
+	}
+	return v.names[dst][name].After(time.Now())
+}
+
+// byAddress says whether the policy of the sandbox at src admits dst by an
+// address entry (learned addresses are public, outside every range no
+// entry reaches, so containment is the chain's verdict).
+func (f *forwarder) byAddress(src netip.Addr, dst netip.AddrPort) bool {
+	v := f.view(src)
+	if v == nil {
+		return false
+	}
+	for _, e := range v.entries {
+		if e.Prefix.Contains(dst.Addr()) && (e.PortLo == 0 || e.PortLo <= dst.Port() && dst.Port() <= e.PortHi) {
+			return true
+		}
+	}
+	return false
+}
+
+// refused is how many flows of the sandbox at addr the host check reset.
+func (f *forwarder) refused(addr netip.Addr) uint64 {
+	if v := f.view(addr); v != nil {
+		return v.refused.Load()
+	}
+	return 0
 }
 
 func (f *forwarder) serveUDP() {
@@ -193,32 +243,17 @@ func (f *forwarder) serveTCP() {
 			defer c.Close()
 			for {
 				_ = c.SetDeadline(time.Now().Add(tcpIdle))
-				q, err := readTCPMsg(c)
+				q, err := dnstcp.Read(c)
 				if err != nil {
 					return
 				}
 				ans := f.answer(src, q, true)
-				if ans == nil || writeTCPMsg(c, ans) != nil {
+				if ans == nil || dnstcp.Write(c, ans) != nil {
 					return
 				}
 			}
 		}()
 	}
-}
-
-func readTCPMsg(r io.Reader) ([]byte, error) {
-	var l [2]byte
-	if _, err := io.ReadFull(r, l[:]); err != nil {
-		return nil, err
-	}
-	b := make([]byte, binary.BigEndian.Uint16(l[:]))
-	_, err := io.ReadFull(r, b)
-	return b, err
-}
-
-func writeTCPMsg(w io.Writer, b []byte) error {
-	_, err := w.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(b))), b...))
-	return err
 }
 
 // answer handles one query from the sandbox at src; nil: no answer.
@@ -241,13 +276,18 @@ func (f *forwarder) answer(src netip.Addr, q []byte, tcp bool) []byte {
 	if !allowed && domainMatch(v.deny, name) {
 		return reply(h, qs, dnsmessage.RCodeNameError)
 	}
+	if qs[0].Type == dnsmessage.TypeAAAA {
+		// A sandbox link carries IPv4 only: no IPv6 address is ever
+		// reachable, so none is handed out (clients go straight to IPv4).
+		return reply(h, qs, dnsmessage.RCodeSuccess)
+	}
 	ans, err := f.exchange(q, tcp)
 	if err != nil {
 		f.log.Debug("dns forward", "sandbox", v.id, "name", name, "err", err)
 		return reply(h, qs, dnsmessage.RCodeServerFailure)
 	}
 	if allowed {
-		if err := f.learn(v, ans); err != nil {
+		if err := f.learn(v, name, ans); err != nil {
 			f.log.Warn("dns: learn addresses", "sandbox", v.id, "name", name, "err", err)
 			return reply(h, qs, dnsmessage.RCodeServerFailure)
 		}
@@ -291,10 +331,10 @@ func (f *forwarder) exchange(q []byte, tcp bool) ([]byte, error) {
 	dl, _ := ctx.Deadline()
 	_ = c.SetDeadline(dl)
 	if tcp {
-		if err := writeTCPMsg(c, q); err != nil {
+		if err := dnstcp.Write(c, q); err != nil {
 			return nil, err
 		}
-		return readTCPMsg(c)
+		return dnstcp.Read(c)
 	}
 	if _, err := c.Write(q); err != nil {
 		return nil, err
@@ -311,8 +351,9 @@ func (f *forwarder) exchange(q []byte, tcp bool) ([]byte, error) {
 	}
 }
 
-// learn adds the public IPv4 addresses of ans's A records to v's set.
-func (f *forwarder) learn(v *dnsView, ans []byte) error {
+// learn adds the public IPv4 addresses of ans's A records (the answer for
+// name) to v's set.
+func (f *forwarder) learn(v *dnsView, name string, ans []byte) error {
 	var p dnsmessage.Parser
 	if _, err := p.Start(ans); err != nil {
 		return err
@@ -372,7 +413,19 @@ func (f *forwarder) learn(v *dnsView, ans []byte) error {
 	}
 	f.mu.Lock()
 	for _, a := range addrs {
-		v.learned[a] = now.Add(ttl[a])
+		exp := now.Add(ttl[a])
+		v.learned[a] = exp
+		ns := v.names[a]
+		if ns == nil {
+			ns = map[string]time.Time{}
+			v.names[a] = ns
+		}
+		for n, e := range ns {
+			if !e.After(now) {
+				delete(ns, n)
+			}
+		}
+		ns[name] = exp
 	}
 	f.mu.Unlock()
 	return nil
@@ -404,11 +457,22 @@ func (m *Manager) startDNS() error {
 	if err != nil {
 		return errdefs.Internal(err, "netpolicy: DNS forwarder")
 	}
+	if !m.cfg.NoHostCheck {
+		h, err := startHostProxy(f)
+		if err != nil {
+			f.close()
+			return errdefs.Internal(err, "netpolicy: host check")
+		}
+		m.hck, m.rs.hostPort = h, h.port
+	}
 	m.fwd = f
 	return nil
 }
 
 func (m *Manager) stopDNS() {
+	if m.hck != nil {
+		m.hck.close()
+	}
 	if m.fwd != nil {
 		m.fwd.close()
 	}
@@ -428,7 +492,11 @@ func (m *Manager) showDNS(r *record, keep bool) {
 	if m.fwd == nil {
 		return
 	}
-	m.fwd.set(r.Addr, &dnsView{id: r.ID, link: r.Link, allow: r.Policy.AllowDomains, deny: r.Policy.DenyDomains}, keep)
+	es, err := r.entries()
+	if err != nil {
+		m.log.Warn("dns: entries of the record", "sandbox", r.ID, "err", err)
+	}
+	m.fwd.set(r.Addr, &dnsView{id: r.ID, link: r.Link, allow: r.Policy.AllowDomains, deny: r.Policy.DenyDomains, entries: es}, keep)
 }
 
 // learnable says whether a resolved address may enter a learned set: a

@@ -18,7 +18,8 @@ import (
 // address, reaches what those names resolve to once it has resolved them
 // through the node (whatever resolver it asks), for the record's TTL, and
 // nothing else: not another name's address, not a private address an
-// allowed name resolves to. Denied names are NXDOMAIN. The resolver is a
+// allowed name resolves to. Denied names are NXDOMAIN; AAAA queries are
+// answered with no record. The resolver is a
 // test host the test runs; every address is a test host's.
 func TestDomainRules(t *testing.T) {
 	w := newWorldDNS(t, 51, 4, "198.18.51.2:53")
@@ -30,6 +31,7 @@ func TestDomainRules(t *testing.T) {
 		"other.org":          other.Addr,
 		"example.com":        other.Addr,
 		"rebind.example.com": private.Addr,
+		"v6.example.com":     netip.MustParseAddr("2001:db8::1"),
 	})
 	pypiL, filesL, otherL, privL := pypi.Listen(t, 0), files.Listen(t, 0), other.Listen(t, 0), private.Listen(t, 0)
 
@@ -58,6 +60,21 @@ func TestDomainRules(t *testing.T) {
 	w.mustRefuse(ns, otherL)
 	lookup("rebind.example.com", false, private.Addr, dnsmessage.RCodeSuccess) // allowed name, private address
 	w.mustRefuse(ns, privL)
+
+	// No AAAA answer reaches a sandbox (its link is IPv4 only), though the
+	// resolver has one.
+	v6 := []netip.Addr{netip.MustParseAddr("2001:db8::1")}
+	if got, _, err := netpolicytest.LookupType(resolver.NS, "198.18.51.2:53", "v6.example.com", dnsmessage.TypeAAAA, false); err != nil || !slices.Equal(got, v6) {
+		t.Fatalf("the resolver's own AAAA answer: %v %v, want %v", got, err, v6)
+	}
+	for _, name := range []string{"v6.example.com", "pypi.org", "other.org"} {
+		for _, tcp := range []bool{false, true} {
+			got, rc, err := netpolicytest.LookupType(ns, "203.0.113.53:53", name, dnsmessage.TypeAAAA, tcp)
+			if err != nil || rc != dnsmessage.RCodeSuccess || len(got) != 0 {
+				t.Fatalf("AAAA %s (tcp %v): %v %v %v, want no record, NOERROR", name, tcp, got, rc, err)
+			}
+		}
+	}
 
 	// The TTL (1 s, held at least 5 s) runs out: new connections are refused.
 	var dialErr error

@@ -37,8 +37,14 @@
 // sandbox's established flow).
 // Denied flows are answered at once (TCP reset, ICMP admin-prohibited) and
 // counted in the sandbox's counter (Status.Denied); established flows go on
-// across a policy change, new ones see the new policy. DNS is a destination
-// like any other: reachable only if a rule allows the resolver.
+// across a policy change, new ones see the new policy. With the node's DNS
+// forwarder (dns.go), every DNS packet of an egress sandbox goes to it and
+// domain rules admit the addresses it learned for allowed names; new TCP
+// flows so admitted to ports 80 and 443 go through the host check
+// (hostcheck.go), which reads their TLS SNI or HTTP Host and lets them
+// through only for an allowed name the address was learned for. Without
+// the forwarder DNS is a destination like any other. Sandbox links carry
+// IPv4 only.
 //
 // IPv4 forwarding is switched on only while some Manager on the host has an
 // egress sandbox, and restored by the last one out; while dsec holds it on,

@@ -44,8 +44,13 @@ type Config struct {
 	// asks for its sandboxes (domain rules need it); "" means the first
 	// nameserver of the node's /etc/resolv.conf, "off" no forwarder (DNS is
 	// then a destination like any other and domain rules are refused).
-	DNS    string
-	Logger *slog.Logger
+	DNS string
+	// NoHostCheck turns off the host check (hostcheck.go): flows to ports
+	// 80 and 443 that a domain rule admits are then let through by the
+	// address learned for the name alone, whatever name their TLS SNI or
+	// HTTP Host asks for.
+	NoHostCheck bool
+	Logger      *slog.Logger
 }
 
 // Manager gives sandboxes egress under a policy and takes it away again.
@@ -58,6 +63,7 @@ type Manager struct {
 	rs     *ruleset
 	host   host
 	fwd    *forwarder // nil: no DNS forwarder
+	hck    *hostProxy // nil: no host check
 
 	mu      sync.Mutex
 	sbx     map[string]*sandbox
@@ -199,7 +205,9 @@ func (m *Manager) restore(recs []*record) error {
 			return errdefs.Internal(err, "netpolicy: table")
 		}
 	}
-	m.rs.setDNS(c, m.dnsPort())
+	if err := m.rs.setDNS(c, m.dnsPort()); err != nil {
+		return errdefs.Internal(err, "netpolicy: DNS rules")
+	}
 	if err := c.Flush(); err != nil {
 		return errdefs.Internal(err, "netpolicy: restore table")
 	}
@@ -495,6 +503,9 @@ func (m *Manager) Status(id string) (*api.NetworkStatus, error) {
 	n, err := m.rs.denied(c, rec.Link)
 	if err != nil {
 		return nil, errdefs.Internal(err, "netpolicy: read counter of %s", id)
+	}
+	if m.fwd != nil {
+		n += m.fwd.refused(rec.Addr) // flows the host check reset
 	}
 	return &api.NetworkStatus{
 		Allow: rec.Policy.Allow, Rules: rec.Policy.Rules, AllowDomains: rec.Policy.AllowDomains,

@@ -28,7 +28,7 @@ type world struct {
 	t     *testing.T
 	m     *netpolicy.Manager
 	dir   string
-	dns   string // the Manager's Config.DNS
+	cfg   netpolicy.Config // the Manager's, but for StateDir and Rules
 	hosts []*netpolicytest.Host
 }
 
@@ -42,6 +42,12 @@ func newWorld(t *testing.T, first, n int, rules ...string) *world {
 // newWorldDNS is newWorld with a Manager whose DNS forwarder asks dns.
 func newWorldDNS(t *testing.T, first, n int, dns string, rules ...string) *world {
 	t.Helper()
+	return newWorldWith(t, first, n, netpolicy.Config{DNS: dns}, rules...)
+}
+
+// newWorldWith is newWorld with a Manager configured by cfg.
+func newWorldWith(t *testing.T, first, n int, cfg netpolicy.Config, rules ...string) *world {
+	t.Helper()
 	netpolicytest.RequireRoot(t)
 	rs := netpolicy.RuleSets{}
 	for _, r := range rules {
@@ -49,7 +55,7 @@ func newWorldDNS(t *testing.T, first, n int, dns string, rules ...string) *world
 			t.Fatal(err)
 		}
 	}
-	w := &world{t: t, dir: t.TempDir(), dns: dns}
+	w := &world{t: t, dir: t.TempDir(), cfg: cfg}
 	w.m = w.open(rs)
 	for i := 0; i < n; i++ {
 		w.hosts = append(w.hosts, netpolicytest.NewHost(t, "dsth", first+i))
@@ -60,7 +66,9 @@ func newWorldDNS(t *testing.T, first, n int, dns string, rules ...string) *world
 
 func (w *world) open(rs netpolicy.RuleSets) *netpolicy.Manager {
 	w.t.Helper()
-	m, err := netpolicy.New(netpolicy.Config{StateDir: w.dir, Rules: rs, DNS: w.dns})
+	cfg := w.cfg
+	cfg.StateDir, cfg.Rules = w.dir, rs
+	m, err := netpolicy.New(cfg)
 	if err != nil {
 		w.t.Fatal(err)
 	}

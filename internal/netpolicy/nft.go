@@ -33,6 +33,9 @@ import (
 //	            daddr in a private range a broader entry overlaps → goto d-IF;
 //	            accept rules for the other entries; goto d-IF
 //	chain d-IF: counter denied-IF; tcp → reject with tcp reset; reject with icmpx admin-prohibited
+//	chain h-IF (nat, jumped to through @hck from dns-nat): with domain rules
+//	            and the host check on, tcp dport 80/443 to an address of the
+//	            learned set n-IF → redirect to the host check's port
 //
 // Everything a sandbox sends passes its veth and so these chains; the sandbox
 // cannot change them (they live in the host's network namespace).
@@ -41,12 +44,14 @@ const (
 	linkPrefix = "dsv" // every dsec sandbox veth on the host starts with this
 	setPolicy  = "pol" // ifname → jump p-IF
 	setInput   = "inp" // ifname → goto d-IF
+	setHost    = "hck" // ifname → jump h-IF (nat: flows the host check sees)
 )
 
 func policyChain(ifname string) string { return "p-" + ifname }
 func denyChain(ifname string) string   { return "d-" + ifname }
 func counterName(ifname string) string { return "denied-" + ifname }
 func learnedName(ifname string) string { return "n-" + ifname }
+func hostChain(ifname string) string   { return "h-" + ifname }
 
 const (
 	chainDNSNat = "dns-nat" // nat prerouting: this Manager's links' DNS → the forwarder
@@ -58,6 +63,8 @@ type ruleset struct {
 	table *nftables.Table
 	pool  netip.Prefix
 	links string // name prefix of this Manager's links
+	// hostPort is the host check's port (0: no check; hostcheck.go).
+	hostPort uint16
 	// setIDs numbers the sets a transaction names (unique within one);
 	// given here, the library does not touch its unsynchronized global
 	// counter, which Managers committing at once would race on.
@@ -154,15 +161,23 @@ func (r *ruleset) addBase(c *nftables.Conn) error {
 // forwarder on port (the link's node address), whatever resolver it was
 // sent to, and the input chain lets exactly those packets in. port 0: no
 // forwarder, DNS is a destination like any other.
-func (r *ruleset) setDNS(c *nftables.Conn, port uint16) {
+//
+// With the host check (r.hostPort), the same chains send each of this
+// Manager's links through its h-IF chain (addSandbox) and let in what that
+// redirected to the host check.
+func (r *ruleset) setDNS(c *nftables.Conn, port uint16) error {
 	accept := nftables.ChainPolicyAccept
 	nat := c.AddChain(&nftables.Chain{Name: chainDNSNat, Table: r.table, Type: nftables.ChainTypeNAT,
 		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest, Policy: &accept})
 	in := c.AddChain(&nftables.Chain{Name: chainDNSIn, Table: r.table})
+	hck := r.set(setHost)
+	if err := c.AddSet(hck, nil); err != nil { // a table made by an older node has none
+		return err
+	}
 	c.FlushChain(nat)
 	c.FlushChain(in)
 	if port == 0 {
-		return
+		return nil
 	}
 	mine := []expr.Any{&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte(r.links)}}
@@ -172,12 +187,24 @@ func (r *ruleset) setDNS(c *nftables.Conn, port uint16) {
 				&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
 				&expr.Redir{RegisterProtoMin: 1},
 			})})
-		c.AddRule(&nftables.Rule{Table: r.table, Chain: in, Exprs: concat(mine, l4proto(proto), dport(port, port), []expr.Any{
-			&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
-			&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
-				Mask: binaryutil.NativeEndian.PutUint32(ctStatusDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
-			&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
-		}, verdict(expr.VerdictAccept))})
+		c.AddRule(&nftables.Rule{Table: r.table, Chain: in, Exprs: concat(mine, l4proto(proto), dport(port, port),
+			dstNATed(), verdict(expr.VerdictAccept))})
+	}
+	if r.hostPort != 0 {
+		c.AddRule(&nftables.Rule{Table: r.table, Chain: nat, Exprs: concat(mine, l4proto(unix.IPPROTO_TCP), vmap(expr.MetaKeyIIFNAME, hck))})
+		c.AddRule(&nftables.Rule{Table: r.table, Chain: in, Exprs: concat(mine, l4proto(unix.IPPROTO_TCP), dport(r.hostPort, r.hostPort),
+			dstNATed(), verdict(expr.VerdictAccept))})
+	}
+	return nil
+}
+
+// dstNATed matches a flow whose destination was rewritten.
+func dstNATed() []expr.Any {
+	return []expr.Any{
+		&expr.Ct{Register: 1, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(ctStatusDstNAT), Xor: binaryutil.NativeEndian.PutUint32(0)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(0)},
 	}
 }
 
@@ -259,6 +286,26 @@ func (r *ruleset) addSandbox(c *nftables.Conn, ifname string, addr netip.Addr, e
 	}
 	rule([]expr.Any{deny})
 
+	// The host check's redirect (an empty chain without domain rules or
+	// without the check).
+	hc := c.AddChain(&nftables.Chain{Name: hostChain(ifname), Table: r.table})
+	c.FlushChain(hc)
+	if domains && r.hostPort != 0 {
+		for _, port := range hostCheckPorts {
+			c.AddRule(&nftables.Rule{Table: r.table, Chain: hc, Exprs: concat(nfproto(unix.NFPROTO_IPV4), l4proto(unix.IPPROTO_TCP),
+				dport(port, port), []expr.Any{
+					&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: 16, Len: 4},
+					&expr.Lookup{SourceRegister: 1, SetName: learned.Name, SetID: learned.ID},
+					&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(r.hostPort)},
+					&expr.Redir{RegisterProtoMin: 1},
+				})})
+		}
+	}
+	if err := c.SetAddElements(r.set(setHost), []nftables.SetElement{{Key: ifKey(ifname),
+		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: hc.Name}}}); err != nil {
+		return err
+	}
+
 	pol, inp := r.set(setPolicy), r.set(setInput)
 	if err := c.SetAddElements(pol, []nftables.SetElement{{Key: ifKey(ifname),
 		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: pc.Name}}}); err != nil {
@@ -283,6 +330,16 @@ func (r *ruleset) delSandbox(c *nftables.Conn, ifname string) error {
 		VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: dcx.Name}}}); err != nil {
 		return err
 	}
+	hcx := c.AddChain(&nftables.Chain{Name: hostChain(ifname), Table: r.table})
+	if err := c.SetAddElements(r.set(setHost), []nftables.SetElement{{Key: ifKey(ifname),
+		VerdictData: &expr.Verdict{Kind: expr.VerdictJump, Chain: hcx.Name}}}); err != nil {
+		return err
+	}
+	if err := c.SetDeleteElements(r.set(setHost), []nftables.SetElement{{Key: ifKey(ifname)}}); err != nil {
+		return err
+	}
+	c.FlushChain(hcx)
+	c.DelChain(hcx)
 	if err := c.SetDeleteElements(r.set(setPolicy), []nftables.SetElement{{Key: ifKey(ifname)}}); err != nil {
 		return err
 	}

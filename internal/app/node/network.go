@@ -26,7 +26,8 @@ func openNetwork(cfg Config) (*netpolicy.Manager, error) {
 		pool = p
 	}
 	m, err := netpolicy.New(netpolicy.Config{
-		StateDir: filepath.Join(cfg.DataDir, "netpolicy"), Pool: pool, Rules: rules, DNS: cfg.NetworkDNS, Logger: cfg.Logger,
+		StateDir: filepath.Join(cfg.DataDir, "netpolicy"), Pool: pool, Rules: rules, DNS: cfg.NetworkDNS,
+		NoHostCheck: cfg.NetworkNoHostCheck, Logger: cfg.Logger,
 	})
 	if err != nil {
 		return nil, err

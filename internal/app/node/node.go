@@ -139,6 +139,9 @@ type Config struct {
 	// NetworkDNS is the resolver the node's DNS forwarder asks for egress
 	// sandboxes (netpolicy.Config.DNS: "" the node's resolv.conf, "off" none).
 	NetworkDNS string
+	// NetworkNoHostCheck turns off the check of TLS SNI and HTTP Host on
+	// flows domain rules admit (netpolicy.Config.NoHostCheck).
+	NetworkNoHostCheck bool
 	// OTLPEndpoint exports traces over OTLP/HTTP to this URL (default
 	// $OTEL_EXPORTER_OTLP_ENDPOINT; both empty: tracing is off). Tracing, if
 	// set, is the tracer provider instead (tests).

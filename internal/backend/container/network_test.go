@@ -87,17 +87,24 @@ func startNet(t *testing.T, d driver.Driver, layers []driver.Layer, p *api.Netwo
 func tcp(t *testing.T, inst driver.Instance, addr string) (string, bool) {
 	t.Helper()
 	host, port, _ := net.SplitHostPort(addr)
-	script := fmt.Sprintf("exec 3<>/dev/tcp/%s/%s && timeout 3 cat <&3", host, port)
+	out, errOut, ok := bash5(t, inst, fmt.Sprintf("exec 3<>/dev/tcp/%s/%s && timeout 3 cat <&3", host, port))
+	if !ok {
+		return errOut, false
+	}
+	return out, true
+}
+
+// bash5 runs script with bash in the sandbox for at most 5 s and returns its
+// output, its errors and whether it succeeded.
+func bash5(t *testing.T, inst driver.Instance, script string) (string, string, bool) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	r, err := drivertest.Exec(ctx, inst, driver.ProcSpec{Args: []string{"timeout", "5", "bash", "-c", script}, Cwd: "/"}, "")
 	if err != nil {
 		t.Fatalf("exec: %v", err)
 	}
-	if r.Exit.Code != 0 {
-		return r.Stderr, false
-	}
-	return r.Stdout, true
+	return r.Stdout, r.Stderr, r.Exit.Code == 0
 }
 
 func denied(t *testing.T, inst driver.Instance) uint64 {

@@ -1,9 +1,7 @@
 package netpolicytest
 
 import (
-	"encoding/binary"
 	"errors"
-	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -12,11 +10,15 @@ import (
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
+
+	"github.com/dsec-dev/dsec/internal/netpolicy/dnstcp"
 )
 
 // DNSServer runs a tiny authoritative resolver on UDP and TCP at addr inside
-// ns (a test host's namespace): an A query for a name in records is answered
-// with its address and ttl, any other with NXDOMAIN. It stops when t ends.
+// ns (a test host's namespace): an A (IPv4) or AAAA (IPv6) query for a name
+// in records is answered with its address and ttl, a query of the other
+// type with no record, a name not in records with NXDOMAIN. It stops when t
+// ends.
 func DNSServer(t testing.TB, ns *os.File, addr string, ttl uint32, records map[string]netip.Addr) {
 	t.Helper()
 	var pc net.PacketConn
@@ -53,26 +55,16 @@ func DNSServer(t testing.TB, ns *os.File, addr string, ttl uint32, records map[s
 			go func() {
 				defer c.Close()
 				_ = c.SetDeadline(time.Now().Add(5 * time.Second))
-				q, err := readMsg(c)
+				q, err := dnstcp.Read(c)
 				if err != nil {
 					return
 				}
 				if ans := dnsAnswer(q, ttl, records); ans != nil {
-					_, _ = c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(ans))), ans...))
+					_ = dnstcp.Write(c, ans)
 				}
 			}()
 		}
 	}()
-}
-
-func readMsg(r io.Reader) ([]byte, error) {
-	var l [2]byte
-	if _, err := io.ReadFull(r, l[:]); err != nil {
-		return nil, err
-	}
-	b := make([]byte, binary.BigEndian.Uint16(l[:]))
-	_, err := io.ReadFull(r, b)
-	return b, err
 }
 
 func dnsAnswer(q []byte, ttl uint32, records map[string]netip.Addr) []byte {
@@ -93,10 +85,14 @@ func dnsAnswer(q []byte, ttl uint32, records map[string]netip.Addr) []byte {
 	b := dnsmessage.NewBuilder(nil, rh)
 	_ = b.StartQuestions()
 	_ = b.Question(qn)
-	if ok && qn.Type == dnsmessage.TypeA {
+	rh2 := dnsmessage.ResourceHeader{Name: qn.Name, Class: dnsmessage.ClassINET, TTL: ttl}
+	switch {
+	case ok && a.Is4() && qn.Type == dnsmessage.TypeA:
 		_ = b.StartAnswers()
-		_ = b.AResource(dnsmessage.ResourceHeader{Name: qn.Name, Class: dnsmessage.ClassINET, TTL: ttl},
-			dnsmessage.AResource{A: a.As4()})
+		_ = b.AResource(rh2, dnsmessage.AResource{A: a.As4()})
+	case ok && a.Is6() && qn.Type == dnsmessage.TypeAAAA:
+		_ = b.StartAnswers()
+		_ = b.AAAAResource(rh2, dnsmessage.AAAAResource{AAAA: a.As16()})
 	}
 	out, err := b.Finish()
 	if err != nil {
@@ -108,13 +104,18 @@ func dnsAnswer(q []byte, ttl uint32, records map[string]netip.Addr) []byte {
 // Lookup asks server (ADDR:PORT) for name's A records from inside ns, over
 // UDP, or TCP with tcp; it returns the addresses and the answer's rcode.
 func Lookup(ns *os.File, server, name string, tcp bool) ([]netip.Addr, dnsmessage.RCode, error) {
+	return LookupType(ns, server, name, dnsmessage.TypeA, tcp)
+}
+
+// LookupType is Lookup for records of type qtype (A or AAAA).
+func LookupType(ns *os.File, server, name string, qtype dnsmessage.Type, tcp bool) ([]netip.Addr, dnsmessage.RCode, error) {
 	n, err := dnsmessage.NewName(name + ".")
 	if err != nil {
 		return nil, 0, err
 	}
 	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 4711, RecursionDesired: true})
 	_ = b.StartQuestions()
-	_ = b.Question(dnsmessage.Question{Name: n, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+	_ = b.Question(dnsmessage.Question{Name: n, Type: qtype, Class: dnsmessage.ClassINET})
 	q, err := b.Finish()
 	if err != nil {
 		return nil, 0, err
@@ -132,10 +133,10 @@ func Lookup(ns *os.File, server, name string, tcp bool) ([]netip.Addr, dnsmessag
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(3 * time.Second))
 		if tcp {
-			if _, err := c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(q))), q...)); err != nil {
+			if err := dnstcp.Write(c, q); err != nil {
 				return err
 			}
-			ans, err = readMsg(c)
+			ans, err = dnstcp.Read(c)
 			return err
 		}
 		if _, err := c.Write(q); err != nil {
@@ -169,15 +170,22 @@ func Lookup(ns *os.File, server, name string, tcp bool) ([]netip.Addr, dnsmessag
 		if err != nil {
 			return nil, 0, err
 		}
-		if rh.Type != dnsmessage.TypeA {
+		switch rh.Type {
+		case dnsmessage.TypeA:
+			r, err := p.AResource()
+			if err != nil {
+				return nil, 0, err
+			}
+			out = append(out, netip.AddrFrom4(r.A))
+		case dnsmessage.TypeAAAA:
+			r, err := p.AAAAResource()
+			if err != nil {
+				return nil, 0, err
+			}
+			out = append(out, netip.AddrFrom16(r.AAAA))
+		default:
 			_ = p.SkipAnswer()
-			continue
 		}
-		r, err := p.AResource()
-		if err != nil {
-			return nil, 0, err
-		}
-		out = append(out, netip.AddrFrom4(r.A))
 	}
 	return out, h.RCode, nil
 }
