@@ -85,6 +85,8 @@ type Handler struct {
 	domain  atomic.Pointer[string] // the sandbox domain (Domain)
 	// services are what create starts in a template's sandboxes (codeint.go).
 	services map[string]templateService
+	// templates caches the image list templates resolve against (templates.go).
+	templates imageList
 
 	mu      sync.Mutex
 	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
