@@ -1,0 +1,70 @@
+// E2B's desktop through the unmodified @e2b/desktop package: its default
+// template "desktop" is dsec's image e2b-desktop (scripts/desktop-image.sh),
+// which records that template name and the container backend. The SDK starts
+// Xvfb and XFCE itself through commands at create; the test then checks what
+// a user of the SDK would: the screen size, a PNG screenshot of that size,
+// the pointer where it was moved, a file opened with xdg-open in the editor
+// and text typed into it saved to the file.
+import { test, after } from 'node:test'
+import assert from 'node:assert/strict'
+import { Sandbox } from '@e2b/desktop'
+import { runId, waitFor } from './helpers.mjs'
+
+const created = new Set()
+after(async () => {
+  await Promise.all([...created].map((s) => s.kill().catch(() => {})))
+})
+
+// pngSize reads a PNG's width and height from its IHDR chunk.
+function pngSize(b) {
+  const png = Buffer.from(b)
+  assert.deepEqual([...png.subarray(0, 8)], [0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a], 'a PNG')
+  assert.equal(png.toString('latin1', 12, 16), 'IHDR')
+  return { width: png.readUInt32BE(16), height: png.readUInt32BE(20) }
+}
+
+test('desktop: display, screenshot, pointer, xdg-open and typing', async () => {
+  const t0 = Date.now()
+  const sbx = await Sandbox.create({ resolution: [1024, 768], timeoutMs: 300_000, metadata: { suite: runId } })
+  created.add(sbx)
+  assert.deepEqual(await sbx.getScreenSize(), { width: 1024, height: 768 })
+
+  const shot = await sbx.screenshot()
+  const ms = Date.now() - t0
+  assert.deepEqual(pngSize(shot), { width: 1024, height: 768 })
+  console.log(`desktop: create to first screenshot ${ms} ms (${shot.length} bytes)`)
+
+  // The desktop the SDK started: XFCE's window manager and panel, as user.
+  const ps = await sbx.commands.run('pgrep -u user -x xfwm4 && pgrep -u user -x xfce4-panel')
+  assert.equal(ps.exitCode, 0)
+
+  assert.deepEqual(await sbx.getCursorPosition(), { x: 512, y: 384 }, 'the pointer starts in the middle')
+  await sbx.moveMouse(100, 200)
+  assert.deepEqual(await sbx.getCursorPosition(), { x: 100, y: 200 })
+
+  // A text file opened with the default application (the editor), typed
+  // into and saved: the file holds what was typed.
+  const path = '/home/user/note.txt'
+  await sbx.files.write(path, 'first line\n')
+  await sbx.open(path)
+  const win = await waitFor(async () => {
+    const r = await sbx.commands.run('xdotool search --onlyvisible --name "note.txt"').catch(() => null)
+    return r?.stdout.trim().split('\n')[0]
+  }, 30_000, 250)
+  assert.match(await sbx.getWindowTitle(win), /note\.txt/)
+  await sbx.commands.run(`xdotool windowactivate --sync ${win}`)
+  assert.equal(await sbx.getCurrentWindowId(), win, 'the editor has the focus')
+  await sbx.press(['ctrl', 'end'])
+  await sbx.write('typed by xdotool', { chunkSize: 25, delayInMs: 10 })
+  await sbx.press(['ctrl', 's'])
+  const saved = await waitFor(async () => {
+    const s = await sbx.files.read(path)
+    return s.includes('typed by xdotool') && s
+  }, 15_000, 250)
+  assert.equal(saved.replace(/\n$/, ''), 'first line\ntyped by xdotool')
+
+  // The screen changed: the editor's window is drawn.
+  const after = await sbx.screenshot()
+  assert.deepEqual(pngSize(after), { width: 1024, height: 768 })
+  assert.notDeepEqual(Buffer.from(after), Buffer.from(shot))
+})
