@@ -31,7 +31,8 @@ const (
 	LabelBackend  = "dsec.backend"
 )
 
-// templateListTTL is how long create reuses the node's image list.
+// templateListTTL is how long create reuses the node's image list (a
+// template not in it is looked for in a new one).
 const templateListTTL = 2 * time.Second
 
 // template is what create makes for a template ID.
@@ -48,19 +49,20 @@ type imageList struct {
 	at     time.Time
 }
 
-// get returns the image list, at most templateListTTL old.
-func (l *imageList) get(ctx context.Context, list func(context.Context) ([]api.Image, error)) ([]api.Image, error) {
+// get returns the image list, at most templateListTTL old (fresh: listed
+// now), and whether it was listed for this call.
+func (l *imageList) get(ctx context.Context, list func(context.Context) ([]api.Image, error), fresh bool) ([]api.Image, bool, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.images != nil && time.Since(l.at) < templateListTTL {
-		return l.images, nil
+	if !fresh && l.images != nil && time.Since(l.at) < templateListTTL {
+		return l.images, false, nil
 	}
 	imgs, err := list(ctx)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	l.images, l.at = imgs, time.Now()
-	return imgs, nil
+	return imgs, true, nil
 }
 
 // resolveTemplate says which image and backend template id creates.
@@ -68,16 +70,24 @@ func (h *Handler) resolveTemplate(ctx context.Context, id string) (template, err
 	if id == baseTemplate {
 		return template{}, nil
 	}
-	imgs, err := h.templates.get(ctx, h.svc.Images)
-	if err != nil {
-		if errdefs.Is(err, api.CodeNotImplemented) {
+	var img api.Image
+	for _, fresh := range []bool{false, true} {
+		imgs, listed, err := h.templates.get(ctx, h.svc.Images, fresh)
+		if err != nil {
+			if errdefs.Is(err, api.CodeNotImplemented) {
+				return template{image: id}, nil
+			}
+			return template{}, fmt.Errorf("template %s: list images: %w", id, err)
+		}
+		var ok bool
+		if img, ok = pickTemplate(imgs, id); ok {
+			break
+		}
+		if listed || fresh {
+			// Not in a list taken now (an image made since the cached
+			// list is looked for once more).
 			return template{image: id}, nil
 		}
-		return template{}, fmt.Errorf("template %s: list images: %w", id, err)
-	}
-	img, ok := pickTemplate(imgs, id)
-	if !ok {
-		return template{image: id}, nil
 	}
 	backend := imageLabel(img, LabelBackend)
 	switch backend {

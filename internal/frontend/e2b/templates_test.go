@@ -28,7 +28,9 @@ import (
 //	e2b-desk     backend container, template "desk"
 //	snap-1       inherited template "desk" (a snapshot of e2b-desk)
 //	bogus        backend fncall
-func templateEnv(t *testing.T) (*env, *agent.Manager) {
+//
+// writeImage adds another.
+func templateEnv(t *testing.T) (e *env, m *agent.Manager, writeImage func(name, labels string)) {
 	t.Helper()
 	dir := t.TempDir()
 	rootfs := filepath.Join(dir, "rootfs")
@@ -46,7 +48,7 @@ func templateEnv(t *testing.T) (*env, *agent.Manager) {
 		"snap-1":   `"` + e2b.LabelBackend + `":"container","` + e2b.LabelTemplate + `":"desk"`,
 		"bogus":    `"` + e2b.LabelBackend + `":"fncall"`,
 	}
-	for name, labels := range images {
+	writeImage = func(name, labels string) {
 		m := `{"version":2,"name":"` + name + `","layers":[{"role":"base","dir":"` + rootfs + `"}],"config":{"labels":{` + labels + `}}}`
 		if labels == "" {
 			m = `{"version":2,"name":"` + name + `","layers":[{"role":"base","dir":"` + rootfs + `"}]}`
@@ -58,6 +60,9 @@ func templateEnv(t *testing.T) (*env, *agent.Manager) {
 			t.Fatal(err)
 		}
 	}
+	for name, labels := range images {
+		writeImage(name, labels)
+	}
 	host := mock.NewHost()
 	reg, err := driver.NewRegistry(
 		agenttest.MockWith(t, mock.Config{Host: host, BackendName: api.BackendContainer}),
@@ -65,14 +70,14 @@ func templateEnv(t *testing.T) (*env, *agent.Manager) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := agenttest.New(t, agenttest.Options{Config: func(c *agent.Config) {
+	m = agenttest.New(t, agenttest.Options{Config: func(c *agent.Config) {
 		c.Driver, c.Drivers = nil, reg
 		c.Images = &image.Store{Dir: dir, Default: "tiny"}
 	}})
 	h := e2b.New(session.Chain(m), e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() { srv.Close(); h.Close() })
-	return &env{t: t, h: h, srv: srv}, m
+	return &env{t: t, h: h, srv: srv}, m, writeImage
 }
 
 // TestTemplateBackend: a template recorded as fullvm creates a fullvm
@@ -80,7 +85,7 @@ func templateEnv(t *testing.T) (*env, *agent.Manager) {
 // image's label names that image; bad templates answer E2B's {code, message}
 // and create nothing.
 func TestTemplateBackend(t *testing.T) {
-	e, m := templateEnv(t)
+	e, m, writeImage := templateEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, tc := range []struct{ template, image, backend string }{
@@ -108,6 +113,13 @@ func TestTemplateBackend(t *testing.T) {
 			t.Errorf("template %s: GET answers %d %s", tc.template, res.StatusCode, b)
 		}
 	}
+	// An image made just now is a template at once, with its backend.
+	writeImage("late", `"`+e2b.LabelBackend+`":"fullvm"`)
+	c := e.create(map[string]any{"templateID": "late"})
+	if sb, err := m.Get(ctx, c.SandboxID); err != nil || sb.Backend != api.BackendFullVM {
+		t.Errorf("template late (made after the image list was read): %+v %v, want a fullvm sandbox", sb, err)
+	}
+
 	before, err := m.List(ctx)
 	if err != nil {
 		t.Fatal(err)
