@@ -39,7 +39,7 @@ log() { printf 'desktop-image: %s\n' "$*" >&2; }
 die() { printf 'desktop-image: ERROR: %s\n' "$*" >&2; exit 1; }
 
 [ -f "$BASE/image.json" ] && [ -d "$BASE/rootfs" ] || die "the debian image ($BASE) is missing; setup.sh builds it first"
-stamp="$(cat "$BASE/image.json") $PKGS v2"
+stamp="$(cat "$BASE/image.json") $PKGS v3"
 if [ -f "$OUT/image.json" ] && [ -d "$OUT/layer" ] && [ "$(cat "$OUT/base-stamp" 2>/dev/null)" = "$stamp" ]; then
 	log "cached ($OUT)"
 	exit 0
@@ -73,7 +73,8 @@ for b in Xvfb xdpyinfo xrandr xdotool scrot xdg-open startxfce4 xfwm4 xfce4-pane
 	chroot "$r" sh -c "command -v $b" >/dev/null || die "$b is not installed"
 done
 # xdg-open sends web pages to the browser, text files to the editor.
-chroot "$r" update-alternatives --set x-www-browser /usr/bin/netsurf-gtk >/dev/null 2>&1 || true
+# XFCE's preferred browser is sensible-browser, which runs x-www-browser.
+chroot "$r" update-alternatives --install /usr/bin/x-www-browser x-www-browser /usr/bin/netsurf-gtk 40 >/dev/null
 mkdir -p "$r/home/user/.config"
 cat >"$r/home/user/.config/mimeapps.list" <<'EOF'
 [Default Applications]

@@ -4,7 +4,7 @@
 // Xvfb and XFCE itself through commands at create; the test then checks what
 // a user of the SDK would: the screen size, a PNG screenshot of that size,
 // the pointer where it was moved, a file opened with xdg-open in the editor
-// and text typed into it saved to the file.
+// and text typed into it saved to the file, a URL opened in the browser.
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
 import { Sandbox } from '@e2b/desktop'
@@ -23,7 +23,7 @@ function pngSize(b) {
   return { width: png.readUInt32BE(16), height: png.readUInt32BE(20) }
 }
 
-test('desktop: display, screenshot, pointer, xdg-open and typing', async () => {
+test('desktop: display, screenshot, pointer, typing, editor and browser', async () => {
   const t0 = Date.now()
   const sbx = await Sandbox.create({ resolution: [1024, 768], timeoutMs: 300_000, metadata: { suite: runId } })
   created.add(sbx)
@@ -62,6 +62,19 @@ test('desktop: display, screenshot, pointer, xdg-open and typing', async () => {
     return s.includes('typed by xdotool') && s
   }, 15_000, 250)
   assert.equal(saved.replace(/\n$/, ''), 'first line\ntyped by xdotool')
+
+  // A URL opens in the browser (NetSurf): a page served in the sandbox,
+  // whose title names the browser's window.
+  await sbx.files.write('/home/user/site/page.html', '<html><head><title>dsec desktop page</title></head><body>hello</body></html>')
+  const srv = await sbx.commands.run('python3 -m http.server -d /home/user/site 8000', { background: true })
+  await waitFor(async () => (await sbx.commands.run('python3 -c "import urllib.request as u; u.urlopen(\'http://127.0.0.1:8000/page.html\')"').catch(() => null))?.exitCode === 0, 15_000, 200)
+  await sbx.open('http://127.0.0.1:8000/page.html')
+  const page = await waitFor(async () => {
+    const r = await sbx.commands.run('xdotool search --onlyvisible --name "dsec desktop page"').catch(() => null)
+    return r?.stdout.trim().split('\n')[0]
+  }, 30_000, 250)
+  assert.match(await sbx.getWindowTitle(page), /dsec desktop page/)
+  await srv.kill()
 
   // The screen changed: the editor's window is drawn.
   const after = await sbx.screenshot()
