@@ -10,10 +10,10 @@
 # passwordless sudo) as its base layer, read in place, plus one layer with
 # that stack: Xvfb, a minimal XFCE (session, window manager, panel, desktop),
 # xdotool, scrot, xrandr, xdg-utils, a terminal (xfce4-terminal), an editor
-# (mousepad) and a light browser (NetSurf, GTK: about 5 MB over the toolkit
-# XFCE already has). The layer is the upper directory of an overlay mount of
-# the debian tree in which apt-get ran (--no-install-recommends), so no file
-# of the debian image is copied.
+# (mousepad), a light browser (NetSurf, GTK: about 5 MB over the toolkit
+# XFCE already has) and, for the SDK's stream, x11vnc and noVNC. The layer is
+# the upper directory of an overlay mount of the debian tree in which apt-get
+# ran (--no-install-recommends), so no file of the debian image is copied.
 #
 # The image records in its config labels that it is E2B's template "desktop"
 # and runs on the container backend (dsec.e2b.template, dsec.backend): the
@@ -30,7 +30,7 @@ OUT="$DSEC_IMAGES_DIR/$NAME"
 BASE="$DSEC_IMAGES_DIR/debian"
 PKGS="xvfb xauth xfonts-base x11-utils x11-xserver-utils xdotool scrot xdg-utils dbus-x11 procps \
 xfce4-session xfwm4 xfce4-panel xfdesktop4 xfce4-settings xfce4-terminal mousepad netsurf-gtk \
-fonts-dejavu-core adwaita-icon-theme"
+fonts-dejavu-core adwaita-icon-theme x11vnc websockify net-tools"
 
 # shellcheck source=scripts/progress.sh
 . "$(dirname "$0")/progress.sh"
@@ -39,7 +39,7 @@ log() { printf 'desktop-image: %s\n' "$*" >&2; }
 die() { printf 'desktop-image: ERROR: %s\n' "$*" >&2; exit 1; }
 
 [ -f "$BASE/image.json" ] && [ -d "$BASE/rootfs" ] || die "the debian image ($BASE) is missing; setup.sh builds it first"
-stamp="$(cat "$BASE/image.json") $PKGS v3"
+stamp="$(cat "$BASE/image.json") $PKGS v4"
 if [ -f "$OUT/image.json" ] && [ -d "$OUT/layer" ] && [ "$(cat "$OUT/base-stamp" 2>/dev/null)" = "$stamp" ]; then
 	log "cached ($OUT)"
 	exit 0
@@ -67,9 +67,21 @@ if ! with_progress "desktop image: apt-get" "$work.apt.log" chroot "$r" sh -c \
 	tail -n 20 "$work.apt.log" >&2 || true
 	die "installing the desktop packages failed; see $work.apt.log"
 fi
+# The SDK's stream runs x11vnc and /opt/noVNC/utils/novnc_proxy (over the
+# installed websockify). noVNC's web client and that script are the files of
+# Debian's novnc package, unpacked there without it: the package itself
+# depends on nodejs (60 MB) for scripts the stream does not run.
+if ! chroot "$r" sh -c 'cd /tmp && apt-get download novnc && dpkg-deb -x novnc_*.deb /tmp/novnc && rm -f novnc_*.deb' >>"$work.apt.log" 2>&1; then
+	tail -n 20 "$work.apt.log" >&2 || true
+	die "unpacking noVNC failed; see $work.apt.log"
+fi
+rm -rf "$r/opt/noVNC"
+mkdir -p "$r/opt"
+mv "$r/tmp/novnc/usr/share/novnc" "$r/opt/noVNC"
+rm -rf "$r/tmp/novnc"
 rm -f "$work.apt.log" "$r/usr/sbin/policy-rc.d"
 chroot "$r" getent passwd user >/dev/null || die "the debian image has no account user"
-for b in Xvfb xdpyinfo xrandr xdotool scrot xdg-open startxfce4 xfwm4 xfce4-panel xfce4-terminal netsurf-gtk; do
+for b in Xvfb xdpyinfo xrandr xdotool scrot xdg-open startxfce4 xfwm4 xfce4-panel xfce4-terminal netsurf-gtk x11vnc websockify netstat /opt/noVNC/utils/novnc_proxy; do
 	chroot "$r" sh -c "command -v $b" >/dev/null || die "$b is not installed"
 done
 # xdg-open sends web pages to the browser, text files to the editor.

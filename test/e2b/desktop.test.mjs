@@ -7,6 +7,8 @@
 // and text typed into it saved to the file, a URL opened in the browser.
 import { test, after } from 'node:test'
 import assert from 'node:assert/strict'
+import http from 'node:http'
+import crypto from 'node:crypto'
 import { Sandbox } from '@e2b/desktop'
 import { runId, waitFor } from './helpers.mjs'
 
@@ -25,7 +27,9 @@ function pngSize(b) {
 
 test('desktop: display, screenshot, pointer, typing, editor and browser', async () => {
   const t0 = Date.now()
-  const sbx = await Sandbox.create({ resolution: [1024, 768], timeoutMs: 300_000, metadata: { suite: runId } })
+  // No internet: nothing the desktop runs (the browser, http.server's name
+  // lookup) leaves the machine.
+  const sbx = await Sandbox.create({ resolution: [1024, 768], timeoutMs: 300_000, allowInternetAccess: false, metadata: { suite: runId } })
   created.add(sbx)
   assert.deepEqual(await sbx.getScreenSize(), { width: 1024, height: 768 })
 
@@ -80,4 +84,61 @@ test('desktop: display, screenshot, pointer, typing, editor and browser', async 
   const after = await sbx.screenshot()
   assert.deepEqual(pngSize(after), { width: 1024, height: 768 })
   assert.notDeepEqual(Buffer.from(after), Buffer.from(shot))
+})
+
+// lookup resolves every name (the sandbox hosts under localhost) to loopback.
+function lookup(_host, opts, cb) {
+  if (opts?.all) return cb(null, [{ address: '127.0.0.1', family: 4 }])
+  cb(null, '127.0.0.1', 4)
+}
+
+// rfbGreeting opens a WebSocket to url and returns the first message's text:
+// a VNC server's greeting ("RFB 003.008\n") when noVNC's websockify relays
+// x11vnc.
+function rfbGreeting(url) {
+  return new Promise((resolve, reject) => {
+    const req = http.request(url, {
+      lookup,
+      headers: { Connection: 'Upgrade', Upgrade: 'websocket', 'Sec-WebSocket-Version': '13',
+        'Sec-WebSocket-Key': crypto.randomBytes(16).toString('base64'), 'Sec-WebSocket-Protocol': 'binary' },
+    })
+    req.on('response', (res) => reject(new Error(`no upgrade: ${res.statusCode}`)))
+    req.on('upgrade', (_res, sock, head) => {
+      let buf = head
+      const onData = (d) => {
+        buf = Buffer.concat([buf, d])
+        if (buf.length >= 2 && buf.length >= 2 + (buf[1] & 0x7f)) {
+          sock.destroy()
+          resolve(buf.subarray(2, 2 + (buf[1] & 0x7f)).toString('latin1'))
+        }
+      }
+      sock.on('data', onData)
+      sock.on('error', reject)
+      onData(Buffer.alloc(0))
+    })
+    req.on('error', reject)
+    req.end()
+  })
+}
+
+test('desktop: the stream (x11vnc and noVNC) serves the display on getHost(6080)', async () => {
+  const sbx = await Sandbox.create({ timeoutMs: 300_000, allowInternetAccess: false, metadata: { suite: runId } })
+  created.add(sbx)
+  await sbx.stream.start()
+  const url = new URL(sbx.stream.getUrl())
+  assert.equal(url.host, sbx.getHost(6080))
+  assert.equal(url.pathname, '/vnc.html')
+  assert.equal(url.searchParams.get('autoconnect'), 'true')
+  const page = await new Promise((resolve, reject) => {
+    http.get(`http://${url.host}/vnc.html`, { lookup }, (res) => {
+      let body = ''
+      res.setEncoding('utf8')
+      res.on('data', (d) => { body += d })
+      res.on('end', () => resolve({ status: res.statusCode, body }))
+    }).on('error', reject)
+  })
+  assert.equal(page.status, 200)
+  assert.match(page.body, /noVNC/)
+  assert.match(await rfbGreeting(`http://${url.host}/websockify`), /^RFB 003\.00\d\n$/)
+  await sbx.stream.stop()
 })
