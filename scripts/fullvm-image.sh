@@ -32,7 +32,17 @@ PKGS="linux-image-amd64,systemd-sysv,udev,kmod,dbus,libpam-systemd,xserver-xorg-
 log() { printf 'fullvm-image: %s\n' "$*" >&2; }
 die() { printf 'fullvm-image: ERROR: %s\n' "$*" >&2; exit 1; }
 
+# write_manifest DIR: DIR/image.json. Its labels record that the image's
+# sandboxes run on the fullvm backend and that E2B's API knows it as template
+# "desktop-fullvm" (E2B's "desktop" is the container image e2b-desktop,
+# scripts/desktop-image.sh; internal/frontend/e2b/templates.go).
+write_manifest() {
+	printf '{"name":"%s","lower":["rootfs"],"config":{"labels":{"dsec.backend":"fullvm","dsec.e2b.template":"desktop-fullvm"}},"created":"%s","description":"bookworm with Xorg and xterm; fullvm boots its fullvm/disk.qcow2"}\n' "$NAME" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$1/image.json.tmp"
+	mv -f "$1/image.json.tmp" "$1/image.json"
+}
+
 if [ -f "$OUT/fullvm/boot.json" ] && [ -f "$OUT/image.json" ] && grep -q "\"format\":$FORMAT[,}]" "$OUT/fullvm/boot.json"; then
+	grep -q '"dsec.backend"' "$OUT/image.json" || write_manifest "$OUT"
 	log "cached ($OUT)"
 	exit 0
 fi
@@ -126,7 +136,7 @@ qemu-img convert -f raw -O qcow2 "$work/root.raw" "$out/fullvm/disk.qcow2"
 rm -f "$work/root.raw"
 secs=$(( $(date +%s) - t0 ))
 printf '{"format":%d,"kernel_release":"%s","kernel":"vmlinuz","initrd":"initrd.img","disk":"disk.qcow2","root":"/dev/vda","user":"dsec","build_seconds":%d}\n' "$FORMAT" "$kver" "$secs" >"$out/fullvm/boot.json"
-printf '{"name":"%s","lower":["rootfs"],"created":"%s","description":"bookworm with Xorg and xterm; fullvm boots its fullvm/disk.qcow2"}\n' "$NAME" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$out/image.json"
+write_manifest "$out"
 mv "$root" "$out/rootfs"
 rm -rf "$OUT"
 mkdir -p "$DSEC_IMAGES_DIR"

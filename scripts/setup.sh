@@ -356,6 +356,9 @@ build_judge
 # E2B's code interpreter template "code-interpreter-v1": the judge image plus a
 # small layer (a separate, idempotent step).
 DSEC_IMAGES_DIR="$DSEC_IMAGES_DIR" sh "$(dirname "$0")/codeint-image.sh"
+# E2B's desktop template "desktop" as @e2b/desktop drives it (Xvfb, XFCE,
+# xdotool, ...): the image "e2b-desktop", the debian image plus a layer.
+DSEC_IMAGES_DIR="$DSEC_IMAGES_DIR" sh "$(dirname "$0")/desktop-image.sh"
 # The fullvm base image "desktop" (a separate, idempotent step).
 DSEC_IMAGES_DIR="$DSEC_IMAGES_DIR" DEBIAN_MIRROR="$DEBIAN_MIRROR" sh "$(dirname "$0")/fullvm-image.sh"
 

@@ -11,7 +11,11 @@ set -eu
 cd "$(dirname "$0")"
 ROOT=$(cd ../.. && pwd)
 DSEC=${DSEC:-$ROOT/bin/dsec}
-[ -d node_modules/e2b ] || npm ci --no-audit --no-fund
+# Install the pinned packages when missing or when package-lock.json changed
+# since the last install (a package added to the suite).
+if [ ! -d node_modules/e2b ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+  npm ci --no-audit --no-fund
+fi
 DATA=$(mktemp -d /tmp/dsec-e2b.XXXXXX)
 if [ "${DSEC_E2E_RACE:-}" = 1 ] && [ "$DSEC" = "$ROOT/bin/dsec" ]; then
   DSEC=$DATA/dsec-race

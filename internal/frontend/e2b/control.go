@@ -168,11 +168,12 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
 			labels[labelPrivate] = "true"
 		}
-		image := req.TemplateID
-		if image == baseTemplate {
-			image = ""
+		tmpl, err := h.resolveTemplate(r.Context(), req.TemplateID)
+		if err != nil {
+			h.writeErr(w, r, err)
+			return
 		}
-		creq := api.CreateSandboxRequest{Image: image, Env: envOf(req.EnvVars), Labels: labels,
+		creq := api.CreateSandboxRequest{Backend: tmpl.backend, Image: tmpl.image, Env: envOf(req.EnvVars), Labels: labels,
 			TTLSeconds: timeout, OnExpiry: expiryOf(action), Network: netPolicy}
 		h.templateStart(r.Context(), &creq)
 		sb, err := h.svc.Create(r.Context(), creq)

@@ -86,6 +86,8 @@ type Handler struct {
 	// services are what create starts in a template's sandboxes (codeint.go).
 	services map[string]templateService
 	tpl      *templateBuilds // template builds (templates.go)
+	// templates caches the image list templates resolve against (template_backend.go).
+	templates imageList
 
 	mu      sync.Mutex
 	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
