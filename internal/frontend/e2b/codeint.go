@@ -46,6 +46,13 @@ const labelService = labelPrefix + "service"
 //go:embed codeint/server.py
 var codeIntServer []byte
 
+//go:embed codeint/jskernel.js
+var codeIntJSKernel []byte
+
+// codeIntJSPath is where create writes the JavaScript kernel (beside the
+// service, which looks for it there).
+const codeIntJSPath = "/opt/dsec/codeint/jskernel.js"
+
 // templateService is what create starts in a sandbox of a template.
 type templateService struct {
 	name  string
@@ -62,9 +69,10 @@ func templateServices() map[string]templateService {
 	return map[string]templateService{
 		CodeInterpreterTemplate: {
 			name:  "code-interpreter",
-			files: map[string][]byte{codeIntPath: codeIntServer},
+			files: map[string][]byte{codeIntPath: codeIntServer, codeIntJSPath: codeIntJSKernel},
 			req: api.ExecRequest{
-				Cmd: []string{"python3", "-Xfrozen_modules=off", codeIntPath},
+				// --supervise: the service is started again if it dies.
+				Cmd: []string{"python3", "-Xfrozen_modules=off", codeIntPath, "--supervise"},
 				// As on E2B: the service and its kernels run as root, in
 				// /home/user.
 				User: "root",

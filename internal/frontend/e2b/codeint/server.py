@@ -15,18 +15,24 @@ template and starts it (internal/frontend/e2b/codeint.go); it listens on port
   POST /contexts/ID/restart       a fresh kernel, same id
   DELETE /contexts/ID
 
-Each context is one kernel process: Python through Debian's ipykernel (the
-Jupyter wire protocol, spoken here with jupyter_client's Session over pyzmq),
-JavaScript through a small Node driver (javascript_kernel below) that keeps one
-vm context. A client that goes away while its cell runs interrupts the kernel
-(SIGINT), so the next cell of that context does not wait behind it.
-Only the Python standard library, pyzmq and jupyter_client are used.
+Each context is one kernel process: Python (and bash, through its %%bash)
+on Debian's ipykernel (the Jupyter wire protocol, spoken here with
+jupyter_client's Session over pyzmq), JavaScript and TypeScript on a small
+Node driver (jskernel.js beside this file). A client that goes away while its
+cell runs interrupts the kernel (SIGINT; a JavaScript kernel is replaced), so
+the next cell of that context does not wait behind it. A kernel that died is
+replaced at the context's next cell. Started with --supervise, the service
+runs as a child that is started again whenever it ends; a new instance kills
+the kernels of the one before it. Only the Python standard library, pyzmq and
+jupyter_client are used.
 """
 
 import datetime
 import json
 import os
+import queue
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -48,9 +54,17 @@ START_TIMEOUT_S = 60.0
 ZCTX = zmq.Context.instance()
 
 
+SERVED = ("python", "javascript", "typescript", "bash")
+
+
 def normalize_language(lang):
     lang = (lang or "python").strip().lower()
-    return {"js": "javascript", "ts": "typescript", "py": "python", "python3": "python"}.get(lang, lang)
+    lang = {"js": "javascript", "ts": "typescript", "py": "python", "python3": "python",
+            "sh": "bash", "shell": "bash"}.get(lang, lang)
+    if lang not in SERVED:
+        raise ContextError(400, f"language {lang!r} is not served by this sandbox "
+                                f"(it serves {', '.join(SERVED)})")
+    return lang
 
 
 class ContextError(Exception):
@@ -97,23 +111,97 @@ def result_line(data, main):
     return out
 
 
+# KERNEL_SETUP runs silently in every new Python kernel: PIL images shown or
+# saved are displayed as the cell's results, and a pandas DataFrame carries
+# its data (the SDK's Result.data) besides its text and HTML.
+KERNEL_SETUP = r"""
+def __dsec_setup():
+    import json
+    from IPython import get_ipython
+    from IPython.core.formatters import BaseFormatter
+    from IPython.display import display
+    from traitlets import ObjectName, Unicode
+    ip = get_ipython()
+
+    class DataFormatter(BaseFormatter):
+        format_type = Unicode("e2b/data")
+        print_method = ObjectName("_repr_e2b_data_")
+        _return_type = (dict,)
+
+    f = DataFormatter(parent=ip.display_formatter)
+    ip.display_formatter.formatters["e2b/data"] = f
+    f.for_type_by_name("pandas.core.frame", "DataFrame",
+                       lambda df: json.loads(df.to_json(orient="split", date_format="iso")))
+    try:
+        from PIL import Image
+    except ImportError:
+        return
+    def show(self, *args, **kwargs):
+        display(self)
+    import os
+    orig_save = Image.Image.save
+    def save(self, fp, *args, **kwargs):
+        orig_save(self, fp, *args, **kwargs)
+        if isinstance(fp, (str, bytes, os.PathLike)):  # a file, not the PNG repr's buffer
+            display(self)
+    Image.Image.show = show
+    Image.Image.save = save
+__dsec_setup()
+del __dsec_setup
+"""
+
+KERNELS_DIR = os.environ.get("DSEC_CODEINT_KERNELS", "/tmp/.dsec-codeint-kernels")
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def track_kernel(pid, alive):
+    """Records (alive) or forgets a kernel's pid, so that a restarted service
+    ends the kernels of the one before it (reap_kernels)."""
+    path = os.path.join(KERNELS_DIR, str(pid))
+    if alive:
+        os.makedirs(KERNELS_DIR, exist_ok=True)
+        with open(path, "w"):
+            pass
+    else:
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
+def reap_kernels():
+    """Kills the kernels a previous instance of the service left behind."""
+    try:
+        names = os.listdir(KERNELS_DIR)
+    except FileNotFoundError:
+        return
+    for name in names:
+        try:
+            with open(f"/proc/{int(name)}/cmdline", "rb") as f:
+                cmd = f.read()
+            if b"ipykernel_launcher" in cmd or b"jskernel.js" in cmd:
+                os.killpg(int(name), signal.SIGKILL)
+        except (ValueError, OSError):
+            pass
+        track_kernel(name, False)
+
+
 class Kernel:
-    """One kernel process and the sockets to it."""
+    """One Jupyter kernel process (Python; bash cells run through it) and the
+    sockets to it."""
 
     def __init__(self, language, cwd, env):
         self.language = language
+        if not os.path.isdir(cwd):
+            raise ContextError(400, f"cwd {cwd!r} is not a directory")
         fd, self.conn_file = tempfile.mkstemp(prefix="kernel-", suffix=".json")
         os.close(fd)
         _, cfg = write_connection_file(self.conn_file, ip="127.0.0.1", key=uuid.uuid4().hex.encode())
         self.session = Session(key=cfg["key"].encode() if isinstance(cfg["key"], str) else cfg["key"],
                                signature_scheme=cfg.get("signature_scheme", "hmac-sha256"), username="e2b")
-        if language == "python":
-            argv = [sys.executable, "-m", "ipykernel_launcher", "-f", self.conn_file]
-        else:
-            raise ContextError(400, f"language {language!r} is not served by this sandbox (python)")
-        if not os.path.isdir(cwd):
-            raise ContextError(400, f"cwd {cwd!r} is not a directory")
+        argv = [sys.executable, "-m", "ipykernel_launcher", "-f", self.conn_file]
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        track_kernel(self.proc.pid, True)
         url = "tcp://127.0.0.1:%d"
         self.shell = ZCTX.socket(zmq.DEALER)
         self.shell.linger = 0
@@ -145,6 +233,9 @@ class Kernel:
         self.close()
         raise ContextError(500, f"the {self.language} kernel did not start within {START_TIMEOUT_S:.0f}s")
 
+    def alive(self):
+        return self.proc.poll() is None
+
     def interrupt(self):
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signal.SIGINT)
@@ -156,6 +247,7 @@ class Kernel:
             except ProcessLookupError:
                 pass
             self.proc.wait()
+        track_kernel(self.proc.pid, False)
         self.shell.close()
         self.iopub.close()
         try:
@@ -180,29 +272,89 @@ class Kernel:
             self.session.recv(self.shell)
 
 
-def code_to_set_env(language, env):
+class NodeKernel:
+    """One Node process running jskernel.js (JavaScript and TypeScript)."""
+
+    def __init__(self, language, cwd, env):
+        self.language = language
+        if not os.path.isdir(cwd):
+            raise ContextError(400, f"cwd {cwd!r} is not a directory")
+        node = shutil.which("node") or shutil.which("nodejs")
+        if node is None:
+            raise ContextError(400, f"language {language!r} needs Node.js, which this sandbox does not have")
+        self.proc = subprocess.Popen([node, os.path.join(HERE, "jskernel.js")], cwd=cwd, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+        track_kernel(self.proc.pid, True)
+        self.lines = queue.Queue()
+        self.count = 0
+        threading.Thread(target=self._read, daemon=True).start()
+        m = self.next_message(START_TIMEOUT_S)
+        if m is None or m.get("type") != "ready":
+            self.close()
+            raise ContextError(500, f"the {language} kernel did not start")
+
+    def _read(self):
+        for line in self.proc.stdout:
+            try:
+                self.lines.put(json.loads(line))
+            except ValueError:
+                pass
+        self.lines.put(None)
+
+    def alive(self):
+        return self.proc.poll() is None
+
+    def next_message(self, timeout_s):
+        try:
+            return self.lines.get(timeout=timeout_s)
+        except queue.Empty:
+            return None
+
+    def execute(self, code, env):
+        self.count += 1
+        cell = str(uuid.uuid4())
+        self.proc.stdin.write((json.dumps({"id": cell, "code": code, "env": env, "count": self.count,
+                                           "typescript": self.language == "typescript"}) + "\n").encode())
+        self.proc.stdin.flush()
+        return cell
+
+    def close(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait()
+        track_kernel(self.proc.pid, False)
+
+
+def new_kernel(language, cwd, env):
+    if language in ("javascript", "typescript"):
+        return NodeKernel(language, cwd, env)
+    k = Kernel(language, cwd, env)
+    Context.run_silent_on(k, KERNEL_SETUP)
+    return k
+
+
+def code_to_set_env(env):
     if not env:
         return ""
-    if language == "python":
-        return "import os as __dsec_os; __dsec_os.environ.update(%s); del __dsec_os" % json.dumps(env)
-    if language == "javascript":
-        return "Object.assign(process.env, %s);" % json.dumps(env)
-    return ""
+    return "import os as __dsec_os; __dsec_os.environ.update(%s); del __dsec_os" % json.dumps(env)
 
 
-def code_to_restore_env(language, env, before):
+def code_to_restore_env(env, before):
     if not env:
         return ""
     keep = {k: before[k] for k in env if k in before}
     drop = [k for k in env if k not in before]
-    if language == "python":
-        return ("import os as __dsec_os; __dsec_os.environ.update(%s)\n"
-                "for __dsec_k in %s: __dsec_os.environ.pop(__dsec_k, None)\n"
-                "del __dsec_os") % (json.dumps(keep), json.dumps(drop))
-    if language == "javascript":
-        return "Object.assign(process.env, %s); for (const k of %s) delete process.env[k];" % (
-            json.dumps(keep), json.dumps(drop))
-    return ""
+    return ("import os as __dsec_os; __dsec_os.environ.update(%s)\n"
+            "for __dsec_k in %s: __dsec_os.environ.pop(__dsec_k, None)\n"
+            "del __dsec_os") % (json.dumps(keep), json.dumps(drop))
+
+
+def bash_cell(code):
+    """A bash cell, run by the Python kernel's %%bash (output streamed)."""
+    return "get_ipython().run_cell_magic('bash', '', %r)" % code
 
 
 class Context:
@@ -211,25 +363,28 @@ class Context:
         self.language = language
         self.cwd = cwd
         self.lock = threading.Lock()  # one cell at a time, as a notebook runs them
-        self.kernel = Kernel(language, cwd, os.environ.copy())
+        self.kernel = new_kernel(language, cwd, os.environ.copy())
 
     def describe(self):
         return {"id": self.id, "language": self.language, "cwd": self.cwd}
 
     def restart(self):
         with self.lock:
-            self.kernel.close()
-            self.kernel = Kernel(self.language, self.cwd, os.environ.copy())
+            self._restart()
+
+    def _restart(self):
+        self.kernel.close()
+        self.kernel = new_kernel(self.language, self.cwd, os.environ.copy())
 
     def close(self):
         with self.lock:
             self.kernel.close()
 
-    def run_silent(self, code):
-        """Runs code for its effect only (environment set up and restore)."""
+    @staticmethod
+    def run_silent_on(k, code):
+        """Runs code in Jupyter kernel k for its effect only."""
         if not code:
             return
-        k = self.kernel
         msg_id = k.execute(code, silent=True)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -243,57 +398,98 @@ class Context:
         """Runs one cell, calling emit(obj) for each output line. client_gone()
         says the caller left: the kernel is interrupted and the cell drained."""
         with self.lock:
-            k = self.kernel
-            if k.proc.poll() is not None:
-                emit({"type": "error", "name": "KernelDied",
-                      "value": f"the kernel exited with status {k.proc.returncode}; restart the context",
-                      "traceback": ""})
-                return
-            self.run_silent(code_to_set_env(self.language, env))
-            msg_id = k.execute(code)
-            started = errored = interrupted = False
-            last_write = time.monotonic()
-            while True:
-                m = k.next_message(0.25)
-                if m is None:
-                    if k.proc.poll() is not None:
-                        emit({"type": "error", "name": "KernelDied",
-                              "value": f"the kernel exited with status {k.proc.returncode}", "traceback": ""})
-                        break
-                    if not interrupted and client_gone():
-                        k.interrupt()
-                        interrupted = True
-                    if not interrupted and time.monotonic() - last_write >= KEEPALIVE_S:
-                        emit({"type": "keepalive"})
-                        last_write = time.monotonic()
-                    continue
-                if m["parent_header"].get("msg_id") != msg_id:
-                    continue
-                t, c = m["msg_type"], m["content"]
-                out = None
-                if t == "execute_input":
-                    started = True
-                    out = {"type": "number_of_executions", "execution_count": c.get("execution_count")}
-                elif t == "stream":
-                    out = {"type": "stdout" if c.get("name") == "stdout" else "stderr",
-                           "text": c.get("text", ""), "timestamp": now()}
-                elif t == "display_data":
-                    out = result_line(c.get("data", {}), False)
-                elif t == "execute_result":
-                    out = result_line(c.get("data", {}), True)
-                elif t == "error" and not errored:
-                    errored = True
-                    out = {"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
-                           "traceback": "\n".join(c.get("traceback", []))}
-                elif t == "status" and c.get("execution_state") == "busy":
-                    started = True
-                elif t == "status" and c.get("execution_state") == "idle" and started:
-                    break
-                if out is not None and not interrupted:
-                    emit(out)
+            if not self.kernel.alive():
+                # A kernel that died (killed, out of memory, os._exit) is
+                # replaced: the cell runs in a fresh one, as after a restart.
+                self._restart()
+            if isinstance(self.kernel, NodeKernel):
+                return self.run_node(code, env, emit, client_gone)
+            return self.run_jupyter(code, env, emit, client_gone)
+
+    def run_node(self, code, env, emit, client_gone):
+        k = self.kernel
+        cell = k.execute(code, env)
+        count = k.count
+        emit({"type": "number_of_executions", "execution_count": count})
+        last_write = time.monotonic()
+        while True:
+            m = k.next_message(0.25)
+            if m is None:
+                if not k.alive():
+                    emit({"type": "error", "name": "KernelDied",
+                          "value": f"the kernel exited with status {k.proc.returncode}", "traceback": ""})
+                    return
+                if client_gone():
+                    # Node cannot interrupt a running script: a fresh kernel.
+                    self._restart()
+                    return
+                if time.monotonic() - last_write >= KEEPALIVE_S:
+                    emit({"type": "keepalive"})
                     last_write = time.monotonic()
-            k.drain_shell()
-            self.run_silent(code_to_restore_env(self.language, env, dict(os.environ)))
+                continue
+            if m.get("id") != cell:
+                continue
+            t = m.get("type")
+            if t == "done":
+                return
+            if t in ("stdout", "stderr"):
+                emit({"type": t, "text": m.get("text", ""), "timestamp": now()})
+            elif t == "result":
+                emit({"type": "result", "is_main_result": True, "text": m.get("text", "")})
+            elif t == "error":
+                emit({"type": "error", "name": m.get("name", ""), "value": m.get("value", ""),
+                      "traceback": m.get("traceback", "")})
+            last_write = time.monotonic()
+
+    def run_jupyter(self, code, env, emit, client_gone):
+        k = self.kernel
+        if self.language == "bash":
+            code = bash_cell(code)
+        Context.run_silent_on(k, code_to_set_env(env))
+        msg_id = k.execute(code)
+        started = errored = interrupted = False
+        last_write = time.monotonic()
+        while True:
+            m = k.next_message(0.25)
+            if m is None:
+                if k.proc.poll() is not None:
+                    emit({"type": "error", "name": "KernelDied",
+                          "value": f"the kernel exited with status {k.proc.returncode}", "traceback": ""})
+                    return
+                if not interrupted and client_gone():
+                    k.interrupt()
+                    interrupted = True
+                if not interrupted and time.monotonic() - last_write >= KEEPALIVE_S:
+                    emit({"type": "keepalive"})
+                    last_write = time.monotonic()
+                continue
+            if m["parent_header"].get("msg_id") != msg_id:
+                continue
+            t, c = m["msg_type"], m["content"]
+            out = None
+            if t == "execute_input":
+                started = True
+                out = {"type": "number_of_executions", "execution_count": c.get("execution_count")}
+            elif t == "stream":
+                out = {"type": "stdout" if c.get("name") == "stdout" else "stderr",
+                       "text": c.get("text", ""), "timestamp": now()}
+            elif t == "display_data":
+                out = result_line(c.get("data", {}), False)
+            elif t == "execute_result":
+                out = result_line(c.get("data", {}), True)
+            elif t == "error" and not errored:
+                errored = True
+                out = {"type": "error", "name": c.get("ename", ""), "value": c.get("evalue", ""),
+                       "traceback": "\n".join(c.get("traceback", []))}
+            elif t == "status" and c.get("execution_state") == "busy":
+                started = True
+            elif t == "status" and c.get("execution_state") == "idle" and started:
+                break
+            if out is not None and not interrupted:
+                emit(out)
+                last_write = time.monotonic()
+        k.drain_shell()
+        Context.run_silent_on(k, code_to_restore_env(env, dict(os.environ)))
 
 
 class Contexts:
@@ -484,15 +680,53 @@ def stop(signum, _frame):
     sys.exit(128 + signum)
 
 
-def main():
+def serve():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    for lang in ("python",):
-        CONTEXTS.for_language(lang)
+    reap_kernels()
+    for lang in ("python", "javascript"):
+        try:
+            CONTEXTS.for_language(lang)
+        except ContextError as e:
+            print(f"dsec-codeint: no default {lang} context: {e}", file=sys.stderr, flush=True)
     srv = Server(("0.0.0.0", PORT), Handler)
     print(f"dsec-codeint: listening on :{PORT}", flush=True)
     srv.serve_forever()
 
 
+def supervise():
+    """Runs the service as a child and starts it again whenever it ends (a
+    crash, a kill -9): the interpreter comes back on its port with fresh
+    kernels, as systemd brings E2B's back. SIGTERM ends both."""
+    child = [None]
+    stopping = []
+
+    def forward(signum, _frame):
+        # Never wait here: the main loop may be inside the child's wait().
+        stopping.append(signum)
+        if child[0] is not None:
+            try:
+                os.kill(child[0].pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    backoff = 0.1
+    while not stopping:
+        started = time.monotonic()
+        child[0] = subprocess.Popen([a for a in sys.orig_argv if a != "--supervise"])
+        status = child[0].wait()
+        if stopping:
+            break
+        print(f"dsec-codeint: the service exited with status {status}; restarting", file=sys.stderr, flush=True)
+        backoff = 0.1 if time.monotonic() - started > 10 else min(backoff * 2, 5.0)
+        time.sleep(backoff)
+    sys.exit(128 + stopping[0])
+
+
 if __name__ == "__main__":
-    main()
+    if "--supervise" in sys.argv:
+        supervise()
+    else:
+        serve()
