@@ -138,3 +138,73 @@ test('envs per cell, and private ports with the traffic token only', async () =>
   })
   assert.equal(res.status, 403)
 })
+
+test('JavaScript and TypeScript contexts, bash cells; other languages refused clearly', async () => {
+  const sbx = await create({ envs: { FROM_CREATE: 'c' } })
+  const langs = (await sbx.listCodeContexts()).map((c) => c.language)
+  assert.ok(langs.includes('python') && langs.includes('javascript'), JSON.stringify(langs))
+
+  const out = []
+  const js = await sbx.runCode('import { readFileSync } from "fs"\nconsole.log(typeof readFileSync)\nconst n = 40\nprocess.cwd()', {
+    language: 'js', onStdout: (m) => out.push(m.line),
+  })
+  assert.deepEqual(out, ['function\n'])
+  assert.equal(js.text, '/home/user')
+  assert.equal((await sbx.runCode('n + 2', { language: 'javascript' })).text, '42', 'JS state persists')
+  assert.equal((await sbx.runCode('const m = await Promise.resolve(n); m + 1', { language: 'js' })).text, '41')
+  assert.equal((await sbx.runCode('m * 2', { language: 'js' })).text, '82', 'top-level await cells keep their declarations')
+  const jsErr = await sbx.runCode('null.x', { language: 'js' })
+  assert.equal(jsErr.error?.name, 'TypeError')
+  const env = await sbx.runCode('process.env.FROM_CREATE + (process.env.PER || "-")', { language: 'js', envs: { PER: 'p' } })
+  assert.equal(env.text, 'cp')
+  assert.equal((await sbx.runCode('process.env.PER || "-"', { language: 'js' })).text, '-')
+
+  const ts = await sbx.runCode('const s: string = "typed"; console.log(s)', { language: 'ts' })
+  assert.deepEqual(ts.logs.stdout, ['typed\n'])
+
+  const sh = await sbx.runCode('echo $FOO; pwd', { language: 'bash', envs: { FOO: 'bar' } })
+  assert.deepEqual(sh.logs.stdout.join(''), 'bar\n/home/user\n')
+
+  await assert.rejects(sbx.runCode('1', { language: 'r' }), /language 'r' is not served by this sandbox \(it serves python, javascript, typescript, bash\)/)
+  await assert.rejects(sbx.createCodeContext({ language: 'java' }), /language 'java' is not served/)
+})
+
+test('results: pandas data, PIL images shown and saved', async () => {
+  const sbx = await create()
+  const df = await sbx.runCode('import pandas as pd\npd.DataFrame({"a": [1, 2, 3]})')
+  assert.deepEqual(df.results[0].data, { columns: ['a'], index: [0, 1, 2], data: [[1], [2], [3]] })
+  const img = 'import numpy\nfrom PIL import Image\nim = Image.fromarray((numpy.random.rand(8, 8, 3) * 255).astype("uint8"))\n'
+  const shown = await sbx.runCode(img + 'im.show()\nprint("done")')
+  assert.equal(shown.results.length, 1)
+  assert.ok(shown.results[0].png.startsWith(PNG_MAGIC))
+  assert.deepEqual(shown.logs.stdout, ['done\n'])
+  const saved = await sbx.runCode('im.save("/tmp/x.png")')
+  assert.equal(saved.results.length, 1, 'a saved image is shown once')
+  assert.ok(saved.results[0].png.startsWith(PNG_MAGIC))
+})
+
+test('supervisor: a killed interpreter comes back; a dead kernel is replaced', async () => {
+  const sbx = await create()
+  assert.equal((await sbx.runCode('x = 7; x')).text, '7')
+  // The kernel dies (as on an out-of-memory kill): the next cell gets a fresh one.
+  const died = await sbx.runCode('import os; os.kill(os.getpid(), 9)')
+  assert.equal(died.error?.name, 'KernelDied')
+  const fresh = await sbx.runCode('"x" in dir()')
+  assert.equal(fresh.text, 'False')
+
+  // The service itself is killed: its supervisor starts it again.
+  const before = await sbx.commands.run("pgrep -f 'codeint/server.py$'", { user: 'root' })
+  const pid = before.stdout.trim()
+  assert.match(pid, /^\d+$/)
+  await sbx.commands.run(`kill -9 ${pid}`, { user: 'root' })
+  let ok = null
+  for (let i = 0; i < 100 && !ok; i++) {
+    ok = await sbx.runCode('1 + 1', { timeoutMs: 10_000 }).catch(() => null)
+    if (!ok) await new Promise((r) => setTimeout(r, 200))
+  }
+  assert.equal(ok?.text, '2', 'the interpreter serves again')
+  const after = await sbx.commands.run("pgrep -f 'codeint/server.py$'", { user: 'root' })
+  assert.notEqual(after.stdout.trim(), pid, 'a new service process')
+  const kernels = await sbx.commands.run("pgrep -fc 'ipykernel_launcher|jskernel.js' || true", { user: 'root' })
+  assert.equal(kernels.stdout.trim(), '2', 'the old kernels were ended: python and javascript of the new service')
+})

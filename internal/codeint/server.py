@@ -1,7 +1,7 @@
 """dsec's code interpreter service: E2B's interpreter protocol over Jupyter kernels.
 
 The E2B front end writes this file into every sandbox of the code-interpreter-v1
-template and starts it (internal/frontend/e2b/codeint.go); it listens on port
+template and starts it (internal/codeint; the E2B front end at create, /v1 code:run on first use); it listens on port
 49999, which E2B's proxy (and dsec's) reaches as the sandbox's interpreter port.
 
   GET  /health                    "OK"
@@ -36,6 +36,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import errno
 import sys
 import tempfile
 import threading
@@ -680,16 +681,27 @@ def stop(signum, _frame):
     sys.exit(128 + signum)
 
 
+# EXIT_IN_USE is the service's status when its port is taken: another
+# instance serves it, and the supervisor ends instead of starting it again.
+EXIT_IN_USE = 3
+
+
 def serve():
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
+    try:
+        srv = Server(("0.0.0.0", PORT), Handler)
+    except OSError as e:
+        if e.errno == errno.EADDRINUSE:
+            print(f"dsec-codeint: port {PORT} is in use (another instance serves it)", file=sys.stderr, flush=True)
+            sys.exit(EXIT_IN_USE)
+        raise
     reap_kernels()
     for lang in ("python", "javascript"):
         try:
             CONTEXTS.for_language(lang)
         except ContextError as e:
             print(f"dsec-codeint: no default {lang} context: {e}", file=sys.stderr, flush=True)
-    srv = Server(("0.0.0.0", PORT), Handler)
     print(f"dsec-codeint: listening on :{PORT}", flush=True)
     srv.serve_forever()
 
@@ -719,6 +731,8 @@ def supervise():
         status = child[0].wait()
         if stopping:
             break
+        if status == EXIT_IN_USE:
+            sys.exit(0)
         print(f"dsec-codeint: the service exited with status {status}; restarting", file=sys.stderr, flush=True)
         backoff = 0.1 if time.monotonic() - started > 10 else min(backoff * 2, 5.0)
         time.sleep(backoff)
