@@ -152,7 +152,7 @@ test('JavaScript and TypeScript contexts, bash cells; other languages refused cl
   assert.equal(js.text, '/home/user')
   assert.equal((await sbx.runCode('n + 2', { language: 'javascript' })).text, '42', 'JS state persists')
   assert.equal((await sbx.runCode('const m = await Promise.resolve(n); m + 1', { language: 'js' })).text, '41')
-  assert.equal((await sbx.runCode('m * 2', { language: 'js' })).text, '82', 'top-level await cells keep their declarations')
+  assert.equal((await sbx.runCode('m * 2', { language: 'js' })).text, '80', 'top-level await cells keep their declarations')
   const jsErr = await sbx.runCode('null.x', { language: 'js' })
   assert.equal(jsErr.error?.name, 'TypeError')
   const env = await sbx.runCode('process.env.FROM_CREATE + (process.env.PER || "-")', { language: 'js', envs: { PER: 'p' } })
@@ -165,8 +165,16 @@ test('JavaScript and TypeScript contexts, bash cells; other languages refused cl
   const sh = await sbx.runCode('echo $FOO; pwd', { language: 'bash', envs: { FOO: 'bar' } })
   assert.deepEqual(sh.logs.stdout.join(''), 'bar\n/home/user\n')
 
-  await assert.rejects(sbx.runCode('1', { language: 'r' }), /language 'r' is not served by this sandbox \(it serves python, javascript, typescript, bash\)/)
-  await assert.rejects(sbx.createCodeContext({ language: 'java' }), /language 'java' is not served/)
+  // The SDK shows only the status of a 400; the interpreter's answer says why.
+  await assert.rejects(sbx.runCode('1', { language: 'r' }), /400/)
+  await assert.rejects(sbx.createCodeContext({ language: 'java' }), /400/)
+  const res = await fetch(`${process.env.E2B_SANDBOX_URL}/execute`, {
+    method: 'POST',
+    headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'Content-Type': 'application/json' },
+    body: JSON.stringify({ code: '1', language: 'r' }),
+  })
+  assert.equal(res.status, 400)
+  assert.equal(await res.text(), "language 'r' is not served by this sandbox (it serves python, javascript, typescript, bash)")
 })
 
 test('results: pandas data, PIL images shown and saved', async () => {
@@ -205,6 +213,6 @@ test('supervisor: a killed interpreter comes back; a dead kernel is replaced', a
   assert.equal(ok?.text, '2', 'the interpreter serves again')
   const after = await sbx.commands.run("pgrep -f 'codeint/server.py$'", { user: 'root' })
   assert.notEqual(after.stdout.trim(), pid, 'a new service process')
-  const kernels = await sbx.commands.run("pgrep -fc 'ipykernel_launcher|jskernel.js' || true", { user: 'root' })
+  const kernels = await sbx.commands.run("pgrep -fc '[i]pykernel_launcher|[j]skernel[.]js' || true", { user: 'root' })
   assert.equal(kernels.stdout.trim(), '2', 'the old kernels were ended: python and javascript of the new service')
 })
