@@ -151,6 +151,162 @@ __dsec_setup()
 del __dsec_setup
 """
 
+# CHART_SETUP runs silently in every new Python kernel: a matplotlib figure
+# also carries its chart (the SDK's Result.chart, MIME type e2b/chart): its
+# type (line, scatter, bar, pie, box_and_whisker, superchart, unknown), title,
+# labels and units, scales and ticks, and its elements read from the artists.
+CHART_SETUP = r"""
+def __dsec_charts():
+    import math
+    from IPython import get_ipython
+    from IPython.core.formatters import BaseFormatter
+    from traitlets import ObjectName, Unicode
+    ip = get_ipython()
+
+    class ChartFormatter(BaseFormatter):
+        format_type = Unicode("e2b/chart")
+        print_method = ObjectName("_repr_e2b_chart_")
+        _return_type = (dict,)
+
+        def pop(self, typ, default=None):
+            # IPython's select_figure_formats pops Figure from every formatter
+            # when the inline backend starts; this one keeps it.
+            return default
+
+    def num(v):
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            return None
+        return v if math.isfinite(v) else None
+
+    def unit(label):
+        if label and label.endswith(")") and "(" in label:
+            return label[label.rindex("(") + 1:-1].strip() or None
+        return None
+
+    def scale(ax, axis):
+        import matplotlib.category as mcat
+        import matplotlib.dates as mdates
+        a = ax.xaxis if axis == "x" else ax.yaxis
+        if isinstance(a.get_converter() if hasattr(a, "get_converter") else a.converter,
+                      (mdates.DateConverter, mdates._SwitchableDateConverter, mdates.ConciseDateConverter)):
+            return "datetime"
+        if isinstance(a.units, mcat.UnitData):
+            return "categorical"
+        return ax.get_xscale() if axis == "x" else ax.get_yscale()
+
+    def value(v, sc):
+        if sc == "datetime":
+            import matplotlib.dates as mdates
+            return mdates.num2date(v).isoformat()
+        return num(v)
+
+    def text_or_none(s):
+        return s or None
+
+    def axes_base(ax, kind):
+        xl, yl = ax.get_xlabel(), ax.get_ylabel()
+        return {"type": kind, "title": text_or_none(ax.get_title()), "x_label": text_or_none(xl),
+                "y_label": text_or_none(yl), "x_unit": unit(xl), "y_unit": unit(yl), "elements": []}
+
+    def with_ticks(ax, c):
+        xs, ys = scale(ax, "x"), scale(ax, "y")
+        c.update({"x_scale": xs, "y_scale": ys,
+                  "x_ticks": [value(t, xs) for t in ax.get_xticks()],
+                  "y_ticks": [value(t, ys) for t in ax.get_yticks()],
+                  "x_tick_labels": [t.get_text() for t in ax.get_xticklabels()],
+                  "y_tick_labels": [t.get_text() for t in ax.get_yticklabels()]})
+        return c
+
+    def box_chart(ax, boxes):
+        from matplotlib.lines import Line2D
+        c = axes_base(ax, "box_and_whisker")
+        labels = {round(float(t), 6): l.get_text() for t, l in zip(ax.get_xticks(), ax.get_xticklabels())}
+        lines = [l for l in ax.lines if isinstance(l, Line2D)]
+        for b in sorted(boxes, key=lambda p: p.get_path().get_extents().x0):
+            ext = b.get_path().get_extents()
+            x0, x1, q1, q3 = ext.x0, ext.x1, ext.y0, ext.y1
+            mid = (x0 + x1) / 2
+            e = {"label": labels.get(round(mid, 6), ""), "min": num(q1), "first_quartile": num(q1),
+                 "median": None, "third_quartile": num(q3), "max": num(q3), "outliers": []}
+            for l in lines:
+                xd, yd = [float(v) for v in l.get_xdata()], [float(v) for v in l.get_ydata()]
+                if not xd or min(xd) < x0 - 1e-9 or max(xd) > x1 + 1e-9:
+                    continue
+                if l.get_linestyle() in ("None", "", " ") and l.get_marker() not in (None, "None", ""):
+                    e["outliers"] = [num(v) for v in yd]
+                elif len(set(xd)) == 1 and len(yd) == 2:  # a whisker
+                    e["min"] = num(min(e["min"], *yd))
+                    e["max"] = num(max(e["max"], *yd))
+                elif len(set(yd)) == 1 and abs(min(xd) - x0) < 1e-9 and abs(max(xd) - x1) < 1e-9:
+                    e["median"] = num(yd[0])
+            c["elements"].append(e)
+        return c
+
+    def axes_chart(ax):
+        from matplotlib.collections import PathCollection
+        from matplotlib.container import BarContainer
+        from matplotlib.patches import PathPatch, Wedge
+        wedges = [p for p in ax.patches if isinstance(p, Wedge)]
+        if wedges:
+            c = axes_base(ax, "pie")
+            labels = [t.get_text() for t in ax.texts]
+            for i, w in enumerate(wedges):
+                c["elements"].append({"label": (w.get_label() if not w.get_label().startswith("_") else None) or (labels[2 * i] if len(labels) >= 2 * len(wedges) else
+                                      (labels[i] if i < len(labels) else "")),
+                                      "angle": round(abs(w.theta2 - w.theta1), 4), "radius": num(w.r)})
+            return c
+        bars = [b for b in ax.containers if isinstance(b, BarContainer)]
+        if bars:
+            c = with_ticks(ax, axes_base(ax, "bar"))
+            ticks = {round(float(t), 6): l.get_text() for t, l in zip(ax.get_xticks(), ax.get_xticklabels())}
+            for cont in bars:
+                for r in cont.patches:
+                    x = round(r.get_x() + r.get_width() / 2, 6)
+                    c["elements"].append({"label": ticks.get(x, ""), "group": cont.get_label(),
+                                          "value": num(r.get_height())})
+            return c
+        boxes = [p for p in ax.patches if isinstance(p, PathPatch)]
+        if boxes:
+            return box_chart(ax, boxes)
+        scatters = [s for s in ax.collections if isinstance(s, PathCollection)]
+        if scatters:
+            c = with_ticks(ax, axes_base(ax, "scatter"))
+            xs, ys = c["x_scale"], c["y_scale"]
+            for s in scatters:
+                c["elements"].append({"label": s.get_label(),
+                                      "points": [[value(x, xs), value(y, ys)] for x, y in s.get_offsets()]})
+            return c
+        if ax.lines:
+            c = with_ticks(ax, axes_base(ax, "line"))
+            xs, ys = c["x_scale"], c["y_scale"]
+            for l in ax.lines:
+                c["elements"].append({"label": l.get_label(),
+                                      "points": [[value(x, xs), value(y, ys)] for x, y in l.get_xydata()]})
+            return c
+        return axes_base(ax, "unknown")
+
+    def figure_chart(fig):
+        try:
+            fig.canvas.draw()  # tick labels are set when drawn
+            axes = [a for a in fig.axes if a.get_visible()]
+            if not axes:
+                return None
+            if len(axes) == 1:
+                return axes_chart(axes[0])
+            sup = fig._suptitle.get_text() if getattr(fig, "_suptitle", None) else None
+            return {"type": "superchart", "title": sup or None, "elements": [axes_chart(a) for a in axes]}
+        except Exception:  # a figure the extraction does not understand has no chart
+            return None
+
+    f = ChartFormatter(parent=ip.display_formatter)
+    ip.display_formatter.formatters["e2b/chart"] = f
+    f.for_type_by_name("matplotlib.figure", "Figure", figure_chart)
+__dsec_charts()
+del __dsec_charts
+"""
+
 KERNELS_DIR = os.environ.get("DSEC_CODEINT_KERNELS", "/tmp/.dsec-codeint-kernels")
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -334,6 +490,7 @@ def new_kernel(language, cwd, env):
         return NodeKernel(language, cwd, env)
     k = Kernel(language, cwd, env)
     Context.run_silent_on(k, KERNEL_SETUP)
+    Context.run_silent_on(k, CHART_SETUP)
     return k
 
 

@@ -216,3 +216,40 @@ test('supervisor: a killed interpreter comes back; a dead kernel is replaced', a
   const kernels = await sbx.commands.run("pgrep -fc '[i]pykernel_launcher|[j]skernel[.]js' || true", { user: 'root' })
   assert.equal(kernels.stdout.trim(), '2', 'the old kernels were ended: python and javascript of the new service')
 })
+
+test('charts: a matplotlib figure carries its chart', async () => {
+  const sbx = await create()
+  const bar = await sbx.runCode([
+    'import matplotlib.pyplot as plt',
+    'plt.bar(["a", "b"], [3, 5], label="n")',
+    'plt.xlabel("Letter")',
+    'plt.ylabel("Count (items)")',
+    'plt.title("Letters")',
+    'plt.show()',
+  ].join('\n'))
+  const chart = bar.results[0].chart
+  assert.equal(chart.type, 'bar')
+  assert.equal(chart.title, 'Letters')
+  assert.equal(chart.x_label, 'Letter')
+  assert.equal(chart.y_unit, 'items')
+  assert.deepEqual(chart.elements, [{ label: 'a', group: 'n', value: 3 }, { label: 'b', group: 'n', value: 5 }])
+  assert.deepEqual(bar.results[0].extra, {})
+  assert.ok(bar.results[0].png.startsWith(PNG_MAGIC))
+
+  const pie = await sbx.runCode('import matplotlib.pyplot as plt\nplt.pie([3, 1], labels=["x", "y"])\nplt.show()')
+  assert.deepEqual(pie.results[0].chart.elements.map((e) => [e.label, e.angle, e.radius]), [['x', 270, 1], ['y', 90, 1]])
+
+  const lines = await sbx.runCode([
+    'import matplotlib.pyplot as plt',
+    'fig, axs = plt.subplots(1, 2)',
+    'fig.suptitle("Two")',
+    'axs[0].plot([1, 2, 3], [1, 4, 9], label="sq")',
+    'axs[1].scatter([1, 2], [2, 1])',
+    'plt.show()',
+  ].join('\n'))
+  const sup = lines.results[0].chart
+  assert.equal(sup.type, 'superchart')
+  assert.equal(sup.title, 'Two')
+  assert.deepEqual(sup.elements.map((c) => c.type), ['line', 'scatter'])
+  assert.deepEqual(sup.elements[0].elements[0], { label: 'sq', points: [[1, 1], [2, 4], [3, 9]] })
+})
