@@ -1,5 +1,6 @@
 // Package codeint is dsec's code interpreter: a service in the sandbox
-// (server.py, with jskernel.js for JavaScript and TypeScript) that runs cells
+// (server.py, with jskernel.js for JavaScript and TypeScript and rkernel.R
+// for R) that runs cells
 // in persistent Jupyter kernels and speaks E2B's interpreter protocol on Port
 // (/execute, /contexts, /health), and the client the front ends reach it with
 // through session.Service.Dial. The E2B front end starts the service when it
@@ -41,6 +42,7 @@ const StartTimeout = 90 * time.Second
 const (
 	ServerPath   = "/opt/dsec/codeint/server.py"
 	JSKernelPath = "/opt/dsec/codeint/jskernel.js"
+	RKernelPath  = "/opt/dsec/codeint/rkernel.R"
 )
 
 //go:embed server.py
@@ -49,9 +51,12 @@ var serverPy []byte
 //go:embed jskernel.js
 var jsKernel []byte
 
+//go:embed rkernel.R
+var rKernel []byte
+
 // Files are the service's files: path in the sandbox -> content.
 func Files() map[string][]byte {
-	return map[string][]byte{ServerPath: serverPy, JSKernelPath: jsKernel}
+	return map[string][]byte{ServerPath: serverPy, JSKernelPath: jsKernel, RKernelPath: rKernel}
 }
 
 // Command is the request that starts the service, supervised (it is started

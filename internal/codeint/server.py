@@ -18,7 +18,7 @@ template and starts it (internal/codeint; the E2B front end at create, /v1 code:
 Each context is one kernel process: Python (and bash, through its %%bash)
 on Debian's ipykernel (the Jupyter wire protocol, spoken here with
 jupyter_client's Session over pyzmq), JavaScript and TypeScript on a small
-Node driver (jskernel.js beside this file). A client that goes away while its
+Node driver (jskernel.js beside this file), R on an Rscript driver (rkernel.R). A client that goes away while its
 cell runs interrupts the kernel (SIGINT; a JavaScript kernel is replaced), so
 the next cell of that context does not wait behind it. A kernel that died is
 replaced at the context's next cell. Started with --supervise, the service
@@ -55,13 +55,13 @@ START_TIMEOUT_S = 60.0
 ZCTX = zmq.Context.instance()
 
 
-SERVED = ("python", "javascript", "typescript", "bash")
+SERVED = ("python", "javascript", "typescript", "bash", "r")
 
 
 def normalize_language(lang):
     lang = (lang or "python").strip().lower()
     lang = {"js": "javascript", "ts": "typescript", "py": "python", "python3": "python",
-            "sh": "bash", "shell": "bash"}.get(lang, lang)
+            "sh": "bash", "shell": "bash", "rlang": "r"}.get(lang, lang)
     if lang not in SERVED:
         raise ContextError(400, f"language {lang!r} is not served by this sandbox "
                                 f"(it serves {', '.join(SERVED)})")
@@ -336,7 +336,7 @@ def reap_kernels():
         try:
             with open(f"/proc/{int(name)}/cmdline", "rb") as f:
                 cmd = f.read()
-            if b"ipykernel_launcher" in cmd or b"jskernel.js" in cmd:
+            if b"ipykernel_launcher" in cmd or b"jskernel.js" in cmd or b"rkernel.R" in cmd:
                 os.killpg(int(name), signal.SIGKILL)
         except (ValueError, OSError):
             pass
@@ -430,17 +430,23 @@ class Kernel:
 
 
 class NodeKernel:
-    """One Node process running jskernel.js (JavaScript and TypeScript)."""
+    """One driver process per context, one JSON object a line each way:
+    jskernel.js on Node (JavaScript and TypeScript), rkernel.R on Rscript (R,
+    whose lines are "ID TYPE TEXTHEX", read into the same objects)."""
 
     def __init__(self, language, cwd, env):
         self.language = language
         if not os.path.isdir(cwd):
             raise ContextError(400, f"cwd {cwd!r} is not a directory")
-        node = shutil.which("node") or shutil.which("nodejs")
-        if node is None:
-            raise ContextError(400, f"language {language!r} needs Node.js, which this sandbox does not have")
-        self.proc = subprocess.Popen([node, os.path.join(HERE, "jskernel.js")], cwd=cwd, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
+        if language == "r":
+            exe, script, need = shutil.which("Rscript"), "rkernel.R", "R"
+        else:
+            exe, script, need = shutil.which("node") or shutil.which("nodejs"), "jskernel.js", "Node.js"
+        if exe is None:
+            raise ContextError(400, f"language {language!r} needs {need}, which this sandbox does not have")
+        argv = [exe, "--vanilla", os.path.join(HERE, script)] if language == "r" else [exe, os.path.join(HERE, script)]
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     start_new_session=True)
         track_kernel(self.proc.pid, True)
         self.lines = queue.Queue()
         self.count = 0
@@ -450,10 +456,17 @@ class NodeKernel:
             self.close()
             raise ContextError(500, f"the {language} kernel did not start")
 
+    def _parse(self, line):
+        if self.language != "r":
+            return json.loads(line)
+        cell, typ, text = line.decode().rstrip("\n").split(" ", 2)
+        return {"id": cell, "type": typ, "text": bytes.fromhex(text).decode("utf-8", "replace"),
+                "name": "Error", "value": bytes.fromhex(text).decode("utf-8", "replace")}
+
     def _read(self):
         for line in self.proc.stdout:
             try:
-                self.lines.put(json.loads(line))
+                self.lines.put(self._parse(line))
             except ValueError:
                 pass
         self.lines.put(None)
@@ -469,9 +482,14 @@ class NodeKernel:
 
     def execute(self, code, env):
         self.count += 1
-        cell = str(uuid.uuid4())
-        self.proc.stdin.write((json.dumps({"id": cell, "code": code, "env": env, "count": self.count,
-                                           "typescript": self.language == "typescript"}) + "\n").encode())
+        cell = uuid.uuid4().hex
+        if self.language == "r":
+            envhex = ",".join(k.encode().hex() + "=" + v.encode().hex() for k, v in env.items())
+            line = f"{cell} {code.encode().hex()} {envhex}\n"
+        else:
+            line = json.dumps({"id": cell, "code": code, "env": env, "count": self.count,
+                               "typescript": self.language == "typescript"}) + "\n"
+        self.proc.stdin.write(line.encode())
         self.proc.stdin.flush()
         return cell
 
@@ -486,7 +504,7 @@ class NodeKernel:
 
 
 def new_kernel(language, cwd, env):
-    if language in ("javascript", "typescript"):
+    if language in ("javascript", "typescript", "r"):
         return NodeKernel(language, cwd, env)
     k = Kernel(language, cwd, env)
     Context.run_silent_on(k, KERNEL_SETUP)

@@ -139,7 +139,7 @@ test('envs per cell, and private ports with the traffic token only', async () =>
   assert.equal(res.status, 403)
 })
 
-test('JavaScript and TypeScript contexts, bash cells; other languages refused clearly', async () => {
+test('JavaScript, TypeScript and R contexts, bash cells; other languages refused clearly', async () => {
   const sbx = await create({ envs: { FROM_CREATE: 'c' } })
   const langs = (await sbx.listCodeContexts()).map((c) => c.language)
   assert.ok(langs.includes('python') && langs.includes('javascript'), JSON.stringify(langs))
@@ -166,15 +166,23 @@ test('JavaScript and TypeScript contexts, bash cells; other languages refused cl
   assert.deepEqual(sh.logs.stdout.join(''), 'bar\n/home/user\n')
 
   // The SDK shows only the status of a 400; the interpreter's answer says why.
-  await assert.rejects(sbx.runCode('1', { language: 'r' }), /400/)
+  const r = await sbx.runCode('x <- 20\nprint("hi")\nSys.getenv("FROM_CREATE")', { language: 'r', envs: { PER: 'p' } })
+  assert.deepEqual(r.logs.stdout, ['[1] "hi"\n'])
+  assert.equal(r.text, '[1] "c"')
+  assert.equal((await sbx.runCode('c(x * 2, nchar(Sys.getenv("PER")))', { language: 'r' })).text, '[1] 40  0', 'R state persists, envs do not')
+  assert.equal((await sbx.runCode('getwd()', { language: 'r' })).text, '[1] "/home/user"')
+  const rErr = await sbx.runCode('stop("boom")', { language: 'r' })
+  assert.equal(rErr.error?.value, 'boom')
+
+  await assert.rejects(sbx.runCode('1', { language: 'java' }), /400/)
   await assert.rejects(sbx.createCodeContext({ language: 'java' }), /400/)
   const res = await fetch(`${process.env.E2B_SANDBOX_URL}/execute`, {
     method: 'POST',
     headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'Content-Type': 'application/json' },
-    body: JSON.stringify({ code: '1', language: 'r' }),
+    body: JSON.stringify({ code: '1', language: 'java' }),
   })
   assert.equal(res.status, 400)
-  assert.equal(await res.text(), "language 'r' is not served by this sandbox (it serves python, javascript, typescript, bash)")
+  assert.equal(await res.text(), "language 'java' is not served by this sandbox (it serves python, javascript, typescript, bash, r)")
 })
 
 test('results: pandas data, PIL images shown and saved', async () => {

@@ -152,7 +152,9 @@ func TestCodeInterpreterTemplate(t *testing.T) {
 	if !slices.Contains(svc.req.Cmd, codeint.ServerPath) || svc.req.Cmd[len(svc.req.Cmd)-1] != "--supervise" {
 		t.Errorf("cmd %v does not run %s supervised", svc.req.Cmd, codeint.ServerPath)
 	}
-	if len(svc.files[codeint.JSKernelPath]) == 0 {
-		t.Errorf("the JavaScript kernel %s is not written", codeint.JSKernelPath)
+	for _, k := range []string{codeint.JSKernelPath, codeint.RKernelPath} {
+		if len(svc.files[k]) == 0 {
+			t.Errorf("the kernel %s is not written", k)
+		}
 	}
 }

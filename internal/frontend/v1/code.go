@@ -20,7 +20,7 @@ const maxCodeTimeout = 24 * time.Hour
 // runCodeRequest is the body of POST /v1/sandboxes/{id}/code:run.
 type runCodeRequest struct {
 	Code     string            `json:"code"`
-	Language string            `json:"language,omitempty"` // python (default), javascript, typescript, bash
+	Language string            `json:"language,omitempty"` // python (default), javascript, typescript, bash, r
 	Context  string            `json:"context,omitempty"`  // a context id (not with language)
 	Env      map[string]string `json:"env,omitempty"`      // for this cell only
 	Timeout  float64           `json:"timeout,omitempty"`  // seconds; the cell is interrupted after it

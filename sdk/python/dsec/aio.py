@@ -719,7 +719,7 @@ class AsyncSandbox:
         """Run a cell in the sandbox's code interpreter (started on first use; the
         image needs python3 with ipykernel, as ``code-interpreter-v1`` has):
         variables persist between calls of one language (or ``context``).
-        ``language``: python (default), javascript, typescript, bash. ``env`` is
+        ``language``: python (default), javascript, typescript, bash, r. ``env`` is
         set for this cell only; a cell past ``timeout`` is interrupted and its
         :class:`Execution` has an error named TimeoutError. The callbacks get
         output as it arrives. The cell's own exception is ``Execution.error``,
