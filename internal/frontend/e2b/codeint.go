@@ -1,16 +1,14 @@
 package e2b
 
 import (
-	"bytes"
 	"context"
-	_ "embed"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	pathpkg "path"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/codeint"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -20,7 +18,7 @@ import (
 // @e2b/code-interpreter and e2b_code_interpreter create by default). The
 // template is a directory image of that name (scripts/codeint-image.sh: the
 // judge image plus Debian's ipykernel and the account "user"); what makes it
-// E2B's code interpreter is the service codeint/server.py, which this binary
+// E2B's code interpreter is the service of package codeint, which this binary
 // embeds: create writes it into the sandbox, starts it (as root, in /home/user, as E2B does) and answers
 // only once it serves on CodeInterpreterPort. Requests for that port reach it
 // through the sandbox port proxy (ports.go), so they carry only the traffic
@@ -30,21 +28,15 @@ import (
 const CodeInterpreterTemplate = "code-interpreter-v1"
 
 // CodeInterpreterPort is the port the interpreter service listens on.
-const CodeInterpreterPort = 49999
+const CodeInterpreterPort = codeint.Port
 
 // codeIntStartTimeout bounds the interpreter's start (its first kernel
 // included) before create gives up on the sandbox.
-const codeIntStartTimeout = 90 * time.Second
-
-// codeIntPath is where create writes the service in the sandbox.
-const codeIntPath = "/opt/dsec/codeint/server.py"
+const codeIntStartTimeout = codeint.StartTimeout
 
 // labelService marks a background process the front end started for its
 // template (its value names the service).
 const labelService = labelPrefix + "service"
-
-//go:embed codeint/server.py
-var codeIntServer []byte
 
 // templateService is what create starts in a sandbox of a template.
 type templateService struct {
@@ -61,18 +53,10 @@ type templateService struct {
 func templateServices() map[string]templateService {
 	return map[string]templateService{
 		CodeInterpreterTemplate: {
-			name:  "code-interpreter",
-			files: map[string][]byte{codeIntPath: codeIntServer},
-			req: api.ExecRequest{
-				Cmd: []string{"python3", "-Xfrozen_modules=off", codeIntPath},
-				// As on E2B: the service and its kernels run as root, in
-				// /home/user.
-				User: "root",
-				Cwd:  "/home/user",
-				Env: map[string]string{"DSEC_CODEINT_CWD": "/home/user",
-					"PYDEVD_DISABLE_FILE_VALIDATION": "1", "MPLBACKEND": "module://matplotlib_inline.backend_inline"},
-			},
-			port: CodeInterpreterPort,
+			name:  codeint.ServiceName,
+			files: codeint.Files(),
+			req:   codeint.Command(nil),
+			port:  CodeInterpreterPort,
 		},
 	}
 }
@@ -89,7 +73,7 @@ func (h *Handler) startTemplateService(ctx context.Context, sb api.Sandbox, temp
 	}
 	ctx, cancel := context.WithTimeout(session.WithoutStep(ctx), svc.start)
 	defer cancel()
-	if err := h.writeServiceFiles(ctx, sb.ID, svc.files); err != nil {
+	if err := codeint.WriteFiles(ctx, h.svc, sb.ID, svc.files); err != nil {
 		return fmt.Errorf("template %s: %w", template, err)
 	}
 	req := svc.req
@@ -106,24 +90,6 @@ func (h *Handler) startTemplateService(ctx context.Context, sb api.Sandbox, temp
 		return fmt.Errorf("template %s: start %s: %w", template, svc.name, err)
 	}
 	return h.awaitService(ctx, sb.ID, p.ID, svc)
-}
-
-func (h *Handler) writeServiceFiles(ctx context.Context, id string, files map[string][]byte) error {
-	fs, err := h.svc.FS(ctx, id)
-	if err != nil {
-		return err
-	}
-	defer fs.Close()
-	for path, content := range files {
-		dir := pathpkg.Dir(path)
-		if _, err := fs.Mkdir(ctx, dir, 0o755, true); err != nil && !errdefs.Is(err, api.CodeAlreadyExists) {
-			return fmt.Errorf("mkdir %s: %w", dir, err)
-		}
-		if _, err := fs.WriteFile(ctx, path, 0o644, bytes.NewReader(content), int64(len(content))); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
-		}
-	}
-	return nil
 }
 
 // awaitService polls the service's /health until it answers 200, its process
@@ -165,17 +131,5 @@ func (h *Handler) awaitService(ctx context.Context, id, procID string, svc templ
 
 // processTail is the last KiB of a process's stderr, for an error message.
 func (h *Handler) processTail(ctx context.Context, id, procID string) string {
-	rc, err := h.svc.ProcessLogs(ctx, id, procID, "stderr", 0)
-	if err != nil {
-		return ""
-	}
-	defer rc.Close()
-	b, _ := io.ReadAll(io.LimitReader(rc, 1<<20))
-	if len(b) > 1024 {
-		b = b[len(b)-1024:]
-	}
-	if len(b) == 0 {
-		return ""
-	}
-	return ": " + string(bytes.TrimSpace(b))
+	return codeint.ProcessTail(ctx, h.svc, id, procID)
 }

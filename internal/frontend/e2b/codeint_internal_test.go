@@ -5,12 +5,14 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
+	"github.com/dsec-dev/dsec/internal/codeint"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -141,13 +143,18 @@ func TestCodeInterpreterTemplate(t *testing.T) {
 	if svc.port != 49999 || svc.req.User != "root" || svc.req.Cwd != "/home/user" {
 		t.Errorf("service %+v: want port 49999, root, /home/user", svc)
 	}
-	src := string(svc.files[codeIntPath])
+	src := string(svc.files[codeint.ServerPath])
 	for _, route := range []string{`"health"`, `"execute"`, `"contexts"`, `"restart"`} {
 		if !strings.Contains(src, route) {
 			t.Errorf("the embedded server has no %s route", route)
 		}
 	}
-	if svc.req.Cmd[len(svc.req.Cmd)-1] != codeIntPath {
-		t.Errorf("cmd %v does not run %s", svc.req.Cmd, codeIntPath)
+	if !slices.Contains(svc.req.Cmd, codeint.ServerPath) || svc.req.Cmd[len(svc.req.Cmd)-1] != "--supervise" {
+		t.Errorf("cmd %v does not run %s supervised", svc.req.Cmd, codeint.ServerPath)
+	}
+	for _, k := range []string{codeint.JSKernelPath, codeint.RKernelPath} {
+		if len(svc.files[k]) == 0 {
+			t.Errorf("the kernel %s is not written", k)
+		}
 	}
 }

@@ -45,6 +45,7 @@ func (s *Server) routes() []route {
 
 		{"POST " + sb + "/exec", s.step(s.exec)},
 		{"POST " + sb + "/exec/stream", s.step(s.execStream)},
+		{"POST " + sb + "/code:run", s.step(s.runCode)},
 
 		{"POST " + sb + "/processes", s.step(s.startProcess)},
 		{"GET " + sb + "/processes", s.listProcesses},

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/codeint"
 	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/internal/session"
 )
@@ -58,7 +59,8 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 	proxy *sandboxProxy
-	steps bool // Options.Steps
+	code  *codeint.Client // code:run
+	steps bool            // Options.Steps
 	// trajAPI serves the trajectory API and tagged steps: svc when it logs
 	// steps (Steps or StepsDownstream), else nil.
 	trajAPI session.Trajectories
@@ -85,6 +87,7 @@ func New(svc session.Service, opts Options) *Server {
 		s.trajAPI = project.Trajectories{API: s.trajAPI} // each project its own trajectory IDs
 	}
 	s.proxy = newSandboxProxy(svc, log, s.proxyError)
+	s.code = codeint.NewClient(svc)
 	for _, rt := range s.routes() {
 		s.mux.HandleFunc(rt.pattern, rt.handler)
 	}

@@ -36,7 +36,10 @@ from .errors import (
     TrajectorySandboxLostError,
 )
 from .types import (
+    CodeError,
+    CodeResult,
     ExecResult,
+    Execution,
     FileInfo,
     FnCallCompile,
     FnCallResult,
@@ -69,7 +72,10 @@ __all__ = [
     "ConflictError",
     "CreateManyError",
     "DsecError",
+    "CodeError",
+    "CodeResult",
     "ExecResult",
+    "Execution",
     "ExecStream",
     "FileInfo",
     "FnCallCompile",

@@ -10,7 +10,7 @@ import random
 import re
 import uuid
 from datetime import timedelta
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
 from .errors import DsecError, InvalidArgumentError
@@ -361,6 +361,54 @@ EOF_LINE = b'{"eof":true}\n'
 def chunk(data: bytes) -> bytes:
     """data as one chunk of a chunked HTTP/1.1 body."""
     return b"%x\r\n%s\r\n" % (len(data), data)
+
+
+def code_body(code: str, language: Optional[str], context: Optional[str],
+              env: Optional[Mapping[str, str]], timeout: Optional[Seconds]) -> Dict[str, Any]:
+    """The body of POST /v1/sandboxes/{id}/code:run."""
+    if not isinstance(code, str):
+        raise TypeError("code must be a str")
+    if language and context:
+        raise ValueError("give language or context, not both")
+    body: Dict[str, Any] = {"code": code}
+    if language:
+        body["language"] = language
+    if context:
+        body["context"] = context
+    if env:
+        body["env"] = {str(k): str(v) for k, v in env.items()}
+    t = seconds(timeout)
+    if t is not None:
+        body["timeout"] = t
+    return body
+
+
+def code_event(ex: Any, ev: Mapping[str, Any], on_stdout: Optional[Callable[[str], Any]],
+               on_stderr: Optional[Callable[[str], Any]], on_result: Optional[Callable[[Any], Any]],
+               on_error: Optional[Callable[[Any], Any]]) -> None:
+    """Adds one event of a code:run answer to Execution ex, calling its callback."""
+    from .types import CodeError, CodeResult  # noqa: PLC0415 - types imports errors only
+
+    t = ev.get("type")
+    if t == "stdout":
+        ex.stdout.append(ev.get("text", ""))
+        if on_stdout:
+            on_stdout(ev.get("text", ""))
+    elif t == "stderr":
+        ex.stderr.append(ev.get("text", ""))
+        if on_stderr:
+            on_stderr(ev.get("text", ""))
+    elif t == "result":
+        r = CodeResult.from_json(ev)
+        ex.results.append(r)
+        if on_result:
+            on_result(r)
+    elif t == "error":
+        ex.error = CodeError(ev.get("name", ""), ev.get("value", ""), ev.get("traceback", ""))
+        if on_error:
+            on_error(ex.error)
+    elif t == "number_of_executions":
+        ex.execution_count = ev.get("execution_count")
 
 
 def exec_http_timeout(client_timeout: Optional[float], cmd_timeout: Optional[Seconds]) -> Optional[float]:

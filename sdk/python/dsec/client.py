@@ -35,6 +35,8 @@ from ._core import (
     Size,
     StepCounter,
     backoff,
+    code_body,
+    code_event,
     create_body,
     decode_json,
     exec_body,
@@ -63,7 +65,10 @@ from .errors import (
     network_error,
 )
 from .types import (
+    CodeError,
+    CodeResult,
     ExecResult,
+    Execution,
     FileInfo,
     FnCallResult,
     HTTPResponse,
@@ -697,6 +702,37 @@ class Sandbox:
             raise error_from_response(status, data)
         return HTTPResponse(status, h, data)
 
+
+    # ---- code interpreter ------------------------------------------------------------
+
+    def run_code(
+        self,
+        code: str,
+        language: Optional[str] = None,
+        context: Optional[str] = None,
+        env: Optional[Mapping[str, str]] = None,
+        timeout: Optional[Seconds] = None,
+        on_stdout: Optional[Callable[[str], Any]] = None,
+        on_stderr: Optional[Callable[[str], Any]] = None,
+        on_result: Optional[Callable[[CodeResult], Any]] = None,
+        on_error: Optional[Callable[[CodeError], Any]] = None,
+    ) -> Execution:
+        """Run a cell in the sandbox's code interpreter (started on first use; the
+        image needs python3 with ipykernel, as ``code-interpreter-v1`` has):
+        variables persist between calls of one language (or ``context``).
+        ``language``: python (default), javascript, typescript, bash, r. ``env`` is
+        set for this cell only; a cell past ``timeout`` is interrupted and its
+        :class:`Execution` has an error named TimeoutError. The callbacks get
+        output as it arrives. The cell's own exception is ``Execution.error``,
+        not raised; a bad language or an unknown context raise
+        InvalidArgumentError / NotFoundError. Never retried."""
+        body = code_body(code, language, context, env, timeout)
+        data = json.dumps(body, separators=(",", ":")).encode()
+        ex = Execution()
+        for line in self.client._http.stream_lines("POST", sandbox_path(self.id, "/code:run"), data,
+                                                         "application/json", None):
+            code_event(ex, json.loads(line), on_stdout, on_stderr, on_result, on_error)
+        return ex
 
 class Files:
     """``sandbox.files``: every path is resolved inside the sandbox's root."""

@@ -545,3 +545,62 @@ class RebuildResult:
             mismatched=int(d.get("mismatched") or 0),
             steps=list(d.get("steps") or []),
         )
+
+
+@dataclass
+class CodeResult:
+    """One result of a cell (:meth:`Sandbox.run_code`): the last expression's
+    value (``is_main_result``) or something the cell displayed, in each MIME
+    representation the kernel gave: ``text``, ``html``, ``png`` (base64), ...;
+    other MIME types are in ``extra``."""
+
+    is_main_result: bool = False
+    text: Optional[str] = None
+    html: Optional[str] = None
+    markdown: Optional[str] = None
+    svg: Optional[str] = None
+    png: Optional[str] = None
+    jpeg: Optional[str] = None
+    pdf: Optional[str] = None
+    latex: Optional[str] = None
+    json: Any = None
+    javascript: Optional[str] = None
+    data: Any = None
+    chart: Any = None
+    extra: Dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "CodeResult":
+        names = set(cls.__dataclass_fields__) - {"extra", "is_main_result"}
+        return cls(is_main_result=bool(d.get("is_main_result")), extra=dict(d.get("extra") or {}),
+                   **{k: d[k] for k in names if k in d})
+
+
+@dataclass
+class CodeError:
+    """The error a cell raised: its class name, message and traceback."""
+
+    name: str
+    value: str
+    traceback: str = ""
+
+
+@dataclass
+class Execution:
+    """What a cell did (:meth:`Sandbox.run_code`): its results, what it wrote to
+    stdout and stderr (in the chunks it wrote), the error it raised if any, and
+    its number in the context."""
+
+    results: List[CodeResult] = field(default_factory=list)
+    stdout: List[str] = field(default_factory=list)
+    stderr: List[str] = field(default_factory=list)
+    error: Optional[CodeError] = None
+    execution_count: Optional[int] = None
+
+    @property
+    def text(self) -> Optional[str]:
+        """The main result's text (the last expression's value), if any."""
+        for r in self.results:
+            if r.is_main_result:
+                return r.text
+        return None
