@@ -21,6 +21,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -131,8 +132,7 @@ func (e *tplEnv) status(id, build string) (st struct {
 	}
 }) {
 	e.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	testwait.For(e.t, 10*time.Second, "the build ends", func() bool {
 		res, b := e.call("GET", "/templates/"+id+"/builds/"+build+"/status?logsOffset=0", nil)
 		if res.StatusCode != http.StatusOK {
 			e.t.Fatalf("status: %d %s", res.StatusCode, b)
@@ -140,14 +140,9 @@ func (e *tplEnv) status(id, build string) (st struct {
 		if err := json.Unmarshal(b, &st); err != nil {
 			e.t.Fatal(err)
 		}
-		if st.Status != "building" && st.Status != "waiting" {
-			return st
-		}
-		if time.Now().After(deadline) {
-			e.t.Fatalf("build still %s", st.Status)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return st.Status != "building" && st.Status != "waiting"
+	})
+	return st
 }
 
 func gzTar(t *testing.T, files map[string]string) []byte {
