@@ -173,7 +173,9 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 			image = ""
 		}
 		creq := api.CreateSandboxRequest{Image: image, Env: envOf(req.EnvVars), Labels: labels,
-			TTLSeconds: timeout, OnExpiry: expiryOf(action), Network: netPolicy}
+			TTLSeconds: timeout, OnExpiry: expiryOf(action), Network: netPolicy,
+			// E2B's user has passwordless sudo: setuid programs must work.
+			AllowSetuid: true}
 		sb, err := h.svc.Create(r.Context(), creq)
 		if err != nil && errdefs.Is(err, api.CodeNotImplemented) && req.AllowInternetAccess == nil && !egressAsked(req.Network) {
 			// Internet access by default (not asked for) on a node or
