@@ -18,3 +18,8 @@ test('user has passwordless sudo; root through sudo is sandbox root', async () =
   assert.equal(viaSudo, asRoot)
   assert.match(viaSudo, /Seccomp:\s+2/)
 })
+
+test('the base image has python (python3) and curl, as E2B host tests expect', async () => {
+  const r = await sbx.commands.run('python -c "import sys; print(sys.version_info[0])"; curl --version | head -1')
+  assert.match(r.stdout, /^3\ncurl \d/)
+})
