@@ -3,7 +3,7 @@
 // maskRequestHost, metrics as a series.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { create, killAll } from './helpers.mjs'
+import { create, killAll, waitFor } from './helpers.mjs'
 
 let sbx
 before(async () => { sbx = await create() })
@@ -22,4 +22,27 @@ test('user has passwordless sudo; root through sudo is sandbox root', async () =
 test('the base image has python (python3) and curl, as E2B host tests expect', async () => {
   const r = await sbx.commands.run('python -c "import sys; print(sys.version_info[0])"; curl --version | head -1')
   assert.match(r.stdout, /^3\ncurl \d/)
+})
+
+test('maskRequestHost: the sandbox\'s service sees the mask as Host, ${PORT} replaced', async () => {
+  const masked = await create({ network: { maskRequestHost: 'custom-host.example.com:${PORT}' } })
+  assert.equal((await masked.getInfo()).network?.maskRequestHost, 'custom-host.example.com:${PORT}')
+  const server = await masked.commands.run(`python3 -c "
+import http.server
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        b = self.headers['Host'].encode()
+        self.send_response(200); self.send_header('Content-Length', str(len(b))); self.end_headers(); self.wfile.write(b)
+    def log_message(self, *a): pass
+http.server.HTTPServer(('127.0.0.1', 8080), H).serve_forever()
+"`, { background: true })
+  // by the headers the SDKs send when E2B_SANDBOX_URL names one address
+  const headers = { 'E2b-Sandbox-Id': masked.sandboxId, 'E2b-Sandbox-Port': '8080' }
+  const body = await waitFor(async () => {
+    const r = await fetch(process.env.E2B_SANDBOX_URL + '/', { headers })
+    return r.status === 200 && r.text()
+  })
+  assert.equal(body, 'custom-host.example.com:8080')
+  await server.kill()
+  await assert.rejects(create({ network: { maskRequestHost: 'not a host/${PORT}' } }), /maskRequestHost/)
 })

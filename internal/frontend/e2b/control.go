@@ -168,6 +168,9 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
 			labels[labelPrivate] = "true"
 		}
+		if req.Network != nil && req.Network.MaskRequestHost != nil && *req.Network.MaskRequestHost != "" {
+			labels[labelHostMask] = *req.Network.MaskRequestHost
+		}
 		image := req.TemplateID
 		if image == baseTemplate {
 			image = ""
