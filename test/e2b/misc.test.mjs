@@ -46,3 +46,24 @@ http.server.HTTPServer(('127.0.0.1', 8080), H).serve_forever()
   await server.kill()
   await assert.rejects(create({ network: { maskRequestHost: 'not a host/${PORT}' } }), /maskRequestHost/)
 })
+
+test('getMetrics is a series: samples at least 5 s apart, oldest first, within start and end', async () => {
+  const start = new Date(Date.now() - 1000)
+  const series = await waitFor(async () => {
+    const ms = await sbx.getMetrics({ start })
+    return ms.length >= 2 && ms
+  }, 20_000, 1000)
+  for (let i = 1; i < series.length; i++) {
+    assert.ok(series[i].timestamp - series[i - 1].timestamp >= 5000, `samples ${i - 1} and ${i} less than 5 s apart`)
+  }
+  for (const m of series) {
+    assert.ok(m.timestamp >= start && m.memTotal > 0 && m.diskTotal > 0, JSON.stringify(m))
+  }
+  // a window that ends before the newest sample leaves it out
+  const end = new Date(series[1].timestamp.getTime() - 5000 - 1000)
+  const early = await sbx.getMetrics({ start, end })
+  assert.ok(early.length >= 1 && early.every((m) => m.timestamp <= new Date(end.getTime() + 6000)), JSON.stringify(early))
+  assert.ok(early.length < (await sbx.getMetrics({ start })).length)
+  const before = await sbx.getMetrics({ start: new Date(Date.now() - 3600_000), end: new Date(Date.now() - 1800_000) })
+  assert.deepEqual(before, [])
+})
