@@ -19,7 +19,7 @@ DSEC_IMAGES_DIR=${DSEC_IMAGES_DIR:-/var/lib/dsec/images}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 SUITE=bookworm
 # A bookworm debootstrap the lead may have started (or finished) by hand:
-#   debootstrap --variant=minbase --include=python3,git,ca-certificates,sudo \
+#   debootstrap --variant=minbase --include=python3,git,ca-certificates,sudo,python-is-python3,curl \
 #       bookworm /var/lib/dsec/images/.debian-build http://deb.debian.org/debian
 # with its output, followed by "rc=N", in /tmp/debootstrap.log.
 PRESEED_DIR=/var/lib/dsec/images/.debian-build
@@ -150,12 +150,55 @@ add_e2b_user() {
 	chmod 0440 "$1/etc/sudoers.d/user"
 }
 
+# DEBIAN_EXTRA: the debian image's packages beyond python3 and git, each with
+# a file that shows it is there (E2B clients expect sudo, `python` and curl).
+DEBIAN_EXTRA="sudo:/usr/bin/sudo python-is-python3:/usr/bin/python curl:/usr/bin/curl"
+
+# debian_missing TREE: the DEBIAN_EXTRA packages TREE lacks, space-separated.
+debian_missing() {
+	for pf in $DEBIAN_EXTRA; do
+		[ -e "$1/${pf#*:}" ] || printf ' %s' "${pf%%:*}"
+	done
+}
+
+# debian_add TREE: installs the DEBIAN_EXTRA packages TREE lacks with its own apt.
+debian_add() {
+	missing=$(debian_missing "$1")
+	[ -n "$missing" ] || return 0
+	log "image debian: adding$missing"
+	chroot "$1" apt-get update -q >/dev/null &&
+		# shellcheck disable=SC2086
+		chroot "$1" apt-get install -y -q -o Dpkg::Use-Pty=0 --no-install-recommends $missing >/dev/null ||
+		die "debian tree $1: installing$missing failed"
+}
+
+# debian_finish TREE IMG T0: cleans TREE, makes it IMG's rootfs and writes the manifest.
+debian_finish() {
+	chroot "$1" apt-get clean >/dev/null 2>&1 || true
+	rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*.bin
+	common_dirs "$1"
+	install_rootfs "$1" "$2"
+	write_manifest "$2" debian "Debian $SUITE minbase + python3 (python) + git + sudo + curl, user (uid 1000)"
+	log "image debian: built in $(since "$3")"
+}
+
 build_debian() {
 	img="$DSEC_IMAGES_DIR/debian"
-	# An image from before the user account (E2B's base has one) is rebuilt.
+	# An image from before the user account (E2B's base has one) is rebuilt;
+	# one that lacks only DEBIAN_EXTRA packages gets them in a copy, far
+	# faster than a new debootstrap.
 	if [ -f "$img/image.json" ] && [ -d "$img/rootfs" ] && grep -q '^user:x:1000:' "$img/rootfs/etc/passwd" &&
 		[ -f "$img/rootfs/etc/sudoers.d/user" ]; then
-		log "image debian: cached"
+		if [ -z "$(debian_missing "$img/rootfs")" ]; then
+			log "image debian: cached"
+			return 0
+		fi
+		t=$(now)
+		tree="$DSEC_IMAGES_DIR/.debian-build.$$"
+		rm -rf "$tree"
+		cp -a "$img/rootfs" "$tree"
+		debian_add "$tree"
+		debian_finish "$tree" "$img" "$t"
 		return 0
 	fi
 	t=$(now)
@@ -175,23 +218,14 @@ build_debian() {
 		tree=$PRESEED_DIR
 	else
 		tree="$DSEC_IMAGES_DIR/.debian-build.$$"
-		debootstrap_tree debian python3,git,ca-certificates,sudo "$tree"
+		debootstrap_tree debian python3,git,ca-certificates,sudo,python-is-python3,curl "$tree"
 	fi
 	[ -x "$tree/bin/sh" ] && [ -e "$tree/usr/bin/python3" ] && [ -e "$tree/usr/bin/git" ] ||
 		die "debian tree $tree lacks /bin/sh, python3 or git"
-	# A preseeded tree may predate sudo in the package list.
-	[ -x "$tree/usr/bin/sudo" ] || chroot "$tree" apt-get install -y --no-install-recommends sudo >/dev/null ||
-		die "debian tree $tree: installing sudo failed"
+	# A preseeded tree may predate packages of the list.
+	debian_add "$tree"
 	add_e2b_user "$tree"
-
-	# Post-process: drop apt caches, ensure the standard directories.
-	chroot "$tree" apt-get clean >/dev/null 2>&1 || true
-	rm -rf "$tree"/var/lib/apt/lists/* "$tree"/var/cache/apt/*.bin
-	common_dirs "$tree"
-
-	install_rootfs "$tree" "$img"
-	write_manifest "$img" debian "Debian $SUITE minbase + python3 + git + sudo, user (uid 1000)"
-	log "image debian: built in $(since "$t")"
+	debian_finish "$tree" "$img" "$t"
 }
 
 build_busybox() {

@@ -22,7 +22,7 @@ func createCmd() *cobra.Command {
 	var env, constraints []string
 	var netf networkFlags
 	var userns bool
-	var ksm, noWait bool
+	var ksm, noWait, setuid bool
 	var start startFlags
 	var count, parallel int
 	var labels []string
@@ -32,7 +32,7 @@ func createCmd() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			req := api.CreateSandboxRequest{Backend: backend, Image: image, CPU: cpu, RequestID: requestID, Network: netf.policy(),
-				CPUClass: cpuClass, KSM: ksm, Node: node}
+				CPUClass: cpuClass, KSM: ksm, Node: node, AllowSetuid: setuid}
 			var err error
 			if req.Constraints, err = parseKV("--constraint", constraints); err != nil {
 				return err
@@ -99,6 +99,7 @@ func createCmd() *cobra.Command {
 	f.StringVar(&backend, "backend", "", "isolation backend: container (default), microvm, fullvm (with --image desktop; see dsec info)")
 	f.Float64Var(&cpu, "cpu", 0, "CPU limit in cores (default 1)")
 	f.BoolVar(&ksm, "ksm", false, "let KSM merge identical pages of the sandbox's processes (the host's ksmd must run)")
+	f.BoolVar(&setuid, "allow-setuid", false, "let setuid programs (sudo) work in the sandbox, up to sandbox root (no no_new_privs)")
 	f.StringVar(&cpuClass, "cpu-class", "", "ls (latency-sensitive) or be (best-effort); default the server's --cpu-class-default")
 	f.StringVar(&memory, "memory", "", "memory limit, e.g. 512m, 2g (default 512m)")
 	f.StringVar(&disk, "disk", "", "writable layer size, e.g. 1g (default 1g)")

@@ -14,7 +14,8 @@
  * The security policy arrives as data in the config (internal/backend/initproto
  * holds the defaults): the capability set to keep (caps=HEX), the device
  * nodes of /dev (dev=NAME c|b MAJOR MINOR), the masked and read-only paths
- * (mask=PATH, ro=PATH), net.ipv4.ping_group_range, nodev on the root. Two
+ * (mask=PATH, ro=PATH), net.ipv4.ping_group_range, nodev on the root,
+ * setuid=1 (no no_new_privs: sudo works; see setup). Three
  * keys exist only for tests that weaken a sandbox on purpose (dumpable=1,
  * cgroupns=0, xino=0); the node never sets them.
  *
@@ -195,6 +196,7 @@ struct config {
 	int nocgroupns;        /* test only: no cgroup namespace */
 	int noxino;            /* test only: overlay without xino */
 	int userns;            /* in a user namespace: lowers arrive as idmapped mount fds */
+	int setuid;            /* no no_new_privs: setuid programs (sudo) work, see setup */
 	int lowerfds[MAX_LOWER];
 };
 
@@ -289,6 +291,8 @@ static void read_config(struct config *c)
 			c->noxino = !strcmp(v, "0");
 		else if (!strcmp(line, "userns"))
 			c->userns = !strcmp(v, "1");
+		else if (!strcmp(line, "setuid"))
+			c->setuid = !strcmp(v, "1");
 		else
 			fail("config: unknown key", EINVAL);
 	}
@@ -804,11 +808,23 @@ static void setup(struct config *c, int has_seccomp)
 	 * the init starts. */
 	if (c->ksm && prctl(PR_SET_MEMORY_MERGE, 1, 0, 0, 0))
 		fail("enable KSM (PR_SET_MEMORY_MERGE)", errno);
-	drop_caps(c->caps);
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-		fail("no_new_privs", errno);
-	if (has_seccomp)
-		load_seccomp();
+	if (c->setuid) {
+		/* setuid=1: no no_new_privs, so a setuid or file-capability program
+		 * (sudo) may raise a process to sandbox root, never beyond: the
+		 * bounding set dropped below is inherited and cannot grow, and the
+		 * seccomp filter cannot be removed. Without no_new_privs the filter
+		 * needs CAP_SYS_ADMIN, so it is loaded before the capabilities go
+		 * (it allows the capset and prctl that drop them). */
+		if (has_seccomp)
+			load_seccomp();
+		drop_caps(c->caps);
+	} else {
+		drop_caps(c->caps);
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+			fail("no_new_privs", errno);
+		if (has_seccomp)
+			load_seccomp();
+	}
 	/* keep sandbox root away from our fds via /proc/1/fd */
 	if (!c->dumpable && prctl(PR_SET_DUMPABLE, 0, 0, 0, 0))
 		fail("set non-dumpable", errno);

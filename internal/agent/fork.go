@@ -159,6 +159,7 @@ func (m *Manager) forkRequest(id string, o *api.CreateSandboxRequest) (api.Creat
 		Backend: r.Backend, Image: r.Image, CPU: r.Spec.CPU, MemoryBytes: r.Spec.Memory,
 		DiskBytes: r.Spec.Disk, PidsMax: r.Spec.PidsMax, TTLSeconds: r.TTLSeconds,
 		IdleTimeoutSeconds: r.IdleTimeoutSeconds, Env: maps.Clone(r.Env), Labels: maps.Clone(r.Labels),
+		AllowSetuid: r.Spec.AllowSetuid,
 	}
 	sb.mu.Unlock()
 	if o != nil {

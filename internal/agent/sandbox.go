@@ -54,6 +54,7 @@ func (sb *sandbox) view() api.Sandbox {
 		LastActiveAt: time.Unix(0, sb.lastActive.Load()).UTC(),
 		Env:          r.Env, Labels: r.Labels, RequestID: r.RequestID,
 		CPUClass: cpuClassOf(r.Spec), Reclaimed: r.Reclaimed, KSM: r.Spec.KSM,
+		AllowSetuid: r.Spec.AllowSetuid,
 	}
 	if t, ok := r.deadline(); ok {
 		v.ExpiresAt, v.OnExpiry = &t, r.onExpiry()
@@ -310,7 +311,7 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	spec := driver.Spec{
 		ID: id, Image: img.Name, Layers: layersOf(img), CPU: req.CPU, Memory: req.MemoryBytes,
 		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id, UserNS: req.UserNamespace,
-		CPUClass: req.CPUClass, KSM: req.KSM,
+		CPUClass: req.CPUClass, KSM: req.KSM, AllowSetuid: req.AllowSetuid,
 	}
 	drv, err := m.drivers.Get(req.Backend)
 	if err == nil {

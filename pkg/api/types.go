@@ -71,6 +71,12 @@ type CreateSandboxRequest struct {
 	// KSM lets the kernel merge identical pages of this sandbox's processes
 	// with other KSM sandboxes' (PR_SET_MEMORY_MERGE on its init, inherited).
 	KSM bool `json:"ksm,omitempty"`
+	// AllowSetuid lets a container sandbox's processes gain privileges by
+	// executing setuid programs (sudo, su) up to what sandbox root holds
+	// (no_new_privs is not set); sandbox root's capabilities, seccomp filter
+	// and user namespace bound every process either way. E2B sandboxes
+	// have it (E2B's user has passwordless sudo).
+	AllowSetuid bool `json:"allow_setuid,omitempty"`
 	// Node pins the sandbox to the named node of a cluster (create --node);
 	// unknown names are invalid_argument. A single-node server accepts only its
 	// own name.
@@ -184,6 +190,9 @@ type Sandbox struct {
 	// use) brings it back.
 	Reclaimed bool `json:"reclaimed,omitempty"`
 	KSM       bool `json:"ksm,omitempty"`
+	// AllowSetuid: setuid programs (sudo) work in the sandbox (see
+	// CreateSandboxRequest.AllowSetuid).
+	AllowSetuid bool `json:"allow_setuid,omitempty"`
 	// VM is how a VM sandbox's guest runs (KVM or TCG, and why).
 	VM *VMAccel `json:"vm,omitempty"`
 	// Screen: the sandbox has a display; GET /v1/sandboxes/{id}/screen returns

@@ -350,6 +350,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		hostname = spec.ID
 	}
 	sec := d.security(spec.ID)
+	sec.AllowSetuid = spec.AllowSetuid
 	in, err := initproto.Spawn(ctx, initproto.SpawnConfig{
 		InitPath:   initPath,
 		Hostname:   hostname,

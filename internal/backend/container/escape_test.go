@@ -122,6 +122,12 @@ func probeLayer(t *testing.T) string {
 // start creates a sandbox with weakening wk, destroyed at cleanup.
 func (w *weakDriver) start(t *testing.T, wk weakening) driver.Instance {
 	t.Helper()
+	return w.startSpec(t, wk, nil)
+}
+
+// startSpec is start with the spec changed by edit (if not nil).
+func (w *weakDriver) startSpec(t *testing.T, wk weakening, edit func(*driver.Spec)) driver.Instance {
+	t.Helper()
 	w.mu.Lock()
 	w.n++
 	id := fmt.Sprintf("esc%d", w.n)
@@ -133,7 +139,11 @@ func (w *weakDriver) start(t *testing.T, wk weakening) driver.Instance {
 	if disk == 0 {
 		disk = 64 << 20
 	}
-	inst, err := w.Start(ctx, driver.Spec{ID: id, Layers: driver.DirLayers(w.lower), Memory: 1 << 30, Disk: disk, PidsMax: 512})
+	spec := driver.Spec{ID: id, Layers: driver.DirLayers(w.lower), Memory: 1 << 30, Disk: disk, PidsMax: 512}
+	if edit != nil {
+		edit(&spec)
+	}
+	inst, err := w.Start(ctx, spec)
 	if err != nil {
 		t.Fatalf("start sandbox (%+v): %v", wk, err)
 	}
@@ -150,10 +160,16 @@ func (w *weakDriver) start(t *testing.T, wk weakening) driver.Instance {
 // run runs args as root in the sandbox and returns stdout, stderr and the exit.
 func run(t *testing.T, inst driver.Instance, args ...string) (string, string, driver.Exit) {
 	t.Helper()
+	return runAs(t, inst, 0, args...)
+}
+
+// runAs is run as user and group id.
+func runAs(t *testing.T, inst driver.Instance, id int, args ...string) (string, string, driver.Exit) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var bufs [2]bytes.Buffer
-	p, err := inst.Exec(ctx, driver.ProcSpec{Args: args,
+	p, err := inst.Exec(ctx, driver.ProcSpec{Args: args, UID: id, GID: id,
 		Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"}}, driver.Stdio{Stdout: &bufs[0], Stderr: &bufs[1]})
 	if err != nil {
 		t.Fatalf("exec %v: %v", args, err)
@@ -240,9 +256,16 @@ func hostDisk(t *testing.T) (uint32, uint32) {
 // runProbes runs the whole suite in inst and returns the results by name.
 func runProbes(t *testing.T, inst driver.Instance, env escapeprobe.Env) map[string]escapeprobe.Result {
 	t.Helper()
-	stdout, stderr, ex := run(t, inst, "dsec-escape-probe",
+	return runProbesAs(t, inst, env, 0)
+}
+
+// runProbesAs runs the suite as user and group id, through the words of
+// via first (e.g. sudo) if any.
+func runProbesAs(t *testing.T, inst driver.Instance, env escapeprobe.Env, id int, via ...string) map[string]escapeprobe.Result {
+	t.Helper()
+	stdout, stderr, ex := runAs(t, inst, id, append(via, "dsec-escape-probe",
 		"-disk", fmt.Sprintf("%d:%d", env.HostDisk[0], env.HostDisk[1]),
-		"-caps", fmt.Sprintf("%x", env.WantCaps), "-masked", strings.Join(env.MaskedPaths, ","))
+		"-caps", fmt.Sprintf("%x", env.WantCaps), "-masked", strings.Join(env.MaskedPaths, ","))...)
 	if ex.Code != 0 {
 		t.Fatalf("probe exit %+v: %s", ex, stderr)
 	}

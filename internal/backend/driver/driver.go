@@ -42,6 +42,11 @@ type Spec struct {
 	CPUClass string
 	// KSM opts the sandbox's processes into KSM merging (PR_SET_MEMORY_MERGE).
 	KSM bool `json:",omitempty"`
+	// AllowSetuid lets processes gain privileges by executing setuid or
+	// file-capability programs (sudo), up to what sandbox root holds: the
+	// container driver sets no no_new_privs. Drivers whose sandboxes have
+	// their own kernel ignore it (their guests never set no_new_privs).
+	AllowSetuid bool `json:",omitempty"`
 }
 
 // Layer describes one read-only layer. The driver chooses how to present it: the

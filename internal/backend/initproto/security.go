@@ -30,6 +30,13 @@ type Security struct {
 	// RootNoDev mounts the overlay root nodev: device nodes open only
 	// in /dev.
 	RootNoDev bool
+	// AllowSetuid leaves no_new_privs unset, so setuid and file-capability
+	// programs (sudo, su) work: a process can rise to sandbox root and no
+	// further, since the capability bounding set (Caps) is inherited and
+	// cannot grow and the seccomp filter cannot be removed. The init then
+	// loads the filter before it drops CAP_SYS_ADMIN (without no_new_privs
+	// the kernel requires it).
+	AllowSetuid bool
 
 	// Dumpable, NoCgroupNS and NoXino exist for tests that weaken a sandbox on
 	// purpose to show that an escape probe can succeed; the node never
@@ -156,6 +163,9 @@ func (s *Security) configText(b *strings.Builder) {
 	}
 	if s.RootNoDev {
 		b.WriteString("rootnodev=1\n")
+	}
+	if s.AllowSetuid {
+		b.WriteString("setuid=1\n")
 	}
 	if s.Dumpable {
 		b.WriteString("dumpable=1\n")

@@ -168,13 +168,18 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
 			labels[labelPrivate] = "true"
 		}
+		if req.Network != nil && req.Network.MaskRequestHost != nil && *req.Network.MaskRequestHost != "" {
+			labels[labelHostMask] = *req.Network.MaskRequestHost
+		}
 		tmpl, err := h.resolveTemplate(r.Context(), req.TemplateID)
 		if err != nil {
 			h.writeErr(w, r, err)
 			return
 		}
 		creq := api.CreateSandboxRequest{Backend: tmpl.backend, Image: tmpl.image, Env: envOf(req.EnvVars), Labels: labels,
-			TTLSeconds: timeout, OnExpiry: expiryOf(action), Network: netPolicy}
+			TTLSeconds: timeout, OnExpiry: expiryOf(action), Network: netPolicy,
+			// E2B's user has passwordless sudo: setuid programs must work.
+			AllowSetuid: true}
 		h.templateStart(r.Context(), &creq)
 		sb, err := h.svc.Create(r.Context(), creq)
 		if err != nil && errdefs.Is(err, api.CodeNotImplemented) && req.AllowInternetAccess == nil && !egressAsked(req.Network) {

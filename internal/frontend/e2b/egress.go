@@ -29,8 +29,9 @@ var allTraffic = netip.MustParsePrefix("0.0.0.0/0")
 // allowed domains (reachable once resolved through the node), in denyOut
 // its denied ones (NXDOMAIN unless an allowed one matches too).
 // What dsec cannot enforce is refused: an egress proxy, per-domain
-// transform rules, a host mask. (allowPublicTraffic is not egress: create
-// keeps it as a label, ports.go checks it.)
+// transform rules. (allowPublicTraffic and maskRequestHost are not egress:
+// create keeps them as labels, ports.go applies them; a malformed mask is
+// refused here, before anything is created.)
 func egressPolicy(internet *bool, n *e2bapi.SandboxNetworkConfig) (*api.NetworkPolicy, error) {
 	var allow []netip.Prefix
 	var allowDomains, denyDomains []string
@@ -43,8 +44,11 @@ func egressPolicy(internet *bool, n *e2bapi.SandboxNetworkConfig) (*api.NetworkP
 			return nil, errdefs.Invalid("network.egressProxy is not supported by dsec")
 		case n.Rules != nil && len(*n.Rules) > 0:
 			return nil, errdefs.Invalid("network.rules (per-domain request transforms) are not supported by dsec")
-		case n.MaskRequestHost != nil && *n.MaskRequestHost != "":
-			return nil, errdefs.Invalid("network.maskRequestHost is not supported by dsec")
+		}
+		if n.MaskRequestHost != nil {
+			if err := checkHostMask(*n.MaskRequestHost); err != nil {
+				return nil, err
+			}
 		}
 		for i, s := range deref(n.DenyOut) {
 			p, d, err := parseDestination("denyOut", i, s)

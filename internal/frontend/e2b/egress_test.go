@@ -88,7 +88,7 @@ func TestEgressPolicy(t *testing.T) {
 
 func TestEgressPolicyRefuses(t *testing.T) {
 	list := func(s ...string) *[]string { return &s }
-	host := "example.com"
+	host := "bad host/${PORT}"
 	for _, tc := range []struct {
 		net  e2bapi.SandboxNetworkConfig
 		want string
@@ -100,7 +100,7 @@ func TestEgressPolicyRefuses(t *testing.T) {
 		{e2bapi.SandboxNetworkConfig{AllowOut: list("2001:db8::1")}, "want an IPv4 address or CIDR"},
 		{e2bapi.SandboxNetworkConfig{DenyOut: list("not-an-address")}, "network.denyOut"},
 		{e2bapi.SandboxNetworkConfig{EgressProxy: &e2bapi.SandboxEgressProxyConfig{Address: "p:1080"}}, "egressProxy"},
-		{e2bapi.SandboxNetworkConfig{MaskRequestHost: &host}, "maskRequestHost"},
+		{e2bapi.SandboxNetworkConfig{MaskRequestHost: &host}, "network.maskRequestHost"},
 		{e2bapi.SandboxNetworkConfig{Rules: &map[string][]e2bapi.SandboxNetworkRule{"a.com": {{}}}}, "network.rules"},
 	} {
 		_, err := egressPolicy(nil, &tc.net)

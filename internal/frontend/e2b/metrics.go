@@ -14,22 +14,28 @@ import (
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
-// GET /sandboxes/{id}/metrics answers one sample taken when it is asked (E2B
-// keeps a series sampled every 5 s; dsec reads the node's counters instead):
-// CPU use since this API server's previous sample of the sandbox (since its
-// creation for the first), memory charged and its limit (session's
-// SandboxUsage), and the disk as df sees it inside the sandbox (statfs of /
-// through `stat -f`; 0 when the sandbox cannot run it, e.g. while paused).
-// The sample is in the answer when the ?start=&end= window (Unix seconds)
-// holds the moment it was taken, within metricsBucket of the end, E2B's
-// sampling period.
+// GET /sandboxes/{id}/metrics answers a series of samples, oldest first, as
+// E2B's does (E2B samples every 5 s whether asked or not; dsec samples when
+// asked, at most once per metricsBucket, and keeps the last metricsKeep
+// samples of each sandbox in the API server that took them). A sample holds
+// the CPU use since the previous sample (since the sandbox's creation for
+// the first), memory charged and its limit (session's SandboxUsage), and the
+// disk as df sees it inside the sandbox (statfs of / through `stat -f`; 0
+// when the sandbox cannot run it, e.g. while paused). A request whose
+// ?start=&end= window (Unix seconds) reaches the present takes a sample
+// unless the last one is younger than metricsBucket; the answer is the kept
+// samples taken within the window (up to metricsBucket after its end, E2B's
+// sampling period).
 
 const (
 	metricsBucket = 5 * time.Second
 	// cpuSampleTTL: an older previous sample is not used for a CPU delta.
 	cpuSampleTTL = 5 * time.Minute
-	// maxCPUSamples bounds the samples kept (the oldest go first).
+	// maxCPUSamples bounds the sandboxes whose samples are kept.
 	maxCPUSamples = 10_000
+	// metricsKeep bounds the samples kept per sandbox (the oldest go
+	// first): five minutes at one per metricsBucket.
+	metricsKeep = 60
 )
 
 // cpuSample is a sandbox's CPU time at one moment.
@@ -38,10 +44,60 @@ type cpuSample struct {
 	seconds float64
 }
 
-// cpuSamples keeps each sandbox's last CPU reading (its zero value is ready).
+// cpuSamples keeps each sandbox's last CPU reading and its recent metrics
+// samples (its zero value is ready).
 type cpuSamples struct {
-	mu   sync.Mutex
-	last map[string]cpuSample
+	mu     sync.Mutex
+	last   map[string]cpuSample
+	series map[string][]e2bapi.SandboxMetric // oldest first, at most metricsKeep
+}
+
+// fresh says whether sandbox id has a sample younger than metricsBucket at now.
+func (c *cpuSamples) fresh(id string, now time.Time) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ms := c.series[id]
+	return len(ms) > 0 && now.Sub(ms[len(ms)-1].Timestamp) < metricsBucket
+}
+
+// record keeps m as sandbox id's newest sample, unless a sample taken
+// meanwhile (a concurrent request) is younger than metricsBucket at m's
+// time.
+func (c *cpuSamples) record(id string, m e2bapi.SandboxMetric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.series == nil {
+		c.series = map[string][]e2bapi.SandboxMetric{}
+	}
+	ms := c.series[id]
+	if len(ms) > 0 && m.Timestamp.Sub(ms[len(ms)-1].Timestamp) < metricsBucket {
+		return
+	}
+	if len(ms) == 0 && len(c.series) >= maxCPUSamples {
+		for k, v := range c.series { // the sandboxes sampled longest ago go
+			if m.Timestamp.Sub(v[len(v)-1].Timestamp) > cpuSampleTTL || len(c.series) >= maxCPUSamples {
+				delete(c.series, k)
+			}
+		}
+	}
+	if len(ms) >= metricsKeep {
+		ms = append(ms[:0], ms[len(ms)-metricsKeep+1:]...)
+	}
+	c.series[id] = append(ms, m)
+}
+
+// window is sandbox id's samples taken from start to metricsBucket after end
+// (nil: unbounded), oldest first.
+func (c *cpuSamples) window(id string, start, end *time.Time) []e2bapi.SandboxMetric {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := []e2bapi.SandboxMetric{}
+	for _, m := range c.series[id] {
+		if (start == nil || !m.Timestamp.Before(*start)) && (end == nil || !m.Timestamp.After(end.Add(metricsBucket))) {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
 // percent records seconds (CPU time used at now) and returns the use since the
@@ -75,6 +131,7 @@ func (c *cpuSamples) percent(id string, now, created time.Time, seconds, cores f
 func (c *cpuSamples) forget(id string) {
 	c.mu.Lock()
 	delete(c.last, id)
+	delete(c.series, id)
 	c.mu.Unlock()
 }
 
@@ -91,12 +148,15 @@ func (h *Handler) metrics(w http.ResponseWriter, r *http.Request) {
 		h.writeAPIError(w, r, http.StatusBadRequest, "start and end must be Unix times in seconds")
 		return
 	}
-	if (start != nil && start.After(now)) || (end != nil && end.Add(metricsBucket).Before(now)) ||
-		(end != nil && end.Before(sb.CreatedAt.Truncate(time.Second))) {
+	if end != nil && end.Before(sb.CreatedAt.Truncate(time.Second)) {
 		writeJSON(w, http.StatusOK, []e2bapi.SandboxMetric{})
 		return
 	}
-	writeJSON(w, http.StatusOK, []e2bapi.SandboxMetric{h.sample(r.Context(), sb, now)})
+	present := (start == nil || !start.After(now)) && (end == nil || !end.Add(metricsBucket).Before(now))
+	if present && !h.cpu.fresh(sb.ID, now) {
+		h.cpu.record(sb.ID, h.sample(r.Context(), sb, now))
+	}
+	writeJSON(w, http.StatusOK, h.cpu.window(sb.ID, start, end))
 }
 
 // unixParam parses an optional Unix time in seconds.

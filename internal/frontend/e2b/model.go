@@ -121,7 +121,7 @@ func (h *Handler) detail(sb api.Sandbox) e2bapi.SandboxDetail {
 		CpuCount: l.CpuCount, MemoryMB: l.MemoryMB, DiskSizeMB: l.DiskSizeMB, Metadata: l.Metadata, State: l.State,
 		Lifecycle: &e2bapi.SandboxLifecycle{AutoResume: sb.Labels[labelAutoResume] == "true",
 			OnTimeout: e2bapi.SandboxOnTimeout(onTimeoutOf(sb))},
-		VolumeMounts: l.VolumeMounts}
+		VolumeMounts: l.VolumeMounts, Network: networkInfo(sb)}
 }
 
 // listed is E2B's ListedSandbox (GET /sandboxes, /v2/sandboxes): metadata and

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/e2bapi"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -27,7 +28,9 @@ import (
 // session.Service.Dial, plain HTTP and upgrades (WebSocket) alike. As on
 // E2B, sandbox ports are public unless create said network.allowPublicTraffic
 // false: then a request carries the sandbox's traffic access token (create's
-// trafficAccessToken) in E2b-Traffic-Access-Token.
+// trafficAccessToken) in E2b-Traffic-Access-Token. A sandbox created with
+// network.maskRequestHost sees that Host (its ${PORT} replaced by the port)
+// instead of the one the client asked for.
 
 // EnvdPort is the port E2B's SDKs address envd on.
 const EnvdPort = 49983
@@ -36,6 +39,50 @@ const EnvdPort = 49983
 type portTarget struct {
 	id   string
 	port int
+	mask string // the sandbox's network.maskRequestHost ("": none)
+}
+
+// labelHostMask keeps create's network.maskRequestHost on the sandbox.
+const labelHostMask = labelPrefix + "mask-request-host"
+
+// maskPortVar is the placeholder in a host mask that stands for the port.
+const maskPortVar = "${PORT}"
+
+// checkHostMask says why mask cannot be a network.maskRequestHost
+// (invalid_argument), or nil: with ${PORT} replaced by a port it must be a
+// host name or address with an optional :PORT, as CheckDomain has it, so
+// the Host header it makes is well formed. "" is no mask.
+func checkHostMask(mask string) error {
+	if mask == "" {
+		return nil
+	}
+	if len(mask) > 253 || CheckDomain(strings.ReplaceAll(mask, maskPortVar, "65535")) != nil {
+		return errdefs.Invalid("network.maskRequestHost %q: want a host name, optionally with :PORT; %s stands for the sandbox port", mask, maskPortVar)
+	}
+	return nil
+}
+
+// maskedHost is the Host a request to port shows with mask applied.
+func maskedHost(mask string, port int) string {
+	return strings.ReplaceAll(mask, maskPortVar, strconv.Itoa(port))
+}
+
+// networkInfo is the part of E2B's network config that sb reports back
+// (nil: nothing to report): its host mask and, when off, public traffic.
+func networkInfo(sb api.Sandbox) *e2bapi.SandboxNetworkConfig {
+	mask, private := sb.Labels[labelHostMask], privatePorts(sb)
+	if mask == "" && !private {
+		return nil
+	}
+	n := &e2bapi.SandboxNetworkConfig{}
+	if mask != "" {
+		n.MaskRequestHost = &mask
+	}
+	if private {
+		public := false
+		n.AllowPublicTraffic = &public
+	}
+	return n
 }
 
 type portTargetKey struct{}
@@ -153,6 +200,9 @@ func (h *Handler) newPortProxy() *httputil.ReverseProxy {
 			pr.Out.URL = &url.URL{Scheme: "http", Host: session.ProxyHost(t.id, t.port),
 				Path: pr.In.URL.Path, RawPath: pr.In.URL.RawPath, RawQuery: pr.In.URL.RawQuery}
 			pr.Out.Host = pr.In.Host // E2B's proxy keeps the host the client asked for
+			if t.mask != "" {
+				pr.Out.Host = maskedHost(t.mask, t.port)
+			}
 			for _, k := range []string{SandboxIDHeader, SandboxPortHeader, AccessTokenHeader, APIKeyHeader, TrafficTokenHeader,
 				api.TrajectoryHeader, api.StepHeader} {
 				pr.Out.Header.Del(k)
@@ -186,6 +236,7 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, t portTarget
 	// the HTTP/1 server closes the body once the answer starts, and the
 	// proxy's write of the rest of it fails and drops the connection.
 	_ = http.NewResponseController(w).EnableFullDuplex()
+	t.mask = sb.Labels[labelHostMask]
 	h.ports.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portTargetKey{}, t)))
 }
 

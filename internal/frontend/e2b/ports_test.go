@@ -280,3 +280,52 @@ func TestDomainFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestSandboxPortsHostMask: with network.maskRequestHost the sandbox's
+// service sees the mask as Host (${PORT} replaced by its port), whether the
+// request named the port by host or by headers; getInfo reports the mask; a
+// malformed mask is a 400 and creates nothing.
+func TestSandboxPortsHostMask(t *testing.T) {
+	e := newPortEnv(t, `,"network":{"maskRequestHost":"custom-host.example.com:${PORT}"}`)
+	port := appPort(t)
+	want := fmt.Sprintf("host=custom-host.example.com:%d ", port)
+	if res, body := e.get(e.host(port), "/m"); res.StatusCode != http.StatusOK || !strings.Contains(body, want) {
+		t.Errorf("by host: %d %q, want %q", res.StatusCode, body, want)
+	}
+	_, lport, _ := net.SplitHostPort(e.srv.Listener.Addr().String())
+	res, body := e.get("localhost:"+lport, "/m", e2b.SandboxIDHeader, e.id, e2b.SandboxPortHeader, strconv.Itoa(port))
+	if res.StatusCode != http.StatusOK || !strings.Contains(body, want) {
+		t.Errorf("by headers: %d %q, want %q", res.StatusCode, body, want)
+	}
+	res, body = e.get("localhost:"+lport, "/sandboxes/"+e.id, "X-API-Key", "e2b_"+testKey)
+	var info struct {
+		Network *struct {
+			MaskRequestHost string `json:"maskRequestHost"`
+		} `json:"network"`
+	}
+	if err := json.Unmarshal([]byte(body), &info); err != nil || res.StatusCode != http.StatusOK ||
+		info.Network == nil || info.Network.MaskRequestHost != "custom-host.example.com:${PORT}" {
+		t.Errorf("getInfo: %d %s, want network.maskRequestHost", res.StatusCode, body)
+	}
+
+	// Without a mask the client's host goes through (TestSandboxPorts); a
+	// malformed mask is refused before anything is made.
+	for _, bad := range []string{"a b.com", "x.com/${PORT}", "x.com:${PORT}${PORT}", "https://x.com"} {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/v2/sandboxes",
+			strings.NewReader(fmt.Sprintf(`{"templateID":"tiny","network":{"maskRequestHost":%q}}`, bad)))
+		req.Header.Set("X-API-Key", "e2b_"+testKey)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "maskRequestHost") {
+			t.Errorf("mask %q: %d %s, want a 400 naming maskRequestHost", bad, res.StatusCode, b)
+		}
+	}
+	res, body = e.get("localhost:"+lport, "/v2/sandboxes", "X-API-Key", "e2b_"+testKey)
+	if n := strings.Count(body, `"sandboxID"`); res.StatusCode != http.StatusOK || n != 1 {
+		t.Errorf("sandboxes after refused creates: %d, %d listed, want 1: %s", res.StatusCode, n, body)
+	}
+}

@@ -189,10 +189,13 @@ def input_body(text: Optional[str] = None, key: Optional[str] = None,
     return {"click": {"x": int(x), "y": int(y), "button": button}}
 
 
-def network_body(allow: Optional[Any] = None, rules: Optional[Any] = None) -> Dict[str, Any]:
-    """A network policy: ``allow`` entries "CIDR[:PORT[-PORT]]" and ``rules``
-    (names of the operator's rule sets); each a string or a list of strings.
-    The server validates them (invalid_argument on a bad entry or name)."""
+def network_body(allow: Optional[Any] = None, rules: Optional[Any] = None, allow_domains: Optional[Any] = None,
+                 deny_domains: Optional[Any] = None) -> Dict[str, Any]:
+    """A network policy: ``allow`` entries "CIDR[:PORT[-PORT]]", ``rules``
+    (names of the operator's rule sets), ``allow_domains`` (names reachable
+    once the sandbox resolved them: "pypi.org", "*.pythonhosted.org") and
+    ``deny_domains`` (names answered NXDOMAIN); each a string or a list of
+    strings. The server validates them (invalid_argument on a bad entry or name)."""
 
     def strs(v: Optional[Any], what: str) -> List[str]:
         if v is None:
@@ -205,11 +208,10 @@ def network_body(allow: Optional[Any] = None, rules: Optional[Any] = None) -> Di
         return out
 
     b: Dict[str, Any] = {}
-    a, r = strs(allow, "allow"), strs(rules, "rules")
-    if a:
-        b["allow"] = a
-    if r:
-        b["rules"] = r
+    for key, v in (("allow", allow), ("rules", rules), ("allow_domains", allow_domains), ("deny_domains", deny_domains)):
+        s = strs(v, key)
+        if s:
+            b[key] = s
     return b
 
 
@@ -235,10 +237,13 @@ def create_body(
     ready_port: Optional[int] = None,
     ready_timeout: Optional[Seconds] = None,
     wait: bool = True,
+    allow_setuid: bool = False,
 ) -> Dict[str, Any]:
     b: Dict[str, Any] = {"request_id": request_id or new_request_id()}
     if not wait:
         b["wait"] = False
+    if allow_setuid:
+        b["allow_setuid"] = True
     if start_cmd is not None:
         b["start_cmd"] = str(start_cmd)
     if entrypoint:
@@ -253,7 +258,11 @@ def create_body(
         ms = int(round(rt * 1000))
         b["ready_timeout_ms"] = ms if ms > 0 else -1
     if network is not None:
-        b["network"] = network_body(network.get("allow"), network.get("rules"))
+        unknown = set(network) - {"allow", "rules", "allow_domains", "deny_domains"}
+        if unknown:
+            raise TypeError(f"network: unknown keys {sorted(unknown)}; want allow, rules, allow_domains, deny_domains")
+        b["network"] = network_body(network.get("allow"), network.get("rules"), network.get("allow_domains"),
+                                    network.get("deny_domains"))
     if cpu_class:
         b["cpu_class"] = str(cpu_class)
     if ksm:

@@ -261,12 +261,17 @@ class AsyncClient:
         ready_timeout: Optional[Seconds] = None,
         on_progress: Optional[Callable[[Dict[str, Any]], Any]] = None,
         wait: bool = True,
+        allow_setuid: bool = False,
     ) -> "AsyncSandbox":
         """Create a sandbox and return it once it runs. memory/disk take bytes or
         strings like "512m"; ttl/idle_timeout take seconds or a timedelta. A request
         id (random unless given) makes the call idempotent, so it is retried.
         user_namespace True/False asks for a user namespace (sandbox root an
         unprivileged host uid) or against one; None takes the server's default.
+        network opts into egress: {"allow": ["CIDR[:PORT[-PORT]]", ...], "rules":
+        [rule set names], "allow_domains": ["pypi.org", "*.pythonhosted.org"],
+        "deny_domains": [...]} (see set_network). allow_setuid=True lets setuid
+        programs (sudo) work in a container sandbox, up to sandbox root.
 
         start_cmd (a shell command) or entrypoint=True (the image's Entrypoint
         and Cmd) is started in the background once the sandbox exists; with
@@ -284,7 +289,7 @@ class AsyncClient:
         and message); refresh it with get(id)."""
         body = create_body(backend, image, cpu, memory, disk, ttl, idle_timeout, env, labels, request_id, pids_max,
                            user_namespace, network, cpu_class, ksm, start_cmd, entrypoint, ready_cmd, ready_port,
-                           ready_timeout, wait)
+                           ready_timeout, wait, allow_setuid)
         if not wait or on_progress is None or not image or not any(c in image for c in "/:@"):
             return await self._create(body, None)
         ref, cb = image, on_progress
@@ -530,11 +535,18 @@ class AsyncSandbox:
         """Re-read the sandbox's description (``.info``)."""
         return self._update(await self._json(Req("GET", sandbox_path(self.id), retry=True)))
 
-    async def pause(self, reclaim: bool = False) -> "AsyncSandbox":
+    async def pause(self, reclaim: bool = False, memory: bool = True) -> "AsyncSandbox":
         """Freeze every process. With ``reclaim=True`` the frozen sandbox's memory
         is then pushed out of RAM (into the node's swap; without swap only page
         cache, which ``last_reclaim.note`` says); resume prefetches it back.
-        ``last_reclaim`` holds what moved."""
+        ``last_reclaim`` holds what moved. With ``memory=False`` the pause keeps
+        only the files: every process is stopped and its memory freed, and resume
+        boots the sandbox afresh on its files under the same ID (a backend
+        without it raises NotImplementedByBackendError)."""
+        if not memory:
+            if reclaim:
+                raise ValueError("pause: reclaim needs memory=True (a filesystem-only pause frees all memory)")
+            return self._update(await self._json(Req("POST", sandbox_path(self.id, "/pause"), json_body={"memory": False})))
         if not reclaim:
             return self._update(await self._json(Req("POST", sandbox_path(self.id, "/pause"))))
         doc = await self._json(Req("POST", sandbox_path(self.id, "/pause"), json_body={"reclaim": True}, retry=True))
@@ -550,12 +562,15 @@ class AsyncSandbox:
     async def resume(self) -> "AsyncSandbox":
         return self._update(await self._json(Req("POST", sandbox_path(self.id, "/resume"))))
 
-    async def set_network(self, allow: Optional[Any] = None, rules: Optional[Any] = None) -> "AsyncSandbox":
+    async def set_network(self, allow: Optional[Any] = None, rules: Optional[Any] = None,
+                          allow_domains: Optional[Any] = None, deny_domains: Optional[Any] = None) -> "AsyncSandbox":
         """Replace the sandbox's egress policy (per task stage): ``allow`` entries
-        "CIDR[:PORT[-PORT]]", ``rules`` names of the operator's rule sets; with
-        neither, nothing is allowed. New connections see it at once. ``.info.network``
+        "CIDR[:PORT[-PORT]]", ``rules`` names of the operator's rule sets,
+        ``allow_domains`` names reachable once the sandbox resolved them (exact, or
+        "*." for subdomains), ``deny_domains`` names answered NXDOMAIN; with none,
+        nothing is allowed. New connections see it at once. ``.info.network``
         then shows the policy and the count of denied connection attempts."""
-        body = _core.network_body(allow, rules)
+        body = _core.network_body(allow, rules, allow_domains, deny_domains)
         return self._update(await self._json(Req("PUT", sandbox_path(self.id, "/network"), json_body=body, retry=True)))
 
     async def reset(self) -> "AsyncSandbox":

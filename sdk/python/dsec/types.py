@@ -191,6 +191,8 @@ class SandboxInfo:
     """Egress policy and denied-attempt counter; None: loopback only."""
     cpu_class: str = "ls"
     ksm: bool = False
+    allow_setuid: bool = False
+    """Setuid programs (sudo) work in it (create's allow_setuid)."""
     reclaimed: bool = False
     """Its memory was pushed out of RAM (pause(reclaim=True)); resume brings it back."""
     image_ref: Optional[str] = None
@@ -225,6 +227,7 @@ class SandboxInfo:
             network=NetworkStatus.from_json(d["network"]) if d.get("network") else None,
             cpu_class=d.get("cpu_class") or "ls",
             ksm=bool(d.get("ksm")),
+            allow_setuid=bool(d.get("allow_setuid")),
             reclaimed=bool(d.get("reclaimed")),
             image_ref=d.get("image_ref") or None,
             image_digest=d.get("image_digest") or None,
@@ -289,11 +292,14 @@ class NetworkStatus:
     rules: List[str] = field(default_factory=list)
     address: str = ""
     denied: int = 0
+    allow_domains: List[str] = field(default_factory=list)
+    deny_domains: List[str] = field(default_factory=list)
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> "NetworkStatus":
         return cls(allow=list(d.get("allow") or []), rules=list(d.get("rules") or []),
-                   address=d.get("address", ""), denied=int(d.get("denied") or 0))
+                   address=d.get("address", ""), denied=int(d.get("denied") or 0),
+                   allow_domains=list(d.get("allow_domains") or []), deny_domains=list(d.get("deny_domains") or []))
 
 
 class HTTPResponse(NamedTuple):
