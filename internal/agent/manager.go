@@ -213,7 +213,9 @@ func (m *Manager) adopt(ctx context.Context) error {
 			keepBy[r.Backend] = map[string]bool{}
 		}
 		keepBy[r.Backend][r.ID] = true
+		journaled := m.mergeProcJournal(r)
 		sb := newSandbox(m, drv, r, inst)
+		sb.journaled = journaled
 		m.sandboxes[r.ID] = sb
 		if r.RequestID != "" {
 			m.byRequest[r.RequestID] = donePending(r.ID)
