@@ -158,6 +158,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(m.recs, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	if err := prepareLogRoot(paths.New(cfg.DataDir).Logs("")); err != nil {
+		return nil, fmt.Errorf("agent: process log directory: %w", err)
+	}
 	if err := m.adopt(ctx); err != nil {
 		return nil, err
 	}

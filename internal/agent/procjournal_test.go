@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -116,4 +118,26 @@ func sortedCopy(s []string) []string {
 	c := slices.Clone(s)
 	slices.Sort(c)
 	return c
+}
+
+// TestLogRootSpreadsSandboxes: on a file system with inode flags (ext4), the
+// directory of the sandboxes' process logs is marked the top of directory
+// hierarchies (chattr +T), so that the file system spreads the sandboxes' log
+// directories rather than filling one block group with every process log.
+func TestLogRootSpreadsSandboxes(t *testing.T) {
+	e := newMockEnv(t)
+	e.open(t)
+	f, err := os.Open(filepath.Join(e.dataDir, "logs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	flags, err := unix.IoctlGetUint32(int(f.Fd()), unix.FS_IOC_GETFLAGS)
+	if err != nil {
+		t.Logf("no inode flags on this file system (%v): nothing to check", err)
+		return
+	}
+	if flags&0x00020000 == 0 { // FS_TOPDIR_FL
+		t.Errorf("logs directory flags %#x: FS_TOPDIR_FL (chattr +T) not set", flags)
+	}
 }
