@@ -33,7 +33,7 @@ c1=$(cut -d' ' -f14,15 "/proc/$pid/stat" | tr ' ' +)
 wait $np
 {
 	cat "$out.rate"
-	echo "server CPU during the samples: $(( (c1) - (c0) )) ticks of 10 ms in $secs s"
+	echo "server CPU during the samples: $(( $c1 - ($c0) )) ticks of 10 ms in $secs s"
 	echo "== flat"
 	perf report -i "$out.perf" --no-children --sort symbol --stdio -g none 2>/dev/null | grep -v '^#' | grep -v '^$' | head -12
 	echo "== cumulative (dsec functions)"
