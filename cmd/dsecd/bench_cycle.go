@@ -19,7 +19,7 @@ func benchCycleCmd() *cobra.Command {
 	var peers string
 	c := &cobra.Command{
 		Use:   "cycle",
-		Short: "The whole user cycle (create, exec true, rm) through the CLI and the Python SDK vs runc/crun/runsc/podman run on the same rootfs, interleaved; and each client's bare start-up",
+		Short: "The whole user cycle (create, exec true, rm) through the CLI, the Python SDK and E2B's JS SDK vs runc/crun/runsc/podman run on the same rootfs, interleaved; and each client's bare start-up",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			o.Peers = []string{}
@@ -60,6 +60,8 @@ func benchCycleCmd() *cobra.Command {
 	c.Flags().StringVar(&peers, "peers", strings.Join(bench.CyclePeers, ","), "peer runtimes (those not installed are reported missing)")
 	c.Flags().StringVar(&o.Python, "python", "", "Python interpreter (default: /usr/bin/python3 where it exists, else python3 on PATH)")
 	c.Flags().StringVar(&o.PythonSDK, "python-sdk", "", "directory holding the dsec Python package (default: the installed one, else sdk/python beside bin/)")
+	c.Flags().StringVar(&o.Node, "node", "", "Node.js binary of the e2b SDK side (default: node on PATH; missing: the side is reported missing)")
+	c.Flags().StringVar(&o.E2BSDK, "e2b-sdk", "", "directory whose node_modules holds the e2b npm package (default: test/e2b beside bin/, after npm ci there)")
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	return c
 }

@@ -160,6 +160,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	if err := os.MkdirAll(m.recs, 0o700); err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
+	if err := prepareLogRoot(paths.New(cfg.DataDir).Logs("")); err != nil {
+		return nil, fmt.Errorf("agent: process log directory: %w", err)
+	}
 	if err := m.adopt(ctx); err != nil {
 		return nil, err
 	}
@@ -216,7 +219,9 @@ func (m *Manager) adopt(ctx context.Context) error {
 			keepBy[r.Backend] = map[string]bool{}
 		}
 		keepBy[r.Backend][r.ID] = true
+		journaled := m.mergeProcJournal(r)
 		sb := newSandbox(m, drv, r, inst)
+		sb.journaled = journaled
 		m.sandboxes[r.ID] = sb
 		if r.RequestID != "" {
 			m.byRequest[r.RequestID] = donePending(r.ID)

@@ -171,7 +171,8 @@ func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecReque
 	sb.mu.Lock()
 	sb.procs[procID] = bp
 	sb.rec.Procs = append(sb.rec.Procs, bp.rec)
-	err = sb.save()
+	err = m.journalProc(id, bp.rec) // not a record rewrite: procjournal.go
+	sb.journaled = sb.journaled || err == nil
 	sb.mu.Unlock()
 	if err != nil {
 		_ = pr.Signal(9)

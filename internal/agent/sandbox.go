@@ -32,6 +32,9 @@ type sandbox struct {
 	// reattachPending: re-adopted while paused; its background processes are
 	// re-attached on resume (a frozen init cannot answer).
 	reattachPending bool
+	// journaled: the process journal may hold lines (procjournal.go); the
+	// next save empties it.
+	journaled bool
 }
 
 func newSandbox(m *Manager, drv driver.Driver, r *record, inst driver.Instance) *sandbox {
@@ -83,6 +86,12 @@ func (sb *sandbox) save() error {
 	sb.rec.DriverState = sb.inst.State()
 	if err := saveRecord(sb.m.recs, sb.rec); err != nil {
 		return errdefs.Internal(err, "save sandbox record")
+	}
+	if sb.journaled {
+		if err := sb.m.clearProcJournal(sb.rec.ID); err != nil {
+			return err
+		}
+		sb.journaled = false
 	}
 	return nil
 }

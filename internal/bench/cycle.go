@@ -37,6 +37,11 @@ type CycleOptions struct {
 	// PythonSDK is a directory holding the dsec Python package ("" = the
 	// installed one, else sdk/python beside the binary's bin/).
 	PythonSDK string
+	// Node is the Node.js binary of the e2b SDK side ("" = node on PATH).
+	Node string
+	// E2BSDK is a directory whose node_modules holds the e2b npm package
+	// ("" = test/e2b beside the binary's bin/, as `npm ci` there leaves it).
+	E2BSDK string
 	// Peers default to CyclePeers; a peer not installed is reported missing.
 	Peers  []string
 	Logger func(format string, args ...any)
@@ -152,6 +157,11 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 	} else {
 		sides = append(sides, py)
 	}
+	if e2b, err := e2bSDKSide(ctx, srv, o); err != nil {
+		res.Missing["e2b-sdk"] = err.Error()
+	} else {
+		sides = append(sides, e2b)
+	}
 	for _, name := range o.Peers {
 		s, err := peerCycleSide(name, rootfs)
 		if err != nil {
@@ -225,13 +235,17 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 	for name, r := range res.Startup {
 		r.Latencies = summarize(lat[name])
 	}
-	for _, d := range []string{"dsec-cli", "python-sdk"} {
-		for _, p := range o.Peers {
-			if a, b := res.Sides[d], res.Sides[p]; a != nil && b != nil && a.P50ms > 0 && b.P50ms > 0 {
-				res.RatiosP50[d+"/"+p] = round(a.P50ms/b.P50ms, 3)
-			}
+	ratio := func(a, b string) {
+		if x, y := res.Sides[a], res.Sides[b]; x != nil && y != nil && x.P50ms > 0 && y.P50ms > 0 {
+			res.RatiosP50[a+"/"+b] = round(x.P50ms/y.P50ms, 3)
 		}
 	}
+	for _, d := range []string{"dsec-cli", "python-sdk", "e2b-sdk"} {
+		for _, p := range o.Peers {
+			ratio(d, p)
+		}
+	}
+	ratio("e2b-sdk", "python-sdk")
 	return res, nil
 }
 
@@ -311,27 +325,96 @@ func pythonSDKSide(ctx context.Context, env []string, o CycleOptions) (*cycleSid
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	lines := bufio.NewScanner(stdout)
 	work := "the Python SDK (dsec.Client: create, exec [\"true\"], delete) in one long-lived " + python + " process, timed in Python"
 	if dir != "" {
 		work += " (" + dir + ")"
 	}
-	return &cycleSide{name: "python-sdk", work: work,
+	return clientSide("python-sdk", "python SDK", work, cmd, stdin, stdout), nil
+}
+
+// clientSide is a side whose cycles a long-lived client process cmd runs:
+// one per line written to its stdin, answered by "ok SECONDS" or "error
+// TEXT" on its stdout.
+func clientSide(name, what, work string, cmd *exec.Cmd, stdin io.WriteCloser, stdout io.Reader) *cycleSide {
+	lines := bufio.NewScanner(stdout)
+	return &cycleSide{name: name, work: work,
 		run: func(context.Context) (time.Duration, error) {
 			if _, err := io.WriteString(stdin, "go\n"); err != nil {
-				return 0, fmt.Errorf("python SDK process: %w", err)
+				return 0, fmt.Errorf("%s process: %w", what, err)
 			}
 			if !lines.Scan() {
-				return 0, fmt.Errorf("python SDK process ended: %v", lines.Err())
+				return 0, fmt.Errorf("%s process ended: %v", what, lines.Err())
 			}
 			kind, rest, _ := strings.Cut(lines.Text(), " ")
 			if kind != "ok" {
-				return 0, fmt.Errorf("python SDK: %s", rest)
+				return 0, fmt.Errorf("%s: %s", what, rest)
 			}
 			s, err := strconv.ParseFloat(rest, 64)
 			return time.Duration(s * float64(time.Second)), err
 		},
-		close: func() { stdin.Close(); _ = cmd.Wait() }}, nil
+		close: func() { stdin.Close(); _ = cmd.Wait() }}
+}
+
+// e2bCycle is the e2b SDK side's client (an ES module run by node in a
+// directory whose node_modules holds the e2b package): one process, one cycle
+// per line read, each timed in Node and printed in seconds.
+const e2bCycle = `
+import { createInterface } from 'node:readline'
+import { Sandbox } from 'e2b'
+const template = process.argv[1]
+for await (const _ of createInterface({ input: process.stdin })) {
+  const t = performance.now()
+  try {
+    const sb = template ? await Sandbox.create(template) : await Sandbox.create()
+    const r = await sb.commands.run('true')
+    await sb.kill()
+    if (r.exitCode !== 0) throw new Error('exit code ' + r.exitCode)
+    console.log('ok ' + ((performance.now() - t) / 1000).toFixed(9))
+  } catch (e) {
+    console.log('error ' + String(e).replaceAll('\n', ' '))
+  }
+}
+`
+
+// e2bSDKSide runs the cycle through E2B's own JS SDK (the e2b npm package)
+// against the server's E2B API: Sandbox.create, commands.run('true'), kill.
+func e2bSDKSide(ctx context.Context, srv *serverProc, o CycleOptions) (*cycleSide, error) {
+	node := o.Node
+	if node == "" {
+		node = "node"
+	}
+	node, err := exec.LookPath(node)
+	if err != nil {
+		return nil, fmt.Errorf("node not installed (Debian package nodejs): %w", err)
+	}
+	dir := o.E2BSDK
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(filepath.Dir(o.Bin)), "test", "e2b")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b", "package.json")); err != nil {
+		return nil, fmt.Errorf("no e2b npm package in %s/node_modules (npm ci there, or --e2b-sdk DIR)", dir)
+	}
+	template := ""
+	if o.Image != daemon.DefaultImage {
+		template = o.Image
+	}
+	cmd := exec.CommandContext(ctx, node, "--input-type=module", "-e", e2bCycle, template)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "E2B_API_URL="+srv.Addr, "E2B_SANDBOX_URL="+srv.Addr, "E2B_API_KEY=e2b_"+srv.Token)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	work := "E2B's JS SDK (" + dir + "/node_modules/e2b: Sandbox.create, commands.run('true'), kill) in one long-lived " + node + " process against the E2B API, timed in Node"
+	return clientSide("e2b-sdk", "e2b SDK", work, cmd, stdin, stdout), nil
 }
 
 // peerCycleSide runs `true` in a container of the peer's one-shot run (which

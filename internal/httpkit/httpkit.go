@@ -10,9 +10,11 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/auth"
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/tracing"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -20,6 +22,18 @@ import (
 // ErrorHeader carries an error answer's code (api.Code) next to its body, for
 // metrics and clients that do not read the body.
 const ErrorHeader = "X-Dsec-Error"
+
+// SetRetryAfter sets Retry-After for an answer with err: the error's own
+// delay (errdefs.RetryAfter) in whole seconds, rounded up, at least 1 (RFC
+// 9110 delay-seconds, which clients such as E2B's SDKs wait out and retry
+// after), or 1 for backpressure without an estimate (resource_exhausted).
+func SetRetryAfter(h http.Header, err error) {
+	if d, ok := errdefs.RetryAfter(err); ok {
+		h.Set("Retry-After", strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10))
+	} else if errdefs.CodeOf(err) == api.CodeResourceExhausted {
+		h.Set("Retry-After", "1")
+	}
+}
 
 // Realm is the WWW-Authenticate challenge of a refused request.
 const Realm = `Bearer realm="dsec"`

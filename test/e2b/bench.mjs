@@ -6,8 +6,13 @@
 //     which tells the SDK's own client-side cost from the server's, and a fourth
 //     sends dsec's own POST /v1/sandboxes/{id}/exec with undici, which tells
 //     Node's HTTP client from Python's.
-//  2. 100 Sandbox.create at once, then all killed: failures must be 0.
-// Usage (E2B_* set as for the suite, or via run.sh): node bench.mjs [--n 20] [--rounds 40] [--creates 100]
+//  2. 100 Sandbox.create at once: failures must be 0.
+//  3. Throughput at concurrency C (one command loop per sandbox, in the
+//     sandboxes of 2): commands.run('true') through the e2b SDK vs the same
+//     exec through dsec's asyncio Python SDK (/v1), SECS seconds each,
+//     alternating for CROUNDS rounds; then every sandbox is killed.
+// Usage (E2B_* set as for the suite, or via run.sh):
+//   node bench.mjs [--n 20] [--rounds 40] [--creates 100] [--conc 100] [--secs 3] [--crounds 2]
 import { spawn } from 'node:child_process'
 import { createInterface } from 'node:readline'
 import { Sandbox } from 'e2b'
@@ -18,6 +23,7 @@ const arg = (name, def) => {
   return i > 0 ? Number(process.argv[i + 1]) : def
 }
 const N = arg('n', 20), ROUNDS = arg('rounds', 40), CREATES = arg('creates', 100)
+const CONC = Math.min(arg('conc', 100), CREATES), SECS = arg('secs', 3), CROUNDS = arg('crounds', 2)
 
 const pct = (xs, p) => {
   const s = [...xs].sort((a, b) => a - b)
@@ -25,18 +31,26 @@ const pct = (xs, p) => {
 }
 const round3 = (x) => Math.round(x * 1000) / 1000
 
-// The Python side: one child answering "SANDBOX N" with N latencies.
-const py = spawn(process.env.PYTHON ?? '/usr/bin/python3', [new URL('./bench_dsec.py', import.meta.url).pathname], {
-  env: { ...process.env, DSEC_ADDR: process.env.E2B_API_URL, DSEC_TOKEN: process.env.E2B_API_KEY.replace(/^e2b_/, '') },
-  stdio: ['pipe', 'pipe', 'inherit'],
-})
-const lines = createInterface({ input: py.stdout })[Symbol.asyncIterator]()
-async function pyRun(id, n) {
-  py.stdin.write(`${id} ${n}\n`)
-  const { value, done } = await lines.next()
-  if (done) throw new Error('python helper exited')
-  return JSON.parse(value)
+// A Python helper: a child answering each request line with one JSON line.
+function helper(script) {
+  const child = spawn(process.env.PYTHON ?? '/usr/bin/python3', [new URL(script, import.meta.url).pathname], {
+    env: { ...process.env, DSEC_ADDR: process.env.E2B_API_URL, DSEC_TOKEN: process.env.E2B_API_KEY.replace(/^e2b_/, '') },
+    stdio: ['pipe', 'pipe', 'inherit'],
+  })
+  const lines = createInterface({ input: child.stdout })[Symbol.asyncIterator]()
+  return {
+    child,
+    async ask(line) {
+      child.stdin.write(`${line}\n`)
+      const { value, done } = await lines.next()
+      if (done) throw new Error(`${script} exited`)
+      return JSON.parse(value)
+    },
+  }
 }
+// "SANDBOX N": N latencies of the sync SDK.
+const py = helper('./bench_dsec.py')
+const pyRun = (id, n) => py.ask(`${id} ${n}`)
 
 const sbx = await Sandbox.create({ timeoutMs: 3_600_000 })
 // The raw request: the SDK's own headers and enveloped JSON message.
@@ -88,11 +102,11 @@ try {
     }
   }
 } finally {
-  py.stdin.end()
+  py.child.stdin.end()
   await sbx.kill()
 }
 
-// 100 creates at once, then every one killed.
+// 100 creates at once.
 const t0 = performance.now()
 const made = await Promise.allSettled(Array.from({ length: CREATES }, async () => {
   const s = performance.now()
@@ -102,6 +116,34 @@ const made = await Promise.allSettled(Array.from({ length: CREATES }, async () =
 const createWall = performance.now() - t0
 const ok = made.filter((m) => m.status === 'fulfilled').map((m) => m.value)
 const createErrors = made.filter((m) => m.status === 'rejected').map((m) => String(m.reason))
+
+// Throughput at concurrency CONC in the sandboxes just made, e2b and /v1 alternating.
+const tput = { e2b: [], v1: [] }
+if (CONC > 0 && ok.length >= CONC) {
+  const loopers = ok.slice(0, CONC).map((o) => o.sb)
+  const conc = helper('./bench_dsec_conc.py')
+  try {
+    await Promise.all(loopers.map((sb) => sb.commands.run('true'))) // warm
+    await conc.ask(`0.5 ${loopers.map((sb) => sb.sandboxId).join(',')}`)
+    for (let r = 0; r < CROUNDS; r++) {
+      let done = 0
+      const t0 = performance.now(), end = t0 + SECS * 1000
+      await Promise.all(loopers.map(async (sb) => {
+        while (performance.now() < end) {
+          const res = await sb.commands.run('true')
+          if (res.exitCode !== 0) throw new Error(`exit ${res.exitCode}`)
+          done++
+        }
+      }))
+      tput.e2b.push(done / ((performance.now() - t0) / 1000))
+      const v = await conc.ask(`${SECS} ${loopers.map((sb) => sb.sandboxId).join(',')}`)
+      if (v.errors) throw new Error(`/v1 loops: ${v.errors} failed execs`)
+      tput.v1.push(v.execs / v.secs)
+    }
+  } finally {
+    conc.child.stdin.end()
+  }
+}
 const t1 = performance.now()
 const killed = await Promise.allSettled(ok.map(({ sb }) => sb.kill()))
 const killWall = performance.now() - t1
@@ -122,6 +164,11 @@ const out = {
     create_wall_ms: Math.round(createWall), create_p50_ms: ok.length ? Math.round(pct(ok.map((o) => o.ms), 50)) : null,
     create_max_ms: ok.length ? Math.round(Math.max(...ok.map((o) => o.ms))) : null,
     kill_wall_ms: Math.round(killWall), errors: createErrors.slice(0, 3),
+  },
+  throughput: {
+    concurrency: tput.e2b.length ? CONC : 0, secs_each: SECS, rounds: tput.e2b.length,
+    e2b_sdk_runs_per_s: tput.e2b.map((x) => Math.round(x)), python_async_v1_execs_per_s: tput.v1.map((x) => Math.round(x)),
+    e2b_over_v1: tput.e2b.length ? round3(pct(tput.e2b, 50) / pct(tput.v1, 50)) : null,
   },
 }
 console.log(JSON.stringify(out, null, 2))

@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -115,19 +114,7 @@ func (p *e2bProxy) setLive(i int, up bool) {
 // through the other; a directory watcher created through one API server is
 // read through the other.
 func TestE2BStatelessAPIServers(t *testing.T) {
-	_, file, _, _ := runtime.Caller(0)
-	suite := filepath.Join(filepath.Dir(file), "..", "..", "..", "test", "e2b")
-	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node not installed")
-	}
-	if _, err := os.Stat(filepath.Join(suite, "node_modules", "e2b")); err != nil {
-		// As test/e2b/run.sh does: the pinned SDK of package-lock.json.
-		npm := exec.Command("npm", "ci", "--no-audit", "--no-fund")
-		npm.Dir = suite
-		if out, err := npm.CombinedOutput(); err != nil {
-			t.Fatalf("installing the e2b SDK: %v\n%s", err, out)
-		}
-	}
+	suite := e2bSuite(t)
 	e := setup(t)
 	p := &e2bProxy{e: e, ctl: make(chan ctlReq), live: map[int]bool{}}
 	for i := range e.apiAddr {

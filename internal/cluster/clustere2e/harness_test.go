@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -88,9 +89,11 @@ type env struct {
 	apis    []*proc
 	apiAddr []string
 	token   string
-	mu      sync.Mutex
-	cleanup []func()
-	runs    []*started
+	// maxSandboxes is each agent's --max-sandboxes (setupCapacity).
+	maxSandboxes int
+	mu           sync.Mutex
+	cleanup      []func()
+	runs         []*started
 }
 
 func randHex(n int) string {
@@ -213,7 +216,10 @@ func (e *env) client(i int) *client.Client {
 }
 
 // setup builds dsec and starts the cluster.
-func setup(t *testing.T) *env {
+func setup(t *testing.T) *env { return setupCapacity(t, 12) }
+
+// setupCapacity is setup with agents of room for capacity sandboxes each.
+func setupCapacity(t *testing.T, capacity int) *env {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, sandboxes)")
 	}
@@ -233,7 +239,7 @@ func setup(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, dir: dir}
+	e := &env{t: t, dir: dir, maxSandboxes: capacity}
 	t.Cleanup(e.teardown)
 	// dsec and dsecd side by side: `dsec agent` runs the dsecd next to it.
 	e.bin = filepath.Join(dir, "dsec")
@@ -328,7 +334,7 @@ func (e *env) startEtcd(n int) {
 func (e *env) startAgent(a *agent, secret string) {
 	a.proc = proc{name: "agent " + a.node, ns: a.ns, args: []string{"agent", "--etcd", e.etcdEPs, "--node-name", a.node,
 		"--listen", a.addr, "--data-dir", a.dataDir, "--cluster-secret-file", secret, "--ttl", ttl.String(),
-		"--labels", "zone=z" + a.node[1:], "--max-sandboxes", "12", "--log-level", "debug"}}
+		"--labels", "zone=z" + a.node[1:], "--max-sandboxes", strconv.Itoa(e.maxSandboxes), "--log-level", "debug"}}
 	if a.node == noFnCallNode {
 		a.args = append(a.args, "--no-fncall")
 	} else {

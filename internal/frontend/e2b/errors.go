@@ -9,6 +9,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b/e2bapi"
+	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -57,7 +58,10 @@ func (h *Handler) writeAPIError(w http.ResponseWriter, r *http.Request, status i
 }
 
 // writeErr answers with err classified into a status.
+// A refusal for lack of room (429) carries Retry-After, which E2B's SDKs wait
+// out and retry after.
 func (h *Handler) writeErr(w http.ResponseWriter, r *http.Request, err error) {
+	httpkit.SetRetryAfter(w.Header(), err)
 	h.writeAPIError(w, r, httpStatus(err), err.Error())
 }
 

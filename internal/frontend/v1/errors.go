@@ -5,10 +5,9 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
-	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/httpkit"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -48,12 +47,7 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			"code", e.Code, "err", err)
 	}
 	w.Header().Set(ErrorHeader, string(e.Code))
-	if d, ok := errdefs.RetryAfter(err); ok {
-		// Whole seconds, rounded up, at least 1 (RFC 9110 delay-seconds).
-		w.Header().Set("Retry-After", strconv.FormatInt(max(int64((d+time.Second-1)/time.Second), 1), 10))
-	} else if e.Code == api.CodeResourceExhausted {
-		w.Header().Set("Retry-After", "1") // backpressure without an estimate
-	}
+	httpkit.SetRetryAfter(w.Header(), err)
 	if r.ContentLength < 0 {
 		// A streamed body (exec/stream, an upload) may never end: without this,
 		// net/http would read it to its end before sending the answer, and a
