@@ -251,6 +251,9 @@ def create_body(
         b["ready_timeout_ms"] = ms if ms > 0 else -1
     if network is not None:
         b["network"] = network_body(network.get("allow"), network.get("rules"))
+        for k in ("allow_domains", "deny_domains"):  # host names (domain rules), as the server takes them
+            if network.get(k):
+                b["network"][k] = [str(d) for d in network[k]]
     if cpu_class:
         b["cpu_class"] = str(cpu_class)
     if ksm:
