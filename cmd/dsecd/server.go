@@ -44,7 +44,7 @@ DATA_DIR/token, which is created on first start.`,
 	}
 	f := c.Flags()
 	f.StringVar(&sc.Listen, "listen", daemon.DefaultListen, "address to serve the API on")
-	f.StringVar(&sc.SandboxFusionListen, "sandboxfusion-listen", "", "also serve SandboxFusion's /run_code and /submit on this address WITHOUT a token (off by default; trusted networks only)")
+	f.StringVar(&sc.SandboxFusionListen, "sandboxfusion-listen", "", "also serve SandboxFusion's /run_code, /submit and /run_jupyter on this address WITHOUT a token (off by default; trusted networks only)")
 	f.StringVar(&sc.MetricsListen, "metrics-listen", "", "also serve Prometheus metrics (GET /metrics) on this address WITHOUT a token (off by default; the API listener serves them with the token)")
 	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL, e.g. http://127.0.0.1:4318 (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory for state and the token")

@@ -21,5 +21,5 @@ func newE2B(svc session.Service, authorize func(string) bool, secret []byte, dom
 
 func (a *APIServer) sandboxFusion() *sandboxfusion.Handler {
 	return sandboxfusion.New(a.svc, // counted like /v1's; the router places them on nodes with FnCall pools
-		sandboxfusion.Options{Logger: a.log})
+		sandboxfusion.Options{Logger: a.log, Sandboxes: a.svc})
 }

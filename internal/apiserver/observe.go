@@ -92,7 +92,7 @@ func (a *APIServer) Handler() http.Handler {
 	mux.Handle(dashboard.Prefix, dashboard.New(dashboard.Options{Authorize: adminToken(a.Tokens), Service: a.svc, Nodes: watcherNodes{a.Watcher},
 		Rates: rates, Usage: a.Router.SandboxUsage, Logger: a.log}))
 	mux.Handle("GET "+MetricsPath, a.guard(adminToken(a.Tokens), a.Metrics.Handler()))
-	sf := a.guard(a.Tokens.Match, a.sandboxFusion()) // FnCalls only: any project's token
+	sf := a.guard(a.Tokens.Match, a.sandboxFusion()) // FnCalls and /run_jupyter sandboxes: any project's token
 	for _, p := range sandboxfusion.Routes() {
 		mux.Handle(p, sf)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 // Handler is everything the main listener serves: dsec's /v1 API, the other
-// front ends' routes (SandboxFusion's /run_code and /submit) and GET /metrics,
+// front ends' routes (SandboxFusion's /run_code, /submit and /run_jupyter) and GET /metrics,
 // with the same bearer token as /v1, and the dashboard at /ui/.
 func (d *Daemon) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -30,7 +30,7 @@ func (d *Daemon) Handler() http.Handler {
 
 func (d *Daemon) sandboxFusion() *sandboxfusion.Handler {
 	// Through the metrics decorator, so its FnCalls are counted like /v1's.
-	return sandboxfusion.New(d.obs.svc, sandboxfusion.Options{Logger: d.cfg.Logger})
+	return sandboxfusion.New(d.obs.svc, sandboxfusion.Options{Logger: d.cfg.Logger, Sandboxes: d.obs.svc})
 }
 
 // writeUnauthorized answers as SandboxFusion does.

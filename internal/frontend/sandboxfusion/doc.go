@@ -22,6 +22,11 @@
 //     compared as SandboxFusion does (per line, trimmed, case-insensitive, numbers
 //     within a relative 1e-5). Registered datasets need SandboxFusion's database
 //     and answer 400 "no eval class found".
+//   - POST /run_jupyter: SandboxFusion's Jupyter mode, cells run in order in one
+//     Python kernel, each cell's stdout, stderr, rich outputs (display) and
+//     errors answered apart (jupyter.go). Not a FnCall: each call creates a
+//     sandbox of the code interpreter's image (Options.Sandboxes,
+//     Options.JupyterImage), runs jupyter/driver.py in it and deletes it.
 //   - GET /v1/ping: "pong" (only where the handler is mounted at the root, i.e. on
 //     the optional token-less listener).
 //

@@ -41,6 +41,12 @@ type Options struct {
 	// MaxQueued bounds the calls waiting at once; one more is answered 504
 	// at once (default DefaultMaxQueued).
 	MaxQueued int
+	// Sandboxes creates /run_jupyter's sandboxes; nil answers that route
+	// 501 not_implemented.
+	Sandboxes JupyterSandboxes
+	// JupyterImage is the image of /run_jupyter's sandboxes (default
+	// DefaultJupyterImage).
+	JupyterImage string
 }
 
 // Handler serves SandboxFusion's routes.
@@ -68,6 +74,9 @@ func New(fc session.FnCalls, opts Options) *Handler {
 	if opts.MaxQueued <= 0 {
 		opts.MaxQueued = DefaultMaxQueued
 	}
+	if opts.JupyterImage == "" {
+		opts.JupyterImage = DefaultJupyterImage
+	}
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -75,6 +84,7 @@ func New(fc session.FnCalls, opts Options) *Handler {
 	h := &Handler{fc: newQueue(fc, opts.QueueWait, opts.MaxQueued), opts: opts, log: log, mux: http.NewServeMux()}
 	h.mux.HandleFunc("POST /run_code", serve(h, h.run))
 	h.mux.HandleFunc("POST /submit", serve(h, h.evaluate))
+	h.mux.HandleFunc("POST /run_jupyter", serve(h, h.runJupyter))
 	h.mux.HandleFunc("GET /v1/ping", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, "pong")
 	})
@@ -83,7 +93,7 @@ func New(fc session.FnCalls, opts Options) *Handler {
 
 // Routes are the patterns a parent mux forwards to the Handler (the ping route
 // stays on the Handler's own listener, where /v1 is not dsec's API).
-func Routes() []string { return []string{"POST /run_code", "POST /submit"} }
+func Routes() []string { return []string{"POST /run_code", "POST /submit", "POST /run_jupyter"} }
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
 

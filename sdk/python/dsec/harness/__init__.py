@@ -4,6 +4,8 @@
   (``environment_class: dsec.harness.minisweagent.DsecEnvironment``).
 * :mod:`dsec.harness.verl` -- a verl stateful tool
   (``class_name: dsec.harness.verl.DsecSandboxTool``).
+* :mod:`dsec.harness.harbor` -- a Harbor environment (terminal-bench 2)
+  (``harbor run --environment-import-path dsec.harness.harbor:DsecEnvironment``).
 
 Each maps dsec's outcomes the harness's way: a command's non-zero exit is the
 task's own failure (in the result), a timeout is reported as the harness reports
