@@ -34,52 +34,37 @@ fonts-dejavu-core adwaita-icon-theme x11vnc websockify net-tools"
 
 # shellcheck source=scripts/progress.sh
 . "$(dirname "$0")/progress.sh"
+# shellcheck source=scripts/overlay-image.sh
+. "$(dirname "$0")/overlay-image.sh"
 
 log() { printf 'desktop-image: %s\n' "$*" >&2; }
 die() { printf 'desktop-image: ERROR: %s\n' "$*" >&2; exit 1; }
 
 [ -f "$BASE/image.json" ] && [ -d "$BASE/rootfs" ] || die "the debian image ($BASE) is missing; setup.sh builds it first"
 stamp="$(cat "$BASE/image.json") $PKGS v4"
-if [ -f "$OUT/image.json" ] && [ -d "$OUT/layer" ] && [ "$(cat "$OUT/base-stamp" 2>/dev/null)" = "$stamp" ]; then
+if overlay_cached "$OUT" "$stamp"; then
 	log "cached ($OUT)"
 	exit 0
 fi
 t0=$(date +%s)
-work="$DSEC_IMAGES_DIR/.desktop-build.$$"
-rm -rf "$work"
-mkdir -p "$work/upper" "$work/work" "$work/root"
-cleanup() {
-	umount "$work/root/proc" 2>/dev/null || true
-	umount "$work/root" 2>/dev/null || true
-	rm -rf "$work"
-}
-trap cleanup EXIT INT TERM
-mount -t overlay overlay -o "lowerdir=$BASE/rootfs,upperdir=$work/upper,workdir=$work/work" "$work/root" ||
-	die "cannot mount an overlay of $BASE/rootfs"
-mount -t proc proc "$work/root/proc" || die "cannot mount /proc in $work/root"
-r="$work/root"
+overlay_open desktop "$BASE/rootfs"
 # No service starts in the chroot (dbus, for one, would stay running).
 printf '#!/bin/sh\nexit 101\n' >"$r/usr/sbin/policy-rc.d"
 chmod 0755 "$r/usr/sbin/policy-rc.d"
-log "apt-get install $PKGS (log $work.apt.log)"
-if ! with_progress "desktop image: apt-get" "$work.apt.log" chroot "$r" sh -c \
-	"apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $PKGS"; then
-	tail -n 20 "$work.apt.log" >&2 || true
-	die "installing the desktop packages failed; see $work.apt.log"
-fi
+overlay_apt "desktop image" $PKGS
 # The SDK's stream runs x11vnc and /opt/noVNC/utils/novnc_proxy (over the
 # installed websockify). noVNC's web client and that script are the files of
 # Debian's novnc package, unpacked there without it: the package itself
 # depends on nodejs (60 MB) for scripts the stream does not run.
-if ! chroot "$r" sh -c 'cd /tmp && apt-get download novnc && dpkg-deb -x novnc_*.deb /tmp/novnc && rm -f novnc_*.deb' >>"$work.apt.log" 2>&1; then
-	tail -n 20 "$work.apt.log" >&2 || true
-	die "unpacking noVNC failed; see $work.apt.log"
+if ! chroot "$r" sh -c 'cd /tmp && apt-get download novnc && dpkg-deb -x novnc_*.deb /tmp/novnc && rm -f novnc_*.deb' >"$work.novnc.log" 2>&1; then
+	tail -n 20 "$work.novnc.log" >&2 || true
+	die "unpacking noVNC failed; see $work.novnc.log"
 fi
 rm -rf "$r/opt/noVNC"
 mkdir -p "$r/opt"
 mv "$r/tmp/novnc/usr/share/novnc" "$r/opt/noVNC"
 rm -rf "$r/tmp/novnc"
-rm -f "$work.apt.log" "$r/usr/sbin/policy-rc.d"
+rm -f "$work.novnc.log" "$r/usr/sbin/policy-rc.d"
 chroot "$r" getent passwd user >/dev/null || die "the debian image has no account user"
 for b in Xvfb xdpyinfo xrandr xdotool scrot xdg-open startxfce4 xfwm4 xfce4-panel xfce4-terminal netsurf-gtk x11vnc websockify netstat /opt/noVNC/utils/novnc_proxy; do
 	chroot "$r" sh -c "command -v $b" >/dev/null || die "$b is not installed"
@@ -96,13 +81,8 @@ x-scheme-handler/https=netsurf-gtk.desktop
 text/plain=org.xfce.mousepad.desktop
 EOF
 chroot "$r" chown -R user:user /home/user/.config
-chroot "$r" apt-get clean >/dev/null 2>&1 || true
-rm -rf "$r"/var/lib/apt/lists/* "$r"/var/cache/apt/*.bin "$r"/var/log/apt "$r"/var/log/dpkg.log
-umount "$r/proc"
-umount "$r"
-rm -rf "$OUT.old"
-[ -d "$OUT" ] && mv "$OUT" "$OUT.old"
-mkdir -p "$OUT"
+rm -rf "$r"/var/log/apt "$r"/var/log/dpkg.log
+overlay_close
 # /tmp of its own (with the X server's socket directory, which a server run
 # as user cannot create).
 rm -rf "$work/upper/tmp"
@@ -110,11 +90,5 @@ rm -rf "$work/upper/tmp"
 # directory holds nothing of the debian image): about 90 MB.
 rm -rf "$work/upper/usr/share/doc" "$work/upper/usr/share/man" "$work/upper/usr/share/locale"
 mkdir -m 1777 "$work/upper/tmp" "$work/upper/tmp/.X11-unix"
-mv "$work/upper" "$OUT/layer"
-printf '%s' "$stamp" >"$OUT/base-stamp"
-cat >"$OUT/image.json.tmp" <<EOF
-{"version":2,"name":"$NAME","description":"E2B's desktop template: the debian image plus Xvfb, XFCE, xdotool, scrot, xrandr, xdg-utils, xfce4-terminal, mousepad and NetSurf","layers":[{"role":"base","dir":"../debian/rootfs"},{"role":"toolkit","dir":"layer"}],"config":{"labels":{"dsec.e2b.template":"$TEMPLATE","dsec.backend":"container"}},"created":"$(date -u +%Y-%m-%dT%H:%M:%SZ)"}
-EOF
-mv -f "$OUT/image.json.tmp" "$OUT/image.json"
-rm -rf "$OUT.old"
+overlay_publish "$OUT" "$stamp" "{\"version\":2,\"name\":\"$NAME\",\"description\":\"E2B's desktop template: the debian image plus Xvfb, XFCE, xdotool, scrot, xrandr, xdg-utils, xfce4-terminal, mousepad and NetSurf\",\"layers\":[{\"role\":\"base\",\"dir\":\"../debian/rootfs\"},{\"role\":\"toolkit\",\"dir\":\"layer\"}],\"config\":{\"labels\":{\"dsec.e2b.template\":\"$TEMPLATE\",\"dsec.backend\":\"container\"}},\"created\":\"$(date -u +%Y-%m-%dT%H:%M:%SZ)\"}"
 log "built in $(($(date +%s) - t0))s: $(du -sh "$OUT/layer" | cut -f1) over the debian image"
