@@ -235,6 +235,10 @@ func (h *Handler) servePort(w http.ResponseWriter, r *http.Request, t portTarget
 	// whole request body, as E2B's code interpreter does: without full duplex
 	// the HTTP/1 server closes the body once the answer starts, and the
 	// proxy's write of the rest of it fails and drops the connection.
+	// The body is closed before the handler returns: a full-duplex body
+	// left unread races the server's read of the connection's next request
+	// ("invalid concurrent Body.Read call", golang/go#68560).
+	defer r.Body.Close()
 	_ = http.NewResponseController(w).EnableFullDuplex()
 	t.mask = sb.Labels[labelHostMask]
 	h.ports.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), portTargetKey{}, t)))

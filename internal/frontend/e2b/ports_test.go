@@ -2,9 +2,11 @@ package e2b_test
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -32,7 +34,10 @@ type portEnv struct {
 func newPortEnv(t *testing.T, network ...string) *portEnv {
 	t.Helper()
 	h := e2b.New(agenttest.New(t, agenttest.Options{}), e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
-	srv := httptest.NewServer(e2b.Mount(http.NotFoundHandler(), h))
+	srv := httptest.NewUnstartedServer(e2b.Mount(http.NotFoundHandler(), h))
+	// A handler panic net/http recovers from is a failure too.
+	srv.Config.ErrorLog = log.New(panicLog{t}, "", 0)
+	srv.Start()
 	t.Cleanup(srv.Close)
 	h.SetListenAddr(srv.Listener.Addr().String())
 	req, _ := http.NewRequest("POST", srv.URL+"/v2/sandboxes", strings.NewReader(`{"templateID":"tiny","timeout":60`+strings.Join(network, "")+`}`))
@@ -55,6 +60,16 @@ func newPortEnv(t *testing.T, network ...string) *portEnv {
 		t.Fatal("create answered no domain: the SDK's getHost would name e2b.app")
 	}
 	return &portEnv{t: t, srv: srv, id: sb.SandboxID, domain: *sb.Domain, token: sb.EnvdAccessToken, traffic: sb.Traffic}
+}
+
+// panicLog fails the test on a panic the HTTP server logs.
+type panicLog struct{ t *testing.T }
+
+func (p panicLog) Write(b []byte) (int, error) {
+	if bytes.Contains(b, []byte("panic")) {
+		p.t.Errorf("the server recovered from a panic: %s", b)
+	}
+	return len(b), nil
 }
 
 // host is what the SDK's getHost(port) gives.
@@ -327,5 +342,33 @@ func TestSandboxPortsHostMask(t *testing.T) {
 	res, body = e.get("localhost:"+lport, "/v2/sandboxes", "X-API-Key", "e2b_"+testKey)
 	if n := strings.Count(body, `"sandboxID"`); res.StatusCode != http.StatusOK || n != 1 {
 		t.Errorf("sandboxes after refused creates: %d, %d listed, want 1: %s", res.StatusCode, n, body)
+	}
+}
+
+// TestSandboxPortEarlyAnswer: a sandbox service that answers before reading
+// the request body (as the code interpreter streams its results) gets the
+// proxied requests of a kept-alive client one after another, and the server
+// never trips over the unread body (net/http's "invalid concurrent
+// Body.Read call" panic, golang/go#68560, with full duplex).
+func TestSandboxPortEarlyAnswer(t *testing.T) {
+	e := newPortEnv(t)
+	app := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "early")
+	}))
+	t.Cleanup(app.Close)
+	port := app.Listener.Addr().(*net.TCPAddr).Port
+	body := bytes.Repeat([]byte("x"), 1<<20)
+	for i := 0; i < 200; i++ {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/upload", bytes.NewReader(body))
+		req.Host = e.host(port)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			continue // the proxy may drop a connection whose body it did not take
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || string(b) != "early" {
+			t.Fatalf("request %d: %d %q, want 200 \"early\"", i, res.StatusCode, b)
+		}
 	}
 }
