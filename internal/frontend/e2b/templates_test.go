@@ -36,6 +36,7 @@ type fakeBuilds struct {
 	dockerfile string
 	files      map[string]string // context path: contents
 	creates    []api.CreateSandboxRequest
+	busy       map[string]bool // images a sandbox runs on (RemoveImage refuses them)
 }
 
 var labelRE = regexp.MustCompile(`(dev\.dsec\.e2b\.[a-z-]+)="((?:[^"\\]|\\.)*)"`)
@@ -86,6 +87,19 @@ func (f *fakeBuilds) Image(ctx context.Context, name string) (api.Image, error) 
 	return api.Image{}, errdefs.NotFound("image %q not found", name)
 }
 
+func (f *fakeBuilds) RemoveImage(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.images[name]; !ok {
+		return errdefs.NotFound("image %q not found", name)
+	}
+	if f.busy[name] {
+		return errdefs.Conflict("image %q is in use by 1 sandbox", name)
+	}
+	delete(f.images, name)
+	return nil
+}
+
 func (f *fakeBuilds) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	f.mu.Lock()
 	f.creates = append(f.creates, req)
@@ -101,7 +115,7 @@ type tplEnv struct {
 
 func newTplEnv(t *testing.T) *tplEnv {
 	t.Helper()
-	fake := &fakeBuilds{Service: agenttest.NewRootedNode(t), images: map[string]api.Image{
+	fake := &fakeBuilds{Service: agenttest.NewRootedNode(t), busy: map[string]bool{}, images: map[string]api.Image{
 		"plain": {Name: "plain", Kind: "layered"}, // a dsec environment, not a template
 	}}
 	h := e2b.New(fake, e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
@@ -263,6 +277,63 @@ func TestTemplateBuildFlow(t *testing.T) {
 	if _, b := other.call("GET", "/templates/my-tpl/builds/"+build+"/status", nil); !strings.Contains(string(b), `"status":"ready"`) {
 		t.Errorf("status on another server: %s", b)
 	}
+}
+
+// build builds template name from fromImage with one RUN step and waits for it.
+func (e *tplEnv) build(name string) {
+	e.t.Helper()
+	id, build := e.requestBuild(name)
+	if res, b := e.call("POST", "/v2/templates/"+id+"/builds/"+build, map[string]any{"fromImage": "debian",
+		"steps": []map[string]any{{"type": "RUN", "args": []string{"true"}}}}); res.StatusCode != http.StatusAccepted {
+		e.t.Fatalf("start build of %s: %d %s", name, res.StatusCode, b)
+	}
+	if st := e.status(id, build); st.Status != "ready" {
+		e.t.Fatalf("build of %s: %+v", name, st)
+	}
+}
+
+// TestTemplateDelete: DELETE /templates/{id} removes a template built through
+// E2B's API (409 while a sandbox runs on it); other images and unknown IDs
+// answer E2B's 404 and nothing is removed.
+func TestTemplateDelete(t *testing.T) {
+	e := newTplEnv(t)
+	e.build("del-me")
+	apiErr := func(what, id string, want int, sub string) {
+		t.Helper()
+		res, b := e.call("DELETE", "/templates/"+id, nil)
+		var er struct {
+			Code    int
+			Message string
+		}
+		_ = json.Unmarshal(b, &er)
+		if res.StatusCode != want || er.Code != want || !strings.Contains(er.Message, sub) {
+			t.Errorf("%s: %d %s, want %d with %q", what, res.StatusCode, b, want, sub)
+		}
+	}
+	apiErr("unknown template", "no-such", http.StatusNotFound, `template "no-such" not found`)
+	apiErr("a dsec environment", "plain", http.StatusNotFound, "dsec image rm")
+	apiErr("base", "base", http.StatusNotFound, "not found")
+	if _, err := e.fake.Image(t.Context(), "plain"); err != nil {
+		t.Errorf("a refused delete removed environment plain: %v", err)
+	}
+
+	e.fake.mu.Lock()
+	e.fake.busy["del-me"] = true
+	e.fake.mu.Unlock()
+	apiErr("a template in use", "del-me", http.StatusConflict, "in use by a sandbox")
+	if res, _ := e.call("GET", "/templates/aliases/del-me", nil); res.StatusCode != http.StatusOK {
+		t.Errorf("a refused delete removed the template: alias lookup %d", res.StatusCode)
+	}
+	e.fake.mu.Lock()
+	e.fake.busy["del-me"] = false
+	e.fake.mu.Unlock()
+	if res, b := e.call("DELETE", "/templates/del-me", nil); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete template: %d %s", res.StatusCode, b)
+	}
+	if res, _ := e.call("GET", "/templates/aliases/del-me", nil); res.StatusCode != http.StatusNotFound {
+		t.Errorf("a deleted template is still found: alias lookup %d", res.StatusCode)
+	}
+	apiErr("a deleted template", "del-me", http.StatusNotFound, "not found")
 }
 
 func TestTemplateBuildErrors(t *testing.T) {
