@@ -126,7 +126,7 @@ func New(svc session.Service, opts Options) *Handler {
 	h.ports = h.newPortProxy()
 	h.services = templateServices()
 	h.tpl = newTemplateBuilds()
-	for _, rt := range slices.Concat(h.controlRoutes(), h.snapshotRoutes(), h.templateRoutes()) {
+	for _, rt := range slices.Concat(h.controlRoutes(), h.snapshotRoutes(), h.templateRoutes(), h.tagRoutes()) {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
 	copts := []connect.HandlerOption{connect.WithReadMaxBytes(opts.MaxMessageBytes)}

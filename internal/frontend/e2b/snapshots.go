@@ -263,6 +263,20 @@ func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("template %q not found (dsec deletes snapshots and templates built through E2B's API; other images are removed with dsec image rm)", id))
 		return
 	}
+	tagged, err := h.tagEnvs(r.Context(), id)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	for _, img := range tagged {
+		if img.Name == id {
+			continue
+		}
+		if err := h.svc.RemoveImage(r.Context(), img.Name); err != nil && !errdefs.Is(err, api.CodeNotFound) {
+			h.writeTagErr(w, r, id+":"+cmpTag(img), err)
+			return
+		}
+	}
 	h.removeImage(w, r, "template", id)
 }
 

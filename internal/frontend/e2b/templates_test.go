@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,8 +29,10 @@ import (
 
 // fakeBuilds is a node whose Dockerfile builds are recorded: a build whose
 // Dockerfile has "exit 7" fails as a failing RUN does; any other writes an
-// environment with the Dockerfile's labels. Creates of those environments
-// run on the node's default image.
+// environment with the Dockerfile's labels (over those of its FROM
+// environment, when that is one of the node's). Creates of those
+// environments run on the node's default image. Builds of a template's tag
+// (an environment "name..tag") are counted in tagBuilds, not recorded.
 type fakeBuilds struct {
 	session.Service
 	mu         sync.Mutex
@@ -37,6 +41,7 @@ type fakeBuilds struct {
 	files      map[string]string // context path: contents
 	creates    []api.CreateSandboxRequest
 	busy       map[string]bool // images a sandbox runs on (RemoveImage refuses them)
+	tagBuilds  int
 }
 
 var labelRE = regexp.MustCompile(`(dev\.dsec\.e2b\.[a-z-]+)="((?:[^"\\]|\\.)*)"`)
@@ -58,7 +63,11 @@ func (f *fakeBuilds) BuildImage(ctx context.Context, req api.BuildImageRequest, 
 	df := files["Dockerfile"]
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.dockerfile, f.files = df, files
+	if strings.Contains(req.Name, "..") {
+		f.tagBuilds++
+	} else {
+		f.dockerfile, f.files = df, files
+	}
 	if strings.Contains(df, "exit 7") {
 		return api.BuildImageResult{}, errdefs.Invalid("Dockerfile line 2: RUN [\"/bin/sh\",\"-c\",\"echo out; exit 7\"] exited with code 7:\nthe output")
 	}
@@ -66,6 +75,10 @@ func (f *fakeBuilds) BuildImage(ctx context.Context, req api.BuildImageRequest, 
 		return api.BuildImageResult{}, errdefs.NotFound("Dockerfile line 1: FROM nope: image \"nope\" not found")
 	}
 	labels := map[string]string{}
+	from, _, _ := strings.Cut(strings.TrimPrefix(df, "FROM "), "\n")
+	if base, ok := f.images[from]; ok && base.Config != nil {
+		maps.Copy(labels, base.Config.Labels)
+	}
 	for _, m := range labelRE.FindAllStringSubmatch(df, -1) {
 		labels[m[1]] = strings.NewReplacer(`\"`, `"`, `\$`, `$`, `\\`, `\`).Replace(m[2])
 	}
@@ -75,7 +88,13 @@ func (f *fakeBuilds) BuildImage(ctx context.Context, req api.BuildImageRequest, 
 }
 
 func (f *fakeBuilds) Images(ctx context.Context) ([]api.Image, error) {
-	return []api.Image{{Name: "busybox", Default: true}}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []api.Image{{Name: "busybox", Default: true}}
+	for _, img := range f.images {
+		out = append(out, img)
+	}
+	return out, nil
 }
 
 func (f *fakeBuilds) Image(ctx context.Context, name string) (api.Image, error) {
@@ -279,8 +298,9 @@ func TestTemplateBuildFlow(t *testing.T) {
 	}
 }
 
-// build builds template name from fromImage with one RUN step and waits for it.
-func (e *tplEnv) build(name string) {
+// build builds template name from fromImage with one RUN step, waits for it
+// and returns its build ID.
+func (e *tplEnv) build(name string) string {
 	e.t.Helper()
 	id, build := e.requestBuild(name)
 	if res, b := e.call("POST", "/v2/templates/"+id+"/builds/"+build, map[string]any{"fromImage": "debian",
@@ -289,6 +309,102 @@ func (e *tplEnv) build(name string) {
 	}
 	if st := e.status(id, build); st.Status != "ready" {
 		e.t.Fatalf("build of %s: %+v", name, st)
+	}
+	return build
+}
+
+// TestTemplateTags: a "name:tag" build keeps its tag (a create of name:tag
+// starts that build while name moves on), assignTags, getTags and removeTags
+// as the SDK calls them, and a template's deletion takes its tags along.
+func TestTemplateTags(t *testing.T) {
+	e := newTplEnv(t)
+	b1 := e.build("tg:v1")
+	b2 := e.build("tg")
+	type tag struct{ Tag, BuildID string }
+	tags := func() []tag {
+		t.Helper()
+		res, b := e.call("GET", "/templates/tg/tags", nil)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("get tags: %d %s", res.StatusCode, b)
+		}
+		var out []tag
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	createdFrom := func(template string) string {
+		t.Helper()
+		e.create(map[string]any{"templateID": template})
+		e.fake.mu.Lock()
+		defer e.fake.mu.Unlock()
+		return e.fake.creates[len(e.fake.creates)-1].Image
+	}
+	if got, want := tags(), []tag{{"default", b2}, {"v1", b1}}; !slices.Equal(got, want) {
+		t.Errorf("tags after builds of tg:v1 then tg: %v, want %v", got, want)
+	}
+	for tpl, want := range map[string]string{"tg:v1": "tg..v1", "tg": "tg", "tg:default": "tg", "python:3.12": "python:3.12"} {
+		if got := createdFrom(tpl); got != want {
+			t.Errorf("create of %s made a sandbox of image %q, want %q", tpl, got, want)
+		}
+	}
+
+	res, b := e.call("POST", "/templates/tags", map[string]any{"target": "tg:v1", "tags": []string{"prod", "stable"}})
+	var assigned struct {
+		BuildID string
+		Tags    []string
+	}
+	_ = json.Unmarshal(b, &assigned)
+	if res.StatusCode != http.StatusOK || assigned.BuildID != b1 || !slices.Equal(assigned.Tags, []string{"prod", "stable"}) {
+		t.Errorf("assign tags: %d %s, want build %s", res.StatusCode, b, b1)
+	}
+	if got, want := tags(), []tag{{"default", b2}, {"prod", b1}, {"stable", b1}, {"v1", b1}}; !slices.Equal(got, want) {
+		t.Errorf("tags after assigning prod and stable to v1: %v, want %v", got, want)
+	}
+	if got := createdFrom("tg:prod"); got != "tg..prod" {
+		t.Errorf("create of tg:prod: image %q", got)
+	}
+	for what, c := range map[string]struct {
+		method string
+		body   map[string]any
+		code   int
+	}{
+		"assign from an unknown tag":      {"POST", map[string]any{"target": "tg:nope", "tags": []string{"x"}}, 404},
+		"assign from an unknown template": {"POST", map[string]any{"target": "nope", "tags": []string{"x"}}, 404},
+		"assign a bad tag":                {"POST", map[string]any{"target": "tg", "tags": []string{"Bad Tag"}}, 400},
+		"assign no tag":                   {"POST", map[string]any{"target": "tg", "tags": []string{}}, 400},
+		"remove an unknown tag":           {"DELETE", map[string]any{"name": "tg", "tags": []string{"nope"}}, 404},
+		"remove the default tag":          {"DELETE", map[string]any{"name": "tg", "tags": []string{"default"}}, 400},
+	} {
+		res, b := e.call(c.method, "/templates/tags", c.body)
+		var er struct{ Code int }
+		_ = json.Unmarshal(b, &er)
+		if res.StatusCode != c.code || er.Code != c.code {
+			t.Errorf("%s: %d %s, want %d", what, res.StatusCode, b, c.code)
+		}
+	}
+	if res, b := e.call("DELETE", "/templates/tags", map[string]any{"name": "tg", "tags": []string{"prod"}}); res.StatusCode != http.StatusNoContent {
+		t.Errorf("remove tag prod: %d %s", res.StatusCode, b)
+	}
+	// The default tag moves to v1's build, and is no longer any other tag.
+	if res, b := e.call("POST", "/templates/tags", map[string]any{"target": "tg:v1", "tags": []string{"default"}}); res.StatusCode != http.StatusOK {
+		t.Errorf("assign default: %d %s", res.StatusCode, b)
+	}
+	if got, want := tags(), []tag{{"default", b1}, {"stable", b1}, {"v1", b1}}; !slices.Equal(got, want) {
+		t.Errorf("tags after removing prod and moving default: %v, want %v", got, want)
+	}
+
+	if res, b := e.call("DELETE", "/templates/tg", nil); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete template: %d %s", res.StatusCode, b)
+	}
+	if res, _ := e.call("GET", "/templates/tg/tags", nil); res.StatusCode != http.StatusNotFound {
+		t.Errorf("tags of a deleted template: %d", res.StatusCode)
+	}
+	e.fake.mu.Lock()
+	left := slices.Collect(maps.Keys(e.fake.images))
+	e.fake.mu.Unlock()
+	if !slices.Equal(left, []string{"plain"}) {
+		t.Errorf("images left after deleting tg: %v, want only plain", left)
 	}
 }
 
