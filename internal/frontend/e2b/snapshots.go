@@ -273,7 +273,7 @@ func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if err := h.svc.RemoveImage(r.Context(), img.Name); err != nil && !errdefs.Is(err, api.CodeNotFound) {
-			h.writeTagErr(w, r, id+":"+cmpTag(img), err)
+			h.writeRemoveErr(w, r, "template", id+":"+tagOf(img), err)
 			return
 		}
 	}
@@ -281,18 +281,25 @@ func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 }
 
 // removeImage removes image id, a snapshot or template (what, for errors),
-// and answers 204, 404 when it is gone, 409 while a sandbox runs on it.
+// and answers 204 (errors: see writeRemoveErr).
 func (h *Handler) removeImage(w http.ResponseWriter, r *http.Request, what, id string) {
-	err := h.svc.RemoveImage(r.Context(), id)
+	if err := h.svc.RemoveImage(r.Context(), id); err != nil {
+		h.writeRemoveErr(w, r, what, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// writeRemoveErr answers the error of removing what id: 404 when it is gone,
+// 409 while a sandbox runs on it.
+func (h *Handler) writeRemoveErr(w http.ResponseWriter, r *http.Request, what, id string, err error) {
 	switch {
 	case errdefs.Is(err, api.CodeNotFound):
 		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("%s %q not found", what, id))
 	case errdefs.Is(err, api.CodeConflict):
 		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("%s %q is in use by a sandbox: kill its sandboxes first (%v)", what, id, err))
-	case err != nil:
-		h.writeErr(w, r, err)
 	default:
-		w.WriteHeader(http.StatusNoContent)
+		h.writeErr(w, r, err)
 	}
 }
 

@@ -179,23 +179,11 @@ func (h *Handler) removeTags(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		if err := h.svc.RemoveImage(r.Context(), img.Name); err != nil {
-			h.writeTagErr(w, r, alias+":"+t, err)
+			h.writeRemoveErr(w, r, "template", alias+":"+t, err)
 			return
 		}
 	}
 	w.WriteHeader(http.StatusNoContent)
-}
-
-// writeTagErr answers a tag's removal error: 404 gone, 409 in use.
-func (h *Handler) writeTagErr(w http.ResponseWriter, r *http.Request, what string, err error) {
-	switch {
-	case errdefs.Is(err, api.CodeNotFound):
-		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("template %q not found", what))
-	case errdefs.Is(err, api.CodeConflict):
-		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("template %q is in use by a sandbox: kill its sandboxes first (%v)", what, err))
-	default:
-		h.writeErr(w, r, err)
-	}
 }
 
 // templateTags answers GET /templates/{templateID}/tags: default (the
@@ -222,13 +210,13 @@ func (h *Handler) templateTags(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []tagInfo{}
 	for _, img := range envs {
-		out = append(out, tagInfo{Tag: cmpTag(img), BuildID: img.Config.Labels[tplLabelBuild], CreatedAt: time.Unix(0, 0).UTC()})
+		out = append(out, tagInfo{Tag: tagOf(img), BuildID: img.Config.Labels[tplLabelBuild], CreatedAt: time.Unix(0, 0).UTC()})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
 
-// cmpTag is the tag an environment of a template serves.
-func cmpTag(img api.Image) string {
+// tagOf is the tag an environment of a template serves.
+func tagOf(img api.Image) string {
 	if t := img.Config.Labels[tplLabelTag]; t != "" {
 		return t
 	}
