@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"cmp"
 	"context"
 	"encoding/base64"
 	"errors"
@@ -55,17 +56,15 @@ func keepaliveInterval(hd http.Header) time.Duration {
 }
 
 // execRequest maps a StartRequest to the session's exec request.
-// The process runs as a, in a's home unless the request names a directory, with
-// HOME, USER and LOGNAME set as envd sets them.
-func execRequest(ctx context.Context, msg *pb.StartRequest, a account) (api.ExecRequest, error) {
+// The process runs as a, in the directory the request names, else workdir
+// (the WorkingDir of the sandbox's image, as a template's setWorkdir records
+// it), else a's home, with HOME, USER and LOGNAME set as envd sets them.
+func execRequest(ctx context.Context, msg *pb.StartRequest, a account, workdir string) (api.ExecRequest, error) {
 	cfg := msg.GetProcess()
 	if cfg.GetCmd() == "" {
 		return api.ExecRequest{}, connect.NewError(connect.CodeInvalidArgument, errors.New("process.cmd is required"))
 	}
-	cwd := cfg.GetCwd()
-	if cwd == "" {
-		cwd = a.Home
-	}
+	cwd := cmp.Or(cfg.GetCwd(), workdir, a.Home)
 	req := api.ExecRequest{Cmd: append([]string{cfg.GetCmd()}, cfg.GetArgs()...), Env: userEnv(cfg.GetEnvs(), a), Cwd: cwd, User: a.Name}
 	if msg.Pty != nil {
 		req.TTY = true
@@ -144,7 +143,7 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if err != nil {
 		return rpcErr(err)
 	}
-	ereq, err := execRequest(ctx, req.Msg, a)
+	ereq, err := execRequest(ctx, req.Msg, a, h.workdir(ctx, id))
 	if err != nil {
 		return err
 	}
@@ -217,6 +216,53 @@ func (h *Handler) shell(ctx context.Context, sandbox, cmd string) string {
 		return cmd
 	}
 	return "/bin/sh"
+}
+
+// workdir is the WorkingDir of sandbox's image ("" when it records none),
+// looked up on the sandbox's first command and then kept with the sandbox;
+// the image's answer is reused for its other sandboxes for templateListTTL
+// (a template rebuilt since is read again). A lookup that fails is not kept:
+// the command runs in the user's home and the next one looks again.
+func (h *Handler) workdir(ctx context.Context, sandbox string) string {
+	h.mu.Lock()
+	dir, ok := h.workdirs[sandbox]
+	h.mu.Unlock()
+	if ok {
+		return dir
+	}
+	ctx = session.WithoutStep(ctx)
+	sb, err := h.svc.Get(ctx, sandbox)
+	if err != nil {
+		return ""
+	}
+	h.mu.Lock()
+	known, ok := h.imageDirs[sb.Image]
+	h.mu.Unlock()
+	fresh := !ok || time.Since(known.at) >= templateListTTL
+	if !fresh {
+		dir = known.dir
+	} else {
+		img, err := h.svc.Image(ctx, sb.Image)
+		if err != nil {
+			return ""
+		}
+		if img.Config != nil {
+			dir = img.Config.WorkingDir
+		}
+	}
+	h.mu.Lock()
+	h.workdirs[sandbox] = dir
+	if fresh {
+		h.imageDirs[sb.Image] = imageDir{dir: dir, at: time.Now()}
+	}
+	h.mu.Unlock()
+	return dir
+}
+
+// imageDir is an image's WorkingDir as read at a time.
+type imageDir struct {
+	dir string
+	at  time.Time
 }
 
 // Connect attaches to a running (or ended) process's events from now on.

@@ -93,6 +93,10 @@ type Handler struct {
 	hasBash map[string]bool               // by sandbox: whether /bin/bash exists (see shell)
 	passwd  map[string]map[string]account // by sandbox: its accounts (see accounts)
 	groups  map[string]map[int]string     // by sandbox: its groups' names (see names)
+	// workdirs (by sandbox) and imageDirs (by image) are the WorkingDir of
+	// a sandbox's image (see workdir).
+	workdirs  map[string]string
+	imageDirs map[string]imageDir
 
 	cpu cpuSamples // by sandbox: its last CPU reading (metrics.go)
 }
@@ -116,13 +120,13 @@ func New(svc session.Service, opts Options) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}, passwd: map[string]map[string]account{}, groups: map[string]map[int]string{}}
+	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}, passwd: map[string]map[string]account{}, groups: map[string]map[int]string{}, workdirs: map[string]string{}, imageDirs: map[string]imageDir{}}
 	domain := cmp.Or(opts.Domain, "localhost")
 	h.domain.Store(&domain)
 	h.ports = h.newPortProxy()
 	h.services = templateServices()
 	h.tpl = newTemplateBuilds()
-	for _, rt := range slices.Concat(h.controlRoutes(), h.snapshotRoutes(), h.templateRoutes()) {
+	for _, rt := range slices.Concat(h.controlRoutes(), h.snapshotRoutes(), h.templateRoutes(), h.tagRoutes()) {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
 	copts := []connect.HandlerOption{connect.WithReadMaxBytes(opts.MaxMessageBytes)}
@@ -382,6 +386,7 @@ func (h *Handler) forget(id string) {
 	delete(h.hasBash, id)
 	delete(h.passwd, id)
 	delete(h.groups, id)
+	delete(h.workdirs, id)
 	h.mu.Unlock()
 	h.cpu.forget(id)
 }

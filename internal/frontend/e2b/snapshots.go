@@ -52,7 +52,7 @@ func (h *Handler) snapshotRoutes() []route {
 	return []route{
 		{"POST /sandboxes/{id}/snapshots", h.createSnapshot},
 		{"GET /snapshots", h.listSnapshots},
-		{"DELETE /templates/{templateID}", h.deleteSnapshot},
+		{"DELETE /templates/{templateID}", h.deleteTemplate},
 		{"POST /sandboxes/{id}/fork", h.fork},
 	}
 }
@@ -241,15 +241,71 @@ func (h *Handler) listSnapshots(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// deleteSnapshot is DELETE /templates/{templateID}, which E2B's SDK calls to
-// delete a snapshot. dsec's templates are images, removed through /v1; here
-// only snapshots are deleted.
-func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+// deleteTemplate is DELETE /templates/{templateID}, which E2B's SDK calls to
+// delete a snapshot and E2B's CLI to delete a template: a snapshot ID deletes
+// the snapshot, the ID of a template built through E2B's template builds
+// removes its environment. Other dsec images are removed through /v1 only.
+func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("templateID")
-	if _, ok := parseSnapshot(id); !ok {
-		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("snapshot %q not found (dsec deletes only snapshots through E2B's API; images are removed with dsec image rm)", id))
+	if _, ok := parseSnapshot(id); ok {
+		h.deleteSnapshot(w, r)
 		return
 	}
+	var img *api.Image
+	if templateName.MatchString(id) && id != baseTemplate {
+		var err error
+		if img, err = h.templateImage(r.Context(), id); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+	}
+	if !isTemplate(img) {
+		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("template %q not found (dsec deletes snapshots and templates built through E2B's API; other images are removed with dsec image rm)", id))
+		return
+	}
+	tagged, err := h.tagEnvs(r.Context(), id)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	for _, img := range tagged {
+		if img.Name == id {
+			continue
+		}
+		if err := h.svc.RemoveImage(r.Context(), img.Name); err != nil && !errdefs.Is(err, api.CodeNotFound) {
+			h.writeRemoveErr(w, r, "template", id+":"+tagOf(img), err)
+			return
+		}
+	}
+	h.removeImage(w, r, "template", id)
+}
+
+// removeImage removes image id, a snapshot or template (what, for errors),
+// and answers 204 (errors: see writeRemoveErr).
+func (h *Handler) removeImage(w http.ResponseWriter, r *http.Request, what, id string) {
+	if err := h.svc.RemoveImage(r.Context(), id); err != nil {
+		h.writeRemoveErr(w, r, what, id, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// writeRemoveErr answers the error of removing what id: 404 when it is gone,
+// 409 while a sandbox runs on it.
+func (h *Handler) writeRemoveErr(w http.ResponseWriter, r *http.Request, what, id string, err error) {
+	switch {
+	case errdefs.Is(err, api.CodeNotFound):
+		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("%s %q not found", what, id))
+	case errdefs.Is(err, api.CodeConflict):
+		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("%s %q is in use by a sandbox: kill its sandboxes first (%v)", what, id, err))
+	default:
+		h.writeErr(w, r, err)
+	}
+}
+
+// deleteSnapshot deletes snapshot r's templateID.
+func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("templateID")
 	all, err := h.snapshots(r.Context())
 	if err != nil {
 		h.writeErr(w, r, err)
@@ -259,17 +315,7 @@ func (h *Handler) deleteSnapshot(w http.ResponseWriter, r *http.Request) {
 		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("snapshot %q not found", id))
 		return
 	}
-	err = h.svc.RemoveImage(r.Context(), id)
-	switch {
-	case errdefs.Is(err, api.CodeNotFound):
-		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("snapshot %q not found", id))
-	case errdefs.Is(err, api.CodeConflict):
-		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("snapshot %q is in use by a sandbox: kill its sandboxes first (%v)", id, err))
-	case err != nil:
-		h.writeErr(w, r, err)
-	default:
-		w.WriteHeader(http.StatusNoContent)
-	}
+	h.removeImage(w, r, "snapshot", id)
 }
 
 // forkResult is E2B's SandboxForkResult with the sandbox as create answers it.

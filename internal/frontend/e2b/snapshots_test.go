@@ -158,7 +158,7 @@ func TestSnapshotForkBadInput(t *testing.T) {
 		{"snapshot bad name", "POST", "/sandboxes/" + id + "/snapshots", map[string]any{"name": "Has Spaces"}, 400, "snapshot name"},
 		{"snapshot name too long", "POST", "/sandboxes/" + id + "/snapshots", map[string]any{"name": strings.Repeat("a", 39)}, 400, "snapshot name"},
 		{"delete unknown snapshot", "DELETE", "/templates/e2b-snap-0123456789abcdef-00000000", nil, 404, "not found"},
-		{"delete a template that is no snapshot", "DELETE", "/templates/base", nil, 404, "only snapshots"},
+		{"delete a template that is no snapshot", "DELETE", "/templates/base", nil, 404, "other images are removed with dsec image rm"},
 		{"list limit 0", "GET", "/snapshots?limit=0", nil, 400, "limit"},
 		{"create from unknown snapshot", "POST", "/v2/sandboxes", map[string]any{"templateID": "e2b-snap-0123456789abcdef-00000000"}, 404, "e2b-snap-0123456789abcdef-00000000"},
 	} {

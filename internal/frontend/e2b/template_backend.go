@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -70,6 +71,12 @@ func (h *Handler) resolveTemplate(ctx context.Context, id string) (template, err
 	if id == baseTemplate {
 		return template{}, nil
 	}
+	// "name:tag" is the environment of a template's tag (templates_tags.go)
+	// when there is one, else the reference it spells.
+	want := id
+	if alias, tag, ok := strings.Cut(id, ":"); ok && templateName.MatchString(alias) && checkTag(alias, tag) == nil {
+		want = tagEnv(alias, tag)
+	}
 	var img api.Image
 	for _, fresh := range []bool{false, true} {
 		imgs, listed, err := h.templates.get(ctx, h.svc.Images, fresh)
@@ -80,7 +87,7 @@ func (h *Handler) resolveTemplate(ctx context.Context, id string) (template, err
 			return template{}, fmt.Errorf("template %s: list images: %w", id, err)
 		}
 		var ok bool
-		if img, ok = pickTemplate(imgs, id); ok {
+		if img, ok = pickTemplate(imgs, want); ok {
 			break
 		}
 		if listed || fresh {

@@ -6,8 +6,12 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
@@ -28,13 +32,17 @@ import (
 //	e2b-desk     backend container, template "desk"
 //	snap-1       inherited template "desk" (a snapshot of e2b-desk)
 //	bogus        backend fncall
+//	wd           working_dir /srv (setWorkdir)
 //
-// writeImage adds another.
-func templateEnv(t *testing.T) (e *env, m *agent.Manager, writeImage func(name, labels string)) {
+// writeImage adds another; reads counts the handler's image and sandbox lookups.
+func templateEnv(t *testing.T) (e *env, m *agent.Manager, writeImage func(name, labels string), reads *lookups) {
 	t.Helper()
 	dir := t.TempDir()
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(rootfs, "srv"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
@@ -63,6 +71,13 @@ func templateEnv(t *testing.T) (e *env, m *agent.Manager, writeImage func(name, 
 	for name, labels := range images {
 		writeImage(name, labels)
 	}
+	if err := os.MkdirAll(filepath.Join(dir, "wd"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wd := `{"version":2,"name":"wd","layers":[{"role":"base","dir":"` + rootfs + `"}],"config":{"working_dir":"/srv"}}`
+	if err := os.WriteFile(filepath.Join(dir, "wd", image.ManifestFile), []byte(wd), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	host := mock.NewHost()
 	reg, err := driver.NewRegistry(
 		agenttest.MockWith(t, mock.Config{Host: host, BackendName: api.BackendContainer}),
@@ -74,10 +89,83 @@ func templateEnv(t *testing.T) (e *env, m *agent.Manager, writeImage func(name, 
 		c.Driver, c.Drivers = nil, reg
 		c.Images = &image.Store{Dir: dir, Default: "tiny"}
 	}})
-	h := e2b.New(session.Chain(m), e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
+	reads = &lookups{}
+	count := func(next session.Service) session.Service { return countImages{next, reads} }
+	h := e2b.New(session.Chain(m, count), e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() { srv.Close(); h.Close() })
-	return &env{t: t, h: h, srv: srv}, m, writeImage
+	return &env{t: t, h: h, srv: srv}, m, writeImage, reads
+}
+
+// lookups counts a service's Image and Get calls.
+type lookups struct{ images, gets atomic.Int64 }
+
+type countImages struct {
+	session.Service
+	n *lookups
+}
+
+func (c countImages) Image(ctx context.Context, name string) (api.Image, error) {
+	c.n.images.Add(1)
+	return c.Service.Image(ctx, name)
+}
+
+func (c countImages) Get(ctx context.Context, id string) (api.Sandbox, error) {
+	c.n.gets.Add(1)
+	return c.Service.Get(ctx, id)
+}
+
+// TestTemplateWorkdir: a command that names no directory starts in the
+// WorkingDir of its template's image (a template's setWorkdir), else in the
+// user's home; one naming a directory starts there. The image is looked up on
+// a sandbox's first command only.
+func TestTemplateWorkdir(t *testing.T) {
+	e, _, _, reads := templateEnv(t)
+	pwd := func(c created, dir string) string {
+		t.Helper()
+		req := bash("pwd")
+		if dir != "" {
+			req.Process.Cwd = &dir
+		}
+		st, err := e.process(c, true).Start(t.Context(), connect.NewRequest(req))
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs, err := collect(st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, out, _, end := output(t, evs)
+		if end.GetExitCode() != 0 {
+			t.Fatalf("pwd in %q: %v", dir, end)
+		}
+		return strings.TrimSpace(out)
+	}
+	wd := e.create(map[string]any{"templateID": "wd"})
+	// The mock backend runs processes in a directory of the host: the
+	// sandbox's directory is the end of pwd's answer.
+	images, gets := reads.images.Load(), reads.gets.Load()
+	if got := pwd(wd, ""); !strings.HasSuffix(got, "/srv") {
+		t.Errorf("template with WorkingDir /srv: a command starts in %q, want .../srv", got)
+	}
+	firstImages, firstGets := reads.images.Load()-images, reads.gets.Load()-gets
+	images, gets = reads.images.Load(), reads.gets.Load()
+	if got := pwd(wd, ""); !strings.HasSuffix(got, "/srv") {
+		t.Errorf("second command starts in %q, want .../srv", got)
+	}
+	if n := reads.images.Load() - images; n != 0 || firstImages != 1 {
+		t.Errorf("image lookups: %d on a sandbox's first command, %d on its second; want 1 and 0", firstImages, n)
+	}
+	if n := reads.gets.Load() - gets; n != firstGets-1 {
+		t.Errorf("sandbox lookups: %d on a sandbox's first command, %d on its second; want one fewer", firstGets, n)
+	}
+	if got := pwd(wd, "/etc"); !strings.HasSuffix(got, "/etc") {
+		t.Errorf("a command naming /etc starts in %q", got)
+	}
+	base := e.create(map[string]any{"templateID": "tiny"})
+	if got := pwd(base, ""); !strings.HasSuffix(got, "/root") {
+		t.Errorf("template without WorkingDir: a command starts in %q, want root's home .../root", got)
+	}
 }
 
 // TestTemplateBackend: a template recorded as fullvm creates a fullvm
@@ -85,7 +173,7 @@ func templateEnv(t *testing.T) (e *env, m *agent.Manager, writeImage func(name, 
 // image's label names that image; bad templates answer E2B's {code, message}
 // and create nothing.
 func TestTemplateBackend(t *testing.T) {
-	e, m, writeImage := templateEnv(t)
+	e, m, writeImage, _ := templateEnv(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for _, tc := range []struct{ template, image, backend string }{

@@ -220,9 +220,15 @@ func (h *Handler) requestTemplateBuild(w http.ResponseWriter, r *http.Request) {
 	if hasTag {
 		tags = append(tags, tag)
 	}
-	if !templateName.MatchString(alias) {
-		h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("template name %q: lowercase letters, digits, '.', '_' and '-' (at most 128), optionally ':TAG'", name))
+	if !templateName.MatchString(alias) || strings.Contains(alias, tagSep) {
+		h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("template name %q: lowercase letters, digits, '.', '_' and '-' (at most 128, no \"..\"), optionally ':TAG'", name))
 		return
+	}
+	for _, t := range tags {
+		if err := checkTag(alias, t); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
 	}
 	if alias == baseTemplate {
 		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("template name %q is the node's default template", alias))
@@ -475,6 +481,18 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 			msg = fmt.Sprintf("[%s] %s (cached)", cmp.Or(step, "finalize"), tr.describe(s.Line, s.Instruction))
 		}
 		logf(e2bapi.LogLevelInfo, step, msg)
+	}
+	b, _ := h.tpl.get(buildID)
+	for _, tag := range b.tags {
+		if tag == defaultTag {
+			continue
+		}
+		if err := h.tagTemplate(ctx, id, tag, id); err != nil {
+			h.log.InfoContext(ctx, "e2b template tag failed", "template", id, "build", buildID, "tag", tag, "err", err)
+			fail("finalize", err.Error())
+			return
+		}
+		logf(e2bapi.LogLevelInfo, "finalize", fmt.Sprintf("Tagged %s:%s", id, tag))
 	}
 	logf(e2bapi.LogLevelInfo, "finalize", fmt.Sprintf("Template %s built: %d layer steps, %d from the cache, %.1f s", id, res.LayerSteps, res.CacheHits, res.Millis/1000))
 	h.tpl.update(buildID, func(b *templateBuild) { b.status = e2bapi.TemplateBuildStatusReady })

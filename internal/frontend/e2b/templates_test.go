@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,8 +29,10 @@ import (
 
 // fakeBuilds is a node whose Dockerfile builds are recorded: a build whose
 // Dockerfile has "exit 7" fails as a failing RUN does; any other writes an
-// environment with the Dockerfile's labels. Creates of those environments
-// run on the node's default image.
+// environment with the Dockerfile's labels (over those of its FROM
+// environment, when that is one of the node's). Creates of those
+// environments run on the node's default image. Builds of a template's tag
+// (an environment "name..tag") are counted in tagBuilds, not recorded.
 type fakeBuilds struct {
 	session.Service
 	mu         sync.Mutex
@@ -36,6 +40,8 @@ type fakeBuilds struct {
 	dockerfile string
 	files      map[string]string // context path: contents
 	creates    []api.CreateSandboxRequest
+	busy       map[string]bool // images a sandbox runs on (RemoveImage refuses them)
+	tagBuilds  int
 }
 
 var labelRE = regexp.MustCompile(`(dev\.dsec\.e2b\.[a-z-]+)="((?:[^"\\]|\\.)*)"`)
@@ -57,7 +63,11 @@ func (f *fakeBuilds) BuildImage(ctx context.Context, req api.BuildImageRequest, 
 	df := files["Dockerfile"]
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.dockerfile, f.files = df, files
+	if strings.Contains(req.Name, "..") {
+		f.tagBuilds++
+	} else {
+		f.dockerfile, f.files = df, files
+	}
 	if strings.Contains(df, "exit 7") {
 		return api.BuildImageResult{}, errdefs.Invalid("Dockerfile line 2: RUN [\"/bin/sh\",\"-c\",\"echo out; exit 7\"] exited with code 7:\nthe output")
 	}
@@ -65,6 +75,10 @@ func (f *fakeBuilds) BuildImage(ctx context.Context, req api.BuildImageRequest, 
 		return api.BuildImageResult{}, errdefs.NotFound("Dockerfile line 1: FROM nope: image \"nope\" not found")
 	}
 	labels := map[string]string{}
+	from, _, _ := strings.Cut(strings.TrimPrefix(df, "FROM "), "\n")
+	if base, ok := f.images[from]; ok && base.Config != nil {
+		maps.Copy(labels, base.Config.Labels)
+	}
 	for _, m := range labelRE.FindAllStringSubmatch(df, -1) {
 		labels[m[1]] = strings.NewReplacer(`\"`, `"`, `\$`, `$`, `\\`, `\`).Replace(m[2])
 	}
@@ -74,7 +88,13 @@ func (f *fakeBuilds) BuildImage(ctx context.Context, req api.BuildImageRequest, 
 }
 
 func (f *fakeBuilds) Images(ctx context.Context) ([]api.Image, error) {
-	return []api.Image{{Name: "busybox", Default: true}}, nil
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := []api.Image{{Name: "busybox", Default: true}}
+	for _, img := range f.images {
+		out = append(out, img)
+	}
+	return out, nil
 }
 
 func (f *fakeBuilds) Image(ctx context.Context, name string) (api.Image, error) {
@@ -84,6 +104,19 @@ func (f *fakeBuilds) Image(ctx context.Context, name string) (api.Image, error) 
 		return img, nil
 	}
 	return api.Image{}, errdefs.NotFound("image %q not found", name)
+}
+
+func (f *fakeBuilds) RemoveImage(ctx context.Context, name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.images[name]; !ok {
+		return errdefs.NotFound("image %q not found", name)
+	}
+	if f.busy[name] {
+		return errdefs.Conflict("image %q is in use by 1 sandbox", name)
+	}
+	delete(f.images, name)
+	return nil
 }
 
 func (f *fakeBuilds) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
@@ -101,7 +134,7 @@ type tplEnv struct {
 
 func newTplEnv(t *testing.T) *tplEnv {
 	t.Helper()
-	fake := &fakeBuilds{Service: agenttest.NewRootedNode(t), images: map[string]api.Image{
+	fake := &fakeBuilds{Service: agenttest.NewRootedNode(t), busy: map[string]bool{}, images: map[string]api.Image{
 		"plain": {Name: "plain", Kind: "layered"}, // a dsec environment, not a template
 	}}
 	h := e2b.New(fake, e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
@@ -263,6 +296,160 @@ func TestTemplateBuildFlow(t *testing.T) {
 	if _, b := other.call("GET", "/templates/my-tpl/builds/"+build+"/status", nil); !strings.Contains(string(b), `"status":"ready"`) {
 		t.Errorf("status on another server: %s", b)
 	}
+}
+
+// build builds template name from fromImage with one RUN step, waits for it
+// and returns its build ID.
+func (e *tplEnv) build(name string) string {
+	e.t.Helper()
+	id, build := e.requestBuild(name)
+	if res, b := e.call("POST", "/v2/templates/"+id+"/builds/"+build, map[string]any{"fromImage": "debian",
+		"steps": []map[string]any{{"type": "RUN", "args": []string{"true"}}}}); res.StatusCode != http.StatusAccepted {
+		e.t.Fatalf("start build of %s: %d %s", name, res.StatusCode, b)
+	}
+	if st := e.status(id, build); st.Status != "ready" {
+		e.t.Fatalf("build of %s: %+v", name, st)
+	}
+	return build
+}
+
+// TestTemplateTags: a "name:tag" build keeps its tag (a create of name:tag
+// starts that build while name moves on), assignTags, getTags and removeTags
+// as the SDK calls them, and a template's deletion takes its tags along.
+func TestTemplateTags(t *testing.T) {
+	e := newTplEnv(t)
+	b1 := e.build("tg:v1")
+	b2 := e.build("tg")
+	type tag struct{ Tag, BuildID string }
+	tags := func() []tag {
+		t.Helper()
+		res, b := e.call("GET", "/templates/tg/tags", nil)
+		if res.StatusCode != http.StatusOK {
+			t.Fatalf("get tags: %d %s", res.StatusCode, b)
+		}
+		var out []tag
+		if err := json.Unmarshal(b, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	createdFrom := func(template string) string {
+		t.Helper()
+		e.create(map[string]any{"templateID": template})
+		e.fake.mu.Lock()
+		defer e.fake.mu.Unlock()
+		return e.fake.creates[len(e.fake.creates)-1].Image
+	}
+	if got, want := tags(), []tag{{"default", b2}, {"v1", b1}}; !slices.Equal(got, want) {
+		t.Errorf("tags after builds of tg:v1 then tg: %v, want %v", got, want)
+	}
+	for tpl, want := range map[string]string{"tg:v1": "tg..v1", "tg": "tg", "tg:default": "tg", "python:3.12": "python:3.12"} {
+		if got := createdFrom(tpl); got != want {
+			t.Errorf("create of %s made a sandbox of image %q, want %q", tpl, got, want)
+		}
+	}
+
+	res, b := e.call("POST", "/templates/tags", map[string]any{"target": "tg:v1", "tags": []string{"prod", "stable"}})
+	var assigned struct {
+		BuildID string
+		Tags    []string
+	}
+	_ = json.Unmarshal(b, &assigned)
+	if res.StatusCode != http.StatusOK || assigned.BuildID != b1 || !slices.Equal(assigned.Tags, []string{"prod", "stable"}) {
+		t.Errorf("assign tags: %d %s, want build %s", res.StatusCode, b, b1)
+	}
+	if got, want := tags(), []tag{{"default", b2}, {"prod", b1}, {"stable", b1}, {"v1", b1}}; !slices.Equal(got, want) {
+		t.Errorf("tags after assigning prod and stable to v1: %v, want %v", got, want)
+	}
+	if got := createdFrom("tg:prod"); got != "tg..prod" {
+		t.Errorf("create of tg:prod: image %q", got)
+	}
+	for what, c := range map[string]struct {
+		method string
+		body   map[string]any
+		code   int
+	}{
+		"assign from an unknown tag":      {"POST", map[string]any{"target": "tg:nope", "tags": []string{"x"}}, 404},
+		"assign from an unknown template": {"POST", map[string]any{"target": "nope", "tags": []string{"x"}}, 404},
+		"assign a bad tag":                {"POST", map[string]any{"target": "tg", "tags": []string{"Bad Tag"}}, 400},
+		"assign no tag":                   {"POST", map[string]any{"target": "tg", "tags": []string{}}, 400},
+		"remove an unknown tag":           {"DELETE", map[string]any{"name": "tg", "tags": []string{"nope"}}, 404},
+		"remove the default tag":          {"DELETE", map[string]any{"name": "tg", "tags": []string{"default"}}, 400},
+	} {
+		res, b := e.call(c.method, "/templates/tags", c.body)
+		var er struct{ Code int }
+		_ = json.Unmarshal(b, &er)
+		if res.StatusCode != c.code || er.Code != c.code {
+			t.Errorf("%s: %d %s, want %d", what, res.StatusCode, b, c.code)
+		}
+	}
+	if res, b := e.call("DELETE", "/templates/tags", map[string]any{"name": "tg", "tags": []string{"prod"}}); res.StatusCode != http.StatusNoContent {
+		t.Errorf("remove tag prod: %d %s", res.StatusCode, b)
+	}
+	// The default tag moves to v1's build, and is no longer any other tag.
+	if res, b := e.call("POST", "/templates/tags", map[string]any{"target": "tg:v1", "tags": []string{"default"}}); res.StatusCode != http.StatusOK {
+		t.Errorf("assign default: %d %s", res.StatusCode, b)
+	}
+	if got, want := tags(), []tag{{"default", b1}, {"stable", b1}, {"v1", b1}}; !slices.Equal(got, want) {
+		t.Errorf("tags after removing prod and moving default: %v, want %v", got, want)
+	}
+
+	if res, b := e.call("DELETE", "/templates/tg", nil); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete template: %d %s", res.StatusCode, b)
+	}
+	if res, _ := e.call("GET", "/templates/tg/tags", nil); res.StatusCode != http.StatusNotFound {
+		t.Errorf("tags of a deleted template: %d", res.StatusCode)
+	}
+	e.fake.mu.Lock()
+	left := slices.Collect(maps.Keys(e.fake.images))
+	e.fake.mu.Unlock()
+	if !slices.Equal(left, []string{"plain"}) {
+		t.Errorf("images left after deleting tg: %v, want only plain", left)
+	}
+}
+
+// TestTemplateDelete: DELETE /templates/{id} removes a template built through
+// E2B's API (409 while a sandbox runs on it); other images and unknown IDs
+// answer E2B's 404 and nothing is removed.
+func TestTemplateDelete(t *testing.T) {
+	e := newTplEnv(t)
+	e.build("del-me")
+	apiErr := func(what, id string, want int, sub string) {
+		t.Helper()
+		res, b := e.call("DELETE", "/templates/"+id, nil)
+		var er struct {
+			Code    int
+			Message string
+		}
+		_ = json.Unmarshal(b, &er)
+		if res.StatusCode != want || er.Code != want || !strings.Contains(er.Message, sub) {
+			t.Errorf("%s: %d %s, want %d with %q", what, res.StatusCode, b, want, sub)
+		}
+	}
+	apiErr("unknown template", "no-such", http.StatusNotFound, `template "no-such" not found`)
+	apiErr("a dsec environment", "plain", http.StatusNotFound, "dsec image rm")
+	apiErr("base", "base", http.StatusNotFound, "not found")
+	if _, err := e.fake.Image(t.Context(), "plain"); err != nil {
+		t.Errorf("a refused delete removed environment plain: %v", err)
+	}
+
+	e.fake.mu.Lock()
+	e.fake.busy["del-me"] = true
+	e.fake.mu.Unlock()
+	apiErr("a template in use", "del-me", http.StatusConflict, "in use by a sandbox")
+	if res, _ := e.call("GET", "/templates/aliases/del-me", nil); res.StatusCode != http.StatusOK {
+		t.Errorf("a refused delete removed the template: alias lookup %d", res.StatusCode)
+	}
+	e.fake.mu.Lock()
+	e.fake.busy["del-me"] = false
+	e.fake.mu.Unlock()
+	if res, b := e.call("DELETE", "/templates/del-me", nil); res.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete template: %d %s", res.StatusCode, b)
+	}
+	if res, _ := e.call("GET", "/templates/aliases/del-me", nil); res.StatusCode != http.StatusNotFound {
+		t.Errorf("a deleted template is still found: alias lookup %d", res.StatusCode)
+	}
+	apiErr("a deleted template", "del-me", http.StatusNotFound, "not found")
 }
 
 func TestTemplateBuildErrors(t *testing.T) {
