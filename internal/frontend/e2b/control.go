@@ -178,9 +178,9 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 		}
 		creq := api.CreateSandboxRequest{Backend: tmpl.backend, Image: tmpl.image, Env: envOf(req.EnvVars), Labels: labels,
 			TTLSeconds: timeout, OnExpiry: expiryOf(action), Network: netPolicy,
+			StartCmd: tmpl.start, ReadyCmd: tmpl.ready,
 			// E2B's user has passwordless sudo: setuid programs must work.
 			AllowSetuid: true}
-		h.templateStart(r.Context(), &creq)
 		sb, err := h.svc.Create(r.Context(), creq)
 		if err != nil && errdefs.Is(err, api.CodeNotImplemented) && req.AllowInternetAccess == nil && !egressAsked(req.Network) {
 			// Internet access by default (not asked for) on a node or

@@ -283,6 +283,7 @@ func (h *Handler) deleteTemplate(w http.ResponseWriter, r *http.Request) {
 // removeImage removes image id, a snapshot or template (what, for errors),
 // and answers 204 (errors: see writeRemoveErr).
 func (h *Handler) removeImage(w http.ResponseWriter, r *http.Request, what, id string) {
+	defer h.templates.forget()
 	if err := h.svc.RemoveImage(r.Context(), id); err != nil {
 		h.writeRemoveErr(w, r, what, id, err)
 		return

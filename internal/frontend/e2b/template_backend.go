@@ -40,6 +40,9 @@ const templateListTTL = 2 * time.Second
 type template struct {
 	image   string // "" : the node's default image
 	backend string // "" : container
+	// start and ready are the commands a template build recorded on the
+	// image (templates.go), run at each create.
+	start, ready string
 }
 
 // imageList caches the service's image list for template lookups: a create
@@ -64,6 +67,13 @@ func (l *imageList) get(ctx context.Context, list func(context.Context) ([]api.I
 	}
 	l.images, l.at = imgs, time.Now()
 	return imgs, true, nil
+}
+
+// forget drops the cached list: an image was built or removed here.
+func (l *imageList) forget() {
+	l.mu.Lock()
+	l.images = nil
+	l.mu.Unlock()
 }
 
 // resolveTemplate says which image and backend template id creates.
@@ -103,7 +113,13 @@ func (h *Handler) resolveTemplate(ctx context.Context, id string) (template, err
 		return template{}, errdefs.Invalid("template %s: image %q records backend %q; E2B templates run on %s, %s or %s",
 			id, img.Name, backend, api.BackendContainer, api.BackendMicroVM, api.BackendFullVM)
 	}
-	return template{image: img.Name, backend: backend}, nil
+	t := template{image: img.Name, backend: backend}
+	if isTemplate(&img) {
+		if t.start = img.Config.Labels[tplLabelStart]; t.start != "" {
+			t.ready = img.Config.Labels[tplLabelReady]
+		}
+	}
+	return t, nil
 }
 
 // pickTemplate is the image serving template id among imgs.

@@ -6,7 +6,7 @@ package e2b
 // build context, and session.Images.BuildImage writes the environment named by
 // the template's alias. Start and ready commands are recorded on the
 // environment as image labels, and a create of the template starts them
-// (templateStart).
+// (resolveTemplate).
 
 import (
 	"archive/tar"
@@ -468,6 +468,7 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 	go func() { pw.CloseWithError(writeBuildContext(pw, dockerfile, files, tr.globs)) }()
 	res, err := h.svc.BuildImage(session.WithoutStep(ctx), api.BuildImageRequest{Name: id}, pr)
 	_ = pr.CloseWithError(io.ErrClosedPipe)
+	h.templates.forget()
 	if err != nil {
 		step, msg := tr.explain(err)
 		h.log.InfoContext(ctx, "e2b template build failed", "template", id, "build", buildID, "err", err)
@@ -676,22 +677,6 @@ func (h *Handler) resolveBase(ctx context.Context, spec e2bapi.TemplateBuildStar
 		from.user = img.Config.User
 	}
 	return from, nil
-}
-
-// templateStart sets the start and ready commands a template build recorded
-// on req's image (none for other images).
-func (h *Handler) templateStart(ctx context.Context, req *api.CreateSandboxRequest) {
-	if req.Image == "" || !templateName.MatchString(req.Image) {
-		return
-	}
-	img, err := h.templateImage(ctx, req.Image)
-	if err != nil || !isTemplate(img) {
-		return // the create reports an unknown image
-	}
-	req.StartCmd = img.Config.Labels[tplLabelStart]
-	if req.StartCmd != "" {
-		req.ReadyCmd = img.Config.Labels[tplLabelReady]
-	}
 }
 
 // newUUID returns a random (version 4) UUID, the form E2B's build IDs have.

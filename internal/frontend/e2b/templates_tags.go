@@ -83,6 +83,7 @@ func (h *Handler) tagTemplate(ctx context.Context, alias, tag, from string) erro
 	go func() { pw.CloseWithError(writeBuildContext(pw, df, nil, nil)) }()
 	_, err := h.svc.BuildImage(session.WithoutStep(ctx), api.BuildImageRequest{Name: tagEnv(alias, tag)}, pr)
 	_ = pr.CloseWithError(io.ErrClosedPipe)
+	h.templates.forget()
 	if err != nil {
 		return fmt.Errorf("tag %s:%s: %w", alias, tag, err)
 	}
