@@ -314,6 +314,17 @@ func pythonSDKSide(ctx context.Context, env []string, o CycleOptions) (*cycleSid
 	cmd := exec.Command(python, "-u", "-c", pythonCycle, image)
 	cmd.Env = env
 	cmd.Stderr = os.Stderr
+	work := "the Python SDK (dsec.Client: create, exec [\"true\"], delete) in one long-lived " + python + " process, timed in Python"
+	if dir != "" {
+		work += " (" + dir + ")"
+	}
+	return clientSide("python-sdk", "python SDK", work, cmd)
+}
+
+// clientSide starts cmd, a long-lived client process, as a side whose cycles it runs:
+// one per line written to its stdin, answered by "ok SECONDS" or "error
+// TEXT" on its stdout.
+func clientSide(name, what, work string, cmd *exec.Cmd) (*cycleSide, error) {
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, err
@@ -325,17 +336,6 @@ func pythonSDKSide(ctx context.Context, env []string, o CycleOptions) (*cycleSid
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	work := "the Python SDK (dsec.Client: create, exec [\"true\"], delete) in one long-lived " + python + " process, timed in Python"
-	if dir != "" {
-		work += " (" + dir + ")"
-	}
-	return clientSide("python-sdk", "python SDK", work, cmd, stdin, stdout), nil
-}
-
-// clientSide is a side whose cycles a long-lived client process cmd runs:
-// one per line written to its stdin, answered by "ok SECONDS" or "error
-// TEXT" on its stdout.
-func clientSide(name, what, work string, cmd *exec.Cmd, stdin io.WriteCloser, stdout io.Reader) *cycleSide {
 	lines := bufio.NewScanner(stdout)
 	return &cycleSide{name: name, work: work,
 		run: func(context.Context) (time.Duration, error) {
@@ -352,7 +352,7 @@ func clientSide(name, what, work string, cmd *exec.Cmd, stdin io.WriteCloser, st
 			s, err := strconv.ParseFloat(rest, 64)
 			return time.Duration(s * float64(time.Second)), err
 		},
-		close: func() { stdin.Close(); _ = cmd.Wait() }}
+		close: func() { stdin.Close(); _ = cmd.Wait() }}, nil
 }
 
 // e2bCycle is the e2b SDK side's client (an ES module run by node in a
@@ -402,19 +402,8 @@ func e2bSDKSide(ctx context.Context, srv *serverProc, o CycleOptions) (*cycleSid
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "E2B_API_URL="+srv.Addr, "E2B_SANDBOX_URL="+srv.Addr, "E2B_API_KEY=e2b_"+srv.Token)
 	cmd.Stderr = os.Stderr
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
 	work := "E2B's JS SDK (" + dir + "/node_modules/e2b: Sandbox.create, commands.run('true'), kill) in one long-lived " + node + " process against the E2B API, timed in Node"
-	return clientSide("e2b-sdk", "e2b SDK", work, cmd, stdin, stdout), nil
+	return clientSide("e2b-sdk", "e2b SDK", work, cmd)
 }
 
 // peerCycleSide runs `true` in a container of the peer's one-shot run (which
