@@ -17,7 +17,7 @@ func TestRealGoTestTestify(t *testing.T) {
 		dir = "/var/lib/dsec/images"
 	}
 	if _, err := os.Stat(filepath.Join(dir, "judge", "rootfs", "usr/share/gocode/src/github.com/stretchr/testify/assert")); err != nil {
-		t.Skip("the judge image predates golang-github-stretchr-testify-dev in scripts/judge-language-packages.txt (make setup rebuilds it)")
+		t.Fatalf("the judge image has no testify (%v): it predates golang-github-stretchr-testify-dev in scripts/judge-language-packages.txt; make setup rebuilds it", err)
 	}
 	const fn = "package main\n\nimport (\n\t\"testing\"\n\n\t\"github.com/stretchr/testify/assert\"\n\t\"github.com/stretchr/testify/require\"\n)\n\n" +
 		"func Clamp(v, lo, hi int) int {\n\tif v < lo {\n\t\treturn lo\n\t}\n\tif v > hi {\n\t\treturn HI\n\t}\n\treturn v\n}\n\n" +
