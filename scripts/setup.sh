@@ -274,12 +274,39 @@ judge_python_packages() {
 	sed -e 's/#.*//' $JUDGE_LISTS | tr -s ' \t\n' ' ' | sed -e 's/^ //' -e 's/ $//'
 }
 
+# JUDGE_GO_ENV is the Go environment of FnCall's go and go_test runs
+# (internal/backend/fncall/judge.go, internal/frontend/sandboxfusion/runcode.go).
+JUDGE_GO_ENV="GOPATH=/usr/share/gocode GO111MODULE=off CGO_ENABLED=0 GOPROXY=off"
+
+# judge_go_install TREE: the standard library and testify (with its
+# dependencies) compiled and installed as the runs build them (CGO_ENABLED=0,
+# GOPATH mode), so that a go or go_test run compiles only its own files:
+# Debian's installed standard library is built with cgo, so without this every
+# run recompiled net, crypto/tls and net/http (which testify imports), ~6 s of
+# a go_test call here.
+judge_go_install() {
+	mount -t proc proc "$1/proc" || die "image judge: cannot mount /proc in $1"
+	# shellcheck disable=SC2016 # expanded inside the tree
+	if ! chroot "$1" env $JUDGE_GO_ENV GOCACHE=/w/tmp/.gocache HOME=/w/tmp sh -c \
+		'go install std && go install $(go list -deps github.com/stretchr/testify/... | grep "\.")'; then
+		umount "$1/proc" || true
+		die "image judge: installing Go's standard library and testify failed"
+	fi
+	umount "$1/proc" || die "image judge: cannot unmount $1/proc"
+	rm -rf "$1/w/tmp/.gocache"
+}
+
 build_judge() {
 	img="$DSEC_IMAGES_DIR/judge"
 	pyp=$(judge_python_packages)
 	# Cached only when built with the same packages (an image built
 	# before the list existed has no record, and is rebuilt).
 	if [ -f "$img/image.json" ] && [ -d "$img/rootfs" ] && [ "$(cat "$img/extra-packages" 2>/dev/null)" = "$pyp" ]; then
+		if [ ! -f "$img/go-installed" ]; then
+			log "image judge: installing Go's standard library and testify for CGO_ENABLED=0"
+			judge_go_install "$img/rootfs"
+			: >"$img/go-installed"
+		fi
 		log "image judge: cached"
 		return 0
 	fi
@@ -319,8 +346,10 @@ build_judge() {
 	chmod 1777 "$tree/w/tmp"
 	rm -rf "$tree/tmp"
 	ln -s /w/tmp "$tree/tmp"
+	judge_go_install "$tree"
 	install_rootfs "$tree" "$img"
 	printf '%s' "$pyp" >"$img/extra-packages"
+	: >"$img/go-installed"
 	write_manifest "$img" judge "Debian $SUITE minbase + python3 (SandboxFusion's packages: scripts/judge-python-packages.txt), gcc, g++, golang-go, bash, scripts/judge-language-packages.txt (FnCall)"
 	log "image judge: built in $(since "$t")"
 }
