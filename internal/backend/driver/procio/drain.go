@@ -1,8 +1,12 @@
 package procio
 
 import (
+	"errors"
+	"os"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // DrainMax bounds Drain however busy the pumps are: a descendant that keeps
@@ -57,4 +61,45 @@ func (a *activity) wait(done <-chan struct{}, grace, limit time.Duration, stop f
 	}
 	stop()
 	<-done
+}
+
+// restMax bounds what drainRest takes after Drain gave up: a descendant that
+// keeps writing cannot hold the stop.
+const restMax = 1 << 20
+
+// stopReading ends a pump's wait on f: at once (a read deadline in the past)
+// when f is pollable, so the pump still takes what f holds (drainRest), else
+// by closing f.
+func stopReading(f *os.File) {
+	if f.SetReadDeadline(time.Now()) != nil {
+		f.Close()
+	}
+}
+
+// drainRest is a pump's last step once stopReading stopped it (err is the
+// read's error): it takes what f holds now without waiting, up to restMax
+// bytes, and hands it to write. Output the process wrote before it exited is
+// kept even when the pump had not been scheduled to read it within the grace
+// (a busy machine). On a terminal whose slave ends are all closed the kernel
+// first flushes what it still buffers, so nothing in flight is lost there
+// either.
+func drainRest(f *os.File, err error, buf []byte, write func([]byte) error) {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return
+	}
+	rc, cerr := f.SyscallConn()
+	if cerr != nil {
+		return
+	}
+	for total := 0; total < restMax; {
+		var n int
+		var rerr error
+		if rc.Control(func(fd uintptr) { n, rerr = unix.Read(int(fd), buf) }) != nil || rerr != nil || n <= 0 {
+			return // EAGAIN: nothing more now; EIO/EOF: every writer is gone
+		}
+		total += n
+		if write(buf[:n]) != nil {
+			return
+		}
+	}
 }

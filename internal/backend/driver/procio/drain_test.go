@@ -135,3 +135,68 @@ func dupFile(f *os.File) (*os.File, error) {
 }
 
 func dupCloexec(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0) }
+
+// TestDrainKeepsUnreadOutput: output the process wrote before it exited is
+// delivered even when Drain gives up before the pump read it (the pump not
+// scheduled within the grace on a busy machine). The pump is made to stall
+// from the start here by a read deadline already past, which is how Drain
+// stops it; the holder keeps the pipe open, so only the grace ends the drain.
+func TestDrainKeepsUnreadOutput(t *testing.T) {
+	var out bytes.Buffer
+	p, err := Open(driver.Stdio{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	holder, err := dupFile(p.Child[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	want := bytes.Repeat([]byte("0123456789abcdef"), 2048) // 32 KiB: the pipe holds it
+	if _, err := p.Child[1].Write(want); err != nil {
+		t.Fatal(err)
+	}
+	p.CloseChild()
+	if err := p.outR[0].SetReadDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	p.Start()
+	p.Drain(DrainGrace)
+	if !bytes.Equal(out.Bytes(), want) {
+		t.Fatalf("drained %d of %d bytes", out.Len(), len(want))
+	}
+}
+
+// TestTermDrainKeepsUnreadOutput: the same for a terminal, whose slave is
+// closed (the program exited) before the pump could read.
+func TestTermDrainKeepsUnreadOutput(t *testing.T) {
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term := NewTerm(master)
+	defer term.Close()
+	slave, err := OpenPeer(master)
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder, err := dupFile(slave)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	if _, err := slave.WriteString("tty output\n"); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	if err := master.SetReadDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	term.Start(nil, &out)
+	term.Drain(DrainGrace)
+	if out.String() != "tty output\r\n" {
+		t.Fatalf("terminal output %q", out.String())
+	}
+}

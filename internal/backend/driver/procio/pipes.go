@@ -152,19 +152,24 @@ func (p *Pipes) Start() {
 // other's), recording its progress for Drain. A failing writer ends the copy.
 func (p *Pipes) pump(r *os.File, w io.Writer) {
 	buf := make([]byte, 32<<10)
+	write := func(b []byte) error {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		_, err := w.Write(b)
+		return err
+	}
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			p.act.beginWrite()
-			p.mu.Lock()
-			_, werr := w.Write(buf[:n])
-			p.mu.Unlock()
+			werr := write(buf[:n])
 			p.act.endWrite()
 			if werr != nil {
 				return
 			}
 		}
 		if err != nil {
+			drainRest(r, err, buf, write)
 			return
 		}
 	}
@@ -182,7 +187,7 @@ func (p *Pipes) drain(grace, limit time.Duration) {
 	p.act.wait(drained, grace, limit, func() {
 		for _, r := range p.outR {
 			if r != nil {
-				r.Close()
+				stopReading(r)
 			}
 		}
 	})

@@ -119,18 +119,25 @@ func (t *Term) Start(in io.Reader, out io.Writer) {
 	go func() {
 		defer close(t.done)
 		buf := make([]byte, 32<<10)
+		write := func(b []byte) error {
+			_, err := out.Write(b)
+			return err
+		}
 		for {
 			n, err := t.master.Read(buf)
 			if n > 0 {
 				t.act.beginWrite()
-				_, werr := out.Write(buf[:n])
+				werr := write(buf[:n])
 				t.act.endWrite()
 				if werr != nil {
 					out = io.Discard // keep reading: the program must not block on a full terminal
 				}
 			}
 			if err != nil {
-				return // EIO: every slave end is closed; or Close
+				// EIO: every slave end is closed; a deadline: Drain
+				// stopped the pump; or Close
+				drainRest(t.master, err, buf, write)
+				return
 			}
 		}
 	}()
@@ -175,11 +182,7 @@ func (t *Term) pumpInput(in io.Reader) {
 // holds the terminal ended). Like Pipes.Drain it gives up once no output has
 // come for grace while the caller's writer was not busy, or after DrainMax.
 func (t *Term) Drain(grace time.Duration) {
-	t.act.wait(t.done, grace, DrainMax, func() {
-		if t.master.SetReadDeadline(time.Now()) != nil {
-			t.Close() // not pollable: closing ends the read
-		}
-	})
+	t.act.wait(t.done, grace, DrainMax, func() { stopReading(t.master) })
 }
 
 // Resize sets the window size.
