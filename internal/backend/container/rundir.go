@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/backend/initbin"
 )
 
 // The run dir holds every sandbox's control socket and mountpoints (root and
@@ -46,14 +49,20 @@ func mountRunTmpfs(dir string) (bool, error) {
 }
 
 // unmountRunTmpfs detaches the driver's tmpfs from dir if nothing is left in
-// it (no sandbox socket or mountpoint: every sandbox is gone).
+// it (no sandbox socket or mountpoint: every sandbox is gone). Copies of the
+// init (this build's or an earlier one's) do not count: no sandbox runs.
 func unmountRunTmpfs(dir string) error {
 	if !onMemoryFS(dir) {
 		return nil
 	}
 	ents, err := os.ReadDir(dir)
-	if err != nil || len(ents) > 0 {
+	if err != nil {
 		return nil
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !strings.HasPrefix(e.Name(), initbin.NamePrefix) {
+			return nil
+		}
 	}
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil || st.Type != unix.TMPFS_MAGIC {

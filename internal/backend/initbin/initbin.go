@@ -23,11 +23,14 @@ var binary []byte
 // Bytes returns the embedded dsec-init binary. Callers must not modify it.
 func Bytes() []byte { return binary }
 
+// NamePrefix begins every name Install gives (the binary of any build).
+const NamePrefix = "dsec-init-"
+
 // Name returns the content-addressed file name Install uses:
 // dsec-init-<first 12 hex digits of the sha256>.
 func Name() string {
 	sum := sha256.Sum256(binary)
-	return "dsec-init-" + hex.EncodeToString(sum[:])[:12]
+	return NamePrefix + hex.EncodeToString(sum[:])[:12]
 }
 
 // Install writes the binary into dir (created if missing) under Name, mode
