@@ -62,17 +62,7 @@ func TestDrainWaitsForASlowConsumer(t *testing.T) {
 // TestDrainStopsOnAnIdleHolder: a descendant that keeps the pipe open and
 // writes nothing ends the drain after about the grace.
 func TestDrainStopsOnAnIdleHolder(t *testing.T) {
-	var out bytes.Buffer
-	p, err := Open(driver.Stdio{Stdout: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	holder, err := dupFile(p.Child[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
+	p, out := heldPipes(t)
 	p.Start()
 	if _, err := p.Child[1].WriteString("x"); err != nil {
 		t.Fatal(err)
@@ -126,6 +116,24 @@ func TestDrainStopsOnABusyHolder(t *testing.T) {
 	}
 }
 
+// heldPipes opens Pipes whose stdout goes to the returned buffer and whose
+// child end a descendant (a duplicate closed when the test ends) keeps open.
+func heldPipes(t *testing.T) (*Pipes, *bytes.Buffer) {
+	t.Helper()
+	out := &bytes.Buffer{}
+	p, err := Open(driver.Stdio{Stdout: out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	holder, err := dupFile(p.Child[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Close() })
+	return p, out
+}
+
 func dupFile(f *os.File) (*os.File, error) {
 	fd, err := dupCloexec(int(f.Fd()))
 	if err != nil {
@@ -142,17 +150,7 @@ func dupCloexec(fd int) (int, error) { return unix.FcntlInt(uintptr(fd), unix.F_
 // from the start here by a read deadline already past, which is how Drain
 // stops it; the holder keeps the pipe open, so only the grace ends the drain.
 func TestDrainKeepsUnreadOutput(t *testing.T) {
-	var out bytes.Buffer
-	p, err := Open(driver.Stdio{Stdout: &out})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	holder, err := dupFile(p.Child[1])
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
+	p, out := heldPipes(t)
 	want := bytes.Repeat([]byte("0123456789abcdef"), 2048) // 32 KiB: the pipe holds it
 	if _, err := p.Child[1].Write(want); err != nil {
 		t.Fatal(err)
