@@ -22,6 +22,7 @@ type sandbox struct {
 	drv        driver.Driver                    // the backend's driver (rec.Backend)
 	lastActive atomic.Int64                     // unix nanos
 	lastUsage  atomic.Pointer[api.SandboxUsage] // Usage's last look (usage.go); never nil
+	hist       usageHistory                     // usage samples (usagehistory.go)
 
 	mu      sync.Mutex // guards rec, inst, procs; held across pause/resume/reset
 	rec     *record

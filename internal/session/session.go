@@ -185,6 +185,9 @@ type Resources interface {
 	// out), or of every sandbox when ids is empty. It must not wait for a
 	// sandbox a long operation holds (it reports what it last read).
 	SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxUsage, error)
+	// UsageHistory is a sandbox's usage samples, kept by its node so that
+	// every API server answers the same series (api.UsageHistoryRequest).
+	UsageHistory(ctx context.Context, id string, req api.UsageHistoryRequest) ([]api.UsageSample, error)
 }
 
 // Display is the screen of a sandbox whose backend has one

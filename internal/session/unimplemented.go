@@ -116,6 +116,9 @@ func (Unimplemented) SetCPUClass(context.Context, string, string) (api.Sandbox, 
 func (Unimplemented) SandboxUsage(context.Context, []string) ([]api.SandboxUsage, error) {
 	return nil, NotImplemented("sandbox usage")
 }
+func (Unimplemented) UsageHistory(context.Context, string, api.UsageHistoryRequest) ([]api.UsageSample, error) {
+	return nil, NotImplemented("usage history")
+}
 
 func (Unimplemented) Screenshot(context.Context, string) ([]byte, error) {
 	return nil, NotImplemented("screenshots")

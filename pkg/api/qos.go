@@ -1,5 +1,7 @@
 package api
 
+import "time"
+
 // CPU classes (CreateSandboxRequest.CPUClass, SetCPUClassRequest).
 const (
 	CPUClassLS = "ls" // latency-sensitive: competes normally, core scheduling where the kernel has it
@@ -80,4 +82,36 @@ type SandboxUsage struct {
 	// CPULimit its limit in cores.
 	CPUSeconds float64 `json:"cpu_seconds"`
 	CPULimit   float64 `json:"cpu_limit"`
+}
+
+// UsageSamplePeriod is the shortest time between two samples of a sandbox's
+// usage history: a request that finds a sample younger than this takes none.
+const UsageSamplePeriod = 5 * time.Second
+
+// UsageSample is one reading of a sandbox's use, kept by its node in the
+// sandbox's usage history (E2B's metrics series).
+type UsageSample struct {
+	At time.Time `json:"at"`
+	// CPUPercent is the CPU used since the previous sample (since creation for
+	// the first) in percent of CPULimit cores (of one core without a limit),
+	// 0..100; CPULimit the limit in cores (0: none).
+	CPUPercent float64 `json:"cpu_percent"`
+	CPULimit   float64 `json:"cpu_limit"`
+	// MemoryBytes is the memory charged (0 when the backend does not say);
+	// MemoryLimitBytes the limit.
+	MemoryBytes      int64 `json:"memory_bytes"`
+	MemoryLimitBytes int64 `json:"memory_limit_bytes"`
+	// DiskUsedBytes and DiskTotalBytes are the root file system as df sees it
+	// inside the sandbox (0 while it cannot run a command, e.g. paused).
+	DiskUsedBytes  int64 `json:"disk_used_bytes"`
+	DiskTotalBytes int64 `json:"disk_total_bytes"`
+}
+
+// UsageHistoryRequest selects samples of a sandbox's usage history: those
+// taken from Start to UsageSamplePeriod after End (nil: unbounded). A window
+// that reaches the present takes a sample first, unless the newest is
+// younger than UsageSamplePeriod.
+type UsageHistoryRequest struct {
+	Start *time.Time `json:"start,omitempty"`
+	End   *time.Time `json:"end,omitempty"`
 }

@@ -153,7 +153,11 @@ test('allowPublicTraffic false: a port answers only with the traffic access toke
 
 const reach = `python3 -c "import urllib.request as u; print(u.urlopen('http://${hostAddr}:8080/', timeout=5).status)"`
 
-test('allowInternetAccess true (the default) reaches a host outside the node', async () => {
+// DSEC_E2B_NO_OUTSIDE_HOST (the reason) where the sandboxes' node cannot route to
+// the test host (a cluster whose agents run in network namespaces of their own).
+const outside = { skip: process.env.DSEC_E2B_NO_OUTSIDE_HOST || false }
+
+test('allowInternetAccess true (the default) reaches a host outside the node', outside, async () => {
   await waitFor(async () => { // the test host's server is up
     try {
       execFileSync('ip', ['netns', 'exec', ns, 'python3', '-c', `import socket; socket.create_connection(("${hostAddr}", 8080), 1)`], { stdio: 'ignore' })
@@ -176,7 +180,7 @@ test('allowInternetAccess false: the connection is refused', async () => {
   assert.equal((await offline.getInfo()).allowInternetAccess, false)
 })
 
-test('network.denyOut/allowOut and updateNetwork: allow wins, the rest is denied; domain names are rules, malformed ones refused', async () => {
+test('network.denyOut/allowOut and updateNetwork: allow wins, the rest is denied; domain names are rules, malformed ones refused', outside, async () => {
   const only = await create({ network: { denyOut: ['0.0.0.0/0'], allowOut: [hostAddr] } })
   assert.equal((await only.commands.run(reach)).stdout, '200\n')
   const denied = await create({ network: { denyOut: [hostAddr] } })

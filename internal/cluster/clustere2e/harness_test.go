@@ -88,6 +88,8 @@ type env struct {
 	agents  []*agent
 	apis    []*proc
 	apiAddr []string
+	// apiArgs are further flags of every API server startAPI starts.
+	apiArgs []string
 	token   string
 	// maxSandboxes is each agent's --max-sandboxes (setupCapacity).
 	maxSandboxes int
@@ -360,6 +362,7 @@ func (e *env) startAPI(i int) {
 	p := &proc{name: fmt.Sprintf("apiserver %d", i), args: []string{"apiserver", "--etcd", e.etcdEPs, "--listen", e.apiAddr[i],
 		"--data-dir", filepath.Join(e.dir, fmt.Sprintf("api%d", i)), "--cluster-secret-file", e.secret, "--log-level", "debug",
 		"--blob-store", "dir:" + e.blobs(), "--quota-reconcile", "2s"}}
+	p.args = append(p.args, e.apiArgs...)
 	e.start(p)
 	e.apis[i] = p
 	e.waitFor(p.name+" listening", 30*time.Second, func() error {

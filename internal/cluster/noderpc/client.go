@@ -430,6 +430,11 @@ func (c *Client) SandboxUsage(ctx context.Context, ids []string) ([]api.SandboxU
 	return callFor[[]api.SandboxUsage](ctx, c, "SandboxUsage", callArgs{IDs: ids})
 }
 
+// UsageHistory is the node's usage samples of sandbox id.
+func (c *Client) UsageHistory(ctx context.Context, id string, req api.UsageHistoryRequest) ([]api.UsageSample, error) {
+	return callFor[[]api.UsageSample](ctx, c, "UsageHistory", callArgs{ID: id, Usage: &req})
+}
+
 // ListTrajectories lists the trajectories the node logs.
 func (c *Client) ListTrajectories(ctx context.Context) ([]api.Trajectory, error) {
 	return callFor[[]api.Trajectory](ctx, c, "ListTrajectories", callArgs{})

@@ -37,6 +37,7 @@ type callArgs struct {
 	Input     *api.InputRequest         `json:"input,omitempty"`
 	HTTP      *httpCall                 `json:"http,omitempty"`
 	IDs       []string                  `json:"ids,omitempty"`
+	Usage     *api.UsageHistoryRequest  `json:"usage,omitempty"`
 }
 
 // val is *p, or T's zero value for nil.
@@ -153,6 +154,9 @@ var methods = map[string]method{
 	},
 	"ImagePulls": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.ImagePulls(ctx, a.ID)
+	},
+	"UsageHistory": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.UsageHistory(ctx, a.ID, val(a.Usage))
 	},
 	"Screenshot": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.Screenshot(ctx, a.ID)

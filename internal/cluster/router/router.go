@@ -332,6 +332,10 @@ func (r *Router) SetCPUClass(ctx context.Context, id, class string) (api.Sandbox
 }
 
 // Screenshot: the owning node's display.
+func (r *Router) UsageHistory(ctx context.Context, id string, req api.UsageHistoryRequest) ([]api.UsageSample, error) {
+	return on(r, id, func(s session.Service) ([]api.UsageSample, error) { return s.UsageHistory(ctx, id, req) })
+}
+
 func (r *Router) Screenshot(ctx context.Context, id string) ([]byte, error) {
 	return on(r, id, func(s session.Service) ([]byte, error) { return s.Screenshot(ctx, id) })
 }

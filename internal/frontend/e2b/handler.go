@@ -97,8 +97,6 @@ type Handler struct {
 	// a sandbox's image (see workdir).
 	workdirs  map[string]string
 	imageDirs map[string]imageDir
-
-	cpu cpuSamples // by sandbox: its last CPU reading (metrics.go)
 }
 
 // New returns a Handler serving svc.
@@ -388,5 +386,4 @@ func (h *Handler) forget(id string) {
 	delete(h.groups, id)
 	delete(h.workdirs, id)
 	h.mu.Unlock()
-	h.cpu.forget(id)
 }
