@@ -11,6 +11,7 @@ package e2b
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"cmp"
 	"compress/gzip"
 	"context"
@@ -466,7 +467,9 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 	logf(e2bapi.LogLevelInfo, "base", "Building template "+id+" (build "+buildID+")")
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeBuildContext(pw, dockerfile, files, tr.globs)) }()
-	res, err := h.svc.BuildImage(session.WithoutStep(ctx), api.BuildImageRequest{Name: id}, pr)
+	out := &logLines{emit: func(line string) { logf(e2bapi.LogLevelInfo, "", line) }}
+	res, err := h.svc.BuildImage(session.WithoutStep(ctx), api.BuildImageRequest{Name: id, Output: out}, pr)
+	out.flush()
 	_ = pr.CloseWithError(io.ErrClosedPipe)
 	h.templates.forget()
 	if err != nil {
@@ -497,6 +500,49 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 	}
 	logf(e2bapi.LogLevelInfo, "finalize", fmt.Sprintf("Template %s built: %d layer steps, %d from the cache, %.1f s", id, res.LayerSteps, res.CacheHits, res.Millis/1000))
 	h.tpl.update(buildID, func(b *templateBuild) { b.status = e2bapi.TemplateBuildStatusReady })
+}
+
+// maxLogLine is the longest build log entry; a longer line is split.
+const maxLogLine = 16 << 10
+
+// logLines turns the build's RUN output into log entries, one per line, as
+// it is written: the SDK's status polls (logsOffset) see them while the
+// build runs.
+type logLines struct {
+	mu   sync.Mutex
+	emit func(line string)
+	part []byte
+}
+
+func (l *logLines) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			l.part = append(l.part, b...)
+			for len(l.part) >= maxLogLine {
+				l.emit(string(l.part[:maxLogLine]))
+				l.part = append(l.part[:0], l.part[maxLogLine:]...)
+			}
+			break
+		}
+		l.part = append(l.part, b[:i]...)
+		l.emit(strings.TrimSuffix(string(l.part), "\r"))
+		l.part, b = l.part[:0], b[i+1:]
+	}
+	return n, nil
+}
+
+// flush emits an unterminated last line.
+func (l *logLines) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.part) > 0 {
+		l.emit(string(l.part))
+		l.part = nil
+	}
 }
 
 // defaultImage is the node's default image (E2B's base image and template).
