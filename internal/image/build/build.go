@@ -653,7 +653,7 @@ func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.
 		return nil
 	}
 	sb, err := r.b.Sandboxes.Create(ctx, api.CreateSandboxRequest{Backend: r.backend(), Image: st.from,
-		Labels: map[string]string{"dsec.build": r.req.Name}})
+		CPU: r.req.CPU, MemoryBytes: r.req.MemoryBytes, Labels: map[string]string{"dsec.build": r.req.Name}})
 	if err != nil {
 		return fmt.Errorf("Dockerfile line %d: sandbox for the step: %w", step.Line, err)
 	}
