@@ -33,6 +33,9 @@ type flight struct {
 // do returns the result of fn for key, run once for the callers waiting at
 // the same time; fn's context ends when every such caller's has.
 func (g *flights) do(ctx context.Context, key string, fn func(ctx context.Context) (any, error)) (any, error) {
+	if ctx.Err() != nil {
+		return nil, waitErr(ctx, key) // gone already: start nothing
+	}
 	g.mu.Lock()
 	if g.m == nil {
 		g.m = map[string]*flight{}
@@ -62,12 +65,17 @@ func (g *flights) do(ctx context.Context, key string, fn func(ctx context.Contex
 		return f.val, f.err
 	case <-ctx.Done():
 		g.leave(key, f)
-		what := strings.ReplaceAll(key, "\x00", " ")
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for %s", what)
-		}
-		return nil, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+		return nil, waitErr(ctx, key)
 	}
+}
+
+// waitErr is the error of a caller whose ctx ended waiting for key.
+func waitErr(ctx context.Context, key string) error {
+	what := strings.ReplaceAll(key, "\x00", " ")
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for %s", what)
+	}
+	return fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 }
 
 // leave counts a waiter of f out; the last one to leave before f ends
