@@ -21,7 +21,9 @@ import (
 // the image and starts the sandbox, which then takes the placeholder's ID
 // (state running), or the placeholder stays with the error (state failed)
 // until it is deleted. Deleting a placeholder stops its create; the fetch
-// goes on for other creates of the image (and leaves the image on the node).
+// goes on while another create (or `dsec image pull`) waits for the image,
+// and stops when none does: the registry transfers end and the partial
+// layers are removed (internal/image/pull).
 // Each placeholder has a record (DATA_DIR/creating/ID.json: the request, and
 // the error once failed): an agent that restarts takes up the creates it had
 // not finished, under the same IDs, and keeps the failed ones.

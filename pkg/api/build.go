@@ -1,5 +1,7 @@
 package api
 
+import "io"
+
 // BuildImageRequest is a Dockerfile build (POST /v1/images:build, query
 // parameters; the body is the build context as a tar stream, plain or gzip).
 type BuildImageRequest struct {
@@ -14,6 +16,14 @@ type BuildImageRequest struct {
 	Target string `json:"target,omitempty"`
 	// RunTimeoutMs bounds each RUN (default 30 minutes).
 	RunTimeoutMs int64 `json:"run_timeout_ms,omitempty"`
+	// CPU and MemoryBytes are the limits of the sandboxes RUN steps run in
+	// (0: a sandbox's defaults).
+	CPU         float64 `json:"cpu,omitempty"`
+	MemoryBytes int64   `json:"memory_bytes,omitempty"`
+	// Output, when set, receives each RUN's output (stdout and stderr) as
+	// the command writes it, while the build runs. Only an in-process caller
+	// sets it (an E2B template build's logs); it is not sent over the wire.
+	Output io.Writer `json:"-"`
 }
 
 // BuildStep is one instruction of a build as it ran.

@@ -2,14 +2,10 @@ package node
 
 import (
 	"context"
-	"math/rand/v2"
 	"net/http/httptest"
 	"testing"
 	"time"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
-	"github.com/dsec-dev/dsec/internal/image/registry/registrytest"
 	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
@@ -26,16 +22,7 @@ func TestCreateWithoutWait(t *testing.T) {
 	cl := client.New(srv.URL, "test", client.WithRetry(0))
 	ctx := context.Background()
 
-	body := make([]byte, 256<<10)
-	rnd := rand.New(rand.NewPCG(11, 12))
-	for i := range body {
-		body[i] = byte(rnd.Uint32())
-	}
-	ref := reg.Host + "/tasks/nowait:1"
-	want := reg.Push(t, "tasks/nowait:1", registrytest.Image(t, v1.Config{}, busyboxLayer(t), registrytest.Layer(t, regEntry{Name: "data/big", Body: string(body)})))
-	const stallAt = 32 << 10
-	reg.Stall(stallAt)
-	t.Cleanup(reg.Resume) // on failure too: the registry's Close waits for its stalled requests
+	ref, want := stalledImage(t, reg, "tasks/nowait:1", 11)
 	noWait := false
 
 	start := time.Now()
@@ -47,7 +34,7 @@ func TestCreateWithoutWait(t *testing.T) {
 	var got api.Sandbox
 	testwait.For(t, 60*time.Second, "GET to show the stalled layer", func() bool {
 		got, err = cl.Get(ctx, sb.ID)
-		return err == nil && got.Pull != nil && len(got.Pull.Layers) == 2 && got.Pull.Layers[1].FetchedBytes == stallAt
+		return err == nil && got.Pull != nil && len(got.Pull.Layers) == 2 && got.Pull.Layers[1].FetchedBytes == stallBytes
 	})
 	if got.State != api.StatePulling || got.ImageDigest != want || got.Pull.Digest != want {
 		t.Fatalf("GET while pulling %+v, want state pulling of %s", got, want)

@@ -177,6 +177,7 @@ func (h *Handler) create(defTimeout int64) http.HandlerFunc {
 			return
 		}
 		creq := api.CreateSandboxRequest{Backend: tmpl.backend, Image: tmpl.image, Env: envOf(req.EnvVars), Labels: labels,
+			CPU: tmpl.cpu, MemoryBytes: tmpl.memoryBytes,
 			TTLSeconds: timeout, OnExpiry: expiryOf(action), Network: netPolicy,
 			StartCmd: tmpl.start, ReadyCmd: tmpl.ready,
 			// E2B's user has passwordless sudo: setuid programs must work.

@@ -3,6 +3,7 @@ package e2b
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,9 @@ type template struct {
 	// start and ready are the commands a template build recorded on the
 	// image (templates.go), run at each create.
 	start, ready string
+	// cpu and memoryBytes are the template's resources (0: the defaults).
+	cpu         float64
+	memoryBytes int64
 }
 
 // imageList caches the service's image list for template lookups: a create
@@ -117,6 +121,12 @@ func (h *Handler) resolveTemplate(ctx context.Context, id string) (template, err
 	if isTemplate(&img) {
 		if t.start = img.Config.Labels[tplLabelStart]; t.start != "" {
 			t.ready = img.Config.Labels[tplLabelReady]
+		}
+		if n, err := strconv.Atoi(img.Config.Labels[tplLabelCPU]); err == nil && n > 0 {
+			t.cpu = float64(n)
+		}
+		if n, err := strconv.ParseInt(img.Config.Labels[tplLabelMemory], 10, 64); err == nil && n > 0 {
+			t.memoryBytes = n << 20
 		}
 	}
 	return t, nil

@@ -11,6 +11,7 @@ package e2b
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"cmp"
 	"compress/gzip"
 	"context"
@@ -43,11 +44,21 @@ const (
 	tplLabelBuild    = "dev.dsec.e2b.build"    // the build ID that wrote it
 	tplLabelStart    = "dev.dsec.e2b.start-cmd"
 	tplLabelReady    = "dev.dsec.e2b.ready-cmd"
+	// The template's resources (cpuCount, memoryMB of the build request):
+	// the defaults of the sandboxes created from it.
+	tplLabelCPU    = "dev.dsec.e2b.cpu-count"
+	tplLabelMemory = "dev.dsec.e2b.memory-mb"
+	// tplLabelForce records the build that rebuilt the steps from a forced
+	// one on (force, skipCache): it changes the cache keys of what follows.
+	tplLabelForce = "dev.dsec.e2b.force"
 )
 
 // E2B's default base image (Template().fromBaseImage(), and a template that
 // names no base): it means the node's default image, as the "base" template does.
 const e2bBaseImage = "e2bdev/base"
+
+// minTemplateMemoryMB is the least memory a template may ask for.
+const minTemplateMemoryMB = 64
 
 // uploadLinkTTL is how long an upload link the build hands out stays valid.
 const uploadLinkTTL = time.Hour
@@ -82,6 +93,8 @@ type templateBuild struct {
 	created    time.Time
 	templateID string
 	tags       []string
+	// cpu and memMB are the template's resources (0: the defaults).
+	cpu, memMB int32
 	started    bool
 	status     e2bapi.TemplateBuildStatus
 	logs       []e2bapi.BuildLogEntry
@@ -246,8 +259,21 @@ func (h *Handler) requestTemplateBuild(w http.ResponseWriter, r *http.Request) {
 	if len(tags) == 0 {
 		tags = []string{"default"}
 	}
+	b := &templateBuild{created: time.Now(), templateID: alias, tags: tags, status: e2bapi.TemplateBuildStatusWaiting}
+	if req.CpuCount != nil {
+		if b.cpu = *req.CpuCount; b.cpu < 1 {
+			h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("cpuCount %d: at least 1", b.cpu))
+			return
+		}
+	}
+	if req.MemoryMB != nil {
+		if b.memMB = *req.MemoryMB; b.memMB < minTemplateMemoryMB {
+			h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("memoryMB %d: at least %d", b.memMB, minTemplateMemoryMB))
+			return
+		}
+	}
 	buildID := newUUID()
-	h.tpl.add(buildID, &templateBuild{created: time.Now(), templateID: alias, tags: tags, status: e2bapi.TemplateBuildStatusWaiting})
+	h.tpl.add(buildID, b)
 	writeJSON(w, http.StatusAccepted, e2bapi.TemplateRequestResponseV3{TemplateID: alias, BuildID: buildID,
 		Aliases: []string{alias}, Names: []string{alias}, Tags: tags})
 }
@@ -421,6 +447,12 @@ func (h *Handler) startTemplateBuild(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
+	if b.cpu > 0 {
+		tr.label(tplLabelCPU, strconv.Itoa(int(b.cpu)))
+	}
+	if b.memMB > 0 {
+		tr.label(tplLabelMemory, strconv.Itoa(int(b.memMB)))
+	}
 	files := map[string]string{}
 	for _, hash := range tr.files {
 		p, ok := h.tpl.uploaded(hash)
@@ -466,7 +498,11 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 	logf(e2bapi.LogLevelInfo, "base", "Building template "+id+" (build "+buildID+")")
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeBuildContext(pw, dockerfile, files, tr.globs)) }()
-	res, err := h.svc.BuildImage(session.WithoutStep(ctx), api.BuildImageRequest{Name: id}, pr)
+	out := &logLines{emit: func(line string) { logf(e2bapi.LogLevelInfo, "", line) }}
+	b, _ := h.tpl.get(buildID)
+	req := api.BuildImageRequest{Name: id, Output: out, CPU: float64(b.cpu), MemoryBytes: int64(b.memMB) << 20}
+	res, err := h.svc.BuildImage(session.WithoutStep(ctx), req, pr)
+	out.flush()
 	_ = pr.CloseWithError(io.ErrClosedPipe)
 	h.templates.forget()
 	if err != nil {
@@ -483,7 +519,6 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 		}
 		logf(e2bapi.LogLevelInfo, step, msg)
 	}
-	b, _ := h.tpl.get(buildID)
 	for _, tag := range b.tags {
 		if tag == defaultTag {
 			continue
@@ -497,6 +532,49 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 	}
 	logf(e2bapi.LogLevelInfo, "finalize", fmt.Sprintf("Template %s built: %d layer steps, %d from the cache, %.1f s", id, res.LayerSteps, res.CacheHits, res.Millis/1000))
 	h.tpl.update(buildID, func(b *templateBuild) { b.status = e2bapi.TemplateBuildStatusReady })
+}
+
+// maxLogLine is the longest build log entry; a longer line is split.
+const maxLogLine = 16 << 10
+
+// logLines turns the build's RUN output into log entries, one per line, as
+// it is written: the SDK's status polls (logsOffset) see them while the
+// build runs.
+type logLines struct {
+	mu   sync.Mutex
+	emit func(line string)
+	part []byte
+}
+
+func (l *logLines) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			l.part = append(l.part, b...)
+			for len(l.part) >= maxLogLine {
+				l.emit(string(l.part[:maxLogLine]))
+				l.part = append(l.part[:0], l.part[maxLogLine:]...)
+			}
+			break
+		}
+		l.part = append(l.part, b[:i]...)
+		l.emit(strings.TrimSuffix(string(l.part), "\r"))
+		l.part, b = l.part[:0], b[i+1:]
+	}
+	return n, nil
+}
+
+// flush emits an unterminated last line.
+func (l *logLines) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.part) > 0 {
+		l.emit(string(l.part))
+		l.part = nil
+	}
 }
 
 // defaultImage is the node's default image (E2B's base image and template).

@@ -128,8 +128,23 @@ func translateTemplate(spec e2bapi.TemplateBuildStartV2, base templateFrom, alia
 		steps = *spec.Steps
 	}
 	user := base.user // the user of the steps so far ("": root)
+	// force (the build's, or a step's: skipCache) rebuilds from there on: a
+	// label naming this build changes the cache keys of every later step.
+	forced := false
+	force := func(step string) {
+		if !forced {
+			forced = true
+			add(step, "", "LABEL "+tplLabelForce+"="+mustQuote(buildID))
+		}
+	}
+	if spec.Force != nil && *spec.Force {
+		force("base")
+	}
 	for i, s := range steps {
 		n := strconv.Itoa(i + 1)
+		if s.Force != nil && *s.Force {
+			force(n)
+		}
 		var args []string
 		if s.Args != nil {
 			args = *s.Args
@@ -252,6 +267,12 @@ func translateTemplate(spec e2bapi.TemplateBuildStartV2, base templateFrom, alia
 	add("finalize", "", "LABEL "+strings.Join(labels, " "))
 	t.dockerfile = strings.Join(lines, "\n") + "\n"
 	return t, nil
+}
+
+// label adds LABEL key=value at the end of the Dockerfile (step finalize).
+func (t *translatedTemplate) label(key, value string) {
+	t.dockerfile += "LABEL " + key + "=" + mustQuote(value) + "\n"
+	t.steps[strings.Count(t.dockerfile, "\n")] = "finalize"
 }
 
 // validUser says whether u is a user name or UID[:GID] (group names too).

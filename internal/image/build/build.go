@@ -36,6 +36,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
@@ -558,7 +559,7 @@ func (r *run) runStep(ctx context.Context, st *state, c *instructions.RunCommand
 		return lineError(line, "RUN in a stage FROM scratch is not supported (it has no shell to run in); RUN in another stage and COPY --from it")
 	}
 	return r.layerStep(ctx, st, key, step, func(ctx context.Context, w workspace) error {
-		res, err := r.b.Sandboxes.Exec(ctx, w.id, api.ExecRequest{Cmd: argv, Env: env, Cwd: st.workdir(), User: st.cfg.User,
+		res, err := r.exec(ctx, w.id, api.ExecRequest{Cmd: argv, Env: env, Cwd: st.workdir(), User: st.cfg.User,
 			TimeoutMs: timeout.Milliseconds()})
 		if err != nil {
 			return fmt.Errorf("Dockerfile line %d: RUN: %w", line, err)
@@ -571,10 +572,57 @@ func (r *run) runStep(ctx context.Context, st *state, c *instructions.RunCommand
 				how = "was killed by " + res.Signal
 			}
 			return errdefs.New(api.CodeInvalidArgument, "Dockerfile line %d: %s %s:\n%s", line, c.String(), how,
-				tail(res.Stdout+res.Stderr, 2048))
+				tail(res.Stdout+res.Stderr, runTail))
 		}
 		return nil
 	})
+}
+
+// streamer is what the build needs of Sandboxes to stream a RUN's output
+// (req.Output): the node's session service has it.
+type streamer interface {
+	ExecStream(ctx context.Context, id string, req api.ExecRequest, s session.Stream) (api.ExecResult, error)
+}
+
+// runTail is how much of a RUN's output a failed step's error quotes.
+const runTail = 2048
+
+// exec runs a RUN's command: with req.Output set, its output goes there as
+// it is written (the result keeps the tail an error quotes).
+func (r *run) exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	s, ok := r.b.Sandboxes.(streamer)
+	if r.req.Output == nil || !ok {
+		return r.b.Sandboxes.Exec(ctx, id, req)
+	}
+	w := &tailWriter{out: r.req.Output}
+	res, err := s.ExecStream(ctx, id, req, session.Stream{Stdout: w, Stderr: w})
+	res.Stdout, res.Stderr = w.String(), ""
+	return res, err
+}
+
+// tailWriter passes what stdout and stderr write on to out, one write at a
+// time, keeping the last 2*runTail bytes.
+type tailWriter struct {
+	mu   sync.Mutex
+	out  io.Writer
+	tail []byte
+}
+
+func (t *tailWriter) Write(b []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.tail = append(t.tail, b...)
+	if n := len(t.tail); n > 2*runTail {
+		t.tail = append(t.tail[:0], t.tail[n-2*runTail:]...)
+	}
+	_, _ = t.out.Write(b) // a slow or failed log reader does not fail the RUN
+	return len(b), nil
+}
+
+func (t *tailWriter) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return string(t.tail)
 }
 
 // tail returns the last n bytes of s, from a line start where it can.
@@ -605,7 +653,7 @@ func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.
 		return nil
 	}
 	sb, err := r.b.Sandboxes.Create(ctx, api.CreateSandboxRequest{Backend: r.backend(), Image: st.from,
-		Labels: map[string]string{"dsec.build": r.req.Name}})
+		CPU: r.req.CPU, MemoryBytes: r.req.MemoryBytes, Labels: map[string]string{"dsec.build": r.req.Name}})
 	if err != nil {
 		return fmt.Errorf("Dockerfile line %d: sandbox for the step: %w", step.Line, err)
 	}

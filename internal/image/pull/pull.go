@@ -38,7 +38,6 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 	"golang.org/x/sync/errgroup"
-	"golang.org/x/sync/singleflight"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
@@ -75,7 +74,7 @@ type Puller struct {
 	// fetches what it lacks).
 	Claims LayerClaims
 
-	flights singleflight.Group
+	flights flights
 	refsMu  sync.Mutex
 	// gcMu orders removals against uses and pins (cache.go).
 	gcMu   sync.Mutex
@@ -110,14 +109,14 @@ func (p *Puller) Pull(ctx context.Context, ref string) (Pulled, error) {
 		}
 	}
 	// Creates of one reference at once share one resolution and one pull.
-	v, err := p.shared(ctx, "ref\x00"+norm, func() (any, error) {
+	v, err := p.flights.do(ctx, "ref\x00"+norm, func(ctx context.Context) (any, error) {
 		defer p.prog.startRef(norm)()
-		res, err := p.Registry.Resolve(context.WithoutCancel(ctx), r)
+		res, err := p.Registry.Resolve(ctx, r)
 		if err != nil {
 			return nil, err
 		}
 		p.prog.resolved(norm, res.Digest.String())
-		m, err := p.image(context.WithoutCancel(ctx), res)
+		m, err := p.image(ctx, res)
 		if err != nil {
 			return nil, err
 		}
@@ -131,23 +130,6 @@ func (p *Puller) Pull(ctx context.Context, ref string) (Pulled, error) {
 		return Pulled{}, err
 	}
 	return v.(Pulled), nil
-}
-
-// shared runs fn once for every caller asking for key at the same time. fn
-// runs on without the callers' cancellation (other callers may still want
-// its result); a caller whose ctx ends stops waiting.
-func (p *Puller) shared(ctx context.Context, key string, fn func() (any, error)) (any, error) {
-	ch := p.flights.DoChan(key, fn)
-	select {
-	case r := <-ch:
-		return r.Val, r.Err
-	case <-ctx.Done():
-		what := strings.ReplaceAll(key, "\x00", " ")
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, errdefs.Wrap(api.CodeDeadlineExceeded, ctx.Err(), "waiting for %s", what)
-		}
-		return nil, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-	}
 }
 
 func (p *Puller) pulled(ref, dg string, m image.Manifest) (Pulled, error) {
@@ -166,12 +148,12 @@ func (p *Puller) image(ctx context.Context, res registry.Resolved) (image.Manife
 	if m, err := p.useImage(dg); err == nil {
 		return m, nil
 	}
-	v, err := p.shared(ctx, "image\x00"+dg, func() (any, error) {
+	v, err := p.flights.do(ctx, "image\x00"+dg, func(ctx context.Context) (any, error) {
 		if m, err := p.useImage(dg); err == nil {
 			return m, nil
 		}
 		defer p.prog.startImage(registry.Normalized(res.Ref), dg)()
-		m, err := p.pullImage(context.WithoutCancel(ctx), res)
+		m, err := p.pullImage(ctx, res)
 		if err != nil {
 			return nil, err
 		}
@@ -235,7 +217,7 @@ func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (image.Ma
 	g.SetLimit(pullWorkers)
 	for i, l := range ls {
 		g.Go(func() error {
-			el, err := p.layer(gctx, l, cf.RootFS.DiffIDs[i])
+			el, err := p.layer(gctx, res.Source, l, cf.RootFS.DiffIDs[i])
 			out[i] = el
 			return err
 		})
@@ -278,8 +260,9 @@ func configOf(cf *v1.ConfigFile) *image.Config {
 	return c
 }
 
-// layer returns l's EROFS layer, converting it unless this node has it.
-func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (image.Layer, error) {
+// layer returns l's EROFS layer, converting it unless this node has it; src
+// is where its image was resolved (the blob is fetched from there).
+func (p *Puller) layer(ctx context.Context, src registry.Source, l v1.Layer, diffID v1.Hash) (image.Layer, error) {
 	dg, err := l.Digest()
 	if err != nil {
 		return image.Layer{}, registry.Classify(err, "layer digest")
@@ -288,12 +271,12 @@ func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (image.L
 		p.prog.layerPhase(dg.String(), api.PullDone)
 		return el, nil
 	}
-	v, err := p.shared(ctx, "layer\x00"+dg.String(), func() (any, error) {
+	v, err := p.flights.do(ctx, "layer\x00"+dg.String(), func(ctx context.Context) (any, error) {
 		if el, err := p.readLayer(ctx, dg.String()); err == nil {
 			p.prog.layerPhase(dg.String(), api.PullDone)
 			return el, nil
 		}
-		el, err := p.convertOnce(context.WithoutCancel(ctx), l, dg, diffID)
+		el, err := p.convertOnce(ctx, src, l, dg, diffID)
 		if err == nil {
 			p.prog.layerPhase(dg.String(), api.PullDone)
 		}
@@ -307,9 +290,9 @@ func (p *Puller) layer(ctx context.Context, l v1.Layer, diffID v1.Hash) (image.L
 
 // convertOnce is convert, unless another node sharing the blob store
 // converted l (or is converting it: then it waits for that node).
-func (p *Puller) convertOnce(ctx context.Context, l v1.Layer, dg, diffID v1.Hash) (image.Layer, error) {
+func (p *Puller) convertOnce(ctx context.Context, src registry.Source, l v1.Layer, dg, diffID v1.Hash) (image.Layer, error) {
 	if p.Claims == nil {
-		return p.convert(ctx, l, dg, diffID)
+		return p.convert(ctx, src, l, dg, diffID)
 	}
 	have := func(el image.Layer) bool {
 		_, err := p.Blobs.Stat(ctx, el.Digest)
@@ -326,7 +309,7 @@ func (p *Puller) convertOnce(ctx context.Context, l v1.Layer, dg, diffID v1.Hash
 		p.log().Debug("layer converted by another node", "digest", dg.String(), "erofs", got.Digest)
 		return *got, nil
 	}
-	el, err := p.convert(ctx, l, dg, diffID)
+	el, err := p.convert(ctx, src, l, dg, diffID)
 	made := &el
 	if err != nil {
 		made = nil
@@ -338,8 +321,10 @@ func (p *Puller) convertOnce(ctx context.Context, l v1.Layer, dg, diffID v1.Hash
 }
 
 // convert fetches l into a temporary file, verifies it against its digest
-// and the uncompressed tar against diffID, converts it and records it.
-func (p *Puller) convert(ctx context.Context, l v1.Layer, dg, diffID v1.Hash) (image.Layer, error) {
+// and the uncompressed tar against diffID, converts it and records it. The
+// fetch runs under ctx (from src, where l's image was resolved): when ctx
+// ends, the transfer stops and the temporary file is removed.
+func (p *Puller) convert(ctx context.Context, src registry.Source, l v1.Layer, dg, diffID v1.Hash) (image.Layer, error) {
 	tmp, err := p.tempDir()
 	if err != nil {
 		return image.Layer{}, err
@@ -349,6 +334,11 @@ func (p *Puller) convert(ctx context.Context, l v1.Layer, dg, diffID v1.Hash) (i
 		return image.Layer{}, errdefs.Internal(err, "layer %s: temp file", dg)
 	}
 	defer func() { f.Close(); os.Remove(f.Name()) }()
+	// A layer of an image not resolved from a registry (no source) is read
+	// as it is.
+	if fl, err := src.Layer(ctx, dg); err == nil {
+		l = fl
+	}
 	rc, err := l.Compressed()
 	if err != nil {
 		return image.Layer{}, registry.Classify(err, "layer "+dg.String())

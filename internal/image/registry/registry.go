@@ -140,8 +140,22 @@ func (c *Client) insecure(host string) bool {
 type Source struct {
 	// Ref is the reference rewritten to the endpoint (its registry and
 	// repository), by the resolved digest.
-	Ref  name.Digest
-	opts []remote.Option
+	Ref    name.Digest
+	opts   []remote.Option
+	puller *remote.Puller // the resolve's: its registry sessions (auth) serve Layer
+}
+
+// Layer is blob dg of s's repository, fetched under ctx: its end stops the
+// transfer, whatever context s was resolved under.
+func (s Source) Layer(ctx context.Context, dg v1.Hash) (v1.Layer, error) {
+	if s.puller == nil {
+		return nil, errdefs.Internal(errors.New("no registry source"), "layer %s", dg)
+	}
+	l, err := s.puller.Layer(ctx, s.Ref.Context().Digest(dg.String()))
+	if err != nil {
+		return nil, classify(err, dg.String(), s.Ref.RegistryStr())
+	}
+	return l, nil
 }
 
 // Options are the go-containerregistry options to read from s (auth,
@@ -216,6 +230,11 @@ func (c *Client) resolveAt(ctx context.Context, ref name.Reference, ep endpoint)
 		// Retries are the client's (retryTransport), which honour Retry-After.
 		remote.WithRetryStatusCodes(), remote.WithRetryPredicate(func(error) bool { return false }),
 	}
+	pl, err := remote.NewPuller(opts...)
+	if err != nil {
+		return Resolved{}, errdefs.Internal(err, "registry client")
+	}
+	opts = append(opts, remote.Reuse(pl))
 	desc, err := remote.Get(at, append(slices.Clip(opts), remote.WithContext(ctx))...)
 	if err != nil {
 		return Resolved{}, classify(err, ref.String(), ep.host)
@@ -225,7 +244,7 @@ func (c *Client) resolveAt(ctx context.Context, ref name.Reference, ep endpoint)
 		return Resolved{}, err
 	}
 	return Resolved{Ref: ref, Digest: desc.Digest, Image: img,
-		Source: Source{Ref: repo.Digest(desc.Digest.String()), opts: opts}}, nil
+		Source: Source{Ref: repo.Digest(desc.Digest.String()), opts: opts, puller: pl}}, nil
 }
 
 func (c *Client) regOpts(ep endpoint) []name.Option {
