@@ -1,6 +1,6 @@
 // Package codeint is dsec's code interpreter: a service in the sandbox
-// (server.py, with jskernel.js for JavaScript and TypeScript and rkernel.R
-// for R) that runs cells
+// (server.py, with jskernel.js for JavaScript and TypeScript, rkernel.R
+// for R and JavaKernel.java, on JShell, for Java) that runs cells
 // in persistent Jupyter kernels and speaks E2B's interpreter protocol on Port
 // (/execute, /contexts, /health), and the client the front ends reach it with
 // through session.Service.Dial. The E2B front end starts the service when it
@@ -40,9 +40,10 @@ const StartTimeout = 90 * time.Second
 
 // Paths of the service's files in the sandbox.
 const (
-	ServerPath   = "/opt/dsec/codeint/server.py"
-	JSKernelPath = "/opt/dsec/codeint/jskernel.js"
-	RKernelPath  = "/opt/dsec/codeint/rkernel.R"
+	ServerPath     = "/opt/dsec/codeint/server.py"
+	JSKernelPath   = "/opt/dsec/codeint/jskernel.js"
+	RKernelPath    = "/opt/dsec/codeint/rkernel.R"
+	JavaKernelPath = "/opt/dsec/codeint/JavaKernel.java"
 )
 
 //go:embed server.py
@@ -54,9 +55,12 @@ var jsKernel []byte
 //go:embed rkernel.R
 var rKernel []byte
 
+//go:embed JavaKernel.java
+var javaKernel []byte
+
 // Files are the service's files: path in the sandbox -> content.
 func Files() map[string][]byte {
-	return map[string][]byte{ServerPath: serverPy, JSKernelPath: jsKernel, RKernelPath: rKernel}
+	return map[string][]byte{ServerPath: serverPy, JSKernelPath: jsKernel, RKernelPath: rKernel, JavaKernelPath: javaKernel}
 }
 
 // Command is the request that starts the service, supervised (it is started
