@@ -152,14 +152,25 @@ public final class JavaKernel {
         return name;
     }
 
+    /** clean drops the wrapper classes JShell puts snippets in from a message ("REPL.$JShell$4.o" is o). */
+    static String clean(String msg) {
+        return msg == null ? "" : msg.replaceAll("REPL\\.\\$JShell\\$\\d+[A-Z]?\\.", "");
+    }
+
     private static String trace(JShellException e) {
         StringBuilder b = new StringBuilder(describe(e));
         if (e.getMessage() != null) {
-            b.append(": ").append(e.getMessage());
+            b.append(": ").append(clean(e.getMessage()));
         }
+        // The snippets' frames, as JShell shows them: "at METHOD (#SNIPPET:LINE)".
         for (StackTraceElement el : e.getStackTrace()) {
-            if (el.getClassName().startsWith("REPL.")) {
-                b.append("\n\tat ").append(el.getMethodName().startsWith("do_it$") ? "(cell)" : el.toString());
+            String file = el.getFileName();
+            if (file != null && file.startsWith("#")) {
+                b.append("\n\tat ");
+                if (!el.getMethodName().isEmpty()) {
+                    b.append(el.getMethodName()).append(' ');
+                }
+                b.append('(').append(file).append(':').append(el.getLineNumber()).append(')');
             }
         }
         return b.toString();
@@ -196,7 +207,7 @@ public final class JavaKernel {
                 last = e;
                 if (e.status() == Snippet.Status.REJECTED) {
                     List<Diag> ds = shell.diagnostics(e.snippet()).collect(Collectors.toList());
-                    String msg = ds.stream().filter(Diag::isError).map(d -> d.getMessage(Locale.ROOT)).collect(Collectors.joining("\n"));
+                    String msg = ds.stream().filter(Diag::isError).map(d -> d.getMessage(Locale.ROOT).replaceAll("\\n\\s*location: class\\s*(?=\\n|$)", "")).collect(Collectors.joining("\n"));
                     if (msg.isEmpty()) {
                         msg = "the snippet was rejected: " + e.snippet().source().strip();
                     }
@@ -207,7 +218,7 @@ public final class JavaKernel {
                 if (ex != null) {
                     String msg = ex instanceof UnresolvedReferenceException
                             ? "unresolved reference in " + ((UnresolvedReferenceException) ex).getSnippet().source().strip()
-                            : (ex.getMessage() == null ? "" : ex.getMessage());
+                            : clean(ex.getMessage());
                     emit(id, "error", describe(ex) + "\u0000" + msg + "\u0000" + trace(ex));
                     return;
                 }
