@@ -1,6 +1,6 @@
 // Package codeint is dsec's code interpreter: a service in the sandbox
-// (server.py, with jskernel.js for JavaScript and TypeScript and rkernel.R
-// for R) that runs cells
+// (server.py, with jskernel.js for JavaScript and TypeScript, rkernel.R
+// for R and JavaKernel.java, on JShell, for Java) that runs cells
 // in persistent Jupyter kernels and speaks E2B's interpreter protocol on Port
 // (/execute, /contexts, /health), and the client the front ends reach it with
 // through session.Service.Dial. The E2B front end starts the service when it
@@ -19,6 +19,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	neturl "net/url"
 	pathpkg "path"
 	"strings"
 	"sync"
@@ -40,9 +41,10 @@ const StartTimeout = 90 * time.Second
 
 // Paths of the service's files in the sandbox.
 const (
-	ServerPath   = "/opt/dsec/codeint/server.py"
-	JSKernelPath = "/opt/dsec/codeint/jskernel.js"
-	RKernelPath  = "/opt/dsec/codeint/rkernel.R"
+	ServerPath     = "/opt/dsec/codeint/server.py"
+	JSKernelPath   = "/opt/dsec/codeint/jskernel.js"
+	RKernelPath    = "/opt/dsec/codeint/rkernel.R"
+	JavaKernelPath = "/opt/dsec/codeint/JavaKernel.java"
 )
 
 //go:embed server.py
@@ -54,9 +56,12 @@ var jsKernel []byte
 //go:embed rkernel.R
 var rKernel []byte
 
+//go:embed JavaKernel.java
+var javaKernel []byte
+
 // Files are the service's files: path in the sandbox -> content.
 func Files() map[string][]byte {
-	return map[string][]byte{ServerPath: serverPy, JSKernelPath: jsKernel, RKernelPath: rKernel}
+	return map[string][]byte{ServerPath: serverPy, JSKernelPath: jsKernel, RKernelPath: rKernel, JavaKernelPath: javaKernel}
 }
 
 // Command is the request that starts the service, supervised (it is started
@@ -267,14 +272,92 @@ func (c *Client) Execute(ctx context.Context, id string, r ExecuteRequest) (io.R
 		return resp.Body, nil
 	}
 	defer resp.Body.Close()
+	return nil, refusal(resp)
+}
+
+// refusal classifies a non-200 answer of the service: 400 invalid_argument,
+// 404 not_found, others unavailable; the message is the service's text.
+func refusal(resp *http.Response) error {
 	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	text := strings.TrimSpace(string(msg))
 	switch resp.StatusCode {
 	case http.StatusBadRequest:
-		return nil, errdefs.New(api.CodeInvalidArgument, "%s", text)
+		return errdefs.New(api.CodeInvalidArgument, "%s", text)
 	case http.StatusNotFound:
-		return nil, errdefs.New(api.CodeNotFound, "%s", text)
+		return errdefs.New(api.CodeNotFound, "%s", text)
 	default:
-		return nil, errdefs.New(api.CodeUnavailable, "%s answered %d: %s", ServiceName, resp.StatusCode, text)
+		return errdefs.New(api.CodeUnavailable, "%s answered %d: %s", ServiceName, resp.StatusCode, text)
 	}
+}
+
+// call sends one request to the service in sandbox id (body JSON-encoded
+// unless nil) and decodes its JSON answer into out (unless nil); refusals
+// are classified as Execute's are.
+func (c *Client) call(ctx context.Context, id, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return errdefs.Internal(err, "encoding the request")
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url(id, path), rd)
+	if err != nil {
+		return errdefs.Internal(err, "%s request", path)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.stream.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if errdefs.CodeOf(err) == api.CodeNotFound || errdefs.CodeOf(err) == api.CodeSandboxGone {
+			return err
+		}
+		return errdefs.Wrap(api.CodeUnavailable, err, "%s in sandbox %s", ServiceName, id)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return refusal(resp)
+	}
+	if out == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(out); err != nil {
+		return errdefs.Wrap(api.CodeUnavailable, err, "%s: decoding its answer to %s %s", ServiceName, method, path)
+	}
+	return nil
+}
+
+// Contexts lists the contexts (kernels) of the service in sandbox id.
+func (c *Client) Contexts(ctx context.Context, id string) ([]api.CodeContext, error) {
+	var list []api.CodeContext
+	if err := c.call(ctx, id, http.MethodGet, "/contexts", nil, &list); err != nil {
+		return nil, err
+	}
+	if list == nil {
+		list = []api.CodeContext{}
+	}
+	return list, nil
+}
+
+// CreateContext starts a context (a kernel of its own) in sandbox id.
+func (c *Client) CreateContext(ctx context.Context, id string, r api.CreateCodeContextRequest) (api.CodeContext, error) {
+	var cc api.CodeContext
+	err := c.call(ctx, id, http.MethodPost, "/contexts", r, &cc)
+	return cc, err
+}
+
+// RestartContext replaces context cid's kernel by a fresh one (same id).
+func (c *Client) RestartContext(ctx context.Context, id, cid string) error {
+	return c.call(ctx, id, http.MethodPost, "/contexts/"+neturl.PathEscape(cid)+"/restart", nil, nil)
+}
+
+// RemoveContext ends context cid and its kernel.
+func (c *Client) RemoveContext(ctx context.Context, id, cid string) error {
+	return c.call(ctx, id, http.MethodDelete, "/contexts/"+neturl.PathEscape(cid), nil, nil)
 }

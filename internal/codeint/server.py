@@ -18,8 +18,11 @@ template and starts it (internal/codeint; the E2B front end at create, /v1 code:
 Each context is one kernel process: Python (and bash, through its %%bash)
 on Debian's ipykernel (the Jupyter wire protocol, spoken here with
 jupyter_client's Session over pyzmq), JavaScript and TypeScript on a small
-Node driver (jskernel.js beside this file), R on an Rscript driver (rkernel.R). A client that goes away while its
-cell runs interrupts the kernel (SIGINT; a JavaScript kernel is replaced), so
+Node driver (jskernel.js beside this file), R on an Rscript driver (rkernel.R),
+Java on a JShell driver (JavaKernel.java, compiled on first use into
+JAVA_CLASSES, or found there compiled by the image). A client that goes away while its
+cell runs interrupts the kernel (SIGINT; Java's JShell stops the cell; a
+JavaScript kernel is replaced), so
 the next cell of that context does not wait behind it. A kernel that died is
 replaced at the context's next cell. Started with --supervise, the service
 runs as a child that is started again whenever it ends; a new instance kills
@@ -37,6 +40,7 @@ import signal
 import socket
 import subprocess
 import errno
+import hashlib
 import sys
 import tempfile
 import threading
@@ -51,11 +55,12 @@ from jupyter_client.session import Session
 PORT = int(os.environ.get("DSEC_CODEINT_PORT", "49999"))
 HOME = os.environ.get("DSEC_CODEINT_CWD") or os.path.expanduser("~")  # contexts' default cwd
 KEEPALIVE_S = 5.0
+INTERRUPT_GRACE_S = 5.0  # how long a stopped Java cell may take to end before its kernel is replaced
 START_TIMEOUT_S = 60.0
 ZCTX = zmq.Context.instance()
 
 
-SERVED = ("python", "javascript", "typescript", "bash", "r")
+SERVED = ("python", "javascript", "typescript", "bash", "r", "java")
 
 
 def normalize_language(lang):
@@ -336,7 +341,7 @@ def reap_kernels():
         try:
             with open(f"/proc/{int(name)}/cmdline", "rb") as f:
                 cmd = f.read()
-            if b"ipykernel_launcher" in cmd or b"jskernel.js" in cmd or b"rkernel.R" in cmd:
+            if any(k in cmd for k in (b"ipykernel_launcher", b"jskernel.js", b"rkernel.R", b"JavaKernel")):
                 os.killpg(int(name), signal.SIGKILL)
         except (ValueError, OSError):
             pass
@@ -429,10 +434,49 @@ class Kernel:
             self.session.recv(self.shell)
 
 
+JAVA_SOURCE = os.path.join(HERE, "JavaKernel.java")
+# JAVA_CLASSES holds the compiled Java kernel, one directory per version of
+# its source (java-SHA, the first 16 hex digits of its SHA-256), where
+# scripts/codeint-image.sh puts it at the image's build.
+JAVA_CLASSES = os.environ.get("DSEC_CODEINT_JAVA_CLASSES", "/opt/dsec/codeint")
+JAVA_COMPILE_TIMEOUT_S = 120.0
+java_compile_lock = threading.Lock()
+
+
+def java_classes():
+    """The directory of the compiled Java kernel, compiled now unless it is
+    there already."""
+    with open(JAVA_SOURCE, "rb") as f:
+        sha = hashlib.sha256(f.read()).hexdigest()[:16]
+    out = os.path.join(JAVA_CLASSES, "java-" + sha)
+    with java_compile_lock:
+        if os.path.exists(os.path.join(out, "JavaKernel.class")):
+            return out
+        javac = shutil.which("javac")
+        if javac is None:
+            raise ContextError(400, "language 'java' needs a JDK (javac), which this sandbox does not have")
+        os.makedirs(JAVA_CLASSES, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=".java-", dir=JAVA_CLASSES)
+        try:
+            r = subprocess.run([javac, "-d", tmp, JAVA_SOURCE], capture_output=True, timeout=JAVA_COMPILE_TIMEOUT_S)
+            if r.returncode != 0:
+                raise ContextError(500, "the Java kernel does not compile: " + r.stderr.decode(errors="replace")[-1024:])
+            os.chmod(tmp, 0o755)
+            try:
+                os.rename(tmp, out)
+            except OSError:
+                if not os.path.exists(os.path.join(out, "JavaKernel.class")):
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        return out
+
+
 class NodeKernel:
     """One driver process per context, one JSON object a line each way:
-    jskernel.js on Node (JavaScript and TypeScript), rkernel.R on Rscript (R,
-    whose lines are "ID TYPE TEXTHEX", read into the same objects)."""
+    jskernel.js on Node (JavaScript and TypeScript); rkernel.R on Rscript (R)
+    and JavaKernel on Java, whose lines are "ID TYPE TEXTHEX", read into the
+    same objects (a Java error's text is NAME NUL VALUE NUL TRACEBACK)."""
 
     def __init__(self, language, cwd, env):
         self.language = language
@@ -440,11 +484,18 @@ class NodeKernel:
             raise ContextError(400, f"cwd {cwd!r} is not a directory")
         if language == "r":
             exe, script, need = shutil.which("Rscript"), "rkernel.R", "R"
+        elif language == "java":
+            exe, script, need = shutil.which("java"), "", "Java"
         else:
             exe, script, need = shutil.which("node") or shutil.which("nodejs"), "jskernel.js", "Node.js"
         if exe is None:
             raise ContextError(400, f"language {language!r} needs {need}, which this sandbox does not have")
-        argv = [exe, "--vanilla", os.path.join(HERE, script)] if language == "r" else [exe, os.path.join(HERE, script)]
+        if language == "r":
+            argv = [exe, "--vanilla", os.path.join(HERE, script)]
+        elif language == "java":
+            argv = [exe, "-XX:+UseSerialGC", "-cp", java_classes(), "JavaKernel"]
+        else:
+            argv = [exe, os.path.join(HERE, script)]
         self.proc = subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      start_new_session=True)
         track_kernel(self.proc.pid, True)
@@ -457,11 +508,14 @@ class NodeKernel:
             raise ContextError(500, f"the {language} kernel did not start")
 
     def _parse(self, line):
-        if self.language != "r":
+        if self.language not in ("r", "java"):
             return json.loads(line)
         cell, typ, text = line.decode().rstrip("\n").split(" ", 2)
-        return {"id": cell, "type": typ, "text": bytes.fromhex(text).decode("utf-8", "replace"),
-                "name": "Error", "value": bytes.fromhex(text).decode("utf-8", "replace")}
+        text = bytes.fromhex(text).decode("utf-8", "replace")
+        m = {"id": cell, "type": typ, "text": text, "name": "Error", "value": text, "traceback": ""}
+        if self.language == "java" and typ == "error":
+            m["name"], m["value"], m["traceback"] = (text.split("\0", 2) + ["", ""])[:3]
+        return m
 
     def _read(self):
         for line in self.proc.stdout:
@@ -483,7 +537,7 @@ class NodeKernel:
     def execute(self, code, env):
         self.count += 1
         cell = uuid.uuid4().hex
-        if self.language == "r":
+        if self.language in ("r", "java"):
             envhex = ",".join(k.encode().hex() + "=" + v.encode().hex() for k, v in env.items())
             line = f"{cell} {code.encode().hex()} {envhex}\n"
         else:
@@ -492,6 +546,17 @@ class NodeKernel:
         self.proc.stdin.write(line.encode())
         self.proc.stdin.flush()
         return cell
+
+    def interrupt(self, cell):
+        """Stops cell (Java's JShell can; the others cannot): True when asked."""
+        if self.language != "java":
+            return False
+        try:
+            self.proc.stdin.write(f"! {cell}\n".encode())
+            self.proc.stdin.flush()
+        except OSError:
+            return False
+        return True
 
     def close(self):
         if self.proc.poll() is None:
@@ -504,7 +569,7 @@ class NodeKernel:
 
 
 def new_kernel(language, cwd, env):
-    if language in ("javascript", "typescript", "r"):
+    if language in ("javascript", "typescript", "r", "java"):
         return NodeKernel(language, cwd, env)
     k = Kernel(language, cwd, env)
     Context.run_silent_on(k, KERNEL_SETUP)
@@ -588,6 +653,7 @@ class Context:
         count = k.count
         emit({"type": "number_of_executions", "execution_count": count})
         last_write = time.monotonic()
+        interrupted = None  # when the kernel was asked to stop the cell
         while True:
             m = k.next_message(0.25)
             if m is None:
@@ -595,7 +661,13 @@ class Context:
                     emit({"type": "error", "name": "KernelDied",
                           "value": f"the kernel exited with status {k.proc.returncode}", "traceback": ""})
                     return
-                if client_gone():
+                if interrupted is not None and time.monotonic() - interrupted > INTERRUPT_GRACE_S:
+                    self._restart()  # the cell did not stop (blocked in native code)
+                    return
+                if interrupted is None and client_gone():
+                    if k.interrupt(cell):
+                        interrupted = time.monotonic()
+                        continue
                     # Node cannot interrupt a running script: a fresh kernel.
                     self._restart()
                     return
@@ -608,6 +680,8 @@ class Context:
             t = m.get("type")
             if t == "done":
                 return
+            if interrupted is not None:
+                continue
             if t in ("stdout", "stderr"):
                 emit({"type": t, "text": m.get("text", ""), "timestamp": now()})
             elif t == "result":

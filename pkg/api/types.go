@@ -381,6 +381,25 @@ type ProcessOutput struct {
 	Ended bool `json:"ended"`
 }
 
+// CodeContext is a context of a sandbox's code interpreter: one kernel,
+// whose state its cells share (POST .../code/contexts; code:run's context).
+type CodeContext struct {
+	ID       string `json:"id"`
+	Language string `json:"language"`
+	Cwd      string `json:"cwd"`
+}
+
+// CreateCodeContextRequest is the body of POST .../code/contexts.
+type CreateCodeContextRequest struct {
+	Language string `json:"language,omitempty"` // python (default), javascript, typescript, bash, r, java
+	Cwd      string `json:"cwd,omitempty"`      // the kernel's working directory (default /home/user)
+}
+
+// ListCodeContextsResponse is the body of GET .../code/contexts.
+type ListCodeContextsResponse struct {
+	Contexts []CodeContext `json:"contexts"`
+}
+
 // ListProcessesResponse is the body of GET .../processes.
 type ListProcessesResponse struct {
 	Processes []Process `json:"processes"`

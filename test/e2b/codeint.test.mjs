@@ -174,15 +174,15 @@ test('JavaScript, TypeScript and R contexts, bash cells; other languages refused
   const rErr = await sbx.runCode('stop("boom")', { language: 'r' })
   assert.equal(rErr.error?.value, 'boom')
 
-  await assert.rejects(sbx.runCode('1', { language: 'java' }), /400/)
-  await assert.rejects(sbx.createCodeContext({ language: 'java' }), /400/)
+  await assert.rejects(sbx.runCode('1', { language: 'cobol' }), /400/)
+  await assert.rejects(sbx.createCodeContext({ language: 'cobol' }), /400/)
   const res = await fetch(`${process.env.E2B_SANDBOX_URL}/execute`, {
     method: 'POST',
     headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'Content-Type': 'application/json' },
-    body: JSON.stringify({ code: '1', language: 'java' }),
+    body: JSON.stringify({ code: '1', language: 'cobol' }),
   })
   assert.equal(res.status, 400)
-  assert.equal(await res.text(), "language 'java' is not served by this sandbox (it serves python, javascript, typescript, bash, r)")
+  assert.equal(await res.text(), "language 'cobol' is not served by this sandbox (it serves python, javascript, typescript, bash, r, java)")
 })
 
 test('results: pandas data, PIL images shown and saved', async () => {

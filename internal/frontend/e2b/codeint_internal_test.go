@@ -152,7 +152,7 @@ func TestCodeInterpreterTemplate(t *testing.T) {
 	if !slices.Contains(svc.req.Cmd, codeint.ServerPath) || svc.req.Cmd[len(svc.req.Cmd)-1] != "--supervise" {
 		t.Errorf("cmd %v does not run %s supervised", svc.req.Cmd, codeint.ServerPath)
 	}
-	for _, k := range []string{codeint.JSKernelPath, codeint.RKernelPath} {
+	for _, k := range []string{codeint.JSKernelPath, codeint.RKernelPath, codeint.JavaKernelPath} {
 		if len(svc.files[k]) == 0 {
 			t.Errorf("the kernel %s is not written", k)
 		}

@@ -20,7 +20,7 @@ const maxCodeTimeout = 24 * time.Hour
 // runCodeRequest is the body of POST /v1/sandboxes/{id}/code:run.
 type runCodeRequest struct {
 	Code     string            `json:"code"`
-	Language string            `json:"language,omitempty"` // python (default), javascript, typescript, bash, r
+	Language string            `json:"language,omitempty"` // python (default), javascript, typescript, bash, r, java
 	Context  string            `json:"context,omitempty"`  // a context id (not with language)
 	Env      map[string]string `json:"env,omitempty"`      // for this cell only
 	Timeout  float64           `json:"timeout,omitempty"`  // seconds; the cell is interrupted after it
@@ -48,16 +48,11 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, errdefs.Invalid("timeout %v: want 0 (none) to %v seconds", req.Timeout, maxCodeTimeout.Seconds()))
 		return
 	}
-	id := r.PathValue("id")
+	id, ok := s.codeService(w, r)
+	if !ok {
+		return
+	}
 	ctx := r.Context()
-	if _, err := s.svc.Get(ctx, id); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if err := s.code.Ensure(ctx, id); err != nil {
-		s.writeError(w, r, err)
-		return
-	}
 	cellCtx, cancel := ctx, context.CancelFunc(func() {})
 	if req.Timeout > 0 {
 		cellCtx, cancel = context.WithTimeout(ctx, time.Duration(req.Timeout*float64(time.Second)))
@@ -110,4 +105,83 @@ func (s *Server) runCode(w http.ResponseWriter, r *http.Request) {
 	b, _ := json.Marshal(ev)
 	_, _ = w.Write(append(b, '\n'))
 	_, _ = w.Write([]byte(`{"type":"end_of_execution"}` + "\n"))
+}
+
+// codeService checks sandbox id and starts its code interpreter unless it
+// serves; false when it wrote the error.
+func (s *Server) codeService(w http.ResponseWriter, r *http.Request) (string, bool) {
+	id := r.PathValue("id")
+	if _, err := s.svc.Get(r.Context(), id); err != nil {
+		s.writeError(w, r, err)
+		return "", false
+	}
+	if err := s.code.Ensure(r.Context(), id); err != nil {
+		s.writeError(w, r, err)
+		return "", false
+	}
+	return id, true
+}
+
+// listCodeContexts handles GET /v1/sandboxes/{id}/code/contexts: the code
+// interpreter's contexts, the default one of each language used included.
+func (s *Server) listCodeContexts(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.codeService(w, r)
+	if !ok {
+		return
+	}
+	list, err := s.code.Contexts(r.Context(), id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, api.ListCodeContextsResponse{Contexts: list})
+}
+
+// createCodeContext handles POST /v1/sandboxes/{id}/code/contexts
+// (api.CreateCodeContextRequest; an empty body is a Python context in the
+// default directory): a kernel of its own, for code:run's context.
+func (s *Server) createCodeContext(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateCodeContextRequest
+	if err := s.decodeBody(r, &req); err != nil && !errors.Is(err, errEmptyBody) {
+		s.writeError(w, r, err)
+		return
+	}
+	id, ok := s.codeService(w, r)
+	if !ok {
+		return
+	}
+	cc, err := s.code.CreateContext(r.Context(), id, req)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, cc)
+}
+
+// restartCodeContext handles POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart:
+// the context's kernel is replaced by a fresh one (its state is lost, its id kept).
+func (s *Server) restartCodeContext(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.codeService(w, r)
+	if !ok {
+		return
+	}
+	if err := s.code.RestartContext(r.Context(), id, r.PathValue("ctx")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// deleteCodeContext handles DELETE /v1/sandboxes/{id}/code/contexts/{ctx}: the
+// context and its kernel end.
+func (s *Server) deleteCodeContext(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.codeService(w, r)
+	if !ok {
+		return
+	}
+	if err := s.code.RemoveContext(r.Context(), id, r.PathValue("ctx")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -1,6 +1,7 @@
 package v1_test
 
 import (
+	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -40,5 +41,42 @@ func TestRunCodeErrors(t *testing.T) {
 	}
 	if resp, _ := e.do("GET", "/v1/sandboxes/"+sb.ID, nil); resp.StatusCode != http.StatusOK {
 		t.Errorf("the sandbox is gone after refused cells: %d", resp.StatusCode)
+	}
+}
+
+// The code context routes refuse an unknown sandbox and a malformed body with
+// /v1 errors, and answer a sandbox whose image cannot run the interpreter with
+// a clear 503 naming it.
+func TestCodeContextErrors(t *testing.T) {
+	e := newEnv(t, v1.Options{})
+	sb := e.create()
+	base := "/v1/sandboxes/" + sb.ID + "/code/contexts"
+	gone := "/v1/sandboxes/sb-0000000000000000/code/contexts"
+	for _, c := range []struct {
+		name, method, path, body string
+		status                   int
+		code                     api.Code
+		msg                      string
+	}{
+		{"list, unknown sandbox", "GET", gone, "", 404, api.CodeNotFound, ""},
+		{"create, unknown sandbox", "POST", gone, `{}`, 404, api.CodeNotFound, ""},
+		{"restart, unknown sandbox", "POST", gone + "/c1/restart", "", 404, api.CodeNotFound, ""},
+		{"delete, unknown sandbox", "DELETE", gone + "/c1", "", 404, api.CodeNotFound, ""},
+		{"create, unknown field", "POST", base, `{"lang":"python"}`, 400, api.CodeInvalidArgument, "lang"},
+		{"list, no interpreter", "GET", base, "", 503, api.CodeUnavailable, "code-interpreter"},
+		{"create, no interpreter", "POST", base, "", 503, api.CodeUnavailable, "code-interpreter"},
+		{"delete, no interpreter", "DELETE", base + "/c1", "", 503, api.CodeUnavailable, "code-interpreter"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var body io.Reader
+			if c.body != "" {
+				body = strings.NewReader(c.body)
+			}
+			resp, got := e.do(c.method, c.path, body)
+			ae := wantError(t, resp, got, c.status, c.code)
+			if !strings.Contains(ae.Message, c.msg) {
+				t.Errorf("message %q does not name %q", ae.Message, c.msg)
+			}
+		})
 	}
 }

@@ -46,6 +46,10 @@ func (s *Server) routes() []route {
 		{"POST " + sb + "/exec", s.step(s.exec)},
 		{"POST " + sb + "/exec/stream", s.step(s.execStream)},
 		{"POST " + sb + "/code:run", s.step(s.runCode)},
+		{"GET " + sb + "/code/contexts", s.listCodeContexts},
+		{"POST " + sb + "/code/contexts", s.createCodeContext},
+		{"POST " + sb + "/code/contexts/{ctx}/restart", s.restartCodeContext},
+		{"DELETE " + sb + "/code/contexts/{ctx}", s.deleteCodeContext},
 
 		{"POST " + sb + "/processes", s.step(s.startProcess)},
 		{"GET " + sb + "/processes", s.listProcesses},

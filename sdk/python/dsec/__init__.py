@@ -36,6 +36,7 @@ from .errors import (
     TrajectorySandboxLostError,
 )
 from .types import (
+    CodeContext,
     CodeError,
     CodeResult,
     ExecResult,
@@ -72,6 +73,7 @@ __all__ = [
     "ConflictError",
     "CreateManyError",
     "DsecError",
+    "CodeContext",
     "CodeError",
     "CodeResult",
     "ExecResult",

@@ -372,7 +372,23 @@ def chunk(data: bytes) -> bytes:
     return b"%x\r\n%s\r\n" % (len(data), data)
 
 
-def code_body(code: str, language: Optional[str], context: Optional[str],
+def code_context_id(context: Any) -> str:
+    """The id of a code context given as a CodeContext or its id."""
+    cid = getattr(context, "id", context)
+    if not isinstance(cid, str) or not cid:
+        raise ValueError(f"context {context!r}: want a CodeContext or its id")
+    return cid
+
+
+def code_context_path(sid: str, context: Any = None, rest: str = "") -> str:
+    """The path of the sandbox's code contexts, or of one of them."""
+    p = sandbox_path(sid, "/code/contexts")
+    if context is not None:
+        p += "/" + esc(code_context_id(context))
+    return p + rest
+
+
+def code_body(code: str, language: Optional[str], context: Any,
               env: Optional[Mapping[str, str]], timeout: Optional[Seconds]) -> Dict[str, Any]:
     """The body of POST /v1/sandboxes/{id}/code:run."""
     if not isinstance(code, str):
@@ -383,7 +399,7 @@ def code_body(code: str, language: Optional[str], context: Optional[str],
     if language:
         body["language"] = language
     if context:
-        body["context"] = context
+        body["context"] = code_context_id(context)
     if env:
         body["env"] = {str(k): str(v) for k, v in env.items()}
     t = seconds(timeout)

@@ -36,6 +36,7 @@ from ._core import (
     StepCounter,
     backoff,
     code_body,
+    code_context_path,
     code_event,
     create_body,
     decode_json,
@@ -65,6 +66,7 @@ from .errors import (
     network_error,
 )
 from .types import (
+    CodeContext,
     CodeError,
     CodeResult,
     ExecResult,
@@ -724,7 +726,7 @@ class Sandbox:
         self,
         code: str,
         language: Optional[str] = None,
-        context: Optional[str] = None,
+        context: Union[None, str, CodeContext] = None,
         env: Optional[Mapping[str, str]] = None,
         timeout: Optional[Seconds] = None,
         on_stdout: Optional[Callable[[str], Any]] = None,
@@ -734,8 +736,9 @@ class Sandbox:
     ) -> Execution:
         """Run a cell in the sandbox's code interpreter (started on first use; the
         image needs python3 with ipykernel, as ``code-interpreter-v1`` has):
-        variables persist between calls of one language (or ``context``).
-        ``language``: python (default), javascript, typescript, bash, r. ``env`` is
+        variables persist between calls of one language (or ``context``, a
+        :class:`CodeContext` or its id, see :meth:`create_code_context`).
+        ``language``: python (default), javascript, typescript, bash, r, java. ``env`` is
         set for this cell only; a cell past ``timeout`` is interrupted and its
         :class:`Execution` has an error named TimeoutError. The callbacks get
         output as it arrives. The cell's own exception is ``Execution.error``,
@@ -748,6 +751,31 @@ class Sandbox:
                                                          "application/json", None):
             code_event(ex, json.loads(line), on_stdout, on_stderr, on_result, on_error)
         return ex
+
+    def create_code_context(self, language: Optional[str] = None, cwd: Optional[str] = None) -> CodeContext:
+        """Start a context of the code interpreter: a kernel of its own of
+        ``language`` (python default) in ``cwd`` (default /home/user), for
+        ``run_code(context=...)``. An unknown language or a cwd that is not a
+        directory raise InvalidArgumentError."""
+        body: Dict[str, Any] = {}
+        if language:
+            body["language"] = language
+        if cwd:
+            body["cwd"] = cwd
+        return CodeContext.from_json(self._json(Req("POST", code_context_path(self.id), json_body=body)))
+
+    def list_code_contexts(self) -> List[CodeContext]:
+        """The code interpreter's contexts, the default one of each language used included."""
+        doc = self._json(Req("GET", code_context_path(self.id), retry=True))
+        return [CodeContext.from_json(d) for d in (doc or {}).get("contexts") or []]
+
+    def restart_code_context(self, context: Union[str, CodeContext]) -> None:
+        """Replace the context's kernel by a fresh one: its state is gone, its id kept."""
+        self._send(Req("POST", code_context_path(self.id, context, "/restart")))
+
+    def remove_code_context(self, context: Union[str, CodeContext]) -> None:
+        """End the context and its kernel (NotFoundError when there is none)."""
+        self._send(Req("DELETE", code_context_path(self.id, context)))
 
 class Files:
     """``sandbox.files``: every path is resolved inside the sandbox's root."""

@@ -583,6 +583,21 @@ class CodeResult:
 
 
 @dataclass
+class CodeContext:
+    """A context of the sandbox's code interpreter (:meth:`Sandbox.create_code_context`):
+    one kernel of ``language`` in ``cwd``, whose state the cells run in it share
+    (``run_code(context=...)``)."""
+
+    id: str
+    language: str = ""
+    cwd: str = ""
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "CodeContext":
+        return cls(id=str(d.get("id") or ""), language=str(d.get("language") or ""), cwd=str(d.get("cwd") or ""))
+
+
+@dataclass
 class CodeError:
     """The error a cell raised: its class name, message and traceback."""
 

@@ -77,3 +77,44 @@ def test_run_code_errors(client: Any) -> None:
             sb.run_code("1")
     finally:
         sb.delete()
+
+
+def test_code_contexts(client: Any) -> None:
+    sb = client.create(image=IMAGE, ttl=600)
+    try:
+        listed = sb.list_code_contexts()
+        assert {"python", "javascript"} <= {c.language for c in listed}, listed
+        assert sb.run_code("x = 1").error is None
+
+        ctx = sb.create_code_context(cwd="/tmp")
+        assert ctx.language == "python" and ctx.cwd == "/tmp" and ctx.id
+        assert ctx.id in [c.id for c in sb.list_code_contexts()]
+        isolated = sb.run_code("x", context=ctx)
+        assert isolated.error is not None and isolated.error.name == "NameError", "a context has its own kernel"
+        assert sb.run_code("import os; os.getcwd()", context=ctx).text == "/tmp"
+        sb.run_code("y = 5", context=ctx.id)
+        sb.restart_code_context(ctx)
+        restarted = sb.run_code("y", context=ctx)
+        assert restarted.error is not None and restarted.error.name == "NameError", "a restart forgets"
+        assert sb.run_code("x").text == "1", "the default context kept its state"
+
+        java = sb.create_code_context(language="java")
+        assert java.language == "java" and java.cwd == "/home/user"
+        sb.run_code("int n = 20;", context=java)
+        assert sb.run_code("n * 2 + 2", context=java).text == "42"
+        assert sb.run_code('System.getProperty("K")', context=java, env={"K": "v"}).text == "v"
+
+        sb.remove_code_context(ctx)
+        assert ctx.id not in [c.id for c in sb.list_code_contexts()]
+        with pytest.raises(dsec.NotFoundError):
+            sb.run_code("1", context=ctx)
+        with pytest.raises(dsec.NotFoundError):
+            sb.restart_code_context(ctx)
+        with pytest.raises(dsec.NotFoundError):
+            sb.remove_code_context(ctx.id)
+        with pytest.raises(dsec.InvalidArgumentError, match="cobol"):
+            sb.create_code_context(language="cobol")
+        with pytest.raises(dsec.InvalidArgumentError, match="not a directory"):
+            sb.create_code_context(cwd="/nonexistent")
+    finally:
+        sb.delete()
