@@ -69,6 +69,14 @@ func (s *Server) pruneImages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	bc, err := s.svc.PruneBuildCache(r.Context())
+	switch {
+	case err == nil:
+		out.BuildCache = &bc
+	case errdefs.CodeOf(err) != api.CodeNotImplemented:
+		s.writeError(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 

@@ -36,6 +36,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
@@ -80,6 +81,23 @@ type Builder struct {
 	// they are packed (default: os.TempDir()).
 	TempDir string
 	Log     *slog.Logger
+
+	// CacheBudget is the most bytes of layers only the build cache holds
+	// (cache.go; 0: no limit): a build that leaves the cache over it evicts
+	// the least recently used entries no build or sandbox uses.
+	CacheBudget int64
+	// CacheDir keeps the cache entries' last-use marks (""; their creation
+	// time stands for it).
+	CacheDir string
+	// HeldBlobs returns the blob digests held outside the environment store
+	// (the pulled images'); the cache never deletes those.
+	HeldBlobs func(ctx context.Context) (map[string]bool, error)
+	// LayersInUse returns the layer digests the node's sandboxes run on
+	// (agent.Manager.LayerDigestsInUse).
+	LayersInUse func() map[string]bool
+
+	cacheMu sync.Mutex
+	pinned  map[string]int // cache entries builds in progress stand on
 }
 
 // Request is one build.
@@ -123,6 +141,12 @@ func (b *Builder) Build(ctx context.Context, req Request) (api.BuildImageResult,
 	}
 	r := &run{b: b, req: req, res: &res, built: map[string]*state{}}
 	defer r.removeTrees()
+	defer func() { // a failed build's finished steps count too
+		r.unpinAll()
+		if _, err := b.Evict(context.WithoutCancel(ctx)); err != nil {
+			b.log().Warn("build cache eviction", "err", err)
+		}
+	}()
 	if r.meta, err = r.metaArgs(metaArgs); err != nil {
 		return res, err
 	}
@@ -277,6 +301,7 @@ type run struct {
 	built map[string]*state // finished stages by lower-case name
 	order []*state          // finished stages in order
 	trees []string          // scratch stages' host trees, removed when the build ends
+	pins  []string          // cache entries this build pinned
 }
 
 // metaArgs evaluates the ARGs before the first FROM.
@@ -598,9 +623,11 @@ func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.
 	}
 	name := cacheName(key)
 	r.res.LayerSteps++
+	r.pin(name)
 	if m, ok := r.cached(ctx, name); ok {
 		r.res.CacheHits++
 		step.Cached = true
+		r.b.touch(name)
 		advance(st, key, name, m, step)
 		return nil
 	}
@@ -628,6 +655,7 @@ func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.
 	if err != nil {
 		return fmt.Errorf("Dockerfile line %d: read the committed step: %w", step.Line, err)
 	}
+	r.b.touch(name)
 	advance(st, key, name, m, step)
 	return nil
 }
