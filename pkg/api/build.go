@@ -14,6 +14,9 @@ type BuildImageRequest struct {
 	Target string `json:"target,omitempty"`
 	// RunTimeoutMs bounds each RUN (default 30 minutes).
 	RunTimeoutMs int64 `json:"run_timeout_ms,omitempty"`
+	// Network is the egress policy of the RUN steps' sandboxes (nil, the
+	// default: none, loopback only). COPY and ADD never need one.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // BuildStep is one instruction of a build as it ran.

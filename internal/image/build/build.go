@@ -582,7 +582,7 @@ func (r *run) runStep(ctx context.Context, st *state, c *instructions.RunCommand
 	if st.tree != "" {
 		return lineError(line, "RUN in a stage FROM scratch is not supported (it has no shell to run in); RUN in another stage and COPY --from it")
 	}
-	return r.layerStep(ctx, st, key, step, func(ctx context.Context, w workspace) error {
+	return r.layerStepWith(ctx, st, key, step, r.req.Network, func(ctx context.Context, w workspace) error {
 		res, err := r.b.Sandboxes.Exec(ctx, w.id, api.ExecRequest{Cmd: argv, Env: env, Cwd: st.workdir(), User: st.cfg.User,
 			TimeoutMs: timeout.Milliseconds()})
 		if err != nil {
@@ -595,8 +595,12 @@ func (r *run) runStep(ctx context.Context, st *state, c *instructions.RunCommand
 			} else if res.Signal != "" {
 				how = "was killed by " + res.Signal
 			}
-			return errdefs.New(api.CodeInvalidArgument, "Dockerfile line %d: %s %s:\n%s", line, c.String(), how,
-				tail(res.Stdout+res.Stderr, 2048))
+			hint := ""
+			if r.req.Network == nil {
+				hint = "\n(RUN steps of this build have no network; dsec image build --network POLICY gives them egress)"
+			}
+			return errdefs.New(api.CodeInvalidArgument, "Dockerfile line %d: %s %s:\n%s%s", line, c.String(), how,
+				tail(res.Stdout+res.Stderr, 2048), hint)
 		}
 		return nil
 	})
@@ -618,6 +622,12 @@ func tail(s string, n int) string {
 // layerStep makes st's next layer: the cache's if environment cacheName(key)
 // holds it, else a sandbox of st that fn changes, committed under that name.
 func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.BuildStep, fn func(ctx context.Context, w workspace) error) error {
+	return r.layerStepWith(ctx, st, key, step, nil, fn)
+}
+
+// layerStepWith is layerStep whose sandbox has egress policy network (nil:
+// loopback only).
+func (r *run) layerStepWith(ctx context.Context, st *state, key [32]byte, step *api.BuildStep, network *api.NetworkPolicy, fn func(ctx context.Context, w workspace) error) error {
 	if st.tree != "" {
 		return r.treeStep(ctx, st, key, step, fn)
 	}
@@ -632,7 +642,7 @@ func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.
 		return nil
 	}
 	sb, err := r.b.Sandboxes.Create(ctx, api.CreateSandboxRequest{Backend: r.backend(), Image: st.from,
-		Labels: map[string]string{"dsec.build": r.req.Name}})
+		Labels: map[string]string{"dsec.build": r.req.Name}, Network: network})
 	if err != nil {
 		return fmt.Errorf("Dockerfile line %d: sandbox for the step: %w", step.Line, err)
 	}
