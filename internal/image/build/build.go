@@ -253,6 +253,8 @@ type state struct {
 	// tree is the host directory holding the whole file system of a stage
 	// FROM scratch (scratch.go); "" for a stage on an image.
 	tree string
+	// stage names the stage in errors: `stage 1 "dist"`, or `stage 0`.
+	stage string
 }
 
 // env returns the build-time environment: ARGs under the image's ENV.
@@ -406,6 +408,10 @@ func (r *run) stage(ctx context.Context, idx int, s *instructions.Stage) (*state
 	st, err := r.from(ctx, idx, s)
 	if err != nil {
 		return nil, err
+	}
+	st.stage = fmt.Sprintf("stage %d", idx)
+	if s.Name != "" {
+		st.stage += fmt.Sprintf(" %q", s.Name)
 	}
 	r.record(api.BuildStep{Stage: idx, Line: lineOf(s.Location), Instruction: s.SourceCode, Millis: ms(time.Since(t0))})
 	for _, c := range s.Commands {
@@ -580,7 +586,7 @@ func (r *run) runStep(ctx context.Context, st *state, c *instructions.RunCommand
 		timeout = time.Duration(r.req.RunTimeoutMs) * time.Millisecond
 	}
 	if st.tree != "" {
-		return lineError(line, "RUN in a stage FROM scratch is not supported (it has no shell to run in); RUN in another stage and COPY --from it")
+		return lineError(line, "RUN in %s, which is FROM scratch: it has no shell or program to run (only what COPY/ADD put there); RUN in a stage FROM an image and COPY --from it", st.stage)
 	}
 	return r.layerStepWith(ctx, st, key, step, r.req.Network, func(ctx context.Context, w workspace) error {
 		res, err := r.b.Sandboxes.Exec(ctx, w.id, api.ExecRequest{Cmd: argv, Env: env, Cwd: st.workdir(), User: st.cfg.User,
