@@ -95,6 +95,10 @@ type Builder struct {
 	// LayersInUse returns the layer digests the node's sandboxes run on
 	// (agent.Manager.LayerDigestsInUse).
 	LayersInUse func() map[string]bool
+	// SharedBlobs says other nodes read Envs.Blobs (a shared blob store,
+	// whose layers their sandboxes may run on unseen by this node): eviction
+	// and prune then remove cache entries but never delete a blob.
+	SharedBlobs bool
 
 	cacheMu sync.Mutex
 	pinned  map[string]int // cache entries builds in progress stand on

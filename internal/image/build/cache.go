@@ -224,7 +224,9 @@ func (b *Builder) Evict(ctx context.Context) (CachePruned, error) {
 	return b.shrink(ctx, b.CacheBudget)
 }
 
-// Prune removes every cache entry no build in progress and no sandbox uses.
+// Prune removes every cache entry no build in progress and no sandbox uses
+// and that holds a layer of its own (an entry whose layers an image also has
+// frees nothing and stays, so a rebuild of that image still hits it).
 func (b *Builder) Prune(ctx context.Context) (CachePruned, error) {
 	return b.shrink(ctx, -1)
 }
@@ -255,6 +257,9 @@ func (b *Builder) shrink(ctx context.Context, limit int64) (CachePruned, error) 
 		if limit >= 0 && total <= limit {
 			break
 		}
+		if len(e.layers) == 0 { // costs nothing: its layers are an image's
+			continue
+		}
 		if b.pinned[e.Name] > 0 || slices.ContainsFunc(e.layers, func(l image.Layer) bool { return inUse[l.Digest] }) {
 			out.Kept++
 			continue
@@ -275,6 +280,9 @@ func (b *Builder) shrink(ctx context.Context, limit int64) (CachePruned, error) 
 		var errs []error
 		for _, l := range e.layers {
 			if refs[l.Digest]--; refs[l.Digest] > 0 {
+				continue
+			}
+			if b.SharedBlobs { // the entry goes, its blobs stay
 				continue
 			}
 			for _, d := range []string{l.Digest, l.Index} {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/image/blob"
+	"github.com/dsec-dev/dsec/internal/image/build"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -135,5 +137,62 @@ func TestBuildCacheBudget(t *testing.T) {
 	defer d.Manager.Delete(ctx, sb2.ID)
 	if got := exec(t, d, sb2.ID, "cat /two.txt"); got != "two" {
 		t.Fatalf("image x after prune reads %q", got)
+	}
+}
+
+// TestBuildCachePruneScratch (no sandboxes: stages FROM scratch): a step
+// whose layer only the cache holds is what prune removes, with its blob; a
+// step the image holds stays; a budget evicts least recently used first; on
+// a shared blob store prune removes the entry and keeps the blob.
+func TestBuildCachePruneScratch(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	writeFiles(t, dir, map[string]string{"a.txt": "a\n", "b.txt": "b\n", "c.txt": "c\n"})
+	step := func(b *build.Builder, file string) string {
+		t.Helper()
+		res, err := b.Build(ctx, build.Request{BuildImageRequest: api.BuildImageRequest{Name: "img"},
+			DockerfileText: []byte("FROM scratch\nCOPY " + file + " /\n"), ContextDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Steps[1].Layer
+	}
+	has := func(blobs blob.Store, d string) bool {
+		_, err := blobs.Stat(ctx, d)
+		return err == nil
+	}
+
+	b, blobs := scratchBuilder(t)
+	b.CacheDir = t.TempDir()
+	la := step(b, "a.txt")
+	lb := step(b, "b.txt") // img is b now: a's layer is the cache's alone
+	p, err := b.Prune(ctx)
+	if err != nil || len(p.Entries) != 1 || p.Bytes == 0 {
+		t.Fatalf("prune: %+v %v, want a's one entry", p, err)
+	}
+	if has(blobs, la) || !has(blobs, lb) {
+		t.Fatalf("after prune: a's layer kept %v, b's (the image's) kept %v", has(blobs, la), has(blobs, lb))
+	}
+
+	// Budget: a, then c, rebuilt as the image in turn; then b; with room for
+	// one cache-only layer, the older (a) goes and c stays.
+	la, lc := step(b, "a.txt"), step(b, "c.txt")
+	u, err := b.CacheUsage(ctx)
+	if err != nil || len(u.Entries) != 3 {
+		t.Fatalf("cache: %+v %v, want 3 entries", u, err)
+	}
+	b.CacheBudget = u.Bytes - 1 // a and b cache-only after the next build: room for one
+	_ = step(b, "b.txt")
+	if has(blobs, la) || !has(blobs, lc) {
+		t.Fatalf("budget eviction: a (older) kept %v, c (newer) kept %v", has(blobs, la), has(blobs, lc))
+	}
+
+	// A shared blob store: the entry goes, the blob stays.
+	s, sblobs := scratchBuilder(t)
+	s.SharedBlobs = true
+	la = step(s, "a.txt")
+	_ = step(s, "b.txt")
+	if p, err := s.Prune(ctx); err != nil || len(p.Entries) != 1 || p.Bytes != 0 || !has(sblobs, la) {
+		t.Fatalf("prune on a shared store: %+v %v, blob kept %v", p, err, has(sblobs, la))
 	}
 }
