@@ -189,7 +189,7 @@ func benchCmd() *cobra.Command {
 	addFlags(fn, &fo, 500, 4)
 	fn.Flags().StringVar(&fLang, "lang", "c", "language: c, c++, go, python3, bash, nodejs, perl, rust")
 	c.AddCommand(create, exec, ptyc, density, mc, fn)
-	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd(), benchBurstCmd(), benchCycleCmd())
+	c.AddCommand(benchTrajCmd(), benchImageCmd(), benchPullCmd(), benchPlacementCmd(), benchForkCmd(), benchCommitCmd(), benchBurstCmd(), benchCycleCmd())
 	c.AddCommand(benchQoSCmds()...)
 	c.AddCommand(benchClusterCmd(), benchSandboxFusionCmd())
 	c.AddCommand(benchVMCmd())

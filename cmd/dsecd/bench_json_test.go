@@ -28,6 +28,7 @@ var benchResults = map[string][]any{
 	"fncall":        {bench.FnCallResult{}},
 	"traj":          {bench.TrajResult{}},
 	"image":         {bench.ImageResult{}},
+	"pull":          {bench.PullResult{}},
 	"placement":     {placebench.Result{}},
 	"fork":          {bench.ForkResult{}},
 	"commit":        {bench.CommitResult{}},

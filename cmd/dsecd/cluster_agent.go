@@ -9,6 +9,7 @@ import (
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/cluster/placement"
+	"github.com/dsec-dev/dsec/internal/image/build"
 )
 
 // agentCmd runs a cluster node: the node agent served over the node RPC and
@@ -61,6 +62,8 @@ open on a listener of their own.`,
 	f.StringVar(&cfg.Registries.HostsDir, "registry-hosts-dir", "", "containerd hosts directory: DIR/HOST/hosts.toml lists mirrors of HOST (e.g. DIR/docker.io/hosts.toml), tried before the registry itself")
 	f.StringArrayVar(&cfg.Registries.Insecure, "insecure-registry", nil, "HOST[:PORT] of a registry reached over plain HTTP (repeatable; any other registry is HTTPS only)")
 	f.Var(imageCacheBytes(&cfg.ImageCacheBytes), "image-cache-bytes", imageCacheBytesUsage)
+	cfg.BuildCacheBytes = build.DefaultCacheBudget
+	f.Var(imageCacheBytes(&cfg.BuildCacheBytes), "build-cache-bytes", buildCacheBytesUsage)
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none, and where commits put their layers: in a cluster, the blob store every node shares (s3://... or dir:PATH on a shared mount; default dir:DATA_DIR/blobs)")
 	f.IntVar(&cfg.MaxFnCalls, "max-fncalls", 64, "FnCalls this node runs or queues at once; more are refused and placed on another node")
 	f.BoolVar(&cfg.NoFnCall, "no-fncall", false, "serve no FnCalls (the node does not advertise the fncall backend)")

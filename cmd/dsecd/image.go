@@ -333,7 +333,7 @@ config; each RUN/COPY step is a layer cached for the next build.`,
 			fmt.Printf("%s %s (%d layers, %d bytes)\n", img.Ref, img.Digest, len(img.Layers), img.Size)
 			return nil
 		}}
-	prune := &cobra.Command{Use: "prune", Short: "Remove every image pulled by reference that no sandbox uses from the server's image cache", Args: cobra.NoArgs,
+	prune := &cobra.Command{Use: "prune", Short: "Remove every image pulled by reference and every cached build step that no sandbox or build uses from the server's caches", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cl, err := client.FromEnv()
 			if err != nil {
@@ -350,6 +350,9 @@ config; each RUN/COPY step is a layer cached for the next build.`,
 				fmt.Printf("kept %s %s: a sandbox uses it\n", img.Name, img.Digest)
 			}
 			fmt.Printf("%d images removed, %d bytes\n", len(res.Removed), res.Bytes)
+			if bc := res.BuildCache; bc != nil {
+				fmt.Printf("build cache: %d steps removed, %d bytes; %d kept (in use)\n", bc.Entries, bc.Bytes, bc.Kept)
+			}
 			return nil
 		}}
 	c.AddCommand(build, compose, ls, inspect, rm, record, rebase, pullCmd, prune)
@@ -364,6 +367,9 @@ func OpenBlobStore(spec, dataDir string) (blob.Store, error) {
 
 // imageCacheBytesUsage describes --image-cache-bytes (dsec server, dsec agent).
 const imageCacheBytesUsage = "byte budget of the images pulled by registry reference (e.g. 50g; 0: no limit): a pull that puts the cache over it evicts the least recently used images no sandbox uses"
+
+// buildCacheBytesUsage describes --build-cache-bytes (dsec server, dsec agent).
+const buildCacheBytesUsage = "byte budget of the Dockerfile build cache's layers that no image holds (e.g. 20g; 0: no limit; default 10g): a build that puts the cache over it evicts the least recently used steps no build or sandbox uses"
 
 // byteSize is a size flag ("50g", "1048576"; cliflag.ParseSize).
 type byteSize struct{ p *int64 }

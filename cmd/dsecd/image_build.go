@@ -18,8 +18,8 @@ import (
 
 // dockerfileFlags are `dsec image build`'s Dockerfile build flags.
 type dockerfileFlags struct {
-	tag, file, target string
-	buildArgs         []string
+	tag, file, target, network string
+	buildArgs                  []string
 }
 
 func (f *dockerfileFlags) flags(c *cobra.Command) {
@@ -27,6 +27,7 @@ func (f *dockerfileFlags) flags(c *cobra.Command) {
 	c.Flags().StringVarP(&f.file, "file", "f", "", "Dockerfile build: the Dockerfile (default CONTEXT/Dockerfile)")
 	c.Flags().StringVar(&f.target, "target", "", "Dockerfile build: build up to this stage")
 	c.Flags().StringArrayVar(&f.buildArgs, "build-arg", nil, "Dockerfile build: KEY=VALUE for an ARG (repeatable)")
+	c.Flags().StringVar(&f.network, "network", "none", "Dockerfile build: egress policy of the RUN steps: none, or comma-separated CIDR[:PORT[-PORT]], rule:NAME, domain:NAME, deny-domain:NAME")
 }
 
 // dockerfileName is where a Dockerfile from outside the context travels in
@@ -40,6 +41,11 @@ func (f *dockerfileFlags) run(ctx context.Context, args []string) error {
 	}
 	dir := args[0]
 	req := api.BuildImageRequest{Name: f.tag, Target: f.target}
+	netp, err := api.ParseNetworkPolicy(f.network)
+	if err != nil {
+		return errdefs.Invalid("--network: %v", err)
+	}
+	req.Network = netp
 	for _, kv := range f.buildArgs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
+	"github.com/dsec-dev/dsec/internal/image/build"
 	"github.com/dsec-dev/dsec/internal/netpolicy"
 	"github.com/dsec-dev/dsec/internal/reclaim"
 )
@@ -64,6 +65,8 @@ DATA_DIR/token, which is created on first start.`,
 	f.StringVar(&cfg.Registries.HostsDir, "registry-hosts-dir", "", "containerd hosts directory: DIR/HOST/hosts.toml lists mirrors of HOST (e.g. DIR/docker.io/hosts.toml), tried before the registry itself")
 	f.StringArrayVar(&cfg.Registries.Insecure, "insecure-registry", nil, "HOST[:PORT] of a registry reached over plain HTTP (repeatable; any other registry is HTTPS only)")
 	f.Var(imageCacheBytes(&cfg.ImageCacheBytes), "image-cache-bytes", imageCacheBytesUsage)
+	cfg.BuildCacheBytes = build.DefaultCacheBudget
+	f.Var(imageCacheBytes(&cfg.BuildCacheBytes), "build-cache-bytes", buildCacheBytesUsage)
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none (default dir:DATA_DIR/blobs)")
 	f.StringVar(&cfg.LayerPrefetch, "layer-prefetch", "", `"" loads layers on demand; "full" fetches and verifies whole layers before mounting`)
 	f.DurationVar(&cfg.Layers.StoreWait, "layer-store-wait", 0, "how long a read of an uncached layer chunk waits for a failing blob store before EIO (0: 2m; negative: fail at once)")

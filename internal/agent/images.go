@@ -142,3 +142,19 @@ func (m *Manager) ImageDigestsInUse() map[string][]string {
 	}
 	return out
 }
+
+// LayerDigestsInUse returns the digests of the layers the sandboxes of m
+// run on (the build cache keeps them).
+func (m *Manager) LayerDigestsInUse() map[string]bool {
+	out := map[string]bool{}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, sb := range m.sandboxes {
+		for _, l := range sb.rec.Spec.Layers { // changed only under m.mu
+			if l.Digest != "" {
+				out[l.Digest] = true
+			}
+		}
+	}
+	return out
+}

@@ -86,6 +86,9 @@ func (p Paths) Pulls() string { return p.join("pulls") }
 // was on the node (internal/agent, state pulling).
 func (p Paths) Creating() string { return p.join("creating") }
 
+// BuildCache holds the Dockerfile build cache's last-use marks.
+func (p Paths) BuildCache() string { return p.join("buildcache") }
+
 // EnvStore holds environment manifests (envs/) and the layer index (layers/).
 func (p Paths) EnvStore() string { return p.join("envstore") }
 

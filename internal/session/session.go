@@ -232,6 +232,9 @@ type Images interface {
 	// context buildContext (a tar stream, plain or gzip) on this node
 	// (internal/image/build). The cluster's router answers not_implemented.
 	BuildImage(ctx context.Context, req api.BuildImageRequest, buildContext io.Reader) (api.BuildImageResult, error)
+	// PruneBuildCache removes the Dockerfile build cache's entries no build
+	// in progress and no sandbox uses (part of `dsec image prune`).
+	PruneBuildCache(ctx context.Context) (api.BuildCachePruned, error)
 }
 
 // Trajectories is the trajectory log's API (/v1/trajectories): the trajectory

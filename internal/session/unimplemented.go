@@ -156,6 +156,9 @@ func (Unimplemented) ImagePulls(context.Context, string) ([]api.PullProgress, er
 func (Unimplemented) BuildImage(context.Context, api.BuildImageRequest, io.Reader) (api.BuildImageResult, error) {
 	return api.BuildImageResult{}, NotImplemented("Dockerfile builds")
 }
+func (Unimplemented) PruneBuildCache(context.Context) (api.BuildCachePruned, error) {
+	return api.BuildCachePruned{}, NotImplemented("Dockerfile builds")
+}
 
 func (Unimplemented) ListTrajectories(context.Context) ([]api.Trajectory, error) {
 	return nil, NotImplemented("trajectories")

@@ -24,6 +24,9 @@ type BuildImageRequest struct {
 	// the command writes it, while the build runs. Only an in-process caller
 	// sets it (an E2B template build's logs); it is not sent over the wire.
 	Output io.Writer `json:"-"`
+	// Network is the egress policy of the RUN steps' sandboxes (nil, the
+	// default: none, loopback only). COPY and ADD never need one.
+	Network *NetworkPolicy `json:"network,omitempty"`
 }
 
 // BuildStep is one instruction of a build as it ran.

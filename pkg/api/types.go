@@ -538,6 +538,19 @@ type PruneImagesResult struct {
 	// Bytes is the size of the removed images (layers they shared with a
 	// kept image are counted but kept).
 	Bytes int64 `json:"bytes"`
+	// BuildCache is what left the node's Dockerfile build cache (absent
+	// where there is none, e.g. a cluster's API server).
+	BuildCache *BuildCachePruned `json:"build_cache,omitempty"`
+}
+
+// BuildCachePruned is what a prune removed from the Dockerfile build cache.
+type BuildCachePruned struct {
+	// Entries counts the cached steps removed.
+	Entries int `json:"entries"`
+	// Bytes of the layer blobs deleted (layers an image also has stay).
+	Bytes int64 `json:"bytes"`
+	// Kept counts the cached steps a build in progress or a sandbox uses.
+	Kept int `json:"kept"`
 }
 
 // ImageNode is one node's copy of an image (Image.Nodes).

@@ -419,6 +419,9 @@ func (c *Client) BuildImage(ctx context.Context, req api.BuildImageRequest, buil
 	if req.RunTimeoutMs > 0 {
 		q.Set("run_timeout_ms", itoa(req.RunTimeoutMs))
 	}
+	if req.Network != nil {
+		q.Set("network", req.Network.String())
+	}
 	for _, k := range slices.Sorted(maps.Keys(req.BuildArgs)) {
 		q.Add("build_arg", k+"="+req.BuildArgs[k])
 	}

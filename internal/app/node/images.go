@@ -65,3 +65,28 @@ func (d *Daemon) stopLayersIfIdle(ctx context.Context) error {
 func (n node) BuildImage(ctx context.Context, req api.BuildImageRequest, buildContext io.Reader) (api.BuildImageResult, error) {
 	return n.builder.FromTar(ctx, filepath.Join(n.scratch, "builds"), req, buildContext)
 }
+
+// PruneBuildCache implements session.Images (build.Builder.Prune).
+func (n node) PruneBuildCache(ctx context.Context) (api.BuildCachePruned, error) {
+	p, err := n.builder.Prune(ctx)
+	return api.BuildCachePruned{Entries: len(p.Entries), Bytes: p.Bytes, Kept: p.Kept}, err
+}
+
+// pulledBlobs returns the blobs of the images pulled by reference (the
+// build cache never deletes them).
+func (d *Daemon) pulledBlobs(context.Context) (map[string]bool, error) {
+	out := map[string]bool{}
+	if d.puller == nil {
+		return out, nil
+	}
+	imgs, err := d.puller.Cached()
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range imgs {
+		for _, l := range c.Manifest.Layers {
+			out[l.Digest], out[l.Index] = true, true
+		}
+	}
+	return out, nil
+}

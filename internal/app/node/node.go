@@ -115,6 +115,10 @@ type Config struct {
 	// (0: no limit; pull.Puller.Budget): least recently used images no
 	// sandbox uses are evicted after a pull that puts the cache over it.
 	ImageCacheBytes int64
+	// BuildCacheBytes is the byte budget of the Dockerfile build cache's
+	// layers (0: no limit; build.Builder.CacheBudget; the flags' default is
+	// build.DefaultCacheBudget).
+	BuildCacheBytes int64
 	// QoS: CPU classes, swap, idle reclaim (qos.go).
 	QoS QoSConfig
 	// Devices are added to every container sandbox (container.ParseDevice
@@ -389,7 +393,14 @@ func (d *Daemon) startAgent(ctx context.Context) (lifecycle.Close, error) {
 	}
 	d.Manager = mgr
 	d.Builder = &build.Builder{Sandboxes: mgr, Envs: d.envs, Resolve: images.ResolveContext, BlobLayers: packer.BlobLayers,
-		TempDir: d.dirs.Commits(), Log: cfg.Logger}
+		TempDir: d.dirs.Commits(), Log: cfg.Logger,
+		CacheBudget: cfg.BuildCacheBytes, CacheDir: d.dirs.BuildCache(), HeldBlobs: d.pulledBlobs, LayersInUse: mgr.LayerDigestsInUse,
+		SharedBlobs: cfg.BlobStore != ""}
+	if d.Builder.SharedBlobs && d.Builder.CacheBudget > 0 {
+		// Deleting blobs of a store other nodes read is not this node's call.
+		cfg.Logger.Info("build cache budget off: the blob store is not this node's own", "blob_store", cfg.BlobStore)
+		d.Builder.CacheBudget = 0
+	}
 	d.envs.InUse = mgr.ImageInUse
 	d.puller.InUse = func(context.Context) (map[string][]string, error) { return mgr.ImageDigestsInUse(), nil }
 	return func(context.Context) error { return mgr.Close() }, nil

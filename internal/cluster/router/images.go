@@ -209,3 +209,9 @@ func (c *LayerCache) Layers(ctx context.Context, name string) []string {
 func (im *Images) BuildImage(context.Context, api.BuildImageRequest, io.Reader) (api.BuildImageResult, error) {
 	return api.BuildImageResult{}, session.NotImplemented("Dockerfile builds through a cluster's API server (build on a node)")
 }
+
+// PruneBuildCache implements session.Images: builds, and so build caches,
+// are the nodes'.
+func (im *Images) PruneBuildCache(context.Context) (api.BuildCachePruned, error) {
+	return api.BuildCachePruned{}, session.NotImplemented("build cache through a cluster's API server (prune on a node)")
+}

@@ -69,6 +69,14 @@ func (s *Server) pruneImages(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	bc, err := s.svc.PruneBuildCache(r.Context())
+	switch {
+	case err == nil:
+		out.BuildCache = &bc
+	case errdefs.CodeOf(err) != api.CodeNotImplemented:
+		s.writeError(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -103,8 +111,9 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
 }
 
 // buildImage handles POST /v1/images:build: the body is the build context as
-// a tar stream (plain or gzip); name, dockerfile, target, run_timeout_ms and
-// repeated build_arg=KEY=VALUE are query parameters.
+// a tar stream (plain or gzip); name, dockerfile, target, run_timeout_ms,
+// network (the RUN steps' egress policy, api.ParseNetworkPolicy's form;
+// default none) and repeated build_arg=KEY=VALUE are query parameters.
 func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := api.BuildImageRequest{Name: q.Get("name"), Dockerfile: q.Get("dockerfile"), Target: q.Get("target")}
@@ -116,6 +125,12 @@ func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 		}
 		req.RunTimeoutMs = n
 	}
+	netp, err := api.ParseNetworkPolicy(q.Get("network"))
+	if err != nil {
+		s.writeError(w, r, errdefs.Invalid("network: %v", err))
+		return
+	}
+	req.Network = netp
 	for _, kv := range q["build_arg"] {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {

@@ -81,6 +81,27 @@ type Builder struct {
 	// they are packed (default: os.TempDir()).
 	TempDir string
 	Log     *slog.Logger
+
+	// CacheBudget is the most bytes of layers only the build cache holds
+	// (cache.go; 0: no limit): a build that leaves the cache over it evicts
+	// the least recently used entries no build or sandbox uses.
+	CacheBudget int64
+	// CacheDir keeps the cache entries' last-use marks (""; their creation
+	// time stands for it).
+	CacheDir string
+	// HeldBlobs returns the blob digests held outside the environment store
+	// (the pulled images'); the cache never deletes those.
+	HeldBlobs func(ctx context.Context) (map[string]bool, error)
+	// LayersInUse returns the layer digests the node's sandboxes run on
+	// (agent.Manager.LayerDigestsInUse).
+	LayersInUse func() map[string]bool
+	// SharedBlobs says other nodes read Envs.Blobs (a shared blob store,
+	// whose layers their sandboxes may run on unseen by this node): eviction
+	// and prune then remove cache entries but never delete a blob.
+	SharedBlobs bool
+
+	cacheMu sync.Mutex
+	pinned  map[string]int // cache entries builds in progress stand on
 }
 
 // Request is one build.
@@ -124,6 +145,12 @@ func (b *Builder) Build(ctx context.Context, req Request) (api.BuildImageResult,
 	}
 	r := &run{b: b, req: req, res: &res, built: map[string]*state{}}
 	defer r.removeTrees()
+	defer func() { // a failed build's finished steps count too
+		r.unpinAll()
+		if _, err := b.Evict(context.WithoutCancel(ctx)); err != nil {
+			b.log().Warn("build cache eviction", "err", err)
+		}
+	}()
 	if r.meta, err = r.metaArgs(metaArgs); err != nil {
 		return res, err
 	}
@@ -230,6 +257,8 @@ type state struct {
 	// tree is the host directory holding the whole file system of a stage
 	// FROM scratch (scratch.go); "" for a stage on an image.
 	tree string
+	// stage names the stage in errors: `stage 1 "dist"`, or `stage 0`.
+	stage string
 }
 
 // env returns the build-time environment: ARGs under the image's ENV.
@@ -278,6 +307,7 @@ type run struct {
 	built map[string]*state // finished stages by lower-case name
 	order []*state          // finished stages in order
 	trees []string          // scratch stages' host trees, removed when the build ends
+	pins  []string          // cache entries this build pinned
 }
 
 // metaArgs evaluates the ARGs before the first FROM.
@@ -382,6 +412,10 @@ func (r *run) stage(ctx context.Context, idx int, s *instructions.Stage) (*state
 	st, err := r.from(ctx, idx, s)
 	if err != nil {
 		return nil, err
+	}
+	st.stage = fmt.Sprintf("stage %d", idx)
+	if s.Name != "" {
+		st.stage += fmt.Sprintf(" %q", s.Name)
 	}
 	r.record(api.BuildStep{Stage: idx, Line: lineOf(s.Location), Instruction: s.SourceCode, Millis: ms(time.Since(t0))})
 	for _, c := range s.Commands {
@@ -556,9 +590,9 @@ func (r *run) runStep(ctx context.Context, st *state, c *instructions.RunCommand
 		timeout = time.Duration(r.req.RunTimeoutMs) * time.Millisecond
 	}
 	if st.tree != "" {
-		return lineError(line, "RUN in a stage FROM scratch is not supported (it has no shell to run in); RUN in another stage and COPY --from it")
+		return lineError(line, "RUN in %s, which is FROM scratch: it has no shell or program to run (only what COPY/ADD put there); RUN in a stage FROM an image and COPY --from it", st.stage)
 	}
-	return r.layerStep(ctx, st, key, step, func(ctx context.Context, w workspace) error {
+	return r.layerStepWith(ctx, st, key, step, r.req.Network, func(ctx context.Context, w workspace) error {
 		res, err := r.exec(ctx, w.id, api.ExecRequest{Cmd: argv, Env: env, Cwd: st.workdir(), User: st.cfg.User,
 			TimeoutMs: timeout.Milliseconds()})
 		if err != nil {
@@ -571,8 +605,12 @@ func (r *run) runStep(ctx context.Context, st *state, c *instructions.RunCommand
 			} else if res.Signal != "" {
 				how = "was killed by " + res.Signal
 			}
-			return errdefs.New(api.CodeInvalidArgument, "Dockerfile line %d: %s %s:\n%s", line, c.String(), how,
-				tail(res.Stdout+res.Stderr, runTail))
+			hint := ""
+			if r.req.Network == nil {
+				hint = "\n(RUN steps of this build have no network; dsec image build --network POLICY gives them egress)"
+			}
+			return errdefs.New(api.CodeInvalidArgument, "Dockerfile line %d: %s %s:\n%s%s", line, c.String(), how,
+				tail(res.Stdout+res.Stderr, runTail), hint)
 		}
 		return nil
 	})
@@ -641,19 +679,27 @@ func tail(s string, n int) string {
 // layerStep makes st's next layer: the cache's if environment cacheName(key)
 // holds it, else a sandbox of st that fn changes, committed under that name.
 func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.BuildStep, fn func(ctx context.Context, w workspace) error) error {
+	return r.layerStepWith(ctx, st, key, step, nil, fn)
+}
+
+// layerStepWith is layerStep whose sandbox has egress policy network (nil:
+// loopback only).
+func (r *run) layerStepWith(ctx context.Context, st *state, key [32]byte, step *api.BuildStep, network *api.NetworkPolicy, fn func(ctx context.Context, w workspace) error) error {
 	if st.tree != "" {
 		return r.treeStep(ctx, st, key, step, fn)
 	}
 	name := cacheName(key)
 	r.res.LayerSteps++
+	r.pin(name)
 	if m, ok := r.cached(ctx, name); ok {
 		r.res.CacheHits++
 		step.Cached = true
+		r.b.touch(name)
 		advance(st, key, name, m, step)
 		return nil
 	}
 	sb, err := r.b.Sandboxes.Create(ctx, api.CreateSandboxRequest{Backend: r.backend(), Image: st.from,
-		CPU: r.req.CPU, MemoryBytes: r.req.MemoryBytes, Labels: map[string]string{"dsec.build": r.req.Name}})
+		CPU: r.req.CPU, MemoryBytes: r.req.MemoryBytes, Labels: map[string]string{"dsec.build": r.req.Name}, Network: network})
 	if err != nil {
 		return fmt.Errorf("Dockerfile line %d: sandbox for the step: %w", step.Line, err)
 	}
@@ -676,6 +722,7 @@ func (r *run) layerStep(ctx context.Context, st *state, key [32]byte, step *api.
 	if err != nil {
 		return fmt.Errorf("Dockerfile line %d: read the committed step: %w", step.Line, err)
 	}
+	r.b.touch(name)
 	advance(st, key, name, m, step)
 	return nil
 }

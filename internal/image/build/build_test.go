@@ -24,6 +24,9 @@ import (
 
 func TestMain(m *testing.M) {
 	lazy.MaybeMain() // the nodes these tests open start this binary as layerd
+	if dir := os.Getenv(crashEnv); dir != "" {
+		os.Exit(crashChild(dir))
+	}
 	os.Exit(m.Run())
 }
 

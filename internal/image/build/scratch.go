@@ -159,9 +159,11 @@ func (r *run) treeStep(ctx context.Context, st *state, key [32]byte, step *api.B
 	}
 	name := cacheName(key)
 	r.res.LayerSteps++
+	r.pin(name)
 	if m, ok := r.cached(ctx, name); ok {
 		r.res.CacheHits++
 		step.Cached = true
+		r.b.touch(name)
 		advance(st, key, name, m, step)
 		return nil
 	}
@@ -180,6 +182,7 @@ func (r *run) treeStep(ctx context.Context, st *state, key [32]byte, step *api.B
 	if _, err := r.b.Envs.State.PutEnv(ctx, m, envstore.Cond{Any: true}); err != nil {
 		return fmt.Errorf("Dockerfile line %d: record the step: %w", step.Line, err)
 	}
+	r.b.touch(name)
 	advance(st, key, name, m, step)
 	return nil
 }

@@ -106,7 +106,8 @@ ENTRYPOINT ["/hello"]
 // TestBuildFromScratch: FROM scratch with COPY (--chmod, WORKDIR), a second
 // stage FROM scratch with COPY --from the first: each result is one layer
 // holding exactly the files copied, with the config; a rebuild is all cache
-// hits with the same layer; RUN in a scratch stage and a scratch stage with
+// hits with the same layer; RUN in a scratch stage (named in the error with its
+// line: it has no shell) and a scratch stage with
 // no files are refused with invalid_argument.
 func TestBuildFromScratch(t *testing.T) {
 	b, blobs := scratchBuilder(t)
@@ -160,8 +161,9 @@ func TestBuildFromScratch(t *testing.T) {
 	}
 
 	for dockerfile, msg := range map[string]string{
-		"FROM scratch\nCOPY hello.txt /\nRUN true\n": "line 3: RUN in a stage FROM scratch",
-		"FROM scratch\nCMD [\"/x\"]\n":               "has no files",
+		"FROM scratch\nCOPY hello.txt /\nRUN true\n":                                           "line 3: RUN in stage 0, which is FROM scratch: it has no shell",
+		"FROM scratch AS files\nCOPY hello.txt /\nFROM files AS again\nRUN [\"/hello.txt\"]\n": `line 4: RUN in stage 1 "again", which is FROM scratch`,
+		"FROM scratch\nCMD [\"/x\"]\n":                                                         "has no files",
 	} {
 		_, err := do("", dockerfile)
 		if !errdefs.Is(err, api.CodeInvalidArgument) || !strings.Contains(err.Error(), msg) {
