@@ -65,7 +65,8 @@ func TestRealJest(t *testing.T) {
 			status: StatusFailed, runStatus: CmdFinished, stderr: "TypeError: Cannot read properties of undefined", exitNonZero: true},
 		{name: "timeout", code: "test('spins', () => {\n  for (;;) {}\n});\n", extra: `,"run_timeout":3`,
 			status: StatusFailed, runStatus: CmdTimeLimit},
-		{name: "memory", code: "test('grows', () => {\n  const keep: number[][] = [];\n  for (;;) keep.push(new Array(1 << 20).fill(1));\n});\n",
+		// 600 MB of buffers: passes without the limit, killed at 256 MB.
+		{name: "memory", code: "test('grows', () => {\n  const keep: Buffer[] = [];\n  for (let i = 0; i < 12; i++) keep.push(Buffer.alloc(50 << 20, 1));\n  expect(keep.length).toBe(12);\n});\n",
 			extra: `,"run_timeout":20,"memory_limit_MB":256`, status: StatusFailed, runStatus: CmdFinished, exitNonZero: true},
 	})
 }
