@@ -30,9 +30,9 @@ func TestRunCodeJestRequest(t *testing.T) {
 }
 
 // SandboxFusion's jest cases (tests/runners/test_jest.py: a passing and a
-// failing suite importing @jest/globals, in TypeScript), plus a syntax
-// error, a runtime error, a timeout and a memory limit, on the
-// sandboxfusion-jest image (scripts/jest-image.sh).
+// failing suite importing @jest/globals, in TypeScript), the project's
+// libraries, a syntax error, a runtime error, a timeout and a memory limit,
+// on the sandboxfusion-jest image (scripts/jest-image.sh).
 func TestRealJest(t *testing.T) {
 	h := realHandler(t)
 	dir := os.Getenv("DSEC_IMAGES_DIR")
@@ -57,6 +57,14 @@ func TestRealJest(t *testing.T) {
 	runModeCases(t, h, "jest", []modeCase{
 		{name: "pass", code: strings.Replace(suite, "BODY", "best === Infinity ? 0 : best", 1), extra: mem,
 			status: StatusSuccess, runStatus: CmdFinished, stdout: "> FORCE_COLOR=0 jest", stderr: "Tests:       2 passed, 2 total"},
+		// The project's libraries: jsdom, testing-library with jest-dom's
+		// matchers, lodash, js-md5.
+		{name: "libraries", code: "import { JSDOM } from 'jsdom';\nimport { getByText } from '@testing-library/dom';\nimport '@testing-library/jest-dom';\n" +
+			"import _ from 'lodash';\nimport md5 from 'js-md5';\n\ntest('dom', () => {\n" +
+			"  const dom = new JSDOM('<div><button>Go</button></div>');\n  const b = getByText(dom.window.document.body as any, 'Go');\n" +
+			"  expect(b.tagName).toBe('BUTTON');\n  expect(b).toHaveTextContent('Go');\n  expect(_.sum([1, 2])).toBe(3);\n" +
+			"  expect(md5('')).toBe('d41d8cd98f00b204e9800998ecf8427e');\n});\n", extra: mem,
+			status: StatusSuccess, runStatus: CmdFinished, stderr: "Tests:       1 passed, 1 total"},
 		{name: "failing assertion", code: strings.Replace(suite, "BODY", "0", 1), extra: mem,
 			status: StatusFailed, runStatus: CmdFinished, stderr: "Tests:       1 failed, 1 passed, 2 total", exitNonZero: true},
 		{name: "syntax error", code: "test('x', () => {\n  const a: number = ;\n});\n", extra: mem,
