@@ -419,6 +419,10 @@ build_judge
 # E2B's code interpreter template "code-interpreter-v1": the judge image plus a
 # small layer (a separate, idempotent step).
 DSEC_IMAGES_DIR="$DSEC_IMAGES_DIR" sh "$(dirname "$0")/codeint-image.sh"
+# SandboxFusion's jest runtime "sandboxfusion-jest": the judge tree hard-linked
+# plus SandboxFusion's npm project, pinned by scripts/sandboxfusion-jest
+# (a separate, idempotent step; npm's registry at build time).
+DSEC_IMAGES_DIR="$DSEC_IMAGES_DIR" sh "$(dirname "$0")/jest-image.sh"
 # E2B's desktop template "desktop" as @e2b/desktop drives it (Xvfb, XFCE,
 # xdotool, ...): the image "e2b-desktop", the debian image plus a layer.
 DSEC_IMAGES_DIR="$DSEC_IMAGES_DIR" sh "$(dirname "$0")/desktop-image.sh"

@@ -47,6 +47,9 @@ type Options struct {
 	// JupyterImage is the image of /run_jupyter's sandboxes (default
 	// DefaultJupyterImage).
 	JupyterImage string
+	// JestImage is the FnCall environment of the jest language (default
+	// DefaultJestImage).
+	JestImage string
 }
 
 // Handler serves SandboxFusion's routes.
@@ -73,6 +76,9 @@ func New(fc session.FnCalls, opts Options) *Handler {
 	}
 	if opts.MaxQueued <= 0 {
 		opts.MaxQueued = DefaultMaxQueued
+	}
+	if opts.JestImage == "" {
+		opts.JestImage = DefaultJestImage
 	}
 	if opts.JupyterImage == "" {
 		opts.JupyterImage = DefaultJupyterImage

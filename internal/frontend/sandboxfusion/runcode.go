@@ -22,6 +22,7 @@ type language struct {
 	main   string            // the program's file name
 	cmd    []string          // a raw command run in the work directory, for modes FnCall has no language for
 	env    map[string]string // cmd's environment
+	jest   bool              // runs in Options.JestImage instead of Options.Image
 }
 
 // languages are the SandboxFusion languages dsec's judge image has
@@ -55,7 +56,28 @@ var languages = map[string]language{
 	// a SandboxError); here the script runs on an in-memory SQLite database
 	// and prints as the sqlite3 shell does (sqlDriver).
 	"sql": {main: "main.sql", cmd: []string{"/usr/bin/python3", "-I", "-c", sqlDriver, "main.sql"}},
+	// npm run test in SandboxFusion's npm project (runners/major.py
+	// run_jest): the code is a TypeScript test file, run by jest with Babel's
+	// presets; jest exits 1 when a test fails or the file does not compile.
+	"jest": {main: "main.test.ts", cmd: []string{"/bin/sh", "-c", jestRun}, env: map[string]string{"FORCE_COLOR": "0"}, jest: true},
 }
+
+// DefaultJestImage is the image jest runs in (scripts/jest-image.sh: the
+// judge image plus SandboxFusion's npm project in jestProject).
+const DefaultJestImage = "sandboxfusion-jest"
+
+// jestProject is where DefaultJestImage holds the npm project
+// (scripts/sandboxfusion-jest: package.json, babel.config.js, node_modules).
+const jestProject = "/opt/sandboxfusion/node"
+
+// jestRun is what `npm run test` does in SandboxFusion's work directory, in
+// which node_modules, package.json and babel.config.js are links to the
+// project: npm's banner on stdout, then jest (its configuration in
+// package.json: at most 2 workers, jest-json-reporter writing
+// jest-report.json). jest is started directly, without npm's own start (0.1-0.2 s).
+const jestRun = "ln -s " + jestProject + "/node_modules " + jestProject + "/package.json " + jestProject + "/babel.config.js . &&\n" +
+	"printf '\\n> coderunner@1.0.0 test\\n> FORCE_COLOR=0 jest\\n\\n' &&\n" +
+	"exec /usr/bin/node node_modules/jest/bin/jest.js"
 
 // goTestEnv is Go's GOPATH mode with Debian's Go libraries (golang-*-dev
 // packages in /usr/share/gocode) importable, and the build cache in the work
@@ -112,8 +134,8 @@ sys.exit(1 if failed else 0)
 `
 
 // knownLanguages are SandboxFusion's other languages: valid there, not here
-// (toolchains Debian does not package; jest's npm project; GPU).
-var knownLanguages = []string{"cuda", "julia", "jest", "python_gpu", "lean", "swift"}
+// (toolchains Debian does not package; GPU).
+var knownLanguages = []string{"cuda", "julia", "python_gpu", "lean", "swift"}
 
 // compileLanguages are the ones SandboxFusion's /submit gives a compile
 // timeout and a 10 s (not 20 s) default run timeout (runners/types.py).
@@ -264,8 +286,12 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 	if req.Stdin != nil {
 		stdin = *req.Stdin
 	}
+	img := h.opts.Image
+	if lang.jest {
+		img = h.opts.JestImage
+	}
 	return api.FnCallRequest{
-		Language: lang.fncall, Cmd: lang.cmd, Env: lang.env, Files: files, Image: h.opts.Image,
+		Language: lang.fncall, Cmd: lang.cmd, Env: lang.env, Files: files, Image: img,
 		Tests: []api.FnCallTest{{Stdin: stdin}},
 		Limits: api.FnCallLimits{CPUTimeMs: runMs, WallTimeMs: runMs, MemoryBytes: mem, OutputBytes: h.opts.OutputBytes,
 			StackBytes: stack, CompileTimeMs: compileMs},
