@@ -16,6 +16,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/image/blob"
 	"github.com/dsec-dev/dsec/internal/image/build"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -81,16 +82,14 @@ func TestBuildKill9(t *testing.T) {
 	}()
 
 	// Wait for the marker in the second RUN's sandbox, then kill.
-	deadline := time.Now().Add(3 * time.Minute)
 	var cl *client.Client
-	for {
-		if time.Now().After(deadline) {
-			t.Fatalf("the child's build never reached the second RUN's end; stderr:\n%s", stderr.String())
-		}
+	var early error
+	exitedEarly := false
+	reached := testwait.Until(3*time.Minute, func() bool {
 		select {
-		case err := <-exited:
-			killed = true
-			t.Fatalf("the child exited before the kill: %v\n%s", err, stderr.String())
+		case early = <-exited:
+			exitedEarly = true
+			return true
 		default:
 		}
 		if cl == nil {
@@ -98,10 +97,14 @@ func TestBuildKill9(t *testing.T) {
 				cl = client.New(string(u), "test")
 			}
 		}
-		if cl != nil && marked(ctx, cl) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+		return cl != nil && marked(ctx, cl)
+	})
+	if exitedEarly {
+		killed = true
+		t.Fatalf("the child exited before the kill: %v\n%s", early, stderr.String())
+	}
+	if !reached {
+		t.Fatalf("the child's build never reached the second RUN's end; stderr:\n%s", stderr.String())
 	}
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
