@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/localtar"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
 
@@ -62,7 +63,7 @@ func cpCmd() *cobra.Command {
 					return err
 				}
 				pr, pw := io.Pipe()
-				go func() { pw.CloseWithError(writeLocalTar(sp, pw)) }()
+				go func() { pw.CloseWithError(localtar.Write(sp, pw)) }()
 				return cl.UploadTar(ctx, did, dp, pr)
 			}
 			st, err := cl.Stat(ctx, sid, sp)
@@ -100,55 +101,6 @@ func cpCmd() *cobra.Command {
 			return extractLocalTar(dp, rc)
 		},
 	}
-}
-
-// writeLocalTar writes dir's contents (names relative to dir) as a tar stream.
-func writeLocalTar(dir string, w io.Writer) error {
-	tw := tar.NewWriter(w)
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == "." {
-			return nil
-		}
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		link := ""
-		if fi.Mode()&fs.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if fi.IsDir() {
-			hdr.Name += "/"
-		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if fi.Mode().IsRegular() {
-			f, err := os.Open(p)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(tw, f)
-			f.Close()
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	return tw.Close()
 }
 
 // extractLocalTar unpacks a tar under dir through os.Root, which keeps every name

@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/dsec-dev/dsec/internal/localtar"
 )
 
 // hostileTar is a tar stream of entries, each a type, name, link name and body.
@@ -86,7 +88,7 @@ func FuzzCpExtract(f *testing.F) {
 	})
 }
 
-// FuzzCpRoundTrip: a local tree `dsec cp` uploads (writeLocalTar) and a download
+// FuzzCpRoundTrip: a local tree `dsec cp` uploads (localtar.Write) and a download
 // unpacks (extractLocalTar) comes back as it was: entries, types, bytes and link
 // targets (also those that point out of the tree, kept as links).
 func FuzzCpRoundTrip(f *testing.F) {
@@ -115,7 +117,7 @@ func FuzzCpRoundTrip(f *testing.F) {
 			}
 		}
 		var b bytes.Buffer
-		if err := writeLocalTar(src, &b); err != nil {
+		if err := localtar.Write(src, &b); err != nil {
 			t.Fatal(err)
 		}
 		dst := t.TempDir()
