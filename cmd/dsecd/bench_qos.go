@@ -31,7 +31,11 @@ func benchQoSCmds() []*cobra.Command {
 				name string
 				ph   bench.QoSPhase
 			}{{"unloaded", r.Unloaded}, {"loaded, no classes", r.NoClasses}, {"loaded, load in be", r.Classes}} {
-				fmt.Printf("%-20s p50 %6.2f ms  p99 %6.2f ms  max %6.2f ms  (load avg %.2f)\n", p.name, p.ph.P50ms, p.ph.P99ms, p.ph.Maxms, p.ph.Load1)
+				fmt.Printf("%-20s p50 %6.2f ms  p99 %6.2f ms  max %6.2f ms  (load avg %.2f; node CPU %.1f%%, steal %.1f%%)\n",
+					p.name, p.ph.P50ms, p.ph.P99ms, p.ph.Maxms, p.ph.Load1, p.ph.NodeCPUPct, p.ph.StealPct)
+				t := p.ph.Tail
+				fmt.Printf("%-20s worst %d: %.2f ms = wake %.2f (runnable %.2f, other %.2f) + burst %.2f (preempted %.2f, on CPU %.2f, other %.2f)\n",
+					"", t.Bursts, t.LatencyMs, t.WakeMs, t.WakeRunnableMs, t.WakeOtherMs, t.BurstMs, t.PreemptedMs, t.OnCPUMs, t.BurstOtherMs)
 			}
 			fmt.Printf("with classes / unloaded p99: %.2fx (target <= 1.2x); core scheduling: %v\n", r.Ratio, r.CoreScheduling)
 			return nil
