@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -35,6 +36,8 @@ func v2Wanted() []string { return []string{ctrlCPU, ctrlMemory, ctrlPids} }
 type Hierarchy struct {
 	version int
 	parent  string // relative to every mount, "" for the mount itself
+	// lsSlice is the scheduler slice LS threads ask for (WithLSSlice).
+	lsSlice time.Duration
 
 	// v2
 	root   string // the unified mount
@@ -76,6 +79,18 @@ func WithParent(parent string) Option {
 			return err
 		}
 		h.parent = parent
+		return nil
+	}
+}
+
+// WithLSSlice makes SetIdle(false) give every thread of the group slice as
+// its scheduler slice (SetSchedClass; 0: the kernel's default).
+func WithLSSlice(slice time.Duration) Option {
+	return func(h *Hierarchy) error {
+		if slice < 0 {
+			return errdefs.Invalid("LS slice %v: must not be negative", slice)
+		}
+		h.lsSlice = slice
 		return nil
 	}
 }

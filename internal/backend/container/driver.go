@@ -55,6 +55,13 @@ type Config struct {
 	IDPool IDPool
 	// Network gives sandboxes egress under a policy; nil: loopback only.
 	Network *netpolicy.Manager
+	// LSCPUWeight is the cpu weight of CgroupParent (cgroup v2's scale, 100
+	// being the default of every group; v1 gets cpu.shares in proportion):
+	// 0 means DefaultLSCPUWeight, -1 leaves the kernel's default.
+	LSCPUWeight int
+	// LSSlice is the scheduler slice LS sandboxes' threads ask for (EEVDF,
+	// Linux 6.12+): 0 means DefaultLSSlice, -1 the kernel's default.
+	LSSlice time.Duration
 	Logger  *slog.Logger
 }
 
@@ -84,6 +91,8 @@ type Driver struct {
 	usernsErr error
 
 	coreSched bool // the kernel has PR_SCHED_CORE (LS sandboxes get a cookie)
+	// weighted sets CgroupParent's cpu weight once it exists (qos.go).
+	weighted sync.Once
 	// runTmpfs: the run dir may be the driver's own tmpfs (see rundir.go),
 	// unmounted by Close when no sandbox is left.
 	runTmpfs bool
@@ -129,7 +138,13 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container: install init: %w", err)
 	}
-	h, err := cgroups.Detect(cfg.CgroupRoot)
+	if cfg.LSCPUWeight == 0 {
+		cfg.LSCPUWeight = DefaultLSCPUWeight
+	}
+	if cfg.LSSlice == 0 {
+		cfg.LSSlice = DefaultLSSlice
+	}
+	h, err := cgroups.Detect(cfg.CgroupRoot, cgroups.WithLSSlice(max(cfg.LSSlice, 0)))
 	if err != nil {
 		return nil, fmt.Errorf("container: cgroups: %w", err)
 	}

@@ -2,6 +2,7 @@ package container
 
 import (
 	"context"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -20,17 +21,45 @@ var (
 // CoreScheduling reports whether LS sandboxes get a core-scheduling cookie.
 func (d *Driver) CoreScheduling() bool { return d.coreSched }
 
+// Defaults of Config.LSCPUWeight and Config.LSSlice. The LS parent weighs 8
+// default groups: when LS sandboxes and the rest of the host (the node's own
+// threads, other services) want the CPU at once, LS work gets 8/9 of it and
+// wins wake-up preemption; the shorter slice (the base slice is 0.7 ms × (1 +
+// log2 CPUs)) lets an LS thread that wakes preempt a running task of the
+// default slice at once instead of after that task's slice.
+const (
+	DefaultLSCPUWeight = 800
+	DefaultLSSlice     = 300 * time.Microsecond
+)
+
 // applyCPUClass sets a new init's policy before it runs (its children inherit
-// it): SCHED_IDLE for BE; for LS a core-scheduling cookie where the kernel has
-// it.
+// it): SCHED_IDLE for BE; for LS the LS slice and a core-scheduling cookie
+// where the kernel has it. The first call also weighs the sandboxes' parent.
 func (d *Driver) applyCPUClass(pid int, idle bool) error {
+	d.weighted.Do(d.weighParent)
 	if idle {
 		return cgroups.SetSchedIdle(pid, true)
+	}
+	if d.cfg.LSSlice > 0 {
+		if err := cgroups.SetSchedClass(pid, false, d.cfg.LSSlice); err != nil {
+			return err
+		}
 	}
 	if d.coreSched {
 		return cgroups.CoreSchedCreate(pid)
 	}
 	return nil
+}
+
+// weighParent sets CgroupParent's cpu weight (Config.LSCPUWeight); a failure
+// is logged: sandboxes then compete at the default weight.
+func (d *Driver) weighParent() {
+	if d.cfg.LSCPUWeight < 0 {
+		return
+	}
+	if err := d.cg.SetCPUWeight(d.cfg.CgroupParent, d.cfg.LSCPUWeight); err != nil {
+		d.log.Warn("LS cpu weight", "err", err)
+	}
 }
 
 // SetCPUClass implements driver.CPUClasser: the sandbox's cpu cgroup moves to
