@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -36,6 +37,11 @@ type QoSResult struct {
 	LSp99Classes   float64 `json:"ls_p99_ms_loaded_with_classes"`
 	Ratio          float64 `json:"ratio_with_classes_vs_unloaded"`
 	CoreScheduling bool    `json:"core_scheduling"`
+	// LSCPUWeight and LSSliceMs are what the node gives LS sandboxes: their
+	// parent's cpu weight (v2 scale, 100 the default) and the scheduler slice
+	// their threads ask for (-1: the kernel's default).
+	LSCPUWeight int     `json:"ls_cpu_weight"`
+	LSSliceMs   float64 `json:"ls_slice_ms"`
 }
 
 // QoSPhase is one phase's LS latency, where it went, and the host's load
@@ -198,18 +204,22 @@ print("\n".join(out))
 // alone (the load sandboxes frozen), with load sandboxes spinning on every core
 // in the LS class, and with the same sandboxes moved to the BE class at runtime
 // (SetCPUClass), alternating the three over rounds.
-func QoS(ctx context.Context, o Options) (QoSResult, error) {
+func QoS(ctx context.Context, o Options, mods ...func(*daemon.Config)) (QoSResult, error) {
 	o.defaults()
 	if o.N <= 0 || o.N == 100 {
 		o.N = 600 // bursts per phase: 3 s
 	}
-	d, cleanup, err := openNode(ctx, o)
+	d, cleanup, err := openNode(ctx, o, mods...)
 	if err != nil {
 		return QoSResult{}, err
 	}
 	defer cleanup()
 	m := d.Manager
-	res := QoSResult{BurstMs: 2, PeriodMs: 5, Bursts: o.N, CoreScheduling: d.Driver.CoreScheduling()}
+	res := QoSResult{BurstMs: 2, PeriodMs: 5, Bursts: o.N, CoreScheduling: d.Driver.CoreScheduling(),
+		LSCPUWeight: d.Driver.LSCPUWeight(), LSSliceMs: -1}
+	if sl := d.Driver.LSSlice(); sl > 0 {
+		res.LSSliceMs = ms(sl)
+	}
 	ls, err := m.Create(ctx, api.CreateSandboxRequest{Image: o.Image, CPUClass: api.CPUClassLS, CPU: 1})
 	if err != nil {
 		return res, fmt.Errorf("create LS sandbox: %w", err)

@@ -332,7 +332,8 @@ func (d *Daemon) startContainer(context.Context) (lifecycle.Close, error) {
 		devs = append(devs, dev)
 	}
 	drv, err := container.New(container.Config{StateDir: d.dirs.Containers(), Devices: devs,
-		UserNS: d.cfg.UserNS, Logger: d.cfg.Logger, Network: d.Network})
+		UserNS: d.cfg.UserNS, Logger: d.cfg.Logger, Network: d.Network,
+		LSCPUWeight: d.cfg.QoS.LSCPUWeight, LSSlice: d.cfg.QoS.LSSlice})
 	if err != nil {
 		return nil, err
 	}

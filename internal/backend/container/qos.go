@@ -21,6 +21,14 @@ var (
 // CoreScheduling reports whether LS sandboxes get a core-scheduling cookie.
 func (d *Driver) CoreScheduling() bool { return d.coreSched }
 
+// LSCPUWeight is the cpu weight given to the sandboxes' parent (v2 scale; -1:
+// the kernel's default); LSSlice the scheduler slice LS threads ask for (-1:
+// the kernel's default).
+func (d *Driver) LSCPUWeight() int { return d.cfg.LSCPUWeight }
+
+// LSSlice: see LSCPUWeight.
+func (d *Driver) LSSlice() time.Duration { return d.cfg.LSSlice }
+
 // Defaults of Config.LSCPUWeight and Config.LSSlice. The LS parent weighs 8
 // default groups: when LS sandboxes and the rest of the host (the node's own
 // threads, other services) want the CPU at once, LS work gets 8/9 of it and
