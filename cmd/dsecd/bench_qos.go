@@ -18,12 +18,14 @@ func benchQoSCmds() []*cobra.Command {
 	var qJSON, rJSON bool
 	var zram string
 	var randPerPage, lsWeight int
-	var lsSlice time.Duration
+	var lsSlice, beSlice time.Duration
 	q := &cobra.Command{
 		Use:   "qos",
 		Short: "LS task (2 ms CPU bursts every 5 ms) p99: unloaded, under BE saturation without CPU classes, with them",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := bench.QoS(cmd.Context(), qo, func(c *daemon.Config) { c.QoS.LSCPUWeight, c.QoS.LSSlice = lsWeight, lsSlice })
+			r, err := bench.QoS(cmd.Context(), qo, func(c *daemon.Config) {
+				c.QoS.LSCPUWeight, c.QoS.LSSlice, c.QoS.BESlice = lsWeight, lsSlice, beSlice
+			})
 			if err != nil {
 				return err
 			}
@@ -50,6 +52,7 @@ func benchQoSCmds() []*cobra.Command {
 	q.Flags().BoolVar(&qJSON, "json", false, "print one JSON object")
 	q.Flags().IntVar(&lsWeight, "ls-cpu-weight", 0, "cpu weight of the sandboxes' parent, 1-10000 (0: the node's default, -1: the kernel's)")
 	q.Flags().DurationVar(&lsSlice, "ls-slice", 0, "scheduler slice of LS threads (0: the node's default, -1ns: the kernel's)")
+	q.Flags().DurationVar(&beSlice, "be-slice", 0, "scheduler slice of BE threads (0: the node's default, -1ns: the kernel's)")
 
 	r := &cobra.Command{
 		Use:   "reclaim",

@@ -37,11 +37,12 @@ type QoSResult struct {
 	LSp99Classes   float64 `json:"ls_p99_ms_loaded_with_classes"`
 	Ratio          float64 `json:"ratio_with_classes_vs_unloaded"`
 	CoreScheduling bool    `json:"core_scheduling"`
-	// LSCPUWeight and LSSliceMs are what the node gives LS sandboxes: their
-	// parent's cpu weight (v2 scale, 100 the default) and the scheduler slice
-	// their threads ask for (-1: the kernel's default).
+	// LSCPUWeight, LSSliceMs and BESliceMs are what the node gives the
+	// classes: the LS parent's cpu weight (v2 scale, 100 the default) and the
+	// scheduler slices LS and BE threads ask for (-1: the kernel's default).
 	LSCPUWeight int     `json:"ls_cpu_weight"`
 	LSSliceMs   float64 `json:"ls_slice_ms"`
+	BESliceMs   float64 `json:"be_slice_ms"`
 }
 
 // QoSPhase is one phase's LS latency, where it went, and the host's load
@@ -216,9 +217,12 @@ func QoS(ctx context.Context, o Options, mods ...func(*daemon.Config)) (QoSResul
 	defer cleanup()
 	m := d.Manager
 	res := QoSResult{BurstMs: 2, PeriodMs: 5, Bursts: o.N, CoreScheduling: d.Driver.CoreScheduling(),
-		LSCPUWeight: d.Driver.LSCPUWeight(), LSSliceMs: -1}
+		LSCPUWeight: d.Driver.LSCPUWeight(), LSSliceMs: -1, BESliceMs: -1}
 	if sl := d.Driver.LSSlice(); sl > 0 {
 		res.LSSliceMs = ms(sl)
+	}
+	if sl := d.Driver.BESlice(); sl > 0 {
+		res.BESliceMs = ms(sl)
 	}
 	ls, err := m.Create(ctx, api.CreateSandboxRequest{Image: o.Image, CPUClass: api.CPUClassLS, CPU: 1})
 	if err != nil {

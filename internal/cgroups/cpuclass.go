@@ -264,18 +264,22 @@ func (g *Group) Threads() ([]int, error) {
 }
 
 // SetThreadsIdle sets every thread in the group to SCHED_IDLE (idle) or back to
-// SCHED_OTHER with the Hierarchy's LS slice (WithLSSlice), keeping each
+// SCHED_OTHER, with the Hierarchy's slice of the class (WithSlices), keeping each
 // thread's nice value. Threads created by a thread already switched inherit its
 // policy and slice; the sweep runs twice for ones created meanwhile by threads
 // not yet switched.
 func (g *Group) SetThreadsIdle(idle bool) error {
+	slice := g.h.lsSlice
+	if idle {
+		slice = g.h.beSlice
+	}
 	for range 2 {
 		tids, err := g.Threads()
 		if err != nil {
 			return fmt.Errorf("cgroup %q: %w", g.name, err)
 		}
 		for _, tid := range tids {
-			if err := SetSchedClass(tid, idle, g.h.lsSlice); err != nil && !errors.Is(err, unix.ESRCH) {
+			if err := SetSchedClass(tid, idle, slice); err != nil && !errors.Is(err, unix.ESRCH) {
 				return fmt.Errorf("cgroup %q: thread %d: %w", g.name, tid, err)
 			}
 		}
@@ -288,12 +292,10 @@ func (g *Group) SetThreadsIdle(idle bool) error {
 func SetSchedIdle(tid int, idle bool) error { return SetSchedClass(tid, idle, 0) }
 
 // SetSchedClass sets one thread's policy for a CPU class, keeping its nice
-// value: SCHED_IDLE for BE (idle); for LS SCHED_OTHER asking for slice as its
+// value: SCHED_IDLE for BE (idle), SCHED_OTHER for LS, asking for slice as its
 // scheduler slice (sched_attr.sched_runtime: EEVDF's request size, Linux 6.12+;
-// older kernels ignore it; 0: the kernel's default). A thread whose slice is
-// shorter than the running task's preempts it when it wakes instead of
-// waiting for that task's slice to run out, and children inherit the slice.
-// Real-time threads are left alone (a sandbox cannot make any).
+// older kernels ignore it; 0: the kernel's default). Children inherit the
+// slice. Real-time threads are left alone (a sandbox cannot make any).
 func SetSchedClass(tid int, idle bool, slice time.Duration) error {
 	cur, err := unix.SchedGetAttr(tid, 0)
 	if err != nil {
@@ -303,7 +305,8 @@ func SetSchedClass(tid int, idle bool, slice time.Duration) error {
 	var runtime uint64
 	if idle {
 		want = unix.SCHED_IDLE
-	} else if slice > 0 {
+	}
+	if slice > 0 {
 		runtime = uint64(slice.Nanoseconds())
 	}
 	if cur.Policy != unix.SCHED_NORMAL && cur.Policy != unix.SCHED_IDLE && cur.Policy != unix.SCHED_BATCH {

@@ -36,8 +36,9 @@ func v2Wanted() []string { return []string{ctrlCPU, ctrlMemory, ctrlPids} }
 type Hierarchy struct {
 	version int
 	parent  string // relative to every mount, "" for the mount itself
-	// lsSlice is the scheduler slice LS threads ask for (WithLSSlice).
-	lsSlice time.Duration
+	// lsSlice and beSlice are the scheduler slices LS and BE threads ask
+	// for (WithSlices).
+	lsSlice, beSlice time.Duration
 
 	// v2
 	root   string // the unified mount
@@ -83,14 +84,14 @@ func WithParent(parent string) Option {
 	}
 }
 
-// WithLSSlice makes SetIdle(false) give every thread of the group slice as
-// its scheduler slice (SetSchedClass; 0: the kernel's default).
-func WithLSSlice(slice time.Duration) Option {
+// WithSlices makes SetIdle give every thread of the group ls (LS) or be (BE)
+// as its scheduler slice (SetSchedClass; 0: the kernel's default).
+func WithSlices(ls, be time.Duration) Option {
 	return func(h *Hierarchy) error {
-		if slice < 0 {
-			return errdefs.Invalid("LS slice %v: must not be negative", slice)
+		if ls < 0 || be < 0 {
+			return errdefs.Invalid("scheduler slices %v, %v: must not be negative", ls, be)
 		}
-		h.lsSlice = slice
+		h.lsSlice, h.beSlice = ls, be
 		return nil
 	}
 }

@@ -333,7 +333,7 @@ func (d *Daemon) startContainer(context.Context) (lifecycle.Close, error) {
 	}
 	drv, err := container.New(container.Config{StateDir: d.dirs.Containers(), Devices: devs,
 		UserNS: d.cfg.UserNS, Logger: d.cfg.Logger, Network: d.Network,
-		LSCPUWeight: d.cfg.QoS.LSCPUWeight, LSSlice: d.cfg.QoS.LSSlice})
+		LSCPUWeight: d.cfg.QoS.LSCPUWeight, LSSlice: d.cfg.QoS.LSSlice, BESlice: d.cfg.QoS.BESlice})
 	if err != nil {
 		return nil, err
 	}

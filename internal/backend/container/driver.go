@@ -59,10 +59,11 @@ type Config struct {
 	// being the default of every group; v1 gets cpu.shares in proportion):
 	// 0 means DefaultLSCPUWeight, -1 leaves the kernel's default.
 	LSCPUWeight int
-	// LSSlice is the scheduler slice LS sandboxes' threads ask for (EEVDF,
-	// Linux 6.12+): 0 means DefaultLSSlice, -1 the kernel's default.
-	LSSlice time.Duration
-	Logger  *slog.Logger
+	// LSSlice and BESlice are the scheduler slices LS and BE sandboxes'
+	// threads ask for (EEVDF, Linux 6.12+): 0 means DefaultLSSlice and
+	// DefaultBESlice, -1 the kernel's default.
+	LSSlice, BESlice time.Duration
+	Logger           *slog.Logger
 }
 
 // Driver implements driver.Driver for containers.
@@ -144,7 +145,10 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.LSSlice == 0 {
 		cfg.LSSlice = DefaultLSSlice
 	}
-	h, err := cgroups.Detect(cfg.CgroupRoot, cgroups.WithLSSlice(max(cfg.LSSlice, 0)))
+	if cfg.BESlice == 0 {
+		cfg.BESlice = DefaultBESlice
+	}
+	h, err := cgroups.Detect(cfg.CgroupRoot, cgroups.WithSlices(max(cfg.LSSlice, 0), max(cfg.BESlice, 0)))
 	if err != nil {
 		return nil, fmt.Errorf("container: cgroups: %w", err)
 	}

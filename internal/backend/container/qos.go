@@ -29,6 +29,9 @@ func (d *Driver) LSCPUWeight() int { return d.cfg.LSCPUWeight }
 // LSSlice: see LSCPUWeight.
 func (d *Driver) LSSlice() time.Duration { return d.cfg.LSSlice }
 
+// BESlice is the scheduler slice BE threads ask for (-1: the kernel's default).
+func (d *Driver) BESlice() time.Duration { return d.cfg.BESlice }
+
 // Defaults of Config.LSCPUWeight and Config.LSSlice. The LS parent weighs 8
 // default groups: when LS sandboxes and the rest of the host (the node's own
 // threads, other services) want the CPU at once, LS work gets 8/9 of it and
@@ -38,6 +41,7 @@ func (d *Driver) LSSlice() time.Duration { return d.cfg.LSSlice }
 const (
 	DefaultLSCPUWeight = 800
 	DefaultLSSlice     = 300 * time.Microsecond
+	DefaultBESlice     = -1
 )
 
 // applyCPUClass sets a new init's policy before it runs (its children inherit
@@ -46,7 +50,7 @@ const (
 func (d *Driver) applyCPUClass(pid int, idle bool) error {
 	d.weighted.Do(d.weighParent)
 	if idle {
-		return cgroups.SetSchedIdle(pid, true)
+		return cgroups.SetSchedClass(pid, true, max(d.cfg.BESlice, 0))
 	}
 	if d.cfg.LSSlice > 0 {
 		if err := cgroups.SetSchedClass(pid, false, d.cfg.LSSlice); err != nil {
