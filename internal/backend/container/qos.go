@@ -32,15 +32,18 @@ func (d *Driver) LSSlice() time.Duration { return d.cfg.LSSlice }
 // BESlice is the scheduler slice BE threads ask for (-1: the kernel's default).
 func (d *Driver) BESlice() time.Duration { return d.cfg.BESlice }
 
-// Defaults of Config.LSCPUWeight and Config.LSSlice. The LS parent weighs 8
-// default groups: when LS sandboxes and the rest of the host (the node's own
-// threads, other services) want the CPU at once, LS work gets 8/9 of it and
-// wins wake-up preemption; the shorter slice (the base slice is 0.7 ms × (1 +
-// log2 CPUs)) lets an LS thread that wakes preempt a running task of the
-// default slice at once instead of after that task's slice.
+// Defaults of Config.LSCPUWeight, Config.LSSlice and Config.BESlice. The LS
+// parent weighs 8 default groups: when LS sandboxes and the rest of the host
+// (the node's own threads, other services) want the CPU at once, LS work gets
+// 8/9 of it. LS threads ask for a 4 ms slice (the kernel's base slice is 0.7 ms
+// × (1 + log2 CPUs)): under BE saturation an LS thread's burst otherwise loses
+// a whole scheduler tick to a BE thread now and then (EEVDF picks the idle
+// entity at a tick once the LS one has used its protected slice); `dsec bench
+// qos` measured the 4 ms slice at 0.36× the LS time lost that way
+// (docs/performance.md).
 const (
 	DefaultLSCPUWeight = 800
-	DefaultLSSlice     = 300 * time.Microsecond
+	DefaultLSSlice     = 4 * time.Millisecond
 	DefaultBESlice     = -1
 )
 
