@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/bench"
 	"github.com/dsec-dev/dsec/internal/cliflag"
 )
@@ -15,12 +17,15 @@ func benchQoSCmds() []*cobra.Command {
 	var qo, ro bench.Options
 	var qJSON, rJSON bool
 	var zram string
-	var randPerPage int
+	var randPerPage, lsWeight int
+	var lsSlice, beSlice time.Duration
 	q := &cobra.Command{
 		Use:   "qos",
 		Short: "LS task (2 ms CPU bursts every 5 ms) p99: unloaded, under BE saturation without CPU classes, with them",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			r, err := bench.QoS(cmd.Context(), qo)
+			r, err := bench.QoS(cmd.Context(), qo, func(c *daemon.Config) {
+				c.QoS.LSCPUWeight, c.QoS.LSSlice, c.QoS.BESlice = lsWeight, lsSlice, beSlice
+			})
 			if err != nil {
 				return err
 			}
@@ -31,15 +36,23 @@ func benchQoSCmds() []*cobra.Command {
 				name string
 				ph   bench.QoSPhase
 			}{{"unloaded", r.Unloaded}, {"loaded, no classes", r.NoClasses}, {"loaded, load in be", r.Classes}} {
-				fmt.Printf("%-20s p50 %6.2f ms  p99 %6.2f ms  max %6.2f ms  (load avg %.2f)\n", p.name, p.ph.P50ms, p.ph.P99ms, p.ph.Maxms, p.ph.Load1)
+				fmt.Printf("%-20s p50 %6.2f ms  p99 %6.2f ms  max %6.2f ms  (load avg %.2f; node CPU %.1f%%, steal %.1f%%)\n",
+					p.name, p.ph.P50ms, p.ph.P99ms, p.ph.Maxms, p.ph.Load1, p.ph.NodeCPUPct, p.ph.StealPct)
+				t := p.ph.Tail
+				fmt.Printf("%-20s worst %d: %.2f ms = wake %.2f (runnable %.2f, other %.2f) + burst %.2f (preempted %.2f, on CPU %.2f, other %.2f)\n",
+					"", t.Bursts, t.LatencyMs, t.WakeMs, t.WakeRunnableMs, t.WakeOtherMs, t.BurstMs, t.PreemptedMs, t.OnCPUMs, t.BurstOtherMs)
 			}
-			fmt.Printf("with classes / unloaded p99: %.2fx (target <= 1.2x); core scheduling: %v\n", r.Ratio, r.CoreScheduling)
+			fmt.Printf("with classes / unloaded p99: %.2fx (target <= 1.2x); core scheduling: %v; LS parent cpu weight %d, LS slice %.2f ms\n",
+				r.Ratio, r.CoreScheduling, r.LSCPUWeight, r.LSSliceMs)
 			return nil
 		},
 	}
 	q.Flags().IntVar(&qo.N, "n", 600, "bursts per phase")
 	q.Flags().StringVar(&qo.Image, "image", "", "image (default: debian)")
 	q.Flags().BoolVar(&qJSON, "json", false, "print one JSON object")
+	q.Flags().IntVar(&lsWeight, "ls-cpu-weight", 0, "cpu weight of the sandboxes' parent, 1-10000 (0: the node's default, -1: the kernel's)")
+	q.Flags().DurationVar(&lsSlice, "ls-slice", 0, "scheduler slice of LS threads (0: the node's default, -1ns: the kernel's)")
+	q.Flags().DurationVar(&beSlice, "be-slice", 0, "scheduler slice of BE threads (0: the node's default, -1ns: the kernel's)")
 
 	r := &cobra.Command{
 		Use:   "reclaim",

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/backend/container"
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/bench"
 	"github.com/dsec-dev/dsec/internal/cgroups"
@@ -74,9 +75,15 @@ func (e *env) checkClass(t *testing.T, id, class string) {
 	if class == api.CPUClassBE {
 		want = unix.SCHED_IDLE
 	}
+	// LS threads ask for the LS slice where the kernel has custom slices
+	// (it reports our own base slice then).
+	customSlices, _ := cgroups.SchedSlice(os.Getpid())
 	for _, tid := range tids {
 		if p, err := cgroups.SchedPolicy(tid); err == nil && p != want {
 			t.Errorf("class %s: thread %d has policy %d, want %d", class, tid, p, want)
+		}
+		if sl, err := cgroups.SchedSlice(tid); err == nil && class == api.CPUClassLS && customSlices > 0 && sl != container.DefaultLSSlice {
+			t.Errorf("class %s: thread %d has slice %v, want %v", class, tid, sl, container.DefaultLSSlice)
 		}
 	}
 }
@@ -107,6 +114,14 @@ func TestCPUClasses(t *testing.T) {
 	}
 	e.checkClass(t, be.ID, api.CPUClassBE)
 	e.checkClass(t, ls.ID, api.CPUClassLS)
+	// The sandboxes' parent outweighs the rest of the host.
+	h, err := cgroups.Detect("/sys/fs/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w, err := h.CPUWeight(e.dcfg.CgroupParent); err != nil || w != container.DefaultLSCPUWeight {
+		t.Errorf("cpu weight of %s: %d %v, want %d", e.dcfg.CgroupParent, w, err, container.DefaultLSCPUWeight)
+	}
 
 	// Changing the class moves the sandbox and its threads, both ways.
 	sbx, err := m.SetCPUClass(ctx, be.ID, api.CPUClassLS)

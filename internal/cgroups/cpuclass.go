@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -74,10 +75,52 @@ func (h *Hierarchy) mkIdleParent(name string, idle bool, made []string) ([]strin
 	case !errors.Is(err, os.ErrExist):
 		return made, err
 	}
-	if err := writeFile(filepath.Join(dir, "cpu.idle"), "1"); err != nil {
+	if err := writeIdle(dir); err != nil {
 		return made, fmt.Errorf("idle parent: %w", err)
 	}
 	return made, nil
+}
+
+// writeIdle makes the v1 idle parent dir idle: cpu.idle=1 (Linux 5.15+), or
+// on kernels without it the smallest cpu.shares, so the group still yields to
+// every other (its threads run SCHED_IDLE either way).
+func writeIdle(dir string) error {
+	err := writeFile(filepath.Join(dir, "cpu.idle"), "1")
+	if !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return writeFile(filepath.Join(dir, "cpu.shares"), "2")
+}
+
+// SetCPUWeight sets the cpu weight of group dir name (relative to the cpu
+// mount, or to the Hierarchy's parent) on cgroup v2's scale: 1 to 10000,
+// 100 being every group's default; on v1 cpu.shares gets weight × 1024 / 100.
+// A heavier parent wins the CPU, and wake-up preemption, over the rest of the
+// host (the node's own threads, other services) in proportion.
+func (h *Hierarchy) SetCPUWeight(name string, weight int) error {
+	if weight < 1 || weight > 10000 {
+		return errdefs.Invalid("cpu weight %d: must be 1 to 10000", weight)
+	}
+	dir := filepath.Join(h.base(h.mounts[ctrlCPU]), name)
+	f, v := "cpu.shares", strconv.Itoa(weight*1024/100)
+	if h.version == 2 {
+		dir = filepath.Join(h.root, h.parent, name)
+		f, v = "cpu.weight", strconv.Itoa(weight)
+	}
+	if err := writeFile(filepath.Join(dir, f), v); err != nil {
+		return fmt.Errorf("cgroup %q: cpu weight: %w", name, err)
+	}
+	return nil
+}
+
+// CPUWeight reads back what SetCPUWeight set (v2 scale).
+func (h *Hierarchy) CPUWeight(name string) (int, error) {
+	if h.version == 2 {
+		v, err := readInt(filepath.Join(h.root, h.parent, name, "cpu.weight"))
+		return int(v), err
+	}
+	v, err := readInt(filepath.Join(h.base(h.mounts[ctrlCPU]), name, "cpu.shares"))
+	return int((v*100 + 512) / 1024), err
 }
 
 // RemoveIdleParent removes the idle parent of parent's groups once it is empty
@@ -221,17 +264,22 @@ func (g *Group) Threads() ([]int, error) {
 }
 
 // SetThreadsIdle sets every thread in the group to SCHED_IDLE (idle) or back to
-// SCHED_OTHER, keeping each thread's nice value. Threads created by a thread
-// already switched inherit its policy; the sweep runs twice for ones created
-// meanwhile by threads not yet switched.
+// SCHED_OTHER, with the Hierarchy's slice of the class (WithSlices), keeping each
+// thread's nice value. Threads created by a thread already switched inherit its
+// policy and slice; the sweep runs twice for ones created meanwhile by threads
+// not yet switched.
 func (g *Group) SetThreadsIdle(idle bool) error {
+	slice := g.h.lsSlice
+	if idle {
+		slice = g.h.beSlice
+	}
 	for range 2 {
 		tids, err := g.Threads()
 		if err != nil {
 			return fmt.Errorf("cgroup %q: %w", g.name, err)
 		}
 		for _, tid := range tids {
-			if err := SetSchedIdle(tid, idle); err != nil && !errors.Is(err, unix.ESRCH) {
+			if err := SetSchedClass(tid, idle, slice); err != nil && !errors.Is(err, unix.ESRCH) {
 				return fmt.Errorf("cgroup %q: thread %d: %w", g.name, tid, err)
 			}
 		}
@@ -239,22 +287,46 @@ func (g *Group) SetThreadsIdle(idle bool) error {
 	return nil
 }
 
-// SetSchedIdle sets one thread's policy to SCHED_IDLE or SCHED_OTHER, keeping
-// its nice value. Real-time threads are left alone (a sandbox cannot make any).
-func SetSchedIdle(tid int, idle bool) error {
+// SetSchedIdle sets one thread's policy to SCHED_IDLE or SCHED_OTHER (with the
+// kernel's default slice), keeping its nice value.
+func SetSchedIdle(tid int, idle bool) error { return SetSchedClass(tid, idle, 0) }
+
+// SetSchedClass sets one thread's policy for a CPU class, keeping its nice
+// value: SCHED_IDLE for BE (idle), SCHED_OTHER for LS, asking for slice as its
+// scheduler slice (sched_attr.sched_runtime: EEVDF's request size, Linux 6.12+;
+// older kernels ignore it; 0: the kernel's default). Children inherit the
+// slice. Real-time threads are left alone (a sandbox cannot make any).
+func SetSchedClass(tid int, idle bool, slice time.Duration) error {
 	cur, err := unix.SchedGetAttr(tid, 0)
 	if err != nil {
 		return err
 	}
 	want := uint32(unix.SCHED_NORMAL)
+	var runtime uint64
 	if idle {
 		want = unix.SCHED_IDLE
 	}
-	if cur.Policy == want || (cur.Policy != unix.SCHED_NORMAL && cur.Policy != unix.SCHED_IDLE && cur.Policy != unix.SCHED_BATCH) {
+	if slice > 0 {
+		runtime = uint64(slice.Nanoseconds())
+	}
+	if cur.Policy != unix.SCHED_NORMAL && cur.Policy != unix.SCHED_IDLE && cur.Policy != unix.SCHED_BATCH {
+		return nil
+	}
+	if cur.Policy == want && (runtime == 0 || cur.Runtime == runtime) {
 		return nil
 	}
 	// (SCHED_FLAG_KEEP_PARAMS would keep the policy too.)
-	return unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: want, Nice: cur.Nice}, 0)
+	return unix.SchedSetAttr(tid, &unix.SchedAttr{Policy: want, Nice: cur.Nice, Runtime: runtime}, 0)
+}
+
+// SchedSlice returns a thread's scheduler slice (Linux 6.12+; the base slice
+// unless the thread asked for another, 0 on older kernels).
+func SchedSlice(tid int) (time.Duration, error) {
+	a, err := unix.SchedGetAttr(tid, 0)
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(a.Runtime), nil
 }
 
 // SchedPolicy returns a thread's scheduling policy (unix.SCHED_*).

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -35,6 +36,9 @@ func v2Wanted() []string { return []string{ctrlCPU, ctrlMemory, ctrlPids} }
 type Hierarchy struct {
 	version int
 	parent  string // relative to every mount, "" for the mount itself
+	// lsSlice and beSlice are the scheduler slices LS and BE threads ask
+	// for (WithSlices).
+	lsSlice, beSlice time.Duration
 
 	// v2
 	root   string // the unified mount
@@ -76,6 +80,18 @@ func WithParent(parent string) Option {
 			return err
 		}
 		h.parent = parent
+		return nil
+	}
+}
+
+// WithSlices makes SetIdle give every thread of the group ls (LS) or be (BE)
+// as its scheduler slice (SetSchedClass; 0: the kernel's default).
+func WithSlices(ls, be time.Duration) Option {
+	return func(h *Hierarchy) error {
+		if ls < 0 || be < 0 {
+			return errdefs.Invalid("scheduler slices %v, %v: must not be negative", ls, be)
+		}
+		h.lsSlice, h.beSlice = ls, be
 		return nil
 	}
 }

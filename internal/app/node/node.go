@@ -336,7 +336,8 @@ func (d *Daemon) startContainer(context.Context) (lifecycle.Close, error) {
 		devs = append(devs, dev)
 	}
 	drv, err := container.New(container.Config{StateDir: d.dirs.Containers(), Devices: devs,
-		UserNS: d.cfg.UserNS, Logger: d.cfg.Logger, Network: d.Network})
+		UserNS: d.cfg.UserNS, Logger: d.cfg.Logger, Network: d.Network,
+		LSCPUWeight: d.cfg.QoS.LSCPUWeight, LSSlice: d.cfg.QoS.LSSlice, BESlice: d.cfg.QoS.BESlice})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,11 @@ import (
 type QoSConfig struct {
 	// CPUClassDefault is the class of creates naming none ("ls" or "be").
 	CPUClassDefault string
+	// LSCPUWeight, LSSlice and BESlice are the container driver's cpu weight
+	// of the sandboxes' parent and scheduler slices of LS and BE threads (0: its defaults;
+	// -1: the kernel's; container.Config).
+	LSCPUWeight      int
+	LSSlice, BESlice time.Duration
 	// ZramBytes > 0 makes a compressed swap device of that size (dsec server
 	// --swap zram:SIZE) that dsec creates at start and removes at shutdown.
 	ZramBytes int64

@@ -55,7 +55,15 @@ type Config struct {
 	IDPool IDPool
 	// Network gives sandboxes egress under a policy; nil: loopback only.
 	Network *netpolicy.Manager
-	Logger  *slog.Logger
+	// LSCPUWeight is the cpu weight of CgroupParent (cgroup v2's scale, 100
+	// being the default of every group; v1 gets cpu.shares in proportion):
+	// 0 means DefaultLSCPUWeight, -1 leaves the kernel's default.
+	LSCPUWeight int
+	// LSSlice and BESlice are the scheduler slices LS and BE sandboxes'
+	// threads ask for (EEVDF, Linux 6.12+): 0 means DefaultLSSlice and
+	// DefaultBESlice, -1 the kernel's default.
+	LSSlice, BESlice time.Duration
+	Logger           *slog.Logger
 }
 
 // Driver implements driver.Driver for containers.
@@ -84,6 +92,8 @@ type Driver struct {
 	usernsErr error
 
 	coreSched bool // the kernel has PR_SCHED_CORE (LS sandboxes get a cookie)
+	// weighted sets CgroupParent's cpu weight once it exists (qos.go).
+	weighted sync.Once
 	// runTmpfs: the run dir may be the driver's own tmpfs (see rundir.go),
 	// unmounted by Close when no sandbox is left.
 	runTmpfs bool
@@ -129,7 +139,16 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("container: install init: %w", err)
 	}
-	h, err := cgroups.Detect(cfg.CgroupRoot)
+	if cfg.LSCPUWeight == 0 {
+		cfg.LSCPUWeight = DefaultLSCPUWeight
+	}
+	if cfg.LSSlice == 0 {
+		cfg.LSSlice = DefaultLSSlice
+	}
+	if cfg.BESlice == 0 {
+		cfg.BESlice = DefaultBESlice
+	}
+	h, err := cgroups.Detect(cfg.CgroupRoot, cgroups.WithSlices(max(cfg.LSSlice, 0), max(cfg.BESlice, 0)))
 	if err != nil {
 		return nil, fmt.Errorf("container: cgroups: %w", err)
 	}

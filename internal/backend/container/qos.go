@@ -2,6 +2,7 @@ package container
 
 import (
 	"context"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -20,17 +21,60 @@ var (
 // CoreScheduling reports whether LS sandboxes get a core-scheduling cookie.
 func (d *Driver) CoreScheduling() bool { return d.coreSched }
 
+// LSCPUWeight is the cpu weight given to the sandboxes' parent (v2 scale; -1:
+// the kernel's default); LSSlice the scheduler slice LS threads ask for (-1:
+// the kernel's default).
+func (d *Driver) LSCPUWeight() int { return d.cfg.LSCPUWeight }
+
+// LSSlice: see LSCPUWeight.
+func (d *Driver) LSSlice() time.Duration { return d.cfg.LSSlice }
+
+// BESlice is the scheduler slice BE threads ask for (-1: the kernel's default).
+func (d *Driver) BESlice() time.Duration { return d.cfg.BESlice }
+
+// Defaults of Config.LSCPUWeight, Config.LSSlice and Config.BESlice. The LS
+// parent weighs 8 default groups: when LS sandboxes and the rest of the host
+// (the node's own threads, other services) want the CPU at once, LS work gets
+// 8/9 of it. LS threads ask for a 4 ms slice (the kernel's base slice is 0.7 ms
+// × (1 + log2 CPUs)): under BE saturation an LS thread's burst otherwise loses
+// a whole scheduler tick to a BE thread now and then (EEVDF picks the idle
+// entity at a tick once the LS one has used its protected slice); `dsec bench
+// qos` measured the 4 ms slice at 0.36× the LS time lost that way
+// (docs/performance.md).
+const (
+	DefaultLSCPUWeight = 800
+	DefaultLSSlice     = 4 * time.Millisecond
+	DefaultBESlice     = -1
+)
+
 // applyCPUClass sets a new init's policy before it runs (its children inherit
-// it): SCHED_IDLE for BE; for LS a core-scheduling cookie where the kernel has
-// it.
+// it): SCHED_IDLE for BE; for LS the LS slice and a core-scheduling cookie
+// where the kernel has it. The first call also weighs the sandboxes' parent.
 func (d *Driver) applyCPUClass(pid int, idle bool) error {
+	d.weighted.Do(d.weighParent)
 	if idle {
-		return cgroups.SetSchedIdle(pid, true)
+		return cgroups.SetSchedClass(pid, true, max(d.cfg.BESlice, 0))
+	}
+	if d.cfg.LSSlice > 0 {
+		if err := cgroups.SetSchedClass(pid, false, d.cfg.LSSlice); err != nil {
+			return err
+		}
 	}
 	if d.coreSched {
 		return cgroups.CoreSchedCreate(pid)
 	}
 	return nil
+}
+
+// weighParent sets CgroupParent's cpu weight (Config.LSCPUWeight); a failure
+// is logged: sandboxes then compete at the default weight.
+func (d *Driver) weighParent() {
+	if d.cfg.LSCPUWeight < 0 {
+		return
+	}
+	if err := d.cg.SetCPUWeight(d.cfg.CgroupParent, d.cfg.LSCPUWeight); err != nil {
+		d.log.Warn("LS cpu weight", "err", err)
+	}
 }
 
 // SetCPUClass implements driver.CPUClasser: the sandbox's cpu cgroup moves to
