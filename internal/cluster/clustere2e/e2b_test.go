@@ -100,6 +100,15 @@ func (p *e2bProxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rp.ServeHTTP(w, r)
 }
 
+// newE2BProxy serves a proxy to every API server of e, all live.
+func newE2BProxy(e *env) (*e2bProxy, *httptest.Server) {
+	p := &e2bProxy{e: e, ctl: make(chan ctlReq), live: map[int]bool{}}
+	for i := range e.apiAddr {
+		p.live[i] = true
+	}
+	return p, httptest.NewServer(p)
+}
+
 func (p *e2bProxy) setLive(i int, up bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -116,11 +125,7 @@ func (p *e2bProxy) setLive(i int, up bool) {
 func TestE2BStatelessAPIServers(t *testing.T) {
 	suite := e2bSuite(t)
 	e := setup(t)
-	p := &e2bProxy{e: e, ctl: make(chan ctlReq), live: map[int]bool{}}
-	for i := range e.apiAddr {
-		p.live[i] = true
-	}
-	srv := httptest.NewServer(p)
+	p, srv := newE2BProxy(e)
 	defer srv.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)

@@ -2,7 +2,6 @@ package clustere2e
 
 import (
 	"context"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strings"
@@ -26,11 +25,7 @@ func TestE2BSuiteTwoAPIServers(t *testing.T) {
 		files = strings.Fields(f)
 	}
 	e := setup(t)
-	p := &e2bProxy{e: e, ctl: make(chan ctlReq), live: map[int]bool{}}
-	for i := range e.apiAddr {
-		p.live[i] = true
-	}
-	srv := httptest.NewServer(p)
+	p, srv := newE2BProxy(e)
 	defer srv.Close()
 	// The sandbox domain is the one address the SDK knows, as an operator
 	// sets it to the load balancer's (getHost must name it).
