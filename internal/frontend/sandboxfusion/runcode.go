@@ -22,6 +22,7 @@ type language struct {
 	main   string            // the program's file name
 	cmd    []string          // a raw command run in the work directory, for modes FnCall has no language for
 	env    map[string]string // cmd's environment
+	device string            // FnCall device ("": cpu; gpu.go)
 }
 
 // languages are the SandboxFusion languages dsec's judge image has
@@ -112,8 +113,8 @@ sys.exit(1 if failed else 0)
 `
 
 // knownLanguages are SandboxFusion's other languages: valid there, not here
-// (toolchains Debian does not package; jest's npm project; GPU).
-var knownLanguages = []string{"cuda", "julia", "jest", "python_gpu", "lean", "swift"}
+// (toolchains Debian does not package; jest's npm project).
+var knownLanguages = []string{"julia", "jest", "lean", "swift"}
 
 // compileLanguages are the ones SandboxFusion's /submit gives a compile
 // timeout and a 10 s (not 20 s) default run timeout (runners/types.py).
@@ -173,6 +174,9 @@ func supported() string {
 
 func lookupLanguage(name string) (language, error) {
 	if l, ok := languages[name]; ok {
+		return l, nil
+	}
+	if l, ok := gpuLanguages[name]; ok {
 		return l, nil
 	}
 	for _, k := range knownLanguages {
@@ -265,7 +269,7 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 		stdin = *req.Stdin
 	}
 	return api.FnCallRequest{
-		Language: lang.fncall, Cmd: lang.cmd, Env: lang.env, Files: files, Image: h.opts.Image,
+		Language: lang.fncall, Cmd: lang.cmd, Env: lang.env, Files: files, Image: h.opts.Image, Device: lang.device,
 		Tests: []api.FnCallTest{{Stdin: stdin}},
 		Limits: api.FnCallLimits{CPUTimeMs: runMs, WallTimeMs: runMs, MemoryBytes: mem, OutputBytes: h.opts.OutputBytes,
 			StackBytes: stack, CompileTimeMs: compileMs},
