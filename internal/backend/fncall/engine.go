@@ -506,6 +506,9 @@ type File struct {
 	Name string // relative to /w
 	Mode uint32
 	F    *os.File // read from offset 0 (the file offset is not used)
+	// Bind places F itself, read-only, instead of a copy (bindfile.go); Mode
+	// is then F's own.
+	Bind bool
 }
 
 // Limits bound one run.
@@ -616,10 +619,7 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 		r.flags |= flagProc
 	}
 	fds := []int{int(stdin.Fd()), outW, errW}
-	for _, f := range spec.Files {
-		r.files = append(r.files, fmt.Sprintf("%o:%s", f.Mode&0o7777, f.Name))
-		fds = append(fds, int(f.F.Fd()))
-	}
+	defer fileEntries(r, spec.Files, &fds).close()
 	if sp := (sandboxParams{r.uid, r.gid, r.flags, r.tmpfsSize}); s.prepZ != z || s.prep != sp {
 		if err := z.prepare(r); err != nil {
 			unix.Close(outW)
