@@ -40,11 +40,18 @@ func (n fnCallNode) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCall
 	return res, nil
 }
 
-// startFakeNode serves n's node RPC and registers it in etcd, advertising
-// the fncall backend and hardware.
+// startFakeNode serves n as a node of the fncall backend with the hardware.
 func startFakeNode(ctx context.Context, t *testing.T, secret cluster.Secret, raw []byte, etcd *clientv3.Client, n fnCallNode, hardware []string) {
 	t.Helper()
-	path, h := noderpc.NewHandler(n, noderpc.HandlerOptions{Secret: raw, Logger: quiet()})
+	serveFakeNode(ctx, t, secret, raw, etcd, n, n.name, []string{api.BackendFnCall}, hardware)
+}
+
+// serveFakeNode serves svc's node RPC as node name and registers it in etcd
+// with the backends and hardware.
+func serveFakeNode(ctx context.Context, t *testing.T, secret cluster.Secret, raw []byte, etcd *clientv3.Client, svc session.Service,
+	name string, backends, hardware []string) {
+	t.Helper()
+	path, h := noderpc.NewHandler(svc, noderpc.HandlerOptions{Secret: raw, Logger: quiet()})
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -56,7 +63,7 @@ func startFakeNode(ctx context.Context, t *testing.T, secret cluster.Secret, raw
 	t.Cleanup(func() { _ = srv.Close() })
 	addr := "http://" + l.Addr().String()
 	report := func(context.Context) (cluster.NodeRecord, error) {
-		return cluster.NodeRecord{Name: n.name, Addr: addr, Backends: []string{api.BackendFnCall}, Hardware: hardware,
+		return cluster.NodeRecord{Name: name, Addr: addr, Backends: backends, Hardware: hardware,
 			Capacity: placement.Resources{Sandboxes: 10}, FnCallCapacity: 4}, nil
 	}
 	if err := cluster.Register(ctx, cluster.RegisterConfig{Client: etcd, Secret: secret, Report: report, Logger: quiet()}); err != nil {

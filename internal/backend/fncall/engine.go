@@ -10,8 +10,9 @@
 // mounts a fresh tmpfs work directory /w (and /proc), takes no_new_privs and
 // the default seccomp profile, and waits. A run's request goes from the
 // engine straight to its slot's helper (a socket per slot), which copies the
-// files in and forks the program with rlimits and an unprivileged per-slot
-// uid. When the program exits the helper exits, the kernel kills whatever else
+// files in (a compiled program is bind-mounted read-only from the compile
+// cache instead: bindfile.go) and forks the program with rlimits and an
+// unprivileged per-slot uid. When the program exits the helper exits, the kernel kills whatever else
 // is left in the pid namespace, and the zygote clones the slot's next helper
 // (with the namespace parameters of the run before; a run that needs others
 // has the zygote replace the helper first). Each helper serves one run:
