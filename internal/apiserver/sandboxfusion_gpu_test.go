@@ -1,7 +1,6 @@
 package apiserver_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -40,18 +39,48 @@ func (n fnCallNode) FnCall(_ context.Context, req api.FnCallRequest) (api.FnCall
 	return res, nil
 }
 
-// startFakeNode serves n as a node of the fncall backend with the hardware.
-func startFakeNode(ctx context.Context, t *testing.T, secret cluster.Secret, raw []byte, etcd *clientv3.Client, n fnCallNode, hardware []string) {
-	t.Helper()
-	serveFakeNode(ctx, t, secret, raw, etcd, n, n.name, []string{api.BackendFnCall}, hardware)
+// fakeCluster is an embedded etcd and an API server in front of fake nodes
+// (node RPC servers registered in etcd as agents register).
+type fakeCluster struct {
+	ctx    context.Context
+	etcd   *clientv3.Client
+	raw    []byte
+	secret cluster.Secret
+	url    string
+	token  string
 }
 
-// serveFakeNode serves svc's node RPC as node name and registers it in etcd
-// with the backends and hardware.
-func serveFakeNode(ctx context.Context, t *testing.T, secret cluster.Secret, raw []byte, etcd *clientv3.Client, svc session.Service,
-	name string, backends, hardware []string) {
+func newFakeCluster(t *testing.T, name string) *fakeCluster {
 	t.Helper()
-	path, h := noderpc.NewHandler(svc, noderpc.HandlerOptions{Secret: raw, Logger: quiet()})
+	_, etcd := apptest.Etcd(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	c := &fakeCluster{ctx: ctx, etcd: etcd, raw: []byte(strings.Repeat(name[:1], 40))}
+	var err error
+	if c.secret, err = cluster.NewSecret(string(c.raw)); err != nil {
+		t.Fatal(err)
+	}
+	a, err := apiserver.New(ctx, apiserver.Config{Etcd: etcd, Secret: c.raw, DataDir: t.TempDir(), Name: name, Logger: quiet(),
+		QuotaReconcile: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
+	tok, err := os.ReadFile(a.TokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	c.url, c.token = srv.URL, strings.TrimSpace(string(tok))
+	return c
+}
+
+// node serves svc's node RPC as node name and registers it with the
+// backends and hardware.
+func (c *fakeCluster) node(t *testing.T, svc session.Service, name string, backends, hardware []string) {
+	t.Helper()
+	path, h := noderpc.NewHandler(svc, noderpc.HandlerOptions{Secret: c.raw, Logger: quiet()})
 	mux := http.NewServeMux()
 	mux.Handle(path, h)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -66,9 +95,26 @@ func serveFakeNode(ctx context.Context, t *testing.T, secret cluster.Secret, raw
 		return cluster.NodeRecord{Name: name, Addr: addr, Backends: backends, Hardware: hardware,
 			Capacity: placement.Resources{Sandboxes: 10}, FnCallCapacity: 4}, nil
 	}
-	if err := cluster.Register(ctx, cluster.RegisterConfig{Client: etcd, Secret: secret, Report: report, Logger: quiet()}); err != nil {
+	if err := cluster.Register(c.ctx, cluster.RegisterConfig{Client: c.etcd, Secret: c.secret, Report: report, Logger: quiet()}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// post sends a SandboxFusion request with the cluster's token.
+func (c *fakeCluster) post(t *testing.T, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", c.url+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatalf("%s: answer is not JSON: %v", path, err)
+	}
+	return resp.StatusCode, out
 }
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -78,42 +124,12 @@ func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)
 // while no node advertises a GPU (a CPU language still runs), and once a
 // node advertising one registers they all run there, never on the CPU node.
 func TestSandboxFusionGPUThroughAPIServer(t *testing.T) {
-	_, etcd := apptest.Etcd(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	raw := []byte(strings.Repeat("g", 40))
-	secret, err := cluster.NewSecret(string(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
-	startFakeNode(ctx, t, secret, raw, etcd, fnCallNode{name: "cpu1"}, nil)
-	a, err := apiserver.New(ctx, apiserver.Config{Etcd: etcd, Secret: raw, DataDir: t.TempDir(), Name: "gpu", Logger: quiet(),
-		QuotaReconcile: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
-	tok, err := os.ReadFile(a.TokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Handler())
-	defer srv.Close()
+	c := newFakeCluster(t, "gpu")
+	fnCall := []string{api.BackendFnCall}
+	c.node(t, fnCallNode{name: "cpu1"}, "cpu1", fnCall, nil)
 	runCode := func(lang string) (int, map[string]any) {
 		t.Helper()
-		body, _ := json.Marshal(map[string]any{"code": "x", "language": lang, "run_timeout": 5})
-		req, _ := http.NewRequest("POST", srv.URL+"/run_code", bytes.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out map[string]any
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-			t.Fatalf("%s: answer is not JSON: %v", lang, err)
-		}
-		return resp.StatusCode, out
+		return c.post(t, "/run_code", `{"code":"x","language":"`+lang+`","run_timeout":5}`)
 	}
 	ranOn := func(out map[string]any) string {
 		run, _ := out["run_result"].(map[string]any)
@@ -137,7 +153,7 @@ func TestSandboxFusionGPUThroughAPIServer(t *testing.T) {
 	}
 
 	// A node advertising a GPU joins: GPU calls go there, and only there.
-	startFakeNode(ctx, t, secret, raw, etcd, fnCallNode{name: "gpu1"}, []string{"gpu"})
+	c.node(t, fnCallNode{name: "gpu1"}, "gpu1", fnCall, []string{"gpu"})
 	if !testwait.Until(20*time.Second, func() bool {
 		_, out := runCode("python_gpu")
 		return ranOn(out) == "gpu1"

@@ -5,17 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/apiserver"
-	"github.com/dsec-dev/dsec/internal/app/apptest"
-	"github.com/dsec-dev/dsec/internal/cluster"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/testwait"
@@ -140,42 +134,14 @@ func (f jupyterFS) Close() error { return nil }
 // driver there through the node RPC, runs the driver, answers the cells and
 // fetched files it wrote, and deletes the sandbox.
 func TestSandboxFusionJupyterThroughAPIServer(t *testing.T) {
-	_, etcd := apptest.Etcd(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	raw := []byte(strings.Repeat("j", 40))
-	secret, err := cluster.NewSecret(string(raw))
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := newFakeCluster(t, "jupyter")
 	node := &jupyterNode{name: "jn1", files: map[string]map[string][]byte{}}
-	serveFakeNode(ctx, t, secret, raw, etcd, node, node.name, []string{api.BackendContainer}, nil)
-	a, err := apiserver.New(ctx, apiserver.Config{Etcd: etcd, Secret: raw, DataDir: t.TempDir(), Name: "jupyter", Logger: quiet(),
-		QuotaReconcile: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = a.Shutdown(context.Background()) })
-	tok, err := os.ReadFile(a.TokenFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(a.Handler())
-	defer srv.Close()
+	c.node(t, node, node.name, []string{api.BackendContainer}, nil)
 	body := `{"cells":["print(1)","x = 2"],"files":{"data/in.txt":"aGVsbG8="},"fetch_files":["data/in.txt"],"total_timeout":30}`
 	var code int
 	var out map[string]any
 	if !testwait.Until(20*time.Second, func() bool {
-		req, _ := http.NewRequest("POST", srv.URL+"/run_jupyter", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		out = nil
-		code = resp.StatusCode
-		_ = json.NewDecoder(resp.Body).Decode(&out)
+		code, out = c.post(t, "/run_jupyter", body)
 		return code == 200
 	}) {
 		t.Fatalf("/run_jupyter through the API server: %d %v", code, out)
