@@ -67,6 +67,7 @@ open on a listener of their own.`,
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none, and where commits put their layers: in a cluster, the blob store every node shares (s3://... or dir:PATH on a shared mount; default dir:DATA_DIR/blobs)")
 	f.IntVar(&cfg.MaxFnCalls, "max-fncalls", 64, "FnCalls this node runs or queues at once; more are refused and placed on another node")
 	f.BoolVar(&cfg.NoFnCall, "no-fncall", false, "serve no FnCalls (the node does not advertise the fncall backend)")
+	gpuFlags(f, cfg)
 	f.StringVar(&level, "log-level", "info", "debug, info, warn or error")
 	return c
 }

@@ -75,6 +75,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.DurationVar(&cfg.KeepAlive, "keepalive", 0, "how long a blocking exec or process wait stays silent before its answer starts and whitespace keeps the connection busy (default 15s; negative: never)")
 	f.Var(onOff{&cfg.UserNS}, "userns", "on: container sandboxes that do not say otherwise (create's user_namespace) run in a user namespace of their own, sandbox root an unprivileged host uid; off (default)")
 	f.BoolVar(&cfg.NoVMSnapshots, "no-vm-snapshots", false, "boot every microVM: no snapshot of a launch is taken or restored from")
+	gpuFlags(f, cfg)
 	f.BoolVar(&sc.CleanupOnExit, "cleanup-on-exit", false, "delete every sandbox when the server stops")
 	f.DurationVar(&cfg.TrajMaxAge, "traj-max-age", daemon.DefaultTrajMaxAge, "delete trajectories not updated for this long (negative: never)")
 	f.IntVar(&cfg.TrajMax, "traj-max", daemon.DefaultTrajMax, "keep at most this many trajectories, the most recently updated (negative: no limit)")

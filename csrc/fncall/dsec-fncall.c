@@ -119,7 +119,15 @@ enum { OP_RUN = 1, OP_KILL = 2, OP_PREPARE = 3, OP_STATUS = 4 };
 enum { EV_STARTED = 1, EV_SETUP_ERR = 2, EV_EXEC_ERR = 3, EV_EXIT = 4, EV_REAPED = 5, EV_FATAL = 6, EV_PREPARED = 8,
 	EV_STATUS = 9 };
 #define MAX_VEC (4096 + 4096 + 1 + MAX_FILES + 3)
-enum { F_PROC = 1 };
+/* F_LATE_SECCOMP: H takes no_new_privs and the seccomp filter after it set
+ * up the request's files rather than before it waits for the request, so it
+ * can bind-mount the ones the engine passes as detached mounts (a compiled
+ * program from the compile cache: no copy per run). */
+enum { F_PROC = 1, F_LATE_SECCOMP = 2 };
+#ifndef SYS_move_mount
+#define SYS_move_mount 429
+#endif
+#define MOVE_MOUNT_F_EMPTY_PATH_ 0x00000004
 /* the run gates (see the header; internal/backend/fncall/zygote.go) */
 enum { GATE_ARMED = 0, GATE_GO = 1, GATE_CANCELED = 2, GATE_WAITING = 3 };
 #define GATES_SIZE 4096
@@ -368,6 +376,20 @@ static int copy_file(int src, const char *dst, mode_t mode)
 			break;
 	}
 	return close(fd);
+}
+
+/* bind_file attaches tree, a detached read-only mount of one file (the
+ * engine's open_tree of a cached program), at dst: the run reads and runs the
+ * file in place and cannot change it (read-only mount, a mount point it
+ * cannot unlink, no capability to unmount). */
+static int bind_file(int tree, const char *dst)
+{
+	if (mkdirs_for(dst))
+		return -1;
+	int fd = open(dst, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0);
+	if (fd < 0 || close(fd))
+		return -1;
+	return (int)syscall(SYS_move_mount, tree, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH_);
 }
 
 static void set_rl(int res, uint64_t soft, uint64_t hard)
@@ -633,27 +655,42 @@ static int run_helper(void *arg)
 		prep_fail(ru, "file system ids");
 	TR();
 	/* From here on H and the program it forks run under the sandbox's
-	 * seccomp filter (no mounts, no namespaces) and no_new_privs. */
-	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
-		prep_fail(ru, "no_new_privs");
-	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
-		prep_fail(ru, "seccomp");
+	 * seccomp filter (no mounts, no namespaces) and no_new_privs; with
+	 * F_LATE_SECCOMP from when the request's files are in place. */
+	const int late = (r->flags & F_LATE_SECCOMP) != 0;
+	if (!late) {
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+			prep_fail(ru, "no_new_privs");
+		if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
+			prep_fail(ru, "seccomp");
+	}
 	TR();
 	__atomic_store_n(&ru->waiting, 1, __ATOMIC_SEQ_CST);
 	uint64_t id = recv_request(ru);
 	if (!id)
 		syscall(SYS_exit, 0); /* no request: the slot was given up */
 	TR();
+	/* a file entry is "MODE:NAME" (copied) or "bMODE:NAME" (its descriptor
+	 * is a detached mount, bind-mounted; only with F_LATE_SECCOMP) */
 	for (uint32_t i = 0; i < r->nfiles; i++) {
 		char *colon = strchr(ru->fnames[i], ':');
 		if (!colon)
 			setup_fail(id, "file entry");
-		mode_t mode = strtoul(ru->fnames[i], NULL, 8);
+		const int bind = ru->fnames[i][0] == 'b';
+		mode_t mode = strtoul(ru->fnames[i] + bind, NULL, 8);
 		char dst[4096];
 		snprintf(dst, sizeof dst, "/w/%s", colon + 1);
-		if (copy_file(ru->fds[3 + i], dst, mode))
+		if (bind && (!late || bind_file(ru->fds[3 + i], dst)))
+			setup_fail(id, "bind file");
+		if (!bind && copy_file(ru->fds[3 + i], dst, mode))
 			setup_fail(id, "write file");
 		close(ru->fds[3 + i]);
+	}
+	if (late) {
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+			setup_fail(id, "no_new_privs");
+		if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &seccomp_prog))
+			setup_fail(id, "seccomp");
 	}
 	TR();
 	/* vfork: H sleeps until P execs (or fails); no page tables are copied.

@@ -233,6 +233,7 @@ func (a *agent) startRegister(ctx context.Context) (lifecycle.Close, error) {
 		fnLoad, fnCap := d.FnCallLoad()
 		return cluster.NodeRecord{
 			Name: d.Manager.Node(), Addr: "http://" + a.cfg.Advertise, Backends: backends, Labels: a.cfg.Labels,
+			Hardware: d.Hardware(),
 			Capacity: placement.Resources{Sandboxes: int64(a.cfg.Node.MaxSandboxes)},
 			Load:     placement.Resources{Sandboxes: int64(d.Manager.Count())},
 			Version:  info.Version, StartedAt: started,

@@ -91,6 +91,9 @@ func (n node) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallResu
 	if n.noFnCall {
 		return api.FnCallResult{}, errdefs.New(api.CodeNotImplemented, "FnCall is off on node %s (--no-fncall)", n.Manager.Node())
 	}
+	if err := n.gpuDevice(&req); err != nil {
+		return api.FnCallResult{}, err
+	}
 	if n.fnSlots != nil {
 		select {
 		case n.fnSlots <- struct{}{}:

@@ -100,6 +100,11 @@ type Config struct {
 	// NoFnCall leaves FnCall out (the node does not advertise the fncall
 	// backend and refuses FnCalls).
 	NoFnCall bool
+	// GPU says whether the node advertises a GPU (gpu.go): GPUAuto (""),
+	// GPUOn or GPUOff; GPUDevDir is where GPUAuto looks for NVIDIA device
+	// nodes (default /dev).
+	GPU       string
+	GPUDevDir string
 	// BlobStore is the blob store spec of environments whose manifest names none
 	// (default dir:DATA_DIR/blobs, where `dsec image build` puts layers by
 	// default; paths.Paths.BlobSpec).
@@ -447,6 +452,9 @@ func (d *Daemon) startFnCall(context.Context) (lifecycle.Close, error) {
 	}
 	d.FnCall = fc
 	d.node = node{Manager: d.Manager, fc: fc, envs: d.envs, puller: d.puller, builder: d.Builder, scratch: d.dirs.Commits(), layers: d.Layers, uses: d.uses, noFnCall: d.cfg.NoFnCall, imagesDir: d.cfg.ImagesDir}
+	if d.node.gpu, err = hasGPU(d.cfg.GPU, d.cfg.GPUDevDir); err != nil {
+		return nil, err
+	}
 	if d.cfg.MaxFnCalls > 0 {
 		d.node.fnSlots = make(chan struct{}, d.cfg.MaxFnCalls)
 	}
@@ -638,6 +646,8 @@ type node struct {
 	fnSlots   chan struct{}
 	noFnCall  bool
 	imagesDir string
+	// gpu: the node advertises a GPU and takes FnCalls of device "gpu".
+	gpu bool
 }
 
 // loadToken returns configured, else the token in file p (created if missing).

@@ -10,8 +10,9 @@
 // mounts a fresh tmpfs work directory /w (and /proc), takes no_new_privs and
 // the default seccomp profile, and waits. A run's request goes from the
 // engine straight to its slot's helper (a socket per slot), which copies the
-// files in and forks the program with rlimits and an unprivileged per-slot
-// uid. When the program exits the helper exits, the kernel kills whatever else
+// files in (a compiled program is bind-mounted read-only from the compile
+// cache instead: bindfile.go) and forks the program with rlimits and an
+// unprivileged per-slot uid. When the program exits the helper exits, the kernel kills whatever else
 // is left in the pid namespace, and the zygote clones the slot's next helper
 // (with the namespace parameters of the run before; a run that needs others
 // has the zygote replace the helper first). Each helper serves one run:
@@ -506,6 +507,9 @@ type File struct {
 	Name string // relative to /w
 	Mode uint32
 	F    *os.File // read from offset 0 (the file offset is not used)
+	// Bind places F itself, read-only, instead of a copy (bindfile.go); Mode
+	// is then F's own.
+	Bind bool
 }
 
 // Limits bound one run.
@@ -616,10 +620,7 @@ func (e *Engine) runOn(ctx context.Context, p *pool, s *slot, spec Spec) (Result
 		r.flags |= flagProc
 	}
 	fds := []int{int(stdin.Fd()), outW, errW}
-	for _, f := range spec.Files {
-		r.files = append(r.files, fmt.Sprintf("%o:%s", f.Mode&0o7777, f.Name))
-		fds = append(fds, int(f.F.Fd()))
-	}
+	defer fileEntries(r, spec.Files, &fds).close()
 	if sp := (sandboxParams{r.uid, r.gid, r.flags, r.tmpfsSize}); s.prepZ != z || s.prep != sp {
 		if err := z.prepare(r); err != nil {
 			unix.Close(outW)

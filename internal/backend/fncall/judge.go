@@ -364,7 +364,7 @@ func (e *Engine) Call(ctx context.Context, req api.FnCallRequest) (api.FnCallRes
 				return res, errdefs.Internal(err, "open compiled program")
 			}
 			defer release()
-			files = append(files, File{Name: binPath[len("/w/"):], Mode: 0o755, F: f})
+			files = append(files, File{Name: binPath[len("/w/"):], Mode: 0o755, F: f, Bind: true})
 			args = lg.run("/w/" + main)
 		}
 	}

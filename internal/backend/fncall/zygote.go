@@ -72,7 +72,8 @@ const (
 	evPrepared = 8
 	evStatus   = 9 // pid: the helpers that are not idle
 
-	flagProc = 1
+	flagProc        = 1
+	flagLateSeccomp = 2 // bindfile.go
 
 	reqHeaderSize = 4 + 4 + 8 + 4 + 4 + 4 + 4 + 8*6 + 4*4
 	evSize        = 4 + 4 + 8 + 4 + 4 + 8*3 + 80

@@ -12,9 +12,11 @@ import (
 // FnCalls in a cluster: a FnCall goes to a ready node that advertises the
 // fncall backend, picked by a placement engine of its own (power-of-k, least
 // loaded) over the nodes' FnCall capacity and load (FnCallSource) plus this
-// API server's calls in flight. A node that refuses it (its --max-fncalls
-// reached, or gone) makes the engine place it again elsewhere; when no node
-// has room the answer is resource_exhausted with Retry-After. A FnCall leaves
+// API server's calls in flight; a FnCall of a device (gpu) only to nodes
+// that advertise it (not_implemented when none does). A node that refuses it
+// (its --max-fncalls reached, or gone) makes the engine place it again
+// elsewhere; when no node has room the answer is resource_exhausted with
+// Retry-After. A FnCall leaves
 // nothing behind, so its in-flight charge is released when it returns.
 
 // FnCallSource is the placement source of FnCalls: the nodes serving FnCall,
@@ -32,7 +34,7 @@ func (s FnCallSource) Snapshot(ctx context.Context) ([]placement.Node, error) {
 			continue
 		}
 		out = append(out, placement.Node{
-			Name: n.Name, State: n.State, Backends: []string{api.BackendFnCall}, Labels: n.Labels,
+			Name: n.Name, State: n.State, Backends: []string{api.BackendFnCall}, Labels: n.Labels, Hardware: n.Hardware,
 			Capacity:   placement.Resources{Sandboxes: n.FnCallCapacity},
 			Load:       placement.Resources{Sandboxes: n.FnCallLoad},
 			ObservedAt: n.ObservedAt,
@@ -47,8 +49,12 @@ func (r *Router) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallR
 	if eng == nil {
 		return r.fnCallAnyReady(ctx, req)
 	}
-	d, err := eng.Place(ctx, placement.Request{Backend: api.BackendFnCall})
-	if err != nil && errdefs.Is(err, api.CodeUnavailable) {
+	d, err := eng.Place(ctx, placement.Request{Backend: api.BackendFnCall, Hardware: fnCallHardware(req)})
+	switch {
+	case err == nil:
+	case req.Device != "" && errdefs.Is(err, api.CodeInvalidArgument):
+		err = errdefs.Wrap(api.CodeNotImplemented, err, "no node of the cluster serves FnCalls of device %q", req.Device)
+	case errdefs.Is(err, api.CodeUnavailable):
 		err = errdefs.Wrap(api.CodeUnavailable, err, "no ready node serves FnCall")
 	}
 	for err == nil {
@@ -61,6 +67,16 @@ func (r *Router) FnCall(ctx context.Context, req api.FnCallRequest) (api.FnCallR
 		d, err = eng.Reject(ctx, d, cerr)
 	}
 	return api.FnCallResult{}, err
+}
+
+// fnCallHardware is the hardware req's device needs of a node: a FnCall of
+// device "gpu" goes only to nodes that advertise a GPU (a node without one
+// refuses it as not_implemented).
+func fnCallHardware(req api.FnCallRequest) []string {
+	if req.Device == "" || req.Device == "cpu" {
+		return nil
+	}
+	return []string{req.Device}
 }
 
 // refusedFnCall reports whether a node's FnCall error means "another node

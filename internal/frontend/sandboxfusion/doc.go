@@ -12,7 +12,9 @@
 //     D_ut, verilog, and the modes go_test (go test) and sql (an in-memory SQLite
 //     database), which run as raw FnCall commands (the table and the
 //     differences: docs/api-sandboxfusion.md).
-//     Any other SandboxFusion language answers 400 with "unsupported language".
+//     cuda and python_gpu run only where a node advertises a GPU (gpu.go),
+//     else answer a SandboxError naming the language. Any other SandboxFusion
+//     language answers 400 with "unsupported language".
 //     `files` (base64 by path) are placed in the work directory; `fetch_files`
 //     is not supported (400 when non-empty), because a FnCall run's work
 //     directory dies with its sandbox.

@@ -131,6 +131,9 @@ func (h *Handler) run(ctx context.Context, req RunCodeRequest) (RunCodeResponse,
 		return RunCodeResponse{}, err
 	}
 	res, err := h.fc.FnCall(ctx, fr)
+	if r, ok := noGPU(req.Language, fr, err); ok {
+		return r, nil
+	}
 	if err != nil {
 		return RunCodeResponse{}, err
 	}

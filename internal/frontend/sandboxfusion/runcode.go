@@ -23,6 +23,7 @@ type language struct {
 	cmd    []string          // a raw command run in the work directory, for modes FnCall has no language for
 	env    map[string]string // cmd's environment
 	jest   bool              // runs in Options.JestImage instead of Options.Image
+	device string            // FnCall device ("": cpu; gpu.go)
 }
 
 // languages are the SandboxFusion languages dsec's judge image has
@@ -134,8 +135,8 @@ sys.exit(1 if failed else 0)
 `
 
 // knownLanguages are SandboxFusion's other languages: valid there, not here
-// (toolchains Debian does not package; GPU).
-var knownLanguages = []string{"cuda", "julia", "python_gpu", "lean", "swift"}
+// (toolchains Debian does not package).
+var knownLanguages = []string{"julia", "lean", "swift"}
 
 // compileLanguages are the ones SandboxFusion's /submit gives a compile
 // timeout and a 10 s (not 20 s) default run timeout (runners/types.py).
@@ -195,6 +196,9 @@ func supported() string {
 
 func lookupLanguage(name string) (language, error) {
 	if l, ok := languages[name]; ok {
+		return l, nil
+	}
+	if l, ok := gpuLanguages[name]; ok {
 		return l, nil
 	}
 	for _, k := range knownLanguages {
@@ -291,7 +295,7 @@ func (h *Handler) fnCallRequest(req RunCodeRequest) (api.FnCallRequest, error) {
 		img = h.opts.JestImage
 	}
 	return api.FnCallRequest{
-		Language: lang.fncall, Cmd: lang.cmd, Env: lang.env, Files: files, Image: img,
+		Language: lang.fncall, Cmd: lang.cmd, Env: lang.env, Files: files, Image: img, Device: lang.device,
 		Tests: []api.FnCallTest{{Stdin: stdin}},
 		Limits: api.FnCallLimits{CPUTimeMs: runMs, WallTimeMs: runMs, MemoryBytes: mem, OutputBytes: h.opts.OutputBytes,
 			StackBytes: stack, CompileTimeMs: compileMs},
