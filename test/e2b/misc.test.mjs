@@ -59,8 +59,10 @@ test('getMetrics is a series: samples at least 5 s apart, oldest first, within s
   for (const m of series) {
     assert.ok(m.timestamp >= start && m.memTotal > 0 && m.diskTotal > 0, JSON.stringify(m))
   }
-  // a window that ends before the newest sample leaves it out
-  const end = new Date(series[1].timestamp.getTime() - 5000 - 1000)
+  // a window that ends before the newest sample leaves it out: it ends at
+  // the first sample's second (the SDK rounds to whole seconds), so it holds
+  // the first (up to 5 s after its end) and not the second (5 s later or more)
+  const end = new Date(series[0].timestamp.getTime() - 500)
   const early = await sbx.getMetrics({ start, end })
   assert.ok(early.length >= 1 && early.every((m) => m.timestamp <= new Date(end.getTime() + 6000)), JSON.stringify(early))
   assert.ok(early.length < (await sbx.getMetrics({ start })).length)
