@@ -151,7 +151,9 @@ func (p *Pipes) Start() {
 // pump copies one output pipe to the caller's writer (serialized with the
 // other's), recording its progress for Drain. A failing writer ends the copy.
 func (p *Pipes) pump(r *os.File, w io.Writer) {
-	buf := make([]byte, 32<<10)
+	// Most commands write little or nothing: a small buffer first, the big
+	// one once a read fills it.
+	buf := make([]byte, 512)
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
@@ -163,12 +165,19 @@ func (p *Pipes) pump(r *os.File, w io.Writer) {
 			if werr != nil {
 				return
 			}
+			if n == len(buf) && n < pumpBuf {
+				buf = make([]byte, pumpBuf)
+			}
 		}
 		if err != nil {
 			return
 		}
 	}
 }
+
+// pumpBuf is the copy buffer of an output pipe that has more than a little
+// to say.
+const pumpBuf = 32 << 10
 
 // Drain waits until the output was copied (every writer of the pipes closed
 // them). Once no output has come for grace (counted from the call, and never
