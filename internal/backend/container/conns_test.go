@@ -79,3 +79,37 @@ func initSockets(t *testing.T, pid int) []string {
 	slices.Sort(socks)
 	return socks
 }
+
+// TestCloseEndsBlockedWait: closing a process whose Wait is blocked (a
+// background process the agent detaches from) ends that Wait rather than
+// keeping the connection for reuse.
+func TestCloseEndsBlockedWait(t *testing.T) {
+	lower := requireImage(t, "busybox")
+	d := newDriverFactory(testConfig(t))(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inst, err := d.Start(ctx, driver.Spec{ID: drivertest.NewID("cw"), Layers: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Destroy(context.Background())
+	p, err := inst.Exec(ctx, driver.ProcSpec{Args: []string{"sleep", "100"}, Env: []string{"PATH=/bin"}, Cwd: "/", Tag: "bg"}, driver.Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { _, err := p.Wait(ctx); waited <- err }()
+	time.Sleep(50 * time.Millisecond) // let Wait block on the connection (it must end either way)
+	closed := make(chan struct{})
+	go func() { p.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close blocked behind a pending Wait")
+	}
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Wait still blocked 10 s after Close")
+	}
+}

@@ -94,8 +94,12 @@ func (c *Conn) Close() error { return c.uc.Close() }
 // process is attached (Wait returned its exit, or none was started), no
 // reply is pending and no terminal master is held. An init older than
 // connection reuse refuses the second EXEC with EBUSY (a *RemoteError).
+// It never blocks: a connection with an exchange or Wait in flight (which
+// closing it would end) is not reusable.
 func (c *Conn) Reusable() bool {
-	c.mu.Lock()
+	if !c.mu.TryLock() {
+		return false
+	}
 	defer c.mu.Unlock()
 	return !c.broken.Load() && !c.proc && c.exit == nil && c.master == nil
 }
