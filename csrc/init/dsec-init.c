@@ -853,7 +853,9 @@ struct qpkt {
 };
 
 /* conn is a client connection. pid is the process EXEC started or WAIT
- * attached to; watching means EXITED is still owed. */
+ * attached to (-1 once it exited: never signalled again); watching means
+ * EXITED is still owed. Once its process exited, a connection may EXEC
+ * again, so the node keeps idle connections instead of one per exec. */
 struct conn {
 	int fd;
 	pid_t pid;
@@ -1162,7 +1164,7 @@ static void do_exec(struct state *s, struct conn *c, char **f, int nf, int *fds,
 	struct exec_req r;
 	char msg[256];
 
-	if (c->pid) {
+	if (c->pid > 0) {
 		send_error(c, EBUSY, "connection already has a process");
 		return;
 	}

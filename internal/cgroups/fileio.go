@@ -59,6 +59,35 @@ func writeOptional(path, data string) error {
 	return nil
 }
 
+// readSmall reads a small control file with plain open, read and close: no
+// fstat and no poller registration (cgroup files are pollable, so os.Open
+// would add and remove each one from the netpoller), which matters for the
+// counters read on every exec. Errors are *os.PathError naming the file.
+func readSmall(path string) ([]byte, error) {
+	fd, err := openRetry(path, unix.O_RDONLY|unix.O_CLOEXEC)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	b := make([]byte, 0, 512)
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := unix.Read(fd, b[len(b):cap(b)])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, &os.PathError{Op: "read", Path: path, Err: err}
+		}
+		if n == 0 {
+			return b, nil
+		}
+		b = b[:len(b)+n]
+	}
+}
+
 // readString returns the trimmed content of a control file.
 func readString(path string) (string, error) {
 	b, err := os.ReadFile(path)
@@ -84,7 +113,7 @@ func readInt(path string) (int64, error) {
 // readKey returns the value of key in a flat-keyed file of "key value" lines,
 // such as memory.events, cpu.stat or memory.oom_control.
 func readKey(path, key string) (uint64, error) {
-	b, err := os.ReadFile(path)
+	b, err := readSmall(path)
 	if err != nil {
 		return 0, err
 	}

@@ -78,6 +78,7 @@ type Driver struct {
 	nsInitPath string
 	cg         *cgroups.Hierarchy
 	seccomp    *os.File // sealed memfd with the compiled default profile
+	devnull    *os.File // stdin of every exec without one (nil: each opens its own)
 	spawner    *initproto.Spawner
 
 	// sysfs is the read-only sysfs shared by all sandboxes (cloned onto
@@ -171,7 +172,13 @@ func New(cfg Config) (*Driver, error) {
 	if serr != nil {
 		cfg.Logger.Warn("no init spawner; inits are forked from the server", "err", serr)
 	}
-	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, ids: ids, spawner: spawner,
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		mfd.Close()
+		spawner.Close()
+		return nil, fmt.Errorf("container: %w", err)
+	}
+	d := &Driver{cfg: cfg, log: cfg.Logger, initPath: initPath, cg: h, seccomp: mfd, devnull: devnull, ids: ids, spawner: spawner,
 		coreSched: cgroups.CoreSchedAvailable(), runTmpfs: runTmpfs || (defaultRun && onMemoryFS(cfg.RunDir))}
 	// An init in a user namespace resolves its binary and mountpoints in
 	// the run dir as an unprivileged uid: make it traversable (not
@@ -247,7 +254,7 @@ func (d *Driver) CgroupVersion() int { return d.cg.Version() }
 // Close releases driver-wide resources (not the sandboxes, which keep their
 // clones of the shared sysfs).
 func (d *Driver) Close() error {
-	err := errors.Join(d.seccomp.Close(), d.cg.Close(), d.spawner.Close())
+	err := errors.Join(d.seccomp.Close(), d.cg.Close(), d.spawner.Close(), d.devnull.Close())
 	if d.sysfs != "" {
 		d.sysfsMu.Lock()
 		err = errors.Join(err, initproto.UnmountSharedSysfs(d.sysfs))

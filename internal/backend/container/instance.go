@@ -32,6 +32,7 @@ type instance struct {
 	pidfd *os.File // nonblocking pidfd, readable once init exits
 	child bool     // started by this process: it must reap the init
 	done  chan struct{}
+	idle  idleConns
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -62,6 +63,7 @@ func (d *Driver) newInstance(spec driver.Spec, st state, cg *cgroups.Group, chil
 // watch waits in the netpoller (no thread per sandbox) for the init to exit.
 func (in *instance) watch() {
 	defer close(in.done)
+	defer in.idle.closeAll()
 	rc, err := in.pidfd.SyscallConn()
 	if err != nil {
 		return
@@ -128,6 +130,10 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 	if p.TTY != nil {
 		return in.execTTY(ctx, p, stdio)
 	}
+	if stdio.Stdin == nil && in.d.devnull != nil {
+		// the driver's /dev/null rather than an open and close per exec
+		stdio.Stdin = in.d.devnull
+	}
 	pipes, err := procio.Open(stdio)
 	if err != nil {
 		return nil, err
@@ -150,21 +156,32 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 // exec asks the init to start p with the given fds (and, for a tagged terminal
 // process, the master the init keeps).
 func (in *instance) exec(ctx context.Context, p driver.ProcSpec, fds [3]*os.File, master *os.File) (driver.Proc, error) {
-	c, err := in.dial(ctx)
+	c, pooled, err := in.conn(ctx)
 	if err != nil {
 		return nil, err
 	}
 	ooms, _ := in.cg.OOMKills()
-	pid, err := c.Exec(ctx, initproto.ExecRequest{
+	req := initproto.ExecRequest{
 		Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.UID, GID: p.GID, Groups: p.Groups, Tag: p.Tag,
 		TTY: p.TTY != nil, Master: master, OutputCap: outputCap(p),
-	}, fds)
-	if err != nil {
+	}
+	pid, err := c.Exec(ctx, req, fds)
+	if pooled && olderInit(err) {
+		// an init from before connection reuse: one connection per exec
 		c.Close()
+		in.idle.disable()
+		if c, err = in.dial(ctx); err != nil {
+			return nil, err
+		}
+		pid, err = c.Exec(ctx, req, fds)
+	}
+	if err != nil {
 		var ee *initproto.ExecError
 		if errors.As(err, &ee) {
+			in.idle.put(c)
 			return &failedProc{exit: startFailure(p.Args[0], ee)}, nil
 		}
+		c.Close()
 		if !in.alive() {
 			return nil, in.gone()
 		}
@@ -277,6 +294,7 @@ func (in *instance) Resume(ctx context.Context) error {
 // Destroy implements driver.Instance.
 func (in *instance) Destroy(ctx context.Context) error {
 	in.destroyOnce.Do(func() {
+		in.idle.closeAll()
 		// Thaw first: a frozen (or still freezing: Frozen() says false
 		// then) init and its processes cannot die.
 		_ = in.cg.Thaw(ctx)

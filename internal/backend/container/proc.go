@@ -123,8 +123,11 @@ func (p *proc) Close() error {
 	}
 	if p.term != nil {
 		p.term.Close()
+		return p.c.Close()
 	}
-	return p.c.Close()
+	// a connection whose process exited carries the sandbox's next exec
+	p.in.idle.put(p.c)
+	return nil
 }
 
 // failedProc is a process whose exec failed: it "exited" at once.

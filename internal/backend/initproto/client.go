@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,14 +52,23 @@ type TaggedProc struct {
 	Running bool
 }
 
+// MaxReply is the largest reply the init sends (REPLY_MAX in
+// csrc/common/proto.h; PS is split into packets of at most this size).
+const MaxReply = 64 << 10
+
 // Conn is one control connection to a sandbox init. It carries at most one
-// process. Kill may be called concurrently with Wait; other calls are
-// serialized.
+// process at a time; once Wait returned its exit, Reusable says whether the
+// connection can Exec again. Kill may be called concurrently with Wait;
+// other calls are serialized.
 type Conn struct {
 	uc  *net.UnixConn
 	wmu sync.Mutex // a write and its deadline
-	mu  sync.Mutex // one exchange or Wait at a time; guards the fields below
-	buf []byte
+	// broken: a send or receive failed (or was cancelled), so a reply may
+	// still be on its way: the connection must not carry another exchange.
+	broken atomic.Bool
+	mu     sync.Mutex // one exchange or Wait at a time; guards the fields below
+	buf    []byte     // MaxReply bytes, allocated on the first receive
+	oob    []byte
 	// exit is an EXITED that arrived while another reply was awaited, or the
 	// exit Attach found, kept for Wait.
 	exit *Exit
@@ -80,6 +90,20 @@ func Dial(ctx context.Context, socketPath string) (*Conn, error) {
 // Close closes the connection. A running process keeps running.
 func (c *Conn) Close() error { return c.uc.Close() }
 
+// Reusable reports whether the connection can carry another Exec: no
+// process is attached (Wait returned its exit, or none was started), no
+// reply is pending and no terminal master is held. An init older than
+// connection reuse refuses the second EXEC with EBUSY (a *RemoteError).
+// It never blocks: a connection with an exchange or Wait in flight (which
+// closing it would end) is not reusable.
+func (c *Conn) Reusable() bool {
+	if !c.mu.TryLock() {
+		return false
+	}
+	defer c.mu.Unlock()
+	return !c.broken.Load() && !c.proc && c.exit == nil && c.master == nil
+}
+
 func (c *Conn) send(ctx context.Context, p *Packet, oob []byte) error {
 	b, err := p.Encode()
 	if err != nil {
@@ -90,6 +114,7 @@ func (c *Conn) send(ctx context.Context, p *Packet, oob []byte) error {
 	dl, _ := ctx.Deadline()
 	_ = c.uc.SetWriteDeadline(dl)
 	if _, _, err := c.uc.WriteMsgUnix(b, oob, nil); err != nil {
+		c.broken.Store(true)
 		return fmt.Errorf("initproto: send %s: %w", p.Op, ctxErr(ctx, err))
 	}
 	return nil
@@ -108,9 +133,10 @@ func (c *Conn) read(ctx context.Context) (*Packet, error) {
 // owns. c.mu must be held.
 func (c *Conn) readFDs(ctx context.Context) (*Packet, []int, error) {
 	if c.buf == nil {
-		c.buf = make([]byte, MaxPacket)
+		c.buf = make([]byte, MaxReply)
+		c.oob = make([]byte, syscall.CmsgSpace(4*4))
 	}
-	oob := make([]byte, syscall.CmsgSpace(4*4))
+	oob := c.oob
 	stop := watchCtx(ctx, c.uc.SetReadDeadline)
 	n, oobn, flags, _, err := c.uc.ReadMsgUnix(c.buf, oob)
 	stop()
@@ -126,6 +152,7 @@ func (c *Conn) readFDs(ctx context.Context) (*Packet, []int, error) {
 	}
 	p, err := c.parseRead(ctx, n, flags, err)
 	if err != nil {
+		c.broken.Store(true)
 		for _, fd := range fds {
 			syscall.Close(fd)
 		}

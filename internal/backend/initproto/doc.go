@@ -31,7 +31,9 @@
 //
 // An ERROR reply to EXEC with a step field means the process itself failed to
 // start (ExecError); without one the request was refused (RemoteError).
-// A connection carries at most one process (started by EXEC or attached by WAIT).
+// A connection carries at most one process at a time (started by EXEC or
+// attached by WAIT); once its EXITED was sent, the connection may EXEC again
+// (inits before that answer EBUSY, see Conn.Reusable).
 // Closing a connection never kills its process; exits of tagged processes are
 // kept (the last 4096) for a later WAIT.
 package initproto

@@ -101,3 +101,68 @@ func TestSpawnTimeout(t *testing.T) {
 		t.Fatalf("init %d not reaped: %v", pid, err)
 	}
 }
+
+// TestConnReuse: once its process's exit was returned, a connection carries
+// the next EXEC (the node keeps idle connections); while a process runs, a
+// second EXEC on it is refused and the connection stays usable.
+func TestConnReuse(t *testing.T) {
+	s := newSandbox(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := s.dial(t)
+	if !c.Reusable() {
+		t.Fatal("a new connection is not reusable")
+	}
+	sh := func(script string) ExecRequest {
+		return ExecRequest{Args: []string{"sh", "-c", script}, Env: []string{"PATH=/bin"}}
+	}
+	pid, err := c.Exec(ctx, sh("sleep 30"), [3]*os.File{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Reusable() {
+		t.Fatal("reusable while its process runs")
+	}
+	if _, err := c.Exec(ctx, sh("true"), [3]*os.File{}); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("second EXEC while the first runs: %v, want EBUSY", err)
+	}
+	c.Kill(int(syscall.SIGKILL))
+	if e, err := c.Wait(ctx); err != nil || e.Status.Signal() != syscall.SIGKILL {
+		t.Fatalf("wait for %d: %+v %v", pid, e, err)
+	}
+	for i := range 3 {
+		if !c.Reusable() {
+			t.Fatalf("exec %d: not reusable after its exit", i)
+		}
+		pid2, err := c.Exec(ctx, sh(fmt.Sprintf("exit %d", 10+i)), [3]*os.File{})
+		if err != nil || pid2 == pid {
+			t.Fatalf("exec %d on the reused connection: pid %d (first %d), %v", i, pid2, pid, err)
+		}
+		if e, err := c.Wait(ctx); err != nil || e.Status.ExitStatus() != 10+i {
+			t.Fatalf("exec %d: exit %+v %v", i, e, err)
+		}
+	}
+	// a start failure leaves the connection in sync as well
+	var ee *ExecError
+	if _, err := c.Exec(ctx, ExecRequest{Args: []string{"/nonexistent"}}, [3]*os.File{}); !errors.As(err, &ee) {
+		t.Fatalf("exec of a missing binary: %v", err)
+	}
+	if !c.Reusable() {
+		t.Fatal("not reusable after a start failure")
+	}
+	if err := c.Ping(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// a cancelled wait may leave the EXITED in flight: not reusable
+	if _, err := c.Exec(ctx, sh("sleep 0.2"), [3]*os.File{}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, wcancel := context.WithTimeout(ctx, time.Millisecond)
+	defer wcancel()
+	if _, err := c.Wait(wctx); err == nil {
+		t.Fatal("wait with an expired context returned an exit")
+	}
+	if c.Reusable() {
+		t.Fatal("reusable after a cancelled wait")
+	}
+}

@@ -151,7 +151,9 @@ func (p *Pipes) Start() {
 // pump copies one output pipe to the caller's writer (serialized with the
 // other's), recording its progress for Drain. A failing writer ends the copy.
 func (p *Pipes) pump(r *os.File, w io.Writer) {
-	buf := make([]byte, 32<<10)
+	// Most commands write little or nothing: a small buffer first, the big
+	// one once a read fills it.
+	buf := make([]byte, 512)
 	write := func(b []byte) error {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -167,6 +169,9 @@ func (p *Pipes) pump(r *os.File, w io.Writer) {
 			if werr != nil {
 				return
 			}
+			if n == len(buf) && n < pumpBuf {
+				buf = make([]byte, pumpBuf)
+			}
 		}
 		if err != nil {
 			drainRest(r, err, buf, write)
@@ -174,6 +179,10 @@ func (p *Pipes) pump(r *os.File, w io.Writer) {
 		}
 	}
 }
+
+// pumpBuf is the copy buffer of an output pipe that has more than a little
+// to say.
+const pumpBuf = 32 << 10
 
 // Drain waits until the output was copied (every writer of the pipes closed
 // them). Once no output has come for grace (counted from the call, and never
