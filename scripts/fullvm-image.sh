@@ -78,13 +78,13 @@ if [ -z "${DBUS_SESSION_BUS_ADDRESS:-}" ]; then
 fi
 xsetroot -solid '#2f4f6f'
 xfwm4 --compositor=off &
+xfce4-panel &
 # The xterm is mapped once the window manager runs, which then gives it the
 # focus (a window mapped before it would have none).
 for i in $(seq 300); do
 	xprop -root _NET_SUPPORTING_WM_CHECK 2>/dev/null | grep -q 'window id' && break
 	sleep 0.1
 done
-xfce4-panel &
 exec xterm -fn 9x15 -bg white -fg black -geometry 90x36+64+64 -title dsec-term
 S
 chmod 755 "$root/etc/X11/dsec-session"
@@ -187,7 +187,8 @@ chroot "$root" systemctl set-default multi-user.target >/dev/null 2>&1
 for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer systemd-timesyncd.service; do
 	chroot "$root" systemctl mask "$u" >/dev/null 2>&1 || true
 done
-rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man"
+# Documentation and translations (the desktop's are about 90 MB).
+rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/locale"
 
 # busybox's nc for the tools that expect one (the driver conformance suite).
 ln -sf /bin/busybox "$root/usr/local/bin/nc"
