@@ -2,8 +2,13 @@
 # fullvm-image.sh: build the FullVM base image "desktop" once (setup.sh runs it).
 #
 # A bookworm debootstrap (minbase) with Debian's kernel, systemd, Xorg
-# (modesetting on q35's std VGA through bochs-drm), an xterm in an X session
-# of the unprivileged user "dsec" (uid 1000): getty autologins it on tty1 and
+# (modesetting on q35's std VGA through bochs-drm) and a small desktop in an
+# X session of the unprivileged user "dsec" (uid 1000): XFCE's window manager
+# (xfwm4) and panel (applications menu, launchers, window list, clock) over a
+# solid background, an xterm open, and from the panel a file manager (Thunar),
+# an editor (Mousepad) and a light browser (NetSurf), the package choice of the
+# container desktop (scripts/desktop-image.sh); xdotool and xprop for scripts
+# and the readiness check. getty autologins the user on tty1 and
 # its login shell runs startx there; rootless Xorg opens the display and the
 # input devices through logind (no display manager, no setuid X wrapper), and
 # dsec-vmagent.service, which runs
@@ -23,8 +28,9 @@ DSEC_IMAGES_DIR=${DSEC_IMAGES_DIR:-/var/lib/dsec/images}
 DEBIAN_MIRROR=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 NAME=desktop
 OUT="$DSEC_IMAGES_DIR/$NAME"
-FORMAT=2
-PKGS="linux-image-amd64,systemd-sysv,udev,kmod,dbus,libpam-systemd,xserver-xorg-core,xserver-xorg-input-libinput,xinit,xterm,x11-xserver-utils,xfonts-base,busybox-static"
+FORMAT=3
+PKGS="linux-image-amd64,systemd-sysv,udev,kmod,dbus,libpam-systemd,xserver-xorg-core,xserver-xorg-input-libinput,xinit,xterm,x11-xserver-utils,xfonts-base,busybox-static,\
+dbus-x11,xfwm4,xfce4-panel,thunar,mousepad,netsurf-gtk,fonts-dejavu-core,adwaita-icon-theme,xdotool,x11-utils"
 
 # shellcheck source=scripts/progress.sh
 . "$(dirname "$0")/progress.sh"
@@ -37,7 +43,7 @@ die() { printf 'fullvm-image: ERROR: %s\n' "$*" >&2; exit 1; }
 # "desktop-fullvm" (E2B's "desktop" is the container image e2b-desktop,
 # scripts/desktop-image.sh; internal/frontend/e2b/templates.go).
 write_manifest() {
-	printf '{"name":"%s","lower":["rootfs"],"config":{"labels":{"dsec.backend":"fullvm","dsec.e2b.template":"desktop-fullvm"}},"created":"%s","description":"bookworm with Xorg and xterm; fullvm boots its fullvm/disk.qcow2"}\n' "$NAME" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$1/image.json.tmp"
+	printf '{"name":"%s","lower":["rootfs"],"config":{"labels":{"dsec.backend":"fullvm","dsec.e2b.template":"desktop-fullvm"}},"created":"%s","description":"bookworm with Xorg, xfwm4, xfce4-panel, xterm, Thunar, Mousepad and NetSurf; fullvm boots its fullvm/disk.qcow2"}\n' "$NAME" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >"$1/image.json.tmp"
 	mv -f "$1/image.json.tmp" "$1/image.json"
 }
 
@@ -63,11 +69,23 @@ echo dsec-fullvm >"$root/etc/hostname"
 printf '/dev/vda / ext4 rw,noatime 0 1\n' >"$root/etc/fstab"
 cat >"$root/etc/X11/dsec-session" <<'S'
 #!/bin/sh
-# dsec's desktop: a solid background and one xterm over the middle of the
-# screen. No window manager: X's default focus (PointerRoot) gives the keys to
-# the window under the pointer, which starts in the middle.
+# dsec's desktop: a solid background, XFCE's window manager and panel (at the
+# top of the screen) and one xterm over the middle of the screen, in a D-Bus
+# session of their own (xfconf, the settings store of both, is a D-Bus
+# service).
+if [ -z "${DBUS_SESSION_BUS_ADDRESS:-}" ]; then
+	exec dbus-run-session -- "$0"
+fi
 xsetroot -solid '#2f4f6f'
-exec xterm -fn 9x15 -bg white -fg black -geometry 90x36+64+48 -title dsec-term
+xfwm4 --compositor=off &
+xfce4-panel &
+# The xterm is mapped once the window manager runs, which then gives it the
+# focus (a window mapped before it would have none).
+for i in $(seq 300); do
+	xprop -root _NET_SUPPORTING_WM_CHECK 2>/dev/null | grep -q 'window id' && break
+	sleep 0.1
+done
+exec xterm -fn 9x15 -bg white -fg black -geometry 90x36+64+64 -title dsec-term
 S
 chmod 755 "$root/etc/X11/dsec-session"
 # The desktop user: no password (locked), autologin on tty1, whose login
@@ -79,7 +97,66 @@ if [ "$(tty)" = /dev/tty1 ] && [ -z "$DISPLAY" ]; then
 	exec startx /etc/X11/dsec-session -- :0 vt1 -keeptty -nolisten tcp -s 0 -dpms >/tmp/dsec-x.log 2>&1
 fi
 S
-chroot "$root" chown dsec:dsec /home/dsec/.profile
+# The panel's configuration (without one it asks on its first start): one
+# panel along the top with the applications menu, launchers for the
+# terminal, the file manager, the browser and the editor, the window list
+# and a clock.
+xml="$root/home/dsec/.config/xfce4/xfconf/xfce-perchannel-xml"
+mkdir -p "$xml"
+cat >"$xml/xfce4-panel.xml" <<'S'
+<?xml version="1.0" encoding="UTF-8"?>
+<channel name="xfce4-panel" version="1.0">
+  <property name="configver" type="int" value="2"/>
+  <property name="panels" type="array">
+    <value type="int" value="1"/>
+    <property name="panel-1" type="empty">
+      <property name="position" type="string" value="p=6;x=0;y=0"/>
+      <property name="length" type="uint" value="100"/>
+      <property name="position-locked" type="bool" value="true"/>
+      <property name="size" type="uint" value="30"/>
+      <property name="icon-size" type="uint" value="20"/>
+      <property name="plugin-ids" type="array">
+        <value type="int" value="1"/>
+        <value type="int" value="2"/>
+        <value type="int" value="3"/>
+        <value type="int" value="4"/>
+        <value type="int" value="5"/>
+        <value type="int" value="6"/>
+        <value type="int" value="7"/>
+        <value type="int" value="8"/>
+      </property>
+    </property>
+  </property>
+  <property name="plugins" type="empty">
+    <property name="plugin-1" type="string" value="applicationsmenu"/>
+    <property name="plugin-2" type="string" value="launcher">
+      <property name="items" type="array"><value type="string" value="debian-xterm.desktop"/></property>
+    </property>
+    <property name="plugin-3" type="string" value="launcher">
+      <property name="items" type="array"><value type="string" value="thunar.desktop"/></property>
+    </property>
+    <property name="plugin-4" type="string" value="launcher">
+      <property name="items" type="array"><value type="string" value="netsurf-gtk.desktop"/></property>
+    </property>
+    <property name="plugin-5" type="string" value="launcher">
+      <property name="items" type="array"><value type="string" value="org.xfce.mousepad.desktop"/></property>
+    </property>
+    <property name="plugin-6" type="string" value="tasklist"/>
+    <property name="plugin-7" type="string" value="separator">
+      <property name="expand" type="bool" value="true"/>
+      <property name="style" type="uint" value="0"/>
+    </property>
+    <property name="plugin-8" type="string" value="clock"/>
+  </property>
+</channel>
+S
+chroot "$root" chown -R dsec:dsec /home/dsec/.profile /home/dsec/.config
+for f in debian-xterm thunar netsurf-gtk org.xfce.mousepad; do
+	[ -f "$root/usr/share/applications/$f.desktop" ] || die "no $f.desktop for the panel's launchers"
+done
+for b in xfwm4 xfce4-panel thunar mousepad netsurf-gtk xdotool xprop dbus-run-session; do
+	chroot "$root" sh -c "command -v $b" >/dev/null || die "$b is not installed"
+done
 mkdir -p "$root/etc/systemd/system/getty@tty1.service.d"
 cat >"$root/etc/systemd/system/getty@tty1.service.d/autologin.conf" <<'S'
 [Service]
@@ -110,7 +187,8 @@ chroot "$root" systemctl set-default multi-user.target >/dev/null 2>&1
 for u in apt-daily.timer apt-daily-upgrade.timer e2scrub_all.timer fstrim.timer systemd-timesyncd.service; do
 	chroot "$root" systemctl mask "$u" >/dev/null 2>&1 || true
 done
-rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man"
+# Documentation and translations (the desktop's are about 90 MB).
+rm -rf "$root/var/cache/apt/archives/"*.deb "$root/var/lib/apt/lists/"* "$root/usr/share/doc" "$root/usr/share/man" "$root/usr/share/locale"
 
 # busybox's nc for the tools that expect one (the driver conformance suite).
 ln -sf /bin/busybox "$root/usr/local/bin/nc"
@@ -135,11 +213,18 @@ truncate -s "$size" "$work/root.raw"
 qemu-img convert -f raw -O qcow2 "$work/root.raw" "$out/fullvm/disk.qcow2"
 rm -f "$work/root.raw"
 secs=$(( $(date +%s) - t0 ))
-printf '{"format":%d,"kernel_release":"%s","kernel":"vmlinuz","initrd":"initrd.img","disk":"disk.qcow2","root":"/dev/vda","user":"dsec","build_seconds":%d}\n' "$FORMAT" "$kver" "$secs" >"$out/fullvm/boot.json"
+# "desktop": the fullvm backend answers a create once the panel is drawn.
+printf '{"format":%d,"kernel_release":"%s","kernel":"vmlinuz","initrd":"initrd.img","disk":"disk.qcow2","root":"/dev/vda","user":"dsec","desktop":"panel","build_seconds":%d}\n' "$FORMAT" "$kver" "$secs" >"$out/fullvm/boot.json"
 write_manifest "$out"
 mv "$root" "$out/rootfs"
-rm -rf "$OUT"
+# The old image stays whole until the new one is in place (a sandbox
+# starting meanwhile boots the old one).
 mkdir -p "$DSEC_IMAGES_DIR"
+if [ -e "$OUT" ]; then
+	rm -rf "$OUT.old"
+	mv "$OUT" "$OUT.old"
+fi
 mv "$out" "$OUT"
+rm -rf "$OUT.old"
 rm -rf "$work"
 log "built $OUT in ${secs}s"

@@ -56,6 +56,7 @@ func benchVMCmd() *cobra.Command {
 	c.Flags().StringVar(&backend, "backend", "microvm", "backend (microvm, fullvm)")
 	c.Flags().IntVar(&o.N, "n", 10, "create rounds, each interleaved with one floor boot")
 	c.Flags().StringVar(&o.Image, "image", "busybox", "image")
+	c.Flags().StringVar(&o.ImagesDir, "images-dir", os.Getenv("DSEC_IMAGES_DIR"), "image directory (default $DSEC_IMAGES_DIR or /var/lib/dsec/images)")
 	c.Flags().Int64Var(&o.MemoryMiB, "memory-mib", 512, "guest memory")
 	c.Flags().IntVar(&o.IdleVMs, "idle-vms", 3, "VMs per idle-memory phase (at most 4)")
 	c.Flags().DurationVar(&o.IdleWait, "idle-wait", 0, "idle time before measuring memory (default 30s)")

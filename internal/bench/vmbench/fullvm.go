@@ -15,8 +15,10 @@ import (
 	"github.com/dsec-dev/dsec/internal/backend/vm/fullvm"
 )
 
-// FullVMResult is `dsec bench vm --backend fullvm`: create → the guest agent
-// answers, and create → the desktop visible in a screenshot, one VM at a time.
+// FullVMResult is `dsec bench vm --backend fullvm`: create → Start returns
+// (CreateAgent: the guest agent answers, and for an image that draws a
+// desktop, the desktop is drawn), and create → the desktop visible in a
+// screenshot, one VM at a time.
 type FullVMResult struct {
 	Accel        string  `json:"accel"`
 	AccelReason  string  `json:"accel_reason"`

@@ -4,9 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
+	"image"
+	"image/color"
 	"image/png"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -39,6 +43,102 @@ func waitDesktop(t *testing.T, inst driver.Instance, within time.Duration) []byt
 			t.Fatalf("no desktop on the display after %v (%s)", within, why)
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// TestCreateAnswersWhenDrawn: Start of the desktop image returns only once
+// the desktop is drawn, so the first screenshot after it shows the panel
+// along the top, the background and the xterm. In the guest a window
+// manager runs and decorates the xterm, the panel's window is mapped, and
+// the browser, the file manager and the editor of the panel's launchers
+// open windows.
+func TestCreateAnswersWhenDrawn(t *testing.T) {
+	inst := shared(t)
+	if b, err := imageBoot(sharedSp); err != nil || b.Desktop == "" {
+		t.Fatalf("the desktop image in %s predates the drawn-desktop readiness (boot.json has no \"desktop\"; %v): rebuild it with scripts/fullvm-image.sh", imagesDir(), err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	b, err := inst.(driver.Screenshotter).Screenshot(ctx)
+	if err != nil {
+		t.Fatalf("Screenshot: %v", err)
+	}
+	img, err := png.Decode(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("Screenshot is not a valid PNG: %v", err)
+	}
+	ok, why := DesktopShown(img)
+	if !ok {
+		t.Fatalf("the first screenshot after create shows no drawn desktop (%s)", why)
+	}
+	t.Logf("create → desktop drawn: %v (%s)", bootTook, why)
+
+	xdo := func(args ...string) string { return execUser(t, inst, "xdotool", args...) }
+	if ids := strings.Fields(xdo("search", "--onlyvisible", "--class", "xfce4-panel")); len(ids) == 0 {
+		t.Errorf("no visible xfce4-panel window")
+	}
+	if wm := execUser(t, inst, "xprop", "-root", "_NET_SUPPORTING_WM_CHECK"); !strings.Contains(wm, "window id") {
+		t.Errorf("no window manager: _NET_SUPPORTING_WM_CHECK = %q", wm)
+	}
+	term := strings.Fields(xdo("search", "--onlyvisible", "--class", "xterm"))
+	if len(term) == 0 {
+		t.Fatalf("no visible xterm")
+	}
+	// The window manager's frame: a title bar above the xterm.
+	ext := execUser(t, inst, "xprop", "-id", term[0], "_NET_FRAME_EXTENTS")
+	var l, r, top, bottom int
+	if _, err := fmt.Sscanf(ext[strings.Index(ext, "=")+1:], " %d, %d, %d, %d", &l, &r, &top, &bottom); err != nil || top <= 0 {
+		t.Errorf("the xterm is not decorated: %q (%v)", ext, err)
+	}
+
+	// The launchers' programs open windows (as the desktop's user).
+	for _, app := range []struct{ cmd, class string }{
+		{"netsurf-gtk", "netsurf"}, {"thunar", "thunar"}, {"mousepad", "mousepad"},
+	} {
+		// In the desktop's D-Bus session (the panel's), as its launchers
+		// start them.
+		p, err := inst.Exec(ctx, userProc("sh", "-c", `export "$(tr '\0' '\n' </proc/$(pidof xfce4-panel)/environ | grep ^DBUS_SESSION_BUS_ADDRESS=)"; exec "$0"`, app.cmd), driver.Stdio{})
+		if err != nil {
+			t.Fatalf("start %s: %v", app.cmd, err)
+		}
+		ids, werr := waitWindow(ctx, inst, app.class)
+		// Closed again: the next tests type into the xterm.
+		_ = p.Signal(int(syscall.SIGTERM))
+		_, err = p.Wait(ctx)
+		p.Close()
+		if werr != nil {
+			t.Errorf("%s opened no window: %v", app.cmd, werr)
+		} else {
+			t.Logf("%s: window %v", app.cmd, ids)
+		}
+		if err != nil {
+			t.Errorf("%s after SIGTERM: %v", app.cmd, err)
+		}
+	}
+}
+
+// waitWindow polls (xdotool search, as the desktop's user) until a visible
+// window of the class shows, for at most 90 s, and returns its ids.
+func waitWindow(ctx context.Context, inst driver.Instance, class string) ([]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	last := ""
+	for {
+		var out, errb bytes.Buffer
+		p, err := inst.Exec(ctx, userProc("xdotool", "search", "--onlyvisible", "--class", class), driver.Stdio{Stdout: &out, Stderr: &errb})
+		if err == nil {
+			ex, werr := p.Wait(ctx)
+			p.Close()
+			if ids := strings.Fields(out.String()); werr == nil && ex.Code == 0 && len(ids) > 0 {
+				return ids, nil
+			}
+			last = strings.TrimSpace(errb.String())
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no visible window of class %q within 90 s (%v; %s)", class, ctx.Err(), last)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
 
@@ -156,6 +256,30 @@ func TestBadInputRefused(t *testing.T) {
 	}
 }
 
+// userProc is a process of the desktop's user (uid 1000) on its display.
+func userProc(args ...string) driver.ProcSpec {
+	return driver.ProcSpec{Args: args, Cwd: "/home/dsec", UID: 1000, GID: 1000,
+		Env: []string{"DISPLAY=:0", "HOME=/home/dsec", "XAUTHORITY=/home/dsec/.Xauthority", "PATH=/usr/local/bin:/usr/bin:/bin"}}
+}
+
+// execUser runs name with args as the desktop's user (userProc), for at
+// most a minute, and returns its trimmed stdout.
+func execUser(t *testing.T, inst driver.Instance, name string, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var out, errb bytes.Buffer
+	p, err := inst.Exec(ctx, userProc(append([]string{"timeout", "50", name}, args...)...), driver.Stdio{Stdout: &out, Stderr: &errb})
+	if err != nil {
+		t.Fatalf("exec %s %v: %v", name, args, err)
+	}
+	defer p.Close()
+	if ex, err := p.Wait(ctx); err != nil || ex.Code != 0 {
+		t.Fatalf("exec %s %v: %+v %v: %s", name, args, ex, err, errb.String())
+	}
+	return strings.TrimSpace(out.String())
+}
+
 // execOut runs args in inst and returns its trimmed stdout.
 func execOut(t *testing.T, inst driver.Instance, args ...string) string {
 	t.Helper()
@@ -200,5 +324,55 @@ func TestDiskBytes(t *testing.T) {
 	}
 	if avail*bs < sharedSp.Disk*9/10 {
 		t.Errorf("%d bytes free on /, want at least 90%% of disk_bytes %d", avail*bs, sharedSp.Disk)
+	}
+}
+
+// TestDesktopShownNeedsPanel: the readiness check on synthetic screens. A
+// flat background, or the background and the xterm without the panel (X up,
+// the panel not yet drawn), is not the desktop; with a drawn panel strip it
+// is.
+func TestDesktopShownNeedsPanel(t *testing.T) {
+	const w, h = 1024, 768
+	bg := color.RGBA{0x2f, 0x4f, 0x6f, 0xff}
+	screen := func(xterm, panel bool) image.Image {
+		img := image.NewRGBA(image.Rect(0, 0, w, h))
+		for y := 0; y < h; y++ {
+			for x := 0; x < w; x++ {
+				c := bg
+				switch {
+				case panel && y < 30:
+					// a grey bar with icons and text in shades
+					c = color.RGBA{0xe0, 0xe0, 0xe0, 0xff}
+					if x%97 < 16 && y > 6 && y < 22 {
+						c = color.RGBA{uint8(x * 7), uint8(y * 11), 0x40, 0xff}
+					}
+				case xterm && x >= 64 && x < 880 && y >= 64 && y < 640:
+					c = color.RGBA{0xff, 0xff, 0xff, 0xff}
+					if y%16 == 0 && x < 400 {
+						c = color.RGBA{0, 0, 0, 0xff}
+					}
+				}
+				img.Set(x, y, c)
+			}
+		}
+		return img
+	}
+	for _, tc := range []struct {
+		name         string
+		xterm, panel bool
+		want         bool
+	}{
+		{"flat background", false, false, false},
+		{"background and xterm, no panel", true, false, false},
+		{"panel, no xterm", false, true, false},
+		{"background, xterm and panel", true, true, true},
+	} {
+		ok, why := DesktopShown(screen(tc.xterm, tc.panel))
+		if ok != tc.want {
+			t.Errorf("%s: DesktopShown = %v (%s), want %v", tc.name, ok, why, tc.want)
+		}
+	}
+	if ok, why := DesktopShown(image.NewRGBA(image.Rect(0, 0, w, h))); ok {
+		t.Errorf("black screen: DesktopShown = true (%s)", why)
 	}
 }

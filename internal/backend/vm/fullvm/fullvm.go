@@ -24,6 +24,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/backend/vm/agentbin"
@@ -42,6 +43,10 @@ const (
 	DefaultImage = "desktop"
 	// MinMemory is the smallest guest that boots systemd and X.
 	MinMemory = 256 << 20
+	// DefaultDesktopTimeout bounds the wait for a desktop image's desktop
+	// after its guest agent answers (TCG on a loaded host draws it in tens
+	// of seconds).
+	DefaultDesktopTimeout = 3 * time.Minute
 )
 
 // Config configures the driver.
@@ -51,13 +56,18 @@ type Config struct {
 	// VMDir, QEMU, Accel, AccelCache: as microvm.Config (the KVM probe and
 	// its cache are shared with the microvm backend).
 	VMDir, QEMU, Accel, AccelCache string
-	Logger                         *slog.Logger
+	// DesktopTimeout bounds the wait for the desktop of an image that
+	// draws one (boot.json "desktop"); 0 is DefaultDesktopTimeout.
+	DesktopTimeout time.Duration
+	Logger         *slog.Logger
 }
 
 // Driver is the fullvm backend.
 type Driver struct {
 	*microvm.Driver
-	m *machine
+	m              *machine
+	desktopTimeout time.Duration
+	log            *slog.Logger
 }
 
 // New prepares the driver: the agent binary for fw_cfg, the microvm core.
@@ -78,7 +88,15 @@ func New(cfg Config) (*Driver, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fullvm: %w", err)
 	}
-	return &Driver{Driver: core, m: m}, nil
+	dt := cfg.DesktopTimeout
+	if dt <= 0 {
+		dt = DefaultDesktopTimeout
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Driver{Driver: core, m: m, desktopTimeout: dt, log: log}, nil
 }
 
 // Available reports whether the base image exists in imagesDir (the daemon
@@ -110,13 +128,27 @@ func writeAgent(dir string) (string, error) {
 	return p, nil
 }
 
-// Start implements driver.Driver.
+// Start implements driver.Driver. For an image that draws a desktop
+// (boot.json "desktop") it returns once a screenshot shows the desktop, so
+// the first screenshot a client takes after create shows it; a desktop not
+// drawn within the desktop timeout fails the start and the VM is destroyed.
 func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, error) {
 	inst, err := d.Driver.Start(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
-	return wrap(inst), nil
+	in := wrap(inst)
+	if b, err := imageBoot(spec); err == nil && b.Desktop != "" {
+		if err := in.awaitDesktop(ctx, d.desktopTimeout); err != nil {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			if derr := in.Destroy(dctx); derr != nil {
+				d.log.Warn("fullvm: destroy after the desktop wait failed", "id", spec.ID, "err", derr)
+			}
+			return nil, err
+		}
+	}
+	return in, nil
 }
 
 // Recover implements driver.Driver.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -80,5 +81,39 @@ func TestZDestroyLeavesNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(st.Dir); !os.IsNotExist(err) {
 		t.Errorf("VM directory %s left behind (%v)", st.Dir, err)
+	}
+}
+
+// TestDesktopNotDrawnFailsCreate: a desktop not drawn within the desktop
+// timeout (here 1 ns: never) fails Start with deadline_exceeded naming what
+// the screen showed, and the VM is destroyed (no QEMU, no directory).
+func TestDesktopNotDrawnFailsCreate(t *testing.T) {
+	needVM(t)
+	d, err := New(Config{StateDir: stateDir, DesktopTimeout: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := driver.Spec{ID: "fvnodesk", Image: DefaultImage, Layers: desktopLayers(t), CPU: 1, Memory: 512 << 20}
+	if b, err := imageBoot(sp); err != nil || b.Desktop == "" {
+		t.Fatalf("the desktop image in %s draws no desktop for Start to wait for (boot.json %+v, %v): rebuild it with scripts/fullvm-image.sh", imagesDir(), b, err)
+	}
+	inst, err := d.Start(context.Background(), sp)
+	if err == nil {
+		_ = inst.Destroy(context.Background())
+		t.Fatal("Start answered although the desktop could not be drawn within 1 ns")
+	}
+	if !errdefs.Is(err, api.CodeDeadlineExceeded) || !strings.Contains(err.Error(), "desktop was not drawn") {
+		t.Fatalf("Start = %v, want deadline_exceeded saying the desktop was not drawn", err)
+	}
+	t.Logf("Start: %v", err)
+	dir := filepath.Join(stateDir, "vms", sp.ID)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the failed Start left its VM directory %s (%v)", dir, err)
+	}
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range cmdlines {
+		if b, err := os.ReadFile(c); err == nil && strings.Contains(string(b), dir) {
+			t.Errorf("a process still runs for the failed Start: %s: %q", c, b)
+		}
 	}
 }

@@ -29,7 +29,7 @@ type instance struct {
 	w, h int        // display size at the last screendump (0: unknown)
 }
 
-func wrap(inst driver.Instance) driver.Instance {
+func wrap(inst driver.Instance) *instance {
 	c, ok := inst.(core)
 	if !ok {
 		// The microvm core always is one; a mismatch is a programming error

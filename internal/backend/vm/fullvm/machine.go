@@ -23,7 +23,11 @@ type boot struct {
 	Initrd        string `json:"initrd"`
 	Disk          string `json:"disk"`
 	Root          string `json:"root"`
-	dir           string
+	// Desktop "panel": the image draws a desktop with a panel, and Start
+	// returns once a screenshot shows it (DesktopShown). Empty: Start
+	// returns when the guest agent answers.
+	Desktop string `json:"desktop"`
+	dir     string
 }
 
 func (b boot) path(name string) string { return filepath.Join(b.dir, name) }
@@ -91,6 +95,10 @@ func imageBoot(spec driver.Spec) (boot, error) {
 	return b, nil
 }
 
+// TCGCacheMiB is the size of TCG's translation cache (QEMU's tb-size) of a
+// full VM without KVM.
+const TCGCacheMiB = 256
+
 // MaxDisk is the largest disk_bytes a full VM takes: the guest grows its
 // root file system online, which ext4 does up to 1024 times the size mkfs
 // reserved room for.
@@ -153,7 +161,15 @@ func (m *machine) Args(ctx context.Context, spec driver.Spec, l microvm.Launch) 
 		app += " systemd.hostname=" + l.Hostname
 	}
 	args := []string{"-M", "q35"}
-	args = append(args, microvm.CPUArgs(l.Accel)...)
+	cpu := microvm.CPUArgs(l.Accel)
+	if l.Accel == "tcg" && len(cpu) > 1 && cpu[0] == "-accel" {
+		// A desktop runs much guest code (X, GTK programs): TCG's
+		// translation cache would grow to its default 1 GiB and QEMU past
+		// its cgroup's memory limit (OOM-killed); a quarter of that keeps
+		// the desktop's hot code.
+		cpu[1] = "tcg,tb-size=" + fmt.Sprint(TCGCacheMiB)
+	}
+	args = append(args, cpu...)
 	args = append(args,
 		"-smp", fmt.Sprint(l.VCPUs), "-m", fmt.Sprintf("%dM", l.MemMiB),
 		"-nodefaults", "-no-user-config", "-display", "none", "-no-reboot",

@@ -24,6 +24,20 @@ const maxSide = 4096
 // Screenshot implements driver.Screenshotter: QMP screendump writes the
 // display as a PPM into the VM's directory, which becomes a PNG.
 func (in *instance) Screenshot(ctx context.Context) ([]byte, error) {
+	img, err := in.screen(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	enc := png.Encoder{CompressionLevel: png.BestSpeed}
+	if err := enc.Encode(&buf, img); err != nil {
+		return nil, errdefs.Internal(err, "fullvm: png")
+	}
+	return buf.Bytes(), nil
+}
+
+// screen dumps the display (QMP screendump) and decodes it.
+func (in *instance) screen(ctx context.Context) (*image.RGBA, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	var st struct {
@@ -51,12 +65,7 @@ func (in *instance) Screenshot(ctx context.Context) ([]byte, error) {
 		return nil, errdefs.Internal(err, "fullvm: screendump output")
 	}
 	in.w, in.h = img.Rect.Dx(), img.Rect.Dy()
-	var buf bytes.Buffer
-	enc := png.Encoder{CompressionLevel: png.BestSpeed}
-	if err := enc.Encode(&buf, img); err != nil {
-		return nil, errdefs.Internal(err, "fullvm: png")
-	}
-	return buf.Bytes(), nil
+	return img, nil
 }
 
 // decodePPM reads a binary PPM (P6, maxval 255), what QEMU's screendump

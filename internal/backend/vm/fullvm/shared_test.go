@@ -56,13 +56,23 @@ func needVM(t testing.TB) {
 	if os.Geteuid() != 0 {
 		t.Skip("fullvm tests need root")
 	}
-	if err := Available(""); err != nil {
+	if err := Available(imagesDir()); err != nil {
 		t.Skipf("no fullvm base image (run scripts/setup.sh): %v", err)
 	}
 }
 
+// imagesDir is where the tests find the desktop image: DSEC_IMAGES_DIR (to
+// try a newly built image before it replaces the installed one), else
+// DefaultImagesDir.
+func imagesDir() string {
+	if d := os.Getenv("DSEC_IMAGES_DIR"); d != "" {
+		return d
+	}
+	return DefaultImagesDir
+}
+
 func desktopLayers(t testing.TB) []driver.Layer {
-	return []driver.Layer{{Kind: driver.LayerDir, Path: filepath.Join(DefaultImagesDir, DefaultImage, "rootfs")}}
+	return []driver.Layer{{Kind: driver.LayerDir, Path: filepath.Join(imagesDir(), DefaultImage, "rootfs")}}
 }
 
 func newTestDriver(t testing.TB) *Driver {
