@@ -137,7 +137,7 @@ func TestImagePullsAcrossNodes(t *testing.T) {
 
 // A create with wait false through an API server answers at once in state
 // pulling; GET through the API server shows the node's pull; a delete
-// while it pulls stops it. A reference the registry does not have ends in
+// while it pulls stops it, and the fetch with it. A reference the registry does not have ends in
 // state failed with not_found.
 func TestCreateWithoutWaitThroughAPIServer(t *testing.T) {
 	ctx := t.Context()
@@ -166,8 +166,15 @@ func TestCreateWithoutWaitThroughAPIServer(t *testing.T) {
 		t.Fatalf("GET after delete: %v, want not_found", err)
 	}
 	reg.Resume()
-	// The fetch went on for the node's cache.
-	testwait.For(t, 20*time.Second, "the fetch to end", func() bool { return pc.pullers["a"].Has(ref) })
+	// No create waits for the fetch any more: it stopped, and nothing of it
+	// was kept.
+	testwait.For(t, 20*time.Second, "the fetch to stop", func() bool {
+		all, err := pc.cl.Pulls(ctx)
+		return err == nil && len(all) == 0
+	})
+	if pc.pullers["a"].Has(ref) {
+		t.Errorf("%s was kept though its only create was deleted mid-fetch", ref)
+	}
 
 	missing := reg.Host + "/cluster/missing:1"
 	sb, err = pc.cl.Create(ctx, api.CreateSandboxRequest{Backend: mock.Name, Image: missing, Wait: &noWait})
