@@ -37,8 +37,10 @@ type Config struct {
 	Pool netip.Prefix
 	// Rules are the operator's named rule sets.
 	Rules RuleSets
-	// HostDir is the host-wide coordination directory shared by every dsec
-	// Manager on the machine (default /run/dsec/netpolicy).
+	// HostDir is the coordination directory shared by every dsec Manager of
+	// one network namespace: default /run/dsec/netpolicy in the host's own,
+	// /run/dsec/netpolicy-netns-INODE in any other (what it coordinates,
+	// link addresses, ip_forward and the forward guard, is per namespace).
 	HostDir string
 	// DNS is the resolver ("ADDR" or "ADDR:PORT") the node's DNS forwarder
 	// asks for its sandboxes (domain rules need it); "" means the first
@@ -107,7 +109,7 @@ func New(cfg Config) (*Manager, error) {
 		}
 	}
 	if cfg.HostDir == "" {
-		cfg.HostDir = "/run/dsec/netpolicy"
+		cfg.HostDir = defaultHostDir()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
