@@ -31,36 +31,24 @@ type host struct {
 
 const ipForward = "/proc/sys/net/ipv4/ip_forward"
 
+// initNetIno is the inode of the kernel's initial network namespace
+// (PROC_NET_INIT_INO: fixed, whatever the boot).
+const initNetIno = 0xEFFFFFF9
+
 // defaultHostDir is Config.HostDir's default for the calling thread's network
 // namespace. What the directory coordinates (link addresses, ip_forward, the
-// forward guard) is per namespace, so each namespace has its own: the first
-// namespace to use /run/dsec/netpolicy records its identity there (file
-// netns; a directory without one, of an earlier dsec, is taken as it is) and
-// keeps it, any other gets /run/dsec/netpolicy-netns-INODE. Managers of a
-// node run in a namespace of its own then neither count as holders of the
-// host's forwarding nor take its addresses, nor it theirs.
+// forward guard) is per namespace, so each namespace has its own: the host's
+// initial namespace /run/dsec/netpolicy, any other (a node run in a network
+// namespace of its own) /run/dsec/netpolicy-netns-INODE. Managers of such a
+// node then neither count as holders of the host's forwarding nor take its
+// addresses, nor it theirs.
 func defaultHostDir() string {
 	const shared = "/run/dsec/netpolicy"
 	var st unix.Stat_t
-	if unix.Stat("/proc/thread-self/ns/net", &st) != nil {
+	if unix.Stat("/proc/thread-self/ns/net", &st) != nil || st.Ino == initNetIno {
 		return shared
 	}
-	id := fmt.Sprintf("%d:%d", st.Dev, st.Ino)
-	if err := os.MkdirAll(shared, 0o700); err != nil {
-		return shared
-	}
-	p := filepath.Join(shared, "netns")
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err == nil {
-		_, werr := f.WriteString(id)
-		if errors.Join(werr, f.Close()) == nil {
-			return shared
-		}
-	}
-	if b, err := os.ReadFile(p); err == nil && string(b) != id && len(b) > 0 {
-		return fmt.Sprintf("%s-netns-%d", shared, st.Ino)
-	}
-	return shared
+	return fmt.Sprintf("%s-netns-%d", shared, st.Ino)
 }
 
 // guardTable is the name of the host-wide forward guard.

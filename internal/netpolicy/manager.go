@@ -38,9 +38,10 @@ type Config struct {
 	// Rules are the operator's named rule sets.
 	Rules RuleSets
 	// HostDir is the coordination directory shared by every dsec Manager of
-	// one network namespace: default /run/dsec/netpolicy in the host's own,
-	// /run/dsec/netpolicy-netns-INODE in any other (what it coordinates,
-	// link addresses, ip_forward and the forward guard, is per namespace).
+	// one network namespace: default /run/dsec/netpolicy in the host's
+	// initial one, /run/dsec/netpolicy-netns-INODE in any other (what it
+	// coordinates, link addresses, ip_forward and the forward guard, is per
+	// namespace).
 	HostDir string
 	// DNS is the resolver ("ADDR" or "ADDR:PORT") the node's DNS forwarder
 	// asks for its sandboxes (domain rules need it); "" means the first
