@@ -1,14 +1,18 @@
 package netpolicy_test
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 
@@ -80,6 +84,40 @@ func TestHostCheck(t *testing.T) {
 	}
 	if n := w.denied("sb-hck") - before; n != uint64(len(refusals)) {
 		t.Errorf("denied counter grew by %d, want %d (one per reset flow)", n, len(refusals))
+	}
+	// On a kept-alive HTTP connection every request is checked: a second
+	// request for the allowed name is answered, one for a denied name on the
+	// same connection resets it.
+	before = w.denied("sb-hck")
+	kc, err := netpolicytest.Dial(ns, at(pypi, 80), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	_ = kc.SetDeadline(time.Now().Add(10 * time.Second))
+	kr := bufio.NewReader(kc)
+	ask := func(host string) (string, error) {
+		if _, err := fmt.Fprintf(kc, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", host); err != nil {
+			return "", err
+		}
+		res, err := http.ReadResponse(kr, nil)
+		if err != nil {
+			return "", err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		return string(b), err
+	}
+	for _, host := range []string{"pypi.org", "pypi.org"} {
+		if got, err := ask(host); err != nil || got != "host=pypi.org sni=\n" {
+			t.Fatalf("kept-alive request for %s: %q %v", host, got, err)
+		}
+	}
+	if got, err := ask("evil.org"); err == nil {
+		t.Errorf("a later request for evil.org on a kept-alive connection to pypi.org's address answered %q, want a reset", got)
+	}
+	if n := w.denied("sb-hck") - before; n != 1 {
+		t.Errorf("denied counter grew by %d for the later request, want 1", n)
 	}
 	// A policy whose address entries admit the address too lets any name
 	// through (the check narrows domain rules, not address rules).
