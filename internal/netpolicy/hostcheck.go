@@ -33,8 +33,8 @@ import (
 // admits as well (e.g. 0.0.0.0/0 besides the domain rules) is carried
 // without reading. Anything else (no name, a name not allowed,
 // an address learned for another name, nothing readable within hostWait) is
-// answered with a TCP reset. Later requests on a kept-alive HTTP connection
-// and whatever is sent inside TLS are not read.
+// answered with a TCP reset. Plain HTTP is checked request by request
+// (checkRequests); whatever is sent inside TLS is not read.
 
 var hostCheckPorts = []uint16{80, 443}
 
@@ -45,6 +45,9 @@ const (
 )
 
 var errNoName = errors.New("no server name")
+
+// tlsHandshake is the first byte of a TLS handshake record.
+const tlsHandshake = 0x16
 
 type hostProxy struct {
 	f    *forwarder
@@ -163,11 +166,110 @@ func (p *hostProxy) handle(c *net.TCPConn) {
 		return
 	}
 	defer p.untrack(up)
+	if name != "" && head[0] != tlsHandshake {
+		p.checkRequests(c, up, head, src, dst)
+		return
+	}
 	if _, err := up.Write(head); err != nil {
 		reset(c)
 		return
 	}
 	splice(c, up)
+}
+
+// checkRequests carries a plain HTTP flow that a domain rule admitted
+// request by request: every request on the kept-alive connection must name
+// a host allowed for the address, as the first did (one naming another is
+// refused: the flow is reset and counted), so a later request cannot ask a
+// shared address (a CDN) for a name the rules deny. Answers are copied as
+// they come. A WebSocket (any Upgrade) is carried only as the connection's
+// first request; once the server answers 101 the flow is no longer HTTP and
+// is copied as it is; any other answer keeps the requests checked.
+func (p *hostProxy) checkRequests(c, up *net.TCPConn, head []byte, src netip.Addr, dst netip.AddrPort) {
+	br := bufio.NewReader(io.MultiReader(bytes.NewReader(head), c))
+	cut := func() { reset(c); reset(up) }
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		cut()
+		return
+	}
+	switched := make(chan bool, 1) // the first answer's verdict, for an upgrade
+	upgrade := req.Header.Get("Upgrade") != ""
+	done := make(chan struct{})
+	firstReq := req
+	go func() {
+		defer close(done)
+		var err error
+		if upgrade {
+			err = copyFirstAnswer(c, up, firstReq, switched)
+		} else {
+			_, err = io.Copy(c, up)
+		}
+		if err != nil {
+			cut()
+			return
+		}
+		_ = c.CloseWrite()
+	}()
+	defer func() { <-done }()
+	for first := true; ; first = false {
+		if !first {
+			if req, err = http.ReadRequest(br); err != nil {
+				if errors.Is(err, io.EOF) {
+					_ = up.CloseWrite()
+				} else {
+					cut()
+				}
+				return
+			}
+		}
+		name := requestName(req)
+		if !p.f.admits(src, dst.Addr(), name) {
+			p.refuse(c, src, name, dst, errors.New("a later request on the connection names a host not allowed for this address"))
+			reset(up)
+			return
+		}
+		if !first && req.Header.Get("Upgrade") != "" {
+			p.refuse(c, src, name, dst, errors.New("an upgrade after the connection's first request"))
+			reset(up)
+			return
+		}
+		if _, ok := req.Header["User-Agent"]; !ok {
+			req.Header["User-Agent"] = []string{""} // Write adds Go's own otherwise
+		}
+		if err := req.Write(up); err != nil {
+			cut()
+			return
+		}
+		if first && upgrade {
+			if ok := <-switched; ok { // the rest is the new protocol's
+				if _, err := io.Copy(up, br); err != nil {
+					cut()
+					return
+				}
+				_ = up.CloseWrite()
+				return
+			}
+		}
+	}
+}
+
+// copyFirstAnswer copies the server's answer to an upgrade request, says on
+// switched whether it is 101 Switching Protocols, then copies the rest.
+func copyFirstAnswer(c, up *net.TCPConn, req *http.Request, switched chan<- bool) error {
+	var raw bytes.Buffer
+	ur := bufio.NewReader(io.TeeReader(up, &raw))
+	res, err := http.ReadResponse(ur, req)
+	if err != nil {
+		switched <- false
+		return err
+	}
+	switched <- res.StatusCode == http.StatusSwitchingProtocols
+	if _, err := c.Write(raw.Bytes()); err != nil { // the head and what was read past it
+		return err
+	}
+	_, err = io.Copy(c, up)
+	return err
 }
 
 func (p *hostProxy) refuse(c *net.TCPConn, src netip.Addr, name string, dst netip.AddrPort, why error) {
@@ -237,7 +339,7 @@ func readName(c net.Conn) (string, []byte, error) {
 	rest := io.MultiReader(bytes.NewReader(first[:]), r)
 	var name string
 	var err error
-	if first[0] == 0x16 { // a TLS handshake record
+	if first[0] == tlsHandshake {
 		name, err = helloName(c, rest)
 	} else {
 		name, err = requestHost(rest)
@@ -275,11 +377,16 @@ func requestHost(r io.Reader) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("http request: %w", err)
 	}
+	return requestName(req), nil
+}
+
+// requestName is req's host as readName gives it: without port, canonical.
+func requestName(req *http.Request) string {
 	host := req.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	return host, nil
+	return strings.TrimSuffix(strings.ToLower(host), ".")
 }
 
 // readOnly is a connection for parsing: reads come from r, writes vanish.

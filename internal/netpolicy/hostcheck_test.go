@@ -1,14 +1,18 @@
 package netpolicy_test
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"net/netip"
 	"os"
 	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 
@@ -80,6 +84,68 @@ func TestHostCheck(t *testing.T) {
 	}
 	if n := w.denied("sb-hck") - before; n != uint64(len(refusals)) {
 		t.Errorf("denied counter grew by %d, want %d (one per reset flow)", n, len(refusals))
+	}
+	// On a kept-alive HTTP connection every request is checked: a second
+	// request for the allowed name is answered, one for a denied name on the
+	// same connection resets it.
+	before = w.denied("sb-hck")
+	kc, err := netpolicytest.Dial(ns, at(pypi, 80), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	_ = kc.SetDeadline(time.Now().Add(10 * time.Second))
+	kr := bufio.NewReader(kc)
+	ask := func(host string) (string, error) {
+		if _, err := fmt.Fprintf(kc, "GET / HTTP/1.1\r\nHost: %s\r\n\r\n", host); err != nil {
+			return "", err
+		}
+		res, err := http.ReadResponse(kr, nil)
+		if err != nil {
+			return "", err
+		}
+		defer res.Body.Close()
+		b, err := io.ReadAll(res.Body)
+		return string(b), err
+	}
+	for _, host := range []string{"pypi.org", "pypi.org"} {
+		if got, err := ask(host); err != nil || got != "host=pypi.org sni=\n" {
+			t.Fatalf("kept-alive request for %s: %q %v", host, got, err)
+		}
+	}
+	if got, err := ask("evil.org"); err == nil {
+		t.Errorf("a later request for evil.org on a kept-alive connection to pypi.org's address answered %q, want a reset", got)
+	}
+	// An upgrade the server does not grant (an answer other than 101) leaves
+	// the connection HTTP, and its later requests checked.
+	uc, err := netpolicytest.Dial(ns, at(pypi, 80), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer uc.Close()
+	_ = uc.SetDeadline(time.Now().Add(10 * time.Second))
+	ur := bufio.NewReader(uc)
+	for i, host := range []string{"pypi.org", "evil.org"} {
+		hdr := ""
+		if i == 0 {
+			hdr = "Upgrade: websocket\r\nConnection: Upgrade\r\n"
+		}
+		if _, err := fmt.Fprintf(uc, "GET / HTTP/1.1\r\nHost: %s\r\n%s\r\n", host, hdr); err != nil {
+			t.Fatal(err)
+		}
+		res, err := http.ReadResponse(ur, nil)
+		if i == 0 {
+			if err != nil || res.StatusCode != http.StatusOK {
+				t.Fatalf("an upgrade request the server does not grant: %v %v", res, err)
+			}
+			_, _ = io.Copy(io.Discard, res.Body)
+			res.Body.Close()
+		} else if err == nil {
+			t.Errorf("evil.org after an ungranted upgrade answered %s, want a reset", res.Status)
+		}
+	}
+	if n := w.denied("sb-hck") - before; n != 2 {
+		t.Errorf("denied counter grew by %d for the later requests, want 2", n)
 	}
 	// A policy whose address entries admit the address too lets any name
 	// through (the check narrows domain rules, not address rules).
