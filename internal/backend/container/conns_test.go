@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/backend/driver/drivertest"
+	"golang.org/x/sys/unix"
 )
 
 // TestExecReusesConnection: sequential execs in one sandbox go over one
@@ -111,5 +112,45 @@ func TestCloseEndsBlockedWait(t *testing.T) {
 	case <-waited:
 	case <-time.After(10 * time.Second):
 		t.Fatal("Wait still blocked 10 s after Close")
+	}
+}
+
+// TestSignalAfterCloseReachesNothing: a process closed after it ended gives
+// its connection to the sandbox's next exec; a signal sent through the closed
+// process afterwards (a kill racing the process's own end) does nothing, and
+// above all does not reach the process now on that connection.
+func TestSignalAfterCloseReachesNothing(t *testing.T) {
+	lower := requireImage(t, "busybox")
+	d := newDriverFactory(testConfig(t))(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inst, err := d.Start(ctx, driver.Spec{ID: drivertest.NewID("cs"), Layers: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Destroy(context.Background())
+	spec := func(args ...string) driver.ProcSpec {
+		return driver.ProcSpec{Args: args, Env: []string{"PATH=/bin"}, Cwd: "/"}
+	}
+	done, err := inst.Exec(ctx, spec("true"), driver.Stdio{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := done.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done.Close()
+	var out bytes.Buffer
+	next, err := inst.Exec(ctx, spec("sh", "-c", "echo up; sleep 2; echo still running"), driver.Stdio{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.Close()
+	if err := done.Signal(int(unix.SIGKILL)); err != nil {
+		t.Errorf("a signal to a closed process: %v, want nothing done", err)
+	}
+	ex, err := next.Wait(ctx)
+	if err != nil || ex.Code != 0 || ex.Signal != 0 || out.String() != "up\nstill running\n" {
+		t.Fatalf("the next exec on the connection: %+v %v, output %q; want it untouched", ex, err, out.String())
 	}
 }

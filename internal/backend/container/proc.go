@@ -23,6 +23,11 @@ type proc struct {
 
 	mu    sync.Mutex
 	final *initproto.Exit
+
+	// sigMu orders Signal and Close: once closed, the connection may carry
+	// another exec (idle.put), so a late signal must not go down it.
+	sigMu  sync.Mutex
+	closed bool
 }
 
 func (p *proc) PID() int { return p.pid }
@@ -101,7 +106,14 @@ func (p *proc) convert(ex initproto.Exit) driver.Exit {
 
 // Signal implements driver.Proc: the signal goes to the process group, or to
 // the terminal's foreground process group.
+// A signal after Close (the process ended and was released, e.g. a kill
+// racing the process's own end) is nothing to do.
 func (p *proc) Signal(sig int) error {
+	p.sigMu.Lock()
+	defer p.sigMu.Unlock()
+	if p.closed {
+		return nil
+	}
 	if p.term != nil {
 		return p.term.Signal(sig, p.c.Kill)
 	}
@@ -118,6 +130,13 @@ func (p *proc) Resize(cols, rows int) error {
 
 // Close implements driver.Proc.
 func (p *proc) Close() error {
+	p.sigMu.Lock()
+	was := p.closed
+	p.closed = true
+	p.sigMu.Unlock()
+	if was {
+		return nil
+	}
 	if p.pipes != nil {
 		p.pipes.Close()
 	}
