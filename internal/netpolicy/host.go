@@ -31,21 +31,30 @@ type host struct {
 
 const ipForward = "/proc/sys/net/ipv4/ip_forward"
 
-// initNetIno is the inode of the kernel's initial network namespace
-// (PROC_NET_INIT_INO: fixed, whatever the boot).
+// initNetIno is the inode of the kernel's initial network namespace on
+// kernels that fix it (PROC_NET_INIT_INO, Linux 6.x); older ones number it
+// like any other.
 const initNetIno = 0xEFFFFFF9
 
 // defaultHostDir is Config.HostDir's default for the calling thread's network
 // namespace. What the directory coordinates (link addresses, ip_forward, the
 // forward guard) is per namespace, so each namespace has its own: the host's
-// initial namespace /run/dsec/netpolicy, any other (a node run in a network
-// namespace of its own) /run/dsec/netpolicy-netns-INODE. Managers of such a
-// node then neither count as holders of the host's forwarding nor take its
-// addresses, nor it theirs.
+// initial namespace (pid 1's; where /proc/1 cannot be read, the kernel's
+// fixed initial inode) /run/dsec/netpolicy, any other (a node run in a
+// network namespace of its own) /run/dsec/netpolicy-netns-INODE. Managers of
+// such a node then neither count as holders of the host's forwarding nor
+// take its addresses, nor it theirs.
 func defaultHostDir() string {
 	const shared = "/run/dsec/netpolicy"
-	var st unix.Stat_t
-	if unix.Stat("/proc/thread-self/ns/net", &st) != nil || st.Ino == initNetIno {
+	var st, initNS unix.Stat_t
+	if unix.Stat("/proc/thread-self/ns/net", &st) != nil {
+		return shared
+	}
+	if unix.Stat("/proc/1/ns/net", &initNS) == nil {
+		if st.Ino == initNS.Ino && st.Dev == initNS.Dev {
+			return shared
+		}
+	} else if st.Ino == initNetIno {
 		return shared
 	}
 	return fmt.Sprintf("%s-netns-%d", shared, st.Ino)
