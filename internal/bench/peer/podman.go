@@ -31,11 +31,16 @@ type Podman struct {
 	w      Work
 	dir    string
 	prefix string
+	driver string
 	Notes  []string
 }
 
 // FindPodman returns the podman peer, or an error saying why there is none.
-func FindPodman(w Work) (*Podman, error) {
+func FindPodman(w Work) (*Podman, error) { return NewPodman(w, "") }
+
+// NewPodman is FindPodman with podman's storage driver named ("overlay",
+// "vfs"; "": podman's default).
+func NewPodman(w Work, driver string) (*Podman, error) {
 	p, err := exec.LookPath("podman")
 	if err != nil {
 		return nil, fmt.Errorf("peer: podman not installed: %w", err)
@@ -51,7 +56,7 @@ func FindPodman(w Work) (*Podman, error) {
 	if err != nil {
 		return nil, err
 	}
-	pm := &Podman{path: p, w: w, dir: dir, Notes: notes,
+	pm := &Podman{path: p, w: w, dir: dir, Notes: notes, driver: driver,
 		prefix: fmt.Sprintf("dsec-peer-podman-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)}
 	b, err := json.Marshal(sec)
 	if err == nil {
@@ -69,15 +74,35 @@ func FindPodman(w Work) (*Podman, error) {
 }
 
 func (p *Podman) run(ctx context.Context, args ...string) error {
-	full := append([]string{"--root", filepath.Join(p.dir, "root"), "--runroot", filepath.Join(p.dir, "run"),
-		"--cgroup-manager", "cgroupfs", "--events-backend", "none", "--runtime", "runc"}, args...)
-	cmd := exec.CommandContext(ctx, p.path, full...)
-	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(p.dir, "containers.conf"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("podman %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	_, err := p.Run(ctx, args...)
+	return err
 }
+
+// Run runs podman with args on this peer's storage and settings and returns
+// its output.
+func (p *Podman) Run(ctx context.Context, args ...string) (string, error) {
+	full := []string{"--root", p.Root(), "--runroot", filepath.Join(p.dir, "run"),
+		"--cgroup-manager", "cgroupfs", "--events-backend", "none", "--runtime", "runc"}
+	if p.driver != "" {
+		full = append(full, "--storage-driver", p.driver)
+	}
+	cmd := exec.CommandContext(ctx, p.path, append(full, args...)...)
+	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(p.dir, "containers.conf"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("podman %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// Root is the directory of podman's image and container storage.
+func (p *Podman) Root() string { return filepath.Join(p.dir, "root") }
+
+// Driver is the storage driver named ("": podman's default).
+func (p *Podman) Driver() string { return p.driver }
+
+// SeccompProfile is dsec's seccomp profile as podman's --security-opt file.
+func (p *Podman) SeccompProfile() string { return filepath.Join(p.dir, "seccomp.json") }
 
 func (p *Podman) name(i int) string { return p.prefix + "-" + strconv.Itoa(i) }
 
