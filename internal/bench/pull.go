@@ -69,6 +69,7 @@ type PullOptions struct {
 type PullPeer struct {
 	Cold          Latencies `json:"cold"`
 	StorageDriver string    `json:"storage_driver,omitempty"`
+	StorageNote   string    `json:"storage_driver_note,omitempty"`
 	Work          string    `json:"work"`
 	Failures      int       `json:"failures"`
 	FirstError    string    `json:"first_error,omitempty"`
@@ -421,7 +422,7 @@ func Pull(ctx context.Context, o PullOptions) (PullResult, error) {
 	}
 	for _, p := range peers {
 		p.res.Cold = summarize(peerLat[p.name])
-		p.res.StorageDriver = p.driver()
+		p.res.StorageDriver, p.res.StorageNote = p.driver()
 		res.Peers[p.name] = p.res
 		if p.res.Cold.P50ms > 0 {
 			res.RatiosP50["dsec-cold/"+p.name] = round(res.Cold.P50ms/p.res.Cold.P50ms, 3)

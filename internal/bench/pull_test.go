@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"regexp"
 	"testing"
 
@@ -193,5 +195,24 @@ func TestMemClaims(t *testing.T) {
 	}
 	if el, done, _ := c.Claim(ctx, "sha256:a", func(image.Layer) bool { return false }); el != nil || done == nil {
 		t.Fatal("a layer whose blob is gone must be claimed again")
+	}
+}
+
+// diskUsage counts allocated blocks: a sparse file counts what it holds.
+func TestDiskUsage(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a"), make([]byte, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(dir, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(1 << 30); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if got := diskUsage(dir); got < 1<<20 || got > 2<<20 {
+		t.Fatalf("diskUsage = %d, want about 1 MiB", got)
 	}
 }

@@ -23,7 +23,7 @@ type pullPeer struct {
 	name   string
 	res    *PullPeer
 	cold   func(ctx context.Context) (time.Duration, error)
-	driver func() string
+	driver func() (name, note string)
 }
 
 // pullPeerSides returns the peers o.Compare names that can run here, and
@@ -51,7 +51,7 @@ func pullPeerSides(o PullOptions, ref string) ([]*pullPeer, map[string]string) {
 				})
 				return d, err
 			},
-			driver: func() string { return pd.driver }})
+			driver: func() (string, string) { return pd.driver, pd.note }})
 	}
 	return out, skipped
 }
@@ -61,7 +61,9 @@ func pullPeerSides(o PullOptions, ref string) ([]*pullPeer, map[string]string) {
 type podmanDriver struct {
 	driver string
 	auto   bool
-	log    func(msg string, args ...any)
+	// note says why overlay was given up.
+	note string
+	log  func(msg string, args ...any)
 }
 
 func newPodmanDriver(o PullOptions) *podmanDriver {
@@ -85,7 +87,7 @@ func (pd *podmanDriver) with(ctx context.Context, f func(*peer.Podman) error) er
 	err := run()
 	if err != nil && pd.auto && pd.driver == "overlay" && ctx.Err() == nil {
 		pd.log("podman on overlay storage failed; vfs from now on", "err", err)
-		pd.driver = "vfs"
+		pd.driver, pd.note = "vfs", "overlay failed here: "+err.Error()
 		err = run()
 	}
 	return err
@@ -129,10 +131,12 @@ type BurstSide struct {
 	// BlobStoreBytes is the part in its blob store (shared by a cluster's
 	// nodes, so not each node's) and NodeLocalBytes the rest: records and
 	// the chunks its lazy layers read.
-	DiskBytes      int64  `json:"disk_bytes"`
-	BlobStoreBytes int64  `json:"blob_store_bytes,omitempty"`
-	NodeLocalBytes int64  `json:"node_local_bytes,omitempty"`
-	StorageDriver  string `json:"storage_driver,omitempty"`
+	DiskBytes      int64            `json:"disk_bytes"`
+	BlobStoreBytes int64            `json:"blob_store_bytes,omitempty"`
+	NodeLocalBytes int64            `json:"node_local_bytes,omitempty"`
+	DiskBytesByDir map[string]int64 `json:"disk_bytes_by_dir,omitempty"`
+	StorageDriver  string           `json:"storage_driver,omitempty"`
+	StorageNote    string           `json:"storage_driver_note,omitempty"`
 	// dsec: ImageBytes adds up the images' EROFS layers (shared ones once),
 	// FetchedBytes what the sandboxes' reads fetched of them; FractionRead
 	// is their ratio and PerImageFractionRead each image's (its layers'
@@ -246,6 +250,7 @@ func burstDsec(ctx context.Context, o PullOptions, reg *countingRegistry, refs [
 	side.DiskBytes = diskUsage(dir)
 	side.BlobStoreBytes = diskUsage(filepath.Join(dir, "blobs"))
 	side.NodeLocalBytes = side.DiskBytes - side.BlobStoreBytes
+	side.DiskBytesByDir = diskUsageByDir(dir)
 	imgs, err := d.NodeService().Images(ctx)
 	if err != nil {
 		return side, err
@@ -299,9 +304,10 @@ func burstPodman(ctx context.Context, o PullOptions, refs []string) (*BurstSide,
 			side.Failures, side.FirstError = failures, first.Error()
 		}
 		side.DiskBytes = diskUsage(pm.Root())
+		side.DiskBytesByDir = diskUsageByDir(pm.Root())
 		return nil
 	})
-	side.StorageDriver = pd.driver
+	side.StorageDriver, side.StorageNote = pd.driver, pd.note
 	if err != nil {
 		side.fail(err)
 	}

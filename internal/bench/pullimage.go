@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -69,21 +70,54 @@ func writeGenTar(w io.Writer, seed uint64, dir string, n int64) error {
 }
 
 // diskUsage is the disk space the files under dir take (allocated blocks,
-// as du counts them; 0 if dir is missing).
+// as du counts them; 0 if dir is missing), on dir's file system only: the
+// file systems mounted under it (a layer's EROFS, a container's overlay)
+// are not counted again.
 func diskUsage(dir string) int64 {
+	var root syscall.Stat_t
+	if err := syscall.Stat(dir, &root); err != nil {
+		return 0
+	}
 	var total int64
 	_ = filepath.WalkDir(dir, func(_ string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
-		if info, ierr := e.Info(); ierr == nil {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				total += st.Blocks * 512
-			}
+		info, ierr := e.Info()
+		if ierr != nil {
+			return nil
 		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
+		}
+		if st.Dev != root.Dev {
+			if e.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		total += st.Blocks * 512
 		return nil
 	})
 	return total
+}
+
+// diskUsageByDir is diskUsage of each directory directly under dir.
+func diskUsageByDir(dir string) map[string]int64 {
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	out := map[string]int64{}
+	for _, e := range es {
+		if e.IsDir() {
+			if n := diskUsage(filepath.Join(dir, e.Name())); n > 0 {
+				out[e.Name()] = n
+			}
+		}
+	}
+	return out
 }
 
 // memClaims are pull.LayerClaims kept in memory: the bench's nodes share one
