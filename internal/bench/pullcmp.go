@@ -282,6 +282,11 @@ func burstPodman(ctx context.Context, o PullOptions, refs []string) (*BurstSide,
 	side := &BurstSide{Work: "podman pull --tls-verify=false of each image (in parallel), then per sandbox podman run -d --network none REF sleep 3600 and podman exec NAME sh -c TASK (runc, cgroupfs)"}
 	err := pd.with(ctx, func(pm *peer.Podman) error {
 		*side = BurstSide{Work: side.Work}
+		// The storage set up once before the pulls in parallel (podman's
+		// overlay driver set up by concurrent first uses can fail).
+		if _, err := pm.Run(ctx, "info", "--format", "{{.Store.GraphDriverName}}"); err != nil {
+			return err
+		}
 		t0 := time.Now()
 		_, _, pf, pfirst := runLoad(ctx, len(refs), o.Parallel, false, func(_, k int) error {
 			_, err := pm.Run(ctx, "pull", "-q", "--tls-verify=false", refs[k])

@@ -135,14 +135,21 @@ func (p *Podman) Close() error {
 	err := p.run(ctx, "rm", "-a", "-f", "-t", "0")
 	// conmon gets a cgroup of its own under the parent.
 	err = errors.Join(err, removeCgroups(p.prefix+"/conmon"), removeCgroups(p.prefix))
-	// Storage mounts podman may still hold under its scratch dir.
-	if mi, rerr := os.ReadFile("/proc/self/mountinfo"); rerr == nil {
-		lines := strings.Split(string(mi), "\n")
-		for k := len(lines) - 1; k >= 0; k-- { // the deepest first
-			if f := strings.Fields(lines[k]); len(f) > 4 && strings.HasPrefix(f[4], p.dir+"/") {
-				_ = unmountDetach(f[4])
+	// Storage mounts podman may still hold under its scratch dir (a mount
+	// stacked on another shows only once the upper one is gone: again).
+	var rerr error
+	for range 3 {
+		if mi, merr := os.ReadFile("/proc/self/mountinfo"); merr == nil {
+			lines := strings.Split(string(mi), "\n")
+			for k := len(lines) - 1; k >= 0; k-- { // the deepest first
+				if f := strings.Fields(lines[k]); len(f) > 4 && strings.HasPrefix(f[4], p.dir+"/") {
+					_ = unmountDetach(f[4])
+				}
 			}
 		}
+		if rerr = os.RemoveAll(p.dir); rerr == nil {
+			break
+		}
 	}
-	return errors.Join(err, os.RemoveAll(p.dir))
+	return errors.Join(err, rerr)
 }
