@@ -45,7 +45,7 @@ func pullPeerSides(o PullOptions, ref string) ([]*pullPeer, map[string]string) {
 				var d time.Duration
 				err := pd.with(ctx, func(pm *peer.Podman) error {
 					t0 := time.Now()
-					_, err := pm.Run(ctx, "run", "--rm", "--tls-verify=false", "--network", "none", ref, "true")
+					_, err := pm.Run(ctx, "run", "--rm", "--tls-verify=false", "--network", "none", "--cgroup-parent", pm.CgroupParent(), ref, "true")
 					d = time.Since(t0)
 					return err
 				})
@@ -298,7 +298,7 @@ func burstPodman(ctx context.Context, o PullOptions, refs []string) (*BurstSide,
 		}
 		lat, _, failures, first := runLoad(ctx, o.Burst, o.Parallel, false, func(_, i int) error {
 			name := fmt.Sprintf("dsec-bench-burst-%d", i)
-			if _, err := pm.Run(ctx, "run", "-d", "--name", name, "--network", "none", refs[i%len(refs)], "sleep", "3600"); err != nil {
+			if _, err := pm.Run(ctx, "run", "-d", "--name", name, "--network", "none", "--cgroup-parent", pm.CgroupParent(), refs[i%len(refs)], "sleep", "3600"); err != nil {
 				return err
 			}
 			_, err := pm.Run(ctx, "exec", name, "sh", "-c", burstTask)

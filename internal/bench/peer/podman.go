@@ -101,6 +101,10 @@ func (p *Podman) Root() string { return filepath.Join(p.dir, "root") }
 // Driver is the storage driver named ("": podman's default).
 func (p *Podman) Driver() string { return p.driver }
 
+// CgroupParent is the cgroup parent (--cgroup-parent) under which Close
+// finds and removes what podman leaves (conmon's cgroups).
+func (p *Podman) CgroupParent() string { return "/" + p.prefix }
+
 // SeccompProfile is dsec's seccomp profile as podman's --security-opt file.
 func (p *Podman) SeccompProfile() string { return filepath.Join(p.dir, "seccomp.json") }
 
@@ -117,7 +121,7 @@ func (p *Podman) Describe() []string {
 
 // Create runs container i.
 func (p *Podman) Create(ctx context.Context, i int) error {
-	return p.run(ctx, "run", "-d", "--name", p.name(i), "--cgroup-parent", "/"+p.prefix,
+	return p.run(ctx, "run", "-d", "--name", p.name(i), "--cgroup-parent", p.CgroupParent(),
 		"--memory", strconv.FormatInt(p.w.MemoryBytes, 10), "--cpus", strconv.FormatFloat(p.w.CPU, 'f', -1, 64),
 		"--pids-limit", strconv.FormatInt(p.w.PidsMax, 10), "--network", "none", "--cgroupns", "private",
 		"--security-opt", "seccomp="+filepath.Join(p.dir, "seccomp.json"),
