@@ -379,8 +379,8 @@ func TestPullKill9MidFetch(t *testing.T) {
 	}
 	reg.Resume()
 
-	// The others claim the layers the dead node held once its claim's lease
-	// ends, and run the creates.
+	// The others claim the layers the dead node held once its claims' lease
+	// (the agents' --ttl) ends, and run the creates.
 	var ids []string
 	for _, a := range e.agents[1:] {
 		t0 := time.Now()
@@ -388,7 +388,11 @@ func TestPullKill9MidFetch(t *testing.T) {
 		if err != nil {
 			t.Fatalf("create on %s after the kill: %v", a.node, err)
 		}
-		t.Logf("create on %s after the kill: %s", a.node, time.Since(t0).Round(time.Millisecond))
+		took := time.Since(t0)
+		t.Logf("create on %s after the kill: %s (lease TTL %s)", a.node, took.Round(time.Millisecond), ttl)
+		if took > ttl+3*time.Second {
+			t.Errorf("create on %s after the kill took %s: the dead node's claims outlived its lease (%s)", a.node, took, ttl)
+		}
 		if sb.ImageDigest != img.digest {
 			t.Errorf("sandbox %+v, want image digest %s", sb, img.digest)
 		}
