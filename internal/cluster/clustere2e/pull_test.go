@@ -57,7 +57,7 @@ func pushPullImage(t *testing.T, reg *registrytest.Registry, repo string, n int,
 	}
 	var base bytes.Buffer
 	if err := localtar.Write(filepath.Join(images, "busybox", "rootfs"), &base); err != nil {
-		t.Skipf("busybox image: %v (make setup)", err)
+		t.Fatalf("busybox image: %v (make setup)", err)
 	}
 	ls := []v1.Layer{registrytest.LayerFromTar(t, base.Bytes())}
 	img := pullImage{ref: reg.Host + "/" + repo, files: map[string]string{}}
