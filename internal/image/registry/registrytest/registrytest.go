@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -45,6 +46,17 @@ type Registry struct {
 	delay    time.Duration     // before serving each blob
 	stall    int               // >0: serve this many bytes of each blob, then hang
 	resume   chan struct{}     // closed by Resume: stalled blobs go on
+	gets     []Get             // every manifest and blob GET, in order
+}
+
+// Get is one GET of a manifest or a blob the registry answered.
+type Get struct {
+	// Client is the IP address the request came from.
+	Client string
+	// Manifest: a manifest (Name is the tag or digest asked for); else a
+	// blob (Name is its digest).
+	Manifest bool
+	Name     string
 }
 
 // token is the one token the front hands out.
@@ -52,16 +64,34 @@ const token = "test-token"
 
 // Start starts a registry; with user set, every /v2/ request needs a bearer
 // token, which /token gives for those basic credentials.
-func Start(t testing.TB, user, pass string) *Registry {
+func Start(t testing.TB, user, pass string) *Registry { return StartAt(t, "127.0.0.1:0", user, pass) }
+
+// StartAt is Start listening on addr (HOST:PORT; e.g. an address that
+// processes in other network namespaces reach).
+func StartAt(t testing.TB, addr, user, pass string) *Registry {
 	r := &Registry{user: user, pass: pass, blobGets: map[string]int{}, tampered: map[string][]byte{}}
 	inner := ggcr.New(ggcr.Logger(nopLogger()))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/token", r.token)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) { r.serve(w, req, inner) })
-	r.srv = httptest.NewServer(mux)
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.srv = httptest.NewUnstartedServer(mux)
+	r.srv.Listener.Close()
+	r.srv.Listener = l
+	r.srv.Start()
 	r.Host = strings.TrimPrefix(r.srv.URL, "http://")
 	t.Cleanup(r.srv.Close)
 	return r
+}
+
+// Gets returns every manifest and blob GET served so far, in order.
+func (r *Registry) Gets() []Get {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Get(nil), r.gets...)
 }
 
 // Close stops the registry (it is then down).
@@ -98,9 +128,14 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, inner http.Ha
 	var delay time.Duration
 	stall := 0
 	var resume chan struct{}
+	client, _, _ := net.SplitHostPort(req.RemoteAddr)
+	if i := strings.Index(req.URL.Path, "/manifests/"); i >= 0 && req.Method == http.MethodGet {
+		r.gets = append(r.gets, Get{Client: client, Manifest: true, Name: req.URL.Path[i+len("/manifests/"):]})
+	}
 	if i := strings.Index(req.URL.Path, "/blobs/sha256:"); i >= 0 && req.Method == http.MethodGet {
 		dg := req.URL.Path[i+len("/blobs/"):]
 		r.blobGets[dg]++
+		r.gets = append(r.gets, Get{Client: client, Name: dg})
 		bad, delay, stall, resume = r.tampered[dg], r.delay, r.stall, r.resume
 	}
 	r.mu.Unlock()
