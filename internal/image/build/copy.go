@@ -3,6 +3,7 @@ package build
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,14 +11,20 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/patternmatcher"
+	"golang.org/x/sys/unix"
 
+	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -46,9 +53,38 @@ type source struct {
 
 func cleanAbs(p string) string { return path.Clean("/" + p) }
 
+// contextRoot is the build context as COPY and ADD read it: paths the
+// context's .dockerignore matches are not there (as in docker build, also
+// the Dockerfile and .dockerignore when it names them).
+type contextRoot struct {
+	*os.Root
+	ignore *patternmatcher.PatternMatcher
+}
+
+func openContext(dir string) (*contextRoot, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open the build context: %w", err)
+	}
+	pm, err := dockerignore(root)
+	if err != nil {
+		root.Close()
+		return nil, errdefs.Invalid("build context: %v", err)
+	}
+	return &contextRoot{Root: root, ignore: pm}, nil
+}
+
+// ignored reports whether .dockerignore leaves rel (or a parent) out.
+func (c *contextRoot) ignored(rel string) (bool, error) {
+	if c.ignore == nil || rel == "." {
+		return false, nil
+	}
+	return c.ignore.MatchesOrParentMatches(rel)
+}
+
 // sources resolves a COPY's sources in the context (wildcards expanded),
 // refusing any that leaves it.
-func (r *run) sources(root *os.Root, spec copySpec, line int) ([]source, error) {
+func (r *run) sources(root *contextRoot, spec copySpec, line int) ([]source, error) {
 	var out []source
 	for _, src := range spec.sd.SourcePaths {
 		if spec.add && (strings.Contains(src, "://") || strings.HasPrefix(src, "git@")) {
@@ -79,6 +115,14 @@ func (r *run) sources(root *os.Root, spec copySpec, line int) ([]source, error) 
 			names = []string{rel}
 		}
 		for _, n := range names {
+			if skip, err := root.ignored(n); err != nil {
+				return nil, lineError(line, "%s %s: .dockerignore: %v", spec.cmd, src, err)
+			} else if skip {
+				if len(names) > 1 {
+					continue
+				}
+				return nil, lineError(line, "%s %s: not found in the build context (.dockerignore leaves it out)", spec.cmd, src)
+			}
 			fi, err := root.Stat(n)
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
@@ -111,7 +155,7 @@ func isArchiveName(n string) bool {
 
 // entries lists what source s writes, names relative to the directory it is
 // extracted into (prefix for a directory source's contents).
-func entries(root *os.Root, s source, prefix string) ([]entry, error) {
+func entries(root *contextRoot, s source, prefix string) ([]entry, error) {
 	if !s.fi.IsDir() {
 		return []entry{{name: prefix, src: s.rel, fi: s.fi}}, nil
 	}
@@ -121,6 +165,14 @@ func entries(root *os.Root, s source, prefix string) ([]entry, error) {
 			return err
 		}
 		if p == s.rel {
+			return nil
+		}
+		if skip, err := root.ignored(p); err != nil {
+			return err
+		} else if skip {
+			if d.IsDir() && !root.ignore.Exclusions() {
+				return fs.SkipDir
+			}
 			return nil
 		}
 		fi, err := root.Lstat(p)
@@ -162,9 +214,9 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 	case len(spec.sd.SourceContents) > 0:
 		return lineError(line, "%s with a heredoc is not supported", spec.cmd)
 	}
-	root, err := os.OpenRoot(r.req.ContextDir)
+	root, err := openContext(r.req.ContextDir)
 	if err != nil {
-		return fmt.Errorf("open the build context: %w", err)
+		return err
 	}
 	defer root.Close()
 	srcs, err := r.sources(root, spec, line)
@@ -209,6 +261,9 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 			if err != nil {
 				return lineError(line, "%s %s: %v", spec.cmd, s.rel, err)
 			}
+			if err := mkdirOwned(ctx, fsys, dir, uid, gid); err != nil {
+				return fmt.Errorf("Dockerfile line %d: %s: create %s: %w", line, spec.cmd, dir, err)
+			}
 			pr, pw := io.Pipe()
 			go func() { pw.CloseWithError(writeTar(root, ents, pw, uid, gid, mode)) }()
 			err = fsys.ExtractTar(ctx, dir, pr)
@@ -223,7 +278,7 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 
 // contextDigest hashes what a COPY reads: names, types, modes, link targets
 // and contents (not times), so an unchanged context hits the cache.
-func contextDigest(root *os.Root, plan copyPlan) (string, error) {
+func contextDigest(root *contextRoot, plan copyPlan) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s %v\n", plan.dest, plan.destDir)
 	for _, s := range plan.srcs {
@@ -234,12 +289,18 @@ func contextDigest(root *os.Root, plan copyPlan) (string, error) {
 		fmt.Fprintf(h, "src %s\n", s.rel)
 		for _, e := range ents {
 			fmt.Fprintf(h, "%q %o %q %d\n", e.name, e.fi.Mode(), e.link, e.fi.Size())
-			if e.fi.Mode().IsRegular() {
+			if e.fi.Mode().IsRegular() || e.fi.IsDir() {
 				f, err := root.Open(e.src)
 				if err != nil {
 					return "", err
 				}
-				_, err = io.Copy(h, f)
+				x := userXattrs(f)
+				for _, k := range slices.Sorted(maps.Keys(x)) {
+					fmt.Fprintf(h, "xattr %q %q\n", k, x[k])
+				}
+				if e.fi.Mode().IsRegular() {
+					_, err = io.Copy(h, f)
+				}
 				f.Close()
 				if err != nil {
 					return "", err
@@ -252,7 +313,7 @@ func contextDigest(root *os.Root, plan copyPlan) (string, error) {
 
 // writeTar writes ents from the context as a tar, owned by uid:gid, with mode
 // (if non-zero) for every file and directory.
-func writeTar(root *os.Root, ents []entry, w io.Writer, uid, gid int, mode fs.FileMode) error {
+func writeTar(root *contextRoot, ents []entry, w io.Writer, uid, gid int, mode fs.FileMode) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	tw := tar.NewWriter(bw)
 	for _, e := range ents {
@@ -267,19 +328,28 @@ func writeTar(root *os.Root, ents []entry, w io.Writer, uid, gid int, mode fs.Fi
 		if mode != 0 && hdr.Typeflag != tar.TypeSymlink {
 			hdr.Mode = int64(mode)
 		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
+		var f *os.File
+		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeDir {
+			if f, err = root.Open(e.src); err != nil {
+				return err
+			}
+			// The file's user.* attributes go along, as buildah's COPY keeps them.
+			for k, v := range userXattrs(f) {
+				if hdr.PAXRecords == nil {
+					hdr.PAXRecords = map[string]string{}
+				}
+				hdr.PAXRecords[paxXattr+k] = v
+			}
 		}
-		if hdr.Typeflag == tar.TypeReg {
-			f, err := root.Open(e.src)
-			if err != nil {
-				return err
-			}
+		err = tw.WriteHeader(hdr)
+		if err == nil && hdr.Typeflag == tar.TypeReg {
 			_, err = io.CopyN(tw, f, hdr.Size)
+		}
+		if f != nil {
 			f.Close()
-			if err != nil {
-				return err
-			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if err := tw.Close(); err != nil {
@@ -348,4 +418,74 @@ func lookup(ctx context.Context, fsys session.FS, file, name string) (int, int, 
 		}
 	}
 	return 0, 0, fmt.Errorf("no %q in the image's %s", name, filepath.Base(file))
+}
+
+// paxXattr starts the PAX record of an extended attribute (GNU tar's form,
+// what fsops.ExtractTar and the layer builder read).
+const paxXattr = "SCHILY.xattr."
+
+// userXattrs returns the user.* extended attributes of f (nil: none, or a
+// file system without them).
+func userXattrs(f *os.File) map[string]string {
+	fd := int(f.Fd())
+	n, err := unix.Flistxattr(fd, nil)
+	if err != nil || n == 0 {
+		return nil
+	}
+	names := make([]byte, n)
+	if n, err = unix.Flistxattr(fd, names); err != nil {
+		return nil
+	}
+	var out map[string]string
+	for _, k := range strings.Split(string(names[:n]), "\x00") {
+		if !strings.HasPrefix(k, "user.") {
+			continue
+		}
+		sz, err := unix.Fgetxattr(fd, k, nil)
+		if err != nil {
+			continue
+		}
+		v := make([]byte, sz)
+		if sz, err = unix.Fgetxattr(fd, k, v); err != nil {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = string(v[:sz])
+	}
+	return out
+}
+
+// mkdirOwned creates directory p and its missing parents (mode 0755) owned
+// by uid:gid, as docker build creates a WORKDIR for the stage's USER and the
+// destination directories of a COPY --chown; existing ones stay as they are.
+func mkdirOwned(ctx context.Context, fsys session.FS, p string, uid, gid int) error {
+	var missing []string
+	for d := cleanAbs(p); d != "/"; d = path.Dir(d) {
+		_, err := fsys.Stat(ctx, d)
+		if err == nil {
+			break
+		}
+		if !errdefs.Is(err, api.CodeNotFound) {
+			return err
+		}
+		missing = append(missing, d)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Reverse(missing)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range missing {
+		hdr := &tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755, Uid: uid, Gid: gid, ModTime: time.Now()}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return fsys.ExtractTar(ctx, "/", &buf)
 }

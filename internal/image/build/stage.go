@@ -88,6 +88,9 @@ func (r *run) copyFromStage(ctx context.Context, st *state, spec copySpec, from 
 					dir, prefix = path.Dir(dest), path.Base(dest)
 				}
 			}
+			if err := mkdirOwned(ctx, dstFS, dir, uid, gid); err != nil {
+				return fmt.Errorf("Dockerfile line %d: COPY: create %s: %w", line, dir, err)
+			}
 			// WriteTar names entries from p's base name ("" for "/").
 			base := path.Base(p)
 			if p == "/" {
