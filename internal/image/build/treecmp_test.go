@@ -151,10 +151,11 @@ func xattrs(p string) (map[string]string, error) {
 }
 
 // exclusion leaves a path (and, with tree set, everything under it) out of a
-// comparison, for a reason.
+// comparison, for a reason; with field set, only that field of it.
 type exclusion struct {
 	path   string
 	tree   bool
+	field  string
 	reason string
 }
 
@@ -166,9 +167,10 @@ func (e exclusion) matches(p string) bool {
 // tree) and got (dsec's), one readable line each, sorted by path; paths an
 // exclusion matches are left out on both sides.
 func compareTrees(want, got fileTree, excl []exclusion) []string {
-	skip := func(p string) bool {
-		return slices.ContainsFunc(excl, func(e exclusion) bool { return e.matches(p) })
+	skipField := func(p, field string) bool {
+		return slices.ContainsFunc(excl, func(e exclusion) bool { return e.field == field && e.matches(p) })
 	}
+	skip := func(p string) bool { return skipField(p, "") }
 	paths := slices.Sorted(maps.Keys(want))
 	for p := range got {
 		if _, ok := want[p]; !ok {
@@ -193,7 +195,7 @@ func compareTrees(want, got fileTree, excl []exclusion) []string {
 		}
 		var d []string
 		field := func(name string, a, b any) {
-			if fmt.Sprint(a) != fmt.Sprint(b) {
+			if fmt.Sprint(a) != fmt.Sprint(b) && !skipField(p, name) {
 				d = append(d, fmt.Sprintf("%s %v != %v", name, a, b))
 			}
 		}
@@ -287,7 +289,8 @@ func TestCompareTreesCatchesDifferences(t *testing.T) {
 	must(unix.Lsetxattr(filepath.Join(a, "etc/conf"), "user.tag", []byte("w"), 0))
 	must(os.WriteFile(filepath.Join(b, "run/x"), []byte("changed"), 0o600))
 
-	diffs := compareTrees(walk(a), walk(b), []exclusion{{path: "/run", tree: true, reason: "test"}})
+	diffs := compareTrees(walk(a), walk(b), []exclusion{{path: "/run", tree: true, reason: "test"},
+		{path: "/bin/tool.sh", field: "uid", reason: "test: another field than the one that differs"}})
 	t.Logf("planted differences:\n%s", strings.Join(diffs, "\n"))
 	want := []string{
 		"~ /bin/conf: link ../etc/conf != /etc/conf (",
