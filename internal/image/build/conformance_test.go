@@ -380,6 +380,10 @@ RUN echo second >> /out/artifact
 FROM ${BASE}
 COPY --from=second --chown=user:staff /out /opt/out
 COPY --from=build /out/artifact /opt/first
+COPY --from=build /base/xattr.txt /base/shared /opt/from-base/
+COPY --chmod=0750 tools /opt/tools
+ENV LEGACY value with spaces
+EXPOSE 7000-7002 53/udp
 RUN rm -rf /base/dir /base/keep.txt && mkdir /base/keep.txt && mkfifo -m 0640 /base/fifo && rm /base/hard1
 USER 1000:50
 COPY greet.sh /home/user/bin/

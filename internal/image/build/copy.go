@@ -22,9 +22,9 @@ import (
 
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
 	"github.com/moby/patternmatcher"
-	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -424,38 +424,8 @@ func lookup(ctx context.Context, fsys session.FS, file, name string) (int, int, 
 // what fsops.ExtractTar and the layer builder read).
 const paxXattr = "SCHILY.xattr."
 
-// userXattrs returns the user.* extended attributes of f (nil: none, or a
-// file system without them).
-func userXattrs(f *os.File) map[string]string {
-	fd := int(f.Fd())
-	n, err := unix.Flistxattr(fd, nil)
-	if err != nil || n == 0 {
-		return nil
-	}
-	names := make([]byte, n)
-	if n, err = unix.Flistxattr(fd, names); err != nil {
-		return nil
-	}
-	var out map[string]string
-	for _, k := range strings.Split(string(names[:n]), "\x00") {
-		if !strings.HasPrefix(k, "user.") {
-			continue
-		}
-		sz, err := unix.Fgetxattr(fd, k, nil)
-		if err != nil {
-			continue
-		}
-		v := make([]byte, sz)
-		if sz, err = unix.Fgetxattr(fd, k, v); err != nil {
-			continue
-		}
-		if out == nil {
-			out = map[string]string{}
-		}
-		out[k] = string(v[:sz])
-	}
-	return out
-}
+// userXattrs returns the user.* extended attributes of f (nil: none).
+func userXattrs(f *os.File) map[string]string { return fsops.UserXattrsFd(int(f.Fd())) }
 
 // mkdirOwned creates directory p and its missing parents (mode 0755) owned
 // by uid:gid, as docker build creates a WORKDIR for the stage's USER and the
