@@ -3,6 +3,7 @@ package build_test
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -298,6 +299,44 @@ func conformanceBase(t *testing.T, reg *registrytest.Registry) string {
 	return reg.Host + "/conformance/base:v1"
 }
 
+// writeArchives writes the archives ADD unpacks into the context: a plain
+// tar and a gzip one (directories, owners, modes, a symlink, a hard link),
+// and a file named like an archive that is not one (copied as it is).
+func writeArchives(t *testing.T, dir string) {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	mt := time.Unix(1700000000, 0)
+	for _, h := range []tar.Header{
+		{Name: "pkg/", Typeflag: tar.TypeDir, Mode: 0o750, Uid: 1000, Gid: 1000, ModTime: mt},
+		{Name: "pkg/a", Typeflag: tar.TypeReg, Mode: 0o600, Uid: 1000, Gid: 50, Size: 2, ModTime: mt},
+		{Name: "pkg/l", Typeflag: tar.TypeSymlink, Linkname: "a", ModTime: mt},
+		{Name: "pkg/h", Typeflag: tar.TypeLink, Linkname: "pkg/a", Mode: 0o600, Uid: 1000, Gid: 50, ModTime: mt}, // as GNU tar writes it
+		{Name: "pkg/sub/run", Typeflag: tar.TypeReg, Mode: 0o4755, Size: 2, ModTime: mt},
+	} {
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Size > 0 {
+			_, _ = tw.Write([]byte("a\n"))
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(buf.Bytes())
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{"plain.tar": buf.Bytes(), "bundle.tgz": gz.Bytes(), "fake.tar.gz": []byte("not an archive\n")} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // conformanceCase is one Dockerfile built by both builders.
 type conformanceCase struct {
 	name       string
@@ -334,6 +373,8 @@ COPY --chown=1000:50 tools /opt/tools
 COPY --chmod=0640 secret.txt /secret/
 COPY *.conf /etc/app/
 ADD notes.txt xattr.txt /srv/notes/
+ADD plain.tar /opt/plain
+ADD bundle.tgz fake.tar.gz /opt/bundle/
 COPY . /ctx/
 RUN echo "$GREETING from $(id -un) in $(pwd), MODE=$MODE" > built.txt && mkdir -p /data
 RUN ["/bin/sh", "-c", "echo exec form > /data/exec.txt"]
@@ -423,6 +464,7 @@ func TestDockerfileConformance(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "xattr.txt"), []byte("x\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	writeArchives(t, dir)
 
 	cases := []conformanceCase{
 		{name: "app", dockerfile: conformanceApp, args: map[string]string{"BASE": base, "GREETING": "hello"}},

@@ -4,6 +4,8 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"compress/bzip2"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -98,9 +100,6 @@ func (r *run) sources(root *contextRoot, spec copySpec, line int) ([]source, err
 		if rel == "" {
 			rel = "."
 		}
-		if spec.add && isArchiveName(rel) {
-			return nil, lineError(line, "ADD %s: unpacking a local archive is not supported; COPY it and RUN tar", src)
-		}
 		var names []string
 		if strings.ContainsAny(rel, "*?[") {
 			matches, err := fs.Glob(root.FS(), rel)
@@ -144,13 +143,59 @@ func unwrapPath(err error) error {
 	return err
 }
 
-func isArchiveName(n string) bool {
-	for _, s := range []string{".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst"} {
-		if strings.HasSuffix(n, s) {
-			return true
-		}
+// archiveKind says whether context file rel is an archive ADD unpacks, by
+// its contents as Docker decides: "tar", "gzip" or "bzip2" (a tar so
+// compressed), "xz" or "zstd" (compressed, not unpacked by dsec), "" (copied
+// as it is, whatever its name).
+func archiveKind(root *contextRoot, rel string) (string, error) {
+	f, err := root.Open(rel)
+	if err != nil {
+		return "", err
 	}
-	return false
+	defer f.Close()
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	isTar := func(b []byte) bool { return len(b) >= 262 && string(b[257:262]) == "ustar" }
+	var kind string
+	var inner io.Reader
+	switch {
+	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
+		kind = "gzip"
+	case bytes.HasPrefix(head, []byte("BZh")):
+		kind = "bzip2"
+	case bytes.HasPrefix(head, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
+		return "xz", nil
+	case bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return "zstd", nil
+	case isTar(head):
+		return "tar", nil
+	default:
+		return "", nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	if inner, err = decompress(kind, f); err != nil {
+		return "", nil // not really compressed: copied as it is
+	}
+	b := make([]byte, 512)
+	n, _ = io.ReadFull(inner, b)
+	if !isTar(b[:n]) {
+		return "", nil // a compressed file that is not a tar: copied as it is
+	}
+	return kind, nil
+}
+
+// decompress reads r as kind ("tar": as it is).
+func decompress(kind string, r io.Reader) (io.Reader, error) {
+	switch kind {
+	case "gzip":
+		return gzip.NewReader(r)
+	case "bzip2":
+		return bzip2.NewReader(r), nil
+	}
+	return r, nil
 }
 
 // entries lists what source s writes, names relative to the directory it is
@@ -236,6 +281,25 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 	if plan.digest, err = contextDigest(root, plan); err != nil {
 		return lineError(line, "%s: read the build context: %v", spec.cmd, err)
 	}
+	archives := map[string]string{}
+	if spec.add {
+		for _, src := range srcs {
+			if src.fi.IsDir() {
+				continue
+			}
+			kind, err := archiveKind(root, src.rel)
+			if err != nil {
+				return lineError(line, "ADD %s: %v", src.rel, err)
+			}
+			switch {
+			case kind == "xz" || kind == "zstd":
+				return lineError(line, "ADD %s: unpacking a %s archive is not supported (tar, gzip and bzip2 are); COPY it and RUN tar", src.rel, kind)
+			case kind != "" && (spec.chown != "" || spec.chmod != ""):
+				return lineError(line, "ADD --chown/--chmod of an archive (%s) is not supported", src.rel)
+			}
+			archives[src.rel] = kind
+		}
+	}
 	key := st.chain(spec.cmd, "--chown="+spec.chown, "--chmod="+spec.chmod, plan.digest)
 	return r.layerStep(ctx, st, key, step, func(ctx context.Context, w workspace) error {
 		fsys, err := w.fs(ctx)
@@ -248,6 +312,12 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 			return lineError(line, "%s --chown=%s: %v", spec.cmd, spec.chown, err)
 		}
 		for _, s := range srcs {
+			if kind := archives[s.rel]; kind != "" { // ADD unpacks it into the destination
+				if err := r.unpack(ctx, fsys, root, s.rel, kind, plan.dest); err != nil {
+					return fmt.Errorf("Dockerfile line %d: ADD %s: %w", line, s.rel, err)
+				}
+				continue
+			}
 			dir, prefix := plan.dest, ""
 			if !s.fi.IsDir() {
 				switch fi, serr := fsys.Stat(ctx, plan.dest); {
@@ -458,4 +528,22 @@ func mkdirOwned(ctx context.Context, fsys session.FS, p string, uid, gid int) er
 		return err
 	}
 	return fsys.ExtractTar(ctx, "/", &buf)
+}
+
+// unpack extracts the archive rel of the context (kind, archiveKind's) into
+// directory dest, its entries' owners and modes as the archive has them.
+func (r *run) unpack(ctx context.Context, fsys session.FS, root *contextRoot, rel, kind, dest string) error {
+	f, err := root.Open(rel)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr, err := decompress(kind, bufio.NewReaderSize(f, 1<<16))
+	if err != nil {
+		return err
+	}
+	if err := mkdirOwned(ctx, fsys, dest, 0, 0); err != nil {
+		return err
+	}
+	return fsys.ExtractTar(ctx, dest, tr)
 }
