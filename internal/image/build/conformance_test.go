@@ -167,9 +167,12 @@ func ociConfig(c v1.Config) api.ImageConfig {
 	return out
 }
 
-// normConfig makes configs comparable: ports sorted, empty as nil.
+// normConfig makes configs comparable: ports sorted, empty as nil, and Env
+// sorted: buildah 1.28 moves a variable an ENV replaces to the end, Docker
+// (and dsec) replace it in place; the order means nothing to a process.
 func normConfig(c api.ImageConfig) string {
 	slices.Sort(c.ExposedPorts)
+	c.Env = slices.Sorted(slices.Values(c.Env))
 	if len(c.Labels) == 0 {
 		c.Labels = nil
 	}
@@ -366,6 +369,7 @@ const conformanceApp = `ARG BASE
 FROM ${BASE}
 ARG GREETING=hi
 ENV APP_HOME=/srv/app MODE=test
+ENV BASE_VAR=over PATH=/opt/tools:$PATH FROM_ARG=${GREETING}-x
 WORKDIR $APP_HOME
 COPY app/ ./
 COPY --chown=user:user greet.sh /usr/local/bin/greet
@@ -387,7 +391,7 @@ USER user
 RUN echo "as $(id -u):$(id -g)" > /tmp/user.txt
 WORKDIR /home/user/work
 EXPOSE 8080 9000/udp
-LABEL org.example.task="t1" other=two
+LABEL org.example.task="t1" other=two greeting="$GREETING" org.example.base=replaced
 ENTRYPOINT ["/usr/local/bin/greet"]
 CMD ["world"]
 `
