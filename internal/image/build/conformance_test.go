@@ -405,6 +405,7 @@ FROM scratch AS dist
 COPY --from=build /out /dist/
 COPY --from=build /src/hello.txt /hello
 COPY --from=build /base/suid /base/hard1 /bin/
+COPY --from=build /out/*rt* /out/l?nk /src/*/x.txt /dist2/
 WORKDIR /dist
 ENV DIST=1
 CMD ["/dist/artifact"]
