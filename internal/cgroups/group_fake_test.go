@@ -3,6 +3,7 @@ package cgroups
 import (
 	"context"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -304,4 +305,61 @@ func TestDeleteBusyHonoursContext(t *testing.T) {
 	if err := g.Delete(ctx); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Delete = %v, want deadline exceeded", err)
 	}
+}
+
+// TestFakeSetCPU: a group made without a CPU limit gets it later, in the cpu
+// directory it has then (v1: under the idle parent once best-effort).
+func TestFakeSetCPU(t *testing.T) {
+	root := fakeV1Root(t, false)
+	h, err := Detect(root, WithParent("dsec"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := maps.Clone(fakeV1Files())
+	files["cpu.shares"], files["cpu.idle"] = "1024", "0"
+	fakeKernel(t, h, files)
+	g, err := h.Create("sb-cpu", Limits{MemoryBytes: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quota := func() string { return filepath.Join(g.CPUDir(), "cpu.cfs_quota_us") }
+	assertFile(t, quota(), "-1")
+	if err := g.SetCPU(0.5); err != nil {
+		t.Fatal(err)
+	}
+	assertFile(t, quota(), "50000")
+	if err := g.SetIdle(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.SetCPU(2); err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(root, "cpu", "dsec-"+IdleParent, "sb-cpu"); g.CPUDir() != want {
+		t.Fatalf("cpu dir %s, want %s (under the idle parent)", g.CPUDir(), want)
+	}
+	assertFile(t, quota(), "200000")
+	if err := g.SetCPU(-1); err == nil {
+		t.Error("SetCPU(-1) succeeded")
+	}
+
+	root2 := fakeV2Root(t)
+	h2, err := Detect(root2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fakeKernel(t, h2, fakeV2Files(), "memory.peak")
+	g2, err := h2.Create("dsec/sb-cpu", Limits{PidsMax: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	max := filepath.Join(root2, "dsec", "sb-cpu", "cpu.max")
+	assertFile(t, max, "max 100000")
+	if err := g2.SetCPU(0.25); err != nil {
+		t.Fatal(err)
+	}
+	assertFile(t, max, "25000 100000")
+	if err := g2.SetCPU(0); err != nil {
+		t.Fatal(err)
+	}
+	assertFile(t, max, "max 100000")
 }

@@ -1,6 +1,7 @@
 package cgroups
 
 import (
+	"fmt"
 	"math"
 	"path/filepath"
 	"strconv"
@@ -56,12 +57,7 @@ type control struct {
 func controlsV1(l Limits, dir func(ctrl string) string) []control {
 	var cs []control
 	if l.CPU != 0 {
-		cpu := dir(ctrlCPU)
-		// A fresh group's period is the kernel's default (100 ms, which
-		// cfsPeriodUs is), so only the quota is written: every write of
-		// either walks the host's whole tree of CPU cgroups
-		// (tg_set_cfs_bandwidth), O(sandboxes) per create.
-		cs = append(cs, control{path: filepath.Join(cpu, "cpu.cfs_quota_us"), value: strconv.FormatInt(l.quotaUs(), 10)})
+		cs = append(cs, cpuControl(1, l, dir(ctrlCPU)))
 	}
 	mem := dir(ctrlMemory)
 	if l.MemoryBytes != 0 {
@@ -82,8 +78,7 @@ func controlsV1(l Limits, dir func(ctrl string) string) []control {
 func controlsV2(l Limits, dir string) []control {
 	var cs []control
 	if l.CPU != 0 {
-		cs = append(cs, control{path: filepath.Join(dir, "cpu.max"),
-			value: strconv.FormatInt(l.quotaUs(), 10) + " " + strconv.Itoa(cfsPeriodUs)})
+		cs = append(cs, cpuControl(2, l, dir))
 	}
 	if l.MemoryBytes != 0 {
 		cs = append(cs,
@@ -97,6 +92,50 @@ func controlsV2(l Limits, dir string) []control {
 		cs = append(cs, control{path: filepath.Join(dir, "cpu.idle"), value: "1"})
 	}
 	return cs
+}
+
+// cpuControl is the write setting l.CPU in the cpu directory dir of a cgroup
+// v1 or v2 group (0: no limit). Every such write walks the host's whole tree
+// of CPU cgroups (tg_set_cfs_bandwidth), O(sandboxes); on v1 a fresh group's
+// period is the kernel's default (100 ms, which cfsPeriodUs is), so only the
+// quota is written.
+func cpuControl(version int, l Limits, dir string) control {
+	quota := "-1"
+	if l.CPU != 0 {
+		quota = strconv.FormatInt(l.quotaUs(), 10)
+	}
+	if version == 2 {
+		if l.CPU == 0 {
+			quota = "max"
+		}
+		return control{path: filepath.Join(dir, "cpu.max"), value: quota + " " + strconv.Itoa(cfsPeriodUs)}
+	}
+	return control{path: filepath.Join(dir, "cpu.cfs_quota_us"), value: quota}
+}
+
+// SetCPU sets the group's CPU limit in cores (0: none). A caller may create a
+// group without one and set it only when the group first runs work of its
+// own: the write costs a walk over every CPU cgroup of the host.
+func (g *Group) SetCPU(cores float64) error {
+	l := Limits{CPU: cores}
+	if err := l.Validate(); err != nil {
+		return err
+	}
+	// held against SetIdle moving the cpu directory (v1)
+	g.mu.RLock()
+	defer g.mu.RUnlock()
+	dir := g.dirs[0]
+	if g.h.version != 2 {
+		m, ok := g.h.mounts[ctrlCPU]
+		if !ok {
+			return fmt.Errorf("cgroup %q: no cpu hierarchy", g.name)
+		}
+		dir = g.h.pathIn(m, g.name, g.idle)
+	}
+	if err := applyControls([]control{cpuControl(g.h.version, l, dir)}); err != nil {
+		return fmt.Errorf("cgroup %q: set cpu limit: %w", g.name, err)
+	}
+	return nil
 }
 
 func applyControls(cs []control) error {

@@ -33,7 +33,8 @@ import (
 
 // Config configures the container driver.
 type Config struct {
-	// StateDir holds one directory per sandbox (mountpoints, init log, state).
+	// StateDir holds the driver's state on disk (the init binary; per-sandbox
+	// directories of earlier builds, released like any other leftover).
 	StateDir string
 	// RunDir holds the control sockets; it must be short (unix socket paths are
 	// limited to 107 bytes). Default: /run/dsec/<hash of StateDir>.
@@ -292,6 +293,8 @@ type state struct {
 	IDSize uint32 `json:"id_size,omitempty"`
 }
 
+// dir is where earlier builds kept a sandbox's init log; release still
+// removes it.
 func (d *Driver) dir(id string) string    { return filepath.Join(d.cfg.StateDir, id) }
 func (d *Driver) socket(id string) string { return filepath.Join(d.cfg.RunDir, id+".sock") }
 
@@ -310,9 +313,9 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		return nil, errdefs.Invalid("ksm: the host kernel has no KSM (/sys/kernel/mm/ksm)")
 	}
 	var idmap *initproto.IDMap
-	// The mountpoints live in the run dir (a memory file system, see
-	// rundir.go), the init log in the state dir.
-	dir, mnt, initPath := d.dir(spec.ID), d.nsDir(spec.ID), d.initPath
+	// The mountpoints and the init log live in the run dir (a memory file
+	// system, see rundir.go): nothing of a sandbox is created on disk.
+	mnt, initPath := d.nsDir(spec.ID), d.initPath
 	if d.usesUserNS(spec.ID, spec.UserNS) {
 		if d.usernsErr != nil {
 			return nil, errdefs.New(api.CodeUnavailable, "container: no user namespaces on this node: %v", d.usernsErr)
@@ -329,11 +332,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	if err == nil {
 		err = os.Mkdir(rw, 0o700)
 	}
-	if err == nil {
-		err = os.MkdirAll(dir, 0o755)
-	}
 	if err != nil {
-		os.RemoveAll(dir)
 		os.RemoveAll(mnt)
 		if idmap != nil {
 			d.ids.free(idmap.HostID, spec.ID)
@@ -346,11 +345,18 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		}
 	}
 	idle := spec.CPUClass == api.CPUClassBE
-	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{CPU: spec.CPU, MemoryBytes: spec.Memory,
+	// The CPU limit is written before the first exec (instance.applyCPU),
+	// not here: it costs a walk over every CPU cgroup of the host, and an
+	// idle init needs none. Validated now all the same.
+	if err := (cgroups.Limits{CPU: spec.CPU}).Validate(); err != nil {
+		freeIDs()
+		os.RemoveAll(mnt)
+		return nil, err
+	}
+	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{MemoryBytes: spec.Memory,
 		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID), Idle: idle})
 	if err != nil {
 		freeIDs()
-		os.RemoveAll(dir)
 		os.RemoveAll(mnt)
 		return nil, errdefs.Internal(err, "create cgroup")
 	}
@@ -359,7 +365,6 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		defer cancel()
 		_ = cg.Kill()
 		_ = cg.Delete(dctx)
-		os.RemoveAll(dir)
 		os.RemoveAll(mnt)
 		freeIDs()
 		return nil, err
@@ -389,7 +394,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		Spawner:    d.spawner,
 		Seccomp:    d.seccompFor(spec.ID),
 		Security:   &sec,
-		LogPath:    filepath.Join(dir, "init.log"),
+		LogPath:    filepath.Join(mnt, "init.log"),
 		CgroupFD:   cgfd,
 		UserNS:     idmap,
 		KSM:        spec.KSM,
@@ -493,8 +498,8 @@ func (d *Driver) Sweep(ctx context.Context, keep map[string]bool) {
 			seen[strings.TrimPrefix(n, d.cfg.CgroupParent+"/")] = true
 		}
 	}
-	// A create cut off before it made the state dir leaves only its mountpoint
-	// directory (ID.d) or socket (ID.sock) in the run dir; the run dir's own
+	// A sandbox of this build leaves its mountpoint directory (ID.d, with the
+	// init log) and socket (ID.sock) in the run dir; the run dir's own
 	// entries (the shared sysfs, the init binary) have neither suffix.
 	if ents, err := os.ReadDir(d.cfg.RunDir); err == nil {
 		for _, e := range ents {

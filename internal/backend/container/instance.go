@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,13 @@ type instance struct {
 	done  chan struct{}
 	idle  idleConns
 
+	// cpu is the sandbox's CPU limit in cores, written to its cgroup before
+	// its first process starts rather than at create: every such write
+	// walks all CPU cgroups of the host (cgroups.Group.SetCPU).
+	cpu    float64
+	cpuMu  sync.Mutex
+	cpuSet atomic.Bool
+
 	destroyOnce sync.Once
 	destroyErr  error
 }
@@ -54,7 +62,7 @@ func (d *Driver) newInstance(spec driver.Spec, st state, cg *cgroups.Group, chil
 	in := &instance{
 		d: d, id: spec.ID, st: st, raw: raw, cg: cg,
 		pidfd: os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", st.PID)),
-		child: child, done: make(chan struct{}),
+		child: child, done: make(chan struct{}), cpu: spec.CPU,
 	}
 	go in.watch()
 	return in, nil
@@ -153,9 +161,34 @@ func (in *instance) Exec(ctx context.Context, p driver.ProcSpec, stdio driver.St
 	return pr, nil
 }
 
+// applyCPU writes the sandbox's CPU limit once, before its first process
+// starts (after a restart of the agent again, harmlessly: the same value).
+// Until then only the idle init runs in the cgroup.
+func (in *instance) applyCPU() error {
+	if in.cpu == 0 || in.cpuSet.Load() {
+		return nil
+	}
+	in.cpuMu.Lock()
+	defer in.cpuMu.Unlock()
+	if in.cpuSet.Load() {
+		return nil
+	}
+	if err := in.cg.SetCPU(in.cpu); err != nil {
+		if !in.alive() {
+			return in.gone()
+		}
+		return errdefs.Internal(err, "set the sandbox's cpu limit")
+	}
+	in.cpuSet.Store(true)
+	return nil
+}
+
 // exec asks the init to start p with the given fds (and, for a tagged terminal
 // process, the master the init keeps).
 func (in *instance) exec(ctx context.Context, p driver.ProcSpec, fds [3]*os.File, master *os.File) (driver.Proc, error) {
+	if err := in.applyCPU(); err != nil {
+		return nil, err
+	}
 	c, pooled, err := in.conn(ctx)
 	if err != nil {
 		return nil, err
