@@ -53,3 +53,15 @@ type BuildImageResult struct {
 	LayerSteps int     `json:"layer_steps"`
 	Millis     float64 `json:"ms"`
 }
+
+// BuildEvent is one NDJSON line of a streamed build (POST /v1/images:build
+// with Accept: application/x-ndjson or stream=true): "log" carries a line of
+// the RUN steps' output as the build writes it, "keepalive" nothing, and the
+// last line is "result" (Result) or "error" (Error, with the status the
+// answer would have had).
+type BuildEvent struct {
+	Type   string            `json:"type"`
+	Log    string            `json:"log,omitempty"`
+	Result *BuildImageResult `json:"result,omitempty"`
+	Error  *Error            `json:"error,omitempty"`
+}
