@@ -90,6 +90,8 @@ type env struct {
 	apiAddr []string
 	// apiArgs are further flags of every API server startAPI starts.
 	apiArgs []string
+	// agentArgs are further flags of every agent startAgent starts.
+	agentArgs []string
 	token   string
 	// maxSandboxes is each agent's --max-sandboxes (setupCapacity).
 	maxSandboxes int
@@ -221,7 +223,11 @@ func (e *env) client(i int) *client.Client {
 func setup(t *testing.T) *env { return setupCapacity(t, 12) }
 
 // setupCapacity is setup with agents of room for capacity sandboxes each.
-func setupCapacity(t *testing.T, capacity int) *env {
+func setupCapacity(t *testing.T, capacity int) *env { return setupWith(t, capacity, nil) }
+
+// setupWith is setupCapacity with before (if not nil) run on the env before
+// any process starts (e.g. to set agentArgs).
+func setupWith(t *testing.T, capacity int, before func(e *env)) *env {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, sandboxes)")
 	}
@@ -255,6 +261,9 @@ func setupCapacity(t *testing.T, capacity int) *env {
 	e.secret = filepath.Join(dir, "secret")
 	if err := os.WriteFile(e.secret, []byte(randHex(24)+"\n"), 0o600); err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(e)
 	}
 	e.network(3)
 	e.startEtcd(3)
@@ -342,6 +351,7 @@ func (e *env) startAgent(a *agent, secret string) {
 	} else {
 		a.args = append(a.args, "--max-fncalls", fmt.Sprint(fnCallsPerNode))
 	}
+	a.args = append(a.args, e.agentArgs...)
 	e.start(&a.proc)
 	e.waitFor(a.node+" serving", 30*time.Second, func() error {
 		if !strings.Contains(a.logs.String(), "dsec agent serving") {
