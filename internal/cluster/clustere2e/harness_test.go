@@ -92,7 +92,7 @@ type env struct {
 	apiArgs []string
 	// agentArgs are further flags of every agent startAgent starts.
 	agentArgs []string
-	token   string
+	token     string
 	// maxSandboxes is each agent's --max-sandboxes (setupCapacity).
 	maxSandboxes int
 	mu           sync.Mutex
