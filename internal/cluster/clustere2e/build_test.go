@@ -186,7 +186,9 @@ func TestBuildThroughAPIServer(t *testing.T) {
 				got = &lines{}
 				out = got
 			}
+			t0 := time.Now()
 			a := <-e.buildVia(ctx, t, 0, "e2e-fail-"+token, c.dockerfile, out)
+			t.Logf("%s: %v after %v", c.what, a.err, time.Since(t0).Round(time.Millisecond))
 			var ae *api.Error
 			if !errors.As(a.err, &ae) || ae.Code != c.code {
 				t.Errorf("%s: %v, want %s", c.what, a.err, c.code)
@@ -214,10 +216,15 @@ func TestBuildThroughAPIServer(t *testing.T) {
 			}
 			return nil
 		})
+		sb := e.buildSandbox(ctx, t, 1, gone)
+		if sb == "" {
+			t.Fatal("the build's RUN sandbox is not listed while the RUN waits")
+		}
 		stop()
 		if a := <-done; a.err == nil {
 			t.Fatal("a build whose client went away answered no error")
 		}
+		t.Logf("client gone; the build's sandbox %s is to be deleted", sb)
 		e.waitFor("the build's sandbox gone on its node", time.Minute, func() error {
 			if id := e.buildSandbox(ctx, t, 1, gone); id != "" {
 				return errors.New(id + " still there")

@@ -58,6 +58,10 @@ func newBuildStream(w http.ResponseWriter) *buildStream {
 	return &buildStream{w: w, rc: rc}
 }
 
+// errFinished: the build answered; output written after it is dropped (the
+// ResponseWriter is not to be used once the handler returned).
+var errFinished = errors.New("the build's answer was sent")
+
 // sendLocked writes one event.
 func (s *buildStream) sendLocked(ev api.BuildEvent) error {
 	if s.err != nil {
@@ -115,6 +119,7 @@ func (s *buildStream) finish(res api.BuildImageResult, err error) bool {
 		_ = s.sendLocked(api.BuildEvent{Type: "log", Log: string(s.part)})
 		s.part = nil
 	}
+	defer func() { s.err = errFinished }()
 	if err != nil {
 		if !s.started {
 			return false
