@@ -251,6 +251,19 @@ func TestBuildThroughAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("dsec image build through an API server prints the RUN output", func(t *testing.T) {
+		dir := t.TempDir()
+		df := "FROM debian\nRUN echo cli-line-" + token + "\n"
+		if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(df), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		out := cli(t, e.bin, e.apiAddr[1], e.token, "image", "build", "-t", "e2e-cli-"+token, dir)
+		line, built := strings.Index(out, "cli-line-"+token+"\n"), strings.Index(out, "built e2e-cli-"+token)
+		if line < 0 || built < line {
+			t.Errorf("dsec image build printed no RUN line before the summary:\n%s", out)
+		}
+	})
+
 	t.Run("build caches pruned on every node", func(t *testing.T) {
 		status, _, body := e.raw(t, 0, "POST", "/v1/images:prune", nil)
 		if status != 200 {
