@@ -21,8 +21,10 @@ type BuildImageRequest struct {
 	CPU         float64 `json:"cpu,omitempty"`
 	MemoryBytes int64   `json:"memory_bytes,omitempty"`
 	// Output, when set, receives each RUN's output (stdout and stderr) as
-	// the command writes it, while the build runs. Only an in-process caller
-	// sets it (an E2B template build's logs); it is not sent over the wire.
+	// the command writes it, while the build runs: an E2B template build's
+	// logs, the Go client's streamed build (its lines, from the server's
+	// "log" events), the node RPC relaying a node's build to an API server.
+	// It is not part of the request's JSON.
 	Output io.Writer `json:"-"`
 	// Network is the egress policy of the RUN steps' sandboxes (nil, the
 	// default: none, loopback only). COPY and ADD never need one.
