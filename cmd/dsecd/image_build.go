@@ -34,13 +34,15 @@ func (f *dockerfileFlags) flags(c *cobra.Command) {
 // the context tar.
 const dockerfileName = ".dsec-build.Dockerfile"
 
-// run sends the context and the Dockerfile to the server and prints the steps.
+// run sends the context and the Dockerfile to the server, prints the RUN
+// steps' output while the build runs, then the steps.
 func (f *dockerfileFlags) run(ctx context.Context, args []string) error {
 	if f.tag == "" || len(args) != 1 {
 		return errdefs.Invalid("dsec image build -t NAME [-f Dockerfile] CONTEXT: both -t and the context directory are required")
 	}
 	dir := args[0]
-	req := api.BuildImageRequest{Name: f.tag, Target: f.target}
+	// The RUN steps' output is printed as the server streams it.
+	req := api.BuildImageRequest{Name: f.tag, Target: f.target, Output: os.Stdout}
 	netp, err := api.ParseNetworkPolicy(f.network)
 	if err != nil {
 		return errdefs.Invalid("--network: %v", err)

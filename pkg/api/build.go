@@ -21,8 +21,10 @@ type BuildImageRequest struct {
 	CPU         float64 `json:"cpu,omitempty"`
 	MemoryBytes int64   `json:"memory_bytes,omitempty"`
 	// Output, when set, receives each RUN's output (stdout and stderr) as
-	// the command writes it, while the build runs. Only an in-process caller
-	// sets it (an E2B template build's logs); it is not sent over the wire.
+	// the command writes it, while the build runs: an E2B template build's
+	// logs, the Go client's streamed build (its lines, from the server's
+	// "log" events), the node RPC relaying a node's build to an API server.
+	// It is not part of the request's JSON.
 	Output io.Writer `json:"-"`
 	// Network is the egress policy of the RUN steps' sandboxes (nil, the
 	// default: none, loopback only). COPY and ADD never need one.
@@ -52,4 +54,16 @@ type BuildImageResult struct {
 	// WORKDIR no later step created); CacheHits of them came from the cache.
 	LayerSteps int     `json:"layer_steps"`
 	Millis     float64 `json:"ms"`
+}
+
+// BuildEvent is one NDJSON line of a streamed build (POST /v1/images:build
+// with Accept: application/x-ndjson or stream=true): "log" carries a line of
+// the RUN steps' output as the build writes it, "keepalive" nothing, and the
+// last line is "result" (Result) or "error" (Error, with the status the
+// answer would have had).
+type BuildEvent struct {
+	Type   string            `json:"type"`
+	Log    string            `json:"log,omitempty"`
+	Result *BuildImageResult `json:"result,omitempty"`
+	Error  *Error            `json:"error,omitempty"`
 }

@@ -24,6 +24,7 @@ import (
 	"io"
 	"maps"
 	"math/rand/v2"
+	"mime"
 	"net/http"
 	"net/url"
 	"os"
@@ -407,7 +408,9 @@ func (c *Client) RecordImage(ctx context.Context, name string) ([]api.RecordedLa
 
 // BuildImage builds environment req.Name on the server's node from a
 // Dockerfile in the build context buildContext (a tar stream, plain or gzip;
-// the Dockerfile is req.Dockerfile inside it, default "Dockerfile").
+// the Dockerfile is req.Dockerfile inside it, default "Dockerfile"). With
+// req.Output set, the build streams: the RUN steps' output is written there
+// line by line while the build runs.
 func (c *Client) BuildImage(ctx context.Context, req api.BuildImageRequest, buildContext io.Reader) (api.BuildImageResult, error) {
 	q := url.Values{"name": {req.Name}}
 	if req.Dockerfile != "" {
@@ -425,9 +428,58 @@ func (c *Client) BuildImage(ctx context.Context, req api.BuildImageRequest, buil
 	for _, k := range slices.Sorted(maps.Keys(req.BuildArgs)) {
 		q.Add("build_arg", k+"="+req.BuildArgs[k])
 	}
+	cl := call{method: http.MethodPost, path: "/v1/images:build", query: q, body: nonNil(buildContext), ctype: "application/x-tar"}
 	var out api.BuildImageResult
-	err := c.do(ctx, call{method: http.MethodPost, path: "/v1/images:build", query: q, body: nonNil(buildContext), ctype: "application/x-tar"}, &out)
-	return out, err
+	if req.Output == nil {
+		err := c.do(ctx, cl, &out)
+		return out, err
+	}
+	cl.header = http.Header{"Accept": {"application/x-ndjson"}}
+	resp, err := c.send(ctx, cl)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type")); mt != "application/x-ndjson" {
+		// A server that does not stream builds answers the result alone.
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return out, fmt.Errorf("dsec client: decoding the build result: %w", err)
+		}
+		return out, nil
+	}
+	return readBuildEvents(resp.Body, req.Output)
+}
+
+// readBuildEvents reads a streamed build's events (api.BuildEvent), writing
+// each log line to out as it arrives, up to the result or the error.
+func readBuildEvents(r io.Reader, out io.Writer) (api.BuildImageResult, error) {
+	dec := json.NewDecoder(r)
+	for {
+		var ev api.BuildEvent
+		if err := dec.Decode(&ev); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = io.ErrUnexpectedEOF
+			}
+			return api.BuildImageResult{}, api.NewError(api.CodeUnavailable, "the build's stream ended without a result: %v", err)
+		}
+		switch ev.Type {
+		case "log":
+			_, _ = io.WriteString(out, ev.Log+"\n")
+		case "result":
+			if ev.Result == nil {
+				return api.BuildImageResult{}, api.NewError(api.CodeInternal, "the build's result event holds no result")
+			}
+			return *ev.Result, nil
+		case "error":
+			if ev.Error == nil {
+				ev.Error = api.NewError(api.CodeInternal, "the build failed")
+			}
+			if ev.Error.Status == 0 {
+				ev.Error.Status = api.StatusOf(ev.Error.Code)
+			}
+			return api.BuildImageResult{}, ev.Error
+		}
+	}
 }
 
 // OpenAPI returns the server's OpenAPI document.

@@ -90,14 +90,14 @@ type env struct {
 	apiAddr []string
 	// apiArgs are further flags of every API server startAPI starts.
 	apiArgs []string
-	token   string
-	// maxSandboxes is each agent's --max-sandboxes (setupCapacity).
-	maxSandboxes int
 	// agentArgs are further flags of every agent startAgent starts.
 	agentArgs []string
-	mu        sync.Mutex
-	cleanup   []func()
-	runs      []*started
+	token     string
+	// maxSandboxes is each agent's --max-sandboxes (setupCapacity).
+	maxSandboxes int
+	mu           sync.Mutex
+	cleanup      []func()
+	runs         []*started
 }
 
 func randHex(n int) string {

@@ -5,8 +5,8 @@
 // without TLS (h2c; TLS optional), its unary calls as plain JSON POSTs over
 // HTTP/1.1 keep-alive connections (unary.go); NewClient is a session.Service
 // that forwards every call to such a handler. Streams (exec with live stdin, stdout,
-// stderr and control messages, process logs, file content, tar streams and
-// dialled connections) move in chunks, never buffered whole.
+// stderr and control messages, process logs, file content, tar streams,
+// Dockerfile builds' contexts and logs, and dialled connections) move in chunks, never buffered whole.
 //
 // Errors keep their class across the wire (errdefs code, message,
 // infrastructure and retryable flags, Retry-After); a transport failure

@@ -152,6 +152,9 @@ var methods = map[string]method{
 	"RecordImage": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.RecordImage(ctx, a.ID)
 	},
+	"PruneBuildCache": func(ctx context.Context, h *handler, a callArgs) (any, error) {
+		return h.svc.PruneBuildCache(ctx)
+	},
 	"ImagePulls": func(ctx context.Context, h *handler, a callArgs) (any, error) {
 		return h.svc.ImagePulls(ctx, a.ID)
 	},

@@ -204,14 +204,62 @@ func (c *LayerCache) Layers(ctx context.Context, name string) []string {
 	return ds
 }
 
-// BuildImage implements session.Images: a Dockerfile build runs on a node
-// (its RUN steps are sandboxes there); an API server does not place builds.
-func (im *Images) BuildImage(context.Context, api.BuildImageRequest, io.Reader) (api.BuildImageResult, error) {
-	return api.BuildImageResult{}, session.NotImplemented("Dockerfile builds through a cluster's API server (build on a node)")
+// BuildImage implements session.Images: a Dockerfile build runs on one node
+// (its RUN steps are sandboxes there), placed as a container sandbox of the
+// build's limits would be. The context streams to the node and the RUN
+// output (req.Output) streams back while it builds; the environment it
+// writes is in etcd, so every node creates from it. The build cannot be
+// placed again once it started reading the context: a node's refusal is the
+// answer.
+func (im *Images) BuildImage(ctx context.Context, req api.BuildImageRequest, buildContext io.Reader) (api.BuildImageResult, error) {
+	r := im.Router
+	var node string
+	if eng := r.cfg.Engine; eng != nil {
+		d, err := eng.Place(ctx, placement.Request{Backend: api.BackendContainer,
+			MilliCPU: int64(req.CPU * 1000), MemoryBytes: req.MemoryBytes})
+		if err != nil {
+			return api.BuildImageResult{}, fmt.Errorf("placing the build: %w", err)
+		}
+		defer eng.Release(d) // the build's sandboxes count in the node's own reports
+		node = d.Node
+	} else {
+		var err error
+		if node, err = r.anyReady(); err != nil {
+			return api.BuildImageResult{}, err
+		}
+	}
+	svc, err := r.nodeFor(node, "build")
+	if err != nil {
+		return api.BuildImageResult{}, err
+	}
+	r.log.InfoContext(ctx, "dockerfile build placed", "name", req.Name, "node", node)
+	return svc.BuildImage(ctx, req, buildContext)
 }
 
 // PruneBuildCache implements session.Images: builds, and so build caches,
-// are the nodes'.
-func (im *Images) PruneBuildCache(context.Context) (api.BuildCachePruned, error) {
-	return api.BuildCachePruned{}, session.NotImplemented("build cache through a cluster's API server (prune on a node)")
+// are the nodes'; every live node prunes its own and the answer is the sum
+// (a node without builds counts nothing).
+func (im *Images) PruneBuildCache(ctx context.Context) (api.BuildCachePruned, error) {
+	outs, _, err := fanOut(ctx, im.Router, im.Router.cfg.Nodes.Nodes(), "prune build cache",
+		func(ctx context.Context, _ string, svc session.Service) (api.BuildCachePruned, error) {
+			p, err := svc.PruneBuildCache(ctx)
+			if errdefs.Is(err, api.CodeNotImplemented) {
+				return api.BuildCachePruned{}, nil
+			}
+			return p, err
+		})
+	var sum api.BuildCachePruned
+	for _, p := range outs {
+		sum.Entries += p.Entries
+		sum.Bytes += p.Bytes
+		sum.Kept += p.Kept
+	}
+	return sum, err
+}
+
+func (c Cluster) BuildImage(ctx context.Context, req api.BuildImageRequest, buildContext io.Reader) (api.BuildImageResult, error) {
+	return c.Envs.BuildImage(ctx, req, buildContext)
+}
+func (c Cluster) PruneBuildCache(ctx context.Context) (api.BuildCachePruned, error) {
+	return c.Envs.PruneBuildCache(ctx)
 }

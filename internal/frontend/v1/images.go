@@ -113,7 +113,11 @@ func (s *Server) getImage(w http.ResponseWriter, r *http.Request) {
 // buildImage handles POST /v1/images:build: the body is the build context as
 // a tar stream (plain or gzip); name, dockerfile, target, run_timeout_ms,
 // network (the RUN steps' egress policy, api.ParseNetworkPolicy's form;
-// default none) and repeated build_arg=KEY=VALUE are query parameters.
+// default none) and repeated build_arg=KEY=VALUE are query parameters. The
+// answer is the result as JSON when the build ends, or, when the client asks
+// (Accept: application/x-ndjson or stream=true), NDJSON events
+// (api.BuildEvent): the RUN steps' output line by line as it runs, then the
+// result or the error.
 func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := api.BuildImageRequest{Name: q.Get("name"), Dockerfile: q.Get("dockerfile"), Target: q.Get("target")}
@@ -142,7 +146,12 @@ func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 		}
 		req.BuildArgs[k] = v
 	}
-	out, err := s.svc.BuildImage(r.Context(), req, http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBytes))
+	body := http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBytes)
+	if wantsBuildStream(r) {
+		s.streamBuild(w, r, req, body)
+		return
+	}
+	out, err := s.svc.BuildImage(r.Context(), req, body)
 	if err != nil {
 		s.writeError(w, r, err)
 		return

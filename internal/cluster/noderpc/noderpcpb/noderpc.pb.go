@@ -1121,6 +1121,170 @@ func (x *DialOutput) GetConnected() bool {
 	return false
 }
 
+type BuildInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*BuildInput_Request
+	//	*BuildInput_Context
+	Frame         isBuildInput_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildInput) Reset() {
+	*x = BuildInput{}
+	mi := &file_noderpc_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildInput) ProtoMessage() {}
+
+func (x *BuildInput) ProtoReflect() protoreflect.Message {
+	mi := &file_noderpc_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildInput.ProtoReflect.Descriptor instead.
+func (*BuildInput) Descriptor() ([]byte, []int) {
+	return file_noderpc_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *BuildInput) GetFrame() isBuildInput_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *BuildInput) GetRequest() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*BuildInput_Request); ok {
+			return x.Request
+		}
+	}
+	return nil
+}
+
+func (x *BuildInput) GetContext() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*BuildInput_Context); ok {
+			return x.Context
+		}
+	}
+	return nil
+}
+
+type isBuildInput_Frame interface {
+	isBuildInput_Frame()
+}
+
+type BuildInput_Request struct {
+	Request []byte `protobuf:"bytes,1,opt,name=request,proto3,oneof"` // first frame: JSON api.BuildImageRequest
+}
+
+type BuildInput_Context struct {
+	Context []byte `protobuf:"bytes,2,opt,name=context,proto3,oneof"` // the build context's tar stream, in order
+}
+
+func (*BuildInput_Request) isBuildInput_Frame() {}
+
+func (*BuildInput_Context) isBuildInput_Frame() {}
+
+type BuildOutput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Frame:
+	//
+	//	*BuildOutput_Log
+	//	*BuildOutput_Result
+	Frame         isBuildOutput_Frame `protobuf_oneof:"frame"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BuildOutput) Reset() {
+	*x = BuildOutput{}
+	mi := &file_noderpc_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BuildOutput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BuildOutput) ProtoMessage() {}
+
+func (x *BuildOutput) ProtoReflect() protoreflect.Message {
+	mi := &file_noderpc_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BuildOutput.ProtoReflect.Descriptor instead.
+func (*BuildOutput) Descriptor() ([]byte, []int) {
+	return file_noderpc_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *BuildOutput) GetFrame() isBuildOutput_Frame {
+	if x != nil {
+		return x.Frame
+	}
+	return nil
+}
+
+func (x *BuildOutput) GetLog() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*BuildOutput_Log); ok {
+			return x.Log
+		}
+	}
+	return nil
+}
+
+func (x *BuildOutput) GetResult() []byte {
+	if x != nil {
+		if x, ok := x.Frame.(*BuildOutput_Result); ok {
+			return x.Result
+		}
+	}
+	return nil
+}
+
+type isBuildOutput_Frame interface {
+	isBuildOutput_Frame()
+}
+
+type BuildOutput_Log struct {
+	Log []byte `protobuf:"bytes,1,opt,name=log,proto3,oneof"` // RUN output as the build writes it
+}
+
+type BuildOutput_Result struct {
+	Result []byte `protobuf:"bytes,2,opt,name=result,proto3,oneof"` // last frame: JSON api.BuildImageResult
+}
+
+func (*BuildOutput_Log) isBuildOutput_Frame() {}
+
+func (*BuildOutput_Result) isBuildOutput_Frame() {}
+
 var File_noderpc_proto protoreflect.FileDescriptor
 
 const file_noderpc_proto_rawDesc = "" +
@@ -1194,7 +1358,16 @@ const file_noderpc_proto_rawDesc = "" +
 	"\n" +
 	"DialOutput\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1c\n" +
-	"\tconnected\x18\x02 \x01(\bR\tconnected2\xc5\x04\n" +
+	"\tconnected\x18\x02 \x01(\bR\tconnected\"M\n" +
+	"\n" +
+	"BuildInput\x12\x1a\n" +
+	"\arequest\x18\x01 \x01(\fH\x00R\arequest\x12\x1a\n" +
+	"\acontext\x18\x02 \x01(\fH\x00R\acontextB\a\n" +
+	"\x05frame\"D\n" +
+	"\vBuildOutput\x12\x12\n" +
+	"\x03log\x18\x01 \x01(\fH\x00R\x03log\x12\x18\n" +
+	"\x06result\x18\x02 \x01(\fH\x00R\x06resultB\a\n" +
+	"\x05frame2\x8d\x05\n" +
 	"\x04Node\x12C\n" +
 	"\x04Call\x12\x1c.dsec.noderpc.v1.CallRequest\x1a\x1d.dsec.noderpc.v1.CallResponse\x12I\n" +
 	"\n" +
@@ -1205,7 +1378,8 @@ const file_noderpc_proto_rawDesc = "" +
 	"\bWriteTar\x12\x1c.dsec.noderpc.v1.FileRequest\x1a\x16.dsec.noderpc.v1.Chunk0\x01\x12J\n" +
 	"\n" +
 	"ExtractTar\x12\x1b.dsec.noderpc.v1.WriteInput\x1a\x1d.dsec.noderpc.v1.CallResponse(\x01\x12C\n" +
-	"\x04Dial\x12\x1a.dsec.noderpc.v1.DialInput\x1a\x1b.dsec.noderpc.v1.DialOutput(\x010\x01BGZEgithub.com/dsec-dev/dsec/internal/cluster/noderpc/noderpcpb;noderpcpbb\x06proto3"
+	"\x04Dial\x12\x1a.dsec.noderpc.v1.DialInput\x1a\x1b.dsec.noderpc.v1.DialOutput(\x010\x01\x12F\n" +
+	"\x05Build\x12\x1b.dsec.noderpc.v1.BuildInput\x1a\x1c.dsec.noderpc.v1.BuildOutput(\x010\x01BGZEgithub.com/dsec-dev/dsec/internal/cluster/noderpc/noderpcpb;noderpcpbb\x06proto3"
 
 var (
 	file_noderpc_proto_rawDescOnce sync.Once
@@ -1219,7 +1393,7 @@ func file_noderpc_proto_rawDescGZIP() []byte {
 	return file_noderpc_proto_rawDescData
 }
 
-var file_noderpc_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_noderpc_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_noderpc_proto_goTypes = []any{
 	(*ErrorInfo)(nil),    // 0: dsec.noderpc.v1.ErrorInfo
 	(*CallRequest)(nil),  // 1: dsec.noderpc.v1.CallRequest
@@ -1237,6 +1411,8 @@ var file_noderpc_proto_goTypes = []any{
 	(*DialStart)(nil),    // 13: dsec.noderpc.v1.DialStart
 	(*DialInput)(nil),    // 14: dsec.noderpc.v1.DialInput
 	(*DialOutput)(nil),   // 15: dsec.noderpc.v1.DialOutput
+	(*BuildInput)(nil),   // 16: dsec.noderpc.v1.BuildInput
+	(*BuildOutput)(nil),  // 17: dsec.noderpc.v1.BuildOutput
 }
 var file_noderpc_proto_depIdxs = []int32{
 	3,  // 0: dsec.noderpc.v1.ExecInput.start:type_name -> dsec.noderpc.v1.ExecStart
@@ -1251,16 +1427,18 @@ var file_noderpc_proto_depIdxs = []int32{
 	9,  // 9: dsec.noderpc.v1.Node.WriteTar:input_type -> dsec.noderpc.v1.FileRequest
 	12, // 10: dsec.noderpc.v1.Node.ExtractTar:input_type -> dsec.noderpc.v1.WriteInput
 	14, // 11: dsec.noderpc.v1.Node.Dial:input_type -> dsec.noderpc.v1.DialInput
-	2,  // 12: dsec.noderpc.v1.Node.Call:output_type -> dsec.noderpc.v1.CallResponse
-	6,  // 13: dsec.noderpc.v1.Node.ExecStream:output_type -> dsec.noderpc.v1.ExecOutput
-	8,  // 14: dsec.noderpc.v1.Node.ProcessLogs:output_type -> dsec.noderpc.v1.Chunk
-	10, // 15: dsec.noderpc.v1.Node.ReadFile:output_type -> dsec.noderpc.v1.FileChunk
-	2,  // 16: dsec.noderpc.v1.Node.WriteFile:output_type -> dsec.noderpc.v1.CallResponse
-	8,  // 17: dsec.noderpc.v1.Node.WriteTar:output_type -> dsec.noderpc.v1.Chunk
-	2,  // 18: dsec.noderpc.v1.Node.ExtractTar:output_type -> dsec.noderpc.v1.CallResponse
-	15, // 19: dsec.noderpc.v1.Node.Dial:output_type -> dsec.noderpc.v1.DialOutput
-	12, // [12:20] is the sub-list for method output_type
-	4,  // [4:12] is the sub-list for method input_type
+	16, // 12: dsec.noderpc.v1.Node.Build:input_type -> dsec.noderpc.v1.BuildInput
+	2,  // 13: dsec.noderpc.v1.Node.Call:output_type -> dsec.noderpc.v1.CallResponse
+	6,  // 14: dsec.noderpc.v1.Node.ExecStream:output_type -> dsec.noderpc.v1.ExecOutput
+	8,  // 15: dsec.noderpc.v1.Node.ProcessLogs:output_type -> dsec.noderpc.v1.Chunk
+	10, // 16: dsec.noderpc.v1.Node.ReadFile:output_type -> dsec.noderpc.v1.FileChunk
+	2,  // 17: dsec.noderpc.v1.Node.WriteFile:output_type -> dsec.noderpc.v1.CallResponse
+	8,  // 18: dsec.noderpc.v1.Node.WriteTar:output_type -> dsec.noderpc.v1.Chunk
+	2,  // 19: dsec.noderpc.v1.Node.ExtractTar:output_type -> dsec.noderpc.v1.CallResponse
+	15, // 20: dsec.noderpc.v1.Node.Dial:output_type -> dsec.noderpc.v1.DialOutput
+	17, // 21: dsec.noderpc.v1.Node.Build:output_type -> dsec.noderpc.v1.BuildOutput
+	13, // [13:22] is the sub-list for method output_type
+	4,  // [4:13] is the sub-list for method input_type
 	4,  // [4:4] is the sub-list for extension type_name
 	4,  // [4:4] is the sub-list for extension extendee
 	0,  // [0:4] is the sub-list for field type_name
@@ -1292,13 +1470,21 @@ func file_noderpc_proto_init() {
 		(*DialInput_Start)(nil),
 		(*DialInput_Data)(nil),
 	}
+	file_noderpc_proto_msgTypes[16].OneofWrappers = []any{
+		(*BuildInput_Request)(nil),
+		(*BuildInput_Context)(nil),
+	}
+	file_noderpc_proto_msgTypes[17].OneofWrappers = []any{
+		(*BuildOutput_Log)(nil),
+		(*BuildOutput_Result)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_noderpc_proto_rawDesc), len(file_noderpc_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -56,6 +56,8 @@ const (
 	NodeExtractTarProcedure = "/dsec.noderpc.v1.Node/ExtractTar"
 	// NodeDialProcedure is the fully-qualified name of the Node's Dial RPC.
 	NodeDialProcedure = "/dsec.noderpc.v1.Node/Dial"
+	// NodeBuildProcedure is the fully-qualified name of the Node's Build RPC.
+	NodeBuildProcedure = "/dsec.noderpc.v1.Node/Build"
 )
 
 // NodeClient is a client for the dsec.noderpc.v1.Node service.
@@ -78,6 +80,11 @@ type NodeClient interface {
 	// Dial is a byte stream to a TCP port inside a sandbox. The first client frame
 	// names sandbox and port; the server's first frame says it is connected.
 	Dial(context.Context) *connect.BidiStreamForClient[noderpcpb.DialInput, noderpcpb.DialOutput]
+	// Build runs a Dockerfile build: the first client frame is the request, the
+	// next ones carry the build context (a tar stream) until the client closes
+	// its side. The node answers the RUN steps' output as log frames while the
+	// build runs, then the result.
+	Build(context.Context) *connect.BidiStreamForClient[noderpcpb.BuildInput, noderpcpb.BuildOutput]
 }
 
 // NewNodeClient constructs a client for the dsec.noderpc.v1.Node service. By default, it uses the
@@ -139,6 +146,12 @@ func NewNodeClient(httpClient connect.HTTPClient, baseURL string, opts ...connec
 			connect.WithSchema(nodeMethods.ByName("Dial")),
 			connect.WithClientOptions(opts...),
 		),
+		build: connect.NewClient[noderpcpb.BuildInput, noderpcpb.BuildOutput](
+			httpClient,
+			baseURL+NodeBuildProcedure,
+			connect.WithSchema(nodeMethods.ByName("Build")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -152,6 +165,7 @@ type nodeClient struct {
 	writeTar    *connect.Client[noderpcpb.FileRequest, noderpcpb.Chunk]
 	extractTar  *connect.Client[noderpcpb.WriteInput, noderpcpb.CallResponse]
 	dial        *connect.Client[noderpcpb.DialInput, noderpcpb.DialOutput]
+	build       *connect.Client[noderpcpb.BuildInput, noderpcpb.BuildOutput]
 }
 
 // Call calls dsec.noderpc.v1.Node.Call.
@@ -194,6 +208,11 @@ func (c *nodeClient) Dial(ctx context.Context) *connect.BidiStreamForClient[node
 	return c.dial.CallBidiStream(ctx)
 }
 
+// Build calls dsec.noderpc.v1.Node.Build.
+func (c *nodeClient) Build(ctx context.Context) *connect.BidiStreamForClient[noderpcpb.BuildInput, noderpcpb.BuildOutput] {
+	return c.build.CallBidiStream(ctx)
+}
+
 // NodeHandler is an implementation of the dsec.noderpc.v1.Node service.
 type NodeHandler interface {
 	// Call runs one unary session operation (Create, Get, Exec, Fork, ...).
@@ -214,6 +233,11 @@ type NodeHandler interface {
 	// Dial is a byte stream to a TCP port inside a sandbox. The first client frame
 	// names sandbox and port; the server's first frame says it is connected.
 	Dial(context.Context, *connect.BidiStream[noderpcpb.DialInput, noderpcpb.DialOutput]) error
+	// Build runs a Dockerfile build: the first client frame is the request, the
+	// next ones carry the build context (a tar stream) until the client closes
+	// its side. The node answers the RUN steps' output as log frames while the
+	// build runs, then the result.
+	Build(context.Context, *connect.BidiStream[noderpcpb.BuildInput, noderpcpb.BuildOutput]) error
 }
 
 // NewNodeHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -271,6 +295,12 @@ func NewNodeHandler(svc NodeHandler, opts ...connect.HandlerOption) (string, htt
 		connect.WithSchema(nodeMethods.ByName("Dial")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeBuildHandler := connect.NewBidiStreamHandler(
+		NodeBuildProcedure,
+		svc.Build,
+		connect.WithSchema(nodeMethods.ByName("Build")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/dsec.noderpc.v1.Node/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeCallProcedure:
@@ -289,6 +319,8 @@ func NewNodeHandler(svc NodeHandler, opts ...connect.HandlerOption) (string, htt
 			nodeExtractTarHandler.ServeHTTP(w, r)
 		case NodeDialProcedure:
 			nodeDialHandler.ServeHTTP(w, r)
+		case NodeBuildProcedure:
+			nodeBuildHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -328,4 +360,8 @@ func (UnimplementedNodeHandler) ExtractTar(context.Context, *connect.ClientStrea
 
 func (UnimplementedNodeHandler) Dial(context.Context, *connect.BidiStream[noderpcpb.DialInput, noderpcpb.DialOutput]) error {
 	return connect.NewError(connect.CodeUnimplemented, errors.New("dsec.noderpc.v1.Node.Dial is not implemented"))
+}
+
+func (UnimplementedNodeHandler) Build(context.Context, *connect.BidiStream[noderpcpb.BuildInput, noderpcpb.BuildOutput]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("dsec.noderpc.v1.Node.Build is not implemented"))
 }
