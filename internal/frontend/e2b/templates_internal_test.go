@@ -129,7 +129,7 @@ func TestTranslateTemplateBadSteps(t *testing.T) {
 		"user two":          {e2bapi.TemplateBuildStartV2{Steps: &[]e2bapi.TemplateStep{step("USER", "a", "b")}}, "want one user"},
 		"ready, no start":   {e2bapi.TemplateBuildStartV2{ReadyCmd: ptr("true")}, "setStartCmd first"},
 		"start newline":     {e2bapi.TemplateBuildStartV2{StartCmd: ptr("a\nb")}, "start-cmd: line breaks"},
-		"registry creds":    {e2bapi.TemplateBuildStartV2{FromImage: ptr("x"), FromImageRegistry: &e2bapi.FromImageRegistry{}}, "registry credentials"},
+		"registry creds":    {e2bapi.TemplateBuildStartV2{FromTemplate: ptr("x"), FromImageRegistry: &e2bapi.FromImageRegistry{}}, "come with fromImage"},
 		"two bases":         {e2bapi.TemplateBuildStartV2{FromImage: ptr("x"), FromTemplate: ptr("y")}, "one base"},
 		"base not a ref":    {e2bapi.TemplateBuildStartV2{FromImage: ptr("x $(id)")}, "not an image reference"},
 		"base with a quote": {e2bapi.TemplateBuildStartV2{FromTemplate: ptr(`x"`)}, "not an image reference"},

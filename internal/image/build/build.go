@@ -46,6 +46,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/image/envstore"
+	"github.com/dsec-dev/dsec/internal/image/registry"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -378,7 +379,7 @@ func (r *run) from(ctx context.Context, idx int, s *instructions.Stage) (*state,
 	if name == "scratch" {
 		return r.fromScratch(ctx, line)
 	}
-	img, err := r.b.Resolve(ctx, name)
+	img, err := r.b.Resolve(r.withRegistryAuth(ctx), name)
 	if err != nil {
 		return nil, fmt.Errorf("Dockerfile line %d: FROM %s: %w", line, name, err)
 	}
@@ -394,6 +395,15 @@ func (r *run) from(ctx context.Context, idx int, s *instructions.Stage) (*state,
 	}{img.Digest, img.Layers, img.Config})
 	st.key = st.chain("FROM", string(id))
 	return st, nil
+}
+
+// withRegistryAuth is ctx carrying the request's registry credentials, for
+// a FROM's pull (and nothing else the build does).
+func (r *run) withRegistryAuth(ctx context.Context) context.Context {
+	for host, a := range r.req.RegistryAuth {
+		ctx = registry.WithCredentials(ctx, host, registry.Credentials{Username: a.Username, Password: a.Password})
+	}
+	return ctx
 }
 
 func cloneConfig(c *image.Config) *image.Config {
