@@ -3,6 +3,7 @@ package e2b
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -72,6 +73,10 @@ func TestTranslateTemplate(t *testing.T) {
 	}
 	if s, m := tr.explain(errdefs.Invalid("Dockerfile line 1: FROM debian: not found")); s != "base" || !strings.Contains(m, "not found") {
 		t.Errorf("explain FROM = %q, %q", s, m)
+	}
+	denied := fmt.Errorf("Dockerfile line 1: FROM r.example/a:1: %w", errdefs.New(api.CodePermissionDenied, "registry r.example refused r.example/a:1 (credentials missing or wrong)"))
+	if s, m := tr.explain(denied); s != "base" || !strings.HasPrefix(m, "permission_denied: step base") || !strings.Contains(m, "refused") {
+		t.Errorf("explain a refused FROM = %q, %q; want step base, permission_denied first", s, m)
 	}
 }
 

@@ -63,8 +63,20 @@ func (t translatedTemplate) describe(line int, instruction string) string {
 }
 
 // explain turns a build error into the failed step and an E2B message
-// naming the template's call rather than the Dockerfile.
+// naming the template's call rather than the Dockerfile. An error that is
+// not the steps' own (a registry refusing credentials, an image not found,
+// a registry down) starts with its code: permission_denied: ...
 func (t translatedTemplate) explain(err error) (string, string) {
+	step, msg := t.explainStep(err)
+	switch code := errdefs.CodeOf(err); code {
+	case api.CodeInvalidArgument, api.CodeInternal:
+	default:
+		msg = string(code) + ": " + msg
+	}
+	return step, msg
+}
+
+func (t translatedTemplate) explainStep(err error) (string, string) {
 	msg := err.Error()
 	m := dockerfileLine.FindStringSubmatch(msg)
 	if m == nil {

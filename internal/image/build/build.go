@@ -244,7 +244,8 @@ func parseErr(err error, line int) error {
 // state is a stage as built so far.
 type state struct {
 	// from names the image a sandbox of this state is created from: the FROM
-	// image or the cache environment of the last layer step.
+	// image (pinned to its digest if pulled) or the cache environment of the
+	// last layer step.
 	from   string
 	layers []image.Layer
 	cfg    image.Config
@@ -383,7 +384,7 @@ func (r *run) from(ctx context.Context, idx int, s *instructions.Stage) (*state,
 	if err != nil {
 		return nil, fmt.Errorf("Dockerfile line %d: FROM %s: %w", line, name, err)
 	}
-	st := &state{from: name, layers: img.Layers, args: map[string]string{}, shell: []string{"/bin/sh", "-c"}}
+	st := &state{from: pinned(name, img), layers: img.Layers, args: map[string]string{}, shell: []string{"/bin/sh", "-c"}}
 	if img.Config != nil {
 		st.cfg = *cloneConfig(img.Config)
 	}
@@ -395,6 +396,21 @@ func (r *run) from(ctx context.Context, idx int, s *instructions.Stage) (*state,
 	}{img.Digest, img.Layers, img.Config})
 	st.key = st.chain("FROM", string(id))
 	return st, nil
+}
+
+// pinned names the FROM image name resolved to for the step sandboxes: a
+// registry reference by the digest it resolved to, which the node holds now
+// (a tag could move meanwhile, and resolving it again would need the
+// registry and the build's credentials), any other name as it is.
+func pinned(name string, img image.Image) string {
+	if img.Digest == "" || !registry.IsReference(name) {
+		return name
+	}
+	ref, err := registry.Parse(name)
+	if err != nil {
+		return name
+	}
+	return ref.Context().Digest(img.Digest).String()
 }
 
 // withRegistryAuth is ctx carrying the request's registry credentials, for

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"runtime"
@@ -53,14 +54,26 @@ const token = "test-token"
 // Start starts a registry; with user set, every /v2/ request needs a bearer
 // token, which /token gives for those basic credentials.
 func Start(t testing.TB, user, pass string) *Registry {
+	r := StartOn(nil, user, pass)
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// StartOn is Start serving on l (nil: a new loopback port), for a program
+// that runs a test registry at an address its user chose; Close stops it.
+func StartOn(l net.Listener, user, pass string) *Registry {
 	r := &Registry{user: user, pass: pass, blobGets: map[string]int{}, tampered: map[string][]byte{}}
 	inner := ggcr.New(ggcr.Logger(nopLogger()))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/token", r.token)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) { r.serve(w, req, inner) })
-	r.srv = httptest.NewServer(mux)
+	r.srv = httptest.NewUnstartedServer(mux)
+	if l != nil {
+		_ = r.srv.Listener.Close()
+		r.srv.Listener = l
+	}
+	r.srv.Start()
 	r.Host = strings.TrimPrefix(r.srv.URL, "http://")
-	t.Cleanup(r.srv.Close)
 	return r
 }
 
