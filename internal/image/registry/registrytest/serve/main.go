@@ -3,7 +3,7 @@
 // (test/e2b): it pushes one image, a busybox tree plus /etc/private-marker,
 // prints "ready REF" and serves until its standard input closes.
 //
-//	serve -listen 127.0.0.1:5000 -user alice -pass s3cret [-repo team/private:1]
+//	serve -listen 127.0.0.1:5000 -user alice -pass s3cret [-repo team/private:1] [-stall BYTES]
 package main
 
 import (
@@ -37,6 +37,7 @@ func main() {
 	user := flag.String("user", "", "the user the token endpoint takes (empty: anonymous registry)")
 	pass := flag.String("pass", "", "that user's password")
 	repo := flag.String("repo", "team/private:1", "REPO:TAG of the image pushed")
+	stall := flag.Int("stall", 0, "serve this many bytes of each blob, then hang until the client goes away (0: serve whole blobs)")
 	images := flag.String("images", "/var/lib/dsec/images", "the directory images whose busybox tree is the image's base layer")
 	flag.Parse()
 	log.SetFlags(0)
@@ -61,6 +62,9 @@ func main() {
 		registrytest.Layer(t, registrytest.Entry{Name: "etc/", Type: tar.TypeDir},
 			registrytest.Entry{Name: "etc/private-marker", Body: "private base\n"}))
 	reg.Push(t, *repo, img)
+	if *stall > 0 {
+		reg.Stall(*stall)
+	}
 	fmt.Printf("ready %s/%s\n", reg.Host, *repo)
 	_, _ = io.Copy(io.Discard, bufio.NewReader(os.Stdin))
 }
