@@ -73,6 +73,10 @@ type Puller struct {
 	// each layer fetched from a registry by one node only (nil: this node
 	// fetches what it lacks).
 	Claims LayerClaims
+	// SharedBlobs says other nodes read Blobs (a shared blob store, whose
+	// layers their sandboxes may run on unseen by this node): removals
+	// (Remove, Evict, Clean) drop this node's records but never delete a blob.
+	SharedBlobs bool
 
 	flights flights
 	refsMu  sync.Mutex
