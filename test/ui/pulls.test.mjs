@@ -35,7 +35,7 @@ async function apiCall(method, p, body) {
 
 before(async () => {
   assert.ok(PORT > 0, "DSEC_UI_REGISTRY_PORT (run.sh) names the registry port");
-  execFileSync("go", ["build", "-o", path.join(tmp, "serve"), "./internal/image/registry/registrytest/serve"], { cwd: root, stdio: "inherit" });
+  execFileSync(process.env.GO || "go", ["build", "-o", path.join(tmp, "serve"), "./internal/image/registry/registrytest/serve"], { cwd: root, stdio: "inherit" });
   registry = spawn(path.join(tmp, "serve"), ["-listen", `127.0.0.1:${PORT}`, "-stall", String(64 << 10), "-repo", "ui/stalled:1"], {
     stdio: ["pipe", "pipe", "inherit"],
   });

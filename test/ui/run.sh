@@ -37,7 +37,7 @@ done
 # mocknode fills itself while the other tests run; the first-paint test waits
 # for its "ready URL" line in DSEC_MOCK_OUT.
 export DSEC_URL="http://127.0.0.1:$PORT" DSEC_TOKEN="$TOKEN" DSEC_MOCK_N="$MOCK_N" DSEC_MOCK_OUT="$DATA/mock.out"
-export DSEC_UI_REGISTRY_PORT="$REGPORT"
+export DSEC_UI_REGISTRY_PORT="$REGPORT" GO
 export DSEC_UI_ARTIFACTS="$ROOT/bin/ui-artifacts"
 mkdir -p "$DSEC_UI_ARTIFACTS"
 status=0
