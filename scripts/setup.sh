@@ -41,6 +41,8 @@ DEMO_PACKAGES="debootstrap musl-tools gcc make ca-certificates"
 PACKAGES="debootstrap busybox-static crun runc musl-tools gcc clang libclang-rt-14-dev make iproute2 python3 python3-pytest python3-setuptools python3-pip erofs-utils ca-certificates git qemu-system-x86 qemu-utils e2fsprogs xz-utils"
 # The dashboard's browser tests (test/ui): Debian's chromium, and a font for its screenshots.
 PACKAGES="$PACKAGES chromium fonts-liberation"
+# The Dockerfile conformance suite (internal/image/build) builds each Dockerfile with buildah too.
+PACKAGES="$PACKAGES buildah"
 [ "$MODE" = all ] || PACKAGES=$DEMO_PACKAGES
 
 # shellcheck source=scripts/progress.sh

@@ -53,7 +53,7 @@ open on a listener of their own.`,
 	f.StringVar(&ac.MetricsListen, "metrics-listen", "", "also serve GET /metrics WITHOUT a token on this address (e.g. 127.0.0.1:9090 for a local Prometheus)")
 	f.StringVar(&cfg.OTLPEndpoint, "otlp-endpoint", "", "export traces over OTLP/HTTP to this collector URL (default $OTEL_EXPORTER_OTLP_ENDPOINT; off when both are empty)")
 	f.StringVar(&labels, "labels", "", "node labels KEY=VALUE,... that creates may constrain on (--constraint)")
-	f.DurationVar(&ac.TTL, "ttl", cluster.DefaultTTL, "lease TTL: the node counts as lost this long after it stops renewing")
+	f.DurationVar(&ac.TTL, "ttl", cluster.DefaultTTL, "lease TTL: the node counts as lost this long after it stops renewing (its claims of layers it fetches for the cluster lapse with it)")
 	f.StringVar(&cfg.DataDir, "data-dir", daemon.DefaultDataDir, "directory for the node's state")
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "image directory (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
 	f.StringVar(&cfg.DefaultImage, "default-image", daemon.DefaultImage, "image for requests that name none")

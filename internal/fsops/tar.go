@@ -20,7 +20,8 @@ import (
 // gives "f.txt"; "/" gives names without a prefix and no entry for the root). path
 // itself is found following symlinks inside the root; everything below it is walked
 // by directory fds without following symlinks, which are archived as symlinks. Modes
-// (with setuid/setgid/sticky), mtimes (whole seconds), uid and gid are kept; FIFOs
+// (with setuid/setgid/sticky), mtimes (whole seconds), uid and gid are kept, and the
+// "user." xattrs of files and directories (PAX records, as GNU tar --xattrs); FIFOs
 // and device nodes are archived as headers, sockets are skipped, hard links are not
 // detected. The walk does not descend into mount points below path: they appear as
 // empty directories. A file that shrinks while being read is padded with zeros, one
@@ -110,6 +111,7 @@ func (t *tarWriter) dir(fd int, p, name string) error {
 	if name != "" {
 		hdr := header(&st, name+"/")
 		hdr.Typeflag = tar.TypeDir
+		hdr.PAXRecords = paxXattrs(UserXattrsFd(fd))
 		if err := t.writeHeader(hdr, p); err != nil {
 			return err
 		}
@@ -200,6 +202,7 @@ func (t *tarWriter) file(fd int, p, name string) error {
 	hdr := header(&st, name)
 	hdr.Typeflag = tar.TypeReg
 	hdr.Size = st.Size
+	hdr.PAXRecords = paxXattrs(UserXattrsFd(fd))
 	if err := t.writeHeader(hdr, p); err != nil {
 		return err
 	}

@@ -101,6 +101,53 @@ func getXattr(p, k string) (string, bool) {
 	}
 }
 
+// UserXattrsFd returns the "user." attributes of the open file fd (nil: none,
+// or a file system without them).
+func UserXattrsFd(fd int) map[string]string {
+	buf := make([]byte, 256)
+	n, err := unix.Flistxattr(fd, buf)
+	if errors.Is(err, unix.ERANGE) {
+		if n, err = unix.Flistxattr(fd, nil); err == nil {
+			buf = make([]byte, n)
+			n, err = unix.Flistxattr(fd, buf)
+		}
+	}
+	if err != nil || n == 0 {
+		return nil
+	}
+	var out map[string]string
+	for k := range strings.SplitSeq(string(buf[:n]), "\x00") {
+		if !strings.HasPrefix(k, userXattrPrefix) {
+			continue
+		}
+		sz, err := unix.Fgetxattr(fd, k, nil)
+		if err != nil {
+			continue
+		}
+		v := make([]byte, sz)
+		if sz, err = unix.Fgetxattr(fd, k, v); err != nil {
+			continue
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[k] = string(v[:sz])
+	}
+	return out
+}
+
+// paxXattrs returns attrs as a tar entry's PAX records (nil: none).
+func paxXattrs(attrs map[string]string) map[string]string {
+	if len(attrs) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(attrs))
+	for k, v := range attrs {
+		out[paxXattrPrefix+k] = v
+	}
+	return out
+}
+
 // setUserXattrs sets on the open file fd the "user." attributes hdr's PAX
 // records carry. A file system without user attributes is no error (the
 // attributes are skipped, as uid/gid are where they cannot be set).

@@ -73,3 +73,41 @@ func TestUserXattrs(t *testing.T) {
 	}
 	s.checkOutside(t)
 }
+
+// TestWriteTarKeepsUserXattrs: WriteTar carries the "user." attributes of
+// files and directories as PAX records (and no trusted.* ones), so a tree
+// written and extracted elsewhere keeps them.
+func TestWriteTarKeepsUserXattrs(t *testing.T) {
+	s := newSandbox(t)
+	if err := os.MkdirAll(s.host("/w/d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.host("/w/d/f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for p, v := range map[string]string{"/w/d": "dir", "/w/d/f": "file"} {
+		if err := unix.Setxattr(s.host(p), "user.tag", []byte(v), 0); err != nil {
+			t.Fatalf("the test directory's file system has no user xattrs: %v", err)
+		}
+	}
+	if err := unix.Setxattr(s.host("/w/d/f"), "trusted.hidden", []byte("no"), 0); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := s.fs.WriteTar("/w/d", &buf); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]map[string]string{}
+	tr := tar.NewReader(&buf)
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			break
+		}
+		got[hdr.Name] = hdr.PAXRecords
+	}
+	want := map[string]map[string]string{"d/": {"SCHILY.xattr.user.tag": "dir"}, "d/f": {"SCHILY.xattr.user.tag": "file"}}
+	if len(got) != len(want) || !maps.Equal(got["d/"], want["d/"]) || !maps.Equal(got["d/f"], want["d/f"]) {
+		t.Errorf("PAX records %v, want %v", got, want)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"slices"
@@ -164,7 +165,13 @@ func (a *agent) startNode(ctx context.Context) (lifecycle.Close, error) {
 	if cfg.BlobStore != "" {
 		// A blob store the nodes share (the default, DATA_DIR/blobs, is each
 		// node's own): each layer pulled by reference is fetched once for all.
-		cfg.LayerClaims = &pull.EtcdClaims{Client: a.cli, Prefix: pull.ClaimsPrefix("", cfg.BlobStore), Node: cfg.NodeName}
+		// Its claims live as long as the node's record: a node that dies
+		// passes its fetches on when it is lost.
+		ttl := 0
+		if a.cfg.TTL > 0 {
+			ttl = int(math.Ceil(a.cfg.TTL.Seconds()))
+		}
+		cfg.LayerClaims = &pull.EtcdClaims{Client: a.cli, Prefix: pull.ClaimsPrefix("", cfg.BlobStore), Node: cfg.NodeName, TTL: ttl}
 	}
 	d, steps, err := node.Open(cfg)
 	if err != nil {

@@ -31,11 +31,16 @@ type Podman struct {
 	w      Work
 	dir    string
 	prefix string
+	driver string
 	Notes  []string
 }
 
 // FindPodman returns the podman peer, or an error saying why there is none.
-func FindPodman(w Work) (*Podman, error) {
+func FindPodman(w Work) (*Podman, error) { return NewPodman(w, "") }
+
+// NewPodman is FindPodman with podman's storage driver named ("overlay",
+// "vfs"; "": podman's default).
+func NewPodman(w Work, driver string) (*Podman, error) {
 	p, err := exec.LookPath("podman")
 	if err != nil {
 		return nil, fmt.Errorf("peer: podman not installed: %w", err)
@@ -51,7 +56,7 @@ func FindPodman(w Work) (*Podman, error) {
 	if err != nil {
 		return nil, err
 	}
-	pm := &Podman{path: p, w: w, dir: dir, Notes: notes,
+	pm := &Podman{path: p, w: w, dir: dir, Notes: notes, driver: driver,
 		prefix: fmt.Sprintf("dsec-peer-podman-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)}
 	b, err := json.Marshal(sec)
 	if err == nil {
@@ -69,15 +74,39 @@ func FindPodman(w Work) (*Podman, error) {
 }
 
 func (p *Podman) run(ctx context.Context, args ...string) error {
-	full := append([]string{"--root", filepath.Join(p.dir, "root"), "--runroot", filepath.Join(p.dir, "run"),
-		"--cgroup-manager", "cgroupfs", "--events-backend", "none", "--runtime", "runc"}, args...)
-	cmd := exec.CommandContext(ctx, p.path, full...)
-	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(p.dir, "containers.conf"))
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("podman %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	_, err := p.Run(ctx, args...)
+	return err
 }
+
+// Run runs podman with args on this peer's storage and settings and returns
+// its output.
+func (p *Podman) Run(ctx context.Context, args ...string) (string, error) {
+	full := []string{"--root", p.Root(), "--runroot", filepath.Join(p.dir, "run"),
+		"--cgroup-manager", "cgroupfs", "--events-backend", "none", "--runtime", "runc"}
+	if p.driver != "" {
+		full = append(full, "--storage-driver", p.driver)
+	}
+	cmd := exec.CommandContext(ctx, p.path, append(full, args...)...)
+	cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+filepath.Join(p.dir, "containers.conf"))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("podman %s: %w: %s", args[0], err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// Root is the directory of podman's image and container storage.
+func (p *Podman) Root() string { return filepath.Join(p.dir, "root") }
+
+// Driver is the storage driver named ("": podman's default).
+func (p *Podman) Driver() string { return p.driver }
+
+// CgroupParent is the cgroup parent (--cgroup-parent) under which Close
+// finds and removes what podman leaves (conmon's cgroups).
+func (p *Podman) CgroupParent() string { return "/" + p.prefix }
+
+// SeccompProfile is dsec's seccomp profile as podman's --security-opt file.
+func (p *Podman) SeccompProfile() string { return filepath.Join(p.dir, "seccomp.json") }
 
 func (p *Podman) name(i int) string { return p.prefix + "-" + strconv.Itoa(i) }
 
@@ -92,7 +121,7 @@ func (p *Podman) Describe() []string {
 
 // Create runs container i.
 func (p *Podman) Create(ctx context.Context, i int) error {
-	return p.run(ctx, "run", "-d", "--name", p.name(i), "--cgroup-parent", "/"+p.prefix,
+	return p.run(ctx, "run", "-d", "--name", p.name(i), "--cgroup-parent", p.CgroupParent(),
 		"--memory", strconv.FormatInt(p.w.MemoryBytes, 10), "--cpus", strconv.FormatFloat(p.w.CPU, 'f', -1, 64),
 		"--pids-limit", strconv.FormatInt(p.w.PidsMax, 10), "--network", "none", "--cgroupns", "private",
 		"--security-opt", "seccomp="+filepath.Join(p.dir, "seccomp.json"),
@@ -110,14 +139,21 @@ func (p *Podman) Close() error {
 	err := p.run(ctx, "rm", "-a", "-f", "-t", "0")
 	// conmon gets a cgroup of its own under the parent.
 	err = errors.Join(err, removeCgroups(p.prefix+"/conmon"), removeCgroups(p.prefix))
-	// Storage mounts podman may still hold under its scratch dir.
-	if mi, rerr := os.ReadFile("/proc/self/mountinfo"); rerr == nil {
-		lines := strings.Split(string(mi), "\n")
-		for k := len(lines) - 1; k >= 0; k-- { // the deepest first
-			if f := strings.Fields(lines[k]); len(f) > 4 && strings.HasPrefix(f[4], p.dir+"/") {
-				_ = unmountDetach(f[4])
+	// Storage mounts podman may still hold under its scratch dir (a mount
+	// stacked on another shows only once the upper one is gone: again).
+	var rerr error
+	for range 3 {
+		if mi, merr := os.ReadFile("/proc/self/mountinfo"); merr == nil {
+			lines := strings.Split(string(mi), "\n")
+			for k := len(lines) - 1; k >= 0; k-- { // the deepest first
+				if f := strings.Fields(lines[k]); len(f) > 4 && strings.HasPrefix(f[4], p.dir+"/") {
+					_ = unmountDetach(f[4])
+				}
 			}
 		}
+		if rerr = os.RemoveAll(p.dir); rerr == nil {
+			break
+		}
 	}
-	return errors.Join(err, os.RemoveAll(p.dir))
+	return errors.Join(err, rerr)
 }

@@ -474,6 +474,23 @@ func TestCluster(t *testing.T) {
 		if err := e.client(1).SetDrain(ctx, "n1", false); err != nil {
 			t.Fatal(err)
 		}
+		// The next cases count on n1's room: wait until both API servers place on it again.
+		e.waitFor("n1 ready on both API servers", 5*time.Second, func() error {
+			for i := range e.apiAddr {
+				nodes, err := e.client(i).Nodes(ctx)
+				if err != nil {
+					return err
+				}
+				for _, n := range nodes {
+					if n.Name == "n1" && n.State != api.NodeReady {
+						return fmt.Errorf("API server %d: n1 is %s", i, n.State)
+					}
+				}
+			}
+			return nil
+		})
+		// The API servers' placement snapshot period (500 ms), as above.
+		time.Sleep(600 * time.Millisecond)
 	})
 
 	t.Run("batch create is all or nothing and idempotent", func(t *testing.T) {

@@ -93,9 +93,11 @@ type env struct {
 	token   string
 	// maxSandboxes is each agent's --max-sandboxes (setupCapacity).
 	maxSandboxes int
-	mu           sync.Mutex
-	cleanup      []func()
-	runs         []*started
+	// agentArgs are further flags of every agent startAgent starts.
+	agentArgs []string
+	mu        sync.Mutex
+	cleanup   []func()
+	runs      []*started
 }
 
 func randHex(n int) string {
@@ -221,7 +223,12 @@ func (e *env) client(i int) *client.Client {
 func setup(t *testing.T) *env { return setupCapacity(t, 12) }
 
 // setupCapacity is setup with agents of room for capacity sandboxes each.
-func setupCapacity(t *testing.T, capacity int) *env {
+func setupCapacity(t *testing.T, capacity int) *env { return setupWith(t, capacity, 2, nil) }
+
+// setupWith is setupCapacity with apis API servers; before, if set, runs
+// once the network and etcd are up, before any agent starts (it may set
+// e.agentArgs).
+func setupWith(t *testing.T, capacity, apis int, before func(e *env)) *env {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (network namespaces, sandboxes)")
 	}
@@ -258,10 +265,13 @@ func setupCapacity(t *testing.T, capacity int) *env {
 	}
 	e.network(3)
 	e.startEtcd(3)
+	if before != nil {
+		before(e)
+	}
 	for _, a := range e.agents {
 		e.startAgent(a, e.secret)
 	}
-	for i := 0; i < 2; i++ {
+	for i := 0; i < apis; i++ {
 		e.startAPI(i)
 	}
 	return e
@@ -342,6 +352,7 @@ func (e *env) startAgent(a *agent, secret string) {
 	} else {
 		a.args = append(a.args, "--max-fncalls", fmt.Sprint(fnCallsPerNode))
 	}
+	a.args = append(a.args, e.agentArgs...)
 	e.start(&a.proc)
 	e.waitFor(a.node+" serving", 30*time.Second, func() error {
 		if !strings.Contains(a.logs.String(), "dsec agent serving") {

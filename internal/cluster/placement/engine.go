@@ -323,7 +323,8 @@ func (e *Engine) releaseLocked(id uint64) {
 
 // Reject records that d's node refused the sandbox (cause says why) and places it
 // again on a node that has not rejected it. After MaxReplacements re-placements, or
-// for a pinned request, the answer is resource_exhausted with Retry-After.
+// for a pinned request, the answer is resource_exhausted with Retry-After (a pinned
+// request whose node is unavailable: the node's error).
 func (e *Engine) Reject(ctx context.Context, d *Decision, cause error) (*Decision, error) {
 	e.rejections.Add(1)
 	e.mu.Lock()
@@ -335,6 +336,11 @@ func (e *Engine) Reject(ctx context.Context, d *Decision, cause error) (*Decisio
 	rejected := append(slices.Clip(d.Rejected), d.Node)
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if d.req.Node != "" && errdefs.Is(cause, api.CodeUnavailable) {
+		// The one node it may go to did not answer (e.g. it died during the
+		// create): the infrastructure's failure, not a lack of room.
+		return nil, fmt.Errorf("placement: pinned to node %s: %w", d.Node, cause)
 	}
 	if d.req.Node != "" || d.Attempt > e.cfg.MaxReplacements {
 		e.exhaustedN.Add(1)

@@ -185,6 +185,13 @@ func TestReplacementOnRejection(t *testing.T) {
 	if !errdefs.Is(err, api.CodeResourceExhausted) || !strings.Contains(err.Error(), "n007") {
 		t.Fatalf("pinned rejection: %v", err)
 	}
+	// A pinned sandbox whose node does not answer: unavailable, not a lack of room.
+	before = e.InFlight()
+	down := errdefs.New(api.CodeUnavailable, "node rpc Create: node unreachable")
+	_, err = e.PlaceAndAdmit(ctx, Request{Backend: "container", Node: "n007"}, func(context.Context, *Decision) error { return down })
+	if !errdefs.Is(err, api.CodeUnavailable) || errdefs.Is(err, api.CodeResourceExhausted) || !strings.Contains(err.Error(), "n007") || e.InFlight() != before {
+		t.Fatalf("pinned to an unreachable node: %v (in flight %d → %d)", err, before, e.InFlight())
+	}
 }
 
 func TestBackpressureWhenFull(t *testing.T) {

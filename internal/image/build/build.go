@@ -252,9 +252,11 @@ type state struct {
 	key    [32]byte
 	shell  []string
 	args   map[string]string // ARG values in scope
-	// mkdir is a WORKDIR (at line mkdirLine) no layer step has created yet.
+	// mkdir is a WORKDIR (at line mkdirLine) no layer step has created yet;
+	// its missing directories are created owned by mkdirUser (the USER then).
 	mkdir     string
 	mkdirLine int
+	mkdirUser string
 	cmdSet    bool
 	// tree is the host directory holding the whole file system of a stage
 	// FROM scratch (scratch.go); "" for a stage on an image.
@@ -288,7 +290,8 @@ func (s *state) chain(parts ...string) [32]byte {
 		C  image.Config
 		Sh []string
 		M  string
-	}{s.cfg, s.shell, s.mkdir})
+		MU string
+	}{s.cfg, s.shell, s.mkdir, s.mkdirUser})
 	h.Write(cfg)
 	for _, p := range parts {
 		fmt.Fprintf(h, "\x00%d:%s", len(p), p)
@@ -506,7 +509,7 @@ func (r *run) instruction(ctx context.Context, st *state, c instructions.Command
 		}
 	case *instructions.WorkdirCommand:
 		p := joinPath(st.workdir(), c.Path)
-		st.cfg.WorkingDir, st.mkdir, st.mkdirLine = p, p, line
+		st.cfg.WorkingDir, st.mkdir, st.mkdirLine, st.mkdirUser = p, p, line, st.cfg.User
 	case *instructions.UserCommand:
 		st.cfg.User = c.User
 	case *instructions.ShellCommand:
@@ -730,10 +733,8 @@ func (r *run) layerStepWith(ctx context.Context, st *state, key [32]byte, step *
 		return fmt.Errorf("Dockerfile line %d: sandbox for the step: %w", step.Line, err)
 	}
 	defer r.deleteSandbox(ctx, sb.ID)
-	if st.mkdir != "" {
-		if err := r.mkdir(ctx, sb.ID, st.mkdir); err != nil {
-			return fmt.Errorf("Dockerfile line %d: WORKDIR %s: %w", step.Line, st.mkdir, err)
-		}
+	if err := r.mkWorkdir(ctx, st, r.sandboxWorkspace(sb.ID), step.Line); err != nil {
+		return err
 	}
 	if fn != nil {
 		if err := fn(ctx, r.sandboxWorkspace(sb.ID)); err != nil {
@@ -792,18 +793,26 @@ func (r *run) cached(ctx context.Context, name string) (image.Manifest, bool) {
 	return m, true
 }
 
-// mkdir creates directory p (and its parents) in sandbox id unless it exists.
-func (r *run) mkdir(ctx context.Context, id, p string) error {
-	fs, err := r.b.Sandboxes.FS(ctx, id)
+// mkWorkdir creates the WORKDIR no layer step has created yet (st.mkdir), its
+// missing directories owned by the USER at that WORKDIR, as docker build does
+// (root if the image does not know the user).
+func (r *run) mkWorkdir(ctx context.Context, st *state, w workspace, line int) error {
+	if st.mkdir == "" {
+		return nil
+	}
+	fsys, err := w.fs(ctx)
 	if err != nil {
 		return err
 	}
-	defer fs.Close()
-	if fi, err := fs.Stat(ctx, p); err == nil && fi.Type == "dir" {
-		return nil
+	defer fsys.Close()
+	uid, gid, err := chown(ctx, fsys, st.mkdirUser)
+	if err != nil {
+		uid, gid = 0, 0
 	}
-	_, err = fs.Mkdir(ctx, p, 0o755, true)
-	return err
+	if err := mkdirOwned(ctx, fsys, st.mkdir, uid, gid); err != nil {
+		return fmt.Errorf("Dockerfile line %d: WORKDIR %s: %w", line, st.mkdir, err)
+	}
+	return nil
 }
 
 // finish writes the final state as environment req.Name.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/moby/patternmatcher"
 	"github.com/moby/patternmatcher/ignorefile"
+	"golang.org/x/sys/unix"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -108,6 +109,9 @@ func ExtractContext(dir string, r io.Reader) error {
 			err = root.Symlink(hdr.Linkname, name)
 		default:
 			continue
+		}
+		if err == nil && hdr.Typeflag != tar.TypeSymlink {
+			err = setUserXattrs(root, name, hdr.PAXRecords)
 		}
 		if err != nil {
 			return errdefs.Invalid("build context: %s: %v", name, unwrapPath(err))
@@ -211,19 +215,55 @@ func writeEntry(tw *tar.Writer, root *os.Root, p string, fi fs.FileInfo, link st
 	if fi.IsDir() {
 		hdr.Name += "/"
 	}
-	if err := tw.WriteHeader(hdr); err != nil {
-		return err
-	}
-	if hdr.Typeflag != tar.TypeReg {
-		return nil
+	if hdr.Typeflag != tar.TypeReg && hdr.Typeflag != tar.TypeDir {
+		return tw.WriteHeader(hdr)
 	}
 	f, err := root.Open(p)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	for k, v := range userXattrs(f) { // COPY keeps them
+		if hdr.PAXRecords == nil {
+			hdr.PAXRecords = map[string]string{}
+		}
+		hdr.PAXRecords[paxXattr+k] = v
+	}
+	if err := tw.WriteHeader(hdr); err != nil || hdr.Typeflag != tar.TypeReg {
+		return err
+	}
 	_, err = io.CopyN(tw, f, hdr.Size)
 	return err
+}
+
+// setUserXattrs sets the user.* attributes of a context entry's PAX records
+// on name (a file system without them keeps none).
+func setUserXattrs(root *os.Root, name string, pax map[string]string) error {
+	var f *os.File
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	for k, v := range pax {
+		x, ok := strings.CutPrefix(k, paxXattr)
+		if !ok || !strings.HasPrefix(x, "user.") {
+			continue
+		}
+		if f == nil {
+			var err error
+			if f, err = root.Open(name); err != nil {
+				return err
+			}
+		}
+		if err := unix.Fsetxattr(int(f.Fd()), x, []byte(v), 0); err != nil {
+			if errors.Is(err, unix.ENOTSUP) {
+				return nil
+			}
+			return fmt.Errorf("setxattr %s: %w", x, err)
+		}
+	}
+	return nil
 }
 
 // dockerignore reads the context's .dockerignore (nil if there is none).

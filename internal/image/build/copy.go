@@ -3,6 +3,9 @@ package build
 import (
 	"archive/tar"
 	"bufio"
+	"bytes"
+	"compress/bzip2"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -10,14 +13,20 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/moby/buildkit/frontend/dockerfile/instructions"
+	"github.com/moby/patternmatcher"
 
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/fsops"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -46,9 +55,38 @@ type source struct {
 
 func cleanAbs(p string) string { return path.Clean("/" + p) }
 
+// contextRoot is the build context as COPY and ADD read it: paths the
+// context's .dockerignore matches are not there (as in docker build, also
+// the Dockerfile and .dockerignore when it names them).
+type contextRoot struct {
+	*os.Root
+	ignore *patternmatcher.PatternMatcher
+}
+
+func openContext(dir string) (*contextRoot, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("open the build context: %w", err)
+	}
+	pm, err := dockerignore(root)
+	if err != nil {
+		root.Close()
+		return nil, errdefs.Invalid("build context: %v", err)
+	}
+	return &contextRoot{Root: root, ignore: pm}, nil
+}
+
+// ignored reports whether .dockerignore leaves rel (or a parent) out.
+func (c *contextRoot) ignored(rel string) (bool, error) {
+	if c.ignore == nil || rel == "." {
+		return false, nil
+	}
+	return c.ignore.MatchesOrParentMatches(rel)
+}
+
 // sources resolves a COPY's sources in the context (wildcards expanded),
 // refusing any that leaves it.
-func (r *run) sources(root *os.Root, spec copySpec, line int) ([]source, error) {
+func (r *run) sources(root *contextRoot, spec copySpec, line int) ([]source, error) {
 	var out []source
 	for _, src := range spec.sd.SourcePaths {
 		if spec.add && (strings.Contains(src, "://") || strings.HasPrefix(src, "git@")) {
@@ -61,9 +99,6 @@ func (r *run) sources(root *os.Root, spec copySpec, line int) ([]source, error) 
 		rel := strings.TrimPrefix(path.Clean("/"+clean), "/")
 		if rel == "" {
 			rel = "."
-		}
-		if spec.add && isArchiveName(rel) {
-			return nil, lineError(line, "ADD %s: unpacking a local archive is not supported; COPY it and RUN tar", src)
 		}
 		var names []string
 		if strings.ContainsAny(rel, "*?[") {
@@ -79,6 +114,14 @@ func (r *run) sources(root *os.Root, spec copySpec, line int) ([]source, error) 
 			names = []string{rel}
 		}
 		for _, n := range names {
+			if skip, err := root.ignored(n); err != nil {
+				return nil, lineError(line, "%s %s: .dockerignore: %v", spec.cmd, src, err)
+			} else if skip {
+				if len(names) > 1 {
+					continue
+				}
+				return nil, lineError(line, "%s %s: not found in the build context (.dockerignore leaves it out)", spec.cmd, src)
+			}
 			fi, err := root.Stat(n)
 			if err != nil {
 				if errors.Is(err, fs.ErrNotExist) {
@@ -100,18 +143,64 @@ func unwrapPath(err error) error {
 	return err
 }
 
-func isArchiveName(n string) bool {
-	for _, s := range []string{".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst"} {
-		if strings.HasSuffix(n, s) {
-			return true
-		}
+// archiveKind says whether context file rel is an archive ADD unpacks, by
+// its contents as Docker decides: "tar", "gzip" or "bzip2" (a tar so
+// compressed), "xz" or "zstd" (compressed, not unpacked by dsec), "" (copied
+// as it is, whatever its name).
+func archiveKind(root *contextRoot, rel string) (string, error) {
+	f, err := root.Open(rel)
+	if err != nil {
+		return "", err
 	}
-	return false
+	defer f.Close()
+	head := make([]byte, 512)
+	n, _ := io.ReadFull(f, head)
+	head = head[:n]
+	isTar := func(b []byte) bool { return len(b) >= 262 && string(b[257:262]) == "ustar" }
+	var kind string
+	var inner io.Reader
+	switch {
+	case bytes.HasPrefix(head, []byte{0x1f, 0x8b}):
+		kind = "gzip"
+	case bytes.HasPrefix(head, []byte("BZh")):
+		kind = "bzip2"
+	case bytes.HasPrefix(head, []byte{0xfd, '7', 'z', 'X', 'Z', 0}):
+		return "xz", nil
+	case bytes.HasPrefix(head, []byte{0x28, 0xb5, 0x2f, 0xfd}):
+		return "zstd", nil
+	case isTar(head):
+		return "tar", nil
+	default:
+		return "", nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	if inner, err = decompress(kind, f); err != nil {
+		return "", nil // not really compressed: copied as it is
+	}
+	b := make([]byte, 512)
+	n, _ = io.ReadFull(inner, b)
+	if !isTar(b[:n]) {
+		return "", nil // a compressed file that is not a tar: copied as it is
+	}
+	return kind, nil
+}
+
+// decompress reads r as kind ("tar": as it is).
+func decompress(kind string, r io.Reader) (io.Reader, error) {
+	switch kind {
+	case "gzip":
+		return gzip.NewReader(r)
+	case "bzip2":
+		return bzip2.NewReader(r), nil
+	}
+	return r, nil
 }
 
 // entries lists what source s writes, names relative to the directory it is
 // extracted into (prefix for a directory source's contents).
-func entries(root *os.Root, s source, prefix string) ([]entry, error) {
+func entries(root *contextRoot, s source, prefix string) ([]entry, error) {
 	if !s.fi.IsDir() {
 		return []entry{{name: prefix, src: s.rel, fi: s.fi}}, nil
 	}
@@ -121,6 +210,14 @@ func entries(root *os.Root, s source, prefix string) ([]entry, error) {
 			return err
 		}
 		if p == s.rel {
+			return nil
+		}
+		if skip, err := root.ignored(p); err != nil {
+			return err
+		} else if skip {
+			if d.IsDir() && !root.ignore.Exclusions() {
+				return fs.SkipDir
+			}
 			return nil
 		}
 		fi, err := root.Lstat(p)
@@ -162,9 +259,9 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 	case len(spec.sd.SourceContents) > 0:
 		return lineError(line, "%s with a heredoc is not supported", spec.cmd)
 	}
-	root, err := os.OpenRoot(r.req.ContextDir)
+	root, err := openContext(r.req.ContextDir)
 	if err != nil {
-		return fmt.Errorf("open the build context: %w", err)
+		return err
 	}
 	defer root.Close()
 	srcs, err := r.sources(root, spec, line)
@@ -184,6 +281,25 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 	if plan.digest, err = contextDigest(root, plan); err != nil {
 		return lineError(line, "%s: read the build context: %v", spec.cmd, err)
 	}
+	archives := map[string]string{}
+	if spec.add {
+		for _, src := range srcs {
+			if src.fi.IsDir() {
+				continue
+			}
+			kind, err := archiveKind(root, src.rel)
+			if err != nil {
+				return lineError(line, "ADD %s: %v", src.rel, err)
+			}
+			switch {
+			case kind == "xz" || kind == "zstd":
+				return lineError(line, "ADD %s: unpacking a %s archive is not supported (tar, gzip and bzip2 are); COPY it and RUN tar", src.rel, kind)
+			case kind != "" && (spec.chown != "" || spec.chmod != ""):
+				return lineError(line, "ADD --chown/--chmod of an archive (%s) is not supported", src.rel)
+			}
+			archives[src.rel] = kind
+		}
+	}
 	key := st.chain(spec.cmd, "--chown="+spec.chown, "--chmod="+spec.chmod, plan.digest)
 	return r.layerStep(ctx, st, key, step, func(ctx context.Context, w workspace) error {
 		fsys, err := w.fs(ctx)
@@ -196,6 +312,12 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 			return lineError(line, "%s --chown=%s: %v", spec.cmd, spec.chown, err)
 		}
 		for _, s := range srcs {
+			if kind := archives[s.rel]; kind != "" { // ADD unpacks it into the destination
+				if err := r.unpack(ctx, fsys, root, s.rel, kind, plan.dest); err != nil {
+					return fmt.Errorf("Dockerfile line %d: ADD %s: %w", line, s.rel, err)
+				}
+				continue
+			}
 			dir, prefix := plan.dest, ""
 			if !s.fi.IsDir() {
 				switch fi, serr := fsys.Stat(ctx, plan.dest); {
@@ -208,6 +330,9 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 			ents, err := entries(root, s, prefix)
 			if err != nil {
 				return lineError(line, "%s %s: %v", spec.cmd, s.rel, err)
+			}
+			if err := mkdirOwned(ctx, fsys, dir, uid, gid); err != nil {
+				return fmt.Errorf("Dockerfile line %d: %s: create %s: %w", line, spec.cmd, dir, err)
 			}
 			pr, pw := io.Pipe()
 			go func() { pw.CloseWithError(writeTar(root, ents, pw, uid, gid, mode)) }()
@@ -223,7 +348,7 @@ func (r *run) copyStep(ctx context.Context, st *state, spec copySpec, step *api.
 
 // contextDigest hashes what a COPY reads: names, types, modes, link targets
 // and contents (not times), so an unchanged context hits the cache.
-func contextDigest(root *os.Root, plan copyPlan) (string, error) {
+func contextDigest(root *contextRoot, plan copyPlan) (string, error) {
 	h := sha256.New()
 	fmt.Fprintf(h, "%s %v\n", plan.dest, plan.destDir)
 	for _, s := range plan.srcs {
@@ -234,12 +359,18 @@ func contextDigest(root *os.Root, plan copyPlan) (string, error) {
 		fmt.Fprintf(h, "src %s\n", s.rel)
 		for _, e := range ents {
 			fmt.Fprintf(h, "%q %o %q %d\n", e.name, e.fi.Mode(), e.link, e.fi.Size())
-			if e.fi.Mode().IsRegular() {
+			if e.fi.Mode().IsRegular() || e.fi.IsDir() {
 				f, err := root.Open(e.src)
 				if err != nil {
 					return "", err
 				}
-				_, err = io.Copy(h, f)
+				x := userXattrs(f)
+				for _, k := range slices.Sorted(maps.Keys(x)) {
+					fmt.Fprintf(h, "xattr %q %q\n", k, x[k])
+				}
+				if e.fi.Mode().IsRegular() {
+					_, err = io.Copy(h, f)
+				}
 				f.Close()
 				if err != nil {
 					return "", err
@@ -252,7 +383,7 @@ func contextDigest(root *os.Root, plan copyPlan) (string, error) {
 
 // writeTar writes ents from the context as a tar, owned by uid:gid, with mode
 // (if non-zero) for every file and directory.
-func writeTar(root *os.Root, ents []entry, w io.Writer, uid, gid int, mode fs.FileMode) error {
+func writeTar(root *contextRoot, ents []entry, w io.Writer, uid, gid int, mode fs.FileMode) error {
 	bw := bufio.NewWriterSize(w, 1<<16)
 	tw := tar.NewWriter(bw)
 	for _, e := range ents {
@@ -267,19 +398,28 @@ func writeTar(root *os.Root, ents []entry, w io.Writer, uid, gid int, mode fs.Fi
 		if mode != 0 && hdr.Typeflag != tar.TypeSymlink {
 			hdr.Mode = int64(mode)
 		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
+		var f *os.File
+		if hdr.Typeflag == tar.TypeReg || hdr.Typeflag == tar.TypeDir {
+			if f, err = root.Open(e.src); err != nil {
+				return err
+			}
+			// The file's user.* attributes go along, as buildah's COPY keeps them.
+			for k, v := range userXattrs(f) {
+				if hdr.PAXRecords == nil {
+					hdr.PAXRecords = map[string]string{}
+				}
+				hdr.PAXRecords[paxXattr+k] = v
+			}
 		}
-		if hdr.Typeflag == tar.TypeReg {
-			f, err := root.Open(e.src)
-			if err != nil {
-				return err
-			}
+		err = tw.WriteHeader(hdr)
+		if err == nil && hdr.Typeflag == tar.TypeReg {
 			_, err = io.CopyN(tw, f, hdr.Size)
+		}
+		if f != nil {
 			f.Close()
-			if err != nil {
-				return err
-			}
+		}
+		if err != nil {
+			return err
 		}
 	}
 	if err := tw.Close(); err != nil {
@@ -348,4 +488,62 @@ func lookup(ctx context.Context, fsys session.FS, file, name string) (int, int, 
 		}
 	}
 	return 0, 0, fmt.Errorf("no %q in the image's %s", name, filepath.Base(file))
+}
+
+// paxXattr starts the PAX record of an extended attribute (GNU tar's form,
+// what fsops.ExtractTar and the layer builder read).
+const paxXattr = "SCHILY.xattr."
+
+// userXattrs returns the user.* extended attributes of f (nil: none).
+func userXattrs(f *os.File) map[string]string { return fsops.UserXattrsFd(int(f.Fd())) }
+
+// mkdirOwned creates directory p and its missing parents (mode 0755) owned
+// by uid:gid, as docker build creates a WORKDIR for the stage's USER and the
+// destination directories of a COPY --chown; existing ones stay as they are.
+func mkdirOwned(ctx context.Context, fsys session.FS, p string, uid, gid int) error {
+	var missing []string
+	for d := cleanAbs(p); d != "/"; d = path.Dir(d) {
+		_, err := fsys.Stat(ctx, d)
+		if err == nil {
+			break
+		}
+		if !errdefs.Is(err, api.CodeNotFound) {
+			return err
+		}
+		missing = append(missing, d)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Reverse(missing)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range missing {
+		hdr := &tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/", Mode: 0o755, Uid: uid, Gid: gid, ModTime: time.Now()}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return fsys.ExtractTar(ctx, "/", &buf)
+}
+
+// unpack extracts the archive rel of the context (kind, archiveKind's) into
+// directory dest, its entries' owners and modes as the archive has them.
+func (r *run) unpack(ctx context.Context, fsys session.FS, root *contextRoot, rel, kind, dest string) error {
+	f, err := root.Open(rel)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tr, err := decompress(kind, bufio.NewReaderSize(f, 1<<16))
+	if err != nil {
+		return err
+	}
+	if err := mkdirOwned(ctx, fsys, dest, 0, 0); err != nil {
+		return err
+	}
+	return fsys.ExtractTar(ctx, dest, tr)
 }

@@ -57,10 +57,15 @@ func (r *run) fromScratch(ctx context.Context, line int) (*state, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &state{tree: dir, args: map[string]string{}, shell: []string{"/bin/sh", "-c"}}
+	// As docker build, a stage FROM scratch has the default PATH.
+	st := &state{tree: dir, args: map[string]string{}, shell: []string{"/bin/sh", "-c"},
+		cfg: image.Config{Env: []string{"PATH=" + DefaultPath}}}
 	st.key = st.chain("FROM scratch")
 	return st, nil
 }
+
+// DefaultPath is the PATH docker build gives a stage FROM scratch.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 // newTree makes an empty tree, removed when the build ends.
 func (r *run) newTree() (string, error) {
@@ -141,16 +146,8 @@ func (s sandboxFS) Close() error {
 // tree becomes the stage's one layer (the cache's, or packed now).
 func (r *run) treeStep(ctx context.Context, st *state, key [32]byte, step *api.BuildStep, fn func(ctx context.Context, w workspace) error) error {
 	w := treeWorkspace(st.tree)
-	if st.mkdir != "" {
-		fsys, err := w.fs(ctx)
-		if err != nil {
-			return err
-		}
-		_, err = fsys.Mkdir(ctx, st.mkdir, 0o755, true)
-		fsys.Close()
-		if err != nil && !errdefs.Is(err, api.CodeAlreadyExists) {
-			return fmt.Errorf("Dockerfile line %d: WORKDIR %s: %w", step.Line, st.mkdir, err)
-		}
+	if err := r.mkWorkdir(ctx, st, w, step.Line); err != nil {
+		return err
 	}
 	if fn != nil {
 		if err := fn(ctx, w); err != nil {

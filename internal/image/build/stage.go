@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -40,9 +42,6 @@ func (r *run) copyFromStage(ctx context.Context, st *state, spec copySpec, from 
 	}
 	var paths []string
 	for _, p := range spec.sd.SourcePaths {
-		if strings.ContainsAny(p, "*?[") {
-			return lineError(line, "COPY --from=%s %s: wildcards are not supported with --from", from, p)
-		}
 		paths = append(paths, joinPath(src.workdir(), p))
 	}
 	dest := spec.sd.DestPath
@@ -72,7 +71,25 @@ func (r *run) copyFromStage(ctx context.Context, st *state, spec copySpec, from 
 		if err != nil {
 			return lineError(line, "COPY --chown=%s: %v", spec.chown, err)
 		}
+		var srcs []string // paths with their wildcards expanded
 		for _, p := range paths {
+			if !strings.ContainsAny(p, "*?[") {
+				srcs = append(srcs, p)
+				continue
+			}
+			m, err := globFS(ctx, srcFS, p)
+			if err != nil {
+				return lineError(line, "COPY --from=%s %s: %v", from, p, err)
+			}
+			if len(m) == 0 {
+				return lineError(line, "COPY --from=%s %s: no file in that stage matches", from, p)
+			}
+			srcs = append(srcs, m...)
+		}
+		if len(srcs) > 1 && !destDir {
+			return lineError(line, "COPY with several sources: the destination %q must be a directory ending in /", spec.sd.DestPath)
+		}
+		for _, p := range srcs {
 			fi, err := srcFS.Stat(ctx, p)
 			if err != nil {
 				if errdefs.Is(err, api.CodeNotFound) {
@@ -87,6 +104,9 @@ func (r *run) copyFromStage(ctx context.Context, st *state, spec copySpec, from 
 				} else {
 					dir, prefix = path.Dir(dest), path.Base(dest)
 				}
+			}
+			if err := mkdirOwned(ctx, dstFS, dir, uid, gid); err != nil {
+				return fmt.Errorf("Dockerfile line %d: COPY: create %s: %w", line, dir, err)
 			}
 			// WriteTar names entries from p's base name ("" for "/").
 			base := path.Base(p)
@@ -106,6 +126,41 @@ func (r *run) copyFromStage(ctx context.Context, st *state, spec copySpec, from 
 		}
 		return nil
 	})
+}
+
+// globFS returns the paths of fsys that pattern (absolute, path.Match
+// wildcards in any component) matches, sorted.
+func globFS(ctx context.Context, fsys session.FS, pattern string) ([]string, error) {
+	cur := []string{"/"}
+	for _, part := range strings.Split(strings.TrimPrefix(pattern, "/"), "/") {
+		var next []string
+		for _, dir := range cur {
+			if !strings.ContainsAny(part, "*?[") {
+				if p := path.Join(dir, part); p != dir {
+					if _, err := fsys.Stat(ctx, p); err == nil {
+						next = append(next, p)
+					}
+				}
+				continue
+			}
+			ents, err := fsys.List(ctx, dir)
+			if err != nil {
+				continue // not a directory: nothing below it matches
+			}
+			for _, e := range ents {
+				ok, err := path.Match(part, e.Name)
+				if err != nil {
+					return nil, err
+				}
+				if ok {
+					next = append(next, path.Join(dir, e.Name))
+				}
+			}
+		}
+		cur = next
+	}
+	slices.Sort(cur)
+	return cur, nil
 }
 
 // renameTar copies a tar, renaming entry base (and base/...) to prefix (and

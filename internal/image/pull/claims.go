@@ -20,7 +20,9 @@ import (
 // each OCI layer from a registry once (Puller.Claims): the first node to
 // claim a layer fetches and converts it into the blob store and records the
 // EROFS layer it made; the others wait for the record and use the blob
-// already in the store.
+// already in the store. An image config is claimed the same way, by its
+// digest: the node that fetches it stores it in the blob store as it is, and
+// records a layer naming that blob.
 type LayerClaims interface {
 	// Claim returns the EROFS layer another node recorded for OCI layer dg,
 	// if have says this node's blob store holds its blob (one it does not

@@ -35,7 +35,12 @@ func TestClusterFetchesEachLayerOnce(t *testing.T) {
 		registrytest.Layer(t, E{Name: "top/f", Body: "top"}),
 	}
 	ref := reg.Host + "/cluster/once:1"
-	want := reg.Push(t, "cluster/once:1", registrytest.Image(t, v1.Config{}, layers...))
+	img := registrytest.Image(t, v1.Config{Env: []string{"ONCE=1"}}, layers...)
+	want := reg.Push(t, "cluster/once:1", img)
+	cfgName, err := img.ConfigName()
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	spec := "dir:" + filepath.Join(t.TempDir(), "shared-blobs")
 	blobs, err := blob.Open(spec, true)
@@ -67,6 +72,10 @@ func TestClusterFetchesEachLayerOnce(t *testing.T) {
 			t.Errorf("layer %d (%s) fetched from the registry %d times, want once in the cluster", i, dg, gets[dg.String()])
 		}
 	}
+	// The config too: one node fetches it into the shared blob store.
+	if n := gets[cfgName.String()]; n != 1 {
+		t.Errorf("config %s fetched from the registry %d times, want once in the cluster", cfgName, n)
+	}
 	var fetched int64
 	for _, p := range nodes {
 		fetched += p.LayersFetched.Load()
@@ -88,6 +97,11 @@ func TestClusterFetchesEachLayerOnce(t *testing.T) {
 	for i, p := range nodes {
 		if !p.Has(ref) {
 			t.Errorf("node %d does not have the image after its pulls", i)
+		}
+	}
+	for i, pl := range got[:3] {
+		if pl.Image.Config == nil || len(pl.Image.Config.Env) != 1 || pl.Image.Config.Env[0] != "ONCE=1" {
+			t.Errorf("node %d: image config %+v, want Env ONCE=1", i, pl.Image.Config)
 		}
 	}
 }

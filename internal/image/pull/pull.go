@@ -3,7 +3,8 @@
 // registry's answer at that moment; a digest reference is already pinned),
 // the manifest for the node's platform, its config and each layer are
 // fetched once per digest per node (concurrent pulls of the same image or
-// layer share one fetch), each layer is verified against its digest and its
+// layer share one fetch; with Claims, the config and each layer once for the
+// nodes sharing the blob store), each layer is verified against its digest and its
 // diff ID and converted into dsec's EROFS layer format (overlayfs whiteouts,
 // internal/image/layer.BuildOCILayer) stored in the blob store, so images sharing
 // layers convert them once. The image is then those layers in order, stacked
@@ -17,6 +18,7 @@
 package pull
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -186,7 +188,7 @@ const pullWorkers = 3
 func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (image.Manifest, error) {
 	start := time.Now()
 	img := res.Image
-	cf, err := img.ConfigFile()
+	cf, err := p.configFile(ctx, img)
 	if err != nil {
 		return image.Manifest{}, registry.Classify(err, "config of "+registry.Normalized(res.Ref))
 	}
@@ -249,6 +251,72 @@ func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (image.Ma
 	}
 	p.log().Info("pulled image", "ref", registry.Normalized(res.Ref), "digest", res.Digest.String(), "layers", len(out), "took", time.Since(start))
 	return m, nil
+}
+
+// maxConfigBytes bounds an image config read back from the blob store.
+const maxConfigBytes = 8 << 20
+
+// configFile is img's config. With Claims (a blob store the cluster
+// shares), one node of the cluster fetches it from the registry, as it does
+// a layer, and stores it in the blob store by its digest; the others read it
+// there.
+func (p *Puller) configFile(ctx context.Context, img v1.Image) (*v1.ConfigFile, error) {
+	if p.Claims == nil {
+		return img.ConfigFile()
+	}
+	// (Its manifest names it; ConfigName would fetch it to hash it.)
+	m, err := img.Manifest()
+	if err != nil {
+		return nil, err
+	}
+	dg := m.Config.Digest.String()
+	stored := func() (*v1.ConfigFile, error) {
+		rc, err := p.Blobs.Open(ctx, dg)
+		if err != nil {
+			return nil, err
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(io.LimitReader(rc, maxConfigBytes))
+		if err != nil {
+			return nil, err
+		}
+		if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != dg {
+			return nil, fmt.Errorf("config %s in the blob store: %w", dg, blob.ErrDigestMismatch)
+		}
+		return v1.ParseConfigFile(bytes.NewReader(b))
+	}
+	if cf, err := stored(); err == nil {
+		return cf, nil
+	}
+	have := func(image.Layer) bool {
+		_, err := p.Blobs.Stat(ctx, dg)
+		return err == nil
+	}
+	got, done, err := p.Claims.Claim(ctx, dg, have)
+	if err != nil {
+		return nil, err
+	}
+	if got != nil {
+		if cf, err := stored(); err == nil {
+			return cf, nil
+		}
+		return img.ConfigFile() // gone meanwhile: this node fetches it
+	}
+	raw, err := img.RawConfigFile()
+	if err == nil {
+		err = p.Blobs.Put(ctx, dg, bytes.NewReader(raw), int64(len(raw)))
+	}
+	var made *image.Layer
+	if err == nil {
+		made = &image.Layer{Digest: dg, Size: int64(len(raw))}
+	}
+	if rerr := done(made); rerr != nil {
+		p.log().Warn("config claim", "digest", dg, "err", rerr)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return v1.ParseConfigFile(bytes.NewReader(raw))
 }
 
 func (p *Puller) log() *slog.Logger {

@@ -46,6 +46,17 @@ type Registry struct {
 	delay    time.Duration     // before serving each blob
 	stall    int               // >0: serve this many bytes of each blob, then hang
 	resume   chan struct{}     // closed by Resume: stalled blobs go on
+	gets     []Get             // every manifest and blob GET, in order
+}
+
+// Get is one GET of a manifest or a blob the registry answered.
+type Get struct {
+	// Client is the IP address the request came from.
+	Client string
+	// Manifest: a manifest (Name is the tag or digest asked for); else a
+	// blob (Name is its digest).
+	Manifest bool
+	Name     string
 }
 
 // token is the one token the front hands out.
@@ -53,8 +64,16 @@ const token = "test-token"
 
 // Start starts a registry; with user set, every /v2/ request needs a bearer
 // token, which /token gives for those basic credentials.
-func Start(t testing.TB, user, pass string) *Registry {
-	r := StartOn(nil, user, pass)
+func Start(t testing.TB, user, pass string) *Registry { return StartAt(t, "127.0.0.1:0", user, pass) }
+
+// StartAt is Start listening on addr (HOST:PORT; e.g. an address that
+// processes in other network namespaces reach).
+func StartAt(t testing.TB, addr, user, pass string) *Registry {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := StartOn(l, user, pass)
 	t.Cleanup(r.srv.Close)
 	return r
 }
@@ -75,6 +94,13 @@ func StartOn(l net.Listener, user, pass string) *Registry {
 	r.srv.Start()
 	r.Host = strings.TrimPrefix(r.srv.URL, "http://")
 	return r
+}
+
+// Gets returns every manifest and blob GET served so far, in order.
+func (r *Registry) Gets() []Get {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Get(nil), r.gets...)
 }
 
 // Close stops the registry (it is then down).
@@ -111,9 +137,14 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, inner http.Ha
 	var delay time.Duration
 	stall := 0
 	var resume chan struct{}
+	client, _, _ := net.SplitHostPort(req.RemoteAddr)
+	if i := strings.Index(req.URL.Path, "/manifests/"); i >= 0 && req.Method == http.MethodGet {
+		r.gets = append(r.gets, Get{Client: client, Manifest: true, Name: req.URL.Path[i+len("/manifests/"):]})
+	}
 	if i := strings.Index(req.URL.Path, "/blobs/sha256:"); i >= 0 && req.Method == http.MethodGet {
 		dg := req.URL.Path[i+len("/blobs/"):]
 		r.blobGets[dg]++
+		r.gets = append(r.gets, Get{Client: client, Name: dg})
 		bad, delay, stall, resume = r.tampered[dg], r.delay, r.stall, r.resume
 	}
 	r.mu.Unlock()
