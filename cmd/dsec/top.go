@@ -68,14 +68,22 @@ func fetchTop(ctx context.Context, cl *client.Client, o topOptions) (api.Top, er
 	return t, err
 }
 
-// fetchPulls returns the node's image pulls in flight (none from a server
-// that does not report them, e.g. a cluster's API server).
-func fetchPulls(ctx context.Context, cl *client.Client) []api.PullProgress {
-	pulls, err := cl.Pulls(ctx)
-	if err != nil {
-		return nil
+// topPulls are the image pulls in flight and the sandboxes waiting for
+// them (state pulling, at most the view's limit).
+type topPulls struct {
+	pulls   []api.PullProgress
+	waiting []api.Sandbox
+}
+
+// fetchPulls returns the image pulls in flight (none from a server that does
+// not report them) and the sandboxes in state pulling.
+func fetchPulls(ctx context.Context, cl *client.Client, o topOptions) topPulls {
+	var p topPulls
+	p.pulls, _ = cl.Pulls(ctx)
+	if page, err := cl.ListPage(ctx, client.ListOptions{States: []string{api.StatePulling}, Limit: max(o.limit, 1)}); err == nil {
+		p.waiting = page.Sandboxes
 	}
-	return pulls
+	return p
 }
 
 // topOnce samples twice (CPU shares need two reads) and prints plain text.
@@ -92,7 +100,7 @@ func topOnce(ctx context.Context, cl *client.Client, o topOptions, out io.Writer
 	if err != nil {
 		return err
 	}
-	renderTop(out, t, fetchPulls(ctx, cl))
+	renderTop(out, t, fetchPulls(ctx, cl, o))
 	return nil
 }
 
@@ -132,7 +140,7 @@ func topLive(ctx context.Context, cl *client.Client, o topOptions, in, out *os.F
 		if err != nil {
 			fmt.Fprintf(&frame, "dsec top: %v\n", err)
 		} else {
-			renderTop(&frame, t, fetchPulls(ctx, cl))
+			renderTop(&frame, t, fetchPulls(ctx, cl, o))
 		}
 		fmt.Fprintf(&frame, "\n%s  every %v  [q] quit  [c] by CPU  [m] by memory\n", time.Now().Format("15:04:05"), o.interval)
 		cols, rows, err := term.GetSize(int(out.Fd()))
@@ -171,9 +179,9 @@ func fitScreen(s string, cols, rows int) string {
 	return strings.Join(lines, "\r\n")
 }
 
-// renderTop writes the nodes, the sandbox counts, the busiest sandboxes and
-// the image pulls in flight.
-func renderTop(w io.Writer, t api.Top, pulls []api.PullProgress) {
+// renderTop writes the nodes, the sandbox counts, the busiest sandboxes, the
+// sandboxes waiting for their image and the image pulls in flight.
+func renderTop(w io.Writer, t api.Top, p topPulls) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tCPUS\tLOAD\tMEMORY AVAILABLE\tSANDBOXES\tRUNNING\tCPU ALLOCATED\tMEMORY ALLOCATED")
 	for _, n := range t.Nodes {
@@ -183,8 +191,14 @@ func renderTop(w io.Writer, t api.Top, pulls []api.PullProgress) {
 	}
 	tw.Flush()
 	s := t.Sandboxes
-	fmt.Fprintf(w, "\nsandboxes: %d (running %d, paused %d, exited %d)\n\n", s.Total,
+	fmt.Fprintf(w, "\nsandboxes: %d (running %d, paused %d, exited %d", s.Total,
 		s.ByState["running"], s.ByState["paused"], s.ByState["exited"])
+	for _, st := range []string{api.StatePulling, api.StateFailed} {
+		if n := s.ByState[st]; n > 0 {
+			fmt.Fprintf(w, ", %s %d", st, n)
+		}
+	}
+	fmt.Fprint(w, ")\n\n")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "SANDBOX\tSTATE\tBACKEND\tCPU%%\tCPU TIME\tMEMORY\tMEMORY LIMIT\t(by %s)\n", t.SortBy)
 	for _, u := range t.Busiest {
@@ -201,20 +215,50 @@ func renderTop(w io.Writer, t api.Top, pulls []api.PullProgress) {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", u.ID, u.State, u.Backend, cpu, cpuTime, mem, progress.Bytes(u.MemoryLimitBytes))
 	}
 	tw.Flush()
-	if len(pulls) == 0 {
+	renderWaiting(w, p.waiting)
+	if len(p.pulls) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nimage pulls: %d\n\n", len(pulls))
+	fmt.Fprintf(w, "\nimage pulls: %d\n\n", len(p.pulls))
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PULL\tNODE\tPHASE\tLAYERS DONE\tFETCHED")
-	for _, p := range pulls {
-		done := 0
-		for _, l := range p.Layers {
-			if l.Phase == api.PullDone {
-				done++
-			}
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d/%d\t%s / %s\n", p.Ref, p.Node, p.Phase, done, len(p.Layers), progress.Bytes(p.FetchedBytes), progress.Bytes(p.TotalBytes))
+	for _, pr := range p.pulls {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", pr.Ref, pr.Node, pr.Phase, layersDone(pr), pullBytes(pr))
 	}
 	tw.Flush()
+}
+
+// renderWaiting lists the sandboxes in state pulling with their pull's
+// progress (none: no section).
+func renderWaiting(w io.Writer, waiting []api.Sandbox) {
+	if len(waiting) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nsandboxes pulling their image: %d\n\n", len(waiting))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SANDBOX\tIMAGE\tPHASE\tLAYERS DONE\tFETCHED")
+	for _, sb := range waiting {
+		phase, layers, fetched := api.PullResolving, "-", "-"
+		if pr := sb.Pull; pr != nil {
+			phase, layers, fetched = pr.Phase, layersDone(*pr), pullBytes(*pr)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", sb.ID, sb.Image, phase, layers, fetched)
+	}
+	tw.Flush()
+}
+
+// layersDone is "DONE/ALL" of a pull's layers.
+func layersDone(p api.PullProgress) string {
+	done := 0
+	for _, l := range p.Layers {
+		if l.Phase == api.PullDone {
+			done++
+		}
+	}
+	return fmt.Sprintf("%d/%d", done, len(p.Layers))
+}
+
+// pullBytes is "FETCHED / TOTAL" of a pull (compressed bytes).
+func pullBytes(p api.PullProgress) string {
+	return progress.Bytes(p.FetchedBytes) + " / " + progress.Bytes(p.TotalBytes)
 }

@@ -175,14 +175,40 @@ func TestTopLiveQuits(t *testing.T) {
 // their node (none: no section).
 func TestTopShowsPulls(t *testing.T) {
 	var none bytes.Buffer
-	renderTop(&none, api.Top{SortBy: "cpu"}, nil)
+	renderTop(&none, api.Top{SortBy: "cpu"}, topPulls{})
 	if strings.Contains(none.String(), "PULL") {
 		t.Fatalf("a pull section with no pulls:\n%s", none.String())
 	}
 	var out bytes.Buffer
-	renderTop(&out, api.Top{SortBy: "cpu"}, []api.PullProgress{{Ref: "docker.io/library/python:3.12", Node: "n2", Phase: api.PullFetching,
-		FetchedBytes: 3 << 20, TotalBytes: 12 << 20, Layers: []api.LayerProgress{{Phase: api.PullDone}, {Phase: api.PullFetching}}}})
+	renderTop(&out, api.Top{SortBy: "cpu"}, topPulls{pulls: []api.PullProgress{{Ref: "docker.io/library/python:3.12", Node: "n2", Phase: api.PullFetching,
+		FetchedBytes: 3 << 20, TotalBytes: 12 << 20, Layers: []api.LayerProgress{{Phase: api.PullDone}, {Phase: api.PullFetching}}}}})
 	for _, want := range []string{"image pulls: 1", "PULL", "docker.io/library/python:3.12  n2    fetching  1/2", "3.0 MiB / 12.0 MiB"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("output lacks %q:\n%s", want, out.String())
+		}
+	}
+}
+
+// TestTopShowsSandboxesPulling: sandboxes in state pulling (a create with
+// wait false) are counted in the summary and listed with their pull's bytes
+// fetched of total; none: no section.
+func TestTopShowsSandboxesPulling(t *testing.T) {
+	var none bytes.Buffer
+	renderTop(&none, api.Top{SortBy: "cpu"}, topPulls{})
+	if strings.Contains(none.String(), "pulling") {
+		t.Fatalf("a pulling section with no sandbox pulling:\n%s", none.String())
+	}
+	top := api.Top{SortBy: "cpu"}
+	top.Sandboxes.Total = 3
+	top.Sandboxes.ByState = map[string]int{"running": 1, api.StatePulling: 2}
+	var out bytes.Buffer
+	renderTop(&out, top, topPulls{waiting: []api.Sandbox{
+		{ID: "sb-a", Image: "python:3.12", State: api.StatePulling, Pull: &api.PullProgress{Phase: api.PullFetching, FetchedBytes: 5 << 20, TotalBytes: 20 << 20,
+			Layers: []api.LayerProgress{{Phase: api.PullDone}, {Phase: api.PullFetching}, {Phase: api.PullWaiting}}}},
+		{ID: "sb-b", Image: "ghcr.io/o/t:1", State: api.StatePulling},
+	}})
+	for _, want := range []string{"sandboxes: 3 (running 1, paused 0, exited 0, pulling 2)", "sandboxes pulling their image: 2",
+		"sb-a     python:3.12    fetching   1/3", "5.0 MiB / 20.0 MiB", "sb-b     ghcr.io/o/t:1  resolving  -"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q:\n%s", want, out.String())
 		}

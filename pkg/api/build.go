@@ -29,7 +29,25 @@ type BuildImageRequest struct {
 	// Network is the egress policy of the RUN steps' sandboxes (nil, the
 	// default: none, loopback only). COPY and ADD never need one.
 	Network *NetworkPolicy `json:"network,omitempty"`
+	// RegistryAuth gives credentials by registry host (HOST[:PORT] as the
+	// reference names it; docker.io for Docker Hub) for the build's FROM
+	// pulls only, in place of the node's: they are never stored with the
+	// image or its layers, and never logged.
+	RegistryAuth map[string]RegistryAuth `json:"registry_auth,omitempty"`
 }
+
+// RegistryAuth is a user name and password for one registry (basic auth, or
+// the registry's token flow with them).
+type RegistryAuth struct {
+	Username string `json:"username"`
+	Password string `json:"password"`
+}
+
+// String names the user only: the password is never printed.
+func (a RegistryAuth) String() string { return "registry auth for " + a.Username }
+
+// GoString is String, so %#v shows no password either.
+func (a RegistryAuth) GoString() string { return a.String() }
 
 // BuildStep is one instruction of a build as it ran.
 type BuildStep struct {

@@ -43,3 +43,23 @@ type LayerProgress struct {
 	FetchedBytes int64  `json:"fetched_bytes"`
 	TotalBytes   int64  `json:"total_bytes"`
 }
+
+// CreateEvent is one NDJSON line of a streamed create (POST /v1/sandboxes
+// with Accept: application/x-ndjson or ?stream=true): "pull" carries the
+// progress of the node's fetch of the image (sent when it changes), and the
+// last line is "sandbox" (Sandbox) or "error" (Error, with the status a
+// plain create would have answered).
+type CreateEvent struct {
+	Type    string        `json:"type"`
+	Pull    *PullProgress `json:"pull,omitempty"`
+	Sandbox *Sandbox      `json:"sandbox,omitempty"`
+	Error   *Error        `json:"error,omitempty"`
+	Status  int           `json:"status,omitempty"`
+}
+
+// Types of CreateEvent.
+const (
+	CreateEventPull    = "pull"
+	CreateEventSandbox = "sandbox"
+	CreateEventError   = "error"
+)

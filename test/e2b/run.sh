@@ -25,8 +25,12 @@ fi
 GORACE="$(printf '%s\n' ${GORACE:-} | grep -v '^halt_on_error=' | tr '\n' ' ')halt_on_error=1"
 export GORACE
 PORT=${PORT:-$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
+# Two loopback ports the tests may run registries on (plain HTTP is allowed to
+# them): DSEC_E2B_REGISTRY_PORT and the one after it.
+REGPORT=${REGPORT:-$((40000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
 TOKEN=e2b-acceptance-$$
-"$DSEC" server --data-dir "$DATA" --listen "127.0.0.1:$PORT" --token "$TOKEN" --cleanup-on-exit >"$DATA/server.log" 2>&1 &
+"$DSEC" server --data-dir "$DATA" --listen "127.0.0.1:$PORT" --token "$TOKEN" --cleanup-on-exit \
+  --insecure-registry "127.0.0.1:$REGPORT" --insecure-registry "127.0.0.1:$((REGPORT + 1))" >"$DATA/server.log" 2>&1 &
 PID=$!
 cleanup() { kill "$PID" 2>/dev/null || true; wait "$PID" 2>/dev/null || true; rm -rf "$DATA"; }
 trap cleanup EXIT INT TERM
@@ -35,6 +39,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 export E2B_API_URL="http://127.0.0.1:$PORT" E2B_SANDBOX_URL="http://127.0.0.1:$PORT" E2B_API_KEY="e2b_$TOKEN"
+export DSEC_E2B_REGISTRY_PORT="$REGPORT" DSEC_E2B_SERVER_LOG="$DATA/server.log"
 status=0
 if [ "${1:-}" = bench ]; then
   shift

@@ -14,8 +14,11 @@ GO=${GO:-go}
 (cd "$ROOT" && "$GO" build -o bin/dsec-ui-mocknode ./test/ui/mocknode)
 DATA=$(mktemp -d /tmp/dsec-ui.XXXXXX)
 PORT=${PORT:-$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
+# A loopback port the tests may run a registry on (plain HTTP is allowed to it).
+REGPORT=${REGPORT:-$((40000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
 TOKEN=ui-e2e-$$-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
-"$DSEC" server --data-dir "$DATA/server" --listen "127.0.0.1:$PORT" --token "$TOKEN" --cleanup-on-exit >"$DATA/server.log" 2>&1 &
+"$DSEC" server --data-dir "$DATA/server" --listen "127.0.0.1:$PORT" --token "$TOKEN" --cleanup-on-exit \
+  --insecure-registry "127.0.0.1:$REGPORT" >"$DATA/server.log" 2>&1 &
 PID=$!
 MOCK_N=${MOCK_N:-10000}
 "$ROOT/bin/dsec-ui-mocknode" -n "$MOCK_N" -token "$TOKEN" -dir "$DATA/mock" >"$DATA/mock.out" 2>"$DATA/mock.log" &
@@ -34,10 +37,11 @@ done
 # mocknode fills itself while the other tests run; the first-paint test waits
 # for its "ready URL" line in DSEC_MOCK_OUT.
 export DSEC_URL="http://127.0.0.1:$PORT" DSEC_TOKEN="$TOKEN" DSEC_MOCK_N="$MOCK_N" DSEC_MOCK_OUT="$DATA/mock.out"
+export DSEC_UI_REGISTRY_PORT="$REGPORT" GO
 export DSEC_UI_ARTIFACTS="$ROOT/bin/ui-artifacts"
 mkdir -p "$DSEC_UI_ARTIFACTS"
 status=0
-[ $# -gt 0 ] || set -- dashboard.test.mjs
+[ $# -gt 0 ] || set -- ./*.test.mjs
 # UI_TEST_ARGS: more node --test flags, e.g. --test-name-pattern=terminal
 node --test --test-concurrency=1 --test-timeout=300000 ${UI_TEST_ARGS:-} "$@" || status=$?
 if [ $status -ne 0 ]; then tail -20 "$DATA/server.log"; tail -5 "$DATA/mock.log"; fi

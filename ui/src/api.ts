@@ -88,6 +88,18 @@ export interface Sandbox {
   reclaimed?: boolean;
   // The sandbox has a display: GET /v1/sandboxes/{id}/screen returns a PNG.
   screen?: boolean;
+  // State pulling: how far the node's fetch of the image got.
+  pull?: PullProgress;
+  // State failed: why the sandbox could not be made.
+  error?: { code: string; message: string };
+}
+export interface PullProgress {
+  ref?: string;
+  digest?: string;
+  phase: string;
+  fetched_bytes: number;
+  total_bytes: number;
+  layers?: { digest: string; phase: string; fetched_bytes: number; total_bytes: number }[];
 }
 export interface SandboxPage {
   sandboxes: Sandbox[];

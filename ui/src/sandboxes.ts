@@ -1,4 +1,4 @@
-import { api, apiBlob, SandboxPage, Usage } from "./api";
+import { api, apiBlob, Sandbox, SandboxPage, Usage } from "./api";
 import { ago, bytes, h, table } from "./dom";
 import { errorBox, refused, View } from "./main";
 
@@ -11,6 +11,7 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
   let stopped = false;
   const cursors: string[] = [""]; // cursors[i] starts page i
   let page = 0;
+  let again: ReturnType<typeof setTimeout> | undefined;
 
   const form = filterForm(params);
   const body = h("div", {}, h("p", { class: "muted" }, "Loading…"));
@@ -47,6 +48,9 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
       body.replaceChildren(list(res));
       document.body.dataset.ready = "sandboxes";
       fillUsage(res);
+      // A sandbox fetching its image: follow its progress until it runs.
+      clearTimeout(again);
+      if (res.sandboxes.some((sb) => sb.state === "pulling")) again = setTimeout(load, 1000);
     } catch (err) {
       if (stopped || refused(err)) return;
       body.replaceChildren(errorBox(err));
@@ -71,7 +75,7 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
         ["id", "state", "backend", "image", "CPU used / limit", "memory used / limit", "created", "labels", "", ""],
         res.sandboxes.map((sb) => [
           h("code", { "data-testid": "sandbox-id" }, sb.id),
-          h("span", { class: "state " + sb.state }, sb.state + (sb.reclaimed ? " (reclaimed)" : "")),
+          stateCell(sb),
           sb.backend,
           sb.image,
           h("span", { "data-cpu": sb.id }, "– / " + sb.cpu + (sb.cpu_class ? " " + sb.cpu_class : "")),
@@ -119,6 +123,7 @@ export function sandboxes(app: HTMLElement, params: URLSearchParams): View {
   return {
     stop: () => {
       stopped = true;
+      clearTimeout(again);
       if (shown) URL.revokeObjectURL(shown);
     },
   };
@@ -150,10 +155,30 @@ function filterForm(params: URLSearchParams): HTMLElement {
       },
     },
     input("label", "label KEY=VALUE"),
-    select("state", ["running", "paused", "exited"]),
+    select("state", ["running", "paused", "exited", "pulling", "failed"]),
     select("backend", ["container", "fncall", "microvm", "fullvm"]),
     input("node", "node"),
     h("button", { type: "submit" }, "Filter"),
   ) as HTMLFormElement;
   return form;
+}
+
+/** stateCell is a sandbox's state; one fetching its image (state pulling)
+ * shows the pull's phase and bytes fetched of total, one that failed its
+ * error's code (the message as a tooltip). */
+function stateCell(sb: Sandbox): HTMLElement {
+  const cell = h("span", { class: "state " + sb.state }, sb.state + (sb.reclaimed ? " (reclaimed)" : ""));
+  if (sb.state === "pulling") {
+    const p = sb.pull;
+    const layers = p?.layers ?? [];
+    const done = layers.filter((l) => l.phase === "done").length;
+    const text = p
+      ? `${p.phase}${layers.length ? `, ${done}/${layers.length} layers` : ""}, ${bytes(p.fetched_bytes)} of ${bytes(p.total_bytes)}`
+      : "resolving";
+    return h("span", {}, cell, " ", h("span", { class: "muted", "data-testid": "pull-progress", "data-pull": sb.id }, text));
+  }
+  if (sb.state === "failed" && sb.error) {
+    return h("span", { title: sb.error.message }, cell, " ", h("span", { class: "muted", "data-testid": "failed-code" }, sb.error.code));
+  }
+  return cell;
 }

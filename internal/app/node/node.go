@@ -372,7 +372,12 @@ func (d *Daemon) startEnvironments(ctx context.Context) (lifecycle.Close, error)
 		return nil, fmt.Errorf("registries: %w", err)
 	}
 	d.puller = &pull.Puller{Registry: reg, Blobs: blobs, Spec: d.blobSpec, Dir: d.dirs.Pulls(), Log: d.cfg.Logger,
-		Budget: d.cfg.ImageCacheBytes, Grace: imageCacheGrace, Claims: d.cfg.LayerClaims}
+		Budget: d.cfg.ImageCacheBytes, Grace: imageCacheGrace, Claims: d.cfg.LayerClaims, SharedBlobs: d.cfg.BlobStore != ""}
+	if d.puller.SharedBlobs && d.puller.Budget > 0 {
+		// Deleting blobs of a store other nodes read is not this node's call.
+		d.cfg.Logger.Info("image cache budget off: the blob store is not this node's own", "blob_store", d.cfg.BlobStore)
+		d.puller.Budget = 0
+	}
 	return nil, d.puller.Clean(ctx)
 }
 

@@ -500,7 +500,8 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 	go func() { pw.CloseWithError(writeBuildContext(pw, dockerfile, files, tr.globs)) }()
 	out := &logLines{emit: func(line string) { logf(e2bapi.LogLevelInfo, "", line) }}
 	b, _ := h.tpl.get(buildID)
-	req := api.BuildImageRequest{Name: id, Output: out, CPU: float64(b.cpu), MemoryBytes: int64(b.memMB) << 20}
+	req := api.BuildImageRequest{Name: id, Output: out, CPU: float64(b.cpu), MemoryBytes: int64(b.memMB) << 20,
+		RegistryAuth: tr.auth}
 	res, err := h.svc.BuildImage(session.WithoutStep(ctx), req, pr)
 	out.flush()
 	_ = pr.CloseWithError(io.ErrClosedPipe)

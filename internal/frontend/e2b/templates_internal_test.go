@@ -3,6 +3,7 @@ package e2b
 import (
 	"archive/tar"
 	"bytes"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -73,6 +74,10 @@ func TestTranslateTemplate(t *testing.T) {
 	if s, m := tr.explain(errdefs.Invalid("Dockerfile line 1: FROM debian: not found")); s != "base" || !strings.Contains(m, "not found") {
 		t.Errorf("explain FROM = %q, %q", s, m)
 	}
+	denied := fmt.Errorf("Dockerfile line 1: FROM r.example/a:1: %w", errdefs.New(api.CodePermissionDenied, "registry r.example refused r.example/a:1 (credentials missing or wrong)"))
+	if s, m := tr.explain(denied); s != "base" || !strings.HasPrefix(m, "permission_denied: step base") || !strings.Contains(m, "refused") {
+		t.Errorf("explain a refused FROM = %q, %q; want step base, permission_denied first", s, m)
+	}
 }
 
 func TestTranslateTemplateDefaults(t *testing.T) {
@@ -129,7 +134,7 @@ func TestTranslateTemplateBadSteps(t *testing.T) {
 		"user two":          {e2bapi.TemplateBuildStartV2{Steps: &[]e2bapi.TemplateStep{step("USER", "a", "b")}}, "want one user"},
 		"ready, no start":   {e2bapi.TemplateBuildStartV2{ReadyCmd: ptr("true")}, "setStartCmd first"},
 		"start newline":     {e2bapi.TemplateBuildStartV2{StartCmd: ptr("a\nb")}, "start-cmd: line breaks"},
-		"registry creds":    {e2bapi.TemplateBuildStartV2{FromImage: ptr("x"), FromImageRegistry: &e2bapi.FromImageRegistry{}}, "registry credentials"},
+		"registry creds":    {e2bapi.TemplateBuildStartV2{FromTemplate: ptr("x"), FromImageRegistry: &e2bapi.FromImageRegistry{}}, "come with fromImage"},
 		"two bases":         {e2bapi.TemplateBuildStartV2{FromImage: ptr("x"), FromTemplate: ptr("y")}, "one base"},
 		"base not a ref":    {e2bapi.TemplateBuildStartV2{FromImage: ptr("x $(id)")}, "not an image reference"},
 		"base with a quote": {e2bapi.TemplateBuildStartV2{FromTemplate: ptr(`x"`)}, "not an image reference"},

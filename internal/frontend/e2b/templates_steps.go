@@ -13,6 +13,8 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b/e2bapi"
+	"github.com/dsec-dev/dsec/internal/image/registry"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // translatedTemplate is an E2B template as a Dockerfile.
@@ -29,6 +31,9 @@ type translatedTemplate struct {
 	files []string
 	// globs are the COPY steps whose source is a pattern, by index.
 	globs []templateGlob
+	// auth are the credentials of the FROM image's registry the template
+	// gave (fromImage with credentials): for the build's pull only.
+	auth map[string]api.RegistryAuth
 }
 
 // templateGlob is a COPY step's source pattern and the files it reads.
@@ -58,8 +63,20 @@ func (t translatedTemplate) describe(line int, instruction string) string {
 }
 
 // explain turns a build error into the failed step and an E2B message
-// naming the template's call rather than the Dockerfile.
+// naming the template's call rather than the Dockerfile. An error that is
+// not the steps' own (a registry refusing credentials, an image not found,
+// a registry down) starts with its code: permission_denied: ...
 func (t translatedTemplate) explain(err error) (string, string) {
+	step, msg := t.explainStep(err)
+	switch code := errdefs.CodeOf(err); code {
+	case api.CodeInvalidArgument, api.CodeInternal:
+	default:
+		msg = string(code) + ": " + msg
+	}
+	return step, msg
+}
+
+func (t translatedTemplate) explainStep(err error) (string, string) {
 	msg := err.Error()
 	m := dockerfileLine.FindStringSubmatch(msg)
 	if m == nil {
@@ -87,8 +104,8 @@ type templateFrom struct {
 
 // templateBase returns the base a template names ("" for E2B's default).
 func templateBase(spec e2bapi.TemplateBuildStartV2) (string, error) {
-	if spec.FromImageRegistry != nil {
-		return "", errdefs.Invalid("fromImage with registry credentials: dsec takes registry credentials from the node's configuration (Docker config.json), not from a template")
+	if spec.FromImageRegistry != nil && spec.FromImage == nil {
+		return "", errdefs.Invalid("registry credentials (fromImageRegistry) come with fromImage: a template base has none")
 	}
 	base := ""
 	switch {
@@ -108,6 +125,57 @@ func templateBase(spec e2bapi.TemplateBuildStartV2) (string, error) {
 	return base, nil
 }
 
+// gcpKeyUser is the user name with which a registry of Google's (Artifact
+// Registry, Container Registry) takes a service account key as password.
+const gcpKeyUser = "_json_key"
+
+// templateRegistryAuth maps a template's fromImageRegistry (fromImage with
+// username and password, fromGCPRegistry) to credentials for the base
+// image's registry: the build's FROM pull uses them and nothing keeps them.
+// AWS ECR needs a token exchange with AWS's API: not_implemented.
+func templateRegistryAuth(spec e2bapi.TemplateBuildStartV2, base string) (map[string]api.RegistryAuth, error) {
+	if spec.FromImageRegistry == nil {
+		return nil, nil
+	}
+	kind, err := spec.FromImageRegistry.Discriminator()
+	if err != nil {
+		return nil, errdefs.Invalid("fromImageRegistry: %v", err)
+	}
+	var a api.RegistryAuth
+	switch kind {
+	case string(e2bapi.Registry):
+		g, err := spec.FromImageRegistry.AsGeneralRegistry()
+		if err != nil {
+			return nil, errdefs.Invalid("fromImageRegistry: %v", err)
+		}
+		a = api.RegistryAuth{Username: g.Username, Password: g.Password}
+	case string(e2bapi.Gcp):
+		g, err := spec.FromImageRegistry.AsGCPRegistry()
+		if err != nil {
+			return nil, errdefs.Invalid("fromImageRegistry: %v", err)
+		}
+		if !json.Valid([]byte(g.ServiceAccountJson)) {
+			return nil, errdefs.Invalid("fromGCPRegistry: the service account key is not JSON")
+		}
+		a = api.RegistryAuth{Username: gcpKeyUser, Password: g.ServiceAccountJson}
+	case string(e2bapi.Aws):
+		return nil, errdefs.New(api.CodeNotImplemented, "fromAWSRegistry: AWS ECR credentials need a token exchange with AWS (ecr:GetAuthorizationToken) that dsec does not make; give the token as fromImage(ref, {username: 'AWS', password: TOKEN}) or configure the node's Docker config.json")
+	default:
+		return nil, errdefs.Invalid("fromImageRegistry: unknown type %q (registry, gcp or aws)", kind)
+	}
+	if a.Username == "" || a.Password == "" {
+		return nil, errdefs.Invalid("fromImage registry credentials need a username and a password")
+	}
+	if base == "" {
+		return nil, errdefs.Invalid("registry credentials apply to a registry reference (REGISTRY/REPO[:TAG]), not to %s", e2bBaseImage)
+	}
+	ref, err := registry.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]api.RegistryAuth{ref.Context().RegistryStr(): a}, nil
+}
+
 // translateTemplate turns the steps of an E2B build into a Dockerfile; bad
 // steps are invalid_argument.
 func translateTemplate(spec e2bapi.TemplateBuildStartV2, base templateFrom, alias, buildID string) (translatedTemplate, error) {
@@ -121,6 +189,10 @@ func translateTemplate(spec e2bapi.TemplateBuildStartV2, base templateFrom, alia
 		}
 	}
 	t.base = base.image
+	var err error
+	if t.auth, err = templateRegistryAuth(spec, base.named); err != nil {
+		return t, err
+	}
 	add("base", "from "+cmp.Or(base.named, e2bBaseImage), "FROM "+base.image)
 
 	var steps []e2bapi.TemplateStep

@@ -39,6 +39,10 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	if wantsCreateStream(r) {
+		s.createStream(w, r, req)
+		return
+	}
 	if req.ReadyCmd != "" || req.ReadyPort != 0 {
 		// The node answers once the start command is ready: keep the
 		// connection busy meanwhile, as a long exec does.

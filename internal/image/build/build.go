@@ -46,6 +46,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/internal/image/envstore"
+	"github.com/dsec-dev/dsec/internal/image/registry"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -243,7 +244,8 @@ func parseErr(err error, line int) error {
 // state is a stage as built so far.
 type state struct {
 	// from names the image a sandbox of this state is created from: the FROM
-	// image or the cache environment of the last layer step.
+	// image (pinned to its digest if pulled) or the cache environment of the
+	// last layer step.
 	from   string
 	layers []image.Layer
 	cfg    image.Config
@@ -381,11 +383,11 @@ func (r *run) from(ctx context.Context, idx int, s *instructions.Stage) (*state,
 	if name == "scratch" {
 		return r.fromScratch(ctx, line)
 	}
-	img, err := r.b.Resolve(ctx, name)
+	img, err := r.b.Resolve(r.withRegistryAuth(ctx), name)
 	if err != nil {
 		return nil, fmt.Errorf("Dockerfile line %d: FROM %s: %w", line, name, err)
 	}
-	st := &state{from: name, layers: img.Layers, args: map[string]string{}, shell: []string{"/bin/sh", "-c"}}
+	st := &state{from: pinned(name, img), layers: img.Layers, args: map[string]string{}, shell: []string{"/bin/sh", "-c"}}
 	if img.Config != nil {
 		st.cfg = *cloneConfig(img.Config)
 	}
@@ -397,6 +399,30 @@ func (r *run) from(ctx context.Context, idx int, s *instructions.Stage) (*state,
 	}{img.Digest, img.Layers, img.Config})
 	st.key = st.chain("FROM", string(id))
 	return st, nil
+}
+
+// pinned names the FROM image name resolved to for the step sandboxes: a
+// registry reference by the digest it resolved to, which the node holds now
+// (a tag could move meanwhile, and resolving it again would need the
+// registry and the build's credentials), any other name as it is.
+func pinned(name string, img image.Image) string {
+	if img.Digest == "" || !registry.IsReference(name) {
+		return name
+	}
+	ref, err := registry.Parse(name)
+	if err != nil {
+		return name
+	}
+	return ref.Context().Digest(img.Digest).String()
+}
+
+// withRegistryAuth is ctx carrying the request's registry credentials, for
+// a FROM's pull (and nothing else the build does).
+func (r *run) withRegistryAuth(ctx context.Context) context.Context {
+	for host, a := range r.req.RegistryAuth {
+		ctx = registry.WithCredentials(ctx, host, registry.Credentials{Username: a.Username, Password: a.Password})
+	}
+	return ctx
 }
 
 func cloneConfig(c *image.Config) *image.Config {

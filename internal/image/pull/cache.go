@@ -240,9 +240,9 @@ func (p *Puller) removeLocked(ctx context.Context, dg string) (Removed, error) {
 	return out, err
 }
 
-// collectLocked deletes every layer record (and its blobs) that no image
-// record names and no pull has pinned (p.gcMu held), and returns the bytes
-// of the EROFS blobs deleted.
+// collectLocked deletes every layer record (and its blobs, unless
+// p.SharedBlobs) that no image record names and no pull has pinned (p.gcMu
+// held), and returns the bytes of the EROFS blobs deleted.
 func (p *Puller) collectLocked(ctx context.Context) (int64, error) {
 	named := map[string]bool{}
 	imgs, err := p.imageDigests()
@@ -276,7 +276,7 @@ func (p *Puller) collectLocked(ctx context.Context) (int64, error) {
 	var errs []error
 	for _, l := range drop {
 		for _, d := range []string{l.layer.Digest, l.layer.Index} {
-			if d == "" || keep[d] {
+			if d == "" || keep[d] || p.SharedBlobs {
 				continue
 			}
 			keep[d] = true // once

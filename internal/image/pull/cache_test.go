@@ -246,3 +246,47 @@ func TestBudgetEvictsLeastRecentlyUsed(t *testing.T) {
 		t.Fatalf("an image over the budget: %v, want resource_exhausted", err)
 	}
 }
+
+// With a blob store other nodes read (SharedBlobs), removing an image drops
+// this node's records only: every blob stays in the store for the nodes that
+// may run on it, nothing is counted as freed, and a later pull of the image
+// is this node's again.
+func TestRemoveWithSharedBlobsKeepsBlobs(t *testing.T) {
+	e := newEnv(t, nil)
+	e.p.SharedBlobs = true
+	ctx := context.Background()
+	ref := e.reg.Host + "/shared/a:1"
+	e.reg.Push(t, "shared/a:1", registrytest.Image(t, v1.Config{}, registrytest.Layer(t, E{Name: "a", Body: randomBody(8 << 10)})))
+	pa, err := e.p.Pull(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := blobsOf(t, e)
+	r, err := e.p.Remove(ctx, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Bytes != 0 || len(r.Refs) != 1 {
+		t.Fatalf("removed %+v, want its reference and no bytes freed", r)
+	}
+	after := blobsOf(t, e)
+	for d := range before {
+		if !after[d] {
+			t.Errorf("blob %s deleted from the shared store", d)
+		}
+	}
+	if imgs, err := e.p.Cached(); err != nil || len(imgs) != 0 {
+		t.Fatalf("images cached after the removal: %v %v", imgs, err)
+	}
+	if err := e.p.Clean(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(blobsOf(t, e)); n != len(before) {
+		t.Errorf("Clean left %d blobs of %d", n, len(before))
+	}
+	again, err := e.p.Pull(ctx, ref)
+	if err != nil || again.Image.Layers[0].Digest != pa.Image.Layers[0].Digest {
+		t.Fatalf("pull again: %+v %v", again, err)
+	}
+	consistent(t, e)
+}

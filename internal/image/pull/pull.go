@@ -75,6 +75,10 @@ type Puller struct {
 	// each layer fetched from a registry by one node only (nil: this node
 	// fetches what it lacks).
 	Claims LayerClaims
+	// SharedBlobs says other nodes read Blobs (a shared blob store, whose
+	// layers their sandboxes may run on unseen by this node): removals
+	// (Remove, Evict, Clean) drop this node's records but never delete a blob.
+	SharedBlobs bool
 
 	flights flights
 	refsMu  sync.Mutex
@@ -85,6 +89,8 @@ type Puller struct {
 	prog   progress
 	// LayersFetched counts layer blobs fetched from a registry.
 	LayersFetched atomic.Int64
+	// credPulls numbers the pulls with credentials of their own.
+	credPulls atomic.Int64
 }
 
 // Pulled is an image made into an environment.
@@ -110,8 +116,14 @@ func (p *Puller) Pull(ctx context.Context, ref string) (Pulled, error) {
 			return p.pulled(norm, d.DigestStr(), m)
 		}
 	}
-	// Creates of one reference at once share one resolution and one pull.
-	v, err := p.flights.do(ctx, "ref\x00"+norm, func(ctx context.Context) (any, error) {
+	// Creates of one reference at once share one resolution and one pull;
+	// a pull with credentials of its own (registry.WithCredentials) resolves
+	// alone, so that neither answers for the other.
+	key := "ref\x00" + norm
+	if registry.HasCredentials(ctx, r) {
+		key += fmt.Sprintf("\x00(with credentials, pull %d)", p.credPulls.Add(1))
+	}
+	v, err := p.flights.do(ctx, key, func(ctx context.Context) (any, error) {
 		defer p.prog.startRef(norm)()
 		res, err := p.Registry.Resolve(ctx, r)
 		if err != nil {

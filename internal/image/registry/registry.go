@@ -1,7 +1,7 @@
 // Package registry reaches OCI registries as containerd does: references
 // normalised as Docker does (python:3.12 → docker.io/library/python:3.12),
 // anonymous, bearer-token and basic auth with credentials from a Docker
-// config.json, mirrors and rewrites from containerd hosts.toml files
+// config.json or given with a call (WithCredentials), mirrors and rewrites from containerd hosts.toml files
 // (DIR/HOST/hosts.toml), plain HTTP only for registries configured as
 // insecure, and retries with back-off on 429 and 5xx answers honouring
 // Retry-After. Every registry error is classified (errdefs): a malformed
@@ -226,7 +226,7 @@ func (c *Client) resolveAt(ctx context.Context, ref name.Reference, ep endpoint)
 		return Resolved{}, errdefs.Invalid("image reference %q", ref)
 	}
 	opts := []remote.Option{
-		remote.WithAuthFromKeychain(c.keys), remote.WithTransport(c.rt), remote.WithPlatform(*c.cfg.Platform),
+		remote.WithAuthFromKeychain(c.authFor(ctx, ref, ep)), remote.WithTransport(c.rt), remote.WithPlatform(*c.cfg.Platform),
 		// Retries are the client's (retryTransport), which honour Retry-After.
 		remote.WithRetryStatusCodes(), remote.WithRetryPredicate(func(error) bool { return false }),
 	}

@@ -69,21 +69,30 @@ func Start(t testing.TB, user, pass string) *Registry { return StartAt(t, "127.0
 // StartAt is Start listening on addr (HOST:PORT; e.g. an address that
 // processes in other network namespaces reach).
 func StartAt(t testing.TB, addr, user, pass string) *Registry {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := StartOn(l, user, pass)
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// StartOn is Start serving on l (nil: a new loopback port), for a program
+// that runs a test registry at an address its user chose; Close stops it.
+func StartOn(l net.Listener, user, pass string) *Registry {
 	r := &Registry{user: user, pass: pass, blobGets: map[string]int{}, tampered: map[string][]byte{}}
 	inner := ggcr.New(ggcr.Logger(nopLogger()))
 	mux := http.NewServeMux()
 	mux.HandleFunc("/token", r.token)
 	mux.HandleFunc("/", func(w http.ResponseWriter, req *http.Request) { r.serve(w, req, inner) })
-	l, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	r.srv = httptest.NewUnstartedServer(mux)
-	r.srv.Listener.Close()
-	r.srv.Listener = l
+	if l != nil {
+		_ = r.srv.Listener.Close()
+		r.srv.Listener = l
+	}
 	r.srv.Start()
 	r.Host = strings.TrimPrefix(r.srv.URL, "http://")
-	t.Cleanup(r.srv.Close)
 	return r
 }
 

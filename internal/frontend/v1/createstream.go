@@ -1,0 +1,82 @@
+package v1
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// createPollEvery is how often a streamed create reads its image's pull.
+const createPollEvery = 250 * time.Millisecond
+
+// wantsCreateStream says whether a create asked for its progress as NDJSON
+// events (Accept: application/x-ndjson, or ?stream=true).
+func wantsCreateStream(r *http.Request) bool {
+	return r.URL.Query().Get("stream") == "true" || strings.Contains(r.Header.Get("Accept"), "application/x-ndjson")
+}
+
+// createStream answers a create as NDJSON events: the node's pull of the
+// image (a registry reference) each time its progress changes, then the
+// sandbox or the error (api.CreateEvent). The answer is 200 from the start.
+func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req api.CreateSandboxRequest) {
+	type answer struct {
+		sb  api.Sandbox
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		sb, err := s.svc.Create(r.Context(), req)
+		done <- answer{sb, err}
+	}()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	_ = rc.Flush()
+	send := func(ev api.CreateEvent) bool {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return false
+		}
+		if _, err := w.Write(append(b, '\n')); err != nil {
+			return false
+		}
+		return rc.Flush() == nil
+	}
+	poll := time.NewTicker(createPollEvery)
+	defer poll.Stop()
+	var last []byte
+	for {
+		select {
+		case a := <-done:
+			if a.err != nil {
+				e := apiError(a.err)
+				send(api.CreateEvent{Type: api.CreateEventError, Error: e, Status: e.Status})
+				return
+			}
+			send(api.CreateEvent{Type: api.CreateEventSandbox, Sandbox: &a.sb})
+			return
+		case <-poll.C:
+			if !image.IsReference(req.Image) {
+				continue
+			}
+			pulls, err := s.svc.ImagePulls(r.Context(), req.Image)
+			if err != nil || len(pulls) == 0 {
+				continue
+			}
+			b, _ := json.Marshal(pulls[0])
+			if bytes.Equal(b, last) {
+				continue
+			}
+			last = b
+			if !send(api.CreateEvent{Type: api.CreateEventPull, Pull: &pulls[0]}) {
+				<-done // the client left: its context ends the create
+				return
+			}
+		}
+	}
+}
