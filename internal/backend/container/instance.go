@@ -33,6 +33,7 @@ type instance struct {
 	child bool     // started by this process: it must reap the init
 	done  chan struct{}
 	idle  idleConns
+	ooms  oomTally
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -56,6 +57,7 @@ func (d *Driver) newInstance(spec driver.Spec, st state, cg *cgroups.Group, chil
 		pidfd: os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", st.PID)),
 		child: child, done: make(chan struct{}),
 	}
+	in.ooms.read = cg.OOMKills
 	go in.watch()
 	return in, nil
 }
@@ -160,7 +162,7 @@ func (in *instance) exec(ctx context.Context, p driver.ProcSpec, fds [3]*os.File
 	if err != nil {
 		return nil, err
 	}
-	ooms, _ := in.cg.OOMKills()
+	ooms := in.ooms.start()
 	req := initproto.ExecRequest{
 		Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.UID, GID: p.GID, Groups: p.Groups, Tag: p.Tag,
 		TTY: p.TTY != nil, Master: master, OutputCap: outputCap(p),
@@ -226,7 +228,7 @@ func (in *instance) Attach(ctx context.Context, tag string, stdio driver.Stdio) 
 		}
 		return nil, errdefs.Internal(err, "attach to process %q", tag)
 	}
-	p := &proc{in: in, c: c, pid: pid, oomsBefore: ^uint64(0)}
+	p := &proc{in: in, c: c, pid: pid, oomsBefore: unknownOOMs}
 	if !running && exit != nil {
 		p.final = exit
 	}

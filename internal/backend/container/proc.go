@@ -17,7 +17,7 @@ type proc struct {
 	in         *instance
 	c          *initproto.Conn
 	pid        int
-	oomsBefore uint64        // cgroup OOM kill count at start; MaxUint64 if unknown
+	oomsBefore uint64        // cgroup OOM kill count at start (oomTally.start); unknownOOMs if unknown
 	pipes      *procio.Pipes // stdio pumped by this process; nil if none
 	term       *procio.Term  // the terminal, for a TTY process
 
@@ -95,12 +95,8 @@ func (p *proc) convert(ex initproto.Exit) driver.Exit {
 	}
 	// The kernel killed something in this sandbox for memory while the command
 	// ran: the command itself, or a child it waited for (a shell reports 137).
-	// A concurrent command in the same sandbox can share the blame.
-	if p.oomsBefore != ^uint64(0) {
-		if n, err := p.in.cg.OOMKills(); err == nil && n > p.oomsBefore {
-			out.OOMKilled = true
-		}
-	}
+	// A concurrent command in the same sandbox can share the blame (oomTally).
+	out.OOMKilled = p.in.ooms.killedSince(p.oomsBefore)
 	return out
 }
 
