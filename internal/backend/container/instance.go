@@ -31,7 +31,10 @@ type instance struct {
 	cg    *cgroups.Group
 	pidfd *os.File // nonblocking pidfd, readable once init exits
 	child bool     // started by this process: it must reap the init
-	done  chan struct{}
+	// life ends (end) when the init has exited; done is its Done.
+	life context.Context
+	end  context.CancelFunc
+	done <-chan struct{}
 	idle  idleConns
 	ooms  oomTally
 
@@ -55,8 +58,10 @@ func (d *Driver) newInstance(spec driver.Spec, st state, cg *cgroups.Group, chil
 	in := &instance{
 		d: d, id: spec.ID, st: st, raw: raw, cg: cg,
 		pidfd: os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", st.PID)),
-		child: child, done: make(chan struct{}),
+		child: child,
 	}
+	in.life, in.end = context.WithCancel(context.Background())
+	in.done = in.life.Done()
 	in.ooms.read = cg.OOMKills
 	go in.watch()
 	return in, nil
@@ -64,7 +69,7 @@ func (d *Driver) newInstance(spec driver.Spec, st state, cg *cgroups.Group, chil
 
 // watch waits in the netpoller (no thread per sandbox) for the init to exit.
 func (in *instance) watch() {
-	defer close(in.done)
+	defer in.end()
 	defer in.idle.closeAll()
 	rc, err := in.pidfd.SyscallConn()
 	if err != nil {

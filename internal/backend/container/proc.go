@@ -59,29 +59,17 @@ func (p *proc) Wait(ctx context.Context) (driver.Exit, error) {
 }
 
 // waitConn waits for the exit report; if the init dies first, the process died
-// with it (SIGKILL from the pid namespace teardown).
+// with it (SIGKILL from the pid namespace teardown). The init's end cancels the
+// wait (context.AfterFunc: no goroutine per exec waits for it).
 func (p *proc) waitConn(ctx context.Context) (initproto.Exit, error) {
-	type res struct {
-		ex  initproto.Exit
-		err error
-	}
-	ch := make(chan res, 1)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		ex, err := p.c.Wait(wctx)
-		ch <- res{ex, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil && !p.in.alive() {
-			return initproto.Exit{Status: syscall.WaitStatus(unix.SIGKILL)}, nil
-		}
-		return r.ex, r.err
-	case <-p.in.done:
-		cancel()
+	defer context.AfterFunc(p.in.life, cancel)()
+	ex, err := p.c.Wait(wctx)
+	if err != nil && !p.in.alive() {
 		return initproto.Exit{Status: syscall.WaitStatus(unix.SIGKILL)}, nil
 	}
+	return ex, err
 }
 
 func (p *proc) convert(ex initproto.Exit) driver.Exit {
