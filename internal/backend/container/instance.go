@@ -35,8 +35,8 @@ type instance struct {
 	life context.Context
 	end  context.CancelFunc
 	done <-chan struct{}
-	idle  idleConns
-	ooms  oomTally
+	idle idleConns
+	ooms oomTally
 
 	destroyOnce sync.Once
 	destroyErr  error
