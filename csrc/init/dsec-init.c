@@ -888,6 +888,7 @@ struct state {
 	int listen_paused;
 	unsigned long long seq;
 	struct rlimit nofile; /* the limit to restore in children */
+	int oom_reset;        /* children set oom_score_adj to 0 (the init's is not) */
 	char *rbuf;           /* receive buffer, MAX_PACKET + 1 bytes */
 	char **fields;        /* split packet, MAX_FIELDS entries */
 	char **vec;           /* an EXEC's argv and envp, MAX_FIELDS + 2 entries */
@@ -1133,6 +1134,20 @@ static void reap(struct state *s)
 	}
 }
 
+/* oom_adj_nonzero reports whether the init's oom_score_adj (the node's, which
+ * it inherited) is anything but 0 or cannot be read: then every child sets
+ * its own back to 0, else it has 0 already and skips the open and write. */
+static int oom_adj_nonzero(void)
+{
+	char b[16];
+	int fd = open("/proc/self/oom_score_adj", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 1;
+	ssize_t n = read(fd, b, sizeof b);
+	close(fd);
+	return !((n == 1 || (n == 2 && b[1] == '\n')) && b[0] == '0');
+}
+
 /* child_exec runs in the forked child and never returns. Failures are
  * reported as {step, errno} on the close-on-exec pipe ep. */
 static void __attribute__((noreturn))
@@ -1148,10 +1163,12 @@ child_exec(struct state *s, struct exec_req *r, int fds[3], int ep)
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	setrlimit(RLIMIT_NOFILE, &s->nofile);
-	int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
-	if (fd >= 0) {
-		(void)!write(fd, "0", 1);
-		close(fd);
+	if (s->oom_reset) {
+		int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			(void)!write(fd, "0", 1);
+			close(fd);
+		}
 	}
 	int step = exec_steps(r, fds);
 	int msg[2] = {step, errno};
@@ -1586,6 +1603,7 @@ int main(int argc, char **argv)
 		logf_("signalfd: %s", strerror(errno));
 		_exit(1);
 	}
+	s.oom_reset = oom_adj_nonzero();
 	s.rbuf = xmalloc(MAX_PACKET + 1);
 	s.fields = xmalloc(sizeof(char *) * MAX_FIELDS);
 	s.vec = xmalloc(sizeof(char *) * (MAX_FIELDS + 2));

@@ -269,10 +269,7 @@ func (g *Group) Threads() ([]int, error) {
 // policy and slice; the sweep runs twice for ones created meanwhile by threads
 // not yet switched.
 func (g *Group) SetThreadsIdle(idle bool) error {
-	slice := g.h.lsSlice
-	if idle {
-		slice = g.h.beSlice
-	}
+	slice := g.h.slice(idle)
 	for range 2 {
 		tids, err := g.Threads()
 		if err != nil {
@@ -285,6 +282,31 @@ func (g *Group) SetThreadsIdle(idle bool) error {
 		}
 	}
 	return nil
+}
+
+// slice is the scheduler slice of a class's threads (WithSlices; 0: the
+// kernel's default).
+func (h *Hierarchy) slice(idle bool) time.Duration {
+	if idle {
+		return h.beSlice
+	}
+	return h.lsSlice
+}
+
+// Slices are the scheduler slices LS and BE threads ask for (WithSlices; 0:
+// the kernel's default).
+func (h *Hierarchy) Slices() (ls, be time.Duration) { return h.lsSlice, h.beSlice }
+
+// SetProcessClass gives a new process (before it runs; its children inherit
+// it) the policy of its class, as SetIdle gives a group's threads: SCHED_IDLE
+// with the BE slice (idle), or the LS slice. An LS process with the kernel's
+// default slice is left as it is (SCHED_OTHER already).
+func (h *Hierarchy) SetProcessClass(pid int, idle bool) error {
+	slice := h.slice(idle)
+	if !idle && slice == 0 {
+		return nil
+	}
+	return SetSchedClass(pid, idle, slice)
 }
 
 // SetSchedIdle sets one thread's policy to SCHED_IDLE or SCHED_OTHER (with the

@@ -48,3 +48,55 @@ func TestSetSchedClass(t *testing.T) {
 	}()
 	<-done
 }
+
+// TestSetProcessClass: the Hierarchy's slices (WithSlices) are what a new
+// process of each class gets, as SetIdle gives a group's threads; an LS
+// process with the kernel's default slice is left as it is.
+func TestSetProcessClass(t *testing.T) {
+	const ls, be = 300 * time.Microsecond, 2 * time.Millisecond
+	h := &Hierarchy{}
+	if err := WithSlices(ls, be)(h); err != nil {
+		t.Fatal(err)
+	}
+	if gotLS, gotBE := h.Slices(); gotLS != ls || gotBE != be {
+		t.Fatalf("Slices %v %v, want %v %v", gotLS, gotBE, ls, be)
+	}
+	if err := WithSlices(-1, 0)(h); err == nil {
+		t.Errorf("a negative slice accepted")
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // never unlocked: the thread exits with the goroutine
+		tid := unix.Gettid()
+		base, err := SchedSlice(tid)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		if err := h.SetProcessClass(tid, true); err != nil {
+			t.Error(err)
+		}
+		if p, _ := SchedPolicy(tid); p != unix.SCHED_IDLE {
+			t.Errorf("BE policy %d, want SCHED_IDLE", p)
+		}
+		// (the kernel keeps SCHED_IDLE threads at the base slice)
+		if err := h.SetProcessClass(tid, false); err != nil {
+			t.Error(err)
+		}
+		if p, _ := SchedPolicy(tid); p != unix.SCHED_NORMAL {
+			t.Errorf("LS policy %d, want SCHED_NORMAL", p)
+		}
+		if got, _ := SchedSlice(tid); base > 0 && got != ls {
+			t.Errorf("LS slice %v, want %v", got, ls)
+		}
+		// the kernel's default LS slice: nothing to change
+		if err := (&Hierarchy{}).SetProcessClass(tid, false); err != nil {
+			t.Error(err)
+		}
+		if got, _ := SchedSlice(tid); base > 0 && got != ls {
+			t.Errorf("LS with the default slice changed the slice to %v", got)
+		}
+	}()
+	<-done
+}

@@ -27,6 +27,10 @@ import (
 // link, so the node does not become a router for anything else.
 type host struct {
 	dir string
+	// own: dir is this network namespace's own (defaultHostDir in a
+	// namespace other than the host's initial one); the last Manager to close
+	// removes it once it coordinates nothing (removeIfIdle).
+	own bool
 }
 
 const ipForward = "/proc/sys/net/ipv4/ip_forward"
@@ -43,21 +47,22 @@ const initNetIno = 0xEFFFFFF9
 // fixed initial inode) /run/dsec/netpolicy, any other (a node run in a
 // network namespace of its own) /run/dsec/netpolicy-netns-INODE. Managers of
 // such a node then neither count as holders of the host's forwarding nor
-// take its addresses, nor it theirs.
-func defaultHostDir() string {
+// take its addresses, nor it theirs. own reports the latter: the directory
+// goes with the last Manager of that namespace (Manager.Close).
+func defaultHostDir() (dir string, own bool) {
 	const shared = "/run/dsec/netpolicy"
 	var st, initNS unix.Stat_t
 	if unix.Stat("/proc/thread-self/ns/net", &st) != nil {
-		return shared
+		return shared, false
 	}
 	if unix.Stat("/proc/1/ns/net", &initNS) == nil {
 		if st.Ino == initNS.Ino && st.Dev == initNS.Dev {
-			return shared
+			return shared, false
 		}
 	} else if st.Ino == initNetIno {
-		return shared
+		return shared, false
 	}
-	return fmt.Sprintf("%s-netns-%d", shared, st.Ino)
+	return fmt.Sprintf("%s-netns-%d", shared, st.Ino), true
 }
 
 // guardTable is the name of the host-wide forward guard.
@@ -116,19 +121,80 @@ func (h host) claims(prefix string) map[netip.Addr]string {
 
 // lockForward runs fn under the host-wide forwarding lock.
 func (h host) lockForward(fn func() error) error {
-	if err := os.MkdirAll(filepath.Join(h.dir, "forward"), 0o700); err != nil {
-		return err
-	}
-	f, err := os.OpenFile(filepath.Join(h.dir, "forward.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := h.openLock(unix.LOCK_EX)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return err
-	}
 	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
 	return fn()
+}
+
+// openLock creates the directory as needed and takes forward.lock (how:
+// LOCK_EX, with LOCK_NB not waiting: EWOULDBLOCK while another holds it).
+// A lock file that removeIfIdle unlinked while this one waited for it locks
+// nothing: it is taken again from the path.
+func (h host) openLock(how int) (*os.File, error) {
+	path := filepath.Join(h.dir, "forward.lock")
+	for {
+		if err := os.MkdirAll(filepath.Join(h.dir, "forward"), 0o700); err != nil {
+			return nil, err
+		}
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := unix.Flock(int(f.Fd()), how); err != nil {
+			f.Close()
+			return nil, err
+		}
+		var held, now unix.Stat_t
+		if unix.Fstat(int(f.Fd()), &held) == nil && unix.Stat(path, &now) == nil &&
+			held.Ino == now.Ino && held.Dev == now.Dev {
+			return f, nil
+		}
+		f.Close() // closing drops the lock
+	}
+}
+
+// removeIfIdle removes the directory when it coordinates nothing any more:
+// no Manager holds the lock (tested without waiting), none holds forwarding
+// or has a prior ip_forward to restore, no address is claimed. A Manager that
+// comes later makes it again.
+func (h host) removeIfIdle() error {
+	if _, err := os.Stat(h.dir); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	f, err := h.openLock(unix.LOCK_EX | unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return nil // another user: the last one removes it
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if h.holders() > 0 {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(h.dir, "forward.prior")); !errors.Is(err, os.ErrNotExist) {
+		return err // a prior value still to restore (nil: present)
+	}
+	// os.Remove takes empty directories only: an address claimed meanwhile
+	// (claims take no lock) keeps them.
+	for _, d := range []string{"addr", "forward"} {
+		if err := os.Remove(filepath.Join(h.dir, d)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+	}
+	// Unlinked while held: a Manager waiting for it takes the lock again
+	// from the path (openLock).
+	if err := os.Remove(filepath.Join(h.dir, "forward.lock")); err != nil {
+		return err
+	}
+	if err := os.Remove(h.dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return nil
 }
 
 func (h host) holders() int {

@@ -109,8 +109,9 @@ func New(cfg Config) (*Manager, error) {
 			return nil, errdefs.Invalid("netpolicy: pool %s overlaps %s", cfg.Pool, rv.prefix)
 		}
 	}
+	ownHostDir := false
 	if cfg.HostDir == "" {
-		cfg.HostDir = defaultHostDir()
+		cfg.HostDir, ownHostDir = defaultHostDir()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -127,7 +128,7 @@ func New(cfg Config) (*Manager, error) {
 		log:     cfg.Logger,
 		tag:     hex.EncodeToString(sum[:4]),
 		prefix:  LinkPrefix(cfg.StateDir),
-		host:    host{dir: cfg.HostDir},
+		host:    host{dir: cfg.HostDir, own: ownHostDir},
 		sbx:     map[string]*sandbox{},
 		reaping: map[string]bool{},
 	}
@@ -657,12 +658,25 @@ func (m *Manager) Sweep(ctx context.Context, keep map[string]bool) {
 
 // Close releases nothing in the kernel: egress sandboxes keep their links and
 // rules for the next agent process. It waits for released links to go
-// (Settle) and, with no egress sandbox left, removes the table.
+// (Settle) and, with no egress sandbox left, removes the table; a network
+// namespace's own host directory goes too once nothing uses it
+// (host.removeIfIdle).
 func (m *Manager) Close() error {
 	m.stopDNS()
 	m.Settle()
 	m.nftMu.Lock()
 	defer m.nftMu.Unlock()
+	err := m.dropIdleTable()
+	if m.host.own {
+		if rerr := m.host.removeIfIdle(); rerr != nil {
+			m.log.Warn("remove the network namespace's netpolicy directory", "dir", m.host.dir, "err", rerr)
+		}
+	}
+	return err
+}
+
+// dropIdleTable removes the table when no egress sandbox is left (m.nftMu held).
+func (m *Manager) dropIdleTable() error {
 	if m.attached > 0 || !m.tableUp {
 		return nil
 	}

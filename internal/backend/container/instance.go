@@ -32,8 +32,12 @@ type instance struct {
 	cg    *cgroups.Group
 	pidfd *os.File // nonblocking pidfd, readable once init exits
 	child bool     // started by this process: it must reap the init
-	done  chan struct{}
-	idle  idleConns
+	// life ends (end) when the init has exited; done is its Done.
+	life context.Context
+	end  context.CancelFunc
+	done <-chan struct{}
+	idle idleConns
+	ooms oomTally
 
 	// cpu is the sandbox's CPU limit in cores, written to its cgroup before
 	// its first process starts rather than at create: every such write
@@ -62,15 +66,18 @@ func (d *Driver) newInstance(spec driver.Spec, st state, cg *cgroups.Group, chil
 	in := &instance{
 		d: d, id: spec.ID, st: st, raw: raw, cg: cg,
 		pidfd: os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", st.PID)),
-		child: child, done: make(chan struct{}), cpu: spec.CPU,
+		child: child, cpu: spec.CPU,
 	}
+	in.life, in.end = context.WithCancel(context.Background())
+	in.done = in.life.Done()
+	in.ooms.read = cg.OOMKills
 	go in.watch()
 	return in, nil
 }
 
 // watch waits in the netpoller (no thread per sandbox) for the init to exit.
 func (in *instance) watch() {
-	defer close(in.done)
+	defer in.end()
 	defer in.idle.closeAll()
 	rc, err := in.pidfd.SyscallConn()
 	if err != nil {
@@ -193,7 +200,7 @@ func (in *instance) exec(ctx context.Context, p driver.ProcSpec, fds [3]*os.File
 	if err != nil {
 		return nil, err
 	}
-	ooms, _ := in.cg.OOMKills()
+	ooms := in.ooms.start()
 	req := initproto.ExecRequest{
 		Args: p.Args, Env: p.Env, Cwd: p.Cwd, UID: p.UID, GID: p.GID, Groups: p.Groups, Tag: p.Tag,
 		TTY: p.TTY != nil, Master: master, OutputCap: outputCap(p),
@@ -259,7 +266,7 @@ func (in *instance) Attach(ctx context.Context, tag string, stdio driver.Stdio) 
 		}
 		return nil, errdefs.Internal(err, "attach to process %q", tag)
 	}
-	p := &proc{in: in, c: c, pid: pid, oomsBefore: ^uint64(0)}
+	p := &proc{in: in, c: c, pid: pid, oomsBefore: unknownOOMs}
 	if !running && exit != nil {
 		p.final = exit
 	}

@@ -17,7 +17,7 @@ type proc struct {
 	in         *instance
 	c          *initproto.Conn
 	pid        int
-	oomsBefore uint64        // cgroup OOM kill count at start; MaxUint64 if unknown
+	oomsBefore uint64        // cgroup OOM kill count at start (oomTally.start); unknownOOMs if unknown
 	pipes      *procio.Pipes // stdio pumped by this process; nil if none
 	term       *procio.Term  // the terminal, for a TTY process
 
@@ -59,29 +59,17 @@ func (p *proc) Wait(ctx context.Context) (driver.Exit, error) {
 }
 
 // waitConn waits for the exit report; if the init dies first, the process died
-// with it (SIGKILL from the pid namespace teardown).
+// with it (SIGKILL from the pid namespace teardown). The init's end cancels the
+// wait (context.AfterFunc: no goroutine per exec waits for it).
 func (p *proc) waitConn(ctx context.Context) (initproto.Exit, error) {
-	type res struct {
-		ex  initproto.Exit
-		err error
-	}
-	ch := make(chan res, 1)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go func() {
-		ex, err := p.c.Wait(wctx)
-		ch <- res{ex, err}
-	}()
-	select {
-	case r := <-ch:
-		if r.err != nil && !p.in.alive() {
-			return initproto.Exit{Status: syscall.WaitStatus(unix.SIGKILL)}, nil
-		}
-		return r.ex, r.err
-	case <-p.in.done:
-		cancel()
+	defer context.AfterFunc(p.in.life, cancel)()
+	ex, err := p.c.Wait(wctx)
+	if err != nil && !p.in.alive() {
 		return initproto.Exit{Status: syscall.WaitStatus(unix.SIGKILL)}, nil
 	}
+	return ex, err
 }
 
 func (p *proc) convert(ex initproto.Exit) driver.Exit {
@@ -95,12 +83,8 @@ func (p *proc) convert(ex initproto.Exit) driver.Exit {
 	}
 	// The kernel killed something in this sandbox for memory while the command
 	// ran: the command itself, or a child it waited for (a shell reports 137).
-	// A concurrent command in the same sandbox can share the blame.
-	if p.oomsBefore != ^uint64(0) {
-		if n, err := p.in.cg.OOMKills(); err == nil && n > p.oomsBefore {
-			out.OOMKilled = true
-		}
-	}
+	// A concurrent command in the same sandbox can share the blame (oomTally).
+	out.OOMKilled = p.in.ooms.killedSince(p.oomsBefore)
 	return out
 }
 

@@ -22,15 +22,15 @@ var (
 func (d *Driver) CoreScheduling() bool { return d.coreSched }
 
 // LSCPUWeight is the cpu weight given to the sandboxes' parent (v2 scale; -1:
-// the kernel's default); LSSlice the scheduler slice LS threads ask for (-1:
 // the kernel's default).
 func (d *Driver) LSCPUWeight() int { return d.cfg.LSCPUWeight }
 
-// LSSlice: see LSCPUWeight.
-func (d *Driver) LSSlice() time.Duration { return d.cfg.LSSlice }
+// LSSlice is the scheduler slice LS threads ask for (0: the kernel's default);
+// the cgroup Hierarchy applies it.
+func (d *Driver) LSSlice() time.Duration { ls, _ := d.cg.Slices(); return ls }
 
-// BESlice is the scheduler slice BE threads ask for (-1: the kernel's default).
-func (d *Driver) BESlice() time.Duration { return d.cfg.BESlice }
+// BESlice is the scheduler slice BE threads ask for (0: the kernel's default).
+func (d *Driver) BESlice() time.Duration { _, be := d.cg.Slices(); return be }
 
 // Defaults of Config.LSCPUWeight, Config.LSSlice and Config.BESlice. The LS
 // parent weighs 8 default groups: when LS sandboxes and the rest of the host
@@ -48,17 +48,14 @@ const (
 )
 
 // applyCPUClass sets a new init's policy before it runs (its children inherit
-// it): SCHED_IDLE for BE; for LS the LS slice and a core-scheduling cookie
-// where the kernel has it. The first call also weighs the sandboxes' parent.
+// it): the class's policy and slice, which the cgroup Hierarchy holds and
+// applies (as it does when a class changes, SetCPUClass), and for LS a
+// core-scheduling cookie where the kernel has it. The first call also weighs
+// the sandboxes' parent.
 func (d *Driver) applyCPUClass(pid int, idle bool) error {
 	d.weighted.Do(d.weighParent)
-	if idle {
-		return cgroups.SetSchedClass(pid, true, max(d.cfg.BESlice, 0))
-	}
-	if d.cfg.LSSlice > 0 {
-		if err := cgroups.SetSchedClass(pid, false, d.cfg.LSSlice); err != nil {
-			return err
-		}
+	if err := d.cg.SetProcessClass(pid, idle); err != nil || idle {
+		return err
 	}
 	if d.coreSched {
 		return cgroups.CoreSchedCreate(pid)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
@@ -33,10 +34,24 @@ type Pipes struct {
 	out    [2]io.Writer
 	owned  []*os.File // files Open created (the caller's own files are not ours)
 	mu     sync.Mutex // serializes writes to the caller's writers
-	wg     sync.WaitGroup
 	act    activity
 	closed sync.Once
+
+	// pumping counts the output pumps still copying; the last one to end
+	// closes drained (nil: Start had no pump to run).
+	pumping atomic.Int32
+	drained chan struct{}
+
+	// Held in the one allocation of Pipes rather than one each per exec:
+	// the backing array of owned (at most two files per stream) and each
+	// pump's first, small buffer.
+	ownedBuf [6]*os.File
+	small    [2][smallBuf]byte
 }
+
+// smallBuf is an output pump's first buffer: most commands write little or
+// nothing.
+const smallBuf = 512
 
 // Open prepares s. Blocking mode matters: the process shares the open file
 // description of each end it gets, and Go opens pipes non-blocking, so the
@@ -44,6 +59,7 @@ type Pipes struct {
 // would get EAGAIN otherwise).
 func Open(s driver.Stdio) (*Pipes, error) {
 	p := &Pipes{in: s.Stdin}
+	p.owned = p.ownedBuf[:0]
 	fail := func(err error, what string) (*Pipes, error) {
 		p.Close()
 		return nil, errdefs.Internal(err, "%s", what)
@@ -131,40 +147,48 @@ func (p *Pipes) isOwned(f *os.File) bool {
 // Start pumps stdin and output in the background.
 func (p *Pipes) Start() {
 	if p.stdinW != nil {
-		go func() {
-			_, _ = io.Copy(p.stdinW, p.in)
-			p.stdinW.Close()
-		}()
+		go p.pumpInput()
 	}
-	for i := range 2 {
-		if p.outR[i] == nil {
-			continue
+	n := 0
+	for _, r := range p.outR {
+		if r != nil {
+			n++
 		}
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.pump(p.outR[i], p.out[i])
-		}()
+	}
+	if n == 0 {
+		return
+	}
+	p.pumping.Store(int32(n))
+	p.drained = make(chan struct{})
+	for i, r := range p.outR {
+		if r != nil {
+			go p.pump(i)
+		}
 	}
 }
 
-// pump copies one output pipe to the caller's writer (serialized with the
+func (p *Pipes) pumpInput() {
+	_, _ = io.Copy(p.stdinW, p.in)
+	p.stdinW.Close()
+}
+
+// pump copies output pipe i to the caller's writer (serialized with the
 // other's), recording its progress for Drain. A failing writer ends the copy.
-func (p *Pipes) pump(r *os.File, w io.Writer) {
-	// Most commands write little or nothing: a small buffer first, the big
-	// one once a read fills it.
-	buf := make([]byte, 512)
-	write := func(b []byte) error {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		_, err := w.Write(b)
-		return err
-	}
+func (p *Pipes) pump(i int) {
+	defer func() {
+		if p.pumping.Add(-1) == 0 {
+			close(p.drained)
+		}
+	}()
+	r := p.outR[i]
+	// Most commands write little or nothing: the small buffer first, the
+	// big one once a read fills it.
+	buf := p.small[i][:]
 	for {
 		n, err := r.Read(buf)
 		if n > 0 {
 			p.act.beginWrite()
-			werr := write(buf[:n])
+			werr := p.write(i, buf[:n])
 			p.act.endWrite()
 			if werr != nil {
 				return
@@ -174,10 +198,18 @@ func (p *Pipes) pump(r *os.File, w io.Writer) {
 			}
 		}
 		if err != nil {
-			drainRest(r, err, buf, write)
+			drainRest(r, err, buf, func(b []byte) error { return p.write(i, b) })
 			return
 		}
 	}
+}
+
+// write hands b to output i's writer, serialized with the other output's.
+func (p *Pipes) write(i int, b []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, err := p.out[i].Write(b)
+	return err
 }
 
 // pumpBuf is the copy buffer of an output pipe that has more than a little
@@ -191,9 +223,10 @@ const pumpBuf = 32 << 10
 func (p *Pipes) Drain(grace time.Duration) { p.drain(grace, DrainMax) }
 
 func (p *Pipes) drain(grace, limit time.Duration) {
-	drained := make(chan struct{})
-	go func() { p.wg.Wait(); close(drained) }()
-	p.act.wait(drained, grace, limit, func() {
+	if p.drained == nil {
+		return // no pump ran
+	}
+	p.act.wait(p.drained, grace, limit, func() {
 		for _, r := range p.outR {
 			if r != nil {
 				stopReading(r)
