@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

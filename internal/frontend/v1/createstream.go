@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/image"
@@ -13,12 +12,6 @@ import (
 
 // createPollEvery is how often a streamed create reads its image's pull.
 const createPollEvery = 250 * time.Millisecond
-
-// wantsCreateStream says whether a create asked for its progress as NDJSON
-// events (Accept: application/x-ndjson, or ?stream=true).
-func wantsCreateStream(r *http.Request) bool {
-	return r.URL.Query().Get("stream") == "true" || strings.Contains(r.Header.Get("Accept"), "application/x-ndjson")
-}
 
 // createStream answers a create as NDJSON events: the node's pull of the
 // image (a registry reference) each time its progress changes, then the
@@ -33,20 +26,9 @@ func (s *Server) createStream(w http.ResponseWriter, r *http.Request, req api.Cr
 		sb, err := s.svc.Create(r.Context(), req)
 		done <- answer{sb, err}
 	}()
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	_ = rc.Flush()
-	send := func(ev api.CreateEvent) bool {
-		b, err := json.Marshal(ev)
-		if err != nil {
-			return false
-		}
-		if _, err := w.Write(append(b, '\n')); err != nil {
-			return false
-		}
-		return rc.Flush() == nil
-	}
+	st := newNDJSONStream(w)
+	_ = st.start()
+	send := func(ev api.CreateEvent) bool { return st.send(ev) == nil }
 	poll := time.NewTicker(createPollEvery)
 	defer poll.Stop()
 	var last []byte

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

@@ -147,7 +147,7 @@ func (s *Server) buildImage(w http.ResponseWriter, r *http.Request) {
 		req.BuildArgs[k] = v
 	}
 	body := http.MaxBytesReader(w, r.Body, s.opts.MaxUploadBytes)
-	if wantsBuildStream(r) {
+	if wantsNDJSON(r) {
 		s.streamBuild(w, r, req, body)
 		return
 	}

@@ -2,31 +2,13 @@ package v1
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"io"
-	"mime"
 	"net/http"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/pkg/api"
 )
-
-// wantsBuildStream reports whether a build's client asked for NDJSON events
-// (Accept: application/x-ndjson, or stream=true).
-func wantsBuildStream(r *http.Request) bool {
-	if r.URL.Query().Get("stream") == "true" {
-		return true
-	}
-	for _, a := range strings.Split(r.Header.Get("Accept"), ",") {
-		if mt, _, err := mime.ParseMediaType(strings.TrimSpace(a)); err == nil && mt == "application/x-ndjson" {
-			return true
-		}
-	}
-	return false
-}
 
 // buildKeepalive is how long a streamed build stays silent before a
 // keepalive line (proxies end idle responses).
@@ -41,52 +23,20 @@ const maxBuildLogLine = 16 << 10
 // error, an unknown FROM) answers its error's status as a plain request
 // would. It is safe for concurrent use.
 type buildStream struct {
-	w  http.ResponseWriter
-	rc *http.ResponseController
-
-	mu      sync.Mutex
-	started bool
-	err     error
-	last    time.Time
-	part    []byte // output not ended by a newline yet
+	ndjsonStream
+	part []byte // output not ended by a newline yet
 }
 
 func newBuildStream(w http.ResponseWriter) *buildStream {
-	rc := http.NewResponseController(w)
+	bs := &buildStream{ndjsonStream: newNDJSONStream(w)}
 	// The header may go out (a keepalive) while the context still uploads.
-	_ = rc.EnableFullDuplex()
-	return &buildStream{w: w, rc: rc}
+	_ = bs.rc.EnableFullDuplex()
+	return bs
 }
 
 // errFinished: the build answered; output written after it is dropped (the
 // ResponseWriter is not to be used once the handler returned).
 var errFinished = errors.New("the build's answer was sent")
-
-// sendLocked writes one event.
-func (s *buildStream) sendLocked(ev api.BuildEvent) error {
-	if s.err != nil {
-		return s.err
-	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	if !s.started {
-		s.started = true
-		s.w.Header().Set("Content-Type", "application/x-ndjson")
-		s.w.Header().Set("X-Content-Type-Options", "nosniff")
-		s.w.WriteHeader(http.StatusOK)
-	}
-	s.last = time.Now()
-	if _, err := s.w.Write(append(b, '\n')); err != nil {
-		s.err = err
-		return err
-	}
-	if err := s.rc.Flush(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		s.err = err
-	}
-	return s.err
-}
 
 // Write takes the RUN steps' output (BuildImageRequest.Output) and sends
 // each complete line as a "log" event.
@@ -131,31 +81,11 @@ func (s *buildStream) finish(res api.BuildImageResult, err error) bool {
 	return true
 }
 
-// keepAlive sends a keepalive event whenever the stream has been silent for
-// buildKeepalive, until stop closes.
-func (s *buildStream) keepAlive(stop <-chan struct{}) {
-	t := time.NewTicker(buildKeepalive / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			s.mu.Lock()
-			if time.Since(s.last) >= buildKeepalive {
-				_ = s.sendLocked(api.BuildEvent{Type: "keepalive"})
-			}
-			s.mu.Unlock()
-		}
-	}
-}
-
 // streamBuild runs build with its output streamed to the client as events.
 func (s *Server) streamBuild(w http.ResponseWriter, r *http.Request, req api.BuildImageRequest, body io.Reader) {
 	bs := newBuildStream(w)
-	bs.last = time.Now()
 	stop := make(chan struct{})
-	go bs.keepAlive(stop)
+	go bs.keepAlive(stop, buildKeepalive, api.BuildEvent{Type: "keepalive"}, true)
 	req.Output = bs
 	res, err := s.svc.BuildImage(r.Context(), req, body)
 	close(stop)

@@ -18,7 +18,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/backend/container"
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/backend/driver/mock"
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/pkg/api"
 )

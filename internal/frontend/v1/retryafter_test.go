@@ -10,7 +10,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 

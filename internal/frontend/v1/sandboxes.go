@@ -39,7 +39,7 @@ func (s *Server) createSandbox(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if wantsCreateStream(r) {
+	if wantsNDJSON(r) {
 		s.createStream(w, r, req)
 		return
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/backend/driver"
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"

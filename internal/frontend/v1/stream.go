@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -70,7 +69,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx = session.ExecValidated(ctx)
 
-	ev := &eventWriter{w: w, rc: rc}
+	ev := &eventWriter{ndjsonStream{w: w, rc: rc}}
 	// A command that prints nothing for minutes must not leave the stream
 	// silent (NATs and proxies drop idle connections): a "keepalive" event
 	// goes out when nothing else did for the keep-alive interval.
@@ -78,7 +77,7 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 	kaStop := make(chan struct{})
 	go func() {
 		defer close(kaDone)
-		ev.keepAlive(kaStop, s.keepAliveEvery())
+		ev.keepAlive(kaStop, s.keepAliveEvery(), api.StreamEvent{Type: "keepalive"}, false)
 	}()
 	defer func() { close(kaStop); <-kaDone }()
 	stdin := newChunkReader(ctx)
@@ -317,72 +316,8 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// eventWriter writes NDJSON events, flushing each; the first event sends the 200
-// header. It is safe for concurrent use.
-type eventWriter struct {
-	mu      sync.Mutex
-	w       http.ResponseWriter
-	rc      *http.ResponseController
-	started bool
-	err     error
-	last    time.Time // of the last event sent
-}
-
-// keepAlive sends a "keepalive" event whenever the started stream has been
-// silent for every, until stop closes; every <= 0 never.
-func (e *eventWriter) keepAlive(stop <-chan struct{}, every time.Duration) {
-	if every <= 0 {
-		return
-	}
-	t := time.NewTicker(every / 2)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			e.mu.Lock()
-			due := e.started && e.err == nil && time.Since(e.last) >= every
-			e.mu.Unlock()
-			if due {
-				_ = e.send(api.StreamEvent{Type: "keepalive"})
-			}
-		}
-	}
-}
-
-func (e *eventWriter) hasStarted() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.started
-}
-
-func (e *eventWriter) send(ev api.StreamEvent) error {
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return err
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.err != nil {
-		return e.err
-	}
-	if !e.started {
-		e.started = true
-		e.w.Header().Set("Content-Type", "application/x-ndjson")
-		e.w.Header().Set("X-Content-Type-Options", "nosniff")
-		e.w.WriteHeader(http.StatusOK)
-	}
-	e.last = time.Now()
-	if _, err := e.w.Write(append(b, '\n')); err != nil {
-		e.err = err
-		return err
-	}
-	if err := e.rc.Flush(); err != nil {
-		e.err = err
-	}
-	return e.err
-}
+// eventWriter writes an exec stream's NDJSON events.
+type eventWriter struct{ ndjsonStream }
 
 // output returns an io.Writer sending each write as an event of type typ.
 func (e *eventWriter) output(typ string) io.Writer {

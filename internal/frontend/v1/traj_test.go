@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
+	v1 "github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/trajectory"
