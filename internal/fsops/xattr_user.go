@@ -42,15 +42,21 @@ func userXattrsAt(dirfd int, name string, st *unix.Stat_t) map[string]string {
 			n, err = unix.Llistxattr(p, buf)
 		}
 	}
-	if err != nil || n == 0 {
+	if err != nil {
 		return nil
 	}
+	return userXattrs(buf[:n], func(k string) (string, bool) { return getXattr(p, k) })
+}
+
+// userXattrs reads the "user." attributes among list (listxattr's
+// NUL-separated names) with get (nil: none).
+func userXattrs(list []byte, get func(k string) (string, bool)) map[string]string {
 	var out map[string]string
-	for k := range strings.SplitSeq(string(buf[:n]), "\x00") {
+	for k := range strings.SplitSeq(string(list), "\x00") {
 		if !strings.HasPrefix(k, userXattrPrefix) {
 			continue
 		}
-		v, ok := getXattr(p, k)
+		v, ok := get(k)
 		if !ok {
 			continue
 		}
@@ -112,28 +118,20 @@ func UserXattrsFd(fd int) map[string]string {
 			n, err = unix.Flistxattr(fd, buf)
 		}
 	}
-	if err != nil || n == 0 {
+	if err != nil {
 		return nil
 	}
-	var out map[string]string
-	for k := range strings.SplitSeq(string(buf[:n]), "\x00") {
-		if !strings.HasPrefix(k, userXattrPrefix) {
-			continue
-		}
+	return userXattrs(buf[:n], func(k string) (string, bool) {
 		sz, err := unix.Fgetxattr(fd, k, nil)
 		if err != nil {
-			continue
+			return "", false
 		}
 		v := make([]byte, sz)
 		if sz, err = unix.Fgetxattr(fd, k, v); err != nil {
-			continue
+			return "", false
 		}
-		if out == nil {
-			out = map[string]string{}
-		}
-		out[k] = string(v[:sz])
-	}
-	return out
+		return string(v[:sz]), true
+	})
 }
 
 // paxXattrs returns attrs as a tar entry's PAX records (nil: none).
