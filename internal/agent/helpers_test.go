@@ -219,13 +219,17 @@ func (e *env) recordExists(id string) bool {
 	return !errors.Is(err, os.ErrNotExist)
 }
 
-// sandboxDirs lists the per-sandbox entries in the driver's state dir.
+// sandboxDirs lists the per-sandbox directories the driver keeps: ID.d in
+// its run dir (mountpoints, init log), and any in its state dir (which a
+// sandbox no longer gets: one there is a leftover too).
 func (e *env) sandboxDirs() []string {
-	ents, _ := os.ReadDir(e.dcfg.StateDir)
 	var out []string
-	for _, x := range ents {
-		if x.IsDir() {
-			out = append(out, x.Name())
+	for _, dir := range []string{e.dcfg.RunDir, e.dcfg.StateDir} {
+		ents, _ := os.ReadDir(dir)
+		for _, x := range ents {
+			if x.IsDir() && (dir == e.dcfg.StateDir || strings.HasSuffix(x.Name(), ".d")) {
+				out = append(out, x.Name())
+			}
 		}
 	}
 	return out

@@ -180,9 +180,17 @@ func (e *env) checkRuns() {
 	e.mu.Lock()
 	runs := e.runs
 	e.mu.Unlock()
+	layerdLogs := map[string]string{} // run name → its layerd's log
+	for _, a := range e.agents {
+		layerdLogs["agent "+a.node] = filepath.Join(paths.New(a.dataDir).Layers(), "layerd.log")
+	}
 	for _, r := range runs {
 		if err := racecheck.Check(r.name, r.logs.String(), r.cmd.ProcessState, r.sent); err != nil {
-			e.t.Errorf("%v\n--- %s log (tail):\n%s", err, r.name, tail(r.logs.String(), 3000))
+			more := ""
+			if b, rerr := os.ReadFile(layerdLogs[r.name]); rerr == nil {
+				more = "\n--- its layerd log (tail):\n" + tail(string(b), 3000)
+			}
+			e.t.Errorf("%v\n--- %s log (tail):\n%s%s", err, r.name, tail(r.logs.String(), 3000), more)
 		}
 	}
 	for _, a := range e.agents {
