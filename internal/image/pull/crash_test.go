@@ -171,11 +171,16 @@ func TestKill9MidPullOrRemovalThenRestart(t *testing.T) {
 	t.Run("fetch", func(t *testing.T) {
 		// The registry sends 64 KiB of the big layer, then nothing.
 		e.reg.Stall(64 << 10)
+		// The layer is converted as it arrives: in the middle, the big
+		// blob is requested (and stalled) and its partial EROFS layer exists
+		// (its data spooled to an unlinked file the kill frees).
+		bigDg, _ := big.Digest()
+		partial := filepath.Join(dir, "pull", "tmp", "dsec-layer-*.erofs")
 		runChild(t, e, dir, "fetch", ref, func() bool {
-			return sizeOf(filepath.Join(dir, "pull", "tmp", "fetch-*.layer")) > 0
+			return e.reg.BlobGets()[bigDg.String()] > 0 && sizeOf(partial) >= 0
 		})
 		e.reg.Stall(0)
-		if n := sizeOf(filepath.Join(dir, "pull", "tmp", "fetch-*.layer")); n <= 0 || n >= bigSize {
+		if n := sizeOf(partial); n < 0 || n >= bigSize {
 			t.Fatalf("the killed fetch left %d of %d bytes: not in the middle", n, bigSize)
 		}
 		restart("a killed fetch")

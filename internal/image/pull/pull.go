@@ -18,6 +18,7 @@
 package pull
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -38,7 +39,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"github.com/klauspost/compress/gzip"
+	"github.com/klauspost/compress/zstd"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -400,20 +402,19 @@ func (p *Puller) convertOnce(ctx context.Context, src registry.Source, l v1.Laye
 	return el, err
 }
 
-// convert fetches l into a temporary file, verifies it against its digest
-// and the uncompressed tar against diffID, converts it and records it. The
-// fetch runs under ctx (from src, where l's image was resolved): when ctx
-// ends, the transfer stops and the temporary file is removed.
+// convert fetches l, verifies it against its digest and the uncompressed
+// tar against diffID, converts it and records it, in one pass: the body is
+// hashed and decompressed as it arrives and its tar converted on the fly
+// (no copy of the compressed blob on disk). The record is written only
+// after both digests match; content that does not is refused even when it
+// fails to decompress or convert first. The fetch runs under ctx (from src,
+// where l's image was resolved): when ctx ends, the transfer stops and the
+// partial layer is removed.
 func (p *Puller) convert(ctx context.Context, src registry.Source, l v1.Layer, dg, diffID v1.Hash) (image.Layer, error) {
 	tmp, err := p.tempDir()
 	if err != nil {
 		return image.Layer{}, err
 	}
-	f, err := os.CreateTemp(tmp, "fetch-*.layer")
-	if err != nil {
-		return image.Layer{}, errdefs.Internal(err, "layer %s: temp file", dg)
-	}
-	defer func() { f.Close(); os.Remove(f.Name()) }()
 	// A layer of an image not resolved from a registry (no source) is read
 	// as it is.
 	if fl, err := src.Layer(ctx, dg); err == nil {
@@ -423,36 +424,29 @@ func (p *Puller) convert(ctx context.Context, src registry.Source, l v1.Layer, d
 	if err != nil {
 		return image.Layer{}, registry.Classify(err, "layer "+dg.String())
 	}
+	defer rc.Close()
 	p.LayersFetched.Add(1)
-	h := sha256.New()
-	_, err = io.Copy(io.MultiWriter(f, h, counter{p.prog.layerPhase(dg.String(), api.PullFetching)}), rc)
-	rc.Close()
-	if err != nil && !isVerifyErr(err) {
-		return image.Layer{}, registry.Classify(err, "layer "+dg.String())
+	body := &fetchBody{r: rc, h: sha256.New(), n: counter{p.prog.layerPhase(dg.String(), api.PullFetching)},
+		ended: func() { p.prog.layerPhase(dg.String(), api.PullConverting) }}
+	dh := sha256.New()
+	res, cerr := p.build(ctx, dg, body, dh, tmp)
+	if ctx.Err() != nil {
+		return image.Layer{}, registry.Classify(context.Cause(ctx), "layer "+dg.String())
 	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != dg.String() {
+	// The rest of the body (all of it after a failed conversion) is hashed:
+	// content the registry altered is refused as such.
+	if _, err := io.Copy(io.Discard, body); err != nil && body.err == nil {
+		body.err = err
+	}
+	if body.err != nil {
+		return image.Layer{}, registry.Classify(body.err, "layer "+dg.String())
+	}
+	if got := "sha256:" + hex.EncodeToString(body.h.Sum(nil)); got != dg.String() {
 		return image.Layer{}, errdefs.Wrap(api.CodeUnavailable, blob.ErrDigestMismatch,
 			"layer %s: the registry sent content whose digest is %s: refused, nothing stored", dg, got)
 	}
-	p.prog.layerPhase(dg.String(), api.PullConverting)
-	tl, err := tarball.LayerFromFile(f.Name())
-	if err != nil {
-		return image.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
-	}
-	ur, err := tl.Uncompressed()
-	if err != nil {
-		return image.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
-	}
-	defer ur.Close()
-	dh := sha256.New()
-	hr := hashReader{ur, dh}
-	res, err := layer.BuildOCILayer(ctx, dg.String(), hr, p.Blobs, layer.Options{TempDir: tmp})
-	if err != nil {
-		return image.Layer{}, err
-	}
-	// The tar reader stops at the end-of-archive blocks: hash the rest too.
-	if _, err := io.Copy(io.Discard, hr); err != nil {
-		return image.Layer{}, errdefs.Invalid("layer %s: %v", dg, err)
+	if cerr != nil {
+		return image.Layer{}, cerr
 	}
 	if got := "sha256:" + hex.EncodeToString(dh.Sum(nil)); diffID.Hex != "" && got != diffID.String() {
 		// The blob store keeps the EROFS blob (content-addressed, harmless) but
@@ -467,6 +461,77 @@ func (p *Puller) convert(ctx context.Context, src registry.Source, l v1.Layer, d
 	}
 	p.log().Debug("converted layer", "digest", dg.String(), "erofs", el.Digest, "size", el.Size, "took", res.BuildTime)
 	return el, nil
+}
+
+// build decompresses body (gzip, zstd or a plain tar, told by its first
+// bytes), hashes the uncompressed tar into dh and converts it.
+func (p *Puller) build(ctx context.Context, dg v1.Hash, body io.Reader, dh hash.Hash, tmp string) (layer.Result, error) {
+	ur, err := decompress(bufio.NewReaderSize(body, 1<<20))
+	if err != nil {
+		return layer.Result{}, errdefs.Invalid("layer %s: %v", dg, err)
+	}
+	defer ur.Close()
+	hr := hashReader{ur, dh}
+	res, err := layer.BuildOCILayer(ctx, dg.String(), hr, p.Blobs, layer.Options{TempDir: tmp})
+	if err != nil {
+		return res, err
+	}
+	// The tar reader stops at the end-of-archive blocks: hash the rest too.
+	if _, err := io.Copy(io.Discard, hr); err != nil {
+		return res, errdefs.Invalid("layer %s: %v", dg, err)
+	}
+	return res, nil
+}
+
+// decompress reads a layer blob's tar: gzip and zstd are told by their
+// magic numbers, anything else is read as it is.
+func decompress(br *bufio.Reader) (io.ReadCloser, error) {
+	magic, _ := br.Peek(4)
+	switch {
+	case len(magic) >= 2 && magic[0] == 0x1f && magic[1] == 0x8b:
+		return gzip.NewReader(br)
+	case len(magic) == 4 && magic[0] == 0x28 && magic[1] == 0xb5 && magic[2] == 0x2f && magic[3] == 0xfd:
+		zr, err := zstd.NewReader(br)
+		if err != nil {
+			return nil, err
+		}
+		return zr.IOReadCloser(), nil
+	}
+	return io.NopCloser(br), nil
+}
+
+// fetchBody is a layer's body as it arrives: hashed and counted; the
+// first error other than its end is kept (the reader above sees it too).
+type fetchBody struct {
+	r     io.Reader
+	h     hash.Hash
+	n     counter
+	ended func() // called once, at the body's end
+	err   error
+	done  bool
+}
+
+func (b *fetchBody) Read(buf []byte) (int, error) {
+	if b.done {
+		return 0, io.EOF
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.r.Read(buf)
+	b.h.Write(buf[:n])
+	b.n.Write(buf[:n])
+	switch {
+	case err == nil:
+	case err == io.EOF || isVerifyErr(err):
+		// go-containerregistry's own digest check at the end: ours (convert)
+		// reports it with the digest sent.
+		b.done, err = true, io.EOF
+		b.ended()
+	default:
+		b.err = err
+	}
+	return n, err
 }
 
 // isVerifyErr: go-containerregistry's own digest check failed at EOF (ours
