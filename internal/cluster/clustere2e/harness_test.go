@@ -188,7 +188,7 @@ func (e *env) checkRuns() {
 		if err := racecheck.Check(r.name, r.logs.String(), r.cmd.ProcessState, r.sent); err != nil {
 			more := ""
 			if b, rerr := os.ReadFile(layerdLogs[r.name]); rerr == nil {
-				more = "\n--- its layerd log (tail):\n" + tail(string(b), 3000)
+				more = "\n--- its layerd log (tail):\n" + tail(string(b), 12000)
 			}
 			e.t.Errorf("%v\n--- %s log (tail):\n%s%s", err, r.name, tail(r.logs.String(), 3000), more)
 		}

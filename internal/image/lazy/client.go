@@ -249,7 +249,11 @@ func (c *Client) Stop(ctx context.Context) error {
 			return err
 		}
 		if !waitExit(pid, 10*time.Second) {
-			return fmt.Errorf("layerd %d did not exit", pid)
+			// Stuck: SIGQUIT makes the Go runtime write every goroutine's
+			// stack to layerd's log before it exits, for whoever looks.
+			_ = syscall.Kill(pid, syscall.SIGQUIT)
+			waitExit(pid, 2*time.Second)
+			return fmt.Errorf("layerd %d did not exit within 10 s of SIGTERM (its goroutines are in %s)", pid, filepath.Join(c.cfg.Root, "layerd.log"))
 		}
 	}
 	if holder > 0 && !waitExit(holder, 5*time.Second) {
