@@ -167,17 +167,21 @@ func readCPUClock() cpuClock {
 // and prints, per burst, the ms from when it was due (its slot, or the end of
 // an overrunning predecessor) to its end: wake-up delay plus the burst. Each
 // line also splits that time with the thread's scheduler statistics
-// (/proc/thread-self/schedstat: on-CPU ns, runnable-but-waiting ns): the wait
-// between the sleep's return being due and the thread running again, the part
-// of that spent runnable, the burst's wall time, the part of it spent
-// runnable (preempted) and on the CPU.
+// (runnable-but-waiting ns from /proc/thread-self/schedstat, on-CPU ns from
+// the thread's CPU clock): the wait between the sleep's return being due and
+// the thread running again, the part of that spent runnable, the burst's wall
+// time, the part of it spent runnable (preempted) and on the CPU.
 const lsScript = `import sys, time
 n, burst, period = int(sys.argv[1]), float(sys.argv[2]) / 1000, float(sys.argv[3]) / 1000
 f = open("/proc/thread-self/schedstat", "rb", buffering=0)
 def st():
+    # CPU time from the thread's clock (exact), not schedstat's first field:
+    # that one is as old as the kernel's last accounting of this thread (up
+    # to a tick). Time runnable but waiting (the second field) ends when it
+    # runs, so it is exact here.
     f.seek(0)
     a = f.read(128).split()
-    return int(a[0]), int(a[1])
+    return time.thread_time_ns(), int(a[1])
 out = []
 start = time.monotonic() + 0.05
 end = 0.0
