@@ -366,14 +366,22 @@ func TestPullKill9MidFetch(t *testing.T) {
 		first <- err
 	}()
 	tmp := filepath.Join(paths.New(victim.dataDir).Pulls(), "tmp")
+	// Mid-fetch: the registry sent the victim the start of a layer (the rest
+	// stalls), and the EROFS layer it converts into as the body arrives
+	// exists, partial.
 	e.waitFor(victim.node+" mid-fetch of a layer", time.Minute, func() error {
-		ents, _ := os.ReadDir(tmp)
-		for _, en := range ents {
-			if fi, err := en.Info(); err == nil && strings.HasPrefix(en.Name(), "fetch-") && fi.Size() > 0 {
-				return nil
-			}
+		f := countFetches(reg.Gets(), byIP)
+		asked := false
+		for _, dg := range img.layers {
+			asked = asked || f.blobs[dg][victim.node] > 0
 		}
-		return fmt.Errorf("no partial layer in %s yet", tmp)
+		if !asked {
+			return fmt.Errorf("%s has asked the registry for no layer yet", victim.node)
+		}
+		if m, _ := filepath.Glob(filepath.Join(tmp, "dsec-layer-*.erofs")); len(m) == 0 {
+			return fmt.Errorf("no partial layer in %s yet", tmp)
+		}
+		return nil
 	})
 	victim.stop(syscall.SIGKILL)
 	// Its node died: the infrastructure's failure, not a lack of room.
