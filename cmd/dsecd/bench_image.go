@@ -56,6 +56,17 @@ func benchImageCmd() *cobra.Command {
 				fmt.Printf("with the lazy run's access list as prefetch list: first output %.3f s, %.2fx full, %.2fx the bare transfer (fetched %.4f)\n",
 					r.PrefetchFirstOutputS, r.PrefetchSpeedup, r.PrefetchSpeedupVsFloor, r.PrefetchedFetchedFraction)
 			}
+			if m := r.Meta; m.Chunks > 0 {
+				fmt.Printf("metadata: %d chunks, %.2f MB (%.4f of the blob)", m.Chunks, float64(m.Bytes)/1e6, m.Fraction)
+				if m.ColdReads > 0 {
+					fmt.Printf("; a cold start without the metadata prefetch read %d chunks, %d of them metadata (%d of the first half)", m.ColdReads, m.ColdReadsMeta, m.FirstHalfMeta)
+				}
+				fmt.Println()
+			}
+			if m := r.Meta; m.Rounds > 0 {
+				fmt.Printf("metadata prefetch at mount, %d rounds interleaved (medians): first output %.3f s with vs %.3f s without (%.2fx), create %.3f vs %.3f s, fetched %.2f vs %.2f MB\n",
+					m.Rounds, m.OnFirstOutputS, m.OffFirstOutputS, m.Speedup, m.OnCreateS, m.OffCreateS, float64(m.OnBytes)/1e6, float64(m.OffBytes)/1e6)
+			}
 			for _, s := range r.ChunkSweep {
 				fmt.Printf("chunk %4d KiB: fetched %.2f MB (%.4f) in %d fetches, first output %.3f s\n",
 					s.ChunkSize>>10, float64(s.BytesFetched)/1e6, s.FetchedFraction, s.Fetches, s.FirstOutputS)
@@ -80,6 +91,8 @@ func benchImageCmd() *cobra.Command {
 	c.Flags().DurationVar(&o.Latency, "latency", 0, "blob store round trip added to every read (e.g. 2ms)")
 	c.Flags().IntVar(&o.N, "n", 100, "sandboxes per image kind for the create-rate comparison (-1 skips it)")
 	c.Flags().IntVar(&o.Parallel, "parallel", 4, "concurrent creates")
+	c.Flags().BoolVar(&o.MetaPrefetch, "meta-prefetch", false, "nodes fetch the layer's metadata chunks when they mount it")
+	c.Flags().IntVar(&o.MetaCompare, "meta-compare", 0, "rounds of lazy cold runs with and without the metadata prefetch, interleaved")
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	return c
 }

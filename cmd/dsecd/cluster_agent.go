@@ -64,6 +64,7 @@ open on a listener of their own.`,
 	f.Var(imageCacheBytes(&cfg.ImageCacheBytes), "image-cache-bytes", imageCacheBytesUsage)
 	cfg.BuildCacheBytes = build.DefaultCacheBudget
 	f.Var(imageCacheBytes(&cfg.BuildCacheBytes), "build-cache-bytes", buildCacheBytesUsage)
+	f.Var(imageCacheBytes(&cfg.BlobStoreBytes), "blob-store-bytes", blobStoreBytesUsage)
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none, and where commits put their layers: in a cluster, the blob store every node shares (s3://... or dir:PATH on a shared mount; default dir:DATA_DIR/blobs)")
 	f.IntVar(&cfg.MaxFnCalls, "max-fncalls", 64, "FnCalls this node runs or queues at once; more are refused and placed on another node")
 	f.BoolVar(&cfg.NoFnCall, "no-fncall", false, "serve no FnCalls (the node does not advertise the fncall backend)")

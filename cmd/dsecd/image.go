@@ -368,6 +368,9 @@ func OpenBlobStore(spec, dataDir string) (blob.Store, error) {
 // imageCacheBytesUsage describes --image-cache-bytes (dsec server, dsec agent).
 const imageCacheBytesUsage = "byte budget of the images pulled by registry reference (e.g. 50g; 0: no limit): a pull that puts the cache over it evicts the least recently used images no sandbox uses"
 
+// blobStoreBytesUsage describes --blob-store-bytes (dsec agent).
+const blobStoreBytesUsage = "byte budget of the shared --blob-store (e.g. 500g; 0: no limit; set the same on every node): the least recently used blobs no node holds and no environment names are evicted"
+
 // buildCacheBytesUsage describes --build-cache-bytes (dsec server, dsec agent).
 const buildCacheBytesUsage = "byte budget of the Dockerfile build cache's layers that no image holds (e.g. 20g; 0: no limit; default 10g): a build that puts the cache over it evicts the least recently used steps no build or sandbox uses"
 

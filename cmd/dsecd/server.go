@@ -69,6 +69,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.Var(imageCacheBytes(&cfg.BuildCacheBytes), "build-cache-bytes", buildCacheBytesUsage)
 	f.StringVar(&cfg.BlobStore, "blob-store", "", "blob store of environments whose manifest names none (default dir:DATA_DIR/blobs)")
 	f.StringVar(&cfg.LayerPrefetch, "layer-prefetch", "", `"" loads layers on demand; "full" fetches and verifies whole layers before mounting`)
+	f.BoolVar(&cfg.Layers.MetaPrefetch, "layer-meta-prefetch", false, "fetch each layer's metadata chunks (inodes, directories, small files; recorded in its chunk index at build) in the background when this node mounts it")
 	f.DurationVar(&cfg.Layers.StoreWait, "layer-store-wait", 0, "how long a read of an uncached layer chunk waits for a failing blob store before EIO (0: 2m; negative: fail at once)")
 	f.StringArrayVar(&cfg.Devices, "device", nil, "add a device node and device-cgroup rule to every sandbox: NAME:TYPE:MAJOR:MINOR[:ACCESS], e.g. fuse:c:10:229 (repeatable)")
 	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", 0, "cap of each background process log on disk, stdout and stderr each (default 64 MiB)")

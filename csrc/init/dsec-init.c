@@ -197,6 +197,13 @@ struct config {
 	int noxino;            /* test only: overlay without xino */
 	int userns;            /* in a user namespace: lowers arrive as idmapped mount fds */
 	int setuid;            /* no no_new_privs: setuid programs (sudo) work, see setup */
+	/* template=1: cloned from the spawner's template mount namespace
+	 * (spawner.h), which holds no host file system: the lowers, the shared
+	 * sysfs and its network namespace arrive as fds with the sync byte,
+	 * root and rwdir are the template's empty directories, and the root
+	 * switch needs no pivot_root (see switch_root) */
+	int tmpl;
+	int sysfsfd, netfd; /* template only: the shared sysfs clone and its netns */
 	int lowerfds[MAX_LOWER];
 };
 
@@ -293,6 +300,8 @@ static void read_config(struct config *c)
 			c->userns = !strcmp(v, "1");
 		else if (!strcmp(line, "setuid"))
 			c->setuid = !strcmp(v, "1");
+		else if (!strcmp(line, "template"))
+			c->tmpl = !strcmp(v, "1");
 		else
 			fail("config: unknown key", EINVAL);
 	}
@@ -302,6 +311,9 @@ static void read_config(struct config *c)
 		c->hostname = "sandbox";
 	if (c->userns && (c->nlower > MAX_LOWER || !c->sysfs))
 		fail("config: a user namespace needs at most 128 lowers and the shared sysfs", EINVAL);
+	if (c->tmpl && (c->userns || c->nlower > MAX_LOWER))
+		fail("config: a template clone takes at most 128 lowers and no user namespace", EINVAL);
+	c->sysfsfd = c->netfd = -1;
 	if ((c->sysfs && c->sysfs[0] != '/') || (c->sysfsnet && c->sysfsnet[0] != '/') ||
 	    (!c->sysfs != !c->sysfsnet))
 		fail("config: sysfs and sysfsnet must be absolute paths, both or neither", EINVAL);
@@ -321,7 +333,7 @@ static void wait_sync(struct config *c)
 {
 	char b;
 	ssize_t n;
-	if (!c->userns) {
+	if (!c->userns && !c->tmpl) {
 		do
 			n = read(FD_SYNC, &b, 1);
 		while (n < 0 && errno == EINTR);
@@ -330,7 +342,7 @@ static void wait_sync(struct config *c)
 		return;
 	}
 	union {
-		char buf[CMSG_SPACE(sizeof(int) * MAX_LOWER)];
+		char buf[CMSG_SPACE(sizeof(int) * (MAX_LOWER + 2))];
 		struct cmsghdr align;
 	} u;
 	struct iovec iov = {&b, 1};
@@ -341,7 +353,7 @@ static void wait_sync(struct config *c)
 	while (n < 0 && errno == EINTR);
 	if (n != 1)
 		_exit(1);
-	int got = 0;
+	int got = 0, extra = c->tmpl && c->sysfs ? 2 : 0;
 	for (struct cmsghdr *h = CMSG_FIRSTHDR(&m); h; h = CMSG_NXTHDR(&m, h)) {
 		if (h->cmsg_level != SOL_SOCKET || h->cmsg_type != SCM_RIGHTS)
 			continue;
@@ -349,13 +361,28 @@ static void wait_sync(struct config *c)
 		for (int i = 0; i < k; i++) {
 			int fd;
 			memcpy(&fd, CMSG_DATA(h) + i * sizeof(int), sizeof fd);
-			if (got < MAX_LOWER)
+			if (got < c->nlower)
 				c->lowerfds[got] = fd;
+			else if (got == c->nlower && extra)
+				c->sysfsfd = fd;
+			else if (got == c->nlower + 1 && extra)
+				c->netfd = fd;
 			got++;
 		}
 	}
-	if (got != c->nlower || (m.msg_flags & MSG_CTRUNC))
-		fail("idmapped lower layers: fd count", EINVAL);
+	if (got != c->nlower + extra || (m.msg_flags & MSG_CTRUNC))
+		fail("lower layers: fd count", EINVAL);
+	/* mount_root takes FD_RW after the lowers are attached: the two fds
+	 * that stay open must not sit on it */
+	for (int *fd = &c->sysfsfd; fd <= &c->netfd; fd++) {
+		if (*fd < 0 || *fd > FD_RW)
+			continue;
+		int hi = fcntl(*fd, F_DUPFD_CLOEXEC, FD_RW + 1);
+		if (hi < 0)
+			fail("move sysfs fd", errno);
+		close(*fd);
+		*fd = hi;
+	}
 }
 
 static void mkdir_p(const char *path, mode_t mode)
@@ -516,6 +543,31 @@ static void attach_lowers(struct config *c)
 	}
 }
 
+/* switch_root makes the overlay the root of a template clone without
+ * pivot_root, whose walk over every task of the host grows with the number
+ * of live sandboxes. This namespace is a copy of the spawner's template
+ * (spawner.h): an empty read-only tmpfs on the namespace's rootfs, nothing
+ * of the host. The writable-layer tmpfs (with the lowers attached below it;
+ * the overlay holds its own clones of its layers, FD_RW keeps the tmpfs for
+ * the host) is detached, the overlay moved over the template's root and the
+ * init chrooted into it. What is left beneath the sandbox's root is that
+ * empty tmpfs and the rootfs, as after a pivot_root (rootfs and the new
+ * root): no mount of the host is in this namespace, so none can be reached
+ * by walking up, unmounting or chrooting. */
+static void switch_root(const struct config *c)
+{
+	if (umount2(c->rwdir, MNT_DETACH))
+		fail("detach rwdir", errno);
+	if (chdir(c->root))
+		fail("chdir root", errno);
+	if (mount(c->root, "/", NULL, MS_MOVE, NULL))
+		fail("move root", errno);
+	if (chroot("."))
+		fail("chroot root", errno);
+	if (chdir("/"))
+		fail("chdir /", errno);
+}
+
 /* mount_root mounts the tmpfs for the writable layer (which also holds /dev)
  * and the overlay, clones the trees to attach later, then pivots into the
  * overlay. */
@@ -528,7 +580,7 @@ static void mount_root(struct config *c, struct trees *t)
 	xmount("tmpfs", c->rwdir, "tmpfs", MS_NOSUID, opts, "mount rwdir tmpfs");
 	/* The idmapped lower mount fds (any numbers, FD_RW among them) are
 	 * attached and closed before FD_RW is taken. */
-	if (c->userns)
+	if (c->userns || c->tmpl)
 		attach_lowers(c);
 	/* keep the tmpfs reachable for the host after the pivot (FD_RW) */
 	int rw = open(c->rwdir, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -554,7 +606,8 @@ static void mount_root(struct config *c, struct trees *t)
 	t->sys = -1;
 	if (c->sysfs) {
 		struct statfs sf;
-		t->sys = clone_tree(c->sysfs, 1, "clone shared sysfs");
+		/* a template clone got both as fds (the paths are the host's) */
+		t->sys = c->tmpl ? c->sysfsfd : clone_tree(c->sysfs, 1, "clone shared sysfs");
 		if (fstatfs(t->sys, &sf))
 			fail("statfs shared sysfs", errno);
 		if (sf.f_type != SYSFS_MAGIC_)
@@ -562,7 +615,7 @@ static void mount_root(struct config *c, struct trees *t)
 		/* A sysfs does not keep the network namespace it shows alive;
 		 * this fd (close-on-exec, and out of the sandbox's reach as
 		 * init is not dumpable) does, for as long as the sandbox runs. */
-		int net = open(c->sysfsnet, O_RDONLY | O_CLOEXEC);
+		int net = c->tmpl ? c->netfd : open(c->sysfsnet, O_RDONLY | O_CLOEXEC);
 		if (net < 0)
 			fail("open sysfs network namespace", errno);
 		if (fstatfs(net, &sf))
@@ -610,6 +663,10 @@ static void mount_root(struct config *c, struct trees *t)
 		close(fs);
 	}
 
+	if (c->tmpl) {
+		switch_root(c);
+		return;
+	}
 	/* pivot_root(".", ".") stacks the old root on top of the new one; the
 	 * detach then drops every host mount from this namespace. */
 	if (chdir(c->root))
@@ -1556,8 +1613,8 @@ int main(int argc, char **argv)
 	struct state s;
 	sigset_t mask;
 
-	if (argc == 2 && !strcmp(argv[1], "spawner"))
-		return spawner_main();
+	if ((argc == 2 || argc == 3) && !strcmp(argv[1], "spawner"))
+		return spawner_main(argc == 3 ? argv[2] : NULL);
 	memset(&s, 0, sizeof s);
 	/* Drop every fd the spawning process leaked past the layout (fds it
 	 * inherited without O_CLOEXEC), so none can reach the sandbox. */

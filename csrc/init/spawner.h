@@ -14,8 +14,53 @@
  * is struct spawn_ans: the pid, or an errno (clone, or execve in the child,
  * reported through a close-on-exec pipe). EOF on fd 3: the server is gone,
  * exit.
+ *
+ * Template: `dsec-init spawner DIR` first moves into a mount namespace of its
+ * own whose root is an empty read-only tmpfs (mounted on DIR, which must
+ * exist, then pivoted into) holding two directories, root and rw, and
+ * nothing of the host. Inits cloned from it copy that namespace (two mounts,
+ * not the host's table), get their layers as fds and switch roots without
+ * pivot_root (dsec-init.c, switch_root); it runs its own binary through an
+ * fd taken before. Its first packet on fd 3 is one byte: 'T' with the
+ * template, 'P' without (the setup failed: it spawns from the host's
+ * namespace as before, exec'ing the request's path).
  */
 /* struct spawn_req and struct spawn_ans: csrc/common/wire.h */
+
+/* spawn_exe is the spawner's own binary (O_PATH, above the init's fd range)
+ * in template mode; -1 otherwise. */
+static int spawn_exe = -1;
+
+/* spawner_template moves this process into the template namespace; on
+ * failure it is back in the one it started in. */
+static int spawner_template(const char *dir)
+{
+	int exe = open("/proc/self/exe", O_PATH | O_CLOEXEC);
+	int old = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
+	int hi = exe < 0 ? -1 : fcntl(exe, F_DUPFD_CLOEXEC, 100);
+	if (exe >= 0)
+		close(exe);
+	if (hi < 0 || old < 0 || unshare(CLONE_NEWNS))
+		goto fail;
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) ||
+	    mount("dsec-template", dir, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=16k,mode=0755") ||
+	    chdir(dir) || mkdir("root", 0755) || mkdir("rw", 0700) ||
+	    syscall(SYS_pivot_root, ".", ".") || umount2(".", MNT_DETACH) || chdir("/") ||
+	    mount(NULL, "/", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL)) {
+		if (setns(old, CLONE_NEWNS) || chdir("/"))
+			_exit(1); /* neither namespace is usable */
+		goto fail;
+	}
+	close(old);
+	spawn_exe = hi;
+	return 0;
+fail:
+	if (hi >= 0)
+		close(hi);
+	if (old >= 0)
+		close(old);
+	return -1;
+}
 
 static void spawn_child(const struct spawn_req *rq, const int *fds, int errw)
 {
@@ -46,7 +91,10 @@ static void spawn_child(const struct spawn_req *rq, const int *fds, int errw)
 		goto fail;
 	char *argv[] = {"dsec-init", NULL};
 	char *envp[] = {NULL};
-	execve(rq->path, argv, envp);
+	if (spawn_exe >= 0)
+		syscall(SYS_execveat, spawn_exe, "", argv, envp, AT_EMPTY_PATH);
+	else
+		execve(rq->path, argv, envp);
 fail:;
 	int32_t e = errno;
 	if (write(errw, &e, sizeof e) < 0) {
@@ -54,12 +102,17 @@ fail:;
 	_exit(127);
 }
 
-static int spawner_main(void)
+static int spawner_main(const char *dir)
 {
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
 	signal(SIGCHLD, SIG_DFL);
+	if (dir) {
+		char mode = spawner_template(dir) ? 'P' : 'T';
+		if (write(3, &mode, 1) != 1)
+			_exit(0);
+	}
 	static struct spawn_req rq;
 	for (;;) {
 		char cbuf[CMSG_SPACE(sizeof(int) * SPAWN_MAXFD)];

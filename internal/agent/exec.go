@@ -244,6 +244,11 @@ loop:
 			ctx = context.Background()
 		}
 	}
+	if sb.gone() {
+		// Killed by its sandbox's deletion (or ended as it began).
+		err = errDeletedWhileRunning(sb.rec.ID, "the command")
+		return driver.Exit{}, timedOut, time.Since(t0), err
+	}
 	if r.err != nil {
 		err = errdefs.Internal(r.err, "wait for process")
 		return driver.Exit{}, timedOut, time.Since(t0), err

@@ -28,7 +28,7 @@ func (m *Manager) FollowProcess(ctx context.Context, id, procID string, req api.
 	if err := req.Validate(); err != nil {
 		return api.ProcessOutput{}, err
 	}
-	_, bp, err := m.proc(id, procID)
+	sb, bp, err := m.proc(id, procID)
 	if err != nil {
 		return api.ProcessOutput{}, err
 	}
@@ -63,6 +63,9 @@ func (m *Manager) FollowProcess(ctx context.Context, id, procID string, req api.
 			*dst, complete = b, complete && all
 		}
 		out.Ended = !out.Process.Running && complete
+		if !out.Process.Running && sb.gone() {
+			return api.ProcessOutput{}, errDeletedWhileRunning(id, "process "+procID)
+		}
 		if last || len(out.Stdout) > 0 || len(out.Stderr) > 0 || !out.Process.Running {
 			return out, nil
 		}

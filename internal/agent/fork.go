@@ -11,6 +11,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/registry"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -123,7 +124,10 @@ func (m *Manager) forkBase(rec *record, img image.Image) (image.Image, error) {
 	if rec.ImageDigest != "" {
 		name = image.Pin(rec.ImageRef, rec.ImageDigest)
 	}
-	cur, err := m.cfg.Images.Resolve(name)
+	// The parent runs this image: its create's access to it stands for the
+	// children (an image fetched with the create's own registry credentials
+	// is not asked of the registry again).
+	cur, err := m.cfg.Images.ResolveContext(registry.WithAccessChecked(context.Background()), name)
 	if err != nil {
 		return img, err
 	}
@@ -217,7 +221,7 @@ func (m *Manager) removeForkDirLocked(dir string) {
 	if m.forking[dir] > 0 || !m.isForkDir(dir) {
 		return
 	}
-	for _, sb := range m.sandboxes {
+	for _, sb := range m.holdersLocked() {
 		for _, l := range sb.rec.Spec.Layers { // changed only under m.mu
 			if copyRole(l.Role) && l.Path == dir {
 				return

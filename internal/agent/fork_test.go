@@ -7,15 +7,24 @@ import (
 	"path/filepath"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/dsec-dev/dsec/internal/agent"
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // forkDirs lists the fork copies under the agent's data dir.
+// forkDirsSettled is forkDirs once it holds want entries, or after 10 s: a
+// deleted sandbox's copies go with its teardown, in the background.
+func (e *env) forkDirsSettled(want int) []string {
+	testwait.Until(10*time.Second, func() bool { return len(e.forkDirs()) == want })
+	return e.forkDirs()
+}
+
 func (e *env) forkDirs() []string {
 	ents, _ := os.ReadDir(filepath.Join(e.dataDir, "forks"))
 	var out []string
@@ -84,7 +93,7 @@ func TestFork(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if d := e.forkDirs(); len(d) != 0 {
+	if d := e.forkDirsSettled(0); len(d) != 0 {
 		t.Fatalf("fork copy left after the last child: %v", d)
 	}
 }
@@ -180,7 +189,7 @@ func TestForkAllOrNothing(t *testing.T) {
 	if list, _ := m.List(ctxT(t)); len(list) != 1 || list[0].ID != p.ID {
 		t.Fatalf("sandboxes after a failed fork: %+v", list)
 	}
-	if d := e.forkDirs(); len(d) != 0 {
+	if d := e.forkDirsSettled(0); len(d) != 0 {
 		t.Fatalf("fork copies after a failed fork: %v", d)
 	}
 	if got := shOK(t, m, p.ID, "cat /x"); got != "x\n" {
@@ -268,7 +277,7 @@ func TestForkAcrossRestart(t *testing.T) {
 	if err := m2.Delete(ctxT(t), c); err != nil {
 		t.Fatal(err)
 	}
-	if d := e.forkDirs(); len(d) != 0 {
+	if d := e.forkDirsSettled(0); len(d) != 0 {
 		t.Fatalf("fork copy left after its child: %v", d)
 	}
 }

@@ -128,7 +128,7 @@ func TestPauseWithoutMemory(t *testing.T) {
 	if err := m.Delete(ctxT(t), sb.ID); err != nil {
 		t.Fatal(err)
 	}
-	if d := e.forkDirs(); len(d) != 0 {
+	if d := e.forkDirsSettled(0); len(d) != 0 {
 		t.Fatalf("copies left after delete: %v", d)
 	}
 	e.requireEmpty(t, m, "after delete")

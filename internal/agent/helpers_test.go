@@ -250,7 +250,9 @@ func (e *env) cgroupsOf(t *testing.T) []string {
 }
 
 // requireEmpty checks that the node holds no sandbox at all: none listed, no
-// record, no sandbox dir, no cgroup.
+// record, no sandbox dir, no cgroup. A deleted sandbox is out of the list and
+// the records at once; its dirs and cgroups go with its teardown, in the
+// background, so those are waited for (10 s).
 func (e *env) requireEmpty(t *testing.T, m *agent.Manager, what string) {
 	t.Helper()
 	if list, _ := m.List(ctxT(t)); len(list) != 0 {
@@ -267,6 +269,7 @@ func (e *env) requireEmpty(t *testing.T, m *agent.Manager, what string) {
 			t.Errorf("%s: records left: %v", what, names)
 		}
 	}
+	testwait.Until(10*time.Second, func() bool { return len(e.sandboxDirs())+len(e.cgroupsOf(t)) == 0 })
 	if dirs := e.sandboxDirs(); len(dirs) != 0 {
 		t.Errorf("%s: sandbox dirs left: %v", what, dirs)
 	}

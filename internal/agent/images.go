@@ -74,6 +74,7 @@ func (m *Manager) ImagePulls(ctx context.Context, ref string) ([]api.PullProgres
 // ImageInUse reports whether a sandbox of m runs on image name (an
 // environment store asks it before removing name).
 func (m *Manager) ImageInUse(name string) bool {
+	m.WaitTeardowns()
 	m.mu.RLock()
 	sbs := make([]*sandbox, 0, len(m.sandboxes))
 	for _, sb := range m.sandboxes {
@@ -125,6 +126,7 @@ func ImagesInUse(dataDir string) (map[string]int, error) {
 // sandboxes (running or paused) use, their IDs: the image cache never
 // removes those images.
 func (m *Manager) ImageDigestsInUse() map[string][]string {
+	m.WaitTeardowns()
 	m.mu.RLock()
 	sbs := make([]*sandbox, 0, len(m.sandboxes))
 	for _, sb := range m.sandboxes {
@@ -146,6 +148,7 @@ func (m *Manager) ImageDigestsInUse() map[string][]string {
 // LayerDigestsInUse returns the digests of the layers the sandboxes of m
 // run on (the build cache keeps them).
 func (m *Manager) LayerDigestsInUse() map[string]bool {
+	m.WaitTeardowns()
 	out := map[string]bool{}
 	m.mu.RLock()
 	defer m.mu.RUnlock()

@@ -99,6 +99,9 @@ type Manager struct {
 	byRequest map[string]*pending // request ID → create in flight or done
 	forking   map[string]int      // fork snapshot dir → forks still creating children (fork.go)
 	pulls     map[string]*pulling // placeholders of creates fetching their image (pulling.go)
+	// dying are deleted sandboxes whose teardown still runs (teardown.go):
+	// their layers and fork copies stay in use until it ends.
+	dying map[string]*sandbox
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -154,6 +157,7 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 		byRequest: map[string]*pending{},
 		forking:   map[string]int{},
 		pulls:     map[string]*pulling{},
+		dying:     map[string]*sandbox{},
 		stop:      make(chan struct{}),
 	}
 	m.newID = func() string { return session.NewID(cfg.Node) }
@@ -239,6 +243,7 @@ func (m *Manager) adopt(ctx context.Context) error {
 			sw.Sweep(ctx, keepBy[drv.Name()])
 		}
 	}
+	m.sweepLogs(keep)
 	if m.cfg.Images.Layers != nil {
 		// Layer holders of sandboxes that vanished while the agent was down, or of
 		// creates interrupted between acquire and record, are dropped.
@@ -270,6 +275,7 @@ func (m *Manager) Close() error {
 	}
 	m.stopPulling()
 	m.wg.Wait()
+	m.WaitTeardowns()
 	for _, sb := range m.all() {
 		sb.detachProcs()
 	}
@@ -306,6 +312,7 @@ func (m *Manager) DeleteAll(ctx context.Context) error {
 		})
 	}
 	_ = g.Wait()
+	m.WaitTeardowns()
 	return errors.Join(errs...)
 }
 

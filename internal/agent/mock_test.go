@@ -211,9 +211,12 @@ func TestMockExecStreamTTY(t *testing.T) {
 			session.Stream{Stdin: inR, Stdout: out3, Control: ctl})
 		done <- err
 	}()
-	_, _ = io.WriteString(inW, "echo started-$((1)); sleep 100; echo not-$((0))interrupted\n")
-	// The job is running once its first command's output (not the echoed
-	// input, which has the unexpanded $((1))) is on the screen.
+	_, _ = io.WriteString(inW, "sh -c 'echo started-$((1)); exec sleep 100'; echo not-$((0))interrupted\n")
+	// The job is the terminal's foreground once its own output (not the
+	// echoed input, which has the unexpanded $((1))) is on the screen: the
+	// marker comes from the process the signal must stop (a builtin echo
+	// before `sleep` would leave a moment in which the shell itself is the
+	// foreground and takes the SIGINT).
 	if !testwait.Until(15*time.Second, func() bool { return strings.Contains(out3.String(), "started-1") }) {
 		t.Fatalf("the job never started: %q", out3.String())
 	}

@@ -303,7 +303,7 @@ func (m *Manager) GetProcess(ctx context.Context, id, procID string) (api.Proces
 
 // WaitProcess implements session.Service.
 func (m *Manager) WaitProcess(ctx context.Context, id, procID string) (api.Process, error) {
-	_, bp, err := m.proc(id, procID)
+	sb, bp, err := m.proc(id, procID)
 	if err != nil {
 		return api.Process{}, err
 	}
@@ -311,7 +311,19 @@ func (m *Manager) WaitProcess(ctx context.Context, id, procID string) (api.Proce
 	case <-bp.done:
 	case <-ctx.Done():
 	}
-	return bp.view(), nil
+	v := bp.view()
+	if !v.Running && sb.gone() {
+		return api.Process{}, errDeletedWhileRunning(id, "process "+procID)
+	}
+	return v, nil
+}
+
+// errDeletedWhileRunning is the answer about a process that ended because
+// its sandbox was deleted: the sandbox is gone, which is what its caller
+// hears (its processes die with it; the exit status they got from that is
+// not the command's own).
+func errDeletedWhileRunning(id, what string) error {
+	return errdefs.NotFound("sandbox %q was deleted while %s ran", id, what)
 }
 
 // KillProcess implements session.Service.

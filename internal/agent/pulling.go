@@ -11,6 +11,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/registry"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -236,7 +237,7 @@ func (m *Manager) finishPulling(ctx context.Context, p *pulling, adm *admission)
 }
 
 func (m *Manager) createPulled(ctx context.Context, p *pulling, adm *admission) (*sandbox, error) {
-	img, err := m.cfg.Images.ResolveContext(ctx, p.req.Image)
+	img, err := m.cfg.Images.ResolveContext(registry.WithAuth(ctx, p.req.RegistryAuth), p.req.Image)
 	if err != nil {
 		return nil, err
 	}

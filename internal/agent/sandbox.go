@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -13,6 +12,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image"
+	"github.com/dsec-dev/dsec/internal/image/registry"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -30,6 +30,10 @@ type sandbox struct {
 	procs   map[string]*bgProc
 	watches map[string]*dirWatch // watch.go
 	deleted bool
+	// tornDown is closed when a deleted sandbox's teardown ended
+	// (teardown.go).
+	tornDown    chan struct{}
+	teardownErr error // the driver's Destroy's, set before tornDown closes
 	// reattachPending: re-adopted while paused; its background processes are
 	// re-attached on resume (a frozen init cannot answer).
 	reattachPending bool
@@ -234,7 +238,7 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 		return nil, m.refusedAdmission(ctx, req.Backend, err)
 	}
 	defer adm[0].release()
-	img, err := m.cfg.Images.ResolveContext(ctx, req.Image)
+	img, err := m.cfg.Images.ResolveContext(registry.WithAuth(ctx, req.RegistryAuth), req.Image)
 	if err != nil {
 		return nil, err
 	}
@@ -363,7 +367,9 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 }
 
 // Delete implements session.Service. A sandbox still fetching its image
-// (state pulling) stops there.
+// (state pulling) stops there. Delete answers once the sandbox is out of
+// the node's table and records and its init has died (or its teardown
+// ended); the rest of the teardown (teardown.go) goes on in the background.
 func (m *Manager) Delete(ctx context.Context, id string) error {
 	if p := m.pullingOf(id); p != nil {
 		return m.deletePulling(ctx, p)
@@ -373,31 +379,41 @@ func (m *Manager) Delete(ctx context.Context, id string) error {
 		return err
 	}
 	sb.mu.Lock()
-	defer sb.mu.Unlock()
 	if sb.deleted {
+		sb.mu.Unlock()
 		return errdefs.NotFound("sandbox %q not found", id)
 	}
-	if err := sb.inst.Destroy(ctx); err != nil {
-		return err
-	}
 	sb.deleted = true
+	sb.tornDown = make(chan struct{})
+	inst := sb.inst
 	for _, p := range sb.procs {
 		p.closeConn()
 	}
+	// Without its record a restarted agent releases whatever the teardown
+	// had not (the drivers' Sweep, the layer holders' Sync).
 	if err := removeRecord(m.recs, id); err != nil {
 		m.log.Warn("remove record", "id", id, "err", err)
 	}
-	_ = os.RemoveAll(m.logDir(id))
-	if err := m.cfg.Images.Unmount(ctx, id); err != nil {
-		m.log.Warn("release layers", "id", id, "err", err)
-	}
 	m.mu.Lock()
 	delete(m.sandboxes, id)
-	m.releaseForkLayersLocked(sb.rec.Spec)
+	m.dying[id] = sb
 	if sb.rec.RequestID != "" {
 		delete(m.byRequest, sb.rec.RequestID)
 	}
 	m.mu.Unlock()
+	sb.mu.Unlock()
+	finished := m.startTeardown(ctx, sb, inst)
+	select {
+	case <-inst.Done():
+	case <-finished:
+		// A driver that could not stop the sandbox says so, as before
+		// its teardown ran in the background: the caller hears of an
+		// init that would not die (the next agent start releases it).
+		if err := sb.teardownErr; err != nil && !driver.Exited(inst) {
+			return err
+		}
+	case <-ctx.Done():
+	}
 	m.log.DebugContext(ctx, "deleted sandbox", "id", id)
 	return nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/cluster/placement"
 	"github.com/dsec-dev/dsec/internal/cluster/router"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/buildstate"
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/image/blob"
 	"github.com/dsec-dev/dsec/internal/image/envstore"
@@ -95,6 +96,7 @@ type APIServer struct {
 	projects project.Store
 	fnEng    *placement.Engine
 	envs     *envstore.Store
+	blobs    blob.Store // the cluster's blob store (nil: none)
 	cl       *metrics.Cluster
 	base     router.Cluster // the router with the cluster's environments: every front end's base service
 }
@@ -226,6 +228,9 @@ func (a *APIServer) startPlacement(context.Context) (lifecycle.Close, error) {
 	if err := a.Engine.Refresh(a.bg); err != nil {
 		return nil, err
 	}
+	if err := a.cl.PlacementSnapshots(func() int64 { return a.Engine.Stats().Refreshes }); err != nil {
+		return nil, err
+	}
 	go a.Engine.Watch(a.bg)
 	a.fnEng = placement.New(router.FnCallSource{Nodes: a.Watcher}, a.cfg.Placement)
 	if err := a.fnEng.Refresh(a.bg); err != nil {
@@ -243,6 +248,7 @@ func (a *APIServer) startEnvironments(context.Context) (lifecycle.Close, error) 
 			return nil, fmt.Errorf("--blob-store: %w", err)
 		}
 	}
+	a.blobs = blobs
 	a.envs = envstore.New(envstore.NewEtcdState(a.cfg.Etcd, a.cfg.Prefix), blobs)
 	a.envs.Spec = a.cfg.BlobStore
 	return nil, nil
@@ -293,7 +299,9 @@ func (a *APIServer) startFrontEnds(context.Context) (lifecycle.Close, error) {
 	svc := a.services()
 	// Tagged steps are logged on their sandbox's node.
 	a.Server = v1.New(svc, v1.Options{Projects: a.Projects, Logger: a.log, StepsDownstream: true})
-	a.E2B = newE2B(svc, adminToken(a.Tokens), a.cfg.Secret, a.cfg.E2BDomain, a.log)
+	builds := buildstate.NewEtcd(buildstate.EtcdConfig{Client: a.cfg.Etcd, Prefix: a.cfg.Prefix, Blobs: a.blobs,
+		Runner: fmt.Sprintf("%s pid %d", a.cfg.Name, os.Getpid()), RunnerTTL: a.cfg.ElectionTTL, Logger: a.log})
+	a.E2B = newE2B(svc, adminToken(a.Tokens), a.cfg.Secret, a.cfg.E2BDomain, builds, a.log)
 	return func(context.Context) error { return a.E2B.Close() }, nil
 }
 

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
 	"github.com/dsec-dev/dsec/internal/bench/peer"
 	"github.com/dsec-dev/dsec/internal/image"
@@ -414,9 +416,21 @@ func peerCycleSide(name, rootfs string) (*cycleSide, error) {
 		if err != nil {
 			return nil, fmt.Errorf("podman not installed (Debian package podman): %w", err)
 		}
-		return &cycleSide{name: name, work: "podman run --rm --network none --rootfs ROOTFS:O true (overlay on the same rootfs)",
+		// Podman asks for its own open-file and process limits (1048576
+		// and 32768 for root), which a host that does not let root raise a
+		// hard limit (no CAP_SYS_RESOURCE, e.g. inside a container)
+		// refuses: the container gets this process's limits instead.
+		args := []string{"run", "--rm", "--network", "none"}
+		for name, res := range map[string]int{"nofile": unix.RLIMIT_NOFILE, "nproc": unix.RLIMIT_NPROC} {
+			var l unix.Rlimit
+			if err := unix.Getrlimit(res, &l); err == nil {
+				args = append(args, "--ulimit", fmt.Sprintf("%s=%d:%d", name, int64(l.Cur), int64(l.Max)))
+			}
+		}
+		args = append(args, "--rootfs", rootfs+":O", "true")
+		return &cycleSide{name: name, work: "podman run --rm --network none --ulimit nofile=…,nproc=… (this process's) --rootfs ROOTFS:O true (overlay on the same rootfs)",
 			run: func(ctx context.Context) (time.Duration, error) {
-				d, _, err := timed(ctx, nil, pm, "run", "--rm", "--network", "none", "--rootfs", rootfs+":O", "true")
+				d, _, err := timed(ctx, nil, pm, args...)
 				return d, err
 			}}, nil
 	}

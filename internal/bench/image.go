@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -52,12 +53,22 @@ type ImageOptions struct {
 	// Task is the first command run in the fresh sandbox (its first stdout byte ends
 	// the cold start); Then runs after it (default: Python, then git --version).
 	Task, Then []string
+	// MetaPrefetch has every node fetch the layer's metadata chunks when it
+	// mounts the layer (lazy.Config).
+	MetaPrefetch bool
+	// MetaCompare adds this many rounds of two lazy cold runs, one with the
+	// metadata prefetch and one without, in alternating order (MetaResult).
+	MetaCompare int
 }
 
 // ColdRun is one node that has never seen the image: a sandbox created on the
 // layered image, the task run in it.
 type ColdRun struct {
-	Mode string `json:"mode"` // "lazy" (on demand) or "full" (whole blob fetched and verified before mount)
+	// Mode is "lazy" (on demand), "full" (whole blob fetched and verified
+	// before mount), "prefetch" (lazy with a prefetch list), or, in
+	// --meta-compare, "lazy-meta" / "lazy-nometa" (lazy with / without the
+	// metadata chunks fetched at mount).
+	Mode string `json:"mode"`
 	// CreateS is the create request (layer fetch and mount included).
 	CreateS float64 `json:"create_s"`
 	// FirstOutputS is from the create request to the first stdout byte of the task.
@@ -106,6 +117,7 @@ type ImageResult struct {
 	PrefetchSpeedupVsFloor    float64 `json:"prefetch_speedup_vs_floor"`
 	PrefetchedFetchedFraction float64 `json:"prefetch_fetched_fraction"`
 	access                    lazy.AccessList
+	metaAccess                lazy.AccessList // a lazy run's without the metadata prefetch
 	// FetchedFraction is the lazy run's bytes fetched over the blob's size.
 	FetchedFraction  float64 `json:"fetched_fraction"`
 	BytesFetched     int64   `json:"bytes_fetched"`
@@ -120,6 +132,9 @@ type ImageResult struct {
 	SpeedupVsFloor     float64 `json:"speedup_vs_floor"`
 	// ChunkSweep has one lazy cold run per --chunk-sweep size.
 	ChunkSweep []SweepRun `json:"chunk_sweep,omitempty"`
+	// Meta is where a cold start's reads go (metadata or file data) and the
+	// --meta-compare runs.
+	Meta MetaResult `json:"meta"`
 
 	// Create rates on the lazy node once the layer is mounted, layered image vs
 	// the directory image, N each on Parallel workers, interleaved.
@@ -135,6 +150,101 @@ type ImageResult struct {
 	FirstError  string  `json:"first_error,omitempty"`
 
 	Targets ImageTargets `json:"targets"`
+}
+
+// MetaResult is the layer's metadata chunks (the chunk index's Meta) against a
+// cold start's reads, and, with --meta-compare, lazy cold runs with and without
+// fetching the metadata chunks at mount.
+type MetaResult struct {
+	Chunks int   `json:"chunks"` // metadata chunks of the layer
+	Bytes  int64 `json:"bytes"`
+	// Fraction is Bytes over the blob's size.
+	Fraction float64 `json:"fraction"`
+	// ColdReads is how many chunks the cold start read (the access list of a
+	// lazy run without the metadata prefetch), ColdReadsMeta how many of them
+	// are metadata chunks, FirstHalfMeta how many of the first half.
+	ColdReads     int `json:"cold_reads"`
+	ColdReadsMeta int `json:"cold_reads_meta"`
+	FirstHalfMeta int `json:"first_half_meta"`
+	// Rounds of the comparison; On and Off the runs with and without the
+	// metadata prefetch, in run order.
+	Rounds int       `json:"rounds,omitempty"`
+	On     []ColdRun `json:"on,omitempty"`
+	Off    []ColdRun `json:"off,omitempty"`
+	// Medians of create → first output and of bytes fetched; Speedup is Off
+	// over On first output (above 1: the prefetch helps).
+	OnFirstOutputS  float64 `json:"on_first_output_s,omitempty"`
+	OffFirstOutputS float64 `json:"off_first_output_s,omitempty"`
+	OnCreateS       float64 `json:"on_create_s,omitempty"`
+	OffCreateS      float64 `json:"off_create_s,omitempty"`
+	OnBytes         int64   `json:"on_bytes_fetched,omitempty"`
+	OffBytes        int64   `json:"off_bytes_fetched,omitempty"`
+	Speedup         float64 `json:"speedup,omitempty"`
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// metaCompare runs o.MetaCompare rounds of lazy cold runs with and without the
+// metadata prefetch (order alternating: on off, off on, ...) and classifies the
+// first run without it's reads against the layer's metadata chunks meta.
+func metaCompare(ctx context.Context, o ImageOptions, scratch, imagesDir string, meta []int64, res *ImageResult) error {
+	so := o
+	so.N = -1
+	m := &res.Meta
+	m.Rounds = o.MetaCompare
+	for i := 0; i < o.MetaCompare; i++ {
+		modes := []string{"lazy-meta", "lazy-nometa"}
+		if i%2 == 1 {
+			modes[0], modes[1] = modes[1], modes[0]
+		}
+		for _, mode := range modes {
+			run, err := coldRun(ctx, so, scratch, imagesDir, mode, o.ChunkSize, res)
+			if err != nil {
+				return fmt.Errorf("%s run: %w", mode, err)
+			}
+			if mode == "lazy-meta" {
+				m.On = append(m.On, run)
+			} else {
+				m.Off = append(m.Off, run)
+			}
+		}
+	}
+	stat := func(runs []ColdRun) (first, create float64, bytes int64) {
+		var f, c, b []float64
+		for _, r := range runs {
+			f, c, b = append(f, r.FirstOutputS), append(c, r.CreateS), append(b, float64(r.BytesFetched))
+		}
+		return median(f), median(c), int64(median(b))
+	}
+	m.OnFirstOutputS, m.OnCreateS, m.OnBytes = stat(m.On)
+	m.OffFirstOutputS, m.OffCreateS, m.OffBytes = stat(m.Off)
+	if m.OnFirstOutputS > 0 {
+		m.Speedup = round(m.OffFirstOutputS/m.OnFirstOutputS, 2)
+	}
+	return nil
+}
+
+// classifyReads counts the metadata chunks among the chunks al read.
+func (m *MetaResult) classifyReads(al lazy.AccessList, meta []int64) {
+	m.ColdReads, m.ColdReadsMeta, m.FirstHalfMeta = len(al.Chunks), 0, 0
+	for i, c := range al.Chunks {
+		if _, ok := slices.BinarySearch(meta, c); ok {
+			m.ColdReadsMeta++
+			if i < (len(al.Chunks)+1)/2 {
+				m.FirstHalfMeta++
+			}
+		}
+	}
 }
 
 // ImageTargets are issue 3's targets, checked on the result.
@@ -254,6 +364,19 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 		return res, fmt.Errorf("bench image: build layer: %w", err)
 	}
 	res.Source, res.Digest, res.BlobBytes = l.Source, l.Digest, l.Size
+	ixb, err := blob.ReadSmall(ctx, bs, l.Index, 64<<20)
+	if err != nil {
+		return res, fmt.Errorf("bench image: chunk index: %w", err)
+	}
+	ix, err := blob.ParseChunkIndex(ixb)
+	if err != nil {
+		return res, fmt.Errorf("bench image: chunk index: %w", err)
+	}
+	res.Meta.Chunks = len(ix.Meta)
+	for _, c := range ix.Meta {
+		res.Meta.Bytes += min(ix.ChunkSize, ix.BlobSize-c*ix.ChunkSize)
+	}
+	res.Meta.Fraction = fraction(res.Meta.Bytes, res.BlobBytes)
 	res.LayerBuildS = round(l.BuildTime.Seconds(), 2)
 
 	// An images dir with the layered image and the directory image side by side.
@@ -311,6 +434,14 @@ func Image(ctx context.Context, o ImageOptions) (res ImageResult, err error) {
 			errs = append(errs, fmt.Errorf("prefetch run: %w", err))
 		}
 	}
+	if len(errs) == 0 && o.MetaCompare > 0 {
+		if err := metaCompare(ctx, o, scratch, imagesDir, ix.Meta, &res); err != nil {
+			errs = append(errs, fmt.Errorf("meta compare: %w", err))
+		}
+	}
+	if len(errs) == 0 && len(res.metaAccess.Chunks) > 0 {
+		res.Meta.classifyReads(res.metaAccess, ix.Meta)
+	}
 	if len(errs) == 0 {
 		so := o
 		so.N = -1
@@ -351,7 +482,8 @@ func writeManifest(imagesDir string, m image.Manifest) error {
 func openImageNode(ctx context.Context, o ImageOptions, dataDir, imagesDir, prefetch string, chunk int64) (*daemon.Daemon, func() error, error) {
 	d, err := daemon.New(ctx, daemon.Config{
 		DataDir: dataDir, ImagesDir: imagesDir, DefaultImage: benchLayeredImage, Logger: o.Logger, Token: "bench",
-		Layers:        lazy.Config{ChunkSize: chunk, ReadAheadKB: o.ReadAheadKB, BufferedLoop: o.BufferedLoop, LoopDevice: o.LoopDevice},
+		Layers: lazy.Config{ChunkSize: chunk, ReadAheadKB: o.ReadAheadKB, BufferedLoop: o.BufferedLoop, LoopDevice: o.LoopDevice,
+			MetaPrefetch: o.MetaPrefetch},
 		LayerPrefetch: prefetch,
 	})
 	if err != nil {
@@ -450,6 +582,12 @@ func coldRun(ctx context.Context, o ImageOptions, scratch, imagesDir, mode strin
 	if mode == "full" {
 		prefetch = "full"
 	}
+	switch mode {
+	case "lazy-nometa":
+		o.MetaPrefetch = false
+	case "lazy-meta":
+		o.MetaPrefetch = true
+	}
 	dataDir := filepath.Join(scratch, "node-"+mode)
 	d, cleanup, err := openImageNode(ctx, o, dataDir, imagesDir, prefetch, chunk)
 	if err != nil {
@@ -492,6 +630,11 @@ func coldRun(ctx context.Context, o ImageOptions, scratch, imagesDir, mode strin
 	}
 	if mode == "lazy" {
 		if res.access, err = d.Layers.Access(ctx, res.Digest); err != nil {
+			return run, fmt.Errorf("access list: %w", err)
+		}
+	}
+	if (mode == "lazy-nometa" || (mode == "lazy" && !o.MetaPrefetch)) && len(res.metaAccess.Chunks) == 0 {
+		if res.metaAccess, err = d.Layers.Access(ctx, res.Digest); err != nil {
 			return run, fmt.Errorf("access list: %w", err)
 		}
 	}

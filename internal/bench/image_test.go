@@ -83,8 +83,10 @@ func TestImageBenchBusybox(t *testing.T) {
 	if r.Lazy.BytesFetched <= 0 || r.FetchedFraction <= 0 || r.FetchedFraction >= 1 {
 		t.Errorf("lazy fetched %d of %d (%v)", r.Lazy.BytesFetched, r.BlobBytes, r.FetchedFraction)
 	}
-	// The whole blob plus its chunk index (a 24-byte header and a sha256 per chunk).
-	index := 24 + 32*((r.BlobBytes+(16<<10)-1)/(16<<10))
+	// The whole blob plus its chunk index (a 24-byte header, a sha256 per
+	// chunk and the bitmap of its metadata chunks, a bit per chunk).
+	chunks := (r.BlobBytes + (16 << 10) - 1) / (16 << 10)
+	index := 24 + 32*chunks + (chunks+7)/8
 	if r.Full.BytesFetched != r.BlobBytes+index || !r.Full.Verified {
 		t.Errorf("full run fetched %d of %d + %d of index, verified %v", r.Full.BytesFetched, r.BlobBytes, index, r.Full.Verified)
 	}

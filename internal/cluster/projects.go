@@ -63,6 +63,10 @@ type usageSeen struct {
 type projectRecord struct {
 	Quota     project.Quota `json:"quota"`
 	CreatedAt time.Time     `json:"created_at"`
+	// Registries are the project's registry credentials by host (in the
+	// record, so every API server's mirror has them and Delete removes
+	// them with the project).
+	Registries map[string]api.RegistryAuth `json:"registries,omitempty"`
 }
 
 var _ project.Store = (*Projects)(nil)
@@ -154,7 +158,7 @@ func (s *Projects) read(ctx context.Context, name string) (project.Info, bool, e
 		if err != nil {
 			return in, false, errdefs.Internal(err, "project %q: bad record", name)
 		}
-		in.Quota, in.CreatedAt = r.Quota, r.CreatedAt
+		in.Quota, in.CreatedAt, in.Registries = r.Quota, r.CreatedAt, project.RegistryHosts(r.Registries)
 	}
 	if uk := resp.Responses[1].GetResponseRange().Kvs; len(uk) > 0 {
 		_ = json.Unmarshal(uk[0].Value, &in.Usage)
@@ -246,10 +250,57 @@ func (s *Projects) SetQuota(ctx context.Context, name string, q project.Quota) e
 	if err := project.CheckQuota(q); err != nil {
 		return err
 	}
+	return s.changeRecord(ctx, name, "set quota of", func(rec *projectRecord) error {
+		rec.Quota = q
+		return nil
+	})
+}
+
+// RegistryAuth implements project.Store from this API server's mirror of the
+// project records.
+func (s *Projects) RegistryAuth(name string) map[string]api.RegistryAuth {
+	r, _, _ := s.proj.get(name)
+	return r.Registries
+}
+
+func (s *Projects) SetRegistryAuth(ctx context.Context, name, host string, a api.RegistryAuth) error {
+	host, err := project.CheckRegistryHost(host)
+	if err != nil {
+		return err
+	}
+	if err := project.CheckRegistryAuth(a); err != nil {
+		return err
+	}
+	return s.changeRecord(ctx, name, "set registry credentials of", func(rec *projectRecord) error {
+		if rec.Registries == nil {
+			rec.Registries = map[string]api.RegistryAuth{}
+		}
+		rec.Registries[host] = a
+		return nil
+	})
+}
+
+func (s *Projects) RemoveRegistryAuth(ctx context.Context, name, host string) error {
+	h := project.RegistryHost(host)
+	return s.changeRecord(ctx, name, "remove registry credentials of", func(rec *projectRecord) error {
+		if _, ok := rec.Registries[h]; !ok {
+			return errdefs.NotFound("project %q has no credentials for registry %q", name, host)
+		}
+		delete(rec.Registries, h)
+		if len(rec.Registries) == 0 {
+			rec.Registries = nil
+		}
+		return nil
+	})
+}
+
+// changeRecord applies f to project name's record (the default project's is
+// made on its first change) with a compare-and-swap on its mod revision.
+func (s *Projects) changeRecord(ctx context.Context, name, what string, f func(*projectRecord) error) error {
 	for range maxCAS {
 		resp, err := s.cli.Get(ctx, s.k.project(name))
 		if err != nil {
-			return unavailable(err, "project: set quota of %q", name)
+			return unavailable(err, "project: %s %q", what, name)
 		}
 		rec, rev := projectRecord{CreatedAt: time.Now().UTC()}, int64(0)
 		if len(resp.Kvs) > 0 {
@@ -258,12 +309,14 @@ func (s *Projects) SetQuota(ctx context.Context, name string, q project.Quota) e
 		} else if name != project.Default {
 			return errdefs.NotFound("project %q not found", name)
 		}
-		rec.Quota = q
+		if err := f(&rec); err != nil {
+			return err
+		}
 		b, _ := json.Marshal(rec)
 		tr, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.k.project(name)), "=", rev)).
 			Then(clientv3.OpPut(s.k.project(name), string(b))).Commit()
 		if err != nil {
-			return unavailable(err, "project: set quota of %q", name)
+			return unavailable(err, "project: %s %q", what, name)
 		}
 		if tr.Succeeded {
 			return nil

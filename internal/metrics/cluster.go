@@ -49,6 +49,16 @@ func (m *Metrics) NewCluster(nodes func() []ClusterNode) (*Cluster, error) {
 	return c, nil
 }
 
+// PlacementSnapshots exports count, the number of placement snapshots the API
+// server's engine has taken, as dsec_placement_snapshots_total: a node's new
+// state (drained, ready again, freed room) is used for placement from the first
+// snapshot that starts after the watcher saw it.
+func (c *Cluster) PlacementSnapshots(count func() int64) error {
+	return c.m.Register(prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: namespace, Name: "placement_snapshots_total",
+		Help: "Placement snapshots of the cluster's nodes this API server has taken."},
+		func() float64 { return float64(count()) }))
+}
+
 // Placed records the placement phase of a create (err: nothing fitted).
 func (c *Cluster) Placed(backend string, d time.Duration, err error) {
 	c.m.phaseSeconds.WithLabelValues(c.m.backend(backend), PhasePlacement).Observe(d.Seconds())

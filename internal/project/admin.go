@@ -126,6 +126,31 @@ func (g *Guard) RemoveToken(ctx context.Context, name, id string) error {
 	return g.store.RemoveToken(ctx, name, id)
 }
 
+// SetRegistryAuth stores project name's credentials for registry host; the
+// answer (and the log) shows the host only.
+func (g *Guard) SetRegistryAuth(ctx context.Context, name, host string, a api.RegistryAuth) (api.Project, error) {
+	if err := admin(ctx); err != nil {
+		return api.Project{}, err
+	}
+	if err := g.store.SetRegistryAuth(ctx, name, host, a); err != nil {
+		return api.Project{}, err
+	}
+	g.log.Info("project registry credentials set", "project", name, "registry", RegistryHost(host))
+	in, err := g.store.Get(ctx, name)
+	return in.ToAPI(), err
+}
+
+func (g *Guard) RemoveRegistryAuth(ctx context.Context, name, host string) error {
+	if err := admin(ctx); err != nil {
+		return err
+	}
+	if err := g.store.RemoveRegistryAuth(ctx, name, host); err != nil {
+		return err
+	}
+	g.log.Info("project registry credentials removed", "project", name, "registry", RegistryHost(host))
+	return nil
+}
+
 func checkAPIQuota(q api.Quota) error {
 	if q.MaxSandboxes < 0 || q.CPU < 0 || q.MemoryBytes < 0 || q.CPU != q.CPU {
 		return errdefs.Invalid("quota: max_sandboxes, cpu and memory_bytes are 0 (unlimited) or positive")

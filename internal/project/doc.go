@@ -37,4 +37,7 @@
 //     another project's request ID is a conflict.
 //   - Trajectories are scoped too: each project has its own trajectory IDs
 //     (TrajectoryKey; Trajectories scopes the trajectory API).
+//   - A project's registry credentials (Store.SetRegistryAuth) are added to
+//     its creates and batches for each host the request's own registry_auth
+//     does not name; they are shown as hosts only (Info.Registries).
 package project

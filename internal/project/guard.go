@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -17,8 +18,9 @@ import (
 const maxOwners = 1 << 18
 
 // Guard is the session.Service decorator that enforces projects: quotas on
-// Create, CreateBatch and Fork, releases on Delete, and project scoping (see
-// the package doc). It passes the optional session interfaces through.
+// Create, CreateBatch and Fork, releases on Delete, project scoping, and the
+// project's registry credentials on Create and CreateBatch (see the package
+// doc). It passes the optional session interfaces through.
 type Guard struct {
 	session.Service // the guarded service (Exec, files ... pass through)
 	store           Store
@@ -197,8 +199,34 @@ func labelled(labels map[string]string, p, rid string, fork bool) map[string]str
 	return out
 }
 
+// withRegistryAuth returns req carrying project p's registry credentials for
+// every host req does not name itself (a caller's own win for their hosts);
+// the caller's map is copied, never changed.
+func (g *Guard) withRegistryAuth(p string, req api.CreateSandboxRequest) api.CreateSandboxRequest {
+	mine := g.store.RegistryAuth(p)
+	if len(mine) == 0 {
+		return req
+	}
+	named := make(map[string]bool, len(req.RegistryAuth))
+	for h := range req.RegistryAuth {
+		named[RegistryHost(h)] = true
+	}
+	out := maps.Clone(req.RegistryAuth)
+	for h, a := range mine {
+		if !named[h] {
+			if out == nil {
+				out = make(map[string]api.RegistryAuth, len(mine))
+			}
+			out[h] = a
+		}
+	}
+	req.RegistryAuth = out
+	return req
+}
+
 func (g *Guard) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
 	p, u := caller(ctx), UsageOf(req)
+	req = g.withRegistryAuth(p, req)
 	rid, err := g.reserve(ctx, p, u)
 	if err != nil {
 		// A retry of a create that was answered needs no new room.
@@ -303,7 +331,9 @@ func (g *Guard) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequest
 		}
 		return nil, err
 	}
+	reqs = slices.Clone(reqs)
 	for i := range reqs {
+		reqs[i] = g.withRegistryAuth(p, reqs[i])
 		reqs[i].Labels = labelled(reqs[i].Labels, p, rid, false)
 	}
 	out, err := g.Service.CreateBatch(ctx, reqs)

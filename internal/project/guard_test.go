@@ -2,6 +2,7 @@ package project_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/frontend/v1"
 	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
 	"github.com/dsec-dev/dsec/internal/project"
+	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -22,14 +24,38 @@ const admin = "admin-token-0123456789"
 func guarded(t *testing.T) (*agenttest.Node, *project.Guard, func(tok string) *client.Client) {
 	t.Helper()
 	node := agenttest.NewNode(t)
+	g, ts := serveGuard(t, node, nil)
+	return node, g, func(tok string) *client.Client { return client.New(ts.URL, tok, client.WithRetry(0)) }
+}
+
+// serveGuard serves inner through a guard (on an in-memory store, logging to
+// log) and the real HTTP layer, checked against the OpenAPI document.
+func serveGuard(t *testing.T, inner session.Service, log *slog.Logger) (*project.Guard, *httptest.Server) {
+	t.Helper()
 	st, err := project.OpenLocal("", admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := project.NewGuard(node, st, nil)
-	ts := httptest.NewServer(openapitest.Wrap(t, v1.New(g, v1.Options{Projects: g}).Handler()))
+	g := project.NewGuard(inner, st, log)
+	ts := httptest.NewServer(openapitest.Wrap(t, v1.New(g, v1.Options{Projects: g, Logger: log}).Handler()))
 	t.Cleanup(ts.Close)
-	return node, g, func(tok string) *client.Client { return client.New(ts.URL, tok, client.WithRetry(0)) }
+	return g, ts
+}
+
+// projectsAB creates projects a (quota qa) and b (none) and returns clients
+// with the admin's, a's and b's tokens.
+func projectsAB(t *testing.T, cl func(tok string) *client.Client, qa api.Quota) (adm, ca, cb *client.Client) {
+	t.Helper()
+	adm = cl(admin)
+	a, err := adm.CreateProject(context.Background(), "a", qa)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := adm.CreateProject(context.Background(), "b", api.Quota{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return adm, cl(a.Token), cl(b.Token)
 }
 
 func code(err error) api.Code {
@@ -42,16 +68,7 @@ func code(err error) api.Code {
 func TestGuardQuotaAndScope(t *testing.T) {
 	ctx := context.Background()
 	node, _, cl := guarded(t)
-	adm := cl(admin)
-	a, err := adm.CreateProject(ctx, "a", api.Quota{MaxSandboxes: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := adm.CreateProject(ctx, "b", api.Quota{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, cb := cl(a.Token), cl(b.Token)
+	adm, ca, cb := projectsAB(t, cl, api.Quota{MaxSandboxes: 2})
 	s1, err := ca.Create(ctx, api.CreateSandboxRequest{Labels: map[string]string{api.LabelProject: "b"}})
 	if err != nil {
 		t.Fatal(err)

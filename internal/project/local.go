@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -41,6 +42,9 @@ type localState struct {
 type localProject struct {
 	Quota     Quota     `json:"quota"`
 	CreatedAt time.Time `json:"created_at"`
+	// Registries are the registry credentials by host; a change replaces
+	// the map (RegistryAuth hands it out without a copy).
+	Registries map[string]api.RegistryAuth `json:"registries,omitempty"`
 }
 
 type localToken struct {
@@ -154,7 +158,7 @@ func (l *Local) Create(_ context.Context, name string, q Quota) (string, error) 
 // info builds name's Info (l.mu held).
 func (l *Local) info(name string) Info {
 	p := l.state.Projects[name]
-	in := Info{Name: name, Quota: p.Quota, CreatedAt: p.CreatedAt, Usage: l.usage[name]}
+	in := Info{Name: name, Quota: p.Quota, CreatedAt: p.CreatedAt, Usage: l.usage[name], Registries: RegistryHosts(p.Registries)}
 	for d, t := range l.state.Tokens {
 		if t.Project == name {
 			in.Tokens = append(in.Tokens, TokenInfo{ID: TokenID(d), CreatedAt: t.CreatedAt})
@@ -223,6 +227,15 @@ func (l *Local) SetQuota(_ context.Context, name string, q Quota) error {
 	if err := CheckQuota(q); err != nil {
 		return err
 	}
+	return l.change(name, func(p *localProject) error {
+		p.Quota = q
+		return nil
+	})
+}
+
+// change applies f to project name's record (the default project's is made
+// on its first change) and saves it; on an error nothing changes.
+func (l *Local) change(name string, f func(*localProject) error) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.known(name) {
@@ -230,9 +243,11 @@ func (l *Local) SetQuota(_ context.Context, name string, q Quota) error {
 	}
 	old, had := l.state.Projects[name]
 	p := old
-	p.Quota = q
 	if !had {
 		p.CreatedAt = time.Now().UTC()
+	}
+	if err := f(&p); err != nil {
+		return err
 	}
 	l.state.Projects[name] = p
 	if err := l.save(); err != nil {
@@ -289,6 +304,57 @@ func (l *Local) RemoveToken(_ context.Context, name, id string) error {
 		return err
 	}
 	return nil
+}
+
+// RegistryAuth implements Store.
+func (l *Local) RegistryAuth(project string) map[string]api.RegistryAuth {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.state.Projects[project].Registries
+}
+
+func (l *Local) SetRegistryAuth(_ context.Context, name, host string, a api.RegistryAuth) error {
+	host, err := CheckRegistryHost(host)
+	if err != nil {
+		return err
+	}
+	if err := CheckRegistryAuth(a); err != nil {
+		return err
+	}
+	return l.changeRegistries(name, func(m map[string]api.RegistryAuth) error {
+		m[host] = a
+		return nil
+	})
+}
+
+func (l *Local) RemoveRegistryAuth(_ context.Context, name, host string) error {
+	h := RegistryHost(host)
+	return l.changeRegistries(name, func(m map[string]api.RegistryAuth) error {
+		if _, ok := m[h]; !ok {
+			return errdefs.NotFound("project %q has no credentials for registry %q", name, host)
+		}
+		delete(m, h)
+		return nil
+	})
+}
+
+// changeRegistries runs f on a copy of name's registry credentials and
+// stores the copy (RegistryAuth's map is never changed).
+func (l *Local) changeRegistries(name string, f func(map[string]api.RegistryAuth) error) error {
+	return l.change(name, func(p *localProject) error {
+		m := maps.Clone(p.Registries)
+		if m == nil {
+			m = map[string]api.RegistryAuth{}
+		}
+		if err := f(m); err != nil {
+			return err
+		}
+		p.Registries = m
+		if len(m) == 0 {
+			p.Registries = nil
+		}
+		return nil
+	})
 }
 
 func (l *Local) Reserve(_ context.Context, project string, r Reservation) error {

@@ -2,13 +2,9 @@ package project_test
 
 import (
 	"context"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
-	"github.com/dsec-dev/dsec/internal/frontend/v1"
-	"github.com/dsec-dev/dsec/internal/frontend/v1/openapitest"
-	"github.com/dsec-dev/dsec/internal/project"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -36,13 +32,7 @@ func (b batchNode) CreateBatch(ctx context.Context, reqs []api.CreateSandboxRequ
 func TestRetriedRequestIDAtQuota(t *testing.T) {
 	ctx := context.Background()
 	node := agenttest.NewNode(t)
-	st, err := project.OpenLocal("", admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := project.NewGuard(batchNode{node}, st, nil)
-	ts := httptest.NewServer(openapitest.Wrap(t, v1.New(g, v1.Options{Projects: g}).Handler()))
-	defer ts.Close()
+	_, ts := serveGuard(t, batchNode{node}, nil)
 	cl := func(tok string) *client.Client { return client.New(ts.URL, tok, client.WithRetry(0)) }
 	adm := cl(admin)
 	a, err := adm.CreateProject(ctx, "a", api.Quota{MaxSandboxes: 3})

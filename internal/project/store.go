@@ -1,6 +1,10 @@
 package project
 
-import "context"
+import (
+	"context"
+
+	"github.com/dsec-dev/dsec/pkg/api"
+)
 
 // Store is the projects' state. Every method is safe for concurrent use, and
 // across processes sharing the state (API servers on one etcd).
@@ -25,6 +29,17 @@ type Store interface {
 	// RemoveToken removes the token whose ID (TokenID) is id; the default
 	// project's last token cannot be removed.
 	RemoveToken(ctx context.Context, name, id string) error
+
+	// SetRegistryAuth stores (adds or replaces) project name's credentials
+	// for registry host (CheckRegistryHost; both fields non-empty).
+	SetRegistryAuth(ctx context.Context, name, host string, a api.RegistryAuth) error
+	// RemoveRegistryAuth removes them (not_found when the project has none
+	// for host).
+	RemoveRegistryAuth(ctx context.Context, name, host string) error
+	// RegistryAuth returns project's registry credentials by host from
+	// memory (nil: none): it is called on every create. The caller must not
+	// change the map.
+	RegistryAuth(project string) map[string]api.RegistryAuth
 
 	// Reserve adds reservation r (r.ID unused) and raises the project's usage
 	// by r.Usage, atomically, if the project's quota allows; otherwise it

@@ -5,7 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"net"
 	"regexp"
+	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -91,6 +96,9 @@ type Info struct {
 	Usage     Usage
 	Tokens    []TokenInfo
 	CreatedAt time.Time
+	// Registries are the hosts the project holds registry credentials for
+	// (sorted; never the credentials themselves).
+	Registries []string
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
@@ -154,6 +162,7 @@ func (i Info) ToAPI() api.Project {
 	for _, t := range i.Tokens {
 		p.Tokens = append(p.Tokens, api.ProjectToken{ID: t.ID, CreatedAt: t.CreatedAt})
 	}
+	p.Registries = slices.Clone(i.Registries)
 	return p
 }
 
@@ -172,4 +181,78 @@ func UsageOf(req api.CreateSandboxRequest) Usage {
 // UsageOfSandbox is what a live sandbox holds.
 func UsageOfSandbox(sb api.Sandbox) Usage {
 	return Usage{Sandboxes: 1, MilliCPU: int64(sb.CPU*1000 + 0.5), MemoryBytes: sb.MemoryBytes}
+}
+
+// hostnameRE is a DNS name or IPv4 address: dot-separated labels of a-z 0-9 -.
+var hostnameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*$`)
+
+// RegistryHost normalises a registry host as the registry client compares
+// them: lower case, and Docker Hub's other names (index.docker.io,
+// registry-1.docker.io) as docker.io. It does not validate (CheckRegistryHost
+// does).
+func RegistryHost(host string) string {
+	h := strings.ToLower(host)
+	if h == "index.docker.io" || h == "registry-1.docker.io" {
+		return "docker.io"
+	}
+	return h
+}
+
+// CheckRegistryHost validates a registry host HOST[:PORT] as an image
+// reference names it (a DNS name, an IPv4 address or a bracketed IPv6
+// address; no scheme, path or user) and returns it normalised (RegistryHost).
+func CheckRegistryHost(host string) (string, error) {
+	bad := func() (string, error) {
+		return "", errdefs.Invalid("registry host %q: want HOST[:PORT] as an image reference names it, e.g. ghcr.io, registry.example.com:5000 or docker.io (no scheme or path)", host)
+	}
+	h := RegistryHost(host)
+	if h == "" || len(h) > 255 {
+		return bad()
+	}
+	name := h
+	if strings.HasPrefix(h, "[") || strings.Count(h, ":") == 1 {
+		n, port, err := net.SplitHostPort(h)
+		if strings.HasPrefix(h, "[") && err != nil && strings.HasSuffix(h, "]") {
+			n, port, err = strings.Trim(h, "[]"), "", nil // [v6] without a port
+		}
+		if err != nil {
+			return bad()
+		}
+		if port != "" {
+			if p, perr := strconv.Atoi(port); perr != nil || p < 1 || p > 65535 || port[0] == '0' {
+				return bad()
+			}
+		}
+		if strings.HasPrefix(h, "[") {
+			if ip := net.ParseIP(n); ip == nil || ip.To4() != nil {
+				return bad()
+			}
+			return h, nil
+		}
+		name = n
+	}
+	if !hostnameRE.MatchString(name) {
+		return bad()
+	}
+	return h, nil
+}
+
+// CheckRegistryAuth validates credentials for SetRegistryAuth: a user name
+// and a password, both non-empty.
+func CheckRegistryAuth(a api.RegistryAuth) error {
+	if a.Username == "" {
+		return errdefs.Invalid("registry credentials: username is empty")
+	}
+	if a.Password == "" {
+		return errdefs.Invalid("registry credentials: password is empty")
+	}
+	return nil
+}
+
+// RegistryHosts returns m's hosts, sorted (nil when none): what Info shows.
+func RegistryHosts(m map[string]api.RegistryAuth) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(m))
 }

@@ -268,6 +268,11 @@ type Projects interface {
 	SetQuota(ctx context.Context, name string, q api.Quota) (api.Project, error)
 	AddToken(ctx context.Context, name string) (api.ProjectTokenResponse, error)
 	RemoveToken(ctx context.Context, name, id string) error
+	// SetRegistryAuth stores a project's credentials for a registry host
+	// (creates by its tokens fetch images from that registry with them);
+	// the answer never carries them.
+	SetRegistryAuth(ctx context.Context, name, host string, a api.RegistryAuth) (api.Project, error)
+	RemoveRegistryAuth(ctx context.Context, name, host string) error
 }
 
 // Stream carries a streaming exec's live I/O. Writers are called from one

@@ -204,3 +204,9 @@ func (Unimplemented) AddToken(context.Context, string) (api.ProjectTokenResponse
 func (Unimplemented) RemoveToken(context.Context, string, string) error {
 	return NotImplemented("projects")
 }
+func (Unimplemented) SetRegistryAuth(context.Context, string, string, api.RegistryAuth) (api.Project, error) {
+	return api.Project{}, NotImplemented("projects")
+}
+func (Unimplemented) RemoveRegistryAuth(context.Context, string, string) error {
+	return NotImplemented("projects")
+}

@@ -51,6 +51,10 @@ type Project struct {
 	Usage     Usage          `json:"usage"`
 	Tokens    []ProjectToken `json:"tokens"`
 	CreatedAt time.Time      `json:"created_at,omitzero"`
+	// Registries are the registry hosts the project holds credentials for
+	// (PUT /v1/projects/{name}/registries/{host}), sorted; the credentials
+	// themselves are never shown.
+	Registries []string `json:"registries,omitempty"`
 }
 
 // CreateProjectRequest is the body of POST /v1/projects.

@@ -104,6 +104,15 @@ type CreateSandboxRequest struct {
 	ReadyPort      int    `json:"ready_port,omitempty"`
 	ReadyTimeoutMs int64  `json:"ready_timeout_ms,omitempty"`
 
+	// RegistryAuth gives credentials by registry host (HOST[:PORT] as the
+	// image reference names it; docker.io for Docker Hub) for fetching
+	// Image: sent to that registry only (not to its mirrors), in place of
+	// the node's own (--registry-config). The API tier adds the creating
+	// project's registry credentials (PUT /v1/projects/{name}/registries/{host})
+	// for hosts the request does not name. Never stored with the sandbox
+	// or shown.
+	RegistryAuth map[string]RegistryAuth `json:"registry_auth,omitempty"`
+
 	// Wait false answers at once when the image is a registry reference the
 	// node does not have yet: the sandbox is in state pulling while the node
 	// fetches it, then running, or failed with the fetch's error. Unset or

@@ -120,7 +120,26 @@ func (r CreateSandboxRequest) Validate() error {
 	if err := r.validateStart(); err != nil {
 		return err
 	}
+	if err := ValidateRegistryAuth("registry_auth", r.RegistryAuth); err != nil {
+		return err
+	}
 	return validateEnv("env", r.Env)
+}
+
+// ValidateRegistryAuth refuses credentials with an empty or malformed
+// registry host (HOST[:PORT]), user name or password, naming field.
+func ValidateRegistryAuth(field string, auth map[string]RegistryAuth) error {
+	for host, a := range auth {
+		switch {
+		case host == "" || strings.ContainsAny(host, "/@ \t\n") || strings.Contains(host, "://"):
+			return invalid("%s: %q is not a registry host (HOST[:PORT])", field, host)
+		case a.Username == "":
+			return invalid("%s[%q]: username is empty", field, host)
+		case a.Password == "":
+			return invalid("%s[%q]: password is empty", field, host)
+		}
+	}
+	return nil
 }
 
 // validateStart checks the start command and its readiness check.

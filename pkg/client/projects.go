@@ -54,3 +54,17 @@ func (c *Client) AddProjectToken(ctx context.Context, name string) (api.ProjectT
 func (c *Client) RemoveProjectToken(ctx context.Context, name, id string) error {
 	return c.do(ctx, call{method: http.MethodDelete, path: "/v1/projects/" + esc(name) + "/tokens/" + esc(id), retry: true}, nil)
 }
+
+// SetProjectRegistryAuth stores a project's credentials for registry host
+// (HOST[:PORT]; docker.io for Docker Hub): creates by the project's tokens
+// fetch images from that registry with them. The answer lists the hosts only.
+func (c *Client) SetProjectRegistryAuth(ctx context.Context, name, host string, a api.RegistryAuth) (api.Project, error) {
+	var out api.Project
+	err := c.do(ctx, call{method: http.MethodPut, path: "/v1/projects/" + esc(name) + "/registries/" + esc(host), json: a, retry: true}, &out)
+	return out, err
+}
+
+// RemoveProjectRegistryAuth removes a project's credentials for registry host.
+func (c *Client) RemoveProjectRegistryAuth(ctx context.Context, name, host string) error {
+	return c.do(ctx, call{method: http.MethodDelete, path: "/v1/projects/" + esc(name) + "/registries/" + esc(host), retry: true}, nil)
+}

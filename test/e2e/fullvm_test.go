@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/backend/vm/fullvm"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -158,6 +159,11 @@ func TestFullVM(t *testing.T) {
 	if err := n.cl.Delete(ctx, id); err != nil {
 		t.Fatalf("delete: %v", err)
 	}
+	// The VM's teardown ends in the background after Delete answered.
+	testwait.Until(30*time.Second, func() bool {
+		ents, _ := os.ReadDir(vms)
+		return len(qemuOf(t, n.dataDir))+len(ents) == 0
+	})
 	if p := qemuOf(t, n.dataDir); len(p) != 0 {
 		t.Errorf("QEMU processes left after delete: %v", p)
 	}

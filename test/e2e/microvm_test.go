@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -242,6 +243,11 @@ func TestMicroVM(t *testing.T) {
 			t.Fatalf("delete: %v", err)
 		}
 	}
+	// The VM's teardown ends in the background after Delete answered.
+	testwait.Until(30*time.Second, func() bool {
+		ents, _ := os.ReadDir(vms)
+		return len(qemuOf(t, n.dataDir))+len(ents) == 0
+	})
 	if p := qemuOf(t, n.dataDir); len(p) != 0 {
 		t.Errorf("QEMU processes left after delete: %v", p)
 	}

@@ -172,6 +172,11 @@ func (a *agent) startNode(ctx context.Context) (lifecycle.Close, error) {
 			ttl = int(math.Ceil(a.cfg.TTL.Seconds()))
 		}
 		cfg.LayerClaims = &pull.EtcdClaims{Client: a.cli, Prefix: pull.ClaimsPrefix("", cfg.BlobStore), Node: cfg.NodeName, TTL: ttl}
+		// Every node publishes what it holds, so that the nodes evicting
+		// (--blob-store-bytes) never delete a blob it uses.
+		cfg.BlobGC = &pull.StoreGC{Client: a.cli, Prefix: pull.ClaimsPrefix("", cfg.BlobStore), Node: cfg.NodeName, Budget: cfg.BlobStoreBytes}
+	} else if cfg.BlobStoreBytes > 0 {
+		return nil, errors.New("--blob-store-bytes needs --blob-store (a blob store the nodes share; the node's own is bounded by --image-cache-bytes)")
 	}
 	d, steps, err := node.Open(cfg)
 	if err != nil {

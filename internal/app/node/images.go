@@ -27,6 +27,10 @@ func (n node) Compose(ctx context.Context, req api.ComposeImageRequest) (api.Ima
 // a create that resolved it may not have registered its sandbox yet.
 const imageCacheGrace = time.Minute
 
+// blobEvictInterval is how often a node with a shared blob store under a
+// budget checks it (besides after each pull that fetched).
+const blobEvictInterval = time.Minute
+
 // RemoveImage implements session.Images (refused while a sandbox uses it): a
 // registry reference or an image digest leaves the node's image cache
 // (pull.Puller.Remove), any other name is an environment.
@@ -50,8 +54,10 @@ func (n node) RecordImage(ctx context.Context, name string) ([]api.RecordedLayer
 // an idle node keeps no layerd, holder or mount.
 
 // stopLayersIfIdle stops layerd and its holder, unmounting every layer, if no
-// sandbox is left on the node (none could read its layers any more).
+// sandbox is left on the node (none could read its layers any more), once
+// the teardowns of deleted sandboxes (which release their layers) ended.
 func (d *Daemon) stopLayersIfIdle(ctx context.Context) error {
+	d.Manager.WaitTeardowns()
 	if n := d.Manager.Count(); n > 0 {
 		d.cfg.Logger.Info("layerd keeps serving the layers of the sandboxes left", "sandboxes", n)
 		return nil

@@ -113,6 +113,12 @@ type Config struct {
 	// the nodes sharing BlobStore fetch each layer of an image by reference
 	// from its registry once (pull.Puller.Claims).
 	LayerClaims pull.LayerClaims
+	// BlobGC, when set (dsec agent with a shared --blob-store), publishes in
+	// the cluster's etcd the blobs this node holds and, with a Budget
+	// (--blob-store-bytes), evicts the shared store's least recently used
+	// blobs no node holds (pull.StoreGC; Blobs, Log, Node and Grace are set
+	// here).
+	BlobGC *pull.StoreGC
 	// Registries says how images named by registry reference are fetched
 	// (credentials, hosts.toml mirrors, insecure registries).
 	Registries registry.Config
@@ -120,6 +126,9 @@ type Config struct {
 	// (0: no limit; pull.Puller.Budget): least recently used images no
 	// sandbox uses are evicted after a pull that puts the cache over it.
 	ImageCacheBytes int64
+	// BlobStoreBytes is the byte budget of a shared BlobStore (dsec agent
+	// --blob-store-bytes; BlobGC.Budget).
+	BlobStoreBytes int64
 	// BuildCacheBytes is the byte budget of the Dockerfile build cache's
 	// layers (0: no limit; build.Builder.CacheBudget; the flags' default is
 	// build.DefaultCacheBudget).
@@ -378,6 +387,13 @@ func (d *Daemon) startEnvironments(ctx context.Context) (lifecycle.Close, error)
 		d.cfg.Logger.Info("image cache budget off: the blob store is not this node's own", "blob_store", d.cfg.BlobStore)
 		d.puller.Budget = 0
 	}
+	if gc := d.cfg.BlobGC; gc != nil {
+		gc.Blobs, gc.Log = blobs, d.cfg.Logger
+		if gc.Grace == 0 {
+			gc.Grace = imageCacheGrace
+		}
+		d.puller.GC = gc
+	}
 	return nil, d.puller.Clean(ctx)
 }
 
@@ -414,6 +430,15 @@ func (d *Daemon) startAgent(ctx context.Context) (lifecycle.Close, error) {
 	}
 	d.envs.InUse = mgr.ImageInUse
 	d.puller.InUse = func(context.Context) (map[string][]string, error) { return mgr.ImageDigestsInUse(), nil }
+	if gc := d.cfg.BlobGC; gc != nil {
+		if gc.Node == "" {
+			gc.Node = mgr.Node()
+		}
+		if err := gc.Load(ctx); err != nil {
+			mgr.Close()
+			return nil, err
+		}
+	}
 	return func(context.Context) error { return mgr.Close() }, nil
 }
 
@@ -524,6 +549,10 @@ func (d *Daemon) startBackground(context.Context) (lifecycle.Close, error) {
 	}
 	if d.uses != nil {
 		stops = append(stops, lifecycle.Go(func(ctx context.Context) { d.uses.Run(ctx, usesSyncInterval, d.node.usedEnvs) }))
+	}
+	if gc := d.cfg.BlobGC; gc != nil {
+		inUse := func() map[string]bool { return d.puller.WithIndexes(d.Manager.LayerDigestsInUse()) }
+		stops = append(stops, lifecycle.Go(func(ctx context.Context) { gc.Run(ctx, usesSyncInterval, blobEvictInterval, inUse) }))
 	}
 	return func(ctx context.Context) error {
 		for _, stop := range stops {

@@ -95,6 +95,7 @@ func TestCreateByReference(t *testing.T) {
 		regEntry{Name: "data/old/stale", Body: "stale"},
 		regEntry{Name: "data/keep", Body: "keep"},
 		regEntry{Name: "data/hard", Type: tar.TypeLink, Linkname: "data/keep"},
+		regEntry{Name: "etc/hard3", Type: tar.TypeLink, Linkname: "data/keep"},
 	)
 	top := registrytest.Layer(t,
 		regEntry{Name: "etc/.wh.app.conf"},
@@ -120,6 +121,8 @@ func TestCreateByReference(t *testing.T) {
 		{"echo $APP_MODE", "test"},
 		{"ls /data/old", "new"},
 		{"cat /data/hard /data/link", "keepkeep"},
+		// The 3 names of one inode in the layer: one inode number, 3 links.
+		{"stat -c '%i %h' /data/keep /data/hard /etc/hard3 | sort -u | sed 's/^[0-9]* //'", "3"},
 		{"test -e /etc/app.conf || echo gone", "gone"},
 		{"echo hi > /data/old/w && cat /data/old/w", "hi"},
 	} {

@@ -59,6 +59,11 @@ type SpawnConfig struct {
 	// KSM makes the init call PR_SET_MEMORY_MERGE before it starts anything:
 	// KSM may merge the pages of every process in the sandbox.
 	KSM bool
+
+	// template: the init was cloned from the spawner's template namespace
+	// (set by Spawn): it gets its layers as fds and its mountpoints are the
+	// template's, not RootDir and RWDir.
+	template bool
 }
 
 // Init identifies a running sandbox init on the host.
@@ -115,7 +120,12 @@ func (c *SpawnConfig) validate() error {
 
 func (c *SpawnConfig) configText() []byte {
 	var b strings.Builder
-	fmt.Fprintf(&b, "hostname=%s\nroot=%s\nrwdir=%s\nrwsize=%d\n", c.Hostname, c.RootDir, c.RWDir, c.RWSize)
+	root, rw := c.RootDir, c.RWDir
+	if c.template {
+		root, rw = templateRoot, templateRW
+		b.WriteString("template=1\n")
+	}
+	fmt.Fprintf(&b, "hostname=%s\nroot=%s\nrwdir=%s\nrwsize=%d\n", c.Hostname, root, rw, c.RWSize)
 	for _, l := range c.Lower {
 		fmt.Fprintf(&b, "lower=%s\n", l)
 	}
@@ -230,7 +240,16 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Init, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, err := openSpawnFiles(cfg.LogPath, cfg.UserNS != nil)
+	sys := &syscall.SysProcAttr{Cloneflags: cloneFlags, Setsid: true}
+	if cfg.UserNS != nil {
+		sys.Cloneflags |= syscall.CLONE_NEWUSER
+	}
+	if cfg.CgroupFD > 0 {
+		sys.UseCgroupFD = true
+	}
+	// an init from the template namespace takes its layers over a socket
+	tmplOK := cfg.Spawner.Template(cfg.InitPath) && spawnable(sys)
+	files, err := openSpawnFiles(cfg.LogPath, cfg.UserNS != nil || tmplOK)
 	if err != nil {
 		syscall.Close(lfd)
 		os.Remove(cfg.SocketPath)
@@ -242,9 +261,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Init, error) {
 	if cfg.Seccomp != nil {
 		seccompFD = cfg.Seccomp.Fd()
 	}
-	sys := &syscall.SysProcAttr{Cloneflags: cloneFlags, Setsid: true}
 	if cfg.UserNS != nil {
-		sys.Cloneflags |= syscall.CLONE_NEWUSER
 		sys.UidMappings = cfg.UserNS.sysProcMaps()
 		sys.GidMappings = cfg.UserNS.sysProcMaps()
 		sys.GidMappingsEnableSetgroups = true
@@ -254,7 +271,6 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Init, error) {
 		sys.Credential = &syscall.Credential{Uid: 0, Gid: 0}
 	}
 	if cfg.CgroupFD > 0 {
-		sys.UseCgroupFD = true
 		sys.CgroupFD = cfg.CgroupFD
 	}
 	childFiles := []uintptr{
@@ -264,7 +280,7 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Init, error) {
 	}
 	pid, err := 0, errSpawnerGone
 	if cfg.Spawner != nil && spawnable(sys) {
-		pid, err = cfg.Spawner.spawn(cfg.InitPath, uint32(sys.Cloneflags), childFiles)
+		pid, cfg.template, err = cfg.Spawner.spawn(cfg.InitPath, uint32(sys.Cloneflags), childFiles, tmplOK)
 	}
 	if errors.Is(err, errSpawnerGone) {
 		pid, err = syscall.ForkExec(cfg.InitPath, []string{"dsec-init"}, &syscall.ProcAttr{

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"time"
@@ -24,17 +25,27 @@ import (
 // Only inits without a user namespace or a cgroup v2 directory go this way
 // (those need the parent's uid maps and clone3); the others, and every spawn
 // after the helper failed, use syscall.ForkExec.
+//
+// A helper lives in a template mount namespace of its own (its root an empty
+// read-only tmpfs, nothing of the host; see csrc/init/spawner.h) where the
+// kernel allows: an init cloned from it copies two mounts instead of the
+// host's table and switches to its root without pivot_root, whose walk over
+// every task of the host grew with the number of live sandboxes. Such an
+// init gets its layers as mount fds (see Spawn).
 type Spawner struct {
 	// free holds the helpers not serving a request (one per CPU: a clone
 	// with new namespaces takes a while, and creates run in parallel).
 	free chan *helper
 	all  []*helper
+	path string // the init binary the helpers run (template helpers run no other)
 }
 
 // helper is one `dsec-init spawner` process.
 type helper struct {
 	conn *os.File // our end of the SOCK_SEQPACKET pair; nil once broken
 	pid  int
+	// template: the helper runs in its template mount namespace
+	template bool
 }
 
 // spawnPathMax is the size of struct spawn_req's path.
@@ -50,7 +61,7 @@ func startSpawner(initPath string, n int, answerTimeout time.Duration) (*Spawner
 	if n < 1 {
 		n = runtime.NumCPU()
 	}
-	s := &Spawner{free: make(chan *helper, n)}
+	s := &Spawner{free: make(chan *helper, n), path: initPath}
 	for range n {
 		h, err := startHelper(initPath, answerTimeout)
 		if err != nil {
@@ -85,7 +96,9 @@ func startHelper(initPath string, answerTimeout time.Duration) (*helper, error) 
 		return nil, fmt.Errorf("initproto: %w", err)
 	}
 	defer null.Close()
-	pid, err := syscall.ForkExec(initPath, []string{"dsec-init", "spawner"}, &syscall.ProcAttr{
+	// the template tmpfs is mounted on the binary's directory, in the
+	// helper's own mount namespace only
+	pid, err := syscall.ForkExec(initPath, []string{"dsec-init", "spawner", filepath.Dir(initPath)}, &syscall.ProcAttr{
 		Env:   []string{},
 		Files: []uintptr{null.Fd(), null.Fd(), null.Fd(), theirs.Fd()},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
@@ -94,7 +107,23 @@ func startHelper(initPath string, answerTimeout time.Duration) (*helper, error) 
 		ours.Close()
 		return nil, fmt.Errorf("initproto: start spawner: %w", err)
 	}
-	return &helper{conn: ours, pid: pid}, nil
+	h := &helper{conn: ours, pid: pid}
+	mode := make([]byte, 1)
+	for {
+		n, _, _, _, err := unix.Recvmsg(fds[0], mode, nil, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n != 1 || (mode[0] != 'T' && mode[0] != 'P') {
+			// wedged, or not a spawner at all: every spawn through it
+			// falls back to ForkExec (Close reaps it)
+			h.broken()
+			return h, nil
+		}
+		break
+	}
+	h.template = mode[0] == 'T'
+	return h, nil
 }
 
 // Close ends the helpers (each exits when its socket closes) and reaps them.
@@ -127,12 +156,20 @@ const spawnAnswerTimeout = 10 * time.Second
 // errSpawnerGone says the helper is not usable: fall back to ForkExec.
 var errSpawnerGone = errors.New("initproto: spawner is gone")
 
+// Template reports whether the spawner's helpers clone inits of path from
+// their template namespace.
+func (s *Spawner) Template(path string) bool {
+	return s != nil && path == s.path && len(s.all) > 0 && s.all[0].template
+}
+
 // spawn clones path with clone flags and the given fds (index = the init's fd
-// number, ^uintptr(0) = none), returning the new pid. errSpawnerGone: nothing
-// was started, use ForkExec.
-func (s *Spawner) spawn(path string, flags uint32, files []uintptr) (int, error) {
+// number, ^uintptr(0) = none), returning the new pid and whether it was
+// cloned from the template namespace. errSpawnerGone: nothing was started,
+// use ForkExec. tmplOK: the caller can start an init in the template (else a
+// template helper refuses with errSpawnerGone).
+func (s *Spawner) spawn(path string, flags uint32, files []uintptr, tmplOK bool) (int, bool, error) {
 	if s == nil || len(path) >= spawnPathMax || len(files) > 8 {
-		return 0, errSpawnerGone
+		return 0, false, errSpawnerGone
 	}
 	req := make([]byte, 8+spawnPathMax)
 	var mask uint32
@@ -147,17 +184,17 @@ func (s *Spawner) spawn(path string, flags uint32, files []uintptr) (int, error)
 	binary.LittleEndian.PutUint32(req[4:], mask)
 	copy(req[8:], path)
 	if len(s.all) == 0 {
-		return 0, errSpawnerGone
+		return 0, false, errSpawnerGone
 	}
 	h := <-s.free
 	defer func() { s.free <- h }()
-	if h.conn == nil {
-		return 0, errSpawnerGone
+	if h.conn == nil || (h.template && (!tmplOK || path != s.path)) {
+		return 0, false, errSpawnerGone
 	}
 	fd := int(h.conn.Fd())
 	if err := unix.Sendmsg(fd, req, unix.UnixRights(fds...), nil, 0); err != nil {
 		h.broken()
-		return 0, errSpawnerGone
+		return 0, false, errSpawnerGone
 	}
 	ans := make([]byte, 8)
 	for {
@@ -170,9 +207,9 @@ func (s *Spawner) spawn(path string, flags uint32, files []uintptr) (int, error)
 			// fails its handshake (its config pipe closes) and exits
 			h.broken()
 			if errors.Is(err, unix.EAGAIN) {
-				return 0, errSpawnerGone // timed out: ForkExec this one
+				return 0, false, errSpawnerGone // timed out: ForkExec this one
 			}
-			return 0, fmt.Errorf("initproto: spawner answer: %v (%d bytes)", err, n)
+			return 0, false, fmt.Errorf("initproto: spawner answer: %v (%d bytes)", err, n)
 		}
 		break
 	}
@@ -182,9 +219,9 @@ func (s *Spawner) spawn(path string, flags uint32, files []uintptr) (int, error)
 			var ws syscall.WaitStatus
 			_, _ = syscall.Wait4(pid, &ws, 0, nil)
 		}
-		return 0, fmt.Errorf("initproto: start %s: %w", path, e)
+		return 0, false, fmt.Errorf("initproto: start %s: %w", path, e)
 	}
-	return pid, nil
+	return pid, h.template, nil
 }
 
 func (h *helper) broken() {

@@ -60,7 +60,14 @@ func TestSpawnerExecError(t *testing.T) {
 	defer sp.Close()
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
-	_, err = sp.spawn("/nonexistent/dsec-init", 0, []uintptr{null.Fd(), null.Fd(), null.Fd()})
+	_, _, err = sp.spawn("/nonexistent/dsec-init", 0, []uintptr{null.Fd(), null.Fd(), null.Fd()}, true)
+	if sp.Template(sp.path) {
+		// a template helper runs only its own binary: nothing started
+		if !errors.Is(err, errSpawnerGone) {
+			t.Fatalf("want errSpawnerGone from a template helper, got %v", err)
+		}
+		return
+	}
 	if !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("want ENOENT, got %v", err)
 	}
@@ -88,6 +95,44 @@ func TestSpawnerWedgedFallsBack(t *testing.T) {
 	}
 	if d := time.Since(t0); d > 20*time.Second {
 		t.Errorf("the create took %v with a wedged spawner", d)
+	}
+	s.kill()
+}
+
+// TestSpawnerTemplate: a spawner's helper lives in a mount namespace holding
+// one mount, its empty read-only template tmpfs, and nothing of the host; an
+// init it clones copies that namespace, gets its layers as fds and runs
+// with the overlay as its root: its mount table names no host path.
+func TestSpawnerTemplate(t *testing.T) {
+	requireRoot(t)
+	path := installInit(t)
+	sp, err := StartSpawner(path, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	if !sp.Template(path) {
+		t.Fatal("the spawner has no template namespace on this kernel")
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", sp.all[0].pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], " / / ro,") || !strings.Contains(lines[0], " - tmpfs dsec-template ") {
+		t.Fatalf("the spawner's mount namespace holds more than its read-only template:\n%s", b)
+	}
+	var lower string
+	s := newSandbox(t, func(c *SpawnConfig) { c.Spawner = sp; c.InitPath = path; lower = c.Lower[0] })
+	if r := s.sh(t, "hostname"); strings.TrimSpace(r.stdout) != "sbx-test" {
+		t.Fatalf("hostname in the sandbox: %+v", r)
+	}
+	r := s.sh(t, "cat /proc/self/mountinfo")
+	if !strings.Contains(r.stdout, "lowerdir=/rw/.lower/0") || strings.Contains(r.stdout, lower) {
+		t.Fatalf("the sandbox's overlay is not on the layers handed over as fds (lower %s):\n%s", lower, r.stdout)
+	}
+	if r := s.sh(t, "ls /sys/class/net"); !strings.Contains(r.stdout, "lo") {
+		t.Fatalf("the shared sysfs is not the sandbox's /sys: %+v", r)
 	}
 	s.kill()
 }

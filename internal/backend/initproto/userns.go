@@ -85,11 +85,17 @@ func idmapLowers(pid int, lowers []string) (fds []int, err error) {
 // sendSync sends the go-ahead byte, with the idmapped lowers in a user
 // namespace.
 func sendSync(cfg *SpawnConfig, w *os.File, pid int) error {
-	if cfg.UserNS == nil {
+	if cfg.UserNS == nil && !cfg.template {
 		_, err := w.Write([]byte{1})
 		return err
 	}
-	fds, err := idmapLowers(pid, cfg.Lower)
+	var fds []int
+	var err error
+	if cfg.template {
+		fds, err = templateFDs(cfg)
+	} else {
+		fds, err = idmapLowers(pid, cfg.Lower)
+	}
 	if err != nil {
 		return err
 	}

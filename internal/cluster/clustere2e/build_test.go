@@ -2,6 +2,7 @@ package clustere2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -235,10 +237,10 @@ func TestBuildThroughAPIServer(t *testing.T) {
 
 	t.Run("e2b template build through an API server", func(t *testing.T) {
 		suite := e2bSuite(t)
-		p, srv := newE2BProxy(e)
+		// Each SDK call goes to either API server: a template build's
+		// record, logs and uploads are the cluster's.
+		_, srv := newE2BProxy(e)
 		defer srv.Close()
-		// A template build's state is its API server's: one serves the SDK.
-		p.setLive(1, false)
 		nctx, ncancel := context.WithTimeout(ctx, 5*time.Minute)
 		defer ncancel()
 		cmd := exec.CommandContext(nctx, "node", "--test", "--test-concurrency=1", "--test-timeout=180000", "cluster-build.test.mjs")
@@ -249,6 +251,51 @@ func TestBuildThroughAPIServer(t *testing.T) {
 		if err != nil {
 			t.Fatalf("the E2B template build through an API server failed: %v", err)
 		}
+	})
+
+	t.Run("an e2b template build whose API server dies ends as an error through the other", func(t *testing.T) {
+		alias := "e2e-orphan-" + token
+		status, _, body := e.raw(t, 0, "POST", "/v3/templates", map[string]any{"name": alias})
+		var req struct{ BuildID string }
+		if err := json.Unmarshal([]byte(body), &req); status != 202 || err != nil || req.BuildID == "" {
+			t.Fatalf("request a template build through API server 0: %d %s", status, body)
+		}
+		spec := map[string]any{"fromTemplate": "debian", "steps": []map[string]any{
+			{"type": "RUN", "args": []string{"echo orphan-line-" + token + "; sleep 600"}}}}
+		if status, _, body := e.raw(t, 0, "POST", "/v2/templates/"+alias+"/builds/"+req.BuildID, spec); status != 202 {
+			t.Fatalf("start it through API server 0: %d %s", status, body)
+		}
+		var st struct {
+			Status     string
+			LogEntries []struct{ Message string }
+			Reason     *struct{ Message string }
+		}
+		poll := func() string {
+			status, _, body := e.raw(t, 1, "GET", "/templates/"+alias+"/builds/"+req.BuildID+"/status?logsOffset=0", nil)
+			if err := json.Unmarshal([]byte(body), &st); status != 200 || err != nil {
+				t.Fatalf("status through API server 1: %d %s", status, body)
+			}
+			return body
+		}
+		e.waitFor("the RUN's output through API server 1", 3*time.Minute, func() error {
+			if body := poll(); st.Status != "building" || !strings.Contains(body, "orphan-line-"+token) {
+				return errors.New("not yet: " + body)
+			}
+			return nil
+		})
+		e.apis[0].stop(syscall.SIGKILL)
+		defer e.startAPI(0)
+		t0 := time.Now()
+		e.waitFor("the build an error through API server 1", time.Minute, func() error {
+			if body := poll(); st.Status != "error" {
+				return errors.New("not yet: " + body)
+			}
+			return nil
+		})
+		if st.Reason == nil || !strings.Contains(st.Reason.Message, "stopped before the build ended") {
+			t.Errorf("reason %+v", st.Reason)
+		}
+		t.Logf("the build of the killed API server an error through the other %v after the kill", time.Since(t0).Round(time.Millisecond))
 	})
 
 	t.Run("dsec image build through an API server prints the RUN output", func(t *testing.T) {

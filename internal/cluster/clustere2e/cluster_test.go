@@ -458,8 +458,7 @@ func TestCluster(t *testing.T) {
 			}
 			return nil
 		})
-		// The API servers' placement snapshot period (500 ms): the engine's snapshot is not visible from outside.
-		time.Sleep(600 * time.Millisecond)
+		e.placementCaughtUp()
 		for i := 0; i < 4; i++ {
 			if n, _ := session.NodeOf(create(t, i%2, api.CreateSandboxRequest{}).ID); n == "n1" {
 				t.Error("a create went to the drained node")
@@ -489,8 +488,7 @@ func TestCluster(t *testing.T) {
 			}
 			return nil
 		})
-		// The API servers' placement snapshot period (500 ms), as above.
-		time.Sleep(600 * time.Millisecond)
+		e.placementCaughtUp()
 	})
 
 	t.Run("batch create is all or nothing and idempotent", func(t *testing.T) {

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	daemon "github.com/dsec-dev/dsec/internal/app/node"
+	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/racecheck"
 	"github.com/dsec-dev/dsec/internal/testwait"
@@ -408,6 +409,38 @@ func (e *env) waitFor(what string, d time.Duration, f func() error) time.Duratio
 		e.t.Fatalf("%s: not within %s: %v", what, d, err)
 	}
 	return time.Since(start)
+}
+
+// placementCaughtUp waits until every running API server has taken a whole
+// placement snapshot since now (dsec_placement_snapshots_total up by 2: the
+// snapshot under way may have read the nodes before the caller's change), so
+// a node's state the watchers already show is what the next create is placed by.
+func (e *env) placementCaughtUp() {
+	e.t.Helper()
+	const name = "dsec_placement_snapshots_total"
+	start := map[int]float64{}
+	for i, addr := range e.apiAddr {
+		if e.apis[i] == nil || e.apis[i].cmd.ProcessState != nil {
+			continue
+		}
+		m, err := metricstest.Scrape("http://"+addr+"/metrics", e.token)
+		if err != nil {
+			e.t.Fatalf("API server %d /metrics: %v", i, err)
+		}
+		start[i] = m.Value(name)
+	}
+	e.waitFor("a placement snapshot on every API server", 10*time.Second, func() error {
+		for i, n := range start {
+			m, err := metricstest.Scrape("http://"+e.apiAddr[i]+"/metrics", e.token)
+			if err != nil {
+				return err
+			}
+			if v := m.Value(name); v < n+2 {
+				return fmt.Errorf("API server %d: %s %v, from %v", i, name, v, n)
+			}
+		}
+		return nil
+	})
 }
 
 // teardown deletes every sandbox (through an API server, else by starting a

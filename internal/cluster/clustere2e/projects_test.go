@@ -192,8 +192,7 @@ func TestProjects(t *testing.T) {
 			e.waitFor("the nodes' load reports count no deleted sandbox", 20*time.Second, func() error {
 				return reportsCaughtUp(ctx, adm, adm, a0, b1, cs["quota"], cs["none"])
 			})
-			// The API servers' placement snapshot period (500 ms): the engine's snapshot is not visible from outside.
-			time.Sleep(600 * time.Millisecond)
+			e.placementCaughtUp()
 		}
 		t.Logf("create through one API server, %d each, interleaved: with a quota p50 %v p90 %v; without p50 %v p90 %v",
 			rounds*n, pct(took["quota"], 50), pct(took["quota"], 90), pct(took["none"], 50), pct(took["none"], 90))

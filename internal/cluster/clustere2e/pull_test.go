@@ -28,6 +28,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/localtar"
 	"github.com/dsec-dev/dsec/internal/paths"
 	"github.com/dsec-dev/dsec/internal/session"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -144,26 +145,45 @@ func pullCluster(t *testing.T, capacity int) (*env, *registrytest.Registry, map[
 // fetches counts reg's GETs since from by node (byIP) and what they fetched.
 type fetches struct {
 	manifests map[string]int            // node → manifest GETs
+	byDigest  map[string]map[string]int // manifest digest → node → GETs by that digest
 	blobs     map[string]map[string]int // digest → node → GETs
 }
 
 func countFetches(gets []registrytest.Get, byIP map[string]string) fetches {
-	f := fetches{manifests: map[string]int{}, blobs: map[string]map[string]int{}}
+	f := fetches{manifests: map[string]int{}, byDigest: map[string]map[string]int{}, blobs: map[string]map[string]int{}}
 	for _, g := range gets {
-		node := byIP[g.Client]
-		if node == "" {
-			node = g.Client
-		}
+		node := nodeOf(g, byIP)
+		m := f.blobs
 		if g.Manifest {
 			f.manifests[node]++
-			continue
+			if !strings.HasPrefix(g.Name, "sha256:") {
+				continue // by tag
+			}
+			m = f.byDigest
 		}
-		if f.blobs[g.Name] == nil {
-			f.blobs[g.Name] = map[string]int{}
+		if m[g.Name] == nil {
+			m[g.Name] = map[string]int{}
 		}
-		f.blobs[g.Name][node]++
+		m[g.Name][node]++
 	}
 	return f
+}
+
+// nodeOf is the node that sent g (its client address if no node has it).
+func nodeOf(g registrytest.Get, byIP map[string]string) string {
+	if node := byIP[g.Client]; node != "" {
+		return node
+	}
+	return g.Client
+}
+
+// countHeads counts manifest HEADs by node.
+func countHeads(heads []registrytest.Get, byIP map[string]string) map[string]int {
+	out := map[string]int{}
+	for _, h := range heads {
+		out[nodeOf(h, byIP)]++
+	}
+	return out
 }
 
 func total(m map[string]int) int {
@@ -177,8 +197,10 @@ func total(m map[string]int) int {
 // TestPull300 is issue 27's cluster test with real processes: etcd, three
 // agents (container sandboxes) sharing one blob store and one API server;
 // 300 concurrent creates of an image none of them has seen, from a registry
-// with token auth, all run; each layer is fetched from the registry exactly
-// once for the whole cluster; every node's sandboxes read the image's files
+// with token auth, all run; each layer, the config and the manifest are
+// fetched from the registry exactly once for the whole cluster (a node
+// resolves the tag with a HEAD and reads the manifest by digest from the
+// shared blob store); every node's sandboxes read the image's files
 // intact; deleting them all leaves no sandbox, mount or cgroup behind.
 func TestPull300(t *testing.T) {
 	e, reg, byIP := pullCluster(t, pullCreates/2)
@@ -255,9 +277,21 @@ func TestPull300(t *testing.T) {
 	if cfgDigest == "" {
 		t.Errorf("the config blob was never fetched: %v", f.blobs)
 	}
+	// The manifest body: fetched by digest once for the cluster.
+	if by := f.byDigest[img.digest]; total(by) != 1 {
+		t.Errorf("manifest %s fetched by digest %d times from the registry (%v), want once for the cluster", img.digest, total(by), by)
+	}
+	for dg, by := range f.byDigest {
+		if dg != img.digest {
+			t.Errorf("manifest GETs of %s (%v): the image has no such manifest", dg, by)
+		}
+	}
+	if n, byTag := total(f.manifests), total(f.byDigest[img.digest]); n != byTag {
+		t.Errorf("%d manifest GETs by tag (by node %v), want none: a HEAD resolves the tag", n-byTag, f.manifests)
+	}
 	// A tag is resolved at every create (the sandbox records what it named
 	// then): by the flight of creates of it waiting on a node at once.
-	t.Logf("manifest GETs by node: %v (%d creates)", f.manifests, pullCreates)
+	t.Logf("manifest HEADs by node: %v, manifest GETs by node: %v (%d creates)", countHeads(reg.Heads(), byIP), f.manifests, pullCreates)
 
 	// A few sandboxes of every node read every layer's file intact.
 	for _, a := range e.agents {
@@ -309,6 +343,16 @@ func (e *env) checkNothingLeft(ctx context.Context, t *testing.T, sbs []api.Sand
 			t.Errorf("%s: %d sandbox directories left, e.g. %s", a.node, len(ents), ents[0].Name())
 		}
 	}
+	// A deleted sandbox's teardown ends in the background after Delete
+	// answered.
+	testwait.Until(30*time.Second, func() bool {
+		for _, sb := range sbs {
+			if mounts, cgroups := leftovers(t, sb.ID); len(mounts)+len(cgroups) > 0 {
+				return false
+			}
+		}
+		return true
+	})
 	for _, sb := range sbs {
 		if mounts, cgroups := leftovers(t, sb.ID); len(mounts)+len(cgroups) > 0 {
 			t.Errorf("sandbox %s: mounts %q and cgroups %q left", sb.ID, mounts, cgroups)

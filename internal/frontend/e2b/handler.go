@@ -20,6 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/buildstate"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b/envdpb/filesystem/filesystemconnect"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b/envdpb/process/processconnect"
 	"github.com/dsec-dev/dsec/internal/session"
@@ -72,6 +73,10 @@ type Options struct {
 	// names under localhost). It may end in ":PORT". Empty: DomainFor the
 	// listener's address (SetListenAddr), "localhost" until then.
 	Domain string
+	// Builds keeps the state of template builds (buildstate). Nil: this
+	// process's memory (buildstate.Memory), for a front end that is its
+	// node's only one.
+	Builds buildstate.Store
 }
 
 // Handler serves the E2B API over a session.Service.
@@ -118,12 +123,15 @@ func New(svc session.Service, opts Options) *Handler {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	if opts.Builds == nil {
+		opts.Builds = buildstate.NewMemory()
+	}
 	h := &Handler{svc: svc, opts: opts, log: log, control: http.NewServeMux(), envd: http.NewServeMux(), hasBash: map[string]bool{}, passwd: map[string]map[string]account{}, groups: map[string]map[int]string{}, workdirs: map[string]string{}, imageDirs: map[string]imageDir{}}
 	domain := cmp.Or(opts.Domain, "localhost")
 	h.domain.Store(&domain)
 	h.ports = h.newPortProxy()
 	h.services = templateServices()
-	h.tpl = newTemplateBuilds()
+	h.tpl = newTemplateBuilds(opts.Builds)
 	for _, rt := range slices.Concat(h.controlRoutes(), h.snapshotRoutes(), h.templateRoutes(), h.tagRoutes()) {
 		h.control.HandleFunc(rt.pattern, rt.handler)
 	}
@@ -138,7 +146,7 @@ func New(svc session.Service, opts Options) *Handler {
 
 // Close releases the handler; it holds nothing of the sandboxes (their
 // processes, deadlines and watches are their nodes'), only the template
-// builds it runs and their uploaded files.
+// builds it runs (each ends as an error) and its build store.
 func (h *Handler) Close() error {
 	return h.tpl.close()
 }

@@ -21,18 +21,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
 	"path"
-	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/buildstate"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b/e2bapi"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -74,111 +76,26 @@ var (
 	dockerfileLine = regexp.MustCompile(`^Dockerfile line (\d+): `)
 )
 
-// templateBuilds holds the builds this API server runs and the files uploaded
-// for them. A finished build's result is the environment itself (labels
-// tplLabelTemplate and tplLabelBuild), so status polls for a ready build are
-// answered by any API server; a build in progress or failed is known to the
-// server that runs it.
+// templateBuilds runs the builds this front end started; their state (record,
+// logs, uploaded files) is in store, where every front end of the cluster
+// reads it (buildstate).
 type templateBuilds struct {
-	mu     sync.Mutex
-	dir    string // uploaded tars, "<hash>.tar"; created on first upload
-	builds map[string]*templateBuild
+	store  buildstate.Store
 	ctx    context.Context // builds run under it; close cancels it
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
 
-// templateBuild is one build's state.
-type templateBuild struct {
-	created    time.Time
-	templateID string
-	tags       []string
-	// cpu and memMB are the template's resources (0: the defaults).
-	cpu, memMB int32
-	started    bool
-	status     e2bapi.TemplateBuildStatus
-	logs       []e2bapi.BuildLogEntry
-	reason     *e2bapi.BuildStatusReason
-}
-
-func newTemplateBuilds() *templateBuilds {
+func newTemplateBuilds(store buildstate.Store) *templateBuilds {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &templateBuilds{builds: map[string]*templateBuild{}, ctx: ctx, cancel: cancel}
+	return &templateBuilds{store: store, ctx: ctx, cancel: cancel}
 }
 
-// close stops the running builds and removes the uploaded files.
+// close stops the running builds (each ends as an error) and releases the store.
 func (t *templateBuilds) close() error {
 	t.cancel()
 	t.wg.Wait()
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.dir == "" {
-		return nil
-	}
-	return os.RemoveAll(t.dir)
-}
-
-// uploadDir returns the directory of uploaded files, creating it.
-func (t *templateBuilds) uploadDir() (string, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.dir == "" {
-		d, err := os.MkdirTemp("", "dsec-e2b-uploads-")
-		if err != nil {
-			return "", errdefs.Internal(err, "template uploads directory")
-		}
-		t.dir = d
-	}
-	return t.dir, nil
-}
-
-// uploaded returns the path of the files uploaded under hash, and whether they are.
-func (t *templateBuilds) uploaded(hash string) (string, bool) {
-	t.mu.Lock()
-	dir := t.dir
-	t.mu.Unlock()
-	if dir == "" {
-		return "", false
-	}
-	p := filepath.Join(dir, hash+".tar")
-	_, err := os.Stat(p)
-	return p, err == nil
-}
-
-// buildRetention is how long a build's state is kept (a build still running
-// is kept until it ends).
-const buildRetention = 24 * time.Hour
-
-// add records a new build and forgets those past buildRetention.
-func (t *templateBuilds) add(buildID string, b *templateBuild) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for id, old := range t.builds {
-		if time.Since(old.created) > buildRetention && old.status != e2bapi.TemplateBuildStatusBuilding {
-			delete(t.builds, id)
-		}
-	}
-	t.builds[buildID] = b
-}
-
-func (t *templateBuilds) get(buildID string) (templateBuild, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	b, ok := t.builds[buildID]
-	if !ok {
-		return templateBuild{}, false
-	}
-	c := *b
-	c.logs = append([]e2bapi.BuildLogEntry(nil), b.logs...)
-	return c, true
-}
-
-func (t *templateBuilds) update(buildID string, f func(b *templateBuild)) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if b, ok := t.builds[buildID]; ok {
-		f(b)
-	}
+	return t.store.Close()
 }
 
 func (h *Handler) templateRoutes() []route {
@@ -259,21 +176,24 @@ func (h *Handler) requestTemplateBuild(w http.ResponseWriter, r *http.Request) {
 	if len(tags) == 0 {
 		tags = []string{"default"}
 	}
-	b := &templateBuild{created: time.Now(), templateID: alias, tags: tags, status: e2bapi.TemplateBuildStatusWaiting}
+	b := buildstate.Record{Created: time.Now().UTC(), TemplateID: alias, Tags: tags}
 	if req.CpuCount != nil {
-		if b.cpu = *req.CpuCount; b.cpu < 1 {
-			h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("cpuCount %d: at least 1", b.cpu))
+		if b.CPU = *req.CpuCount; b.CPU < 1 {
+			h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("cpuCount %d: at least 1", b.CPU))
 			return
 		}
 	}
 	if req.MemoryMB != nil {
-		if b.memMB = *req.MemoryMB; b.memMB < minTemplateMemoryMB {
-			h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("memoryMB %d: at least %d", b.memMB, minTemplateMemoryMB))
+		if b.MemMB = *req.MemoryMB; b.MemMB < minTemplateMemoryMB {
+			h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("memoryMB %d: at least %d", b.MemMB, minTemplateMemoryMB))
 			return
 		}
 	}
 	buildID := newUUID()
-	h.tpl.add(buildID, b)
+	if err := h.tpl.store.Create(r.Context(), buildID, b); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
 	writeJSON(w, http.StatusAccepted, e2bapi.TemplateRequestResponseV3{TemplateID: alias, BuildID: buildID,
 		Aliases: []string{alias}, Names: []string{alias}, Tags: tags})
 }
@@ -333,7 +253,12 @@ func (h *Handler) templateUploadLink(w http.ResponseWriter, r *http.Request) {
 		h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("invalid files hash %q", hash))
 		return
 	}
-	if _, ok := h.tpl.uploaded(hash); ok {
+	present, err := h.tpl.store.HasFiles(r.Context(), hash)
+	if err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
+	if present {
 		writeJSON(w, http.StatusCreated, e2bapi.TemplateBuildFileUpload{Present: true})
 		return
 	}
@@ -355,25 +280,26 @@ func (h *Handler) templateUpload(w http.ResponseWriter, r *http.Request) {
 		h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("invalid files hash %q", hash))
 		return
 	}
-	dir, err := h.tpl.uploadDir()
-	if err != nil {
-		h.writeErr(w, r, err)
-		return
-	}
-	f, err := os.CreateTemp(dir, "upload-*")
+	// The tar is checked and uncompressed here, then stored whole.
+	f, err := os.CreateTemp("", "dsec-e2b-upload-*")
 	if err != nil {
 		h.writeErr(w, r, errdefs.Internal(err, "template upload"))
 		return
 	}
-	defer func() { _ = os.Remove(f.Name()) }()
-	_, err = copyTar(f, http.MaxBytesReader(w, r.Body, h.opts.MaxUploadBytes))
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	defer func() { _ = f.Close(); _ = os.Remove(f.Name()) }()
+	if _, err := copyTar(f, http.MaxBytesReader(w, r.Body, h.opts.MaxUploadBytes)); err != nil {
+		h.writeErr(w, r, err)
+		return
 	}
+	size, err := f.Seek(0, io.SeekCurrent)
 	if err == nil {
-		err = os.Rename(f.Name(), filepath.Join(dir, hash+".tar"))
+		_, err = f.Seek(0, io.SeekStart)
 	}
 	if err != nil {
+		h.writeErr(w, r, errdefs.Internal(err, "template upload"))
+		return
+	}
+	if err := h.tpl.store.PutFiles(r.Context(), hash, f, size); err != nil {
 		h.writeErr(w, r, err)
 		return
 	}
@@ -428,12 +354,15 @@ func (h *Handler) startTemplateBuild(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	b, ok := h.tpl.get(buildID)
+	b, err := h.tpl.store.Get(r.Context(), buildID)
 	switch {
-	case !ok || b.templateID != id:
+	case errdefs.Is(err, api.CodeNotFound) || err == nil && b.TemplateID != id:
 		h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("build %q of template %q not found (request it with POST /v3/templates)", buildID, id))
 		return
-	case b.started:
+	case err != nil:
+		h.writeErr(w, r, err)
+		return
+	case b.Status != e2bapi.TemplateBuildStatusWaiting:
 		h.writeAPIError(w, r, http.StatusConflict, fmt.Sprintf("build %q already started", buildID))
 		return
 	}
@@ -447,60 +376,121 @@ func (h *Handler) startTemplateBuild(w http.ResponseWriter, r *http.Request) {
 		h.writeErr(w, r, err)
 		return
 	}
-	if b.cpu > 0 {
-		tr.label(tplLabelCPU, strconv.Itoa(int(b.cpu)))
+	if b.CPU > 0 {
+		tr.label(tplLabelCPU, strconv.Itoa(int(b.CPU)))
 	}
-	if b.memMB > 0 {
-		tr.label(tplLabelMemory, strconv.Itoa(int(b.memMB)))
+	if b.MemMB > 0 {
+		tr.label(tplLabelMemory, strconv.Itoa(int(b.MemMB)))
 	}
-	files := map[string]string{}
 	for _, hash := range tr.files {
-		p, ok := h.tpl.uploaded(hash)
+		ok, err := h.tpl.store.HasFiles(r.Context(), hash)
+		if err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
 		if !ok {
 			h.writeAPIError(w, r, http.StatusBadRequest, fmt.Sprintf("the files of hash %s were not uploaded (GET /templates/%s/files/%s gives the link)", hash, id, hash))
 			return
 		}
-		files[hash] = p
 	}
-	h.tpl.update(buildID, func(b *templateBuild) {
-		b.started = true
-		b.status = e2bapi.TemplateBuildStatusBuilding
-	})
+	if err := h.tpl.store.Start(r.Context(), buildID); err != nil {
+		h.writeErr(w, r, err)
+		return
+	}
 	h.tpl.wg.Add(1)
 	go func() {
 		defer h.tpl.wg.Done()
-		h.runTemplateBuild(h.tpl.ctx, id, buildID, tr, files)
+		h.runTemplateBuild(h.tpl.ctx, id, buildID, b, tr)
 	}()
 	w.WriteHeader(http.StatusAccepted)
 }
 
+// logFlushInterval is how often a running build's new log entries are
+// written to the build store (where status polls read them).
+const logFlushInterval = 100 * time.Millisecond
+
+// buildLog buffers a running build's log entries for the build store.
+type buildLog struct {
+	store   buildstate.Store
+	id      string
+	log     *slog.Logger
+	mu      sync.Mutex
+	pending []e2bapi.BuildLogEntry
+	flushMu sync.Mutex // keeps flushes in order
+}
+
+func (l *buildLog) add(e e2bapi.BuildLogEntry) {
+	l.mu.Lock()
+	l.pending = append(l.pending, e)
+	l.mu.Unlock()
+}
+
+func (l *buildLog) flush(ctx context.Context) {
+	l.flushMu.Lock()
+	defer l.flushMu.Unlock()
+	l.mu.Lock()
+	p := l.pending
+	l.pending = nil
+	l.mu.Unlock()
+	if len(p) == 0 {
+		return
+	}
+	if err := l.store.Log(ctx, l.id, p...); err != nil {
+		l.log.WarnContext(ctx, "e2b template build: log entries lost", "build", l.id, "entries", len(p), "err", err)
+	}
+}
+
 // runTemplateBuild runs a translated build and records its outcome.
-func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr translatedTemplate, files map[string]string) {
-	logf := func(level e2bapi.LogLevel, step, msg string) {
+func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, b buildstate.Record, tr translatedTemplate) {
+	// The outcome is recorded also when ctx ends (this front end stops).
+	rec, cancelRec := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancelRec()
+	bl := &buildLog{store: h.tpl.store, id: buildID, log: h.log}
+	flushed := make(chan struct{})
+	stop := make(chan struct{})
+	go func() {
+		defer close(flushed)
+		t := time.NewTicker(logFlushInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				bl.flush(rec)
+			}
+		}
+	}()
+	logf := func(level e2bapi.LogLevel, step, msg string) e2bapi.BuildLogEntry {
 		e := e2bapi.BuildLogEntry{Timestamp: time.Now().UTC(), Level: level, Message: msg}
 		if step != "" {
 			e.Step = &step
 		}
-		h.tpl.update(buildID, func(b *templateBuild) { b.logs = append(b.logs, e) })
+		bl.add(e)
+		return e
+	}
+	finish := func(status e2bapi.TemplateBuildStatus, reason *e2bapi.BuildStatusReason) {
+		close(stop)
+		<-flushed
+		bl.flush(rec)
+		if err := h.tpl.store.Finish(rec, buildID, status, reason); err != nil {
+			h.log.WarnContext(rec, "e2b template build: recording its end", "template", id, "build", buildID, "status", status, "err", err)
+		}
 	}
 	fail := func(step, msg string) {
-		logf(e2bapi.LogLevelError, step, msg)
-		h.tpl.update(buildID, func(b *templateBuild) {
-			b.status = e2bapi.TemplateBuildStatusError
-			entries := append([]e2bapi.BuildLogEntry(nil), b.logs[len(b.logs)-1])
-			b.reason = &e2bapi.BuildStatusReason{Message: msg, LogEntries: &entries}
-			if step != "" {
-				b.reason.Step = &step
-			}
-		})
+		entries := []e2bapi.BuildLogEntry{logf(e2bapi.LogLevelError, step, msg)}
+		reason := &e2bapi.BuildStatusReason{Message: msg, LogEntries: &entries}
+		if step != "" {
+			reason.Step = &step
+		}
+		finish(e2bapi.TemplateBuildStatusError, reason)
 	}
-	dockerfile := tr.dockerfile
 	logf(e2bapi.LogLevelInfo, "base", "Building template "+id+" (build "+buildID+")")
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeBuildContext(pw, dockerfile, files, tr.globs)) }()
+	open := func(hash string) (io.ReadCloser, error) { return h.tpl.store.OpenFiles(ctx, hash) }
+	go func() { pw.CloseWithError(writeBuildContext(pw, tr.dockerfile, tr.files, open, tr.globs)) }()
 	out := &logLines{emit: func(line string) { logf(e2bapi.LogLevelInfo, "", line) }}
-	b, _ := h.tpl.get(buildID)
-	req := api.BuildImageRequest{Name: id, Output: out, CPU: float64(b.cpu), MemoryBytes: int64(b.memMB) << 20,
+	req := api.BuildImageRequest{Name: id, Output: out, CPU: float64(b.CPU), MemoryBytes: int64(b.MemMB) << 20,
 		RegistryAuth: tr.auth}
 	res, err := h.svc.BuildImage(session.WithoutStep(ctx), req, pr)
 	out.flush()
@@ -508,6 +498,9 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 	h.templates.forget()
 	if err != nil {
 		step, msg := tr.explain(err)
+		if ctx.Err() != nil {
+			step, msg = "", "unavailable: the API server running the build stopped before the build ended"
+		}
 		h.log.InfoContext(ctx, "e2b template build failed", "template", id, "build", buildID, "err", err)
 		fail(step, msg)
 		return
@@ -520,7 +513,7 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 		}
 		logf(e2bapi.LogLevelInfo, step, msg)
 	}
-	for _, tag := range b.tags {
+	for _, tag := range b.Tags {
 		if tag == defaultTag {
 			continue
 		}
@@ -532,7 +525,7 @@ func (h *Handler) runTemplateBuild(ctx context.Context, id, buildID string, tr t
 		logf(e2bapi.LogLevelInfo, "finalize", fmt.Sprintf("Tagged %s:%s", id, tag))
 	}
 	logf(e2bapi.LogLevelInfo, "finalize", fmt.Sprintf("Template %s built: %d layer steps, %d from the cache, %.1f s", id, res.LayerSteps, res.CacheHits, res.Millis/1000))
-	h.tpl.update(buildID, func(b *templateBuild) { b.status = e2bapi.TemplateBuildStatusReady })
+	finish(e2bapi.TemplateBuildStatusReady, nil)
 }
 
 // maxLogLine is the longest build log entry; a longer line is split.
@@ -593,8 +586,8 @@ func (h *Handler) defaultImage(ctx context.Context) (string, error) {
 }
 
 // writeBuildContext writes the build context: the Dockerfile, and the files
-// uploaded under each hash in files/HASH/.
-func writeBuildContext(w io.Writer, dockerfile string, files map[string]string, globs []templateGlob) error {
+// uploaded under each hash (read with open) in files/HASH/.
+func writeBuildContext(w io.Writer, dockerfile string, hashes []string, open func(hash string) (io.ReadCloser, error), globs []templateGlob) error {
 	tw := tar.NewWriter(w)
 	now := time.Now()
 	if err := tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(dockerfile)), ModTime: now, Typeflag: tar.TypeReg}); err != nil {
@@ -603,12 +596,12 @@ func writeBuildContext(w io.Writer, dockerfile string, files map[string]string, 
 	if _, err := io.WriteString(tw, dockerfile); err != nil {
 		return err
 	}
-	for hash, p := range files {
+	for _, hash := range slices.Compact(slices.Sorted(slices.Values(hashes))) {
 		dir := "files/" + hash
 		if err := tw.WriteHeader(&tar.Header{Name: dir + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: now}); err != nil {
 			return err
 		}
-		if err := addUploaded(tw, dir, p, func(name string, _ byte) (string, bool) { return dir + "/" + name, true }); err != nil {
+		if err := addUploaded(tw, dir, hash, open, func(name string, _ byte) (string, bool) { return dir + "/" + name, true }); err != nil {
 			return err
 		}
 	}
@@ -617,7 +610,7 @@ func writeBuildContext(w io.Writer, dockerfile string, files map[string]string, 
 		if err := tw.WriteHeader(&tar.Header{Name: dir + "/", Mode: 0o755, Typeflag: tar.TypeDir, ModTime: now}); err != nil {
 			return err
 		}
-		err := addUploaded(tw, "files/"+g.hash, files[g.hash], func(name string, typ byte) (string, bool) {
+		err := addUploaded(tw, "files/"+g.hash, g.hash, open, func(name string, typ byte) (string, bool) {
 			rel, ok := globMatch(g.pattern, name)
 			if !ok {
 				return "", false
@@ -638,11 +631,11 @@ func writeBuildContext(w io.Writer, dockerfile string, files map[string]string, 
 	return tw.Close()
 }
 
-// addUploaded adds the entries of the uploaded tar p that name maps (by
-// their path and type), and the directory dir; hard links point into dir,
-// where every entry of p is.
-func addUploaded(tw *tar.Writer, dir, p string, name func(string, byte) (string, bool)) error {
-	f, err := os.Open(p)
+// addUploaded adds the entries of the tar uploaded under hash that name maps
+// (by their path and type), and the directory dir; hard links point into
+// dir, where every entry of that tar is.
+func addUploaded(tw *tar.Writer, dir, hash string, open func(string) (io.ReadCloser, error), name func(string, byte) (string, bool)) error {
+	f, err := open(hash)
 	if err != nil {
 		return err
 	}
@@ -712,9 +705,19 @@ func (h *Handler) templateBuildStatus(w http.ResponseWriter, r *http.Request) {
 		}
 		offset = n
 	}
-	b, ok := h.tpl.get(buildID)
-	if !ok || b.templateID != id {
-		// Another API server ran it: a finished build is its environment.
+	b, err := h.tpl.store.Get(r.Context(), buildID)
+	if err != nil && !errdefs.Is(err, api.CodeNotFound) {
+		h.writeErr(w, r, err)
+		return
+	}
+	var entries []e2bapi.BuildLogEntry
+	if err == nil && b.TemplateID == id {
+		if entries, err = h.tpl.store.Logs(r.Context(), buildID, offset); err != nil {
+			h.writeErr(w, r, err)
+			return
+		}
+	} else {
+		// No record (past its retention): a finished build is its environment.
 		img, err := h.templateImage(r.Context(), id)
 		if err != nil {
 			h.writeErr(w, r, err)
@@ -724,18 +727,17 @@ func (h *Handler) templateBuildStatus(w http.ResponseWriter, r *http.Request) {
 			h.writeAPIError(w, r, http.StatusNotFound, fmt.Sprintf("build %q of template %q not found", buildID, id))
 			return
 		}
-		b = templateBuild{templateID: id, status: e2bapi.TemplateBuildStatusReady}
+		b = buildstate.Record{TemplateID: id, Status: e2bapi.TemplateBuildStatusReady}
 	}
-	entries := []e2bapi.BuildLogEntry{}
-	if offset < len(b.logs) {
-		entries = b.logs[offset:]
+	if entries == nil {
+		entries = []e2bapi.BuildLogEntry{}
 	}
 	lines := make([]string, 0, len(entries))
 	for _, e := range entries {
 		lines = append(lines, e.Timestamp.Format(time.RFC3339)+" "+e.Message)
 	}
-	writeJSON(w, http.StatusOK, e2bapi.TemplateBuildInfo{BuildID: buildID, TemplateID: id, Status: b.status,
-		LogEntries: entries, Logs: lines, Reason: b.reason})
+	writeJSON(w, http.StatusOK, e2bapi.TemplateBuildInfo{BuildID: buildID, TemplateID: id, Status: b.Status,
+		LogEntries: entries, Logs: lines, Reason: b.Reason})
 }
 
 // resolveBase finds the image a template starts from: E2B's default base is

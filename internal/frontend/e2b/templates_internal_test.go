@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"path/filepath"
@@ -205,7 +206,7 @@ func TestWriteBuildContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
-	if err := writeBuildContext(&out, "FROM x\n", map[string]string{"h": up}, []templateGlob{{hash: "h", pattern: "folder/*"}}); err != nil {
+	if err := writeBuildContext(&out, "FROM x\n", []string{"h"}, func(string) (io.ReadCloser, error) { return os.Open(up) }, []templateGlob{{hash: "h", pattern: "folder/*"}}); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]string{}

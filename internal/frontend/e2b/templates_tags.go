@@ -80,7 +80,7 @@ func (h *Handler) tagTemplate(ctx context.Context, alias, tag, from string) erro
 	}
 	df := "FROM " + from + "\nLABEL " + tplLabelTag + "=" + mustQuote(label) + "\n"
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeBuildContext(pw, df, nil, nil)) }()
+	go func() { pw.CloseWithError(writeBuildContext(pw, df, nil, nil, nil)) }()
 	_, err := h.svc.BuildImage(session.WithoutStep(ctx), api.BuildImageRequest{Name: tagEnv(alias, tag)}, pr)
 	_ = pr.CloseWithError(io.ErrClosedPipe)
 	h.templates.forget()

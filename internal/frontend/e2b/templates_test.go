@@ -22,6 +22,7 @@ import (
 	"github.com/dsec-dev/dsec/internal/agent/agenttest"
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/frontend/e2b"
+	"github.com/dsec-dev/dsec/internal/frontend/e2b/buildstate"
 	"github.com/dsec-dev/dsec/internal/session"
 	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
@@ -42,6 +43,10 @@ type fakeBuilds struct {
 	creates    []api.CreateSandboxRequest
 	busy       map[string]bool // images a sandbox runs on (RemoveImage refuses them)
 	tagBuilds  int
+	// release ends the builds whose Dockerfile holds "block-until-released"
+	// (closed, or one receive per build), which write "blocked-build" to
+	// their output first.
+	release chan struct{}
 }
 
 var labelRE = regexp.MustCompile(`(dev\.dsec\.e2b\.[a-z-]+)="((?:[^"\\]|\\.)*)"`)
@@ -61,6 +66,14 @@ func (f *fakeBuilds) BuildImage(ctx context.Context, req api.BuildImageRequest, 
 		files[hdr.Name] = string(b)
 	}
 	df := files["Dockerfile"]
+	if strings.Contains(df, "block-until-released") {
+		_, _ = io.WriteString(req.Output, "blocked-build\n")
+		select {
+		case <-f.release:
+		case <-ctx.Done():
+			return api.BuildImageResult{}, ctx.Err()
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if strings.Contains(req.Name, "..") {
@@ -136,11 +149,17 @@ func newTplEnv(t *testing.T) *tplEnv {
 	t.Helper()
 	fake := &fakeBuilds{Service: agenttest.NewRootedNode(t), busy: map[string]bool{}, images: map[string]api.Image{
 		"plain": {Name: "plain", Kind: "layered"}, // a dsec environment, not a template
-	}}
-	h := e2b.New(fake, e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test")})
+	}, release: make(chan struct{})}
+	return fake.frontEnd(t, nil)
+}
+
+// frontEnd is another E2B front end over f's node, keeping its template
+// builds in builds (nil: its own memory).
+func (f *fakeBuilds) frontEnd(t *testing.T, builds buildstate.Store) *tplEnv {
+	h := e2b.New(f, e2b.Options{Authorize: func(k string) bool { return k == testKey }, Secret: []byte("test"), Builds: builds})
 	srv := httptest.NewServer(h)
 	t.Cleanup(func() { srv.Close(); h.Close() })
-	return &tplEnv{env: &env{t: t, h: h, srv: srv}, fake: fake}
+	return &tplEnv{env: &env{t: t, h: h, srv: srv}, fake: f}
 }
 
 // requestBuild is POST /v3/templates.

@@ -53,7 +53,7 @@ func TestRealJest(t *testing.T) {
 		"describe('minSubArrayLen', () => {\n" +
 		"  test('shortest window', () => {\n    expect(minSubArrayLen(7, [2, 3, 1, 2, 4, 3])).toBe(2);\n    expect(minSubArrayLen(15, [1, 2, 3, 4, 5])).toBe(5);\n  });\n" +
 		"  test('none', () => {\n    expect(minSubArrayLen(100, [1, 2, 3])).toBe(0);\n  });\n});\n"
-	mem := `,"run_timeout":20,"memory_limit_MB":1024`
+	mem := `,"run_timeout":60,"memory_limit_MB":1024`
 	runModeCases(t, h, "jest", []modeCase{
 		{name: "pass", code: strings.Replace(suite, "BODY", "best === Infinity ? 0 : best", 1), extra: mem,
 			status: StatusSuccess, runStatus: CmdFinished, stdout: "> FORCE_COLOR=0 jest", stderr: "Tests:       2 passed, 2 total"},
@@ -75,6 +75,6 @@ func TestRealJest(t *testing.T) {
 			status: StatusFailed, runStatus: CmdTimeLimit},
 		// 600 MB of buffers: passes without the limit, killed at 256 MB.
 		{name: "memory", code: "test('grows', () => {\n  const keep: Buffer[] = [];\n  for (let i = 0; i < 12; i++) keep.push(Buffer.alloc(50 << 20, 1));\n  expect(keep.length).toBe(12);\n});\n",
-			extra: `,"run_timeout":20,"memory_limit_MB":256`, status: StatusFailed, runStatus: CmdFinished, exitNonZero: true},
+			extra: `,"run_timeout":60,"memory_limit_MB":256`, status: StatusFailed, runStatus: CmdFinished, exitNonZero: true},
 	})
 }

@@ -153,7 +153,7 @@ func TestRealGoTest(t *testing.T) {
 	h := realHandler(t)
 	const fn = "package main\n\nimport \"testing\"\n\nfunc Add(a, b int) int { return a OP b }\n\n" +
 		"func TestAdd(t *testing.T) {\n\tif got := Add(2, 3); got != 5 {\n\t\tt.Errorf(\"Add(2, 3) = %d, want 5\", got)\n\t}\n}\n"
-	mem := `,"run_timeout":30,"memory_limit_MB":512`
+	mem := `,"run_timeout":60,"memory_limit_MB":512`
 	runModeCases(t, h, "go_test", []modeCase{
 		{name: "pass", code: strings.Replace(fn, "OP", "+", 1), extra: mem, status: StatusSuccess, runStatus: CmdFinished, stdout: "ok"},
 		{name: "wrong", code: strings.Replace(fn, "OP", "-", 1), extra: mem, status: StatusFailed, runStatus: CmdFinished,

@@ -109,6 +109,7 @@ func TestOpenAPISchemasMatchTypes(t *testing.T) {
 		"StreamInput": api.StreamInput{}, "StreamEvent": api.StreamEvent{}, "Info": api.Info{},
 		"Quota": api.Quota{}, "Usage": api.Usage{}, "Project": api.Project{}, "ProjectToken": api.ProjectToken{},
 		"CreateProjectRequest": api.CreateProjectRequest{}, "ProjectTokenResponse": api.ProjectTokenResponse{},
+		"RegistryAuth":    api.RegistryAuth{},
 		"DeadlineRequest": api.DeadlineRequest{}, "ProcessInput": api.ProcessInput{}, "Process": api.Process{},
 		"ProcessOutput": api.ProcessOutput{},
 		"HostFeature":   api.HostFeature{},

@@ -134,3 +134,29 @@ func (s *Server) removeToken(w http.ResponseWriter, r *http.Request) {
 	}
 	s.writeError(w, r, err)
 }
+
+func (s *Server) setRegistryAuth(w http.ResponseWriter, r *http.Request) {
+	pa, err := s.projects()
+	if err == nil {
+		var a api.RegistryAuth
+		if err = s.decodeBody(r, &a); err == nil {
+			var p api.Project
+			if p, err = pa.SetRegistryAuth(r.Context(), r.PathValue("name"), r.PathValue("host"), a); err == nil {
+				writeJSON(w, http.StatusOK, p)
+				return
+			}
+		}
+	}
+	s.writeError(w, r, err)
+}
+
+func (s *Server) removeRegistryAuth(w http.ResponseWriter, r *http.Request) {
+	pa, err := s.projects()
+	if err == nil {
+		if err = pa.RemoveRegistryAuth(r.Context(), r.PathValue("name"), r.PathValue("host")); err == nil {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+	}
+	s.writeError(w, r, err)
+}

@@ -85,6 +85,8 @@ func (s *Server) routes() []route {
 		{"PUT /v1/projects/{name}/quota", s.setQuota},
 		{"POST /v1/projects/{name}/tokens", s.addToken},
 		{"DELETE /v1/projects/{name}/tokens/{tid}", s.removeToken},
+		{"PUT /v1/projects/{name}/registries/{host}", s.setRegistryAuth},
+		{"DELETE /v1/projects/{name}/registries/{host}", s.removeRegistryAuth},
 
 		{"GET /v1/trajectories", s.listTrajectories},
 		{"GET /v1/trajectories/{traj}", s.getTrajectory},

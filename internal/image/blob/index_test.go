@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
@@ -101,5 +102,29 @@ func TestReadSmall(t *testing.T) {
 	}
 	if _, err := ReadSmall(t.Context(), st, dg, 100); errdefs.CodeOf(err) != api.CodeBadGateway {
 		t.Fatalf("tampered blob: %v", err)
+	}
+}
+
+func TestChunkIndexMetaRoundTrip(t *testing.T) {
+	_, ix, _ := IndexReader(bytes.NewReader(make([]byte, 11*4096+5)), 4096) // 12 chunks
+	ix.Meta = []int64{0, 3, 8, 11}
+	b := ix.Marshal()
+	got, err := ParseChunkIndex(b)
+	if err != nil || !slices.Equal(got.Meta, ix.Meta) || len(got.Hashes) != 12 {
+		t.Fatalf("parse: meta %v hashes %d err %v", got.Meta, len(got.Hashes), err)
+	}
+	// A bit past the last chunk, an empty bitmap or a missing byte is refused.
+	bad := bytes.Clone(b)
+	bad[len(bad)-1] |= 0x80
+	empty := bytes.Clone(b)
+	empty[len(empty)-1], empty[len(empty)-2] = 0, 0
+	for name, c := range map[string][]byte{"past end": bad, "empty": empty, "short": b[:len(b)-1]} {
+		if _, err := ParseChunkIndex(c); errdefs.CodeOf(err) != api.CodeBadGateway {
+			t.Errorf("%s: got %v, want bad_gateway", name, err)
+		}
+	}
+	ix.Meta = nil
+	if got, err := ParseChunkIndex(ix.Marshal()); err != nil || got.Meta != nil {
+		t.Fatalf("without meta: %v %v", got.Meta, err)
 	}
 }

@@ -419,10 +419,7 @@ func pinned(name string, img image.Image) string {
 // withRegistryAuth is ctx carrying the request's registry credentials, for
 // a FROM's pull (and nothing else the build does).
 func (r *run) withRegistryAuth(ctx context.Context) context.Context {
-	for host, a := range r.req.RegistryAuth {
-		ctx = registry.WithCredentials(ctx, host, registry.Credentials{Username: a.Username, Password: a.Password})
-	}
-	return ctx
+	return registry.WithAuth(ctx, r.req.RegistryAuth)
 }
 
 func cloneConfig(c *image.Config) *image.Config {
@@ -727,8 +724,12 @@ func (r *run) layerStepWith(ctx context.Context, st *state, key [32]byte, step *
 		advance(st, key, name, m, step)
 		return nil
 	}
+	// The step's image is the base pinned to its digest: the build's own
+	// registry credentials go with it (an image fetched with them is checked
+	// at the registry for each create by digest).
 	sb, err := r.b.Sandboxes.Create(ctx, api.CreateSandboxRequest{Backend: r.backend(), Image: st.from,
-		CPU: r.req.CPU, MemoryBytes: r.req.MemoryBytes, Labels: map[string]string{"dsec.build": r.req.Name}, Network: network})
+		CPU: r.req.CPU, MemoryBytes: r.req.MemoryBytes, Labels: map[string]string{"dsec.build": r.req.Name}, Network: network,
+		RegistryAuth: r.req.RegistryAuth})
 	if err != nil {
 		return fmt.Errorf("Dockerfile line %d: sandbox for the step: %w", step.Line, err)
 	}

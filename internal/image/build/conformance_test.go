@@ -39,8 +39,6 @@ var conformanceExclusions = []exclusion{
 	{path: "/etc/resolv.conf", reason: "buildah's RUN bind-mounts it and leaves the empty mount point in the image"},
 	{path: "/run", reason: "buildah's RUN creates it for /run/.containerenv and leaves it in the image"},
 	{path: "/", reason: "the root directory is in no layer of an image FROM scratch: each runtime makes its own (buildah 0555, dsec 0755)"},
-	{path: "/", tree: true, field: "hardlink-of", reason: "dsec's EROFS layer writer (go-erofs v0.3.1) has no hard links: " +
-		"a link is a second inode with the same contents, mode, owner and xattrs (internal/image/layer), compared as such"},
 }
 
 // buildahLabels are labels buildah adds to every image it builds.

@@ -118,7 +118,7 @@ func (r *run) stageFS(ctx context.Context, src *state, from string, line int) (s
 		return treeFS(src.tree)
 	}
 	sb, err := r.b.Sandboxes.Create(ctx, api.CreateSandboxRequest{Backend: r.backend(), Image: src.from,
-		Labels: map[string]string{"dsec.build": r.req.Name}})
+		Labels: map[string]string{"dsec.build": r.req.Name}, RegistryAuth: r.req.RegistryAuth})
 	if err != nil {
 		return nil, fmt.Errorf("Dockerfile line %d: sandbox of stage %s: %w", line, from, err)
 	}

@@ -1,19 +1,13 @@
 package envstore_test
 
 import (
-	"context"
-	"io"
-	"log/slog"
-	"net"
 	"os"
 	"sync"
 	"testing"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/dsec-dev/dsec/internal/cluster"
-	"github.com/dsec-dev/dsec/internal/testwait"
+	"github.com/dsec-dev/dsec/internal/cluster/etcdtest"
 )
 
 // One embedded etcd member serves every test of the package (each under a
@@ -42,35 +36,14 @@ func testEtcd(t testing.TB) *clientv3.Client {
 			etcdErr = err
 			return
 		}
-		port := func() string {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				panic(err)
-			}
-			defer l.Close()
-			return l.Addr().String()
-		}
-		cu, pu := "http://"+port(), "http://"+port()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() {
-			done <- cluster.RunEtcd(ctx, cluster.EtcdConfig{Name: "t", DataDir: dir, ListenClient: cu, ListenPeer: pu},
-				slog.New(slog.NewTextHandler(io.Discard, nil)))
-		}()
+		var stop func()
+		etcdCli, stop, etcdErr = etcdtest.Run(dir)
 		etcdStop = func() {
-			if etcdCli != nil {
-				etcdCli.Close()
+			if stop != nil {
+				stop()
 			}
-			cancel()
-			<-done
 			os.RemoveAll(dir)
 		}
-		testwait.Until(30*time.Second, func() bool {
-			cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
-			etcdCli, etcdErr = cluster.Connect(cctx, cluster.ClientConfig{Endpoints: cu})
-			ccancel()
-			return etcdErr == nil
-		})
 	})
 	if etcdErr != nil {
 		t.Fatalf("embedded etcd: %v", etcdErr)

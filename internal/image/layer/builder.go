@@ -31,6 +31,7 @@ func ctxDone(err error) bool {
 // builder adds entries to a go-erofs Writer.
 type builder struct {
 	ctx      context.Context
+	out      *os.File
 	w        *erofs.Writer
 	opts     Options
 	entries  int
@@ -41,6 +42,7 @@ type builder struct {
 	// overlay: tar whiteouts become overlayfs whiteouts (BuildOCILayer).
 	overlay bool
 	opaque  map[string]bool // directories with an opaque marker
+	links   links           // hard links (links.go)
 }
 
 func newBuilder(ctx context.Context, out *os.File, opts Options) *builder {
@@ -48,14 +50,23 @@ func newBuilder(ctx context.Context, out *os.File, opts Options) *builder {
 	if opts.TempDir != "" {
 		copts = append(copts, erofs.WithTempDir(opts.TempDir))
 	}
-	return &builder{ctx: ctx, w: erofs.Create(out, copts...), opts: opts, buf: make([]byte, 1<<20)}
+	return &builder{ctx: ctx, out: out, w: erofs.Create(out, copts...), opts: opts, buf: make([]byte, 1<<20)}
 }
 
 func (b *builder) close() error {
 	if b.opts.Progress != nil {
 		b.opts.Progress(b.read)
 	}
-	return b.w.Close()
+	if err := b.setLinkCounts(); err != nil {
+		return err
+	}
+	if err := b.w.Close(); err != nil {
+		return err
+	}
+	if err := b.relink(b.out); err != nil {
+		return errdefs.Internal(err, "layer build: hard links")
+	}
+	return nil
 }
 
 // meta is what every entry carries besides its content.
@@ -147,35 +158,35 @@ func (b *builder) file(name string, r io.Reader, m meta) error {
 	return b.setMeta(name, m)
 }
 
-// hardlink adds name with the content of an already-added regular file target.
-// go-erofs v0.3.1 has no API for two names sharing one inode, so the link becomes a
-// second inode with the same content and metadata.
+// hardlink adds name as another name of the inode of the already-added
+// regular file target: a placeholder now (an empty file, so the content is stored
+// once), made a directory entry of target's inode when the image is written
+// (links.go). m, if set, is the link entry's metadata, which a tar extraction
+// applies to the shared inode (nil: the target's stays).
 func (b *builder) hardlink(name, target string, m *meta) error {
-	rf, err := b.w.Open(target)
+	if name == target {
+		return nil // a link to itself: the file as it is
+	}
+	fi, err := b.w.Stat(target)
 	if err != nil {
 		return fmt.Errorf("hard link %s → %s: %w", name, target, err)
-	}
-	defer rf.Close()
-	fi, err := rf.Stat()
-	if err != nil {
-		return err
 	}
 	if !fi.Mode().IsRegular() {
 		return fmt.Errorf("hard link %s → %s: target is not a regular file", name, target)
 	}
-	if m == nil {
-		mm := meta{mode: fi.Mode(), mtime: fi.ModTime()}
-		if st, ok := fi.Sys().(*erofs.Stat); ok {
-			mm.uid, mm.gid, mm.xattrs = int(st.UID), int(st.GID), st.Xattrs
-		} else if o, ok := fi.(interface {
-			UID() uint32
-			GID() uint32
-		}); ok {
-			mm.uid, mm.gid = int(o.UID()), int(o.GID())
-		}
-		m = &mm
+	g := b.links.group(target)
+	f, err := b.w.Create(name)
+	if err != nil {
+		return err
 	}
-	return b.file(name, rf, *m)
+	if err := f.Close(); err != nil {
+		return err
+	}
+	b.links.add(g, name)
+	if m == nil {
+		return nil
+	}
+	return b.setMeta(g.primary, *m)
 }
 
 func (b *builder) symlink(name, target string, m meta) error {

@@ -54,10 +54,13 @@ func ParseSource(s string) (Source, error) {
 // Config: the image config of an OCI source) plus what the build did.
 type Result struct {
 	image.Layer
-	Source      string        `json:"source"`       // what it was built from
-	Entries     int           `json:"entries"`      // files, dirs, links, nodes
-	ContentSize int64         `json:"content_size"` // bytes of regular-file data
-	BuildTime   time.Duration `json:"build_ns"`
+	Source      string `json:"source"`       // what it was built from
+	Entries     int    `json:"entries"`      // files, dirs, links, nodes
+	ContentSize int64  `json:"content_size"` // bytes of regular-file data
+	// MetaChunks is how many chunks of the index hold EROFS metadata (the
+	// index's Meta): what a node fetches when it mounts the layer.
+	MetaChunks int           `json:"meta_chunks"`
+	BuildTime  time.Duration `json:"build_ns"`
 }
 
 // Options tune a build.
@@ -140,6 +143,9 @@ func build(ctx context.Context, src Source, store blob.Store, opts Options, fill
 		return Result{}, errdefs.Internal(err, "layer build: hash")
 	}
 	size := ix.BlobSize
+	if ix.Meta, err = MetaChunks(f, size, opts.IndexChunk); err != nil {
+		return Result{}, errdefs.Internal(err, "layer build: metadata chunks")
+	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return Result{}, errdefs.Internal(err, "layer build: rewind")
 	}
@@ -156,7 +162,7 @@ func build(ctx context.Context, src Source, store blob.Store, opts Options, fill
 		opts.Keep(f.Name())
 	}
 	return Result{Layer: image.Layer{Digest: dg, Size: size, Index: ixd, Config: b.config},
-		Source: src.String(), Entries: b.entries, ContentSize: b.read, BuildTime: time.Since(start)}, nil
+		Source: src.String(), Entries: b.entries, ContentSize: b.read, MetaChunks: len(ix.Meta), BuildTime: time.Since(start)}, nil
 }
 
 // Inspect opens an EROFS blob file for reading (checks it parses).

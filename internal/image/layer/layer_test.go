@@ -419,7 +419,7 @@ func TestDebianBaseLayer(t *testing.T) {
 	start := time.Now()
 	l, err := layer.Build(context.Background(), layer.Source{Kind: "dir", Arg: src}, store, layer.Options{TempDir: t.TempDir()})
 	must(t, err)
-	t.Logf("debian base layer: %s, %d entries, %.1f MB content → %.1f MB EROFS in %v", l.Digest[:19], l.Entries, float64(l.ContentSize)/1e6, float64(l.Size)/1e6, time.Since(start).Round(time.Millisecond))
+	t.Logf("debian base layer: %s, %d entries, %.1f MB content → %.1f MB EROFS (%d metadata chunks of 64 KiB) in %v", l.Digest[:19], l.Entries, float64(l.ContentSize)/1e6, float64(l.Size)/1e6, l.MetaChunks, time.Since(start).Round(time.Millisecond))
 	mnt := mountLayer(t, store, l.Digest)
 	compare(t, snapshot(t, src), snapshot(t, mnt))
 	out, err := exec.Command("chroot", mnt, "/usr/bin/python3", "-c", "import json, subprocess; print(1)").CombinedOutput()

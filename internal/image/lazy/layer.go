@@ -116,6 +116,10 @@ type layerState struct {
 	hits         atomic.Int64
 	misses       atomic.Int64
 	prefetched   atomic.Int64 // chunks fetched by a prefetch list
+	// meta is how many metadata chunks the chunk index names; metaPrefetched
+	// how many of them the mount's prefetch fetched.
+	meta           int64
+	metaPrefetched atomic.Int64
 
 	// stopPrefetch ends a running prefetch (the layer is being unmounted).
 	stopPrefetch context.CancelFunc
@@ -393,14 +397,18 @@ type LayerStats struct {
 	CacheHits    int64  `json:"cache_hits"`
 	CacheMisses  int64  `json:"cache_misses"`
 	// Prefetched is how many chunks a prefetch list fetched ahead of readers.
-	Prefetched int64    `json:"prefetched_chunks"`
-	ChunkSize  int64    `json:"chunk_size"`
-	Mounted    bool     `json:"mounted"`
-	Mountpoint string   `json:"mountpoint,omitempty"`
-	Refs       int      `json:"refs"`
-	Holders    []string `json:"holders,omitempty"`
-	Verified   bool     `json:"verified"`
-	Corrupt    string   `json:"corrupt,omitempty"`
+	Prefetched int64 `json:"prefetched_chunks"`
+	// MetaChunks is how many chunks hold EROFS metadata (the chunk index's
+	// Meta); MetaPrefetched how many of them the mount fetched ahead of readers.
+	MetaChunks     int64    `json:"meta_chunks,omitempty"`
+	MetaPrefetched int64    `json:"meta_prefetched_chunks,omitempty"`
+	ChunkSize      int64    `json:"chunk_size"`
+	Mounted        bool     `json:"mounted"`
+	Mountpoint     string   `json:"mountpoint,omitempty"`
+	Refs           int      `json:"refs"`
+	Holders        []string `json:"holders,omitempty"`
+	Verified       bool     `json:"verified"`
+	Corrupt        string   `json:"corrupt,omitempty"`
 	// StoreError is the last failure to fetch a chunk, until a fetch succeeds.
 	StoreError string `json:"store_error,omitempty"`
 	// The loop device under the erofs mount.
@@ -413,6 +421,7 @@ func (l *layerState) stats() LayerStats {
 	s := LayerStats{
 		Digest: l.digest, BlobSize: l.size, FetchedBytes: l.fetchedBytes.Load(), Fetches: l.fetches.Load(),
 		CacheHits: l.hits.Load(), CacheMisses: l.misses.Load(), ChunkSize: l.chunk, Prefetched: l.prefetched.Load(),
+		MetaChunks: l.meta, MetaPrefetched: l.metaPrefetched.Load(),
 		Mounted: l.mounted, Mountpoint: l.mnt, Refs: len(l.refs),
 	}
 	if l.mounted {

@@ -99,6 +99,10 @@ type Config struct {
 	// program does not expect EIO from its root file system); failing at once
 	// suits callers that retry themselves. Corrupt or missing blobs fail at once.
 	StoreWait time.Duration `json:"store_wait,omitempty"`
+	// MetaPrefetch fetches a layer's metadata chunks (the chunk index's Meta:
+	// superblock, inodes, directory blocks, small files) in the background
+	// when the layer is mounted, before its prefetch list if it has one.
+	MetaPrefetch bool `json:"meta_prefetch,omitempty"`
 }
 
 func (c *Config) defaults() {
@@ -377,15 +381,22 @@ func (d *Daemon) ensureMounted(ctx context.Context, ref image.Layer, prefetch st
 	if l.table == nil && ix.Hashes != nil {
 		l.table = ix.Hashes
 	}
-	if ref.PrefetchList != "" && prefetch != "full" {
-		if _, err := blob.ParseDigest(ref.PrefetchList); err != nil {
-			return nil, false, err
+	l.meta = int64(len(ix.Meta))
+	var meta []int64 // the metadata chunks, fetched first
+	if d.cfg.MetaPrefetch {
+		meta = ix.Meta
+	}
+	if (ref.PrefetchList != "" || len(meta) > 0) && prefetch != "full" {
+		if ref.PrefetchList != "" {
+			if _, err := blob.ParseDigest(ref.PrefetchList); err != nil {
+				return nil, false, err
+			}
 		}
 		// From now on, in the background: the mount itself reads through the cache
 		// the prefetch warms.
 		pctx, cancel := context.WithCancel(context.Background())
 		l.stopPrefetch = cancel
-		go l.prefetch(pctx, ref.PrefetchList)
+		go l.prefetch(pctx, meta, ref.PrefetchList)
 	}
 	if ix.Hashes != nil {
 		l.index = ref.Index

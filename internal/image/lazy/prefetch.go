@@ -81,6 +81,12 @@ func (l *layerState) fetchMany(ctx context.Context, idxs []int64, n *atomic.Int6
 			continue
 		}
 		g.Go(func() error {
+			l.mu.Lock()
+			done := l.present[idx] // fetched by a reader meanwhile
+			l.mu.Unlock()
+			if done {
+				return nil
+			}
 			if _, err := l.fetch(gctx, idx); err != nil {
 				return err
 			}
@@ -96,10 +102,22 @@ func (l *layerState) fetchMany(ctx context.Context, idxs []int64, n *atomic.Int6
 	return ctx.Err()
 }
 
-// prefetch fetches the chunks of the prefetch list named digest that the cache
-// lacks, prefetchWorkers at a time, until done or ctx ends (the layer unmounted).
-// Failures are logged: a prefetch only warms the cache.
-func (l *layerState) prefetch(ctx context.Context, digest string) {
+// prefetch fetches the metadata chunks meta, then the chunks of the prefetch
+// list named digest (if any), that the cache lacks, prefetchWorkers at a time,
+// until done or ctx ends (the layer unmounted). Every chunk is verified as a
+// read's is. Failures are logged: a prefetch only warms the cache.
+func (l *layerState) prefetch(ctx context.Context, meta []int64, digest string) {
+	if len(meta) > 0 {
+		if err := l.fetchMany(ctx, meta, &l.metaPrefetched); err != nil {
+			if ctx.Err() == nil {
+				l.d.log.Warn("metadata prefetch failed", "digest", l.digest, "err", err)
+			}
+			return
+		}
+	}
+	if digest == "" {
+		return
+	}
 	err := func() error {
 		b, err := blob.ReadSmall(ctx, l.store, digest, maxAccessListBytes)
 		if err != nil {

@@ -233,6 +233,7 @@ func (p *Puller) removeLocked(ctx context.Context, dg string) (Removed, error) {
 	if err := os.Remove(p.imagePath(dg)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return out, errdefs.Internal(err, "image %s", dg)
 	}
+	_ = os.Remove(p.privatePath(dg))
 	p.at("remove:image")
 	n, err := p.collectLocked(ctx)
 	out.Bytes = n
@@ -486,6 +487,23 @@ func (p *Puller) imagePath(dg string) string {
 	return filepath.Join(p.Dir, "images", hexOf(dg)+".json")
 }
 
+// privatePath marks image dg as fetched with a request's own registry
+// credentials (registry.WithCredentials): a create by its digest asks the
+// registry whether that create's credentials may read it before the node's
+// copy answers (a tag is resolved at the registry at every create anyway).
+func (p *Puller) privatePath(dg string) string {
+	return filepath.Join(p.Dir, "private", hexOf(dg))
+}
+
+func (p *Puller) markPrivate(dg string) error {
+	return p.write(p.privatePath(dg), nil)
+}
+
+func (p *Puller) isPrivate(dg string) bool {
+	_, err := os.Stat(p.privatePath(dg))
+	return err == nil
+}
+
 func (p *Puller) layerPath(dg string) string {
 	return filepath.Join(p.Dir, "layers", hexOf(dg)+".json")
 }
@@ -495,4 +513,24 @@ func (p *Puller) at(point string) {
 	if p.hook != nil {
 		p.hook(point)
 	}
+}
+
+// WithIndexes returns layers (EROFS blob digests, e.g. those the node's
+// sandboxes run on) with the chunk indexes the node's layer records give
+// them.
+func (p *Puller) WithIndexes(layers map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(layers))
+	for d := range layers {
+		out[d] = true
+	}
+	ls, err := p.layerRecords()
+	if err != nil {
+		return out
+	}
+	for _, l := range ls {
+		if layers[l.layer.Digest] && l.layer.Index != "" {
+			out[l.layer.Index] = true
+		}
+	}
+	return out
 }

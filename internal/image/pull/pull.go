@@ -3,8 +3,9 @@
 // registry's answer at that moment; a digest reference is already pinned),
 // the manifest for the node's platform, its config and each layer are
 // fetched once per digest per node (concurrent pulls of the same image or
-// layer share one fetch; with Claims, the config and each layer once for the
-// nodes sharing the blob store), each layer is verified against its digest and its
+// layer share one fetch; with Claims, the manifests, the config and each
+// layer once for the nodes sharing the blob store, a tag being resolved with
+// a HEAD), each layer is verified against its digest and its
 // diff ID and converted into dsec's EROFS layer format (overlayfs whiteouts,
 // internal/image/layer.BuildOCILayer) stored in the blob store, so images sharing
 // layers convert them once. The image is then those layers in order, stacked
@@ -81,6 +82,10 @@ type Puller struct {
 	// layers their sandboxes may run on unseen by this node): removals
 	// (Remove, Evict, Clean) drop this node's records but never delete a blob.
 	SharedBlobs bool
+	// GC, with a shared blob store under a byte budget, holds the blobs of
+	// this node's pulls and creates for the cluster's evictions and evicts
+	// after a pull that fetched (nil: no budget on the shared store).
+	GC *StoreGC
 
 	flights flights
 	refsMu  sync.Mutex
@@ -105,29 +110,91 @@ type Pulled struct {
 	Image image.Image
 }
 
-// Pull resolves ref and makes its image available on this node.
+// pullTries bounds the pulls of one image whose blobs an eviction of the
+// shared blob store took as it was pulled.
+const pullTries = 3
+
+// Pull resolves ref and makes its image available on this node. With GC,
+// the image's blobs are held for the cluster's evictions (for GC.Grace,
+// then while a sandbox uses them); blobs evicted before the hold are
+// fetched again.
 func (p *Puller) Pull(ctx context.Context, ref string) (Pulled, error) {
+	for try := 1; ; try++ {
+		pl, err := p.pullOnce(ctx, ref)
+		if err != nil || p.GC == nil {
+			return pl, err
+		}
+		release, missing, err := p.GC.Hold(ctx, blobsOf(pl.Image.Layers))
+		if err != nil {
+			return Pulled{}, err
+		}
+		release()
+		if len(missing) == 0 {
+			return pl, nil
+		}
+		if try == pullTries {
+			return Pulled{}, errdefs.New(api.CodeUnavailable, "image %s: its layers left the shared blob store while it was pulled (%d tries)", pl.Ref, try)
+		}
+		p.log().Info("image's blobs were evicted from the shared blob store: fetching them again", "ref", pl.Ref, "digest", pl.Digest, "missing", len(missing))
+		p.forgetImage(pl.Digest)
+	}
+}
+
+// blobsOf lists the blobs of layers (each EROFS blob and its chunk index).
+func blobsOf(ls []image.Layer) []string {
+	var out []string
+	for _, l := range ls {
+		for _, d := range []string{l.Digest, l.Index} {
+			if d != "" {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// forgetImage drops image dg's record (its blobs left the shared store): the
+// next pull makes it again.
+func (p *Puller) forgetImage(dg string) {
+	p.gcMu.Lock()
+	defer p.gcMu.Unlock()
+	_ = os.Remove(p.imagePath(dg))
+}
+
+func (p *Puller) pullOnce(ctx context.Context, ref string) (Pulled, error) {
 	r, err := registry.Parse(ref)
 	if err != nil {
 		return Pulled{}, err
 	}
 	norm := registry.Normalized(r)
+	creds := registry.HasCredentials(ctx, r)
 	if d, ok := r.(name.Digest); ok {
-		// Pinned: the node's record answers without the registry.
+		// Pinned: the node's record answers without the registry, unless
+		// the image was fetched with a request's own credentials: then the
+		// registry says whether this create's may read it.
 		if m, err := p.useImage(d.DigestStr()); err == nil {
+			if p.isPrivate(d.DigestStr()) && !registry.AccessChecked(ctx) {
+				if err := p.Registry.Check(ctx, d); err != nil {
+					return Pulled{}, err
+				}
+			}
 			return p.pulled(norm, d.DigestStr(), m)
 		}
 	}
 	// Creates of one reference at once share one resolution and one pull;
 	// a pull with credentials of its own (registry.WithCredentials) resolves
-	// alone, so that neither answers for the other.
+	// alone, so that neither answers for the other, and reads its manifests
+	// from the registry, never from the shared blob store (where a node
+	// without those credentials could read them by digest).
 	key := "ref\x00" + norm
-	if registry.HasCredentials(ctx, r) {
+	ms := p.manifests()
+	if creds {
 		key += fmt.Sprintf("\x00(with credentials, pull %d)", p.credPulls.Add(1))
+		ms = nil
 	}
 	v, err := p.flights.do(ctx, key, func(ctx context.Context) (any, error) {
 		defer p.prog.startRef(norm)()
-		res, err := p.Registry.Resolve(ctx, r)
+		res, err := p.Registry.ResolveShared(ctx, r, ms)
 		if err != nil {
 			return nil, err
 		}
@@ -175,6 +242,9 @@ func (p *Puller) image(ctx context.Context, res registry.Resolved) (image.Manife
 		}
 		if _, err := p.Evict(context.WithoutCancel(ctx), dg); err != nil {
 			p.log().Warn("image cache eviction", "err", err)
+		}
+		if p.GC != nil {
+			p.GC.EvictSoon(ctx)
 		}
 		return m, nil
 	})
@@ -231,9 +301,19 @@ func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (image.Ma
 	out := make([]image.Layer, len(ls))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(pullWorkers)
+	var held heldBlobs
+	defer held.release()
+	if p.GC != nil && p.Claims != nil {
+		// The config, kept in the shared store (configFile).
+		if cm, err := img.Manifest(); err == nil {
+			if err := held.hold(ctx, p.GC, []string{cm.Config.Digest.String()}); err != nil {
+				return image.Manifest{}, err
+			}
+		}
+	}
 	for i, l := range ls {
 		g.Go(func() error {
-			el, err := p.layer(gctx, res.Source, l, cf.RootFS.DiffIDs[i])
+			el, err := p.heldLayer(gctx, &held, res.Source, l, cf.RootFS.DiffIDs[i])
 			out[i] = el
 			return err
 		})
@@ -248,6 +328,11 @@ func (p *Puller) pullImage(ctx context.Context, res registry.Resolved) (image.Ma
 	}
 	m := image.Manifest{Version: image.ManifestVersion, Name: image.Pin(registry.Normalized(res.Ref), res.Digest.String()),
 		Description: "pulled from " + registry.Normalized(res.Ref), BlobStore: p.Spec, Layers: out, Config: c, Created: time.Now().UTC()}
+	if registry.HasCredentials(ctx, res.Ref) {
+		if err := p.markPrivate(res.Digest.String()); err != nil {
+			return image.Manifest{}, err
+		}
+	}
 	if err := p.writeImage(res.Digest.String(), m); err != nil {
 		return image.Manifest{}, err
 	}
@@ -271,50 +356,9 @@ func (p *Puller) configFile(ctx context.Context, img v1.Image) (*v1.ConfigFile, 
 	if err != nil {
 		return nil, err
 	}
-	dg := m.Config.Digest.String()
-	stored := func() (*v1.ConfigFile, error) {
-		rc, err := p.Blobs.Open(ctx, dg)
-		if err != nil {
-			return nil, err
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(io.LimitReader(rc, maxConfigBytes))
-		if err != nil {
-			return nil, err
-		}
-		if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != dg {
-			return nil, fmt.Errorf("config %s in the blob store: %w", dg, blob.ErrDigestMismatch)
-		}
-		return v1.ParseConfigFile(bytes.NewReader(b))
-	}
-	if cf, err := stored(); err == nil {
-		return cf, nil
-	}
-	have := func(image.Layer) bool {
-		_, err := p.Blobs.Stat(ctx, dg)
-		return err == nil
-	}
-	got, done, err := p.Claims.Claim(ctx, dg, have)
-	if err != nil {
-		return nil, err
-	}
-	if got != nil {
-		if cf, err := stored(); err == nil {
-			return cf, nil
-		}
-		return img.ConfigFile() // gone meanwhile: this node fetches it
-	}
-	raw, err := img.RawConfigFile()
-	if err == nil {
-		err = p.Blobs.Put(ctx, dg, bytes.NewReader(raw), int64(len(raw)))
-	}
-	var made *image.Layer
-	if err == nil {
-		made = &image.Layer{Digest: dg, Size: int64(len(raw))}
-	}
-	if rerr := done(made); rerr != nil {
-		p.log().Warn("config claim", "digest", dg, "err", rerr)
-	}
+	raw, err := p.sharedBlob(ctx, "config", m.Config.Digest.String(), maxConfigBytes, func(context.Context) ([]byte, error) {
+		return img.RawConfigFile()
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -340,6 +384,61 @@ func configOf(cf *v1.ConfigFile) *image.Config {
 		return nil
 	}
 	return c
+}
+
+// heldLayer is layer, with its blobs held (p.GC) until the pull ends: a
+// layer whose blob an eviction took before the hold is made again.
+func (p *Puller) heldLayer(ctx context.Context, held *heldBlobs, src registry.Source, l v1.Layer, diffID v1.Hash) (image.Layer, error) {
+	for try := 1; ; try++ {
+		el, err := p.layer(ctx, src, l, diffID)
+		if err != nil || p.GC == nil {
+			return el, err
+		}
+		release, missing, err := p.GC.Hold(ctx, blobsOf([]image.Layer{el}))
+		if err != nil {
+			return el, err
+		}
+		held.add(release)
+		if len(missing) == 0 {
+			return el, nil
+		}
+		dg, _ := l.Digest()
+		if try == pullTries {
+			return el, errdefs.New(api.CodeUnavailable, "layer %s left the shared blob store while it was pulled (%d tries)", dg, try)
+		}
+		p.gcMu.Lock()
+		_ = os.Remove(p.layerPath(dg.String()))
+		p.gcMu.Unlock()
+	}
+}
+
+// heldBlobs collects the releases of a pull's holds.
+type heldBlobs struct {
+	mu       sync.Mutex
+	releases []func()
+}
+
+func (h *heldBlobs) add(f func()) {
+	h.mu.Lock()
+	h.releases = append(h.releases, f)
+	h.mu.Unlock()
+}
+
+func (h *heldBlobs) hold(ctx context.Context, g *StoreGC, ds []string) error {
+	release, _, err := g.Hold(ctx, ds)
+	if err == nil {
+		h.add(release)
+	}
+	return err
+}
+
+func (h *heldBlobs) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, f := range h.releases {
+		f()
+	}
+	h.releases = nil
 }
 
 // layer returns l's EROFS layer, converting it unless this node has it; src

@@ -145,6 +145,10 @@ func TestPullByTagConvertsEachLayer(t *testing.T) {
 	if b, err := fs.ReadFile(l1, "etc/hard"); err != nil || string(b) != "kept" {
 		t.Fatalf("hard link: %q %v", b, err)
 	}
+	_, keep := lstat(t, l1, "etc/keep")
+	if _, hard := lstat(t, l1, "etc/hard"); hard.Ino != keep.Ino || hard.Nlink != 2 {
+		t.Fatalf("hard link: inode %d nlink %d, etc/keep's inode %d", hard.Ino, hard.Nlink, keep.Ino)
+	}
 	if tgt, err := fs.ReadLink(l1, "etc/link"); err != nil || tgt != "../../../outside" {
 		t.Fatalf("symlink: %q %v", tgt, err)
 	}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
+
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // Credentials are a user name and password for one registry, given with a
@@ -73,3 +75,28 @@ func (c *Client) authFor(ctx context.Context, ref name.Reference, ep endpoint) a
 type staticKeychain struct{ a authn.Authenticator }
 
 func (k staticKeychain) Resolve(authn.Resource) (authn.Authenticator, error) { return k.a, nil }
+
+// WithAuth is WithCredentials for each registry host of auth (a request's
+// registry_auth).
+func WithAuth(ctx context.Context, auth map[string]api.RegistryAuth) context.Context {
+	for host, a := range auth {
+		ctx = WithCredentials(ctx, host, Credentials{Username: a.Username, Password: a.Password})
+	}
+	return ctx
+}
+
+type accessCheckedKey struct{}
+
+// WithAccessChecked marks ctx's pulls as made for a sandbox whose access to
+// the image was checked already (a fork of a sandbox running it): a node's
+// copy of an image fetched with other credentials answers without asking
+// the registry again.
+func WithAccessChecked(ctx context.Context) context.Context {
+	return context.WithValue(ctx, accessCheckedKey{}, true)
+}
+
+// AccessChecked reports WithAccessChecked.
+func AccessChecked(ctx context.Context) bool {
+	v, _ := ctx.Value(accessCheckedKey{}).(bool)
+	return v
+}

@@ -24,6 +24,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 )
@@ -181,13 +182,17 @@ type Resolved struct {
 // Resolve resolves ref (a tag or a digest) to a digest and the image for the
 // client's platform, trying ref's mirrors in order, then its registry.
 func (c *Client) Resolve(ctx context.Context, ref name.Reference) (Resolved, error) {
+	return c.resolve(ctx, ref, nil)
+}
+
+func (c *Client) resolve(ctx context.Context, ref name.Reference, ms Manifests) (Resolved, error) {
 	eps, err := c.hosts.endpoints(ref.Context().Registry)
 	if err != nil {
 		return Resolved{}, err
 	}
 	var errs []error
 	for _, ep := range eps {
-		r, err := c.resolveAt(ctx, ref, ep)
+		r, err := c.resolveAt(ctx, ref, ep, ms)
 		if err == nil {
 			return r, nil
 		}
@@ -210,7 +215,7 @@ func (c *Client) Resolve(ctx context.Context, ref name.Reference) (Resolved, err
 	return Resolved{}, last
 }
 
-func (c *Client) resolveAt(ctx context.Context, ref name.Reference, ep endpoint) (Resolved, error) {
+func (c *Client) resolveAt(ctx context.Context, ref name.Reference, ep endpoint, ms Manifests) (Resolved, error) {
 	reg, err := name.NewRegistry(ep.host, c.regOpts(ep)...)
 	if err != nil {
 		return Resolved{}, errdefs.Invalid("mirror %s: %v", ep.host, err)
@@ -235,6 +240,9 @@ func (c *Client) resolveAt(ctx context.Context, ref name.Reference, ep endpoint)
 		return Resolved{}, errdefs.Internal(err, "registry client")
 	}
 	opts = append(opts, remote.Reuse(pl))
+	if ms != nil {
+		return c.resolveShared(ctx, ref, at, repo, ep.host, opts, pl, ms)
+	}
 	desc, err := remote.Get(at, append(slices.Clip(opts), remote.WithContext(ctx))...)
 	if err != nil {
 		return Resolved{}, classify(err, ref.String(), ep.host)
@@ -245,6 +253,53 @@ func (c *Client) resolveAt(ctx context.Context, ref name.Reference, ep endpoint)
 	}
 	return Resolved{Ref: ref, Digest: desc.Digest, Image: img,
 		Source: Source{Ref: repo.Digest(desc.Digest.String()), opts: opts, puller: pl}}, nil
+}
+
+// Check asks ref's registry (its mirrors first, as Resolve does) whether
+// this caller may read manifest ref: a HEAD by digest (a GET where HEAD is
+// refused) with the credentials ctx carries for the registry, else the
+// node's. It answers nil, or the registry's refusal classified as Resolve's
+// (permission_denied, not_found, unavailable).
+func (c *Client) Check(ctx context.Context, ref name.Digest) error {
+	eps, err := c.hosts.endpoints(ref.Context().Registry)
+	if err != nil {
+		return err
+	}
+	var last error
+	for _, ep := range eps {
+		reg, err := name.NewRegistry(ep.host, c.regOpts(ep)...)
+		if err != nil {
+			return errdefs.Invalid("mirror %s: %v", ep.host, err)
+		}
+		at := reg.Repo(ref.Context().RepositoryStr()).Digest(ref.DigestStr())
+		opts := []remote.Option{remote.WithAuthFromKeychain(c.authFor(ctx, ref, ep)), remote.WithTransport(c.rt),
+			remote.WithContext(ctx), remote.WithRetryStatusCodes(), remote.WithRetryPredicate(func(error) bool { return false })}
+		if _, err = remote.Head(at, opts...); err != nil && !isAuthOrMissing(err) {
+			_, err = remote.Get(at, opts...)
+		}
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return classify(err, ref.String(), ep.host)
+		}
+		last = classify(err, ref.String(), ep.host)
+	}
+	return last
+}
+
+// isAuthOrMissing: the registry refused err's request for its credentials
+// or has no such manifest (not an answer a GET would change).
+func isAuthOrMissing(err error) bool {
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		return false
+	}
+	switch te.StatusCode {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusNotFound:
+		return true
+	}
+	return false
 }
 
 func (c *Client) regOpts(ep endpoint) []name.Option {
@@ -276,19 +331,29 @@ func (c *Client) platformImage(desc *remote.Descriptor) (v1.Image, error) {
 	if err != nil {
 		return nil, classify(err, desc.Digest.String(), "")
 	}
+	d, err := c.pickPlatform(desc.Digest, m)
+	if err != nil {
+		return nil, err
+	}
+	img, err := idx.Image(d.Digest)
+	if err != nil {
+		return nil, classify(err, d.Digest.String(), "")
+	}
+	return img, nil
+}
+
+// pickPlatform is the image manifest of index dg (m) for the client's
+// platform (not_found naming the platforms it has otherwise).
+func (c *Client) pickPlatform(dg v1.Hash, m *v1.IndexManifest) (v1.Descriptor, error) {
 	var have []string
 	for _, d := range m.Manifests {
 		if d.Platform == nil {
 			continue
 		}
 		if d.Platform.Satisfies(*c.cfg.Platform) && d.MediaType.IsImage() {
-			img, err := idx.Image(d.Digest)
-			if err != nil {
-				return nil, classify(err, d.Digest.String(), "")
-			}
-			return img, nil
+			return d, nil
 		}
 		have = append(have, d.Platform.String())
 	}
-	return nil, errdefs.NotFound("image index %s has no image for platform %s (it has: %v)", desc.Digest, c.cfg.Platform, have)
+	return v1.Descriptor{}, errdefs.NotFound("image index %s has no image for platform %s (it has: %v)", dg, c.cfg.Platform, have)
 }

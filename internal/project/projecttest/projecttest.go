@@ -3,6 +3,8 @@ package projecttest
 
 import (
 	"context"
+	"encoding/json"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -92,6 +94,115 @@ func Run(t *testing.T, newStores func(t *testing.T) Stores) {
 		eventually(t, "the project's tokens go with it", func() bool { _, ok := s.B.Identify(tok2); return !ok })
 		if _, err := s.B.Get(ctx, "team-a"); !errdefs.Is(err, api.CodeNotFound) {
 			t.Fatalf("get after delete: %v", err)
+		}
+	})
+
+	t.Run("registry credentials: set, replace, remove; hosts shown, never passwords", func(t *testing.T) {
+		s := newStores(t)
+		if _, err := s.A.Create(ctx, "team-a", project.Quota{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.A.Create(ctx, "team-b", project.Quota{MaxSandboxes: 2}); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.B.RegistryAuth("team-a"); got != nil {
+			t.Fatalf("credentials before any were set: %v", got)
+		}
+		eventually(t, "B sees team-a", func() bool { _, ok := s.B.Limits("team-a"); return ok })
+		ghcr := api.RegistryAuth{Username: "robot", Password: "s3cret-ghcr"}
+		if err := s.B.SetRegistryAuth(ctx, "team-a", "ghcr.io", ghcr); err != nil {
+			t.Fatal(err)
+		}
+		// Docker Hub's other names are docker.io; hosts are lower case.
+		hub := api.RegistryAuth{Username: "me", Password: "s3cret-hub"}
+		if err := s.A.SetRegistryAuth(ctx, "team-a", "Registry-1.Docker.IO", hub); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.A.SetRegistryAuth(ctx, "team-a", "localhost:5000", hub); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]api.RegistryAuth{"ghcr.io": ghcr, "docker.io": hub, "localhost:5000": hub}
+		for _, st := range []project.Store{s.A, s.B} {
+			eventually(t, "both stores answer the credentials from memory", func() bool {
+				return reflect.DeepEqual(st.RegistryAuth("team-a"), want)
+			})
+		}
+		if got := s.A.RegistryAuth("team-b"); got != nil {
+			t.Fatalf("another project has team-a's credentials: %v", got)
+		}
+		hosts := []string{"docker.io", "ghcr.io", "localhost:5000"}
+		in, err := s.B.Get(ctx, "team-a")
+		if err != nil || !reflect.DeepEqual(in.Registries, hosts) {
+			t.Fatalf("get: registries %v, want %v (%v)", in.Registries, hosts, err)
+		}
+		list, err := s.A.List(ctx)
+		if err != nil || len(list) != 3 || !reflect.DeepEqual(list[1].Registries, hosts) || list[2].Registries != nil {
+			t.Fatalf("list: %+v %v", list, err)
+		}
+		if b, _ := json.Marshal(in.ToAPI()); strings.Contains(string(b), "s3cret") || !strings.Contains(string(b), `"registries":["docker.io","ghcr.io","localhost:5000"]`) {
+			t.Fatalf("the project as the API shows it: %s", b)
+		}
+		// Replace.
+		ghcr2 := api.RegistryAuth{Username: "robot2", Password: "s3cret-2"}
+		if err := s.A.SetRegistryAuth(ctx, "team-a", "ghcr.io", ghcr2); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "B sees the replaced credentials", func() bool { return s.B.RegistryAuth("team-a")["ghcr.io"] == ghcr2 })
+		// Remove (by any of Docker Hub's names).
+		if err := s.B.RemoveRegistryAuth(ctx, "team-a", "index.docker.io"); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "A forgets the removed credentials", func() bool { _, ok := s.A.RegistryAuth("team-a")["docker.io"]; return !ok })
+		if err := s.A.RemoveRegistryAuth(ctx, "team-a", "docker.io"); !errdefs.Is(err, api.CodeNotFound) {
+			t.Fatalf("removing twice: %v", err)
+		}
+		if err := s.A.RemoveRegistryAuth(ctx, "team-b", "ghcr.io"); !errdefs.Is(err, api.CodeNotFound) {
+			t.Fatalf("removing another project's: %v", err)
+		}
+		// Bad input and unknown projects.
+		if err := s.A.SetRegistryAuth(ctx, "nobody", "ghcr.io", ghcr); !errdefs.Is(err, api.CodeNotFound) {
+			t.Fatalf("unknown project: %v", err)
+		}
+		if err := s.A.RemoveRegistryAuth(ctx, "nobody", "ghcr.io"); !errdefs.Is(err, api.CodeNotFound) {
+			t.Fatalf("remove, unknown project: %v", err)
+		}
+		for _, bad := range []string{"", "https://ghcr.io", "ghcr.io/org", "user@ghcr.io", "ghcr.io:0", "ghcr.io:99999", "ghcr.io:x", "a b", "-x.io", "[::1"} {
+			if err := s.A.SetRegistryAuth(ctx, "team-a", bad, ghcr); !errdefs.Is(err, api.CodeInvalidArgument) {
+				t.Errorf("host %q: %v", bad, err)
+			}
+		}
+		for _, good := range []string{"127.0.0.1:5000", "[::1]:5000", "my-registry.example.com"} {
+			if err := s.A.SetRegistryAuth(ctx, "team-b", good, ghcr); err != nil {
+				t.Errorf("host %q: %v", good, err)
+			}
+		}
+		for field, a := range map[string]api.RegistryAuth{"username": {Password: "p"}, "password": {Username: "u"}} {
+			err := s.A.SetRegistryAuth(ctx, "team-a", "ghcr.io", a)
+			if !errdefs.Is(err, api.CodeInvalidArgument) || !strings.Contains(err.Error(), field) {
+				t.Errorf("without a %s: %v", field, err)
+			}
+		}
+		if got := s.A.RegistryAuth("team-a")["ghcr.io"]; got != ghcr2 {
+			t.Fatalf("a refused change changed the credentials: %v", got)
+		}
+		// The default project holds credentials too.
+		if err := s.A.SetRegistryAuth(ctx, project.Default, "ghcr.io", ghcr); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, "B sees default's credentials", func() bool { return s.B.RegistryAuth(project.Default)["ghcr.io"] == ghcr })
+		// A project's removal takes its credentials; a new project of the
+		// same name starts without.
+		if err := s.B.Delete(ctx, "team-a"); err != nil {
+			t.Fatal(err)
+		}
+		for _, st := range []project.Store{s.A, s.B} {
+			eventually(t, "the removed project's credentials are gone", func() bool { return st.RegistryAuth("team-a") == nil })
+		}
+		if _, err := s.A.Create(ctx, "team-a", project.Quota{}); err != nil {
+			t.Fatal(err)
+		}
+		if in, err := s.A.Get(ctx, "team-a"); err != nil || in.Registries != nil || s.A.RegistryAuth("team-a") != nil {
+			t.Fatalf("the new team-a: %+v %v", in.Registries, err)
 		}
 	})
 

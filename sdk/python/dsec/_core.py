@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
-from .errors import DsecError, InvalidArgumentError
+from .errors import DsecError, InvalidArgumentError, error_from_response
 
 DEFAULT_ADDR = "http://127.0.0.1:7070"
 DEFAULT_DATA_DIR = "/var/lib/dsec"
@@ -652,3 +652,41 @@ def lower_headers(items: Iterable[Tuple[str, str]]) -> Dict[str, str]:
 
 def sandboxes_from_list(doc: Any) -> List[Mapping[str, Any]]:
     return list((doc or {}).get("sandboxes") or [])
+
+
+# ---- Dockerfile builds (POST /v1/images:build) --------------------------------------
+
+
+def build_path(name: str, dockerfile: Optional[str], target: Optional[str],
+               build_args: Optional[Mapping[str, str]], network: Optional[str],
+               run_timeout: Optional[Seconds]) -> str:
+    """The streamed build's path and query (stream=true: NDJSON events)."""
+    if not name:
+        raise InvalidArgumentError("build: name is required")
+    q: List[Tuple[str, str]] = [("name", name), ("stream", "true")]
+    if dockerfile:
+        q.append(("dockerfile", dockerfile))
+    if target:
+        q.append(("target", target))
+    for k, v in (build_args or {}).items():
+        q.append(("build_arg", f"{k}={v}"))
+    if network:
+        q.append(("network", network))
+    if run_timeout is not None:
+        q.append(("run_timeout_ms", str(int(round((seconds(run_timeout) or 0) * 1000)))))
+    return "/v1/images:build?" + urlencode(q)
+
+
+def build_event(line: bytes) -> Tuple[str, Any]:
+    """One NDJSON line of a streamed build: ("log", text), ("result", dict) or
+    ("keepalive", None); an "error" event raises its error (the classes of
+    errors.py, as an answer with that code would)."""
+    ev = json.loads(line)
+    typ = ev.get("type")
+    if typ == "log":
+        return "log", str(ev.get("log", ""))
+    if typ == "result":
+        return "result", dict(ev.get("result") or {})
+    if typ == "error":
+        raise error_from_response(0, json.dumps({"error": ev.get("error") or {}}).encode())
+    return "keepalive", None

@@ -232,6 +232,31 @@ class Client:
         their prefetch lists (ConflictError if nothing was read yet)."""
         return list(self._json(Req("POST", "/v1/images/" + _core.esc(name) + "/record")) or [])
 
+    def build_image(self, context: Union[PathLike, bytes], name: str, dockerfile: Optional[str] = None,
+                          build_args: Optional[Mapping[str, str]] = None, target: Optional[str] = None,
+                          network: Optional[str] = None, run_timeout: Optional[Seconds] = None,
+                          on_log: Optional[Callable[[str], Any]] = None) -> Dict[str, Any]:
+        """Build an environment from a Dockerfile on the server (``POST
+        /v1/images:build``, ``dsec image build``): ``context`` is a local directory
+        (sent as a tar of its contents) or the context as tar bytes; ``dockerfile``
+        its path in the context (default ``Dockerfile``); ``build_args`` the ARG
+        values; ``target`` the last stage to build; ``network`` the RUN steps'
+        egress policy (default ``none``); ``run_timeout`` bounds each RUN step.
+        ``on_log`` is called with each line of the RUN steps' output as the build
+        writes it. Returns the result: ``{"image": {...}, "steps": [...],
+        "cache_hits": N, "layer_steps": N, "ms": ...}``. A Dockerfile mistake or a
+        failing RUN raises InvalidArgumentError naming the line, an unknown base
+        image NotFoundError. Not retried."""
+        path = _core.build_path(name, dockerfile, target, build_args, network, run_timeout)
+        data = context if isinstance(context, bytes) else _io.run_blocking(make_tar, context)
+        for line in self._http.stream_lines("POST", path, data, "application/x-tar", self.timeout):
+            typ, v = _core.build_event(line)
+            if typ == "log" and on_log is not None:
+                on_log(v)
+            elif typ == "result":
+                return dict(v)
+        raise InfrastructureError("build: the answer ended without a result", code="unavailable", status=0)
+
     # ---- sandboxes ----------------------------------------------------------------
 
     def create(

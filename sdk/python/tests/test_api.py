@@ -65,6 +65,56 @@ def test_image_cache_prune_and_remove(client: Any) -> None:
         client.delete_image("registry.invalid/never/pulled:1")
 
 
+def test_build_image_streams_logs(client: Any, tmp_path: Any) -> None:
+    """build_image sends a local context, passes build args and calls on_log with
+    the RUN output as the build writes it; a rebuild comes from the cache; a
+    failing RUN and an unknown base are errors with their codes."""
+    name = "py-build-" + os.urandom(4).hex()
+    (tmp_path / "greeting.txt").write_text("hello from the context\n")
+    (tmp_path / "Dockerfile").write_text(
+        "FROM busybox\nARG WHO=nobody\nCOPY greeting.txt /greeting.txt\n"
+        "RUN echo built-for-$WHO && cat /greeting.txt\n")
+    lines: list = []
+    # WHO is this run's own (the build cache is the node's: the other client's
+    # run of this test must not answer this one's RUN from the cache)
+    res = client.build_image(str(tmp_path), name, build_args={"WHO": name}, on_log=lines.append)
+    try:
+        assert res["image"]["name"] == name, res
+        assert [st["instruction"].split()[0] for st in res["steps"]] == ["FROM", "ARG", "COPY", "RUN"], res["steps"]
+        assert "built-for-" + name in "\n".join(lines), lines
+        assert "hello from the context" in "\n".join(lines), lines
+        sb = client.create(image=name)
+        try:
+            assert sb.files.read_text("/greeting.txt") == "hello from the context\n"
+        finally:
+            sb.delete()
+        again: list = []
+        res2 = client.build_image(str(tmp_path), name, build_args={"WHO": name}, on_log=again.append)
+        assert res2["cache_hits"] == res2["layer_steps"] >= 2, res2
+        assert not any("built-for" in ln for ln in again), again   # the RUN did not run again
+    finally:
+        client.delete_image(name)
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        df = b"FROM busybox\nRUN echo about-to-fail && exit 3\n"
+        ti = tarfile.TarInfo("Dockerfile")
+        ti.size = len(df)
+        tf.addfile(ti, io.BytesIO(df))
+    seen: list = []
+    with pytest.raises(dsec.InvalidArgumentError) as ei:
+        client.build_image(buf.getvalue(), name + "-bad", on_log=seen.append)
+    assert "about-to-fail" in "\n".join(seen), seen
+    assert "RUN" in str(ei.value) or "line 2" in str(ei.value), ei.value
+    with pytest.raises(dsec.NotFoundError):
+        client.image(name + "-bad")
+    (tmp_path / "Dockerfile").write_text("FROM no-such-base-image-xyz\n")
+    with pytest.raises(dsec.NotFoundError):
+        client.build_image(str(tmp_path), name + "-nobase")
+    with pytest.raises(dsec.InvalidArgumentError):
+        client.build_image(str(tmp_path), "")
+
+
 def test_create_get_list_delete(client: Any) -> None:
     sb = client.create(memory="300m", disk=64 << 20, cpu=0.5, ttl=timedelta(minutes=10),
                        idle_timeout=600, env={"FOO": "bar"}, labels={"k": "v"})

@@ -1,8 +1,8 @@
 // Package registrytest runs a real OCI registry on loopback for tests
 // (go-containerregistry's pkg/registry over net/http/httptest) behind a
 // bearer-token front (the registry token flow, with basic credentials at its
-// token endpoint), counts the blob GETs it serves, can tamper with a blob or
-// answer 429s, and builds and pushes test images (layers from tar entries,
+// token endpoint), counts the manifest HEADs and blob GETs it serves, can tamper with a blob or
+// answer 429s or refuse manifest HEADs, and builds and pushes test images (layers from tar entries,
 // multi-platform indexes).
 package registrytest
 
@@ -47,6 +47,8 @@ type Registry struct {
 	stall    int               // >0: serve this many bytes of each blob, then hang
 	resume   chan struct{}     // closed by Resume: stalled blobs go on
 	gets     []Get             // every manifest and blob GET, in order
+	heads    []Get             // every manifest HEAD, in order
+	noHead   bool              // answer 405 to a manifest HEAD
 }
 
 // Get is one GET of a manifest or a blob the registry answered.
@@ -103,6 +105,21 @@ func (r *Registry) Gets() []Get {
 	return append([]Get(nil), r.gets...)
 }
 
+// Heads returns every manifest HEAD served (or refused) so far, in order.
+func (r *Registry) Heads() []Get {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Get(nil), r.heads...)
+}
+
+// RefuseHead makes the registry answer a manifest HEAD 405 Method Not
+// Allowed (false: answer it again).
+func (r *Registry) RefuseHead(refuse bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.noHead = refuse
+}
+
 // Close stops the registry (it is then down).
 func (r *Registry) Close() { r.srv.Close() }
 
@@ -140,6 +157,14 @@ func (r *Registry) serve(w http.ResponseWriter, req *http.Request, inner http.Ha
 	client, _, _ := net.SplitHostPort(req.RemoteAddr)
 	if i := strings.Index(req.URL.Path, "/manifests/"); i >= 0 && req.Method == http.MethodGet {
 		r.gets = append(r.gets, Get{Client: client, Manifest: true, Name: req.URL.Path[i+len("/manifests/"):]})
+	}
+	if i := strings.Index(req.URL.Path, "/manifests/"); i >= 0 && req.Method == http.MethodHead {
+		r.heads = append(r.heads, Get{Client: client, Manifest: true, Name: req.URL.Path[i+len("/manifests/"):]})
+		if r.noHead {
+			r.mu.Unlock()
+			w.WriteHeader(http.StatusMethodNotAllowed)
+			return
+		}
 	}
 	if i := strings.Index(req.URL.Path, "/blobs/sha256:"); i >= 0 && req.Method == http.MethodGet {
 		dg := req.URL.Path[i+len("/blobs/"):]
