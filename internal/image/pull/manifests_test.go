@@ -22,8 +22,9 @@ import (
 )
 
 // sharedNodes is n pullers of reg's images that share one blob store and
-// claim in a real etcd (a cluster's nodes).
-func sharedNodes(t *testing.T, reg *registrytest.Registry, n int) []*pull.Puller {
+// claim in a real etcd (a cluster's nodes), each signing in to reg as
+// user with pass (the node's own credentials).
+func sharedNodes(t *testing.T, reg *registrytest.Registry, n int, user, pass string) []*pull.Puller {
 	t.Helper()
 	_, cli := apptest.Etcd(t)
 	spec := "dir:" + filepath.Join(t.TempDir(), "shared-blobs")
@@ -33,7 +34,7 @@ func sharedNodes(t *testing.T, reg *registrytest.Registry, n int) []*pull.Puller
 	}
 	var nodes []*pull.Puller
 	for i := range n {
-		p := pulltest.New(t, reg, "alice", "pw")
+		p := pulltest.New(t, reg, user, pass)
 		p.Blobs, p.Spec = blobs, spec
 		p.Claims = &pull.EtcdClaims{Client: cli, Prefix: "/manifests/", Node: fmt.Sprintf("n%d", i)}
 		nodes = append(nodes, p)
@@ -103,7 +104,7 @@ func manifestGets(reg *registrytest.Registry) map[string]int {
 func TestClusterFetchesEachManifestOnce(t *testing.T) {
 	reg := registrytest.Start(t, "alice", "pw")
 	ref, idxDg, imgDg := multiPlatform(t, reg, "cluster/manifest")
-	nodes := sharedNodes(t, reg, 2)
+	nodes := sharedNodes(t, reg, 2, "alice", "pw")
 	pullAll(t, nodes, ref, idxDg, 4)
 
 	gets := manifestGets(reg)
@@ -148,7 +149,7 @@ func TestPullWhenRegistryRefusesHead(t *testing.T) {
 	reg := registrytest.Start(t, "alice", "pw")
 	ref, idxDg, imgDg := multiPlatform(t, reg, "cluster/nohead")
 	reg.RefuseHead(true)
-	nodes := sharedNodes(t, reg, 2)
+	nodes := sharedNodes(t, reg, 2, "alice", "pw")
 	pullAll(t, nodes, ref, idxDg, 2)
 	if len(reg.Heads()) == 0 {
 		t.Fatal("no HEAD was tried")
@@ -176,19 +177,7 @@ func TestPullWhenRegistryRefusesHead(t *testing.T) {
 func TestPrivatePullsStayBehindTheRegistry(t *testing.T) {
 	reg := registrytest.Start(t, "alice", "pw")
 	ref, idxDg, _ := multiPlatform(t, reg, "private/task")
-	_, cli := apptest.Etcd(t)
-	spec := "dir:" + filepath.Join(t.TempDir(), "shared-blobs")
-	blobs, err := blob.Open(spec, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var nodes []*pull.Puller
-	for i := range 2 {
-		p := pulltest.New(t, reg, "mallory", "guess") // the node's own credentials are refused
-		p.Blobs, p.Spec = blobs, spec
-		p.Claims = &pull.EtcdClaims{Client: cli, Prefix: "/private/", Node: fmt.Sprintf("n%d", i)}
-		nodes = append(nodes, p)
-	}
+	nodes := sharedNodes(t, reg, 2, "mallory", "guess") // the node's own credentials are refused
 	ctx := context.Background()
 	withCreds := registry.WithCredentials(ctx, reg.Host, registry.Credentials{Username: "alice", Password: "pw"})
 	if _, err := nodes[0].Pull(ctx, ref); errdefs.CodeOf(err) != api.CodePermissionDenied {

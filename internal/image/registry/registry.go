@@ -186,23 +186,32 @@ func (c *Client) Resolve(ctx context.Context, ref name.Reference) (Resolved, err
 }
 
 func (c *Client) resolve(ctx context.Context, ref name.Reference, ms Manifests) (Resolved, error) {
-	eps, err := c.hosts.endpoints(ref.Context().Registry)
+	return tryEndpoints(ctx, c, ref.Context().Registry, func(ep endpoint) (Resolved, error) {
+		return c.resolveAt(ctx, ref, ep, ms)
+	})
+}
+
+// tryEndpoints calls try with reg's endpoints in order (its mirrors, then
+// the registry) until one answers. When none does, the registry's own
+// answer (the last endpoint) decides the error's class, unless it only
+// failed to answer and a mirror said more; the others are joined to it.
+func tryEndpoints[T any](ctx context.Context, c *Client, reg name.Registry, try func(endpoint) (T, error)) (T, error) {
+	var zero T
+	eps, err := c.hosts.endpoints(reg)
 	if err != nil {
-		return Resolved{}, err
+		return zero, err
 	}
 	var errs []error
 	for _, ep := range eps {
-		r, err := c.resolveAt(ctx, ref, ep, ms)
+		r, err := try(ep)
 		if err == nil {
 			return r, nil
 		}
 		if ctx.Err() != nil {
-			return Resolved{}, err
+			return zero, err
 		}
 		errs = append(errs, err)
 	}
-	// The registry's own answer (the last endpoint) decides the class, unless
-	// it only failed to answer and a mirror said more.
 	last := errs[len(errs)-1]
 	for _, e := range errs {
 		if errdefs.CodeOf(last) == "unavailable" && errdefs.CodeOf(e) != "unavailable" {
@@ -210,9 +219,9 @@ func (c *Client) resolve(ctx context.Context, ref name.Reference, ms Manifests) 
 		}
 	}
 	if len(errs) > 1 {
-		return Resolved{}, fmt.Errorf("%w (tried %d endpoints: %v)", last, len(errs), errors.Join(errs[:len(errs)-1]...))
+		return zero, fmt.Errorf("%w (tried %d endpoints: %v)", last, len(errs), errors.Join(errs[:len(errs)-1]...))
 	}
-	return Resolved{}, last
+	return zero, last
 }
 
 func (c *Client) resolveAt(ctx context.Context, ref name.Reference, ep endpoint, ms Manifests) (Resolved, error) {
@@ -261,15 +270,10 @@ func (c *Client) resolveAt(ctx context.Context, ref name.Reference, ep endpoint,
 // node's. It answers nil, or the registry's refusal classified as Resolve's
 // (permission_denied, not_found, unavailable).
 func (c *Client) Check(ctx context.Context, ref name.Digest) error {
-	eps, err := c.hosts.endpoints(ref.Context().Registry)
-	if err != nil {
-		return err
-	}
-	var last error
-	for _, ep := range eps {
+	_, err := tryEndpoints(ctx, c, ref.Context().Registry, func(ep endpoint) (struct{}, error) {
 		reg, err := name.NewRegistry(ep.host, c.regOpts(ep)...)
 		if err != nil {
-			return errdefs.Invalid("mirror %s: %v", ep.host, err)
+			return struct{}{}, errdefs.Invalid("mirror %s: %v", ep.host, err)
 		}
 		at := reg.Repo(ref.Context().RepositoryStr()).Digest(ref.DigestStr())
 		opts := []remote.Option{remote.WithAuthFromKeychain(c.authFor(ctx, ref, ep)), remote.WithTransport(c.rt),
@@ -277,15 +281,12 @@ func (c *Client) Check(ctx context.Context, ref name.Digest) error {
 		if _, err = remote.Head(at, opts...); err != nil && !isAuthOrMissing(err) {
 			_, err = remote.Get(at, opts...)
 		}
-		if err == nil {
-			return nil
+		if err != nil {
+			return struct{}{}, classify(err, ref.String(), ep.host)
 		}
-		if ctx.Err() != nil {
-			return classify(err, ref.String(), ep.host)
-		}
-		last = classify(err, ref.String(), ep.host)
-	}
-	return last
+		return struct{}{}, nil
+	})
+	return err
 }
 
 // isAuthOrMissing: the registry refused err's request for its credentials
