@@ -54,6 +54,11 @@ const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bi
 // passed 30 s at load 25, hence the margin.
 const opTimeout = 60 * time.Second
 
+// startTimeout bounds a Start, which for a VM driver includes its boot: as
+// long as the microVM driver's own BootTimeout. One TCG boot in a full
+// `make test` (two test binaries and a guest VM beside it) passed 60 s.
+const startTimeout = 3 * time.Minute
+
 // Run runs the conformance suite. newDriver returns a ready driver; every call
 // must return a fresh instance with the same configuration (the recovery tests
 // use a second instance the way a restarted agent would), and it registers the
@@ -149,9 +154,12 @@ func (s *suite) spec(mod func(*driver.Spec)) driver.Spec {
 // Destroy succeeds and Done closes.
 func start(t *testing.T, d driver.Driver, spec driver.Spec) driver.Instance {
 	t.Helper()
-	inst, err := d.Start(ctxT(t), spec)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	t0 := time.Now()
+	inst, err := d.Start(ctx, spec)
 	if err != nil {
-		t.Fatalf("Start(%s): %v", spec.ID, err)
+		t.Fatalf("Start(%s) after %v: %v", spec.ID, time.Since(t0).Round(time.Millisecond), err)
 	}
 	t.Cleanup(func() { destroy(t, inst) })
 	if inst.ID() != spec.ID {
