@@ -125,11 +125,7 @@ func (m *Manager) flush(batch []*nftOp) error {
 	}
 	if m.attached <= 0 {
 		m.attached = 0
-		if c, err := newConn(); err == nil {
-			if err := m.dropTable(c); err != nil {
-				m.log.Warn("remove network table", "err", err)
-			}
-		}
+		m.idleTable()
 	}
 	return nil
 }

@@ -47,7 +47,9 @@
 // IPv4 only.
 //
 // IPv4 forwarding is switched on only while some Manager on the host has an
-// egress sandbox, and restored by the last one out; while dsec holds it on,
+// egress sandbox (or had one less than Config.TableLinger ago: the table
+// stays that long after its last sandbox, so the next one adds only its own
+// chain), and restored by the last one out; while dsec holds it on,
 // a guard table drops forwarded traffic that touches no sandbox link. A
 // record per egress sandbox in Config.StateDir, written before the kernel
 // objects it names, lets a restarted agent re-adopt policies and lets Sweep

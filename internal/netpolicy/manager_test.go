@@ -484,3 +484,43 @@ func TestInternetExcludesPrivateRanges(t *testing.T) {
 	w.mustReach(named, public)
 	w.mustRefuse(named, cgnat)
 }
+
+// TestTableStaysBrieflyAfterTheLastSandbox: the last egress sandbox's
+// release leaves the table for TableLinger (a sandbox made in that time
+// adds only its own chain and reaches what its policy allows), then the
+// table goes while the Manager is still open.
+func TestTableStaysBrieflyAfterTheLastSandbox(t *testing.T) {
+	const linger = 1500 * time.Millisecond
+	w := newWorldWith(t, 77, 1, netpolicy.Config{DNS: "off", TableLinger: linger})
+	target := w.hosts[0].Listen(t, 0)
+	p := api.NetworkPolicy{Allow: []string{w.hosts[0].Addr.String() + "/32"}}
+	ctx := context.Background()
+	tableUp := func() bool {
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.ListTableOfFamily(w.m.TableName(), nftables.TableFamilyINet)
+		return err == nil
+	}
+	for round, id := range []string{"sb-linger-a", "sb-linger-b"} {
+		ns := netpolicytest.NewNetns(t)
+		if err := w.m.Apply(ctx, id, ns, p); err != nil {
+			t.Fatalf("round %d: apply: %v", round, err)
+		}
+		w.mustReach(ns, target)
+		if err := w.m.Release(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	released := time.Now()
+	if !tableUp() {
+		t.Fatal("the table went with the last sandbox's release, want it kept for TableLinger")
+	}
+	if !testwait.Until(linger+10*time.Second, func() bool { return !tableUp() }) {
+		t.Fatalf("table inet %s still there %v after the last sandbox left (TableLinger %v)", w.m.TableName(), time.Since(released), linger)
+	}
+	if d := time.Since(released); d < linger {
+		t.Errorf("the table went %v after the last sandbox left, before TableLinger (%v)", d, linger)
+	}
+}
