@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -139,20 +140,30 @@ func (s *processService) Start(ctx context.Context, req *connect.Request[pb.Star
 	if err != nil {
 		return err
 	}
+	// A sandbox's first command looks up its user, its image's working
+	// directory, its shell and the asked-for directory: each a call to the
+	// node, made side by side (later commands find the first three kept).
+	var workdir, shell string
+	var dirErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { workdir = h.workdir(ctx, id) })
+	wg.Go(func() { shell = h.shell(ctx, id, req.Msg.GetProcess().GetCmd()) })
+	if cwd := req.Msg.GetProcess().GetCwd(); cwd != "" {
+		wg.Go(func() { dirErr = h.checkDir(ctx, id, cwd) })
+	}
 	a, err := h.userOfSandbox(ctx, id, user)
+	wg.Wait()
 	if err != nil {
 		return rpcErr(err)
 	}
-	ereq, err := execRequest(ctx, req.Msg, a, h.workdir(ctx, id))
+	ereq, err := execRequest(ctx, req.Msg, a, workdir)
 	if err != nil {
 		return err
 	}
-	if cwd := req.Msg.GetProcess().GetCwd(); cwd != "" {
-		if err := h.checkDir(ctx, id, cwd); err != nil {
-			return err
-		}
+	if dirErr != nil {
+		return dirErr
 	}
-	ereq.Cmd[0] = h.shell(ctx, id, ereq.Cmd[0])
+	ereq.Cmd[0] = shell
 	ereq.OpenStdin = req.Msg.Pty != nil || req.Msg.Stdin == nil || req.Msg.GetStdin()
 	ereq.Labels = procLabels(req.Msg)
 	p, err := h.svc.StartProcess(ctx, id, ereq)
