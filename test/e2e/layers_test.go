@@ -98,7 +98,10 @@ func TestLayeredEnvironment(t *testing.T) {
 		t.Fatalf("image: %+v", img)
 	}
 	base := img.Layers[0]
-	index := 24 + 32*((base.Size+base.ChunkSize-1)/max(base.ChunkSize, 1)) // the layer's chunk index, fetched first
+	// The layer's chunk index, fetched first: header, a hash per chunk and
+	// the bitmap of its metadata chunks.
+	chunks := (base.Size + base.ChunkSize - 1) / max(base.ChunkSize, 1)
+	index := 24 + 32*chunks + (chunks+7)/8
 	if !base.Mounted || base.Sandboxes != 2 || base.BytesFetched <= index || base.BytesFetched > base.Size+index || base.CacheMisses == 0 {
 		t.Fatalf("base layer accounting: %+v", base)
 	}
