@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/backend/initbin"
+	"github.com/dsec-dev/dsec/internal/mountinfo"
 )
 
 // busyboxApplets are linked into the test image's /bin.
@@ -120,7 +121,7 @@ func sharedSysfs(tb testing.TB) string {
 		if err := UnmountSharedSysfs(dir); err != nil {
 			tb.Errorf("unmount shared sysfs: %v", err)
 		}
-		if m, err := topMount(dir); err != nil || m != nil {
+		if m, err := mountinfo.Top(dir); err != nil || m != nil {
 			tb.Errorf("shared sysfs left mounted on %s: %+v %v", dir, m, err)
 		}
 	})

@@ -1,7 +1,6 @@
 package initproto
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -10,24 +9,25 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/mountinfo"
 	"github.com/dsec-dev/dsec/internal/testwait"
 	"golang.org/x/sys/unix"
 )
 
 // sandboxMounts returns the sandbox's own view of its mounts, by mount point.
-func sandboxMounts(t *testing.T, s *sandbox) map[string]mountEntry {
+func sandboxMounts(t *testing.T, s *sandbox) map[string]mountinfo.Mount {
 	t.Helper()
 	r := s.sh(t, "cat /proc/self/mountinfo")
 	if r.exit.Status != 0 {
 		t.Fatalf("mountinfo: %v %q", r.exit.Status, r.stderr)
 	}
-	ms, err := parseMountinfo(bufio.NewScanner(strings.NewReader(r.stdout)))
+	ms, err := mountinfo.Parse(strings.NewReader(r.stdout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	byPoint := map[string]mountEntry{}
+	byPoint := map[string]mountinfo.Mount{}
 	for _, m := range ms {
-		byPoint[m.point] = m // the top mount wins
+		byPoint[m.Point] = m // the top mount wins
 	}
 	if len(byPoint) == 0 {
 		t.Fatalf("no mounts in\n%s", r.stdout)
@@ -42,11 +42,11 @@ func hostDev(t *testing.T, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := topMount(real)
+	m, err := mountinfo.Top(real)
 	if err != nil || m == nil {
 		t.Fatalf("no mount on %s: %v", real, err)
 	}
-	return m.dev
+	return m.Dev
 }
 
 // TestSuperblocks checks that a sandbox makes only four superblocks of its
@@ -66,35 +66,35 @@ func TestSuperblocks(t *testing.T) {
 		want := map[string]string{"/": "overlay", "/proc": "proc", "/dev": "tmpfs",
 			"/dev/pts": "devpts", "/dev/shm": "tmpfs", "/sys": "sysfs"}
 		for point, fstype := range want {
-			if ms[point].fstype != fstype {
+			if ms[point].FSType != fstype {
 				t.Fatalf("%s: %+v, want %s", point, ms[point], fstype)
 			}
 		}
-		rw := ms["/dev"].dev
+		rw := ms["/dev"].Dev
 		own := map[string]bool{}
 		for point, m := range ms {
-			if m.dev != sysDev {
-				own[m.dev] = true
+			if m.Dev != sysDev {
+				own[m.Dev] = true
 			}
 			switch {
 			case point == "/dev/shm":
-				if m.dev != rw || !hasOpt(m.opts, "nosuid") || !hasOpt(m.opts, "nodev") || !hasOpt(m.opts, "rw") {
+				if m.Dev != rw || !mountinfo.HasOpt(m.Opts, "nosuid") || !mountinfo.HasOpt(m.Opts, "nodev") || !mountinfo.HasOpt(m.Opts, "rw") {
 					t.Errorf("/dev/shm: %+v", m)
 				}
 			case point == "/dev":
-				if hasOpt(m.opts, "nodev") || !hasOpt(m.opts, "nosuid") {
+				if mountinfo.HasOpt(m.Opts, "nodev") || !mountinfo.HasOpt(m.Opts, "nosuid") {
 					t.Errorf("/dev: %+v", m)
 				}
 			case point == "/sys":
-				if !hasOpt(m.opts, "ro") || !hasOpt(m.opts, "nosuid") || !hasOpt(m.opts, "nodev") || !hasOpt(m.opts, "noexec") {
+				if !mountinfo.HasOpt(m.Opts, "ro") || !mountinfo.HasOpt(m.Opts, "nosuid") || !mountinfo.HasOpt(m.Opts, "nodev") || !mountinfo.HasOpt(m.Opts, "noexec") {
 					t.Errorf("/sys not read-only: %+v", m)
 				}
 			case point == "/proc/acpi" || point == "/sys/firmware" || point == "/proc/scsi" || point == "/proc/asound":
-				if m.dev != rw || !hasOpt(m.opts, "ro") {
+				if m.Dev != rw || !mountinfo.HasOpt(m.Opts, "ro") {
 					t.Errorf("masked dir %s: %+v, want a read-only bind of the tmpfs %s", point, m, rw)
 				}
 			case point == "/proc/kcore" || point == "/proc/keys":
-				if m.dev != rw { // binds of /dev/null
+				if m.Dev != rw { // binds of /dev/null
 					t.Errorf("masked file %s: %+v", point, m)
 				}
 			}
@@ -107,7 +107,7 @@ func TestSuperblocks(t *testing.T) {
 		if len(own) != 4 {
 			t.Errorf("sandbox %d has %d superblocks of its own, want 4: %v", i, len(own), ms)
 		}
-		sysDevs = append(sysDevs, ms["/sys"].dev)
+		sysDevs = append(sysDevs, ms["/sys"].Dev)
 
 		r := s.sh(t, `set -e
 echo data > /dev/shm/x; test "$(cat /dev/shm/x)" = data
@@ -156,7 +156,7 @@ func isNsfs(path string) bool {
 func TestOwnSysfs(t *testing.T) {
 	s := newSandbox(t, func(c *SpawnConfig) { c.SysfsPath = "" })
 	ms := sandboxMounts(t, s)
-	if m := ms["/sys"]; m.fstype != "sysfs" || !hasOpt(m.opts, "ro") {
+	if m := ms["/sys"]; m.FSType != "sysfs" || !mountinfo.HasOpt(m.Opts, "ro") {
 		t.Fatalf("/sys: %+v", m)
 	}
 	r := s.sh(t, "ls /sys/class/net; ! touch /sys/kernel/x 2>/dev/null")
@@ -188,32 +188,32 @@ func TestMountSharedSysfs(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { UnmountSharedSysfs(dir) })
-	m1, err := topMount(dir)
-	if err != nil || m1 == nil || m1.fstype != "sysfs" || !hasOpt(m1.opts, "ro") {
+	m1, err := mountinfo.Top(dir)
+	if err != nil || m1 == nil || m1.FSType != "sysfs" || !mountinfo.HasOpt(m1.Opts, "ro") {
 		t.Fatalf("shared sysfs: %+v %v", m1, err)
 	}
 	ents, err := os.ReadDir(filepath.Join(dir, "class/net"))
 	if err != nil || len(ents) != 1 || ents[0].Name() != "lo" {
 		t.Fatalf("class/net of the shared sysfs: %v %v", ents, err)
 	}
-	if pin, err := topMount(SysfsNetnsPath(dir)); err != nil || pin == nil || pin.fstype != "nsfs" {
+	if pin, err := mountinfo.Top(SysfsNetnsPath(dir)); err != nil || pin == nil || pin.FSType != "nsfs" {
 		t.Fatalf("network namespace pin: %+v %v", pin, err)
 	}
 	// a second call (a restarted agent) reuses the mount
 	if err := MountSharedSysfs(dir); err != nil {
 		t.Fatal(err)
 	}
-	if m2, _ := topMount(dir); m2 == nil || m2.id != m1.id {
+	if m2, _ := mountinfo.Top(dir); m2 == nil || m2.ID != m1.ID {
 		t.Fatalf("not reused: %+v then %+v", m1, m2)
 	}
 	if err := UnmountSharedSysfs(dir); err != nil {
 		t.Fatal(err)
 	}
-	if m, _ := topMount(dir); m != nil {
+	if m, _ := mountinfo.Top(dir); m != nil {
 		t.Fatalf("still mounted: %+v", m)
 	}
 	for _, p := range []string{dir, SysfsNetnsPath(dir)} {
-		if m, _ := topMount(p); m != nil {
+		if m, _ := mountinfo.Top(p); m != nil {
 			t.Fatalf("still mounted: %+v", m)
 		}
 		if _, err := os.Stat(p); !os.IsNotExist(err) {
@@ -230,21 +230,17 @@ func TestMountSharedSysfs(t *testing.T) {
 	if err := MountSharedSysfs(dir); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := readMountinfo("/proc/self/mountinfo")
+	on, err := mountinfo.On(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
-	for _, m := range ms {
-		if m.point == dir {
-			n++
-			if m.fstype != "sysfs" {
-				t.Errorf("stale mount kept: %+v", m)
-			}
+	for _, m := range on {
+		if m.FSType != "sysfs" {
+			t.Errorf("stale mount kept: %+v", m)
 		}
 	}
-	if n != 1 {
-		t.Fatalf("%d mounts on %s", n, dir)
+	if len(on) != 1 {
+		t.Fatalf("%d mounts on %s", len(on), dir)
 	}
 	if err := UnmountSharedSysfs(dir); err != nil {
 		t.Fatal(err)

@@ -1,16 +1,15 @@
 package initproto
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/mountinfo"
 )
 
 // A shared sysfs is one read-only sysfs mount that every sandbox init clones
@@ -88,7 +87,7 @@ func SharedSysfsMounted(dir string) bool {
 // detachAll lazily unmounts everything mounted on path.
 func detachAll(path string) error {
 	for i := 0; i < 16; i++ {
-		m, err := topMount(path)
+		m, err := mountinfo.Top(path)
 		if err != nil || m == nil {
 			return err
 		}
@@ -135,14 +134,14 @@ func mountSysfsInEmptyNetns(dir string) error {
 // checkSharedSysfs reports whether dir is a working shared sysfs: a
 // read-only sysfs showing no network device but lo, with its pin in place.
 func checkSharedSysfs(dir string) (bool, error) {
-	m, err := topMount(dir)
+	m, err := mountinfo.Top(dir)
 	if err != nil || m == nil {
 		return false, err
 	}
-	if m.fstype != "sysfs" || !SharedSysfsMounted(dir) || !hasOpt(m.opts, "ro") {
+	if m.FSType != "sysfs" || !SharedSysfsMounted(dir) || !mountinfo.HasOpt(m.Opts, "ro") {
 		return false, nil
 	}
-	if pin, err := topMount(SysfsNetnsPath(dir)); err != nil || pin == nil || pin.fstype != "nsfs" {
+	if pin, err := mountinfo.Top(SysfsNetnsPath(dir)); err != nil || pin == nil || pin.FSType != "nsfs" {
 		return false, err
 	}
 	ents, err := os.ReadDir(filepath.Join(dir, "class/net"))
@@ -150,93 +149,4 @@ func checkSharedSysfs(dir string) (bool, error) {
 		return false, nil
 	}
 	return true, nil
-}
-
-type mountEntry struct {
-	id             int
-	dev            string // major:minor
-	point          string
-	opts, fstype   string
-	source, supers string
-}
-
-// topMount returns the last (top) mount on point in /proc/self/mountinfo, or
-// nil.
-func topMount(point string) (*mountEntry, error) {
-	ms, err := readMountinfo("/proc/self/mountinfo")
-	if err != nil {
-		return nil, err
-	}
-	var top *mountEntry
-	for i := range ms {
-		if ms[i].point == point {
-			top = &ms[i]
-		}
-	}
-	return top, nil
-}
-
-// readMountinfo parses a mountinfo file (proc(5)).
-func readMountinfo(path string) ([]mountEntry, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("initproto: %w", err)
-	}
-	defer f.Close()
-	return parseMountinfo(bufio.NewScanner(f))
-}
-
-func parseMountinfo(sc *bufio.Scanner) ([]mountEntry, error) {
-	var ms []mountEntry
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		sep := -1
-		for i := 6; i < len(fs); i++ {
-			if fs[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(fs) < 6 || sep < 0 || len(fs) < sep+3 {
-			continue
-		}
-		id, _ := strconv.Atoi(fs[0])
-		ms = append(ms, mountEntry{
-			id: id, dev: fs[2], point: unescapeMountinfo(fs[4]), opts: fs[5],
-			fstype: fs[sep+1], source: fs[sep+2], supers: strings.Join(fs[sep+3:], " "),
-		})
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("initproto: read mountinfo: %w", err)
-	}
-	return ms, nil
-}
-
-// unescapeMountinfo undoes the octal escapes (\040 etc.) of mountinfo paths.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+4 <= len(s) {
-			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func hasOpt(opts, want string) bool {
-	for _, o := range strings.Split(opts, ",") {
-		if o == want {
-			return true
-		}
-	}
-	return false
 }

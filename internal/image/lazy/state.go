@@ -13,6 +13,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/errdefs"
 	"github.com/dsec-dev/dsec/internal/image/blob"
+	"github.com/dsec-dev/dsec/internal/mountinfo"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -258,35 +259,17 @@ func (b brokenStore) ReadAt(context.Context, string, []byte, int64) (int, error)
 
 // mountPoints returns the mount points of this mount namespace.
 func mountPoints() map[string]bool {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
+	ms, _ := mountinfo.Read(mountinfo.Self)
 	out := map[string]bool{}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 {
-			out[unescapeMount(f[4])] = true
-		}
+	for _, m := range ms {
+		out[m.Point] = true
 	}
 	return out
 }
 
 func isFuseMount(dir string) bool {
-	b, _ := os.ReadFile("/proc/self/mountinfo")
-	for _, line := range strings.Split(string(b), "\n") {
-		f := strings.Fields(line)
-		if len(f) > 4 && unescapeMount(f[4]) == dir {
-			_, rest, ok := strings.Cut(line, " - ")
-			return ok && strings.HasPrefix(rest, "fuse")
-		}
-	}
-	return false
-}
-
-// unescapeMount undoes mountinfo's octal escapes (space, tab, newline, backslash).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	r := strings.NewReplacer(`\040`, " ", `\011`, "\t", `\012`, "\n", `\134`, `\`)
-	return r.Replace(s)
+	m, err := mountinfo.Top(dir)
+	return err == nil && m != nil && strings.HasPrefix(m.FSType, "fuse")
 }
 
 // keepHolder makes sure a holder holds this layerd's FUSE descriptor for as long
