@@ -75,6 +75,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.Int64Var(&cfg.MaxLogBytes, "max-log-bytes", 0, "cap of each background process log on disk, stdout and stderr each (default 64 MiB)")
 	f.DurationVar(&cfg.KeepAlive, "keepalive", 0, "how long a blocking exec or process wait stays silent before its answer starts and whitespace keeps the connection busy (default 15s; negative: never)")
 	f.Var(onOff{&cfg.UserNS}, "userns", "on: container sandboxes that do not say otherwise (create's user_namespace) run in a user namespace of their own, sandbox root an unprivileged host uid; off (default)")
+	f.BoolVar(&cfg.NoFavorDynMods, "no-cgroup-favordynmods", false, "on a cgroup v1 host, leave the cgroups as they are: by default the node turns on the kernel's favordynmods (host-wide; Linux 6.18 keeps it until reboot) so that a create joins its cgroups in 0.1 ms instead of waiting about 5 ms for an RCU grace period")
 	f.BoolVar(&cfg.NoVMSnapshots, "no-vm-snapshots", false, "boot every microVM: no snapshot of a launch is taken or restored from")
 	gpuFlags(f, cfg)
 	f.BoolVar(&sc.CleanupOnExit, "cleanup-on-exit", false, "delete every sandbox when the server stops")

@@ -85,7 +85,7 @@ type Manager struct {
 	nftMu    sync.Mutex // serializes batches and the table's existence
 	tableUp  bool
 	attached int
-	idle     *time.Timer // drops the table once it has been idle TableLinger
+	idle     *time.Timer   // drops the table once it has been idle TableLinger
 	next     atomic.Uint32 // allocation hint: next pair index to try
 	inUse    atomic.Uint64 // pool pairs skipped because the host held them
 

@@ -146,6 +146,9 @@ type Config struct {
 	// UserNS is the default of create's user_namespace for container
 	// sandboxes (see container.Config.UserNS).
 	UserNS bool
+	// NoFavorDynMods leaves a cgroup v1 host's cgroups as they are (see
+	// container.Config.NoFavorDynMods).
+	NoFavorDynMods bool
 	// MaxFork bounds the children of one fork (0: agent.DefaultMaxFork).
 	MaxFork int
 	// NetworkRules are the operator's egress rule sets, each
@@ -350,7 +353,7 @@ func (d *Daemon) startContainer(context.Context) (lifecycle.Close, error) {
 		devs = append(devs, dev)
 	}
 	drv, err := container.New(container.Config{StateDir: d.dirs.Containers(), Devices: devs,
-		UserNS: d.cfg.UserNS, Logger: d.cfg.Logger, Network: d.Network,
+		UserNS: d.cfg.UserNS, Logger: d.cfg.Logger, Network: d.Network, NoFavorDynMods: d.cfg.NoFavorDynMods,
 		LSCPUWeight: d.cfg.QoS.LSCPUWeight, LSSlice: d.cfg.QoS.LSSlice, BESlice: d.cfg.QoS.BESlice})
 	if err != nil {
 		return nil, err
