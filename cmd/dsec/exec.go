@@ -125,26 +125,9 @@ func runExec(ctx context.Context, id string, req api.ExecRequest, o execOptions)
 // runExecWith runs req in sandbox id as the flags in o say and maps its result to
 // dsec's exit status.
 func runExecWith(ctx context.Context, cl *client.Client, id string, req api.ExecRequest, o execOptions) error {
-	req.Cwd, req.User = o.cwd, o.user
-	var err error
-	if req.Env, err = parseEnv(o.env); err != nil {
+	ctx, req, err := o.prepare(ctx, req)
+	if err != nil {
 		return err
-	}
-	if o.timeout != "" {
-		d, err := time.ParseDuration(o.timeout)
-		if err != nil || d <= 0 {
-			return fmt.Errorf("invalid --timeout %q", o.timeout)
-		}
-		req.TimeoutMs = d.Milliseconds()
-	}
-	if (o.traj == "") != (o.step == 0) {
-		return errors.New("--traj and --step go together")
-	}
-	if o.traj != "" {
-		ctx = client.WithTrajectory(ctx, o.traj, o.step)
-	}
-	if o.size != "" && !o.tty {
-		return errors.New("--size needs -t")
 	}
 	ctx, sigs, stopSignals := forwardSignals(ctx)
 	sopts := client.StreamOptions{Stdout: os.Stdout, Stderr: os.Stderr, Signals: sigs}
@@ -155,6 +138,40 @@ func runExecWith(ctx context.Context, cl *client.Client, id string, req api.Exec
 		return exitError{128 + int(sig)}
 	}
 	return err
+}
+
+// prepare fills req from the flags in o, or names the flag that is wrong.
+func (o execOptions) prepare(ctx context.Context, req api.ExecRequest) (context.Context, api.ExecRequest, error) {
+	req.Cwd, req.User = o.cwd, o.user
+	env, err := parseEnv(o.env)
+	if err != nil {
+		return ctx, req, err
+	}
+	if env != nil {
+		req.Env = env
+	}
+	if o.timeout != "" {
+		d, err := time.ParseDuration(o.timeout)
+		if err != nil || d <= 0 {
+			return ctx, req, fmt.Errorf("invalid --timeout %q", o.timeout)
+		}
+		req.TimeoutMs = d.Milliseconds()
+	}
+	if (o.traj == "") != (o.step == 0) {
+		return ctx, req, errors.New("--traj and --step go together")
+	}
+	if o.traj != "" {
+		ctx = client.WithTrajectory(ctx, o.traj, o.step)
+	}
+	if o.size != "" {
+		if !o.tty {
+			return ctx, req, errors.New("--size needs -t")
+		}
+		if _, err := parseTermSize(o.size); err != nil {
+			return ctx, req, err
+		}
+	}
+	return ctx, req, nil
 }
 
 // execStreamed runs the streaming exec, with a terminal if o says so.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,56 +17,102 @@ import (
 	"github.com/dsec-dev/dsec/pkg/client"
 )
 
+// sandboxFlags are the flags that describe a new sandbox, shared by
+// `dsec create` and `dsec run`.
+type sandboxFlags struct {
+	image, memory, disk, ttl, idle, requestID, cpuClass, node, backend string
+	cpu                                                                float64
+	env, constraints, labels                                           []string
+	netf                                                               networkFlags
+	userns, ksm, setuid                                                bool
+	start                                                              startFlags
+}
+
+func (s *sandboxFlags) add(c *cobra.Command) {
+	f := c.Flags()
+	f.StringVar(&s.image, "image", "", "image: a local image or environment name, or a registry reference (python:3.12-slim, ghcr.io/org/task@sha256:...) resolved to a digest and fetched by the server; default: the server's default image")
+	f.StringVar(&s.node, "node", "", "in a cluster: create the sandbox on this node")
+	f.StringArrayVar(&s.constraints, "constraint", nil, "in a cluster: KEY=VALUE a node's labels must match (repeatable)")
+	f.StringVar(&s.backend, "backend", "", "isolation backend: container (default), microvm, fullvm (with --image desktop; see dsec info)")
+	f.Float64Var(&s.cpu, "cpu", 0, "CPU limit in cores (default 1)")
+	f.BoolVar(&s.ksm, "ksm", false, "let KSM merge identical pages of the sandbox's processes (the host's ksmd must run)")
+	f.BoolVar(&s.setuid, "allow-setuid", false, "let setuid programs (sudo) work in the sandbox, up to sandbox root (no no_new_privs)")
+	f.StringVar(&s.cpuClass, "cpu-class", "", "ls (latency-sensitive) or be (best-effort); default the server's --cpu-class-default")
+	f.StringVar(&s.memory, "memory", "", "memory limit, e.g. 512m, 2g (default 512m)")
+	f.StringVar(&s.disk, "disk", "", "writable layer size, e.g. 1g (default 1g)")
+	f.StringVar(&s.ttl, "ttl", "", "delete the sandbox after this long, e.g. 1h")
+	f.StringVar(&s.idle, "idle-timeout", "", "delete the sandbox after this long without use")
+	f.StringArrayVarP(&s.env, "env", "e", nil, "KEY=VALUE for every process (repeatable)")
+	f.StringVar(&s.requestID, "request-id", "", "idempotency key: a retry returns the same sandbox")
+	f.BoolVar(&s.userns, "userns", false, "run in a user namespace of its own (--userns=false: without); default the server's --userns")
+	s.netf.add(c)
+	f.StringArrayVarP(&s.labels, "label", "l", nil, "KEY=VALUE label of the sandbox (repeatable)")
+	s.start.add(c)
+}
+
+// request is the create request the flags describe; a malformed flag is an
+// error naming it, before the server is asked anything.
+func (s *sandboxFlags) request(cmd *cobra.Command) (api.CreateSandboxRequest, error) {
+	req := api.CreateSandboxRequest{Backend: s.backend, Image: s.image, CPU: s.cpu, RequestID: s.requestID, Network: s.netf.policy(),
+		CPUClass: s.cpuClass, KSM: s.ksm, Node: s.node, AllowSetuid: s.setuid}
+	var err error
+	if req.Constraints, err = parseKV("--constraint", s.constraints); err != nil {
+		return req, err
+	}
+	if req.MemoryBytes, err = cliflag.ParseSize(s.memory); err != nil {
+		return req, err
+	}
+	if req.DiskBytes, err = cliflag.ParseSize(s.disk); err != nil {
+		return req, err
+	}
+	for _, d := range []struct {
+		s   string
+		dst *int64
+	}{{s.ttl, &req.TTLSeconds}, {s.idle, &req.IdleTimeoutSeconds}} {
+		if d.s == "" {
+			continue
+		}
+		v, err := time.ParseDuration(d.s)
+		if err != nil || v < time.Second {
+			return req, fmt.Errorf("invalid duration %q (examples: 30s, 10m, 2h)", d.s)
+		}
+		*d.dst = int64(v / time.Second)
+	}
+	if req.Env, err = parseEnv(s.env); err != nil {
+		return req, err
+	}
+	if cmd.Flags().Changed("userns") {
+		req.UserNamespace = &s.userns
+	}
+	if req.Labels, err = parseKV("--label", s.labels); err != nil {
+		return req, err
+	}
+	return req, s.start.apply(cmd, &req)
+}
+
+// createWatched creates the sandbox, showing on stderr how far the server's
+// fetch of an image by reference got meanwhile.
+func createWatched(ctx context.Context, cl *client.Client, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	stop := func() {}
+	if isReference(req.Image) && (req.Wait == nil || *req.Wait) {
+		stop = progress.WatchPull(ctx, os.Stderr, req.Image, cl.WatchPull)
+	}
+	sb, err := cl.Create(ctx, req)
+	stop()
+	return sb, err
+}
+
 func createCmd() *cobra.Command {
-	var image, memory, disk, ttl, idle, requestID, cpuClass, node, backend string
-	var cpu float64
-	var env, constraints []string
-	var netf networkFlags
-	var userns bool
-	var ksm, noWait, setuid bool
-	var start startFlags
+	var sf sandboxFlags
+	var noWait bool
 	var count, parallel int
-	var labels []string
 	c := &cobra.Command{
 		Use:   "create",
 		Short: "Create a sandbox and print its ID",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			req := api.CreateSandboxRequest{Backend: backend, Image: image, CPU: cpu, RequestID: requestID, Network: netf.policy(),
-				CPUClass: cpuClass, KSM: ksm, Node: node, AllowSetuid: setuid}
-			var err error
-			if req.Constraints, err = parseKV("--constraint", constraints); err != nil {
-				return err
-			}
-			if req.MemoryBytes, err = cliflag.ParseSize(memory); err != nil {
-				return err
-			}
-			if req.DiskBytes, err = cliflag.ParseSize(disk); err != nil {
-				return err
-			}
-			for _, d := range []struct {
-				s   string
-				dst *int64
-			}{{ttl, &req.TTLSeconds}, {idle, &req.IdleTimeoutSeconds}} {
-				if d.s == "" {
-					continue
-				}
-				v, err := time.ParseDuration(d.s)
-				if err != nil || v < time.Second {
-					return fmt.Errorf("invalid duration %q (examples: 30s, 10m, 2h)", d.s)
-				}
-				*d.dst = int64(v / time.Second)
-			}
-			if req.Env, err = parseEnv(env); err != nil {
-				return err
-			}
-			if cmd.Flags().Changed("userns") {
-				req.UserNamespace = &userns
-			}
-			if req.Labels, err = parseKV("--label", labels); err != nil {
-				return err
-			}
-			if err := start.apply(cmd, &req); err != nil {
+			req, err := sf.request(cmd)
+			if err != nil {
 				return err
 			}
 			if noWait {
@@ -78,13 +125,7 @@ func createCmd() *cobra.Command {
 			if count != 1 || parallel != 1 {
 				return createMany(cmd.Context(), cl, req, count, parallel, os.Stdout, os.Stderr)
 			}
-			stop := func() {}
-			if isReference(req.Image) && !noWait {
-				// The server may fetch it first: show how far that got.
-				stop = progress.WatchPull(cmd.Context(), os.Stderr, req.Image, cl.WatchPull)
-			}
-			sb, err := cl.Create(cmd.Context(), req)
-			stop()
+			sb, err := createWatched(cmd.Context(), cl, req)
 			if err != nil {
 				return err
 			}
@@ -92,28 +133,11 @@ func createCmd() *cobra.Command {
 			return nil
 		},
 	}
+	sf.add(c)
 	f := c.Flags()
-	f.StringVar(&image, "image", "", "image: a local image or environment name, or a registry reference (python:3.12-slim, ghcr.io/org/task@sha256:...) resolved to a digest and fetched by the server; default: the server's default image")
-	f.StringVar(&node, "node", "", "in a cluster: create the sandbox on this node")
-	f.StringArrayVar(&constraints, "constraint", nil, "in a cluster: KEY=VALUE a node's labels must match (repeatable)")
-	f.StringVar(&backend, "backend", "", "isolation backend: container (default), microvm, fullvm (with --image desktop; see dsec info)")
-	f.Float64Var(&cpu, "cpu", 0, "CPU limit in cores (default 1)")
-	f.BoolVar(&ksm, "ksm", false, "let KSM merge identical pages of the sandbox's processes (the host's ksmd must run)")
-	f.BoolVar(&setuid, "allow-setuid", false, "let setuid programs (sudo) work in the sandbox, up to sandbox root (no no_new_privs)")
-	f.StringVar(&cpuClass, "cpu-class", "", "ls (latency-sensitive) or be (best-effort); default the server's --cpu-class-default")
-	f.StringVar(&memory, "memory", "", "memory limit, e.g. 512m, 2g (default 512m)")
-	f.StringVar(&disk, "disk", "", "writable layer size, e.g. 1g (default 1g)")
-	f.StringVar(&ttl, "ttl", "", "delete the sandbox after this long, e.g. 1h")
-	f.StringVar(&idle, "idle-timeout", "", "delete the sandbox after this long without use")
-	f.StringArrayVarP(&env, "env", "e", nil, "KEY=VALUE for every process (repeatable)")
-	f.StringVar(&requestID, "request-id", "", "idempotency key: a retry returns the same sandbox")
-	f.BoolVar(&userns, "userns", false, "run in a user namespace of its own (--userns=false: without); default the server's --userns")
-	netf.add(c)
-	f.StringArrayVarP(&labels, "label", "l", nil, "KEY=VALUE label of the sandbox (repeatable)")
 	f.IntVarP(&count, "count", "n", 1, "create this many sandboxes (one ID per line; a progress bar on a terminal)")
 	f.IntVar(&parallel, "parallel", 1, "with --count: creates in flight at once")
 	f.BoolVar(&noWait, "no-wait", false, "answer at once while the server fetches an image by reference (state pulling; dsec ls shows how far, then running or failed)")
-	start.add(c)
 	return c
 }
 

@@ -153,6 +153,14 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 			d2, _, err := timed(ctx, env, o.Bin, "exec", id, "--", "true")
 			d3, _, rerr := timed(ctx, env, o.Bin, "rm", id)
 			return d1 + d2 + d3, errors.Join(err, rerr)
+		}}, {name: "dsec-run", work: "`dsec run --rm -- true`: one process against a dsec server process, as `runc run` is one",
+		run: func(ctx context.Context) (time.Duration, error) {
+			args := []string{"run", "--rm"}
+			if o.Image != daemon.DefaultImage {
+				args = append(args, "--image", o.Image)
+			}
+			d, _, err := timed(ctx, env, o.Bin, append(args, "--", "true")...)
+			return d, err
 		}}}
 	if py, err := pythonSDKSide(ctx, env, o); err != nil {
 		res.Missing["python-sdk"] = err.Error()
@@ -242,7 +250,7 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 			res.RatiosP50[a+"/"+b] = round(x.P50ms/y.P50ms, 3)
 		}
 	}
-	for _, d := range []string{"dsec-cli", "python-sdk", "e2b-sdk"} {
+	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk", "e2b-sdk"} {
 		for _, p := range o.Peers {
 			ratio(d, p)
 		}

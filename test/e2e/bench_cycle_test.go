@@ -9,8 +9,8 @@ import (
 	"github.com/dsec-dev/dsec/internal/bench"
 )
 
-// TestBenchCycle runs `dsec bench cycle` for one round: the CLI and Python
-// SDK cycles and both start-ups are measured, runc beside them, and a peer
+// TestBenchCycle runs `dsec bench cycle` for one round: the CLI (three
+// commands, and `dsec run --rm`) and Python SDK cycles and both start-ups are measured, runc beside them, and a peer
 // that is not installed is reported missing rather than dropped.
 func TestBenchCycle(t *testing.T) {
 	if skipAll != "" {
@@ -35,7 +35,7 @@ func TestBenchCycle(t *testing.T) {
 	if r.Bench != "cycle" || r.Commit == "" {
 		t.Errorf("envelope: %s", out)
 	}
-	want := map[string]*bench.CycleSide{"dsec-cli": r.Sides["dsec-cli"], "python-sdk": r.Sides["python-sdk"],
+	want := map[string]*bench.CycleSide{"dsec-cli": r.Sides["dsec-cli"], "dsec-run": r.Sides["dsec-run"], "python-sdk": r.Sides["python-sdk"],
 		"dsec --help": r.Startup["dsec --help"], "python3 -c pass": r.Startup["python3 -c pass"]}
 	if _, err := exec.LookPath("runc"); err == nil {
 		want["runc"] = r.Sides["runc"]

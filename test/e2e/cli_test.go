@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bufio"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -55,5 +57,75 @@ func TestCLI(t *testing.T) {
 	}
 	if _, e, c := n.cli(t, "", "exec", id, "--", "true"); c == 0 || !strings.Contains(e, "not_found") {
 		t.Fatalf("exec after rm: exit %d %q", c, e)
+	}
+}
+
+// TestCLIRun: `dsec run` creates a sandbox, runs the command with the
+// sandbox's environment streaming its output, exits with its code, and with
+// --rm leaves nothing behind; without --rm the sandbox stays and stderr names
+// it. Malformed flags are refused before anything is created, and a missing
+// image creates nothing.
+func TestCLIRun(t *testing.T) {
+	n := startNode(t)
+	count := func() int {
+		out, _, _ := n.cli(t, "", "ls")
+		return strings.Count(out, "sb-")
+	}
+	out, errs, code := n.cli(t, "", "run", "--rm", "-e", "K=V", "--memory", "256m", "--", "sh", "-c", "echo out $K; echo err >&2; exit 3")
+	if code != 3 || out != "out V\n" || errs != "err\n" {
+		t.Fatalf("run --rm: %q %q exit %d", out, errs, code)
+	}
+	if c := count(); c != 0 {
+		t.Fatalf("run --rm left %d sandboxes", c)
+	}
+	out, _, code = n.cli(t, "typed\n", "run", "--rm", "-i", "--", "cat")
+	if code != 0 || out != "typed\n" {
+		t.Fatalf("run -i: %q exit %d", out, code)
+	}
+	out, errs, code = n.cli(t, "", "run", "-w", "/tmp", "--", "sh", "-c", "pwd; touch kept")
+	if code != 0 || out != "/tmp\n" || !strings.Contains(errs, "sb-") {
+		t.Fatalf("run without --rm: %q %q exit %d", out, errs, code)
+	}
+	id := strings.Fields(errs[strings.Index(errs, "sb-"):])[0]
+	if out, _, code := n.cli(t, "", "exec", id, "--", "ls", "/tmp/kept"); code != 0 || out != "/tmp/kept\n" {
+		t.Fatalf("the kept sandbox %s: %q exit %d", id, out, code)
+	}
+	n.cli(t, "", "rm", id)
+	for _, args := range [][]string{
+		{"run", "--rm", "--memory", "12q", "--", "true"},
+		{"run", "--rm", "--size", "80x24", "--", "true"},
+		{"run", "--rm", "--timeout", "soon", "--", "true"},
+		{"run", "--rm", "--image", "no-such-image", "--", "true"},
+	} {
+		if _, errs, code := n.cli(t, "", args...); code == 0 || errs == "" {
+			t.Errorf("%v: exit %d %q, want refused", args, code, errs)
+		}
+	}
+	if c := count(); c != 0 {
+		t.Fatalf("refused runs left %d sandboxes", c)
+	}
+
+	// Ctrl-C: the command gets SIGINT, and --rm still deletes the sandbox.
+	cmd := exec.Command(binPath, "run", "--rm", "--", "sh", "-c", "echo up; exec sleep 60")
+	cmd.Env = append(os.Environ(), "DSEC_ADDR=http://"+n.addr, "DSEC_TOKEN="+n.token)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(stdout).ReadString('\n')
+	if line != "up\n" {
+		_ = cmd.Process.Kill()
+		t.Fatalf("run printed %q", line)
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 130 {
+		t.Fatalf("run after Ctrl-C: %v, want exit 130", err)
+	}
+	if c := count(); c != 0 {
+		t.Fatalf("run --rm left %d sandboxes after Ctrl-C", c)
 	}
 }
