@@ -239,11 +239,46 @@ func (h host) holdForwarding(holder, stateDir string) error {
 	})
 }
 
+// AliveFile, in a Manager's state dir, is share-locked (flock) by the
+// Manager while it is open.
+const AliveFile = "manager.lock"
+
+// holdAlive opens stateDir's AliveFile and takes its shared lock; closing
+// the file releases it.
+func holdAlive(stateDir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(stateDir, AliveFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("netpolicy: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("netpolicy: lock %s: %w", f.Name(), err)
+	}
+	return f, nil
+}
+
+// managerOpen reports whether a Manager holds stateDir's AliveFile.
+func managerOpen(stateDir string) bool {
+	f, err := os.Open(filepath.Join(stateDir, AliveFile))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	_ = unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
+}
+
 // pruneStale drops holders that can no longer release: their state dir
-// holds no record (the agent is gone for good, e.g. a test killed and its
-// data dir removed). Their tables and address claims go too. A live holder
-// always has a record: records are written before and removed after the
-// hold is taken and given up.
+// holds no record and no open Manager (the agent is gone for good, e.g. a
+// test killed and its data dir removed). Their tables and address claims go
+// too. A holder keeps a record from before it takes the hold until it gives
+// it up, except while its table lingers after its last sandbox
+// (Config.TableLinger): then its open Manager's lock says it is alive. An
+// agent killed with sandboxes left keeps their records, and so its hold,
+// for when it starts again.
 func (h host) pruneStale() {
 	dir := filepath.Join(h.dir, "forward")
 	ents, _ := os.ReadDir(dir)
@@ -253,7 +288,7 @@ func (h host) pruneStale() {
 			continue
 		}
 		stateDir := string(b)
-		if recs, _ := filepath.Glob(filepath.Join(stateDir, "*.json")); len(recs) > 0 {
+		if recs, _ := filepath.Glob(filepath.Join(stateDir, "*.json")); len(recs) > 0 || managerOpen(stateDir) {
 			continue
 		}
 		if c, err := nftables.New(); err == nil {

@@ -77,6 +77,11 @@ type Manager struct {
 	fwd    *forwarder // nil: no DNS forwarder
 	hck    *hostProxy // nil: no host check
 
+	// alive holds a shared lock on the state dir's AliveFile while the
+	// Manager is open: another Manager prunes a holder whose state dir has
+	// no record only when nobody holds it (host.pruneStale).
+	alive *os.File
+
 	mu      sync.Mutex
 	sbx     map[string]*sandbox
 	reaping map[string]bool // released, link not yet gone
@@ -146,11 +151,17 @@ func New(cfg Config) (*Manager, error) {
 		reaping: map[string]bool{},
 	}
 	m.rs = newRuleset(TableName(cfg.StateDir), cfg.Pool, m.prefix)
+	var err error
+	if m.alive, err = holdAlive(cfg.StateDir); err != nil {
+		return nil, err
+	}
 	recs, err := m.loadRecords()
 	if err != nil {
+		m.alive.Close()
 		return nil, err
 	}
 	if err := m.startDNS(); err != nil {
+		m.alive.Close()
 		return nil, err
 	}
 	for _, r := range recs {
@@ -160,6 +171,7 @@ func New(cfg Config) (*Manager, error) {
 	if len(recs) > 0 {
 		if err := m.restore(recs); err != nil {
 			m.stopDNS()
+			m.alive.Close()
 			return nil, err
 		}
 	}
@@ -712,6 +724,7 @@ func (m *Manager) Close() error {
 		m.idle.Stop()
 	}
 	err := m.dropIdleTable()
+	m.alive.Close() // after the table: until then another Manager must not prune it
 	if m.host.own {
 		if rerr := m.host.removeIfIdle(); rerr != nil {
 			m.log.Warn("remove the network namespace's netpolicy directory", "dir", m.host.dir, "err", rerr)

@@ -129,8 +129,8 @@ func (w *world) assertClean() {
 	if _, err := c.ListTableOfFamily(w.m.TableName(), nftables.TableFamilyINet); err == nil {
 		w.t.Errorf("table inet %s left behind", w.m.TableName())
 	}
-	if ents, _ := os.ReadDir(w.dir); len(ents) > 0 {
-		w.t.Errorf("records left behind: %v", ents)
+	if recs, _ := filepath.Glob(filepath.Join(w.dir, "*.json")); len(recs) > 0 {
+		w.t.Errorf("records left behind: %v", recs)
 	}
 	if holders, _ := os.ReadDir("/run/dsec/netpolicy/forward"); len(holders) == 0 {
 		if b, _ := os.ReadFile("/proc/sys/net/ipv4/ip_forward"); strings.TrimSpace(string(b)) != initialForward {
@@ -522,5 +522,49 @@ func TestTableStaysBrieflyAfterTheLastSandbox(t *testing.T) {
 	}
 	if d := time.Since(released); d < linger {
 		t.Errorf("the table went %v after the last sandbox left, before TableLinger (%v)", d, linger)
+	}
+}
+
+// TestLingeringTableSurvivesAnotherManager: while a Manager's table lingers
+// after its last sandbox (no record in its state dir), another Manager on
+// the host taking the forwarding hold must not prune it as a holder gone for
+// good: the first Manager's next sandbox gets egress. Pruned, its table was
+// gone and that sandbox's rules failed with ENOENT.
+func TestLingeringTableSurvivesAnotherManager(t *testing.T) {
+	w := newWorldWith(t, 78, 1, netpolicy.Config{DNS: "off", TableLinger: time.Minute})
+	target := w.hosts[0].Listen(t, 0)
+	p := api.NetworkPolicy{Allow: []string{w.hosts[0].Addr.String() + "/32"}}
+	ctx := context.Background()
+	ns := netpolicytest.NewNetns(t)
+	if err := w.m.Apply(ctx, "sb-linger-1", ns, p); err != nil {
+		t.Fatal(err)
+	}
+	w.mustReach(ns, target)
+	if err := w.m.Release(ctx, "sb-linger-1"); err != nil {
+		t.Fatal(err)
+	}
+	other, err := netpolicy.New(netpolicy.Config{StateDir: t.TempDir(), DNS: "off"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if err := other.Apply(ctx, "sb-other", netpolicytest.NewNetns(t), p); err != nil {
+		t.Fatal(err)
+	}
+	defer other.Release(ctx, "sb-other")
+	c, err := nftables.New()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ListTableOfFamily(w.m.TableName(), nftables.TableFamilyINet); err != nil {
+		t.Fatalf("table inet %s went when another Manager took the forwarding hold: %v", w.m.TableName(), err)
+	}
+	ns2 := netpolicytest.NewNetns(t)
+	if err := w.m.Apply(ctx, "sb-linger-2", ns2, p); err != nil {
+		t.Fatalf("the next sandbox after the linger: %v", err)
+	}
+	w.mustReach(ns2, target)
+	if err := w.m.Release(ctx, "sb-linger-2"); err != nil {
+		t.Fatal(err)
 	}
 }
