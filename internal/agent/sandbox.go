@@ -334,15 +334,22 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 	if err != nil {
 		return nil, err
 	}
+	// A driver that can applies the policy while the sandbox starts.
+	startSpec, atStart := spec, false
+	if nas, ok := drv.(driver.NetworkAtStart); ok && nas.NetworkAtStart() {
+		startSpec.Network, atStart = req.Network, true
+	}
 	sctx, end := m.phase(ctx, req.Backend, PhaseStart, "driver.start")
-	inst, err := drv.Start(sctx, spec)
+	inst, err := drv.Start(sctx, startSpec)
 	end(err)
 	if err != nil {
 		return nil, err
 	}
-	if err := applyNetwork(ctx, inst, req.Network); err != nil {
-		_ = inst.Destroy(context.Background())
-		return nil, err
+	if !atStart {
+		if err := applyNetwork(ctx, inst, req.Network); err != nil {
+			_ = inst.Destroy(context.Background())
+			return nil, err
+		}
 	}
 	r := &record{
 		ID: id, Backend: req.Backend, Image: img.Name, ImageRef: img.Ref, ImageDigest: img.Digest, Spec: spec, CreatedAt: m.now().UTC(),

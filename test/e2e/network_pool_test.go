@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -124,5 +125,57 @@ func TestNodeSkipsAddressOfOrphanedSandbox(t *testing.T) {
 		if out, ok := c.n.connect(t, c.id, addr); !ok || !strings.HasPrefix(out, "hello from") {
 			t.Errorf("sandbox %s after the re-adoption: allowed connection failed: %q (network %+v)", c.id, out, c.n.network(t, c.id))
 		}
+	}
+}
+
+// TestEgressCreateFailsCleanly: a sandbox's link is made while its init
+// starts; when it cannot be (the node's link address pool, a /30 here, holds
+// two sandboxes), the create answers resource_exhausted naming the pool and
+// leaves nothing: no sandbox, no address on the host, and the two sandboxes
+// that have links keep their egress. Once one is deleted its pair is handed
+// out again.
+func TestEgressCreateFailsCleanly(t *testing.T) {
+	if skipAll != "" {
+		t.Skip(skipAll)
+	}
+	const pool = "10.251.77.0/30"
+	h := netpolicytest.NewHost(t, "dstf", 83)
+	addr := h.Listen(t, 8080)
+	allow := &api.NetworkPolicy{Allow: []string{h.Addr.String() + "/32:8080"}}
+	n := startNode(t, "--network-pool", pool)
+	poolAddrs := func() int {
+		out, err := exec.Command("ip", "-o", "-4", "addr", "show").Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(string(out), " 10.251.77.")
+	}
+	a := n.create(t, api.CreateSandboxRequest{Network: allow})
+	b := n.create(t, api.CreateSandboxRequest{Network: allow})
+	if got := poolAddrs(); got != 2 {
+		t.Fatalf("%d host addresses from %s with two egress sandboxes, want 2", got, pool)
+	}
+	ctx := context.Background()
+	_, err := n.cl.Create(ctx, api.CreateSandboxRequest{Network: allow})
+	if ae, ok := api.AsError(err); !ok || ae.Code != api.CodeResourceExhausted || !strings.Contains(ae.Message, pool) {
+		t.Fatalf("third egress create: %v, want resource_exhausted naming %s", err, pool)
+	}
+	if sbs, err := n.cl.List(ctx); err != nil || len(sbs) != 2 {
+		t.Fatalf("after the refused create: %d sandboxes (%v), want 2", len(sbs), err)
+	}
+	if got := poolAddrs(); got != 2 {
+		t.Fatalf("the refused create left %d host addresses from %s, want 2", got, pool)
+	}
+	for _, id := range []string{a, b} {
+		if out, ok := n.connect(t, id, addr); !ok || !strings.HasPrefix(out, "hello from") {
+			t.Errorf("sandbox %s lost its egress: %q", id, out)
+		}
+	}
+	if err := n.cl.Delete(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	c := n.create(t, api.CreateSandboxRequest{Network: allow})
+	if out, ok := n.connect(t, c, addr); !ok || !strings.HasPrefix(out, "hello from") {
+		t.Errorf("sandbox %s, made after a delete freed a pair: %q", c, out)
 	}
 }

@@ -327,6 +327,11 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	if err != nil {
 		return nil, err
 	}
+	if spec.Network != nil {
+		if err := d.ValidateNetwork(*spec.Network); err != nil {
+			return nil, err
+		}
+	}
 	if spec.KSM && !reclaim.KSMAvailable() {
 		return nil, errdefs.Invalid("ksm: the host kernel has no KSM (/sys/kernel/mm/ksm)")
 	}
@@ -400,6 +405,9 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	}
 	sec := d.security(spec.ID)
 	sec.AllowSetuid = spec.AllowSetuid
+	// An egress policy's link is made in the init's network namespace while
+	// the init sets up its mounts (startNetwork).
+	var netDone <-chan error
 	in, err := initproto.Spawn(ctx, initproto.SpawnConfig{
 		InitPath:   initPath,
 		Hostname:   hostname,
@@ -422,9 +430,25 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 					return err
 				}
 			}
-			return d.applyCPUClass(pid, idle)
+			if err := d.applyCPUClass(pid, idle); err != nil {
+				return err
+			}
+			var err error
+			netDone, err = d.startNetwork(ctx, spec, pid)
+			return err
 		},
 	})
+	if netDone != nil {
+		nerr := <-netDone
+		if err == nil && nerr != nil {
+			killAndReap(in.PID)
+			err = nerr
+		}
+		if err != nil {
+			_ = d.cfg.Network.Release(context.WithoutCancel(ctx), spec.ID)
+			return fail(err)
+		}
+	}
 	if err != nil {
 		return fail(classifySpawn(err))
 	}

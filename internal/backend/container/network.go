@@ -27,6 +27,30 @@ func (d *Driver) ValidateNetwork(p api.NetworkPolicy) error {
 	return err
 }
 
+// NetworkAtStart implements driver.NetworkAtStart: Start applies
+// Spec.Network.
+func (d *Driver) NetworkAtStart() bool { return d.cfg.Network != nil }
+
+// startNetwork applies spec.Network to the network namespace of init pid,
+// which has just been cloned and waits for its go-ahead, in the
+// background; the channel gives the result. Nil channel: no policy (or no
+// network manager: SetNetwork's answer).
+func (d *Driver) startNetwork(ctx context.Context, spec driver.Spec, pid int) (<-chan error, error) {
+	if spec.Network == nil || d.cfg.Network == nil {
+		return nil, nil
+	}
+	ns, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return nil, fmt.Errorf("network namespace of init %d: %w", pid, err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		defer ns.Close()
+		done <- d.cfg.Network.Apply(ctx, spec.ID, ns, *spec.Network)
+	}()
+	return done, nil
+}
+
 // SetNetwork implements driver.Networker: the policy applies to the init's
 // network namespace, opened through /proc and checked against the pidfd so a
 // reused pid cannot redirect it.

@@ -47,6 +47,10 @@ type Spec struct {
 	// container driver sets no no_new_privs. Drivers whose sandboxes have
 	// their own kernel ignore it (their guests never set no_new_privs).
 	AllowSetuid bool `json:",omitempty"`
+	// Network is the egress policy the sandbox starts with (nil: loopback
+	// only). A driver that implements NetworkAtStart applies it while the
+	// sandbox starts; the agent applies it after Start otherwise.
+	Network *api.NetworkPolicy `json:"-"`
 }
 
 // Layer describes one read-only layer. The driver chooses how to present it: the

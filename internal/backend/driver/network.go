@@ -21,3 +21,11 @@ type Networker interface {
 	SetNetwork(ctx context.Context, p api.NetworkPolicy) error
 	Network() (*api.NetworkStatus, error)
 }
+
+// NetworkAtStart is implemented by a NetworkDriver whose Start applies
+// Spec.Network itself, side by side with the sandbox's own start (a
+// container's link is made while its init sets up its mounts). Start then
+// fails with the policy's error, leaving nothing of it behind.
+type NetworkAtStart interface {
+	NetworkAtStart() bool
+}
