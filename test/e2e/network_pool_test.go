@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dsec-dev/dsec/internal/backend/container"
 	"github.com/dsec-dev/dsec/internal/netpolicy/netpolicytest"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
@@ -165,6 +166,11 @@ func TestEgressCreateFailsCleanly(t *testing.T) {
 	}
 	if got := poolAddrs(); got != 2 {
 		t.Fatalf("the refused create left %d host addresses from %s, want 2", got, pool)
+	}
+	// Its init was up when the link could not be made: its control socket goes too.
+	run := container.DefaultRunDir(filepath.Join(n.dataDir, "containers"))
+	if socks, _ := filepath.Glob(filepath.Join(run, "*.sock")); len(socks) != 2 {
+		t.Fatalf("the refused create left control sockets: %v, want a's and b's", socks)
 	}
 	for _, id := range []string{a, b} {
 		if out, ok := n.connect(t, id, addr); !ok || !strings.HasPrefix(out, "hello from") {

@@ -111,6 +111,14 @@ type Driver struct {
 	weaken func(id string) weakening
 }
 
+// DefaultRunDir is the run dir of a driver on stateDir that names none:
+// /run/dsec/<hash of stateDir>. It holds each sandbox's control socket,
+// ID.sock.
+func DefaultRunDir(stateDir string) string {
+	sum := sha256.Sum256([]byte(stateDir))
+	return filepath.Join("/run/dsec", hex.EncodeToString(sum[:4]))
+}
+
 // New prepares the driver: installs the init binary, detects cgroups and compiles
 // the seccomp profile, all once.
 func New(cfg Config) (*Driver, error) {
@@ -124,7 +132,7 @@ func New(cfg Config) (*Driver, error) {
 	tag := hex.EncodeToString(sum[:4])
 	defaultRun := cfg.RunDir == ""
 	if defaultRun {
-		cfg.RunDir = filepath.Join("/run/dsec", tag)
+		cfg.RunDir = DefaultRunDir(cfg.StateDir)
 	}
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/sys/fs/cgroup"
@@ -389,6 +397,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		_ = cg.Kill()
 		_ = cg.Delete(dctx)
 		os.RemoveAll(mnt)
+		_ = os.Remove(d.socket(spec.ID)) // an init that got as far as listening
 		freeIDs()
 		return nil, err
 	}
