@@ -114,9 +114,13 @@ type Driver struct {
 // DefaultRunDir is the run dir of a driver on stateDir that names none:
 // /run/dsec/<hash of stateDir>. It holds each sandbox's control socket,
 // ID.sock.
-func DefaultRunDir(stateDir string) string {
+func DefaultRunDir(stateDir string) string { return filepath.Join("/run/dsec", stateTag(stateDir)) }
+
+// stateTag names a driver's host-wide objects (run dir, parent cgroup) after
+// its state dir.
+func stateTag(stateDir string) string {
 	sum := sha256.Sum256([]byte(stateDir))
-	return filepath.Join("/run/dsec", hex.EncodeToString(sum[:4]))
+	return hex.EncodeToString(sum[:4])
 }
 
 // New prepares the driver: installs the init binary, detects cgroups and compiles
@@ -128,8 +132,7 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	sum := sha256.Sum256([]byte(cfg.StateDir))
-	tag := hex.EncodeToString(sum[:4])
+	tag := stateTag(cfg.StateDir)
 	defaultRun := cfg.RunDir == ""
 	if defaultRun {
 		cfg.RunDir = DefaultRunDir(cfg.StateDir)
@@ -335,11 +338,6 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	if err != nil {
 		return nil, err
 	}
-	if spec.Network != nil {
-		if err := d.ValidateNetwork(*spec.Network); err != nil {
-			return nil, err
-		}
-	}
 	if spec.KSM && !reclaim.KSMAvailable() {
 		return nil, errdefs.Invalid("ksm: the host kernel has no KSM (/sys/kernel/mm/ksm)")
 	}
@@ -448,14 +446,15 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		},
 	})
 	if netDone != nil {
+		// Apply's error is the policy's own (nothing of it is left); a
+		// policy applied to an init that then failed is released.
 		nerr := <-netDone
 		if err == nil && nerr != nil {
 			killAndReap(in.PID)
-			err = nerr
+			return fail(nerr)
 		}
-		if err != nil {
+		if err != nil && nerr == nil {
 			_ = d.cfg.Network.Release(context.WithoutCancel(ctx), spec.ID)
-			return fail(err)
 		}
 	}
 	if err != nil {
