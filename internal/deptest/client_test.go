@@ -1,6 +1,8 @@
 package deptest
 
 import (
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -64,5 +66,34 @@ func TestClientViolationsFinds(t *testing.T) {
 	}
 	if v := ClientViolations(Graph{"cmd": {"api"}, "api": nil}, "cmd", Under("x")); v != nil {
 		t.Fatalf("a clean graph: %v", v)
+	}
+}
+
+// TestClientBuildIsStatic: `make build` links the client without cgo, so
+// every `dsec` command starts without the dynamic loader. The test builds
+// ./cmd/dsec with the Makefile's own recipe (`make -n build`) and fails on an
+// ELF that names an interpreter or a shared library.
+func TestClientBuildIsStatic(t *testing.T) {
+	out, err := exec.Command("make", "-C", "../..", "-n", "build").Output()
+	if err != nil {
+		t.Fatalf("make -n build: %v", err)
+	}
+	var recipe string
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasSuffix(strings.TrimSpace(line), "-o bin/dsec ./cmd/dsec") {
+			recipe = line
+		}
+	}
+	if recipe == "" {
+		t.Fatalf("make -n build has no line building bin/dsec from ./cmd/dsec:\n%s", out)
+	}
+	bin := filepath.Join(t.TempDir(), "dsec")
+	cmd := exec.Command("sh", "-c", strings.Replace(recipe, "-o bin/dsec", "-o "+bin, 1))
+	cmd.Dir = "../.."
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", recipe, err, b)
+	}
+	if err := StaticELF(bin); err != nil {
+		t.Fatalf("the client as `make build` links it (%s): %v", strings.TrimSpace(recipe), err)
 	}
 }
