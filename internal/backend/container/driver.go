@@ -382,18 +382,25 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		os.RemoveAll(mnt)
 		return nil, err
 	}
-	cg, err := d.cg.Create(d.cgName(spec.ID), cgroups.Limits{MemoryBytes: spec.Memory,
-		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID), Idle: idle})
-	if err != nil {
-		freeIDs()
-		os.RemoveAll(mnt)
-		return nil, errdefs.Internal(err, "create cgroup")
+	// On cgroup v2 the init is cloned straight into its cgroup, which must
+	// exist first; on v1 it joins after the clone (BeforeStart), so the
+	// cgroup is made while the spawner clones the init.
+	pcg := d.makeCgroup(spec.ID, cgroups.Limits{MemoryBytes: spec.Memory,
+		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID), Idle: idle}, d.cg.Version() != 2)
+	if pcg.ready() {
+		if _, err := pcg.wait(); err != nil {
+			freeIDs()
+			os.RemoveAll(mnt)
+			return nil, err
+		}
 	}
 	fail := func(err error) (driver.Instance, error) {
 		dctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = cg.Kill()
-		_ = cg.Delete(dctx)
+		if cg, cerr := pcg.wait(); cerr == nil {
+			_ = cg.Kill()
+			_ = cg.Delete(dctx)
+		}
 		os.RemoveAll(mnt)
 		_ = os.Remove(d.socket(spec.ID)) // an init that got as far as listening
 		freeIDs()
@@ -401,6 +408,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	}
 	cgfd := -1
 	if d.cg.Version() == 2 {
+		cg, _ := pcg.wait()
 		if fd, err := cg.Dir(); err == nil {
 			cgfd = fd
 			defer closeFD(fd)
@@ -432,6 +440,10 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		UserNS:     idmap,
 		KSM:        spec.KSM,
 		BeforeStart: func(pid int) error {
+			cg, err := pcg.wait()
+			if err != nil {
+				return err
+			}
 			if cgfd < 0 {
 				if err := cg.AddProc(pid); err != nil {
 					return err
@@ -440,7 +452,6 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 			if err := d.applyCPUClass(pid, idle); err != nil {
 				return err
 			}
-			var err error
 			netDone, err = d.startNetwork(ctx, spec, pid)
 			return err
 		},
@@ -457,6 +468,10 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 			_ = d.cfg.Network.Release(context.WithoutCancel(ctx), spec.ID)
 		}
 	}
+	cg, cerr := pcg.wait()
+	if cerr != nil {
+		return fail(cerr) // the init, if cloned, was killed when it could not join
+	}
 	if err != nil {
 		return fail(classifySpawn(err))
 	}
@@ -470,6 +485,46 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		return fail(errdefs.Internal(err, "watch init"))
 	}
 	return inst, nil
+}
+
+// pendingCgroup is a sandbox's cgroup being made, maybe in the background.
+type pendingCgroup struct {
+	done chan struct{}
+	g    *cgroups.Group
+	err  error
+}
+
+// makeCgroup makes the cgroup of sandbox id with limits l, in a goroutine
+// when async; wait has the outcome (an error already classified).
+func (d *Driver) makeCgroup(id string, l cgroups.Limits, async bool) *pendingCgroup {
+	p := &pendingCgroup{done: make(chan struct{})}
+	mk := func() {
+		defer close(p.done)
+		if p.g, p.err = d.cg.Create(d.cgName(id), l); p.err != nil {
+			p.err = errdefs.Internal(p.err, "create cgroup")
+		}
+	}
+	if async {
+		go mk()
+	} else {
+		mk()
+	}
+	return p
+}
+
+// ready reports whether the cgroup has been made (or failed to be).
+func (p *pendingCgroup) ready() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (p *pendingCgroup) wait() (*cgroups.Group, error) {
+	<-p.done
+	return p.g, p.err
 }
 
 // classifySpawn maps init setup failures: a full writable layer or bad lower dirs
