@@ -11,9 +11,12 @@
  *
  * Protocol on fd 3 (SOCK_SEQPACKET): a request is struct spawn_req plus the
  * init's fds as SCM_RIGHTS, one per bit set in mask, in fd order; the answer
- * is struct spawn_ans: the pid, or an errno (clone, or execve in the child,
- * reported through a close-on-exec pipe). EOF on fd 3: the server is gone,
- * exit.
+ * is struct spawn_ans: the pid, or clone's errno. It is sent right after the
+ * clone, so the child's exec overlaps the server's next steps (the config
+ * write, the cgroup join); a child that cannot set up its fds or exec writes
+ * "ERR spawn: STEP: ERROR" on its status pipe (fd 5 of the layout, where the
+ * server reads the init's setup outcome anyway) and exits 127. EOF on fd 3:
+ * the server is gone, exit.
  *
  * Template: `dsec-init spawner DIR` first moves into a mount namespace of its
  * own whose root is an empty read-only tmpfs (mounted on DIR, which must
@@ -62,42 +65,50 @@ fail:
 	return -1;
 }
 
-static void spawn_child(const struct spawn_req *rq, const int *fds, int errw)
+static void __attribute__((noreturn)) spawn_child(const struct spawn_req *rq, const int *fds)
 {
+	/* an error goes to the status pipe: first where it was received,
+	 * then through its copy above the target range */
+	int status = fds[FD_STATUS];
+	const char *step = "fds";
 	/* move everything above the target range first, then into place */
 	int hi[SPAWN_MAXFD];
-	for (int i = 0; i < SPAWN_MAXFD; i++) {
+	for (int i = 0; i < SPAWN_MAXFD; i++)
 		hi[i] = -1;
+	for (int i = 0; i < SPAWN_MAXFD; i++) {
 		if (fds[i] >= 0 && (hi[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 64)) < 0)
 			goto fail;
 	}
+	status = hi[FD_STATUS];
 	for (int i = 0; i < SPAWN_MAXFD; i++) {
 		if (hi[i] < 0)
 			continue;
 		if (dup2(hi[i], i) < 0) /* dup2 clears close-on-exec */
 			goto fail;
 	}
-	if (errw < 64) { /* keep the error pipe out of the init's range */
-		int e = fcntl(errw, F_DUPFD_CLOEXEC, 64);
-		if (e < 0)
-			goto fail;
-		errw = e;
-	}
 	for (int i = 0; i < SPAWN_MAXFD; i++)
 		if (hi[i] < 0 && i >= 3) /* an absent fd must stay closed (fd 7) */
 			close(i);
 	syscall(SYS_close_range, SPAWN_MAXFD, 63, 0);
+	step = "setsid";
 	if (setsid() < 0)
 		goto fail;
 	char *argv[] = {"dsec-init", NULL};
 	char *envp[] = {NULL};
+	step = "exec";
 	if (spawn_exe >= 0)
 		syscall(SYS_execveat, spawn_exe, "", argv, envp, AT_EMPTY_PATH);
 	else
 		execve(rq->path, argv, envp);
 fail:;
-	int32_t e = errno;
-	if (write(errw, &e, sizeof e) < 0) {
+	int e = errno;
+	if (status >= 0) {
+		char buf[256];
+		int n = snprintf(buf, sizeof buf, "ERR spawn: %s %s: %s\n", step,
+				 spawn_exe >= 0 ? "(the spawner's binary)" : rq->path, strerror(e));
+		if (n > (int)sizeof buf - 1)
+			n = sizeof buf - 1;
+		(void)!write(status, buf, n);
 	}
 	_exit(127);
 }
@@ -133,33 +144,19 @@ static int spawner_main(const char *dir)
 			if (rq.mask & (1u << i))
 				fds[i] = want < ngot ? got[want] : -1, want++;
 		}
-		int pe[2] = {-1, -1};
 		if ((size_t)n != sizeof rq || want != ngot || rq.path[sizeof rq.path - 1] != 0 ||
 		    (rq.flags & ~(uint32_t)(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWNET)))
 			ans.err = EINVAL;
-		else if (pipe2(pe, O_CLOEXEC))
-			ans.err = errno;
 		if (!ans.err) {
+			/* a child that fails later exits by itself, and the
+			 * server, its parent, reaps it */
 			long pid = syscall(SYS_clone, (unsigned long)(rq.flags | CLONE_PARENT), NULL, NULL, NULL, NULL);
-			if (pid == 0) {
-				close(pe[0]);
-				spawn_child(&rq, fds, pe[1]);
-			}
-			close(pe[1]);
-			if (pid < 0) {
+			if (pid == 0)
+				spawn_child(&rq, fds);
+			if (pid < 0)
 				ans.err = errno;
-			} else {
-				int32_t e = 0;
-				ssize_t r;
-				do
-					r = read(pe[0], &e, sizeof e);
-				while (r < 0 && errno == EINTR);
-				/* EOF: execve succeeded; else the child exits by itself
-				 * and the server, its parent, reaps it */
+			else
 				ans.pid = (int32_t)pid;
-				ans.err = r == sizeof e ? e : 0;
-			}
-			close(pe[0]);
 		}
 		for (int i = 0; i < ngot; i++)
 			close(got[i]);

@@ -213,13 +213,12 @@ func (s *Spawner) spawn(path string, flags uint32, files []uintptr, tmplOK bool)
 		}
 		break
 	}
+	// The answer comes right after the clone: a child that then cannot
+	// exec says so on its status pipe ("ERR spawn: exec ...") and exits,
+	// and the handshake reports it like any other failed setup.
 	pid := int(int32(binary.LittleEndian.Uint32(ans[0:])))
 	if e := syscall.Errno(binary.LittleEndian.Uint32(ans[4:])); e != 0 {
-		if pid > 0 { // exec failed in the child: reap it
-			var ws syscall.WaitStatus
-			_, _ = syscall.Wait4(pid, &ws, 0, nil)
-		}
-		return 0, false, fmt.Errorf("initproto: start %s: %w", path, e)
+		return 0, false, fmt.Errorf("initproto: start %s: clone: %w", path, e)
 	}
 	return pid, h.template, nil
 }

@@ -3,12 +3,15 @@ package initproto
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ppid reads pid's parent from /proc.
@@ -49,8 +52,8 @@ func TestSpawnerInit(t *testing.T) {
 	}
 }
 
-// TestSpawnerExecError: a binary that cannot run is an error with the errno
-// of the child's execve.
+// TestSpawnerExecError: a template helper runs only its own binary: a spawn
+// of any other path starts nothing and is handed to ForkExec.
 func TestSpawnerExecError(t *testing.T) {
 	requireRoot(t)
 	sp, err := StartSpawner(installInit(t), 1)
@@ -58,18 +61,61 @@ func TestSpawnerExecError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer sp.Close()
+	if !sp.Template(sp.path) {
+		t.Fatal("the helper did not set up its template namespace")
+	}
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
-	_, _, err = sp.spawn("/nonexistent/dsec-init", 0, []uintptr{null.Fd(), null.Fd(), null.Fd()}, true)
-	if sp.Template(sp.path) {
-		// a template helper runs only its own binary: nothing started
-		if !errors.Is(err, errSpawnerGone) {
-			t.Fatalf("want errSpawnerGone from a template helper, got %v", err)
-		}
-		return
+	if _, _, err = sp.spawn("/nonexistent/dsec-init", 0, []uintptr{null.Fd(), null.Fd(), null.Fd()}, true); !errors.Is(err, errSpawnerGone) {
+		t.Fatalf("want errSpawnerGone from a template helper, got %v", err)
 	}
-	if !errors.Is(err, syscall.ENOENT) {
-		t.Fatalf("want ENOENT, got %v", err)
+}
+
+// TestSpawnerExecErrorOnStatusPipe: the helper answers right after the
+// clone; a child that cannot exec (here a helper without the template, which
+// execs the request's path) writes the error on its status pipe (fd 5),
+// where the handshake reads the init's setup outcome, and exits 127.
+func TestSpawnerExecErrorOnStatusPipe(t *testing.T) {
+	requireRoot(t)
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := os.NewFile(uintptr(pair[1]), "spawner-peer")
+	null, _ := os.Open(os.DevNull)
+	defer null.Close()
+	// no template directory: the helper sends no mode byte and execs paths
+	pid, err := syscall.ForkExec(installInit(t), []string{"dsec-init", "spawner"}, &syscall.ProcAttr{
+		Env: []string{}, Files: []uintptr{null.Fd(), null.Fd(), null.Fd(), peer.Fd()},
+		Sys: &syscall.SysProcAttr{Setsid: true},
+	})
+	peer.Close()
+	if err != nil {
+		unix.Close(pair[0])
+		t.Fatal(err)
+	}
+	h := &helper{conn: os.NewFile(uintptr(pair[0]), "spawner"), pid: pid}
+	sp := &Spawner{free: make(chan *helper, 1), path: "/nonexistent/dsec-init", all: []*helper{h}}
+	sp.free <- h
+	defer sp.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	child, _, err := sp.spawn("/nonexistent/dsec-init", 0,
+		[]uintptr{null.Fd(), null.Fd(), null.Fd(), null.Fd(), null.Fd(), w.Fd()}, false)
+	w.Close()
+	if err != nil {
+		t.Fatalf("spawn: %v (an exec error is the child's to report, not the answer's)", err)
+	}
+	line, _ := io.ReadAll(r)
+	if want := "ERR spawn: exec /nonexistent/dsec-init: No such file or directory\n"; string(line) != want {
+		t.Errorf("status pipe: %q, want %q", line, want)
+	}
+	var ws syscall.WaitStatus
+	if _, err := syscall.Wait4(child, &ws, 0, nil); err != nil || ws.ExitStatus() != 127 {
+		t.Errorf("child %d: %v, exit %d, want 127", child, err, ws.ExitStatus())
 	}
 }
 
