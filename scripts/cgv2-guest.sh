@@ -21,7 +21,7 @@ KPKG=${DSEC_CGV2_KERNEL:-$(sed -n 's/.*"package":"\([^"]*\)".*/\1/p' /var/lib/ds
 MEM=${DSEC_CGV2_MEM:-4096}
 TIMEOUT=${DSEC_CGV2_TIMEOUT:-900}
 # The subset: what a cgroup v2 host changes (cgroups, devices, mounts, nftables).
-RUN_CONTAINER=${DSEC_CGV2_RUN_CONTAINER:-'^(TestConformance|TestEscapeProbes|TestRecoverAfterInitKilled)$/^(busybox|debian|userns=.*)$'}
+RUN_CONTAINER=${DSEC_CGV2_RUN_CONTAINER:-'^(TestConformance|TestEscapeProbes|TestRecoverAfterInitKilled|TestInitFromTemplate)$/^(busybox|debian|userns=.*)$'}
 RUN_NETPOLICY=${DSEC_CGV2_RUN_NETPOLICY:-.}
 RUN_CGROUPS=${DSEC_CGV2_RUN_CGROUPS:-.}
 # Tests to leave out (none by default: what this kernel lacks, e.g. tmpfs

@@ -39,16 +39,28 @@ WIRE_SIZE(struct sock_filter, 8);
 
 #define SPAWN_MAXFD 8
 #define SPAWN_PATH_MAX 4096
+/* mask bit SPAWN_CGROUP_BIT: one more fd follows the init's, a cgroup v2
+ * directory the init is cloned into (clone3's CLONE_INTO_CGROUP) */
+#define SPAWN_CGROUP_BIT 8
 struct spawn_req {
 	uint32_t flags;              /* clone namespace flags */
 	uint32_t mask;               /* bit i: fd i of the init is attached */
 	char path[SPAWN_PATH_MAX];   /* NUL-terminated */
 };
+/* clone3's argument (CLONE_ARGS_SIZE_VER2) and its CLONE_INTO_CGROUP flag */
+struct clone_args_ {
+	uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+	uint64_t set_tid, set_tid_size, cgroup;
+};
+#define CLONE_INTO_CGROUP_ 0x200000000ULL
 struct spawn_ans {
 	int32_t pid;
 	int32_t err;
 };
 WIRE_CONST(SPAWN_PATH_MAX, 4096);
+WIRE_CONST(SPAWN_CGROUP_BIT, 8);
+WIRE_SIZE(struct clone_args_, 88);
+WIRE_OFFSET(struct clone_args_, cgroup, 80);
 WIRE_SIZE(struct spawn_req, 4104);
 WIRE_OFFSET(struct spawn_req, flags, 0);
 WIRE_OFFSET(struct spawn_req, mask, 4);

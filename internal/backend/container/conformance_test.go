@@ -1,8 +1,10 @@
 package container_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -177,4 +179,46 @@ func BenchmarkPTY(b *testing.B) {
 	}
 	defer d.Close()
 	drivertest.BenchPTY(b, d, layers)
+}
+
+// TestInitFromTemplate: on either cgroup version a sandbox's init is cloned
+// by a spawner helper from its template namespace (on cgroup v2 straight into
+// its cgroup): its overlay is on the layers handed over as fds, no host path
+// is in its mount table, and it is in its own cgroup.
+func TestInitFromTemplate(t *testing.T) {
+	lower := requireImage(t, "busybox")
+	d := newDriverFactory(testConfig(t))(t)
+	v := d.(interface{ CgroupVersion() int }).CgroupVersion()
+	spec := driver.Spec{ID: drivertest.NewID("tp"), Layers: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	inst, err := d.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inst.Destroy(context.Background())
+	var out bytes.Buffer
+	p, err := inst.Exec(ctx, driver.ProcSpec{Args: []string{"cat", "/proc/self/mountinfo"}, Env: []string{"PATH=/bin:/usr/bin"}},
+		driver.Stdio{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if ex, err := p.Wait(ctx); err != nil || ex.Code != 0 {
+		t.Fatalf("cat /proc/self/mountinfo: %+v, %v", ex, err)
+	}
+	mounts := out.String()
+	if !strings.Contains(mounts, "lowerdir=/rw/.lower/0") || strings.Contains(mounts, lower[0].Path) {
+		t.Fatalf("cgroup v%d: the init was not cloned from the spawner's template (lower %s):\n%s", v, lower[0].Path, mounts)
+	}
+	var st struct {
+		PID int `json:"pid"`
+	}
+	if err := json.Unmarshal(inst.State(), &st); err != nil || st.PID <= 0 {
+		t.Fatalf("state %s: %v", inst.State(), err)
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", fmt.Sprint(st.PID), "cgroup"))
+	if err != nil || !strings.Contains(string(b), spec.ID) {
+		t.Fatalf("cgroup v%d: the init's cgroups %q (%v) do not name the sandbox", v, b, err)
+	}
 }

@@ -421,14 +421,32 @@ func TestCgroupFD(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { syscall.Close(fd) })
-	s := newSandbox(t, func(c *SpawnConfig) { c.CgroupFD = fd })
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", s.init.PID))
-	if !strings.Contains(string(b), "0::/"+filepath.Base(dir)+"\n") {
-		t.Fatalf("init cgroup: %q", b)
+	// forked from this process, and cloned by a spawner helper from its
+	// template namespace (clone3 with CLONE_INTO_CGROUP in the helper)
+	path := installInit(t)
+	sp, err := StartSpawner(path, 1)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// inside, the cgroup namespace root is that cgroup
-	if r := s.sh(t, "grep ^0:: /proc/self/cgroup"); r.stdout != "0::/\n" {
-		t.Fatalf("inside cgroup: %q", r.stdout)
+	defer sp.Close()
+	if !sp.Template(path) {
+		t.Fatal("the spawner has no template namespace on this kernel")
 	}
-	s.kill() // before the cgroup dir is removed
+	for _, spawner := range []*Spawner{nil, sp} {
+		var lower string
+		s := newSandbox(t, func(c *SpawnConfig) { c.CgroupFD = fd; c.Spawner = spawner; c.InitPath = path; lower = c.Lower[0] })
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", s.init.PID))
+		if !strings.Contains(string(b), "0::/"+filepath.Base(dir)+"\n") {
+			t.Fatalf("spawner %v: init cgroup: %q", spawner != nil, b)
+		}
+		// inside, the cgroup namespace root is that cgroup
+		if r := s.sh(t, "grep ^0:: /proc/self/cgroup"); r.stdout != "0::/\n" {
+			t.Fatalf("spawner %v: inside cgroup: %q", spawner != nil, r.stdout)
+		}
+		// through the helper: its template namespace, layers handed over as fds
+		if r := s.sh(t, "cat /proc/self/mountinfo"); spawner != nil && (!strings.Contains(r.stdout, "lowerdir=/rw/.lower/0") || strings.Contains(r.stdout, lower)) {
+			t.Fatalf("the init in a cgroup v2 directory was not cloned from the spawner's template (lower %s):\n%s", lower, r.stdout)
+		}
+		s.kill() // before the cgroup dir is removed
+	}
 }

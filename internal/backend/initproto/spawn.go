@@ -280,7 +280,11 @@ func Spawn(ctx context.Context, cfg SpawnConfig) (*Init, error) {
 	}
 	pid, err := 0, errSpawnerGone
 	if cfg.Spawner != nil && spawnable(sys) {
-		pid, cfg.template, err = cfg.Spawner.spawn(cfg.InitPath, uint32(sys.Cloneflags), childFiles, tmplOK)
+		cgfd := -1
+		if sys.UseCgroupFD {
+			cgfd = sys.CgroupFD
+		}
+		pid, cfg.template, err = cfg.Spawner.spawn(cfg.InitPath, uint32(sys.Cloneflags), childFiles, cgfd, tmplOK)
 	}
 	if errors.Is(err, errSpawnerGone) {
 		pid, err = syscall.ForkExec(cfg.InitPath, []string{"dsec-init"}, &syscall.ProcAttr{

@@ -51,6 +51,10 @@ type helper struct {
 // spawnPathMax is the size of struct spawn_req's path.
 const spawnPathMax = 4096
 
+// spawnCgroupBit is SPAWN_CGROUP_BIT: the request's mask bit for a cgroup fd
+// after the init's.
+const spawnCgroupBit = 8
+
 // StartSpawner starts n helpers (n < 1: one per CPU) from the init binary at
 // initPath.
 func StartSpawner(initPath string, n int) (*Spawner, error) {
@@ -163,11 +167,12 @@ func (s *Spawner) Template(path string) bool {
 }
 
 // spawn clones path with clone flags and the given fds (index = the init's fd
-// number, ^uintptr(0) = none), returning the new pid and whether it was
-// cloned from the template namespace. errSpawnerGone: nothing was started,
-// use ForkExec. tmplOK: the caller can start an init in the template (else a
-// template helper refuses with errSpawnerGone).
-func (s *Spawner) spawn(path string, flags uint32, files []uintptr, tmplOK bool) (int, bool, error) {
+// number, ^uintptr(0) = none), into the cgroup v2 directory cgroupFD when it
+// is not -1, returning the new pid and whether it was cloned from the
+// template namespace. errSpawnerGone: nothing was started, use ForkExec.
+// tmplOK: the caller can start an init in the template (else a template
+// helper refuses with errSpawnerGone).
+func (s *Spawner) spawn(path string, flags uint32, files []uintptr, cgroupFD int, tmplOK bool) (int, bool, error) {
 	if s == nil || len(path) >= spawnPathMax || len(files) > 8 {
 		return 0, false, errSpawnerGone
 	}
@@ -179,6 +184,10 @@ func (s *Spawner) spawn(path string, flags uint32, files []uintptr, tmplOK bool)
 			mask |= 1 << i
 			fds = append(fds, int(f))
 		}
+	}
+	if cgroupFD >= 0 {
+		mask |= 1 << spawnCgroupBit
+		fds = append(fds, cgroupFD)
 	}
 	binary.LittleEndian.PutUint32(req[0:], flags)
 	binary.LittleEndian.PutUint32(req[4:], mask)
@@ -233,8 +242,9 @@ func (h *helper) broken() {
 	_ = syscall.Kill(h.pid, syscall.SIGKILL)
 }
 
-// spawnable reports whether sys can go through a Spawner.
+// spawnable reports whether sys can go through a Spawner: anything but a user
+// namespace (a clone into a cgroup v2 directory, UseCgroupFD, can).
 func spawnable(sys *syscall.SysProcAttr) bool {
-	return sys.Cloneflags&syscall.CLONE_NEWUSER == 0 && !sys.UseCgroupFD && sys.Credential == nil &&
+	return sys.Cloneflags&syscall.CLONE_NEWUSER == 0 && sys.Credential == nil &&
 		len(sys.UidMappings) == 0 && len(sys.GidMappings) == 0
 }

@@ -66,7 +66,7 @@ func TestSpawnerExecError(t *testing.T) {
 	}
 	null, _ := os.Open(os.DevNull)
 	defer null.Close()
-	if _, _, err = sp.spawn("/nonexistent/dsec-init", 0, []uintptr{null.Fd(), null.Fd(), null.Fd()}, true); !errors.Is(err, errSpawnerGone) {
+	if _, _, err = sp.spawn("/nonexistent/dsec-init", 0, []uintptr{null.Fd(), null.Fd(), null.Fd()}, -1, true); !errors.Is(err, errSpawnerGone) {
 		t.Fatalf("want errSpawnerGone from a template helper, got %v", err)
 	}
 }
@@ -104,7 +104,7 @@ func TestSpawnerExecErrorOnStatusPipe(t *testing.T) {
 	}
 	defer r.Close()
 	child, _, err := sp.spawn("/nonexistent/dsec-init", 0,
-		[]uintptr{null.Fd(), null.Fd(), null.Fd(), null.Fd(), null.Fd(), w.Fd()}, false)
+		[]uintptr{null.Fd(), null.Fd(), null.Fd(), null.Fd(), null.Fd(), w.Fd()}, -1, false)
 	w.Close()
 	if err != nil {
 		t.Fatalf("spawn: %v (an exec error is the child's to report, not the answer's)", err)
@@ -181,4 +181,70 @@ func TestSpawnerTemplate(t *testing.T) {
 		t.Fatalf("the shared sysfs is not the sandbox's /sys: %+v", r)
 	}
 	s.kill()
+}
+
+// netnsFDs lists the network namespaces pid holds open (readlink of its fds).
+func netnsFDs(t *testing.T, pid int) map[string]bool {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range ents {
+		if l, err := os.Readlink(dir + "/" + e.Name()); err == nil && strings.HasPrefix(l, "net:[") {
+			got[l] = true
+		}
+	}
+	return got
+}
+
+// TestSpawnerNetnsPool: a helper makes network namespaces while idle and
+// clones each init into one of them instead of making one in the clone; each
+// sandbox gets its own, never the host's, and the pool fills up again.
+func TestSpawnerNetnsPool(t *testing.T) {
+	requireRoot(t)
+	path := installInit(t)
+	sp, err := StartSpawner(path, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sp.Close()
+	helper := sp.all[0].pid
+	// the helper's own namespace (it holds an fd of it too)
+	host, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", helper))
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := func() map[string]bool {
+		t.Helper()
+		var pool map[string]bool
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			if pool = netnsFDs(t, helper); pool[host] && len(pool) == 5 {
+				delete(pool, host)
+				return pool
+			}
+		}
+		t.Fatalf("the helper holds network namespaces %v, want its own (%s) and 4 more", pool, host)
+		return nil
+	}
+	seen := map[string]bool{host: true}
+	for i := range 2 {
+		pool := full()
+		s := newSandbox(t, func(c *SpawnConfig) { c.Spawner = sp; c.InitPath = path })
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", s.init.PID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !pool[ns] || seen[ns] {
+			t.Fatalf("sandbox %d: network namespace %s, want one of the helper's pool %v and not the host's or an earlier sandbox's %v", i, ns, pool, seen)
+		}
+		seen[ns] = true
+		if r := s.sh(t, "cat /proc/net/dev"); !strings.Contains(r.stdout, "lo:") {
+			t.Fatalf("sandbox %d: /proc/net/dev %+v", i, r)
+		}
+		s.kill()
+	}
+	full()
 }

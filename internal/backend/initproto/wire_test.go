@@ -216,6 +216,7 @@ func TestWireLayout(t *testing.T) {
 		{"sizeof(struct spawn_req) vs 8+spawnPathMax", w.size["spawn_req"], 8 + self["spawnPathMax"]},
 		{"offsetof(struct spawn_req, path) vs 8", w.offset["spawn_req.path"], 8},
 		{"SPAWN_PATH_MAX vs spawnPathMax", w.consts["SPAWN_PATH_MAX"], spawnPathMax},
+		{"SPAWN_CGROUP_BIT vs spawnCgroupBit", w.consts["SPAWN_CGROUP_BIT"], spawnCgroupBit},
 		{"sizeof(struct spawn_ans) vs the 8-byte answer", w.size["spawn_ans"], 8},
 		// the FnCall zygote
 		{"sizeof(struct req) vs fncall.reqHeaderSize", w.size["req"], fncall["reqHeaderSize"]},
