@@ -129,25 +129,14 @@ func TestConformance(t *testing.T) {
 // the init dies while no agent watches (killed from outside), Recover reports
 // not_found and Cleanup releases the cgroup and directories.
 func TestRecoverAfterInitKilled(t *testing.T) {
-	lower := requireImage(t, "busybox")
 	cfg := testConfig(t)
 	newDriver := newDriverFactory(cfg)
 	d := newDriver(t)
-	spec := driver.Spec{ID: drivertest.NewID("ck"), Layers: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	inst, err := d.Start(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst, spec, pid := startBusybox(ctx, t, d, "ck")
 	defer inst.Destroy(context.Background())
-	var st struct {
-		PID int `json:"pid"`
-	}
-	if err := json.Unmarshal(inst.State(), &st); err != nil || st.PID <= 0 {
-		t.Fatalf("state %s: %v", inst.State(), err)
-	}
-	if err := syscall.Kill(st.PID, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -186,17 +175,13 @@ func BenchmarkPTY(b *testing.B) {
 // its cgroup): its overlay is on the layers handed over as fds, no host path
 // is in its mount table, and it is in its own cgroup.
 func TestInitFromTemplate(t *testing.T) {
-	lower := requireImage(t, "busybox")
 	d := newDriverFactory(testConfig(t))(t)
 	v := d.(interface{ CgroupVersion() int }).CgroupVersion()
-	spec := driver.Spec{ID: drivertest.NewID("tp"), Layers: lower, Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	inst, err := d.Start(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	inst, spec, pid := startBusybox(ctx, t, d, "tp")
 	defer inst.Destroy(context.Background())
+	lower := spec.Layers
 	var out bytes.Buffer
 	p, err := inst.Exec(ctx, driver.ProcSpec{Args: []string{"cat", "/proc/self/mountinfo"}, Env: []string{"PATH=/bin:/usr/bin"}},
 		driver.Stdio{Stdout: &out})
@@ -211,14 +196,27 @@ func TestInitFromTemplate(t *testing.T) {
 	if !strings.Contains(mounts, "lowerdir=/rw/.lower/0") || strings.Contains(mounts, lower[0].Path) {
 		t.Fatalf("cgroup v%d: the init was not cloned from the spawner's template (lower %s):\n%s", v, lower[0].Path, mounts)
 	}
+	b, err := os.ReadFile(filepath.Join("/proc", fmt.Sprint(pid), "cgroup"))
+	if err != nil || !strings.Contains(string(b), spec.ID) {
+		t.Fatalf("cgroup v%d: the init's cgroups %q (%v) do not name the sandbox", v, b, err)
+	}
+}
+
+// startBusybox starts a small busybox sandbox on d (ID prefix prefix) and
+// returns it, its spec and its init's pid.
+func startBusybox(ctx context.Context, t *testing.T, d driver.Driver, prefix string) (driver.Instance, driver.Spec, int) {
+	t.Helper()
+	spec := driver.Spec{ID: drivertest.NewID(prefix), Layers: requireImage(t, "busybox"), Memory: 64 << 20, Disk: 16 << 20, PidsMax: 64}
+	inst, err := d.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var st struct {
 		PID int `json:"pid"`
 	}
 	if err := json.Unmarshal(inst.State(), &st); err != nil || st.PID <= 0 {
+		inst.Destroy(context.Background())
 		t.Fatalf("state %s: %v", inst.State(), err)
 	}
-	b, err := os.ReadFile(filepath.Join("/proc", fmt.Sprint(st.PID), "cgroup"))
-	if err != nil || !strings.Contains(string(b), spec.ID) {
-		t.Fatalf("cgroup v%d: the init's cgroups %q (%v) do not name the sandbox", v, b, err)
-	}
+	return inst, spec, st.PID
 }

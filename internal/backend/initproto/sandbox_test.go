@@ -423,15 +423,7 @@ func TestCgroupFD(t *testing.T) {
 	t.Cleanup(func() { syscall.Close(fd) })
 	// forked from this process, and cloned by a spawner helper from its
 	// template namespace (clone3 with CLONE_INTO_CGROUP in the helper)
-	path := installInit(t)
-	sp, err := StartSpawner(path, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	if !sp.Template(path) {
-		t.Fatal("the spawner has no template namespace on this kernel")
-	}
+	sp, path := templateSpawner(t)
 	for _, spawner := range []*Spawner{nil, sp} {
 		var lower string
 		s := newSandbox(t, func(c *SpawnConfig) { c.CgroupFD = fd; c.Spawner = spawner; c.InitPath = path; lower = c.Lower[0] })

@@ -14,6 +14,22 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// templateSpawner starts one spawner helper of a freshly installed init, in
+// its template namespace (closed with the test), and returns it and the init.
+func templateSpawner(t *testing.T) (*Spawner, string) {
+	t.Helper()
+	path := installInit(t)
+	sp, err := StartSpawner(path, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sp.Close() })
+	if !sp.Template(path) {
+		t.Fatal("the spawner has no template namespace on this kernel")
+	}
+	return sp, path
+}
+
 // ppid reads pid's parent from /proc.
 func ppid(t *testing.T, pid int) int {
 	t.Helper()
@@ -151,15 +167,7 @@ func TestSpawnerWedgedFallsBack(t *testing.T) {
 // with the overlay as its root: its mount table names no host path.
 func TestSpawnerTemplate(t *testing.T) {
 	requireRoot(t)
-	path := installInit(t)
-	sp, err := StartSpawner(path, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
-	if !sp.Template(path) {
-		t.Fatal("the spawner has no template namespace on this kernel")
-	}
+	sp, path := templateSpawner(t)
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", sp.all[0].pid))
 	if err != nil {
 		t.Fatal(err)
@@ -205,12 +213,7 @@ func netnsFDs(t *testing.T, pid int) map[string]bool {
 // sandbox gets its own, never the host's, and the pool fills up again.
 func TestSpawnerNetnsPool(t *testing.T) {
 	requireRoot(t)
-	path := installInit(t)
-	sp, err := StartSpawner(path, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sp.Close()
+	sp, path := templateSpawner(t)
 	helper := sp.all[0].pid
 	// the helper's own namespace (it holds an fd of it too)
 	host, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", helper))
