@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // templateSpawner starts one spawner helper of a freshly installed init, in
@@ -223,14 +225,11 @@ func TestSpawnerNetnsPool(t *testing.T) {
 	full := func() map[string]bool {
 		t.Helper()
 		var pool map[string]bool
-		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			if pool = netnsFDs(t, helper); pool[host] && len(pool) == 5 {
-				delete(pool, host)
-				return pool
-			}
+		if !testwait.Until(10*time.Second, func() bool { pool = netnsFDs(t, helper); return pool[host] && len(pool) == 5 }) {
+			t.Fatalf("the helper holds network namespaces %v, want its own (%s) and 4 more", pool, host)
 		}
-		t.Fatalf("the helper holds network namespaces %v, want its own (%s) and 4 more", pool, host)
-		return nil
+		delete(pool, host)
+		return pool
 	}
 	seen := map[string]bool{host: true}
 	for i := range 2 {
