@@ -3,6 +3,9 @@ package netpolicy
 import (
 	"github.com/google/nftables"
 	"github.com/mdlayher/netlink"
+
+	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/pkg/api"
 )
 
 // nftOp is one sandbox's change to the ruleset, waiting for a batch.
@@ -86,6 +89,19 @@ func newConn() (*nftables.Conn, error) {
 
 // flush commits batch as one transaction; the caller holds nftMu.
 func (m *Manager) flush(batch []*nftOp) error {
+	if m.closed {
+		// A change after Close (a sandbox released while its node shut
+		// down): removals still go, nothing is added, and a table Close
+		// dropped is neither made again nor forwarding held again.
+		for _, op := range batch {
+			if op.delta > 0 {
+				return errdefs.New(api.CodeUnavailable, "netpolicy: the node's network policy manager is closed")
+			}
+		}
+		if !m.tableUp {
+			return nil
+		}
+	}
 	c, err := newConn()
 	if err != nil {
 		return err
@@ -125,7 +141,17 @@ func (m *Manager) flush(batch []*nftOp) error {
 	}
 	if m.attached <= 0 {
 		m.attached = 0
-		m.idleTable()
+		if !m.closed {
+			m.idleTable()
+		} else {
+			// the last sandbox left a closed Manager, whose linger nothing
+			// would end: the table and the hold go now, as Close would
+			// have dropped them had the sandbox left first
+			if err := m.dropIdleTable(); err != nil {
+				m.log.Warn("remove network table", "err", err)
+			}
+			m.removeOwnDir()
+		}
 	}
 	return nil
 }

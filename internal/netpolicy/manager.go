@@ -90,6 +90,7 @@ type Manager struct {
 	nftMu    sync.Mutex // serializes batches and the table's existence
 	tableUp  bool
 	attached int
+	closed   bool          // Close ran: see flush for a change that comes later
 	idle     *time.Timer   // drops the table once it has been idle TableLinger
 	next     atomic.Uint32 // allocation hint: next pair index to try
 	inUse    atomic.Uint64 // pool pairs skipped because the host held them
@@ -459,7 +460,7 @@ func (m *Manager) attach(ctx context.Context, sb *sandbox, id string, ns *os.Fil
 		}
 		undo()
 		_ = m.removeRecord(id)
-		return errdefs.Internal(cerr, "netpolicy: rules for %s", id)
+		return errdefs.Wrap(errdefs.CodeOf(cerr), cerr, "netpolicy: rules for %s", id) // internal unless classified (a closed Manager: unavailable)
 	}
 	if lerr == nil {
 		lerr = up(true)
@@ -720,17 +721,25 @@ func (m *Manager) Close() error {
 	m.reaps.Wait()
 	m.nftMu.Lock()
 	defer m.nftMu.Unlock()
+	m.closed = true
 	if m.idle != nil {
 		m.idle.Stop()
 	}
 	err := m.dropIdleTable()
 	m.alive.Close() // after the table: until then another Manager must not prune it
-	if m.host.own {
-		if rerr := m.host.removeIfIdle(); rerr != nil {
-			m.log.Warn("remove the network namespace's netpolicy directory", "dir", m.host.dir, "err", rerr)
-		}
-	}
+	m.removeOwnDir()
 	return err
+}
+
+// removeOwnDir removes the coordination directory of a network namespace of
+// the Manager's own once nothing uses it (host.removeIfIdle).
+func (m *Manager) removeOwnDir() {
+	if !m.host.own {
+		return
+	}
+	if err := m.host.removeIfIdle(); err != nil {
+		m.log.Warn("remove the network namespace's netpolicy directory", "dir", m.host.dir, "err", err)
+	}
 }
 
 // dropIdleTable removes the table when no egress sandbox is left (m.nftMu held).

@@ -568,3 +568,42 @@ func TestLingeringTableSurvivesAnotherManager(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestReleaseAfterClose: a sandbox released after its Manager closed (a
+// delete's teardown still running while its node shuts down) leaves what a
+// release before Close would have: the table and the hold on forwarding go
+// at once, not after a linger the closed Manager would never see end; and
+// nothing is added after Close. Before, the late release armed the linger
+// again and a Manager in a namespace of its own left its directory behind.
+func TestReleaseAfterClose(t *testing.T) {
+	w := newWorldWith(t, 79, 1, netpolicy.Config{DNS: "off", TableLinger: time.Hour})
+	p := api.NetworkPolicy{Allow: []string{w.hosts[0].Addr.String() + "/32"}}
+	ctx := context.Background()
+	tableUp := func() bool {
+		c, err := nftables.New()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.ListTableOfFamily(w.m.TableName(), nftables.TableFamilyINet)
+		return err == nil
+	}
+	if err := w.m.Apply(ctx, "sb-late", netpolicytest.NewNetns(t), p); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !tableUp() {
+		t.Fatal("Close dropped the table of a sandbox still attached")
+	}
+	if err := w.m.Apply(ctx, "sb-after", netpolicytest.NewNetns(t), p); !errdefs.Is(err, api.CodeUnavailable) {
+		t.Errorf("apply after Close: %v, want unavailable", err)
+	}
+	if err := w.m.Release(ctx, "sb-late"); err != nil {
+		t.Fatal(err)
+	}
+	w.m.Settle()
+	if tableUp() {
+		t.Fatalf("table inet %s kept after the last sandbox left a closed Manager", w.m.TableName())
+	}
+}

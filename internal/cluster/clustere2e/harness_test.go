@@ -307,6 +307,13 @@ func (e *env) network(n int) {
 		run(t, "ip", "netns", "add", a.ns)
 		ns := a.ns
 		e.defer_(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+		// A node in a namespace of its own coordinates its egress in
+		// /run/dsec/netpolicy-netns-INODE; one stopped with sandboxes (or
+		// killed) keeps it for its next start, which never comes here.
+		if fi, err := os.Stat("/run/netns/" + ns); err == nil {
+			dir := fmt.Sprintf("/run/dsec/netpolicy-netns-%d", fi.Sys().(*syscall.Stat_t).Ino)
+			e.defer_(func() { _ = os.RemoveAll(dir) })
+		}
 		run(t, "ip", "link", "add", a.hostIf, "type", "veth", "peer", "name", peer)
 		hostIf := a.hostIf
 		e.defer_(func() { _ = exec.Command("ip", "link", "del", hostIf).Run() })
