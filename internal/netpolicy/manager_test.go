@@ -116,6 +116,17 @@ func (w *world) mustRefuse(ns *os.File, addr string) {
 	}
 }
 
+// tableUp reports whether the Manager's table is in the kernel.
+func (w *world) tableUp() bool {
+	w.t.Helper()
+	c, err := nftables.New()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	_, err = c.ListTableOfFamily(w.m.TableName(), nftables.TableFamilyINet)
+	return err == nil
+}
+
 // assertClean checks nothing of the test's Manager is left on the host: no
 // table, no record, no address claim, and ip_forward as it was once no dsec
 // Manager holds it.
@@ -495,14 +506,6 @@ func TestTableStaysBrieflyAfterTheLastSandbox(t *testing.T) {
 	target := w.hosts[0].Listen(t, 0)
 	p := api.NetworkPolicy{Allow: []string{w.hosts[0].Addr.String() + "/32"}}
 	ctx := context.Background()
-	tableUp := func() bool {
-		c, err := nftables.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.ListTableOfFamily(w.m.TableName(), nftables.TableFamilyINet)
-		return err == nil
-	}
 	for round, id := range []string{"sb-linger-a", "sb-linger-b"} {
 		ns := netpolicytest.NewNetns(t)
 		if err := w.m.Apply(ctx, id, ns, p); err != nil {
@@ -514,10 +517,10 @@ func TestTableStaysBrieflyAfterTheLastSandbox(t *testing.T) {
 		}
 	}
 	released := time.Now()
-	if !tableUp() {
+	if !w.tableUp() {
 		t.Fatal("the table went with the last sandbox's release, want it kept for TableLinger")
 	}
-	if !testwait.Until(linger+10*time.Second, func() bool { return !tableUp() }) {
+	if !testwait.Until(linger+10*time.Second, func() bool { return !w.tableUp() }) {
 		t.Fatalf("table inet %s still there %v after the last sandbox left (TableLinger %v)", w.m.TableName(), time.Since(released), linger)
 	}
 	if d := time.Since(released); d < linger {
@@ -579,21 +582,13 @@ func TestReleaseAfterClose(t *testing.T) {
 	w := newWorldWith(t, 79, 1, netpolicy.Config{DNS: "off", TableLinger: time.Hour})
 	p := api.NetworkPolicy{Allow: []string{w.hosts[0].Addr.String() + "/32"}}
 	ctx := context.Background()
-	tableUp := func() bool {
-		c, err := nftables.New()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.ListTableOfFamily(w.m.TableName(), nftables.TableFamilyINet)
-		return err == nil
-	}
 	if err := w.m.Apply(ctx, "sb-late", netpolicytest.NewNetns(t), p); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.m.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if !tableUp() {
+	if !w.tableUp() {
 		t.Fatal("Close dropped the table of a sandbox still attached")
 	}
 	if err := w.m.Apply(ctx, "sb-after", netpolicytest.NewNetns(t), p); !errdefs.Is(err, api.CodeUnavailable) {
@@ -603,7 +598,7 @@ func TestReleaseAfterClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.m.Settle()
-	if tableUp() {
+	if w.tableUp() {
 		t.Fatalf("table inet %s kept after the last sandbox left a closed Manager", w.m.TableName())
 	}
 }
