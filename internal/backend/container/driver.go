@@ -385,9 +385,10 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 	// On cgroup v2 the init is cloned straight into its cgroup, which must
 	// exist first; on v1 it joins after the clone (BeforeStart), so the
 	// cgroup is made while the spawner clones the init.
+	v2 := d.cg.Version() == 2
 	pcg := d.makeCgroup(spec.ID, cgroups.Limits{MemoryBytes: spec.Memory,
-		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID), Idle: idle}, d.cg.Version() != 2)
-	if pcg.ready() {
+		PidsMax: spec.PidsMax, Devices: d.devicePolicy(spec.ID), Idle: idle}, !v2)
+	if v2 {
 		if _, err := pcg.wait(); err != nil {
 			freeIDs()
 			os.RemoveAll(mnt)
@@ -407,7 +408,7 @@ func (d *Driver) Start(ctx context.Context, spec driver.Spec) (driver.Instance, 
 		return nil, err
 	}
 	cgfd := -1
-	if d.cg.Version() == 2 {
+	if v2 {
 		cg, _ := pcg.wait()
 		if fd, err := cg.Dir(); err == nil {
 			cgfd = fd
@@ -510,16 +511,6 @@ func (d *Driver) makeCgroup(id string, l cgroups.Limits, async bool) *pendingCgr
 		mk()
 	}
 	return p
-}
-
-// ready reports whether the cgroup has been made (or failed to be).
-func (p *pendingCgroup) ready() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
 }
 
 func (p *pendingCgroup) wait() (*cgroups.Group, error) {
