@@ -94,6 +94,9 @@ func TestNodeSkipsAddressOfOrphanedSandbox(t *testing.T) {
 			if err := os.Rename(state+".away", state); err != nil {
 				t.Fatal(err)
 			}
+			// On a fresh port: the old one lies in the ephemeral range, and
+			// any connection on the host may have taken it meanwhile.
+			dead.addr = freePort(t)
 			dead.start()
 		}
 	}
