@@ -62,6 +62,7 @@ func benchCycleCmd() *cobra.Command {
 	c.Flags().StringVar(&o.PythonSDK, "python-sdk", "", "directory holding the dsec Python package (default: the installed one, else sdk/python beside bin/)")
 	c.Flags().StringVar(&o.Node, "node", "", "Node.js binary of the e2b SDK side (default: node on PATH; missing: the side is reported missing)")
 	c.Flags().StringVar(&o.E2BSDK, "e2b-sdk", "", "directory whose node_modules holds the e2b npm package (default: test/e2b beside bin/, after npm ci there)")
+	c.Flags().IntVar(&o.WarmPool, "warm-pool", 0, "also run the CLI and Python SDK cycles against a second server with --warm-pool N (sides NAME-warm), in the same rounds")
 	c.Flags().BoolVar(&asJSON, "json", false, "print one JSON object")
 	return c
 }

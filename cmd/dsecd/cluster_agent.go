@@ -58,6 +58,7 @@ open on a listener of their own.`,
 	f.StringVar(&cfg.ImagesDir, "images-dir", "", "image directory (default $DSEC_IMAGES_DIR or "+daemon.DefaultImagesDir+")")
 	f.StringVar(&cfg.DefaultImage, "default-image", daemon.DefaultImage, "image for requests that name none")
 	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 1000, "admission limit: creates beyond it are rejected and placed elsewhere")
+	f.IntVar(&cfg.WarmPool, "warm-pool", 0, "keep this many sandboxes started ahead of the creates that take them: the default create's, or those of a steady workload's shape; a create that would make the same sandbox takes one (0: none)")
 	f.StringVar(&cfg.Registries.DockerConfig, "registry-config", "", "Docker config.json whose \"auths\" give credentials per registry for images named by reference (default: anonymous)")
 	f.StringVar(&cfg.Registries.HostsDir, "registry-hosts-dir", "", "containerd hosts directory: DIR/HOST/hosts.toml lists mirrors of HOST (e.g. DIR/docker.io/hosts.toml), tried before the registry itself")
 	f.StringArrayVar(&cfg.Registries.Insecure, "insecure-registry", nil, "HOST[:PORT] of a registry reached over plain HTTP (repeatable; any other registry is HTTPS only)")

@@ -54,6 +54,7 @@ DATA_DIR/token, which is created on first start.`,
 	f.StringVar(&cfg.DefaultImage, "default-image", daemon.DefaultImage, "image for requests that name none")
 	f.StringVar(&cfg.Token, "token", "", "API token (default: $DSEC_SERVER_TOKEN, else DATA_DIR/token)")
 	f.IntVar(&cfg.MaxSandboxes, "max-sandboxes", 0, "admission limit (default 100000)")
+	f.IntVar(&cfg.WarmPool, "warm-pool", 0, "keep this many sandboxes started ahead of the creates that take them: the default create's, or those of a steady workload's shape; a create that would make the same sandbox takes one (0: none)")
 	f.IntVar(&cfg.MaxFork, "max-fork", 0, "most children one fork may ask for (default 64)")
 	f.StringArrayVar(&cfg.NetworkRules, "network-rule", nil, "egress rule set NAME=CIDR[:PORT[-PORT]][,...] sandboxes may name in their network policy (repeatable)")
 	f.StringVar(&cfg.NetworkDNS, "network-dns", "", "resolver (ADDR[:PORT]) the node's DNS forwarder asks for egress sandboxes, whose every DNS query it answers (default: the first nameserver of /etc/resolv.conf; off: no forwarder, no domain rules)")

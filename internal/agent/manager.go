@@ -14,6 +14,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/trace"
@@ -68,6 +69,9 @@ type Config struct {
 	Now func() time.Time
 	// QoS configures CPU classes and memory reclaim (see qos.go).
 	QoS QoSConfig
+	// WarmPool keeps this many sandboxes started ahead of the creates that
+	// take them (0: none); see warm.go.
+	WarmPool int
 	// Tracer makes the spans of creates and execs (nil: none); Observer
 	// learns phase timings and reclaimed bytes (nil: nobody). See observe.go.
 	Tracer   trace.TracerProvider
@@ -106,6 +110,9 @@ type Manager struct {
 	stop chan struct{}
 	wg   sync.WaitGroup
 
+	warm     *warmPool    // nil: no warm pool (warm.go)
+	creating atomic.Int64 // Creates in flight; the warm pool fills only at 0
+
 	idle idleReclaim // see qos.go
 	logs logNotifier // wakes FollowProcess (follow.go)
 }
@@ -135,6 +142,9 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	}
 	if cfg.MaxSandboxes == 0 {
 		cfg.MaxSandboxes = 100_000
+	}
+	if cfg.WarmPool < 0 {
+		return nil, fmt.Errorf("agent: the warm pool's size must be 0 or more, got %d", cfg.WarmPool)
 	}
 	if cfg.MaxCreating == 0 {
 		cfg.MaxCreating = 64
@@ -175,6 +185,11 @@ func New(ctx context.Context, cfg Config) (*Manager, error) {
 	m.wg.Add(1)
 	go m.expiryLoop()
 	m.startIdleReclaim()
+	if m.warm = newWarmPool(cfg.WarmPool); m.warm != nil {
+		m.wg.Add(1)
+		go m.warmLoop()
+		m.warm.wake()
+	}
 	return m, nil
 }
 
@@ -275,6 +290,7 @@ func (m *Manager) Close() error {
 	}
 	m.stopPulling()
 	m.wg.Wait()
+	m.closeWarm()
 	m.WaitTeardowns()
 	for _, sb := range m.all() {
 		sb.detachProcs()

@@ -33,6 +33,7 @@ type mockEnv struct {
 	stateDir string
 	store    *image.Store
 	maxLog   int64 // agent.Config.MaxLogBytes
+	warm     int   // agent.Config.WarmPool
 }
 
 // newMockEnv makes a tiny image (an /etc/passwd is all the agent reads) and an
@@ -89,7 +90,7 @@ func (e *mockEnv) open(t testing.TB, drivers ...driver.Driver) *agent.Manager {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := agent.New(ctxT(t), agent.Config{DataDir: e.dataDir, Drivers: reg, Images: e.store, Node: "test", MaxLogBytes: e.maxLog})
+	m, err := agent.New(ctxT(t), agent.Config{DataDir: e.dataDir, Drivers: reg, Images: e.store, Node: "test", MaxLogBytes: e.maxLog, WarmPool: e.warm})
 	if err != nil {
 		t.Fatalf("agent.New: %v", err)
 	}

@@ -134,6 +134,12 @@ func validate(req *api.CreateSandboxRequest) error {
 
 // Create implements session.Service.
 func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	m.creating.Add(1)
+	defer func() {
+		if m.creating.Add(-1) == 0 {
+			m.warm.wake()
+		}
+	}()
 	if err := validate(&req); err != nil {
 		return api.Sandbox{}, err
 	}
@@ -245,6 +251,9 @@ func (m *Manager) create(ctx context.Context, req api.CreateSandboxRequest) (*sa
 	if err := checkEntrypoint(req, img); err != nil {
 		return nil, err
 	}
+	if sb, err := m.takeWarm(ctx, req, img, adm[0]); sb != nil || err != nil {
+		return sb, err
+	}
 	return m.createOn(ctx, req, img, nil, adm[0])
 }
 
@@ -317,16 +326,7 @@ func (m *Manager) refusedAdmission(ctx context.Context, backend string, err erro
 // startSandbox starts the sandbox on resolved lower directories; *started is set
 // once it exists (so the caller keeps the layers it acquired).
 func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest, img image.Image, id string, adm *admission, started *bool) (*sandbox, error) {
-	env := make([]string, 0, len(req.Env))
-	for k, v := range req.Env {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-	spec := driver.Spec{
-		ID: id, Image: img.Name, Layers: layersOf(img), CPU: req.CPU, Memory: req.MemoryBytes,
-		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id, UserNS: req.UserNamespace,
-		CPUClass: req.CPUClass, KSM: req.KSM, AllowSetuid: req.AllowSetuid,
-	}
+	spec := specOf(req, img, id)
 	drv, err := m.drivers.Get(req.Backend)
 	if err == nil {
 		err = canPauseAtDeadline(drv, req.OnExpiry)
@@ -351,8 +351,37 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 			return nil, err
 		}
 	}
+	sb, err := m.adoptStarted(req, img, spec, drv, inst, adm)
+	if err != nil {
+		return nil, err
+	}
+	if started != nil {
+		*started = true
+	}
+	m.log.DebugContext(ctx, "created sandbox", "id", id, "image", img.Name)
+	return sb, nil
+}
+
+// specOf is the driver's spec of the sandbox req makes on img, called id.
+func specOf(req api.CreateSandboxRequest, img image.Image, id string) driver.Spec {
+	env := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return driver.Spec{
+		ID: id, Image: img.Name, Layers: layersOf(img), CPU: req.CPU, Memory: req.MemoryBytes,
+		Disk: req.DiskBytes, PidsMax: req.PidsMax, Env: env, Hostname: id, UserNS: req.UserNamespace,
+		CPUClass: req.CPUClass, KSM: req.KSM, AllowSetuid: req.AllowSetuid,
+	}
+}
+
+// adoptStarted makes inst, started from spec on drv, the sandbox req asked
+// for: it records it and adds it to the node, in the place adm reserved. A
+// record that cannot be saved destroys inst.
+func (m *Manager) adoptStarted(req api.CreateSandboxRequest, img image.Image, spec driver.Spec, drv driver.Driver, inst driver.Instance, adm *admission) (*sandbox, error) {
 	r := &record{
-		ID: id, Backend: req.Backend, Image: img.Name, ImageRef: img.Ref, ImageDigest: img.Digest, Spec: spec, CreatedAt: m.now().UTC(),
+		ID: spec.ID, Backend: req.Backend, Image: img.Name, ImageRef: img.Ref, ImageDigest: img.Digest, Spec: spec, CreatedAt: m.now().UTC(),
 		TTLSeconds: req.TTLSeconds, IdleTimeoutSeconds: req.IdleTimeoutSeconds,
 		Env: req.Env, Labels: req.Labels, RequestID: req.RequestID, ImageConfig: img.Config, Network: req.Network,
 	}
@@ -363,13 +392,9 @@ func (m *Manager) startSandbox(ctx context.Context, req api.CreateSandboxRequest
 		return nil, err
 	}
 	m.mu.Lock()
-	m.sandboxes[id] = sb
+	m.sandboxes[spec.ID] = sb
 	adm.takenLocked()
 	m.mu.Unlock()
-	if started != nil {
-		*started = true
-	}
-	m.log.DebugContext(ctx, "created sandbox", "id", id, "image", img.Name)
 	return sb, nil
 }
 

@@ -45,8 +45,12 @@ type CycleOptions struct {
 	// ("" = test/e2b beside the binary's bin/, as `npm ci` there leaves it).
 	E2BSDK string
 	// Peers default to CyclePeers; a peer not installed is reported missing.
-	Peers  []string
-	Logger func(format string, args ...any)
+	Peers []string
+	// WarmPool > 0 adds a second server, `dsec server --warm-pool WarmPool`,
+	// and the CLI and Python SDK cycles against it (sides named NAME-warm)
+	// to the same interleaved rounds.
+	WarmPool int
+	Logger   func(format string, args ...any)
 }
 
 // CycleSide is one side's cycles (or start-ups).
@@ -62,6 +66,8 @@ type CycleSide struct {
 type CycleResult struct {
 	Rounds int    `json:"rounds"`
 	Image  string `json:"image"`
+	// WarmPool is the pool size of the -warm sides' server (0: no such side).
+	WarmPool int `json:"warm_pool,omitempty"`
 	// Order is the sides' order in the first round (each round starts one
 	// later).
 	Order []string              `json:"order"`
@@ -140,32 +146,28 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 	res := CycleResult{Rounds: o.Rounds, Image: o.Image, Sides: map[string]*CycleSide{},
 		Startup: map[string]*CycleSide{}, Missing: map[string]string{}, RatiosP50: map[string]float64{}}
 
-	sides := []*cycleSide{{name: "dsec-cli", work: "`dsec create`, `dsec exec ID -- true`, `dsec rm ID`: three processes against a dsec server process",
-		run: func(ctx context.Context) (time.Duration, error) {
-			args := []string{"create"}
-			if o.Image != daemon.DefaultImage {
-				args = append(args, "--image", o.Image)
-			}
-			d1, id, err := timed(ctx, env, o.Bin, args...)
-			if err != nil {
-				return 0, err
-			}
-			d2, _, err := timed(ctx, env, o.Bin, "exec", id, "--", "true")
-			d3, _, rerr := timed(ctx, env, o.Bin, "rm", id)
-			return d1 + d2 + d3, errors.Join(err, rerr)
-		}}, {name: "dsec-run", work: "`dsec run --rm -- true`: one process against a dsec server process, as `runc run` is one",
-		run: func(ctx context.Context) (time.Duration, error) {
-			args := []string{"run", "--rm"}
-			if o.Image != daemon.DefaultImage {
-				args = append(args, "--image", o.Image)
-			}
-			d, _, err := timed(ctx, env, o.Bin, append(args, "--", "true")...)
-			return d, err
-		}}}
+	sides := dsecClientSides(env, o, "", "")
 	if py, err := pythonSDKSide(ctx, env, o); err != nil {
 		res.Missing["python-sdk"] = err.Error()
 	} else {
 		sides = append(sides, py)
+	}
+	if o.WarmPool > 0 {
+		warm, err := startServer(ctx, o.Bin, "", "--log-level", "warn", "--warm-pool", strconv.Itoa(o.WarmPool))
+		if err != nil {
+			return CycleResult{}, err
+		}
+		defer warm.stop()
+		res.WarmPool = o.WarmPool
+		wenv := append(os.Environ(), "DSEC_ADDR="+warm.Addr, "DSEC_TOKEN="+warm.Token)
+		why := fmt.Sprintf(" (a server with --warm-pool %d: each create takes a sandbox started ahead)", o.WarmPool)
+		sides = append(sides, dsecClientSides(wenv, o, "-warm", why)...)
+		if py, err := pythonSDKSide(ctx, wenv, o); err != nil {
+			res.Missing["python-sdk-warm"] = err.Error()
+		} else {
+			py.name, py.work = py.name+"-warm", py.work+why
+			sides = append(sides, py)
+		}
 	}
 	if e2b, err := e2bSDKSide(ctx, srv, o); err != nil {
 		res.Missing["e2b-sdk"] = err.Error()
@@ -201,7 +203,38 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 				return d, err
 			}})
 	}
+	return runCycles(ctx, o, sides, res)
+}
 
+// dsecClientSides are the CLI's cycles against the server env names, named
+// dsec-cli and dsec-run with suffix, their work described with why.
+func dsecClientSides(env []string, o CycleOptions, suffix, why string) []*cycleSide {
+	return []*cycleSide{{name: "dsec-cli" + suffix, work: "`dsec create`, `dsec exec ID -- true`, `dsec rm ID`: three processes against a dsec server process" + why,
+		run: func(ctx context.Context) (time.Duration, error) {
+			args := []string{"create"}
+			if o.Image != daemon.DefaultImage {
+				args = append(args, "--image", o.Image)
+			}
+			d1, id, err := timed(ctx, env, o.Bin, args...)
+			if err != nil {
+				return 0, err
+			}
+			d2, _, err := timed(ctx, env, o.Bin, "exec", id, "--", "true")
+			d3, _, rerr := timed(ctx, env, o.Bin, "rm", id)
+			return d1 + d2 + d3, errors.Join(err, rerr)
+		}}, {name: "dsec-run" + suffix, work: "`dsec run --rm -- true`: one process against a dsec server process, as `runc run` is one" + why,
+		run: func(ctx context.Context) (time.Duration, error) {
+			args := []string{"run", "--rm"}
+			if o.Image != daemon.DefaultImage {
+				args = append(args, "--image", o.Image)
+			}
+			d, _, err := timed(ctx, env, o.Bin, append(args, "--", "true")...)
+			return d, err
+		}}}
+}
+
+// runCycles runs the sides' interleaved rounds into res.
+func runCycles(ctx context.Context, o CycleOptions, sides []*cycleSide, res CycleResult) (CycleResult, error) {
 	lat := map[string][]time.Duration{}
 	for _, s := range sides {
 		res.Order = append(res.Order, s.name)
@@ -250,12 +283,15 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 			res.RatiosP50[a+"/"+b] = round(x.P50ms/y.P50ms, 3)
 		}
 	}
-	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk", "e2b-sdk"} {
+	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk", "e2b-sdk", "dsec-cli-warm", "dsec-run-warm", "python-sdk-warm"} {
 		for _, p := range o.Peers {
 			ratio(d, p)
 		}
 	}
 	ratio("e2b-sdk", "python-sdk")
+	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk"} {
+		ratio(d+"-warm", d)
+	}
 	return res, nil
 }
 

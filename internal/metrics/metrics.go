@@ -79,7 +79,7 @@ func New(opts Options) *Metrics {
 	}
 	m.creates = counter("sandbox_creates_total", "Sandbox creates answered, by backend and result (ok, error).", "backend", "result")
 	m.createSeconds = hist("sandbox_create_duration_seconds", "Latency of sandbox creates, by backend and result.", "backend", "result")
-	m.phaseSeconds = hist("sandbox_create_phase_duration_seconds", "Latency of each phase of a create (placement, admission, image_mount, start), by backend.", "backend", "phase")
+	m.phaseSeconds = hist("sandbox_create_phase_duration_seconds", "Latency of each phase of a create (placement, admission, image_mount, start; warm: taken from the warm pool), by backend.", "backend", "phase")
 	m.rejections = counter("admission_rejections_total", "Creates the node's admission refused, by backend and error code.", "backend", "code")
 	m.deletes = counter("sandbox_deletes_total", "Sandbox deletes answered, by result.", "result")
 	m.execs = counter("execs_total", "Execs answered, by mode (exec, stream) and result (ok: the command ran, whatever its exit code).", "mode", "result")

@@ -10,7 +10,7 @@ import (
 // PhasePlacement is the cluster placement engine's, reserved for the API tier.
 const PhasePlacement = "placement"
 
-var phases = []string{PhasePlacement, "admission", "image_mount", "start"}
+var phases = []string{PhasePlacement, "admission", "image_mount", "start", "warm"}
 
 // Phase implements agent.Observer: create phases into their histogram (other
 // phases, an exec's driver call, are traced only); a failed admission counts as

@@ -71,6 +71,9 @@ type Config struct {
 	// empty: "localhost:PORT" of the API listener).
 	E2BDomain    string
 	MaxSandboxes int
+	// WarmPool keeps this many sandboxes started ahead of the creates that
+	// take them (agent.Config.WarmPool; 0: none).
+	WarmPool int
 	// NodeName names this node in every sandbox ID it creates (default: the host
 	// name made valid; see session.NewID).
 	NodeName string
@@ -415,7 +418,7 @@ func (d *Daemon) startAgent(ctx context.Context) (lifecycle.Close, error) {
 		Refs:   d.puller}
 	mgr, err := agent.New(ctx, agent.Config{
 		DataDir: cfg.DataDir, Driver: d.Driver, Drivers: d.drivers, Logger: cfg.Logger, MaxSandboxes: cfg.MaxSandboxes, Node: cfg.NodeName,
-		MaxLogBytes: cfg.MaxLogBytes, QoS: d.qosCfg, Tracer: d.obs.tracing, Observer: d.obs.metrics,
+		WarmPool: cfg.WarmPool, MaxLogBytes: cfg.MaxLogBytes, QoS: d.qosCfg, Tracer: d.obs.tracing, Observer: d.obs.metrics,
 		MaxFork: cfg.MaxFork, Packer: packer, Images: images,
 	})
 	if err != nil {

@@ -1,0 +1,141 @@
+package agent_test
+
+import (
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/agent"
+	"github.com/dsec-dev/dsec/internal/testwait"
+	"github.com/dsec-dev/dsec/pkg/api"
+)
+
+// roots lists the sandboxes started on the mock host (each has a root
+// directory named by its ID), recorded or not.
+func (e *mockEnv) roots(t *testing.T) []string {
+	t.Helper()
+	ents, err := os.ReadDir(e.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, x := range ents {
+		ids = append(ids, x.Name())
+	}
+	return ids
+}
+
+// waiting lists the sandboxes of the warm pool: started, not listed.
+func (e *mockEnv) waiting(t *testing.T, m *agent.Manager) []string {
+	t.Helper()
+	var ids []string
+	for _, id := range e.roots(t) {
+		if _, err := m.Get(ctxT(t), id); err != nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// TestMockWarmPool: a node with a warm pool of 2 starts two sandboxes before
+// any create and lists neither. A create that asks for the default sandbox
+// (labels, TTL and image named are the request's own, the sandbox is the
+// same) gets one of them, which works and carries the request's labels; the
+// pool fills again. Creates of other shapes, each different from the one
+// before, start their own and leave the pool as it was; two creates in a row
+// of one shape turn the pool over to that shape, and the third takes from it.
+// A waiting sandbox whose init died is not handed out. Closing the node
+// destroys the pool (the env's cleanup fails on any root left behind).
+func TestMockWarmPool(t *testing.T) {
+	e := newMockEnv(t)
+	e.warm = 2
+	m := e.open(t)
+	testwait.For(t, 10*time.Second, "the warm pool holds 2 sandboxes", func() bool { return m.WarmReady() == 2 })
+	pool := e.roots(t)
+	if len(pool) != 2 {
+		t.Fatalf("host has %v, want the pool's 2 sandboxes", pool)
+	}
+	if l, _ := m.List(ctxT(t)); len(l) != 0 {
+		t.Errorf("the pool's sandboxes are listed: %+v", l)
+	}
+
+	sb := create(t, m, api.CreateSandboxRequest{Image: "tiny", Labels: map[string]string{"task": "t1"}, TTLSeconds: 60})
+	if !slices.Contains(pool, sb.ID) {
+		t.Errorf("default create made %s, not one of the pool's %v", sb.ID, pool)
+	}
+	if sb.Labels["task"] != "t1" || sb.ExpiresAt == nil || sb.ExpiresAt.Sub(sb.CreatedAt) != time.Minute {
+		t.Errorf("the taken sandbox lost the request's labels or TTL: %+v", sb)
+	}
+	if out := shOK(t, m, sb.ID, "echo hello"); out != "hello\n" {
+		t.Errorf("exec in the taken sandbox: %q", out)
+	}
+	if l, _ := m.List(ctxT(t)); len(l) != 1 || l[0].ID != sb.ID {
+		t.Errorf("list after the take: %+v, want only %s", l, sb.ID)
+	}
+	testwait.For(t, 10*time.Second, "the pool fills again", func() bool { return m.WarmReady() == 2 })
+
+	defaults := e.waiting(t, m)
+	for _, req := range []api.CreateSandboxRequest{
+		{MemoryBytes: 64 << 20},
+		{Env: map[string]string{"A": "b"}},
+		{MemoryBytes: 64 << 20},
+	} {
+		other := create(t, m, req)
+		if slices.Contains(defaults, other.ID) {
+			t.Errorf("create %+v took waiting sandbox %s; it asked for another", req, other.ID)
+		}
+	}
+	if got := e.waiting(t, m); !slices.Equal(got, defaults) {
+		t.Errorf("creates of changing shapes turned the pool over: %v, was %v", got, defaults)
+	}
+
+	steady := api.CreateSandboxRequest{MemoryBytes: 96 << 20, Env: map[string]string{"TASK": "x"}}
+	create(t, m, steady)
+	create(t, m, steady)
+	testwait.For(t, 10*time.Second, "the pool turned over to the steady shape", func() bool {
+		w := e.waiting(t, m)
+		return len(w) == 2 && !slices.Contains(w, defaults[0]) && !slices.Contains(w, defaults[1])
+	})
+	turned := e.waiting(t, m)
+	third := create(t, m, steady)
+	if !slices.Contains(turned, third.ID) {
+		t.Errorf("third create of the steady shape made %s, not one of the waiting %v", third.ID, turned)
+	}
+	if out := shOK(t, m, third.ID, "echo $TASK"); out != "x\n" {
+		t.Errorf("the taken sandbox's environment: %q", out)
+	}
+
+	// The waiting sandboxes die: the next create starts its own.
+	testwait.For(t, 10*time.Second, "the pool fills again", func() bool { return m.WarmReady() == 2 })
+	dead := e.waiting(t, m)
+	for _, id := range dead {
+		if err := e.host.ExitInit(ctxT(t), id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fresh := create(t, m, steady)
+	if slices.Contains(dead, fresh.ID) {
+		t.Errorf("create got %s, whose init had died in the pool", fresh.ID)
+	}
+	if out := shOK(t, m, fresh.ID, "echo ok"); out != "ok\n" {
+		t.Errorf("exec: %q", out)
+	}
+	testwait.For(t, 10*time.Second, "the dead sandboxes released", func() bool {
+		for _, id := range e.roots(t) {
+			if slices.Contains(dead, id) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestWarmPoolSizeRefused: a negative pool size is a mistake, not "none".
+func TestWarmPoolSizeRefused(t *testing.T) {
+	e := newMockEnv(t)
+	_, err := agent.New(ctxT(t), agent.Config{DataDir: e.dataDir, Driver: e.driver(t, "", false), Images: e.store, Node: "test", WarmPool: -1})
+	if err == nil {
+		t.Fatal("agent.New with WarmPool -1: no error")
+	}
+}
