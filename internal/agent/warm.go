@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/image"
 	"github.com/dsec-dev/dsec/pkg/api"
+	"golang.org/x/sys/unix"
 )
 
 // The warm pool (Config.WarmPool = N > 0): the node keeps up to N sandboxes
@@ -64,6 +66,26 @@ type warmMember struct {
 	drv  driver.Driver
 	spec driver.Spec
 	inst driver.Instance
+	// layers are the files of spec's layers when it started: an image
+	// rebuilt or removed since (its directories replaced) does not hand out
+	// a sandbox on the old ones.
+	layers []fileID
+}
+
+// fileID names a file on its device.
+type fileID struct{ dev, ino uint64 }
+
+// layerFiles identifies the files of spec's layers.
+func layerFiles(spec driver.Spec) ([]fileID, error) {
+	out := make([]fileID, 0, len(spec.Layers))
+	for _, l := range spec.Layers {
+		var st unix.Stat_t
+		if err := unix.Stat(l.Path, &st); err != nil {
+			return nil, err
+		}
+		out = append(out, fileID{dev: st.Dev, ino: st.Ino})
+	}
+	return out, nil
 }
 
 func newWarmPool(size int) *warmPool {
@@ -183,12 +205,16 @@ func (m *Manager) fillWarm() error {
 	spec := shape.spec
 	spec.ID = m.newID()
 	spec.Hostname = spec.ID
+	layers, err := layerFiles(spec)
+	if err != nil {
+		return err
+	}
 	inst, err := shape.drv.Start(ctx, spec)
 	if err != nil {
 		return err
 	}
 	m.warm.mu.Lock()
-	m.warm.ready = append(m.warm.ready, &warmMember{drv: shape.drv, spec: spec, inst: inst})
+	m.warm.ready = append(m.warm.ready, &warmMember{drv: shape.drv, spec: spec, inst: inst, layers: layers})
 	m.warm.mu.Unlock()
 	return nil
 }
@@ -215,12 +241,16 @@ func (m *Manager) takeWarm(ctx context.Context, req api.CreateSandboxRequest, im
 	}
 	t0 := time.Now()
 	want := &warmShape{drv: drv, spec: specOf(req, img, "")}
+	layers, err := layerFiles(want.spec)
+	if err != nil {
+		return nil, nil
+	}
 	var got *warmMember
 	var dead []*warmMember
 	m.warm.mu.Lock()
 	for i := 0; i < len(m.warm.ready); i++ {
 		w := m.warm.ready[i]
-		if driver.Exited(w.inst) {
+		if driver.Exited(w.inst) || (w.is(want) && !slices.Equal(w.layers, layers)) {
 			dead = append(dead, w)
 			m.warm.ready = append(m.warm.ready[:i], m.warm.ready[i+1:]...)
 			i--
@@ -240,7 +270,7 @@ func (m *Manager) takeWarm(ctx context.Context, req api.CreateSandboxRequest, im
 	}
 	m.warm.mu.Unlock()
 	for _, w := range dead {
-		m.destroyWaiting(w, "its init ended while it waited")
+		m.destroyWaiting(w, "its init ended, or its image's directories were replaced, while it waited")
 	}
 	if got == nil {
 		return nil, nil

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -124,6 +125,45 @@ func TestMockWarmPool(t *testing.T) {
 	testwait.For(t, 10*time.Second, "the dead sandboxes released", func() bool {
 		for _, id := range e.roots(t) {
 			if slices.Contains(dead, id) {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// TestMockWarmPoolImageReplaced: when the default image's directory is
+// replaced (rebuilt) while sandboxes wait on the old one, a create gets a
+// sandbox of the new one, and the waiting ones are released.
+func TestMockWarmPoolImageReplaced(t *testing.T) {
+	e := newMockEnv(t)
+	e.warm = 2
+	m := e.open(t)
+	testwait.For(t, 10*time.Second, "the warm pool holds 2 sandboxes", func() bool { return m.WarmReady() == 2 })
+	old := e.waiting(t, m)
+	rootfs := filepath.Join(e.store.Dir, "tiny", "rootfs")
+	if err := os.Rename(rootfs, rootfs+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc", "passwd"), []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc", "release"), []byte("new\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sb := create(t, m, api.CreateSandboxRequest{})
+	if slices.Contains(old, sb.ID) {
+		t.Errorf("create took %s, started on the replaced image", sb.ID)
+	}
+	if out := shOK(t, m, sb.ID, "cat ../etc/release"); out != "new\n" {
+		t.Errorf("the new sandbox's image: %q", out)
+	}
+	testwait.For(t, 10*time.Second, "the sandboxes of the old image released", func() bool {
+		for _, id := range e.roots(t) {
+			if slices.Contains(old, id) {
 				return false
 			}
 		}
