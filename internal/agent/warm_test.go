@@ -39,6 +39,14 @@ func (e *mockEnv) waiting(t *testing.T, m *agent.Manager) []string {
 	return ids
 }
 
+// waitReleased waits until none of ids has a root on the mock host.
+func (e *mockEnv) waitReleased(t *testing.T, what string, ids []string) {
+	t.Helper()
+	testwait.For(t, 10*time.Second, what+" released", func() bool {
+		return !slices.ContainsFunc(e.roots(t), func(id string) bool { return slices.Contains(ids, id) })
+	})
+}
+
 // TestMockWarmPool: a node with a warm pool of 2 starts two sandboxes before
 // any create and lists neither. A create that asks for the default sandbox
 // (labels, TTL and image named are the request's own, the sandbox is the
@@ -122,14 +130,7 @@ func TestMockWarmPool(t *testing.T) {
 	if out := shOK(t, m, fresh.ID, "echo ok"); out != "ok\n" {
 		t.Errorf("exec: %q", out)
 	}
-	testwait.For(t, 10*time.Second, "the dead sandboxes released", func() bool {
-		for _, id := range e.roots(t) {
-			if slices.Contains(dead, id) {
-				return false
-			}
-		}
-		return true
-	})
+	e.waitReleased(t, "the dead sandboxes", dead)
 }
 
 // TestMockWarmPoolImageReplaced: when the default image's directory is
@@ -161,14 +162,7 @@ func TestMockWarmPoolImageReplaced(t *testing.T) {
 	if out := shOK(t, m, sb.ID, "cat ../etc/release"); out != "new\n" {
 		t.Errorf("the new sandbox's image: %q", out)
 	}
-	testwait.For(t, 10*time.Second, "the sandboxes of the old image released", func() bool {
-		for _, id := range e.roots(t) {
-			if slices.Contains(old, id) {
-				return false
-			}
-		}
-		return true
-	})
+	e.waitReleased(t, "the sandboxes of the old image", old)
 }
 
 // TestWarmPoolSizeRefused: a negative pool size is a mistake, not "none".
