@@ -152,6 +152,11 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 	} else {
 		sides = append(sides, py)
 	}
+	if e2b, err := e2bSDKSide(ctx, srv, o); err != nil {
+		res.Missing["e2b-sdk"] = err.Error()
+	} else {
+		sides = append(sides, e2b)
+	}
 	if o.WarmPool > 0 {
 		warm, err := startServer(ctx, o.Bin, "", "--log-level", "warn", "--warm-pool", strconv.Itoa(o.WarmPool))
 		if err != nil {
@@ -162,17 +167,20 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 		wenv := append(os.Environ(), "DSEC_ADDR="+warm.Addr, "DSEC_TOKEN="+warm.Token)
 		why := fmt.Sprintf(" (a server with --warm-pool %d: each create takes a sandbox started ahead)", o.WarmPool)
 		sides = append(sides, dsecClientSides(wenv, o, "-warm", why)...)
-		if py, err := pythonSDKSide(ctx, wenv, o); err != nil {
-			res.Missing["python-sdk-warm"] = err.Error()
-		} else {
-			py.name, py.work = py.name+"-warm", py.work+why
-			sides = append(sides, py)
+		for _, c := range []struct {
+			name string
+			side func() (*cycleSide, error)
+		}{
+			{"python-sdk", func() (*cycleSide, error) { return pythonSDKSide(ctx, wenv, o) }},
+			{"e2b-sdk", func() (*cycleSide, error) { return e2bSDKSide(ctx, warm, o) }},
+		} {
+			if s, err := c.side(); err != nil {
+				res.Missing[c.name+"-warm"] = err.Error()
+			} else {
+				s.name, s.work = s.name+"-warm", s.work+why
+				sides = append(sides, s)
+			}
 		}
-	}
-	if e2b, err := e2bSDKSide(ctx, srv, o); err != nil {
-		res.Missing["e2b-sdk"] = err.Error()
-	} else {
-		sides = append(sides, e2b)
 	}
 	for _, name := range o.Peers {
 		s, err := peerCycleSide(name, rootfs)
@@ -283,13 +291,14 @@ func runCycles(ctx context.Context, o CycleOptions, sides []*cycleSide, res Cycl
 			res.RatiosP50[a+"/"+b] = round(x.P50ms/y.P50ms, 3)
 		}
 	}
-	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk", "e2b-sdk", "dsec-cli-warm", "dsec-run-warm", "python-sdk-warm"} {
+	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk", "e2b-sdk", "dsec-cli-warm", "dsec-run-warm", "python-sdk-warm", "e2b-sdk-warm"} {
 		for _, p := range o.Peers {
 			ratio(d, p)
 		}
 	}
 	ratio("e2b-sdk", "python-sdk")
-	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk"} {
+	ratio("e2b-sdk-warm", "python-sdk-warm")
+	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk", "e2b-sdk"} {
 		ratio(d+"-warm", d)
 	}
 	return res, nil

@@ -2,12 +2,15 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dsec-dev/dsec/internal/bench"
 	"github.com/dsec-dev/dsec/internal/metrics/metricstest"
 	"github.com/dsec-dev/dsec/internal/netpolicy/netpolicytest"
 	"github.com/dsec-dev/dsec/internal/testwait"
@@ -120,4 +123,32 @@ func TestWarmPool(t *testing.T) {
 
 	n.stop(true)
 	requireBaseline(t, n.dataDir, 0, base)
+}
+
+// TestBenchCycleWarm runs `dsec bench cycle --warm-pool 1` at a tiny size:
+// the CLI cycles against the pooled server run beside the plain ones, without
+// failures, and are compared with them.
+func TestBenchCycleWarm(t *testing.T) {
+	if skipAll != "" {
+		t.Skip(skipAll)
+	}
+	out, err := exec.Command(binPath, "bench", "cycle", "--n", "2", "--peers", "", "--warm-pool", "1", "--json").Output()
+	if err != nil {
+		t.Fatalf("bench cycle --warm-pool: %v: %s", err, out)
+	}
+	var r bench.CycleResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("not one JSON object: %v: %s", err, out)
+	}
+	if r.WarmPool != 1 {
+		t.Errorf("warm_pool %d, want 1", r.WarmPool)
+	}
+	for _, name := range []string{"dsec-cli", "dsec-run", "dsec-cli-warm", "dsec-run-warm"} {
+		if s := r.Sides[name]; s == nil || s.N != 2 || s.Failures != 0 {
+			t.Errorf("side %s: %+v", name, s)
+		}
+	}
+	if r.RatiosP50["dsec-run-warm/dsec-run"] <= 0 {
+		t.Errorf("no dsec-run-warm/dsec-run ratio: %v", r.RatiosP50)
+	}
 }
