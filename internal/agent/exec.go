@@ -284,6 +284,8 @@ func result(ex driver.Exit, timedOut bool, dur time.Duration) api.ExecResult {
 
 // Exec implements session.Service.
 func (m *Manager) Exec(ctx context.Context, id string, req api.ExecRequest) (api.ExecResult, error) {
+	m.busy()
+	defer m.busy()
 	ctx, end := m.span(ctx, "agent.exec", "")
 	res, err := m.exec(ctx, id, req)
 	end(err)
@@ -338,6 +340,8 @@ func (m *Manager) exec(ctx context.Context, id string, req api.ExecRequest) (api
 
 // ExecStream implements session.Service.
 func (m *Manager) ExecStream(ctx context.Context, id string, req api.ExecRequest, sio session.Stream) (api.ExecResult, error) {
+	m.busy()
+	defer m.busy()
 	ctx, end := m.span(ctx, "agent.exec_stream", "")
 	res, err := m.execStream(ctx, id, req, sio)
 	end(err)

@@ -112,6 +112,7 @@ type Manager struct {
 
 	warm     *warmPool    // nil: no warm pool (warm.go)
 	creating atomic.Int64 // Creates in flight; the warm pool fills only at 0
+	lastOp   atomic.Int64 // when a create, delete or exec last began or ended (UnixNano)
 
 	idle idleReclaim // see qos.go
 	logs logNotifier // wakes FollowProcess (follow.go)

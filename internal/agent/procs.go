@@ -105,6 +105,8 @@ func (m *Manager) logPath(id, procID, stream string) string {
 
 // StartProcess implements session.Service.
 func (m *Manager) StartProcess(ctx context.Context, id string, req api.ExecRequest) (api.Process, error) {
+	m.busy()
+	defer m.busy()
 	sb, inst, err := m.session(id)
 	if err != nil {
 		return api.Process{}, err

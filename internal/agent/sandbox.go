@@ -134,8 +134,10 @@ func validate(req *api.CreateSandboxRequest) error {
 
 // Create implements session.Service.
 func (m *Manager) Create(ctx context.Context, req api.CreateSandboxRequest) (api.Sandbox, error) {
+	m.busy()
 	m.creating.Add(1)
 	defer func() {
+		m.busy()
 		if m.creating.Add(-1) == 0 {
 			m.warm.wake()
 		}
@@ -403,6 +405,8 @@ func (m *Manager) adoptStarted(req api.CreateSandboxRequest, img image.Image, sp
 // the node's table and records and its init has died (or its teardown
 // ended); the rest of the teardown (teardown.go) goes on in the background.
 func (m *Manager) Delete(ctx context.Context, id string) error {
+	m.busy()
+	defer m.busy()
 	if p := m.pullingOf(id); p != nil {
 		return m.deletePulling(ctx, p)
 	}

@@ -30,9 +30,12 @@ import (
 // the pool over. When the pool is full and holds sandboxes of another shape,
 // the oldest of them makes room for one of the current shape.
 //
-// The pool fills one sandbox at a time and only while no create is in flight:
-// a burst takes what is ready and then creates as without a pool, never paying
-// for refills on its way. Waiting sandboxes are not sandboxes yet: not listed,
+// The pool fills one sandbox at a time and only on a quiet node: no create in
+// flight, and no create, delete or exec begun or ended for warmQuiet. A start is work
+// (about as much as a create); on a quiet node it takes CPU nobody asked for,
+// so the creates, execs and deletes of a client with pauses between its calls
+// do not compete with it, a burst takes what is ready and then creates as
+// without a pool, and a node busy with calls back to back does not refill. Waiting sandboxes are not sandboxes yet: not listed,
 // not counted against MaxSandboxes, and they never held a request's data.
 // Close destroys them; a node killed with some has no record of them, and its
 // drivers' Sweep releases them at its next start.
@@ -40,6 +43,24 @@ import (
 // PhaseWarm is the phase a create that took a warm sandbox spent taking it
 // (observed instead of admission's and start's phases).
 const PhaseWarm = "warm"
+
+// warmQuiet is how long a node has begun and ended no create, delete or
+// exec before the pool starts a sandbox.
+const warmQuiet = 10 * time.Millisecond
+
+// busy notes that a create, delete or exec begins or ends (the warm pool's
+// quiet).
+func (m *Manager) busy() {
+	if m.warm != nil {
+		m.lastOp.Store(time.Now().UnixNano())
+	}
+}
+
+// quietFor is how much longer the node must stay quiet before the pool
+// starts a sandbox (0 or less: it may now).
+func (m *Manager) quietFor() time.Duration {
+	return time.Duration(m.lastOp.Load() + int64(warmQuiet) - time.Now().UnixNano())
+}
 
 // warmFillTimeout bounds one pool member's start.
 const warmFillTimeout = 2 * time.Minute
@@ -163,18 +184,32 @@ func (m *Manager) defaultShape(ctx context.Context) (*warmShape, error) {
 	return &warmShape{drv: drv, spec: specOf(req, img, "")}, nil
 }
 
-// warmLoop fills the pool while no create is in flight, one sandbox at a
-// time; a failed start waits for the next create before it is tried again.
+// warmLoop fills the pool on a quiet node, one sandbox at a time; a failed
+// start waits for the next create before it is tried again.
 func (m *Manager) warmLoop() {
 	defer m.wg.Done()
 	w := m.warm
+	quiet := time.NewTimer(0)
+	defer quiet.Stop()
 	for {
 		select {
 		case <-m.stop:
 			return
 		case <-w.kick:
 		}
-		for m.creating.Load() == 0 && !m.stopping() {
+		for m.creating.Load() == 0 {
+			if d := m.quietFor(); d > 0 {
+				quiet.Reset(d)
+				select {
+				case <-m.stop:
+					return
+				case <-quiet.C:
+				}
+				continue
+			}
+			if m.stopping() {
+				return
+			}
 			evict, fill := w.work()
 			if evict != nil {
 				m.destroyWaiting(evict, "another shape makes room")
