@@ -31,14 +31,17 @@ import (
 // the oldest of them makes room for one of the current shape.
 //
 // The pool fills one sandbox at a time and only on a quiet node: no create in
-// flight, and no create, delete or exec begun or ended for warmQuiet. A start is work
-// (about as much as a create); on a quiet node it takes CPU nobody asked for,
-// so the creates, execs and deletes of a client with pauses between its calls
-// do not compete with it, a burst takes what is ready and then creates as
-// without a pool, and a node busy with calls back to back does not refill. Waiting sandboxes are not sandboxes yet: not listed,
-// not counted against MaxSandboxes, and they never held a request's data.
-// Close destroys them; a node killed with some has no record of them, and its
-// drivers' Sweep releases them at its next start.
+// flight, and no create, delete or exec begun or ended for warmQuiet. A start
+// is work (about as much as a create); on a quiet node it takes CPU nobody
+// asked for, so the creates, execs and deletes of a client with pauses between
+// its calls do not compete with it, a burst takes what is ready and then
+// creates as without a pool, and a node busy with calls back to back does not
+// refill.
+//
+// Waiting sandboxes are not sandboxes yet: not listed, not counted against
+// MaxSandboxes, and they never held a request's data. Close destroys them; a
+// node killed with some has no record of them, and its drivers' Sweep
+// releases them at its next start.
 
 // PhaseWarm is the phase a create that took a warm sandbox spent taking it
 // (observed instead of admission's and start's phases).
