@@ -154,16 +154,6 @@ func (x *warmMember) is(s *warmShape) bool {
 	return x.drv == s.drv && sameSandbox(x.spec, s.spec)
 }
 
-// WarmReady is how many started sandboxes wait in the warm pool.
-func (m *Manager) WarmReady() int {
-	if m.warm == nil {
-		return 0
-	}
-	m.warm.mu.Lock()
-	defer m.warm.mu.Unlock()
-	return len(m.warm.ready)
-}
-
 // defaultShape is the sandbox of the node's default create.
 func (m *Manager) defaultShape(ctx context.Context) (*warmShape, error) {
 	var req api.CreateSandboxRequest
@@ -279,27 +269,28 @@ func (m *Manager) takeWarm(ctx context.Context, req api.CreateSandboxRequest, im
 	}
 	t0 := time.Now()
 	want := &warmShape{drv: drv, spec: specOf(req, img, "")}
-	layers, err := layerFiles(want.spec)
-	if err != nil {
-		return nil, nil
-	}
+	var layers []fileID // want's, read at the first member of its shape
+	var statted bool
 	var got *warmMember
 	var dead []*warmMember
 	m.warm.mu.Lock()
-	for i := 0; i < len(m.warm.ready); i++ {
-		w := m.warm.ready[i]
-		if driver.Exited(w.inst) || (w.is(want) && !slices.Equal(w.layers, layers)) {
-			dead = append(dead, w)
-			m.warm.ready = append(m.warm.ready[:i], m.warm.ready[i+1:]...)
-			i--
-			continue
+	keep := m.warm.ready[:0]
+	for _, w := range m.warm.ready {
+		match := w.is(want)
+		if match && !statted {
+			layers, _ = layerFiles(want.spec) // unreadable: no waiting sandbox matches
+			statted = true
 		}
-		if got == nil && w.is(want) && canTake(w, req) {
+		switch {
+		case driver.Exited(w.inst) || (match && (layers == nil || !slices.Equal(w.layers, layers))):
+			dead = append(dead, w)
+		case got == nil && match && canTake(w, req):
 			got = w
-			m.warm.ready = append(m.warm.ready[:i], m.warm.ready[i+1:]...)
-			i--
+		default:
+			keep = append(keep, w)
 		}
 	}
+	m.warm.ready = keep
 	if got == nil {
 		if m.warm.missed != nil && m.warm.missed.drv == drv && sameSandbox(m.warm.missed.spec, want.spec) {
 			m.warm.shape = want // the second create of this shape in a row
@@ -313,7 +304,6 @@ func (m *Manager) takeWarm(ctx context.Context, req api.CreateSandboxRequest, im
 	if got == nil {
 		return nil, nil
 	}
-	defer m.warm.wake()
 	sb, err := m.adoptWarm(ctx, req, img, got, adm)
 	if m.cfg.Observer != nil {
 		m.cfg.Observer.Phase(req.Backend, PhaseWarm, time.Since(t0), err)
