@@ -124,8 +124,13 @@ func TestNoPrivileges(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range ents {
-		l, _ := os.Readlink(filepath.Join(fdDir, e.Name()))
 		if e.Name() == "8" {
+			continue
+		}
+		l, err := os.Readlink(filepath.Join(fdDir, e.Name()))
+		if errors.Is(err, os.ErrNotExist) {
+			// Closed since the listing: an fd the init held for a moment
+			// (the last exec's, while it finished). A leak stays open.
 			continue
 		}
 		if l != "/dev/null" && l != s.cfg.LogPath && l != "anon_inode:[signalfd]" && !strings.HasPrefix(l, "socket:") &&

@@ -8,6 +8,7 @@ import (
 	"image"
 	"image/color"
 	"image/png"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/dsec-dev/dsec/internal/backend/driver"
 	"github.com/dsec-dev/dsec/internal/errdefs"
+	"github.com/dsec-dev/dsec/internal/testwait"
 	"github.com/dsec-dev/dsec/pkg/api"
 )
 
@@ -152,18 +154,16 @@ func TestScreenshotShowsDesktop(t *testing.T) {
 	t.Logf("screenshot %dx%d, %d bytes", cfg.Width, cfg.Height, len(b))
 }
 
-// TestTypedTextReachesTerminal types a command into the xterm under the
-// pointer; the shell in it writes the file the test reads through the agent.
+// TestTypedTextReachesTerminal types a command into the xterm once a click
+// has given it the input focus; the shell in it writes the file the test
+// reads through the agent.
 func TestTypedTextReachesTerminal(t *testing.T) {
 	inst := shared(t)
 	waitDesktop(t, inst, 2*time.Minute)
 	in := inst.(driver.Input)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// Click into the terminal first: focus follows the pointer.
-	if _, err := in.SendInput(ctx, api.InputRequest{Click: &api.Click{X: 400, Y: 300}}); err != nil {
-		t.Fatalf("click: %v", err)
-	}
+	focusTerminal(ctx, t, inst)
 	res, err := in.SendInput(ctx, api.InputRequest{Text: "echo Hi-$((6*7)) > /tmp/typed\n"})
 	if err != nil {
 		t.Fatalf("type: %v", err)
@@ -176,19 +176,17 @@ func TestTypedTextReachesTerminal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fs.Close()
-	var got string
-	for i := 0; i < 100; i++ {
-		if rc, _, err := fs.Open(ctx, "/tmp/typed"); err == nil {
-			line, _ := bufio.NewReader(rc).ReadString('\n')
-			rc.Close()
-			if got = line; got != "" {
-				break
-			}
+	line := func(path string) string {
+		rc, _, err := fs.Open(ctx, path)
+		if err != nil {
+			return ""
 		}
-		time.Sleep(200 * time.Millisecond)
+		defer rc.Close()
+		l, _ := bufio.NewReader(rc).ReadString('\n')
+		return l
 	}
-	if got != "Hi-42\n" {
-		t.Fatalf("/tmp/typed = %q, want %q (the typed command ran in the terminal)", got, "Hi-42\n")
+	if !testwait.Until(30*time.Second, func() bool { return line("/tmp/typed") != "" }) || line("/tmp/typed") != "Hi-42\n" {
+		t.Fatalf("/tmp/typed = %q, want %q (the typed command ran in the terminal); %s", line("/tmp/typed"), "Hi-42\n", focused(t, inst))
 	}
 	// The desktop is the unprivileged user's: what was typed ran as uid
 	// 1000, while the agent's exec is root by default.
@@ -213,27 +211,50 @@ func TestTypedTextReachesTerminal(t *testing.T) {
 	if _, err := in.SendInput(ctx, api.InputRequest{Text: "echo done > /tmp/after\n"}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-		if rc, _, err := fs.Open(ctx, "/tmp/after"); err == nil {
-			line, _ := bufio.NewReader(rc).ReadString('\n')
-			rc.Close()
-			if line == "done\n" {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the marker command typed after ctrl-u and Return never ran")
-		}
+	if !testwait.Until(30*time.Second, func() bool { return line("/tmp/after") == "done\n" }) {
+		t.Fatalf("the marker command typed after ctrl-u and Return never ran; %s", focused(t, inst))
 	}
-	rc, _, err := fs.Open(ctx, "/tmp/typed")
-	if err != nil {
-		t.Fatal(err)
+	if l := line("/tmp/typed"); l != "Hi-42\n" {
+		t.Errorf("after ctrl-u and Return /tmp/typed = %q: the cleared line ran", l)
 	}
-	line, _ := bufio.NewReader(rc).ReadString('\n')
-	rc.Close()
-	if line != "Hi-42\n" {
-		t.Errorf("after ctrl-u and Return /tmp/typed = %q: the cleared line ran", line)
+}
+
+// focusTerminal clicks into the xterm (the middle of its window, as the
+// desktop places it) and waits until the window manager has given it the
+// input focus: keys typed before that go to the window focused before.
+func focusTerminal(ctx context.Context, t *testing.T, inst driver.Instance) {
+	t.Helper()
+	term := strings.Fields(execUser(t, inst, "xdotool", "search", "--onlyvisible", "--class", "xterm"))
+	if len(term) == 0 {
+		t.Fatalf("no visible xterm")
 	}
+	geo := map[string]int{}
+	for _, kv := range strings.Fields(execUser(t, inst, "xdotool", "getwindowgeometry", "--shell", term[0])) {
+		k, v, _ := strings.Cut(kv, "=")
+		geo[k], _ = strconv.Atoi(v)
+	}
+	if geo["WIDTH"] == 0 || geo["HEIGHT"] == 0 {
+		t.Fatalf("xterm %s geometry %v", term[0], geo)
+	}
+	click := &api.Click{X: geo["X"] + geo["WIDTH"]/2, Y: geo["Y"] + geo["HEIGHT"]/2}
+	if _, err := inst.(driver.Input).SendInput(ctx, api.InputRequest{Click: click}); err != nil {
+		t.Fatalf("click at %d,%d: %v", click.X, click.Y, err)
+	}
+	if !testwait.Until(30*time.Second, func() bool {
+		return slices.Contains(term, execUser(t, inst, "xdotool", "getwindowfocus"))
+	}) {
+		t.Fatalf("the xterm (%v) has no input focus 30 s after a click at %d,%d; %s", term, click.X, click.Y, focused(t, inst))
+	}
+}
+
+// focused names the window with the input focus and the visible windows,
+// for a failure's message.
+func focused(t *testing.T, inst driver.Instance) string {
+	t.Helper()
+	f := execUser(t, inst, "sh", "-c", "xprop -id $(xdotool getwindowfocus) WM_CLASS WM_NAME 2>&1")
+	v := execUser(t, inst, "sh", "-c", `for w in $(xdotool search --onlyvisible --class ''); do
+	c=$(xprop -id $w WM_CLASS 2>/dev/null | grep = | cut -d= -f2); [ -z "$c" ] || printf '%s;' "$c"; done; true`)
+	return fmt.Sprintf("focused window %q, visible windows: %s", f, v)
 }
 
 func TestBadInputRefused(t *testing.T) {
