@@ -112,6 +112,18 @@ func layerFiles(spec driver.Spec) ([]fileID, error) {
 	return out, nil
 }
 
+// WarmPool reports the sandboxes waiting in the warm pool and its size (0, 0
+// without a pool).
+func (m *Manager) WarmPool() (waiting, size int) {
+	w := m.warm
+	if w == nil {
+		return 0, 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.ready), w.size
+}
+
 func newWarmPool(size int) *warmPool {
 	if size <= 0 {
 		return nil

@@ -39,6 +39,8 @@ func (f fakeNode) Usage(bool) []api.SandboxUsage {
 
 func (fakeNode) Capacity() int { return 100000 }
 
+func (fakeNode) WarmPool() (waiting, size int) { return 0, 0 }
+
 // With 3,200 sandboxes and every route, method and status series a busy node
 // has (dsec server), or every node RPC procedure and code series a busy agent
 // has, the exposition stays under 200 KB.
@@ -221,6 +223,8 @@ func (n *memNode) Usage(memory bool) []api.SandboxUsage {
 }
 
 func (*memNode) Capacity() int { return 1 }
+
+func (*memNode) WarmPool() (waiting, size int) { return 0, 0 }
 
 // Without Run, a scrape reads memory itself when the sample is too old; with
 // Run, the sample is refreshed in the background.

@@ -96,6 +96,12 @@ func TestCountsMoveExactly(t *testing.T) {
 	if got := after.Value("dsec_node_capacity_sandboxes"); got != 100000 {
 		t.Errorf("capacity %v", got)
 	}
+	// A node without a warm pool shows it empty, of size 0.
+	for _, name := range []string{"dsec_warm_pool_sandboxes", "dsec_warm_pool_size"} {
+		if after[name] == nil || after.Value(name) != 0 {
+			t.Errorf("%s without a warm pool: %v, want a series at 0", name, after[name])
+		}
+	}
 	// No label carries a sandbox ID or a raw path.
 	after.Labels(func(metric, label, v string) {
 		if strings.Contains(v, sb.ID) {

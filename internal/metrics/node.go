@@ -19,10 +19,13 @@ import (
 // Sandboxes is what NodeCollector reads of the node's sandboxes (the role's
 // assembly adapts the node agent): Usage(false) is cheap (no file reads, no
 // waiting), Usage(true) also reads every sandbox's memory counter
-// (MemoryBytes; -1 where the backend reports none).
+// (MemoryBytes; -1 where the backend reports none). WarmPool is the node's
+// warm pool: the sandboxes started ahead and waiting for a create, and its
+// size (0, 0 without one).
 type Sandboxes interface {
 	Usage(memory bool) []api.SandboxUsage
 	Capacity() int
+	WarmPool() (waiting, size int)
 }
 
 // DefaultMemoryMaxAge is how often Run reads the memory counters: a scrape
@@ -78,6 +81,7 @@ type NodeCollector struct {
 	mem   memSample
 
 	sandboxes, memUsage, memLimit, capacity, cpus, load, memTotal, memAvail   *prometheus.Desc
+	warmWaiting, warmSize                                                     *prometheus.Desc
 	layerdUp, fetched, blobBytes, hits, misses, hitRatio, cacheBytes, mounted *prometheus.Desc
 	poolSlots, poolBusy                                                       *prometheus.Desc
 }
@@ -92,30 +96,32 @@ func (m *Metrics) NewNodeCollector(sbs Sandboxes, layers LayerStats, pools FnCal
 		return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
 	}
 	return &NodeCollector{m: m, sbs: sbs, layers: layers, pools: pools, procDir: "/proc", MemoryMaxAge: DefaultMemoryMaxAge,
-		sandboxes:  d("sandboxes", "Sandboxes on this node, by backend and state (running, paused, exited).", "backend", "state"),
-		memUsage:   d("sandbox_memory_usage_bytes", "Memory used by each sandbox (cgroup usage), as a histogram over this node's sandboxes whose backend reports it."),
-		memLimit:   d("node_memory_committed_bytes", "Sum of the memory limits of this node's sandboxes."),
-		capacity:   d("node_capacity_sandboxes", "Sandboxes this node admits at most."),
-		cpus:       d("node_cpus", "CPUs of this node."),
-		load:       d("node_load_average", "The node's load average, by period (1m, 5m, 15m).", "period"),
-		memTotal:   d("node_memory_total_bytes", "The node's memory (MemTotal)."),
-		memAvail:   d("node_memory_available_bytes", "The node's available memory (MemAvailable)."),
-		layerdUp:   d("layerd_up", "1 when layerd answered its stats request, 0 when it is not running (it starts with the first layered sandbox) or failed."),
-		fetched:    d("layer_fetched_bytes_total", "Bytes layerd fetched from blob stores for the layers it knows."),
-		blobBytes:  d("layer_blob_bytes", "Total size of the layer blobs layerd knows (compare with fetched bytes)."),
-		hits:       d("layer_cache_hits_total", "Chunk reads layerd served from its local cache."),
-		misses:     d("layer_cache_misses_total", "Chunk reads layerd had to fetch."),
-		hitRatio:   d("layer_cache_hit_ratio", "Cache hits over all chunk reads (0 when none yet)."),
-		cacheBytes: d("layer_cache_bytes", "Bytes in layerd's local chunk cache."),
-		mounted:    d("layers_mounted", "Layers mounted on this node."),
-		poolSlots:  d("fncall_pool_slots", "Concurrent runs a warm FnCall pool holds, by image.", "image"),
-		poolBusy:   d("fncall_pool_busy_slots", "Slots of a warm FnCall pool running a call now, by image.", "image"),
+		sandboxes:   d("sandboxes", "Sandboxes on this node, by backend and state (running, paused, exited).", "backend", "state"),
+		memUsage:    d("sandbox_memory_usage_bytes", "Memory used by each sandbox (cgroup usage), as a histogram over this node's sandboxes whose backend reports it."),
+		memLimit:    d("node_memory_committed_bytes", "Sum of the memory limits of this node's sandboxes."),
+		capacity:    d("node_capacity_sandboxes", "Sandboxes this node admits at most."),
+		warmWaiting: d("warm_pool_sandboxes", "Sandboxes started ahead in the node's warm pool and waiting for a create to take them."),
+		warmSize:    d("warm_pool_size", "Sandboxes the node's warm pool holds at most (0: no pool)."),
+		cpus:        d("node_cpus", "CPUs of this node."),
+		load:        d("node_load_average", "The node's load average, by period (1m, 5m, 15m).", "period"),
+		memTotal:    d("node_memory_total_bytes", "The node's memory (MemTotal)."),
+		memAvail:    d("node_memory_available_bytes", "The node's available memory (MemAvailable)."),
+		layerdUp:    d("layerd_up", "1 when layerd answered its stats request, 0 when it is not running (it starts with the first layered sandbox) or failed."),
+		fetched:     d("layer_fetched_bytes_total", "Bytes layerd fetched from blob stores for the layers it knows."),
+		blobBytes:   d("layer_blob_bytes", "Total size of the layer blobs layerd knows (compare with fetched bytes)."),
+		hits:        d("layer_cache_hits_total", "Chunk reads layerd served from its local cache."),
+		misses:      d("layer_cache_misses_total", "Chunk reads layerd had to fetch."),
+		hitRatio:    d("layer_cache_hit_ratio", "Cache hits over all chunk reads (0 when none yet)."),
+		cacheBytes:  d("layer_cache_bytes", "Bytes in layerd's local chunk cache."),
+		mounted:     d("layers_mounted", "Layers mounted on this node."),
+		poolSlots:   d("fncall_pool_slots", "Concurrent runs a warm FnCall pool holds, by image.", "image"),
+		poolBusy:    d("fncall_pool_busy_slots", "Slots of a warm FnCall pool running a call now, by image.", "image"),
 	}
 }
 
 // Describe implements prometheus.Collector.
 func (c *NodeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.sandboxes, c.memUsage, c.memLimit, c.capacity, c.cpus, c.load, c.memTotal, c.memAvail,
+	for _, d := range []*prometheus.Desc{c.sandboxes, c.memUsage, c.memLimit, c.capacity, c.warmWaiting, c.warmSize, c.cpus, c.load, c.memTotal, c.memAvail,
 		c.layerdUp, c.fetched, c.blobBytes, c.hits, c.misses, c.hitRatio, c.cacheBytes, c.mounted, c.poolSlots, c.poolBusy} {
 		ch <- d
 	}
@@ -189,6 +195,9 @@ func (c *NodeCollector) collectSandboxes(ch chan<- prometheus.Metric, gauge func
 	ch <- prometheus.MustNewConstHistogram(c.memUsage, mem.n, mem.sum, bm)
 	gauge(c.memLimit, limits)
 	gauge(c.capacity, float64(c.sbs.Capacity()))
+	waiting, size := c.sbs.WarmPool()
+	gauge(c.warmWaiting, float64(waiting))
+	gauge(c.warmSize, float64(size))
 }
 
 // memSample is the memory histogram of one reading of every sandbox.

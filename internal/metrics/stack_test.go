@@ -92,6 +92,8 @@ func (s agentSandboxes) Usage(memory bool) []api.SandboxUsage {
 
 func (s agentSandboxes) Capacity() int { return s.m.Capacity() }
 
+func (s agentSandboxes) WarmPool() (waiting, size int) { return s.m.WarmPool() }
+
 // judge is a FnCall engine whose verdict is the file "verdict".
 // judge is the agent with a FnCall that answers the verdict the request names.
 type judge struct{ *agent.Manager }

@@ -70,7 +70,16 @@ func TestWarmPool(t *testing.T) {
 	if got := m.Value("dsec_sandbox_create_phase_duration_seconds_count", "backend=container", "phase=warm"); got != 1 {
 		t.Errorf("creates counted in the warm phase: %v, want 1", got)
 	}
+	if got := m.Value("dsec_warm_pool_size"); got != 2 {
+		t.Errorf("dsec_warm_pool_size %v, want 2", got)
+	}
 	testwait.For(t, 30*time.Second, "the pool fills again", func() bool { return len(n.startedSandboxes(t)) == 3 })
+	// The gauge counts the waiting sandboxes once they are in the pool
+	// (started and handed over), not the one taken.
+	testwait.For(t, 30*time.Second, "dsec_warm_pool_sandboxes 2", func() bool {
+		m, err := metricstest.Scrape("http://"+n.addr+"/metrics", n.token)
+		return err == nil && m.Value("dsec_warm_pool_sandboxes") == 2
+	})
 	var waiting []string
 	for _, s := range n.startedSandboxes(t) {
 		if s != id {

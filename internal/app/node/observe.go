@@ -90,6 +90,8 @@ func (s nodeSandboxes) Usage(memory bool) []api.SandboxUsage {
 
 func (s nodeSandboxes) Capacity() int { return s.m.Capacity() }
 
+func (s nodeSandboxes) WarmPool() (waiting, size int) { return s.m.WarmPool() }
+
 // layerStats is layerd's control API as the metrics' LayerStats.
 type layerStats struct{ c *lazy.Client }
 
