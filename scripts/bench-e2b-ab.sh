@@ -14,6 +14,7 @@ old=$1 new=$2
 shift 2
 here=$(cd "$(dirname "$0")/../test/e2b" && pwd)
 [ -d "$here/node_modules/e2b" ] || (cd "$here" && npm ci --no-audit --no-fund)
+. "$here/../lib/ports.sh"
 pids= dirs= args=
 cleanup() {
 	for p in $pids; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
@@ -23,7 +24,7 @@ trap cleanup EXIT INT TERM
 for which in old new; do
 	if [ "$which" = old ]; then bin=$old; else bin=$new; fi
 	data=$(mktemp -d /tmp/dsec-e2b-ab.XXXXXX)
-	port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
+	port=$(free_ports)
 	token=ab-$which-$$
 	"$bin" server --data-dir "$data" --listen "127.0.0.1:$port" --token "$token" --cleanup-on-exit >"$data/server.log" 2>&1 &
 	pid=$!

@@ -11,7 +11,8 @@ dsec=$1 out=$2 c=${3:-100} secs=${4:-8}
 here=$(cd "$(dirname "$0")/../test/e2b" && pwd)
 [ -d "$here/node_modules/e2b" ] || (cd "$here" && npm ci --no-audit --no-fund)
 data=$(mktemp -d /tmp/dsec-e2bprof.XXXXXX)
-port=$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))
+. "$here/../lib/ports.sh"
+port=$(free_ports)
 token=prof-$$
 "$dsec" server --data-dir "$data" --listen "127.0.0.1:$port" --token "$token" --cleanup-on-exit >"$data/server.log" 2>&1 &
 pid=$!

@@ -24,10 +24,11 @@ if [ "${DSEC_E2E_RACE:-}" = 1 ] && [ "$DSEC" = "$ROOT/bin/dsec" ]; then
 fi
 GORACE="$(printf '%s\n' ${GORACE:-} | grep -v '^halt_on_error=' | tr '\n' ' ')halt_on_error=1"
 export GORACE
-PORT=${PORT:-$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
+. "$ROOT/test/lib/ports.sh"
+PORT=${PORT:-$(free_ports)}
 # Two loopback ports the tests may run registries on (plain HTTP is allowed to
 # them): DSEC_E2B_REGISTRY_PORT and the one after it.
-REGPORT=${REGPORT:-$((40000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
+REGPORT=${REGPORT:-$(free_ports 2)}
 TOKEN=e2b-acceptance-$$
 "$DSEC" server --data-dir "$DATA" --listen "127.0.0.1:$PORT" --token "$TOKEN" --cleanup-on-exit \
   --insecure-registry "127.0.0.1:$REGPORT" --insecure-registry "127.0.0.1:$((REGPORT + 1))" >"$DATA/server.log" 2>&1 &

@@ -13,9 +13,10 @@ GO=${GO:-go}
 [ -d node_modules/playwright-core ] || npm ci --no-audit --no-fund
 (cd "$ROOT" && "$GO" build -o bin/dsec-ui-mocknode ./test/ui/mocknode)
 DATA=$(mktemp -d /tmp/dsec-ui.XXXXXX)
-PORT=${PORT:-$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
+. "$ROOT/test/lib/ports.sh"
+PORT=${PORT:-$(free_ports)}
 # A loopback port the tests may run a registry on (plain HTTP is allowed to it).
-REGPORT=${REGPORT:-$((40000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
+REGPORT=${REGPORT:-$(free_ports)}
 TOKEN=ui-e2e-$$-$(od -An -N4 -tx4 /dev/urandom | tr -d ' ')
 "$DSEC" server --data-dir "$DATA/server" --listen "127.0.0.1:$PORT" --token "$TOKEN" --cleanup-on-exit \
   --insecure-registry "127.0.0.1:$REGPORT" >"$DATA/server.log" 2>&1 &

@@ -32,7 +32,8 @@ p.devDependencies = Object.fromEntries(Object.entries(p.devDependencies).filter(
 delete p.scripts.prepublishOnly; delete p.packageManager;
 fs.writeFileSync("package.json", JSON.stringify(p, null, 2));' &&
   npm install --no-audit --no-fund --loglevel=error >/dev/null)
-PORT=${PORT:-$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
+. "$ROOT/test/lib/ports.sh"
+PORT=${PORT:-$(free_ports)}
 TOKEN=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n') # the SDK wants e2b_ + hex
 DATA=$WORK/data
 mkdir "$DATA"

@@ -40,7 +40,8 @@ delete p.scripts.prepublishOnly;
 fs.writeFileSync("package.json", JSON.stringify(p, null, 2));' &&
   npm install --no-audit --no-fund --loglevel=error >/dev/null)
 OFFLINE=$(grep -v '^#' "$HERE/offline$SFX.txt")
-PORT=${PORT:-$((20000 + $(od -An -N2 -tu2 /dev/urandom) % 20000))}
+. "$ROOT/test/lib/ports.sh"
+PORT=${PORT:-$(free_ports 2)}
 TLSPORT=$((PORT + 1))
 TOKEN=$(od -An -N20 -tx1 /dev/urandom | tr -d ' \n') # the SDK wants e2b_ + hex
 DATA=$WORK/data
