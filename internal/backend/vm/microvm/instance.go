@@ -324,7 +324,7 @@ func (in *instance) qmpConn(ctx context.Context) (*qmp.Conn, error) {
 	if in.qm != nil {
 		return in.qm, nil
 	}
-	q, err := qmp.Dial(ctx, in.st.QMP)
+	q, err := qmp.DialUntil(ctx, in.st.QMP, in.done)
 	if err != nil {
 		if driver.Exited(in) {
 			return nil, in.goneErr()

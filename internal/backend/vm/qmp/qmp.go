@@ -8,10 +8,12 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -44,10 +46,34 @@ type reply struct {
 // Dial connects to the QMP socket at path and leaves capabilities
 // negotiation mode.
 func Dial(ctx context.Context, path string) (*Conn, error) {
+	return DialUntil(ctx, path, nil)
+}
+
+// refusedRetry is how often DialUntil tries a refused socket again.
+const refusedRetry = 5 * time.Millisecond
+
+// DialUntil is Dial for a QEMU that may not listen yet. QEMU creates its
+// socket (bind) before it listens on it, so a connection made in between is
+// refused; until gone is closed (QEMU exited) a refused connection is tried
+// again every few milliseconds, within ctx. A nil gone tries once, as Dial.
+func DialUntil(ctx context.Context, path string, gone <-chan struct{}) (*Conn, error) {
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("qmp: dial: %w", err)
+	var nc net.Conn
+	for {
+		var err error
+		if nc, err = d.DialContext(ctx, "unix", path); err == nil {
+			break
+		}
+		if gone == nil || !errors.Is(err, syscall.ECONNREFUSED) {
+			return nil, fmt.Errorf("qmp: dial: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("qmp: dial: %w (%w)", err, ctx.Err())
+		case <-gone:
+			return nil, fmt.Errorf("qmp: dial: %w (QEMU exited)", err)
+		case <-time.After(refusedRetry):
+		}
 	}
 	c := &Conn{c: nc, r: bufio.NewReaderSize(nc, 64<<10)}
 	if dl, ok := ctx.Deadline(); ok {

@@ -9,10 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 // fakeQEMU answers like QEMU: greeting, capabilities, an event before a
@@ -23,6 +26,12 @@ func fakeQEMU(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	serveQMP(t, l)
+	return p
+}
+
+// serveQMP answers one connection on l as fakeQEMU does.
+func serveQMP(t *testing.T, l net.Listener) {
 	t.Cleanup(func() { l.Close() })
 	go func() {
 		c, err := l.Accept()
@@ -45,7 +54,73 @@ func fakeQEMU(t *testing.T) string {
 			}
 		}
 	}()
-	return p
+}
+
+// TestDialUntilWaitsForListen: QEMU creates its QMP socket (bind) before it
+// listens on it, and a connection in between is refused. Dial fails on such
+// a socket; DialUntil keeps trying while QEMU lives, connects once the socket
+// listens, and gives up once QEMU is gone.
+func TestDialUntilWaitsForListen(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	bound := func() (string, int) {
+		p := filepath.Join(t.TempDir(), "qmp.sock")
+		fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Bind(fd, &unix.SockaddrUnix{Name: p}); err != nil {
+			unix.Close(fd)
+			t.Fatal(err)
+		}
+		return p, fd
+	}
+
+	p, fd := bound()
+	if _, err := Dial(ctx, p); !errors.Is(err, syscall.ECONNREFUSED) {
+		t.Fatalf("Dial of a bound socket that does not listen: %v, want connection refused", err)
+	}
+	type result struct {
+		c   *Conn
+		err error
+	}
+	res := make(chan result, 1)
+	go func() {
+		c, err := DialUntil(ctx, p, make(chan struct{}))
+		res <- result{c, err}
+	}()
+	if testwait.Until(300*time.Millisecond, func() bool { return len(res) > 0 }) {
+		r := <-res
+		t.Fatalf("DialUntil returned while the socket refused: %v", r.err)
+	}
+	if err := unix.Listen(fd, 1); err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), p)
+	l, err := net.FileListener(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveQMP(t, l)
+	select {
+	case r := <-res:
+		if r.err != nil {
+			t.Fatalf("DialUntil once the socket listens: %v", r.err)
+		}
+		r.c.Close()
+	case <-ctx.Done():
+		t.Fatal("DialUntil did not connect once the socket listened")
+	}
+
+	// A socket that never listens: DialUntil ends when QEMU is gone.
+	p, fd = bound()
+	defer unix.Close(fd)
+	gone := make(chan struct{})
+	close(gone)
+	if _, err := DialUntil(ctx, p, gone); err == nil || !strings.Contains(err.Error(), "QEMU exited") {
+		t.Fatalf("DialUntil after QEMU exited: %v, want an error naming the exit", err)
+	}
 }
 
 func TestExecute(t *testing.T) {
