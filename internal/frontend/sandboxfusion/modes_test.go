@@ -67,6 +67,12 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
+	if realState != "" {
+		if err := os.RemoveAll(realState); err != nil {
+			println("removing the engine's state:", err.Error())
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
@@ -78,9 +84,10 @@ func (e engineFnCalls) FnCall(ctx context.Context, req api.FnCallRequest) (api.F
 }
 
 var (
-	realOnce sync.Once
-	realEng  *fncall.Engine
-	realErr  error
+	realOnce  sync.Once
+	realEng   *fncall.Engine
+	realErr   error
+	realState string // the engine's state directory, removed by TestMain
 )
 
 // realHandler is a Handler over a real FnCall engine on the judge image
@@ -103,6 +110,7 @@ func realHandler(t *testing.T) *Handler {
 			realErr = err
 			return
 		}
+		realState = state
 		realEng, realErr = fncall.New(fncall.Config{Images: &image.Store{Dir: dir}, StateDir: state})
 	})
 	if realErr != nil {
