@@ -14,13 +14,3 @@ func HoldSandbox(m *Manager, id string) (release func()) {
 	sb.mu.Lock()
 	return sb.mu.Unlock
 }
-
-// WarmReady is how many started sandboxes wait in m's warm pool.
-func WarmReady(m *Manager) int {
-	if m.warm == nil {
-		return 0
-	}
-	m.warm.mu.Lock()
-	defer m.warm.mu.Unlock()
-	return len(m.warm.ready)
-}

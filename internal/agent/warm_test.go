@@ -60,7 +60,7 @@ func TestMockWarmPool(t *testing.T) {
 	e := newMockEnv(t)
 	e.warm = 2
 	m := e.open(t)
-	testwait.For(t, 10*time.Second, "the warm pool holds 2 sandboxes", func() bool { return agent.WarmReady(m) == 2 })
+	testwait.For(t, 10*time.Second, "the warm pool holds 2 sandboxes", func() bool { return poolWaiting(m) == 2 })
 	pool := e.roots(t)
 	if len(pool) != 2 {
 		t.Fatalf("host has %v, want the pool's 2 sandboxes", pool)
@@ -82,7 +82,7 @@ func TestMockWarmPool(t *testing.T) {
 	if l, _ := m.List(ctxT(t)); len(l) != 1 || l[0].ID != sb.ID {
 		t.Errorf("list after the take: %+v, want only %s", l, sb.ID)
 	}
-	testwait.For(t, 10*time.Second, "the pool fills again", func() bool { return agent.WarmReady(m) == 2 })
+	testwait.For(t, 10*time.Second, "the pool fills again", func() bool { return poolWaiting(m) == 2 })
 
 	defaults := e.waiting(t, m)
 	for _, req := range []api.CreateSandboxRequest{
@@ -116,7 +116,7 @@ func TestMockWarmPool(t *testing.T) {
 	}
 
 	// The waiting sandboxes die: the next create starts its own.
-	testwait.For(t, 10*time.Second, "the pool fills again", func() bool { return agent.WarmReady(m) == 2 })
+	testwait.For(t, 10*time.Second, "the pool fills again", func() bool { return poolWaiting(m) == 2 })
 	dead := e.waiting(t, m)
 	for _, id := range dead {
 		if err := e.host.ExitInit(ctxT(t), id); err != nil {
@@ -140,7 +140,7 @@ func TestMockWarmPoolImageReplaced(t *testing.T) {
 	e := newMockEnv(t)
 	e.warm = 2
 	m := e.open(t)
-	testwait.For(t, 10*time.Second, "the warm pool holds 2 sandboxes", func() bool { return agent.WarmReady(m) == 2 })
+	testwait.For(t, 10*time.Second, "the warm pool holds 2 sandboxes", func() bool { return poolWaiting(m) == 2 })
 	old := e.waiting(t, m)
 	rootfs := filepath.Join(e.store.Dir, "tiny", "rootfs")
 	if err := os.Rename(rootfs, rootfs+".old"); err != nil {
@@ -172,4 +172,10 @@ func TestWarmPoolSizeRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("agent.New with WarmPool -1: no error")
 	}
+}
+
+// poolWaiting is how many started sandboxes wait in m's warm pool.
+func poolWaiting(m *agent.Manager) int {
+	w, _ := m.WarmPool()
+	return w
 }
