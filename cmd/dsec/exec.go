@@ -94,7 +94,7 @@ func shellCmd() *cobra.Command {
 				return err
 			}
 			o.interactive, o.tty = true, true
-			return runExecWith(cmd.Context(), cl, args[0], api.ExecRequest{Cmd: []string{sh, "-l"}}, o)
+			return runExecWith(cmd.Context(), execIn(cl, args[0]), api.ExecRequest{Cmd: []string{sh, "-l"}}, o)
 		},
 	}
 	o.addCommon(c.Flags())
@@ -119,19 +119,30 @@ func runExec(ctx context.Context, id string, req api.ExecRequest, o execOptions)
 	if err != nil {
 		return err
 	}
-	return runExecWith(ctx, cl, id, req, o)
+	return runExecWith(ctx, execIn(cl, id), req, o)
 }
 
-// runExecWith runs req in sandbox id as the flags in o say and maps its result to
-// dsec's exit status.
-func runExecWith(ctx context.Context, cl *client.Client, id string, req api.ExecRequest, o execOptions) error {
+// streamStarter starts a streaming exec of req (dsec exec: in a sandbox that
+// exists; dsec run: in the sandbox the same request creates).
+type streamStarter func(ctx context.Context, req api.ExecRequest, o client.StreamOptions) (*client.Stream, error)
+
+// execIn starts streaming execs in sandbox id.
+func execIn(cl *client.Client, id string) streamStarter {
+	return func(ctx context.Context, req api.ExecRequest, o client.StreamOptions) (*client.Stream, error) {
+		return cl.StartExecStream(ctx, id, req, o)
+	}
+}
+
+// runExecWith runs req as the flags in o say and maps its result to dsec's
+// exit status.
+func runExecWith(ctx context.Context, start streamStarter, req api.ExecRequest, o execOptions) error {
 	ctx, req, err := o.prepare(ctx, req)
 	if err != nil {
 		return err
 	}
 	ctx, sigs, stopSignals := forwardSignals(ctx)
 	sopts := client.StreamOptions{Stdout: os.Stdout, Stderr: os.Stderr, Signals: sigs}
-	err = execStreamed(ctx, cl, id, req, o, sopts)
+	err = execStreamed(ctx, start, req, o, sopts)
 	gaveUp := ctx.Err() != nil // before stopSignals cancels it
 	if sig := stopSignals(); sig != 0 && gaveUp {
 		fmt.Fprintf(os.Stderr, "dsec: gave up on the command %v after %s (%v)\n", signalGrace, unix.SignalName(sig), err)
@@ -175,12 +186,16 @@ func (o execOptions) prepare(ctx context.Context, req api.ExecRequest) (context.
 }
 
 // execStreamed runs the streaming exec, with a terminal if o says so.
-func execStreamed(ctx context.Context, cl *client.Client, id string, req api.ExecRequest, o execOptions, sopts client.StreamOptions) error {
+func execStreamed(ctx context.Context, start streamStarter, req api.ExecRequest, o execOptions, sopts client.StreamOptions) error {
 	if o.interactive {
 		sopts.Stdin = os.Stdin
 	}
 	if !o.tty {
-		res, err := cl.ExecStreamWithOptions(ctx, id, req, sopts)
+		s, err := start(ctx, req, sopts)
+		if err != nil {
+			return err
+		}
+		res, err := s.Wait()
 		if err != nil {
 			return err
 		}
@@ -218,7 +233,7 @@ func execStreamed(ctx context.Context, cl *client.Client, id string, req api.Exe
 		ctx, stop = notifyEnd(ctx)
 		defer stop()
 	}
-	s, err := cl.StartExecStream(ctx, id, req, sopts)
+	s, err := start(ctx, req, sopts)
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/dsec-dev/dsec/internal/progress"
 	"github.com/dsec-dev/dsec/pkg/api"
 	"github.com/dsec-dev/dsec/pkg/client"
 )
@@ -26,15 +27,20 @@ func runCmd() *cobra.Command {
 		Use:   "run [--rm] [--image IMAGE] [create flags] [-i] [-t] -- CMD [ARGS...]",
 		Short: "Create a sandbox and run a command in it, streaming its output (--rm: then delete it); exits with the command's exit code",
 		Long: `Create a sandbox and run a command in it, streaming its output; dsec exits with
-the command's exit code. One process does what create, exec and rm do.
+the command's exit code. One request does what create, exec and rm do
+(POST /v1/sandboxes:run).
 
 Every flag of dsec create describes the sandbox (--image, --memory, --env for
 every process, --allow, ...); -i, -t, --size, --workdir, --user, --timeout and
 --shell are those of dsec exec.
 
-With --rm the sandbox is deleted once the command ends, however it ends (also
-after Ctrl-C, and when the create itself was interrupted). Without --rm it
-stays, and its ID is printed on stderr before the command runs.`,
+With --rm the server deletes the sandbox once the command ends, however it
+ends: also after Ctrl-C, when dsec itself is killed, and when the create was
+interrupted. (With -t and an image by reference, whose fetch shows progress
+before the terminal turns raw, dsec sends create, exec and rm as separate
+requests and deletes the sandbox itself; then not when it is killed.)
+Without --rm the sandbox stays, and its ID is printed on stderr before the
+command runs.`,
 		Example: `  dsec run --rm -- python3 -c 'print(1 + 1)'
   dsec run --rm --image python:3.12-slim --memory 1g -- python3 -V
   dsec run --rm -it -- bash`,
@@ -56,26 +62,33 @@ stays, and its ID is printed on stderr before the command runs.`,
 			if err != nil {
 				return err
 			}
-			if rm && req.RequestID == "" {
-				// An interrupted create is found again by this key and deleted.
-				req.RequestID = "dsec-run-" + rand.Text()
+			if o.tty && isReference(req.Image) {
+				// A pull's progress goes to the terminal before it is raw.
+				return runSeparately(ctx, cl, req, xreq, o, rm)
 			}
-			sb, err := createWatched(ctx, cl, req)
-			if err != nil {
-				if rm && ctx.Err() != nil {
-					dropInterrupted(ctx, cl, req)
+			stopWatch := func() {}
+			if isReference(req.Image) {
+				stopWatch = progress.WatchPull(ctx, os.Stderr, req.Image, cl.WatchPull)
+			}
+			defer stopWatch()
+			var run *client.Stream
+			start := func(ctx context.Context, xreq api.ExecRequest, sopts client.StreamOptions) (*client.Stream, error) {
+				s, err := cl.StartRun(ctx, api.RunRequest{Sandbox: req, Exec: xreq, Remove: rm}, sopts)
+				stopWatch()
+				if err != nil {
+					return nil, err
 				}
-				return err
+				if !rm {
+					id := s.Sandbox().ID
+					fmt.Fprintf(os.Stderr, "dsec: sandbox %s (dsec rm %s deletes it)\n", id, id)
+				}
+				run = s
+				return s, nil
 			}
-			if !rm {
-				fmt.Fprintf(os.Stderr, "dsec: sandbox %s (dsec rm %s deletes it)\n", sb.ID, sb.ID)
-			}
-			err = runExecWith(ctx, cl, sb.ID, xreq, o)
-			if rm {
-				dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rmGrace)
-				defer cancel()
-				if derr := cl.Delete(dctx, sb.ID); derr != nil && !isNotFound(derr) {
-					derr = fmt.Errorf("delete sandbox %s: %w", sb.ID, derr)
+			err = runExecWith(ctx, start, xreq, o)
+			if run != nil {
+				if derr := run.RemoveError(); derr != nil {
+					derr = fmt.Errorf("delete sandbox %s: %w", run.Sandbox().ID, derr)
 					if err == nil {
 						return derr
 					}
@@ -96,6 +109,40 @@ stays, and its ID is printed on stderr before the command runs.`,
 	f.BoolVarP(&o.tty, "tty", "t", false, "allocate a terminal in the sandbox")
 	f.BoolVar(&shell, "shell", false, "join the arguments and run them with /bin/sh -c")
 	return c
+}
+
+// runSeparately is dsec run as create, exec and delete requests, for a
+// terminal session whose image may first be fetched: the pull's progress
+// is shown before the terminal turns raw. With rm the client deletes the
+// sandbox, also after an interrupt.
+func runSeparately(ctx context.Context, cl *client.Client, req api.CreateSandboxRequest, xreq api.ExecRequest, o execOptions, rm bool) error {
+	if rm && req.RequestID == "" {
+		// An interrupted create is found again by this key and deleted.
+		req.RequestID = "dsec-run-" + rand.Text()
+	}
+	sb, err := createWatched(ctx, cl, req)
+	if err != nil {
+		if rm && ctx.Err() != nil {
+			dropInterrupted(ctx, cl, req)
+		}
+		return err
+	}
+	if !rm {
+		fmt.Fprintf(os.Stderr, "dsec: sandbox %s (dsec rm %s deletes it)\n", sb.ID, sb.ID)
+	}
+	err = runExecWith(ctx, execIn(cl, sb.ID), xreq, o)
+	if rm {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), rmGrace)
+		defer cancel()
+		if derr := cl.Delete(dctx, sb.ID); derr != nil && !isNotFound(derr) {
+			derr = fmt.Errorf("delete sandbox %s: %w", sb.ID, derr)
+			if err == nil {
+				return derr
+			}
+			fmt.Fprintf(os.Stderr, "dsec: %v\n", derr)
+		}
+	}
+	return err
 }
 
 // isNotFound reports whether err is the server's not_found (the sandbox is

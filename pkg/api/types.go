@@ -317,12 +317,28 @@ type ExecResult struct {
 // (Data set, base64), or "exit" (Result set, with empty Stdout/Stderr since they
 // were streamed); "keepalive" (nothing set) comes when the stream was otherwise
 // silent for the server's keep-alive interval, and clients ignore it.
+//
+// POST /v1/sandboxes:run's stream begins with a "sandbox" event (Sandbox
+// set: the sandbox it created); with RunRequest.Remove, an exit event whose
+// Error is set says the command ended but the sandbox could not be deleted.
 type StreamEvent struct {
-	Type   string      `json:"type"`
-	PID    int         `json:"pid,omitempty"`
-	Data   []byte      `json:"data,omitempty"`
-	Result *ExecResult `json:"result,omitempty"`
-	Error  *Error      `json:"error,omitempty"`
+	Type    string      `json:"type"`
+	PID     int         `json:"pid,omitempty"`
+	Data    []byte      `json:"data,omitempty"`
+	Result  *ExecResult `json:"result,omitempty"`
+	Error   *Error      `json:"error,omitempty"`
+	Sandbox *Sandbox    `json:"sandbox,omitempty"`
+}
+
+// RunRequest is the first NDJSON line of POST /v1/sandboxes:run: create a
+// sandbox as Sandbox says, run Exec in it with live I/O (the further lines
+// are StreamInput, as in exec/stream), and with Remove delete the sandbox
+// once the command is over, however it ends (also when the client goes
+// away). Sandbox.Wait false is refused: a run waits for its sandbox.
+type RunRequest struct {
+	Sandbox CreateSandboxRequest `json:"sandbox"`
+	Exec    ExecRequest          `json:"exec"`
+	Remove  bool                 `json:"remove,omitempty"`
 }
 
 // StreamInput is one NDJSON line a client sends after the ExecRequest line in the

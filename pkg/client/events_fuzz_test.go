@@ -2,6 +2,7 @@ package client
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
 	"strings"
@@ -28,13 +29,17 @@ func FuzzReadEvents(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var out, errb bytes.Buffer
 		inputErrors := 0
-		res, err := readEvents(bytes.NewReader(b), StreamOptions{Stdout: &out, Stderr: &errb,
+		var exitErr *api.Error
+		res, err := readEvents(json.NewDecoder(bytes.NewReader(b)), StreamOptions{Stdout: &out, Stderr: &errb,
 			OnInputError: func(e *api.Error) {
 				if e == nil || e.Status != 400 {
 					t.Fatalf("input error %+v", e)
 				}
 				inputErrors++
-			}})
+			}}, &exitErr)
+		if exitErr != nil && err != nil {
+			t.Fatalf("an exit event's error %v with the stream's %v", exitErr, err)
+		}
 		if err == nil {
 			if !bytes.Contains(b, []byte("exit")) {
 				t.Fatalf("a result %+v without an exit event in %q", res, b)

@@ -70,9 +70,13 @@ type Stream struct {
 	in     *inputWriter
 	pw     *io.PipeWriter
 	resp   *http.Response
+	dec    *json.Decoder // of resp's events
 	done   chan struct{} // closed when the final event was read
 	res    api.ExecResult
 	err    error
+
+	sandbox   api.Sandbox // a run's
+	removeErr *api.Error  // a run's failed delete, from its exit event
 }
 
 // StartExecStream starts a streaming exec and returns once the server accepted
@@ -84,15 +88,36 @@ func (c *Client) StartExecStream(ctx context.Context, id string, req api.ExecReq
 	if err != nil {
 		return nil, fmt.Errorf("dsec client: encoding the exec request: %w", err)
 	}
+	return c.startStream(ctx, sandboxPath(id, "/exec/stream"), first, req.TTY, o, false)
+}
+
+// StartRun creates a sandbox, runs a command in it with live I/O and, with
+// req.Remove, deletes it once the command is over, all in one request (POST
+// /v1/sandboxes:run). It returns once the sandbox exists (Stream.Sandbox
+// names it); an error before that, e.g. an invalid request or a create that
+// failed, is returned here and leaves nothing behind. With req.Remove the
+// server deletes the sandbox however the command ends, also when ctx ends
+// first; Stream.RemoveError says whether that delete failed.
+func (c *Client) StartRun(ctx context.Context, req api.RunRequest, o StreamOptions) (*Stream, error) {
+	first, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("dsec client: encoding the run request: %w", err)
+	}
+	return c.startStream(ctx, "/v1/sandboxes:run", first, req.Exec.TTY, o, true)
+}
+
+// startStream opens a full-duplex NDJSON exchange whose first request line
+// is first; with run, the answer's first event is the "sandbox" event.
+func (c *Client) startStream(ctx context.Context, path string, first []byte, tty bool, o StreamOptions, run bool) (*Stream, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	pr, pw := io.Pipe()
-	s := &Stream{tty: req.TTY, ctx: ctx, cancel: cancel, in: &inputWriter{enc: json.NewEncoder(pw)}, pw: pw, done: make(chan struct{})}
+	s := &Stream{tty: tty, ctx: ctx, cancel: cancel, in: &inputWriter{enc: json.NewEncoder(pw)}, pw: pw, done: make(chan struct{})}
 	// The request line goes first, whatever the input goroutines write later.
 	body := io.MultiReader(bytes.NewReader(append(first, '\n')), pr)
 	// The input pipe fails once the request is over (ctx ends: read and shut
 	// cancel it) or its connection closed, so the transport never waits on it.
 	hctx, _ := watchBody(ctx, func(err error) { pw.CloseWithError(err) })
-	hreq, err := http.NewRequestWithContext(hctx, http.MethodPost, c.addr+sandboxPath(id, "/exec/stream"), body)
+	hreq, err := http.NewRequestWithContext(hctx, http.MethodPost, c.addr+path, body)
 	if err != nil {
 		cancel()
 		return nil, fmt.Errorf("dsec client: building request: %w", err)
@@ -104,7 +129,7 @@ func (c *Client) StartExecStream(ctx context.Context, id string, req api.ExecReq
 	switch {
 	case o.Stdin != nil:
 		go s.pumpStdin(o.Stdin)
-	case !req.TTY:
+	case !tty:
 		// Closed before anyone can write; the line follows the request line
 		// once the transport reads the body.
 		s.in.closed = true
@@ -126,14 +151,56 @@ func (c *Client) StartExecStream(ctx context.Context, id string, req api.ExecReq
 		return nil, err
 	}
 	s.resp = resp
+	s.dec = json.NewDecoder(bufio.NewReaderSize(resp.Body, 64<<10))
+	if run {
+		if err := s.readSandbox(); err != nil {
+			resp.Body.Close()
+			s.shut()
+			return nil, err
+		}
+	}
 	go s.read(o)
 	return s, nil
+}
+
+// readSandbox reads a run's first event, the sandbox it created.
+func (s *Stream) readSandbox() error {
+	for {
+		var ev api.StreamEvent
+		if err := s.dec.Decode(&ev); err != nil {
+			return fmt.Errorf("%w: %w", &api.Error{
+				Code: api.CodeUnavailable, Message: "run stream ended before the sandbox event",
+				Infrastructure: true,
+			}, err)
+		}
+		switch {
+		case ev.Type == "keepalive":
+		case ev.Type == "sandbox" && ev.Sandbox != nil:
+			s.sandbox = *ev.Sandbox
+			return nil
+		default:
+			return fmt.Errorf("dsec client: a run stream began with a %q event, not the sandbox", ev.Type)
+		}
+	}
+}
+
+// Sandbox is the sandbox a run created (StartRun); zero for an exec stream.
+func (s *Stream) Sandbox() api.Sandbox { return s.sandbox }
+
+// RemoveError is, once Wait returned, why a run with Remove could not delete
+// its sandbox after the command ended; nil when it was deleted.
+func (s *Stream) RemoveError() error {
+	<-s.done
+	if s.removeErr == nil {
+		return nil
+	}
+	return s.removeErr
 }
 
 // read consumes the events, then ends the request.
 func (s *Stream) read(o StreamOptions) {
 	defer close(s.done)
-	res, err := readEvents(s.resp.Body, o)
+	res, err := readEvents(s.dec, o, &s.removeErr)
 	s.pw.Close()
 	_, _ = io.Copy(io.Discard, s.resp.Body) // let the connection be reused
 	s.resp.Body.Close()
@@ -222,9 +289,9 @@ func (s *Stream) pumpSignals(sigs <-chan string) {
 	}
 }
 
-// readEvents consumes the response's events until "exit" or "error".
-func readEvents(r io.Reader, o StreamOptions) (api.ExecResult, error) {
-	dec := json.NewDecoder(bufio.NewReaderSize(r, 64<<10))
+// readEvents consumes the response's events until "exit" or "error"; an
+// exit event's error (a run's failed delete) goes to exitErr.
+func readEvents(dec *json.Decoder, o StreamOptions, exitErr **api.Error) (api.ExecResult, error) {
 	for {
 		var ev api.StreamEvent
 		if err := dec.Decode(&ev); err != nil {
@@ -260,6 +327,10 @@ func readEvents(r io.Reader, o StreamOptions) (api.ExecResult, error) {
 		case "exit":
 			if ev.Result == nil {
 				return api.ExecResult{}, errors.New("dsec client: exit event without a result")
+			}
+			if ev.Error != nil {
+				ev.Error.Status = http.StatusOK
+				*exitErr = ev.Error
 			}
 			return *ev.Result, nil
 		case "error":

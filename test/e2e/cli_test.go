@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/dsec-dev/dsec/internal/testwait"
 )
 
 func TestCLI(t *testing.T) {
@@ -128,4 +131,24 @@ func TestCLIRun(t *testing.T) {
 	if c := count(); c != 0 {
 		t.Fatalf("run --rm left %d sandboxes after Ctrl-C", c)
 	}
+
+	// dsec itself killed: the server still deletes the sandbox of --rm.
+	cmd = exec.Command(binPath, "run", "--rm", "--", "sh", "-c", "echo up; exec sleep 60")
+	cmd.Env = append(os.Environ(), "DSEC_ADDR=http://"+n.addr, "DSEC_TOKEN="+n.token)
+	if stdout, err = cmd.StdoutPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if line, _ := bufio.NewReader(stdout).ReadString('\n'); line != "up\n" {
+		_ = cmd.Process.Kill()
+		t.Fatalf("run printed %q", line)
+	}
+	if c := count(); c != 1 {
+		t.Fatalf("%d sandboxes while run's command runs", c)
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	testwait.For(t, 30*time.Second, "the sandbox of a killed dsec run --rm is deleted", func() bool { return count() == 0 })
 }

@@ -29,6 +29,7 @@ func (s *Server) routes() []route {
 
 		{"POST /v1/sandboxes", s.createSandbox},
 		{"POST /v1/sandboxes:batch", s.createBatch},
+		{"POST /v1/sandboxes:run", s.runSandbox},
 		{"GET /v1/sandboxes", s.listSandboxes},
 		{"GET " + sb, s.getSandbox},
 		{"DELETE " + sb, s.deleteSandbox},

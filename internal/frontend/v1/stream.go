@@ -35,29 +35,9 @@ const (
 // exec without a terminal, a zero or huge size) gets an "input_error" event and
 // changes nothing else: the exec and its input go on.
 func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	rc := http.NewResponseController(w)
-	if err := rc.EnableFullDuplex(); err != nil && !errors.Is(err, http.ErrNotSupported) {
-		s.writeError(w, r, errdefs.Internal(err, "enabling full duplex"))
-		return
-	}
-	// A stream's connection is never reused: the request body may still be open
-	// (or cut by a read deadline) when the handler returns, and a keep-alive
-	// request after it would race with that read.
-	w.Header().Set("Connection", "close")
-	lines := newLineReader(r.Body, s.opts.MaxBodyBytes)
-	first, err := lines.next()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			err = errEmptyBody
-		}
-		s.writeError(w, r, err)
-		return
-	}
 	var req api.ExecRequest
-	if err := decodeLine(first, &req); err != nil {
-		s.writeError(w, r, err)
+	rc, lines, ok := s.openStream(w, r, &req)
+	if !ok {
 		return
 	}
 	// The one check of this request, here rather than in the chain
@@ -67,9 +47,46 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, r, err)
 		return
 	}
-	ctx = session.ExecValidated(ctx)
-
 	ev := &eventWriter{ndjsonStream{w: w, rc: rc}}
+	s.streamExec(w, r, rc, lines, ev, r.PathValue("id"), req, nil)
+}
+
+// openStream prepares a full-duplex NDJSON exchange (the response may be
+// written while the request body is still read) and decodes its first line
+// into first, or answers the error.
+func (s *Server) openStream(w http.ResponseWriter, r *http.Request, first any) (*http.ResponseController, *lineReader, bool) {
+	rc := http.NewResponseController(w)
+	if err := rc.EnableFullDuplex(); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		s.writeError(w, r, errdefs.Internal(err, "enabling full duplex"))
+		return nil, nil, false
+	}
+	// A stream's connection is never reused: the request body may still be open
+	// (or cut by a read deadline) when the handler returns, and a keep-alive
+	// request after it would race with that read.
+	w.Header().Set("Connection", "close")
+	lines := newLineReader(r.Body, s.opts.MaxBodyBytes)
+	line, err := lines.next()
+	if err == nil {
+		err = decodeLine(line, first)
+	} else if errors.Is(err, io.EOF) {
+		err = errEmptyBody
+	}
+	if err != nil {
+		s.writeError(w, r, err)
+		return nil, nil, false
+	}
+	return rc, lines, true
+}
+
+// streamExec runs the validated req in sandbox id with the rest of the
+// request body as its input and ev as its output, and ends the stream with
+// the "exit" or "error" event. finish, if set, runs once the exec is over
+// (however it ended) and before that event; its error goes into the exit
+// event's error.
+func (s *Server) streamExec(w http.ResponseWriter, r *http.Request, rc *http.ResponseController, lines *lineReader,
+	ev *eventWriter, id string, req api.ExecRequest, finish func() error) {
+	ctx, cancel := context.WithCancel(session.ExecValidated(r.Context()))
+	defer cancel()
 	// A command that prints nothing for minutes must not leave the stream
 	// silent (NATs and proxies drop idle connections): a "keepalive" event
 	// goes out when nothing else did for the keep-alive interval.
@@ -102,16 +119,20 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
-	res, err := s.svc.ExecStream(ctx, r.PathValue("id"), req, session.Stream{
+	res, err := s.svc.ExecStream(ctx, id, req, session.Stream{
 		Stdin:   stdin,
 		Stdout:  ev.output("stdout"),
 		Stderr:  ev.output("stderr"),
 		Started: func(pid int) { ev.send(api.StreamEvent{Type: "started", PID: pid}) },
 		Control: control,
 	})
+	cancel()
+	var ferr error
+	if finish != nil {
+		ferr = finish()
+	}
 	switch {
 	case err != nil && !ev.hasStarted():
-		cancel()
 		s.stopInput(rc, inputDone, 0) // nothing more to read: answer at once
 		s.writeError(w, r, err)
 		return
@@ -119,9 +140,12 @@ func (s *Server) execStream(w http.ResponseWriter, r *http.Request) {
 		ev.send(api.StreamEvent{Type: "error", Error: apiError(err)})
 	default:
 		res.Stdout, res.Stderr = "", ""
-		ev.send(api.StreamEvent{Type: "exit", Result: &res})
+		out := api.StreamEvent{Type: "exit", Result: &res}
+		if ferr != nil {
+			out.Error = apiError(ferr)
+		}
+		ev.send(out)
 	}
-	cancel()
 	grace := inputGrace
 	if replayed(w) {
 		grace = 0 // answered from the log: the client's input is not needed
