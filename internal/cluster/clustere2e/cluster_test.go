@@ -288,6 +288,26 @@ func TestCluster(t *testing.T) {
 				}
 			}
 		}
+		// One-request runs: create, stream and delete through one API server;
+		// the sandbox lives on a node and is gone for the other API server.
+		for i := 0; i < 2; i++ {
+			var out bytes.Buffer
+			s, err := e.client(i).StartRun(ctx, api.RunRequest{Exec: api.ExecRequest{Cmd: []string{"tr", "a-z", "A-Z"}}, Remove: true},
+				client.StreamOptions{Stdin: strings.NewReader("run\n"), Stdout: &out})
+			if err != nil {
+				t.Fatalf("run via %d: %v", i, err)
+			}
+			id := s.Sandbox().ID
+			if node, _ := session.NodeOf(id); node == "" {
+				t.Errorf("run via %d: sandbox %q names no node", i, id)
+			}
+			if res, err := s.Wait(); err != nil || res.ExitCode != 0 || out.String() != "RUN\n" || s.RemoveError() != nil {
+				t.Errorf("run via %d: %+v %v %q (remove: %v)", i, res, err, out.String(), s.RemoveError())
+			}
+			if _, err := e.client(1-i).Get(ctx, id); errCode(err) != api.CodeNotFound {
+				t.Errorf("the sandbox of a run with remove via %d, through %d: %v", i, 1-i, err)
+			}
+		}
 	})
 
 	t.Run("trajectory steps through either API server", func(t *testing.T) {
