@@ -4,6 +4,7 @@ argument conversion, retry policy. No I/O here."""
 from __future__ import annotations
 
 import base64
+import inspect
 import json
 import os
 import random
@@ -690,3 +691,58 @@ def build_event(line: bytes) -> Tuple[str, Any]:
     if typ == "error":
         raise error_from_response(0, json.dumps({"error": ev.get("error") or {}}).encode())
     return "keepalive", None
+
+
+RUN_PATH = "/v1/sandboxes:run"
+
+
+def run_request(cmd: Cmd, create: Mapping[str, Any], timeout: Optional[Seconds], cwd: Optional[str],
+                user: Optional[str], stdin: Union[None, str, bytes], remove: bool) -> bytes:
+    """The NDJSON body of POST /v1/sandboxes:run: the RunRequest line (create
+    takes create()'s keyword arguments, env included: it is every process's),
+    then the end of stdin."""
+    kw: Dict[str, Any] = dict(backend="container", image=None, cpu=None, memory=None, disk=None, ttl=None,
+                              idle_timeout=None, env=None, labels=None, request_id=None)
+    known = inspect.signature(create_body).parameters
+    for k in create:
+        if k not in known or k == "wait":
+            raise TypeError(f"run() got an unexpected keyword argument {k!r}")
+    kw.update(create)
+    first = {"sandbox": create_body(**kw), "exec": exec_body(cmd, timeout, None, cwd, user, stdin), "remove": remove}
+    return (json.dumps(first) + "\n" + json.dumps({"eof": True}) + "\n").encode()
+
+
+class RunEvents:
+    """Collects the NDJSON events of POST /v1/sandboxes:run into a RunResult."""
+
+    def __init__(self) -> None:
+        self.sandbox: Optional[Dict[str, Any]] = None
+        self.out = bytearray()
+        self.err = bytearray()
+        self.exit: Optional[Dict[str, Any]] = None
+
+    def feed(self, line: bytes) -> None:
+        ev = json.loads(line)
+        typ = ev.get("type")
+        if typ == "sandbox":
+            self.sandbox = ev.get("sandbox") or {}
+        elif typ in ("stdout", "stderr"):
+            d = ev.get("data")
+            (self.out if typ == "stdout" else self.err).extend(base64.b64decode(d) if d else b"")
+        elif typ == "exit":
+            self.exit = ev
+        elif typ == "error":
+            raise error_from_response(200, json.dumps({"error": ev.get("error") or {}}).encode())
+
+    def result(self) -> Any:
+        from .errors import InfrastructureError  # noqa: PLC0415
+        from .types import RunResult, SandboxInfo  # noqa: PLC0415 - types imports errors only
+        if self.exit is None:
+            raise InfrastructureError("run stream ended before the exit event", retryable=False)
+        res = RunResult.from_json(self.exit.get("result") or {})
+        res.stdout = self.out.decode("utf-8", "replace")
+        res.stderr = self.err.decode("utf-8", "replace")
+        res.sandbox = SandboxInfo.from_json(self.sandbox) if self.sandbox is not None else None
+        if self.exit.get("error"):
+            res.remove_error = error_from_response(200, json.dumps({"error": self.exit["error"]}).encode())
+        return res

@@ -38,6 +38,9 @@ from ._core import (
     code_body,
     code_context_path,
     code_event,
+    RUN_PATH,
+    RunEvents,
+    run_request,
     create_body,
     decode_json,
     exec_body,
@@ -70,6 +73,7 @@ from .types import (
     CodeError,
     CodeResult,
     ExecResult,
+    RunResult,
     Execution,
     FileInfo,
     FnCallResult,
@@ -327,6 +331,34 @@ class Client:
     def _create(self, body: Dict[str, Any], retries: Optional[int]) -> "Sandbox":
         _, _, data = self._send(Req("POST", "/v1/sandboxes", json_body=body, retry=True), retries=retries)
         return Sandbox(self, SandboxInfo.from_json(decode_json(data)))
+
+    def run(
+        self,
+        cmd: Cmd,
+        timeout: Optional[Seconds] = None,
+        cwd: Optional[str] = None,
+        user: Optional[str] = None,
+        stdin: Union[None, str, bytes] = None,
+        remove: bool = True,
+        **create: Any,
+    ) -> RunResult:
+        """Create a sandbox, run ``cmd`` in it to completion and, with ``remove``
+        (the default), delete it: one request (POST /v1/sandboxes:run), what
+        ``dsec run --rm`` does. ``create`` takes :meth:`create`'s keyword
+        arguments (``image``, ``memory``, ``env`` for every process, ...;
+        not ``wait`` and ``on_progress``); ``timeout``, ``cwd``, ``user`` and
+        ``stdin`` are :meth:`Sandbox.exec`'s. The answer is a
+        :class:`RunResult`: the exit and the whole output as with exec (a
+        non-zero exit is not an exception), ``sandbox`` and ``remove_error``.
+        The server deletes the sandbox however the command ends, also when
+        this call is interrupted. A run refused before its sandbox exists (a
+        bad argument, a missing image) raises and leaves nothing behind.
+        Never retried."""
+        body = run_request(cmd, create, timeout, cwd, user, stdin, remove)
+        ev = RunEvents()
+        for line in self._http.stream_lines("POST", RUN_PATH, body, "application/x-ndjson", self.timeout):
+            ev.feed(line)
+        return ev.result()
 
     def create_many(
         self,

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Dict, List, Mapping, NamedTuple, Optional
 
-from .errors import CommandError
+from .errors import CommandError, DsecError
 
 __all__ = [
     "ExecResult",
@@ -102,6 +102,17 @@ class ExecResult:
             error=d.get("error") or None,
             replayed=bool(d.get("replayed")),
         )
+
+
+@dataclass
+class RunResult(ExecResult):
+    """What :meth:`Client.run` answers: how the command ended, its output, the
+    sandbox it ran in and, with ``remove``, whether deleting it failed."""
+
+    sandbox: Optional["SandboxInfo"] = None
+    """The sandbox the run created (gone once the run returns, with ``remove``)."""
+    remove_error: Optional[DsecError] = None
+    """Why the sandbox could not be deleted after the command ended (``remove``)."""
 
 
 @dataclass

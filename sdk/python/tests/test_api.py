@@ -150,6 +150,32 @@ def test_create_idempotent(client: Any) -> None:
         a.delete()
 
 
+def test_run(client: Any) -> None:
+    """client.run is one request: create, run with stdin, delete. The output and
+    exit come back and the sandbox is gone; remove=False keeps it; a run refused
+    before its sandbox exists leaves nothing behind."""
+    before = {s.id for s in client.list()}
+    r = client.run(["sh", "-c", "cat; echo err >&2; echo $FOO; exit 3"], stdin="in\n", env={"FOO": "bar"}, memory="256m")
+    assert (r.exit_code, r.stdout, r.stderr) == (3, "in\nbar\n", "err\n"), r
+    assert r.sandbox is not None and r.sandbox.id.startswith("sb-") and r.sandbox.memory_bytes == 256 << 20
+    assert r.remove_error is None and not r.ok
+    with pytest.raises(dsec.NotFoundError):
+        client.get(r.sandbox.id)
+    kept = client.run("pwd", cwd="/tmp", remove=False)
+    try:
+        assert kept.ok and kept.stdout == "/tmp\n", kept
+        assert client.get(kept.sandbox.id).state == "running"
+    finally:
+        client.sandbox(kept.sandbox.id).delete()
+    with pytest.raises(dsec.NotFoundError):
+        client.run("true", image="no-such-image")
+    with pytest.raises(dsec.InvalidArgumentError, match="exec: "):
+        client.run(["true", "a\x00b"])
+    with pytest.raises(TypeError, match="wait"):
+        client.run("true", wait=False)
+    assert {s.id for s in client.list()} == before
+
+
 def test_create_start_cmd(client: Any) -> None:
     """start_cmd with ready_port: create returns once the port accepts; a start
     that exits 1 raises StartFailedError with its output and keeps the sandbox."""
