@@ -147,10 +147,12 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 		Startup: map[string]*CycleSide{}, Missing: map[string]string{}, RatiosP50: map[string]float64{}}
 
 	sides := dsecClientSides(env, o, "", "")
-	if py, err := pythonSDKSide(ctx, env, o); err != nil {
-		res.Missing["python-sdk"] = err.Error()
-	} else {
-		sides = append(sides, py)
+	for _, run := range []bool{false, true} {
+		if py, err := pythonSDKSide(ctx, env, o, run); err != nil {
+			res.Missing[pythonSideName(run)] = err.Error()
+		} else {
+			sides = append(sides, py)
+		}
 	}
 	if e2b, err := e2bSDKSide(ctx, srv, o); err != nil {
 		res.Missing["e2b-sdk"] = err.Error()
@@ -171,7 +173,8 @@ func Cycle(ctx context.Context, o CycleOptions) (CycleResult, error) {
 			name string
 			side func() (*cycleSide, error)
 		}{
-			{"python-sdk", func() (*cycleSide, error) { return pythonSDKSide(ctx, wenv, o) }},
+			{"python-sdk", func() (*cycleSide, error) { return pythonSDKSide(ctx, wenv, o, false) }},
+			{"python-sdk-run", func() (*cycleSide, error) { return pythonSDKSide(ctx, wenv, o, true) }},
 			{"e2b-sdk", func() (*cycleSide, error) { return e2bSDKSide(ctx, warm, o) }},
 		} {
 			if s, err := c.side(); err != nil {
@@ -291,14 +294,16 @@ func runCycles(ctx context.Context, o CycleOptions, sides []*cycleSide, res Cycl
 			res.RatiosP50[a+"/"+b] = round(x.P50ms/y.P50ms, 3)
 		}
 	}
-	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk", "e2b-sdk", "dsec-cli-warm", "dsec-run-warm", "python-sdk-warm", "e2b-sdk-warm"} {
+	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk", "python-sdk-run", "e2b-sdk",
+		"dsec-cli-warm", "dsec-run-warm", "python-sdk-warm", "python-sdk-run-warm", "e2b-sdk-warm"} {
 		for _, p := range o.Peers {
 			ratio(d, p)
 		}
 	}
 	ratio("e2b-sdk", "python-sdk")
 	ratio("e2b-sdk-warm", "python-sdk-warm")
-	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk", "e2b-sdk"} {
+	ratio("python-sdk-run", "python-sdk")
+	for _, d := range []string{"dsec-cli", "dsec-run", "python-sdk", "python-sdk-run", "e2b-sdk"} {
 		ratio(d+"-warm", d)
 	}
 	return res, nil
@@ -314,18 +319,24 @@ func resolveImage(name string) (image.Image, error) {
 	return (&image.Store{Dir: dir}).Resolve(name)
 }
 
-// pythonCycle is the Python SDK side's client: one process, one cycle per
-// line read, each timed in Python and printed in seconds.
+// pythonCycle is the Python SDK sides' client: one process, one cycle per
+// line read, each timed in Python and printed in seconds. Its second
+// argument "run" makes each cycle one client.run (POST /v1/sandboxes:run)
+// instead of create, exec and delete.
 const pythonCycle = `
 import sys, time, dsec
 c = dsec.Client()
-image = sys.argv[1]
+image, one = sys.argv[1], sys.argv[2] == "run"
+kw = {"image": image} if image else {}
 for _ in sys.stdin:
     t = time.perf_counter()
     try:
-        sb = c.create(image=image) if image else c.create()
-        r = sb.exec(["true"])
-        sb.delete()
+        if one:
+            r = c.run(["true"], **kw)
+        else:
+            sb = c.create(**kw)
+            r = sb.exec(["true"])
+            sb.delete()
         if r.exit_code != 0:
             raise RuntimeError("exit code %d" % r.exit_code)
         print("ok %.9f" % (time.perf_counter() - t), flush=True)
@@ -345,7 +356,15 @@ func findPython(asked string) (string, error) {
 	return exec.LookPath("python3")
 }
 
-func pythonSDKSide(ctx context.Context, env []string, o CycleOptions) (*cycleSide, error) {
+// pythonSideName names the Python SDK side: three calls, or one client.run.
+func pythonSideName(run bool) string {
+	if run {
+		return "python-sdk-run"
+	}
+	return "python-sdk"
+}
+
+func pythonSDKSide(ctx context.Context, env []string, o CycleOptions, run bool) (*cycleSide, error) {
 	python, err := findPython(o.Python)
 	if err != nil {
 		return nil, err
@@ -366,14 +385,18 @@ func pythonSDKSide(ctx context.Context, env []string, o CycleOptions) (*cycleSid
 	if o.Image != daemon.DefaultImage {
 		image = o.Image
 	}
-	cmd := exec.Command(python, "-u", "-c", pythonCycle, image)
+	name, mode, calls := pythonSideName(run), "cycle", "create, exec [\"true\"], delete"
+	if run {
+		mode, calls = "run", "client.run([\"true\"]): create, exec and delete in one request"
+	}
+	cmd := exec.Command(python, "-u", "-c", pythonCycle, image, mode)
 	cmd.Env = env
 	cmd.Stderr = os.Stderr
-	work := "the Python SDK (dsec.Client: create, exec [\"true\"], delete) in one long-lived " + python + " process, timed in Python"
+	work := "the Python SDK (dsec.Client: " + calls + ") in one long-lived " + python + " process, timed in Python"
 	if dir != "" {
 		work += " (" + dir + ")"
 	}
-	return clientSide("python-sdk", "python SDK", work, cmd)
+	return clientSide(name, "python SDK", work, cmd)
 }
 
 // clientSide starts cmd, a long-lived client process, as a side whose cycles it runs:

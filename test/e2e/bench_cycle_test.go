@@ -10,7 +10,8 @@ import (
 )
 
 // TestBenchCycle runs `dsec bench cycle` for one round: the CLI (three
-// commands, and `dsec run --rm`) and Python SDK cycles and both start-ups are measured, runc beside them, and a peer
+// commands, and `dsec run --rm`) and Python SDK cycles (three calls, and one
+// client.run) and both start-ups are measured, runc beside them, and a peer
 // that is not installed is reported missing rather than dropped.
 func TestBenchCycle(t *testing.T) {
 	if skipAll != "" {
@@ -36,7 +37,7 @@ func TestBenchCycle(t *testing.T) {
 		t.Errorf("envelope: %s", out)
 	}
 	want := map[string]*bench.CycleSide{"dsec-cli": r.Sides["dsec-cli"], "dsec-run": r.Sides["dsec-run"], "python-sdk": r.Sides["python-sdk"],
-		"dsec --help": r.Startup["dsec --help"], "python3 -c pass": r.Startup["python3 -c pass"]}
+		"python-sdk-run": r.Sides["python-sdk-run"], "dsec --help": r.Startup["dsec --help"], "python3 -c pass": r.Startup["python3 -c pass"]}
 	if _, err := exec.LookPath("runc"); err == nil {
 		want["runc"] = r.Sides["runc"]
 	}
