@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -68,22 +69,21 @@ command runs.`,
 			}
 			stopWatch := func() {}
 			if isReference(req.Image) {
-				stopWatch = progress.WatchPull(ctx, os.Stderr, req.Image, cl.WatchPull)
+				stopWatch = sync.OnceFunc(progress.WatchPull(ctx, os.Stderr, req.Image, cl.WatchPull))
 			}
 			defer stopWatch()
 			var run *client.Stream
 			start := func(ctx context.Context, xreq api.ExecRequest, sopts client.StreamOptions) (*client.Stream, error) {
+				sopts.OnSandbox = func(sb api.Sandbox) {
+					stopWatch()
+					if !rm { // before the command's output
+						fmt.Fprintf(os.Stderr, "dsec: sandbox %s (dsec rm %s deletes it)\n", sb.ID, sb.ID)
+					}
+				}
 				s, err := cl.StartRun(ctx, api.RunRequest{Sandbox: req, Exec: xreq, Remove: rm}, sopts)
 				stopWatch()
-				if err != nil {
-					return nil, err
-				}
-				if !rm {
-					id := s.Sandbox().ID
-					fmt.Fprintf(os.Stderr, "dsec: sandbox %s (dsec rm %s deletes it)\n", id, id)
-				}
 				run = s
-				return s, nil
+				return s, err
 			}
 			err = runExecWith(ctx, start, xreq, o)
 			if run != nil {

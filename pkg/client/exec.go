@@ -37,6 +37,9 @@ type StreamOptions struct {
 	Signals <-chan string
 	// OnStart, if set, is called with the process's PID once it started.
 	OnStart func(pid int)
+	// OnSandbox, if set, is called with the sandbox a run created (StartRun)
+	// before any output is delivered.
+	OnSandbox func(api.Sandbox)
 	// OnInputError, if set, is called for each input line the server refused
 	// (an "input_error" event: an unknown signal, a terminal size out of range)
 	// with an invalid_argument error; the exec goes on either way.
@@ -157,6 +160,9 @@ func (c *Client) startStream(ctx context.Context, path string, first []byte, tty
 			resp.Body.Close()
 			s.shut()
 			return nil, err
+		}
+		if o.OnSandbox != nil {
+			o.OnSandbox(s.sandbox)
 		}
 	}
 	go s.read(o)

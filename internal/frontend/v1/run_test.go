@@ -49,12 +49,20 @@ func TestRun(t *testing.T) {
 		t.Fatalf("%d sandboxes after a run with remove", n)
 	}
 
-	s, err = cl.StartRun(ctx, api.RunRequest{Exec: api.ExecRequest{Shell: "exit 3"}}, client.StreamOptions{})
+	// OnSandbox comes before any output (dsec run prints the kept ID there).
+	var order []string
+	s, err = cl.StartRun(ctx, api.RunRequest{Exec: api.ExecRequest{Shell: "echo hi; exit 3"}}, client.StreamOptions{
+		Stdout:    writerFunc(func(p []byte) { order = append(order, "output") }),
+		OnSandbox: func(sb api.Sandbox) { order = append(order, "sandbox "+sb.ID) },
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res, err := s.Wait(); err != nil || res.ExitCode != 3 {
 		t.Fatalf("run: %+v %v", res, err)
+	}
+	if len(order) < 2 || order[0] != "sandbox "+s.Sandbox().ID || order[1] != "output" {
+		t.Fatalf("callbacks in the order %q, want the sandbox first", order)
 	}
 	if _, err := cl.Get(ctx, s.Sandbox().ID); err != nil {
 		t.Fatalf("the sandbox of a run without remove: %v", err)
@@ -162,3 +170,7 @@ func TestRunClientLeavesDuringCreate(t *testing.T) {
 	close(release)
 	testwait.For(t, 30*time.Second, "no sandbox of a run whose client left during the create", func() bool { return e.count() == 0 })
 }
+
+type writerFunc func(p []byte)
+
+func (f writerFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
