@@ -84,3 +84,38 @@ func TestGuestBoot(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
+
+// TestBootTimeoutSaysWhereTheGuestIs: a guest that does not come up is
+// described by QEMU's run state and its vCPUs' instruction pointers, so a
+// hung boot can be placed. Here QEMU starts with its CPUs stopped (-S).
+func TestBootTimeoutSaysWhereTheGuestIs(t *testing.T) {
+	needVM(t)
+	d, err := New(Config{StateDir: stateDir, NoSnapshots: true, ExtraArgs: []string{"-S"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	inst, err := d.Start(ctx, driver.Spec{ID: drivertest.NewID("hung"), Layers: imageLayers(t, "busybox"), CPU: 1, Memory: 256 << 20})
+	if err == nil {
+		inst.Destroy(context.Background())
+		t.Fatal("a guest whose CPUs never run came up")
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "guest did not come up") || !strings.Contains(msg, "QEMU prelaunch") || !strings.Contains(msg, "vCPU0 EIP=0000fff0 HLT=0") {
+		t.Fatalf("boot error %q: want QEMU's run state (prelaunch) and the vCPU at the reset vector", msg)
+	}
+}
+
+// TestVCPUPlaces reads each vCPU's place out of "info registers -a": RIP in
+// long mode, EIP before it, and the halt flag.
+func TestVCPUPlaces(t *testing.T) {
+	regs := "\r\nCPU#0\r\nRAX=0 RBX=0\r\nRIP=ffffffff81b2c3d4 RFL=00000246 [---Z-P-] CPL=0 II=0 A20=1 SMM=0 HLT=1\r\n" +
+		"ES =0000\r\nCPU#1\r\nEAX=0\r\nEIP=0000fff0 EFL=00000002 [-------] CPL=0 II=0 A20=1 SMM=0 HLT=0\r\n"
+	if got, want := vcpuPlaces(regs), "vCPU0 RIP=ffffffff81b2c3d4 HLT=1, vCPU1 EIP=0000fff0 HLT=0"; got != want {
+		t.Fatalf("vcpuPlaces = %q, want %q", got, want)
+	}
+	if got := vcpuPlaces("no such command"); got != "" {
+		t.Fatalf("vcpuPlaces of no registers = %q", got)
+	}
+}

@@ -209,9 +209,53 @@ func (in *instance) bootErr(err error) error {
 		tail = tail[len(tail)-600:]
 	}
 	if errdefs.CodeOf(err) == api.CodeDeadlineExceeded || errors.Is(err, context.DeadlineExceeded) {
-		return errdefs.Wrap(api.CodeDeadlineExceeded, err, "microvm: guest did not come up (console: %q)", tail)
+		return errdefs.Wrap(api.CodeDeadlineExceeded, err, "microvm: guest did not come up (%s; console: %q)", in.guestState(), tail)
 	}
 	return errdefs.Internal(err, "microvm: boot failed (console: %q)", tail)
+}
+
+// guestStateTimeout bounds guestState's questions to QEMU.
+const guestStateTimeout = 5 * time.Second
+
+// guestState says where a guest that did not come up is: QEMU's run state
+// and each vCPU's instruction pointer (the monitor's "info registers"), so
+// a boot that hangs can be placed, e.g. in the guest kernel or in firmware.
+func (in *instance) guestState() string {
+	ctx, cancel := context.WithTimeout(context.Background(), guestStateTimeout)
+	defer cancel()
+	q, err := in.qmpConn(ctx)
+	if err != nil {
+		return "QEMU state unknown: " + err.Error()
+	}
+	status, err := q.Status(ctx)
+	if err != nil {
+		return "QEMU state unknown: " + err.Error()
+	}
+	out := "QEMU " + status
+	raw, err := q.Execute(ctx, "human-monitor-command", map[string]any{"command-line": "info registers -a"})
+	var regs string
+	if err == nil && json.Unmarshal(raw, &regs) == nil {
+		if cpus := vcpuPlaces(regs); cpus != "" {
+			out += ", " + cpus
+		}
+	}
+	return out
+}
+
+// vcpuPlaces picks each vCPU's instruction pointer (RIP, or EIP before
+// long mode) and halt flag out of the monitor's "info registers -a".
+func vcpuPlaces(regs string) string {
+	var cpus []string
+	for _, f := range strings.Fields(regs) {
+		switch {
+		case strings.HasPrefix(f, "CPU#"):
+			cpus = append(cpus, "vCPU"+strings.TrimPrefix(f, "CPU#"))
+		case len(cpus) == 0:
+		case strings.HasPrefix(f, "RIP="), strings.HasPrefix(f, "EIP="), strings.HasPrefix(f, "HLT="):
+			cpus[len(cpus)-1] += " " + f
+		}
+	}
+	return strings.Join(cpus, ", ")
 }
 
 func hostname(spec driver.Spec) string {
