@@ -37,7 +37,7 @@ func (s *Server) runSandbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := req.Exec.Validate(); err != nil {
-		s.writeError(w, r, errdefs.Invalid("exec: %s", errMessage(err)))
+		s.writeError(w, r, errdefs.Invalid("exec: %s", apiError(err).Message))
 		return
 	}
 	// A create the client leaves during ends with the request's context,
@@ -69,6 +69,3 @@ func (s *Server) removeRun(ctx context.Context, id string) error {
 	}
 	return err
 }
-
-// errMessage is err's message as the API answers it.
-func errMessage(err error) string { return apiError(err).Message }

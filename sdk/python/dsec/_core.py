@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote, urlencode, urlsplit
 
-from .errors import DsecError, InvalidArgumentError, error_from_response
+from .errors import DsecError, InfrastructureError, InvalidArgumentError, error_from_response
 
 DEFAULT_ADDR = "http://127.0.0.1:7070"
 DEFAULT_DATA_DIR = "/var/lib/dsec"
@@ -735,7 +735,6 @@ class RunEvents:
             raise error_from_response(200, json.dumps({"error": ev.get("error") or {}}).encode())
 
     def result(self) -> Any:
-        from .errors import InfrastructureError  # noqa: PLC0415
         from .types import RunResult, SandboxInfo  # noqa: PLC0415 - types imports errors only
         if self.exit is None:
             raise InfrastructureError("run stream ended before the exit event", retryable=False)
